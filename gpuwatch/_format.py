@@ -1,0 +1,52 @@
+"""Small formatters shared by the text, TUI and HTML renderers. ``None`` always shows as N/A."""
+
+from __future__ import annotations
+
+NA = "N/A"
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def size(n_bytes: float | None, precision: int = 1) -> str:
+    """``1536`` -> ``'1.5 KiB'``; binary units, like nvidia-smi's MiB."""
+    if n_bytes is None:
+        return NA
+    value = float(n_bytes)
+    for unit in _UNITS:
+        if abs(value) < 1024 or unit == _UNITS[-1]:
+            if unit == "B":
+                return f"{int(value)} B"
+            return f"{value:.{precision}f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def rate(bytes_per_s: float | None) -> str:
+    return NA if bytes_per_s is None else f"{size(bytes_per_s)}/s"
+
+
+def pct(value: float | None) -> str:
+    return NA if value is None else f"{value:.0f}%"
+
+
+def num(value: float | None, unit: str = "", precision: int = 0) -> str:
+    if value is None:
+        return NA
+    return f"{value:.{precision}f}{unit}"
+
+
+def gbps(n_bytes: int, seconds: float | None) -> str:
+    """Effective throughput in GB/s (decimal, as bandwidth is quoted)."""
+    if not seconds or seconds <= 0:
+        return NA
+    return f"{n_bytes / seconds / 1e9:.2f} GB/s"
+
+
+def duration_ms(ms: float | None) -> str:
+    if ms is None:
+        return NA
+    if ms >= 1000:
+        return f"{ms / 1000:.2f} s"
+    if ms >= 1:
+        return f"{ms:.1f} ms"
+    return f"{ms * 1000:.0f} µs"

@@ -1,0 +1,1 @@
+"""Textual apps: ``gpuwatch top`` (and, later, the live profile view)."""

@@ -1,0 +1,8 @@
+"""Widgets of the gpuwatch apps, one per module."""
+
+from gpuwatch.app.widgets.gpu_card import GpuCard
+from gpuwatch.app.widgets.history import History
+from gpuwatch.app.widgets.meter import Meter
+from gpuwatch.app.widgets.process_table import ProcessTable
+
+__all__ = ["GpuCard", "History", "Meter", "ProcessTable"]

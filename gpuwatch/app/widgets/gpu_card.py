@@ -1,0 +1,145 @@
+"""One GPU: meters, a stats block and history sparklines; or a single line when compact."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.widgets import Static
+
+from gpuwatch import _format as fmt
+from gpuwatch.app.widgets._style import TEMP_LEVELS, bar, level_style
+from gpuwatch.app.widgets.history import History
+from gpuwatch.app.widgets.meter import Meter
+from gpuwatch.nvml.samples import GpuSample
+
+
+class GpuCard(Widget):
+    """A card for one GPU. Set :attr:`sample` and :meth:`set_history`; it redraws itself."""
+
+    DEFAULT_CSS = """
+    GpuCard {
+        height: auto;
+        border: round $primary-darken-1;
+        border-title-color: $text;
+        border-title-style: bold;
+        padding: 0 1;
+    }
+    GpuCard.-lost { border: round $error; }
+    GpuCard #compact { display: none; height: 1; }
+    GpuCard.-compact { border: none; padding: 0; height: 1; }
+    GpuCard.-compact #compact { display: block; }
+    GpuCard.-compact > .full { display: none; }
+    GpuCard #stats { height: 3; }
+    """
+
+    sample: reactive[GpuSample | None] = reactive(None)
+    """The latest sample of this GPU."""
+    compact: reactive[bool] = reactive(False)
+    """One line instead of the full card (many GPUs or a small terminal)."""
+
+    def __init__(self, index: int, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.index = index
+        self.border_title = f"GPU {index}"
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="compact")
+        yield Meter("GPU", id="util").add_class("full")
+        yield Meter("MEM", id="mem").add_class("full")
+        yield Static(id="stats", classes="full")
+        yield History("util", 100.0, id="hist-util").add_class("full")
+        yield History("mem", 100.0, id="hist-mem").add_class("full")
+        yield History("pcie", None, id="hist-pcie").add_class("full")
+
+    def watch_compact(self, compact: bool) -> None:
+        self.set_class(compact, "-compact")
+        self._redraw()
+
+    def watch_sample(self, _old: GpuSample | None, _new: GpuSample | None) -> None:
+        self._redraw()
+
+    def set_history(
+        self, util: Sequence[float], mem: Sequence[float], pcie: Sequence[float]
+    ) -> None:
+        """History for the graphs, oldest first (percentages, and PCIe bytes/s)."""
+        if self.compact or not self.is_mounted:
+            return
+        for key, data in (("util", util), ("mem", mem)):
+            hist = self.query_one(f"#hist-{key}", History)
+            hist.values = tuple(data)
+            hist.caption = f"max {max(data, default=0):3.0f}%"
+        hist = self.query_one("#hist-pcie", History)
+        hist.values = tuple(pcie)
+        hist.caption = f"max {fmt.rate(max(pcie, default=0))}"
+
+    def _redraw(self) -> None:
+        g = self.sample
+        if g is None or not self.is_mounted:
+            return
+        self.set_class(g.lost, "-lost")
+        self.border_title = f"GPU {g.index} · {g.name or fmt.NA}"
+        self.border_subtitle = g.pci_bus_id or ""
+        if self.compact:
+            self.query_one("#compact", Static).update(compact_line(g, self.size.width))
+            return
+        util, mem = self.query_one("#util", Meter), self.query_one("#mem", Meter)
+        stats = self.query_one("#stats", Static)
+        if g.lost:
+            util.pct, util.text = None, "lost"
+            mem.pct, mem.text = None, ""
+            stats.update(Text("GPU LOST: NVML says it fell off the bus or stopped answering",
+                              style="bold red"))
+            return
+        util.pct, util.text = g.gpu_util_pct, f"{fmt.pct(g.gpu_util_pct):>4}"
+        mem.pct = g.memory_used_pct
+        mem.text = f"{fmt.size(g.memory_used_bytes)} / {fmt.size(g.memory_total_bytes)}"
+        stats.update(stats_text(g))
+
+
+def stats_text(g: GpuSample) -> Text:
+    power_pct = (
+        100.0 * g.power_w / g.power_limit_w if g.power_w is not None and g.power_limit_w else None
+    )
+    t = Text()
+    t.append("TEMP ", "bold").append(fmt.num(g.temperature_c, "C"),
+                                     level_style(g.temperature_c, TEMP_LEVELS))
+    t.append("  POWER ", "bold").append(fmt.num(g.power_w, "W"), level_style(power_pct))
+    t.append(f" / {fmt.num(g.power_limit_w, 'W')}")
+    t.append("  FAN ", "bold").append(fmt.pct(g.fan_pct))
+    t.append("  ").append(fmt.NA if g.pstate is None else f"P{g.pstate}", "bold")
+    t.append("\nSM ", "bold").append(fmt.num(g.sm_clock_mhz, " MHz"))
+    t.append("  MEM ", "bold").append(fmt.num(g.mem_clock_mhz, " MHz"))
+    t.append("  PCIe ", "bold").append(
+        f"RX {fmt.rate(g.pcie_rx_bytes_per_s)} TX {fmt.rate(g.pcie_tx_bytes_per_s)}"
+    )
+    t.append("\nMEM BW ", "bold").append(fmt.pct(g.mem_util_pct), level_style(g.mem_util_pct))
+    if g.nvlink_rx_bytes_per_s is not None or g.nvlink_tx_bytes_per_s is not None:
+        t.append("  NVLink ", "bold").append(
+            f"RX {fmt.rate(g.nvlink_rx_bytes_per_s)} TX {fmt.rate(g.nvlink_tx_bytes_per_s)}"
+        )
+    t.append("  ENC ", "bold").append(fmt.pct(g.encoder_util_pct))
+    t.append(" DEC ", "bold").append(fmt.pct(g.decoder_util_pct))
+    return t
+
+
+def compact_line(g: GpuSample, width: int) -> Text:
+    """``0 H100 80GB ▕███░░▏ 67% ▕██░░░▏ 45/80G 54C 350W RX 1.2 GiB/s``: one line per GPU."""
+    name = (g.name or fmt.NA).replace("NVIDIA ", "")[:14]
+    t = Text(f"{g.index:>2} ", "bold").append(f"{name:<14} ")
+    if g.lost:
+        return t.append("GPU LOST", "bold red")
+    bar_w = max(4, min(16, (width - 60) // 2))
+    t.append(bar(g.gpu_util_pct, bar_w)).append(f" {fmt.pct(g.gpu_util_pct):>4} ")
+    t.append(bar(g.memory_used_pct, bar_w))
+    used = fmt.size(g.memory_used_bytes, 0).replace(" GiB", "")
+    total = fmt.size(g.memory_total_bytes, 0)
+    t.append(f" {used}/{total} ")
+    t.append(fmt.num(g.temperature_c, "C"), level_style(g.temperature_c, TEMP_LEVELS))
+    t.append(f" {fmt.num(g.power_w, 'W')}")
+    if width >= 90:
+        t.append(f" RX {fmt.rate(g.pcie_rx_bytes_per_s)}")
+    return t

@@ -1,0 +1,50 @@
+"""A scrolling one-line history: one cell per sample, newest at the right, on a fixed scale."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from gpuwatch.app.widgets._style import level_style
+
+_TICKS = " ▁▂▃▄▅▆▇█"
+
+
+def history_text(values: Sequence[float], width: int, scale_max: float | None) -> Text:
+    """The last ``width`` values as block characters; ``scale_max`` None scales to the peak."""
+    width = max(1, width)
+    shown = list(values)[-width:]
+    top = scale_max if scale_max is not None else max(shown, default=0.0)
+    text = Text(" " * (width - len(shown)))
+    for v in shown:
+        frac = 0.0 if top <= 0 else min(1.0, max(0.0, v / top))
+        tick = _TICKS[round(frac * (len(_TICKS) - 1))]
+        text.append(tick if tick != " " else "▁", style=level_style(frac * 100) if v else "grey37")
+    return text
+
+
+class History(Widget):
+    """``label ▁▂▅▇█▆ value``: a minute or more of one metric at a glance."""
+
+    DEFAULT_CSS = """
+    History { height: 1; width: 1fr; }
+    """
+
+    values: reactive[tuple[float, ...]] = reactive(tuple)
+    """Samples, oldest first; only the last ones that fit are drawn."""
+    caption: reactive[str] = reactive("")
+    """Text at the right end, e.g. the peak over the window."""
+
+    def __init__(self, label: str, scale_max: float | None = 100.0, *, id: str | None = None):
+        super().__init__(id=id)
+        self.label = label
+        self.scale_max = scale_max
+
+    def render(self) -> Text:
+        head = Text(f"{self.label:<5}", style="dim")
+        tail = Text(f" {self.caption}", style="dim") if self.caption else Text()
+        width = self.size.width - len(head) - len(tail)
+        return Text.assemble(head, history_text(self.values, width, self.scale_max), tail)

@@ -1,0 +1,32 @@
+"""A labelled horizontal bar coloured by load, with a value text at its right."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from gpuwatch.app.widgets._style import bar
+
+
+class Meter(Widget):
+    """``LABEL ████████░░░░ text``: the bar takes whatever width the text leaves."""
+
+    DEFAULT_CSS = """
+    Meter { height: 1; width: 1fr; }
+    """
+
+    pct: reactive[float | None] = reactive(None)
+    """Fill level, 0-100; ``None`` draws an empty dotted bar (value not reported)."""
+    text: reactive[str] = reactive("")
+    """Shown right of the bar, e.g. ``'67%'`` or ``'45.1 / 80.0 GiB'``."""
+
+    def __init__(self, label: str, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.label = label
+
+    def render(self) -> Text:
+        head = Text(f"{self.label:<5}", style="bold")
+        tail = Text(f" {self.text}")
+        width = self.size.width - len(head) - len(tail)
+        return Text.assemble(head, bar(self.pct, width), tail)

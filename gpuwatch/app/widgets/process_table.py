@@ -1,0 +1,150 @@
+"""The table of processes on the GPUs: sortable (cycle with ``s``, reverse with ``r``) and
+filterable by a case-insensitive substring of user, command, PID or type."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.widgets import DataTable
+
+from gpuwatch import _format as fmt
+from gpuwatch.nvml.samples import ProcessSample
+
+
+@dataclass(frozen=True)
+class Column:
+    title: str
+    key: Callable[[ProcessSample], Any]
+    cell: Callable[[ProcessSample], str]
+    right: bool = True
+
+
+def _n(v: float | None) -> float:
+    return -1.0 if v is None else float(v)
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("GPU", lambda p: p.gpu_index, lambda p: str(p.gpu_index)),
+    Column("PID", lambda p: p.pid, lambda p: str(p.pid)),
+    Column("USER", lambda p: p.user or "", lambda p: p.user or fmt.NA, right=False),
+    Column("TYPE", lambda p: p.type, lambda p: p.type, right=False),
+    Column("GPU MEM", lambda p: _n(p.gpu_memory_bytes), lambda p: fmt.size(p.gpu_memory_bytes)),
+    Column("SM%", lambda p: _n(p.sm_util_pct), lambda p: fmt.pct(p.sm_util_pct)),
+    Column("CPU%", lambda p: _n(p.cpu_pct), lambda p: fmt.pct(p.cpu_pct)),
+    Column("HOST MEM", lambda p: _n(p.host_memory_bytes), lambda p: fmt.size(p.host_memory_bytes)),
+    Column("COMMAND", lambda p: p.command or p.name or "", lambda p: p.command or p.name or fmt.NA,
+           right=False),
+)
+#: The column sorted by at start: GPU memory, largest first, like nvitop.
+DEFAULT_SORT = 4
+
+
+def row_key(p: ProcessSample) -> str:
+    return f"{p.gpu_index}:{p.pid}"
+
+
+def matches(p: ProcessSample, needle: str) -> bool:
+    if not needle:
+        return True
+    needle = needle.lower()
+    hay = (str(p.pid), p.user or "", p.command or p.name or "", p.type)
+    return any(needle in h.lower() for h in hay)
+
+
+class ProcessTable(DataTable[Text]):
+    """Processes of the latest snapshot, filtered and sorted; keeps the selection across ticks."""
+
+    BINDINGS = [
+        Binding("s", "cycle_sort", "Sort", tooltip="Sort by the next column"),
+        Binding("r", "reverse_sort", "Reverse", show=False),
+    ]
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        self.sort_column = DEFAULT_SORT
+        self.sort_reverse = True
+        self.filter_text = ""
+        self._processes: list[ProcessSample] = []
+        self._shown: dict[str, ProcessSample] = {}
+
+    def on_mount(self) -> None:
+        for i, col in enumerate(COLUMNS):
+            self.add_column(col.title, key=str(i))
+        self._update_titles()
+
+    # -- data ---------------------------------------------------------------------------------
+
+    def show(self, processes: Sequence[ProcessSample]) -> None:
+        """Replace the rows with ``processes`` (filtered and sorted), keeping the selected row."""
+        self._processes = list(processes)
+        self._refill()
+
+    @property
+    def visible(self) -> list[ProcessSample]:
+        """The processes as shown, top to bottom."""
+        return list(self._shown.values())
+
+    @property
+    def selected(self) -> ProcessSample | None:
+        if not self._shown or self.cursor_row < 0 or self.cursor_row >= len(self._shown):
+            return None
+        return list(self._shown.values())[self.cursor_row]
+
+    def set_filter(self, text: str) -> None:
+        self.filter_text = text
+        self._refill()
+
+    def _refill(self) -> None:
+        selected = self.selected
+        col = COLUMNS[self.sort_column]
+        rows = [p for p in self._processes if matches(p, self.filter_text)]
+        rows.sort(key=col.key, reverse=self.sort_reverse)
+        self._shown = {row_key(p): p for p in rows}
+        self.clear()
+        for p in rows:
+            self.add_row(
+                *(Text(c.cell(p), justify="right" if c.right else "left") for c in COLUMNS),
+                key=row_key(p),
+            )
+        if selected is not None and row_key(selected) in self._shown:
+            self.move_cursor(row=list(self._shown).index(row_key(selected)), animate=False)
+        self._update_titles()
+
+    # -- sorting ------------------------------------------------------------------------------
+
+    def sort_by(self, column: int, reverse: bool | None = None) -> None:
+        if reverse is None:
+            # A new column starts with its most useful order: big numbers first, text A-Z.
+            reverse = COLUMNS[column].right if column != self.sort_column else self.sort_reverse
+        self.sort_column, self.sort_reverse = column, reverse
+        self._refill()
+
+    def action_cycle_sort(self) -> None:
+        self.sort_by((self.sort_column + 1) % len(COLUMNS))
+
+    def action_reverse_sort(self) -> None:
+        self.sort_by(self.sort_column, not self.sort_reverse)
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        event.stop()
+        if event.column_index == self.sort_column:
+            self.action_reverse_sort()
+        else:
+            self.sort_by(event.column_index)
+
+    def _update_titles(self) -> None:
+        for i, col in enumerate(COLUMNS):
+            arrow = (" ▼" if self.sort_reverse else " ▲") if i == self.sort_column else ""
+            column = self.columns.get(str(i))  # type: ignore[call-overload]
+            if column is not None:
+                column.label = Text(col.title + arrow, style="bold" if arrow else "")
+        shown, total = len(self._shown), len(self._processes)
+        title = f"Processes ({shown} of {total})" if self.filter_text else f"Processes ({total})"
+        if self.filter_text:
+            title += f"  filter: {self.filter_text!r}"
+        self.border_title = title
+        self.refresh()

@@ -1,0 +1,405 @@
+"""The real backend over NVML. The only module in gpuwatch that imports ``pynvml``."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import psutil
+
+from gpuwatch.nvml.backend import NvmlUnavailable
+from gpuwatch.nvml.samples import GpuSample, ProcessSample
+
+log = logging.getLogger("gpuwatch.nvml")
+
+_MIB = 1024 * 1024
+
+
+def _import_pynvml() -> ModuleType:
+    try:
+        import pynvml
+    except ImportError as exc:  # pragma: no cover - a dependency of the package
+        raise NvmlUnavailable(
+            "the nvidia-ml-py package (pynvml) is not installed; try --demo"
+        ) from exc
+    return pynvml
+
+
+class GpuLost(Exception):
+    """NVML answered GpuIsLost or Unknown for a device: it fell off the bus or hung."""
+
+
+class _Query:
+    """Runs every NVML call for one backend.
+
+    * ``NotSupported`` (and ``NoPermission``) becomes ``None`` and is remembered per device and
+      function, so the call is not retried every tick;
+    * ``FunctionNotFound`` (a driver older than the bindings) is logged once and remembered;
+    * ``GpuIsLost`` and ``Unknown`` raise :class:`GpuLost` for the caller to mark the device;
+    * transient answers (``NotFound``, ``NoData``, ``Timeout``) become ``None`` for this tick only.
+    """
+
+    def __init__(self, nvml: ModuleType) -> None:
+        self._nvml = nvml
+        self._unsupported: set[tuple[int, str]] = set()
+        self._logged: set[tuple[str, int]] = set()
+        self._lock = threading.Lock()
+
+    def is_unsupported(self, index: int, name: str) -> bool:
+        return (index, name) in self._unsupported
+
+    def __call__(self, index: int, name: str, *args: Any) -> Any:
+        key = (index, name)
+        if key in self._unsupported:
+            return None
+        nvml = self._nvml
+        fn: Callable[..., Any] | None = getattr(nvml, name, None)
+        if fn is None:
+            self._remember(key, f"{name} is missing from this pynvml", -1)
+            return None
+        try:
+            return fn(*args)
+        except nvml.NVMLError_NotSupported:
+            self._unsupported.add(key)
+        except nvml.NVMLError_NoPermission:
+            self._remember(key, f"{name}: no permission", -2)
+        except nvml.NVMLError_FunctionNotFound:
+            self._remember(
+                key, f"{name} is not in this driver's NVML (driver older than the bindings)", -3
+            )
+        except (nvml.NVMLError_GpuIsLost, nvml.NVMLError_Unknown) as exc:
+            raise GpuLost(str(exc)) from exc
+        except (nvml.NVMLError_NotFound, nvml.NVMLError_NoData, nvml.NVMLError_Timeout):
+            pass
+        except nvml.NVMLError as exc:
+            self._log_once(name, getattr(exc, "value", 0), f"{name} failed: {exc}")
+        return None
+
+    def _remember(self, key: tuple[int, str], message: str, code: int) -> None:
+        with self._lock:
+            self._unsupported.add(key)
+        self._log_once(key[1], code, message)
+
+    def _log_once(self, name: str, code: int, message: str) -> None:
+        with self._lock:
+            if (name, code) in self._logged:
+                return
+            self._logged.add((name, code))
+        log.warning(message)
+
+
+class _HostProcesses:
+    """psutil lookups with the per-process state ``cpu_percent`` needs between ticks."""
+
+    def __init__(self) -> None:
+        self._procs: dict[int, psutil.Process] = {}
+
+    def lookup(self, pid: int) -> tuple[psutil.Process, bool] | None:
+        """The live process and whether its cpu_percent is primed; None if it has gone."""
+        proc = self._procs.get(pid)
+        primed = True
+        try:
+            if proc is None or not proc.is_running():
+                proc = psutil.Process(pid)
+                proc.cpu_percent(None)  # primes the counter; the next call has a real value
+                primed = False
+                self._procs[pid] = proc
+        except psutil.NoSuchProcess:
+            self._procs.pop(pid, None)
+            return None
+        except psutil.AccessDenied:
+            return None
+        return proc, primed
+
+    def prune(self) -> None:
+        """Forget processes that have exited, so the cache does not grow on a long run."""
+        for pid, proc in list(self._procs.items()):
+            if not proc.is_running():
+                del self._procs[pid]
+
+
+class RealBackend:
+    """GPU samples from NVML through pynvml.
+
+    Args:
+        nvml: the pynvml module (tests pass a stub); imported when omitted.
+        clock: monotonic clock in seconds, for counter rates.
+    """
+
+    label = "NVML"
+
+    def __init__(
+        self, nvml: ModuleType | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._nvml = nvml if nvml is not None else _import_pynvml()
+        self._clock = clock
+        self._init()
+        self._query = _Query(self._nvml)
+        self._closed = False
+        self._handles: dict[int, Any] = {}
+        self._static: dict[int, tuple[str | None, str | None, str | None]] = {}
+        self._lost: set[int] = set()
+        self._proc_util_ts: dict[int, int] = {}
+        self._nvlinks: dict[int, list[int]] = {}
+        self._nvlink_prev: dict[int, tuple[float, int, int]] = {}
+        self._host = _HostProcesses()
+        self._unresolved: set[tuple[int, int]] = set()
+        count = self.device_count()
+        if count == 0:
+            self.close()
+            raise NvmlUnavailable("NVML found no NVIDIA GPUs on this machine; try --demo")
+        atexit.register(self.close)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _init(self) -> None:
+        nvml = self._nvml
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError_LibraryNotFound as exc:
+            raise NvmlUnavailable(
+                "NVML library (libnvidia-ml.so) not found: is the NVIDIA driver installed? "
+                "Try --demo"
+            ) from exc
+        except nvml.NVMLError_DriverNotLoaded as exc:
+            raise NvmlUnavailable("the NVIDIA driver is not loaded; try --demo") from exc
+        except nvml.NVMLError_NoPermission as exc:
+            raise NvmlUnavailable("no permission to open the NVIDIA devices (NVML)") from exc
+        except nvml.NVMLError as exc:
+            raise NvmlUnavailable(f"NVML failed to initialise: {exc}; try --demo") from exc
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._nvml.nvmlShutdown()
+        except self._nvml.NVMLError:
+            pass
+
+    # -- device-wide ------------------------------------------------------------------------
+
+    def driver_version(self) -> str | None:
+        v = self._query(-1, "nvmlSystemGetDriverVersion")
+        return _text(v)
+
+    def device_count(self) -> int:
+        try:
+            return int(self._nvml.nvmlDeviceGetCount())
+        except self._nvml.NVMLError as exc:
+            raise NvmlUnavailable(f"NVML could not count the GPUs: {exc}") from exc
+
+    def _handle(self, index: int) -> Any:
+        h = self._handles.get(index)
+        if h is None:
+            h = self._query(index, "nvmlDeviceGetHandleByIndex", index)
+            if h is None:
+                raise GpuLost(f"no handle for GPU {index}")
+            self._handles[index] = h
+        return h
+
+    # -- per GPU ------------------------------------------------------------------------------
+
+    def sample(self, index: int) -> GpuSample:
+        if index in self._lost:
+            return self._lost_sample(index)
+        try:
+            return self._sample(index)
+        except GpuLost as exc:
+            log.error("GPU %d is lost: %s", index, exc)
+            self._lost.add(index)
+            return self._lost_sample(index)
+
+    def _lost_sample(self, index: int) -> GpuSample:
+        name, uuid, bus = self._static.get(index, (None, None, None))
+        return GpuSample(index=index, name=name, uuid=uuid, pci_bus_id=bus, lost=True)
+
+    def _static_info(self, index: int, h: Any) -> tuple[str | None, str | None, str | None]:
+        info = self._static.get(index)
+        if info is None:
+            q = self._query
+            pci = q(index, "nvmlDeviceGetPciInfo", h)
+            bus = _text(getattr(pci, "busId", None)) if pci is not None else None
+            info = (_text(q(index, "nvmlDeviceGetName", h)), _text(q(index, "nvmlDeviceGetUUID", h)), bus)
+            self._static[index] = info
+        return info
+
+    def _sample(self, index: int) -> GpuSample:
+        nvml, q = self._nvml, self._query
+        h = self._handle(index)
+        name, uuid, bus = self._static_info(index, h)
+        util = q(index, "nvmlDeviceGetUtilizationRates", h)
+        mem = q(index, "nvmlDeviceGetMemoryInfo", h)
+        power_mw = q(index, "nvmlDeviceGetPowerUsage", h)
+        limit_mw = q(index, "nvmlDeviceGetEnforcedPowerLimit", h)
+        enc = q(index, "nvmlDeviceGetEncoderUtilization", h)
+        dec = q(index, "nvmlDeviceGetDecoderUtilization", h)
+        nvl_tx, nvl_rx = self._nvlink_rates(index, h)
+        return GpuSample(
+            index=index,
+            name=name,
+            uuid=uuid,
+            pci_bus_id=bus,
+            gpu_util_pct=_int(getattr(util, "gpu", None)),
+            mem_util_pct=_int(getattr(util, "memory", None)),
+            memory_used_bytes=_int(getattr(mem, "used", None)),
+            memory_total_bytes=_int(getattr(mem, "total", None)),
+            temperature_c=_int(q(index, "nvmlDeviceGetTemperature", h, nvml.NVML_TEMPERATURE_GPU)),
+            power_w=None if power_mw is None else power_mw / 1000.0,
+            power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
+            fan_pct=_int(q(index, "nvmlDeviceGetFanSpeed", h)),
+            sm_clock_mhz=_int(q(index, "nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_SM)),
+            mem_clock_mhz=_int(q(index, "nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_MEM)),
+            pstate=_int(q(index, "nvmlDeviceGetPerformanceState", h)),
+            nvlink_tx_bytes_per_s=nvl_tx,
+            nvlink_rx_bytes_per_s=nvl_rx,
+            encoder_util_pct=_int(enc[0]) if enc else None,
+            decoder_util_pct=_int(dec[0]) if dec else None,
+            processes=tuple(self._processes(index, h)),
+        )
+
+    def pcie_throughput(self, index: int) -> tuple[int | None, int | None]:
+        if index in self._lost:
+            return None, None
+        nvml, q = self._nvml, self._query
+        try:
+            h = self._handle(index)
+            # NB: each call samples the counter for 20 ms and blocks meanwhile (NVML docs for
+            # nvmlDeviceGetPcieThroughput); the unit is KB/s.
+            tx = q(index, "nvmlDeviceGetPcieThroughput", h, nvml.NVML_PCIE_UTIL_TX_BYTES)
+            rx = q(index, "nvmlDeviceGetPcieThroughput", h, nvml.NVML_PCIE_UTIL_RX_BYTES)
+        except GpuLost:
+            self._lost.add(index)
+            return None, None
+        return (None if tx is None else int(tx) * 1024, None if rx is None else int(rx) * 1024)
+
+    def _nvlink_rates(self, index: int, h: Any) -> tuple[int | None, int | None]:
+        nvml, q = self._nvml, self._query
+        links = self._nvlinks.get(index)
+        if links is None:
+            links = []
+            for link in range(int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))):
+                state = q(index, "nvmlDeviceGetNvLinkState", h, link)
+                if state is None:
+                    if q.is_unsupported(index, "nvmlDeviceGetNvLinkState"):
+                        break  # no NVLink on this GPU at all
+                    continue
+                if state:
+                    links.append(link)
+            self._nvlinks[index] = links
+        if not links:
+            return None, None
+        fields = [(nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link) for link in links]
+        fields += [(nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link) for link in links]
+        values = q(index, "nvmlDeviceGetFieldValues", h, fields)
+        if values is None:
+            return None, None
+        counts = [int(v.value.ullVal) if v.nvmlReturn == 0 else 0 for v in values]
+        # NB: the throughput fields are running counters in KiB; the rate is their difference.
+        tx_kib, rx_kib = sum(counts[: len(links)]), sum(counts[len(links) :])
+        now = self._clock()
+        prev = self._nvlink_prev.get(index)
+        self._nvlink_prev[index] = (now, tx_kib, rx_kib)
+        if prev is None or now <= prev[0]:
+            return None, None
+        dt = now - prev[0]
+        return (
+            max(0, int((tx_kib - prev[1]) * 1024 / dt)),
+            max(0, int((rx_kib - prev[2]) * 1024 / dt)),
+        )
+
+    def _processes(self, index: int, h: Any) -> list[ProcessSample]:
+        q = self._query
+        listed: dict[int, tuple[str, int | None]] = {}
+        for kind, fn in (
+            ("compute", "nvmlDeviceGetComputeRunningProcesses"),
+            ("graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
+        ):
+            for p in q(index, fn, h) or ():
+                mem = getattr(p, "usedGpuMemory", None)
+                prev = listed.get(p.pid)
+                if prev is not None and prev[0] != kind:
+                    kind = "compute+graphics"
+                listed[p.pid] = (kind, _int(mem) if mem is not None else (prev[1] if prev else None))
+        sm_util = self._process_utilisation(index, h) if listed else {}
+        out: list[ProcessSample] = []
+        unresolved: set[tuple[int, int]] = set()
+        for pid, (kind, mem_bytes) in listed.items():
+            found = self._host.lookup(pid)
+            name = command = user = None
+            cpu = rss = None
+            if found is None:
+                # NB: a process that exits between NVML's listing and psutil's lookup is dropped.
+                # One that NVML keeps listing tick after tick but psutil cannot see lives in
+                # another PID namespace (a container): show it with what NVML knows.
+                unresolved.add((index, pid))
+                if (index, pid) not in self._unresolved:
+                    continue
+            else:
+                proc, primed = found
+                try:
+                    with proc.oneshot():
+                        name = proc.name()
+                        command = " ".join(proc.cmdline()) or name
+                        try:
+                            user = proc.username()
+                        except (KeyError, psutil.AccessDenied):
+                            user = None
+                        cpu = proc.cpu_percent(None) if primed else None
+                        rss = proc.memory_info().rss
+                except psutil.NoSuchProcess:
+                    continue
+                except psutil.AccessDenied:
+                    pass
+            out.append(
+                ProcessSample(
+                    pid=pid,
+                    gpu_index=index,
+                    name=name,
+                    command=command,
+                    user=user,
+                    type=kind,
+                    gpu_memory_bytes=mem_bytes,
+                    sm_util_pct=sm_util.get(pid),
+                    cpu_pct=cpu,
+                    host_memory_bytes=rss,
+                )
+            )
+        self._unresolved = {k for k in self._unresolved if k[0] != index} | unresolved
+        if index == 0:
+            self._host.prune()
+        return out
+
+    def _process_utilisation(self, index: int, h: Any) -> dict[int, int]:
+        since = self._proc_util_ts.get(index, 0)
+        samples = self._query(index, "nvmlDeviceGetProcessUtilization", h, since)
+        if not samples:
+            return {}
+        util: dict[int, tuple[int, int]] = {}
+        for s in samples:
+            prev = util.get(s.pid)
+            if prev is None or s.timeStamp > prev[0]:
+                util[s.pid] = (s.timeStamp, int(s.smUtil))
+        self._proc_util_ts[index] = max(ts for ts, _ in util.values())
+        return {pid: sm for pid, (_, sm) in util.items()}
+
+    def send_signal(self, pid: int, signum: int) -> None:
+        os.kill(pid, signum)
+
+
+def _text(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bytes):
+        return v.decode(errors="replace")
+    return str(v)
+
+
+def _int(v: Any) -> int | None:
+    return None if v is None else int(v)

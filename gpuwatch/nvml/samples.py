@@ -1,0 +1,104 @@
+"""Typed, immutable samples of GPU and process state.
+
+Every numeric field carries its unit in its name and is ``None`` when the device (or the driver)
+does not report it; nothing here ever holds an ``'N/A'`` string.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SNAPSHOT_SCHEMA = "gpuwatch.snapshot/1"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """One process using a GPU, as NVML and psutil see it."""
+
+    pid: int
+    gpu_index: int
+    name: str | None
+    """Short process name (``psutil.Process.name()``)."""
+    command: str | None
+    """Full command line, space-joined."""
+    user: str | None
+    type: str
+    """``"compute"``, ``"graphics"`` or ``"compute+graphics"`` (``nvidia-smi``'s C, G, C+G)."""
+    gpu_memory_bytes: int | None
+    sm_util_pct: int | None
+    """Share of SM time this process used over the last sample period."""
+    cpu_pct: float | None
+    """Host CPU use of the process (100 = one full core)."""
+    host_memory_bytes: int | None
+    """Resident set size on the host."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU at one moment (``nvidia-smi --query-gpu=...`` names in the docstrings)."""
+
+    index: int
+    name: str | None
+    uuid: str | None
+    pci_bus_id: str | None
+    gpu_util_pct: int | None = None
+    """``utilization.gpu``: share of time a kernel was running."""
+    mem_util_pct: int | None = None
+    """``utilization.memory``: share of time device memory was read or written."""
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    temperature_c: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    fan_pct: int | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    pstate: int | None = None
+    """Performance state, 0 (fastest) to 15; ``P0`` in nvidia-smi."""
+    pcie_tx_bytes_per_s: int | None = None
+    pcie_rx_bytes_per_s: int | None = None
+    nvlink_tx_bytes_per_s: int | None = None
+    nvlink_rx_bytes_per_s: int | None = None
+    encoder_util_pct: int | None = None
+    decoder_util_pct: int | None = None
+    lost: bool = False
+    """True once NVML reported the GPU lost (fallen off the bus) or in an unknown state."""
+    processes: tuple[ProcessSample, ...] = ()
+
+    @property
+    def memory_used_pct(self) -> float | None:
+        if self.memory_used_bytes is None or not self.memory_total_bytes:
+            return None
+        return 100.0 * self.memory_used_bytes / self.memory_total_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["processes"] = [p.to_dict() for p in self.processes]
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """All GPUs at one moment."""
+
+    time: _dt.datetime
+    driver_version: str | None
+    gpus: tuple[GpuSample, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``gpuwatch.snapshot/1`` document of DESIGN.md."""
+        return {
+            "schema": SNAPSHOT_SCHEMA,
+            "time": self.time.isoformat(),
+            "driver_version": self.driver_version,
+            "gpus": [g.to_dict() for g in self.gpus],
+        }
+
+    @property
+    def processes(self) -> list[ProcessSample]:
+        return [p for g in self.gpus for p in g.processes]

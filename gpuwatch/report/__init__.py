@@ -1,0 +1,1 @@
+"""Renderers from data to text (rich), JSON and HTML (plotly, imported lazily)."""

@@ -1,0 +1,1 @@
+"""The dispatch-mode profiler of device copies, synchronisations and kernel time."""
