@@ -53,19 +53,35 @@ def build_parser() -> argparse.ArgumentParser:
         description="Live per-GPU utilisation, memory, temperature, power, clocks, PCIe/NVLink "
         "traffic and processes, from NVML.",
     )
-    top.add_argument("--demo", action="store_true",
-                     help="simulated GPUs instead of NVML (no GPU needed)")
-    top.add_argument("--demo-gpus", type=_positive_int, default=2, metavar="N",
-                     help="how many GPUs --demo simulates (default 2)")
-    top.add_argument("--interval", type=_interval, default=1.0, metavar="SECONDS",
-                     help="seconds between samples (default 1, at least 0.1)")
-    top.add_argument("--readonly", action="store_true",
-                     help="never signal processes (the k key is off)")
+    top.add_argument(
+        "--demo", action="store_true", help="simulated GPUs instead of NVML (no GPU needed)"
+    )
+    top.add_argument(
+        "--demo-gpus",
+        type=_positive_int,
+        default=2,
+        metavar="N",
+        help="how many GPUs --demo simulates (default 2)",
+    )
+    top.add_argument(
+        "--interval",
+        type=_interval,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between samples (default 1, at least 0.1)",
+    )
+    top.add_argument(
+        "--readonly", action="store_true", help="never signal processes (the k key is off)"
+    )
     mode = top.add_mutually_exclusive_group()
-    mode.add_argument("--once", action="store_true",
-                      help="print one plain-text table of GPUs and processes, then exit")
-    mode.add_argument("--json", action="store_true",
-                      help="print one gpuwatch.snapshot/1 JSON document, then exit")
+    mode.add_argument(
+        "--once",
+        action="store_true",
+        help="print one plain-text table of GPUs and processes, then exit",
+    )
+    mode.add_argument(
+        "--json", action="store_true", help="print one gpuwatch.snapshot/1 JSON document, then exit"
+    )
     top.set_defaults(handler=run_top)
     return parser
 

@@ -60,7 +60,11 @@ def explain_failure(pid: int, output: str) -> str:
         )
     if "failed to find python version" in text or "not a python" in text:
         return f"process {pid} is not a Python process (py-spy found no Python interpreter in it)"
-    if "no such file" in text or "no such process" in text or "check that the process is running" in text:
+    if (
+        "no such file" in text
+        or "no such process" in text
+        or "check that the process is running" in text
+    ):
         return f"process {pid} has exited"
     first = next((line.strip() for line in output.splitlines() if line.strip()), "unknown error")
     return f"py-spy failed on process {pid}: {first.removeprefix('Error: ')}"

@@ -52,8 +52,13 @@ class TopApp(App[None]):
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
         Binding("k", "kill", "Kill", tooltip="Send SIGTERM/SIGINT/SIGKILL to the selected process"),
-        Binding("enter,d", "stack", "Stack", key_display="enter/d",
-                tooltip="Show the selected process's Python stack (py-spy dump)"),
+        Binding(
+            "enter,d",
+            "stack",
+            "Stack",
+            key_display="enter/d",
+            tooltip="Show the selected process's Python stack (py-spy dump)",
+        ),
         Binding("question_mark", "help", "Help", key_display="?"),
     ]
 
@@ -104,14 +109,16 @@ class TopApp(App[None]):
             for i in range(self.gpu_count):
                 yield GpuCard(i, id=f"gpu-{i}")
         yield ProcessTable(id="processes")
-        yield Input(placeholder="filter processes (user, command, pid); enter keeps, esc clears",
-                    id="filter")
+        yield Input(
+            placeholder="filter processes (user, command, pid); enter keeps, esc clears",
+            id="filter",
+        )
         yield Footer()
 
     def on_mount(self) -> None:
         self._update_subtitle()
         self._relayout()
-        self.query_one(ProcessTable).focus()
+        self.call_after_refresh(self.query_one(ProcessTable).focus)
         self._sample_loop()
 
     def on_resize(self, event: events.Resize) -> None:
@@ -192,8 +199,12 @@ class TopApp(App[None]):
 
     def _update_subtitle(self) -> None:
         driver = self.sampler.driver_version or "N/A"
-        parts = [f"{self.backend.label}", f"driver {driver}", f"{self.gpu_count} GPUs",
-                 f"every {self.interval_s:g} s"]
+        parts = [
+            f"{self.backend.label}",
+            f"driver {driver}",
+            f"{self.gpu_count} GPUs",
+            f"every {self.interval_s:g} s",
+        ]
         if self.readonly:
             parts.append("read-only")
         if self.paused:
@@ -254,8 +265,7 @@ class TopApp(App[None]):
             except ProcessLookupError:
                 self.notify(f"process {proc.pid} has already exited", severity="warning")
             except PermissionError:
-                self.notify(f"no permission to send {name} to process {proc.pid}",
-                            severity="error")
+                self.notify(f"no permission to send {name} to process {proc.pid}", severity="error")
             else:
                 self.notify(f"sent {name} to process {proc.pid}")
             self._sample_wake.set()

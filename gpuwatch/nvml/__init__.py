@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from gpuwatch.nvml.backend import Backend, NvmlUnavailable
 from gpuwatch.nvml.fake import FakeBackend
-from gpuwatch.nvml.samples import SNAPSHOT_SCHEMA, GpuSample, ProcessSample, Snapshot
 from gpuwatch.nvml.sampler import Sampler
+from gpuwatch.nvml.samples import SNAPSHOT_SCHEMA, GpuSample, ProcessSample, Snapshot
 
 __all__ = [
     "SNAPSHOT_SCHEMA",

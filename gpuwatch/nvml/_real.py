@@ -226,7 +226,11 @@ class RealBackend:
             q = self._query
             pci = q(index, "nvmlDeviceGetPciInfo", h)
             bus = _text(getattr(pci, "busId", None)) if pci is not None else None
-            info = (_text(q(index, "nvmlDeviceGetName", h)), _text(q(index, "nvmlDeviceGetUUID", h)), bus)
+            info = (
+                _text(q(index, "nvmlDeviceGetName", h)),
+                _text(q(index, "nvmlDeviceGetUUID", h)),
+                bus,
+            )
             self._static[index] = info
         return info
 
@@ -326,7 +330,10 @@ class RealBackend:
                 prev = listed.get(p.pid)
                 if prev is not None and prev[0] != kind:
                     kind = "compute+graphics"
-                listed[p.pid] = (kind, _int(mem) if mem is not None else (prev[1] if prev else None))
+                listed[p.pid] = (
+                    kind,
+                    _int(mem) if mem is not None else (prev[1] if prev else None),
+                )
         sm_util = self._process_utilisation(index, h) if listed else {}
         out: list[ProcessSample] = []
         unresolved: set[tuple[int, int]] = set()

@@ -91,8 +91,11 @@ class GpuCard(Widget):
         if g.lost:
             util.pct, util.text = None, "lost"
             mem.pct, mem.text = None, ""
-            stats.update(Text("GPU LOST: NVML says it fell off the bus or stopped answering",
-                              style="bold red"))
+            stats.update(
+                Text(
+                    "GPU LOST: NVML says it fell off the bus or stopped answering", style="bold red"
+                )
+            )
             return
         util.pct, util.text = g.gpu_util_pct, f"{fmt.pct(g.gpu_util_pct):>4}"
         mem.pct = g.memory_used_pct
@@ -105,8 +108,9 @@ def stats_text(g: GpuSample) -> Text:
         100.0 * g.power_w / g.power_limit_w if g.power_w is not None and g.power_limit_w else None
     )
     t = Text()
-    t.append("TEMP ", "bold").append(fmt.num(g.temperature_c, "C"),
-                                     level_style(g.temperature_c, TEMP_LEVELS))
+    t.append("TEMP ", "bold").append(
+        fmt.num(g.temperature_c, "C"), level_style(g.temperature_c, TEMP_LEVELS)
+    )
     t.append("  POWER ", "bold").append(fmt.num(g.power_w, "W"), level_style(power_pct))
     t.append(f" / {fmt.num(g.power_limit_w, 'W')}")
     t.append("  FAN ", "bold").append(fmt.pct(g.fan_pct))

@@ -22,7 +22,9 @@ def history_text(values: Sequence[float], width: int, scale_max: float | None) -
     for v in shown:
         frac = 0.0 if top <= 0 else min(1.0, max(0.0, v / top))
         tick = _TICKS[round(frac * (len(_TICKS) - 1))]
-        text.append(tick if tick != " " else "▁", style=level_style(frac * 100) if v else "grey37")
+        # Load colours only mean something on an absolute scale; a peak-scaled graph is one hue.
+        style = "grey37" if not v else level_style(frac * 100) if scale_max else "cyan"
+        text.append(tick if tick != " " else "▁", style=style)
     return text
 
 

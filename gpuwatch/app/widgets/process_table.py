@@ -36,8 +36,12 @@ COLUMNS: tuple[Column, ...] = (
     Column("SM%", lambda p: _n(p.sm_util_pct), lambda p: fmt.pct(p.sm_util_pct)),
     Column("CPU%", lambda p: _n(p.cpu_pct), lambda p: fmt.pct(p.cpu_pct)),
     Column("HOST MEM", lambda p: _n(p.host_memory_bytes), lambda p: fmt.size(p.host_memory_bytes)),
-    Column("COMMAND", lambda p: p.command or p.name or "", lambda p: p.command or p.name or fmt.NA,
-           right=False),
+    Column(
+        "COMMAND",
+        lambda p: p.command or p.name or "",
+        lambda p: p.command or p.name or fmt.NA,
+        right=False,
+    ),
 )
 #: The column sorted by at start: GPU memory, largest first, like nvitop.
 DEFAULT_SORT = 4

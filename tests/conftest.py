@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+
+
+class FakeClock:
+    """A monotonic clock that only moves when a test says so."""
+
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+async def wait_until(pred: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Yield to the app's event loop until ``pred()`` holds; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
+
+
+def plain(widget) -> str:
+    """What a Static (or any widget) shows, as plain text."""
+    import io
+
+    from rich.console import Console
+
+    content = getattr(widget, "content", None)
+    if content is None or isinstance(content, str) and not content:
+        content = widget.render()
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(content)
+    return out.getvalue()

@@ -1,0 +1,34 @@
+from gpuwatch import _format as fmt
+from gpuwatch.app.widgets._style import bar, level_style
+
+
+def test_sizes_use_binary_units():
+    assert fmt.size(None) == "N/A"
+    assert fmt.size(512) == "512 B"
+    assert fmt.size(1536) == "1.5 KiB"
+    assert fmt.size(80 * 1024**3) == "80.0 GiB"
+    assert fmt.rate(3 * 1024**2) == "3.0 MiB/s"
+
+
+def test_gbps_and_durations():
+    assert fmt.gbps(4_000_000_000, 2.0) == "2.00 GB/s"
+    assert fmt.gbps(1, 0) == "N/A"
+    assert fmt.duration_ms(0.25) == "250 µs"
+    assert fmt.duration_ms(12.34) == "12.3 ms"
+    assert fmt.duration_ms(2500) == "2.50 s"
+
+
+def test_bar_fills_in_eighths_and_keeps_its_width():
+    assert bar(50, 10).plain == "█████░░░░░"
+    assert bar(5, 10).plain == "▌░░░░░░░░░"  # 5% of 80 eighths = 4 eighths, a half block
+    assert bar(100, 4).plain == "████"
+    assert bar(None, 4).plain == "····"
+    for pct in range(0, 101, 7):
+        assert len(bar(pct, 13).plain) == 13
+
+
+def test_load_colours():
+    assert level_style(10) == "green"
+    assert level_style(79.9) == "yellow"
+    assert level_style(80) == "red"
+    assert level_style(None) == "dim"

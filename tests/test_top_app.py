@@ -1,0 +1,264 @@
+"""gpuwatch top driven through Textual's Pilot with the FakeBackend."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from textual.widgets import Input
+
+from gpuwatch.app.screens import HelpScreen, KillScreen, StackScreen
+from gpuwatch.app.top import TopApp
+from gpuwatch.app.widgets import GpuCard, Meter, ProcessTable
+from gpuwatch.nvml import FakeBackend
+from gpuwatch.nvml.samples import GpuSample
+from gpuwatch.pyspy import StackDumpError
+from tests.conftest import plain, wait_until
+
+
+def make_app(clock, gpus: int = 2, **kw) -> tuple[TopApp, FakeBackend]:
+    backend = FakeBackend(gpu_count=gpus, clock=clock)
+    return TopApp(backend, interval_s=0.1, **kw), backend
+
+
+async def started(app: TopApp, pilot) -> None:
+    await wait_until(lambda: app.samples_taken >= 1)
+    await pilot.pause()
+
+
+async def test_cards_show_the_backend_values(clock):
+    app, backend = make_app(clock)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+        expected = backend.sample(1)  # the clock is frozen: same values as the app's sample
+        card = app.query_one("#gpu-1", GpuCard)
+        assert not card.compact
+        util = card.query_one("#util", Meter)
+        assert util.pct == expected.gpu_util_pct
+        assert f"{expected.gpu_util_pct}%" in str(util.render())
+        mem = card.query_one("#mem", Meter)
+        assert mem.text == f"{expected.memory_used_bytes / 1024**3:.1f} GiB / 80.0 GiB"
+        stats = str(card.query_one("#stats").render())
+        assert f"TEMP {expected.temperature_c}C" in stats
+        assert f"POWER {expected.power_w:.0f}W / 700W" in stats
+        assert "FAN N/A" in stats  # the fake H100 reports no fan, like the real board
+        assert card.border_title == "GPU 1 · NVIDIA H100 80GB HBM3 (demo)"
+
+
+async def test_values_move_with_time_and_history_grows(clock):
+    app, backend = make_app(clock, gpus=1)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+        first = app.query_one("#gpu-0", GpuCard).sample
+        clock.advance(7.0)
+        n = app.samples_taken
+        await wait_until(lambda: app.samples_taken >= n + 2)
+        later = app.query_one("#gpu-0", GpuCard).sample
+        assert later.gpu_util_pct == backend.sample(0).gpu_util_pct != first.gpu_util_pct
+        assert len(app._history[0][0]) >= 3
+
+
+async def test_process_table_sorts_by_gpu_memory_then_cycles(clock):
+    app, backend = make_app(clock)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+        table = app.query_one(ProcessTable)
+        mems = [p.gpu_memory_bytes for p in table.visible]
+        assert len(mems) == 4 and mems == sorted(mems, reverse=True)
+        await pilot.press("s")  # next column: SM%, largest first
+        sms = [p.sm_util_pct for p in table.visible]
+        assert sms == sorted(sms, reverse=True)
+        await pilot.press("r")
+        assert [p.sm_util_pct for p in table.visible] == sorted(sms)
+        for _ in range(4):  # CPU%, HOST MEM, COMMAND, then wraps to GPU
+            await pilot.press("s")
+        assert [p.gpu_index for p in table.visible] == [1, 1, 0, 0]
+
+
+async def test_clicking_a_header_sorts_by_that_column(clock):
+    app, _ = make_app(clock)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+        table = app.query_one(ProcessTable)
+        table.sort_by(1)  # PID, through the same path a header click takes
+        await pilot.pause()
+        pids = [p.pid for p in table.visible]
+        assert pids == sorted(pids, reverse=True)
+
+
+async def test_filter_narrows_the_table_and_escape_clears(clock):
+    app, _ = make_app(clock)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+        table = app.query_one(ProcessTable)
+        await pilot.press("slash")
+        assert app.focused is app.query_one("#filter", Input)
+        await pilot.press(*"bob")
+        assert {p.user for p in table.visible} == {"bob"} and len(table.visible) == 2
+        assert "filter: 'bob'" in table.border_title
+        await pilot.press("enter")  # keeps the filter, back to the table
+        assert app.focused is table and len(table.visible) == 2
+        clock.advance(1)
+        n = app.samples_taken
+        await wait_until(lambda: app.samples_taken > n)
+        assert {p.user for p in table.visible} == {"bob"}  # still filtered after a tick
+        await pilot.press("escape")
+        assert len(table.visible) == 4 and table.filter_text == ""
+
+
+async def test_pause_stops_updates(clock):
+    app, backend = make_app(clock, gpus=1)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+        await pilot.press("space")
+        assert app.paused and "PAUSED" in app.sub_title
+        frozen = app.query_one("#gpu-0", GpuCard).sample
+        taken = app.samples_taken
+        clock.advance(5.0)
+        await pilot.pause(0.5)
+        assert app.samples_taken == taken
+        assert app.query_one("#gpu-0", GpuCard).sample == frozen
+        await pilot.press("space")
+        await wait_until(lambda: app.samples_taken > taken)
+        assert app.query_one("#gpu-0", GpuCard).sample != frozen
+
+
+async def test_help_lists_every_binding(clock):
+    app, _ = make_app(clock)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(app, pilot)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        text = plain(app.screen.query_one("#help-table"))
+        for words in ("Quit", "Pause", "Filter", "SIGTERM", "py-spy", "Sort by the next column"):
+            assert words in text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_kill_asks_first_then_sends_the_chosen_signal(clock):
+    app, backend = make_app(clock)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+        target = app.query_one(ProcessTable).selected
+        await pilot.press("k")
+        assert isinstance(app.screen, KillScreen)
+        assert backend.signals == []  # nothing sent before the answer
+        await pilot.press("escape")
+        assert backend.signals == [] and not isinstance(app.screen, KillScreen)
+        await pilot.press("k")
+        await pilot.press("t")
+        assert backend.signals == [(target.pid, signal.SIGTERM)]
+        await wait_until(
+            lambda: target.pid not in {p.pid for p in app.query_one(ProcessTable).visible}
+        )
+
+
+async def test_kill_is_refused_when_readonly(clock):
+    app, backend = make_app(clock, readonly=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+        await pilot.press("k")
+        await pilot.pause()
+        assert not isinstance(app.screen, KillScreen)
+        assert backend.signals == []
+        assert any("read-only" in n.message for n in app._notifications)
+
+
+async def test_kill_of_a_process_that_already_exited_says_so(clock):
+    app, backend = make_app(clock)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+        target = app.query_one(ProcessTable).selected
+        backend.send_signal(target.pid, signal.SIGKILL)  # it dies while the table still shows it
+        await pilot.press("k", "t")
+        assert any("already exited" in n.message for n in app._notifications)
+
+
+@pytest.mark.parametrize("key", ["d", "enter"])
+async def test_stack_view_shows_the_dump(clock, key):
+    seen = []
+
+    def dumper(pid: int) -> str:
+        seen.append(pid)
+        return f'Thread {pid} (active): "MainThread"\n    train_step (train.py:42)'
+
+    app, _ = make_app(clock, stack_dumper=dumper)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+        target = app.query_one(ProcessTable).selected
+        await pilot.press(key)
+        assert isinstance(app.screen, StackScreen)
+        await wait_until(lambda: seen == [target.pid])
+        await pilot.pause(0.1)
+        assert "train_step (train.py:42)" in str(app.screen.query_one("#stack").render())
+
+
+async def test_stack_view_shows_a_clear_error(clock):
+    def dumper(pid: int) -> str:
+        raise StackDumpError(f"process {pid} is not a Python process")
+
+    app, _ = make_app(clock, stack_dumper=dumper)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+        await pilot.press("d")
+        stack = app.screen.query_one("#stack")
+        await wait_until(lambda: stack.has_class("-error"))
+        assert "is not a Python process" in str(stack.render())
+
+
+async def test_small_terminal_uses_compact_cards_and_resizes_live(clock):
+    app, _ = make_app(clock)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        cards = list(app.query(GpuCard))
+        assert app.compact and all(c.compact for c in cards)
+        assert all(c.region.height == 1 for c in cards)
+        assert app.query_one(ProcessTable).region.height >= 6
+        await pilot.resize_terminal(160, 48)
+        await pilot.pause(0.2)
+        assert not app.compact and all(c.region.height == 10 for c in cards)
+
+
+async def test_eight_gpus_fit_at_80x24(clock):
+    app, _ = make_app(clock, gpus=8)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.pause(0.1)
+        cards = list(app.query(GpuCard))
+        assert len(cards) == 8
+        for card in cards:
+            assert card.region.bottom <= 24 and card.region.height == 1
+            line = str(card.query_one("#compact").render())
+            assert line.lstrip().startswith(str(card.index)) and "%" in line
+        assert app.query_one(ProcessTable).region.height >= 4
+
+
+class LosingBackend(FakeBackend):
+    """A FakeBackend whose GPUs in ``lost`` answer like NVML's GpuIsLost handling does."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.lost: set[int] = set()
+
+    def sample(self, index: int) -> GpuSample:
+        g = super().sample(index)
+        if index in self.lost:
+            return GpuSample(
+                index=index, name=g.name, uuid=g.uuid, pci_bus_id=g.pci_bus_id, lost=True
+            )
+        return g
+
+
+async def test_a_gpu_lost_mid_run_is_shown_not_fatal(clock):
+    backend = LosingBackend(gpu_count=2, clock=clock)
+    app = TopApp(backend, interval_s=0.1)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+        backend.lost.add(0)
+        card = app.query_one("#gpu-0", GpuCard)
+        await wait_until(lambda: card.has_class("-lost"))
+        await pilot.pause()
+        assert "GPU LOST" in plain(card.query_one("#stats"))
+        assert not app.query_one("#gpu-1", GpuCard).has_class("-lost")
+        assert {p.gpu_index for p in app.query_one(ProcessTable).visible} == {1}
