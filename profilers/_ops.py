@@ -1,0 +1,226 @@
+"""What each aten op means for host/device traffic: pure functions keyed by op.
+
+A classifier sees the op's arguments and output (shapes, devices, dtypes; never values) and says
+which copy it made, if any, and whether the host had to wait. The registry refuses duplicates, so
+every op has exactly one meaning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+# Sync causes (the keys of ``syncs.by_cause`` in the report).
+ITEM = "item"
+COPY_TO_HOST = "copy_to_host"
+COPY_TO_DEVICE = "copy_to_device"
+DATA_DEPENDENT = "data_dependent_shape"
+SYNCHRONIZE = "synchronize"
+OTHER = "other"
+CAUSES = (ITEM, COPY_TO_HOST, COPY_TO_DEVICE, DATA_DEPENDENT, SYNCHRONIZE, OTHER)
+DIRECTIONS = ("h2d", "d2h", "d2d", "p2p")
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """What one op did: a copy (``direction`` set) and/or a host wait (``sync`` set)."""
+
+    direction: str | None
+    nbytes: int = 0
+    pageable: bool = False
+    """The host side of the copy is ordinary (unpinned) memory."""
+    non_blocking: bool = False
+    sync: str | None = None
+    src: str | None = None
+    dst: str | None = None
+
+
+IsPinned = Callable[[torch.Tensor], bool]
+Classifier = Callable[[tuple[Any, ...], dict[str, Any], Any, IsPinned], "Transfer | None"]
+
+CLASSIFIERS: dict[Any, Classifier] = {}
+
+
+def _ops(*names: str) -> list[Any]:
+    """The overloads that exist in this torch build (``"aten.nonzero.default"`` style names)."""
+    found = []
+    for name in names:
+        ns, op, overload = name.split(".")
+        packet = getattr(getattr(torch.ops, ns), op, None)
+        ov = getattr(packet, overload, None) if packet is not None else None
+        if ov is not None:
+            found.append(ov)
+    return found
+
+
+def classifies(*names: str) -> Callable[[Classifier], Classifier]:
+    def register(fn: Classifier) -> Classifier:
+        for op in _ops(*names):
+            if op in CLASSIFIERS:
+                raise ValueError(f"{op} already has a classifier")
+            CLASSIFIERS[op] = fn
+        return fn
+
+    return register
+
+
+#: Ops that only read metadata: skipped before any other work, and not counted as ops.
+METADATA_OPS = frozenset(
+    _ops(
+        "prim.device.default",
+        "prim.layout.default",
+        "aten.size.default",
+        "aten.size.int",
+        "aten.sym_size.default",
+        "aten.sym_size.int",
+        "aten.stride.default",
+        "aten.stride.int",
+        "aten.sym_stride.default",
+        "aten.sym_stride.int",
+        "aten.sym_numel.default",
+        "aten.sym_storage_offset.default",
+        "aten.numel.default",
+        "aten.dim.default",
+        "aten.is_pinned.default",
+        "aten.is_contiguous.default",
+        "aten.is_contiguous.memory_format",
+        "aten.is_same_size.default",
+        "aten.is_nonzero.default",
+    )
+)
+
+
+def _is_host(device: torch.device) -> bool:
+    return device.type == "cpu"
+
+
+def direction(src: torch.device, dst: torch.device) -> str | None:
+    """``h2d``, ``d2h``, ``p2p`` (two GPUs), ``d2d`` (one GPU), or None (host to host)."""
+    if src.type == "meta" or dst.type == "meta":
+        return None
+    if _is_host(src):
+        return None if _is_host(dst) else "h2d"
+    if _is_host(dst):
+        return "d2h"
+    same = src.type == dst.type and (src.index or 0) == (dst.index or 0)
+    return "d2d" if same else "p2p"
+
+
+def _copy(
+    src: torch.Tensor, dst: torch.Tensor, non_blocking: bool, is_pinned: IsPinned
+) -> Transfer | None:
+    way = direction(src.device, dst.device)
+    if way is None:
+        return None
+    if way == "d2d" and src.dtype != dst.dtype:
+        return None  # a cast on one GPU, not a copy
+    nbytes = src.nbytes
+    s, d = str(src.device), str(dst.device)
+    if way == "h2d":
+        # NB: a blocking H2D copy ends in a stream synchronize (at::cuda::memcpy_and_sync, which
+        # set_sync_debug_mode flags). non_blocking from pageable memory is staged by the driver
+        # while the host waits for the staging, but no stream sync: counted as pageable, no sync.
+        return Transfer(
+            way, nbytes, not is_pinned(src), non_blocking,
+            None if non_blocking else COPY_TO_DEVICE, s, d,
+        )
+    if way == "d2h":
+        pageable = not is_pinned(dst)
+        # NB: a non_blocking D2H copy into pageable memory is finished by CUDA before
+        # cudaMemcpyAsync returns, so the host waits even though PyTorch flags nothing.
+        sync = COPY_TO_HOST if (not non_blocking or pageable) else None
+        return Transfer(way, nbytes, pageable, non_blocking, sync, s, d)
+    return Transfer(way, nbytes, False, non_blocking, None, s, d)
+
+
+@classifies("aten._to_copy.default")
+def _to_copy(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned) -> Transfer | None:
+    src = args[0]
+    if not isinstance(src, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return None
+    # NB: with non_blocking=True, _to_copy to the CPU allocates a pinned output
+    # (aten/src/ATen/native/TensorConversions.cpp), so the copy stays asynchronous.
+    return _copy(src, out, bool(kwargs.get("non_blocking", False)), is_pinned)
+
+
+@classifies("aten.copy_.default", "aten.copy.default")
+def _copy_(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned) -> Transfer | None:
+    dst, src = args[0], args[1]
+    if not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor):
+        return None
+    non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+    return _copy(src, dst, non_blocking, is_pinned)
+
+
+@classifies("aten._local_scalar_dense.default")
+def _item(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned) -> Transfer | None:
+    # NB: .item(), float(t), int(t), bool(t) and `if t:` all reach _local_scalar_dense, which on a
+    # GPU copies one element to the host and synchronises (at::cuda::memcpy_and_sync).
+    t = args[0]
+    if not isinstance(t, torch.Tensor) or _is_host(t.device):
+        return None
+    return Transfer("d2h", t.element_size(), True, False, ITEM, str(t.device), "cpu")
+
+
+def _data_dependent(t: Any) -> Transfer | None:
+    if isinstance(t, torch.Tensor) and not _is_host(t.device) and t.device.type != "meta":
+        return Transfer(None, sync=DATA_DEPENDENT)
+    return None
+
+
+@classifies(
+    "aten.nonzero.default",
+    "aten.nonzero_numpy.default",
+    "aten.masked_select.default",
+    "aten._unique.default",
+    "aten._unique2.default",
+    "aten.unique_dim.default",
+    "aten.unique_consecutive.default",
+    "aten.unique_dim_consecutive.default",
+)
+def _shape_from_values(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned) -> Transfer | None:
+    # NB: the output size depends on the values, so the GPU must finish and report it before the
+    # host can allocate the output (set_sync_debug_mode flags each of these).
+    return _data_dependent(args[0])
+
+
+@classifies("aten.repeat_interleave.Tensor", "aten.repeat_interleave.self_Tensor")
+def _repeat_interleave(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned) -> Transfer | None:
+    if kwargs.get("output_size") is not None:
+        return None  # the caller said the size: no wait
+    return _data_dependent(args[0])
+
+
+def _has_mask(indices: Any) -> bool:
+    return any(
+        isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices or ()
+    )
+
+
+@classifies("aten.index.Tensor")
+def _index(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned) -> Transfer | None:
+    # NB: t[mask] dispatches only aten.index.Tensor; the nonzero that turns the mask into indices
+    # runs inside it, so the mode must recognise the boolean index itself.
+    return _data_dependent(args[0]) if _has_mask(args[1]) else None
+
+
+@classifies("aten.index_put_.default", "aten.index_put.default", "aten._index_put_impl_.default")
+def _index_put(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned) -> Transfer | None:
+    return _data_dependent(args[0]) if _has_mask(args[1]) else None
+
+
+def classify(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned) -> Transfer | None:
+    """The transfer and/or sync ``func(*args, **kwargs) -> out`` made; None for a plain op."""
+    fn = CLASSIFIERS.get(func)
+    return None if fn is None else fn(args, kwargs, out, is_pinned)
+
+
+def default_is_pinned(t: torch.Tensor) -> bool:
+    """``t.is_pinned()``; False where a tensor type cannot say (fake tensors)."""
+    try:
+        return bool(t.is_pinned())
+    except (RuntimeError, NotImplementedError):
+        return False

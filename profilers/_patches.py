@@ -1,0 +1,206 @@
+"""Everything the profiler changes outside its mode, each undone by an ExitStack callback.
+
+* threads: a thread started while profiling enters its own mode (modes are thread-local), so
+  ``nn.DataParallel``'s replica threads are seen;
+* ``torch.nn.parallel.comm`` / ``torch.cuda.comm``: DataParallel's broadcast, scatter, gather and
+  reduce_add run in C++ (NCCL) below the dispatcher; the wrappers count their copies;
+* ``Tensor.backward``, ``torch.autograd.backward``/``grad``: remember the user's line, for the ops
+  autograd's device threads run with no user frame;
+* GPU trace callbacks: explicit synchronize calls and stream/event syncs, on any thread.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import torch
+
+from profilers._mode import ProfilerMode
+from profilers._ops import Transfer, direction
+from profilers._recorder import Recorder
+
+#: The recorder of the profile running in this process (at most one).
+ACTIVE: Recorder | None = None
+
+
+def set_attr(stack: ExitStack, owner: Any, name: str, value: Any) -> None:
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    stack.callback(setattr, owner, name, original)
+
+
+# -- threads ------------------------------------------------------------------------------------
+
+
+def patch_threads(stack: ExitStack, recorder: Recorder) -> None:
+    original = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
+
+    # NB: _bootstrap_inner runs every thread's run(), subclasses' overrides included; wrapping it
+    # (rather than Thread.run) is what reaches DataParallel's parallel_apply workers.
+    def _bootstrap_inner(thread: threading.Thread) -> None:
+        if recorder.active and not thread.name.startswith("gpuwatch"):
+            with ProfilerMode(recorder):
+                original(thread)
+        else:
+            original(thread)
+
+    set_attr(stack, threading.Thread, "_bootstrap_inner", _bootstrap_inner)
+
+
+# -- backward -----------------------------------------------------------------------------------
+
+
+def patch_backward(stack: ExitStack, recorder: Recorder) -> None:
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if recorder.backward_site is not None or not recorder.active:
+                return fn(*args, **kwargs)
+            recorder.backward_site = recorder.site_for(sys._getframe(1))
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                recorder.backward_site = None
+
+        return wrapper
+
+    set_attr(stack, torch.Tensor, "backward", wrap(torch.Tensor.backward))
+    set_attr(stack, torch.autograd, "backward", wrap(torch.autograd.backward))
+    set_attr(stack, torch.autograd, "grad", wrap(torch.autograd.grad))
+
+
+# -- torch.nn.parallel.comm ---------------------------------------------------------------------
+
+CommCounter = Callable[[tuple[Any, ...], dict[str, Any], Any], Iterator[tuple[torch.Tensor, torch.Tensor, int]]]
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], i: int, name: str) -> Any:
+    return args[i] if len(args) > i else kwargs.get(name)
+
+
+def _broadcast(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+    src = _arg(args, kwargs, 0, "tensor")
+    for copy in out:
+        if copy.device != src.device:
+            yield src, copy, src.nbytes
+
+
+def _broadcast_coalesced(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+    tensors = list(_arg(args, kwargs, 0, "tensors"))
+    if not tensors:
+        return
+    nbytes = sum(t.nbytes for t in tensors)
+    for per_device in out:
+        if per_device and per_device[0].device != tensors[0].device:
+            yield tensors[0], per_device[0], nbytes  # one coalesced transfer per device
+
+
+def _reduce_add(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+    for t in _arg(args, kwargs, 0, "inputs"):
+        if t.device != out.device:
+            yield t, out, t.nbytes
+
+
+def _reduce_add_coalesced(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+    if not out:
+        return
+    for group in _arg(args, kwargs, 0, "inputs"):
+        if group and group[0].device != out[0].device:
+            yield group[0], out[0], sum(t.nbytes for t in group)
+
+
+def _scatter(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+    src = _arg(args, kwargs, 0, "tensor")
+    for chunk in out:
+        if chunk.device != src.device:
+            yield src, chunk, chunk.nbytes
+
+
+def _gather(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+    for t in _arg(args, kwargs, 0, "tensors"):
+        if t.device != out.device:
+            yield t, out, t.nbytes
+
+
+COMM_COUNTERS: dict[str, CommCounter] = {
+    "broadcast": _broadcast,
+    "broadcast_coalesced": _broadcast_coalesced,
+    "reduce_add": _reduce_add,
+    "reduce_add_coalesced": _reduce_add_coalesced,
+    "scatter": _scatter,
+    "gather": _gather,
+}
+
+
+def wrap_comm(name: str, fn: Callable[..., Any], recorder: Recorder) -> Callable[..., Any]:
+    """``fn`` (a comm function) counting its copies; ops it dispatches inside are not re-counted."""
+    count = COMM_COUNTERS[name]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        tls = recorder._tls
+        if tls.in_comm or not recorder.active:
+            return fn(*args, **kwargs)
+        tls.in_comm += 1
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            tls.in_comm -= 1
+        site = recorder.site_for(sys._getframe(1))
+        for src, dst, nbytes in count(args, kwargs, out):
+            way = direction(src.device, dst.device)
+            if way is not None:
+                pageable = way == "h2d" and not recorder.is_pinned(src)
+                recorder.apply(site, Transfer(way, nbytes, pageable, True, None,
+                                              str(src.device), str(dst.device)))
+        return out
+
+    return wrapper
+
+
+def patch_comm(stack: ExitStack, recorder: Recorder) -> None:
+    import torch.cuda.comm
+    import torch.nn.parallel.comm
+
+    for module in (torch.nn.parallel.comm, torch.cuda.comm):
+        for name in COMM_COUNTERS:
+            fn = getattr(module, name, None)
+            if fn is not None:
+                set_attr(stack, module, name, wrap_comm(name, fn, recorder))
+
+
+# -- GPU trace ----------------------------------------------------------------------------------
+
+_HOOKED = False
+_HOOK_LOCK = threading.Lock()
+
+
+def _forward(kind: str) -> Callable[..., None]:
+    def callback(*_args: Any) -> None:
+        recorder = ACTIVE
+        if recorder is not None:
+            recorder.on_trace_sync(kind, sys._getframe(1))
+
+    return callback
+
+
+def hook_gpu_trace() -> None:
+    """Registers the sync callbacks once per process (torch offers no way to remove them); they
+    forward to the running profile, if any. Tracing is switched on only where CUDA exists."""
+    global _HOOKED
+    with _HOOK_LOCK:
+        if _HOOKED:
+            return
+        from torch.cuda import _gpu_trace
+
+        _gpu_trace.register_callback_for_device_synchronization(_forward("device"))
+        _gpu_trace.register_callback_for_stream_synchronization(_forward("stream"))
+        _gpu_trace.register_callback_for_event_synchronization(_forward("event"))
+        if torch.cuda.is_available():
+            torch._C._activate_gpu_trace()
+        _HOOKED = True

@@ -1,0 +1,219 @@
+"""``profilers.profile()``: the context manager users and gpuwatch's CLI hold."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import threading
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from profilers import _patches
+from profilers._mode import ProfilerMode
+from profilers._ops import IsPinned
+from profilers._recorder import Recorder, totals_of
+from profilers._sites import UserCode
+from profilers._stats import SiteStats
+from profilers.report import Report
+
+_ENTER_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Options:
+    kernel_timing: bool = True
+    """Time every op: CUDA events on GPUs (resolved lazily), host time on the CPU."""
+    user_code: tuple[str, ...] | None = None
+    """Directories whose files count as user code; None: anything outside the libraries."""
+    timeline_capacity: int = 10_000
+    """How many of the newest copy/sync events the timeline keeps."""
+    threads: bool = True
+    """Profile threads started while profiling (DataParallel replicas)."""
+    comm: bool = True
+    """Count torch.nn.parallel.comm copies (DataParallel broadcast/scatter/gather/reduce)."""
+    trace_syncs: bool = True
+    """Catch explicit and hidden syncs through PyTorch's GPU trace callbacks."""
+
+
+class Profile:
+    """A single-use profile; see :func:`profilers.profile`."""
+
+    def __init__(self, options: Options, is_pinned: IsPinned | None = None) -> None:
+        self.options = options
+        self._is_pinned = is_pinned
+        self._recorder: Recorder | None = None
+        self._stack: ExitStack | None = None
+        self._state = "new"
+        self._thread: int | None = None
+        self._started = 0.0
+        self._duration_s: float | None = None
+        self.started_at: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._state == "running"
+
+    def __enter__(self) -> Profile:
+        if self._state != "new":
+            raise RuntimeError(
+                "this profile has already run; start a new one with profilers.profile()"
+            )
+        with _ENTER_LOCK:
+            if _patches.ACTIVE is not None:
+                raise RuntimeError(
+                    "a gpuwatch profile is already running in this process; profiles cannot be "
+                    "nested (leave the outer one first)"
+                )
+            recorder = Recorder(
+                UserCode(self.options.user_code),
+                kernel_timing=self.options.kernel_timing,
+                timeline_capacity=self.options.timeline_capacity,
+                is_pinned=self._is_pinned,
+            )
+            _patches.ACTIVE = recorder
+        self._recorder = recorder
+        stack = ExitStack()
+        try:
+            if self.options.trace_syncs:
+                _patches.hook_gpu_trace()
+            if self.options.threads:
+                _patches.patch_threads(stack, recorder)
+            if self.options.comm:
+                _patches.patch_comm(stack, recorder)
+            _patches.patch_backward(stack, recorder)
+            stack.enter_context(ProfilerMode(recorder))
+        except BaseException:
+            stack.close()
+            _patches.ACTIVE = None
+            raise
+        self._stack = stack
+        self._state = "running"
+        self._thread = threading.get_ident()
+        self._started = time.perf_counter()
+        self.started_at = _dt.datetime.now(_dt.UTC).astimezone().isoformat()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread != threading.get_ident():
+            raise RuntimeError("a profile must be left on the thread that entered it")
+        recorder = self._recorder
+        assert recorder is not None and self._stack is not None
+        try:
+            self._stack.close()
+        finally:
+            recorder.active = False
+            _patches.ACTIVE = None
+            self._duration_s = time.perf_counter() - self._started
+            self._state = "done"
+            if recorder.cuda_timing:
+                recorder.resolve(wait=True)  # the profiler's one wait on the GPU
+
+    # -- results --------------------------------------------------------------------------------
+
+    def _sites(self) -> list[SiteStats]:
+        if self._recorder is None:
+            raise RuntimeError("this profile has not started")
+        return self._recorder.merged_sites()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Running totals and sites (``gpuwatch.profile/1`` shape) without stopping or waiting."""
+        recorder = self._recorder
+        if recorder is None:
+            raise RuntimeError("this profile has not started")
+        if recorder.cuda_timing and recorder.active:
+            recorder.resolve(wait=False)
+        return self.report(partial=self.running).to_dict()
+
+    def report(self, command: Sequence[str] = (), exit_code: int = 0, partial: bool | None = None) -> Report:
+        """The report of the run (or, while it runs, of the run so far)."""
+        recorder = self._recorder
+        if recorder is None:
+            raise RuntimeError("this profile has not started")
+        sites = self._sites()
+        sites.sort(key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms, s.ops), reverse=True)
+        events = list(recorder.timeline)
+        duration = (
+            self._duration_s if self._duration_s is not None else time.perf_counter() - self._started
+        )
+        return Report(
+            command=list(command),
+            exit_code=exit_code,
+            duration_s=duration,
+            devices=_describe_devices(recorder.devices),
+            totals=totals_of(sites),
+            sites=sites,
+            timeline={
+                "capacity": recorder.timeline_capacity,
+                "recorded": recorder.events_recorded,
+                "dropped": recorder.events_recorded - len(events),
+                "events": [
+                    {"t": round(t, 6), "direction": way, "bytes": nbytes, "sync": sync, "site": site}
+                    for t, way, nbytes, sync, site in events
+                ],
+            },
+            partial=self.running if partial is None else partial,
+            options={**asdict(self.options), "kernel_timing_source": _timing_source(recorder)},
+            started_at=self.started_at,
+        )
+
+
+def _timing_source(recorder: Recorder) -> str:
+    if not recorder.kernel_timing:
+        return "off"
+    return "cuda_events" if recorder.cuda_timing else "host"
+
+
+def _describe_devices(seen: set[str]) -> list[dict[str, Any]]:
+    out = []
+    for dev in sorted(seen):
+        entry: dict[str, Any] = {"device": dev, "name": None}
+        if dev.startswith("cuda") and torch.cuda.is_available():
+            index = int(dev.split(":")[1]) if ":" in dev else 0
+            if index < torch.cuda.device_count():
+                entry["name"] = torch.cuda.get_device_name(index)
+        elif dev == "cpu":
+            entry["name"] = "host"
+        out.append(entry)
+    return out
+
+
+def profile(
+    *,
+    kernel_timing: bool = True,
+    user_code: Sequence[str] | None = None,
+    timeline_capacity: int = 10_000,
+    threads: bool = True,
+    comm: bool = True,
+    trace_syncs: bool = True,
+    is_pinned: IsPinned | None = None,
+) -> Profile:
+    """Count copies, syncs and kernel time of the code run inside ``with profile() as prof:``.
+
+    Args:
+        kernel_timing: time every op (CUDA events on the op's stream, read back lazily; host time
+            for CPU tensors). Off: only counts.
+        user_code: directories whose files are "user code" for attribution; by default every
+            file outside the standard library, site-packages, torch, gpuwatch and profilers.
+        timeline_capacity: newest copy/sync events kept for the timeline (older ones are counted
+            in ``timeline["dropped"]``).
+        threads: give threads started while profiling their own mode.
+        comm: count ``torch.nn.parallel.comm`` copies (DataParallel).
+        trace_syncs: catch explicit synchronize calls and hidden syncs via GPU trace callbacks.
+        is_pinned: how to tell pinned host memory (tests pass one for fake tensors).
+
+    A profile runs once; profiles cannot be nested. Leaving the block, also by an exception,
+    restores every patch and the dispatch mode.
+    """
+    opts = Options(
+        kernel_timing=kernel_timing,
+        user_code=tuple(user_code) if user_code else None,
+        timeline_capacity=timeline_capacity,
+        threads=threads,
+        comm=comm,
+        trace_syncs=trace_syncs,
+    )
+    return Profile(opts, is_pinned=is_pinned)

@@ -1,0 +1,106 @@
+"""Which frames are the user's own code, and the source site an op is charged to."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import site
+import sys
+import sysconfig
+from collections.abc import Sequence
+from types import FrameType
+
+#: Where ops with no user frame on their thread go when no .backward() call is under way.
+UNKNOWN = ("<unknown>", 0)
+
+
+def _package_dir(name: str) -> str | None:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.realpath(list(spec.submodule_search_locations)[0])
+
+
+def _library_roots() -> list[str]:
+    paths = sysconfig.get_paths()
+    roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    try:
+        roots.update(site.getsitepackages())
+    except AttributeError:  # pragma: no cover - virtualenv's old site module
+        pass
+    if site.ENABLE_USER_SITE and site.USER_SITE:
+        roots.add(site.USER_SITE)
+    for pkg in ("torch", "profilers", "gpuwatch"):
+        roots.add(_package_dir(pkg))
+    return sorted({os.path.realpath(r) + os.sep for r in roots if r})
+
+
+class UserCode:
+    """Decides, once per file name, whether frames in it are the user's code.
+
+    By default user code is every file outside the standard library, site-packages, torch,
+    gpuwatch and profilers. With ``roots``, only files under those directories count (and still
+    never the libraries).
+    """
+
+    def __init__(self, roots: Sequence[str] | None = None) -> None:
+        self._excluded = tuple(_library_roots())
+        self._roots = tuple(os.path.realpath(r) + os.sep for r in roots) if roots else None
+        self._cache: dict[str, bool] = {}
+        self._cwd = os.getcwd() + os.sep
+
+    def __call__(self, filename: str) -> bool:
+        known = self._cache.get(filename)
+        if known is None:
+            known = self._cache[filename] = self._decide(filename)
+        return known
+
+    def _decide(self, filename: str) -> bool:
+        if filename.startswith("<"):
+            # <string> and <stdin> are code the user typed; <frozen ...> is the interpreter's.
+            return not filename.startswith("<frozen")
+        path = os.path.realpath(filename)
+        if path.startswith(self._excluded):
+            return False
+        if self._roots is not None:
+            return path.startswith(self._roots)
+        return True
+
+    def first(self, frame: FrameType | None) -> FrameType | None:
+        """The innermost user frame at or above ``frame``."""
+        cache = self._cache
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            known = cache.get(filename)
+            if known is None:
+                known = self(filename)
+            if known:
+                return frame
+            frame = frame.f_back
+        return None
+
+    def chain(self, frame: FrameType | None, limit: int = 8) -> list[str]:
+        """``file:line function`` of the user frames above ``frame`` (callers), innermost first."""
+        out: list[str] = []
+        frame = frame.f_back if frame is not None else None
+        while frame is not None and len(out) < limit:
+            frame = self.first(frame)
+            if frame is None:
+                break
+            out.append(f"{self.display(frame.f_code.co_filename)}:{frame.f_lineno} {frame.f_code.co_name}")
+            frame = frame.f_back
+        return out
+
+    def display(self, filename: str) -> str:
+        """Relative to the working directory when inside it."""
+        if filename.startswith(self._cwd):
+            return filename[len(self._cwd) :]
+        return filename
+
+
+def current_frame(depth: int = 1) -> FrameType | None:
+    """The caller's frame ``depth`` levels up, or None on a thread with no Python frames."""
+    try:
+        return sys._getframe(depth + 1)
+    except ValueError:
+        return None

@@ -1,0 +1,168 @@
+"""Counters: copies per direction, syncs per cause, kernel time and ops, per site and in total."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from profilers._ops import CAUSES, DIRECTIONS
+
+
+class Copies:
+    """``{"count", "bytes", "pageable", "non_blocking"}`` of the report."""
+
+    __slots__ = ("bytes", "count", "non_blocking", "pageable")
+
+    def __init__(self, count: int = 0, nbytes: int = 0, pageable: int = 0, non_blocking: int = 0):
+        self.count = count
+        self.bytes = nbytes
+        self.pageable = pageable
+        self.non_blocking = non_blocking
+
+    def add(self, nbytes: int, pageable: bool, non_blocking: bool) -> None:
+        self.count += 1
+        self.bytes += nbytes
+        self.pageable += pageable
+        self.non_blocking += non_blocking
+
+    def merge(self, other: Copies) -> None:
+        self.count += other.count
+        self.bytes += other.bytes
+        self.pageable += other.pageable
+        self.non_blocking += other.non_blocking
+
+    def to_dict(self) -> dict[str, int]:
+        return {"count": self.count, "bytes": self.bytes, "pageable": self.pageable,
+                "non_blocking": self.non_blocking}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Copies:
+        return cls(int(d["count"]), int(d["bytes"]), int(d["pageable"]), int(d["non_blocking"]))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Copies) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return f"Copies({self.to_dict()})"
+
+
+class Syncs:
+    """``{"count", "by_cause": {cause: count}}`` of the report."""
+
+    __slots__ = ("by_cause", "count")
+
+    def __init__(self, count: int = 0, by_cause: dict[str, int] | None = None) -> None:
+        self.count = count
+        self.by_cause: dict[str, int] = dict(by_cause or {})
+
+    def add(self, cause: str) -> None:
+        self.count += 1
+        self.by_cause[cause] = self.by_cause.get(cause, 0) + 1
+
+    def merge(self, other: Syncs) -> None:
+        self.count += other.count
+        for cause, n in other.by_cause.items():
+            self.by_cause[cause] = self.by_cause.get(cause, 0) + n
+
+    def to_dict(self) -> dict[str, Any]:
+        ordered = {c: self.by_cause[c] for c in CAUSES if c in self.by_cause}
+        ordered.update({c: n for c, n in self.by_cause.items() if c not in ordered})
+        return {"count": self.count, "by_cause": ordered}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Syncs:
+        return cls(int(d["count"]), {str(k): int(v) for k, v in d["by_cause"].items()})
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Syncs) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return f"Syncs({self.to_dict()})"
+
+
+class Counters:
+    """Everything counted for one site, or for the whole run."""
+
+    __slots__ = ("d2d", "d2h", "h2d", "kernel_time_ms", "op_breakdown", "ops", "p2p", "syncs")
+
+    def __init__(self) -> None:
+        self.h2d = Copies()
+        self.d2h = Copies()
+        self.d2d = Copies()
+        self.p2p = Copies()
+        self.syncs = Syncs()
+        self.kernel_time_ms = 0.0
+        self.ops = 0
+        self.op_breakdown: dict[str, list[float]] = {}
+        """op name -> [count, kernel_time_ms]."""
+
+    def copies(self, way: str) -> Copies:
+        c: Copies = getattr(self, way)
+        return c
+
+    def merge(self, other: Counters) -> None:
+        for way in DIRECTIONS:
+            self.copies(way).merge(other.copies(way))
+        self.syncs.merge(other.syncs)
+        self.kernel_time_ms += other.kernel_time_ms
+        self.ops += other.ops
+        for name, (n, ms) in other.op_breakdown.items():
+            mine = self.op_breakdown.setdefault(name, [0, 0.0])
+            mine[0] += n
+            mine[1] += ms
+
+    @property
+    def bytes_moved(self) -> int:
+        return sum(self.copies(way).bytes for way in DIRECTIONS)
+
+    def counters_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {way: self.copies(way).to_dict() for way in DIRECTIONS}
+        d["syncs"] = self.syncs.to_dict()
+        d["kernel_time_ms"] = round(self.kernel_time_ms, 6)
+        d["ops"] = self.ops
+        return d
+
+    def load_counters(self, d: dict[str, Any]) -> None:
+        for way in DIRECTIONS:
+            setattr(self, way, Copies.from_dict(d[way]))
+        self.syncs = Syncs.from_dict(d["syncs"])
+        self.kernel_time_ms = float(d["kernel_time_ms"])
+        self.ops = int(d["ops"])
+
+
+class SiteStats(Counters):
+    """Counters for one user source line."""
+
+    __slots__ = ("file", "function", "line", "source", "stack")
+
+    def __init__(self, file: str, line: int, function: str, stack: list[str] | None = None):
+        super().__init__()
+        self.file = file
+        self.line = line
+        self.function = function
+        self.stack = stack or []
+        self.source = ""
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.file, self.line)
+
+    def to_dict(self, top_ops: int = 8) -> dict[str, Any]:
+        ops = sorted(self.op_breakdown.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))[:top_ops]
+        return {
+            "file": self.file,
+            "line": self.line,
+            "function": self.function,
+            "source": self.source,
+            "stack": list(self.stack),
+            **self.counters_dict(),
+            "top_ops": [{"op": name, "count": int(n), "kernel_time_ms": round(ms, 6)} for name, (n, ms) in ops],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SiteStats:
+        s = cls(str(d["file"]), int(d["line"]), str(d["function"]), list(d.get("stack", [])))
+        s.source = str(d.get("source", ""))
+        s.load_counters(d)
+        for entry in d.get("top_ops", []):
+            s.op_breakdown[str(entry["op"])] = [int(entry["count"]), float(entry["kernel_time_ms"])]
+        return s

@@ -1,0 +1,115 @@
+"""The report: plain data in the ``gpuwatch.profile/1`` shape, with ``to_dict``/``from_dict``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profilers._ops import DIRECTIONS
+from profilers._stats import Counters, SiteStats
+
+SCHEMA = "gpuwatch.profile/1"
+
+
+class ReportFormatError(ValueError):
+    """A file that is not a gpuwatch profile, or a damaged one. The message is one line."""
+
+
+@dataclass
+class Report:
+    """One profiled run. Everything a renderer needs; nothing that needs torch."""
+
+    command: list[str] = field(default_factory=list)
+    exit_code: int = 0
+    duration_s: float = 0.0
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    totals: Counters = field(default_factory=Counters)
+    sites: list[SiteStats] = field(default_factory=list)
+    timeline: dict[str, Any] = field(default_factory=lambda: {"capacity": 0, "recorded": 0, "dropped": 0, "events": []})
+    """Copy and sync events, newest ``capacity`` kept: ``{"t", "direction", "bytes", "sync", "site"}``."""
+    partial: bool = False
+    """True when the run did not finish (an exception, Ctrl-C, a killed child)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    gpu_samples: list[dict[str, Any]] = field(default_factory=list)
+    """GPU utilisation/memory/PCIe over the run (``{"t", "gpu", ...}``), filled by the CLI."""
+    started_at: str | None = None
+    error: str | None = None
+    """The script's exception, one line (``ValueError: bad shape``), when it raised."""
+
+    def top_sites(self, key: str, n: int = 10) -> list[SiteStats]:
+        """Sites with the most ``bytes`` moved, ``syncs``, ``kernel_time_ms`` or ``ops``."""
+        getters = {
+            "bytes": lambda s: s.bytes_moved,
+            "syncs": lambda s: s.syncs.count,
+            "kernel_time_ms": lambda s: s.kernel_time_ms,
+            "ops": lambda s: s.ops,
+        }
+        get = getters[key]
+        return [s for s in sorted(self.sites, key=get, reverse=True) if get(s)][:n]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "command": list(self.command),
+            "exit_code": self.exit_code,
+            "duration_s": round(self.duration_s, 6),
+            "partial": self.partial,
+            "error": self.error,
+            "started_at": self.started_at,
+            "devices": self.devices,
+            "totals": self.totals.counters_dict(),
+            "sites": [s.to_dict() for s in self.sites],
+            "timeline": self.timeline,
+            "gpu_samples": self.gpu_samples,
+            "options": self.options,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Report:
+        if not isinstance(d, dict):
+            raise ReportFormatError("not a gpuwatch profile: the JSON is not an object")
+        schema = d.get("schema")
+        if schema != SCHEMA:
+            raise ReportFormatError(
+                f"not a gpuwatch profile: schema is {schema!r}, expected {SCHEMA!r}"
+            )
+        try:
+            totals = Counters()
+            totals.load_counters(d["totals"])
+            return cls(
+                command=[str(c) for c in d.get("command", [])],
+                exit_code=int(d.get("exit_code", 0)),
+                duration_s=float(d.get("duration_s", 0.0)),
+                devices=list(d.get("devices", [])),
+                totals=totals,
+                sites=[SiteStats.from_dict(s) for s in d.get("sites", [])],
+                timeline=dict(d.get("timeline") or {"capacity": 0, "recorded": 0, "dropped": 0, "events": []}),
+                partial=bool(d.get("partial", False)),
+                options=dict(d.get("options", {})),
+                gpu_samples=list(d.get("gpu_samples", [])),
+                started_at=d.get("started_at"),
+                error=d.get("error"),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ReportFormatError(f"damaged gpuwatch profile: {type(exc).__name__}: {exc}") from exc
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> Report:
+        try:
+            text = Path(path).read_text()
+        except UnicodeDecodeError as exc:
+            raise ReportFormatError(f"not a gpuwatch profile: {path} is not text") from exc
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ReportFormatError(f"not a gpuwatch profile: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+        return cls.from_dict(data)
+
+
+def directions() -> tuple[str, ...]:
+    return DIRECTIONS
