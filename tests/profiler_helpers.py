@@ -1,0 +1,50 @@
+"""Shared by the profiler tests: fake CUDA tensors, source markers, site lookups."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+import profilers
+
+
+def fake_mode() -> FakeTensorMode:
+    """Tensors that say cuda:0/cuda:1 on a CPU-only torch; .item() and nonzero can run."""
+    return FakeTensorMode(shape_env=ShapeEnv())
+
+
+def line_of(marker: str) -> int:
+    """The line of the caller's file that carries ``# @marker``."""
+    caller = inspect.stack()[1].filename
+    for i, text in enumerate(Path(caller).read_text().splitlines(), start=1):
+        if text.rstrip().endswith(f"# @{marker}"):
+            return i
+    raise AssertionError(f"no line marked @{marker}")
+
+
+def site_at(report: profilers.Report, line: int, file_suffix: str | None = None) -> profilers.SiteStats:
+    hits = [s for s in report.sites if s.line == line and (file_suffix is None or s.file.endswith(file_suffix))]
+    assert len(hits) == 1, f"expected one site at line {line}, got {[(s.file, s.line) for s in report.sites]}"
+    return hits[0]
+
+
+def copies(**kw: int) -> dict[str, int]:
+    d = {"count": 0, "bytes": 0, "pageable": 0, "non_blocking": 0}
+    d.update(kw)
+    return d
+
+
+def never_pinned(_t: torch.Tensor) -> bool:
+    return False
+
+
+def always_pinned(_t: torch.Tensor) -> bool:
+    return True
+
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
