@@ -55,8 +55,9 @@ def cpu_share(cmd: list[str], seconds: float) -> float:
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 48, 160, 0, 0))
     env = dict(os.environ, TERM="xterm-256color", COLUMNS="160", LINES="48")
-    child = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, env=env,
-                             start_new_session=True)
+    child = subprocess.Popen(
+        cmd, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True
+    )
     os.close(slave)
     stop = threading.Event()
 
@@ -105,7 +106,9 @@ def main() -> None:
     ap.add_argument("--peer", help="another monitor's command line, measured the same way")
     args = ap.parse_args()
 
-    print(f"tick, FakeBackend (2 GPUs, 4 processes):  {tick_cost_ms(Sampler(FakeBackend(), background_pcie=False)):.3f} ms")
+    print(
+        f"tick, FakeBackend (2 GPUs, 4 processes):  {tick_cost_ms(Sampler(FakeBackend(), background_pcie=False)):.3f} ms"
+    )
     stub = Sampler(stub_backend(), background_pcie=True)
     print(f"tick, real backend over stub NVML (2 GPUs): {tick_cost_ms(stub):.3f} ms")
     stub.close()
@@ -113,14 +116,20 @@ def main() -> None:
         from gpuwatch.nvml._real import RealBackend
 
         real = Sampler(RealBackend(), background_pcie=True)
-        print(f"tick, real NVML ({real.gpu_count} GPUs, PCIe on its thread): {tick_cost_ms(real, 50):.3f} ms")
+        print(
+            f"tick, real NVML ({real.gpu_count} GPUs, PCIe on its thread): {tick_cost_ms(real, 50):.3f} ms"
+        )
         real.close()
 
     mode = [] if args.real else ["--demo"]
-    ours = cpu_share([sys.executable, "-m", "gpuwatch", "top", *mode, "--interval", str(args.interval)],
-                     args.seconds)
-    print(f"cpu, gpuwatch top {' '.join(mode)} at {args.interval:g} s over {args.seconds:g} s: "
-          f"{ours * 100:.2f}% of a core")
+    ours = cpu_share(
+        [sys.executable, "-m", "gpuwatch", "top", *mode, "--interval", str(args.interval)],
+        args.seconds,
+    )
+    print(
+        f"cpu, gpuwatch top {' '.join(mode)} at {args.interval:g} s over {args.seconds:g} s: "
+        f"{ours * 100:.2f}% of a core"
+    )
     if args.peer:
         theirs = cpu_share(shlex.split(args.peer), args.seconds)
         print(f"cpu, {args.peer} over {args.seconds:g} s: {theirs * 100:.2f}% of a core")

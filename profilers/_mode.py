@@ -1,14 +1,10 @@
-"""The TorchDispatchMode: skip metadata, hand every other op to the recorder."""
+"""The TorchDispatchMode: every op goes to the recorder, which skips metadata and charges the rest."""
 
 from __future__ import annotations
 
-import sys
-from typing import Any
-
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from profilers._ops import METADATA_OPS
-from profilers._recorder import Recorder
+from profilers._recorder import Recorder, dispatch
 
 
 class ProfilerMode(TorchDispatchMode):
@@ -25,14 +21,5 @@ class ProfilerMode(TorchDispatchMode):
         super().__init__()
         self.recorder = recorder
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
-        if kwargs is None:
-            kwargs = {}
-        recorder = self.recorder
-        if func in METADATA_OPS or not recorder.active:
-            return func(*args, **kwargs)
-        try:
-            frame = sys._getframe(1)
-        except ValueError:  # a C++ thread with no Python frames (autograd's device threads)
-            frame = None
-        return recorder.run(func, args, kwargs, frame)
+    # The hot path lives beside the recorder's state; assigned, not wrapped, to save a call.
+    __torch_dispatch__ = dispatch

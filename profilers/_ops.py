@@ -124,8 +124,13 @@ def _copy(
         # set_sync_debug_mode flags). non_blocking from pageable memory is staged by the driver
         # while the host waits for the staging, but no stream sync: counted as pageable, no sync.
         return Transfer(
-            way, nbytes, not is_pinned(src), non_blocking,
-            None if non_blocking else COPY_TO_DEVICE, s, d,
+            way,
+            nbytes,
+            not is_pinned(src),
+            non_blocking,
+            None if non_blocking else COPY_TO_DEVICE,
+            s,
+            d,
         )
     if way == "d2h":
         pageable = not is_pinned(dst)
@@ -137,7 +142,9 @@ def _copy(
 
 
 @classifies("aten._to_copy.default")
-def _to_copy(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned) -> Transfer | None:
+def _to_copy(
+    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
+) -> Transfer | None:
     src = args[0]
     if not isinstance(src, torch.Tensor) or not isinstance(out, torch.Tensor):
         return None
@@ -147,7 +154,9 @@ def _to_copy(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned:
 
 
 @classifies("aten.copy_.default", "aten.copy.default")
-def _copy_(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned) -> Transfer | None:
+def _copy_(
+    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
+) -> Transfer | None:
     dst, src = args[0], args[1]
     if not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor):
         return None
@@ -156,7 +165,9 @@ def _copy_(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: I
 
 
 @classifies("aten._local_scalar_dense.default")
-def _item(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned) -> Transfer | None:
+def _item(
+    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
+) -> Transfer | None:
     # NB: .item(), float(t), int(t), bool(t) and `if t:` all reach _local_scalar_dense, which on a
     # GPU copies one element to the host and synchronises (at::cuda::memcpy_and_sync).
     t = args[0]
@@ -181,14 +192,18 @@ def _data_dependent(t: Any) -> Transfer | None:
     "aten.unique_consecutive.default",
     "aten.unique_dim_consecutive.default",
 )
-def _shape_from_values(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned) -> Transfer | None:
+def _shape_from_values(
+    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
+) -> Transfer | None:
     # NB: the output size depends on the values, so the GPU must finish and report it before the
     # host can allocate the output (set_sync_debug_mode flags each of these).
     return _data_dependent(args[0])
 
 
 @classifies("aten.repeat_interleave.Tensor", "aten.repeat_interleave.self_Tensor")
-def _repeat_interleave(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned) -> Transfer | None:
+def _repeat_interleave(
+    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
+) -> Transfer | None:
     if kwargs.get("output_size") is not None:
         return None  # the caller said the size: no wait
     return _data_dependent(args[0])
@@ -201,18 +216,24 @@ def _has_mask(indices: Any) -> bool:
 
 
 @classifies("aten.index.Tensor")
-def _index(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned) -> Transfer | None:
+def _index(
+    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
+) -> Transfer | None:
     # NB: t[mask] dispatches only aten.index.Tensor; the nonzero that turns the mask into indices
     # runs inside it, so the mode must recognise the boolean index itself.
     return _data_dependent(args[0]) if _has_mask(args[1]) else None
 
 
 @classifies("aten.index_put_.default", "aten.index_put.default", "aten._index_put_impl_.default")
-def _index_put(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned) -> Transfer | None:
+def _index_put(
+    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
+) -> Transfer | None:
     return _data_dependent(args[0]) if _has_mask(args[1]) else None
 
 
-def classify(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned) -> Transfer | None:
+def classify(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
+) -> Transfer | None:
     """The transfer and/or sync ``func(*args, **kwargs) -> out`` made; None for a plain op."""
     fn = CLASSIFIERS.get(func)
     return None if fn is None else fn(args, kwargs, out, is_pinned)

@@ -76,21 +76,27 @@ def patch_backward(stack: ExitStack, recorder: Recorder) -> None:
 
 # -- torch.nn.parallel.comm ---------------------------------------------------------------------
 
-CommCounter = Callable[[tuple[Any, ...], dict[str, Any], Any], Iterator[tuple[torch.Tensor, torch.Tensor, int]]]
+CommCounter = Callable[
+    [tuple[Any, ...], dict[str, Any], Any], Iterator[tuple[torch.Tensor, torch.Tensor, int]]
+]
 
 
 def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], i: int, name: str) -> Any:
     return args[i] if len(args) > i else kwargs.get(name)
 
 
-def _broadcast(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+def _broadcast(
+    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
     src = _arg(args, kwargs, 0, "tensor")
     for copy in out:
         if copy.device != src.device:
             yield src, copy, src.nbytes
 
 
-def _broadcast_coalesced(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+def _broadcast_coalesced(
+    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
     tensors = list(_arg(args, kwargs, 0, "tensors"))
     if not tensors:
         return
@@ -100,13 +106,17 @@ def _broadcast_coalesced(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
             yield tensors[0], per_device[0], nbytes  # one coalesced transfer per device
 
 
-def _reduce_add(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+def _reduce_add(
+    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
     for t in _arg(args, kwargs, 0, "inputs"):
         if t.device != out.device:
             yield t, out, t.nbytes
 
 
-def _reduce_add_coalesced(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+def _reduce_add_coalesced(
+    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
     if not out:
         return
     for group in _arg(args, kwargs, 0, "inputs"):
@@ -114,14 +124,18 @@ def _reduce_add_coalesced(args: tuple[Any, ...], kwargs: dict[str, Any], out: An
             yield group[0], out[0], sum(t.nbytes for t in group)
 
 
-def _scatter(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+def _scatter(
+    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
     src = _arg(args, kwargs, 0, "tensor")
     for chunk in out:
         if chunk.device != src.device:
             yield src, chunk, chunk.nbytes
 
 
-def _gather(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+def _gather(
+    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
     for t in _arg(args, kwargs, 0, "tensors"):
         if t.device != out.device:
             yield t, out, t.nbytes
@@ -143,21 +157,23 @@ def wrap_comm(name: str, fn: Callable[..., Any], recorder: Recorder) -> Callable
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        tls = recorder._tls
-        if tls.in_comm or not recorder.active:
+        st = recorder.state()
+        if st.in_comm or not recorder.active:
             return fn(*args, **kwargs)
-        tls.in_comm += 1
+        st.in_comm += 1
         try:
             out = fn(*args, **kwargs)
         finally:
-            tls.in_comm -= 1
+            st.in_comm -= 1
         site = recorder.site_for(sys._getframe(1))
         for src, dst, nbytes in count(args, kwargs, out):
             way = direction(src.device, dst.device)
             if way is not None:
                 pageable = way == "h2d" and not recorder.is_pinned(src)
-                recorder.apply(site, Transfer(way, nbytes, pageable, True, None,
-                                              str(src.device), str(dst.device)))
+                recorder.apply(
+                    site,
+                    Transfer(way, nbytes, pageable, True, None, str(src.device), str(dst.device)),
+                )
         return out
 
     return wrapper

@@ -106,6 +106,7 @@ class Profile:
             self._stack.close()
         finally:
             recorder.active = False
+            recorder.forget_frames()
             _patches.ACTIVE = None
             self._duration_s = time.perf_counter() - self._started
             self._state = "done"
@@ -128,16 +129,22 @@ class Profile:
             recorder.resolve(wait=False)
         return self.report(partial=self.running).to_dict()
 
-    def report(self, command: Sequence[str] = (), exit_code: int = 0, partial: bool | None = None) -> Report:
+    def report(
+        self, command: Sequence[str] = (), exit_code: int = 0, partial: bool | None = None
+    ) -> Report:
         """The report of the run (or, while it runs, of the run so far)."""
         recorder = self._recorder
         if recorder is None:
             raise RuntimeError("this profile has not started")
         sites = self._sites()
-        sites.sort(key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms, s.ops), reverse=True)
+        sites.sort(
+            key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms, s.ops), reverse=True
+        )
         events = list(recorder.timeline)
         duration = (
-            self._duration_s if self._duration_s is not None else time.perf_counter() - self._started
+            self._duration_s
+            if self._duration_s is not None
+            else time.perf_counter() - self._started
         )
         return Report(
             command=list(command),
@@ -151,7 +158,13 @@ class Profile:
                 "recorded": recorder.events_recorded,
                 "dropped": recorder.events_recorded - len(events),
                 "events": [
-                    {"t": round(t, 6), "direction": way, "bytes": nbytes, "sync": sync, "site": site}
+                    {
+                        "t": round(t, 6),
+                        "direction": way,
+                        "bytes": nbytes,
+                        "sync": sync,
+                        "site": site,
+                    }
                     for t, way, nbytes, sync, site in events
                 ],
             },

@@ -3,29 +3,75 @@
 from __future__ import annotations
 
 import linecache
+import os
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from time import perf_counter as _perf_counter
 from types import FrameType
 from typing import Any
 
 import torch
 
-from profilers._ops import OTHER, SYNCHRONIZE, IsPinned, Transfer, classify, default_is_pinned
+from profilers._ops import (
+    CLASSIFIERS,
+    METADATA_OPS,
+    OTHER,
+    SYNCHRONIZE,
+    Classifier,
+    IsPinned,
+    Transfer,
+    default_is_pinned,
+)
 from profilers._sites import UNKNOWN, UserCode
 from profilers._stats import Counters, SiteStats
 
 _REAL_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
-class _ThreadState(threading.local):
+class _ThreadState:
+    """What one thread's ops need, in slots (a threading.local read per op, then plain loads)."""
+
+    __slots__ = (
+        "in_comm",
+        "last_frame",
+        "last_lasti",
+        "last_site",
+        "last_user",
+        "op",
+        "synced",
+        "table",
+    )
+
     def __init__(self) -> None:
-        self.table: dict[tuple[str, int], SiteStats] | None = None
+        self.table: dict[tuple[str, int], SiteStats] = {}
         self.op: Any = None
         """The op running on this thread now (for sync callbacks that fire inside it)."""
         self.synced = False
         self.in_comm = 0
+        # NB: the site of the last op's calling frame. Holding the frame keeps it (and so its
+        # locals) alive until the next op or the end of the profile; in exchange, ops called
+        # from the same frame and line skip the walk up the stack.
+        self.last_frame: FrameType | None = None
+        self.last_user: FrameType | None = None
+        self.last_lasti = -1
+        self.last_site: SiteStats | None = None
+
+    def forget_frames(self) -> None:
+        self.last_frame = self.last_user = self.last_site = None
+
+
+_UNSEEN: Any = object()
+
+
+def _op_info(func: Any) -> tuple[str, Classifier | None] | None:
+    """Per-op facts, computed once per overload: None for metadata ops (skipped), else the op's
+    short name and its classifier (one dict lookup per op instead of three hashed ones)."""
+    if func in METADATA_OPS:
+        return None
+    return str(func).removeprefix("aten."), CLASSIFIERS.get(func)
 
 
 class Recorder:
@@ -36,7 +82,7 @@ class Recorder:
         kernel_timing: time ops (CUDA events on GPUs, host time on the CPU).
         timeline_capacity: the newest copy/sync events kept for the report's timeline.
         is_pinned: tells whether a host tensor is pinned (tests inject one for fake tensors).
-        clock: seconds, for host op time and the timeline.
+        clock: seconds, for the timeline (op times use time.perf_counter).
     """
 
     def __init__(
@@ -53,6 +99,8 @@ class Recorder:
         self.is_pinned = is_pinned or default_is_pinned
         self.clock = clock
         self.t0 = clock()
+        self.caller_depth: int | None = None
+        """Frames from ``__torch_dispatch__`` up to the op's caller (torch's shims included)."""
         self.active = True
         self.own_sync = False
         """True while the profiler itself waits on the GPU (its one final synchronize)."""
@@ -64,41 +112,46 @@ class Recorder:
         self.timeline_capacity = timeline_capacity
         self.events_recorded = 0
         self.devices: set[str] = set()
-        self._tls = _ThreadState()
-        self._tables: list[dict[tuple[str, int], SiteStats]] = []
+        self._tls = threading.local()
+        self._states: list[_ThreadState] = []
         self._lock = threading.Lock()
         self._pending: deque[tuple[SiteStats, str, int, Any, Any]] = deque()
         self._free_events: list[Any] = []
         self._since_resolve = 0
         self._resolving = threading.Lock()
-        self._names: dict[Any, str] = {}
+        self._info: dict[Any, tuple[str, Classifier | None] | None] = {}
 
     # -- sites --------------------------------------------------------------------------------
 
-    def _table(self) -> dict[tuple[str, int], SiteStats]:
-        table = self._tls.table
-        if table is None:
-            table = self._tls.table = {}
+    def state(self) -> _ThreadState:
+        """This thread's state, made on its first op."""
+        st: _ThreadState | None = getattr(self._tls, "s", None)
+        if st is None:
+            st = self._tls.s = _ThreadState()
             with self._lock:
-                self._tables.append(table)
-        return table
+                self._states.append(st)
+        return st
 
     def site_for(self, frame: FrameType | None) -> SiteStats:
         """The site of the innermost user frame, else the running backward call, else unknown."""
-        table = self._tls.table
-        if table is None:
-            table = self._table()
+        return self._site(self.state(), frame)
+
+    def _site(self, st: _ThreadState, frame: FrameType | None) -> SiteStats:
+        table = st.table
         f = self.user.first(frame)
         if f is None:
             return self._borrowed_site(table)
         code = f.f_code
-        key = (code.co_filename, f.f_lineno)
+        line = f.f_lineno
+        key = (code.co_filename, line)
         site = table.get(key)
         if site is None:
-            site = SiteStats(self.user.display(code.co_filename), f.f_lineno, code.co_name,
-                             self.user.chain(f))
-            site.source = linecache.getline(code.co_filename, f.f_lineno).strip()
+            site = SiteStats(
+                self.user.display(code.co_filename), line, code.co_name, self.user.chain(f)
+            )
+            site.source = linecache.getline(code.co_filename, line).strip()
             table[key] = site
+        st.last_frame, st.last_user, st.last_lasti, st.last_site = frame, f, f.f_lasti, site
         return site
 
     def _borrowed_site(self, table: dict[tuple[str, int], SiteStats]) -> SiteStats:
@@ -118,58 +171,36 @@ class Recorder:
 
     # -- the hot path -------------------------------------------------------------------------
 
-    def run(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], frame: FrameType | None) -> Any:
-        site = self.site_for(frame)
-        name = self._names.get(func)
-        if name is None:
-            name = self._names[func] = str(func).removeprefix("aten.")
-        tls = self._tls
-        tls.op = func
-        tls.synced = False
-        ms = 0.0
-        a0 = args[0] if args else None
+    def _run_timed_cuda(
+        self,
+        st: _ThreadState,
+        site: SiteStats,
+        name: str,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        a0: Any = args[0] if args else None
         if type(a0) in (list, tuple) and a0:
             a0 = a0[0]
-        if self.cuda_timing and type(a0) in _REAL_TENSORS and a0.is_cuda:
-            stream = torch.cuda.current_stream(a0.device)
-            start = self._event()
-            start.record(stream)
+        if type(a0) not in _REAL_TENSORS or not a0.is_cuda:
             try:
-                out = func(*args, **kwargs)
+                return func(*args, **kwargs)
             finally:
-                tls.op = None
-            end = self._event()
-            end.record(stream)
-            self._pending.append((site, name, a0.device.index or 0, start, end))
-            self._since_resolve += 1
-            if self._since_resolve >= 512:
-                self.resolve()
-        elif self.kernel_timing:
-            t = self.clock()
-            try:
-                out = func(*args, **kwargs)
-            finally:
-                tls.op = None
-            ms = (self.clock() - t) * 1000.0
-        else:
-            try:
-                out = func(*args, **kwargs)
-            finally:
-                tls.op = None
-        site.ops += 1
-        site.kernel_time_ms += ms
-        entry = site.op_breakdown.get(name)
-        if entry is None:
-            entry = site.op_breakdown[name] = [0, 0.0]
-        entry[0] += 1
-        entry[1] += ms
-        if not tls.in_comm:
-            transfer = classify(func, args, kwargs, out, self.is_pinned)
-            if transfer is not None:
-                self.apply(site, transfer)
-            elif tls.synced:
-                # The GPU trace saw this op make the host wait, and no rule above explains it.
-                self.apply(site, Transfer(None, sync=OTHER))
+                st.op = None
+        stream = torch.cuda.current_stream(a0.device)
+        start = self._event()
+        start.record(stream)
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            st.op = None
+        end = self._event()
+        end.record(stream)
+        self._pending.append((site, name, a0.device.index or 0, start, end))
+        self._since_resolve += 1
+        if self._since_resolve >= 512:
+            self.resolve()
         return out
 
     def apply(self, site: SiteStats, t: Transfer) -> None:
@@ -182,8 +213,9 @@ class Recorder:
         if t.sync is not None:
             site.syncs.add(t.sync)
         self.events_recorded += 1
-        self.timeline.append((self.clock() - self.t0, t.direction, t.nbytes, t.sync,
-                              f"{site.file}:{site.line}"))
+        self.timeline.append(
+            (self.clock() - self.t0, t.direction, t.nbytes, t.sync, f"{site.file}:{site.line}")
+        )
 
     # -- syncs the dispatcher never sees --------------------------------------------------------
 
@@ -191,11 +223,11 @@ class Recorder:
         """A GPU trace callback: ``kind`` is ``device``, ``stream`` or ``event``."""
         if not self.active or self.own_sync:
             return
-        tls = self._tls
-        if tls.op is not None:
-            tls.synced = True  # inside an op: charged with that op
+        st = self.state()
+        if st.op is not None:
+            st.synced = True  # inside an op: charged with that op
             return
-        if tls.in_comm:
+        if st.in_comm:
             return
         cause = SYNCHRONIZE
         if kind == "stream" and _inside_tensor_printing(frame):
@@ -246,7 +278,7 @@ class Recorder:
     def merged_sites(self) -> list[SiteStats]:
         """All threads' sites merged by (file, line), a fresh copy safe to read."""
         with self._lock:
-            tables = list(self._tables)
+            tables = [st.table for st in self._states]
         merged: dict[tuple[str, int], SiteStats] = {}
         for table in tables:
             for site in list(table.values()):
@@ -258,12 +290,123 @@ class Recorder:
                 into.merge(site)
         return list(merged.values())
 
+    def forget_frames(self) -> None:
+        """Drop the frames kept for the site cache (called when the profile ends)."""
+        with self._lock:
+            for st in self._states:
+                st.forget_frames()
+
 
 def totals_of(sites: list[SiteStats]) -> Counters:
     total = Counters()
     for s in sites:
         total.merge(s)
     return total
+
+
+_SHIM_FILES = (
+    os.path.join("torch", "_compile.py"),
+    os.path.join("torch", "_dynamo", "eval_frame.py"),
+)
+
+
+def _current_caller(recorder: Recorder, base: int) -> FrameType | None:
+    """The Python frame that called the op: ``base`` frames up from the caller of this
+    function, past torch's shims, or None on a thread with no Python frames."""
+    depth = recorder.caller_depth
+    if depth is None:
+        # NB: torch wraps every mode's __torch_dispatch__ in a dynamo-disabling shim
+        # (TorchDispatchMode.__init_subclass__), a fixed number of frames that are new on every
+        # op; count them once, then jump straight past them (one frame object made per op).
+        try:
+            frame: FrameType | None = sys._getframe(base + 1)
+        except ValueError:
+            return None
+        depth = base
+        while frame is not None and frame.f_code.co_filename.endswith(_SHIM_FILES):
+            frame = frame.f_back
+            depth += 1
+        recorder.caller_depth = depth
+        return frame
+    try:
+        return sys._getframe(depth + 1)
+    except ValueError:  # a C++ thread with no Python frames (autograd's device threads)
+        return None
+
+
+def dispatch(
+    mode: Any,
+    func: Any,
+    types: Any,
+    args: tuple[Any, ...] = (),
+    kwargs: dict[str, Any] | None = None,
+) -> Any:
+    """``ProfilerMode.__torch_dispatch__``: the hot path, in one Python function (no calls of
+    its own on the common path: each one costs about as much as a dict lookup)."""
+    recorder: Recorder = mode.recorder
+    if kwargs is None:
+        kwargs = {}
+    depth = recorder.caller_depth
+    if depth is None:
+        frame = _current_caller(recorder, 1)
+    else:
+        try:
+            frame = sys._getframe(depth)
+        except ValueError:  # a C++ thread with no Python frames (autograd's device threads)
+            frame = None
+    info = recorder._info.get(func, _UNSEEN)
+    if info is _UNSEEN:
+        info = recorder._info[func] = _op_info(func)
+    if info is None or not recorder.active:
+        return func(*args, **kwargs)
+    name, classifier = info
+    st: _ThreadState | None = getattr(recorder._tls, "s", None)
+    if st is None:
+        st = recorder.state()
+    # Site cache: the same calling frame means the same user frame above it; only when the
+    # caller is the user frame itself can the line have moved (f_lasti says whether it did).
+    if (
+        frame is not None
+        and frame is st.last_frame
+        and (frame is not st.last_user or frame.f_lasti == st.last_lasti)
+    ):
+        site = st.last_site
+        assert site is not None
+    else:
+        site = recorder._site(st, frame)
+    st.op = func
+    st.synced = False
+    ms = 0.0
+    if recorder.cuda_timing:
+        out = recorder._run_timed_cuda(st, site, name, func, args, kwargs)
+    elif recorder.kernel_timing:
+        t = _perf_counter()
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            st.op = None
+        ms = (_perf_counter() - t) * 1000.0
+    else:
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            st.op = None
+    site.ops += 1
+    site.kernel_time_ms += ms
+    entry = site.op_breakdown.get(name)
+    if entry is None:
+        entry = site.op_breakdown[name] = [0, 0.0]
+    entry[0] += 1
+    entry[1] += ms
+    if classifier is not None and not st.in_comm:
+        transfer = classifier(args, kwargs, out, recorder.is_pinned)
+        if transfer is not None:
+            recorder.apply(site, transfer)
+            return out
+    if st.synced and not st.in_comm:
+        # The GPU trace saw this op make the host wait, and no rule explains it.
+        recorder.apply(site, Transfer(None, sync=OTHER))
+    return out
 
 
 def _inside_tensor_printing(frame: FrameType | None) -> bool:

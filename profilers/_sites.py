@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import site
@@ -21,7 +22,8 @@ def _package_dir(name: str) -> str | None:
     return os.path.realpath(list(spec.submodule_search_locations)[0])
 
 
-def _library_roots() -> list[str]:
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     try:
@@ -32,7 +34,7 @@ def _library_roots() -> list[str]:
         roots.add(site.USER_SITE)
     for pkg in ("torch", "profilers", "gpuwatch"):
         roots.add(_package_dir(pkg))
-    return sorted({os.path.realpath(r) + os.sep for r in roots if r})
+    return tuple(sorted({os.path.realpath(r) + os.sep for r in roots if r}))
 
 
 class UserCode:
@@ -44,7 +46,7 @@ class UserCode:
     """
 
     def __init__(self, roots: Sequence[str] | None = None) -> None:
-        self._excluded = tuple(_library_roots())
+        self._excluded = _library_roots()
         self._roots = tuple(os.path.realpath(r) + os.sep for r in roots) if roots else None
         self._cache: dict[str, bool] = {}
         self._cwd = os.getcwd() + os.sep
@@ -87,7 +89,9 @@ class UserCode:
             frame = self.first(frame)
             if frame is None:
                 break
-            out.append(f"{self.display(frame.f_code.co_filename)}:{frame.f_lineno} {frame.f_code.co_name}")
+            out.append(
+                f"{self.display(frame.f_code.co_filename)}:{frame.f_lineno} {frame.f_code.co_name}"
+            )
             frame = frame.f_back
         return out
 

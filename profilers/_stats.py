@@ -31,8 +31,12 @@ class Copies:
         self.non_blocking += other.non_blocking
 
     def to_dict(self) -> dict[str, int]:
-        return {"count": self.count, "bytes": self.bytes, "pageable": self.pageable,
-                "non_blocking": self.non_blocking}
+        return {
+            "count": self.count,
+            "bytes": self.bytes,
+            "pageable": self.pageable,
+            "non_blocking": self.non_blocking,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Copies:
@@ -155,7 +159,10 @@ class SiteStats(Counters):
             "source": self.source,
             "stack": list(self.stack),
             **self.counters_dict(),
-            "top_ops": [{"op": name, "count": int(n), "kernel_time_ms": round(ms, 6)} for name, (n, ms) in ops],
+            "top_ops": [
+                {"op": name, "count": int(n), "kernel_time_ms": round(ms, 6)}
+                for name, (n, ms) in ops
+            ],
         }
 
     @classmethod

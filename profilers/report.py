@@ -27,7 +27,9 @@ class Report:
     devices: list[dict[str, Any]] = field(default_factory=list)
     totals: Counters = field(default_factory=Counters)
     sites: list[SiteStats] = field(default_factory=list)
-    timeline: dict[str, Any] = field(default_factory=lambda: {"capacity": 0, "recorded": 0, "dropped": 0, "events": []})
+    timeline: dict[str, Any] = field(
+        default_factory=lambda: {"capacity": 0, "recorded": 0, "dropped": 0, "events": []}
+    )
     """Copy and sync events, newest ``capacity`` kept: ``{"t", "direction", "bytes", "sync", "site"}``."""
     partial: bool = False
     """True when the run did not finish (an exception, Ctrl-C, a killed child)."""
@@ -85,7 +87,9 @@ class Report:
                 devices=list(d.get("devices", [])),
                 totals=totals,
                 sites=[SiteStats.from_dict(s) for s in d.get("sites", [])],
-                timeline=dict(d.get("timeline") or {"capacity": 0, "recorded": 0, "dropped": 0, "events": []}),
+                timeline=dict(
+                    d.get("timeline") or {"capacity": 0, "recorded": 0, "dropped": 0, "events": []}
+                ),
                 partial=bool(d.get("partial", False)),
                 options=dict(d.get("options", {})),
                 gpu_samples=list(d.get("gpu_samples", [])),
@@ -93,7 +97,9 @@ class Report:
                 error=d.get("error"),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ReportFormatError(f"damaged gpuwatch profile: {type(exc).__name__}: {exc}") from exc
+            raise ReportFormatError(
+                f"damaged gpuwatch profile: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
@@ -107,7 +113,9 @@ class Report:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ReportFormatError(f"not a gpuwatch profile: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+            raise ReportFormatError(
+                f"not a gpuwatch profile: {path} is not valid JSON ({exc.msg} at line {exc.lineno})"
+            ) from exc
         return cls.from_dict(data)
 
 

@@ -27,9 +27,17 @@ def line_of(marker: str) -> int:
     raise AssertionError(f"no line marked @{marker}")
 
 
-def site_at(report: profilers.Report, line: int, file_suffix: str | None = None) -> profilers.SiteStats:
-    hits = [s for s in report.sites if s.line == line and (file_suffix is None or s.file.endswith(file_suffix))]
-    assert len(hits) == 1, f"expected one site at line {line}, got {[(s.file, s.line) for s in report.sites]}"
+def site_at(
+    report: profilers.Report, line: int, file_suffix: str | None = None
+) -> profilers.SiteStats:
+    hits = [
+        s
+        for s in report.sites
+        if s.line == line and (file_suffix is None or s.file.endswith(file_suffix))
+    ]
+    assert len(hits) == 1, (
+        f"expected one site at line {line}, got {[(s.file, s.line) for s in report.sites]}"
+    )
     return hits[0]
 
 

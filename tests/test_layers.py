@@ -31,7 +31,9 @@ def test_banned_imports_are_really_banned(tmp_path):
     try:
         done = subprocess.run(
             [*_tool("ruff"), "check", "--select", "TID251", str(probe)],
-            cwd=ROOT, capture_output=True, text=True,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
         )
     finally:
         probe.unlink()

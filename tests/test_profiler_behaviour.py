@@ -54,7 +54,10 @@ def test_site_is_the_innermost_user_line_with_its_callers():
         helper_that_copies(x)  # @caller
     site = site_at(prof.report(), line_of("helper"))
     assert site.function == "helper_that_copies" and site.h2d.count == 1
-    assert site.stack[0] == f"tests/test_profiler_behaviour.py:{line_of('caller')} test_site_is_the_innermost_user_line_with_its_callers"
+    assert (
+        site.stack[0]
+        == f"tests/test_profiler_behaviour.py:{line_of('caller')} test_site_is_the_innermost_user_line_with_its_callers"
+    )
 
 
 def test_library_frames_are_skipped():
@@ -172,7 +175,9 @@ def _fake_broadcast_coalesced(tensors, devices, buffer_size=0):
 
 
 def _fake_reduce_add_coalesced(inputs, destination=None, buffer_size=0):
-    return [sum(group[i].to(f"cuda:{destination}") for group in inputs) for i in range(len(inputs[0]))]
+    return [
+        sum(group[i].to(f"cuda:{destination}") for group in inputs) for i in range(len(inputs[0]))
+    ]
 
 
 def test_dataparallel_comm_paths_are_counted(monkeypatch):
@@ -190,13 +195,21 @@ def test_dataparallel_comm_paths_are_counted(monkeypatch):
         comm.reduce_add_coalesced(replicas, 0)  # @reduce
     r = prof.report()
     # scatter: 64x32 float32 batch split in two, each half 32*32*4 = 4096 bytes, host -> GPU
-    assert site_at(r, line_of("scatter")).h2d.to_dict() == copies(count=2, bytes=8192, pageable=2, non_blocking=2)
+    assert site_at(r, line_of("scatter")).h2d.to_dict() == copies(
+        count=2, bytes=8192, pageable=2, non_blocking=2
+    )
     # broadcast: only cuda:1 needs a copy, one coalesced transfer of 32*32*4 + 32*4 = 4224 bytes
-    assert site_at(r, line_of("broadcast")).p2p.to_dict() == copies(count=1, bytes=4224, non_blocking=1)
+    assert site_at(r, line_of("broadcast")).p2p.to_dict() == copies(
+        count=1, bytes=4224, non_blocking=1
+    )
     # gather to cuda:0: the cuda:1 output (32x32 float32 = 4096 bytes) crosses
-    assert site_at(r, line_of("gather")).p2p.to_dict() == copies(count=1, bytes=4096, non_blocking=1)
+    assert site_at(r, line_of("gather")).p2p.to_dict() == copies(
+        count=1, bytes=4096, non_blocking=1
+    )
     # reduce_add to cuda:0: cuda:1's replica of both params, coalesced = 4224 bytes
-    assert site_at(r, line_of("reduce")).p2p.to_dict() == copies(count=1, bytes=4224, non_blocking=1)
+    assert site_at(r, line_of("reduce")).p2p.to_dict() == copies(
+        count=1, bytes=4224, non_blocking=1
+    )
     # the copies the stand-ins dispatch inside are not counted again
     assert r.totals.h2d.count == 2 + 2 and r.totals.p2p.count == 3
     assert r.totals.syncs.by_cause == {"copy_to_device": 2}  # only the two blocking .to() of params
@@ -291,7 +304,10 @@ OPS = [
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**31 - 1), program=st.lists(st.integers(0, len(OPS) - 1), min_size=1, max_size=12))
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    program=st.lists(st.integers(0, len(OPS) - 1), min_size=1, max_size=12),
+)
 def test_results_are_bit_for_bit_the_same_with_the_profiler(seed, program):
     def run():
         g = torch.Generator().manual_seed(seed)
@@ -322,7 +338,9 @@ def test_memory_stays_bounded_one_site_per_line_and_a_capped_timeline():
     assert r.timeline["capacity"] == 5 and len(r.timeline["events"]) == 5
     assert r.timeline["recorded"] == 2000 and r.timeline["dropped"] == 1995
     event = r.timeline["events"][-1]
-    assert event["direction"] == "h2d" and event["bytes"] == 16 and event["sync"] == "copy_to_device"
+    assert (
+        event["direction"] == "h2d" and event["bytes"] == 16 and event["sync"] == "copy_to_device"
+    )
 
 
 def test_snapshot_while_running_does_not_stop_the_profile():

@@ -166,8 +166,12 @@ def test_a_boolean_mask_index_on_the_gpu_is_classified_as_a_sync():
         idx = torch.tensor([0, 1]).to("cuda:0")
     t = profilers.classify(torch.ops.aten.index.Tensor, (y, [mask]), {}, None, never_pinned)
     assert t == profilers.Transfer(None, sync="data_dependent_shape")
-    assert profilers.classify(torch.ops.aten.index.Tensor, (y, [idx]), {}, None, never_pinned) is None
-    put = profilers.classify(torch.ops.aten.index_put_.default, (y, [mask], y), {}, None, never_pinned)
+    assert (
+        profilers.classify(torch.ops.aten.index.Tensor, (y, [idx]), {}, None, never_pinned) is None
+    )
+    put = profilers.classify(
+        torch.ops.aten.index_put_.default, (y, [mask], y), {}, None, never_pinned
+    )
     assert put is not None and put.sync == "data_dependent_shape"
 
 

@@ -1,0 +1,151 @@
+"""Per-op overhead of the gpuwatch profiler, side by side with its peers, in one process.
+
+    python benchmarks/profiler_overhead.py [--steps 30] [--rounds 7] [--device cpu|cuda]
+        [--workload small|large]
+
+The workload is a training step of a small MLP (many small ops: the worst case for any per-op
+profiler) or, with ``--workload large``, a GPU-bound step with big matrix products. Each round
+runs every variant once, in turn, so drift hits all alike; the median round counts.
+
+Variants: plain; a bare no-op TorchDispatchMode (the floor for this design); gpuwatch's
+``profilers.profile()``; ``torch.profiler.profile(with_stack=True)``.
+Overhead per op = (variant time - plain time) / ops per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import profilers  # noqa: E402
+
+
+class BareMode(TorchDispatchMode):
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return func(*args, **(kwargs or {}))
+
+
+class CountingMode(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def make_step(device: str, workload: str) -> Callable[[], None]:
+    torch.manual_seed(0)
+    if workload == "small":
+        width, batch, depth = 64, 32, 4
+    else:
+        width, batch, depth = 4096, 4096, 4
+    layers: list[torch.nn.Module] = []
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(width, 10)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(batch, width, device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def timed(run_steps: Callable[[], None], device: str) -> float:
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    run_steps()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--workload", choices=("small", "large"), default="small")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    step = make_step(args.device, args.workload)
+    for _ in range(3):
+        step()  # warm-up: allocator, autograd graph caches
+
+    def loop() -> None:
+        for _ in range(args.steps):
+            step()
+
+    counter = CountingMode()
+    with counter:
+        loop()
+    ops = counter.ops
+
+    def plain() -> None:
+        loop()
+
+    def bare() -> None:
+        with BareMode():
+            loop()
+
+    def gpuwatch() -> None:
+        with profilers.profile():
+            loop()
+
+    def torch_profiler() -> None:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if args.device == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities, with_stack=True):
+            loop()
+
+    variants = {
+        "plain": plain,
+        "bare mode": bare,
+        "gpuwatch": gpuwatch,
+        "torch.profiler(with_stack)": torch_profiler,
+    }
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(args.rounds):
+        for name, fn in variants.items():
+            times[name].append(timed(fn, args.device))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    base = med["plain"]
+    print(
+        f"device={args.device} workload={args.workload} steps={args.steps} ops/run={ops} rounds={args.rounds}"
+    )
+    print(f"{'variant':<28} {'median s':>10} {'vs plain':>9} {'overhead/op':>12}")
+    over = {}
+    for name, t in med.items():
+        over[name] = (t - base) / ops * 1e6
+        print(f"{name:<28} {t:>10.4f} {t / base:>8.2f}x {over[name]:>10.2f}µs")
+    print()
+    print(
+        f"gpuwatch overhead / bare mode overhead:      {over['gpuwatch'] / over['bare mode']:.2f}  (target <= 1.3)"
+    )
+    print(
+        f"gpuwatch overhead / torch.profiler overhead: {over['gpuwatch'] / over['torch.profiler(with_stack)']:.2f}  (target <= 0.5)"
+    )
+    print(f"gpuwatch run time / plain run time:          {med['gpuwatch'] / base:.3f}")
+
+
+if __name__ == "__main__":
+    main()
