@@ -36,6 +36,8 @@ class Transfer:
     sync: str | None = None
     src: str | None = None
     dst: str | None = None
+    dtype: str | None = None
+    """The source's dtype, ``"float32"`` style."""
 
 
 IsPinned = Callable[[torch.Tensor], bool]
@@ -119,6 +121,7 @@ def _copy(
         return None  # a cast on one GPU, not a copy
     nbytes = src.nbytes
     s, d = str(src.device), str(dst.device)
+    dt = str(src.dtype).removeprefix("torch.")
     if way == "h2d":
         # NB: a blocking H2D copy ends in a stream synchronize (at::cuda::memcpy_and_sync, which
         # set_sync_debug_mode flags). non_blocking from pageable memory is staged by the driver
@@ -131,14 +134,15 @@ def _copy(
             None if non_blocking else COPY_TO_DEVICE,
             s,
             d,
+            dt,
         )
     if way == "d2h":
         pageable = not is_pinned(dst)
         # NB: a non_blocking D2H copy into pageable memory is finished by CUDA before
         # cudaMemcpyAsync returns, so the host waits even though PyTorch flags nothing.
         sync = COPY_TO_HOST if (not non_blocking or pageable) else None
-        return Transfer(way, nbytes, pageable, non_blocking, sync, s, d)
-    return Transfer(way, nbytes, False, non_blocking, None, s, d)
+        return Transfer(way, nbytes, pageable, non_blocking, sync, s, d, dt)
+    return Transfer(way, nbytes, False, non_blocking, None, s, d, dt)
 
 
 @classifies("aten._to_copy.default")
@@ -173,7 +177,16 @@ def _item(
     t = args[0]
     if not isinstance(t, torch.Tensor) or _is_host(t.device):
         return None
-    return Transfer("d2h", t.element_size(), True, False, ITEM, str(t.device), "cpu")
+    return Transfer(
+        "d2h",
+        t.element_size(),
+        True,
+        False,
+        ITEM,
+        str(t.device),
+        "cpu",
+        str(t.dtype).removeprefix("torch."),
+    )
 
 
 def _data_dependent(t: Any) -> Transfer | None:

@@ -41,6 +41,7 @@ class _ThreadState:
         "last_site",
         "last_user",
         "op",
+        "pending",
         "synced",
         "table",
     )
@@ -51,6 +52,8 @@ class _ThreadState:
         """The op running on this thread now (for sync callbacks that fire inside it)."""
         self.synced = False
         self.in_comm = 0
+        self.pending: list[Any] | None = None
+        """The CUDA timing entry of this thread's last timed op."""
         # NB: the site of the last op's calling frame. Holding the frame keeps it (and so its
         # locals) alive until the next op or the end of the profile; in exchange, ops called
         # from the same frame and line skip the walk up the stack.
@@ -115,7 +118,8 @@ class Recorder:
         self._tls = threading.local()
         self._states: list[_ThreadState] = []
         self._lock = threading.Lock()
-        self._pending: deque[tuple[SiteStats, str, int, Any, Any]] = deque()
+        self._pending: deque[list[Any]] = deque()
+        """[site, op name, device index, start event, end event, Copies to credit or None]."""
         self._free_events: list[Any] = []
         self._since_resolve = 0
         self._resolving = threading.Lock()
@@ -197,15 +201,27 @@ class Recorder:
             st.op = None
         end = self._event()
         end.record(stream)
-        self._pending.append((site, name, a0.device.index or 0, start, end))
+        entry = [site, name, a0.device.index or 0, start, end, None]
+        self._pending.append(entry)
+        st.pending = entry
         self._since_resolve += 1
         if self._since_resolve >= 512:
             self.resolve()
         return out
 
-    def apply(self, site: SiteStats, t: Transfer) -> None:
+    def apply(
+        self, site: SiteStats, t: Transfer, ms: float = 0.0, pending: list[Any] | None = None
+    ) -> None:
+        """Counts ``t`` at ``site``; ``ms`` is the op's host time, or ``pending`` its CUDA timing
+        entry (credited when the events complete)."""
         if t.direction is not None:
-            site.copies(t.direction).add(t.nbytes, t.pageable, t.non_blocking)
+            copies = site.copies(t.direction)
+            copies.add(t.nbytes, t.pageable, t.non_blocking)
+            copies.time_ms += ms
+            if pending is not None:
+                pending[5] = copies
+            if t.dtype is not None:
+                site.copy_dtypes[t.dtype] = site.copy_dtypes.get(t.dtype, 0) + t.nbytes
             if t.src is not None:
                 self.devices.add(t.src)
             if t.dst is not None:
@@ -260,7 +276,7 @@ class Recorder:
                     self.own_sync = False
             pending = self._pending
             while pending:
-                site, name, _dev, start, end = pending[0]
+                site, name, _dev, start, end, copies = pending[0]
                 if not wait and not end.query():
                     break
                 pending.popleft()
@@ -269,6 +285,8 @@ class Recorder:
                 entry = site.op_breakdown.get(name)
                 if entry is not None:
                     entry[1] += ms
+                if copies is not None:
+                    copies.time_ms += ms
                 self._free_events.extend((start, end))
         finally:
             self._resolving.release()
@@ -378,6 +396,7 @@ def dispatch(
     st.synced = False
     ms = 0.0
     if recorder.cuda_timing:
+        st.pending = None
         out = recorder._run_timed_cuda(st, site, name, func, args, kwargs)
     elif recorder.kernel_timing:
         t = _perf_counter()
@@ -401,7 +420,7 @@ def dispatch(
     if classifier is not None and not st.in_comm:
         transfer = classifier(args, kwargs, out, recorder.is_pinned)
         if transfer is not None:
-            recorder.apply(site, transfer)
+            recorder.apply(site, transfer, ms, st.pending if recorder.cuda_timing else None)
             return out
     if st.synced and not st.in_comm:
         # The GPU trace saw this op make the host wait, and no rule explains it.

@@ -8,15 +8,24 @@ from profilers._ops import CAUSES, DIRECTIONS
 
 
 class Copies:
-    """``{"count", "bytes", "pageable", "non_blocking"}`` of the report."""
+    """``{"count", "bytes", "pageable", "non_blocking", "time_ms"}`` of the report."""
 
-    __slots__ = ("bytes", "count", "non_blocking", "pageable")
+    __slots__ = ("bytes", "count", "non_blocking", "pageable", "time_ms")
 
-    def __init__(self, count: int = 0, nbytes: int = 0, pageable: int = 0, non_blocking: int = 0):
+    def __init__(
+        self,
+        count: int = 0,
+        nbytes: int = 0,
+        pageable: int = 0,
+        non_blocking: int = 0,
+        time_ms: float = 0.0,
+    ) -> None:
         self.count = count
         self.bytes = nbytes
         self.pageable = pageable
         self.non_blocking = non_blocking
+        self.time_ms = time_ms
+        """Time of the copy ops (GPU time with CUDA events, else host time); 0 if not timed."""
 
     def add(self, nbytes: int, pageable: bool, non_blocking: bool) -> None:
         self.count += 1
@@ -29,8 +38,10 @@ class Copies:
         self.bytes += other.bytes
         self.pageable += other.pageable
         self.non_blocking += other.non_blocking
+        self.time_ms += other.time_ms
 
-    def to_dict(self) -> dict[str, int]:
+    def counts(self) -> dict[str, int]:
+        """The four counted fields (what equality compares; times vary from run to run)."""
         return {
             "count": self.count,
             "bytes": self.bytes,
@@ -38,15 +49,24 @@ class Copies:
             "non_blocking": self.non_blocking,
         }
 
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.counts(), "time_ms": round(self.time_ms, 6)}
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Copies:
-        return cls(int(d["count"]), int(d["bytes"]), int(d["pageable"]), int(d["non_blocking"]))
+        return cls(
+            int(d["count"]),
+            int(d["bytes"]),
+            int(d["pageable"]),
+            int(d["non_blocking"]),
+            float(d.get("time_ms", 0.0)),
+        )
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Copies) and self.to_dict() == other.to_dict()
+        return isinstance(other, Copies) and self.counts() == other.counts()
 
     def __repr__(self) -> str:
-        return f"Copies({self.to_dict()})"
+        return f"Copies({self.counts()})"
 
 
 class Syncs:
@@ -136,7 +156,7 @@ class Counters:
 class SiteStats(Counters):
     """Counters for one user source line."""
 
-    __slots__ = ("file", "function", "line", "source", "stack")
+    __slots__ = ("copy_dtypes", "file", "function", "line", "source", "stack")
 
     def __init__(self, file: str, line: int, function: str, stack: list[str] | None = None):
         super().__init__()
@@ -145,6 +165,14 @@ class SiteStats(Counters):
         self.function = function
         self.stack = stack or []
         self.source = ""
+        self.copy_dtypes: dict[str, int] = {}
+        """Bytes copied (any direction) per source dtype, e.g. ``{"float32": 262144}``."""
+
+    def merge(self, other: Counters) -> None:
+        super().merge(other)
+        if isinstance(other, SiteStats):
+            for dtype, n in other.copy_dtypes.items():
+                self.copy_dtypes[dtype] = self.copy_dtypes.get(dtype, 0) + n
 
     @property
     def key(self) -> tuple[str, int]:
@@ -163,6 +191,7 @@ class SiteStats(Counters):
                 {"op": name, "count": int(n), "kernel_time_ms": round(ms, 6)}
                 for name, (n, ms) in ops
             ],
+            "copy_dtypes": dict(self.copy_dtypes),
         }
 
     @classmethod
@@ -170,6 +199,7 @@ class SiteStats(Counters):
         s = cls(str(d["file"]), int(d["line"]), str(d["function"]), list(d.get("stack", [])))
         s.source = str(d.get("source", ""))
         s.load_counters(d)
+        s.copy_dtypes = {str(k): int(v) for k, v in d.get("copy_dtypes", {}).items()}
         for entry in d.get("top_ops", []):
             s.op_breakdown[str(entry["op"])] = [int(entry["count"]), float(entry["kernel_time_ms"])]
         return s

@@ -32,7 +32,7 @@ def test_to_cuda_blocking_from_pageable_is_a_copy_and_a_sync():
         x.to("cuda:0")  # @h2d
 
     r = run(work)
-    assert r.totals.h2d.to_dict() == copies(count=1, bytes=NBYTES, pageable=1)  # 262144 bytes
+    assert r.totals.h2d.counts() == copies(count=1, bytes=NBYTES, pageable=1)  # 262144 bytes
     assert r.totals.syncs.to_dict() == {"count": 1, "by_cause": {"copy_to_device": 1}}
     site = site_at(r, line_of("h2d"))
     assert site.h2d.count == 1 and site.syncs.by_cause == {"copy_to_device": 1}
@@ -45,7 +45,7 @@ def test_non_blocking_h2d_from_pinned_memory_is_async():
         torch.randn(N, N).to("cuda:0", non_blocking=True)
 
     r = run(work, is_pinned=always_pinned)
-    assert r.totals.h2d.to_dict() == copies(count=1, bytes=NBYTES, non_blocking=1)
+    assert r.totals.h2d.counts() == copies(count=1, bytes=NBYTES, non_blocking=1)
     assert r.totals.syncs.count == 0
 
 
@@ -54,7 +54,7 @@ def test_non_blocking_h2d_from_pageable_memory_is_flagged_pageable_not_a_sync():
         torch.randn(N, N).to("cuda:0", non_blocking=True)
 
     r = run(work)
-    assert r.totals.h2d.to_dict() == copies(count=1, bytes=NBYTES, pageable=1, non_blocking=1)
+    assert r.totals.h2d.counts() == copies(count=1, bytes=NBYTES, pageable=1, non_blocking=1)
     assert r.totals.syncs.count == 0
 
 
@@ -64,7 +64,7 @@ def test_cpu_is_a_blocking_d2h_copy():
         y.cpu()  # @d2h
 
     r = run(work)
-    assert r.totals.d2h.to_dict() == copies(count=1, bytes=NBYTES, pageable=1)
+    assert r.totals.d2h.counts() == copies(count=1, bytes=NBYTES, pageable=1)
     site = site_at(r, line_of("d2h"))
     assert site.syncs.to_dict() == {"count": 1, "by_cause": {"copy_to_host": 1}}
 
@@ -75,7 +75,7 @@ def test_non_blocking_to_cpu_lands_in_pinned_memory_and_does_not_sync():
         y.to("cpu", non_blocking=True)
 
     r = run(work, is_pinned=always_pinned)  # _to_copy pins its output when non_blocking
-    assert r.totals.d2h.to_dict() == copies(count=1, bytes=NBYTES, non_blocking=1)
+    assert r.totals.d2h.counts() == copies(count=1, bytes=NBYTES, non_blocking=1)
     assert r.totals.syncs.count == 0
 
 
@@ -87,7 +87,7 @@ def test_copy_into_pageable_host_tensor_waits_even_when_non_blocking():
         host.copy_(dev, non_blocking=True)  # @pageable_nb
 
     r = run(work)
-    assert r.totals.d2h.to_dict() == copies(count=2, bytes=2 * NBYTES, pageable=2, non_blocking=1)
+    assert r.totals.d2h.counts() == copies(count=2, bytes=2 * NBYTES, pageable=2, non_blocking=1)
     assert site_at(r, line_of("blocking")).syncs.by_cause == {"copy_to_host": 1}
     assert site_at(r, line_of("pageable_nb")).syncs.by_cause == {"copy_to_host": 1}
 
@@ -99,7 +99,7 @@ def test_copy_into_pinned_host_tensor_non_blocking_does_not_wait():
         host.copy_(dev, non_blocking=True)
 
     r = run(work, is_pinned=always_pinned)
-    assert r.totals.d2h.to_dict() == copies(count=1, bytes=NBYTES, non_blocking=1)
+    assert r.totals.d2h.counts() == copies(count=1, bytes=NBYTES, non_blocking=1)
     assert r.totals.syncs.count == 0
 
 
@@ -111,8 +111,8 @@ def test_gpu_to_gpu_is_p2p_and_same_gpu_copy_is_d2d_but_a_cast_is_neither():
         y.half()  # a cast on one GPU: no copy
 
     r = run(work, is_pinned=always_pinned)
-    assert r.totals.p2p.to_dict() == copies(count=1, bytes=NBYTES)
-    assert r.totals.d2d.to_dict() == copies(count=1, bytes=NBYTES)
+    assert r.totals.p2p.counts() == copies(count=1, bytes=NBYTES)
+    assert r.totals.d2d.counts() == copies(count=1, bytes=NBYTES)
     assert r.totals.syncs.count == 0
     assert site_at(r, line_of("p2p")).p2p.count == 1
     assert site_at(r, line_of("d2d")).d2d.count == 1
@@ -126,7 +126,7 @@ def test_item_copies_one_element_and_syncs():
 
     r = run(work, is_pinned=always_pinned)
     site = site_at(r, line_of("item"))
-    assert site.d2h.to_dict() == copies(count=1, bytes=4, pageable=1)  # one float32 = 4 bytes
+    assert site.d2h.counts() == copies(count=1, bytes=4, pageable=1)  # one float32 = 4 bytes
     assert site.syncs.to_dict() == {"count": 1, "by_cause": {"item": 1}}
     assert site.ops == 2  # sum + _local_scalar_dense
 
@@ -155,7 +155,7 @@ def test_data_dependent_shapes_sync():
         assert site.syncs.to_dict() == {"count": 1, "by_cause": {"data_dependent_shape": 1}}, marker
     assert r.totals.syncs.count == 4
     # bytes: 262144 (y) + 65536 (bool mask: 1 byte each) + 2048 (256 int64)
-    assert r.totals.h2d.to_dict() == copies(count=3, bytes=NBYTES + N * N + N * 8, non_blocking=3)
+    assert r.totals.h2d.counts() == copies(count=3, bytes=NBYTES + N * N + N * 8, non_blocking=3)
 
 
 def test_a_boolean_mask_index_on_the_gpu_is_classified_as_a_sync():
@@ -216,3 +216,14 @@ def test_profiler_entered_inside_the_fake_mode_sees_the_same():
             x.to("cuda:0").cpu()
     r = prof.report()
     assert r.totals.h2d.count == 2 and r.totals.d2h.count == 1 and r.totals.syncs.count == 3
+
+
+def test_copies_record_their_time_and_dtype():
+    def work():
+        for dtype in (torch.float32, torch.float16):
+            torch.randn(N, N, dtype=dtype).to("cuda:0")  # @dtypes
+
+    r = run(work)
+    assert r.totals.h2d.time_ms > 0  # host time of the two copy ops (no CUDA here)
+    site = site_at(r, line_of("dtypes"))
+    assert site.copy_dtypes == {"float32": NBYTES, "float16": NBYTES // 2}
