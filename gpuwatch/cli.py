@@ -7,14 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from gpuwatch import __version__
-
-
-class CliError(Exception):
-    """A user error: printed as one line, exit ``code``."""
-
-    def __init__(self, message: str, code: int = 2) -> None:
-        super().__init__(message)
-        self.code = code
+from gpuwatch.cli_errors import CliError
 
 
 def _interval(text: str) -> float:
@@ -83,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print one gpuwatch.snapshot/1 JSON document, then exit"
     )
     top.set_defaults(handler=run_top)
+
+    from gpuwatch.profile_cmd import add_parsers
+
+    add_parsers(sub, _positive_int, _interval)
     return parser
 
 

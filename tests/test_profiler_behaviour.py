@@ -203,13 +203,9 @@ def test_dataparallel_comm_paths_are_counted(monkeypatch):
         count=1, bytes=4224, non_blocking=1
     )
     # gather to cuda:0: the cuda:1 output (32x32 float32 = 4096 bytes) crosses
-    assert site_at(r, line_of("gather")).p2p.counts() == copies(
-        count=1, bytes=4096, non_blocking=1
-    )
+    assert site_at(r, line_of("gather")).p2p.counts() == copies(count=1, bytes=4096, non_blocking=1)
     # reduce_add to cuda:0: cuda:1's replica of both params, coalesced = 4224 bytes
-    assert site_at(r, line_of("reduce")).p2p.counts() == copies(
-        count=1, bytes=4224, non_blocking=1
-    )
+    assert site_at(r, line_of("reduce")).p2p.counts() == copies(count=1, bytes=4224, non_blocking=1)
     # the copies the stand-ins dispatch inside are not counted again
     assert r.totals.h2d.count == 2 + 2 and r.totals.p2p.count == 3
     assert r.totals.syncs.by_cause == {"copy_to_device": 2}  # only the two blocking .to() of params

@@ -1,0 +1,163 @@
+"""Advice a user can act on, each tied to one line of their code and the numbers behind it.
+
+Pure functions of a :class:`profilers.Report`: the same report always gives the same hints.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpuwatch import _format as fmt
+from profilers import Report, SiteStats
+
+#: A line that ran this many times is "in a hot loop".
+HOT = 10
+#: Bytes of float32 copies at one line worth suggesting half precision for.
+HALF_PRECISION_BYTES = 64 * 1024 * 1024
+
+_LOGGING = re.compile(
+    r"\b(print|log|logger|logging|writer|wandb|tqdm|append|add_scalar|set_postfix)\b"
+)
+_FACTORY_OPS = (
+    "randn",
+    "rand.",
+    "zeros",
+    "ones",
+    "full",
+    "arange",
+    "empty",
+    "lift_fresh",
+    "eye",
+    "linspace",
+    "tensor",
+)
+
+
+@dataclass(frozen=True)
+class Hint:
+    kind: str
+    site: SiteStats
+    message: str
+    evidence: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.site.file}:{self.site.line}"
+
+    def to_dict(self) -> dict[str, str | int]:
+        return {
+            "kind": self.kind,
+            "file": self.site.file,
+            "line": self.site.line,
+            "message": self.message,
+            "evidence": self.evidence,
+        }
+
+
+def hints(report: Report, hot: int = HOT) -> list[Hint]:
+    """Every hint for every site, the most costly first (syncs, then bytes)."""
+    out: list[Hint] = []
+    for site in report.sites:
+        out.extend(_site_hints(site, hot))
+    out.sort(key=lambda h: (h.site.syncs.count, h.site.bytes_moved), reverse=True)
+    return out
+
+
+def _site_hints(s: SiteStats, hot: int) -> list[Hint]:
+    found: list[Hint] = []
+    causes = s.syncs.by_cause
+    source = s.source
+    fetches = causes.get("item", 0) + causes.get("copy_to_host", 0)
+    if fetches >= hot and _LOGGING.search(source):
+        found.append(
+            Hint(
+                "log_every_step",
+                s,
+                "logging fetches a value from the GPU every step, and each fetch waits for all "
+                "queued GPU work: accumulate on the device (e.g. total += loss.detach()) and fetch "
+                "once every N steps or per epoch",
+                f"{fetches} syncs ({_causes(causes)})",
+            )
+        )
+    elif causes.get("item", 0) >= hot:
+        found.append(
+            Hint(
+                "item_in_loop",
+                s,
+                ".item()/float()/bool() on a GPU tensor in a loop: each call waits for the GPU to "
+                "finish everything queued; keep the value on the device and read it once",
+                f"{causes['item']} syncs at this line",
+            )
+        )
+    elif causes.get("copy_to_host", 0) >= hot:
+        found.append(
+            Hint(
+                "d2h_in_loop",
+                s,
+                ".cpu()/.numpy()/.tolist() in a loop copies to the host and waits each time: "
+                "compute the metric on the GPU and copy once, or copy with non_blocking=True into "
+                "pinned memory",
+                f"{causes['copy_to_host']} syncs, {s.d2h.count} copies of {fmt.size(s.d2h.bytes)}",
+            )
+        )
+    if s.h2d.non_blocking and s.h2d.pageable >= s.h2d.non_blocking:
+        found.append(
+            Hint(
+                "non_blocking_pageable",
+                s,
+                "non_blocking=True has no effect when the source is pageable memory: pin it "
+                "(DataLoader(pin_memory=True) or tensor.pin_memory()) so the copy can overlap compute",
+                f"{s.h2d.non_blocking} non_blocking copies, {s.h2d.pageable} from pageable memory",
+            )
+        )
+    blocking_h2d = causes.get("copy_to_device", 0)
+    created_here = any(op.startswith(_FACTORY_OPS) for op in s.op_breakdown)
+    if s.h2d.count >= hot and created_here:
+        found.append(
+            Hint(
+                "created_on_cpu",
+                s,
+                "a tensor is created on the CPU and moved to the GPU every time this line runs: "
+                "create it on the device (device=...), or once before the loop (register_buffer "
+                "for module constants)",
+                f"{s.h2d.count} host->GPU copies, {fmt.size(s.h2d.bytes)}",
+            )
+        )
+    elif blocking_h2d >= hot:
+        found.append(
+            Hint(
+                "blocking_h2d",
+                s,
+                "blocking host->GPU copies in a loop: the host waits for each; use pinned memory "
+                "(DataLoader(pin_memory=True)) and .to(device, non_blocking=True)",
+                f"{blocking_h2d} blocking copies, {fmt.size(s.h2d.bytes)}",
+            )
+        )
+    float32 = s.copy_dtypes.get("float32", 0)
+    if float32 >= HALF_PRECISION_BYTES and (s.h2d.count + s.d2h.count) >= hot:
+        found.append(
+            Hint(
+                "float32_copies",
+                s,
+                "float32 data crosses the bus here; if the model runs in half precision (autocast), "
+                "copy float16/bfloat16 (or uint8 images) and convert on the GPU to halve the bytes",
+                f"{fmt.size(float32)} of float32 copied",
+            )
+        )
+    if causes.get("data_dependent_shape", 0) >= hot:
+        found.append(
+            Hint(
+                "data_dependent",
+                s,
+                "an op whose output size depends on the values (nonzero, boolean masks, unique, "
+                "masked_select) waits for the GPU each time: use torch.where / masked_fill with a "
+                "fixed shape where you can",
+                f"{causes['data_dependent_shape']} syncs",
+            )
+        )
+    return found
+
+
+def _causes(causes: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in causes.items())

@@ -1,0 +1,323 @@
+"""One self-contained HTML file per run: plotly.js inlined (no CDN, opens offline), every string
+from the user's code escaped."""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from gpuwatch import _format as fmt
+from gpuwatch.report.hints import hints
+from gpuwatch.report.text import DIRECTION_NAMES
+from profilers import DIRECTIONS, Report, SiteStats
+
+COLORS = {"h2d": "#1f77b4", "d2h": "#d62728", "d2d": "#2ca02c", "p2p": "#9467bd", "sync": "#ff7f0e"}
+TOP = 15
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _p(text: object) -> str:
+    """For plotly labels: plotly reads its own small HTML subset, and decodes &lt; &gt; &amp;
+    but not &quot;, so only those three are escaped."""
+    return html.escape(str(text), quote=False)
+
+
+def _label(s: SiteStats) -> str:
+    source = s.source if len(s.source) <= 60 else s.source[:57] + "..."
+    return _p(f"{s.file}:{s.line}  {source}")
+
+
+def _figure_json(fig: Any) -> str:
+    # NB: "<" as \u003c keeps any "</script>" in the data from ending the script block.
+    return fig.to_json().replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _bytes_per_line(r: Report) -> Any:
+    import plotly.graph_objects as go
+
+    sites = list(reversed(r.top_sites("bytes", TOP)))
+    fig = go.Figure()
+    for way in DIRECTIONS:
+        fig.add_bar(
+            name=f"{way} ({DIRECTION_NAMES[way]})",
+            orientation="h",
+            marker_color=COLORS[way],
+            y=[_label(s) for s in sites],
+            x=[s.copies(way).bytes for s in sites],
+            customdata=[[s.copies(way).count, fmt.size(s.copies(way).bytes)] for s in sites],
+            hovertemplate="%{y}<br>%{customdata[1]} in %{customdata[0]} copies<extra>"
+            + way
+            + "</extra>",
+        )
+    fig.update_layout(
+        barmode="stack",
+        title="Bytes moved per line",
+        xaxis_title="bytes",
+        height=max(260, 40 + 28 * len(sites)),
+        margin={"l": 10, "r": 10, "t": 40, "b": 40},
+        yaxis={"automargin": True},
+    )
+    return fig
+
+
+def _timeline(r: Report) -> Any:
+    from plotly.subplots import make_subplots
+
+    gpus = sorted({s["gpu"] for s in r.gpu_samples})
+    if gpus:
+        fig = make_subplots(
+            rows=2,
+            cols=1,
+            shared_xaxes=True,
+            vertical_spacing=0.08,
+            row_heights=[0.55, 0.45],
+            specs=[[{}], [{"secondary_y": True}]],
+            subplot_titles=("Copies and syncs", "GPU utilisation and PCIe"),
+        )
+    else:
+        fig = make_subplots(rows=1, cols=1, subplot_titles=("Copies and syncs",))
+    events = r.timeline.get("events", [])
+    for way in DIRECTIONS:
+        pts = [e for e in events if e.get("direction") == way]
+        if pts:
+            fig.add_scatter(
+                row=1,
+                col=1,
+                mode="markers",
+                name=way,
+                marker={"color": COLORS[way], "size": 6},
+                x=[e["t"] for e in pts],
+                y=[max(1, e["bytes"]) for e in pts],
+                text=[_p(e["site"]) for e in pts],
+                hovertemplate="%{text}<br>%{y} bytes at %{x:.3f} s<extra>" + way + "</extra>",
+            )
+    syncs = [e for e in events if e.get("sync")]
+    if syncs:
+        fig.add_scatter(
+            row=1,
+            col=1,
+            mode="markers",
+            name="sync",
+            marker={"color": COLORS["sync"], "symbol": "x", "size": 8},
+            x=[e["t"] for e in syncs],
+            y=[1] * len(syncs),
+            text=[_p(f"{e['site']} ({e['sync']})") for e in syncs],
+            hovertemplate="%{text}<br>at %{x:.3f} s<extra>sync</extra>",
+        )
+    fig.update_yaxes(type="log", title_text="bytes (syncs at 1)", row=1, col=1)
+    if not gpus:
+        fig.update_xaxes(title_text="seconds since start", row=1, col=1)
+        fig.update_layout(height=360, margin={"l": 10, "r": 10, "t": 40, "b": 40})
+        return fig
+    for gpu in gpus:
+        pts = [s for s in r.gpu_samples if s["gpu"] == gpu]
+        fig.add_scatter(
+            row=2,
+            col=1,
+            mode="lines",
+            name=f"GPU {gpu} util %",
+            x=[p["t"] for p in pts],
+            y=[p["gpu_util_pct"] for p in pts],
+        )
+        fig.add_scatter(
+            row=2,
+            col=1,
+            secondary_y=True,
+            mode="lines",
+            line={"dash": "dot"},
+            name=f"GPU {gpu} PCIe MB/s",
+            x=[p["t"] for p in pts],
+            y=[
+                ((p["pcie_rx_bytes_per_s"] or 0) + (p["pcie_tx_bytes_per_s"] or 0)) / 1e6
+                for p in pts
+            ],
+        )
+    fig.update_yaxes(title_text="util %", range=[0, 100], row=2, col=1)
+    fig.update_yaxes(title_text="PCIe MB/s", row=2, col=1, secondary_y=True)
+    fig.update_xaxes(title_text="seconds since start", row=2, col=1)
+    fig.update_layout(height=560, margin={"l": 10, "r": 10, "t": 40, "b": 40})
+    return fig
+
+
+def _kernel_time(r: Report) -> Any:
+    import plotly.graph_objects as go
+
+    sites = list(reversed(r.top_sites("kernel_time_ms", TOP)))
+    fig = go.Figure(
+        go.Bar(
+            orientation="h",
+            y=[_label(s) for s in sites],
+            x=[s.kernel_time_ms for s in sites],
+            marker_color="#17becf",
+            customdata=[[s.ops] for s in sites],
+            hovertemplate="%{y}<br>%{x:.2f} ms in %{customdata[0]} ops<extra></extra>",
+        )
+    )
+    source = r.options.get("kernel_timing_source", "host")
+    fig.update_layout(
+        title=f"Kernel time per line ({_p(source)} timing)",
+        xaxis_title="ms",
+        height=max(260, 40 + 28 * len(sites)),
+        margin={"l": 10, "r": 10, "t": 40, "b": 40},
+        yaxis={"automargin": True},
+    )
+    return fig
+
+
+def _syncs(r: Report) -> Any:
+    import plotly.graph_objects as go
+
+    causes = sorted(r.totals.syncs.by_cause.items(), key=lambda kv: -kv[1])
+    fig = go.Figure(
+        go.Bar(x=[c for c, _ in causes], y=[n for _, n in causes], marker_color=COLORS["sync"])
+    )
+    fig.update_layout(
+        title="Syncs by cause",
+        yaxis_title="count",
+        height=320,
+        margin={"l": 10, "r": 10, "t": 40, "b": 40},
+    )
+    return fig
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#222;max-width:1400px}
+h1{font-size:22px;margin:0 0 4px} .meta{color:#555;margin-bottom:16px}
+.cards{display:flex;gap:12px;flex-wrap:wrap;margin:12px 0}
+.card{border:1px solid #ddd;border-radius:8px;padding:10px 14px;min-width:150px}
+.card b{display:block;font-size:20px} .card span{color:#666;font-size:12px}
+table{border-collapse:collapse;margin:8px 0 20px;font-size:13px}
+th,td{border-bottom:1px solid #eee;padding:4px 10px;text-align:right;vertical-align:top}
+th{background:#fafafa} td.l,th.l{text-align:left} code{font-family:ui-monospace,monospace;font-size:12px}
+.hint{color:#8a4b00} .partial{background:#fff3cd;border:1px solid #e0c36c;padding:8px;border-radius:6px}
+.grid{display:grid;grid-template-columns:1fr 1fr;gap:16px} @media(max-width:1100px){.grid{grid-template-columns:1fr}}
+"""
+
+
+def render_html(report: Report) -> str:
+    """The whole page as a string."""
+    from plotly.offline import get_plotlyjs
+
+    r = report
+    figures = [
+        ("bytes", _bytes_per_line(r)),
+        ("timeline", _timeline(r)),
+        ("kernel", _kernel_time(r)),
+        ("syncs", _syncs(r)),
+    ]
+    found = hints(r)
+    by_site: dict[tuple[str, int], list[str]] = {}
+    for h in found:
+        by_site.setdefault((h.site.file, h.site.line), []).append(h.message)
+    t = r.totals
+    cards = [
+        (fmt.size(t.bytes_moved), "moved between host and GPUs"),
+        (f"{t.syncs.count:,}", "syncs (host waited)"),
+        (
+            fmt.duration_ms(t.kernel_time_ms),
+            f"kernel time ({r.options.get('kernel_timing_source', 'host')})",
+        ),
+        (f"{t.ops:,}", "ops"),
+        (fmt.duration_ms(r.duration_s * 1000), "wall time"),
+    ]
+    rows_totals = "".join(
+        f"<tr><td class=l>{way} ({_e(DIRECTION_NAMES[way])})</td><td>{c.count:,}</td><td>{_e(fmt.size(c.bytes))}</td>"
+        f"<td>{c.pageable:,}</td><td>{c.non_blocking:,}</td>"
+        f"<td>{_e(fmt.gbps(c.bytes, c.time_ms / 1000) if c.time_ms else '-')}</td></tr>"
+        for way in DIRECTIONS
+        for c in [t.copies(way)]
+    )
+    top = sorted(
+        r.sites, key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms), reverse=True
+    )[:30]
+    rows_sites = "".join(
+        f"<tr><td class=l><code>{_e(s.file)}:{s.line}</code><br><small>{_e(s.function)}</small></td>"
+        f"<td class=l><code>{_e(s.source)}</code></td><td>{_e(fmt.size(s.bytes_moved))}</td>"
+        f"<td>{s.syncs.count:,}</td><td>{_e(', '.join(f'{k} {v}' for k, v in s.syncs.by_cause.items()))}</td>"
+        f"<td>{_e(fmt.duration_ms(s.kernel_time_ms))}</td><td>{s.ops:,}</td>"
+        f"<td class='l hint'>{'<br>'.join(_e(m) for m in by_site.get((s.file, s.line), []))}</td></tr>"
+        for s in top
+    )
+    rows_hints = (
+        "".join(
+            f"<tr><td class=l><code>{_e(h.where)}</code></td><td class=l>{_e(h.message)}</td>"
+            f"<td class=l>{_e(h.evidence)}</td></tr>"
+            for h in found
+        )
+        or "<tr><td class=l colspan=3>No line copies or syncs often enough to flag.</td></tr>"
+    )
+    tl = r.timeline
+    capped = (
+        f"<p>The timeline keeps the newest {tl.get('capacity', 0):,} copy/sync events; "
+        f"{tl.get('dropped', 0):,} older ones are counted above but not drawn.</p>"
+        if tl.get("dropped")
+        else ""
+    )
+    partial = (
+        f"<p class=partial>This run did not finish{': ' + _e(r.error) if r.error else ''}. "
+        "The numbers cover the part that ran.</p>"
+        if r.partial
+        else ""
+    )
+    no_gpu = (
+        ""
+        if r.gpu_samples
+        else f"<p>No GPU utilisation was recorded: {_e(r.options.get('gpu_stats', 'no NVML'))}.</p>"
+    )
+    devices = (
+        ", ".join(
+            _e(f"{d['device']} ({d['name']})" if d.get("name") else d["device"]) for d in r.devices
+        )
+        or "none"
+    )
+    plots = "".join(
+        f"(function () {{ var f = {_figure_json(fig)};\n"
+        f"  Plotly.newPlot('fig-{name}', f.data, f.layout, {{displaylogo: false, responsive: true}}); }})();\n"
+        for name, fig in figures
+    )
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>gpuwatch profile: {_e(" ".join(r.command) or "run")}</title>
+<style>{CSS}</style>
+<script>{get_plotlyjs()}</script>
+</head><body>
+<h1>gpuwatch profile <code>{_e(" ".join(r.command))}</code></h1>
+<div class=meta>exit code {r.exit_code} · started {_e(r.started_at or "?")} · devices: {devices}</div>
+{partial}
+<div class=cards>{"".join(f"<div class=card><b>{_e(v)}</b><span>{_e(k)}</span></div>" for v, k in cards)}</div>
+<h2>Copies</h2>
+<table><tr><th class=l>direction</th><th>copies</th><th>bytes</th><th>pageable</th><th>non_blocking</th><th>effective</th></tr>{rows_totals}</table>
+<h2>Hints</h2>
+<table><tr><th class=l>line</th><th class=l>what to change</th><th class=l>evidence</th></tr>{rows_hints}</table>
+<div id="fig-timeline"></div>{capped}{no_gpu}
+<div class=grid><div id="fig-bytes"></div><div id="fig-kernel"></div></div>
+<div id="fig-syncs"></div>
+<h2>Top lines</h2>
+<table><tr><th class=l>line</th><th class=l>source</th><th>bytes</th><th>syncs</th><th class=l>causes</th><th>kernel time</th><th>ops</th><th class=l>hints</th></tr>{rows_sites}</table>
+<script>
+{plots}</script>
+</body></html>
+"""
+
+
+def write_html(report: Report, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(render_html(report))
+
+
+def figure_payloads(report: Report) -> dict[str, dict[str, Any]]:
+    """The figures as plain JSON-able dicts (for tests and other front ends)."""
+    return {
+        name: json.loads(fig.to_json())
+        for name, fig in (
+            ("bytes", _bytes_per_line(report)),
+            ("timeline", _timeline(report)),
+            ("kernel", _kernel_time(report)),
+            ("syncs", _syncs(report)),
+        )
+    }

@@ -1,0 +1,127 @@
+"""The terminal summary of a profiled run (rich)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from gpuwatch import _format as fmt
+from gpuwatch.report.hints import hints
+from profilers import DIRECTIONS, Report, SiteStats
+
+DIRECTION_NAMES = {
+    "h2d": "host→GPU",
+    "d2h": "GPU→host",
+    "d2d": "in one GPU",
+    "p2p": "GPU→GPU",
+}
+
+
+def summary(report: Report, top: int = 5) -> RenderableType:
+    """Totals, syncs by cause, top lines by bytes, syncs and kernel time, then hints."""
+    parts: list[RenderableType] = [_header(report), _totals(report), _syncs(report)]
+    for title, key, value in (
+        ("Top lines by bytes moved", "bytes", lambda s: fmt.size(s.bytes_moved)),
+        ("Top lines by syncs", "syncs", lambda s: f"{s.syncs.count} ({_causes(s)})"),
+        ("Top lines by kernel time", "kernel_time_ms", lambda s: fmt.duration_ms(s.kernel_time_ms)),
+    ):
+        sites = report.top_sites(key, top)
+        if sites:
+            parts.append(_sites_table(title, sites, value))
+    found = hints(report)
+    if found:
+        table = Table(title="Hints", title_justify="left", box=box.SIMPLE_HEAD, expand=False)
+        table.add_column("line", style="cyan", no_wrap=True)
+        table.add_column("what to change")
+        table.add_column("evidence", style="dim")
+        for h in found[:12]:
+            table.add_row(escape(h.where), escape(h.message), escape(h.evidence))
+        parts.append(table)
+    else:
+        parts.append(Text("No hints: no line copies or syncs often enough to flag.", style="green"))
+    return Group(*parts)
+
+
+def _header(r: Report) -> RenderableType:
+    status = "finished" if not r.partial else "did not finish (partial report)"
+    if r.error:
+        status += f": {r.error}"
+    devices = (
+        ", ".join(
+            f"{d['device']} ({d['name']})"
+            if d.get("name") and d["device"] != "cpu"
+            else d["device"]
+            for d in r.devices
+        )
+        or "none"
+    )
+    lines = Text()
+    lines.append("gpuwatch profile ", style="bold").append(" ".join(r.command) or "(library)")
+    lines.append(f"\n{fmt.duration_ms(r.duration_s * 1000)}, exit code {r.exit_code}, {status}")
+    lines.append(
+        f"\ndevices: {devices}    ops: {r.totals.ops:,}    kernel time: "
+        f"{fmt.duration_ms(r.totals.kernel_time_ms)} "
+        f"({r.options.get('kernel_timing_source', 'host')})"
+    )
+    return Panel(lines, box=box.ROUNDED, expand=False)
+
+
+def _totals(r: Report) -> Table:
+    t = Table(title="Copies", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("direction", "count", "bytes", "pageable", "non_block", "GB/s"):
+        t.add_column(col, justify="left" if col == "direction" else "right", no_wrap=True)
+    for way in DIRECTIONS:
+        c = r.totals.copies(way)
+        t.add_row(
+            f"{way}  {DIRECTION_NAMES[way]}",
+            f"{c.count:,}",
+            fmt.size(c.bytes),
+            f"{c.pageable:,}",
+            f"{c.non_blocking:,}",
+            fmt.gbps(c.bytes, c.time_ms / 1000).removesuffix(" GB/s") if c.time_ms else "-",
+        )
+    return t
+
+
+def _syncs(r: Report) -> RenderableType:
+    s = r.totals.syncs
+    if not s.count:
+        return Text("Syncs: none: the host never waited for a GPU.", style="green")
+    t = Table(
+        title=f"Syncs: {s.count:,} (the host waited for a GPU)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        min_width=44,
+    )
+    t.add_column("cause")
+    t.add_column("count", justify="right")
+    for cause, n in sorted(s.by_cause.items(), key=lambda kv: -kv[1]):
+        t.add_row(cause, f"{n:,}")
+    return t
+
+
+def _sites_table(title: str, sites: list[SiteStats], value: Callable[[SiteStats], str]) -> Table:
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    t.add_column("line", style="cyan", no_wrap=True)
+    t.add_column("value", justify="right", no_wrap=True)
+    t.add_column("source")
+    for s in sites:
+        t.add_row(escape(f"{s.file}:{s.line}"), escape(value(s)), escape(s.source or s.function))
+    return t
+
+
+def _causes(s: SiteStats) -> str:
+    return ", ".join(f"{k} {v}" for k, v in s.syncs.by_cause.items())
+
+
+def summary_text(report: Report, width: int = 120) -> str:
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(summary(report))
+    return out.getvalue()

@@ -1,0 +1,278 @@
+"""``gpuwatch profile`` and ``gpuwatch report`` run as a user runs them: real subprocesses, with
+scripts in tmp_path that make copies and syncs on fake CUDA tensors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuwatch import cli
+
+ENTRY_POINTS = [["gpuwatch"], [sys.executable, "-m", "gpuwatch"]]
+
+COPIES = textwrap.dedent("""
+    import json, sys, torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    print(json.dumps(sys.argv))
+    with FakeTensorMode(shape_env=ShapeEnv()):
+        w = torch.randn(64, 64).to("cuda:0")
+        for step in range(12):
+            x = torch.randn(32, 64).to("cuda:0")
+            loss = (x @ w).sum().item()
+    code = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    if code:
+        sys.exit(code)
+""")
+# lines of COPIES (1-based after dedent, the first line is empty):
+LINE_W, LINE_X, LINE_ITEM = 8, 10, 11
+
+
+def script(tmp_path: Path, text: str, name: str = "train.py") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def run(args, cwd, timeout=120, **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False, **kw
+    )
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS, ids=["script", "module"])
+def test_counts_in_the_json_are_exact_and_argv_passes_through(tmp_path, entry):
+    script(tmp_path, COPIES)
+    done = run([*entry, "profile", "--json", "run.json", "train.py", "0", "--lr", "3"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0]) == ["train.py", "0", "--lr", "3"]
+    assert done.stdout.count("\n") == 1  # the script's stdout, and nothing of gpuwatch's
+    doc = json.loads((tmp_path / "run.json").read_text())
+    assert doc["schema"] == "gpuwatch.profile/1" and doc["exit_code"] == 0 and not doc["partial"]
+    assert doc["command"] == ["train.py", "0", "--lr", "3"]
+    t = doc["totals"]
+    # w: 64*64*4 = 16384 bytes once; x: 32*64*4 = 8192 bytes, 12 times = 98304; total 114688
+    assert (t["h2d"]["count"], t["h2d"]["bytes"]) == (13, 16384 + 12 * 8192)
+    # 12 .item() calls, one float32 element each
+    assert (t["d2h"]["count"], t["d2h"]["bytes"]) == (12, 12 * 4)
+    assert t["syncs"] == {"count": 25, "by_cause": {"item": 12, "copy_to_device": 13}}
+    sites = {s["line"]: s for s in doc["sites"] if s["file"] == "train.py"}
+    assert sites[LINE_X]["h2d"]["count"] == 12 and sites[LINE_X]["source"].startswith(
+        "x = torch.randn"
+    )
+    assert sites[LINE_ITEM]["syncs"]["by_cause"] == {"item": 12}
+    assert sites[LINE_W]["h2d"]["bytes"] == 16384
+    assert "Top lines by syncs" in done.stderr and f"train.py:{LINE_ITEM}" in done.stderr
+
+
+def test_exit_code_of_the_script_is_kept(tmp_path):
+    script(tmp_path, COPIES)
+    done = run(["gpuwatch", "profile", "-q", "--json", "r.json", "train.py", "3"], tmp_path)
+    assert done.returncode == 3
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["exit_code"] == 3 and not doc["partial"] and doc["totals"]["h2d"]["count"] == 13
+
+
+def test_an_exception_shows_the_scripts_traceback_and_a_partial_report(tmp_path):
+    script(tmp_path, COPIES + "raise ValueError('shapes do not match')\n")
+    done = run(
+        ["gpuwatch", "profile", "--json", "r.json", "--html", "r.html", "train.py"], tmp_path
+    )
+    assert done.returncode == 1
+    err = done.stderr
+    assert "Traceback (most recent call last):" in err
+    assert (
+        'File "' in err and 'train.py", line 15' in err and "ValueError: shapes do not match" in err
+    )
+    assert "gpuwatch/runner.py" not in err and "runpy" not in err  # only the script's frames
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["partial"] is True and doc["exit_code"] == 1
+    assert doc["error"] == "ValueError: shapes do not match"
+    assert doc["totals"]["h2d"]["count"] == 13  # what ran before the error is kept
+    assert (tmp_path / "r.html").stat().st_size > 1_000_000
+
+
+def test_ctrl_c_stops_with_130_and_still_writes_the_report(tmp_path):
+    script(
+        tmp_path,
+        COPIES.replace(
+            "code = int",
+            "print('looping', flush=True)\nimport time\nwhile True: time.sleep(0.05)\ncode = int",
+        ),
+    )
+    proc = subprocess.Popen(
+        ["gpuwatch", "profile", "-q", "--json", "r.json", "train.py"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while "looping" not in proc.stdout.readline():
+        assert time.monotonic() < deadline
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert (
+        doc["partial"] is True and doc["exit_code"] == 130 and doc["totals"]["syncs"]["count"] == 25
+    )
+
+
+def test_dash_m_runs_a_module_with_its_arguments(tmp_path):
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(COPIES)
+    done = run(
+        ["gpuwatch", "profile", "-q", "--json", "r.json", "-m", "mypkg.train", "0", "x"], tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    argv = json.loads(done.stdout.splitlines()[0])
+    assert argv[0].endswith("mypkg/train.py") and argv[1:] == ["0", "x"]
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["command"] == ["-m", "mypkg.train", "0", "x"]
+    assert {s["file"] for s in doc["sites"]} >= {"mypkg/train.py"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.py"], "script not found: missing.py"),
+        (["."], ". is a directory, not a script"),
+        (["-m", "no_such_module_xyz"], "module 'no_such_module_xyz' not found"),
+        (
+            ["--json", "nowhere/r.json", "train.py"],
+            "cannot write the report to nowhere/r.json: no directory nowhere",
+        ),
+        (["--html", ".", "train.py"], "cannot write the report to .: it is a directory"),
+        ([], "no script given: gpuwatch profile [options] script.py [args ...]"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2_before_the_script_runs(tmp_path, args, message):
+    script(tmp_path, "open('ran', 'w').write('yes')\n")
+    done = run(["gpuwatch", "profile", *args], tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == f"gpuwatch: error: {message}\n"
+    assert not (tmp_path / "ran").exists()
+
+
+def test_unreadable_script_is_refused(tmp_path, monkeypatch, capsys):
+    path = script(tmp_path, "print('hi')\n")
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, mode: False if str(p) == str(path) else real_access(p, mode)
+    )
+    assert cli.main(["profile", str(path)]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"gpuwatch: error: script not readable: {path} (permission denied)\n"
+    )
+
+
+def test_report_rerenders_a_saved_run(tmp_path):
+    script(tmp_path, COPIES)
+    assert (
+        run(["gpuwatch", "profile", "-q", "--json", "r.json", "train.py"], tmp_path).returncode == 0
+    )
+    done = run(["gpuwatch", "report", "r.json", "--html", "again.html"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Top lines by syncs" in done.stdout and f"train.py:{LINE_ITEM}" in done.stdout
+    assert "<!DOCTYPE html>" in (tmp_path / "again.html").read_text()[:50]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"{not json", "is not valid JSON"),
+        (
+            b'{"schema": "gpuwatch.snapshot/1", "gpus": []}',
+            "not a gpuwatch profile: schema is 'gpuwatch.snapshot/1'",
+        ),
+        (b'{"schema": "gpuwatch.profile/1", "totals": 7}', "damaged gpuwatch profile"),
+        (b"\xff\xfe\x00binary", "is not text"),
+    ],
+)
+def test_report_refuses_corrupt_or_foreign_files(tmp_path, content, message):
+    (tmp_path / "bad.json").write_bytes(content)
+    done = run(["gpuwatch", "report", "bad.json"], tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith("gpuwatch: error:")
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_report_of_a_missing_file(tmp_path):
+    done = run(["gpuwatch", "report", "nope.json"], tmp_path)
+    assert (done.returncode, done.stderr) == (2, "gpuwatch: error: no such file: nope.json\n")
+
+
+EVIL = "</script><img src=x onerror=window.__pwned=1><b>"
+
+
+def test_html_escapes_strings_from_user_code(tmp_path):
+    text = COPIES.replace("loss = (x @ w)", f"loss = (x @ w)  # {EVIL}\n        loss = (x @ w)")
+    script(tmp_path, text, name="evil_<b>.py")
+    done = run(["gpuwatch", "profile", "-q", "--html", "r.html", "evil_<b>.py"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert EVIL not in page and "<img src=x" not in page
+    assert "&lt;/script&gt;&lt;img src=x onerror=window.__pwned=1&gt;" in page
+
+
+def _browser():
+    pw = pytest.importorskip("playwright.sync_api")
+    exe = "/usr/bin/chromium"
+    if not Path(exe).exists():
+        pytest.skip("Debian's chromium is not installed")
+    return pw, exe
+
+
+def test_html_report_renders_offline_in_a_real_browser(tmp_path):
+    pw, exe = _browser()
+    text = COPIES.replace("loss = (x @ w)", f"loss = (x @ w)  # {EVIL}\n        loss = (x @ w)")
+    script(tmp_path, text)
+    done = run(["gpuwatch", "profile", "-q", "--html", "r.html", "train.py"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    with pw.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=exe,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        try:
+            page = browser.new_page()
+            requests, problems = [], []
+            page.on("request", lambda r: requests.append(r.url))
+            page.on(
+                "console",
+                lambda m: problems.append(m.text) if m.type in ("error", "warning") else None,
+            )
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            page.goto((tmp_path / "r.html").as_uri())
+            page.wait_for_selector("#fig-syncs .main-svg", timeout=30_000)
+            plots = page.query_selector_all(".js-plotly-plot")
+            bars = page.query_selector_all("#fig-bytes .bars .point")
+            pwned = page.evaluate("window.__pwned === 1")
+            title = page.title()
+            page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+        finally:
+            browser.close()
+    assert len(plots) == 4 and len(bars) >= 2
+    assert requests == [(tmp_path / "r.html").as_uri()]  # self-contained: nothing fetched
+    assert problems == [] and not pwned
+    assert title == "gpuwatch profile: train.py"
