@@ -1,0 +1,197 @@
+"""Every demo and exercise runs on the CPU with tiny sizes; on a GPU, the naive variant's
+mistakes show in the profile, at the lines that make them."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMOS = ROOT / "demos"
+TINY = ["--steps", "6", "--epochs", "2", "--batch", "8", "--size", "16"]
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def demo(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def final_loss(out: str) -> float:
+    match = re.search(r"final loss (\d+\.\d+)", out)
+    assert match, out
+    return float(match.group(1))
+
+
+def test_naive_and_fixed_reach_the_same_loss():
+    naive = demo("demos/single_gpu_training.py", "--variant", "naive", *TINY)
+    fixed = demo("demos/single_gpu_training.py", "--variant", "fixed", *TINY)
+    assert abs(final_loss(naive.stdout) - final_loss(fixed.stdout)) < 1e-4
+    assert naive.stdout.count("epoch ") == fixed.stdout.count("epoch ") == 2
+    if not torch.cuda.is_available():
+        assert naive.stderr == "note: no CUDA GPU found, running on the CPU\n"
+
+
+def test_every_mistake_and_fix_is_on_its_own_commented_line():
+    lines = (DEMOS / "single_gpu_training.py").read_text().splitlines()
+    def code_with(marker: str) -> list[str]:
+        return [s for s in lines if marker in s and s.split(marker)[0].strip()]
+
+    mistakes = code_with("# MISTAKE:")
+    # the model or constants moved inside the loop, a CPU tensor made mid-forward, loss.item()
+    # every step, .cpu().numpy() metrics, non_blocking from pageable memory, a blocking copy,
+    # the optimiser built before .to(device)
+    assert len(mistakes) == 7
+    assert len(code_with("# FIX:")) >= 5
+
+
+def test_dataparallel_demo_says_how_the_batch_is_split():
+    out = demo(
+        "demos/dataparallel_training.py", "--steps", "2", "--batch", "8", "--size", "16"
+    ).stdout
+    gpus = torch.cuda.device_count()
+    if gpus >= 2:
+        assert f"DataParallel over {gpus} GPUs" in out
+    elif gpus == 1:
+        assert "one GPU visible" in out
+    else:
+        assert "no GPU: DataParallel just calls the model on the CPU" in out
+    assert re.search(r"mean loss \d+\.\d+ over 2 steps", out)
+
+
+def test_split_sizes_follow_torch_chunk():
+    sys.path.insert(0, str(DEMOS))
+    try:
+        from dataparallel_training import split_sizes
+    finally:
+        sys.path.remove(str(DEMOS))
+    assert split_sizes(10, 3) == [4, 4, 2]
+    assert split_sizes(128, 1) == [128]
+
+
+def test_exercises_print_their_tables():
+    matmul = demo("demos/exercises.py", "matmul", "--sizes", "16", "32").stdout
+    assert re.search(r"^16x16\s+\d+\.\d+", matmul, re.M) and "32x32" in matmul
+    trace = demo("demos/exercises.py", "trace-log", "--steps", "20", "--size", "8").stdout
+    assert "log each tr(M M^T) with .item()" in trace and "same values: True" in trace
+    two = demo("demos/exercises.py", "two-gpus", "--steps", "1", "--size", "64").stdout
+    if torch.cuda.device_count() < 2:
+        assert two.startswith("skipped: needs two GPUs")
+    else:
+        assert "two GPUs at once" in two
+
+
+def test_minibatch_benchmark_table():
+    out = demo(
+        "demos/minibatch_benchmark.py",
+        "--batch",
+        "2",
+        "--steps",
+        "1",
+        "--threads",
+        "1",
+        "2",
+        "--networks",
+        "fc",
+        "lstm",
+    ).stdout
+    header = next(line for line in out.splitlines() if line.startswith("network"))
+    assert "CPU 1 thr" in header and "CPU 2 thr" in header
+    assert re.search(r"^fc\s+\d+\.\d+\s+\d+\.\d+", out, re.M)
+    assert re.search(r"^lstm\s+\d+\.\d+", out, re.M)
+
+
+def test_trace_log_profile_shows_one_sync_per_logged_value(tmp_path):
+    # On the CPU .item() is free; the profile still charges the ops to the exercise's lines.
+    done = subprocess.run(
+        [
+            "gpuwatch",
+            "profile",
+            "-q",
+            "--json",
+            str(tmp_path / "r.json"),
+            "demos/exercises.py",
+            "trace-log",
+            "--steps",
+            "10",
+            "--size",
+            "8",
+            "--device",
+            "cpu",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    lines = {s["source"] for s in doc["sites"] if s["file"] == "demos/exercises.py"}
+    assert "log.append((m @ m.T).trace().item())  # a sync per product" in lines
+
+
+def _profile(tmp_path: Path, variant: str) -> dict:
+    out = tmp_path / f"{variant}.json"
+    done = subprocess.run(
+        [
+            "gpuwatch",
+            "profile",
+            "-q",
+            "--json",
+            str(out),
+            "demos/single_gpu_training.py",
+            "--variant",
+            variant,
+            "--steps",
+            "20",
+            "--epochs",
+            "1",
+            "--batch",
+            "32",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(out.read_text())
+
+
+@gpu
+@needs_cuda
+def test_on_a_gpu_the_naive_variant_copies_and_syncs_more_at_its_mistake_lines(tmp_path):
+    naive, fixed = _profile(tmp_path, "naive"), _profile(tmp_path, "fixed")
+    n, f = naive["totals"], fixed["totals"]
+    assert n["syncs"]["count"] > f["syncs"]["count"]
+    assert n["h2d"]["count"] + n["d2h"]["count"] > f["h2d"]["count"] + f["d2h"]["count"]
+    source = (DEMOS / "single_gpu_training.py").read_text().splitlines()
+    mistakes = {i for i, text in enumerate(source, start=1) if "# MISTAKE:" in text}
+    demo_sites = [s for s in naive["sites"] if s["file"] == "demos/single_gpu_training.py"]
+    busiest = sorted(
+        demo_sites,
+        key=lambda s: (s["syncs"]["count"], s["h2d"]["count"] + s["d2h"]["count"]),
+        reverse=True,
+    )[:4]
+    assert {s["line"] for s in busiest} <= mistakes, [(s["line"], s["source"]) for s in busiest]
+    # 20 steps: .item() and two .cpu() every step, a blocking label copy every step
+    item_line = next(i for i in mistakes if "loss.item()" in source[i - 1])
+    site = next(s for s in demo_sites if s["line"] == item_line)
+    assert site["syncs"]["by_cause"].get("item") == 20

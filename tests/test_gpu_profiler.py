@@ -1,0 +1,161 @@
+"""The profiler on real CUDA tensors, and its cross-checks against PyTorch's own tools.
+
+Marked ``gpu``; skipped without CUDA. Run them where a GPU is lent: ``pytest -m gpu``."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+
+import profilers
+from tests.profiler_helpers import copies, line_of, site_at
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+N = 256
+NBYTES = N * N * 4  # 262144
+
+
+def test_every_dispatcher_table_row_on_a_real_gpu(capsys):
+    x = torch.randn(N, N)
+    pinned = torch.randn(N, N).pin_memory()
+    with profilers.profile() as prof:
+        y = x.to("cuda:0")  # @h2d
+        pinned.to("cuda:0", non_blocking=True)  # @h2d_pinned
+        x.to("cuda:0", non_blocking=True)  # @h2d_pageable_nb
+        y.cpu()  # @d2h
+        y.to("cpu", non_blocking=True)  # @d2h_nb
+        torch.empty(N, N).copy_(y, non_blocking=True)  # @d2h_pageable_nb
+        y.sum().item()  # @item
+        y[y > 0]  # @mask
+        torch.nonzero(y)  # @nonzero
+        y[0, :4].tolist()  # @tolist
+        print(y[:1, :1])  # @print
+        torch.cuda.synchronize()  # @synchronize
+        torch.cuda.current_stream().synchronize()  # @stream
+        ev = torch.cuda.Event()
+        ev.record()
+        ev.synchronize()  # @event
+    r = prof.report()
+    capsys.readouterr()
+    assert site_at(r, line_of("h2d")).h2d.counts() == copies(count=1, bytes=NBYTES, pageable=1)
+    assert site_at(r, line_of("h2d")).syncs.by_cause == {"copy_to_device": 1}
+    assert site_at(r, line_of("h2d_pinned")).h2d.counts() == copies(
+        count=1, bytes=NBYTES, non_blocking=1
+    )
+    assert site_at(r, line_of("h2d_pinned")).syncs.count == 0
+    assert site_at(r, line_of("h2d_pageable_nb")).h2d.counts() == copies(
+        count=1, bytes=NBYTES, pageable=1, non_blocking=1
+    )
+    assert site_at(r, line_of("h2d_pageable_nb")).syncs.count == 0
+    assert site_at(r, line_of("d2h")).syncs.by_cause == {"copy_to_host": 1}
+    assert site_at(r, line_of("d2h_nb")).d2h.counts() == copies(
+        count=1, bytes=NBYTES, non_blocking=1
+    )
+    assert site_at(r, line_of("d2h_nb")).syncs.count == 0
+    assert site_at(r, line_of("d2h_pageable_nb")).syncs.by_cause == {"copy_to_host": 1}
+    assert site_at(r, line_of("item")).syncs.by_cause == {"item": 1}
+    assert site_at(r, line_of("item")).d2h.counts() == copies(count=1, bytes=4, pageable=1)
+    assert site_at(r, line_of("mask")).syncs.by_cause == {"data_dependent_shape": 1}
+    assert site_at(r, line_of("nonzero")).syncs.by_cause == {"data_dependent_shape": 1}
+    tolist = site_at(r, line_of("tolist"))
+    assert tolist.d2h.count == 1 and tolist.syncs.by_cause == {"copy_to_host": 1}
+    assert site_at(r, line_of("print")).syncs.by_cause.get("copy_to_host", 0) >= 1
+    for marker in ("synchronize", "stream", "event"):
+        assert site_at(r, line_of(marker)).syncs.by_cause == {"synchronize": 1}, marker
+    assert r.options["kernel_timing_source"] == "cuda_events"
+    assert {d["device"] for d in r.devices} == {"cpu", "cuda:0"}
+    assert r.devices[1]["name"]
+
+
+def test_kernel_time_comes_from_cuda_events():
+    a = torch.randn(4096, 4096, device="cuda:0")
+    with profilers.profile() as prof:
+        for _ in range(5):
+            a @ a  # @matmul
+    site = site_at(prof.report(), line_of("matmul"))
+    # 5 products of 2*4096^3 = 687 GFLOP: more than a millisecond on any GPU
+    assert site.kernel_time_ms > 1.0
+    assert site.op_breakdown["mm.default"][0] == 5
+
+
+def _workload() -> None:
+    x = torch.randn(1024, 1024)  # 4 MiB
+    xp = torch.randn(512, 512).pin_memory()  # 1 MiB
+    for _ in range(5):
+        y = x.to("cuda:0")
+        y2 = xp.to("cuda:0", non_blocking=True)
+        (y @ y).cpu()
+        (y2 * 2).sum().item()
+
+
+def test_copies_match_torch_profiler_memcpy_events(tmp_path):
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as tp, profilers.profile() as gp:
+        _workload()
+        torch.cuda.synchronize()
+    trace = tmp_path / "trace.json"
+    tp.export_chrome_trace(str(trace))
+    events = json.loads(trace.read_text())["traceEvents"]
+    memcpy = [e for e in events if e.get("cat") == "gpu_memcpy"]
+    seen = {"h2d": [0, 0], "d2h": [0, 0], "p2p": [0, 0]}
+    for e in memcpy:
+        way = (
+            "h2d"
+            if "HtoD" in e["name"]
+            else "d2h"
+            if "DtoH" in e["name"]
+            else "p2p"
+            if "PtoP" in e["name"]
+            else None
+        )
+        if way:
+            seen[way][0] += 1
+            seen[way][1] += int(e["args"]["bytes"])
+    r = gp.report()
+    for way, (count, nbytes) in seen.items():
+        assert (r.totals.copies(way).count, r.totals.copies(way).bytes) == (count, nbytes), way
+    assert seen["h2d"] == [10, 5 * (4 * 2**20 + 2**20)]
+
+
+def test_syncs_match_set_sync_debug_mode_warnings():
+    x = torch.randn(1024, 1024)
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with profilers.profile() as gp:
+                for _ in range(4):
+                    y = x.to("cuda:0")  # flagged
+                    y.sum().item()  # flagged
+                    y[y > 0]  # flagged
+                    torch.empty(8).copy_(
+                        y[0, :8], non_blocking=True
+                    )  # not flagged: pageable nb D2H
+                torch.cuda.synchronize()  # explicit: not flagged
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    flagged = [w for w in caught if "synchroniz" in str(w.message)]
+    r = gp.report()
+    explicit, pageable_nb_d2h = 1, 4
+    assert r.totals.syncs.count == len(flagged) + explicit + pageable_nb_d2h
+    assert r.totals.syncs.by_cause["synchronize"] == explicit
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_a_dataparallel_step_is_counted():
+    model = torch.nn.DataParallel(torch.nn.Linear(512, 512).cuda())
+    x = torch.randn(256, 512, device="cuda:0")
+    with profilers.profile() as prof:
+        model(x).sum().backward()  # @dp
+    site = site_at(prof.report(), line_of("dp"))
+    gpus = torch.cuda.device_count()
+    # broadcast of the replicas (512*512 + 512 floats) to every GPU but the first, each step
+    assert site.p2p.count >= gpus - 1
+    assert site.p2p.bytes >= (gpus - 1) * (512 * 512 + 512) * 4
