@@ -4,8 +4,9 @@ their fixes. Profile both and compare:
     gpuwatch profile demos/single_gpu_training.py --variant naive
     gpuwatch profile demos/single_gpu_training.py --variant fixed
 
-Every mistake in the naive variant is on its own line, marked ``# MISTAKE:``; the fixed
-variant marks each fix ``# FIX:``. Both print the same final loss.
+Every mistake in the naive variant is on its own line, with a MISTAKE comment that the
+profile's source column shows; the fixed variant marks each fix with a FIX comment. Both print
+the same final loss.
 """
 
 from __future__ import annotations
@@ -32,9 +33,7 @@ class NaiveCNN(nn.Module):
         self.head = nn.Linear(32, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mean = (
-            torch.tensor(MEAN).view(1, 3, 1, 1).to(x.device)
-        )  # MISTAKE: CPU tensor made mid-forward, moved every step
+        mean = torch.tensor(MEAN).view(1, 3, 1, 1).to(x.device)  # MISTAKE: CPU tensor made mid-forward, moved every step
         x = F.max_pool2d(F.relu(self.conv1(x - mean)), 2)
         x = F.max_pool2d(F.relu(self.conv2(x)), 2)
         return self.head(x.mean(dim=(2, 3)))
@@ -43,9 +42,7 @@ class NaiveCNN(nn.Module):
 class FixedCNN(NaiveCNN):
     def __init__(self, classes: int = 10) -> None:
         super().__init__(classes)
-        self.register_buffer(
-            "mean", torch.tensor(MEAN).view(1, 3, 1, 1)
-        )  # FIX: a buffer moves with the model, once
+        self.register_buffer("mean", torch.tensor(MEAN).view(1, 3, 1, 1))  # FIX: a buffer moves with the model, once
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.max_pool2d(F.relu(self.conv1(x - self.mean)), 2)
@@ -63,20 +60,14 @@ def train_naive(
 ) -> float:
     torch.manual_seed(0)
     model = NaiveCNN()
-    optimizer = torch.optim.SGD(
-        model.parameters(), lr=0.05, momentum=0.9
-    )  # MISTAKE: optimiser built before .to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)  # MISTAKE: optimiser built before .to(device)
     epoch_loss = 0.0
     for epoch in range(epochs):
         losses, accuracy = [], 0.0
         for step in range(steps):
-            model.to(
-                device
-            )  # MISTAKE: moving the model inside the loop (a no-op after the first step, but a habit that costs)
+            model.to(device)  # MISTAKE: moving the model inside the loop (a no-op after the first step, but a habit that costs)
             lo = (step * batch) % len(images)
-            xb = images[lo : lo + batch].to(
-                device, non_blocking=True
-            )  # MISTAKE: non_blocking=True from pageable memory does nothing
+            xb = images[lo : lo + batch].to(device, non_blocking=True)  # MISTAKE: non_blocking=True from pageable memory does nothing
             yb = labels[lo : lo + batch].to(device)  # MISTAKE: a blocking copy each step
             out = model(xb)
             loss = F.cross_entropy(out, yb)
@@ -84,9 +75,7 @@ def train_naive(
             loss.backward()
             optimizer.step()
             losses.append(loss.item())  # MISTAKE: loss.item() every step waits for the GPU
-            accuracy += (
-                out.argmax(1).cpu().numpy() == yb.cpu().numpy()
-            ).mean()  # MISTAKE: .cpu().numpy() metrics every step
+            accuracy += (out.argmax(1).cpu().numpy() == yb.cpu().numpy()).mean()  # MISTAKE: .cpu().numpy() metrics every step
         epoch_loss = sum(losses) / len(losses)
         print(f"epoch {epoch}: loss {epoch_loss:.4f} accuracy {accuracy / steps:.3f}")
     return epoch_loss
@@ -104,19 +93,14 @@ def train_fixed(
     model = FixedCNN().to(device)  # FIX: model on the device once, before the optimiser
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     if device.type == "cuda":
-        images, labels = (
-            images.pin_memory(),
-            labels.pin_memory(),
-        )  # FIX: pinned memory, so non_blocking copies are async
+        images, labels = images.pin_memory(), labels.pin_memory()  # FIX: pinned memory, so non_blocking copies are async
     epoch_loss = 0.0
     for epoch in range(epochs):
         loss_sum = torch.zeros((), device=device)  # FIX: accumulate on the device
         correct = torch.zeros((), device=device, dtype=torch.long)
         for step in range(steps):
             lo = (step * batch) % len(images)
-            xb = images[lo : lo + batch].to(
-                device, non_blocking=True
-            )  # FIX: async copy from pinned memory
+            xb = images[lo : lo + batch].to(device, non_blocking=True)  # FIX: async copy from pinned memory
             yb = labels[lo : lo + batch].to(device, non_blocking=True)
             out = model(xb)
             loss = F.cross_entropy(out, yb)
