@@ -3,12 +3,18 @@
 * ``top.svg``: ``gpuwatch top --demo`` at 160x44, taken by the app itself (Textual's SVG
   export) from the FakeBackend with a frozen clock, so the picture only changes with the code.
 * ``top-compact.svg``: the same with 8 GPUs at 100x30 (compact cards).
+* ``profile-summary.txt`` and ``profile-report.png``: ``gpuwatch profile`` of
+  ``demos/fake_gpu_walkthrough.py``, its terminal summary and its HTML report as headless
+  Chromium shows it (needs Debian's chromium).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from gpuwatch.app.top import TopApp
@@ -39,12 +45,67 @@ async def _top(out: Path, name: str, gpus: int, size: tuple[int, int]) -> Path:
         return Path(app.save_screenshot(filename=name, path=str(out)))
 
 
+def _profile(out: Path) -> list[Path]:
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        html = Path(tmp) / "report.html"
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpuwatch",
+                "profile",
+                "--html",
+                str(html),
+                "demos/fake_gpu_walkthrough.py",
+                "--steps",
+                "50",
+            ],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "COLUMNS": "110"},
+            check=True,
+        )
+        summary = out / "profile-summary.txt"
+        lines = [
+            line.rstrip()
+            for line in done.stderr.splitlines()
+            if not line.startswith("gpuwatch: wrote")
+        ]
+        summary.write_text("\n".join(lines).rstrip() + "\n")
+        png = out / "profile-report.png"
+        subprocess.run(
+            [
+                "chromium",
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={tmp}/chromium",
+                "--hide-scrollbars",
+                "--window-size=1300,1900",
+                "--virtual-time-budget=8000",
+                f"--screenshot={png}",
+                html.as_uri(),
+            ],
+            capture_output=True,
+            check=True,
+            timeout=120,
+        )
+    return [summary, png]
+
+
 def main(out_dir: str = str(Path(__file__).parent / "screenshots")) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for path in (
         asyncio.run(_top(out, "top.svg", 2, (160, 44))),
         asyncio.run(_top(out, "top-compact.svg", 8, (100, 30))),
+        *_profile(out),
     ):
         print(path)
 

@@ -49,6 +49,7 @@ def test_naive_and_fixed_reach_the_same_loss():
 
 def test_every_mistake_and_fix_is_on_its_own_commented_line():
     lines = (DEMOS / "single_gpu_training.py").read_text().splitlines()
+
     def code_with(marker: str) -> list[str]:
         return [s for s in lines if marker in s and s.split(marker)[0].strip()]
 
@@ -195,3 +196,44 @@ def test_on_a_gpu_the_naive_variant_copies_and_syncs_more_at_its_mistake_lines(t
     item_line = next(i for i in mistakes if "loss.item()" in source[i - 1])
     site = next(s for s in demo_sites if s["line"] == item_line)
     assert site["syncs"]["by_cause"].get("item") == 20
+
+
+def test_fake_gpu_walkthrough_profile_counts_and_hints_point_at_the_mistakes(tmp_path):
+    done = subprocess.run(
+        [
+            "gpuwatch",
+            "profile",
+            "--json",
+            str(tmp_path / "w.json"),
+            "demos/fake_gpu_walkthrough.py",
+            "--steps",
+            "10",
+            "--batch",
+            "8",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    t = json.loads((tmp_path / "w.json").read_text())["totals"]
+    # once: w1 784*512*4 = 1605632, b1 512*4 = 2048, w2 512*10*4 = 20480, b2 10*4 = 40
+    # each of 10 steps: xb 8*784*4 = 25088, yb 8 int64 = 64, scale 4
+    assert (t["h2d"]["count"], t["h2d"]["bytes"]) == (4 + 30, 1628200 + 10 * (25088 + 64 + 4))
+    assert (t["h2d"]["non_blocking"], t["h2d"]["pageable"]) == (10, 34)
+    # each step: loss.item() and a .cpu() of a float32 scalar, 4 bytes each
+    assert (t["d2h"]["count"], t["d2h"]["bytes"]) == (20, 80)
+    assert t["syncs"] == {
+        "count": 44,
+        "by_cause": {"item": 10, "copy_to_host": 10, "copy_to_device": 24},
+    }
+    source = (DEMOS / "fake_gpu_walkthrough.py").read_text().splitlines()
+    mistakes = {
+        f"demos/fake_gpu_walkthrough.py:{i}" for i, s in enumerate(source, 1) if "# MISTAKE:" in s
+    }
+    hinted = set(
+        re.findall(r"(demos/fake_gpu_walkthrough\.py:\d+)\s{2,}\S", done.stderr.split("Hints")[-1])
+    )
+    assert hinted == mistakes and len(mistakes) == 5

@@ -27,7 +27,7 @@ def _p(text: object) -> str:
 
 
 def _label(s: SiteStats) -> str:
-    source = s.source if len(s.source) <= 60 else s.source[:57] + "..."
+    source = s.source if len(s.source) <= 48 else s.source[:45] + "..."
     return _p(f"{s.file}:{s.line}  {source}")
 
 
@@ -194,7 +194,6 @@ table{border-collapse:collapse;margin:8px 0 20px;font-size:13px}
 th,td{border-bottom:1px solid #eee;padding:4px 10px;text-align:right;vertical-align:top}
 th{background:#fafafa} td.l,th.l{text-align:left} code{font-family:ui-monospace,monospace;font-size:12px}
 .hint{color:#8a4b00} .partial{background:#fff3cd;border:1px solid #e0c36c;padding:8px;border-radius:6px}
-.grid{display:grid;grid-template-columns:1fr 1fr;gap:16px} @media(max-width:1100px){.grid{grid-template-columns:1fr}}
 """
 
 
@@ -266,7 +265,7 @@ def render_html(report: Report) -> str:
     no_gpu = (
         ""
         if r.gpu_samples
-        else f"<p>No GPU utilisation was recorded: {_e(r.options.get('gpu_stats', 'no NVML'))}.</p>"
+        else f"<p>No GPU utilisation was recorded ({_e(str(r.options.get('gpu_stats', 'no NVML')).rstrip('.?'))}).</p>"
     )
     devices = (
         ", ".join(
@@ -295,7 +294,8 @@ def render_html(report: Report) -> str:
 <h2>Hints</h2>
 <table><tr><th class=l>line</th><th class=l>what to change</th><th class=l>evidence</th></tr>{rows_hints}</table>
 <div id="fig-timeline"></div>{capped}{no_gpu}
-<div class=grid><div id="fig-bytes"></div><div id="fig-kernel"></div></div>
+<div id="fig-bytes"></div>
+<div id="fig-kernel"></div>
 <div id="fig-syncs"></div>
 <h2>Top lines</h2>
 <table><tr><th class=l>line</th><th class=l>source</th><th>bytes</th><th>syncs</th><th class=l>causes</th><th>kernel time</th><th>ops</th><th class=l>hints</th></tr>{rows_sites}</table>

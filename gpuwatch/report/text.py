@@ -108,12 +108,14 @@ def _syncs(r: Report) -> RenderableType:
 
 
 def _sites_table(title: str, sites: list[SiteStats], value: Callable[[SiteStats], str]) -> Table:
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    t.add_column("line", style="cyan", no_wrap=True)
-    t.add_column("value", justify="right", no_wrap=True)
-    t.add_column("source")
-    for s in sites:
-        t.add_row(escape(f"{s.file}:{s.line}"), escape(value(s)), escape(s.source or s.function))
+    where = [f"{s.file}:{s.line}" for s in sites]
+    values = [value(s) for s in sites]
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, expand=True)
+    t.add_column("line", style="cyan", no_wrap=True, min_width=max(map(len, where)))
+    t.add_column("value", justify="right", no_wrap=True, min_width=max(map(len, values)))
+    t.add_column("source", no_wrap=True, overflow="ellipsis", ratio=1)
+    for w, v, s in zip(where, values, sites, strict=True):
+        t.add_row(escape(w), escape(v), escape(s.source or s.function))
     return t
 
 
