@@ -374,3 +374,15 @@ def test_report_round_trips_through_json():
 def test_foreign_or_damaged_reports_are_refused(doc, message):
     with pytest.raises(profilers.ReportFormatError, match=message):
         profilers.Report.from_dict(doc)
+
+
+def test_live_snapshot_is_compact_and_counts_so_far():
+    with profilers.profile(is_pinned=never_pinned) as prof, fake_mode():
+        x = torch.randn(4)
+        for _ in range(3):
+            x.to("cuda:0")  # @live
+        snap = prof.live_snapshot(top=1)
+    assert snap["totals"]["h2d"]["count"] == 3 and snap["site_count"] == 2
+    assert [s["line"] for s in snap["sites"]] == [line_of("live")]
+    assert "timeline" not in snap and snap["elapsed_s"] >= 0
+    json.dumps(snap)

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import math
 import signal
-import threading
 from collections import deque
 from collections.abc import Callable
 
-from textual import events, on, work
-from textual.app import App, ComposeResult
+from textual import events, on
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid
-from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable, Footer, Header, Input
-from textual.worker import get_current_worker
 
+from gpuwatch.app.sampling import SamplingApp, card_layout
 from gpuwatch.app.screens import HelpScreen, KillScreen, StackScreen
 from gpuwatch.app.widgets import GpuCard, ProcessTable
 from gpuwatch.nvml.backend import Backend
@@ -24,16 +21,12 @@ from gpuwatch.nvml.sampler import Sampler
 from gpuwatch.nvml.samples import Snapshot
 from gpuwatch.pyspy import dump_stack
 
-#: Height of a full card, borders included; a compact card is one line.
-FULL_CARD_HEIGHT = 10
-FULL_CARD_MIN_WIDTH = 56
-COMPACT_CARD_MIN_WIDTH = 78
 #: Rows kept for the process table (with header, footer) before cards go compact.
 MIN_TABLE_ROWS = 8
 HISTORY_SECONDS = 300.0
 
 
-class TopApp(App[None]):
+class TopApp(SamplingApp):
     """Live per-GPU stats and the processes using the GPUs.
 
     Args:
@@ -67,16 +60,6 @@ class TopApp(App[None]):
     compact: reactive[bool] = reactive(False)
     """GPU cards drawn as one line each, chosen from the terminal size and GPU count."""
 
-    class SnapshotReady(Message):
-        def __init__(self, snapshot: Snapshot) -> None:
-            super().__init__()
-            self.snapshot = snapshot
-
-    class SamplingFailed(Message):
-        def __init__(self, error: str) -> None:
-            super().__init__()
-            self.error = error
-
     def __init__(
         self,
         backend: Backend,
@@ -84,22 +67,18 @@ class TopApp(App[None]):
         readonly: bool = False,
         stack_dumper: Callable[[int], str] = dump_stack,
     ) -> None:
-        super().__init__()
+        sampler = Sampler(backend, interval_s=interval_s)
+        super().__init__(sampler, interval_s)
         self.backend = backend
-        self.interval_s = interval_s
         self.readonly = readonly
         self.stack_dumper = stack_dumper
-        self.sampler = Sampler(backend, interval_s=interval_s)
-        self.gpu_count = self.sampler.gpu_count
+        self.gpu_count = sampler.gpu_count
         self.snapshot: Snapshot | None = None
         self.samples_taken = 0
         n = max(1, int(HISTORY_SECONDS / interval_s))
         self._history = {
             i: (deque(maxlen=n), deque(maxlen=n), deque(maxlen=n)) for i in range(self.gpu_count)
         }
-        self._sample_wake = threading.Event()
-        self._sample_gate = threading.Event()
-        self._sample_gate.set()
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -119,7 +98,7 @@ class TopApp(App[None]):
         self._update_subtitle()
         self._relayout()
         self.call_after_refresh(self.query_one(ProcessTable).focus)
-        self._sample_loop()
+        self.start_sampling()
 
     def on_resize(self, event: events.Resize) -> None:
         self._relayout(event.size.width, event.size.height)
@@ -127,11 +106,7 @@ class TopApp(App[None]):
     def _relayout(self, width: int | None = None, height: int | None = None) -> None:
         if width is None or height is None:
             width, height = self.size
-        n = self.gpu_count
-        full_cols = max(1, min(n, width // FULL_CARD_MIN_WIDTH))
-        full_height = math.ceil(n / full_cols) * FULL_CARD_HEIGHT
-        self.compact = full_height > height - 2 - MIN_TABLE_ROWS
-        cols = max(1, min(n, width // COMPACT_CARD_MIN_WIDTH)) if self.compact else full_cols
+        self.compact, cols = card_layout(width, height, self.gpu_count, 2 + MIN_TABLE_ROWS)
         grid = self.query_one("#cards", Grid)
         grid.styles.grid_size_columns = cols
         grid.set_class(self.compact, "-compact")
@@ -140,30 +115,11 @@ class TopApp(App[None]):
 
     # -- sampling -----------------------------------------------------------------------------
 
-    @work(thread=True, exclusive=True, group="sampler")
-    def _sample_loop(self) -> None:
-        worker = get_current_worker()
-        while not worker.is_cancelled:
-            self._sample_gate.wait()
-            if worker.is_cancelled:
-                break
-            try:
-                snap = self.sampler.snapshot()
-            except Exception as exc:  # a backend bug must not take the UI down
-                self.post_message(self.SamplingFailed(f"{type(exc).__name__}: {exc}"))
-            else:
-                self.post_message(self.SnapshotReady(snap))
-            self._sample_wake.wait(self.interval_s)
-            self._sample_wake.clear()
-
-    def on_top_app_snapshot_ready(self, message: SnapshotReady) -> None:
+    def on_sampling_app_snapshot_ready(self, message: SamplingApp.SnapshotReady) -> None:
         if self.paused:
             return
         self.samples_taken += 1
         self.show_snapshot(message.snapshot)
-
-    def on_top_app_sampling_failed(self, message: SamplingFailed) -> None:
-        self.notify(f"sampling failed: {message.error}", severity="error", timeout=5)
 
     def show_snapshot(self, snap: Snapshot) -> None:
         self.snapshot = snap
@@ -178,19 +134,12 @@ class TopApp(App[None]):
         self.query_one(ProcessTable).show(snap.processes)
 
     def on_unmount(self) -> None:
-        self.workers.cancel_group(self, "sampler")
-        self._sample_gate.set()
-        self._sample_wake.set()
-        self.sampler.close()
+        self.stop_sampling()
 
     # -- actions ------------------------------------------------------------------------------
 
     def watch_paused(self, paused: bool) -> None:
-        if paused:
-            self._sample_gate.clear()
-        else:
-            self._sample_gate.set()
-            self._sample_wake.set()
+        self.hold_sampling(paused)
         self._update_subtitle()
 
     def watch_compact(self, _compact: bool) -> None:
@@ -198,7 +147,7 @@ class TopApp(App[None]):
             self.call_after_refresh(self.show_snapshot, self.snapshot)
 
     def _update_subtitle(self) -> None:
-        driver = self.sampler.driver_version or "N/A"
+        driver = (self.sampler.driver_version if self.sampler else None) or "N/A"
         parts = [
             f"{self.backend.label}",
             f"driver {driver}",
@@ -268,7 +217,7 @@ class TopApp(App[None]):
                 self.notify(f"no permission to send {name} to process {proc.pid}", severity="error")
             else:
                 self.notify(f"sent {name} to process {proc.pid}")
-            self._sample_wake.set()
+            self.sample_now()
 
         self.push_screen(KillScreen(proc), send)
 

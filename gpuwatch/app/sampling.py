@@ -1,0 +1,95 @@
+"""What both apps share: a worker thread sampling GPUs, and how GPU cards fit the terminal."""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+from textual import work
+from textual.app import App
+from textual.message import Message
+from textual.worker import get_current_worker
+
+from gpuwatch.nvml.sampler import Sampler
+from gpuwatch.nvml.samples import Snapshot
+
+#: Height of a full card, borders included; a compact card is one line.
+FULL_CARD_HEIGHT = 10
+FULL_CARD_MIN_WIDTH = 56
+COMPACT_CARD_MIN_WIDTH = 78
+
+
+def card_layout(width: int, height: int, gpus: int, rows_for_the_rest: int) -> tuple[bool, int]:
+    """``(compact, columns)`` for ``gpus`` cards leaving ``rows_for_the_rest`` rows free."""
+    n = max(1, gpus)
+    full_cols = max(1, min(n, width // FULL_CARD_MIN_WIDTH))
+    compact = math.ceil(n / full_cols) * FULL_CARD_HEIGHT > height - rows_for_the_rest
+    cols = max(1, min(n, width // COMPACT_CARD_MIN_WIDTH)) if compact else full_cols
+    return compact, cols
+
+
+class SamplingApp(App[Any]):
+    """An app fed by a :class:`Sampler` on a worker thread; the UI never waits on NVML.
+
+    Subclasses handle :class:`SnapshotReady`; ``sampler`` may be None (no NVML here).
+    """
+
+    class SnapshotReady(Message):
+        def __init__(self, snapshot: Snapshot) -> None:
+            super().__init__()
+            self.snapshot = snapshot
+
+    class SamplingFailed(Message):
+        def __init__(self, error: str) -> None:
+            super().__init__()
+            self.error = error
+
+    def __init__(self, sampler: Sampler | None, interval_s: float) -> None:
+        super().__init__()
+        self.sampler = sampler
+        self.interval_s = interval_s
+        self._sample_wake = threading.Event()
+        self._sample_gate = threading.Event()
+        self._sample_gate.set()
+
+    def start_sampling(self) -> None:
+        if self.sampler is not None:
+            self._sample_loop()
+
+    @work(thread=True, exclusive=True, group="sampler")
+    def _sample_loop(self) -> None:
+        assert self.sampler is not None
+        worker = get_current_worker()
+        while not worker.is_cancelled:
+            self._sample_gate.wait()
+            if worker.is_cancelled:
+                break
+            try:
+                snap = self.sampler.snapshot()
+            except Exception as exc:  # a backend bug must not take the UI down
+                self.post_message(self.SamplingFailed(f"{type(exc).__name__}: {exc}"))
+            else:
+                self.post_message(self.SnapshotReady(snap))
+            self._sample_wake.wait(self.interval_s)
+            self._sample_wake.clear()
+
+    def hold_sampling(self, held: bool) -> None:
+        if held:
+            self._sample_gate.clear()
+        else:
+            self._sample_gate.set()
+            self._sample_wake.set()
+
+    def sample_now(self) -> None:
+        self._sample_wake.set()
+
+    def on_sampling_app_sampling_failed(self, message: SamplingFailed) -> None:
+        self.notify(f"sampling failed: {message.error}", severity="error", timeout=5)
+
+    def stop_sampling(self) -> None:
+        self.workers.cancel_group(self, "sampler")
+        self._sample_gate.set()
+        self._sample_wake.set()
+        if self.sampler is not None:
+            self.sampler.close()
