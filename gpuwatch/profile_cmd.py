@@ -55,6 +55,15 @@ def add_parsers(sub: Any, positive_int: Any, interval: Any) -> None:
     )
     p.add_argument("--no-gpu-stats", action="store_true", help="do not sample GPU stats with NVML")
     p.add_argument(
+        "--live",
+        action="store_true",
+        help="watch it live: GPU stats, copies, syncs and hot lines while it runs "
+        "(the script runs in a child process)",
+    )
+    p.add_argument(
+        "--demo", action="store_true", help="with --live: simulated GPU cards (no NVML needed)"
+    )
+    p.add_argument(
         "args",
         nargs=argparse.REMAINDER,
         metavar="script.py [args ...]",
@@ -137,6 +146,10 @@ def run_profile(args: argparse.Namespace) -> int:
         if path:
             check_writable(path)
     command = ["-m", target.name, *target.args] if target.module else target.argv
+    if args.live:
+        return run_live(args, target)
+    if args.demo:
+        raise CliError("--demo goes with --live (it simulates the GPU cards)")
     timeline, gpu_stats = _gpu_timeline(args)
     prof = profilers.profile(
         kernel_timing=not args.no_kernel_timing,
@@ -161,9 +174,52 @@ def run_profile(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
-def write_outputs(report: Any, json_path: str | None, html_path: str | None) -> bool:
-    """Writes what was asked for; says so on stderr. True if any write failed."""
-    failed = False
+def run_live(args: argparse.Namespace, target: Any) -> int:
+    from gpuwatch.app.live import LiveApp
+    from gpuwatch.live.session import ChildSession, LiveOptions
+    from gpuwatch.nvml import NvmlUnavailable, Sampler, open_backend
+
+    sampler, reason = None, "off (--no-gpu-stats)"
+    if not args.no_gpu_stats:
+        try:
+            sampler = Sampler(open_backend(demo=args.demo), interval_s=1.0)
+        except NvmlUnavailable as exc:
+            reason = str(exc).replace("; try --demo", "").replace(" Try --demo", "")
+    session = ChildSession(
+        LiveOptions(
+            target.name,
+            list(target.args),
+            module=target.module,
+            kernel_timing=not args.no_kernel_timing,
+            user_code=args.user_code,
+            timeline_capacity=args.timeline_capacity,
+        )
+    )
+    app = LiveApp(
+        session,
+        sampler,
+        no_gpu_reason=reason,
+        json_path=args.json_path,
+        html_path=args.html_path,
+        top=args.top,
+    )
+    app.run()
+    if app.fatal is not None:
+        raise CliError(app.fatal)
+    for ok, message in app.written:
+        print(f"gpuwatch: {'' if ok else 'error: '}{message}", file=sys.stderr)
+    if app.report is not None and not args.quiet:
+        print_summary(app.report, args.top)
+    failed = any(not ok for ok, _ in app.written)
+    code = app.exit_code if app.exit_code is not None else 1
+    return 2 if failed and code == 0 else code
+
+
+def write_reports(
+    report: Any, json_path: str | None, html_path: str | None
+) -> list[tuple[bool, str]]:
+    """Writes what was asked for; ``(ok, message)`` for each file, for the caller to show."""
+    results: list[tuple[bool, str]] = []
     for path, kind in ((json_path, "json"), (html_path, "html")):
         if not path:
             continue
@@ -175,14 +231,18 @@ def write_outputs(report: Any, json_path: str | None, html_path: str | None) -> 
 
                 write_html(report, path)
         except OSError as exc:
-            print(
-                f"gpuwatch: error: cannot write the report to {path}: {exc.strerror or exc}",
-                file=sys.stderr,
-            )
-            failed = True
+            results.append((False, f"cannot write the report to {path}: {exc.strerror or exc}"))
         else:
-            print(f"gpuwatch: wrote {path}", file=sys.stderr)
-    return failed
+            results.append((True, f"wrote {path}"))
+    return results
+
+
+def write_outputs(report: Any, json_path: str | None, html_path: str | None) -> bool:
+    """Writes the reports and says so on stderr. True if any write failed."""
+    results = write_reports(report, json_path, html_path)
+    for ok, message in results:
+        print(f"gpuwatch: {'' if ok else 'error: '}{message}", file=sys.stderr)
+    return not all(ok for ok, _ in results)
 
 
 def print_summary(report: Any, top: int, file: Any = None) -> None:

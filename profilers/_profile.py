@@ -140,7 +140,9 @@ class Profile:
             recorder.resolve(wait=False)
         sites = self._sites()
         totals = totals_of(sites)
-        sites.sort(key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms, s.ops), reverse=True)
+        sites.sort(
+            key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms, s.ops), reverse=True
+        )
         return {
             "elapsed_s": round(time.perf_counter() - self._started, 3),
             "totals": totals.counters_dict(),

@@ -116,7 +116,7 @@ class TopApp(SamplingApp):
     # -- sampling -----------------------------------------------------------------------------
 
     def on_sampling_app_snapshot_ready(self, message: SamplingApp.SnapshotReady) -> None:
-        if self.paused:
+        if self.paused or not self.query(GpuCard):  # paused, or the app is shutting down
             return
         self.samples_taken += 1
         self.show_snapshot(message.snapshot)

@@ -2,7 +2,17 @@
 
 from gpuwatch.app.widgets.gpu_card import GpuCard
 from gpuwatch.app.widgets.history import History
+from gpuwatch.app.widgets.hot_lines import HotLinesTable
 from gpuwatch.app.widgets.meter import Meter
 from gpuwatch.app.widgets.process_table import ProcessTable
+from gpuwatch.app.widgets.rates import RatesPanel, RateWindow
 
-__all__ = ["GpuCard", "History", "Meter", "ProcessTable"]
+__all__ = [
+    "GpuCard",
+    "History",
+    "HotLinesTable",
+    "Meter",
+    "ProcessTable",
+    "RateWindow",
+    "RatesPanel",
+]

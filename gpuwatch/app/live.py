@@ -1,0 +1,418 @@
+"""``gpuwatch profile --live``: GPU cards, the script's live counters, its hottest lines and its
+output, on one screen."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal
+from textual.css.query import NoMatches
+from textual.widgets import Footer, Header, RichLog, Static
+
+from gpuwatch.app.sampling import SamplingApp, card_layout
+from gpuwatch.app.screens import ConfirmScreen, HelpScreen, StackScreen, SummaryScreen
+from gpuwatch.app.widgets import GpuCard, HotLinesTable, RatesPanel, RateWindow
+from gpuwatch.live.session import ChildSession
+from gpuwatch.nvml.sampler import Sampler
+from gpuwatch.pyspy import dump_stack
+from profilers import Report
+
+#: Rows the middle, the log and the status line need before GPU cards fold to one line each.
+ROWS_FOR_THE_REST = 2 + 10 + 8 + 1
+#: How often the app reads what the child sent.
+PUMP_S = 0.1
+#: Seconds the script gets to stop (and send its report) after Ctrl-C before it is killed.
+STOP_GRACE_S = 5.0
+
+
+def used_gpu_indices(devices: list[dict[str, Any]]) -> set[int] | None:
+    from gpuwatch.profile_cmd import _used_gpu_indices
+
+    return _used_gpu_indices(devices)
+
+
+class LiveApp(SamplingApp):
+    """The live view of a profiled child.
+
+    Args:
+        session: the child (started on mount unless already started).
+        sampler: GPU stats for the cards; None shows ``no_gpu_reason`` instead.
+        json_path, html_path: reports to write when the run ends (or is stopped, or dies).
+        stack_dumper: ``pid -> text`` for ``d``; py-spy by default.
+    """
+
+    TITLE = "gpuwatch profile --live"
+    CSS_PATH = "live.tcss"
+    BINDINGS = [
+        Binding(
+            "q",
+            "quit_or_stop",
+            "Quit/stop",
+            tooltip="Stop the script (asks first) or quit once it ended",
+        ),
+        Binding(
+            "d", "stack", "Stack", tooltip="Where the script is now (py-spy dump of the child)"
+        ),
+        Binding(
+            "p", "toggle_pause", "Pause", tooltip="Pause the display (the script keeps running)"
+        ),
+        Binding(
+            "s", "summary", "Summary", tooltip="The final summary and hints (once the script ended)"
+        ),
+        Binding("question_mark", "help", "Help", key_display="?"),
+    ]
+
+    def __init__(
+        self,
+        session: ChildSession,
+        sampler: Sampler | None,
+        no_gpu_reason: str = "",
+        gpu_interval_s: float = 1.0,
+        json_path: str | None = None,
+        html_path: str | None = None,
+        top: int = 5,
+        stack_dumper: Callable[[int], str] = dump_stack,
+    ) -> None:
+        super().__init__(sampler, gpu_interval_s)
+        self.session = session
+        self.no_gpu_reason = no_gpu_reason
+        self.json_path, self.html_path = json_path, html_path
+        self.top = top
+        self.stack_dumper = stack_dumper
+        self.gpu_count = sampler.gpu_count if sampler else 0
+        self.paused = False
+        self.last_snapshot: dict[str, Any] | None = None
+        self.snapshots_seen = 0
+        self.done: dict[str, Any] | None = None
+        self.fatal: str | None = None
+        self.report: Report | None = None
+        self.exit_code: int | None = None
+        self.written: list[tuple[bool, str]] = []
+        self.problems: list[str] = []
+        self.gpu_samples: deque[dict[str, Any]] = deque(maxlen=172_800)
+        self._rates = RateWindow()
+        self._status_text = ""
+        self._ended_at: float | None = None
+        self._held_lines: deque[tuple[str, str]] = deque(maxlen=2000)
+        self._history: dict[int, tuple[deque[float], deque[float], deque[float]]] = {
+            i: (deque(maxlen=300), deque(maxlen=300), deque(maxlen=300))
+            for i in range(self.gpu_count)
+        }
+
+    # -- layout -------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=True)
+        if self.sampler is not None:
+            with Grid(id="cards"):
+                for i in range(self.gpu_count):
+                    yield GpuCard(i, id=f"gpu-{i}")
+        else:
+            yield Static(f"no GPU stats: {self.no_gpu_reason}", id="no-gpu")
+        with Horizontal(id="middle"):
+            yield RatesPanel(id="rates")
+            yield HotLinesTable(id="lines")
+        yield RichLog(id="log", max_lines=2000, wrap=False, markup=False, highlight=False)
+        yield Static(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#log", RichLog).border_title = "Script output"
+        self.query_one(RatesPanel).show(None, None)
+        if self.session.process is None:
+            self.session.start()
+        self.sub_title = " ".join(
+            self.session.options.target.split()[-1:] + list(self.session.options.args)
+        )
+        self._relayout()
+        self.start_sampling()
+        self.set_interval(PUMP_S, self._pump)
+        self._show_status()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._relayout(event.size.width, event.size.height)
+
+    def _relayout(self, width: int | None = None, height: int | None = None) -> None:
+        if self.sampler is None:
+            return
+        if width is None or height is None:
+            width, height = self.size
+        visible = [c for c in self.query(GpuCard) if c.display]
+        compact, cols = card_layout(width, height, len(visible), ROWS_FOR_THE_REST)
+        grid = self.query_one("#cards", Grid)
+        grid.styles.grid_size_columns = cols
+        grid.set_class(compact, "-compact")
+        for card in self.query(GpuCard):
+            card.compact = compact
+
+    # -- GPU stats ----------------------------------------------------------------------------
+
+    def on_sampling_app_snapshot_ready(self, message: SamplingApp.SnapshotReady) -> None:
+        t = round(time.monotonic() - self.session.started_at, 3)
+        for g in message.snapshot.gpus:
+            self.gpu_samples.append(
+                {
+                    "t": t,
+                    "gpu": g.index,
+                    "name": g.name,
+                    "gpu_util_pct": g.gpu_util_pct,
+                    "memory_used_bytes": g.memory_used_bytes,
+                    "memory_total_bytes": g.memory_total_bytes,
+                    "pcie_tx_bytes_per_s": g.pcie_tx_bytes_per_s,
+                    "pcie_rx_bytes_per_s": g.pcie_rx_bytes_per_s,
+                }
+            )
+            util, mem, pcie = self._history[g.index]
+            util.append(float(g.gpu_util_pct or 0))
+            mem.append(g.memory_used_pct or 0.0)
+            pcie.append(float((g.pcie_rx_bytes_per_s or 0) + (g.pcie_tx_bytes_per_s or 0)))
+            if not self.paused:
+                try:
+                    card = self.query_one(f"#gpu-{g.index}", GpuCard)
+                except NoMatches:  # a sample that arrived while the app shuts down
+                    return
+                card.sample = g
+                card.set_history(util, mem, pcie)
+
+    def _show_used_gpus(self, devices: list[dict[str, Any]]) -> None:
+        used = used_gpu_indices(devices)
+        if used is None or self.sampler is None:
+            return
+        changed = False
+        for card in self.query(GpuCard):
+            show = card.index in used
+            if card.display != show:
+                card.display = show
+                changed = True
+        if changed:
+            self._relayout()
+
+    # -- the child ----------------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        drained = self.session.drain()
+        fresh = False
+        for msg in drained.messages:
+            kind = msg["type"]
+            if kind == "snapshot":
+                fresh = True
+                self.last_snapshot = msg
+                self.snapshots_seen += 1
+                self._rates.add(msg["elapsed_s"], msg["totals"])
+            elif kind == "done":
+                self.done = msg
+            elif kind == "fatal":
+                self.fatal = msg["error"]
+        log = self.query_one("#log", RichLog)
+        for problem in drained.problems:
+            self.problems.append(problem)
+            self.notify(problem, severity="warning", timeout=4)
+        lines = drained.lines
+        if drained.dropped_lines:
+            lines = [
+                *lines,
+                (
+                    "stderr",
+                    f"[gpuwatch: {drained.dropped_lines} lines of output skipped to keep up]",
+                ),
+            ]
+        if self.paused:
+            self._held_lines.extend(lines)
+        else:
+            for stream, text in lines:
+                log.write(Text(text, style="red" if stream == "stderr" else ""))
+            if fresh:  # redraw only what changed: a quiet screen costs the terminal nothing
+                self._refresh_counters()
+        if self.exit_code is None and self.session.finished_reading:
+            self._pump_rest()
+            self._ended()
+        self._show_status()
+
+    def _pump_rest(self) -> None:
+        """After the child exited: whatever is still queued (the done message, the last lines)."""
+        drained = self.session.drain(max_lines=10_000)
+        if not self.is_running:
+            for msg in drained.messages:
+                if msg["type"] == "done":
+                    self.done = msg
+                elif msg["type"] == "snapshot":
+                    self.last_snapshot = msg
+            return
+        for msg in drained.messages:
+            if msg["type"] == "done":
+                self.done = msg
+            elif msg["type"] == "snapshot":
+                self.last_snapshot = msg
+            elif msg["type"] == "fatal":
+                self.fatal = msg["error"]
+        log = self.query_one("#log", RichLog)
+        for stream, text in [*self._held_lines, *drained.lines]:
+            log.write(Text(text, style="red" if stream == "stderr" else ""))
+        self._held_lines.clear()
+
+    def _refresh_counters(self) -> None:
+        snap = self.last_snapshot
+        self.query_one(RatesPanel).show(self._rates.rates(), snap["totals"] if snap else None)
+        if snap is not None:
+            self.query_one(HotLinesTable).show(snap["sites"], snap["site_count"])
+            self._show_used_gpus(snap["devices"])
+
+    def _ended(self, interactive: bool = True) -> None:
+        code = self.session.exit_code
+        how = ChildSession.describe_exit(self.session.returncode)
+        if self.done is not None:
+            self.exit_code = int(self.done["exit_code"])
+            self.report = Report.from_dict(self.done["report"])
+        elif self.fatal is not None:
+            self.exit_code = 2
+            if interactive:
+                self.notify(self.fatal, severity="error", timeout=10)
+            return
+        else:
+            self.exit_code = code if code is not None else 1
+            self.report = self._report_from_snapshot(
+                f"the script's process ended without a report: {how}"
+            )
+        self.report.gpu_samples = self._samples_for(self.report.devices)
+        self.report.options["gpu_stats"] = (
+            "NVML" if self.sampler is not None else self.no_gpu_reason
+        )
+        from gpuwatch.profile_cmd import write_reports
+
+        self.written = write_reports(self.report, self.json_path, self.html_path)
+        if not interactive:
+            return
+        for ok, message in self.written:
+            self.notify(message, severity="information" if ok else "error", timeout=6)
+        self._refresh_counters()
+        self.action_summary()
+
+    def _report_from_snapshot(self, error: str) -> Report:
+        snap = self.last_snapshot or {
+            "elapsed_s": 0.0,
+            "devices": [],
+            "sites": [],
+            "totals": {
+                w: {"count": 0, "bytes": 0, "pageable": 0, "non_blocking": 0}
+                for w in ("h2d", "d2h", "d2d", "p2p")
+            }
+            | {"syncs": {"count": 0, "by_cause": {}}, "kernel_time_ms": 0.0, "ops": 0},
+        }
+        o = self.session.options
+        command = ["-m", o.target, *o.args] if o.module else [o.target, *o.args]
+        return Report.from_dict(
+            {
+                "schema": "gpuwatch.profile/1",
+                "command": command,
+                "exit_code": self.exit_code,
+                "duration_s": snap["elapsed_s"],
+                "partial": True,
+                "error": error,
+                "devices": snap["devices"],
+                "totals": snap["totals"],
+                "sites": snap["sites"],
+                "options": {"source": "last live snapshot (top lines only)"},
+            }
+        )
+
+    def _samples_for(self, devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        used = used_gpu_indices(devices)
+        return [s for s in self.gpu_samples if used is None or s["gpu"] in used]
+
+    def _show_status(self) -> None:
+        status = self.query_one("#status", Static)
+        if self._ended_at is None and self.exit_code is not None:
+            self._ended_at = time.monotonic()
+        now = self._ended_at or time.monotonic()
+        elapsed = now - self.session.started_at if self.session.started_at else 0.0
+        snap = self.last_snapshot
+        if self.exit_code is None:
+            state = "stopping…" if self.session.stop_requested else "running"
+            if self.paused:
+                state += " (display paused: p resumes)"
+        elif self.fatal is not None:
+            state = f"could not start: {self.fatal}"
+        else:
+            state = f"ended: {ChildSession.describe_exit(self.session.returncode)}"
+            if self.report is not None and self.report.partial:
+                state += " (partial report)"
+        parts = [
+            state,
+            f"{int(elapsed // 60):02d}:{int(elapsed % 60):02d}",
+            f"pid {self.session.pid}",
+        ]
+        if snap is not None:
+            parts.append(f"{snap['totals']['ops']:,} ops, {snap['site_count']} lines")
+        text = " · ".join(parts)
+        if text != self._status_text:  # repaint only on change (a modal above repaints with it)
+            self._status_text = text
+            status.update(text)
+        status.set_class(self.exit_code is not None and self.exit_code == 0, "-ended")
+        status.set_class(self.exit_code is not None and self.exit_code != 0, "-failed")
+
+    # -- actions ------------------------------------------------------------------------------
+
+    def action_quit_or_stop(self) -> None:
+        if self.exit_code is not None:
+            self.exit(self.exit_code)
+            return
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self.session.interrupt()
+                self.set_timer(STOP_GRACE_S, self._kill_if_still_running)
+
+        self.push_screen(
+            ConfirmScreen("The script is still running.\nStop it? Its report is kept."), answer
+        )
+
+    def _kill_if_still_running(self) -> None:
+        if self.session.returncode is None:
+            self.session.kill()
+
+    def action_stack(self) -> None:
+        if self.exit_code is not None or self.session.pid is None:
+            self.notify("the script has ended", severity="warning")
+            return
+        self.push_screen(StackScreen(self.session.pid, "the profiled script", self.stack_dumper))
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        if not self.paused:
+            log = self.query_one("#log", RichLog)
+            for stream, text in self._held_lines:
+                log.write(Text(text, style="red" if stream == "stderr" else ""))
+            self._held_lines.clear()
+            self._refresh_counters()
+        self._show_status()
+
+    def action_summary(self) -> None:
+        if self.report is None:
+            self.notify("the summary comes when the script ends", severity="information")
+            return
+        from gpuwatch.report.text import summary
+
+        title = f"Summary: {ChildSession.describe_exit(self.session.returncode)}"
+        self.push_screen(SummaryScreen(summary(self.report, top=self.top), title))
+
+    def action_help(self) -> None:
+        about = (
+            "The script runs in its own process under the profiler; its counters arrive "
+            "several times a second. Closing the app stops the script and keeps the report."
+        )
+        self.push_screen(HelpScreen([("gpuwatch profile --live", self.BINDINGS)], about=about))
+
+    def on_unmount(self) -> None:
+        self.stop_sampling()
+        if self.exit_code is None:
+            # Closed while the script runs: stop it, and keep whatever report it sends.
+            self.session.stop(grace_s=STOP_GRACE_S)
+            self._pump_rest()
+            self._ended(interactive=False)

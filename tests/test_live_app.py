@@ -1,0 +1,269 @@
+"""gpuwatch profile --live: the app against a real child process running a CPU script whose
+fake CUDA tensors make copies and syncs in a loop."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.app.live import LiveApp
+from gpuwatch.app.screens import ConfirmScreen, StackScreen, SummaryScreen
+from gpuwatch.app.widgets import GpuCard, HotLinesTable
+from gpuwatch.live.protocol import ProtocolError, decode, encode
+from gpuwatch.live.session import ChildSession, LiveOptions
+from gpuwatch.nvml import FakeBackend, Sampler
+from tests.conftest import plain, wait_until
+
+LOOP = textwrap.dedent("""
+    import os, signal, sys, time, torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    steps = int(sys.argv[1])
+    with FakeTensorMode(shape_env=ShapeEnv()):
+        for i in range(steps if steps >= 0 else 10**9):
+            torch.randn(16, 16).to("cuda:0")  # 16*16*4 = 1024 bytes
+            torch.randn(4).to("cuda:0").sum().item()
+            print(f"step {i}", flush=True)
+            time.sleep(0.01)
+    if len(sys.argv) > 2 and sys.argv[2] == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if len(sys.argv) > 2 and sys.argv[2] == "chatty":
+        for j in range(20000):
+            print("x" * 80, j)
+""")
+
+
+def make_app(tmp_path: Path, *args: str, sampler=None, **kw) -> LiveApp:
+    (tmp_path / "loop.py").write_text(LOOP)
+    session = ChildSession(
+        LiveOptions(str(tmp_path / "loop.py"), list(args), interval_s=0.1), cwd=str(tmp_path)
+    )
+    if sampler is None and "no_gpu_reason" not in kw:
+        sampler = Sampler(FakeBackend(gpu_count=2), interval_s=0.2)
+    return LiveApp(session, sampler, gpu_interval_s=0.2, json_path=str(tmp_path / "run.json"), **kw)
+
+
+async def test_counters_move_while_it_runs_then_the_summary_and_report(tmp_path):
+    app = make_app(tmp_path, "60")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(
+            lambda: app.snapshots_seen >= 2 and app.last_snapshot["totals"]["h2d"]["count"] > 0, 30
+        )
+        first = app.last_snapshot["totals"]["h2d"]["count"]
+        await wait_until(lambda: app.last_snapshot["totals"]["h2d"]["count"] > first, 30)
+        assert app.exit_code is None  # seen moving while the script runs
+        table = app.query_one(HotLinesTable)
+        assert table.sites and table.sites[0]["file"].endswith("loop.py")
+        await wait_until(lambda: app.exit_code is not None, 60)
+        await pilot.pause(0.2)
+        assert app.exit_code == 0
+        assert isinstance(app.screen, SummaryScreen)
+        summary = plain(app.screen.query_one("#summary"))
+        assert "Top lines by syncs" in summary and "loop.py:9" in summary
+        assert "step 59" in "\n".join(str(line.text) for line in app.query_one("#log").lines)
+        # the script only used cuda:0, so only that card is shown
+        assert [c.index for c in app.query(GpuCard) if c.display] == [0]
+    doc = json.loads((tmp_path / "run.json").read_text())
+    assert not doc["partial"] and doc["exit_code"] == 0
+    # 60 steps: two copies each (1024 + 16 bytes), one .item() (4 bytes)
+    assert (doc["totals"]["h2d"]["count"], doc["totals"]["h2d"]["bytes"]) == (120, 60 * (1024 + 16))
+    assert doc["totals"]["syncs"]["by_cause"] == {"item": 60, "copy_to_device": 120}
+    assert doc["gpu_samples"] and {s["gpu"] for s in doc["gpu_samples"]} == {0}
+
+
+async def test_quitting_mid_run_asks_then_keeps_a_partial_report(tmp_path):
+    app = make_app(tmp_path, "-1")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(lambda: app.snapshots_seen >= 2, 30)
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await pilot.pause(0.3)
+        assert app.exit_code is None and app.session.returncode is None  # still running
+        await pilot.press("q", "y")
+        await wait_until(lambda: app.exit_code is not None, 30)
+        assert app.exit_code == 130
+        assert "stopped by Ctrl-C" in plain(app.query_one("#status"))
+    doc = json.loads((tmp_path / "run.json").read_text())
+    assert (
+        doc["partial"] is True and doc["error"] == "KeyboardInterrupt" and doc["exit_code"] == 130
+    )
+    assert doc["totals"]["h2d"]["count"] >= 2
+
+
+async def test_a_child_that_dies_leaves_a_partial_report_from_the_last_snapshot(tmp_path):
+    app = make_app(tmp_path, "30", "die")
+    async with app.run_test(size=(120, 40)):
+        await wait_until(lambda: app.exit_code is not None, 60)
+        assert app.exit_code == 137  # 128 + SIGKILL
+        assert "killed by SIGKILL" in plain(app.query_one("#status"))
+        last = app.last_snapshot["totals"]["h2d"]["count"]
+    doc = json.loads((tmp_path / "run.json").read_text())
+    assert doc["partial"] is True and "killed by SIGKILL" in doc["error"]
+    # the child died before its final snapshot: the report holds the last one that arrived
+    assert 0 < doc["totals"]["h2d"]["count"] == last <= 60
+
+
+async def test_closing_the_app_ends_the_child_and_writes_the_report(tmp_path):
+    app = make_app(tmp_path, "-1")
+    async with app.run_test(size=(120, 40)):
+        await wait_until(lambda: app.snapshots_seen >= 1, 30)
+        pid = app.session.pid
+        app.exit()
+    assert app.session.returncode is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    doc = json.loads((tmp_path / "run.json").read_text())
+    assert doc["partial"] is True and doc["exit_code"] == 130
+
+
+async def test_a_chatty_child_neither_hangs_nor_floods_the_app(tmp_path):
+    app = make_app(tmp_path, "5", "chatty")
+    async with app.run_test(size=(120, 40)):
+        await wait_until(lambda: app.exit_code is not None, 90)
+        assert app.exit_code == 0
+        log = app.query_one("#log")
+        assert len(log.lines) <= 2000
+    assert json.loads((tmp_path / "run.json").read_text())["totals"]["h2d"]["count"] == 10
+
+
+async def test_without_nvml_it_says_no_gpu_stats(tmp_path):
+    app = make_app(tmp_path, "3", no_gpu_reason="NVML library (libnvidia-ml.so) not found")
+    async with app.run_test(size=(100, 30)):
+        assert "no GPU stats: NVML library" in plain(app.query_one("#no-gpu"))
+        assert not list(app.query(GpuCard))
+        await wait_until(lambda: app.exit_code is not None, 60)
+        assert app.exit_code == 0
+
+
+async def test_d_shows_where_the_child_is_and_p_pauses_the_display(tmp_path):
+    seen = []
+
+    def dumper(pid: int) -> str:
+        seen.append(pid)
+        return 'Thread 1 (active): "MainThread"\n    <module> (loop.py:9)'
+
+    app = make_app(tmp_path, "-1", stack_dumper=dumper)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(lambda: app.snapshots_seen >= 1, 30)
+        await pilot.press("d")
+        assert isinstance(app.screen, StackScreen)
+        await wait_until(lambda: seen == [app.session.pid])
+        await pilot.press("escape")
+        await pilot.press("p")
+        assert app.paused and "display paused" in plain(app.query_one("#status"))
+        shown = len(app.query_one("#log").lines)
+        await pilot.pause(0.5)
+        assert len(app.query_one("#log").lines) == shown  # held, not shown
+        await pilot.press("p")
+        await pilot.pause(0.2)
+        assert len(app.query_one("#log").lines) > shown
+        app.session.stop()
+
+
+async def test_a_script_that_cannot_start_is_reported(tmp_path):
+    session = ChildSession(LiveOptions(str(tmp_path / "missing.py"), []), cwd=str(tmp_path))
+    app = LiveApp(session, None, no_gpu_reason="off")
+    async with app.run_test(size=(100, 30)):
+        await wait_until(lambda: app.exit_code is not None, 30)
+    assert app.exit_code == 2 and "script not found" in app.fatal
+
+
+def test_protocol_is_versioned_and_malformed_lines_are_reported():
+    assert decode(encode("hello", pid=1, command=["x.py"]))["pid"] == 1
+    for line, why in (
+        ("{oops", "not JSON"),
+        ("[1]", "not a JSON object"),
+        ('{"v": 2, "type": "hello"}', "protocol version 2"),
+        ('{"v": 1, "type": "launch"}', "unknown message type 'launch'"),
+    ):
+        with pytest.raises(ProtocolError, match=why):
+            decode(line)
+    session = ChildSession(LiveOptions("x.py", []))
+    session._read_messages(
+        io.BytesIO(b'{"v": 1, "type": "hello", "pid": 5, "command": []}\ngarbage\n')
+    )
+    drained = session.drain()
+    assert [m["type"] for m in drained.messages] == ["hello"]
+    assert drained.problems == [
+        "malformed message from the child: not JSON: Expecting value at column 1"
+    ]
+
+
+def test_the_command_runs_in_a_terminal_and_quits_with_the_scripts_exit_code(tmp_path):
+    import fcntl
+    import pty
+    import struct
+    import subprocess
+    import termios
+    import time
+
+    (tmp_path / "loop.py").write_text(LOOP + "sys.exit(3)\n")
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    proc = subprocess.Popen(
+        ["gpuwatch", "profile", "--live", "--demo", "--json", "r.json", "loop.py", "5"],
+        cwd=tmp_path,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env={**os.environ, "TERM": "xterm-256color"},
+        start_new_session=True,
+    )
+    os.close(slave)
+    screen = bytearray()
+    try:
+        deadline = time.monotonic() + 90
+        while not (tmp_path / "r.json").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, screen[-3000:].decode(
+                errors="replace"
+            )
+            screen += _read(master)
+        time.sleep(1.0)
+        os.write(master, b"q")
+        while proc.poll() is None:  # q quits from the summary screen the run ends on
+            assert time.monotonic() < deadline, screen[-3000:].decode(errors="replace")
+            screen += _read(master)
+        screen += _read(master)
+    finally:
+        proc.kill()
+        os.close(master)
+    assert proc.returncode == 3
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["exit_code"] == 3 and doc["totals"]["h2d"]["count"] == 10
+    text = screen.decode(errors="replace")
+    assert "gpuwatch: wrote r.json" in text and "Top lines by syncs" in text  # left on the terminal
+
+
+def _read(fd: int) -> bytes:
+    import select
+
+    ready, _, _ = select.select([fd], [], [], 0.1)
+    if not ready:
+        return b""
+    try:
+        return os.read(fd, 65536)
+    except OSError:
+        return b""
+
+
+def test_demo_without_live_is_refused(tmp_path):
+    import subprocess
+
+    (tmp_path / "s.py").write_text("print('hi')\n")
+    done = subprocess.run(
+        ["gpuwatch", "profile", "--demo", "s.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (
+        2,
+        "gpuwatch: error: --demo goes with --live (it simulates the GPU cards)\n",
+    )
