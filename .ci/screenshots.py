@@ -3,6 +3,7 @@
 * ``top.svg``: ``gpuwatch top --demo`` at 160x44, taken by the app itself (Textual's SVG
   export) from the FakeBackend with a frozen clock, so the picture only changes with the code.
 * ``top-compact.svg``: the same with 8 GPUs at 100x30 (compact cards).
+* ``live.svg``: ``gpuwatch profile --live --demo demos/fake_gpu_walkthrough.py`` mid-run.
 * ``profile-summary.txt`` and ``profile-report.png``: ``gpuwatch profile`` of
   ``demos/fake_gpu_walkthrough.py``, its terminal summary and its HTML report as headless
   Chromium shows it (needs Debian's chromium).
@@ -43,6 +44,24 @@ async def _top(out: Path, name: str, gpus: int, size: tuple[int, int]) -> Path:
         app.sub_title = app.sub_title.replace(" · PAUSED", "")
         await pilot.pause(0.1)
         return Path(app.save_screenshot(filename=name, path=str(out)))
+
+
+async def _live(out: Path) -> Path:
+    from gpuwatch.app.live import LiveApp
+    from gpuwatch.live.session import ChildSession, LiveOptions
+
+    root = Path(__file__).resolve().parent.parent
+    session = ChildSession(
+        LiveOptions("demos/fake_gpu_walkthrough.py", ["--steps", "400"], interval_s=0.2), cwd=str(root)
+    )
+    app = LiveApp(session, Sampler(FakeBackend(gpu_count=2), interval_s=0.5), gpu_interval_s=0.5)
+    async with app.run_test(size=(160, 44)) as pilot:
+        while app.snapshots_seen < 12:
+            await pilot.pause(0.1)
+        await pilot.pause(0.3)
+        path = Path(app.save_screenshot(filename="live.svg", path=str(out)))
+        session.stop()
+        return path
 
 
 def _profile(out: Path) -> list[Path]:
@@ -105,6 +124,7 @@ def main(out_dir: str = str(Path(__file__).parent / "screenshots")) -> None:
     for path in (
         asyncio.run(_top(out, "top.svg", 2, (160, 44))),
         asyncio.run(_top(out, "top-compact.svg", 8, (100, 30))),
+        asyncio.run(_live(out)),
         *_profile(out),
     ):
         print(path)
