@@ -52,7 +52,8 @@ async def _live(out: Path) -> Path:
 
     root = Path(__file__).resolve().parent.parent
     session = ChildSession(
-        LiveOptions("demos/fake_gpu_walkthrough.py", ["--steps", "400"], interval_s=0.2), cwd=str(root)
+        LiveOptions("demos/fake_gpu_walkthrough.py", ["--steps", "400"], interval_s=0.2),
+        cwd=str(root),
     )
     app = LiveApp(session, Sampler(FakeBackend(gpu_count=2), interval_s=0.5), gpu_interval_s=0.5)
     async with app.run_test(size=(160, 44)) as pilot:

@@ -262,3 +262,14 @@ async def test_a_gpu_lost_mid_run_is_shown_not_fatal(clock):
         assert "GPU LOST" in plain(card.query_one("#stats"))
         assert not app.query_one("#gpu-1", GpuCard).has_class("-lost")
         assert {p.gpu_index for p in app.query_one(ProcessTable).visible} == {1}
+
+
+async def test_stack_of_a_simulated_process_says_so(clock):
+    app, _ = make_app(clock)  # the default dumper is py-spy; demo processes are not real
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+        pid = app.query_one(ProcessTable).selected.pid
+        await pilot.press("d")
+        stack = app.screen.query_one("#stack")
+        await wait_until(lambda: stack.has_class("-error"))
+        assert f"process {pid} is simulated by --demo" in plain(stack)

@@ -19,7 +19,7 @@ from gpuwatch.app.widgets import GpuCard, ProcessTable
 from gpuwatch.nvml.backend import Backend
 from gpuwatch.nvml.sampler import Sampler
 from gpuwatch.nvml.samples import Snapshot
-from gpuwatch.pyspy import dump_stack
+from gpuwatch.pyspy import StackDumpError, dump_stack
 
 #: Rows kept for the process table (with header, footer) before cards go compact.
 MIN_TABLE_ROWS = 8
@@ -231,4 +231,12 @@ class TopApp(SamplingApp):
         if proc is None:
             self.notify("no process selected", severity="warning")
             return
-        self.push_screen(StackScreen(proc.pid, proc.command or proc.name or "", self.stack_dumper))
+        dumper = self.stack_dumper
+        if self.backend.simulated and dumper is dump_stack:
+
+            def dumper(pid: int) -> str:
+                raise StackDumpError(
+                    f"process {pid} is simulated by --demo: it has no stack to read"
+                )
+
+        self.push_screen(StackScreen(proc.pid, proc.command or proc.name or "", dumper))

@@ -133,6 +133,7 @@ class RealBackend:
     """
 
     label = "NVML"
+    simulated = False
 
     def __init__(
         self, nvml: ModuleType | None = None, clock: Callable[[], float] = time.monotonic

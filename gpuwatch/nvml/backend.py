@@ -22,6 +22,8 @@ class Backend(Protocol):
 
     #: Shown in the app's title, e.g. ``"NVML"`` or ``"demo"``.
     label: str
+    #: True when the GPUs and processes are made up (``--demo``): no real process to inspect.
+    simulated: bool
 
     def driver_version(self) -> str | None: ...
 

@@ -46,6 +46,7 @@ class FakeBackend:
     """
 
     label = "demo"
+    simulated = True
 
     def __init__(
         self,
