@@ -9,9 +9,24 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuwatch.nvml.sampler import Sampler
+from gpuwatch.nvml.samples import GpuSample
 
 #: At 0.5 s a sample, 24 hours of samples per GPU before the oldest are dropped.
 MAX_SAMPLES = 172_800
+
+
+def sample_row(t: float, g: GpuSample) -> dict[str, Any]:
+    """One GPU at ``t`` seconds into the run, as the report's ``gpu_samples`` hold it."""
+    return {
+        "t": t,
+        "gpu": g.index,
+        "name": g.name,
+        "gpu_util_pct": g.gpu_util_pct,
+        "memory_used_bytes": g.memory_used_bytes,
+        "memory_total_bytes": g.memory_total_bytes,
+        "pcie_tx_bytes_per_s": g.pcie_tx_bytes_per_s,
+        "pcie_rx_bytes_per_s": g.pcie_rx_bytes_per_s,
+    }
 
 
 class GpuTimeline:
@@ -44,19 +59,7 @@ class GpuTimeline:
             except Exception:  # a failing driver must not take the profiled script down
                 return
             t = round(self._clock() - self._t0, 3)
-            for g in snap.gpus:
-                self._samples.append(
-                    {
-                        "t": t,
-                        "gpu": g.index,
-                        "name": g.name,
-                        "gpu_util_pct": g.gpu_util_pct,
-                        "memory_used_bytes": g.memory_used_bytes,
-                        "memory_total_bytes": g.memory_total_bytes,
-                        "pcie_tx_bytes_per_s": g.pcie_tx_bytes_per_s,
-                        "pcie_rx_bytes_per_s": g.pcie_rx_bytes_per_s,
-                    }
-                )
+            self._samples.extend(sample_row(t, g) for g in snap.gpus)
             self._stop.wait(self.interval_s)
 
     def stop(self) -> list[dict[str, Any]]:
