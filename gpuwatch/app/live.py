@@ -19,6 +19,7 @@ from textual.widgets import Footer, Header, RichLog, Static
 from gpuwatch.app.sampling import SamplingApp, card_layout
 from gpuwatch.app.screens import ConfirmScreen, HelpScreen, StackScreen, SummaryScreen
 from gpuwatch.app.widgets import GpuCard, HotLinesTable, RatesPanel, RateWindow
+from gpuwatch.gpu_timeline import sample_row
 from gpuwatch.live.session import ChildSession
 from gpuwatch.nvml.sampler import Sampler
 from gpuwatch.pyspy import dump_stack
@@ -157,18 +158,7 @@ class LiveApp(SamplingApp):
     def on_sampling_app_snapshot_ready(self, message: SamplingApp.SnapshotReady) -> None:
         t = round(time.monotonic() - self.session.started_at, 3)
         for g in message.snapshot.gpus:
-            self.gpu_samples.append(
-                {
-                    "t": t,
-                    "gpu": g.index,
-                    "name": g.name,
-                    "gpu_util_pct": g.gpu_util_pct,
-                    "memory_used_bytes": g.memory_used_bytes,
-                    "memory_total_bytes": g.memory_total_bytes,
-                    "pcie_tx_bytes_per_s": g.pcie_tx_bytes_per_s,
-                    "pcie_rx_bytes_per_s": g.pcie_rx_bytes_per_s,
-                }
-            )
+            self.gpu_samples.append(sample_row(t, g))
             util, mem, pcie = self._history[g.index]
             util.append(float(g.gpu_util_pct or 0))
             mem.append(g.memory_used_pct or 0.0)
