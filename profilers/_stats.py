@@ -168,6 +168,12 @@ class SiteStats(Counters):
         self.copy_dtypes: dict[str, int] = {}
         """Bytes copied (any direction) per source dtype, e.g. ``{"float32": 262144}``."""
 
+    def settle(self) -> None:
+        """Sets ``ops`` and ``kernel_time_ms`` from the per-op entries (the recorder's hot path
+        updates only those)."""
+        self.ops = int(sum(n for n, _ in self.op_breakdown.values()))
+        self.kernel_time_ms = float(sum(ms for _, ms in self.op_breakdown.values()))
+
     def merge(self, other: Counters) -> None:
         super().merge(other)
         if isinstance(other, SiteStats):
