@@ -273,3 +273,21 @@ async def test_stack_of_a_simulated_process_says_so(clock):
         stack = app.screen.query_one("#stack")
         await wait_until(lambda: stack.has_class("-error"))
         assert f"process {pid} is simulated by --demo" in plain(stack)
+
+
+async def test_the_mouse_sorts_by_header_and_selects_rows(clock):
+    app, _ = make_app(clock)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+        table = app.query_one(ProcessTable)
+        await pilot.click(ProcessTable, offset=(7, 1))  # the PID header (row 1, inside the border)
+        await pilot.pause()
+        assert (table.sort_column, table.sort_reverse) == (1, True)
+        pids = [p.pid for p in table.visible]
+        assert pids == sorted(pids, reverse=True)
+        await pilot.click(ProcessTable, offset=(7, 1))  # again: reversed
+        await pilot.pause()
+        assert [p.pid for p in table.visible] == sorted(pids)
+        await pilot.click(ProcessTable, offset=(10, 4))  # the third row
+        await pilot.pause()
+        assert table.selected == table.visible[2]
