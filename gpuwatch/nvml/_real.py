@@ -76,7 +76,7 @@ class _Query:
         except (nvml.NVMLError_GpuIsLost, nvml.NVMLError_Unknown) as exc:
             raise GpuLost(str(exc)) from exc
         except (nvml.NVMLError_NotFound, nvml.NVMLError_NoData, nvml.NVMLError_Timeout):
-            pass
+            pass  # nothing to report this tick (no samples yet, a busy driver); ask again next time
         except nvml.NVMLError as exc:
             self._log_once(name, getattr(exc, "value", 0), f"{name} failed: {exc}")
         return None
@@ -182,7 +182,7 @@ class RealBackend:
         try:
             self._nvml.nvmlShutdown()
         except self._nvml.NVMLError:
-            pass
+            pass  # shutting down: a driver that already went away has nothing left to release
 
     # -- device-wide ------------------------------------------------------------------------
 
@@ -364,7 +364,7 @@ class RealBackend:
                 except psutil.NoSuchProcess:
                     continue
                 except psutil.AccessDenied:
-                    pass
+                    pass  # another user's process: keep what NVML says, leave the rest N/A
             out.append(
                 ProcessSample(
                     pid=pid,

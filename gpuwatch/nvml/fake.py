@@ -143,7 +143,7 @@ class FakeBackend:
             del self._procs[pid]
 
     def close(self) -> None:
-        pass
+        """Nothing to release: the simulation holds no handles."""
 
 
 def _wave(x: float, mid: float, amplitude: float) -> int:
