@@ -32,6 +32,21 @@ def demo(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     return done
 
 
+def profiled(out: Path, *script_and_args: str, quiet: bool = True) -> tuple[dict, str]:
+    """``gpuwatch profile --json OUT script args``: the JSON document and the summary (stderr)."""
+    flags = ["-q"] if quiet else []
+    done = subprocess.run(
+        ["gpuwatch", "profile", *flags, "--json", str(out), *script_and_args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(out.read_text()), done.stderr
+
+
 def final_loss(out: str) -> float:
     match = re.search(r"final loss (\d+\.\d+)", out)
     assert match, out
@@ -119,61 +134,35 @@ def test_minibatch_benchmark_table():
 
 def test_trace_log_profile_shows_one_sync_per_logged_value(tmp_path):
     # On the CPU .item() is free; the profile still charges the ops to the exercise's lines.
-    done = subprocess.run(
-        [
-            "gpuwatch",
-            "profile",
-            "-q",
-            "--json",
-            str(tmp_path / "r.json"),
-            "demos/exercises.py",
-            "trace-log",
-            "--steps",
-            "10",
-            "--size",
-            "8",
-            "--device",
-            "cpu",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
+    doc, _ = profiled(
+        tmp_path / "r.json",
+        "demos/exercises.py",
+        "trace-log",
+        "--steps",
+        "10",
+        "--size",
+        "8",
+        "--device",
+        "cpu",
     )
-    assert done.returncode == 0, done.stderr
-    doc = json.loads((tmp_path / "r.json").read_text())
     lines = {s["source"] for s in doc["sites"] if s["file"] == "demos/exercises.py"}
     assert "log.append((m @ m.T).trace().item())  # a sync per product" in lines
 
 
 def _profile(tmp_path: Path, variant: str) -> dict:
-    out = tmp_path / f"{variant}.json"
-    done = subprocess.run(
-        [
-            "gpuwatch",
-            "profile",
-            "-q",
-            "--json",
-            str(out),
-            "demos/single_gpu_training.py",
-            "--variant",
-            variant,
-            "--steps",
-            "20",
-            "--epochs",
-            "1",
-            "--batch",
-            "32",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    doc, _ = profiled(
+        tmp_path / f"{variant}.json",
+        "demos/single_gpu_training.py",
+        "--variant",
+        variant,
+        "--steps",
+        "20",
+        "--epochs",
+        "1",
+        "--batch",
+        "32",
     )
-    assert done.returncode == 0, done.stderr
-    return json.loads(out.read_text())
+    return doc
 
 
 @gpu
@@ -199,26 +188,16 @@ def test_on_a_gpu_the_naive_variant_copies_and_syncs_more_at_its_mistake_lines(t
 
 
 def test_fake_gpu_walkthrough_profile_counts_and_hints_point_at_the_mistakes(tmp_path):
-    done = subprocess.run(
-        [
-            "gpuwatch",
-            "profile",
-            "--json",
-            str(tmp_path / "w.json"),
-            "demos/fake_gpu_walkthrough.py",
-            "--steps",
-            "10",
-            "--batch",
-            "8",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
+    doc, summary = profiled(
+        tmp_path / "w.json",
+        "demos/fake_gpu_walkthrough.py",
+        "--steps",
+        "10",
+        "--batch",
+        "8",
+        quiet=False,
     )
-    assert done.returncode == 0, done.stderr
-    t = json.loads((tmp_path / "w.json").read_text())["totals"]
+    t = doc["totals"]
     # once: w1 784*512*4 = 1605632, b1 512*4 = 2048, w2 512*10*4 = 20480, b2 10*4 = 40
     # each of 10 steps: xb 8*784*4 = 25088, yb 8 int64 = 64, scale 4
     assert (t["h2d"]["count"], t["h2d"]["bytes"]) == (4 + 30, 1628200 + 10 * (25088 + 64 + 4))
@@ -234,6 +213,6 @@ def test_fake_gpu_walkthrough_profile_counts_and_hints_point_at_the_mistakes(tmp
         f"demos/fake_gpu_walkthrough.py:{i}" for i, s in enumerate(source, 1) if "# MISTAKE:" in s
     }
     hinted = set(
-        re.findall(r"(demos/fake_gpu_walkthrough\.py:\d+)\s{2,}\S", done.stderr.split("Hints")[-1])
+        re.findall(r"(demos/fake_gpu_walkthrough\.py:\d+)\s{2,}\S", summary.split("Hints")[-1])
     )
     assert hinted == mistakes and len(mistakes) == 5
