@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profilers._ops import DIRECTIONS
 from profilers._stats import Counters, SiteStats
 
 SCHEMA = "gpuwatch.profile/1"
@@ -117,7 +116,3 @@ class Report:
                 f"not a gpuwatch profile: {path} is not valid JSON ({exc.msg} at line {exc.lineno})"
             ) from exc
         return cls.from_dict(data)
-
-
-def directions() -> tuple[str, ...]:
-    return DIRECTIONS

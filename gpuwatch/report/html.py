@@ -4,7 +4,6 @@ from the user's code escaped."""
 from __future__ import annotations
 
 import html
-import json
 from typing import Any
 
 from gpuwatch import _format as fmt
@@ -308,16 +307,3 @@ def render_html(report: Report) -> str:
 def write_html(report: Report, path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
         f.write(render_html(report))
-
-
-def figure_payloads(report: Report) -> dict[str, dict[str, Any]]:
-    """The figures as plain JSON-able dicts (for tests and other front ends)."""
-    return {
-        name: json.loads(fig.to_json())
-        for name, fig in (
-            ("bytes", _bytes_per_line(report)),
-            ("timeline", _timeline(report)),
-            ("kernel", _kernel_time(report)),
-            ("syncs", _syncs(report)),
-        )
-    }

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
@@ -121,9 +120,3 @@ def _sites_table(title: str, sites: list[SiteStats], value: Callable[[SiteStats]
 
 def _causes(s: SiteStats) -> str:
     return ", ".join(f"{k} {v}" for k, v in s.syncs.by_cause.items())
-
-
-def summary_text(report: Report, width: int = 120) -> str:
-    out = io.StringIO()
-    Console(file=out, width=width, color_system=None).print(summary(report))
-    return out.getvalue()
