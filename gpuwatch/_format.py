@@ -25,6 +25,19 @@ def rate(bytes_per_s: float | None) -> str:
     return NA if bytes_per_s is None else f"{size(bytes_per_s)}/s"
 
 
+def rate_short(bytes_per_s: float | None) -> str:
+    """``'660M/s'``, ``'1.5G/s'``: binary units, for narrow places."""
+    if bytes_per_s is None:
+        return NA
+    value = float(bytes_per_s)
+    for unit in ("", "K", "M", "G", "T"):
+        if abs(value) < 1024 or unit == "T":
+            text = f"{value:.1f}" if value < 10 and unit else f"{value:.0f}"
+            return f"{text}{unit}/s"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
 def pct(value: float | None) -> str:
     return NA if value is None else f"{value:.0f}%"
 

@@ -32,3 +32,10 @@ def test_load_colours():
     assert level_style(79.9) == "yellow"
     assert level_style(80) == "red"
     assert level_style(None) == "dim"
+
+
+def test_short_rates():
+    assert fmt.rate_short(None) == "N/A"
+    assert fmt.rate_short(660 * 1024**2) == "660M/s"
+    assert fmt.rate_short(1.5 * 1024**3) == "1.5G/s"
+    assert fmt.rate_short(512) == "512/s"

@@ -115,18 +115,19 @@ def stats_text(g: GpuSample) -> Text:
     t.append(f" / {fmt.num(g.power_limit_w, 'W')}")
     t.append("  FAN ", "bold").append(fmt.pct(g.fan_pct))
     t.append("  ").append(fmt.NA if g.pstate is None else f"P{g.pstate}", "bold")
+    # Three lines that fit the narrowest full card (52 columns inside the border).
     t.append("\nSM ", "bold").append(fmt.num(g.sm_clock_mhz, " MHz"))
     t.append("  MEM ", "bold").append(fmt.num(g.mem_clock_mhz, " MHz"))
-    t.append("  PCIe ", "bold").append(
-        f"RX {fmt.rate(g.pcie_rx_bytes_per_s)} TX {fmt.rate(g.pcie_tx_bytes_per_s)}"
-    )
-    t.append("\nMEM BW ", "bold").append(fmt.pct(g.mem_util_pct), level_style(g.mem_util_pct))
-    if g.nvlink_rx_bytes_per_s is not None or g.nvlink_tx_bytes_per_s is not None:
-        t.append("  NVLink ", "bold").append(
-            f"RX {fmt.rate(g.nvlink_rx_bytes_per_s)} TX {fmt.rate(g.nvlink_tx_bytes_per_s)}"
-        )
+    t.append("  BW ", "bold").append(fmt.pct(g.mem_util_pct), level_style(g.mem_util_pct))
     t.append("  ENC ", "bold").append(fmt.pct(g.encoder_util_pct))
     t.append(" DEC ", "bold").append(fmt.pct(g.decoder_util_pct))
+    t.append("\nPCIe ", "bold").append(
+        f"RX {fmt.rate_short(g.pcie_rx_bytes_per_s)} TX {fmt.rate_short(g.pcie_tx_bytes_per_s)}"
+    )
+    if g.nvlink_rx_bytes_per_s is not None or g.nvlink_tx_bytes_per_s is not None:
+        t.append("  NVLink ", "bold").append(
+            f"RX {fmt.rate_short(g.nvlink_rx_bytes_per_s)} TX {fmt.rate_short(g.nvlink_tx_bytes_per_s)}"
+        )
     return t
 
 
