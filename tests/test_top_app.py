@@ -169,10 +169,12 @@ async def test_kill_of_a_process_that_already_exited_says_so(clock):
     app, backend = make_app(clock)
     async with app.run_test(size=(160, 48)) as pilot:
         await started(app, pilot)
+        await pilot.press("space")  # paused: the table keeps showing the process after it dies
         target = app.query_one(ProcessTable).selected
-        backend.send_signal(target.pid, signal.SIGKILL)  # it dies while the table still shows it
+        backend.send_signal(target.pid, signal.SIGKILL)
         await pilot.press("k", "t")
-        assert any("already exited" in n.message for n in app._notifications)
+        assert app.query_one(ProcessTable).selected == target
+        assert any(f"process {target.pid} has already exited" in n.message for n in app._notifications)
 
 
 @pytest.mark.parametrize("key", ["d", "enter"])
