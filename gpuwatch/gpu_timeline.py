@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -68,3 +69,17 @@ class GpuTimeline:
             self._thread.join(timeout=3)
         self.sampler.close()
         return list(self._samples)
+
+
+def used_gpu_indices(devices: list[dict[str, Any]]) -> set[int] | None:
+    """NVML indices of the CUDA devices the script used (CUDA_VISIBLE_DEVICES respected)."""
+    cuda = [int(d["device"].split(":")[1]) for d in devices if d["device"].startswith("cuda:")]
+    if not cuda:
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        parts = [v.strip() for v in visible.split(",")]
+        if all(v.isdigit() for v in parts):
+            return {int(parts[i]) for i in cuda if i < len(parts)}
+        return None  # UUIDs or MIG names: keep every GPU
+    return set(cuda)

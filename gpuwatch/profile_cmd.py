@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.cli_errors import CliError
+from gpuwatch.gpu_timeline import used_gpu_indices
 
 
 def add_parsers(sub: Any, positive_int: Any, interval: Any) -> None:
@@ -114,20 +115,6 @@ def _gpu_timeline(args: argparse.Namespace) -> tuple[Any, str]:
     ).start(), "NVML"
 
 
-def _used_gpu_indices(devices: list[dict[str, Any]]) -> set[int] | None:
-    """NVML indices of the CUDA devices the script used (CUDA_VISIBLE_DEVICES respected)."""
-    cuda = [int(d["device"].split(":")[1]) for d in devices if d["device"].startswith("cuda:")]
-    if not cuda:
-        return None
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible:
-        parts = [v.strip() for v in visible.split(",")]
-        if all(v.isdigit() for v in parts):
-            return {int(parts[i]) for i in cuda if i < len(parts)}
-        return None  # UUIDs or MIG names: keep every GPU
-    return set(cuda)
-
-
 def run_profile(args: argparse.Namespace) -> int:
     import profilers
     from gpuwatch.runner import Target, TargetError, check_target, run_target
@@ -164,7 +151,7 @@ def run_profile(args: argparse.Namespace) -> int:
     report = prof.report(command=command, exit_code=outcome.exit_code, partial=not outcome.finished)
     report.error = outcome.error
     report.options["gpu_stats"] = gpu_stats
-    used = _used_gpu_indices(report.devices)
+    used = used_gpu_indices(report.devices)
     report.gpu_samples = [s for s in samples if used is None or s["gpu"] in used]
     failed = write_outputs(report, args.json_path, args.html_path)
     if not args.quiet:

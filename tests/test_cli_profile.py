@@ -276,3 +276,16 @@ def test_html_report_renders_offline_in_a_real_browser(tmp_path):
     assert requests == [(tmp_path / "r.html").as_uri()]  # self-contained: nothing fetched
     assert problems == [] and not pwned
     assert title == "gpuwatch profile: train.py"
+
+
+def test_gpu_stats_follow_the_gpus_the_script_used(monkeypatch):
+    from gpuwatch.gpu_timeline import used_gpu_indices
+
+    devices = [{"device": "cpu"}, {"device": "cuda:1"}]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert used_gpu_indices(devices) == {1}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")  # cuda:1 is NVML's GPU 6
+    assert used_gpu_indices(devices) == {6}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-0a1b,GPU-2c3d")  # UUIDs: keep every GPU
+    assert used_gpu_indices(devices) is None
+    assert used_gpu_indices([{"device": "cpu"}]) is None

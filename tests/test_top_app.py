@@ -174,7 +174,9 @@ async def test_kill_of_a_process_that_already_exited_says_so(clock):
         backend.send_signal(target.pid, signal.SIGKILL)
         await pilot.press("k", "t")
         assert app.query_one(ProcessTable).selected == target
-        assert any(f"process {target.pid} has already exited" in n.message for n in app._notifications)
+        assert any(
+            f"process {target.pid} has already exited" in n.message for n in app._notifications
+        )
 
 
 @pytest.mark.parametrize("key", ["d", "enter"])

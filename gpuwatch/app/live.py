@@ -19,7 +19,7 @@ from textual.widgets import Footer, Header, RichLog, Static
 from gpuwatch.app.sampling import SamplingApp, card_layout
 from gpuwatch.app.screens import ConfirmScreen, HelpScreen, StackScreen, SummaryScreen
 from gpuwatch.app.widgets import GpuCard, HotLinesTable, RatesPanel, RateWindow
-from gpuwatch.gpu_timeline import sample_row
+from gpuwatch.gpu_timeline import sample_row, used_gpu_indices
 from gpuwatch.live.session import ChildSession
 from gpuwatch.nvml.sampler import Sampler
 from gpuwatch.pyspy import dump_stack
@@ -31,12 +31,6 @@ ROWS_FOR_THE_REST = 2 + 10 + 8 + 1
 PUMP_S = 0.1
 #: Seconds the script gets to stop (and send its report) after Ctrl-C before it is killed.
 STOP_GRACE_S = 5.0
-
-
-def used_gpu_indices(devices: list[dict[str, Any]]) -> set[int] | None:
-    from gpuwatch.profile_cmd import _used_gpu_indices
-
-    return _used_gpu_indices(devices)
 
 
 class LiveApp(SamplingApp):
