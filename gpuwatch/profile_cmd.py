@@ -132,7 +132,7 @@ def run_profile(args: argparse.Namespace) -> int:
     for path in (args.json_path, args.html_path):
         if path:
             check_writable(path)
-    command = ["-m", target.name, *target.args] if target.module else target.argv
+    command = target.command
     if args.live:
         return run_live(args, target)
     if args.demo:

@@ -27,6 +27,11 @@ class Target:
     def argv(self) -> list[str]:
         return [self.name, *self.args]
 
+    @property
+    def command(self) -> list[str]:
+        """As the user typed it after ``gpuwatch profile``: ``["-m", "pkg.mod", ...]`` for a module."""
+        return ["-m", self.name, *self.args] if self.module else self.argv
+
 
 @dataclass
 class Outcome:

@@ -23,6 +23,7 @@ from gpuwatch.gpu_timeline import sample_row, used_gpu_indices
 from gpuwatch.live.session import ChildSession
 from gpuwatch.nvml.sampler import Sampler
 from gpuwatch.pyspy import dump_stack
+from gpuwatch.runner import Target
 from profilers import Report
 
 #: Rows the middle, the log and the status line need before GPU cards fold to one line each.
@@ -290,7 +291,7 @@ class LiveApp(SamplingApp):
             | {"syncs": {"count": 0, "by_cause": {}}, "kernel_time_ms": 0.0, "ops": 0},
         }
         o = self.session.options
-        command = ["-m", o.target, *o.args] if o.module else [o.target, *o.args]
+        command = Target(o.target, o.args, module=o.module).command
         return Report.from_dict(
             {
                 "schema": "gpuwatch.profile/1",

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     config = json.loads((argv if argv is not None else sys.argv[1:])[0])
     channel = Channel(os.fdopen(config["fd"], "w", encoding="utf-8"))
     target = Target(config["target"], config["args"], module=config["module"])
-    command = ["-m", target.name, *target.args] if target.module else target.argv
+    command = target.command
     try:
         check_target(target)
     except TargetError as exc:
