@@ -8,7 +8,7 @@ from typing import Any
 
 from gpuwatch import _format as fmt
 from gpuwatch.report.hints import hints
-from gpuwatch.report.text import DIRECTION_NAMES
+from gpuwatch.report.text import DIRECTION_NAMES, gpu_busy
 from profilers import DIRECTIONS, Report, SiteStats
 
 COLORS = {"h2d": "#1f77b4", "d2h": "#d62728", "d2d": "#2ca02c", "p2p": "#9467bd", "sync": "#ff7f0e"}
@@ -221,6 +221,9 @@ def render_html(report: Report) -> str:
         ),
         (f"{t.ops:,}", "ops"),
         (fmt.duration_ms(r.duration_s * 1000), "wall time"),
+    ]
+    cards += [
+        (f"{busy:.0f}%", f"GPU {gpu} busy (mean NVML utilisation)") for gpu, busy, _ in gpu_busy(r)
     ]
     rows_totals = "".join(
         f"<tr><td class=l>{way} ({_e(DIRECTION_NAMES[way])})</td><td>{c.count:,}</td><td>{_e(fmt.size(c.bytes))}</td>"

@@ -69,7 +69,24 @@ def _header(r: Report) -> RenderableType:
         f"{fmt.duration_ms(r.totals.kernel_time_ms)} "
         f"({r.options.get('kernel_timing_source', 'host')})"
     )
+    for gpu, busy, peak_mem in gpu_busy(r):
+        lines.append(
+            f"\nGPU {gpu}: busy {busy:.0f}% of the run (mean NVML utilisation), "
+            f"memory peak {fmt.size(peak_mem)}"
+        )
     return Panel(lines, box=box.ROUNDED, expand=False)
+
+
+def gpu_busy(r: Report) -> list[tuple[int, float, int | None]]:
+    """``(gpu, mean utilisation %, peak memory bytes)`` per GPU from the report's NVML samples."""
+    out = []
+    for gpu in sorted({s["gpu"] for s in r.gpu_samples}):
+        samples = [s for s in r.gpu_samples if s["gpu"] == gpu]
+        utils = [s["gpu_util_pct"] for s in samples if s.get("gpu_util_pct") is not None]
+        mems = [s["memory_used_bytes"] for s in samples if s.get("memory_used_bytes") is not None]
+        if utils:
+            out.append((gpu, sum(utils) / len(utils), max(mems) if mems else None))
+    return out
 
 
 def _totals(r: Report) -> Table:

@@ -1,0 +1,63 @@
+"""The renderers on a hand-made report: what a user reads in the summary and the HTML."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from gpuwatch.report.hints import hints
+from gpuwatch.report.html import render_html
+from gpuwatch.report.text import summary
+from profilers import Report, SiteStats
+
+
+def report() -> Report:
+    site = SiteStats("train.py", 42, "train", ["train.py:90 main"])
+    site.source = "loss_log.append(loss.item())"
+    for _ in range(25):
+        site.d2h.add(4, True, False)
+        site.syncs.add("item")
+    site.ops = 50
+    r = Report(command=["train.py"], duration_s=10.0, sites=[site])
+    r.totals.merge(site)
+    r.gpu_samples = [
+        {
+            "t": t,
+            "gpu": 0,
+            "gpu_util_pct": u,
+            "memory_used_bytes": m,
+            "memory_total_bytes": 80 << 30,
+            "pcie_tx_bytes_per_s": 0,
+            "pcie_rx_bytes_per_s": 0,
+        }
+        for t, u, m in ((0.5, 20, 1 << 30), (1.0, 40, 3 << 30), (1.5, 30, 2 << 30))
+    ]
+    return r
+
+
+def text(renderable) -> str:
+    out = io.StringIO()
+    Console(file=out, width=140, color_system=None).print(renderable)
+    return out.getvalue()
+
+
+def test_summary_says_how_busy_the_gpu_was_and_points_at_the_line():
+    shown = text(summary(report()))
+    # mean of 20, 40, 30 = 30%; the peak of 1, 3, 2 GiB
+    assert "GPU 0: busy 30% of the run (mean NVML utilisation), memory peak 3.0 GiB" in shown
+    assert "train.py:42" in shown and "25 (item 25)" in shown
+    assert "logging fetches a value from the GPU every step" in shown
+
+
+def test_hints_are_tied_to_their_line_with_evidence():
+    (h,) = hints(report())
+    assert (h.kind, h.where, h.evidence) == ("log_every_step", "train.py:42", "25 syncs (item 25)")
+
+
+def test_html_has_the_busy_card_and_no_raw_user_strings():
+    r = report()
+    r.sites[0].source = "x = '<script>alert(1)</script>'"
+    page = render_html(r)
+    assert "<b>30%</b><span>GPU 0 busy (mean NVML utilisation)</span>" in page
+    assert "<script>alert(1)</script>" not in page
