@@ -56,6 +56,12 @@ def add_parsers(sub: Any, positive_int: Any, interval: Any) -> None:
     )
     p.add_argument("--no-gpu-stats", action="store_true", help="do not sample GPU stats with NVML")
     p.add_argument(
+        "--trace-syncs",
+        action="store_true",
+        help="take syncs from PyTorch's GPU trace: also those inside ops no rule "
+        "explains, at a cost on every CUDA event",
+    )
+    p.add_argument(
         "--live",
         action="store_true",
         help="watch it live: GPU stats, copies, syncs and hot lines while it runs "
@@ -142,6 +148,7 @@ def run_profile(args: argparse.Namespace) -> int:
         kernel_timing=not args.no_kernel_timing,
         user_code=args.user_code,
         timeline_capacity=args.timeline_capacity,
+        trace_syncs=args.trace_syncs,
     )
     try:
         with prof:
@@ -180,6 +187,7 @@ def run_live(args: argparse.Namespace, target: Any) -> int:
             kernel_timing=not args.no_kernel_timing,
             user_code=args.user_code,
             timeline_capacity=args.timeline_capacity,
+            trace_syncs=args.trace_syncs,
         )
     )
     app = LiveApp(

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from profilers._mode import ProfilerMode
-from profilers._ops import Transfer, direction
+from profilers._ops import COPY_TO_HOST, SYNCHRONIZE, Transfer, direction
 from profilers._recorder import Recorder
 
 #: The recorder of the profile running in this process (at most one).
@@ -190,6 +190,47 @@ def patch_comm(stack: ExitStack, recorder: Recorder) -> None:
                 set_attr(stack, module, name, wrap_comm(name, fn, recorder))
 
 
+# -- explicit syncs -----------------------------------------------------------------------------
+
+
+def _prints_a_device_tensor(args: tuple[Any, ...]) -> bool:
+    t = args[0] if args else None
+    return isinstance(t, torch.Tensor) and t.device.type not in ("cpu", "meta")
+
+
+def patch_explicit_syncs(stack: ExitStack, recorder: Recorder) -> None:
+    """Catches the syncs the dispatcher never sees at their Python entry points, at no per-op
+    cost: ``torch.cuda.synchronize()``, ``Stream.synchronize()``, ``Event.synchronize()``, and
+    printing a GPU tensor (``repr``/``str``/``print``), which copies it to the host with every
+    mode disabled (torch/_tensor_str.py)."""
+    import torch._tensor_str
+
+    def wrap(
+        fn: Callable[..., Any], cause: str, applies: Callable[[tuple[Any, ...]], bool] | None = None
+    ) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if recorder.active and not recorder.own_sync and (applies is None or applies(args)):
+                recorder.apply(recorder.site_for(sys._getframe(1)), Transfer(None, sync=cause))
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    set_attr(stack, torch.cuda, "synchronize", wrap(torch.cuda.synchronize, SYNCHRONIZE))
+    set_attr(
+        stack, torch.cuda.Stream, "synchronize", wrap(torch.cuda.Stream.synchronize, SYNCHRONIZE)
+    )
+    set_attr(
+        stack, torch.cuda.Event, "synchronize", wrap(torch.cuda.Event.synchronize, SYNCHRONIZE)
+    )
+    set_attr(
+        stack,
+        torch._tensor_str,
+        "_str",
+        wrap(torch._tensor_str._str, COPY_TO_HOST, _prints_a_device_tensor),
+    )
+
+
 # -- GPU trace ----------------------------------------------------------------------------------
 
 _HOOKED = False
@@ -207,7 +248,12 @@ def _forward(kind: str) -> Callable[..., None]:
 
 def hook_gpu_trace() -> None:
     """Registers the sync callbacks once per process (torch offers no way to remove them); they
-    forward to the running profile, if any. Tracing is switched on only where CUDA exists."""
+    forward to the running profile, if any. Tracing is switched on only where CUDA exists.
+
+    NB: opt-in (``trace_syncs=True``). Once on, PyTorch keeps the GPU trace on for the life of
+    the process (c10::impl::GPUTrace is set once), and every CUDA event record, allocation and
+    sync then calls into Python, a cost per op on a GPU. What it adds over the default: syncs
+    inside ops that no rule explains (cause ``other``) and syncs made from C++ code."""
     global _HOOKED
     with _HOOK_LOCK:
         if _HOOKED:

@@ -107,6 +107,8 @@ class Recorder:
         self.active = True
         self.own_sync = False
         """True while the profiler itself waits on the GPU (its one final synchronize)."""
+        self.trace_syncs = False
+        """Syncs come from PyTorch's GPU trace callbacks (opt-in) rather than the entry points."""
         self.backward_site: SiteStats | None = None
         """The user line of the .backward()/autograd.grad call under way, for autograd threads."""
         self.timeline: deque[tuple[float, str | None, int, str | None, str]] = deque(
@@ -237,7 +239,7 @@ class Recorder:
 
     def on_trace_sync(self, kind: str, frame: FrameType | None) -> None:
         """A GPU trace callback: ``kind`` is ``device``, ``stream`` or ``event``."""
-        if not self.active or self.own_sync:
+        if not self.active or self.own_sync or not self.trace_syncs:
             return
         st = self.state()
         if st.op is not None:

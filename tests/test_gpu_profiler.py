@@ -159,3 +159,21 @@ def test_a_dataparallel_step_is_counted():
     # broadcast of the replicas (512*512 + 512 floats) to every GPU but the first, each step
     assert site.p2p.count >= gpus - 1
     assert site.p2p.bytes >= (gpus - 1) * (512 * 512 + 512) * 4
+
+
+@pytest.mark.parametrize("trace", [False, True], ids=["entry-points", "gpu-trace"])
+def test_explicit_syncs_are_counted_once_either_way(trace, capsys):
+    y = torch.randn(8, device="cuda:0")
+    with profilers.profile(trace_syncs=trace) as prof:
+        torch.cuda.synchronize()  # @explicit
+        y.sum().item()  # @item_once
+        print(y)  # @printed
+    r = prof.report()
+    capsys.readouterr()
+    assert site_at(r, line_of("explicit")).syncs.by_cause == {"synchronize": 1}
+    assert site_at(r, line_of("item_once")).syncs.by_cause == {"item": 1}
+    printed = site_at(r, line_of("printed")).syncs.by_cause
+    if trace:  # the trace sees every sync printing makes inside torch
+        assert printed.get("copy_to_host", 0) >= 1
+    else:
+        assert printed == {"copy_to_host": 1}

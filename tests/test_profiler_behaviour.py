@@ -25,6 +25,10 @@ ORIGINALS = {
     "grad": torch.autograd.grad,
     "scatter": torch.nn.parallel.comm.scatter,
     "cuda.gather": torch.cuda.comm.gather,
+    "synchronize": torch.cuda.synchronize,
+    "stream.synchronize": torch.cuda.Stream.synchronize,
+    "event.synchronize": torch.cuda.Event.synchronize,
+    "tensor_str": torch._tensor_str._str,
 }
 
 
@@ -38,6 +42,10 @@ def nothing_left_installed():
     assert torch.autograd.grad is ORIGINALS["grad"]
     assert torch.nn.parallel.comm.scatter is ORIGINALS["scatter"]
     assert torch.cuda.comm.gather is ORIGINALS["cuda.gather"]
+    assert torch.cuda.synchronize is ORIGINALS["synchronize"]
+    assert torch.cuda.Stream.synchronize is ORIGINALS["stream.synchronize"]
+    assert torch.cuda.Event.synchronize is ORIGINALS["event.synchronize"]
+    assert torch._tensor_str._str is ORIGINALS["tensor_str"]
     assert _get_current_dispatch_mode_stack() == []
 
 
@@ -215,7 +223,7 @@ def test_dataparallel_comm_paths_are_counted(monkeypatch):
 
 
 def test_explicit_synchronize_calls_are_caught_through_gpu_trace_callbacks():
-    with profilers.profile() as prof:
+    with profilers.profile(trace_syncs=True) as prof:
         _gpu_trace.DeviceSynchronizationCallbacks.fire_callbacks()  # @device_sync
         _gpu_trace.EventSynchronizationCallbacks.fire_callbacks(1234)  # @event_sync
         _gpu_trace.StreamSynchronizationCallbacks.fire_callbacks(0)  # @stream_sync
@@ -235,7 +243,7 @@ PRINTING = compile(
 def test_printing_a_cuda_tensor_counts_as_a_copy_to_host_sync():
     ns: dict = {}
     exec(PRINTING, ns)
-    with profilers.profile() as prof:
+    with profilers.profile(trace_syncs=True) as prof:
         ns["_str"](lambda: _gpu_trace.StreamSynchronizationCallbacks.fire_callbacks(0))  # @print
     site = site_at(prof.report(), line_of("print"))
     assert site.syncs.by_cause == {"copy_to_host": 1}
@@ -249,17 +257,62 @@ def _waits(x: torch.Tensor) -> torch.Tensor:
 
 def test_a_sync_inside_an_op_no_rule_explains_is_other_and_counted_once():
     x = torch.randn(3)
-    with profilers.profile() as prof:
+    with profilers.profile(trace_syncs=True) as prof:
         _waits(x)  # @other
     site = site_at(prof.report(), line_of("other"))
     assert site.syncs.to_dict() == {"count": 1, "by_cause": {"other": 1}}
 
 
 def test_syncs_after_the_profile_are_not_counted():
-    with profilers.profile() as prof:
+    with profilers.profile(trace_syncs=True) as prof:
         pass
     _gpu_trace.DeviceSynchronizationCallbacks.fire_callbacks()
     assert prof.report().totals.syncs.count == 0
+
+
+def test_without_gpu_trace_callbacks_are_ignored_and_nothing_is_counted_twice():
+    with profilers.profile() as prof:  # the default: entry points, not the trace
+        _gpu_trace.DeviceSynchronizationCallbacks.fire_callbacks()
+        _waits(torch.randn(3))
+    assert prof.report().totals.syncs.count == 0
+
+
+class _StandIn:
+    """Stands in for torch.cuda's sync entry points on a machine without CUDA."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, *args, **kwargs) -> None:
+        self.calls += 1
+
+
+def test_explicit_synchronize_calls_are_caught_where_python_makes_them(monkeypatch):
+    device, stream, event = _StandIn(), _StandIn(), _StandIn()
+    monkeypatch.setattr(torch.cuda, "synchronize", device)
+    monkeypatch.setattr(torch.cuda.Stream, "synchronize", stream)
+    monkeypatch.setattr(torch.cuda.Event, "synchronize", event)
+    with profilers.profile() as prof:
+        torch.cuda.synchronize()  # @sync
+        torch.cuda.Stream.synchronize(object())  # @stream
+        for _ in range(2):
+            torch.cuda.Event.synchronize(object())  # @event
+    r = prof.report()
+    assert (device.calls, stream.calls, event.calls) == (1, 1, 2)  # the real call still happens
+    assert site_at(r, line_of("sync")).syncs.by_cause == {"synchronize": 1}
+    assert site_at(r, line_of("stream")).syncs.by_cause == {"synchronize": 1}
+    assert site_at(r, line_of("event")).syncs.by_cause == {"synchronize": 2}
+
+
+def test_printing_a_gpu_tensor_is_a_copy_to_host_sync_and_a_cpu_one_is_not(monkeypatch):
+    monkeypatch.setattr(torch._tensor_str, "_str", lambda self, *, tensor_contents=None: "<tensor>")
+    with profilers.profile() as prof, fake_mode():
+        y = torch.randn(2, 2).to("cuda:0")
+        torch._tensor_str._str(y)  # @print_gpu
+        torch._tensor_str._str(torch.randn(2))  # @print_cpu
+    r = prof.report()
+    assert site_at(r, line_of("print_gpu")).syncs.by_cause == {"copy_to_host": 1}
+    assert not [s for s in r.sites if s.line == line_of("print_cpu") and s.syncs.count]
 
 
 # -- safety -------------------------------------------------------------------------------------

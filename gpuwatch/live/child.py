@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         kernel_timing=config["kernel_timing"],
         user_code=config["user_code"],
         timeline_capacity=config["timeline_capacity"],
+        trace_syncs=config.get("trace_syncs", False),
     )
     stop = threading.Event()
 

@@ -35,6 +35,7 @@ class LiveOptions:
     user_code: list[str] | None = None
     timeline_capacity: int = 10_000
     top: int = 30
+    trace_syncs: bool = False
 
 
 @dataclass
@@ -78,6 +79,7 @@ class ChildSession:
             "user_code": o.user_code,
             "timeline_capacity": o.timeline_capacity,
             "top": o.top,
+            "trace_syncs": o.trace_syncs,
         }
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(
