@@ -94,7 +94,7 @@ def _cpu(proc: psutil.Process) -> float:
             t = p.cpu_times()
             total += t.user + t.system
         except psutil.NoSuchProcess:
-            pass
+            pass  # a child that exited between listing and reading: its time is gone with it
     return total
 
 

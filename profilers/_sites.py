@@ -28,8 +28,8 @@ def _library_roots() -> tuple[str, ...]:
     roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     try:
         roots.update(site.getsitepackages())
-    except AttributeError:  # pragma: no cover - virtualenv's old site module
-        pass
+    except AttributeError:  # pragma: no cover
+        pass  # virtualenv's old site module has no getsitepackages; sysconfig's paths suffice
     if site.ENABLE_USER_SITE and site.USER_SITE:
         roots.add(site.USER_SITE)
     for pkg in ("torch", "profilers", "gpuwatch"):
