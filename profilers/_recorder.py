@@ -366,6 +366,11 @@ def dispatch(
     recorder: Recorder = mode.recorder
     if kwargs is None:
         kwargs = {}
+    info = recorder._info.get(func, _UNSEEN)
+    if info is _UNSEEN:
+        info = recorder._info[func] = _op_info(func)
+    if info is None or not recorder.active:  # metadata ops skip everything, the frame too
+        return func(*args, **kwargs)
     depth = recorder.caller_depth
     if depth is None:
         frame = _current_caller(recorder, 1)
@@ -374,11 +379,6 @@ def dispatch(
             frame = sys._getframe(depth)
         except ValueError:  # a C++ thread with no Python frames (autograd's device threads)
             frame = None
-    info = recorder._info.get(func, _UNSEEN)
-    if info is _UNSEEN:
-        info = recorder._info[func] = _op_info(func)
-    if info is None or not recorder.active:
-        return func(*args, **kwargs)
     name, classifier = info
     st: _ThreadState | None = getattr(recorder._tls, "s", None)
     if st is None:
