@@ -92,18 +92,23 @@ async def test_filter_narrows_the_table_and_escape_clears(clock):
         await started(app, pilot)
         table = app.query_one(ProcessTable)
         await pilot.press("slash")
-        assert app.focused is app.query_one("#filter", Input)
+        await wait_until(lambda: app.focused is app.query_one("#filter", Input))
         await pilot.press(*"bob")
+        # NB: waits rather than asserting at once: the Input's Changed messages reach the app
+        # a moment after the keys on a loaded machine.
+        await wait_until(lambda: table.filter_text == "bob")
         assert {p.user for p in table.visible} == {"bob"} and len(table.visible) == 2
         assert "filter: 'bob'" in table.border_title
         await pilot.press("enter")  # keeps the filter, back to the table
-        assert app.focused is table and len(table.visible) == 2
+        await wait_until(lambda: app.focused is table)
+        assert len(table.visible) == 2
         clock.advance(1)
         n = app.samples_taken
         await wait_until(lambda: app.samples_taken > n)
         assert {p.user for p in table.visible} == {"bob"}  # still filtered after a tick
         await pilot.press("escape")
-        assert len(table.visible) == 4 and table.filter_text == ""
+        await wait_until(lambda: table.filter_text == "")
+        assert len(table.visible) == 4
 
 
 async def test_pause_stops_updates(clock):
