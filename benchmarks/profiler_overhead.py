@@ -7,7 +7,9 @@ The workload is a training step of a small MLP (many small ops: the worst case f
 profiler) or, with ``--workload large``, a GPU-bound step with big matrix products. Each round
 runs every variant once, in turn, so drift hits all alike; the median round counts.
 
-Variants: plain; a bare no-op TorchDispatchMode (the floor for this design); gpuwatch's
+Variants: plain; a bare no-op TorchDispatchMode (the floor for this design, as anyone writes it:
+torch wraps its __torch_dispatch__ so that dynamo never traces it); the same bare mode without
+that wrapper (for reference: gpuwatch does the wrapper's job itself, cheaper); gpuwatch's
 ``profilers.profile()``; ``torch.profiler.profile(with_stack=True)``.
 Overhead per op = (variant time - plain time) / ops per run.
 """
@@ -31,6 +33,18 @@ import profilers  # noqa: E402
 
 
 class BareMode(TorchDispatchMode):
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return func(*args, **(kwargs or {}))
+
+
+class BareModeUnwrapped(TorchDispatchMode):
+    """The same without torch's dynamo-disabling wrapper around __torch_dispatch__ (unsafe under
+    torch.compile as it stands: the floor of the floor, for reference)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         return func(*args, **(kwargs or {}))
 
@@ -106,6 +120,10 @@ def main() -> None:
         with BareMode():
             loop()
 
+    def bare_unwrapped() -> None:
+        with BareModeUnwrapped():
+            loop()
+
     def gpuwatch() -> None:
         with profilers.profile():
             loop()
@@ -120,6 +138,7 @@ def main() -> None:
     variants = {
         "plain": plain,
         "bare mode": bare,
+        "bare mode, unwrapped": bare_unwrapped,
         "gpuwatch": gpuwatch,
         "torch.profiler(with_stack)": torch_profiler,
     }
@@ -143,6 +162,9 @@ def main() -> None:
     )
     print(
         f"gpuwatch overhead / torch.profiler overhead: {over['gpuwatch'] / over['torch.profiler(with_stack)']:.2f}  (target <= 0.5)"
+    )
+    print(
+        f"gpuwatch overhead / unwrapped bare overhead: {over['gpuwatch'] / over['bare mode, unwrapped']:.2f}  (reference)"
     )
     print(f"gpuwatch run time / plain run time:          {med['gpuwatch'] / base:.3f}")
 

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from profilers import _patches
+from profilers._cuda_timing import CudaApi
 from profilers._mode import ProfilerMode
 from profilers._ops import IsPinned
 from profilers._recorder import Recorder, totals_of
@@ -44,9 +45,12 @@ class Options:
 class Profile:
     """A single-use profile; see :func:`profilers.profile`."""
 
-    def __init__(self, options: Options, is_pinned: IsPinned | None = None) -> None:
+    def __init__(
+        self, options: Options, is_pinned: IsPinned | None = None, cuda: CudaApi | None = None
+    ) -> None:
         self.options = options
         self._is_pinned = is_pinned
+        self._cuda = cuda
         self._recorder: Recorder | None = None
         self._stack: ExitStack | None = None
         self._state = "new"
@@ -75,6 +79,7 @@ class Profile:
                 kernel_timing=self.options.kernel_timing,
                 timeline_capacity=self.options.timeline_capacity,
                 is_pinned=self._is_pinned,
+                cuda=self._cuda,
             )
             _patches.ACTIVE = recorder
         self._recorder = recorder
@@ -231,6 +236,7 @@ def profile(
     comm: bool = True,
     trace_syncs: bool = False,
     is_pinned: IsPinned | None = None,
+    cuda: CudaApi | None = None,
 ) -> Profile:
     """Count copies, syncs and kernel time of the code run inside ``with profile() as prof:``.
 
@@ -249,6 +255,8 @@ def profile(
             explicit ``synchronize()`` calls and printed GPU tensors are caught where Python
             calls them, at no per-op cost.
         is_pinned: how to tell pinned host memory (tests pass one for fake tensors).
+        cuda: the CUDA calls kernel timing makes (tests pass stand-ins); by default the real
+            ones when a GPU is there.
 
     A profile runs once; profiles cannot be nested. Leaving the block, also by an exception,
     restores every patch and the dispatch mode.
@@ -261,4 +269,4 @@ def profile(
         comm=comm,
         trace_syncs=trace_syncs,
     )
-    return Profile(opts, is_pinned=is_pinned)
+    return Profile(opts, is_pinned=is_pinned, cuda=cuda)

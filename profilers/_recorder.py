@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from profilers._cuda_timing import CudaApi, CudaTimer, TorchCuda
 from profilers._ops import (
     CLASSIFIERS,
     METADATA_OPS,
@@ -28,7 +29,32 @@ from profilers._ops import (
 from profilers._sites import UNKNOWN, UserCode
 from profilers._stats import Counters, SiteStats
 
-_REAL_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_eval_frame: Any
+try:
+    from torch._C._dynamo import eval_frame as _eval_frame
+except ImportError:  # a torch without dynamo: nothing to hide from
+    _eval_frame = None
+
+
+def _no_eval_frame(callback: Any) -> Any:
+    return None
+
+
+_set_eval_frame: Callable[[Any], Any] = getattr(_eval_frame, "set_eval_frame", _no_eval_frame)
+
+
+def hide_from_dynamo() -> bool:
+    """Marks dispatch() for dynamo to skip; False where this torch cannot (see _mode.py), and
+    then torch's own wrapper around __torch_dispatch__ stays."""
+    mark = getattr(_eval_frame, "set_code_exec_strategy", None)
+    if mark is None or _set_eval_frame is _no_eval_frame:
+        return False
+    skip = _eval_frame._FrameExecStrategy(
+        _eval_frame._FrameAction.SKIP, _eval_frame._FrameAction.DEFAULT
+    )
+    mark(dispatch.__code__, skip)
+    mark(_under_compile.__code__, skip)
+    return True
 
 
 class _ThreadState:
@@ -41,7 +67,6 @@ class _ThreadState:
         "last_site",
         "last_user",
         "op",
-        "pending",
         "synced",
         "table",
     )
@@ -52,8 +77,6 @@ class _ThreadState:
         """The op running on this thread now (for sync callbacks that fire inside it)."""
         self.synced = False
         self.in_comm = 0
-        self.pending: list[Any] | None = None
-        """The CUDA timing entry of this thread's last timed op."""
         # NB: the site of the last op's calling frame. Holding the frame keeps it (and so its
         # locals) alive until the next op or the end of the profile; in exchange, ops called
         # from the same frame and line skip the walk up the stack.
@@ -95,10 +118,16 @@ class Recorder:
         timeline_capacity: int = 10_000,
         is_pinned: IsPinned | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        cuda: CudaApi | None = None,
     ) -> None:
         self.user = user
         self.kernel_timing = kernel_timing
-        self.cuda_timing = kernel_timing and torch.cuda.is_available()
+        self.timer: CudaTimer | None = None
+        """Times ops with CUDA events when there is a GPU (``cuda``: stand-ins for tests)."""
+        if kernel_timing and (cuda is not None or torch.cuda.is_available()):
+            self.timer = CudaTimer(cuda if cuda is not None else TorchCuda())
+        self.cuda_timing = self.timer is not None
+        self.host_timing = kernel_timing and self.timer is None
         self.is_pinned = is_pinned or default_is_pinned
         self.clock = clock
         self.t0 = clock()
@@ -120,12 +149,7 @@ class Recorder:
         self._tls = threading.local()
         self._states: list[_ThreadState] = []
         self._lock = threading.Lock()
-        self._pending: deque[list[Any]] = deque()
-        """[site, op name, device index, start event, end event, Copies to credit or None]."""
-        self._free_events: list[Any] = []
-        self._since_resolve = 0
-        self._resolving = threading.Lock()
-        self._info: dict[Any, tuple[str, Classifier | None] | None] = {}
+        self._info: dict[str, tuple[str, Classifier | None] | None] = {}
 
     # -- sites --------------------------------------------------------------------------------
 
@@ -147,6 +171,12 @@ class Recorder:
         f = self.user.first(frame)
         if f is None:
             return self._borrowed_site(table)
+        if f is st.last_user and f.f_lasti == st.last_lasti:
+            # A new library frame under the same user call (the next module of model(x)).
+            site = st.last_site
+            assert site is not None
+            st.last_frame = frame
+            return site
         code = f.f_code
         line = f.f_lineno
         key = (code.co_filename, line)
@@ -177,51 +207,38 @@ class Recorder:
 
     # -- the hot path -------------------------------------------------------------------------
 
-    def _run_timed_cuda(
+    def account(
         self,
-        st: _ThreadState,
         site: SiteStats,
-        name: str,
-        func: Any,
+        classifier: Classifier | None,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-    ) -> Any:
-        a0: Any = args[0] if args else None
-        if type(a0) in (list, tuple) and a0:
-            a0 = a0[0]
-        if type(a0) not in _REAL_TENSORS or not a0.is_cuda:
-            try:
-                return func(*args, **kwargs)
-            finally:
-                st.op = None
-        stream = torch.cuda.current_stream(a0.device)
-        start = self._event()
-        start.record(stream)
-        try:
-            out = func(*args, **kwargs)
-        finally:
-            st.op = None
-        end = self._event()
-        end.record(stream)
-        entry = [site, name, a0.device.index or 0, start, end, None]
-        self._pending.append(entry)
-        st.pending = entry
-        self._since_resolve += 1
-        if self._since_resolve >= 512:
-            self.resolve()
-        return out
+        out: Any,
+        ms: float,
+        timed: list[Any] | None,
+        synced: bool,
+    ) -> None:
+        """An op that may copy or sync: what its rule finds, else ``other`` when the GPU trace
+        saw it make the host wait (``synced``) and no rule explains why."""
+        if classifier is not None:
+            transfer = classifier(args, kwargs, out, self.is_pinned)
+            if transfer is not None:
+                self.apply(site, transfer, ms, timed)
+                return
+        if synced:
+            self.apply(site, Transfer(None, sync=OTHER))
 
     def apply(
-        self, site: SiteStats, t: Transfer, ms: float = 0.0, pending: list[Any] | None = None
+        self, site: SiteStats, t: Transfer, ms: float = 0.0, timed: list[Any] | None = None
     ) -> None:
-        """Counts ``t`` at ``site``; ``ms`` is the op's host time, or ``pending`` its CUDA timing
-        entry (credited when the events complete)."""
+        """Counts ``t`` at ``site``; ``ms`` is the op's host time, or ``timed`` its CUDA timing
+        record (credited when the events complete)."""
         if t.direction is not None:
             copies = site.copies(t.direction)
             copies.add(t.nbytes, t.pageable, t.non_blocking)
             copies.time_ms += ms
-            if pending is not None:
-                pending[5] = copies
+            if timed is not None:
+                timed[4] = copies
             if t.dtype is not None:
                 site.copy_dtypes[t.dtype] = site.copy_dtypes.get(t.dtype, 0) + t.nbytes
             if t.src is not None:
@@ -258,39 +275,19 @@ class Recorder:
 
     # -- CUDA event timing ----------------------------------------------------------------------
 
-    def _event(self) -> Any:
-        if self._free_events:
-            return self._free_events.pop()
-        return torch.cuda.Event(enable_timing=True)
-
     def resolve(self, wait: bool = False) -> None:
-        """Adds the GPU time of ops whose end event has completed; never waits unless ``wait``."""
-        if not self._pending or not self._resolving.acquire(blocking=wait):
+        """Adds the GPU time of ops whose events have completed; waits only when ``wait``."""
+        timer = self.timer
+        if timer is None:
             return
+        if not wait:
+            timer.resolve()
+            return
+        self.own_sync = True
         try:
-            self._since_resolve = 0
-            if wait:
-                self.own_sync = True
-                try:
-                    for dev in {p[2] for p in self._pending}:
-                        torch.cuda.synchronize(dev)
-                finally:
-                    self.own_sync = False
-            pending = self._pending
-            while pending:
-                site, name, _dev, start, end, copies = pending[0]
-                if not wait and not end.query():
-                    break
-                pending.popleft()
-                ms = start.elapsed_time(end)
-                entry = site.op_breakdown.get(name)
-                if entry is not None:
-                    entry[1] += ms
-                if copies is not None:
-                    copies.time_ms += ms
-                self._free_events.extend((start, end))
+            timer.resolve(wait=True)
         finally:
-            self._resolving.release()
+            self.own_sync = False
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -363,12 +360,18 @@ def dispatch(
 ) -> Any:
     """``ProfilerMode.__torch_dispatch__``: the hot path, in one Python function (no calls of
     its own on the common path: each one costs about as much as a dict lookup)."""
+    prior = _set_eval_frame(None)
+    if prior is not None:
+        # Under torch.compile: dynamo's frame callback was set. It stays cleared while the op
+        # runs (what torch's own wrapper does), so dynamo never traces the profiler.
+        return _under_compile(prior, mode, func, types, args, kwargs)
     recorder: Recorder = mode.recorder
     if kwargs is None:
         kwargs = {}
-    info = recorder._info.get(func, _UNSEEN)
+    # NB: keyed by the op's qualified name ("aten::add.Tensor"): OpOverload hashes in Python.
+    info = recorder._info.get(func._name, _UNSEEN)
     if info is _UNSEEN:
-        info = recorder._info[func] = _op_info(func)
+        info = recorder._info[func._name] = _op_info(func)
     if info is None or not recorder.active:  # metadata ops skip everything, the frame too
         return func(*args, **kwargs)
     depth = recorder.caller_depth
@@ -380,8 +383,9 @@ def dispatch(
         except ValueError:  # a C++ thread with no Python frames (autograd's device threads)
             frame = None
     name, classifier = info
-    st: _ThreadState | None = getattr(recorder._tls, "s", None)
-    if st is None:
+    try:
+        st: _ThreadState = recorder._tls.s
+    except AttributeError:
         st = recorder.state()
     # Site cache: the same calling frame means the same user frame above it; only when the
     # caller is the user frame itself can the line have moved (f_lasti says whether it did).
@@ -394,40 +398,56 @@ def dispatch(
         assert site is not None
     else:
         site = recorder._site(st, frame)
-    st.op = func
-    st.synced = False
-    ms = 0.0
-    if recorder.cuda_timing:
-        st.pending = None
-        out = recorder._run_timed_cuda(st, site, name, func, args, kwargs)
-    elif recorder.kernel_timing:
-        t = _perf_counter()
-        try:
-            out = func(*args, **kwargs)
-        finally:
-            st.op = None
-        ms = (_perf_counter() - t) * 1000.0
-    else:
-        try:
-            out = func(*args, **kwargs)
-        finally:
-            st.op = None
-    # NB: only the per-op entry is updated here; the site's ops and kernel time are summed from
+    # NB: only the per-op entry is counted here; the site's ops and kernel time are summed from
     # the entries when read (merged_sites), two attribute updates fewer per op.
     entry = site.op_breakdown.get(name)
     if entry is None:
         entry = site.op_breakdown[name] = [0, 0.0]
     entry[0] += 1
-    entry[1] += ms
-    if classifier is not None and not st.in_comm:
-        transfer = classifier(args, kwargs, out, recorder.is_pinned)
-        if transfer is not None:
-            recorder.apply(site, transfer, ms, st.pending if recorder.cuda_timing else None)
-            return out
-    if st.synced and not st.in_comm:
-        # The GPU trace saw this op make the host wait, and no rule explains it.
-        recorder.apply(site, Transfer(None, sync=OTHER))
+    ms = 0.0
+    timed = None
+    traced = recorder.trace_syncs
+    if traced:  # a sync the GPU trace reports while the op runs is the op's (on_trace_sync)
+        st.op = func
+        st.synced = False
+    try:
+        timer = recorder.timer
+        if timer is not None:
+            began = timer.begin(args, kwargs)
+            out = func(*args, **kwargs)
+            if began is not None:
+                timed = timer.end(began, entry)  # credited to entry[1] once the GPU is there
+        elif recorder.host_timing:
+            t = _perf_counter()
+            out = func(*args, **kwargs)
+            ms = (_perf_counter() - t) * 1000.0
+            entry[1] += ms
+        else:
+            out = func(*args, **kwargs)
+    finally:
+        if traced:
+            st.op = None
+    if (classifier is not None or st.synced) and not st.in_comm:
+        recorder.account(site, classifier, args, kwargs, out, ms, timed, st.synced)
+    if timed is not None:
+        timer.queue(timed)  # type: ignore[union-attr]
     return out
+
+
+def _under_compile(
+    prior: Any,
+    mode: Any,
+    func: Any,
+    types: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+) -> Any:
+    """dispatch() with dynamo's callback ``prior`` cleared, restored after. The op's caller is
+    then two frames further up; the site lookup walks past these frames (profilers' own)."""
+    try:
+        return dispatch(mode, func, types, args, kwargs)
+    finally:
+        _set_eval_frame(prior)
 
 
 def _inside_tensor_printing(frame: FrameType | None) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import warnings
 
 import pytest
 import torch
@@ -77,6 +78,35 @@ def test_library_frames_are_skipped():
     site = site_at(r, line_of("forward"))
     assert site.ops == r.totals.ops  # every op inside nn.Module code is charged to this line
     assert {"addmm.default", "relu.default"} <= set(site.op_breakdown)
+
+
+def _compiled_body(x, y):
+    z = x @ y  # @mm
+    return (z.relu() + 1).sum()  # @tail
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_compiled_code_runs_eagerly_and_dynamo_never_traces_the_profiler(backend):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    compiled = torch.compile(_compiled_body, backend=backend)
+    x, y = torch.randn(8, 8), torch.randn(8, 8)
+    expected = _compiled_body(x, y)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with profilers.profile() as prof:
+            for _ in range(2):
+                assert torch.equal(compiled(x, y), expected)
+    # Dynamo's frame callback is set while compiled code runs: had it reached the profiler's
+    # frames it would try to trace them and warn about the builtins they call.
+    assert not [w for w in caught if "dynamo" in str(w.filename).lower()], [
+        str(w.message)[:200] for w in caught
+    ]
+    r = prof.report()
+    mm = site_at(r, line_of("mm"))
+    assert mm.ops == 2 and mm.op_breakdown["mm.default"][0] == 2
+    assert site_at(r, line_of("tail")).ops == 6  # relu, add, sum; twice
 
 
 def test_backward_ops_are_charged_to_the_backward_line():
