@@ -1,6 +1,6 @@
 """Per-op overhead of the gpuwatch profiler, side by side with its peers, in one process.
 
-    python benchmarks/profiler_overhead.py [--steps 30] [--rounds 7] [--device cpu|cuda]
+    python benchmarks/profiler_overhead.py [--steps 50] [--rounds 11] [--device cpu|cuda]
         [--workload small|large]
 
 The workload is a training step of a small MLP (many small ops: the worst case for any per-op
@@ -94,8 +94,8 @@ def timed(run_steps: Callable[[], None], device: str) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--workload", choices=("small", "large"), default="small")
     args = ap.parse_args()

@@ -9,6 +9,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from sys import _getframe
 from time import perf_counter as _perf_counter
 from types import FrameType
 from typing import Any
@@ -379,7 +380,7 @@ def dispatch(
         frame = _current_caller(recorder, 1)
     else:
         try:
-            frame = sys._getframe(depth)
+            frame = _getframe(depth)
         except ValueError:  # a C++ thread with no Python frames (autograd's device threads)
             frame = None
     name, classifier = info

@@ -51,6 +51,7 @@ class StubCuda(TorchCuda):
         self.current = {0: 0, 1: 0}
         """The current stream id per device (what torch.cuda.stream(s) would change)."""
         self._current = lambda index: (self.current[index], index, 1)
+        self.record = lambda event, stream: event.record(stream)
         self.clock_ms = 0.0
         self.done = False
         """Whether every recorded event has completed."""

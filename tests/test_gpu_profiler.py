@@ -85,6 +85,27 @@ def test_kernel_time_comes_from_cuda_events():
     assert site.op_breakdown["mm.default"][0] == 5
 
 
+def test_copies_to_the_gpu_and_side_streams_are_timed_on_their_own_stream():
+    from profilers._cuda_timing import TorchCuda
+
+    cuda = TorchCuda()
+    host = torch.randn(2048, 2048).pin_memory()  # 2048*2048*4 = 16 MiB
+    side = torch.cuda.Stream()
+    on_gpu = torch.ones(4, device="cuda:0")
+    assert cuda.stream_for((on_gpu,), {}) == (torch.cuda.current_stream(0), 0)
+    assert cuda.stream_for((host,), {"device": torch.device("cuda:0")})[1] == 0
+    with torch.cuda.stream(side):
+        assert cuda.stream_for((on_gpu,), {})[0] == side
+    with profilers.profile() as prof:
+        y = host.to("cuda:0", non_blocking=True)  # @h2d
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y @ y  # @side
+    r = prof.report()
+    assert site_at(r, line_of("h2d")).h2d.time_ms > 0  # 16 MiB over PCIe: well above 0
+    assert site_at(r, line_of("side")).kernel_time_ms > 0
+
+
 def _workload() -> None:
     x = torch.randn(1024, 1024)  # 4 MiB
     xp = torch.randn(512, 512).pin_memory()  # 1 MiB
