@@ -10,7 +10,8 @@ runs every variant once, in turn, so drift hits all alike; the median round coun
 Variants: plain; a bare no-op TorchDispatchMode (the floor for this design, as anyone writes it:
 torch wraps its __torch_dispatch__ so that dynamo never traces it); the same bare mode without
 that wrapper (for reference: gpuwatch does the wrapper's job itself, cheaper); gpuwatch's
-``profilers.profile()``; ``torch.profiler.profile(with_stack=True)``.
+``profilers.profile()``, and the same with ``kernel_timing=False`` (what timing every op costs:
+host clocks on the CPU, two CUDA events per op on a GPU); ``torch.profiler.profile(with_stack=True)``.
 Overhead per op = (variant time - plain time) / ops per run.
 """
 
@@ -128,6 +129,10 @@ def main() -> None:
         with profilers.profile():
             loop()
 
+    def gpuwatch_untimed() -> None:
+        with profilers.profile(kernel_timing=False):
+            loop()
+
     def torch_profiler() -> None:
         activities = [torch.profiler.ProfilerActivity.CPU]
         if args.device == "cuda":
@@ -140,6 +145,7 @@ def main() -> None:
         "bare mode": bare,
         "bare mode, unwrapped": bare_unwrapped,
         "gpuwatch": gpuwatch,
+        "gpuwatch, kernel_timing=False": gpuwatch_untimed,
         "torch.profiler(with_stack)": torch_profiler,
     }
     times: dict[str, list[float]] = {k: [] for k in variants}
@@ -151,11 +157,11 @@ def main() -> None:
     print(
         f"device={args.device} workload={args.workload} steps={args.steps} ops/run={ops} rounds={args.rounds}"
     )
-    print(f"{'variant':<28} {'median s':>10} {'vs plain':>9} {'overhead/op':>12}")
+    print(f"{'variant':<30} {'median s':>10} {'vs plain':>9} {'overhead/op':>12}")
     over = {}
     for name, t in med.items():
         over[name] = (t - base) / ops * 1e6
-        print(f"{name:<28} {t:>10.4f} {t / base:>8.2f}x {over[name]:>10.2f}µs")
+        print(f"{name:<30} {t:>10.4f} {t / base:>8.2f}x {over[name]:>10.2f}µs")
     print()
     print(
         f"gpuwatch overhead / bare mode overhead:      {over['gpuwatch'] / over['bare mode']:.2f}  (target <= 1.3)"

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Every check that needs a real NVIDIA GPU, in one run (CI has no GPU; these run on a lent one).
+#
+#   bash .ci/gpu_checks.sh prepare   # here, with network: wheels the GPU machine lacks -> .whl/
+#   bash .ci/gpu_checks.sh run OUT   # there: tests, cross-checks, benchmarks, demos -> OUT/
+#
+# The GPU machine's python3 (3.12) has torch with CUDA, nvidia-ml-py, rich, psutil, pytest and
+# hypothesis; textual, plotly, py-spy, pytest-asyncio and nvitop (the peer for top_cost.py) travel
+# as wheels (see WHEELS). OUT receives at most 8 files: checks.log (everything printed, in order), the JSON
+# reports of the naive and fixed demo, and top.json.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+# The versions CI tests with (pytest and rich too: the image's may be older than textual and
+# pytest-asyncio need).
+WHEELS=(textual==8.2.8 mdit-py-plugins==0.7.0 markdown-it-py==4.3.0 platformdirs==4.14.7
+    rich==15.0.0 plotly==7.1.0 py-spy==0.4.3 pytest==9.0.3 pluggy==1.6.0 iniconfig==2.3.0
+    pytest-asyncio==1.5.0 nvitop==1.7.2)
+
+prepare() {
+    local exclude
+    exclude=$(git rev-parse --git-path info/exclude)
+    mkdir -p "$(dirname "$exclude")"
+    grep -qx '/.whl/' "$exclude" 2>/dev/null || echo /.whl/ >>"$exclude"
+    rm -rf .whl && mkdir -p .whl
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        --platform manylinux_2_28_x86_64 --platform manylinux1_x86_64 -d .whl "${WHEELS[@]}"
+    ls .whl
+}
+
+step() {
+    echo
+    echo "=== $* ==="
+    "$@"
+    echo "=== exit $? ==="
+}
+
+run() {
+    local out=${1:?usage: gpu_checks.sh run OUT}
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH="$PWD:/tmp/site" PATH="/tmp/site/bin:$PATH" PYTHONUNBUFFERED=1
+    # The console script, without installing the package into the image's environment.
+    mkdir -p /tmp/site/bin
+    printf '#!/bin/sh\nexec python3 -m gpuwatch "$@"\n' >/tmp/site/bin/gpuwatch
+    chmod +x /tmp/site/bin/gpuwatch
+    {
+        step nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+        step python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))"
+        # The profiler on real CUDA: every dispatcher row, torch.profiler's Memcpy events,
+        # set_sync_debug_mode's warnings, CUDA-event kernel time; then the whole suite there.
+        step python3 -m pytest -q -m gpu -p no:cacheprovider tests
+        step python3 -m pytest -q -x -p no:cacheprovider tests
+        step python3 benchmarks/profiler_overhead.py --device cuda --workload small
+        step python3 benchmarks/profiler_overhead.py --device cuda --workload large --steps 20
+        step python3 benchmarks/profiler_overhead.py --device cpu
+        step python3 -m gpuwatch top --once
+        python3 -m gpuwatch top --json >"$out/top.json"
+        echo "top --json: exit $?, $(wc -c <"$out/top.json") bytes"
+        step python3 benchmarks/top_cost.py --real --seconds 20 --interval 1 \
+            --peer "nvitop --interval 1"
+        for variant in naive fixed; do
+            step python3 -m gpuwatch profile --json "$out/$variant.json" \
+                demos/single_gpu_training.py --variant "$variant" --steps 200
+        done
+        step python3 demos/exercises.py matmul
+    } 2>&1 | tee "$out/checks.log"
+}
+
+case "${1:-}" in
+prepare) prepare ;;
+run) run "${2:-}" ;;
+*)
+    echo "usage: bash .ci/gpu_checks.sh prepare | run OUT" >&2
+    exit 2
+    ;;
+esac
