@@ -17,16 +17,15 @@ class CudaApi(Protocol):
     def stream_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int] | None:
         """The stream an op with these arguments runs on, and its GPU's index; None for an op
         that runs on no GPU."""
-        ...
 
     def new_event(self) -> Any:
         """A timing event with ``query()`` and ``elapsed_time(other)``."""
-        ...
 
     record: Callable[[Any, Any], None]
     """``record(event, stream)``."""
 
-    def synchronize(self, device: int) -> None: ...
+    def synchronize(self, device: int) -> None:
+        """Waits for everything queued on GPU ``device`` (the profiler's one wait, at the end)."""
 
 
 class TorchCuda:
