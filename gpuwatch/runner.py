@@ -70,6 +70,10 @@ def check_target(target: Target) -> None:
         raise TargetError(f"script not readable: {target.name} (permission denied)")
 
 
+_FULLGRAPH_REFUSED = "torch dispatch mode present"
+"""In the error torch.compile(fullgraph=True) raises when a dispatch mode is active."""
+
+
 def run_target(target: Target) -> Outcome:
     """Runs the target in this process with its own ``sys.argv`` and ``sys.path[0]``.
 
@@ -102,6 +106,13 @@ def run_target(target: Target) -> Outcome:
         return Outcome(130, False, "KeyboardInterrupt")
     except BaseException as exc:  # the script's own error: show it as Python would
         _print_user_traceback(exc)
+        if _FULLGRAPH_REFUSED in str(exc):
+            print(
+                "gpuwatch: torch.compile(fullgraph=True) refuses to run under any dispatch mode, "
+                "the profiler's included; profile with fullgraph=False (compiled code then runs "
+                "eagerly and is counted)",
+                file=sys.stderr,
+            )
         return Outcome(1, False, f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
     finally:
         sys.argv = saved_argv

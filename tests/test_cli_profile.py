@@ -101,6 +101,24 @@ def test_an_exception_shows_the_scripts_traceback_and_a_partial_report(tmp_path)
     assert (tmp_path / "r.html").stat().st_size > 1_000_000
 
 
+def test_fullgraph_compile_refused_under_the_profiler_gets_a_hint(tmp_path):
+    script(
+        tmp_path,
+        textwrap.dedent("""
+            import torch
+            f = torch.compile(lambda x: (x * 2).sum(), backend="eager", fullgraph=True)
+            print(f(torch.ones(4)).item())
+        """),
+    )
+    done = run(["gpuwatch", "profile", "-q", "--json", "r.json", "train.py"], tmp_path)
+    assert done.returncode == 1
+    assert "RuntimeError" in done.stderr and 'train.py", line 4' in done.stderr
+    assert "gpuwatch: torch.compile(fullgraph=True) refuses to run under any dispatch mode" in (
+        done.stderr
+    )
+    assert json.loads((tmp_path / "r.json").read_text())["partial"] is True
+
+
 def test_ctrl_c_stops_with_130_and_still_writes_the_report(tmp_path):
     script(
         tmp_path,
