@@ -137,6 +137,12 @@ async def test_help_lists_every_binding(clock):
         text = plain(app.screen.query_one("#help-table"))
         for words in ("Quit", "Pause", "Filter", "SIGTERM", "py-spy", "Sort by the next column"):
             assert words in text
+        await pilot.pause()
+        # On screen, not only in the widget: the box once collapsed to its border (width: auto
+        # around a Static that defaulted to 1fr).
+        shown = app.screen.query_one("#help-table").region
+        longest = max(len(line.rstrip()) for line in text.splitlines())
+        assert shown.width >= longest and shown.height >= 10
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
 

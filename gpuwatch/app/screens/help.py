@@ -32,6 +32,7 @@ class HelpScreen(ModalScreen[None]):
         width: auto; max-width: 90%; height: auto; max-height: 90%;
         border: round $accent; padding: 0 1; background: $surface;
     }
+    HelpScreen Static { width: auto; }
     """
     BINDINGS = [
         Binding("escape,q,question_mark", "dismiss", "Close", key_display="esc"),
