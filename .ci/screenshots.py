@@ -39,7 +39,8 @@ async def _top(out: Path, name: str, gpus: int, size: tuple[int, int]) -> Path:
         # Two minutes of history, one simulated second per sample.
         for _ in range(120):
             clock.t += 1.0
-            app.show_snapshot(inline.snapshot())
+            app.record_snapshot(inline.snapshot())
+        app.draw_snapshot()
         await pilot.pause(0.3)
         app.sub_title = app.sub_title.replace(" · PAUSED", "")
         await pilot.pause(0.1)

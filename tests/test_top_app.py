@@ -11,6 +11,7 @@ from gpuwatch.app.screens import HelpScreen, KillScreen, StackScreen
 from gpuwatch.app.top import TopApp
 from gpuwatch.app.widgets import GpuCard, Meter, ProcessTable
 from gpuwatch.nvml import FakeBackend
+from gpuwatch.nvml.sampler import Sampler
 from gpuwatch.nvml.samples import GpuSample
 from gpuwatch.pyspy import StackDumpError
 from tests.conftest import plain, wait_until
@@ -247,6 +248,41 @@ async def test_eight_gpus_fit_at_80x24(clock):
             line = str(card.query_one("#compact").render())
             assert line.lstrip().startswith(str(card.index)) and "%" in line
         assert app.query_one(ProcessTable).region.height >= 4
+
+
+async def test_a_sample_that_lands_while_widgets_go_is_kept_not_fatal(clock):
+    # On shutdown Textual removes widgets one by one; a sample already queued must not crash
+    # the app (CI once saw NoMatches for the process table here).
+    app, backend = make_app(clock, gpus=2)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+        app.paused = True  # no more samples from the worker: only the one posted below
+        await app.query_one(ProcessTable).remove()
+        app.paused = False
+        app.hold_sampling(True)
+        before = len(app._history[0][0])
+        n = app.samples_taken
+        app.post_message(TopApp.SnapshotReady(Sampler(backend, background_pcie=False).snapshot()))
+        await wait_until(lambda: app.samples_taken > n)
+        await pilot.pause()
+        assert len(app._history[0][0]) == before + 1  # recorded, just not drawn
+    # run_test re-raises an exception from a message handler: reaching here is the assertion.
+
+
+async def test_cards_stay_current_under_the_help_screen(clock):
+    app, backend = make_app(clock, gpus=1)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+        card = app.query_one("#gpu-0", GpuCard)
+        first = card.sample
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        clock.advance(7.0)
+        n = app.samples_taken
+        await wait_until(lambda: app.samples_taken >= n + 2)
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        assert card.sample.gpu_util_pct == backend.sample(0).gpu_util_pct != first.gpu_util_pct
 
 
 class LosingBackend(FakeBackend):

@@ -182,6 +182,8 @@ class LiveApp(SamplingApp):
     # -- the child ----------------------------------------------------------------------------
 
     def _pump(self) -> None:
+        if not self.is_running:  # shutting down: on_unmount drains what is left
+            return
         drained = self.session.drain()
         fresh = False
         for msg in drained.messages:

@@ -10,6 +10,7 @@ from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid
+from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.widgets import DataTable, Footer, Header, Input
 
@@ -116,22 +117,39 @@ class TopApp(SamplingApp):
     # -- sampling -----------------------------------------------------------------------------
 
     def on_sampling_app_snapshot_ready(self, message: SamplingApp.SnapshotReady) -> None:
-        if self.paused or not self.query(GpuCard):  # paused, or the app is shutting down
+        if self.paused:
             return
         self.samples_taken += 1
-        self.show_snapshot(message.snapshot)
+        self.record_snapshot(message.snapshot)
+        self.draw_snapshot()
 
-    def show_snapshot(self, snap: Snapshot) -> None:
+    def record_snapshot(self, snap: Snapshot) -> None:
+        """Keep ``snap`` as the latest and add it to the 5-minute histories."""
         self.snapshot = snap
         for g in snap.gpus:
             util, mem, pcie = self._history[g.index]
             util.append(float(g.gpu_util_pct or 0))
             mem.append(g.memory_used_pct or 0.0)
             pcie.append(float((g.pcie_rx_bytes_per_s or 0) + (g.pcie_tx_bytes_per_s or 0)))
-            card = self.query_one(f"#gpu-{g.index}", GpuCard)
+
+    def draw_snapshot(self) -> None:
+        """Draw the latest snapshot on the main screen.
+
+        The main screen stays current under a modal (help, kill, stack), so it is right when
+        the modal closes. While the app shuts down its widgets go one by one: nothing is drawn.
+        """
+        snap = self.snapshot
+        if snap is None:
+            return
+        try:  # the app's queries look at the main screen, whatever modal is on top
+            cards = [(g, self.query_one(f"#gpu-{g.index}", GpuCard)) for g in snap.gpus]
+            table = self.query_one(ProcessTable)
+        except NoMatches:
+            return
+        for g, card in cards:
             card.sample = g
-            card.set_history(util, mem, pcie)
-        self.query_one(ProcessTable).show(snap.processes)
+            card.set_history(*self._history[g.index])
+        table.show(snap.processes)
 
     def on_unmount(self) -> None:
         self.stop_sampling()
@@ -143,8 +161,7 @@ class TopApp(SamplingApp):
         self._update_subtitle()
 
     def watch_compact(self, _compact: bool) -> None:
-        if self.snapshot is not None:
-            self.call_after_refresh(self.show_snapshot, self.snapshot)
+        self.call_after_refresh(self.draw_snapshot)
 
     def _update_subtitle(self) -> None:
         driver = (self.sampler.driver_version if self.sampler else None) or "N/A"
