@@ -44,8 +44,11 @@ def patch_threads(stack: ExitStack, recorder: Recorder) -> None:
     # (rather than Thread.run) is what reaches DataParallel's parallel_apply workers.
     def _bootstrap_inner(thread: threading.Thread) -> None:
         if recorder.active and not thread.name.startswith("gpuwatch"):
-            with ProfilerMode(recorder):
-                original(thread)
+            try:
+                with ProfilerMode(recorder):
+                    original(thread)
+            finally:
+                recorder.release_state()
         else:
             original(thread)
 
@@ -61,11 +64,14 @@ def patch_backward(stack: ExitStack, recorder: Recorder) -> None:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if recorder.backward_site is not None or not recorder.active:
                 return fn(*args, **kwargs)
+            recorder.backward_state = recorder.state()
             recorder.backward_site = recorder.site_for(sys._getframe(1))
             try:
                 return fn(*args, **kwargs)
             finally:
                 recorder.backward_site = None
+                recorder.backward_state = None
+                recorder.forget_nodes()
 
         return wrapper
 

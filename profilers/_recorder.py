@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import linecache
 import os
+import re
 import sys
 import threading
 import time
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable
 from sys import _getframe
@@ -43,6 +45,42 @@ def _no_eval_frame(callback: Any) -> Any:
 
 _set_eval_frame: Callable[[Any], Any] = getattr(_eval_frame, "set_eval_frame", _no_eval_frame)
 
+# NB: autograd makes an op's backward node (numbered from a per-thread counter) before the op
+# reaches a dispatch mode, and during backward names the node running; both are C calls.
+_sequence_nr: Callable[[], int] | None = getattr(torch._C._autograd, "_get_sequence_nr", None)
+
+
+def _no_node() -> Any:
+    return None
+
+
+_current_node: Callable[[], Any] = getattr(torch._C, "_current_autograd_node", _no_node)
+if _sequence_nr is None:
+    _current_node = _no_node
+_STEMS: dict[str, str] = {}
+"""Node name -> _node_stem(name)."""
+_grad_enabled = torch.is_grad_enabled
+
+FORWARD_ENTRIES = 50_000
+"""Site changes per thread remembered for charging backward ops to forward lines (the oldest
+half is dropped past twice this): a graph older than that is charged to .backward() alone."""
+
+_NO_FORWARD_OP = 1 << 63
+"""Nodes numbered from here (AccumulateGrad: UINT64_MAX) were made by no forward op."""
+
+_BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
+
+
+def _node_stem(name: str) -> str:
+    """``"NativeLayerNormBackward0"`` -> ``"nativelayernorm"``."""
+    return _BACKWARD_SUFFIX.sub("", name.rsplit("::", 1)[-1]).replace("_", "").lower()
+
+
+def _made_by(op: str, stem: str) -> bool:
+    """Whether an op (``"native_layer_norm.default"``) can have made a node of that stem; a
+    prefix, for names like ``nll_loss_forward`` whose node is ``NllLossBackward0``."""
+    return bool(stem) and op.split(".", 1)[0].replace("_", "").lower().startswith(stem)
+
 
 def hide_from_dynamo() -> bool:
     """Marks dispatch() for dynamo to skip; False where this torch cannot (see _mode.py), and
@@ -62,6 +100,11 @@ class _ThreadState:
     """What one thread's ops need, in slots (a threading.local read per op, then plain loads)."""
 
     __slots__ = (
+        "backward",
+        "bw_node",
+        "bw_ops",
+        "fwd",
+        "fwd_site",
         "in_comm",
         "last_frame",
         "last_lasti",
@@ -85,9 +128,31 @@ class _ThreadState:
         self.last_user: FrameType | None = None
         self.last_lasti = -1
         self.last_site: SiteStats | None = None
+        # Forward ops' autograd nodes, per site: ``(numbers, sites, first_ops)``, where entry i
+        # says the nodes this thread numbered from numbers[i] on (to the next entry) were made
+        # by ops at sites[i], the first of them first_ops[i]. Appended only when the site
+        # changes (a site-cache miss); trimmed by replacing the whole tuple, which readers on
+        # other threads take once (the owner appends numbers last).
+        self.fwd: tuple[list[int], list[SiteStats], list[str]] = ([], [], [])
+        self.fwd_site: SiteStats | None = None
+        # Backward ops of this thread, per forward site (by id): (site, {op: [count, ms]}).
+        self.backward: dict[int, tuple[SiteStats, dict[str, list[float]]]] = {}
+        self.bw_node: Any = None
+        """The autograd node of the last backward op (its ops come one after another)."""
+        self.bw_ops: dict[str, list[float]] | None = None
 
     def forget_frames(self) -> None:
         self.last_frame = self.last_user = self.last_site = None
+        self.bw_node = self.bw_ops = None
+
+    def new_thread(self) -> None:
+        """A new thread takes this state over: its autograd node numbers start again."""
+        self.forget_frames()
+        self.op = None
+        self.synced = False
+        self.in_comm = 0
+        self.fwd = ([], [], [])
+        self.fwd_site = None
 
 
 _UNSEEN: Any = object()
@@ -149,19 +214,41 @@ class Recorder:
         self.devices: set[str] = set()
         self._tls = threading.local()
         self._states: list[_ThreadState] = []
+        self._spare: list[_ThreadState] = []
+        """States of threads that ended, for the next new thread (memory stays bounded when a
+        thread is started per step, as DataParallel does)."""
+        self.attributes_backward = _sequence_nr is not None and _current_node is not _no_node
+        """Backward ops are also charged to the forward line whose op made their node."""
+        self.backward_state: _ThreadState | None = None
+        """The state of the thread that called the .backward() under way (its forward first)."""
         self._lock = threading.Lock()
         self._info: dict[str, tuple[str, Classifier | None] | None] = {}
 
     # -- sites --------------------------------------------------------------------------------
 
     def state(self) -> _ThreadState:
-        """This thread's state, made on its first op."""
+        """This thread's state, on its first op made or taken over from a thread that ended."""
         st: _ThreadState | None = getattr(self._tls, "s", None)
         if st is None:
-            st = self._tls.s = _ThreadState()
             with self._lock:
-                self._states.append(st)
+                if self._spare:
+                    st = self._spare.pop()
+                    st.new_thread()
+                else:
+                    st = _ThreadState()
+                    self._states.append(st)
+            self._tls.s = st
         return st
+
+    def release_state(self) -> None:
+        """The calling thread ends: its state, counts and all, goes to the next new thread."""
+        st: _ThreadState | None = getattr(self._tls, "s", None)
+        if st is None:
+            return
+        del self._tls.s
+        st.forget_frames()
+        with self._lock:
+            self._spare.append(st)
 
     def site_for(self, frame: FrameType | None) -> SiteStats:
         """The site of the innermost user frame, else the running backward call, else unknown."""
@@ -205,6 +292,53 @@ class Recorder:
                 site.source = origin.source
             table[key] = site
         return site
+
+    # -- backward ops charged to forward lines -------------------------------------------------
+
+    def note_forward(self, st: _ThreadState, site: SiteStats, op: str) -> None:
+        """The thread's ops moved to ``site`` (first ``op``): nodes made from here are its."""
+        if not _grad_enabled() or _sequence_nr is None:
+            return  # no node is made: the site's ops cannot be in a backward
+        st.fwd_site = site
+        numbers, sites, ops = st.fwd
+        if len(numbers) >= 2 * FORWARD_ENTRIES:
+            keep = len(numbers) - FORWARD_ENTRIES
+            numbers, sites, ops = numbers[keep:], sites[keep:], ops[keep:]
+            st.fwd = (numbers, sites, ops)
+        sites.append(site)
+        ops.append(op)
+        # The counter already counts this op's own node, if it made one (autograd runs first).
+        numbers.append(_sequence_nr())
+
+    def backward_ops_of(self, st: _ThreadState, node: Any) -> dict[str, list[float]] | None:
+        """Where this thread counts the ops of autograd ``node`` by name: the entries of the
+        forward line whose op made the node, or None when no forward line is known.
+
+        The node is looked up in the .backward() caller's thread first, then in the others
+        (DataParallel replicas); a site is taken only if one of its ops can have made such a
+        node, since node numbers are per thread and repeat across threads."""
+        number = node._sequence_nr()
+        if number >= _NO_FORWARD_OP:
+            return None
+        name = node.name()
+        stem = _STEMS.get(name)
+        if stem is None:
+            stem = _STEMS[name] = _node_stem(name)
+        first = self.backward_state
+        site = None if first is None else _site_of_node(first.fwd, number, stem)
+        if site is None:
+            with self._lock:
+                others = [o for o in self._states if o is not first and o.fwd[0]]
+            for other in others:
+                site = _site_of_node(other.fwd, number, stem)
+                if site is not None:
+                    break
+            else:
+                return None
+        found = st.backward.get(id(site))
+        if found is None:
+            found = st.backward[id(site)] = (site, {})
+        return found[1]
 
     # -- the hot path -------------------------------------------------------------------------
 
@@ -306,13 +440,54 @@ class Recorder:
                     into.source = site.source
                 site.settle()
                 into.merge(site)
+        with self._lock:
+            backwards = [st.backward for st in self._states]
+        for backward in backwards:
+            for site, ops in list(backward.values()):
+                into = merged.get(site.key)
+                if into is not None:
+                    into.merge_backward(ops)
         return list(merged.values())
+
+    def forget_nodes(self) -> None:
+        """Drop the autograd nodes kept per thread (a backward ended: with retain_graph, a
+        kept node would keep its saved tensors alive)."""
+        with self._lock:
+            for st in self._states:
+                st.bw_node = st.bw_ops = None
 
     def forget_frames(self) -> None:
         """Drop the frames kept for the site cache (called when the profile ends)."""
         with self._lock:
             for st in self._states:
                 st.forget_frames()
+
+
+def _site_of_node(
+    fwd: tuple[list[int], list[SiteStats], list[str]], number: int, stem: str
+) -> SiteStats | None:
+    numbers, sites, ops = fwd
+    # NB: an entry's number was read inside its first op, after autograd made that op's node
+    # (if it made one): node n was made by an op that saw n + 1.
+    end = len(numbers)  # numbers are appended last: entries below this are whole
+    i = bisect_right(numbers, number + 1, 0, end) - 1
+    if i < 0:
+        return None
+    if numbers[i] == number + 1:
+        # The first op at the first site entered at n + 1 made node n, or an op before it did.
+        j = bisect_left(numbers, number + 1, 0, i + 1)
+        if _made_by(ops[j], stem):
+            return sites[j]
+        i = j - 1
+        if i < 0:
+            return None
+    site = sites[i]
+    if stem in site.node_stems:
+        return site
+    if any(_made_by(op, stem) for op in list(site.op_breakdown)):
+        site.node_stems.add(stem)  # only yes is kept: a site can gain the op later
+        return site
+    return None
 
 
 def totals_of(sites: list[SiteStats]) -> Counters:
@@ -399,12 +574,29 @@ def dispatch(
         assert site is not None
     else:
         site = recorder._site(st, frame)
+        if site is not st.fwd_site and recorder.attributes_backward:
+            recorder.note_forward(st, site, name)
     # NB: only the per-op entry is counted here; the site's ops and kernel time are summed from
     # the entries when read (merged_sites), two attribute updates fewer per op.
     entry = site.op_breakdown.get(name)
     if entry is None:
         entry = site.op_breakdown[name] = [0, 0.0]
     entry[0] += 1
+    back = None
+    if recorder.backward_site is not None:
+        # During a backward the op is also counted at the forward line that made its node;
+        # one node's ops come one after another.
+        node = _current_node()
+        if node is not None:
+            if node is not st.bw_node:
+                st.bw_node = node
+                st.bw_ops = recorder.backward_ops_of(st, node)
+            ops = st.bw_ops
+            if ops is not None:
+                back = ops.get(name)
+                if back is None:
+                    back = ops[name] = [0, 0.0]
+                back[0] += 1
     ms = 0.0
     timed = None
     traced = recorder.trace_syncs
@@ -418,11 +610,14 @@ def dispatch(
             out = func(*args, **kwargs)
             if began is not None:
                 timed = timer.end(began, entry)  # credited to entry[1] once the GPU is there
+                timed[5] = back
         elif recorder.host_timing:
             t = _perf_counter()
             out = func(*args, **kwargs)
             ms = (_perf_counter() - t) * 1000.0
             entry[1] += ms
+            if back is not None:
+                back[1] += ms
         else:
             out = func(*args, **kwargs)
     finally:

@@ -153,10 +153,23 @@ class Counters:
         self.ops = int(d["ops"])
 
 
+OTHER_OPS = "(other ops)"
+"""The op name under which ops beyond a report's top ones are summed when it is read back."""
+
+
 class SiteStats(Counters):
     """Counters for one user source line."""
 
-    __slots__ = ("copy_dtypes", "file", "function", "line", "source", "stack")
+    __slots__ = (
+        "backward",
+        "copy_dtypes",
+        "file",
+        "function",
+        "line",
+        "node_stems",
+        "source",
+        "stack",
+    )
 
     def __init__(self, file: str, line: int, function: str, stack: list[str] | None = None):
         super().__init__()
@@ -167,6 +180,19 @@ class SiteStats(Counters):
         self.source = ""
         self.copy_dtypes: dict[str, int] = {}
         """Bytes copied (any direction) per source dtype, e.g. ``{"float32": 262144}``."""
+        self.backward: dict[str, list[float]] = {}
+        """The backward of this line's forward ops: ``[count, ms]`` per op. These ops are also
+        counted, in full, at the line that called ``.backward()``."""
+        self.node_stems: set[str] = set()
+        """Kinds of autograd node this line's ops are known to make (the profiler's cache)."""
+
+    @property
+    def backward_ops(self) -> int:
+        return int(sum(n for n, _ in self.backward.values()))
+
+    @property
+    def backward_ms(self) -> float:
+        return float(sum(ms for _, ms in self.backward.values()))
 
     def settle(self) -> None:
         """Sets ``ops`` and ``kernel_time_ms`` from the per-op entries (the recorder's hot path
@@ -179,6 +205,13 @@ class SiteStats(Counters):
         if isinstance(other, SiteStats):
             for dtype, n in other.copy_dtypes.items():
                 self.copy_dtypes[dtype] = self.copy_dtypes.get(dtype, 0) + n
+            self.merge_backward(other.backward)
+
+    def merge_backward(self, ops: dict[str, list[float]]) -> None:
+        for name, (n, ms) in list(ops.items()):
+            mine = self.backward.setdefault(name, [0, 0.0])
+            mine[0] += n
+            mine[1] += ms
 
     @property
     def key(self) -> tuple[str, int]:
@@ -198,6 +231,18 @@ class SiteStats(Counters):
                 for name, (n, ms) in ops
             ],
             "copy_dtypes": dict(self.copy_dtypes),
+            **({"backward": self._backward_dict(top_ops)} if self.backward else {}),
+        }
+
+    def _backward_dict(self, top_ops: int) -> dict[str, Any]:
+        ops = sorted(self.backward.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))[:top_ops]
+        return {
+            "ops": self.backward_ops,
+            "kernel_time_ms": round(self.backward_ms, 6),
+            "top_ops": [
+                {"op": name, "count": int(n), "kernel_time_ms": round(ms, 6)}
+                for name, (n, ms) in ops
+            ],
         }
 
     @classmethod
@@ -208,4 +253,12 @@ class SiteStats(Counters):
         s.copy_dtypes = {str(k): int(v) for k, v in d.get("copy_dtypes", {}).items()}
         for entry in d.get("top_ops", []):
             s.op_breakdown[str(entry["op"])] = [int(entry["count"]), float(entry["kernel_time_ms"])]
+        backward = d.get("backward")
+        if backward:
+            for entry in backward.get("top_ops", []):
+                s.backward[str(entry["op"])] = [int(entry["count"]), float(entry["kernel_time_ms"])]
+            rest_n = int(backward["ops"]) - s.backward_ops
+            rest_ms = float(backward["kernel_time_ms"]) - s.backward_ms
+            if rest_n > 0:  # ops beyond the top ones: kept as one entry so the totals survive
+                s.backward[OTHER_OPS] = [rest_n, max(0.0, rest_ms)]
         return s

@@ -40,12 +40,14 @@ class Report:
     """The script's exception, one line (``ValueError: bad shape``), when it raised."""
 
     def top_sites(self, key: str, n: int = 10) -> list[SiteStats]:
-        """Sites with the most ``bytes`` moved, ``syncs``, ``kernel_time_ms`` or ``ops``."""
+        """Sites with the most ``bytes`` moved, ``syncs``, ``kernel_time_ms``, ``ops``, or
+        ``backward_ms`` (the time of the backward of a line's forward ops)."""
         getters = {
             "bytes": lambda s: s.bytes_moved,
             "syncs": lambda s: s.syncs.count,
             "kernel_time_ms": lambda s: s.kernel_time_ms,
             "ops": lambda s: s.ops,
+            "backward_ms": lambda s: s.backward_ms,
         }
         get = getters[key]
         return [s for s in sorted(self.sites, key=get, reverse=True) if get(s)][:n]

@@ -61,3 +61,21 @@ def test_html_has_the_busy_card_and_no_raw_user_strings():
     page = render_html(r)
     assert "<b>30%</b><span>GPU 0 busy (mean NVML utilisation)</span>" in page
     assert "<script>alert(1)</script>" not in page
+
+
+def test_lines_show_the_time_of_their_backward():
+    r = report()
+    fwd = SiteStats("model.py", 7, "forward")
+    fwd.source = "h = self.conv(x)"
+    fwd.op_breakdown["convolution.default"] = [10, 4.0]
+    fwd.backward["convolution_backward.default"] = [10, 9.5]
+    fwd.settle()
+    r.sites.append(fwd)
+    shown = text(summary(r))
+    assert "Top lines by the time of their backward" in shown
+    assert "model.py:7" in shown and "9.5 ms in 10 ops" in shown
+    page = render_html(r)
+    assert "its backward</th>" in page and "<td>9.5 ms</td>" in page
+    assert "the backward of its ops (also in the .backward() line)" in page
+    # A report with no backward data shows no such table.
+    assert "by the time of their backward" not in text(summary(report()))

@@ -145,24 +145,40 @@ def _timeline(r: Report) -> Any:
 def _kernel_time(r: Report) -> Any:
     import plotly.graph_objects as go
 
-    sites = list(reversed(r.top_sites("kernel_time_ms", TOP)))
-    fig = go.Figure(
-        go.Bar(
+    # Lines ranked by their own time plus the time of their backward; the backward share is
+    # also inside the .backward() line's own bar (the ops ran there).
+    sites = [s for s in r.sites if s.kernel_time_ms or s.backward_ms]
+    sites = sorted(sites, key=lambda s: s.kernel_time_ms + s.backward_ms, reverse=True)[:TOP]
+    sites.reverse()
+    fig = go.Figure()
+    fig.add_bar(
+        name="its own ops",
+        orientation="h",
+        y=[_label(s) for s in sites],
+        x=[s.kernel_time_ms for s in sites],
+        marker_color="#17becf",
+        customdata=[[s.ops] for s in sites],
+        hovertemplate="%{y}<br>%{x:.2f} ms in %{customdata[0]} ops<extra></extra>",
+    )
+    if any(s.backward_ms for s in sites):
+        fig.add_bar(
+            name="the backward of its ops (also in the .backward() line)",
             orientation="h",
             y=[_label(s) for s in sites],
-            x=[s.kernel_time_ms for s in sites],
-            marker_color="#17becf",
-            customdata=[[s.ops] for s in sites],
-            hovertemplate="%{y}<br>%{x:.2f} ms in %{customdata[0]} ops<extra></extra>",
+            x=[s.backward_ms for s in sites],
+            marker_color="#bcbd22",
+            customdata=[[s.backward_ops] for s in sites],
+            hovertemplate="%{y}<br>backward: %{x:.2f} ms in %{customdata[0]} ops<extra></extra>",
         )
-    )
     source = r.options.get("kernel_timing_source", "host")
     fig.update_layout(
+        barmode="stack",
         title=f"Kernel time per line ({_p(source)} timing)",
         xaxis_title="ms",
-        height=max(260, 40 + 28 * len(sites)),
+        height=max(260, 60 + 28 * len(sites)),
         margin={"l": 10, "r": 10, "t": 40, "b": 40},
         yaxis={"automargin": True},
+        legend={"orientation": "h", "y": -0.15},
     )
     return fig
 
@@ -240,6 +256,7 @@ def render_html(report: Report) -> str:
         f"<td class=l><code>{_e(s.source)}</code></td><td>{_e(fmt.size(s.bytes_moved))}</td>"
         f"<td>{s.syncs.count:,}</td><td>{_e(', '.join(f'{k} {v}' for k, v in s.syncs.by_cause.items()))}</td>"
         f"<td>{_e(fmt.duration_ms(s.kernel_time_ms))}</td><td>{s.ops:,}</td>"
+        f"<td>{_e(fmt.duration_ms(s.backward_ms)) if s.backward else '-'}</td>"
         f"<td class='l hint'>{'<br>'.join(_e(m) for m in by_site.get((s.file, s.line), []))}</td></tr>"
         for s in top
     )
@@ -300,7 +317,7 @@ def render_html(report: Report) -> str:
 <div id="fig-kernel"></div>
 <div id="fig-syncs"></div>
 <h2>Top lines</h2>
-<table><tr><th class=l>line</th><th class=l>source</th><th>bytes</th><th>syncs</th><th class=l>causes</th><th>kernel time</th><th>ops</th><th class=l>hints</th></tr>{rows_sites}</table>
+<table><tr><th class=l>line</th><th class=l>source</th><th>bytes</th><th>syncs</th><th class=l>causes</th><th>kernel time</th><th>ops</th><th title="the time of the backward of this line's forward ops (also counted at the .backward() line)">its backward</th><th class=l>hints</th></tr>{rows_sites}</table>
 <script>
 {plots}</script>
 </body></html>

@@ -30,6 +30,11 @@ def summary(report: Report, top: int = 5) -> RenderableType:
         ("Top lines by bytes moved", "bytes", lambda s: fmt.size(s.bytes_moved)),
         ("Top lines by syncs", "syncs", lambda s: f"{s.syncs.count} ({_causes(s)})"),
         ("Top lines by kernel time", "kernel_time_ms", lambda s: fmt.duration_ms(s.kernel_time_ms)),
+        (
+            "Top lines by the time of their backward (inside the .backward() line's time)",
+            "backward_ms",
+            lambda s: f"{fmt.duration_ms(s.backward_ms)} in {s.backward_ops:,} ops",
+        ),
     ):
         sites = report.top_sites(key, top)
         if sites:
