@@ -92,7 +92,7 @@ class CudaTimer:
     have completed, to its ``[count, ms]`` entry and to the copies it made, if any.
 
     Use per op: ``timed = begin(args)``, run the op, ``record = end(timed, entry)``, optionally
-    ``record[4] = copies`` and ``record[5] = another entry``, then ``queue(record)``.
+    ``record[4] = copies``, then ``queue(record)``.
     """
 
     RESOLVE_EVERY = 512
@@ -102,8 +102,7 @@ class CudaTimer:
         self.api = api
         self._record = api.record
         self._pending: deque[list[Any]] = deque()
-        """[start event, end event, device, op entry, Copies to credit or None, a second op
-        entry (the forward line of a backward op) or None]"""
+        """[start event, end event, device, op entry, Copies to credit or None]"""
         self._free: list[Any] = []
         self._since_resolve = 0
         self._resolving = threading.Lock()
@@ -124,7 +123,7 @@ class CudaTimer:
         stream, device, start = timed
         end = self._event()
         self._record(end, stream)
-        return [start, end, device, entry, None, None]
+        return [start, end, device, entry, None]
 
     def queue(self, record: list[Any]) -> None:
         self._pending.append(record)
@@ -155,14 +154,12 @@ class CudaTimer:
                 for device in sorted({p[2] for p in pending}):
                     self.api.synchronize(device)
             while pending:
-                start, end, _device, entry, copies, also = pending[0]
+                start, end, _device, entry, copies = pending[0]
                 if not wait and not end.query():
                     break
                 pending.popleft()
                 ms = start.elapsed_time(end)
                 entry[1] += ms
-                if also is not None:
-                    also[1] += ms
                 if copies is not None:
                     copies.time_ms += ms
                 self._free += (start, end)

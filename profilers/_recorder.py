@@ -17,6 +17,7 @@ from types import FrameType
 from typing import Any
 
 import torch
+from torch._ops import OpOverload
 
 from profilers._cuda_timing import CudaApi, CudaTimer, TorchCuda
 from profilers._ops import (
@@ -57,8 +58,8 @@ def _no_node() -> Any:
 _current_node: Callable[[], Any] = getattr(torch._C, "_current_autograd_node", _no_node)
 if _sequence_nr is None:
     _current_node = _no_node
-_STEMS: dict[str, str] = {}
-"""Node name -> _node_stem(name)."""
+_STEMS: dict[type, str] = {}
+"""Node type -> _node_stem of its name, for types named like their nodes (one type per kind)."""
 _grad_enabled = torch.is_grad_enabled
 
 FORWARD_ENTRIES = 50_000
@@ -74,6 +75,15 @@ _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
 def _node_stem(name: str) -> str:
     """``"NativeLayerNormBackward0"`` -> ``"nativelayernorm"``."""
     return _BACKWARD_SUFFIX.sub("", name.rsplit("::", 1)[-1]).replace("_", "").lower()
+
+
+def _stem_of(node: Any) -> str:
+    name = node.name()
+    stem = _node_stem(name)
+    kind = type(node)
+    if kind.__name__ == name.rsplit("::", 1)[-1]:
+        _STEMS[kind] = stem
+    return stem
 
 
 def _made_by(op: str, stem: str) -> bool:
@@ -103,6 +113,7 @@ class _ThreadState:
         "backward",
         "bw_node",
         "bw_ops",
+        "bw_site",
         "fwd",
         "fwd_site",
         "in_comm",
@@ -135,15 +146,20 @@ class _ThreadState:
         # other threads take once (the owner appends numbers last).
         self.fwd: tuple[list[int], list[SiteStats], list[str]] = ([], [], [])
         self.fwd_site: SiteStats | None = None
-        # Backward ops of this thread, per forward site (by id): (site, {op: [count, ms]}).
-        self.backward: dict[int, tuple[SiteStats, dict[str, list[float]]]] = {}
+        # Backward ops of this thread that a forward line's op made the node of, by (id of the
+        # line that ran them, id of the forward line): (that line, the forward line, {op:
+        # [count, ms]}); merged into both lines' counts when read.
+        self.backward: dict[
+            tuple[int, int], tuple[SiteStats, SiteStats, dict[str, list[float]]]
+        ] = {}
         self.bw_node: Any = None
         """The autograd node of the last backward op (its ops come one after another)."""
         self.bw_ops: dict[str, list[float]] | None = None
+        self.bw_site: SiteStats | None = None
 
     def forget_frames(self) -> None:
         self.last_frame = self.last_user = self.last_site = None
-        self.bw_node = self.bw_ops = None
+        self.bw_node = self.bw_ops = self.bw_site = None
 
     def new_thread(self) -> None:
         """A new thread takes this state over: its autograd node numbers start again."""
@@ -158,12 +174,17 @@ class _ThreadState:
 _UNSEEN: Any = object()
 
 
-def _op_info(func: Any) -> tuple[str, Classifier | None] | None:
-    """Per-op facts, computed once per overload: None for metadata ops (skipped), else the op's
-    short name and its classifier (one dict lookup per op instead of three hashed ones)."""
+OpInfo = tuple[str | None, Classifier | None, Callable[..., Any]]
+
+
+def _op_info(func: Any) -> OpInfo:
+    """Per-op facts, computed once per overload: the op's short name (None for metadata ops,
+    which are skipped), its classifier, and what to call to run it: for a plain OpOverload its
+    C++ op, whose Python ``__call__`` only forwards to it (one Python frame fewer per op)."""
+    call = func._op if type(func) is OpOverload else func
     if func in METADATA_OPS:
-        return None
-    return str(func).removeprefix("aten."), CLASSIFIERS.get(func)
+        return None, None, call
+    return str(func).removeprefix("aten."), CLASSIFIERS.get(func), call
 
 
 class Recorder:
@@ -222,7 +243,7 @@ class Recorder:
         self.backward_state: _ThreadState | None = None
         """The state of the thread that called the .backward() under way (its forward first)."""
         self._lock = threading.Lock()
-        self._info: dict[str, tuple[str, Classifier | None] | None] = {}
+        self._info: dict[str, OpInfo] = {}
 
     # -- sites --------------------------------------------------------------------------------
 
@@ -310,9 +331,12 @@ class Recorder:
         # The counter already counts this op's own node, if it made one (autograd runs first).
         numbers.append(_sequence_nr())
 
-    def backward_ops_of(self, st: _ThreadState, node: Any) -> dict[str, list[float]] | None:
-        """Where this thread counts the ops of autograd ``node`` by name: the entries of the
-        forward line whose op made the node, or None when no forward line is known.
+    def backward_ops_of(
+        self, st: _ThreadState, site: SiteStats, node: Any
+    ) -> dict[str, list[float]] | None:
+        """Where this thread counts the ops of autograd ``node`` run at ``site`` (the
+        .backward() line): entries shared with the forward line whose op made the node, or
+        None when no forward line is known (they then count at ``site`` alone).
 
         The node is looked up in the .backward() caller's thread first, then in the others
         (DataParallel replicas); a site is taken only if one of its ops can have made such a
@@ -320,25 +344,33 @@ class Recorder:
         number = node._sequence_nr()
         if number >= _NO_FORWARD_OP:
             return None
-        name = node.name()
-        stem = _STEMS.get(name)
+        stem = _STEMS.get(type(node))
         if stem is None:
-            stem = _STEMS[name] = _node_stem(name)
+            stem = _stem_of(node)
         first = self.backward_state
-        site = None if first is None else _site_of_node(first.fwd, number, stem)
-        if site is None:
+        forward = None
+        if first is not None:
+            numbers, sites, _ops = first.fwd
+            # The common case inlined (see _site_of_node): inside an entry, a known kind.
+            i = bisect_right(numbers, number + 1, 0, len(numbers)) - 1
+            if i >= 0 and numbers[i] != number + 1 and stem in sites[i].node_stems:
+                forward = sites[i]
+            else:
+                forward = _site_of_node(first.fwd, number, stem)
+        if forward is None:
             with self._lock:
                 others = [o for o in self._states if o is not first and o.fwd[0]]
             for other in others:
-                site = _site_of_node(other.fwd, number, stem)
-                if site is not None:
+                forward = _site_of_node(other.fwd, number, stem)
+                if forward is not None:
                     break
             else:
                 return None
-        found = st.backward.get(id(site))
+        key = (id(site), id(forward))
+        found = st.backward.get(key)
         if found is None:
-            found = st.backward[id(site)] = (site, {})
-        return found[1]
+            found = st.backward[key] = (site, forward, {})
+        return found[2]
 
     # -- the hot path -------------------------------------------------------------------------
 
@@ -430,23 +462,26 @@ class Recorder:
         """All threads' sites merged by (file, line), a fresh copy safe to read."""
         with self._lock:
             tables = [st.table for st in self._states]
+            backwards = [st.backward for st in self._states]
         merged: dict[tuple[str, int], SiteStats] = {}
+
+        def copy_of(site: SiteStats) -> SiteStats:
+            into = merged.get(site.key)
+            if into is None:
+                into = merged[site.key] = SiteStats(site.file, site.line, site.function, site.stack)
+                into.source = site.source
+            return into
+
         for table in tables:
             for site in list(table.values()):
-                key = site.key
-                into = merged.get(key)
-                if into is None:
-                    into = merged[key] = SiteStats(site.file, site.line, site.function, site.stack)
-                    into.source = site.source
                 site.settle()
-                into.merge(site)
-        with self._lock:
-            backwards = [st.backward for st in self._states]
+                copy_of(site).merge(site)
         for backward in backwards:
-            for site, ops in list(backward.values()):
-                into = merged.get(site.key)
-                if into is not None:
-                    into.merge_backward(ops)
+            for ran_at, forward, ops in list(backward.values()):
+                # Ops run at the .backward() line for a node the forward line's op made: the
+                # one line's own ops, the other's backward.
+                copy_of(ran_at).add_ops(ops)
+                copy_of(forward).merge_backward(ops)
         return list(merged.values())
 
     def forget_nodes(self) -> None:
@@ -454,7 +489,7 @@ class Recorder:
         kept node would keep its saved tensors alive)."""
         with self._lock:
             for st in self._states:
-                st.bw_node = st.bw_ops = None
+                st.bw_node = st.bw_ops = st.bw_site = None
 
     def forget_frames(self) -> None:
         """Drop the frames kept for the site cache (called when the profile ends)."""
@@ -548,8 +583,9 @@ def dispatch(
     info = recorder._info.get(func._name, _UNSEEN)
     if info is _UNSEEN:
         info = recorder._info[func._name] = _op_info(func)
-    if info is None or not recorder.active:  # metadata ops skip everything, the frame too
-        return func(*args, **kwargs)
+    name, classifier, call = info
+    if name is None or not recorder.active:  # metadata ops skip everything, the frame too
+        return call(*args, **kwargs)
     depth = recorder.caller_depth
     if depth is None:
         frame = _current_caller(recorder, 1)
@@ -558,7 +594,6 @@ def dispatch(
             frame = _getframe(depth)
         except ValueError:  # a C++ thread with no Python frames (autograd's device threads)
             frame = None
-    name, classifier = info
     try:
         st: _ThreadState = recorder._tls.s
     except AttributeError:
@@ -578,25 +613,23 @@ def dispatch(
             recorder.note_forward(st, site, name)
     # NB: only the per-op entry is counted here; the site's ops and kernel time are summed from
     # the entries when read (merged_sites), two attribute updates fewer per op.
-    entry = site.op_breakdown.get(name)
-    if entry is None:
-        entry = site.op_breakdown[name] = [0, 0.0]
-    entry[0] += 1
-    back = None
+    ops = site.op_breakdown
     if recorder.backward_site is not None:
-        # During a backward the op is also counted at the forward line that made its node;
-        # one node's ops come one after another.
+        # An op of a backward under way counts in the entries it shares with the forward line
+        # whose op made its node (merged into both lines when read); one node's ops come one
+        # after another.
         node = _current_node()
         if node is not None:
-            if node is not st.bw_node:
+            if node is not st.bw_node or site is not st.bw_site:
                 st.bw_node = node
-                st.bw_ops = recorder.backward_ops_of(st, node)
-            ops = st.bw_ops
-            if ops is not None:
-                back = ops.get(name)
-                if back is None:
-                    back = ops[name] = [0, 0.0]
-                back[0] += 1
+                st.bw_site = site
+                st.bw_ops = recorder.backward_ops_of(st, site, node)
+            if st.bw_ops is not None:
+                ops = st.bw_ops
+    entry = ops.get(name)
+    if entry is None:
+        entry = ops[name] = [0, 0.0]
+    entry[0] += 1
     ms = 0.0
     timed = None
     traced = recorder.trace_syncs
@@ -607,19 +640,16 @@ def dispatch(
         timer = recorder.timer
         if timer is not None:
             began = timer.begin(args, kwargs)
-            out = func(*args, **kwargs)
+            out = call(*args, **kwargs)
             if began is not None:
                 timed = timer.end(began, entry)  # credited to entry[1] once the GPU is there
-                timed[5] = back
         elif recorder.host_timing:
             t = _perf_counter()
-            out = func(*args, **kwargs)
+            out = call(*args, **kwargs)
             ms = (_perf_counter() - t) * 1000.0
             entry[1] += ms
-            if back is not None:
-                back[1] += ms
         else:
-            out = func(*args, **kwargs)
+            out = call(*args, **kwargs)
     finally:
         if traced:
             st.op = None

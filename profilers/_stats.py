@@ -207,6 +207,15 @@ class SiteStats(Counters):
                 self.copy_dtypes[dtype] = self.copy_dtypes.get(dtype, 0) + n
             self.merge_backward(other.backward)
 
+    def add_ops(self, ops: dict[str, list[float]]) -> None:
+        """Counts ``{op: [count, ms]}`` as this line's own ops."""
+        for name, (n, ms) in list(ops.items()):
+            mine = self.op_breakdown.setdefault(name, [0, 0.0])
+            mine[0] += n
+            mine[1] += ms
+            self.ops += int(n)
+            self.kernel_time_ms += ms
+
     def merge_backward(self, ops: dict[str, list[float]]) -> None:
         for name, (n, ms) in list(ops.items()):
             mine = self.backward.setdefault(name, [0, 0.0])

@@ -10,7 +10,6 @@ import torch
 
 import profilers
 from profilers import _recorder
-from profilers._cuda_timing import CudaTimer
 from profilers._recorder import _made_by, _node_stem
 from tests.profiler_helpers import line_of, site_at
 from tests.test_cuda_timing import TICK_MS, StubCuda
@@ -176,18 +175,29 @@ def test_backward_breakdown_round_trips_and_survives_a_top_ops_cut():
     assert "(other ops)" in again.backward
 
 
-def test_a_backward_op_timed_on_the_gpu_credits_both_lines():
-    gpu = StubCuda()
-    timer = CudaTimer(gpu)
-    stream = gpu.make_stream((0, 0, 1))
-    backward_line, forward_line = [1, 0.0], [1, 0.0]
-    began = (stream, 0, timer._event())
-    gpu.record(began[2], stream)
-    record = timer.end(began, backward_line)
-    record[5] = forward_line
-    timer.queue(record)
-    timer.resolve(wait=True)
-    assert backward_line[1] == forward_line[1] == TICK_MS
+class EveryOpOnGpu0(StubCuda):
+    """Stand-in events for every op, host tensors included: each op takes TICK_MS."""
+
+    def stream_for(self, args, kwargs):
+        return self.make_stream((0, 0, 1)), 0
+
+
+def test_gpu_times_of_backward_ops_land_in_both_lines_once_read_back():
+    gpu = EveryOpOnGpu0()
+    w = torch.randn(4, 3, requires_grad=True)
+    x = torch.randn(2, 4)
+    with profilers.profile(cuda=gpu) as prof:
+        y = (x @ w).relu()  # @timed_fwd
+        y.sum().backward()  # @timed_bwd
+        assert prof.snapshot()["totals"]["kernel_time_ms"] == 0  # nothing read back yet
+    r = prof.report()
+    fwd, bwd = site_at(r, line_of("timed_fwd")), site_at(r, line_of("timed_bwd"))
+    # MmBackward0 (t, mm) and ReluBackward0 (detach, threshold_backward): 4 ops.
+    assert fwd.backward_ops == 4 and fwd.backward_ms == 4 * TICK_MS
+    # sum, ones_like, SumBackward0's expand, the 4 above, AccumulateGrad's detach: 8 ops,
+    # each timed once: the forward line's share is part of them, not added to them.
+    assert bwd.ops == 8 and bwd.kernel_time_ms == 8 * TICK_MS
+    assert r.totals.kernel_time_ms == (fwd.ops + 8) * TICK_MS == r.totals.ops * TICK_MS
 
 
 @pytest.mark.parametrize(
