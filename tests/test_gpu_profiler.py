@@ -198,3 +198,27 @@ def test_explicit_syncs_are_counted_once_either_way(trace, capsys):
         assert printed.get("copy_to_host", 0) >= 1
     else:
         assert printed == {"copy_to_host": 1}
+
+
+def test_backward_on_autograd_device_threads_goes_to_the_forward_lines():
+    # On a GPU the backward runs on autograd's device thread, with no Python frame of the user.
+    w1 = torch.randn(512, 512, device="cuda:0", requires_grad=True)
+    w2 = torch.randn(512, 512, device="cuda:0", requires_grad=True)
+    x = torch.randn(256, 512, device="cuda:0")
+    with profilers.profile() as prof:
+        for _ in range(3):
+            h = (x @ w1).relu()  # @gpu_first
+            out = (h @ w2).sum()  # @gpu_second
+            out.backward()  # @gpu_bwd
+    r = prof.report()
+    first, second = site_at(r, line_of("gpu_first")), site_at(r, line_of("gpu_second"))
+    bwd = site_at(r, line_of("gpu_bwd"))
+    # MmBackward0 for w1 (t, mm), ReluBackward0 (detach, threshold_backward), per step.
+    assert first.backward["mm.default"][0] == 3
+    assert first.backward["threshold_backward.default"][0] == 3
+    # MmBackward0 for both h and w2 (two mm), SumBackward0 (expand), per step.
+    assert second.backward["mm.default"][0] == 6 and second.backward["expand.default"][0] == 3
+    # CUDA-event time: each forward line's backward is part of the .backward() line's.
+    assert first.backward_ms > 0 and second.backward_ms > 0
+    assert first.backward_ms + second.backward_ms <= bwd.kernel_time_ms + 1e-6
+    assert bwd.ops >= first.backward_ops + second.backward_ops
