@@ -267,3 +267,30 @@ def test_demo_without_live_is_refused(tmp_path):
         2,
         "gpuwatch: error: --demo goes with --live (it simulates the GPU cards)\n",
     )
+
+
+async def test_hot_lines_show_the_time_of_a_lines_backward():
+    from textual.app import App
+
+    from profilers import SiteStats
+
+    fwd = SiteStats("model.py", 7, "forward")
+    fwd.op_breakdown["convolution.default"] = [10, 4.0]
+    fwd.backward["convolution_backward.default"] = [10, 9.5]
+    fwd.settle()
+    other = SiteStats("train.py", 3, "main")
+    other.op_breakdown["add.Tensor"] = [1, 0.5]
+    other.settle()
+
+    class One(App[None]):
+        def compose(self):
+            yield HotLinesTable()
+
+    app = One()
+    async with app.run_test(size=(120, 10)) as pilot:
+        table = app.query_one(HotLinesTable)
+        table.show([fwd.to_dict(top_ops=3), other.to_dict(top_ops=3)], 2)
+        await pilot.pause()
+        assert str(table.get_cell_at((0, 5))) == "9.5 ms"  # the "its bwd" column
+        assert str(table.get_cell_at((1, 5))) == "-"
+        assert str(table.get_cell_at((0, 4))) == "4.0 ms"  # its own kernel time

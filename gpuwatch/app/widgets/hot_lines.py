@@ -9,7 +9,9 @@ from textual.widgets import DataTable
 
 from gpuwatch import _format as fmt
 
-COLUMNS = ("line", "syncs", "bytes", "copies", "kernel", "ops", "source")
+COLUMNS = ("line", "syncs", "bytes", "copies", "kernel", "its bwd", "ops", "source")
+"""``its bwd``: the time of the backward of the line's forward ops (also in the .backward() line's
+kernel time)."""
 
 
 class HotLinesTable(DataTable[Text]):
@@ -42,6 +44,10 @@ class HotLinesTable(DataTable[Text]):
                 Text(fmt.size(nbytes), justify="right"),
                 Text(str(copies), justify="right"),
                 Text(fmt.duration_ms(s["kernel_time_ms"]), justify="right"),
+                Text(
+                    fmt.duration_ms(s["backward"]["kernel_time_ms"]) if s.get("backward") else "-",
+                    justify="right",
+                ),
                 Text(str(s["ops"]), justify="right"),
                 Text(s["source"] + (f"   [{causes}]" if causes else "")),
                 key=f"{s['file']}:{s['line']}",
