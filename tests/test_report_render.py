@@ -71,6 +71,7 @@ def test_lines_show_the_time_of_their_backward():
     fwd.backward["convolution_backward.default"] = [10, 9.5]
     fwd.settle()
     r.sites.append(fwd)
+    r.totals.merge(fwd)
     shown = text(summary(r))
     assert "Top lines by the time of their backward" in shown
     assert "model.py:7" in shown and "9.5 ms in 10 ops" in shown
@@ -79,3 +80,19 @@ def test_lines_show_the_time_of_their_backward():
     assert "the backward of its ops (also in the .backward() line)" in page
     # A report with no backward data shows no such table.
     assert "by the time of their backward" not in text(summary(report()))
+
+
+def test_charts_with_nothing_to_draw_are_a_sentence():
+    r = Report(command=["idle.py"], duration_s=1.0)
+    page = render_html(r)
+    assert 'id="fig-' not in page
+    for why in (
+        "No copy or sync happened: the timeline is empty.",
+        "No bytes moved between host and GPUs.",
+        "No kernel time was measured",
+        "No syncs: the host never waited for a GPU.",
+    ):
+        assert f"<p class=empty>{why}" in page
+    # With copies and syncs (the hand-made report), the charts are drawn.
+    page = render_html(report())
+    assert all(f'id="fig-{name}"' in page for name in ("timeline", "bytes", "syncs"))

@@ -208,7 +208,7 @@ h1{font-size:22px;margin:0 0 4px} .meta{color:#555;margin-bottom:16px}
 table{border-collapse:collapse;margin:8px 0 20px;font-size:13px}
 th,td{border-bottom:1px solid #eee;padding:4px 10px;text-align:right;vertical-align:top}
 th{background:#fafafa} td.l,th.l{text-align:left} code{font-family:ui-monospace,monospace;font-size:12px}
-.hint{color:#8a4b00} .partial{background:#fff3cd;border:1px solid #e0c36c;padding:8px;border-radius:6px}
+.empty{color:#666;font-style:italic} .hint{color:#8a4b00} .partial{background:#fff3cd;border:1px solid #e0c36c;padding:8px;border-radius:6px}
 """
 
 
@@ -217,12 +217,30 @@ def render_html(report: Report) -> str:
     from plotly.offline import get_plotlyjs
 
     r = report
-    figures = [
-        ("bytes", _bytes_per_line(r)),
-        ("timeline", _timeline(r)),
-        ("kernel", _kernel_time(r)),
-        ("syncs", _syncs(r)),
-    ]
+    # A chart with nothing to draw is a sentence instead: empty axes read like a broken page.
+    charts: dict[str, tuple[Any, str]] = {
+        "timeline": (
+            _timeline(r) if r.timeline.get("events") or r.gpu_samples else None,
+            "No copy or sync happened: the timeline is empty.",
+        ),
+        "bytes": (
+            _bytes_per_line(r) if r.totals.bytes_moved else None,
+            "No bytes moved between host and GPUs.",
+        ),
+        "kernel": (
+            _kernel_time(r) if r.totals.kernel_time_ms else None,
+            "No kernel time was measured (kernel timing was off, or no op ran).",
+        ),
+        "syncs": (
+            _syncs(r) if r.totals.syncs.count else None,
+            "No syncs: the host never waited for a GPU.",
+        ),
+    }
+    figures = [(name, fig) for name, (fig, _) in charts.items() if fig is not None]
+    places = {
+        name: f'<div id="fig-{name}"></div>' if fig is not None else f"<p class=empty>{_e(why)}</p>"
+        for name, (fig, why) in charts.items()
+    }
     found = hints(r)
     by_site: dict[tuple[str, int], list[str]] = {}
     for h in found:
@@ -312,10 +330,10 @@ def render_html(report: Report) -> str:
 <table><tr><th class=l>direction</th><th>copies</th><th>bytes</th><th>pageable</th><th>non_blocking</th><th>effective</th></tr>{rows_totals}</table>
 <h2>Hints</h2>
 <table><tr><th class=l>line</th><th class=l>what to change</th><th class=l>evidence</th></tr>{rows_hints}</table>
-<div id="fig-timeline"></div>{capped}{no_gpu}
-<div id="fig-bytes"></div>
-<div id="fig-kernel"></div>
-<div id="fig-syncs"></div>
+{places["timeline"]}{capped}{no_gpu}
+{places["bytes"]}
+{places["kernel"]}
+{places["syncs"]}
 <h2>Top lines</h2>
 <table><tr><th class=l>line</th><th class=l>source</th><th>bytes</th><th>syncs</th><th class=l>causes</th><th>kernel time</th><th>ops</th><th title="the time of the backward of this line's forward ops (also counted at the .backward() line)">its backward</th><th class=l>hints</th></tr>{rows_sites}</table>
 <script>
