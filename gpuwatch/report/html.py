@@ -151,25 +151,29 @@ def _kernel_time(r: Report) -> Any:
     sites = sorted(sites, key=lambda s: s.kernel_time_ms + s.backward_ms, reverse=True)[:TOP]
     sites.reverse()
     fig = go.Figure()
-    fig.add_bar(
-        name="its own ops",
-        orientation="h",
-        y=[_label(s) for s in sites],
-        x=[s.kernel_time_ms for s in sites],
-        marker_color="#17becf",
-        customdata=[[s.ops] for s in sites],
-        hovertemplate="%{y}<br>%{x:.2f} ms in %{customdata[0]} ops<extra></extra>",
-    )
-    if any(s.backward_ms for s in sites):
-        fig.add_bar(
-            name="the backward of its ops (also in the .backward() line)",
-            orientation="h",
-            y=[_label(s) for s in sites],
-            x=[s.backward_ms for s in sites],
-            marker_color="#bcbd22",
-            customdata=[[s.backward_ops] for s in sites],
-            hovertemplate="%{y}<br>backward: %{x:.2f} ms in %{customdata[0]} ops<extra></extra>",
-        )
+    labels = [_label(s) for s in sites]
+    parts = [
+        ("its own ops", "#17becf", "", [(s.kernel_time_ms, s.ops) for s in sites]),
+        (
+            "the backward of its ops (also in the .backward() line)",
+            "#bcbd22",
+            "backward: ",
+            [(s.backward_ms, s.backward_ops) for s in sites],
+        ),
+    ]
+    for name, color, what, values in parts:
+        if any(ms for ms, _ in values):
+            fig.add_bar(
+                name=name,
+                orientation="h",
+                y=labels,
+                x=[ms for ms, _ in values],
+                marker_color=color,
+                customdata=[[n] for _, n in values],
+                hovertemplate="%{y}<br>"
+                + what
+                + "%{x:.2f} ms in %{customdata[0]} ops<extra></extra>",
+            )
     source = r.options.get("kernel_timing_source", "host")
     fig.update_layout(
         barmode="stack",
