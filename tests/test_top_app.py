@@ -256,17 +256,15 @@ async def test_a_sample_that_lands_while_widgets_go_is_kept_not_fatal(clock):
     app, backend = make_app(clock, gpus=2)
     async with app.run_test(size=(160, 48)) as pilot:
         await started(app, pilot)
-        app.paused = True  # no more samples from the worker: only the one posted below
+        app.paused = True  # the worker waits at its gate from here on
+        await pilot.pause(0.3)  # a sample already on its way is dropped while paused
         await app.query_one(ProcessTable).remove()
-        app.paused = False
-        app.hold_sampling(True)
+        app.set_reactive(TopApp.paused, False)  # unpaused, without waking the worker
         before = len(app._history[0][0])
-        n = app.samples_taken
-        app.post_message(TopApp.SnapshotReady(Sampler(backend, background_pcie=False).snapshot()))
-        await wait_until(lambda: app.samples_taken > n)
-        await pilot.pause()
+        snap = Sampler(backend, background_pcie=False).snapshot()
+        app.on_sampling_app_snapshot_ready(TopApp.SnapshotReady(snap))
         assert len(app._history[0][0]) == before + 1  # recorded, just not drawn
-    # run_test re-raises an exception from a message handler: reaching here is the assertion.
+        assert app.query_one("#gpu-0", GpuCard).sample is not snap.gpus[0]
 
 
 async def test_cards_stay_current_under_the_help_screen(clock):
