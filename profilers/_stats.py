@@ -103,6 +103,19 @@ class Syncs:
         return f"Syncs({self.to_dict()})"
 
 
+def add_entries(into: dict[str, list[float]], ops: dict[str, list[float]]) -> tuple[int, float]:
+    """Adds ``{op: [count, ms]}`` entries into ``into`` (``ops`` may be growing on another
+    thread: its items are taken at once); returns the count and ms added."""
+    count, total = 0, 0.0
+    for name, (n, ms) in list(ops.items()):
+        mine = into.setdefault(name, [0, 0.0])
+        mine[0] += n
+        mine[1] += ms
+        count += int(n)
+        total += ms
+    return count, total
+
+
 class Counters:
     """Everything counted for one site, or for the whole run."""
 
@@ -129,10 +142,7 @@ class Counters:
         self.syncs.merge(other.syncs)
         self.kernel_time_ms += other.kernel_time_ms
         self.ops += other.ops
-        for name, (n, ms) in other.op_breakdown.items():
-            mine = self.op_breakdown.setdefault(name, [0, 0.0])
-            mine[0] += n
-            mine[1] += ms
+        add_entries(self.op_breakdown, other.op_breakdown)
 
     @property
     def bytes_moved(self) -> int:
@@ -209,18 +219,12 @@ class SiteStats(Counters):
 
     def add_ops(self, ops: dict[str, list[float]]) -> None:
         """Counts ``{op: [count, ms]}`` as this line's own ops."""
-        for name, (n, ms) in list(ops.items()):
-            mine = self.op_breakdown.setdefault(name, [0, 0.0])
-            mine[0] += n
-            mine[1] += ms
-            self.ops += int(n)
-            self.kernel_time_ms += ms
+        n, ms = add_entries(self.op_breakdown, ops)
+        self.ops += n
+        self.kernel_time_ms += ms
 
     def merge_backward(self, ops: dict[str, list[float]]) -> None:
-        for name, (n, ms) in list(ops.items()):
-            mine = self.backward.setdefault(name, [0, 0.0])
-            mine[0] += n
-            mine[1] += ms
+        add_entries(self.backward, ops)
 
     @property
     def key(self) -> tuple[str, int]:
