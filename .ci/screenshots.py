@@ -49,11 +49,15 @@ async def _top(out: Path, name: str, gpus: int, size: tuple[int, int]) -> Path:
 
 async def _live(out: Path) -> Path:
     from gpuwatch.app.live import LiveApp
-    from gpuwatch.live.session import ChildSession, LiveOptions
+    from gpuwatch.live.session import ChildSession
+    from gpuwatch.profiling import ProfileOptions
+    from gpuwatch.runner import Target
 
     root = Path(__file__).resolve().parent.parent
     session = ChildSession(
-        LiveOptions("demos/fake_gpu_walkthrough.py", ["--steps", "400"], interval_s=0.2),
+        Target("demos/fake_gpu_walkthrough.py", ["--steps", "400"]),
+        ProfileOptions(),
+        interval_s=0.2,
         cwd=str(root),
     )
     app = LiveApp(session, Sampler(FakeBackend(gpu_count=2), interval_s=0.5), gpu_interval_s=0.5)

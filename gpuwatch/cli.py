@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from gpuwatch import __version__
 from gpuwatch.cli_errors import CliError
+from gpuwatch.interrupts import Terminated
+
+#: The longest sampling interval accepted: an hour (inf or nan is a typo, not a wish).
+MAX_INTERVAL_S = 3600.0
 
 
 def _interval(text: str) -> float:
@@ -15,19 +19,30 @@ def _interval(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value >= 0.1:
-        raise argparse.ArgumentTypeError("must be at least 0.1 seconds")
+    if not 0.1 <= value <= MAX_INTERVAL_S:  # NB: also false for nan
+        raise argparse.ArgumentTypeError(
+            f"must be between 0.1 and {MAX_INTERVAL_S:.0f} seconds, not {text}"
+        )
     return value
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low:,} to {high:,}, not {value:,}")
+        return value
+
+    return parse
+
+
+#: NVML addresses at most 64 devices on a node (NVML_MAX_DEVICES is smaller still in practice).
+MAX_DEMO_GPUS = 64
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     top.add_argument(
         "--demo-gpus",
-        type=_positive_int,
+        type=bounded_int(1, MAX_DEMO_GPUS),
         default=2,
         metavar="N",
         help="how many GPUs --demo simulates (default 2)",
@@ -79,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from gpuwatch.profile_cmd import add_parsers
 
-    add_parsers(sub, _positive_int, _interval)
+    add_parsers(sub, bounded_int, _interval)
     return parser
 
 
@@ -119,3 +134,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code
     except KeyboardInterrupt:
         return 130
+    except Terminated as exc:  # SIGTERM/SIGHUP before the script started
+        return exc.exit_code

@@ -6,7 +6,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from gpuwatch.nvml.sampler import Sampler
@@ -16,12 +16,17 @@ from gpuwatch.nvml.samples import GpuSample
 MAX_SAMPLES = 172_800
 
 
-def sample_row(t: float, g: GpuSample) -> dict[str, Any]:
-    """One GPU at ``t`` seconds into the run, as the report's ``gpu_samples`` hold it."""
+def sample_row(t: float, g: GpuSample, pids: Collection[int] = ()) -> dict[str, Any]:
+    """One GPU at ``t`` seconds into the run, as the report's ``gpu_samples`` hold it;
+    ``script_sm_util_pct`` is the SM share of the script's own processes (``pids``), where NVML
+    reports per-process utilisation (None where it does not)."""
+    mine = [p.sm_util_pct for p in g.processes if p.pid in pids and p.sm_util_pct is not None]
     return {
         "t": t,
         "gpu": g.index,
         "name": g.name,
+        "uuid": g.uuid,
+        "script_sm_util_pct": sum(mine) if mine else None,
         "gpu_util_pct": g.gpu_util_pct,
         "memory_used_bytes": g.memory_used_bytes,
         "memory_total_bytes": g.memory_total_bytes,
@@ -39,8 +44,10 @@ class GpuTimeline:
         sampler: Sampler,
         interval_s: float = 0.5,
         clock: Callable[[], float] = time.perf_counter,
+        pids: Collection[int] | None = None,
     ) -> None:
         self.sampler = sampler
+        self.pids = {os.getpid()} if pids is None else set(pids)
         self.interval_s = interval_s
         self._clock = clock
         self._t0 = clock()
@@ -60,7 +67,7 @@ class GpuTimeline:
             except Exception:  # a failing driver must not take the profiled script down
                 return
             t = round(self._clock() - self._t0, 3)
-            self._samples.extend(sample_row(t, g) for g in snap.gpus)
+            self._samples.extend(sample_row(t, g, self.pids) for g in snap.gpus)
             self._stop.wait(self.interval_s)
 
     def stop(self) -> list[dict[str, Any]]:
@@ -71,15 +78,45 @@ class GpuTimeline:
         return list(self._samples)
 
 
-def used_gpu_indices(devices: list[dict[str, Any]]) -> set[int] | None:
-    """NVML indices of the CUDA devices the script used (CUDA_VISIBLE_DEVICES respected)."""
+def used_gpu_indices(
+    devices: list[dict[str, Any]], samples: Sequence[dict[str, Any]] = ()
+) -> set[int] | None:
+    """NVML indices of the CUDA devices the script used (``CUDA_VISIBLE_DEVICES`` respected):
+    an empty set when it used none, None when they cannot be told apart (MIG instances).
+
+    ``samples`` (rows of :func:`sample_row`) map GPU UUIDs in ``CUDA_VISIBLE_DEVICES`` to
+    NVML indices."""
     cuda = [int(d["device"].split(":")[1]) for d in devices if d["device"].startswith("cuda:")]
     if not cuda:
-        return None
+        return set()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible:
-        parts = [v.strip() for v in visible.split(",")]
-        if all(v.isdigit() for v in parts):
-            return {int(parts[i]) for i in cuda if i < len(parts)}
-        return None  # UUIDs or MIG names: keep every GPU
-    return set(cuda)
+    if not visible:
+        return set(cuda)
+    parts = [v.strip() for v in visible.split(",")]
+    chosen = [parts[i] for i in cuda if i < len(parts)]
+    if all(v.isdigit() for v in chosen):
+        return {int(v) for v in chosen}
+    if any(v.startswith("MIG-") for v in chosen):
+        return None  # a MIG slice is part of a GPU: NVML's device view cannot single it out
+    uuids = {s["gpu"]: s.get("uuid") or "" for s in samples}
+    used = set()
+    for v in chosen:
+        # NB: CUDA accepts a unique prefix of the UUID, with or without "GPU-".
+        prefix = v if v.startswith("GPU-") else f"GPU-{v}"
+        found = [i for i, u in uuids.items() if u.startswith(prefix)]
+        if len(found) != 1:
+            return None
+        used.add(found[0])
+    return used
+
+
+def samples_of_used_gpus(report: Any, samples: Sequence[dict[str, Any]]) -> None:
+    """Keeps in ``report.gpu_samples`` the samples of the GPUs the script used, none when it
+    used none (the node's load is someone else's), all of them, said so in
+    ``options.gpu_samples_scope``, when they cannot be told apart."""
+    used = used_gpu_indices(report.devices, samples)
+    if used is None:
+        report.options["gpu_samples_scope"] = "all GPUs (which ones the script used is unknown)"
+        report.gpu_samples = list(samples)
+    else:
+        report.gpu_samples = [s for s in samples if s["gpu"] in used]

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from gpuwatch.cli_errors import CliError
-from gpuwatch.gpu_timeline import used_gpu_indices
+
+#: Copy/sync events a timeline may keep: 10 million is about 1 GB of JSON.
+MAX_TIMELINE_CAPACITY = 10_000_000
 
 
-def add_parsers(sub: Any, positive_int: Any, interval: Any) -> None:
+def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
+    positive_int = bounded_int(1, 1_000_000)
     p = sub.add_parser(
         "profile",
         help="run a PyTorch script and count its device copies, syncs and kernel time",
@@ -42,10 +43,20 @@ def add_parsers(sub: Any, positive_int: Any, interval: Any) -> None:
     )
     p.add_argument(
         "--timeline-capacity",
-        type=positive_int,
+        type=bounded_int(0, MAX_TIMELINE_CAPACITY),
         default=10_000,
         metavar="N",
-        help="copy/sync events kept for the timeline (default 10000, newest kept)",
+        help="copy/sync events kept for the timeline (default 10000, newest kept; "
+        "at most 10000000)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        type=_checkpoint,
+        default=30.0,
+        metavar="SECONDS",
+        help="with --json: rewrite the JSON report every SECONDS while the script runs, so a "
+        "SIGKILLed run (the OOM killer) still leaves a partial report (default 30; 0 turns "
+        "it off)",
     )
     p.add_argument(
         "--gpu-interval",
@@ -90,18 +101,14 @@ def add_parsers(sub: Any, positive_int: Any, interval: Any) -> None:
     r.set_defaults(handler=run_report)
 
 
-def check_writable(path: str) -> None:
-    """Raises CliError when ``path`` cannot be written, before a long run is wasted."""
-    p = Path(path)
-    if p.is_dir():
-        raise CliError(f"cannot write the report to {path}: it is a directory")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise CliError(f"cannot write the report to {path}: no directory {parent}")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise CliError(f"cannot write the report to {path}: permission denied")
-    if not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
-        raise CliError(f"cannot write the report to {path}: directory {parent} is not writable")
+def _checkpoint(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value == 0 or 1 <= value <= 86_400):
+        raise argparse.ArgumentTypeError(f"must be 0 (off) or 1 to 86400 seconds, not {text}")
+    return value
 
 
 def _gpu_timeline(args: argparse.Namespace) -> tuple[Any, str]:
@@ -113,17 +120,14 @@ def _gpu_timeline(args: argparse.Namespace) -> tuple[Any, str]:
     try:
         backend = open_backend()
     except NvmlUnavailable as exc:
-        return None, "unavailable: " + str(exc).replace("; try --demo", "").replace(
-            " Try --demo", ""
-        )
+        return None, f"unavailable: {exc}"
     return GpuTimeline(
         Sampler(backend, interval_s=args.gpu_interval), args.gpu_interval
     ).start(), "NVML"
 
 
-def run_profile(args: argparse.Namespace) -> int:
-    import profilers
-    from gpuwatch.runner import Target, TargetError, check_target, run_target
+def _target(args: argparse.Namespace) -> Any:
+    from gpuwatch.runner import Target, TargetError, check_target
 
     if args.module:
         target = Target(args.module, args.args, module=True)
@@ -135,109 +139,81 @@ def run_profile(args: argparse.Namespace) -> int:
         check_target(target)
     except TargetError as exc:
         raise CliError(str(exc)) from None
-    for path in (args.json_path, args.html_path):
-        if path:
-            check_writable(path)
-    command = target.command
-    if args.live:
-        return run_live(args, target)
-    if args.demo:
+    return target
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    from gpuwatch.profiling import ProfileOptions, run_profiled
+    from gpuwatch.report.write import check_outputs, outputs, write_outputs, write_reports
+
+    target = _target(args)
+    wanted = outputs(args.json_path, args.html_path)
+    check_outputs(wanted, inputs=[] if target.module else [target.name])
+    if args.demo and not args.live:
         raise CliError("--demo goes with --live (it simulates the GPU cards)")
-    timeline, gpu_stats = _gpu_timeline(args)
-    prof = profilers.profile(
+    options = ProfileOptions(
         kernel_timing=not args.no_kernel_timing,
-        user_code=args.user_code,
+        user_code=tuple(args.user_code) if args.user_code else None,
         timeline_capacity=args.timeline_capacity,
         trace_syncs=args.trace_syncs,
+        checkpoint_s=args.checkpoint,
     )
-    try:
-        with prof:
-            outcome = run_target(target)
-    finally:
-        samples = timeline.stop() if timeline is not None else []
-    report = prof.report(command=command, exit_code=outcome.exit_code, partial=not outcome.finished)
-    report.error = outcome.error
-    report.options["gpu_stats"] = gpu_stats
-    used = used_gpu_indices(report.devices)
-    report.gpu_samples = [s for s in samples if used is None or s["gpu"] in used]
-    failed = write_outputs(report, args.json_path, args.html_path)
-    if not args.quiet:
-        print_summary(report, args.top)
-    if failed and outcome.exit_code == 0:
-        return 2
-    return outcome.exit_code
+    if args.live:
+        return run_live(args, target, options, wanted)
+    timeline, gpu_stats = _gpu_timeline(args)
+    failed = False
+
+    def on_report(report: Any) -> None:
+        nonlocal failed
+        failed = write_outputs(report, wanted)
+        if not args.quiet:
+            print_summary(report, args.top)
+
+    json_out = [o for o in wanted if o.kind == "json"]
+
+    def checkpoint(report: Any) -> None:
+        write_reports(report, json_out)
+
+    code = run_profiled(
+        target,
+        options,
+        on_report,
+        checkpoint=checkpoint if json_out else None,
+        stop_gpu_timeline=timeline.stop if timeline is not None else None,
+        gpu_stats=gpu_stats,
+    )
+    return 2 if failed and code == 0 else code
 
 
-def run_live(args: argparse.Namespace, target: Any) -> int:
+def run_live(args: argparse.Namespace, target: Any, options: Any, wanted: list[Any]) -> int:
     from gpuwatch.app.live import LiveApp
-    from gpuwatch.live.session import ChildSession, LiveOptions
+    from gpuwatch.live.session import ChildSession
     from gpuwatch.nvml import NvmlUnavailable, Sampler, open_backend
+    from gpuwatch.report.write import say
 
     sampler, reason = None, "off (--no-gpu-stats)"
     if not args.no_gpu_stats:
         try:
-            sampler = Sampler(open_backend(demo=args.demo), interval_s=1.0)
+            sampler = Sampler(open_backend(demo=args.demo), interval_s=args.gpu_interval)
         except NvmlUnavailable as exc:
-            reason = str(exc).replace("; try --demo", "").replace(" Try --demo", "")
-    session = ChildSession(
-        LiveOptions(
-            target.name,
-            list(target.args),
-            module=target.module,
-            kernel_timing=not args.no_kernel_timing,
-            user_code=args.user_code,
-            timeline_capacity=args.timeline_capacity,
-            trace_syncs=args.trace_syncs,
-        )
-    )
+            reason = f"unavailable: {exc}"
+    session = ChildSession(target, options, outputs=wanted)
     app = LiveApp(
         session,
         sampler,
         no_gpu_reason=reason,
-        json_path=args.json_path,
-        html_path=args.html_path,
+        gpu_interval_s=args.gpu_interval,
+        outputs=wanted,
         top=args.top,
     )
-    app.run()
-    if app.fatal is not None:
-        raise CliError(app.fatal)
-    for ok, message in app.written:
-        print(f"gpuwatch: {'' if ok else 'error: '}{message}", file=sys.stderr)
-    if app.report is not None and not args.quiet:
-        print_summary(app.report, args.top)
-    failed = any(not ok for ok, _ in app.written)
-    code = app.exit_code if app.exit_code is not None else 1
+    result = app.run_guarded()
+    if result.fatal is not None:
+        raise CliError(result.fatal)
+    failed = say(result.written)
+    if result.report is not None and not args.quiet:
+        print_summary(result.report, args.top)
+    code = result.exit_code
     return 2 if failed and code == 0 else code
-
-
-def write_reports(
-    report: Any, json_path: str | None, html_path: str | None
-) -> list[tuple[bool, str]]:
-    """Writes what was asked for; ``(ok, message)`` for each file, for the caller to show."""
-    results: list[tuple[bool, str]] = []
-    for path, kind in ((json_path, "json"), (html_path, "html")):
-        if not path:
-            continue
-        try:
-            if kind == "json":
-                report.save(path)
-            else:
-                from gpuwatch.report.html import write_html
-
-                write_html(report, path)
-        except OSError as exc:
-            results.append((False, f"cannot write the report to {path}: {exc.strerror or exc}"))
-        else:
-            results.append((True, f"wrote {path}"))
-    return results
-
-
-def write_outputs(report: Any, json_path: str | None, html_path: str | None) -> bool:
-    """Writes the reports and says so on stderr. True if any write failed."""
-    results = write_reports(report, json_path, html_path)
-    for ok, message in results:
-        print(f"gpuwatch: {'' if ok else 'error: '}{message}", file=sys.stderr)
-    return not all(ok for ok, _ in results)
 
 
 def print_summary(report: Any, top: int, file: Any = None) -> None:
@@ -245,23 +221,18 @@ def print_summary(report: Any, top: int, file: Any = None) -> None:
 
     from gpuwatch.report.text import summary
 
-    Console(file=file or sys.stderr, soft_wrap=False).print(summary(report, top=top))
+    try:
+        Console(file=file or sys.stderr, soft_wrap=False).print(summary(report, top=top))
+    except OSError:
+        pass  # the terminal went away (SIGHUP): the report files are what is left to give
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from profilers import Report, ReportFormatError
+    from gpuwatch.report.load import load_report
+    from gpuwatch.report.write import check_outputs, outputs, write_outputs
 
-    try:
-        report = Report.load(args.path)
-    except FileNotFoundError:
-        raise CliError(f"no such file: {args.path}") from None
-    except IsADirectoryError:
-        raise CliError(f"{args.path} is a directory, not a report") from None
-    except PermissionError:
-        raise CliError(f"cannot read {args.path}: permission denied") from None
-    except ReportFormatError as exc:
-        raise CliError(str(exc)) from None
-    if args.html_path:
-        check_writable(args.html_path)
+    wanted = outputs(None, args.html_path)
+    check_outputs(wanted, inputs=[args.path])
+    report = load_report(args.path)
     print_summary(report, args.top, file=sys.stdout)
-    return 2 if write_outputs(report, None, args.html_path) else 0
+    return 2 if write_outputs(report, wanted) else 0

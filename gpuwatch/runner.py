@@ -7,12 +7,15 @@ import io
 import os
 import runpy
 import sys
+import threading
 import traceback
 import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+
+from gpuwatch.interrupts import Terminated
 
 
 @dataclass
@@ -51,9 +54,15 @@ def check_target(target: Target) -> None:
     if target.module:
         import importlib.util
 
+        # NB: only the top-level package is looked up here: finding "pkg.mod" imports "pkg",
+        # running its __init__ outside the profile (and outside the user's traceback if it
+        # raises). The rest is found by runpy inside the run, as python -m does.
+        top = target.name.split(".", 1)[0]
+        if not top or not all(part.isidentifier() for part in target.name.split(".")):
+            raise TargetError(f"not a module name: {target.name!r}")
         sys.path.insert(0, os.getcwd())  # as python -m does
         try:
-            spec = importlib.util.find_spec(target.name)
+            spec = importlib.util.find_spec(top)
         except (ImportError, ValueError) as exc:
             raise TargetError(f"module {target.name!r} not found ({exc})") from None
         finally:
@@ -75,24 +84,72 @@ _FULLGRAPH_REFUSED = "torch dispatch mode present"
 
 
 def run_target(target: Target) -> Outcome:
-    """Runs the target in this process with its own ``sys.argv`` and ``sys.path[0]``.
+    """Runs the target in this process with its own ``sys.argv`` and ``sys.path[0]``, then waits
+    for the non-daemon threads it left running, as Python does before it exits.
 
     Its exceptions are printed the way Python prints them, without gpuwatch's frames; the exit
-    code follows Python's rules (``SystemExit(n)`` keeps n, an exception gives 1, Ctrl-C 130).
+    code follows Python's rules (``SystemExit(n)`` keeps n, an exception gives 1, Ctrl-C 130,
+    SIGTERM/SIGHUP 128 + the signal). ``sys.argv``, ``sys.path`` and ``__main__`` are restored
+    whatever the script did to them.
     """
-    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    outcome = _run_main(target)
+    try:
+        wait_for_threads()
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt while waiting for the script's threads", file=sys.stderr)
+        return Outcome(130, False, "KeyboardInterrupt")
+    except Terminated as exc:
+        return Outcome(exc.exit_code, False, f"stopped by {exc}")
+    return outcome
+
+
+def wait_for_threads() -> None:
+    """Joins every non-daemon thread but this one and gpuwatch's own, the way the interpreter
+    does at exit (``threading._shutdown``): first the stdlib's thread-exit callbacks (they tell
+    ``concurrent.futures`` pools to finish their queued work), then the threads, until none is
+    left (a thread may start another)."""
+    # NB: private but stable since Python 3.9; the interpreter runs these callbacks once, before
+    # joining, and so do we (taking them out of the list, so they do not run twice).
+    callbacks = getattr(threading, "_threading_atexits", None)
+    if isinstance(callbacks, list):
+        while callbacks:
+            callbacks.pop(0)()
+    me = threading.current_thread()
+    while True:
+        waiting = [
+            t
+            for t in threading.enumerate()
+            if t is not me and not t.daemon and t.is_alive() and not t.name.startswith("gpuwatch")
+        ]
+        if not waiting:
+            return
+        for t in waiting:
+            t.join()
+
+
+def _run_main(target: Target) -> Outcome:
+    saved_argv = sys.argv[:]
+    saved_path_list, saved_path = sys.path, sys.path[:]
     main_module = sys.modules.get("__main__")
     try:
         if target.module:
             sys.argv = ["-m", *target.args]  # runpy puts the module's path in argv[0]
             sys.path.insert(0, os.getcwd())
-            runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+            try:
+                runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+            except ImportError as exc:
+                if not _is_the_target_missing(exc, target.name):
+                    raise
+                print(f"gpuwatch: error: {exc}", file=sys.stderr)
+                return Outcome(1, False, f"ImportError: {exc}"[:500])
         else:
             script = os.path.abspath(target.name)
             sys.argv = [target.name, *target.args]
             sys.path[0] = os.path.dirname(script)
             _exec_script(script)
         return Outcome(0, True)
+    except Terminated as exc:
+        return Outcome(exc.exit_code, False, f"stopped by {exc}")
     except SystemExit as exc:
         code = exc.code
         if code is None:
@@ -116,13 +173,23 @@ def run_target(target: Target) -> Outcome:
         return Outcome(1, False, f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
     finally:
         sys.argv = saved_argv
-        if target.module:
-            if sys.path and sys.path[0] == os.getcwd():
-                del sys.path[0]
-        elif saved_path0 is not None:
-            sys.path[0] = saved_path0
+        # NB: the whole list, and the list object itself: a script may clear or replace
+        # sys.path, and gpuwatch still has reports to render after it.
+        saved_path_list[:] = saved_path
+        sys.path = saved_path_list
         if main_module is not None:
             sys.modules["__main__"] = main_module
+
+
+def _is_the_target_missing(exc: ImportError, name: str) -> bool:
+    """runpy's "No module named pkg.mod" for the target itself (not an import inside it)."""
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    if missing is None and isinstance(exc.__cause__, ModuleNotFoundError):
+        missing = exc.__cause__.name
+    if missing is None:
+        text = str(exc)
+        return text.startswith("No module named") and repr(name) in text
+    return missing == name or name.startswith(missing + ".")
 
 
 def _exec_script(path: str) -> None:

@@ -64,8 +64,13 @@ def patch_backward(stack: ExitStack, recorder: Recorder) -> None:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if recorder.backward_site is not None or not recorder.active:
                 return fn(*args, **kwargs)
-            recorder.backward_state = recorder.state()
-            recorder.backward_site = recorder.site_for(sys._getframe(1))
+            try:
+                recorder.backward_state = recorder.state()
+                recorder.backward_site = recorder.site_for(sys._getframe(1))
+            except Exception as exc:  # never into user code: the backward runs uncharged
+                recorder.internal_error(fn.__name__, exc)
+                recorder.backward_site = recorder.backward_state = None
+                return fn(*args, **kwargs)
             try:
                 return fn(*args, **kwargs)
             finally:
@@ -171,15 +176,20 @@ def wrap_comm(name: str, fn: Callable[..., Any], recorder: Recorder) -> Callable
             out = fn(*args, **kwargs)
         finally:
             st.in_comm -= 1
-        site = recorder.site_for(sys._getframe(1))
-        for src, dst, nbytes in count(args, kwargs, out):
-            way = direction(src.device, dst.device)
-            if way is not None:
-                pageable = way == "h2d" and not recorder.is_pinned(src)
-                recorder.apply(
-                    site,
-                    Transfer(way, nbytes, pageable, True, None, str(src.device), str(dst.device)),
-                )
+        try:
+            site = recorder.site_for(sys._getframe(1))
+            for src, dst, nbytes in count(args, kwargs, out):
+                way = direction(src.device, dst.device)
+                if way is not None:
+                    pageable = way == "h2d" and not recorder.is_pinned(src)
+                    recorder.apply(
+                        site,
+                        Transfer(
+                            way, nbytes, pageable, True, None, str(src.device), str(dst.device)
+                        ),
+                    )
+        except Exception as exc:  # never into user code: the result is returned uncounted
+            recorder.internal_error(f"comm.{name}", exc)
         return out
 
     return wrapper
@@ -216,8 +226,12 @@ def patch_explicit_syncs(stack: ExitStack, recorder: Recorder) -> None:
     ) -> Callable[..., Any]:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if recorder.active and not recorder.own_sync and (applies is None or applies(args)):
-                recorder.apply(recorder.site_for(sys._getframe(1)), Transfer(None, sync=cause))
+            try:
+                if recorder.active and not recorder.own_sync and (applies is None or applies(args)):
+                    site = recorder.site_for(sys._getframe(1))
+                    recorder.apply(site, Transfer(None, sync=cause))
+            except Exception as exc:  # never into user code: the call goes ahead uncounted
+                recorder.internal_error(fn.__qualname__, exc)
             return fn(*args, **kwargs)
 
         return wrapper

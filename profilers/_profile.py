@@ -204,6 +204,10 @@ class Profile:
             partial=self.running if partial is None else partial,
             options={**asdict(self.options), "kernel_timing_source": _timing_source(recorder)},
             started_at=self.started_at,
+            internal_errors={
+                op: {"count": int(n), "error": str(text)}
+                for op, (n, text) in list(recorder.internal_errors.items())
+            },
         )
 
 

@@ -244,6 +244,18 @@ class Recorder:
         """The state of the thread that called the .backward() under way (its forward first)."""
         self._lock = threading.Lock()
         self._info: dict[str, OpInfo] = {}
+        self.internal_errors: dict[str, list[Any]] = {}
+        """op -> [count, first error]: ops whose copies and syncs could not be counted."""
+
+    def internal_error(self, op: str, exc: BaseException) -> None:
+        """Notes that the profiler failed on ``op`` (the op itself still ran, untouched)."""
+        with self._lock:
+            found = self.internal_errors.get(op)
+            if found is None:
+                text = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                self.internal_errors[op] = [1, text]
+            else:
+                found[0] += 1
 
     # -- sites --------------------------------------------------------------------------------
 
@@ -598,34 +610,41 @@ def dispatch(
         st: _ThreadState = recorder._tls.s
     except AttributeError:
         st = recorder.state()
-    # Site cache: the same calling frame means the same user frame above it; only when the
-    # caller is the user frame itself can the line have moved (f_lasti says whether it did).
-    if (
-        frame is not None
-        and frame is st.last_frame
-        and (frame is not st.last_user or frame.f_lasti == st.last_lasti)
-    ):
-        site = st.last_site
-        assert site is not None
-    else:
-        site = recorder._site(st, frame)
-        if site is not st.fwd_site and recorder.attributes_backward:
-            recorder.note_forward(st, site, name)
-    # NB: only the per-op entry is counted here; the site's ops and kernel time are summed from
-    # the entries when read (merged_sites), two attribute updates fewer per op.
-    ops = site.op_breakdown
-    if recorder.backward_site is not None:
-        # An op of a backward under way counts in the entries it shares with the forward line
-        # whose op made its node (merged into both lines when read); one node's ops come one
-        # after another.
-        node = _current_node()
-        if node is not None:
-            if node is not st.bw_node or site is not st.bw_site:
-                st.bw_node = node
-                st.bw_site = site
-                st.bw_ops = recorder.backward_ops_of(st, site, node)
-            if st.bw_ops is not None:
-                ops = st.bw_ops
+    # NB: the profiler never raises into user code: anything of its own that fails is counted
+    # as an internal error of this op, and the op runs as it would have (zero cost in 3.11
+    # while nothing raises).
+    try:
+        # Site cache: the same calling frame means the same user frame above it; only when
+        # the caller is the user frame itself can the line have moved (f_lasti says whether).
+        if (
+            frame is not None
+            and frame is st.last_frame
+            and (frame is not st.last_user or frame.f_lasti == st.last_lasti)
+        ):
+            site = st.last_site
+            assert site is not None
+        else:
+            site = recorder._site(st, frame)
+            if site is not st.fwd_site and recorder.attributes_backward:
+                recorder.note_forward(st, site, name)
+        # NB: only the per-op entry is counted here; the site's ops and kernel time are summed
+        # from the entries when read (merged_sites), two attribute updates fewer per op.
+        ops = site.op_breakdown
+        if recorder.backward_site is not None:
+            # An op of a backward under way counts in the entries it shares with the forward
+            # line whose op made its node (merged into both lines when read); one node's ops
+            # come one after another.
+            node = _current_node()
+            if node is not None:
+                if node is not st.bw_node or site is not st.bw_site:
+                    st.bw_node = node
+                    st.bw_site = site
+                    st.bw_ops = recorder.backward_ops_of(st, site, node)
+                if st.bw_ops is not None:
+                    ops = st.bw_ops
+    except Exception as exc:
+        recorder.internal_error(name, exc)
+        return call(*args, **kwargs)
     entry = ops.get(name)
     if entry is None:
         entry = ops[name] = [0, 0.0]
@@ -639,10 +658,17 @@ def dispatch(
     try:
         timer = recorder.timer
         if timer is not None:
-            began = timer.begin(args, kwargs)
+            try:
+                began = timer.begin(args, kwargs)
+            except Exception as exc:
+                recorder.internal_error(name, exc)
+                began = None
             out = call(*args, **kwargs)
             if began is not None:
-                timed = timer.end(began, entry)  # credited to entry[1] once the GPU is there
+                try:
+                    timed = timer.end(began, entry)  # credited to entry[1] once the GPU is there
+                except Exception as exc:
+                    recorder.internal_error(name, exc)
         elif recorder.host_timing:
             t = _perf_counter()
             out = call(*args, **kwargs)
@@ -654,7 +680,10 @@ def dispatch(
         if traced:
             st.op = None
     if (classifier is not None or st.synced) and not st.in_comm:
-        recorder.account(site, classifier, args, kwargs, out, ms, timed, st.synced)
+        try:
+            recorder.account(site, classifier, args, kwargs, out, ms, timed, st.synced)
+        except Exception as exc:
+            recorder.internal_error(name, exc)
     if timed is not None:
         timer.queue(timed)  # type: ignore[union-attr]
     return out

@@ -11,6 +11,8 @@ import sysconfig
 from collections.abc import Sequence
 from types import FrameType
 
+from profilers._text import printable
+
 #: Where ops with no user frame on their thread go when no .backward() call is under way.
 UNKNOWN = ("<unknown>", 0)
 
@@ -96,10 +98,11 @@ class UserCode:
         return out
 
     def display(self, filename: str) -> str:
-        """Relative to the working directory when inside it."""
+        """Relative to the working directory when inside it; bytes of a non-UTF-8 name as
+        ``\\xff`` escapes (the report is UTF-8)."""
         if filename.startswith(self._cwd):
-            return filename[len(self._cwd) :]
-        return filename
+            filename = filename[len(self._cwd) :]
+        return printable(filename)
 
 
 def current_frame(depth: int = 1) -> FrameType | None:

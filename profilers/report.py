@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from profilers._stats import Counters, SiteStats
+from profilers._text import printable
+
+__all__ = ["SCHEMA", "Report", "ReportFormatError", "printable", "write_text_atomic"]
 
 SCHEMA = "gpuwatch.profile/1"
 
@@ -38,6 +43,9 @@ class Report:
     started_at: str | None = None
     error: str | None = None
     """The script's exception, one line (``ValueError: bad shape``), when it raised."""
+    internal_errors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """What the profiler could not count: ``{op: {"count": n, "error": first message}}``. The
+    ops themselves ran as they would have; only their copies and syncs are missing."""
 
     def top_sites(self, key: str, n: int = 10) -> list[SiteStats]:
         """Sites with the most ``bytes`` moved, ``syncs``, ``kernel_time_ms``, ``ops``, or
@@ -67,7 +75,13 @@ class Report:
             "timeline": self.timeline,
             "gpu_samples": self.gpu_samples,
             "options": self.options,
+            "internal_errors": self.internal_errors,
         }
+
+    def to_json(self) -> str:
+        """The ``gpuwatch.profile/1`` document as text (ASCII: any byte of a non-UTF-8 name
+        survives as an escape)."""
+        return json.dumps(self.to_dict(), indent=1) + "\n"
 
     @classmethod
     def from_dict(cls, d: Any) -> Report:
@@ -91,11 +105,15 @@ class Report:
                 timeline=dict(
                     d.get("timeline") or {"capacity": 0, "recorded": 0, "dropped": 0, "events": []}
                 ),
-                partial=bool(d.get("partial", False)),
+                partial=_bool(d.get("partial", False), "partial"),
                 options=dict(d.get("options", {})),
                 gpu_samples=list(d.get("gpu_samples", [])),
                 started_at=d.get("started_at"),
                 error=d.get("error"),
+                internal_errors={
+                    str(op): {"count": int(e["count"]), "error": str(e.get("error", ""))}
+                    for op, e in (d.get("internal_errors") or {}).items()
+                },
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ReportFormatError(
@@ -103,7 +121,8 @@ class Report:
             ) from exc
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        """Writes the JSON document whole or not at all (see :func:`write_text_atomic`)."""
+        write_text_atomic(path, self.to_json())
 
     @classmethod
     def load(cls, path: str | Path) -> Report:
@@ -118,3 +137,53 @@ class Report:
                 f"not a gpuwatch profile: {path} is not valid JSON ({exc.msg} at line {exc.lineno})"
             ) from exc
         return cls.from_dict(data)
+
+
+def _bool(value: Any, name: str) -> bool:
+    # NB: bool("false") is True: a report whose flag is a string is damaged, not partial.
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, not {value!r}")
+    return value
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Writes ``text`` (UTF-8) to ``path`` whole or not at all: a temporary file in the same
+    folder, flushed to disk, then renamed over ``path``. A failure leaves ``path`` as it was.
+    The file keeps the mode a plain ``open()`` would leave it with: an existing file's own,
+    else 0666 less the umask."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    data = text.encode("utf-8", "backslashreplace")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            mode = os.stat(target).st_mode & 0o7777
+        except OSError:
+            mode = 0o666 & ~_umask()
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass  # already renamed or never made: nothing left behind
+        raise
+
+
+def _umask() -> int:
+    # NB: os.umask() can only be read by setting it, which races with other threads creating
+    # files; Linux shows it in /proc.
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass  # not Linux: fall back to the racy read
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -46,3 +46,13 @@ def plain(widget) -> str:
     out = io.StringIO()
     Console(file=out, width=200, color_system=None).print(content)
     return out.getvalue()
+
+
+def default_signals() -> None:
+    """``preexec_fn`` for a child that must see SIGINT, SIGTERM and SIGHUP at their defaults,
+    however the suite was started (a background job of a non-interactive shell hands every
+    child SIGINT ignored)."""
+    import signal
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch import cli
+from tests.conftest import default_signals
 
 ENTRY_POINTS = [["gpuwatch"], [sys.executable, "-m", "gpuwatch"]]
 
@@ -133,6 +134,7 @@ def test_ctrl_c_stops_with_130_and_still_writes_the_report(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals,
     )
     assert proc.stdout is not None
     deadline = time.monotonic() + 60
@@ -304,6 +306,14 @@ def test_gpu_stats_follow_the_gpus_the_script_used(monkeypatch):
     assert used_gpu_indices(devices) == {1}
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")  # cuda:1 is NVML's GPU 6
     assert used_gpu_indices(devices) == {6}
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-0a1b,GPU-2c3d")  # UUIDs: keep every GPU
-    assert used_gpu_indices(devices) is None
-    assert used_gpu_indices([{"device": "cpu"}]) is None
+    samples = [{"gpu": 0, "uuid": "GPU-0a1b-ffff"}, {"gpu": 1, "uuid": "GPU-2c3d-eeee"}]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-2c3d,GPU-0a1b")  # UUID prefixes, reordered
+    assert used_gpu_indices(devices, samples) == {0}  # cuda:1 is the second entry: GPU-0a1b
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0a1b,2c3d")  # CUDA accepts them without GPU-
+    assert used_gpu_indices(devices, samples) == {1}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-0,GPU-2")  # ambiguous prefixes: no telling
+    assert used_gpu_indices(devices, [*samples, {"gpu": 2, "uuid": "GPU-2c3d-0000"}]) is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-1234,MIG-5678")  # a slice of a GPU
+    assert used_gpu_indices(devices, samples) is None
+    # A script that used no GPU is charged with none (the node's load is someone else's).
+    assert used_gpu_indices([{"device": "cpu"}]) == set()

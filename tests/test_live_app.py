@@ -15,9 +15,12 @@ from gpuwatch.app.live import LiveApp
 from gpuwatch.app.screens import ConfirmScreen, StackScreen, SummaryScreen
 from gpuwatch.app.widgets import GpuCard, HotLinesTable
 from gpuwatch.live.protocol import ProtocolError, decode, encode
-from gpuwatch.live.session import ChildSession, LiveOptions
+from gpuwatch.live.session import ChildSession
+from gpuwatch.profiling import ProfileOptions
+from gpuwatch.report.write import Output
+from gpuwatch.runner import Target
 from gpuwatch.nvml import FakeBackend, Sampler
-from tests.conftest import plain, wait_until
+from tests.conftest import default_signals, plain, wait_until
 
 LOOP = textwrap.dedent("""
     import os, signal, sys, time, torch
@@ -41,11 +44,20 @@ LOOP = textwrap.dedent("""
 def make_app(tmp_path: Path, *args: str, sampler=None, **kw) -> LiveApp:
     (tmp_path / "loop.py").write_text(LOOP)
     session = ChildSession(
-        LiveOptions(str(tmp_path / "loop.py"), list(args), interval_s=0.1), cwd=str(tmp_path)
+        Target(str(tmp_path / "loop.py"), list(args)),
+        ProfileOptions(),
+        interval_s=0.1,
+        cwd=str(tmp_path),
     )
     if sampler is None and "no_gpu_reason" not in kw:
         sampler = Sampler(FakeBackend(gpu_count=2), interval_s=0.2)
-    return LiveApp(session, sampler, gpu_interval_s=0.2, json_path=str(tmp_path / "run.json"), **kw)
+    return LiveApp(
+        session,
+        sampler,
+        gpu_interval_s=0.2,
+        outputs=[Output("json", str(tmp_path / "run.json"))],
+        **kw,
+    )
 
 
 async def test_counters_move_while_it_runs_then_the_summary_and_report(tmp_path):
@@ -167,7 +179,9 @@ async def test_d_shows_where_the_child_is_and_p_pauses_the_display(tmp_path):
 
 
 async def test_a_script_that_cannot_start_is_reported(tmp_path):
-    session = ChildSession(LiveOptions(str(tmp_path / "missing.py"), []), cwd=str(tmp_path))
+    session = ChildSession(
+        Target(str(tmp_path / "missing.py"), []), ProfileOptions(), cwd=str(tmp_path)
+    )
     app = LiveApp(session, None, no_gpu_reason="off")
     async with app.run_test(size=(100, 30)):
         await wait_until(lambda: app.exit_code is not None, 30)
@@ -184,7 +198,7 @@ def test_protocol_is_versioned_and_malformed_lines_are_reported():
     ):
         with pytest.raises(ProtocolError, match=why):
             decode(line)
-    session = ChildSession(LiveOptions("x.py", []))
+    session = ChildSession(Target("x.py", []), ProfileOptions())
     session._read_messages(
         io.BytesIO(b'{"v": 1, "type": "hello", "pid": 5, "command": []}\ngarbage\n')
     )
@@ -214,6 +228,7 @@ def test_the_command_runs_in_a_terminal_and_quits_with_the_scripts_exit_code(tmp
         stderr=slave,
         env={**os.environ, "TERM": "xterm-256color"},
         start_new_session=True,
+        preexec_fn=default_signals,
     )
     os.close(slave)
     screen = bytearray()

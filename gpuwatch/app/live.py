@@ -3,9 +3,12 @@ output, on one screen."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
@@ -19,12 +22,14 @@ from textual.widgets import Footer, Header, RichLog, Static
 from gpuwatch.app.sampling import SamplingApp, card_layout
 from gpuwatch.app.screens import ConfirmScreen, HelpScreen, StackScreen, SummaryScreen
 from gpuwatch.app.widgets import GpuCard, HotLinesTable, RatesPanel, RateWindow
-from gpuwatch.gpu_timeline import sample_row, used_gpu_indices
+from gpuwatch.gpu_timeline import sample_row, samples_of_used_gpus, used_gpu_indices
+from gpuwatch.interrupts import ENDING
 from gpuwatch.live.session import ChildSession
 from gpuwatch.nvml.sampler import Sampler
 from gpuwatch.pyspy import dump_stack
-from gpuwatch.runner import Target
+from gpuwatch.report.write import Output, write_reports
 from profilers import Report
+from profilers.report import printable
 
 #: Rows the middle, the log and the status line need before GPU cards fold to one line each.
 ROWS_FOR_THE_REST = 2 + 10 + 8 + 1
@@ -34,13 +39,27 @@ PUMP_S = 0.1
 STOP_GRACE_S = 5.0
 
 
+@dataclass(frozen=True)
+class LiveResult:
+    """What a live run leaves once the app has closed."""
+
+    exit_code: int
+    """The exit code a shell expects: the script's, or 128 + the signal that ended it."""
+    report: Report | None
+    written: list[tuple[bool, str]]
+    """``(ok, message)`` per report file."""
+    fatal: str | None
+    """Why the script could not start at all."""
+    signalled: int | None
+
+
 class LiveApp(SamplingApp):
     """The live view of a profiled child.
 
     Args:
         session: the child (started on mount unless already started).
         sampler: GPU stats for the cards; None shows ``no_gpu_reason`` instead.
-        json_path, html_path: reports to write when the run ends (or is stopped, or dies).
+        outputs: reports to write when the run ends (or is stopped, or dies).
         stack_dumper: ``pid -> text`` for ``d``; py-spy by default.
     """
 
@@ -71,15 +90,17 @@ class LiveApp(SamplingApp):
         sampler: Sampler | None,
         no_gpu_reason: str = "",
         gpu_interval_s: float = 1.0,
-        json_path: str | None = None,
-        html_path: str | None = None,
+        outputs: Sequence[Output] = (),
         top: int = 5,
         stack_dumper: Callable[[int], str] = dump_stack,
     ) -> None:
         super().__init__(sampler, gpu_interval_s)
         self.session = session
         self.no_gpu_reason = no_gpu_reason
-        self.json_path, self.html_path = json_path, html_path
+        self.outputs = list(outputs)
+        self.signalled: int | None = None
+        """SIGTERM or SIGHUP that closed the app (the exit code is then 128 + it)."""
+        self._progress_text = ""
         self.top = top
         self.stack_dumper = stack_dumper
         self.gpu_count = sampler.gpu_count if sampler else 0
@@ -116,6 +137,7 @@ class LiveApp(SamplingApp):
             yield RatesPanel(id="rates")
             yield HotLinesTable(id="lines")
         yield RichLog(id="log", max_lines=2000, wrap=False, markup=False, highlight=False)
+        yield Static(id="progress", markup=False)
         yield Static(id="status")
         yield Footer()
 
@@ -124,9 +146,8 @@ class LiveApp(SamplingApp):
         self.query_one(RatesPanel).show(None, None)
         if self.session.process is None:
             self.session.start()
-        self.sub_title = " ".join(
-            self.session.options.target.split()[-1:] + list(self.session.options.args)
-        )
+        self.sub_title = printable(" ".join(self.session.target.command))
+        self._catch_signals()
         self._relayout()
         self.start_sampling()
         self.set_interval(PUMP_S, self._pump)
@@ -153,7 +174,7 @@ class LiveApp(SamplingApp):
     def on_sampling_app_snapshot_ready(self, message: SamplingApp.SnapshotReady) -> None:
         t = round(time.monotonic() - self.session.started_at, 3)
         for g in message.snapshot.gpus:
-            self.gpu_samples.append(sample_row(t, g))
+            self.gpu_samples.append(sample_row(t, g, (self.session.pid,)))
             util, mem, pcie = self._history[g.index]
             util.append(float(g.gpu_util_pct or 0))
             mem.append(g.memory_used_pct or 0.0)
@@ -167,9 +188,9 @@ class LiveApp(SamplingApp):
                 card.set_history(util, mem, pcie)
 
     def _show_used_gpus(self, devices: list[dict[str, Any]]) -> None:
-        used = used_gpu_indices(devices)
-        if used is None or self.sampler is None:
-            return
+        used = used_gpu_indices(devices, self.gpu_samples)
+        if not used or self.sampler is None:
+            return  # none used yet, or no telling which: every card stays
         changed = False
         for card in self.query(GpuCard):
             show = card.index in used
@@ -217,10 +238,19 @@ class LiveApp(SamplingApp):
                 log.write(Text(text, style="red" if stream == "stderr" else ""))
             if fresh:  # redraw only what changed: a quiet screen costs the terminal nothing
                 self._refresh_counters()
+        self._show_progress()
         if self.exit_code is None and self.session.finished_reading:
             self._pump_rest()
             self._ended()
         self._show_status()
+
+    def _show_progress(self) -> None:
+        text = "" if self.exit_code is not None else self.session.progress()
+        if text != self._progress_text:
+            self._progress_text = text
+            widget = self.query_one("#progress", Static)
+            widget.update(text)
+            widget.display = bool(text)
 
     def _pump_rest(self) -> None:
         """After the child exited: whatever is still queued (the done message, the last lines)."""
@@ -267,13 +297,9 @@ class LiveApp(SamplingApp):
             self.report = self._report_from_snapshot(
                 f"the script's process ended without a report: {how}"
             )
-        self.report.gpu_samples = self._samples_for(self.report.devices)
-        self.report.options["gpu_stats"] = (
-            "NVML" if self.sampler is not None else self.no_gpu_reason
-        )
-        from gpuwatch.profile_cmd import write_reports
-
-        self.written = write_reports(self.report, self.json_path, self.html_path)
+        samples_of_used_gpus(self.report, self.gpu_samples)
+        self.report.options["gpu_stats"] = self.gpu_stats_source
+        self.written = write_reports(self.report, self.outputs)
         if not interactive:
             return
         for ok, message in self.written:
@@ -292,8 +318,7 @@ class LiveApp(SamplingApp):
             }
             | {"syncs": {"count": 0, "by_cause": {}}, "kernel_time_ms": 0.0, "ops": 0},
         }
-        o = self.session.options
-        command = Target(o.target, o.args, module=o.module).command
+        command = [printable(c) for c in self.session.target.command]
         return Report.from_dict(
             {
                 "schema": "gpuwatch.profile/1",
@@ -309,9 +334,50 @@ class LiveApp(SamplingApp):
             }
         )
 
-    def _samples_for(self, devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        used = used_gpu_indices(devices)
-        return [s for s in self.gpu_samples if used is None or s["gpu"] in used]
+    @property
+    def gpu_stats_source(self) -> str:
+        """What the GPU samples are: ``"NVML"``, ``"demo"`` (simulated), or why there are none."""
+        if self.sampler is None:
+            return self.no_gpu_reason
+        return "demo" if self.sampler.backend.simulated else "NVML"
+
+    # -- signals ------------------------------------------------------------------------------
+
+    def _catch_signals(self) -> None:
+        """SIGTERM and SIGHUP close the app as q would after "yes": the script is stopped, its
+        report written, the terminal restored (a signal ignored at start stays ignored)."""
+        loop = asyncio.get_running_loop()
+        for signum in ENDING:
+            if signal.getsignal(signum) is signal.SIG_IGN:
+                continue
+            try:
+                loop.add_signal_handler(signum, self._closed_by_signal, signum)
+            except (NotImplementedError, RuntimeError, ValueError):
+                return  # not the main thread, or no signals here: nothing to catch
+
+    def _closed_by_signal(self, signum: int) -> None:
+        if self.signalled is None:
+            self.signalled = signum
+        self.exit()
+
+    def result(self) -> LiveResult:
+        """What the run left, once the app has exited."""
+        code = self.exit_code if self.exit_code is not None else 1
+        if self.signalled is not None and code == 0:
+            code = 128 + self.signalled
+        return LiveResult(code, self.report, list(self.written), self.fatal, self.signalled)
+
+    def run_guarded(self) -> LiveResult:
+        """Runs the app; SIGTERM/SIGHUP end it with the report written (see _catch_signals)."""
+        saved = {signum: signal.getsignal(signum) for signum in ENDING}
+        try:
+            self.run()
+        finally:
+            # NB: asyncio leaves its own wake-up handler behind when its loop closes.
+            for signum, handler in saved.items():
+                if handler is not None:
+                    signal.signal(signum, handler)
+        return self.result()
 
     def _show_status(self) -> None:
         status = self.query_one("#status", Static)

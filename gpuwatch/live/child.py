@@ -1,18 +1,28 @@
 """The child side of ``--live``: runs the script under the profiler and streams snapshots.
 
 ``python -m gpuwatch.live.child CONFIG_JSON`` where the config holds the pipe's file descriptor
-(``fd``), the snapshot ``interval_s``, the target and the profiler options.
+(``fd``), the parent's pid, the snapshot ``interval_s``, the target, the profiler options and the
+outputs the user asked for.
+
+The child never outlives the live app: it asks the kernel for SIGTERM when its parent dies
+(Linux), and a reporter that finds the pipe closed stops the script the same way. With the parent
+gone, the child writes the report files itself, so they are not lost.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import sys
 import threading
 from typing import Any, TextIO
 
 from gpuwatch.live.protocol import encode
+
+#: prctl(2): deliver a signal to this process when its parent dies.
+_PR_SET_PDEATHSIG = 1
 
 
 class Channel:
@@ -35,50 +45,74 @@ class Channel:
                 self.closed = True
 
 
+def die_with_parent(parent_pid: int) -> None:
+    """SIGTERM for this process when the parent dies (and now, if it already has)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # no prctl: the reporter's closed pipe still ends the child
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> int:
-    import profilers
-    from gpuwatch.runner import Target, TargetError, check_target, run_target
+    from gpuwatch.profiling import ProfiledRun, ProfileOptions
+    from gpuwatch.report.write import Output, write_reports
+    from gpuwatch.runner import Target, TargetError, check_target
 
     config = json.loads((argv if argv is not None else sys.argv[1:])[0])
+    # NB: the child gets SIGINT only from the live app asking the script to stop (it runs in a
+    # session of its own, away from the terminal's Ctrl-C), so that request must work even
+    # when gpuwatch itself was started with SIGINT ignored (a background job, nohup).
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     channel = Channel(os.fdopen(config["fd"], "w", encoding="utf-8"))
     target = Target(config["target"], config["args"], module=config["module"])
-    command = target.command
     try:
         check_target(target)
     except TargetError as exc:
         channel.send("fatal", error=str(exc))
         return 2
-    channel.send("hello", pid=os.getpid(), command=command)
-    prof = profilers.profile(
-        kernel_timing=config["kernel_timing"],
-        user_code=config["user_code"],
-        timeline_capacity=config["timeline_capacity"],
-        trace_syncs=config.get("trace_syncs", False),
-    )
+    options = ProfileOptions(**{**config["options"], "checkpoint_s": 0.0})
+    wanted = [Output(kind, path) for kind, path in config.get("outputs", [])]
+    top = int(config.get("top", 30))
     stop = threading.Event()
+    run: ProfiledRun
 
     def stream() -> None:
         while not stop.wait(config["interval_s"]):
-            channel.send("snapshot", **prof.live_snapshot(top=config["top"]))
+            if not run.prof.running:
+                continue  # not started yet, or already ended
+            channel.send("snapshot", **run.prof.live_snapshot(top=top))
+            if channel.closed:
+                # The live app is gone: stop the script the way the scheduler would.
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
 
+    def on_report(report: Any) -> None:
+        stop.set()
+        reporter.join(timeout=5)
+        channel.send("snapshot", **run.prof.live_snapshot(top=top))
+        channel.send(
+            "done",
+            exit_code=report.exit_code,
+            finished=not report.partial,
+            error=report.error,
+            report=report.to_dict(),
+        )
+        if channel.closed and wanted:
+            write_reports(report, wanted)  # nobody else will write them now
+
+    run = ProfiledRun(target, options, on_report, None, None, config.get("gpu_stats", "off"))
     # NB: the name keeps the profiler from entering its mode in this thread.
     reporter = threading.Thread(target=stream, name="gpuwatch-live-reporter", daemon=True)
-    with prof:
-        reporter.start()
-        outcome = run_target(target)
-    stop.set()
-    reporter.join(timeout=5)
-    channel.send("snapshot", **prof.live_snapshot(top=config["top"]))
-    report = prof.report(command=command, exit_code=outcome.exit_code, partial=not outcome.finished)
-    report.error = outcome.error
-    channel.send(
-        "done",
-        exit_code=outcome.exit_code,
-        finished=outcome.finished,
-        error=outcome.error,
-        report=report.to_dict(),
-    )
-    return outcome.exit_code
+    channel.send("hello", pid=os.getpid(), command=target.command)
+    reporter.start()
+    if "parent_pid" in config:
+        die_with_parent(int(config["parent_pid"]))
+    return run.run()
 
 
 if __name__ == "__main__":

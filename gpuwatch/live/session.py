@@ -16,26 +16,22 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
 from gpuwatch.live.protocol import ProtocolError, decode
+from gpuwatch.profiling import ProfileOptions
+from gpuwatch.report.write import Output
+from gpuwatch.runner import Target
 
 #: Lines of the child's output kept when the display cannot keep up.
 MAX_PENDING_LINES = 5000
-
-
-@dataclass
-class LiveOptions:
-    target: str
-    args: Sequence[str]
-    module: bool = False
-    interval_s: float = 0.25
-    kernel_timing: bool = True
-    user_code: list[str] | None = None
-    timeline_capacity: int = 10_000
-    top: int = 30
-    trace_syncs: bool = False
+#: Characters of one line of output shown; the rest is counted, not kept (a 50 MB line of
+#: output must cost neither memory nor the display's time).
+MAX_LINE_CHARS = 4000
+#: After the script's process exited, how long its pipes may stay open (a grandchild holding
+#: them) before the run counts as ended anyway.
+PIPE_GRACE_S = 1.0
 
 
 @dataclass
@@ -51,9 +47,20 @@ class Drained:
 
 class ChildSession:
     def __init__(
-        self, options: LiveOptions, python: str = sys.executable, cwd: str | None = None
+        self,
+        target: Target,
+        options: ProfileOptions,
+        interval_s: float = 0.25,
+        outputs: Sequence[Output] = (),
+        gpu_stats: str = "off",
+        python: str = sys.executable,
+        cwd: str | None = None,
     ) -> None:
+        self.target = target
         self.options = options
+        self.interval_s = interval_s
+        self.outputs = list(outputs)
+        self.gpu_stats = gpu_stats
         self.python = python
         self.cwd = cwd
         self.process: subprocess.Popen[bytes] | None = None
@@ -65,21 +72,21 @@ class ChildSession:
         self._lines: queue.Queue[tuple[str, str]] = queue.Queue(maxsize=MAX_PENDING_LINES)
         self._dropped = 0
         self._threads: list[threading.Thread] = []
+        self._progress: dict[str, str] = {}
+        self._exited_at: float | None = None
 
     def start(self) -> None:
         read_fd, write_fd = os.pipe()
-        o = self.options
         config = {
             "fd": write_fd,
-            "interval_s": o.interval_s,
-            "target": o.target,
-            "args": list(o.args),
-            "module": o.module,
-            "kernel_timing": o.kernel_timing,
-            "user_code": o.user_code,
-            "timeline_capacity": o.timeline_capacity,
-            "top": o.top,
-            "trace_syncs": o.trace_syncs,
+            "parent_pid": os.getpid(),
+            "interval_s": self.interval_s,
+            "target": self.target.name,
+            "args": list(self.target.args),
+            "module": self.target.module,
+            "options": asdict(self.options),
+            "outputs": [(o.kind, o.path) for o in self.outputs],
+            "gpu_stats": self.gpu_stats,
         }
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(
@@ -97,8 +104,8 @@ class ChildSession:
         self.started_at = time.monotonic()
         assert self.process.stdout is not None and self.process.stderr is not None
         self._spawn(self._read_messages, os.fdopen(read_fd, "rb"))
-        self._spawn(self._read_lines, self.process.stdout, "stdout")
-        self._spawn(self._read_lines, self.process.stderr, "stderr")
+        self._spawn(self._read_output, self.process.stdout, "stdout")
+        self._spawn(self._read_output, self.process.stderr, "stderr")
 
     def _spawn(self, fn: Any, *args: Any) -> None:
         t = threading.Thread(target=fn, args=args, name=f"gpuwatch-live-{fn.__name__}", daemon=True)
@@ -116,14 +123,71 @@ class ChildSession:
                 except ProtocolError as exc:
                     self._messages.put(f"malformed message from the child: {exc}")
 
-    def _read_lines(self, pipe: IO[bytes], name: str) -> None:
+    def _read_output(self, pipe: IO[bytes], name: str) -> None:
+        """Splits the child's output into lines as it comes (not only at newlines): text after a
+        carriage return (tqdm's progress bars) is the stream's current progress line, shown
+        live; a line longer than MAX_LINE_CHARS keeps its head and counts the rest."""
+        fd = pipe.fileno()
+        head = bytearray()
+        extra = 0  # bytes of the current line beyond what is kept
         with pipe:
-            for raw in pipe:
-                line = (name, raw.decode("utf-8", errors="replace").rstrip("\n"))
+            while True:
                 try:
-                    self._lines.put_nowait(line)
-                except queue.Full:
-                    self._dropped += 1  # the display is behind: keep the newest lines coming
+                    chunk = os.read(fd, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                start = 0
+                while start < len(chunk):
+                    nl = chunk.find(b"\n", start)
+                    cr = chunk.find(b"\r", start)
+                    stop = min(i for i in (nl, cr, len(chunk)) if i >= 0)
+                    piece = chunk[start:stop]
+                    room = MAX_LINE_CHARS - len(head)
+                    if room > 0:
+                        head += piece[:room]
+                    extra += max(0, len(piece) - max(room, 0))
+                    if stop == len(chunk):
+                        # No end of line yet: what there is so far shows as progress.
+                        if head:
+                            self._progress[name] = self._text(head, extra)
+                        break
+                    if chunk[stop : stop + 1] == b"\r" and chunk[stop + 1 : stop + 2] != b"\n":
+                        if head:  # a progress bar redrawing its line
+                            self._progress[name] = self._text(head, extra)
+                        head, extra = bytearray(), 0
+                        start = stop + 1
+                        continue
+                    if not head and not extra and self._progress.get(name):
+                        # "\r...\r\n" or "...\r" then "\n": the bar's last state is the line.
+                        self._put(name, self._progress.pop(name))
+                    else:
+                        self._progress.pop(name, None)
+                        self._put(name, self._text(head, extra))
+                    head, extra = bytearray(), 0
+                    start = stop + (2 if chunk[stop : stop + 2] == b"\r\n" else 1)
+            if head or extra:
+                self._put(name, self._text(head, extra))
+            self._progress.pop(name, None)
+
+    @staticmethod
+    def _text(head: bytearray, extra: int) -> str:
+        text = bytes(head).decode("utf-8", errors="replace")
+        if extra:
+            text += f" … [{extra:,} more bytes of this line not shown]"
+        return text
+
+    def _put(self, name: str, text: str) -> None:
+        try:
+            self._lines.put_nowait((name, text))
+        except queue.Full:
+            self._dropped += 1  # the display is behind: keep the newest lines coming
+
+    def progress(self) -> str:
+        """The child's current progress line (text after its last carriage return, before any
+        newline), or ``""``."""
+        return self._progress.get("stderr") or self._progress.get("stdout") or ""
 
     def drain(self, max_lines: int = 500) -> Drained:
         out = Drained()
@@ -161,8 +225,16 @@ class ChildSession:
 
     @property
     def finished_reading(self) -> bool:
-        """The child has exited and every pipe has been read to its end."""
-        return self.returncode is not None and not any(t.is_alive() for t in self._threads)
+        """The child has exited and every pipe has been read to its end, or PIPE_GRACE_S has
+        passed since it exited (a lingering grandchild may hold the pipes open for hours: the
+        script's own process is what ends the run)."""
+        if self.returncode is None:
+            return False
+        if not any(t.is_alive() for t in self._threads):
+            return True
+        if self._exited_at is None:
+            self._exited_at = time.monotonic()
+        return time.monotonic() - self._exited_at >= PIPE_GRACE_S
 
     def interrupt(self) -> None:
         """Ctrl-C for the script (it stops, and the child still sends its report)."""

@@ -8,7 +8,14 @@ from typing import Any
 
 from gpuwatch import _format as fmt
 from gpuwatch.report.hints import hints
-from gpuwatch.report.text import DIRECTION_NAMES, gpu_busy
+from gpuwatch.report.text import (
+    DIRECTION_NAMES,
+    gpu_busy,
+    gpu_lines,
+    gpu_source,
+    internal_error_lines,
+    used_no_gpu,
+)
 from profilers import DIRECTIONS, Report, SiteStats
 
 COLORS = {"h2d": "#1f77b4", "d2h": "#d62728", "d2d": "#2ca02c", "p2p": "#9467bd", "sync": "#ff7f0e"}
@@ -261,7 +268,7 @@ def render_html(report: Report) -> str:
         (fmt.duration_ms(r.duration_s * 1000), "wall time"),
     ]
     cards += [
-        (f"{busy:.0f}%", f"GPU {gpu} busy (mean NVML utilisation)") for gpu, busy, _ in gpu_busy(r)
+        (f"{busy:.0f}%", f"GPU {gpu} busy ({gpu_source(r)})") for gpu, busy, _, _ in gpu_busy(r)
     ]
     rows_totals = "".join(
         f"<tr><td class=l>{way} ({_e(DIRECTION_NAMES[way])})</td><td>{c.count:,}</td><td>{_e(fmt.size(c.bytes))}</td>"
@@ -302,12 +309,13 @@ def render_html(report: Report) -> str:
         "The numbers cover the part that ran.</p>"
         if r.partial
         else ""
-    )
-    no_gpu = (
-        ""
-        if r.gpu_samples
-        else f"<p>No GPU utilisation was recorded ({_e(str(r.options.get('gpu_stats', 'no NVML')).rstrip('.?'))}).</p>"
-    )
+    ) + "".join(f"<p class=partial>{_e(line)}</p>" for line in internal_error_lines(r))
+    if r.gpu_samples:
+        no_gpu = "".join(f"<p>{_e(line)}</p>" for line in gpu_lines(r))
+    elif used_no_gpu(r):
+        no_gpu = "<p>No CUDA device was used, so no GPU's load is charged to this script.</p>"
+    else:
+        no_gpu = f"<p>No GPU utilisation was recorded ({_e(str(r.options.get('gpu_stats', 'no NVML')).rstrip('.?'))}).</p>"
     devices = (
         ", ".join(
             _e(f"{d['device']} ({d['name']})" if d.get("name") else d["device"]) for d in r.devices

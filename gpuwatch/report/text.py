@@ -74,23 +74,77 @@ def _header(r: Report) -> RenderableType:
         f"{fmt.duration_ms(r.totals.kernel_time_ms)} "
         f"({r.options.get('kernel_timing_source', 'host')})"
     )
-    for gpu, busy, peak_mem in gpu_busy(r):
-        lines.append(
-            f"\nGPU {gpu}: busy {busy:.0f}% of the run (mean NVML utilisation), "
-            f"memory peak {fmt.size(peak_mem)}"
-        )
+    for line in gpu_lines(r):
+        lines.append(f"\n{line}")
+    for line in internal_error_lines(r):
+        lines.append(f"\n{line}", style="yellow")
     return Panel(lines, box=box.ROUNDED, expand=False)
 
 
-def gpu_busy(r: Report) -> list[tuple[int, float, int | None]]:
-    """``(gpu, mean utilisation %, peak memory bytes)`` per GPU from the report's NVML samples."""
+def internal_error_lines(r: Report) -> list[str]:
+    """What the profiler could not count (the ops ran; their copies and syncs are missing)."""
+    if not r.internal_errors:
+        return []
+    total = sum(int(e["count"]) for e in r.internal_errors.values())
+    out = [
+        f"gpuwatch could not count {total:,} ops (they ran as usual; their copies/syncs are missing):"
+    ]
+    for op, e in sorted(r.internal_errors.items(), key=lambda kv: -int(kv[1]["count"]))[:5]:
+        out.append(f"  {op} x{int(e['count']):,}: {e.get('error', '')}")
+    return out
+
+
+def gpu_source(r: Report) -> str:
+    """What the GPU figures are: measured by NVML, or simulated by ``--demo``."""
+    if r.options.get("gpu_stats") == "demo":
+        return "simulated by --demo, not measured"
+    return "mean NVML utilisation"
+
+
+def used_no_gpu(r: Report) -> bool:
+    """GPU stats were taken, but the script used no CUDA device: no GPU's load is its own."""
+    sampled = r.options.get("gpu_stats") in ("NVML", "demo")
+    return sampled and not any(str(d.get("device", "")).startswith("cuda") for d in r.devices)
+
+
+def gpu_lines(r: Report) -> list[str]:
+    """One line per GPU the script used (busy share, memory peak, its own processes' share),
+    or why there is none."""
+    source = gpu_source(r)
+    out = []
+    for gpu, busy, peak_mem, mine in gpu_busy(r):
+        line = (
+            f"GPU {gpu}: busy {busy:.0f}% of the run ({source}), memory peak {fmt.size(peak_mem)}"
+        )
+        if mine is not None:
+            line += f"; this script's processes: {mine:.0f}% of its SMs"
+        out.append(line)
+    if not out and used_no_gpu(r):
+        out.append("GPU: no CUDA device was used, so no GPU's load is charged to this script")
+    scope = r.options.get("gpu_samples_scope")
+    if out and isinstance(scope, str):
+        out.append(f"(GPU figures cover {scope})")
+    return out
+
+
+def gpu_busy(r: Report) -> list[tuple[int, float, int | None, float | None]]:
+    """``(gpu, mean utilisation %, peak memory bytes, mean SM % of the script's own processes
+    or None)`` per GPU from the report's samples."""
     out = []
     for gpu in sorted({s["gpu"] for s in r.gpu_samples}):
         samples = [s for s in r.gpu_samples if s["gpu"] == gpu]
         utils = [s["gpu_util_pct"] for s in samples if s.get("gpu_util_pct") is not None]
         mems = [s["memory_used_bytes"] for s in samples if s.get("memory_used_bytes") is not None]
+        mine = [s["script_sm_util_pct"] for s in samples if s.get("script_sm_util_pct") is not None]
         if utils:
-            out.append((gpu, sum(utils) / len(utils), max(mems) if mems else None))
+            out.append(
+                (
+                    gpu,
+                    sum(utils) / len(utils),
+                    max(mems) if mems else None,
+                    sum(mine) / len(samples) if mine else None,
+                )
+            )
     return out
 
 

@@ -1,0 +1,103 @@
+"""How a profiled run ends on a signal: the report is written, then gpuwatch exits as the shell
+expects (128 + the signal's number).
+
+While the script runs, SIGTERM (schedulers: SLURM, Kubernetes, ``timeout``) and SIGHUP (the
+terminal or ssh session closed) raise :class:`Terminated` in the main thread, the way Python
+turns SIGINT into ``KeyboardInterrupt``: the script's ``finally`` blocks run, then gpuwatch writes
+the report. Once the script has stopped, further SIGINT/SIGTERM/SIGHUP are only noted
+(:meth:`Signals.deferring`): a second Ctrl-C may cut a wait short, never the report.
+
+A signal that was ignored when gpuwatch started stays ignored, for gpuwatch and the script alike
+(``nohup`` ignores SIGHUP; a background job of a non-interactive shell ignores SIGINT), exactly as
+``python script.py`` would leave it.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+#: Signals that end a run with a report (SIGINT is Python's own KeyboardInterrupt).
+ENDING = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Terminated(BaseException):  # noqa: N818 - named like KeyboardInterrupt, its sibling
+    """SIGTERM or SIGHUP arrived while the script ran (a BaseException, like KeyboardInterrupt,
+    so the script's ``except Exception`` does not swallow it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+class Signals:
+    """The signal handlers of one run, installed and restored on the main thread only."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        """Signals that arrived after the script stopped, in order."""
+        self.hurry = threading.Event()
+        """Set by a signal that arrives while the report is being written: cut waits short."""
+        self._main = threading.current_thread() is threading.main_thread()
+        self._at_start: dict[int, Any] = {}
+        """Each handled signal's disposition when the run began (restored at the end)."""
+        if self._main:
+            for signum in (signal.SIGINT, *ENDING):
+                self._at_start[signum] = signal.getsignal(signum)
+
+    def _install(
+        self, signums: tuple[int, ...], handler: Callable[[int, FrameType | None], Any]
+    ) -> None:
+        if not self._main:
+            return  # handlers can only be set on the main thread (a notebook, a test)
+        for signum in signums:
+            if self._at_start[signum] is signal.SIG_IGN:
+                continue  # ignored when we started (nohup, a background job): stays ignored
+            signal.signal(signum, handler)
+
+    def raising(self) -> Signals:
+        """While the script runs: SIGTERM and SIGHUP raise :class:`Terminated` (SIGINT keeps
+        Python's KeyboardInterrupt)."""
+        self._install(ENDING, _raise_terminated)
+        return self
+
+    def deferring(self) -> Signals:
+        """Once the script stopped: SIGINT, SIGTERM and SIGHUP are noted, never raised (the
+        script's own handlers, if it set any, are done with)."""
+        self._install((signal.SIGINT, *ENDING), self._note)
+        return self
+
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        self.received.append(signum)
+        self.hurry.set()
+
+    def restore(self) -> None:
+        """Puts back the dispositions of the start."""
+        for signum, handler in self._at_start.items():
+            if handler is None:
+                continue  # set from C, where Python cannot put it back: leave ours
+            signal.signal(signum, handler)
+
+    def __enter__(self) -> Signals:
+        return self.raising()
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(signum)

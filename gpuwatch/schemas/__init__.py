@@ -1,0 +1,1 @@
+"""The published JSON Schemas of gpuwatch's documents (package data)."""
