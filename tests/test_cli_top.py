@@ -82,10 +82,10 @@ def test_version_and_help(entry):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["top", "--interval", "0.05"], "at least 0.1"),
+        (["top", "--interval", "0.05"], "must be between 0.1 and 3600 seconds, not 0.05"),
         (["top", "--interval", "fast"], "not a number"),
         (["top", "--once", "--json"], "not allowed with"),
-        (["top", "--demo-gpus", "0"], "at least 1"),
+        (["top", "--demo-gpus", "0"], "must be from 1 to 64, not 0"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(args, message):

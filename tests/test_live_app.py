@@ -16,10 +16,10 @@ from gpuwatch.app.screens import ConfirmScreen, StackScreen, SummaryScreen
 from gpuwatch.app.widgets import GpuCard, HotLinesTable
 from gpuwatch.live.protocol import ProtocolError, decode, encode
 from gpuwatch.live.session import ChildSession
+from gpuwatch.nvml import FakeBackend, Sampler
 from gpuwatch.profiling import ProfileOptions
 from gpuwatch.report.write import Output
 from gpuwatch.runner import Target
-from gpuwatch.nvml import FakeBackend, Sampler
 from tests.conftest import default_signals, plain, wait_until
 
 LOOP = textwrap.dedent("""

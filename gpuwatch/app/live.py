@@ -363,8 +363,8 @@ class LiveApp(SamplingApp):
     def result(self) -> LiveResult:
         """What the run left, once the app has exited."""
         code = self.exit_code if self.exit_code is not None else 1
-        if self.signalled is not None and code == 0:
-            code = 128 + self.signalled
+        if self.signalled is not None:
+            code = 128 + self.signalled  # gpuwatch itself was stopped: say so, as a shell expects
         return LiveResult(code, self.report, list(self.written), self.fatal, self.signalled)
 
     def run_guarded(self) -> LiveResult:

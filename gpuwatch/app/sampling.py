@@ -6,10 +6,8 @@ import math
 import threading
 from typing import Any
 
-from textual import work
 from textual.app import App
 from textual.message import Message
-from textual.worker import get_current_worker
 
 from gpuwatch.nvml.sampler import Sampler
 from gpuwatch.nvml.samples import Snapshot
@@ -52,25 +50,33 @@ class SamplingApp(App[Any]):
         self._sample_wake = threading.Event()
         self._sample_gate = threading.Event()
         self._sample_gate.set()
+        self._sampling_stopped = threading.Event()
+        self._sampling_thread: threading.Thread | None = None
 
     def start_sampling(self) -> None:
-        if self.sampler is not None:
-            self._sample_loop()
+        if self.sampler is not None and self._sampling_thread is None:
+            # NB: a daemon thread of our own, not a Textual thread worker: those run in the
+            # event loop's default executor, which asyncio and the interpreter wait for at exit,
+            # so an NVML call that hangs would keep q from quitting.
+            self._sampling_thread = threading.Thread(
+                target=self._sample_loop, name="gpuwatch-sampler", daemon=True
+            )
+            self._sampling_thread.start()
 
-    @work(thread=True, exclusive=True, group="sampler")
     def _sample_loop(self) -> None:
         assert self.sampler is not None
-        worker = get_current_worker()
-        while not worker.is_cancelled:
+        stopped = self._sampling_stopped
+        while not stopped.is_set():
             self._sample_gate.wait()
-            if worker.is_cancelled:
+            if stopped.is_set():
                 break
             try:
                 snap = self.sampler.snapshot()
             except Exception as exc:  # a backend bug must not take the UI down
                 self.post_message(self.SamplingFailed(f"{type(exc).__name__}: {exc}"))
             else:
-                self.post_message(self.SnapshotReady(snap))
+                if not stopped.is_set():
+                    self.post_message(self.SnapshotReady(snap))
             self._sample_wake.wait(self.interval_s)
             self._sample_wake.clear()
 
@@ -88,7 +94,8 @@ class SamplingApp(App[Any]):
         self.notify(f"sampling failed: {message.error}", severity="error", timeout=5)
 
     def stop_sampling(self) -> None:
-        self.workers.cancel_group(self, "sampler")
+        """Stops sampling without waiting for a sample under way (it may hang in the driver)."""
+        self._sampling_stopped.set()
         self._sample_gate.set()
         self._sample_wake.set()
         if self.sampler is not None:

@@ -76,6 +76,7 @@ class TopApp(SamplingApp):
         self.gpu_count = sampler.gpu_count
         self.snapshot: Snapshot | None = None
         self.samples_taken = 0
+        self._driver_problem: str | None = None
         n = max(1, int(HISTORY_SECONDS / interval_s))
         self._history = {
             i: (deque(maxlen=n), deque(maxlen=n), deque(maxlen=n)) for i in range(self.gpu_count)
@@ -149,7 +150,15 @@ class TopApp(SamplingApp):
         for g, card in cards:
             card.sample = g
             card.set_history(*self._history[g.index])
-        table.show(snap.processes)
+        problems = [
+            f"GPU {g.index}: {g.problem}" for g in snap.gpus if g.problem and "process" in g.problem
+        ]
+        table.show(snap.processes, problems)
+        if snap.problem != self._driver_problem:
+            self._driver_problem = snap.problem
+            if snap.problem:
+                self.notify(snap.problem, title="NVML", severity="error", timeout=30)
+            self._update_subtitle()
 
     def on_unmount(self) -> None:
         self.stop_sampling()
@@ -175,6 +184,8 @@ class TopApp(SamplingApp):
             parts.append("read-only")
         if self.paused:
             parts.append("PAUSED")
+        if self._driver_problem:
+            parts.append("DRIVER PROBLEM (see notice)")
         self.sub_title = " · ".join(parts)
 
     def action_toggle_pause(self) -> None:
@@ -227,9 +238,14 @@ class TopApp(SamplingApp):
                 return
             name = signal.Signals(signum).name
             try:
-                self.backend.send_signal(proc.pid, signum)
+                # NB: the pid is checked against the process's start time: between opening
+                # the dialog and the answer the process may have ended and its pid been reused.
+                self.backend.send_signal(proc.pid, signum, proc.start_time)
             except ProcessLookupError:
-                self.notify(f"process {proc.pid} has already exited", severity="warning")
+                self.notify(
+                    f"process {proc.pid} has already exited; nothing was sent",
+                    severity="warning",
+                )
             except PermissionError:
                 self.notify(f"no permission to send {name} to process {proc.pid}", severity="error")
             else:

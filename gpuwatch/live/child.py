@@ -33,6 +33,21 @@ class Channel:
         self._lock = threading.Lock()
         self.closed = False
 
+    def wait_closed(self, timeout_s: float) -> bool:
+        """True once the parent's end of the pipe is closed, waiting up to ``timeout_s``."""
+        if self.closed:
+            return True
+        import select
+
+        poller = select.poll()
+        poller.register(self._stream.fileno(), select.POLLERR | select.POLLHUP)
+        try:
+            closed = bool(poller.poll(timeout_s * 1000))
+        except (OSError, ValueError):
+            closed = True
+        self.closed = self.closed or closed
+        return self.closed
+
     def send(self, kind: str, **fields: Any) -> None:
         if self.closed:
             return
@@ -102,7 +117,11 @@ def main(argv: list[str] | None = None) -> int:
             error=report.error,
             report=report.to_dict(),
         )
-        if channel.closed and wanted:
+        # NB: when the app dies, the kernel's SIGTERM (PR_SET_PDEATHSIG) can come while the
+        # app's other threads still hold the pipe open for a moment: a SIGTERM'd child waits a
+        # little for the pipe to close before deciding that nobody else will write the files.
+        stopped_by_term = report.exit_code == 128 + signal.SIGTERM
+        if wanted and (channel.closed or (stopped_by_term and channel.wait_closed(2.0))):
             write_reports(report, wanted)  # nobody else will write them now
 
     run = ProfiledRun(target, options, on_report, None, None, config.get("gpu_stats", "off"))

@@ -127,14 +127,14 @@ class ChildSession:
         """Splits the child's output into lines as it comes (not only at newlines): text after a
         carriage return (tqdm's progress bars) is the stream's current progress line, shown
         live; a line longer than MAX_LINE_CHARS keeps its head and counts the rest."""
-        fd = pipe.fileno()
+        read = getattr(pipe, "read1", pipe.read)  # what has arrived, without waiting for more
         head = bytearray()
         extra = 0  # bytes of the current line beyond what is kept
         with pipe:
             while True:
                 try:
-                    chunk = os.read(fd, 65536)
-                except OSError:
+                    chunk = read(65536)
+                except (OSError, ValueError):
                     break
                 if not chunk:
                     break

@@ -31,8 +31,18 @@ def _import_pynvml() -> ModuleType:
     return pynvml
 
 
+DRIVER_MISMATCH = (
+    "the NVIDIA driver was upgraded while the system runs (NVML library and kernel module "
+    "differ): reboot, or reload the driver (the nvidia kernel modules)"
+)
+
+
 class GpuLost(Exception):
     """NVML answered GpuIsLost or Unknown for a device: it fell off the bus or hung."""
+
+
+class GpuUnavailable(Exception):
+    """NVML could not open a device this time (no handle): shown, and asked again next tick."""
 
 
 class _Query:
@@ -48,8 +58,13 @@ class _Query:
     def __init__(self, nvml: ModuleType) -> None:
         self._nvml = nvml
         self._unsupported: set[tuple[int, str]] = set()
+        self.denied: set[tuple[int, str]] = set()
+        """Calls NVML refused for lack of permission (not retried; shown to the user)."""
         self._logged: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
+        self.in_flight = 0
+        """NVML calls under way now: a call that hangs keeps this above 0."""
+        self.driver_problem: str | None = None
 
     def is_unsupported(self, index: int, name: str) -> bool:
         return (index, name) in self._unsupported
@@ -64,11 +79,24 @@ class _Query:
             self._remember(key, f"{name} is missing from this pynvml", -1)
             return None
         try:
-            return fn(*args)
+            with self._lock:
+                self.in_flight += 1
+            try:
+                return fn(*args)
+            finally:
+                with self._lock:
+                    self.in_flight -= 1
         except nvml.NVMLError_NotSupported:
             self._unsupported.add(key)
         except nvml.NVMLError_NoPermission:
+            with self._lock:
+                self.denied.add(key)
             self._remember(key, f"{name}: no permission", -2)
+        except nvml.NVMLError_LibRmVersionMismatch:
+            # NB: the driver was upgraded under the running system: every call fails until the
+            # kernel module matching the new library is loaded.
+            self.driver_problem = DRIVER_MISMATCH
+            self._log_once(name, -4, DRIVER_MISMATCH)
         except nvml.NVMLError_FunctionNotFound:
             self._remember(
                 key, f"{name} is not in this driver's NVML (driver older than the bindings)", -3
@@ -172,6 +200,8 @@ class RealBackend:
             raise NvmlUnavailable("the NVIDIA driver is not loaded; try --demo") from exc
         except nvml.NVMLError_NoPermission as exc:
             raise NvmlUnavailable("no permission to open the NVIDIA devices (NVML)") from exc
+        except nvml.NVMLError_LibRmVersionMismatch as exc:
+            raise NvmlUnavailable(f"NVML cannot start: {DRIVER_MISMATCH}") from exc
         except nvml.NVMLError as exc:
             raise NvmlUnavailable(f"NVML failed to initialise: {exc}; try --demo") from exc
 
@@ -179,6 +209,11 @@ class RealBackend:
         if self._closed:
             return
         self._closed = True
+        if self._query.in_flight:
+            # NB: a call still hangs in the driver; nvmlShutdown would wait for it (forever, for
+            # a hung driver). The process's exit releases NVML all the same.
+            log.warning("NVML left open: a call is still waiting on the driver")
+            return
         try:
             self._nvml.nvmlShutdown()
         except self._nvml.NVMLError:
@@ -196,12 +231,21 @@ class RealBackend:
         except self._nvml.NVMLError as exc:
             raise NvmlUnavailable(f"NVML could not count the GPUs: {exc}") from exc
 
+    @property
+    def driver_problem(self) -> str | None:
+        """A problem of the whole driver, seen on any call (a driver upgraded under us)."""
+        return self._query.driver_problem
+
     def _handle(self, index: int) -> Any:
         h = self._handles.get(index)
         if h is None:
-            h = self._query(index, "nvmlDeviceGetHandleByIndex", index)
-            if h is None:
-                raise GpuLost(f"no handle for GPU {index}")
+            nvml = self._nvml
+            try:
+                h = nvml.nvmlDeviceGetHandleByIndex(index)
+            except (nvml.NVMLError_GpuIsLost, nvml.NVMLError_Unknown) as exc:
+                raise GpuLost(str(exc)) from exc
+            except nvml.NVMLError as exc:
+                raise GpuUnavailable(f"NVML cannot open this GPU: {exc}") from exc
             self._handles[index] = h
         return h
 
@@ -216,10 +260,20 @@ class RealBackend:
             log.error("GPU %d is lost: %s", index, exc)
             self._lost.add(index)
             return self._lost_sample(index)
+        except GpuUnavailable as exc:
+            # Not lost: asked again next tick (a driver busy resetting it, a cgroup change).
+            return GpuSample(index=index, name=None, uuid=None, pci_bus_id=None, problem=str(exc))
 
     def _lost_sample(self, index: int) -> GpuSample:
         name, uuid, bus = self._static.get(index, (None, None, None))
-        return GpuSample(index=index, name=name, uuid=uuid, pci_bus_id=bus, lost=True)
+        return GpuSample(
+            index=index,
+            name=name,
+            uuid=uuid,
+            pci_bus_id=bus,
+            lost=True,
+            problem="NVML reports this GPU lost (fallen off the bus or hung)",
+        )
 
     def _static_info(self, index: int, h: Any) -> tuple[str | None, str | None, str | None]:
         info = self._static.get(index)
@@ -267,7 +321,16 @@ class RealBackend:
             encoder_util_pct=_int(enc[0]) if enc else None,
             decoder_util_pct=_int(dec[0]) if dec else None,
             processes=tuple(self._processes(index, h)),
+            problem=self._process_problem(index),
         )
+
+    def _process_problem(self, index: int) -> str | None:
+        denied = self._query.denied
+        if (index, "nvmlDeviceGetComputeRunningProcesses") in denied:
+            return "no permission to list this GPU's processes (NVML NoPermission)"
+        if (index, "nvmlDeviceGetProcessUtilization") in denied:
+            return "no permission to read per-process utilisation (NVML NoPermission)"
+        return None
 
     def pcie_throughput(self, index: int) -> tuple[int | None, int | None]:
         if index in self._lost:
@@ -281,6 +344,8 @@ class RealBackend:
             rx = q(index, "nvmlDeviceGetPcieThroughput", h, nvml.NVML_PCIE_UTIL_RX_BYTES)
         except GpuLost:
             self._lost.add(index)
+            return None, None
+        except GpuUnavailable:
             return None, None
         return (None if tx is None else int(tx) * 1024, None if rx is None else int(rx) * 1024)
 
@@ -341,7 +406,7 @@ class RealBackend:
         for pid, (kind, mem_bytes) in listed.items():
             found = self._host.lookup(pid)
             name = command = user = None
-            cpu = rss = None
+            cpu = rss = started = None
             if found is None:
                 # NB: a process that exits between NVML's listing and psutil's lookup is dropped.
                 # One that NVML keeps listing tick after tick but psutil cannot see lives in
@@ -361,6 +426,7 @@ class RealBackend:
                             user = None
                         cpu = proc.cpu_percent(None) if primed else None
                         rss = proc.memory_info().rss
+                        started = proc.create_time()
                 except psutil.NoSuchProcess:
                     continue
                 except psutil.AccessDenied:
@@ -377,6 +443,7 @@ class RealBackend:
                     sm_util_pct=sm_util.get(pid),
                     cpu_pct=cpu,
                     host_memory_bytes=rss,
+                    start_time=started,
                 )
             )
         self._unresolved = {k for k in self._unresolved if k[0] != index} | unresolved
@@ -397,8 +464,23 @@ class RealBackend:
         self._proc_util_ts[index] = max(ts for ts, _ in util.values())
         return {pid: sm for pid, (_, sm) in util.items()}
 
-    def send_signal(self, pid: int, signum: int) -> None:
-        os.kill(pid, signum)
+    def send_signal(self, pid: int, signum: int, start_time: float | None = None) -> None:
+        send_signal_checked(pid, signum, start_time)
+
+
+def send_signal_checked(pid: int, signum: int, start_time: float | None) -> None:
+    """``os.kill`` once the pid is still the process that started at ``start_time``: a pid is
+    reused once its process exits, and a signal must never reach the stranger that got it."""
+    if start_time is not None:
+        try:
+            now = psutil.Process(pid).create_time()
+        except psutil.NoSuchProcess:
+            raise ProcessLookupError(pid) from None
+        except psutil.AccessDenied:
+            now = start_time  # cannot read it: os.kill below will say whether we may
+        if abs(now - start_time) > 0.01:
+            raise ProcessLookupError(pid)
+    os.kill(pid, signum)
 
 
 def _text(v: Any) -> str | None:

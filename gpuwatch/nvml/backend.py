@@ -37,8 +37,17 @@ class Backend(Protocol):
         """``(tx_bytes_per_s, rx_bytes_per_s)`` for GPU ``index``; slow."""
         ...
 
-    def send_signal(self, pid: int, signum: int) -> None:
-        """Send ``signum`` to ``pid``. Raises ``ProcessLookupError`` or ``PermissionError``."""
+    def send_signal(self, pid: int, signum: int, start_time: float | None = None) -> None:
+        """Send ``signum`` to ``pid``, if it is still the process that started at
+        ``start_time`` (when given). Raises ``ProcessLookupError`` (gone, or its pid reused) or
+        ``PermissionError``."""
         ...
 
-    def close(self) -> None: ...
+    @property
+    def driver_problem(self) -> str | None:
+        """A problem of the whole driver, for the user; None when there is none."""
+        ...
+
+    def close(self) -> None:
+        """Releases the backend; never waits on a call that hangs in the driver."""
+        ...

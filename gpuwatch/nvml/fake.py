@@ -59,6 +59,7 @@ class FakeBackend:
         self._count = gpu_count
         self.signals: list[tuple[int, int]] = []
         """Every ``(pid, signum)`` sent, for tests."""
+        self.start_times: dict[int, float] = {}
         self._procs: dict[int, _FakeProcess] = {}
         for i in range(gpu_count):
             for j in range(min(processes_per_gpu, len(_COMMANDS))):
@@ -124,6 +125,7 @@ class FakeBackend:
                     sm_util_pct=sm,
                     cpu_pct=float(_wave(t / 4.0 + k, 60, 40)),
                     host_memory_bytes=(3 + k) * _GIB,
+                    start_time=self.start_time(p.pid),
                 )
             )
         return out
@@ -134,13 +136,22 @@ class FakeBackend:
         rx = _wave(t / 2.5 + index + 2, 60, 58) * 200 * _MIB // 10
         return tx, rx
 
-    def send_signal(self, pid: int, signum: int) -> None:
+    def send_signal(self, pid: int, signum: int, start_time: float | None = None) -> None:
         """Record the signal; SIGTERM, SIGKILL and SIGINT end the simulated process."""
         if pid not in self._procs:
             raise ProcessLookupError(pid)
+        if start_time is not None and start_time != self.start_time(pid):
+            raise ProcessLookupError(pid)  # the pid now names another process
         self.signals.append((pid, signum))
         if signum in (signal.SIGTERM, signal.SIGKILL, signal.SIGINT):
             del self._procs[pid]
+
+    driver_problem: str | None = None
+    """The simulation's driver has no problems."""
+
+    def start_time(self, pid: int) -> float:
+        """When simulated process ``pid`` started; tests change it to model a reused pid."""
+        return self.start_times.get(pid, float(1_700_000_000 + pid))
 
     def close(self) -> None:
         """Nothing to release: the simulation holds no handles."""

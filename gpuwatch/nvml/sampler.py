@@ -56,7 +56,10 @@ class Sampler:
     def _pcie_loop(self) -> None:
         while not self._stop.is_set():
             for i in range(self._count):
-                rates = self.backend.pcie_throughput(i)
+                try:
+                    rates = self.backend.pcie_throughput(i)
+                except Exception:  # a backend bug costs this GPU's PCIe rates, not the thread
+                    rates = (None, None)
                 with self._lock:
                     self._pcie[i] = rates
             self._stop.wait(self.interval_s)
@@ -71,10 +74,17 @@ class Sampler:
                 with self._lock:
                     tx, rx = self._pcie.get(i, (None, None))
             gpus.append(dataclasses.replace(g, pcie_tx_bytes_per_s=tx, pcie_rx_bytes_per_s=rx))
-        return Snapshot(time=self._now(), driver_version=self._driver, gpus=tuple(gpus))
+        return Snapshot(
+            time=self._now(),
+            driver_version=self._driver,
+            gpus=tuple(gpus),
+            problem=self.backend.driver_problem,
+        )
 
     def close(self) -> None:
+        """Stops the PCIe thread and releases the backend, without waiting on an NVML call
+        that hangs (the thread is a daemon: it goes with the process)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=2)
+            self._thread.join(timeout=0.25)
         self.backend.close()

@@ -33,6 +33,9 @@ class ProcessSample:
     """Host CPU use of the process (100 = one full core)."""
     host_memory_bytes: int | None
     """Resident set size on the host."""
+    start_time: float | None = None
+    """When the process started (seconds since the epoch, psutil's ``create_time``): with the
+    pid, what tells this process from a later one that reuses its pid."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,6 +72,9 @@ class GpuSample:
     lost: bool = False
     """True once NVML reported the GPU lost (fallen off the bus) or in an unknown state."""
     processes: tuple[ProcessSample, ...] = ()
+    problem: str | None = None
+    """Why some of this GPU's figures are missing, for the user (``"no permission to list
+    processes"``, ``"NVML cannot open this GPU: ..."``); None when nothing is."""
 
     @property
     def memory_used_pct(self) -> float | None:
@@ -89,6 +95,8 @@ class Snapshot:
     time: _dt.datetime
     driver_version: str | None
     gpus: tuple[GpuSample, ...] = field(default_factory=tuple)
+    problem: str | None = None
+    """A problem of the whole driver (``"... reboot or reload the driver"``), else None."""
 
     def to_dict(self) -> dict[str, Any]:
         """The ``gpuwatch.snapshot/1`` document of DESIGN.md."""
@@ -96,6 +104,7 @@ class Snapshot:
             "schema": SNAPSHOT_SCHEMA,
             "time": self.time.isoformat(),
             "driver_version": self.driver_version,
+            "problem": self.problem,
             "gpus": [g.to_dict() for g in self.gpus],
         }
 

@@ -127,7 +127,7 @@ def _timeline(r: Report) -> Any:
             mode="lines",
             name=f"GPU {gpu} util %",
             x=[p["t"] for p in pts],
-            y=[p["gpu_util_pct"] for p in pts],
+            y=[p.get("gpu_util_pct") for p in pts],
         )
         fig.add_scatter(
             row=2,
@@ -138,7 +138,7 @@ def _timeline(r: Report) -> Any:
             name=f"GPU {gpu} PCIe MB/s",
             x=[p["t"] for p in pts],
             y=[
-                ((p["pcie_rx_bytes_per_s"] or 0) + (p["pcie_tx_bytes_per_s"] or 0)) / 1e6
+                ((p.get("pcie_rx_bytes_per_s") or 0) + (p.get("pcie_tx_bytes_per_s") or 0)) / 1e6
                 for p in pts
             ],
         )

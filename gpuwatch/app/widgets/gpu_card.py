@@ -82,7 +82,7 @@ class GpuCard(Widget):
             return
         self.set_class(g.lost, "-lost")
         self.border_title = f"GPU {g.index} · {g.name or fmt.NA}"
-        self.border_subtitle = g.pci_bus_id or ""
+        self.border_subtitle = g.problem if g.problem and not g.lost else (g.pci_bus_id or "")
         if self.compact:
             self.query_one("#compact", Static).update(compact_line(g, self.size.width))
             return

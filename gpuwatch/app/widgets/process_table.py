@@ -73,6 +73,8 @@ class ProcessTable(DataTable[Text]):
         self.sort_reverse = True
         self.filter_text = ""
         self._processes: list[ProcessSample] = []
+        self.problems: list[str] = []
+        """Why processes may be missing (``GPU 0: no permission to list ...``)."""
         self._shown: dict[str, ProcessSample] = {}
 
     def on_mount(self) -> None:
@@ -82,9 +84,11 @@ class ProcessTable(DataTable[Text]):
 
     # -- data ---------------------------------------------------------------------------------
 
-    def show(self, processes: Sequence[ProcessSample]) -> None:
-        """Replace the rows with ``processes`` (filtered and sorted), keeping the selected row."""
+    def show(self, processes: Sequence[ProcessSample], problems: Sequence[str] = ()) -> None:
+        """Replace the rows with ``processes`` (filtered and sorted), keeping the selected row;
+        ``problems`` say why some processes may be missing (shown in the title)."""
         self._processes = list(processes)
+        self.problems = list(problems)
         self._refill()
 
     @property
@@ -150,5 +154,7 @@ class ProcessTable(DataTable[Text]):
         title = f"Processes ({shown} of {total})" if self.filter_text else f"Processes ({total})"
         if self.filter_text:
             title += f"  filter: {self.filter_text!r}"
+        if self.problems:
+            title += "  · " + "; ".join(self.problems)
         self.border_title = title
         self.refresh()

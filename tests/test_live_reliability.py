@@ -1,0 +1,263 @@
+"""``gpuwatch profile --live`` when the run ends the hard ways: SIGTERM/SIGHUP to gpuwatch, the
+live app killed outright, output that would swamp the display, a grandchild holding the pipes,
+and simulated GPU stats that must say so."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import signal
+import struct
+import subprocess
+import termios
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.app.live import LiveApp
+from gpuwatch.live.session import ChildSession
+from gpuwatch.nvml import FakeBackend, Sampler
+from gpuwatch.profiling import ProfileOptions
+from gpuwatch.report.write import Output
+from gpuwatch.runner import Target
+from tests.conftest import default_signals, plain, wait_until
+
+LOOP = textwrap.dedent("""
+    import os, sys, time, torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    with FakeTensorMode(shape_env=ShapeEnv()):
+        for i in range(10**9):
+            torch.randn(16).to("cuda:0")
+            if i == 3:  # copies counted: the test may stop it now
+                open("pid", "w").write(str(os.getpid()))
+            time.sleep(0.02)
+""")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0): it has ended all the same.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _read(fd: int) -> bytes:
+    import select
+
+    ready, _, _ = select.select([fd], [], [], 0.1)
+    if not ready:
+        return b""
+    try:
+        return os.read(fd, 65536)
+    except OSError:
+        return b""
+
+
+def _start_live(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, bytearray]:
+    (tmp_path / "loop.py").write_text(LOOP)
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    proc = subprocess.Popen(
+        ["gpuwatch", "profile", "--live", "--demo", "--json", "r.json", "loop.py"],
+        cwd=tmp_path,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env={**os.environ, "TERM": "xterm-256color"},
+        start_new_session=True,
+        preexec_fn=default_signals,
+    )
+    os.close(slave)
+    screen = bytearray()
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text():
+        assert time.monotonic() < deadline and proc.poll() is None, screen[-2000:]
+        screen += _read(master)
+    time.sleep(0.5)  # a few snapshots in
+    screen += _read(master)
+    return proc, master, screen
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_to_live_stops_the_child_writes_the_report_and_restores_the_terminal(
+    tmp_path, signum
+):
+    proc, master, screen = _start_live(tmp_path)
+    child = int((tmp_path / "pid").read_text())
+    try:
+        proc.send_signal(signum)
+        deadline = time.monotonic() + 30
+        while proc.poll() is None:
+            assert time.monotonic() < deadline, screen[-2000:]
+            screen += _read(master)
+        screen += _read(master)
+    finally:
+        proc.kill()
+        os.close(master)
+    assert proc.returncode == 128 + signum
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["partial"] is True and doc["totals"]["h2d"]["count"] > 0
+    assert doc["options"]["gpu_stats"] == "demo"
+    deadline = time.monotonic() + 10
+    while _alive(child):
+        assert time.monotonic() < deadline, "the script outlived gpuwatch"
+        time.sleep(0.05)
+    assert b"\x1b[?1049l" in screen  # the alternate screen was left: the terminal is back
+
+
+def test_the_child_ends_with_a_killed_parent_and_writes_the_report_itself(tmp_path):
+    proc, master, _ = _start_live(tmp_path)
+    child = int((tmp_path / "pid").read_text())
+    try:
+        proc.kill()  # no handler runs in the live app
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while _alive(child) or not (tmp_path / "r.json").exists():
+            assert time.monotonic() < deadline, (
+                f"the script outlived gpuwatch: alive {_alive(child)}, "
+                f"report {(tmp_path / 'r.json').exists()}"
+            )
+            time.sleep(0.05)
+    finally:
+        os.close(master)
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["partial"] is True and doc["error"] == "stopped by SIGTERM"
+    assert doc["totals"]["h2d"]["count"] >= 4
+
+
+def make_app(tmp_path: Path, script: str, **kw) -> LiveApp:
+    (tmp_path / "s.py").write_text(textwrap.dedent(script))
+    session = ChildSession(
+        Target(str(tmp_path / "s.py"), []), ProfileOptions(), interval_s=0.1, cwd=str(tmp_path)
+    )
+    return LiveApp(
+        session,
+        Sampler(FakeBackend(gpu_count=2), interval_s=0.2),
+        gpu_interval_s=0.2,
+        outputs=[Output("json", str(tmp_path / "r.json"))],
+        **kw,
+    )
+
+
+def log_text(app: LiveApp) -> str:
+    return "\n".join(str(line.text) for line in app.query_one("#log").lines)
+
+
+async def test_a_50_mb_line_of_output_does_not_freeze_the_view(tmp_path):
+    app = make_app(
+        tmp_path,
+        """
+        import sys
+        sys.stdout.write("x" * 50_000_000 + "\\n")
+        print("after the long line", flush=True)
+        """,
+    )
+    began = time.monotonic()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(lambda: app.exit_code is not None, 60)
+        await pilot.pause(0.2)
+        text = log_text(app)
+    assert time.monotonic() - began < 30
+    assert "[49,996,000 more bytes of this line not shown]" in text
+    assert "after the long line" in text
+
+
+async def test_carriage_return_progress_bars_show_while_they_run(tmp_path):
+    app = make_app(
+        tmp_path,
+        """
+        import sys, time
+        for i in range(1, 4):
+            sys.stderr.write(f"\\rtraining {i * 25}%|")
+            sys.stderr.flush()
+            time.sleep(0.3)
+        open("hold", "w").close()
+        while True:
+            time.sleep(0.05)
+        """,
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(lambda: (tmp_path / "hold").exists(), 60)
+        await pilot.pause(0.3)
+        assert plain(app.query_one("#progress")).strip() == "training 75%|"  # the newest state
+        assert "training" not in log_text(app)  # not a line yet: no newline has come
+        app.session.kill()
+        await wait_until(lambda: app.exit_code is not None, 30)
+
+
+def test_progress_text_then_a_newline_becomes_one_log_line():
+    import io
+
+    session = ChildSession(Target("x.py", []), ProfileOptions())
+    session._read_output(io.BytesIO(b"a\r\nb\r 10%\r 20%\n"), "stderr")  # type: ignore[arg-type]
+    drained = session.drain()
+    assert drained.lines == [("stderr", "a"), ("stderr", " 20%")]
+    assert session.progress() == ""
+
+
+async def test_a_lingering_grandchild_does_not_keep_the_run_running(tmp_path):
+    app = make_app(
+        tmp_path,
+        """
+        import subprocess
+        # Inherits stdout and stderr, and outlives the script by a minute.
+        subprocess.Popen(["sleep", "60"])
+        print("script done", flush=True)
+        """,
+    )
+    began = time.monotonic()
+    async with app.run_test(size=(120, 40)):
+        await wait_until(lambda: app.exit_code is not None, 30)
+        assert app.exit_code == 0
+    assert time.monotonic() - began < 20
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["partial"] is False
+
+
+async def test_demo_stats_are_labelled_simulated_everywhere(tmp_path):
+    app = make_app(
+        tmp_path,
+        """
+        import time, torch
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        with FakeTensorMode():
+            torch.randn(4).to("cuda:0")
+        time.sleep(0.6)
+        """,
+    )
+    async with app.run_test(size=(120, 40)):
+        await wait_until(lambda: app.exit_code is not None, 60)
+    result = app.result()
+    assert result.report is not None
+    assert result.report.options["gpu_stats"] == "demo"
+    from gpuwatch.report.html import render_html
+    from gpuwatch.report.text import gpu_lines
+
+    lines = gpu_lines(result.report)
+    assert lines and all("simulated by --demo" in line for line in lines if "busy" in line)
+    assert "NVML" not in " ".join(lines)
+    assert "simulated by --demo, not measured" in render_html(result.report)
+
+
+async def test_a_script_that_uses_no_gpu_is_charged_with_none(tmp_path):
+    app = make_app(tmp_path, "import torch\ntorch.ones(3).sum()\nimport time; time.sleep(0.5)\n")
+    async with app.run_test(size=(120, 40)):
+        await wait_until(lambda: app.exit_code is not None, 60)
+    report = app.result().report
+    assert report is not None and report.gpu_samples == []
+    from gpuwatch.report.text import gpu_lines
+
+    assert gpu_lines(report) == [
+        "GPU: no CUDA device was used, so no GPU's load is charged to this script"
+    ]
