@@ -8,6 +8,7 @@ these tests hold however the suite itself was started."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch import cli
+from gpuwatch.report.load import problem
 from tests.conftest import default_signals
 
 FAKE = textwrap.dedent("""
@@ -89,6 +91,7 @@ def test_sigterm_and_sighup_leave_every_report_and_exit_128_plus_the_signal(tmp_
     assert doc["error"] == f"stopped by {name}"
     assert doc["totals"]["h2d"]["count"] >= 4 and doc["totals"]["h2d"]["bytes"] % 64 == 0
     assert "did not finish" in (tmp_path / "r.html").read_text()
+    assert problem(doc) is None  # what the CLI writes holds to the published schema
 
 
 def test_ctrl_c_twice_never_loses_the_report(tmp_path):
@@ -139,6 +142,7 @@ def test_os_exit_in_the_script_still_writes_the_report(tmp_path):
     assert done.returncode == 3, done.stderr
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["exit_code"] == 3 and doc["error"] == "the script called os._exit(3)"
+    assert problem(doc) is None
     assert doc["totals"]["h2d"]["count"] == 5  # 5 copies of 64 bytes
     assert doc["totals"]["h2d"]["bytes"] == 5 * 64
     assert "Copies" in done.stderr  # the summary was printed too
@@ -373,3 +377,36 @@ def test_ops_run_by_the_test_process_reach_no_leftover_profiler():
 
     assert profilers._patches.ACTIVE is None and os._exit.__module__ in ("posix", "os", "nt")
     assert sys.path  # nothing above left the interpreter changed
+
+
+def test_the_scripts_own_share_of_a_gpu_is_shown_beside_the_devices():
+    from gpuwatch.gpu_timeline import sample_row
+    from gpuwatch.nvml.samples import GpuSample, ProcessSample
+    from gpuwatch.report.text import gpu_lines
+    from profilers import Report
+
+    def p(pid: int, sm: int | None) -> ProcessSample:
+        return ProcessSample(pid, 0, "python", None, None, "compute", None, sm, None, None)
+
+    g = GpuSample(0, "H100", "GPU-1", None, gpu_util_pct=90, memory_used_bytes=2 * 1024**3)
+    rows = [
+        sample_row(0.5, dataclasses.replace(g, processes=(p(10, 30), p(11, 5), p(99, 55)))),
+        sample_row(1.0, dataclasses.replace(g, processes=(p(10, 20), p(99, 70)))),
+    ]
+    mine = [
+        sample_row(r["t"], dataclasses.replace(g, processes=procs), {10, 11})
+        for r, procs in zip(
+            rows, [(p(10, 30), p(11, 5), p(99, 55)), (p(10, 20), p(99, 70))], strict=True
+        )
+    ]
+    assert [r["script_sm_util_pct"] for r in mine] == [
+        35,
+        20,
+    ]  # 30 + 5, then 20; pid 99 is not ours
+    assert rows[0]["script_sm_util_pct"] is None  # no pids given: nothing is the script's
+    report = Report(devices=[{"device": "cuda:0"}], gpu_samples=mine, options={"gpu_stats": "NVML"})
+    # (35 + 20) / 2 = 27.5, shown as 28
+    assert gpu_lines(report) == [
+        "GPU 0: busy 90% of the run (mean NVML utilisation), memory peak 2.0 GiB; "
+        "this script's processes: 28% of its SMs"
+    ]
