@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from gpuwatch.interrupts import Signals, Terminated
 from gpuwatch.runner import Outcome, Target, run_target
@@ -127,13 +127,14 @@ class ProfiledRun:
     def _os_exit_held(self) -> Iterator[None]:
         real_exit = os._exit
 
-        def _exit(code: int) -> None:
+        def _exit(status: int) -> NoReturn:
             if os.getpid() == self.pid:
                 try:
-                    self.end(Outcome(int(code), True), note=f"the script called os._exit({code})")
+                    note = f"the script called os._exit({status})"
+                    self.end(Outcome(int(status), True), note=note)
                 except BaseException as exc:  # never keep the script from exiting
                     print(f"gpuwatch: error: could not write the report: {exc}", file=sys.stderr)
-            real_exit(code)
+            real_exit(status)
 
         os._exit = _exit
         try:

@@ -71,13 +71,15 @@ class TorchCuda:
         return stream, device
 
     def make_stream(self, key: tuple[int, int, int]) -> Any:
-        return torch.cuda.Stream(stream_id=key[0], device_index=key[1], device_type=key[2])
+        return torch.cuda.Stream(  # type: ignore[no-untyped-call]  # torch leaves it untyped
+            stream_id=key[0], device_index=key[1], device_type=key[2]
+        )
 
     def current_device(self) -> int:
         return torch.cuda.current_device()
 
     def new_event(self) -> Any:
-        return torch.cuda.Event(enable_timing=True)
+        return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
     def synchronize(self, device: int) -> None:
         torch.cuda.synchronize(device)

@@ -9,7 +9,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from profilers._recorder import dispatch, hide_from_dynamo
 
 
-class ProfilerMode(TorchDispatchMode):
+class ProfilerMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's, untyped
     """One instance per thread that runs ops (dispatch modes are thread-local)."""
 
     # NB: False (the default) on purpose: under this mode torch.compile'd code runs eagerly, so
@@ -29,7 +29,7 @@ class ProfilerMode(TorchDispatchMode):
         return not hide_from_dynamo()
 
     def __init__(self, recorder: Any) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.recorder = recorder
 
     # The hot path lives beside the recorder's state; assigned, not wrapped, to save a call.

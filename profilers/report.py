@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ class Report:
     def top_sites(self, key: str, n: int = 10) -> list[SiteStats]:
         """Sites with the most ``bytes`` moved, ``syncs``, ``kernel_time_ms``, ``ops``, or
         ``backward_ms`` (the time of the backward of a line's forward ops)."""
-        getters = {
+        getters: dict[str, Callable[[SiteStats], float]] = {
             "bytes": lambda s: s.bytes_moved,
             "syncs": lambda s: s.syncs.count,
             "kernel_time_ms": lambda s: s.kernel_time_ms,

@@ -64,16 +64,16 @@ async def test_process_table_sorts_by_gpu_memory_then_cycles(clock):
     async with app.run_test(size=(160, 48)) as pilot:
         await started(app, pilot)
         table = app.query_one(ProcessTable)
-        mems = [p.gpu_memory_bytes for p in table.visible]
+        mems = [p.gpu_memory_bytes for p in table.shown_processes]
         assert len(mems) == 4 and mems == sorted(mems, reverse=True)
         await pilot.press("s")  # next column: SM%, largest first
-        sms = [p.sm_util_pct for p in table.visible]
+        sms = [p.sm_util_pct for p in table.shown_processes]
         assert sms == sorted(sms, reverse=True)
         await pilot.press("r")
-        assert [p.sm_util_pct for p in table.visible] == sorted(sms)
+        assert [p.sm_util_pct for p in table.shown_processes] == sorted(sms)
         for _ in range(4):  # CPU%, HOST MEM, COMMAND, then wraps to GPU
             await pilot.press("s")
-        assert [p.gpu_index for p in table.visible] == [1, 1, 0, 0]
+        assert [p.gpu_index for p in table.shown_processes] == [1, 1, 0, 0]
 
 
 async def test_clicking_a_header_sorts_by_that_column(clock):
@@ -83,7 +83,7 @@ async def test_clicking_a_header_sorts_by_that_column(clock):
         table = app.query_one(ProcessTable)
         table.sort_by(1)  # PID, through the same path a header click takes
         await pilot.pause()
-        pids = [p.pid for p in table.visible]
+        pids = [p.pid for p in table.shown_processes]
         assert pids == sorted(pids, reverse=True)
 
 
@@ -98,18 +98,20 @@ async def test_filter_narrows_the_table_and_escape_clears(clock):
         # NB: waits rather than asserting at once: the Input's Changed messages reach the app
         # a moment after the keys on a loaded machine.
         await wait_until(lambda: table.filter_text == "bob")
-        assert {p.user for p in table.visible} == {"bob"} and len(table.visible) == 2
+        assert {p.user for p in table.shown_processes} == {"bob"} and len(
+            table.shown_processes
+        ) == 2
         assert "filter: 'bob'" in table.border_title
         await pilot.press("enter")  # keeps the filter, back to the table
         await wait_until(lambda: app.focused is table)
-        assert len(table.visible) == 2
+        assert len(table.shown_processes) == 2
         clock.advance(1)
         n = app.samples_taken
         await wait_until(lambda: app.samples_taken > n)
-        assert {p.user for p in table.visible} == {"bob"}  # still filtered after a tick
+        assert {p.user for p in table.shown_processes} == {"bob"}  # still filtered after a tick
         await pilot.press("escape")
         await wait_until(lambda: table.filter_text == "")
-        assert len(table.visible) == 4
+        assert len(table.shown_processes) == 4
 
 
 async def test_pause_stops_updates(clock):
@@ -162,7 +164,7 @@ async def test_kill_asks_first_then_sends_the_chosen_signal(clock):
         await pilot.press("t")
         assert backend.signals == [(target.pid, signal.SIGTERM)]
         await wait_until(
-            lambda: target.pid not in {p.pid for p in app.query_one(ProcessTable).visible}
+            lambda: target.pid not in {p.pid for p in app.query_one(ProcessTable).shown_processes}
         )
 
 
@@ -310,7 +312,7 @@ async def test_a_gpu_lost_mid_run_is_shown_not_fatal(clock):
         await pilot.pause()
         assert "GPU LOST" in plain(card.query_one("#stats"))
         assert not app.query_one("#gpu-1", GpuCard).has_class("-lost")
-        assert {p.gpu_index for p in app.query_one(ProcessTable).visible} == {1}
+        assert {p.gpu_index for p in app.query_one(ProcessTable).shown_processes} == {1}
 
 
 async def test_stack_of_a_simulated_process_says_so(clock):
@@ -332,11 +334,11 @@ async def test_the_mouse_sorts_by_header_and_selects_rows(clock):
         await pilot.click(ProcessTable, offset=(7, 1))  # the PID header (row 1, inside the border)
         await pilot.pause()
         assert (table.sort_column, table.sort_reverse) == (1, True)
-        pids = [p.pid for p in table.visible]
+        pids = [p.pid for p in table.shown_processes]
         assert pids == sorted(pids, reverse=True)
         await pilot.click(ProcessTable, offset=(7, 1))  # again: reversed
         await pilot.pause()
-        assert [p.pid for p in table.visible] == sorted(pids)
+        assert [p.pid for p in table.shown_processes] == sorted(pids)
         await pilot.click(ProcessTable, offset=(10, 4))  # the third row
         await pilot.pause()
-        assert table.selected == table.visible[2]
+        assert table.selected == table.shown_processes[2]

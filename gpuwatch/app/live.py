@@ -174,7 +174,8 @@ class LiveApp(SamplingApp):
     def on_sampling_app_snapshot_ready(self, message: SamplingApp.SnapshotReady) -> None:
         t = round(time.monotonic() - self.session.started_at, 3)
         for g in message.snapshot.gpus:
-            self.gpu_samples.append(sample_row(t, g, (self.session.pid,)))
+            pids = (self.session.pid,) if self.session.pid is not None else ()
+            self.gpu_samples.append(sample_row(t, g, pids))
             util, mem, pcie = self._history[g.index]
             util.append(float(g.gpu_util_pct or 0))
             mem.append(g.memory_used_pct or 0.0)

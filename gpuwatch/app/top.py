@@ -78,7 +78,7 @@ class TopApp(SamplingApp):
         self.samples_taken = 0
         self._driver_problem: str | None = None
         n = max(1, int(HISTORY_SECONDS / interval_s))
-        self._history = {
+        self._history: dict[int, tuple[deque[float], deque[float], deque[float]]] = {
             i: (deque(maxlen=n), deque(maxlen=n), deque(maxlen=n)) for i in range(self.gpu_count)
         }
 

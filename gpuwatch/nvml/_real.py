@@ -28,7 +28,8 @@ def _import_pynvml() -> ModuleType:
         raise NvmlUnavailable(
             "the nvidia-ml-py package (pynvml) is not installed; try --demo"
         ) from exc
-    return pynvml
+    module: ModuleType = pynvml
+    return module
 
 
 DRIVER_MISMATCH = (

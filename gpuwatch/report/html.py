@@ -39,7 +39,9 @@ def _label(s: SiteStats) -> str:
 
 def _figure_json(fig: Any) -> str:
     # NB: "<" as \u003c keeps any "</script>" in the data from ending the script block.
-    return fig.to_json().replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return (
+        str(fig.to_json()).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    )
 
 
 def _bytes_per_line(r: Report) -> Any:

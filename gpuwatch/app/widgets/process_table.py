@@ -92,7 +92,7 @@ class ProcessTable(DataTable[Text]):
         self._refill()
 
     @property
-    def visible(self) -> list[ProcessSample]:
+    def shown_processes(self) -> list[ProcessSample]:
         """The processes as shown, top to bottom."""
         return list(self._shown.values())
 
