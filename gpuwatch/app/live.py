@@ -298,6 +298,9 @@ class LiveApp(SamplingApp):
             self.report = self._report_from_snapshot(
                 f"the script's process ended without a report: {how}"
             )
+        if self.signalled is not None and self.report.partial:
+            name = signal.Signals(self.signalled).name
+            self.report.error = f"stopped: gpuwatch received {name} ({self.report.error})"
         samples_of_used_gpus(self.report, self.gpu_samples)
         self.report.options["gpu_stats"] = self.gpu_stats_source
         self.written = write_reports(self.report, self.outputs)
