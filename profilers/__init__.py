@@ -5,13 +5,43 @@
         train()
     report = prof.report()          # report.to_dict() is the gpuwatch.profile/1 document
 
-A library: it imports torch, prints nothing, and knows nothing of gpuwatch's UI.
+A library: it imports torch (only once profiling is asked for: the report data does not need it),
+prints nothing, and knows nothing of gpuwatch's UI.
 """
 
-from profilers._ops import CAUSES, DIRECTIONS, Transfer, classify, direction
-from profilers._profile import Options, Profile, profile
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from profilers._names import CAUSES, DIRECTIONS
 from profilers._stats import Copies, Counters, SiteStats, Syncs
 from profilers.report import SCHEMA, Report, ReportFormatError
+
+if TYPE_CHECKING:
+    from profilers._ops import Transfer, classify, direction
+    from profilers._profile import Options, Profile, profile
+
+#: What needs torch, imported on first use: reading and rendering a saved report never does.
+_LAZY = {
+    "Transfer": "profilers._ops",
+    "classify": "profilers._ops",
+    "direction": "profilers._ops",
+    "Options": "profilers._profile",
+    "Profile": "profilers._profile",
+    "profile": "profilers._profile",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'profilers' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CAUSES",

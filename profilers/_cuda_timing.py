@@ -10,6 +10,8 @@ from typing import Any, Protocol
 
 import torch
 
+from profilers._torch_private import cuda_current_stream, cuda_event_base
+
 
 class CudaApi(Protocol):
     """The CUDA calls the timer makes (tests pass a TorchCuda with stand-in parts)."""
@@ -37,11 +39,11 @@ class TorchCuda:
     """Exact types of the tensors whose ops are timed: fake tensors and subclasses are not."""
 
     def __init__(self) -> None:
-        self._current: Any = getattr(torch._C, "_cuda_getCurrentStream", None)
+        self._current: Any = cuda_current_stream
         self._streams: dict[Any, Any] = {}
         # NB: the C method under torch.cuda.Event.record, whose Python wrapper (a frame and a
         # super() call) would cost a third of each record.
-        base = getattr(torch._C, "_CudaEventBase", None)
+        base = cuda_event_base
         self.record: Callable[[Any, Any], None] = getattr(base, "record", _record)
 
     def stream_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int] | None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from profilers._recorder import dispatch, hide_from_dynamo
+from profilers._dispatch import dispatch, hide_from_dynamo
 
 
 class ProfilerMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's, untyped

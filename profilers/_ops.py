@@ -13,15 +13,12 @@ from typing import Any
 
 import torch
 
-# Sync causes (the keys of ``syncs.by_cause`` in the report).
-ITEM = "item"
-COPY_TO_HOST = "copy_to_host"
-COPY_TO_DEVICE = "copy_to_device"
-DATA_DEPENDENT = "data_dependent_shape"
-SYNCHRONIZE = "synchronize"
-OTHER = "other"
-CAUSES = (ITEM, COPY_TO_HOST, COPY_TO_DEVICE, DATA_DEPENDENT, SYNCHRONIZE, OTHER)
-DIRECTIONS = ("h2d", "d2h", "d2d", "p2p")
+from profilers._names import (
+    COPY_TO_DEVICE,
+    COPY_TO_HOST,
+    DATA_DEPENDENT,
+    ITEM,
+)
 
 
 @dataclass(frozen=True, slots=True)

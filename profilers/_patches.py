@@ -21,8 +21,15 @@ from typing import Any
 import torch
 
 from profilers._mode import ProfilerMode
-from profilers._ops import COPY_TO_HOST, SYNCHRONIZE, Transfer, direction
+from profilers._names import COPY_TO_HOST, SYNCHRONIZE
+from profilers._ops import Transfer, direction
 from profilers._recorder import Recorder
+from profilers._torch_private import (
+    THREAD_BOOTSTRAP,
+    activate_gpu_trace,
+    gpu_trace,
+    tensor_str,
+)
 
 #: The recorder of the profile running in this process (at most one).
 ACTIVE: Recorder | None = None
@@ -38,7 +45,9 @@ def set_attr(stack: ExitStack, owner: Any, name: str, value: Any) -> None:
 
 
 def patch_threads(stack: ExitStack, recorder: Recorder) -> None:
-    original = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
+    original = getattr(threading.Thread, THREAD_BOOTSTRAP, None)
+    if original is None:
+        return  # a Python without it: threads the script starts go unprofiled (MISSING says so)
 
     # NB: _bootstrap_inner runs every thread's run(), subclasses' overrides included; wrapping it
     # (rather than Thread.run) is what reaches DataParallel's parallel_apply workers.
@@ -52,7 +61,7 @@ def patch_threads(stack: ExitStack, recorder: Recorder) -> None:
         else:
             original(thread)
 
-    set_attr(stack, threading.Thread, "_bootstrap_inner", _bootstrap_inner)
+    set_attr(stack, threading.Thread, THREAD_BOOTSTRAP, _bootstrap_inner)
 
 
 # -- backward -----------------------------------------------------------------------------------
@@ -219,7 +228,6 @@ def patch_explicit_syncs(stack: ExitStack, recorder: Recorder) -> None:
     cost: ``torch.cuda.synchronize()``, ``Stream.synchronize()``, ``Event.synchronize()``, and
     printing a GPU tensor (``repr``/``str``/``print``), which copies it to the host with every
     mode disabled (torch/_tensor_str.py)."""
-    import torch._tensor_str
 
     def wrap(
         fn: Callable[..., Any], cause: str, applies: Callable[[tuple[Any, ...]], bool] | None = None
@@ -243,12 +251,10 @@ def patch_explicit_syncs(stack: ExitStack, recorder: Recorder) -> None:
     set_attr(
         stack, torch.cuda.Event, "synchronize", wrap(torch.cuda.Event.synchronize, SYNCHRONIZE)
     )
-    set_attr(
-        stack,
-        torch._tensor_str,
-        "_str",
-        wrap(torch._tensor_str._str, COPY_TO_HOST, _prints_a_device_tensor),
-    )
+    if tensor_str is not None and hasattr(tensor_str, "_str"):
+        set_attr(
+            stack, tensor_str, "_str", wrap(tensor_str._str, COPY_TO_HOST, _prints_a_device_tensor)
+        )
 
 
 # -- GPU trace ----------------------------------------------------------------------------------
@@ -278,11 +284,13 @@ def hook_gpu_trace() -> None:
     with _HOOK_LOCK:
         if _HOOKED:
             return
-        from torch.cuda import _gpu_trace
-
-        _gpu_trace.register_callback_for_device_synchronization(_forward("device"))
-        _gpu_trace.register_callback_for_stream_synchronization(_forward("stream"))
-        _gpu_trace.register_callback_for_event_synchronization(_forward("event"))
+        if gpu_trace is None or activate_gpu_trace is None:
+            raise RuntimeError(
+                "--trace-syncs needs torch.cuda._gpu_trace, which this torch does not have"
+            )
+        gpu_trace.register_callback_for_device_synchronization(_forward("device"))
+        gpu_trace.register_callback_for_stream_synchronization(_forward("stream"))
+        gpu_trace.register_callback_for_event_synchronization(_forward("event"))
         if torch.cuda.is_available():
-            torch._C._activate_gpu_trace()
+            activate_gpu_trace()
         _HOOKED = True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from profilers._ops import CAUSES, DIRECTIONS
+from profilers._names import CAUSES, DIRECTIONS
 
 
 class Copies:

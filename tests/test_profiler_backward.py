@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import profilers
-from profilers import _recorder
-from profilers._recorder import _made_by, _node_stem
+from profilers import _backward
+from profilers._backward import _made_by, _node_stem
 from tests.profiler_helpers import line_of, site_at
 from tests.test_cuda_timing import TICK_MS, StubCuda
 
@@ -147,7 +147,7 @@ def test_a_thread_per_step_reuses_states_and_counts_stay_exact():
             t.join()
     rec = prof._recorder
     assert rec is not None
-    assert len(rec._states) == 1  # one, reused by all 40 threads (the main thread ran no op)
+    assert len(rec.threads.all()) == 1  # one, reused by all 40 threads (the main thread ran no op)
     (unknown,) = [s for s in prof.report().sites if s.file == "<unknown>"]
     assert unknown.ops == 40 and unknown.op_breakdown == {
         "mm.default": [40, unknown.kernel_time_ms]
@@ -218,7 +218,7 @@ def test_node_names_match_the_ops_that_make_them(node, op, made):
 
 
 def test_forward_entries_are_trimmed_and_recent_graphs_still_resolve(monkeypatch):
-    monkeypatch.setattr(_recorder, "FORWARD_ENTRIES", 3)
+    monkeypatch.setattr(_backward, "FORWARD_ENTRIES", 3)
     x = torch.randn(4, requires_grad=True)
     with profilers.profile() as prof:
         for _ in range(20):
@@ -227,7 +227,7 @@ def test_forward_entries_are_trimmed_and_recent_graphs_still_resolve(monkeypatch
         z.sum().backward()
         rec = prof._recorder
         assert rec is not None
-        (st,) = rec._states
+        (st,) = rec.threads.all()
         assert len(st.fwd[0]) <= 2 * 3  # two site changes per round, 40 in all: trimmed
     r = prof.report()
     # The last round's graph is recent: still charged to its lines (SinBackward0: cos, mul).

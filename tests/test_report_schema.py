@@ -220,3 +220,23 @@ def test_a_saved_report_round_trips_through_the_reader(tmp_path):
     again = load_report(str(tmp_path / "r.json")).to_dict()
     assert again["internal_errors"] == doc["internal_errors"] and again["partial"] is True
     assert again["totals"] == doc["totals"] and copy.deepcopy(again["sites"]) == doc["sites"]
+
+
+def test_rendering_a_saved_report_never_imports_torch(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "r.json").write_text(json.dumps(rich_report()))
+    code = (
+        "import sys\n"
+        "from gpuwatch import cli\n"
+        "code = cli.main(['report', 'r.json', '--html', 'r.html'])\n"
+        "assert code == 0, code\n"
+        "print(sorted(m for m in ('torch', 'textual') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"  # 1.3 s of torch import saved on every report
+    assert (tmp_path / "r.html").stat().st_size > 100_000
