@@ -104,7 +104,8 @@ def run_top(args: argparse.Namespace) -> int:
     try:
         backend = open_backend(demo=args.demo, demo_gpus=args.demo_gpus)
     except NvmlUnavailable as exc:
-        raise CliError(str(exc), code=1) from None
+        hint = "" if args.demo else " (--demo shows simulated GPUs)"
+        raise CliError(f"{exc}{hint}", code=1) from None
     if args.once or args.json:
         from gpuwatch.report.snapshot import snapshot_json, snapshot_text
 

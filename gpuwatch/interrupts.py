@@ -37,13 +37,6 @@ class Terminated(BaseException):  # noqa: N818 - named like KeyboardInterrupt, i
         return 128 + self.signum
 
 
-def signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
 class Signals:
     """The signal handlers of one run, installed and restored on the main thread only."""
 

@@ -6,7 +6,6 @@ import functools
 import importlib.util
 import os
 import site
-import sys
 import sysconfig
 from collections.abc import Sequence
 from types import FrameType
@@ -103,11 +102,3 @@ class UserCode:
         if filename.startswith(self._cwd):
             filename = filename[len(self._cwd) :]
         return printable(filename)
-
-
-def current_frame(depth: int = 1) -> FrameType | None:
-    """The caller's frame ``depth`` levels up, or None on a thread with no Python frames."""
-    try:
-        return sys._getframe(depth + 1)
-    except ValueError:
-        return None

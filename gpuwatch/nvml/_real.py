@@ -25,9 +25,7 @@ def _import_pynvml() -> ModuleType:
     try:
         import pynvml
     except ImportError as exc:  # pragma: no cover - a dependency of the package
-        raise NvmlUnavailable(
-            "the nvidia-ml-py package (pynvml) is not installed; try --demo"
-        ) from exc
+        raise NvmlUnavailable("the nvidia-ml-py package (pynvml) is not installed") from exc
     module: ModuleType = pynvml
     return module
 
@@ -183,7 +181,7 @@ class RealBackend:
         count = self.device_count()
         if count == 0:
             self.close()
-            raise NvmlUnavailable("NVML found no NVIDIA GPUs on this machine; try --demo")
+            raise NvmlUnavailable("NVML found no NVIDIA GPUs on this machine")
         atexit.register(self.close)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -194,17 +192,16 @@ class RealBackend:
             nvml.nvmlInit()
         except nvml.NVMLError_LibraryNotFound as exc:
             raise NvmlUnavailable(
-                "NVML library (libnvidia-ml.so) not found: is the NVIDIA driver installed? "
-                "Try --demo"
+                "NVML library (libnvidia-ml.so) not found: is the NVIDIA driver installed?"
             ) from exc
         except nvml.NVMLError_DriverNotLoaded as exc:
-            raise NvmlUnavailable("the NVIDIA driver is not loaded; try --demo") from exc
+            raise NvmlUnavailable("the NVIDIA driver is not loaded") from exc
         except nvml.NVMLError_NoPermission as exc:
             raise NvmlUnavailable("no permission to open the NVIDIA devices (NVML)") from exc
         except nvml.NVMLError_LibRmVersionMismatch as exc:
             raise NvmlUnavailable(f"NVML cannot start: {DRIVER_MISMATCH}") from exc
         except nvml.NVMLError as exc:
-            raise NvmlUnavailable(f"NVML failed to initialise: {exc}; try --demo") from exc
+            raise NvmlUnavailable(f"NVML failed to initialise: {exc}") from exc
 
     def close(self) -> None:
         if self._closed:

@@ -45,15 +45,6 @@ class Hint:
     def where(self) -> str:
         return f"{self.site.file}:{self.site.line}"
 
-    def to_dict(self) -> dict[str, str | int]:
-        return {
-            "kind": self.kind,
-            "file": self.site.file,
-            "line": self.site.line,
-            "message": self.message,
-            "evidence": self.evidence,
-        }
-
 
 def hints(report: Report, hot: int = HOT) -> list[Hint]:
     """Every hint for every site, the most costly first (syncs, then bytes)."""

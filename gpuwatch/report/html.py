@@ -354,8 +354,3 @@ def render_html(report: Report) -> str:
 {plots}</script>
 </body></html>
 """
-
-
-def write_html(report: Report, path: str) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(render_html(report))

@@ -22,8 +22,6 @@ from typing import TextIO
 from gpuwatch.cli_errors import CliError
 from profilers.report import Report, write_text_atomic
 
-KINDS = ("json", "html")
-
 
 @dataclass(frozen=True)
 class Output:

@@ -12,8 +12,6 @@ from textual.widgets import Button, Static
 
 from gpuwatch.nvml.samples import ProcessSample
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGKILL)
-
 
 class KillScreen(ModalScreen[int | None]):
     """Dismisses with the chosen signal number, or ``None`` to cancel (escape, n)."""
