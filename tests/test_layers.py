@@ -38,3 +38,28 @@ def test_banned_imports_are_really_banned(tmp_path):
     finally:
         probe.unlink()
     assert done.returncode == 1 and "TID251" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("where", "line", "banned"),
+    [
+        ("gpuwatch/nvml", "import torch", "torch"),
+        ("gpuwatch/nvml", "from gpuwatch.app import top", "gpuwatch.app"),
+        ("gpuwatch/report", "import textual", "textual"),
+        ("gpuwatch/report", "import torch", "torch"),
+        ("gpuwatch/report", "from gpuwatch.app.live import LiveApp", "gpuwatch.app"),
+    ],
+)
+def test_each_layer_bans_what_sits_above_it(where, line, banned):
+    probe = ROOT / where / "_layer_probe.py"
+    probe.write_text(line + "\n")
+    try:
+        done = subprocess.run(
+            [*_tool("ruff"), "check", "--select", "TID251", str(probe)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        probe.unlink()
+    assert done.returncode == 1 and f"`{banned}` is banned" in done.stdout
