@@ -119,10 +119,12 @@ def run_top(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(snapshot_text(snap, color=sys.stdout.isatty()))
         return 0
+    from gpuwatch.app.signals import run_restoring_signals
     from gpuwatch.app.top import TopApp
 
-    TopApp(backend, interval_s=args.interval, readonly=args.readonly).run()
-    return 0
+    app = TopApp(backend, interval_s=args.interval, readonly=args.readonly)
+    run_restoring_signals(app)
+    return 0 if app.signalled is None else 128 + app.signalled
 
 
 def main(argv: Sequence[str] | None = None) -> int:

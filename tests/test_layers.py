@@ -63,3 +63,59 @@ def test_each_layer_bans_what_sits_above_it(where, line, banned):
     finally:
         probe.unlink()
     assert done.returncode == 1 and f"`{banned}` is banned" in done.stdout
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in ("gpuwatch", "profilers"):
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = path
+    return out
+
+
+def test_no_module_over_400_lines():
+    long = {n: c for n, p in _modules().items() if (c := len(p.read_text().splitlines())) > 400}
+    assert long == {}
+
+
+def test_no_import_cycles():
+    """No two modules import each other, directly or round about, counting imports inside
+    functions too (a lazy import still ties the two together). A package's ``__init__``
+    re-exporting its own modules is not a cycle."""
+    import ast
+
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            for n in names:
+                if n not in modules or n == name:
+                    continue
+                if is_package and n.startswith(name + "."):
+                    continue  # an __init__ re-exporting its own modules
+                deps.add(n)
+        graph[name] = deps
+
+    def reaches(start: str, goal: str) -> bool:
+        todo, seen = [start], {start}
+        while todo:
+            for dep in graph[todo.pop()]:
+                if dep == goal:
+                    return True
+                if dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+        return False
+
+    cycles = sorted((a, b) for a in graph for b in graph[a] if a < b and reaches(b, a))
+    assert cycles == []

@@ -3,27 +3,34 @@ output, on one screen."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, Horizontal
+from textual.containers import Horizontal
 from textual.css.query import NoMatches
 from textual.widgets import Footer, Header, RichLog, Static
 
-from gpuwatch.app.sampling import SamplingApp, card_layout
+from gpuwatch.app.sampling import SamplingApp
 from gpuwatch.app.screens import ConfirmScreen, HelpScreen, StackScreen, SummaryScreen
-from gpuwatch.app.widgets import GpuCard, HotLinesTable, RatesPanel, RateWindow
+from gpuwatch.app.signals import close_on_signals, run_restoring_signals
+from gpuwatch.app.widgets import (
+    GpuCard,
+    GpuCards,
+    HotLinesTable,
+    RatesPanel,
+    RateWindow,
+    StatusLine,
+)
 from gpuwatch.gpu_timeline import sample_row, samples_of_used_gpus, used_gpu_indices
-from gpuwatch.interrupts import ENDING
+from gpuwatch.live.protocol import report_from_snapshot
+from gpuwatch.live.result import LiveResult
 from gpuwatch.live.session import ChildSession
 from gpuwatch.nvml.sampler import Sampler
 from gpuwatch.pyspy import dump_stack
@@ -37,20 +44,6 @@ ROWS_FOR_THE_REST = 2 + 10 + 8 + 1
 PUMP_S = 0.1
 #: Seconds the script gets to stop (and send its report) after Ctrl-C before it is killed.
 STOP_GRACE_S = 5.0
-
-
-@dataclass(frozen=True)
-class LiveResult:
-    """What a live run leaves once the app has closed."""
-
-    exit_code: int
-    """The exit code a shell expects: the script's, or 128 + the signal that ended it."""
-    report: Report | None
-    written: list[tuple[bool, str]]
-    """``(ok, message)`` per report file."""
-    fatal: str | None
-    """Why the script could not start at all."""
-    signalled: int | None
 
 
 class LiveApp(SamplingApp):
@@ -115,8 +108,6 @@ class LiveApp(SamplingApp):
         self.problems: list[str] = []
         self.gpu_samples: deque[dict[str, Any]] = deque(maxlen=172_800)
         self._rates = RateWindow()
-        self._status_text = ""
-        self._ended_at: float | None = None
         self._held_lines: deque[tuple[str, str]] = deque(maxlen=2000)
         self._history: dict[int, tuple[deque[float], deque[float], deque[float]]] = {
             i: (deque(maxlen=300), deque(maxlen=300), deque(maxlen=300))
@@ -128,9 +119,7 @@ class LiveApp(SamplingApp):
     def compose(self) -> ComposeResult:
         yield Header(show_clock=True)
         if self.sampler is not None:
-            with Grid(id="cards"):
-                for i in range(self.gpu_count):
-                    yield GpuCard(i, id=f"gpu-{i}")
+            yield GpuCards(self.gpu_count, ROWS_FOR_THE_REST, id="cards")
         else:
             yield Static(f"no GPU stats: {self.no_gpu_reason}", id="no-gpu")
         with Horizontal(id="middle"):
@@ -138,7 +127,7 @@ class LiveApp(SamplingApp):
             yield HotLinesTable(id="lines")
         yield RichLog(id="log", max_lines=2000, wrap=False, markup=False, highlight=False)
         yield Static(id="progress", markup=False)
-        yield Static(id="status")
+        yield StatusLine(id="status")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -147,7 +136,7 @@ class LiveApp(SamplingApp):
         if self.session.process is None:
             self.session.start()
         self.sub_title = printable(" ".join(self.session.target.command))
-        self._catch_signals()
+        close_on_signals(self._closed_by_signal)
         self._relayout()
         self.start_sampling()
         self.set_interval(PUMP_S, self._pump)
@@ -161,13 +150,7 @@ class LiveApp(SamplingApp):
             return
         if width is None or height is None:
             width, height = self.size
-        visible = [c for c in self.query(GpuCard) if c.display]
-        compact, cols = card_layout(width, height, len(visible), ROWS_FOR_THE_REST)
-        grid = self.query_one("#cards", Grid)
-        grid.styles.grid_size_columns = cols
-        grid.set_class(compact, "-compact")
-        for card in self.query(GpuCard):
-            card.compact = compact
+        self.query_one(GpuCards).relayout(width, height)
 
     # -- GPU stats ----------------------------------------------------------------------------
 
@@ -192,13 +175,7 @@ class LiveApp(SamplingApp):
         used = used_gpu_indices(devices, self.gpu_samples)
         if not used or self.sampler is None:
             return  # none used yet, or no telling which: every card stays
-        changed = False
-        for card in self.query(GpuCard):
-            show = card.index in used
-            if card.display != show:
-                card.display = show
-                changed = True
-        if changed:
+        if self.query_one(GpuCards).show_only(used):
             self._relayout()
 
     # -- the child ----------------------------------------------------------------------------
@@ -295,8 +272,11 @@ class LiveApp(SamplingApp):
             return
         else:
             self.exit_code = code if code is not None else 1
-            self.report = self._report_from_snapshot(
-                f"the script's process ended without a report: {how}"
+            self.report = report_from_snapshot(
+                self.last_snapshot,
+                [printable(c) for c in self.session.target.command],
+                self.exit_code,
+                f"the script's process ended without a report: {how}",
             )
         if self.signalled is not None and self.report.partial:
             name = signal.Signals(self.signalled).name
@@ -311,33 +291,6 @@ class LiveApp(SamplingApp):
         self._refresh_counters()
         self.action_summary()
 
-    def _report_from_snapshot(self, error: str) -> Report:
-        snap = self.last_snapshot or {
-            "elapsed_s": 0.0,
-            "devices": [],
-            "sites": [],
-            "totals": {
-                w: {"count": 0, "bytes": 0, "pageable": 0, "non_blocking": 0}
-                for w in ("h2d", "d2h", "d2d", "p2p")
-            }
-            | {"syncs": {"count": 0, "by_cause": {}}, "kernel_time_ms": 0.0, "ops": 0},
-        }
-        command = [printable(c) for c in self.session.target.command]
-        return Report.from_dict(
-            {
-                "schema": "gpuwatch.profile/1",
-                "command": command,
-                "exit_code": self.exit_code,
-                "duration_s": snap["elapsed_s"],
-                "partial": True,
-                "error": error,
-                "devices": snap["devices"],
-                "totals": snap["totals"],
-                "sites": snap["sites"],
-                "options": {"source": "last live snapshot (top lines only)"},
-            }
-        )
-
     @property
     def gpu_stats_source(self) -> str:
         """What the GPU samples are: ``"NVML"``, ``"demo"`` (simulated), or why there are none."""
@@ -346,18 +299,6 @@ class LiveApp(SamplingApp):
         return "demo" if self.sampler.backend.simulated else "NVML"
 
     # -- signals ------------------------------------------------------------------------------
-
-    def _catch_signals(self) -> None:
-        """SIGTERM and SIGHUP close the app as q would after "yes": the script is stopped, its
-        report written, the terminal restored (a signal ignored at start stays ignored)."""
-        loop = asyncio.get_running_loop()
-        for signum in ENDING:
-            if signal.getsignal(signum) is signal.SIG_IGN:
-                continue
-            try:
-                loop.add_signal_handler(signum, self._closed_by_signal, signum)
-            except (NotImplementedError, RuntimeError, ValueError):
-                return  # not the main thread, or no signals here: nothing to catch
 
     def _closed_by_signal(self, signum: int) -> None:
         if self.signalled is None:
@@ -372,24 +313,11 @@ class LiveApp(SamplingApp):
         return LiveResult(code, self.report, list(self.written), self.fatal, self.signalled)
 
     def run_guarded(self) -> LiveResult:
-        """Runs the app; SIGTERM/SIGHUP end it with the report written (see _catch_signals)."""
-        saved = {signum: signal.getsignal(signum) for signum in ENDING}
-        try:
-            self.run()
-        finally:
-            # NB: asyncio leaves its own wake-up handler behind when its loop closes.
-            for signum, handler in saved.items():
-                if handler is not None:
-                    signal.signal(signum, handler)
+        """Runs the app; SIGTERM/SIGHUP end it with the report written (gpuwatch/app/signals.py)."""
+        run_restoring_signals(self)
         return self.result()
 
     def _show_status(self) -> None:
-        status = self.query_one("#status", Static)
-        if self._ended_at is None and self.exit_code is not None:
-            self._ended_at = time.monotonic()
-        now = self._ended_at or time.monotonic()
-        elapsed = now - self.session.started_at if self.session.started_at else 0.0
-        snap = self.last_snapshot
         if self.exit_code is None:
             state = "stopping…" if self.session.stop_requested else "running"
             if self.paused:
@@ -400,19 +328,9 @@ class LiveApp(SamplingApp):
             state = f"ended: {ChildSession.describe_exit(self.session.returncode)}"
             if self.report is not None and self.report.partial:
                 state += " (partial report)"
-        parts = [
-            state,
-            f"{int(elapsed // 60):02d}:{int(elapsed % 60):02d}",
-            f"pid {self.session.pid}",
-        ]
-        if snap is not None:
-            parts.append(f"{snap['totals']['ops']:,} ops, {snap['site_count']} lines")
-        text = " · ".join(parts)
-        if text != self._status_text:  # repaint only on change (a modal above repaints with it)
-            self._status_text = text
-            status.update(text)
-        status.set_class(self.exit_code is not None and self.exit_code == 0, "-ended")
-        status.set_class(self.exit_code is not None and self.exit_code != 0, "-failed")
+        self.query_one(StatusLine).show(
+            state, self.session.started_at, self.session.pid, self.last_snapshot, self.exit_code
+        )
 
     # -- actions ------------------------------------------------------------------------------
 

@@ -9,14 +9,14 @@ from collections.abc import Callable
 from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid
 from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.widgets import DataTable, Footer, Header, Input
 
-from gpuwatch.app.sampling import SamplingApp, card_layout
+from gpuwatch.app.sampling import SamplingApp
 from gpuwatch.app.screens import HelpScreen, KillScreen, StackScreen
-from gpuwatch.app.widgets import GpuCard, ProcessTable
+from gpuwatch.app.signals import close_on_signals
+from gpuwatch.app.widgets import GpuCard, GpuCards, ProcessTable
 from gpuwatch.nvml.backend import Backend
 from gpuwatch.nvml.sampler import Sampler
 from gpuwatch.nvml.samples import Snapshot
@@ -76,6 +76,8 @@ class TopApp(SamplingApp):
         self.gpu_count = sampler.gpu_count
         self.snapshot: Snapshot | None = None
         self.samples_taken = 0
+        self.signalled: int | None = None
+        """SIGTERM or SIGHUP that closed the app (gpuwatch then exits with 128 + it)."""
         self._driver_problem: str | None = None
         n = max(1, int(HISTORY_SECONDS / interval_s))
         self._history: dict[int, tuple[deque[float], deque[float], deque[float]]] = {
@@ -86,9 +88,7 @@ class TopApp(SamplingApp):
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=True)
-        with Grid(id="cards"):
-            for i in range(self.gpu_count):
-                yield GpuCard(i, id=f"gpu-{i}")
+        yield GpuCards(self.gpu_count, 2 + MIN_TABLE_ROWS, id="cards")
         yield ProcessTable(id="processes")
         yield Input(
             placeholder="filter processes (user, command, pid); enter keeps, esc clears",
@@ -101,6 +101,11 @@ class TopApp(SamplingApp):
         self._relayout()
         self.call_after_refresh(self.query_one(ProcessTable).focus)
         self.start_sampling()
+        close_on_signals(self._closed_by_signal)
+
+    def _closed_by_signal(self, signum: int) -> None:
+        self.signalled = signum
+        self.exit()
 
     def on_resize(self, event: events.Resize) -> None:
         self._relayout(event.size.width, event.size.height)
@@ -108,12 +113,7 @@ class TopApp(SamplingApp):
     def _relayout(self, width: int | None = None, height: int | None = None) -> None:
         if width is None or height is None:
             width, height = self.size
-        self.compact, cols = card_layout(width, height, self.gpu_count, 2 + MIN_TABLE_ROWS)
-        grid = self.query_one("#cards", Grid)
-        grid.styles.grid_size_columns = cols
-        grid.set_class(self.compact, "-compact")
-        for card in self.query(GpuCard):
-            card.compact = self.compact
+        self.compact = self.query_one(GpuCards).relayout(width, height)
 
     # -- sampling -----------------------------------------------------------------------------
 

@@ -11,7 +11,10 @@ Every message carries ``"v": VERSION`` and a ``"type"``:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
+
+from profilers.report import SCHEMA, Report
 
 VERSION = 1
 TYPES = ("hello", "snapshot", "done", "fatal")
@@ -37,3 +40,34 @@ def decode(line: str) -> dict[str, Any]:
     if msg.get("type") not in TYPES:
         raise ProtocolError(f"unknown message type {msg.get('type')!r}")
     return msg
+
+
+def report_from_snapshot(
+    snapshot: dict[str, Any] | None, command: Sequence[str], exit_code: int, error: str
+) -> Report:
+    """The partial report of a child that died before sending its own (SIGKILL, the OOM
+    killer): the last ``snapshot`` message that arrived, its top lines only."""
+    snap = snapshot or {
+        "elapsed_s": 0.0,
+        "devices": [],
+        "sites": [],
+        "totals": {
+            w: {"count": 0, "bytes": 0, "pageable": 0, "non_blocking": 0}
+            for w in ("h2d", "d2h", "d2d", "p2p")
+        }
+        | {"syncs": {"count": 0, "by_cause": {}}, "kernel_time_ms": 0.0, "ops": 0},
+    }
+    return Report.from_dict(
+        {
+            "schema": SCHEMA,
+            "command": list(command),
+            "exit_code": exit_code,
+            "duration_s": snap["elapsed_s"],
+            "partial": True,
+            "error": error,
+            "devices": snap["devices"],
+            "totals": snap["totals"],
+            "sites": snap["sites"],
+            "options": {"source": "last live snapshot (top lines only)"},
+        }
+    )

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
-import threading
 import time
 from collections.abc import Callable
 from types import ModuleType
@@ -13,6 +11,8 @@ from typing import Any
 
 import psutil
 
+from gpuwatch.nvml._host import HostProcesses, send_signal_checked
+from gpuwatch.nvml._query import DRIVER_MISMATCH, GpuLost, GpuUnavailable, Query
 from gpuwatch.nvml.backend import NvmlUnavailable
 from gpuwatch.nvml.samples import GpuSample, ProcessSample
 
@@ -28,127 +28,6 @@ def _import_pynvml() -> ModuleType:
         raise NvmlUnavailable("the nvidia-ml-py package (pynvml) is not installed") from exc
     module: ModuleType = pynvml
     return module
-
-
-DRIVER_MISMATCH = (
-    "the NVIDIA driver was upgraded while the system runs (NVML library and kernel module "
-    "differ): reboot, or reload the driver (the nvidia kernel modules)"
-)
-
-
-class GpuLost(Exception):
-    """NVML answered GpuIsLost or Unknown for a device: it fell off the bus or hung."""
-
-
-class GpuUnavailable(Exception):
-    """NVML could not open a device this time (no handle): shown, and asked again next tick."""
-
-
-class _Query:
-    """Runs every NVML call for one backend.
-
-    * ``NotSupported`` (and ``NoPermission``) becomes ``None`` and is remembered per device and
-      function, so the call is not retried every tick;
-    * ``FunctionNotFound`` (a driver older than the bindings) is logged once and remembered;
-    * ``GpuIsLost`` and ``Unknown`` raise :class:`GpuLost` for the caller to mark the device;
-    * transient answers (``NotFound``, ``NoData``, ``Timeout``) become ``None`` for this tick only.
-    """
-
-    def __init__(self, nvml: ModuleType) -> None:
-        self._nvml = nvml
-        self._unsupported: set[tuple[int, str]] = set()
-        self.denied: set[tuple[int, str]] = set()
-        """Calls NVML refused for lack of permission (not retried; shown to the user)."""
-        self._logged: set[tuple[str, int]] = set()
-        self._lock = threading.Lock()
-        self.in_flight = 0
-        """NVML calls under way now: a call that hangs keeps this above 0."""
-        self.driver_problem: str | None = None
-
-    def is_unsupported(self, index: int, name: str) -> bool:
-        return (index, name) in self._unsupported
-
-    def __call__(self, index: int, name: str, *args: Any) -> Any:
-        key = (index, name)
-        if key in self._unsupported:
-            return None
-        nvml = self._nvml
-        fn: Callable[..., Any] | None = getattr(nvml, name, None)
-        if fn is None:
-            self._remember(key, f"{name} is missing from this pynvml", -1)
-            return None
-        try:
-            with self._lock:
-                self.in_flight += 1
-            try:
-                return fn(*args)
-            finally:
-                with self._lock:
-                    self.in_flight -= 1
-        except nvml.NVMLError_NotSupported:
-            self._unsupported.add(key)
-        except nvml.NVMLError_NoPermission:
-            with self._lock:
-                self.denied.add(key)
-            self._remember(key, f"{name}: no permission", -2)
-        except nvml.NVMLError_LibRmVersionMismatch:
-            # NB: the driver was upgraded under the running system: every call fails until the
-            # kernel module matching the new library is loaded.
-            self.driver_problem = DRIVER_MISMATCH
-            self._log_once(name, -4, DRIVER_MISMATCH)
-        except nvml.NVMLError_FunctionNotFound:
-            self._remember(
-                key, f"{name} is not in this driver's NVML (driver older than the bindings)", -3
-            )
-        except (nvml.NVMLError_GpuIsLost, nvml.NVMLError_Unknown) as exc:
-            raise GpuLost(str(exc)) from exc
-        except (nvml.NVMLError_NotFound, nvml.NVMLError_NoData, nvml.NVMLError_Timeout):
-            pass  # nothing to report this tick (no samples yet, a busy driver); ask again next time
-        except nvml.NVMLError as exc:
-            self._log_once(name, getattr(exc, "value", 0), f"{name} failed: {exc}")
-        return None
-
-    def _remember(self, key: tuple[int, str], message: str, code: int) -> None:
-        with self._lock:
-            self._unsupported.add(key)
-        self._log_once(key[1], code, message)
-
-    def _log_once(self, name: str, code: int, message: str) -> None:
-        with self._lock:
-            if (name, code) in self._logged:
-                return
-            self._logged.add((name, code))
-        log.warning(message)
-
-
-class _HostProcesses:
-    """psutil lookups with the per-process state ``cpu_percent`` needs between ticks."""
-
-    def __init__(self) -> None:
-        self._procs: dict[int, psutil.Process] = {}
-
-    def lookup(self, pid: int) -> tuple[psutil.Process, bool] | None:
-        """The live process and whether its cpu_percent is primed; None if it has gone."""
-        proc = self._procs.get(pid)
-        primed = True
-        try:
-            if proc is None or not proc.is_running():
-                proc = psutil.Process(pid)
-                proc.cpu_percent(None)  # primes the counter; the next call has a real value
-                primed = False
-                self._procs[pid] = proc
-        except psutil.NoSuchProcess:
-            self._procs.pop(pid, None)
-            return None
-        except psutil.AccessDenied:
-            return None
-        return proc, primed
-
-    def prune(self) -> None:
-        """Forget processes that have exited, so the cache does not grow on a long run."""
-        for pid, proc in list(self._procs.items()):
-            if not proc.is_running():
-                del self._procs[pid]
 
 
 class RealBackend:
@@ -168,7 +47,7 @@ class RealBackend:
         self._nvml = nvml if nvml is not None else _import_pynvml()
         self._clock = clock
         self._init()
-        self._query = _Query(self._nvml)
+        self._query = Query(self._nvml)
         self._closed = False
         self._handles: dict[int, Any] = {}
         self._static: dict[int, tuple[str | None, str | None, str | None]] = {}
@@ -176,7 +55,7 @@ class RealBackend:
         self._proc_util_ts: dict[int, int] = {}
         self._nvlinks: dict[int, list[int]] = {}
         self._nvlink_prev: dict[int, tuple[float, int, int]] = {}
-        self._host = _HostProcesses()
+        self._host = HostProcesses()
         self._unresolved: set[tuple[int, int]] = set()
         count = self.device_count()
         if count == 0:
@@ -464,21 +343,6 @@ class RealBackend:
 
     def send_signal(self, pid: int, signum: int, start_time: float | None = None) -> None:
         send_signal_checked(pid, signum, start_time)
-
-
-def send_signal_checked(pid: int, signum: int, start_time: float | None) -> None:
-    """``os.kill`` once the pid is still the process that started at ``start_time``: a pid is
-    reused once its process exits, and a signal must never reach the stranger that got it."""
-    if start_time is not None:
-        try:
-            now = psutil.Process(pid).create_time()
-        except psutil.NoSuchProcess:
-            raise ProcessLookupError(pid) from None
-        except psutil.AccessDenied:
-            now = start_time  # cannot read it: os.kill below will say whether we may
-        if abs(now - start_time) > 0.01:
-            raise ProcessLookupError(pid)
-    os.kill(pid, signum)
 
 
 def _text(v: Any) -> str | None:

@@ -1,0 +1,55 @@
+"""The grid of GPU cards both apps show: laid out for the terminal it has (full cards, or one
+line each when they would not leave the rest of the screen its rows), some of them hidden."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+
+from textual.app import ComposeResult
+from textual.containers import Grid
+
+from gpuwatch.app.sampling import card_layout
+from gpuwatch.app.widgets.gpu_card import GpuCard
+
+
+class GpuCards(Grid):
+    """``count`` cards (``#gpu-0`` ...); ``rows_for_the_rest`` is what the app needs below them."""
+
+    DEFAULT_CSS = """
+    GpuCards { height: auto; grid-gutter: 0 1; grid-size: 2; }
+    GpuCards.-compact { grid-gutter: 0 2; }
+    """
+
+    def __init__(self, count: int, rows_for_the_rest: int, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.count = count
+        self.rows_for_the_rest = rows_for_the_rest
+        self.compact = False
+        """Whether the cards are one line each now."""
+
+    def compose(self) -> ComposeResult:
+        for i in range(self.count):
+            yield GpuCard(i, id=f"gpu-{i}")
+
+    def cards(self) -> Iterator[GpuCard]:
+        return iter(self.query(GpuCard))
+
+    def relayout(self, width: int, height: int) -> bool:
+        """Fits the shown cards to a ``width`` x ``height`` screen; True if compact."""
+        shown = sum(1 for c in self.cards() if c.display)
+        self.compact, cols = card_layout(width, height, shown, self.rows_for_the_rest)
+        self.styles.grid_size_columns = cols
+        self.set_class(self.compact, "-compact")
+        for card in self.cards():
+            card.compact = self.compact
+        return self.compact
+
+    def show_only(self, indices: Collection[int] | None) -> bool:
+        """Shows the cards of ``indices`` (all with None); True if that changed anything."""
+        changed = False
+        for card in self.cards():
+            show = indices is None or card.index in indices
+            if card.display != show:
+                card.display = show
+                changed = True
+        return changed

@@ -1,0 +1,46 @@
+"""The live view's bottom line: the run's state, elapsed time, pid and how much it has counted."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from textual.widgets import Static
+
+
+def status_text(
+    state: str, elapsed_s: float, pid: int | None, snapshot: dict[str, Any] | None
+) -> str:
+    """``running · 01:05 · pid 4242 · 30,554 ops, 11 lines``."""
+    parts = [state, f"{int(elapsed_s // 60):02d}:{int(elapsed_s % 60):02d}", f"pid {pid}"]
+    if snapshot is not None:
+        parts.append(f"{snapshot['totals']['ops']:,} ops, {snapshot['site_count']} lines")
+    return " · ".join(parts)
+
+
+class StatusLine(Static):
+    """One line, repainted only when its text changes (a modal above repaints with it); its
+    class says how the run ended (``-ended`` for exit code 0, ``-failed`` otherwise)."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, markup=False)
+        self._text = ""
+        self._ended_at: float | None = None
+
+    def show(
+        self,
+        state: str,
+        started_at: float,
+        pid: int | None,
+        snapshot: dict[str, Any] | None,
+        exit_code: int | None,
+    ) -> None:
+        if self._ended_at is None and exit_code is not None:
+            self._ended_at = time.monotonic()  # the clock stops when the run does
+        now = self._ended_at or time.monotonic()
+        text = status_text(state, now - started_at if started_at else 0.0, pid, snapshot)
+        if text != self._text:
+            self._text = text
+            self.update(text)
+        self.set_class(exit_code == 0, "-ended")
+        self.set_class(exit_code is not None and exit_code != 0, "-failed")
