@@ -7,7 +7,7 @@ import html
 from typing import Any
 
 from gpuwatch import _format as fmt
-from gpuwatch.report.hints import hints
+from gpuwatch.report.hints import Hint, hints
 from gpuwatch.report.text import (
     DIRECTION_NAMES,
     gpu_busy,
@@ -225,13 +225,10 @@ th{background:#fafafa} td.l,th.l{text-align:left} code{font-family:ui-monospace,
 """
 
 
-def render_html(report: Report) -> str:
-    """The whole page as a string."""
-    from plotly.offline import get_plotlyjs
-
-    r = report
-    # A chart with nothing to draw is a sentence instead: empty axes read like a broken page.
-    charts: dict[str, tuple[Any, str]] = {
+def _charts(r: Report) -> dict[str, tuple[Any, str]]:
+    """Each chart's figure, or the sentence that stands in for a chart with nothing to draw
+    (empty axes read like a broken page)."""
+    return {
         "timeline": (
             _timeline(r) if r.timeline.get("events") or r.gpu_samples else None,
             "No copy or sync happened: the timeline is empty.",
@@ -249,15 +246,29 @@ def render_html(report: Report) -> str:
             "No syncs: the host never waited for a GPU.",
         ),
     }
-    figures = [(name, fig) for name, (fig, _) in charts.items() if fig is not None]
-    places = {
-        name: f'<div id="fig-{name}"></div>' if fig is not None else f"<p class=empty>{_e(why)}</p>"
-        for name, (fig, why) in charts.items()
-    }
-    found = hints(r)
-    by_site: dict[tuple[str, int], list[str]] = {}
-    for h in found:
-        by_site.setdefault((h.site.file, h.site.line), []).append(h.message)
+
+
+def _header(r: Report) -> str:
+    devices = (
+        ", ".join(
+            _e(f"{d['device']} ({d['name']})" if d.get("name") else d["device"]) for d in r.devices
+        )
+        or "none"
+    )
+    partial = (
+        f"<p class=partial>This run did not finish{': ' + _e(r.error) if r.error else ''}. "
+        "The numbers cover the part that ran.</p>"
+        if r.partial
+        else ""
+    ) + "".join(f"<p class=partial>{_e(line)}</p>" for line in internal_error_lines(r))
+    return (
+        f"<h1>gpuwatch profile <code>{_e(' '.join(r.command))}</code></h1>\n"
+        f"<div class=meta>exit code {r.exit_code} · started {_e(r.started_at or '?')} · "
+        f"devices: {devices}</div>\n{partial}"
+    )
+
+
+def _cards(r: Report) -> str:
     t = r.totals
     cards = [
         (fmt.size(t.bytes_moved), "moved between host and GPUs"),
@@ -272,17 +283,65 @@ def render_html(report: Report) -> str:
     cards += [
         (f"{busy:.0f}%", f"GPU {gpu} busy ({gpu_source(r)})") for gpu, busy, _, _ in gpu_busy(r)
     ]
-    rows_totals = "".join(
-        f"<tr><td class=l>{way} ({_e(DIRECTION_NAMES[way])})</td><td>{c.count:,}</td><td>{_e(fmt.size(c.bytes))}</td>"
-        f"<td>{c.pageable:,}</td><td>{c.non_blocking:,}</td>"
+    items = "".join(f"<div class=card><b>{_e(v)}</b><span>{_e(k)}</span></div>" for v, k in cards)
+    return f"<div class=cards>{items}</div>"
+
+
+def _copies(r: Report) -> str:
+    rows = "".join(
+        f"<tr><td class=l>{way} ({_e(DIRECTION_NAMES[way])})</td><td>{c.count:,}</td>"
+        f"<td>{_e(fmt.size(c.bytes))}</td><td>{c.pageable:,}</td><td>{c.non_blocking:,}</td>"
         f"<td>{_e(fmt.gbps(c.bytes, c.time_ms / 1000) if c.time_ms else '-')}</td></tr>"
         for way in DIRECTIONS
-        for c in [t.copies(way)]
+        for c in [r.totals.copies(way)]
     )
+    return (
+        "<h2>Copies</h2>\n<table><tr><th class=l>direction</th><th>copies</th><th>bytes</th>"
+        f"<th>pageable</th><th>non_blocking</th><th>effective</th></tr>{rows}</table>"
+    )
+
+
+def _hints(found: list[Hint]) -> str:
+    rows = (
+        "".join(
+            f"<tr><td class=l><code>{_e(h.where)}</code></td><td class=l>{_e(h.message)}</td>"
+            f"<td class=l>{_e(h.evidence)}</td></tr>"
+            for h in found
+        )
+        or "<tr><td class=l colspan=3>No line copies or syncs often enough to flag.</td></tr>"
+    )
+    return (
+        "<h2>Hints</h2>\n<table><tr><th class=l>line</th><th class=l>what to change</th>"
+        f"<th class=l>evidence</th></tr>{rows}</table>"
+    )
+
+
+def _gpu_notes(r: Report) -> str:
+    tl = r.timeline
+    capped = (
+        f"<p>The timeline keeps the newest {tl.get('capacity', 0):,} copy/sync events; "
+        f"{tl.get('dropped', 0):,} older ones are counted above but not drawn.</p>"
+        if tl.get("dropped")
+        else ""
+    )
+    if r.gpu_samples:
+        gpu = "".join(f"<p>{_e(line)}</p>" for line in gpu_lines(r))
+    elif used_no_gpu(r):
+        gpu = "<p>No CUDA device was used, so no GPU's load is charged to this script.</p>"
+    else:
+        why = str(r.options.get("gpu_stats", "no NVML")).rstrip(".?")
+        gpu = f"<p>No GPU utilisation was recorded ({_e(why)}).</p>"
+    return capped + gpu
+
+
+def _top_lines(r: Report, found: list[Hint]) -> str:
+    by_site: dict[tuple[str, int], list[str]] = {}
+    for h in found:
+        by_site.setdefault((h.site.file, h.site.line), []).append(h.message)
     top = sorted(
         r.sites, key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms), reverse=True
     )[:30]
-    rows_sites = "".join(
+    rows = "".join(
         f"<tr><td class=l><code>{_e(s.file)}:{s.line}</code><br><small>{_e(s.function)}</small></td>"
         f"<td class=l><code>{_e(s.source)}</code></td><td>{_e(fmt.size(s.bytes_moved))}</td>"
         f"<td>{s.syncs.count:,}</td><td>{_e(', '.join(f'{k} {v}' for k, v in s.syncs.by_cause.items()))}</td>"
@@ -291,44 +350,33 @@ def render_html(report: Report) -> str:
         f"<td class='l hint'>{'<br>'.join(_e(m) for m in by_site.get((s.file, s.line), []))}</td></tr>"
         for s in top
     )
-    rows_hints = (
-        "".join(
-            f"<tr><td class=l><code>{_e(h.where)}</code></td><td class=l>{_e(h.message)}</td>"
-            f"<td class=l>{_e(h.evidence)}</td></tr>"
-            for h in found
-        )
-        or "<tr><td class=l colspan=3>No line copies or syncs often enough to flag.</td></tr>"
+    return (
+        "<h2>Top lines</h2>\n<table><tr><th class=l>line</th><th class=l>source</th>"
+        "<th>bytes</th><th>syncs</th><th class=l>causes</th><th>kernel time</th><th>ops</th>"
+        "<th title=\"the time of the backward of this line's forward ops (also counted at the "
+        '.backward() line)">its backward</th><th class=l>hints</th></tr>'
+        f"{rows}</table>"
     )
-    tl = r.timeline
-    capped = (
-        f"<p>The timeline keeps the newest {tl.get('capacity', 0):,} copy/sync events; "
-        f"{tl.get('dropped', 0):,} older ones are counted above but not drawn.</p>"
-        if tl.get("dropped")
-        else ""
-    )
-    partial = (
-        f"<p class=partial>This run did not finish{': ' + _e(r.error) if r.error else ''}. "
-        "The numbers cover the part that ran.</p>"
-        if r.partial
-        else ""
-    ) + "".join(f"<p class=partial>{_e(line)}</p>" for line in internal_error_lines(r))
-    if r.gpu_samples:
-        no_gpu = "".join(f"<p>{_e(line)}</p>" for line in gpu_lines(r))
-    elif used_no_gpu(r):
-        no_gpu = "<p>No CUDA device was used, so no GPU's load is charged to this script.</p>"
-    else:
-        no_gpu = f"<p>No GPU utilisation was recorded ({_e(str(r.options.get('gpu_stats', 'no NVML')).rstrip('.?'))}).</p>"
-    devices = (
-        ", ".join(
-            _e(f"{d['device']} ({d['name']})" if d.get("name") else d["device"]) for d in r.devices
-        )
-        or "none"
-    )
+
+
+def render_html(report: Report) -> str:
+    """The whole page as a string: one small function per section, the figures' data inlined
+    with plotly.js itself (the file opens offline)."""
+    from plotly.offline import get_plotlyjs
+
+    r = report
+    charts = _charts(r)
+    places = {
+        name: f'<div id="fig-{name}"></div>' if fig is not None else f"<p class=empty>{_e(why)}</p>"
+        for name, (fig, why) in charts.items()
+    }
     plots = "".join(
         f"(function () {{ var f = {_figure_json(fig)};\n"
         f"  Plotly.newPlot('fig-{name}', f.data, f.layout, {{displaylogo: false, responsive: true}}); }})();\n"
-        for name, fig in figures
+        for name, (fig, _) in charts.items()
+        if fig is not None
     )
+    found = hints(r)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -336,20 +384,15 @@ def render_html(report: Report) -> str:
 <style>{CSS}</style>
 <script>{get_plotlyjs()}</script>
 </head><body>
-<h1>gpuwatch profile <code>{_e(" ".join(r.command))}</code></h1>
-<div class=meta>exit code {r.exit_code} · started {_e(r.started_at or "?")} · devices: {devices}</div>
-{partial}
-<div class=cards>{"".join(f"<div class=card><b>{_e(v)}</b><span>{_e(k)}</span></div>" for v, k in cards)}</div>
-<h2>Copies</h2>
-<table><tr><th class=l>direction</th><th>copies</th><th>bytes</th><th>pageable</th><th>non_blocking</th><th>effective</th></tr>{rows_totals}</table>
-<h2>Hints</h2>
-<table><tr><th class=l>line</th><th class=l>what to change</th><th class=l>evidence</th></tr>{rows_hints}</table>
-{places["timeline"]}{capped}{no_gpu}
+{_header(r)}
+{_cards(r)}
+{_copies(r)}
+{_hints(found)}
+{places["timeline"]}{_gpu_notes(r)}
 {places["bytes"]}
 {places["kernel"]}
 {places["syncs"]}
-<h2>Top lines</h2>
-<table><tr><th class=l>line</th><th class=l>source</th><th>bytes</th><th>syncs</th><th class=l>causes</th><th>kernel time</th><th>ops</th><th title="the time of the backward of this line's forward ops (also counted at the .backward() line)">its backward</th><th class=l>hints</th></tr>{rows_sites}</table>
+{_top_lines(r, found)}
 <script>
 {plots}</script>
 </body></html>
