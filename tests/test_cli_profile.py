@@ -75,9 +75,16 @@ def test_counts_in_the_json_are_exact_and_argv_passes_through(tmp_path, entry):
     assert "Top lines by syncs" in done.stderr and f"train.py:{LINE_ITEM}" in done.stderr
 
 
-def test_exit_code_of_the_script_is_kept(tmp_path):
-    script(tmp_path, COPIES)
-    done = run(["gpuwatch", "profile", "-q", "--json", "r.json", "train.py", "3"], tmp_path)
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """One profiled run (exit code 3) whose report several tests read: profiled once."""
+    tmp = tmp_path_factory.mktemp("saved")
+    script(tmp, COPIES)
+    return tmp, run(["gpuwatch", "profile", "-q", "--json", "r.json", "train.py", "3"], tmp)
+
+
+def test_exit_code_of_the_script_is_kept(saved_run):
+    tmp_path, done = saved_run
     assert done.returncode == 3
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["exit_code"] == 3 and not doc["partial"] and doc["totals"]["h2d"]["count"] == 13
@@ -200,11 +207,8 @@ def test_unreadable_script_is_refused(tmp_path, monkeypatch, capsys):
     )
 
 
-def test_report_rerenders_a_saved_run(tmp_path):
-    script(tmp_path, COPIES)
-    assert (
-        run(["gpuwatch", "profile", "-q", "--json", "r.json", "train.py"], tmp_path).returncode == 0
-    )
+def test_report_rerenders_a_saved_run(saved_run):
+    tmp_path, _ = saved_run
     done = run(["gpuwatch", "report", "r.json", "--html", "again.html"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert "Top lines by syncs" in done.stdout and f"train.py:{LINE_ITEM}" in done.stdout
