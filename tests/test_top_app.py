@@ -56,7 +56,7 @@ async def test_values_move_with_time_and_history_grows(clock):
         await wait_until(lambda: app.samples_taken >= n + 2)
         later = app.query_one("#gpu-0", GpuCard).sample
         assert later.gpu_util_pct == backend.sample(0).gpu_util_pct != first.gpu_util_pct
-        assert len(app._history[0][0]) >= 3
+        assert len(app.history.of(0).util_pct) >= 3
 
 
 async def test_process_table_sorts_by_gpu_memory_then_cycles(clock):
@@ -262,10 +262,10 @@ async def test_a_sample_that_lands_while_widgets_go_is_kept_not_fatal(clock):
         await pilot.pause(0.3)  # a sample already on its way is dropped while paused
         await app.query_one(ProcessTable).remove()
         app.set_reactive(TopApp.paused, False)  # unpaused, without waking the worker
-        before = len(app._history[0][0])
+        before = len(app.history.of(0).util_pct)
         snap = Sampler(backend, background_pcie=False).snapshot()
         app.on_sampling_app_snapshot_ready(TopApp.SnapshotReady(snap))
-        assert len(app._history[0][0]) == before + 1  # recorded, just not drawn
+        assert len(app.history.of(0).util_pct) == before + 1  # recorded, just not drawn
         assert app.query_one("#gpu-0", GpuCard).sample is not snap.gpus[0]
 
 
@@ -342,3 +342,18 @@ async def test_the_mouse_sorts_by_header_and_selects_rows(clock):
         await pilot.click(ProcessTable, offset=(10, 4))  # the third row
         await pilot.pause()
         assert table.selected == table.shown_processes[2]
+
+
+def test_one_history_store_keeps_five_minutes_at_any_interval():
+    from gpuwatch.nvml.history import History
+    from gpuwatch.nvml.samples import GpuSample, Snapshot
+
+    history = History(interval_s=2.0)  # 300 s / 2 s = 150 values per series
+    g = GpuSample(
+        0, "GPU", None, None, gpu_util_pct=None, pcie_rx_bytes_per_s=5, pcie_tx_bytes_per_s=7
+    )
+    for _ in range(200):
+        history.add(Snapshot(time=None, driver_version=None, gpus=(g,)))  # type: ignore[arg-type]
+    series = history.of(0)
+    assert len(series.util_pct) == 150 and set(series.util_pct) == {0.0}  # unreported: drawn as 0
+    assert set(series.pcie_bytes_per_s) == {12.0}  # both directions together

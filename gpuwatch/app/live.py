@@ -32,6 +32,7 @@ from gpuwatch.gpu_timeline import sample_row, samples_of_used_gpus, used_gpu_ind
 from gpuwatch.live.protocol import report_from_snapshot
 from gpuwatch.live.result import LiveResult
 from gpuwatch.live.session import ChildSession
+from gpuwatch.nvml.history import History
 from gpuwatch.nvml.sampler import Sampler
 from gpuwatch.pyspy import dump_stack
 from gpuwatch.report.write import Output, write_reports
@@ -109,10 +110,8 @@ class LiveApp(SamplingApp):
         self.gpu_samples: deque[dict[str, Any]] = deque(maxlen=172_800)
         self._rates = RateWindow()
         self._held_lines: deque[tuple[str, str]] = deque(maxlen=2000)
-        self._history: dict[int, tuple[deque[float], deque[float], deque[float]]] = {
-            i: (deque(maxlen=300), deque(maxlen=300), deque(maxlen=300))
-            for i in range(self.gpu_count)
-        }
+        self.history = History(gpu_interval_s)
+        """The cards' graphs (gpuwatch/nvml/history.py), one store as in gpuwatch top."""
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -159,17 +158,14 @@ class LiveApp(SamplingApp):
         for g in message.snapshot.gpus:
             pids = (self.session.pid,) if self.session.pid is not None else ()
             self.gpu_samples.append(sample_row(t, g, pids))
-            util, mem, pcie = self._history[g.index]
-            util.append(float(g.gpu_util_pct or 0))
-            mem.append(g.memory_used_pct or 0.0)
-            pcie.append(float((g.pcie_rx_bytes_per_s or 0) + (g.pcie_tx_bytes_per_s or 0)))
+            self.history.of(g.index).add(g)
             if not self.paused:
                 try:
                     card = self.query_one(f"#gpu-{g.index}", GpuCard)
                 except NoMatches:  # a sample that arrived while the app shuts down
                     return
                 card.sample = g
-                card.set_history(util, mem, pcie)
+                card.set_history(self.history.of(g.index))
 
     def _show_used_gpus(self, devices: list[dict[str, Any]]) -> None:
         used = used_gpu_indices(devices, self.gpu_samples)

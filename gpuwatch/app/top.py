@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-from collections import deque
 from collections.abc import Callable
 
 from textual import events, on
@@ -18,13 +17,13 @@ from gpuwatch.app.screens import HelpScreen, KillScreen, StackScreen
 from gpuwatch.app.signals import close_on_signals
 from gpuwatch.app.widgets import GpuCard, GpuCards, ProcessTable
 from gpuwatch.nvml.backend import Backend
+from gpuwatch.nvml.history import History
 from gpuwatch.nvml.sampler import Sampler
 from gpuwatch.nvml.samples import Snapshot
 from gpuwatch.pyspy import StackDumpError, dump_stack
 
 #: Rows kept for the process table (with header, footer) before cards go compact.
 MIN_TABLE_ROWS = 8
-HISTORY_SECONDS = 300.0
 
 
 class TopApp(SamplingApp):
@@ -79,10 +78,8 @@ class TopApp(SamplingApp):
         self.signalled: int | None = None
         """SIGTERM or SIGHUP that closed the app (gpuwatch then exits with 128 + it)."""
         self._driver_problem: str | None = None
-        n = max(1, int(HISTORY_SECONDS / interval_s))
-        self._history: dict[int, tuple[deque[float], deque[float], deque[float]]] = {
-            i: (deque(maxlen=n), deque(maxlen=n), deque(maxlen=n)) for i in range(self.gpu_count)
-        }
+        self.history = History(interval_s)
+        """The cards' graphs (gpuwatch/nvml/history.py), also kept while paused or covered."""
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -127,11 +124,7 @@ class TopApp(SamplingApp):
     def record_snapshot(self, snap: Snapshot) -> None:
         """Keep ``snap`` as the latest and add it to the 5-minute histories."""
         self.snapshot = snap
-        for g in snap.gpus:
-            util, mem, pcie = self._history[g.index]
-            util.append(float(g.gpu_util_pct or 0))
-            mem.append(g.memory_used_pct or 0.0)
-            pcie.append(float((g.pcie_rx_bytes_per_s or 0) + (g.pcie_tx_bytes_per_s or 0)))
+        self.history.add(snap)
 
     def draw_snapshot(self) -> None:
         """Draw the latest snapshot on the main screen.
@@ -149,7 +142,7 @@ class TopApp(SamplingApp):
             return
         for g, card in cards:
             card.sample = g
-            card.set_history(*self._history[g.index])
+            card.set_history(self.history.of(g.index))
         problems = [
             f"GPU {g.index}: {g.problem}" for g in snap.gpus if g.problem and "process" in g.problem
         ]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.reactive import reactive
@@ -14,6 +12,7 @@ from gpuwatch import _format as fmt
 from gpuwatch.app.widgets._style import TEMP_LEVELS, bar, level_style
 from gpuwatch.app.widgets.history import History
 from gpuwatch.app.widgets.meter import Meter
+from gpuwatch.nvml.history import GpuHistory
 from gpuwatch.nvml.samples import GpuSample
 
 
@@ -62,16 +61,15 @@ class GpuCard(Widget):
     def watch_sample(self, _old: GpuSample | None, _new: GpuSample | None) -> None:
         self._redraw()
 
-    def set_history(
-        self, util: Sequence[float], mem: Sequence[float], pcie: Sequence[float]
-    ) -> None:
-        """History for the graphs, oldest first (percentages, and PCIe bytes/s)."""
+    def set_history(self, history: GpuHistory) -> None:
+        """The graphs' data, oldest first."""
         if self.compact or not self.is_mounted:
             return
-        for key, data in (("util", util), ("mem", mem)):
+        for key, data in (("util", history.util_pct), ("mem", history.memory_pct)):
             hist = self.query_one(f"#hist-{key}", History)
             hist.values = tuple(data)
             hist.caption = f"max {max(data, default=0):3.0f}%"
+        pcie = history.pcie_bytes_per_s
         hist = self.query_one("#hist-pcie", History)
         hist.values = tuple(pcie)
         hist.caption = f"max {fmt.rate(max(pcie, default=0))}"
