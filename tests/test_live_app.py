@@ -14,7 +14,7 @@ import pytest
 from gpuwatch.app.live import LiveApp
 from gpuwatch.app.screens import ConfirmScreen, StackScreen, SummaryScreen
 from gpuwatch.app.widgets import GpuCard, HotLinesTable
-from gpuwatch.live.protocol import ProtocolError, decode, encode
+from gpuwatch.live.protocol import Done, Hello, ProtocolError, decode, encode
 from gpuwatch.live.session import ChildSession
 from gpuwatch.nvml import FakeBackend, Sampler
 from gpuwatch.profiling import ProfileOptions
@@ -64,10 +64,10 @@ async def test_counters_move_while_it_runs_then_the_summary_and_report(tmp_path)
     app = make_app(tmp_path, "60")
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(
-            lambda: app.snapshots_seen >= 2 and app.last_snapshot["totals"]["h2d"]["count"] > 0, 30
+            lambda: app.snapshots_seen >= 2 and app.last_snapshot.totals["h2d"]["count"] > 0, 30
         )
-        first = app.last_snapshot["totals"]["h2d"]["count"]
-        await wait_until(lambda: app.last_snapshot["totals"]["h2d"]["count"] > first, 30)
+        first = app.last_snapshot.totals["h2d"]["count"]
+        await wait_until(lambda: app.last_snapshot.totals["h2d"]["count"] > first, 30)
         assert app.exit_code is None  # seen moving while the script runs
         table = app.query_one(HotLinesTable)
         assert table.sites and table.sites[0]["file"].endswith("loop.py")
@@ -114,7 +114,7 @@ async def test_a_child_that_dies_leaves_a_partial_report_from_the_last_snapshot(
         await wait_until(lambda: app.exit_code is not None, 60)
         assert app.exit_code == 137  # 128 + SIGKILL
         assert "killed by SIGKILL" in plain(app.query_one("#status"))
-        last = app.last_snapshot["totals"]["h2d"]["count"]
+        last = app.last_snapshot.totals["h2d"]["count"]
     doc = json.loads((tmp_path / "run.json").read_text())
     assert doc["partial"] is True and "killed by SIGKILL" in doc["error"]
     # the child died before its final snapshot: the report holds the last one that arrived
@@ -189,12 +189,22 @@ async def test_a_script_that_cannot_start_is_reported(tmp_path):
 
 
 def test_protocol_is_versioned_and_malformed_lines_are_reported():
-    assert decode(encode("hello", pid=1, command=["x.py"]))["pid"] == 1
+    assert decode(encode(Hello(1, ["x.py"]))) == Hello(1, ["x.py"])
+    done = Done(3, False, "KeyboardInterrupt", {"schema": "gpuwatch.profile/1"})
+    assert decode(encode(done)) == done
     for line, why in (
         ("{oops", "not JSON"),
         ("[1]", "not a JSON object"),
         ('{"v": 2, "type": "hello"}', "protocol version 2"),
         ('{"v": 1, "type": "launch"}', "unknown message type 'launch'"),
+        ('{"v": 1, "type": "hello", "pid": 1}', "hello message without 'command'"),
+        ('{"v": 1, "type": "hello", "pid": "1", "command": []}', "hello message: pid is str"),
+        (
+            '{"v": 1, "type": "done", "exit_code": true, "finished": true, "error": null, '
+            '"report": {}}',
+            "done message: exit_code is bool",
+        ),
+        ('{"v": 1, "type": "fatal", "error": null}', "fatal message: error is NoneType"),
     ):
         with pytest.raises(ProtocolError, match=why):
             decode(line)
@@ -203,7 +213,7 @@ def test_protocol_is_versioned_and_malformed_lines_are_reported():
         io.BytesIO(b'{"v": 1, "type": "hello", "pid": 5, "command": []}\ngarbage\n')
     )
     drained = session.drain()
-    assert [m["type"] for m in drained.messages] == ["hello"]
+    assert [type(m).__name__ for m in drained.messages] == ["Hello"]
     assert drained.problems == [
         "malformed message from the child: not JSON: Expecting value at column 1"
     ]

@@ -29,7 +29,7 @@ from gpuwatch.app.widgets import (
     StatusLine,
 )
 from gpuwatch.gpu_timeline import sample_row, samples_of_used_gpus, used_gpu_indices
-from gpuwatch.live.protocol import report_from_snapshot
+from gpuwatch.live.protocol import Done, Fatal, LiveSnapshot, report_from_snapshot
 from gpuwatch.live.result import LiveResult
 from gpuwatch.live.session import ChildSession
 from gpuwatch.nvml.history import History
@@ -99,9 +99,9 @@ class LiveApp(SamplingApp):
         self.stack_dumper = stack_dumper
         self.gpu_count = sampler.gpu_count if sampler else 0
         self.paused = False
-        self.last_snapshot: dict[str, Any] | None = None
+        self.last_snapshot: LiveSnapshot | None = None
         self.snapshots_seen = 0
-        self.done: dict[str, Any] | None = None
+        self.done: Done | None = None
         self.fatal: str | None = None
         self.report: Report | None = None
         self.exit_code: int | None = None
@@ -182,16 +182,15 @@ class LiveApp(SamplingApp):
         drained = self.session.drain()
         fresh = False
         for msg in drained.messages:
-            kind = msg["type"]
-            if kind == "snapshot":
+            if isinstance(msg, LiveSnapshot):
                 fresh = True
                 self.last_snapshot = msg
                 self.snapshots_seen += 1
-                self._rates.add(msg["elapsed_s"], msg["totals"])
-            elif kind == "done":
+                self._rates.add(msg.elapsed_s, msg.totals)
+            elif isinstance(msg, Done):
                 self.done = msg
-            elif kind == "fatal":
-                self.fatal = msg["error"]
+            elif isinstance(msg, Fatal):
+                self.fatal = msg.error
         log = self.query_one("#log", RichLog)
         for problem in drained.problems:
             self.problems.append(problem)
@@ -231,18 +230,18 @@ class LiveApp(SamplingApp):
         drained = self.session.drain(max_lines=10_000)
         if not self.is_running:
             for msg in drained.messages:
-                if msg["type"] == "done":
+                if isinstance(msg, Done):
                     self.done = msg
-                elif msg["type"] == "snapshot":
+                elif isinstance(msg, LiveSnapshot):
                     self.last_snapshot = msg
             return
         for msg in drained.messages:
-            if msg["type"] == "done":
+            if isinstance(msg, Done):
                 self.done = msg
-            elif msg["type"] == "snapshot":
+            elif isinstance(msg, LiveSnapshot):
                 self.last_snapshot = msg
-            elif msg["type"] == "fatal":
-                self.fatal = msg["error"]
+            elif isinstance(msg, Fatal):
+                self.fatal = msg.error
         log = self.query_one("#log", RichLog)
         for stream, text in [*self._held_lines, *drained.lines]:
             log.write(Text(text, style="red" if stream == "stderr" else ""))
@@ -250,17 +249,17 @@ class LiveApp(SamplingApp):
 
     def _refresh_counters(self) -> None:
         snap = self.last_snapshot
-        self.query_one(RatesPanel).show(self._rates.rates(), snap["totals"] if snap else None)
+        self.query_one(RatesPanel).show(self._rates.rates(), snap.totals if snap else None)
         if snap is not None:
-            self.query_one(HotLinesTable).show(snap["sites"], snap["site_count"])
-            self._show_used_gpus(snap["devices"])
+            self.query_one(HotLinesTable).show(snap.sites, snap.site_count)
+            self._show_used_gpus(snap.devices)
 
     def _ended(self, interactive: bool = True) -> None:
         code = self.session.exit_code
         how = ChildSession.describe_exit(self.session.returncode)
         if self.done is not None:
-            self.exit_code = int(self.done["exit_code"])
-            self.report = Report.from_dict(self.done["report"])
+            self.exit_code = self.done.exit_code
+            self.report = Report.from_dict(self.done.report)
         elif self.fatal is not None:
             self.exit_code = 2
             if interactive:

@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import Any, TextIO
 
-from gpuwatch.live.protocol import encode
+from gpuwatch.live.protocol import Done, Fatal, Hello, LiveSnapshot, Message, encode
 
 #: prctl(2): deliver a signal to this process when its parent dies.
 _PR_SET_PDEATHSIG = 1
@@ -48,10 +48,10 @@ class Channel:
         self.closed = self.closed or closed
         return self.closed
 
-    def send(self, kind: str, **fields: Any) -> None:
+    def send(self, msg: Message) -> None:
         if self.closed:
             return
-        line = encode(kind, **fields)
+        line = encode(msg)
         with self._lock:
             try:
                 self._stream.write(line)
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_target(target)
     except TargetError as exc:
-        channel.send("fatal", error=str(exc))
+        channel.send(Fatal(str(exc)))
         return 2
     options = ProfileOptions(**{**config["options"], "checkpoint_s": 0.0})
     wanted = [Output(kind, path) for kind, path in config.get("outputs", [])]
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         while not stop.wait(config["interval_s"]):
             if not run.prof.running:
                 continue  # not started yet, or already ended
-            channel.send("snapshot", **run.prof.live_snapshot(top=top))
+            channel.send(LiveSnapshot(**run.prof.live_snapshot(top=top)))
             if channel.closed:
                 # The live app is gone: stop the script the way the scheduler would.
                 os.kill(os.getpid(), signal.SIGTERM)
@@ -109,14 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     def on_report(report: Any) -> None:
         stop.set()
         reporter.join(timeout=5)
-        channel.send("snapshot", **run.prof.live_snapshot(top=top))
-        channel.send(
-            "done",
-            exit_code=report.exit_code,
-            finished=not report.partial,
-            error=report.error,
-            report=report.to_dict(),
-        )
+        channel.send(LiveSnapshot(**run.prof.live_snapshot(top=top)))
+        channel.send(Done(report.exit_code, not report.partial, report.error, report.to_dict()))
         # NB: when the app dies, the kernel's SIGTERM (PR_SET_PDEATHSIG) can come while the
         # app's other threads still hold the pipe open for a moment: a SIGTERM'd child waits a
         # little for the pipe to close before deciding that nobody else will write the files.
@@ -127,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     run = ProfiledRun(target, options, on_report, None, None, config.get("gpu_stats", "off"))
     # NB: the name keeps the profiler from entering its mode in this thread.
     reporter = threading.Thread(target=stream, name="gpuwatch-live-reporter", daemon=True)
-    channel.send("hello", pid=os.getpid(), command=target.command)
+    channel.send(Hello(os.getpid(), list(target.command)))
     reporter.start()
     if "parent_pid" in config:
         die_with_parent(int(config["parent_pid"]))

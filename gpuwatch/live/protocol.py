@@ -1,62 +1,135 @@
-"""The messages between the profiled child and the live app: one JSON object per line.
+"""The messages between the profiled child and the live app: typed dataclasses, one JSON object
+per line on the wire.
 
-Every message carries ``"v": VERSION`` and a ``"type"``:
+Every line carries ``"v": VERSION`` and a ``"type"``:
 
-* ``hello``: ``{"pid", "command"}``, once, before the script starts;
-* ``snapshot``: :meth:`profilers.Profile.live_snapshot`'s dict, several times a second;
-* ``done``: ``{"exit_code", "finished", "error", "report"}`` with the full report document;
-* ``fatal``: ``{"error"}`` when the child could not run the script at all.
+* :class:`Hello` (``hello``), once, before the script starts;
+* :class:`LiveSnapshot` (``snapshot``), the run so far, several times a second;
+* :class:`Done` (``done``), the exit and the full report document;
+* :class:`Fatal` (``fatal``), when the child could not run the script at all.
+
+:func:`decode` checks every field's presence and type, so the app only ever holds well-formed
+messages; anything else is a one-line :class:`ProtocolError`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from profilers.report import SCHEMA, Report
 
 VERSION = 1
-TYPES = ("hello", "snapshot", "done", "fatal")
 
 
 class ProtocolError(ValueError):
     """A line that is not a message of this protocol; the text says why, in one line."""
 
 
-def encode(kind: str, **fields: Any) -> str:
-    return json.dumps({"v": VERSION, "type": kind, **fields}, separators=(",", ":")) + "\n"
+@dataclass(frozen=True)
+class Hello:
+    TYPE: ClassVar[str] = "hello"
+    pid: int
+    command: list[str]
 
 
-def decode(line: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LiveSnapshot:
+    """:meth:`profilers.Profile.live_snapshot`: totals and the busiest lines so far."""
+
+    TYPE: ClassVar[str] = "snapshot"
+    elapsed_s: float
+    totals: dict[str, Any]
+    """``gpuwatch.profile/1`` totals."""
+    devices: list[dict[str, Any]]
+    sites: list[dict[str, Any]]
+    """The busiest lines, as in the report's ``sites``."""
+    site_count: int
+    events_recorded: int
+
+
+@dataclass(frozen=True)
+class Done:
+    TYPE: ClassVar[str] = "done"
+    exit_code: int
+    finished: bool
+    error: str | None
+    report: dict[str, Any]
+    """The ``gpuwatch.profile/1`` document."""
+
+
+@dataclass(frozen=True)
+class Fatal:
+    TYPE: ClassVar[str] = "fatal"
+    error: str
+
+
+Message = Hello | LiveSnapshot | Done | Fatal
+KINDS: dict[str, type[Message]] = {k.TYPE: k for k in (Hello, LiveSnapshot, Done, Fatal)}
+#: What each field's JSON value must be (bool is not an int here: exit codes are numbers).
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "str": (str,),
+    "str | None": (str, type(None)),
+    "list[str]": (list,),
+    "list[dict[str, Any]]": (list,),
+    "dict[str, Any]": (dict,),
+}
+
+
+def encode(msg: Message) -> str:
+    doc = {"v": VERSION, "type": msg.TYPE, **dataclasses.asdict(msg)}
+    return json.dumps(doc, separators=(",", ":")) + "\n"
+
+
+def decode(line: str) -> Message:
     try:
-        msg = json.loads(line)
+        doc = json.loads(line)
     except json.JSONDecodeError as exc:
         raise ProtocolError(f"not JSON: {exc.msg} at column {exc.colno}") from None
-    if not isinstance(msg, dict):
+    if not isinstance(doc, dict):
         raise ProtocolError("not a JSON object")
-    if msg.get("v") != VERSION:
-        raise ProtocolError(f"protocol version {msg.get('v')!r}, expected {VERSION}")
-    if msg.get("type") not in TYPES:
-        raise ProtocolError(f"unknown message type {msg.get('type')!r}")
-    return msg
+    if doc.get("v") != VERSION:
+        raise ProtocolError(f"protocol version {doc.get('v')!r}, expected {VERSION}")
+    kind = KINDS.get(doc.get("type"))  # type: ignore[arg-type]
+    if kind is None:
+        raise ProtocolError(f"unknown message type {doc.get('type')!r}")
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(kind):
+        if f.name not in doc:
+            raise ProtocolError(f"{kind.TYPE} message without {f.name!r}")
+        value = doc[f.name]
+        allowed = _JSON_TYPES[str(f.type)]
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            raise ProtocolError(f"{kind.TYPE} message: {f.name} is {type(value).__name__}")
+        values[f.name] = value
+    return kind(**values)
 
 
 def report_from_snapshot(
-    snapshot: dict[str, Any] | None, command: Sequence[str], exit_code: int, error: str
+    snapshot: LiveSnapshot | None, command: Sequence[str], exit_code: int, error: str
 ) -> Report:
     """The partial report of a child that died before sending its own (SIGKILL, the OOM
     killer): the last ``snapshot`` message that arrived, its top lines only."""
-    snap = snapshot or {
-        "elapsed_s": 0.0,
-        "devices": [],
-        "sites": [],
-        "totals": {
-            w: {"count": 0, "bytes": 0, "pageable": 0, "non_blocking": 0}
-            for w in ("h2d", "d2h", "d2d", "p2p")
+    snap = (
+        dataclasses.asdict(snapshot)
+        if snapshot is not None
+        else {
+            "elapsed_s": 0.0,
+            "devices": [],
+            "sites": [],
+            "totals": {
+                w: {"count": 0, "bytes": 0, "pageable": 0, "non_blocking": 0}
+                for w in ("h2d", "d2h", "d2d", "p2p")
+            }
+            | {"syncs": {"count": 0, "by_cause": {}}, "kernel_time_ms": 0.0, "ops": 0},
         }
-        | {"syncs": {"count": 0, "by_cause": {}}, "kernel_time_ms": 0.0, "ops": 0},
-    }
+    )
     return Report.from_dict(
         {
             "schema": SCHEMA,

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
-from gpuwatch.live.protocol import ProtocolError, decode
+from gpuwatch.live.protocol import Message, ProtocolError, decode
 from gpuwatch.profiling import ProfileOptions
 from gpuwatch.report.write import Output
 from gpuwatch.runner import Target
@@ -38,7 +38,7 @@ PIPE_GRACE_S = 1.0
 class Drained:
     """What arrived since the last :meth:`ChildSession.drain`."""
 
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
     lines: list[tuple[str, str]] = field(default_factory=list)
     """``(stream, text)`` with stream ``"stdout"`` or ``"stderr"``."""
     problems: list[str] = field(default_factory=list)
@@ -68,7 +68,7 @@ class ChildSession:
         """The script's process (the child's pid, as it reported in its hello)."""
         self.started_at = 0.0
         self.stop_requested = False
-        self._messages: queue.SimpleQueue[dict[str, Any] | str] = queue.SimpleQueue()
+        self._messages: queue.SimpleQueue[Message | str] = queue.SimpleQueue()
         self._lines: queue.Queue[tuple[str, str]] = queue.Queue(maxsize=MAX_PENDING_LINES)
         self._dropped = 0
         self._threads: list[threading.Thread] = []

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from textual.widgets import Static
 
+from gpuwatch.live.protocol import LiveSnapshot
+
 
 def status_text(
-    state: str, elapsed_s: float, pid: int | None, snapshot: dict[str, Any] | None
+    state: str, elapsed_s: float, pid: int | None, snapshot: LiveSnapshot | None
 ) -> str:
     """``running · 01:05 · pid 4242 · 30,554 ops, 11 lines``."""
     parts = [state, f"{int(elapsed_s // 60):02d}:{int(elapsed_s % 60):02d}", f"pid {pid}"]
     if snapshot is not None:
-        parts.append(f"{snapshot['totals']['ops']:,} ops, {snapshot['site_count']} lines")
+        parts.append(f"{snapshot.totals['ops']:,} ops, {snapshot.site_count} lines")
     return " · ".join(parts)
 
 
@@ -32,7 +33,7 @@ class StatusLine(Static):
         state: str,
         started_at: float,
         pid: int | None,
-        snapshot: dict[str, Any] | None,
+        snapshot: LiveSnapshot | None,
         exit_code: int | None,
     ) -> None:
         if self._ended_at is None and exit_code is not None:
