@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from profilers._names import CAUSES, DIRECTIONS
 from profilers._stats import Copies, Counters, SiteStats, Syncs
+from profilers.records import Site, Totals
 from profilers.report import SCHEMA, Report, ReportFormatError
 
 if TYPE_CHECKING:
@@ -53,8 +54,10 @@ __all__ = [
     "Profile",
     "Report",
     "ReportFormatError",
+    "Site",
     "SiteStats",
     "Syncs",
+    "Totals",
     "Transfer",
     "classify",
     "direction",

@@ -19,6 +19,7 @@ from profilers._ops import IsPinned
 from profilers._recorder import Recorder, totals_of
 from profilers._sites import UserCode
 from profilers._stats import SiteStats
+from profilers.records import Site, Totals
 from profilers.report import Report
 
 _ENTER_LOCK = threading.Lock()
@@ -157,7 +158,7 @@ class Profile:
             "elapsed_s": round(time.perf_counter() - self._started, 3),
             "totals": totals.counters_dict(),
             "devices": _describe_devices(recorder.devices),
-            "sites": [s.to_dict(top_ops=3) for s in sites[:top]],
+            "sites": [Site.of(s).to_dict(top_ops=3) for s in sites[:top]],
             "site_count": len(sites),
             "events_recorded": recorder.events_recorded,
         }
@@ -184,8 +185,8 @@ class Profile:
             exit_code=exit_code,
             duration_s=duration,
             devices=_describe_devices(recorder.devices),
-            totals=totals_of(sites),
-            sites=sites,
+            totals=Totals.of(totals_of(sites)),
+            sites=[Site.of(s) for s in sites],
             timeline={
                 "capacity": recorder.timeline_capacity,
                 "recorded": recorder.events_recorded,

@@ -2,30 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from profilers._names import CAUSES, DIRECTIONS
 
 
+@dataclass(slots=True)
 class Copies:
-    """``{"count", "bytes", "pageable", "non_blocking", "time_ms"}`` of the report."""
+    """``{"count", "bytes", "pageable", "non_blocking", "time_ms"}`` of the report. Equality
+    compares the counted fields only: times vary from run to run."""
 
-    __slots__ = ("bytes", "count", "non_blocking", "pageable", "time_ms")
-
-    def __init__(
-        self,
-        count: int = 0,
-        nbytes: int = 0,
-        pageable: int = 0,
-        non_blocking: int = 0,
-        time_ms: float = 0.0,
-    ) -> None:
-        self.count = count
-        self.bytes = nbytes
-        self.pageable = pageable
-        self.non_blocking = non_blocking
-        self.time_ms = time_ms
-        """Time of the copy ops (GPU time with CUDA events, else host time); 0 if not timed."""
+    count: int = 0
+    bytes: int = 0
+    pageable: int = 0
+    """How many touched ordinary (unpinned) host memory."""
+    non_blocking: int = 0
+    time_ms: float = field(default=0.0, compare=False)
+    """Time of the copy ops (GPU time with CUDA events, else host time); 0 if not timed."""
 
     def add(self, nbytes: int, pageable: bool, non_blocking: bool) -> None:
         self.count += 1
@@ -41,7 +35,7 @@ class Copies:
         self.time_ms += other.time_ms
 
     def counts(self) -> dict[str, int]:
-        """The four counted fields (what equality compares; times vary from run to run)."""
+        """The four counted fields."""
         return {
             "count": self.count,
             "bytes": self.bytes,
@@ -62,21 +56,13 @@ class Copies:
             float(d.get("time_ms", 0.0)),
         )
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Copies) and self.counts() == other.counts()
 
-    def __repr__(self) -> str:
-        return f"Copies({self.counts()})"
-
-
+@dataclass(slots=True)
 class Syncs:
     """``{"count", "by_cause": {cause: count}}`` of the report."""
 
-    __slots__ = ("by_cause", "count")
-
-    def __init__(self, count: int = 0, by_cause: dict[str, int] | None = None) -> None:
-        self.count = count
-        self.by_cause: dict[str, int] = dict(by_cause or {})
+    count: int = 0
+    by_cause: dict[str, int] = field(default_factory=dict)
 
     def add(self, cause: str) -> None:
         self.count += 1
@@ -95,12 +81,6 @@ class Syncs:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Syncs:
         return cls(int(d["count"]), {str(k): int(v) for k, v in d["by_cause"].items()})
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Syncs) and self.to_dict() == other.to_dict()
-
-    def __repr__(self) -> str:
-        return f"Syncs({self.to_dict()})"
 
 
 def add_entries(into: dict[str, list[float]], ops: dict[str, list[float]]) -> tuple[int, float]:
@@ -137,12 +117,16 @@ class Counters:
         return c
 
     def merge(self, other: Counters) -> None:
+        self.merge_counts(other)
+        add_entries(self.op_breakdown, other.op_breakdown)
+
+    def merge_counts(self, other: Any) -> None:
+        """Adds the copies, syncs, kernel time and ops of ``other`` (counters or a record)."""
         for way in DIRECTIONS:
             self.copies(way).merge(other.copies(way))
         self.syncs.merge(other.syncs)
         self.kernel_time_ms += other.kernel_time_ms
         self.ops += other.ops
-        add_entries(self.op_breakdown, other.op_breakdown)
 
     @property
     def bytes_moved(self) -> int:
@@ -154,13 +138,6 @@ class Counters:
         d["kernel_time_ms"] = round(self.kernel_time_ms, 6)
         d["ops"] = self.ops
         return d
-
-    def load_counters(self, d: dict[str, Any]) -> None:
-        for way in DIRECTIONS:
-            setattr(self, way, Copies.from_dict(d[way]))
-        self.syncs = Syncs.from_dict(d["syncs"])
-        self.kernel_time_ms = float(d["kernel_time_ms"])
-        self.ops = int(d["ops"])
 
 
 OTHER_OPS = "(other ops)"
@@ -229,49 +206,3 @@ class SiteStats(Counters):
     @property
     def key(self) -> tuple[str, int]:
         return (self.file, self.line)
-
-    def to_dict(self, top_ops: int = 8) -> dict[str, Any]:
-        ops = sorted(self.op_breakdown.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))[:top_ops]
-        return {
-            "file": self.file,
-            "line": self.line,
-            "function": self.function,
-            "source": self.source,
-            "stack": list(self.stack),
-            **self.counters_dict(),
-            "top_ops": [
-                {"op": name, "count": int(n), "kernel_time_ms": round(ms, 6)}
-                for name, (n, ms) in ops
-            ],
-            "copy_dtypes": dict(self.copy_dtypes),
-            **({"backward": self._backward_dict(top_ops)} if self.backward else {}),
-        }
-
-    def _backward_dict(self, top_ops: int) -> dict[str, Any]:
-        ops = sorted(self.backward.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))[:top_ops]
-        return {
-            "ops": self.backward_ops,
-            "kernel_time_ms": round(self.backward_ms, 6),
-            "top_ops": [
-                {"op": name, "count": int(n), "kernel_time_ms": round(ms, 6)}
-                for name, (n, ms) in ops
-            ],
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SiteStats:
-        s = cls(str(d["file"]), int(d["line"]), str(d["function"]), list(d.get("stack", [])))
-        s.source = str(d.get("source", ""))
-        s.load_counters(d)
-        s.copy_dtypes = {str(k): int(v) for k, v in d.get("copy_dtypes", {}).items()}
-        for entry in d.get("top_ops", []):
-            s.op_breakdown[str(entry["op"])] = [int(entry["count"]), float(entry["kernel_time_ms"])]
-        backward = d.get("backward")
-        if backward:
-            for entry in backward.get("top_ops", []):
-                s.backward[str(entry["op"])] = [int(entry["count"]), float(entry["kernel_time_ms"])]
-            rest_n = int(backward["ops"]) - s.backward_ops
-            rest_ms = float(backward["kernel_time_ms"]) - s.backward_ms
-            if rest_n > 0:  # ops beyond the top ones: kept as one entry so the totals survive
-                s.backward[OTHER_OPS] = [rest_n, max(0.0, rest_ms)]
-        return s

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -10,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profilers._stats import Counters, SiteStats
+from profilers._stats import Counters
 from profilers._text import printable
+from profilers.records import Site, Totals
 
 __all__ = ["SCHEMA", "Report", "ReportFormatError", "printable", "write_text_atomic"]
 
@@ -30,8 +32,8 @@ class Report:
     exit_code: int = 0
     duration_s: float = 0.0
     devices: list[dict[str, Any]] = field(default_factory=list)
-    totals: Counters = field(default_factory=Counters)
-    sites: list[SiteStats] = field(default_factory=list)
+    totals: Totals = field(default_factory=Totals)
+    sites: list[Site] = field(default_factory=list)
     timeline: dict[str, Any] = field(
         default_factory=lambda: {"capacity": 0, "recorded": 0, "dropped": 0, "events": []}
     )
@@ -48,10 +50,10 @@ class Report:
     """What the profiler could not count: ``{op: {"count": n, "error": first message}}``. The
     ops themselves ran as they would have; only their copies and syncs are missing."""
 
-    def top_sites(self, key: str, n: int = 10) -> list[SiteStats]:
+    def top_sites(self, key: str, n: int = 10) -> list[Site]:
         """Sites with the most ``bytes`` moved, ``syncs``, ``kernel_time_ms``, ``ops``, or
         ``backward_ms`` (the time of the backward of a line's forward ops)."""
-        getters: dict[str, Callable[[SiteStats], float]] = {
+        getters: dict[str, Callable[[Site], float]] = {
             "bytes": lambda s: s.bytes_moved,
             "syncs": lambda s: s.syncs.count,
             "kernel_time_ms": lambda s: s.kernel_time_ms,
@@ -60,6 +62,13 @@ class Report:
         }
         get = getters[key]
         return [s for s in sorted(self.sites, key=get, reverse=True) if get(s)][:n]
+
+    def with_sites(self, sites: list[Site]) -> Report:
+        """This report with ``sites`` instead, the totals summed from them."""
+        totals = Counters()
+        for site in sites:
+            totals.merge_counts(site)
+        return dataclasses.replace(self, sites=list(sites), totals=Totals.of(totals))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,15 +103,13 @@ class Report:
                 f"not a gpuwatch profile: schema is {schema!r}, expected {SCHEMA!r}"
             )
         try:
-            totals = Counters()
-            totals.load_counters(d["totals"])
             return cls(
                 command=[str(c) for c in d.get("command", [])],
                 exit_code=int(d.get("exit_code", 0)),
                 duration_s=float(d.get("duration_s", 0.0)),
                 devices=list(d.get("devices", [])),
-                totals=totals,
-                sites=[SiteStats.from_dict(s) for s in d.get("sites", [])],
+                totals=Totals.from_dict(d["totals"]),
+                sites=[Site.from_dict(s) for s in d.get("sites", [])],
                 timeline=dict(
                     d.get("timeline") or {"capacity": 0, "recorded": 0, "dropped": 0, "events": []}
                 ),

@@ -297,7 +297,7 @@ def test_demo_without_live_is_refused(tmp_path):
 async def test_hot_lines_show_the_time_of_a_lines_backward():
     from textual.app import App
 
-    from profilers import SiteStats
+    from profilers import Site, SiteStats
 
     fwd = SiteStats("model.py", 7, "forward")
     fwd.op_breakdown["convolution.default"] = [10, 4.0]
@@ -314,7 +314,7 @@ async def test_hot_lines_show_the_time_of_a_lines_backward():
     app = One()
     async with app.run_test(size=(120, 10)) as pilot:
         table = app.query_one(HotLinesTable)
-        table.show([fwd.to_dict(top_ops=3), other.to_dict(top_ops=3)], 2)
+        table.show([Site.of(fwd).to_dict(top_ops=3), Site.of(other).to_dict(top_ops=3)], 2)
         await pilot.pause()
         assert str(table.get_cell_at((0, 5))) == "9.5 ms"  # the "its bwd" column
         assert str(table.get_cell_at((1, 5))) == "-"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from tests.profiler_helpers import line_of, site_at
 from tests.test_cuda_timing import TICK_MS, StubCuda
 
 
-def counts(ops: dict[str, list[float]]) -> dict[str, int]:
+def counts(ops: dict[str, Any]) -> dict[str, int]:
     return {name: int(n) for name, (n, _ms) in ops.items()}
 
 
@@ -150,7 +151,7 @@ def test_a_thread_per_step_reuses_states_and_counts_stay_exact():
     assert len(rec.threads.all()) == 1  # one, reused by all 40 threads (the main thread ran no op)
     (unknown,) = [s for s in prof.report().sites if s.file == "<unknown>"]
     assert unknown.ops == 40 and unknown.op_breakdown == {
-        "mm.default": [40, unknown.kernel_time_ms]
+        "mm.default": (40, unknown.kernel_time_ms)
     }
 
 
@@ -169,10 +170,14 @@ def test_backward_breakdown_round_trips_and_survives_a_top_ops_cut():
     assert site.backward_ops == chain["backward"]["ops"]
     # Reports keep the top 8 ops; the rest survive as one entry so the totals do not change.
     cut = site.to_dict(top_ops=2)["backward"]
-    again = profilers.SiteStats.from_dict({**site.to_dict(), "backward": cut})
+    again = profilers.Site.from_dict({**site.to_dict(), "backward": cut})
     assert again.backward_ops == site.backward_ops
     assert again.backward_ms == pytest.approx(site.backward_ms)
     assert "(other ops)" in again.backward
+    # The line's own ops too: read back from a top-2 cut, its ops and time still add up.
+    own = profilers.Site.from_dict(site.to_dict(top_ops=2))
+    assert sum(n for n, _ in own.op_breakdown.values()) == site.ops
+    assert sum(ms for _, ms in own.op_breakdown.values()) == pytest.approx(site.kernel_time_ms)
 
 
 class EveryOpOnGpu0(StubCuda):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 from rich.console import Console
@@ -9,7 +10,7 @@ from rich.console import Console
 from gpuwatch.report.hints import hints
 from gpuwatch.report.html import render_html
 from gpuwatch.report.text import summary
-from profilers import Report, SiteStats
+from profilers import Report, Site, SiteStats
 
 
 def report() -> Report:
@@ -19,8 +20,7 @@ def report() -> Report:
         site.d2h.add(4, True, False)
         site.syncs.add("item")
     site.ops = 50
-    r = Report(command=["train.py"], duration_s=10.0, sites=[site])
-    r.totals.merge(site)
+    r = Report(command=["train.py"], duration_s=10.0).with_sites([Site.of(site)])
     r.gpu_samples = [
         {
             "t": t,
@@ -57,7 +57,7 @@ def test_hints_are_tied_to_their_line_with_evidence():
 
 def test_html_has_the_busy_card_and_no_raw_user_strings():
     r = report()
-    r.sites[0].source = "x = '<script>alert(1)</script>'"
+    r = r.with_sites([dataclasses.replace(r.sites[0], source="x = '<script>alert(1)</script>'")])
     page = render_html(r)
     assert "<b>30%</b><span>GPU 0 busy (mean NVML utilisation)</span>" in page
     assert "<script>alert(1)</script>" not in page
@@ -70,8 +70,7 @@ def test_lines_show_the_time_of_their_backward():
     fwd.op_breakdown["convolution.default"] = [10, 4.0]
     fwd.backward["convolution_backward.default"] = [10, 9.5]
     fwd.settle()
-    r.sites.append(fwd)
-    r.totals.merge(fwd)
+    r = r.with_sites([*r.sites, Site.of(fwd)])
     shown = text(summary(r))
     assert "Top lines by the time of their backward" in shown
     assert "model.py:7" in shown and "9.5 ms in 10 ops" in shown

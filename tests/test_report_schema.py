@@ -20,7 +20,7 @@ from gpuwatch.nvml import FakeBackend, Sampler
 from gpuwatch.report.html import render_html
 from gpuwatch.report.load import load_report, parse, problem, schema
 from gpuwatch.report.text import summary
-from profilers import SiteStats
+from profilers import Site, SiteStats
 
 
 def rich_report() -> dict[str, Any]:
@@ -39,7 +39,6 @@ def rich_report() -> dict[str, Any]:
         command=["train.py", "--lr", "3"],
         duration_s=1.5,
         devices=[{"device": "cuda:0", "name": "H100"}, {"device": "cpu", "name": "host"}],
-        sites=[site],
         partial=True,
         error="stopped by SIGTERM",
         started_at="2026-11-23T18:00:00+00:00",
@@ -60,7 +59,7 @@ def rich_report() -> dict[str, Any]:
         ],
         internal_errors={"_to_copy.default": {"count": 2, "error": "RuntimeError: x"}},
     )
-    report.totals.merge(site)
+    report = report.with_sites([Site.of(site)])
     report.timeline = {
         "capacity": 10,
         "recorded": 1,

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 
 from gpuwatch import _format as fmt
-from profilers import Report, SiteStats
+from profilers import Report, Site
 
 #: A line that ran this many times is "in a hot loop".
 HOT = 10
@@ -37,7 +37,7 @@ _FACTORY_OPS = (
 @dataclass(frozen=True)
 class Hint:
     kind: str
-    site: SiteStats
+    site: Site
     message: str
     evidence: str
 
@@ -55,7 +55,7 @@ def hints(report: Report, hot: int = HOT) -> list[Hint]:
     return out
 
 
-def _site_hints(s: SiteStats, hot: int) -> list[Hint]:
+def _site_hints(s: Site, hot: int) -> list[Hint]:
     found: list[Hint] = []
     causes = s.syncs.by_cause
     source = s.source

@@ -16,7 +16,7 @@ from gpuwatch.report.text import (
     internal_error_lines,
     used_no_gpu,
 )
-from profilers import DIRECTIONS, Report, SiteStats
+from profilers import DIRECTIONS, Report, Site
 
 COLORS = {"h2d": "#1f77b4", "d2h": "#d62728", "d2d": "#2ca02c", "p2p": "#9467bd", "sync": "#ff7f0e"}
 TOP = 15
@@ -32,7 +32,7 @@ def _p(text: object) -> str:
     return html.escape(str(text), quote=False)
 
 
-def _label(s: SiteStats) -> str:
+def _label(s: Site) -> str:
     source = s.source if len(s.source) <= 48 else s.source[:45] + "..."
     return _p(f"{s.file}:{s.line}  {source}")
 

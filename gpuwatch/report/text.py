@@ -13,7 +13,7 @@ from rich.text import Text
 
 from gpuwatch import _format as fmt
 from gpuwatch.report.hints import hints
-from profilers import DIRECTIONS, Report, SiteStats
+from profilers import DIRECTIONS, Report, Site
 
 DIRECTION_NAMES = {
     "h2d": "host→GPU",
@@ -182,7 +182,7 @@ def _syncs(r: Report) -> RenderableType:
     return t
 
 
-def _sites_table(title: str, sites: list[SiteStats], value: Callable[[SiteStats], str]) -> Table:
+def _sites_table(title: str, sites: list[Site], value: Callable[[Site], str]) -> Table:
     where = [f"{s.file}:{s.line}" for s in sites]
     values = [value(s) for s in sites]
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, expand=True)
@@ -194,5 +194,5 @@ def _sites_table(title: str, sites: list[SiteStats], value: Callable[[SiteStats]
     return t
 
 
-def _causes(s: SiteStats) -> str:
+def _causes(s: Site) -> str:
     return ", ".join(f"{k} {v}" for k, v in s.syncs.by_cause.items())

@@ -1,0 +1,195 @@
+"""The report's records: frozen, built once when a report is made (or read), never updated.
+
+The profiler counts into accumulators (``_stats.SiteStats``, mutable, with caches of its own);
+a :class:`~profilers.report.Report` holds these records instead, so what a renderer reads cannot
+change under it, and a record read back from JSON is whole: ops beyond a line's top ones are kept
+as one ``(other ops)`` entry, so its counts and times still add up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from profilers._names import DIRECTIONS
+from profilers._stats import OTHER_OPS, Copies, Counters, SiteStats, Syncs
+
+OpTimes = dict[str, tuple[int, float]]
+"""op name -> (count, kernel_time_ms)."""
+
+
+class _Counted:
+    """What totals and a line share: copies per direction, syncs, kernel time, ops."""
+
+    h2d: Copies
+    d2h: Copies
+    d2d: Copies
+    p2p: Copies
+    syncs: Syncs
+    kernel_time_ms: float
+    ops: int
+
+    def copies(self, way: str) -> Copies:
+        c: Copies = getattr(self, way)
+        return c
+
+    @property
+    def bytes_moved(self) -> int:
+        return sum(self.copies(way).bytes for way in DIRECTIONS)
+
+    def counters_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {way: self.copies(way).to_dict() for way in DIRECTIONS}
+        d["syncs"] = self.syncs.to_dict()
+        d["kernel_time_ms"] = round(self.kernel_time_ms, 6)
+        d["ops"] = self.ops
+        return d
+
+
+def _counted(d: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **{way: Copies.from_dict(d[way]) for way in DIRECTIONS},
+        "syncs": Syncs.from_dict(d["syncs"]),
+        "kernel_time_ms": float(d["kernel_time_ms"]),
+        "ops": int(d["ops"]),
+    }
+
+
+def _copied(c: Counters) -> dict[str, Any]:
+    return {
+        **{
+            way: Copies(**c.copies(way).counts(), time_ms=c.copies(way).time_ms)
+            for way in DIRECTIONS
+        },
+        "syncs": Syncs(c.syncs.count, dict(c.syncs.by_cause)),
+        "kernel_time_ms": c.kernel_time_ms,
+        "ops": c.ops,
+    }
+
+
+@dataclass(frozen=True)
+class Totals(_Counted):
+    """The whole run's counts (``totals`` in the report)."""
+
+    h2d: Copies = field(default_factory=Copies)
+    d2h: Copies = field(default_factory=Copies)
+    d2d: Copies = field(default_factory=Copies)
+    p2p: Copies = field(default_factory=Copies)
+    syncs: Syncs = field(default_factory=Syncs)
+    kernel_time_ms: float = 0.0
+    ops: int = 0
+
+    @classmethod
+    def of(cls, counters: Counters) -> Totals:
+        return cls(**_copied(counters))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Totals:
+        return cls(**_counted(d))
+
+
+def _top(ops: OpTimes, n: int) -> list[dict[str, Any]]:
+    ranked = sorted(ops.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))[:n]
+    return [{"op": k, "count": int(c), "kernel_time_ms": round(ms, 6)} for k, (c, ms) in ranked]
+
+
+def _with_rest(top: list[dict[str, Any]], count: int, ms: float) -> OpTimes:
+    """The top ops read back, plus one ``(other ops)`` entry for what the cut left out."""
+    ops: OpTimes = {str(e["op"]): (int(e["count"]), float(e["kernel_time_ms"])) for e in top}
+    rest_n = count - sum(n for n, _ in ops.values())
+    if rest_n > 0:
+        ops[OTHER_OPS] = (rest_n, max(0.0, ms - sum(t for _, t in ops.values())))
+    return ops
+
+
+@dataclass(frozen=True)
+class Site(_Counted):
+    """One line of the user's code and everything charged to it (an entry of ``sites``)."""
+
+    file: str
+    line: int
+    function: str
+    source: str = ""
+    stack: tuple[str, ...] = ()
+    h2d: Copies = field(default_factory=Copies)
+    d2h: Copies = field(default_factory=Copies)
+    d2d: Copies = field(default_factory=Copies)
+    p2p: Copies = field(default_factory=Copies)
+    syncs: Syncs = field(default_factory=Syncs)
+    kernel_time_ms: float = 0.0
+    ops: int = 0
+    op_breakdown: OpTimes = field(default_factory=dict)
+    copy_dtypes: dict[str, int] = field(default_factory=dict)
+    """Bytes copied (any direction) per source dtype."""
+    backward: OpTimes = field(default_factory=dict)
+    """The backward of this line's forward ops, per op; these ops are also counted, in full, at
+    the line that called ``.backward()``."""
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.file, self.line)
+
+    @property
+    def backward_ops(self) -> int:
+        return int(sum(n for n, _ in self.backward.values()))
+
+    @property
+    def backward_ms(self) -> float:
+        return float(sum(ms for _, ms in self.backward.values()))
+
+    @classmethod
+    def of(cls, s: SiteStats) -> Site:
+        """The record of an accumulator (its counts as they are now)."""
+        return cls(
+            file=s.file,
+            line=s.line,
+            function=s.function,
+            source=s.source,
+            stack=tuple(s.stack),
+            **_copied(s),
+            op_breakdown={k: (int(n), float(ms)) for k, (n, ms) in list(s.op_breakdown.items())},
+            copy_dtypes=dict(s.copy_dtypes),
+            backward={k: (int(n), float(ms)) for k, (n, ms) in list(s.backward.items())},
+        )
+
+    def to_dict(self, top_ops: int = 8) -> dict[str, Any]:
+        d = {
+            "file": self.file,
+            "line": self.line,
+            "function": self.function,
+            "source": self.source,
+            "stack": list(self.stack),
+            **self.counters_dict(),
+            "top_ops": _top(self.op_breakdown, top_ops),
+            "copy_dtypes": dict(self.copy_dtypes),
+        }
+        if self.backward:
+            d["backward"] = {
+                "ops": self.backward_ops,
+                "kernel_time_ms": round(self.backward_ms, 6),
+                "top_ops": _top(self.backward, top_ops),
+            }
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Site:
+        counted = _counted(d)
+        backward = d.get("backward") or {}
+        return cls(
+            file=str(d["file"]),
+            line=int(d["line"]),
+            function=str(d["function"]),
+            source=str(d.get("source", "")),
+            stack=tuple(str(f) for f in d.get("stack", [])),
+            **counted,
+            op_breakdown=_with_rest(
+                d.get("top_ops", []), counted["ops"], counted["kernel_time_ms"]
+            ),
+            copy_dtypes={str(k): int(v) for k, v in d.get("copy_dtypes", {}).items()},
+            backward=_with_rest(
+                backward.get("top_ops", []),
+                int(backward.get("ops", 0)),
+                float(backward.get("kernel_time_ms", 0.0)),
+            )
+            if backward
+            else {},
+        )
