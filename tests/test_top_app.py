@@ -123,7 +123,9 @@ async def test_pause_stops_updates(clock):
         frozen = app.query_one("#gpu-0", GpuCard).sample
         taken = app.samples_taken
         clock.advance(5.0)
-        await pilot.pause(0.5)
+        app.sample_now()  # a wake-up while paused must not sample
+        await wait_until(app.sampling_held.is_set)  # the thread waits at the closed gate
+        await pilot.pause()  # anything already posted is handled (and dropped: paused)
         assert app.samples_taken == taken
         assert app.query_one("#gpu-0", GpuCard).sample == frozen
         await pilot.press("space")

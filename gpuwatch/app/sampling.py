@@ -51,6 +51,8 @@ class SamplingApp(App[Any]):
         self._sample_gate = threading.Event()
         self._sample_gate.set()
         self._sampling_stopped = threading.Event()
+        self.sampling_held = threading.Event()
+        """Set while the sampling thread waits at a closed gate (paused): tests wait on it."""
         self._sampling_thread: threading.Thread | None = None
 
     def start_sampling(self) -> None:
@@ -67,7 +69,10 @@ class SamplingApp(App[Any]):
         assert self.sampler is not None
         stopped = self._sampling_stopped
         while not stopped.is_set():
+            if not self._sample_gate.is_set():
+                self.sampling_held.set()  # paused: nothing is sampled until the gate opens
             self._sample_gate.wait()
+            self.sampling_held.clear()
             if stopped.is_set():
                 break
             try:
