@@ -63,3 +63,21 @@ def duration_ms(ms: float | None) -> str:
     if ms >= 1:
         return f"{ms:.1f} ms"
     return f"{ms * 1000:.0f} µs"
+
+
+def local_time(iso: str | None) -> str:
+    """``2026-11-23T19:20:09.223341+00:00`` as the reader's local time, to the second, with its
+    zone: ``2026-11-23 19:20:09 UTC``; the text as it is when it is not a time."""
+    if not iso:
+        return "?"
+    import datetime as _dt
+
+    try:
+        when = _dt.datetime.fromisoformat(iso)
+    except ValueError:
+        return iso
+    if when.tzinfo is None:
+        return when.strftime("%Y-%m-%d %H:%M:%S")
+    local = when.astimezone()
+    zone = local.tzname() or local.strftime("%z")
+    return f"{local:%Y-%m-%d %H:%M:%S} {zone}"

@@ -97,7 +97,9 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
     )
     r.add_argument("path", metavar="RUN.json")
     r.add_argument("--html", dest="html_path", metavar="PATH", help="write the HTML report here")
-    r.add_argument("--top", type=positive_int, default=5, metavar="N")
+    r.add_argument(
+        "--top", type=positive_int, default=5, metavar="N", help="lines per top list (default 5)"
+    )
     r.set_defaults(handler=run_report)
 
 

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -68,3 +69,53 @@ def explain_failure(pid: int, output: str) -> str:
         return f"process {pid} has exited"
     first = next((line.strip() for line in output.splitlines() if line.strip()), "unknown error")
     return f"py-spy failed on process {pid}: {first.removeprefix('Error: ')}"
+
+
+def _own_files() -> tuple[str, ...]:
+    """gpuwatch's and the profiler's source files, as package-relative paths (py-spy prints
+    ``gpuwatch/runner.py`` or a full path ending so)."""
+    import gpuwatch
+
+    root = Path(gpuwatch.__file__).resolve().parent.parent
+    return tuple(
+        str(p.relative_to(root))
+        for package in ("gpuwatch", "profilers")
+        for p in (root / package).rglob("*.py")
+    )
+
+
+def as_the_users(dump: str, command: str) -> str:
+    """A ``py-spy dump`` of the ``--live`` child as the user expects it: their command on the
+    ``Process`` line (not gpuwatch's child launcher), and neither gpuwatch's frames (the runner,
+    the dispatch mode) nor its threads (named ``gpuwatch-*``) in the stacks."""
+    own = _own_files()
+    out: list[str] = []
+    skipping_thread = False
+    for line in dump.splitlines():
+        if line.startswith("Process "):
+            pid = line.split(":", 1)[0]
+            out.append(f"{pid}: {command}")
+            continue
+        if line.startswith("Thread "):
+            skipping_thread = '"gpuwatch' in line
+            if not skipping_thread:
+                out.append(line)
+            continue
+        if skipping_thread:
+            continue
+        frame = line.strip()
+        if frame.endswith(")") and "(" in frame:
+            where = frame.rsplit("(", 1)[1].rstrip(")").rsplit(":", 1)[0]
+            if where.startswith("<frozen runpy") or where.endswith(own):
+                continue
+        out.append(line)
+    return "\n".join(out) + ("\n" if dump.endswith("\n") else "")
+
+
+def users_dumper(dumper: Callable[[int], str], command: str) -> Callable[[int], str]:
+    """``dumper`` whose dumps read as the user's own (:func:`as_the_users`)."""
+
+    def dump(pid: int) -> str:
+        return as_the_users(dumper(pid), command)
+
+    return dump

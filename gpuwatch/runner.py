@@ -108,12 +108,15 @@ def wait_for_threads() -> None:
     does at exit (``threading._shutdown``): first the stdlib's thread-exit callbacks (they tell
     ``concurrent.futures`` pools to finish their queued work), then the threads, until none is
     left (a thread may start another)."""
-    # NB: private but stable since Python 3.9; the interpreter runs these callbacks once, before
-    # joining, and so do we (taking them out of the list, so they do not run twice).
+    # NB: private but stable since Python 3.9. The callbacks stay registered (they are
+    # idempotent, and the interpreter runs them again at its exit), and the pools' "interpreter
+    # shutting down" flags they set are put back afterwards: the process goes on (it writes the
+    # report; in a test or a notebook it lives on), and its own pools must keep working.
     callbacks = getattr(threading, "_threading_atexits", None)
     if isinstance(callbacks, list):
-        while callbacks:
-            callbacks.pop(0)()
+        for callback in list(callbacks):
+            callback()
+        _reopen_pools()
     me = threading.current_thread()
     while True:
         waiting = [
@@ -125,6 +128,17 @@ def wait_for_threads() -> None:
             return
         for t in waiting:
             t.join()
+
+
+def _reopen_pools() -> None:
+    """Clears the module-wide shutdown flags concurrent.futures' exit callbacks set."""
+    for name, flag in (
+        ("concurrent.futures.thread", "_shutdown"),
+        ("concurrent.futures.process", "_global_shutdown"),
+    ):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, flag, None) is True:
+            setattr(module, flag, False)
 
 
 def _run_main(target: Target) -> Outcome:

@@ -213,6 +213,6 @@ def test_fake_gpu_walkthrough_profile_counts_and_hints_point_at_the_mistakes(tmp
         f"demos/fake_gpu_walkthrough.py:{i}" for i, s in enumerate(source, 1) if "# MISTAKE:" in s
     }
     hinted = set(
-        re.findall(r"(demos/fake_gpu_walkthrough\.py:\d+)\s{2,}\S", summary.split("Hints")[-1])
+        re.findall(r"^  (demos/fake_gpu_walkthrough\.py:\d+)\s*$", summary.split("Hints")[-1], re.M)
     )
     assert hinted == mistakes and len(mistakes) == 5

@@ -158,7 +158,11 @@ async def test_d_shows_where_the_child_is_and_p_pauses_the_display(tmp_path):
 
     def dumper(pid: int) -> str:
         seen.append(pid)
-        return 'Thread 1 (active): "MainThread"\n    <module> (loop.py:9)'
+        return (
+            f"Process {pid}: python -m gpuwatch.live.child {{}}\n"
+            'Thread 1 (active): "MainThread"\n    <module> (loop.py:9)\n'
+            "    _exec_script (gpuwatch/runner.py:206)\n"
+        )
 
     app = make_app(tmp_path, "-1", stack_dumper=dumper)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -166,6 +170,11 @@ async def test_d_shows_where_the_child_is_and_p_pauses_the_display(tmp_path):
         await pilot.press("d")
         assert isinstance(app.screen, StackScreen)
         await wait_until(lambda: seen == [app.session.pid])
+        screen = app.screen
+        assert screen.title_text.endswith("loop.py -1")  # the user's command, not the child's
+        await wait_until(lambda: "loop.py:9" in plain(screen.query_one("#stack")))
+        shown_stack = plain(screen.query_one("#stack"))
+        assert "gpuwatch" not in shown_stack and "loop.py -1" in shown_stack
         await pilot.press("escape")
         await pilot.press("p")
         assert app.paused and "display paused" in plain(app.query_one("#status"))
@@ -319,3 +328,32 @@ async def test_hot_lines_show_the_time_of_a_lines_backward():
         assert str(table.get_cell_at((0, 5))) == "9.5 ms"  # the "its bwd" column
         assert str(table.get_cell_at((1, 5))) == "-"
         assert str(table.get_cell_at((0, 4))) == "4.0 ms"  # its own kernel time
+
+
+def test_a_stack_of_the_child_reads_as_the_users_own():
+    from gpuwatch.pyspy import as_the_users
+
+    dump = (
+        'Process 9707: /venv/bin/python -m gpuwatch.live.child {"fd": 7}\n'
+        "Python v3.11.7 (/usr/bin/python3.11)\n"
+        "\n"
+        'Thread 9707 (idle): "MainThread"\n'
+        "    <module> (loop.py:9)\n"
+        "    _exec_script (gpuwatch/runner.py:206)\n"
+        "    dispatch (/site/lib/profilers/_dispatch.py:180)\n"
+        "    run (gpuwatch/profiling.py:155)\n"
+        "    _run_code (<frozen runpy>:88)\n"
+        'Thread 9713 (idle): "gpuwatch-live-reporter"\n'
+        "    wait (threading.py:331)\n"
+        'Thread 9714 (active): "loader"\n'
+        "    fetch (train/data.py:12)\n"
+    )
+    assert as_the_users(dump, "loop.py --steps 3") == (
+        "Process 9707: loop.py --steps 3\n"
+        "Python v3.11.7 (/usr/bin/python3.11)\n"
+        "\n"
+        'Thread 9707 (idle): "MainThread"\n'
+        "    <module> (loop.py:9)\n"
+        'Thread 9714 (active): "loader"\n'
+        "    fetch (train/data.py:12)\n"
+    )

@@ -72,6 +72,17 @@ def run(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.Complete
     )
 
 
+def profile_here(
+    args: list[str], cwd: Path, monkeypatch, capfd
+) -> subprocess.CompletedProcess[str]:
+    """``gpuwatch ARGS`` in this process (torch is already imported here: a second or so less
+    than a subprocess), for scripts that do not need a process of their own."""
+    monkeypatch.chdir(cwd)
+    code = cli.main(args)
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(["gpuwatch", *args], code, out, err)
+
+
 # -- the ways a run ends --------------------------------------------------------------------------
 
 
@@ -148,7 +159,7 @@ def test_os_exit_in_the_script_still_writes_the_report(tmp_path):
     assert "Copies" in done.stderr  # the summary was printed too
 
 
-def test_work_in_non_daemon_threads_after_main_returns_is_counted(tmp_path):
+def test_work_in_non_daemon_threads_after_main_returns_is_counted(tmp_path, monkeypatch, capfd):
     (tmp_path / "threads.py").write_text(
         FAKE
         + textwrap.dedent("""
@@ -166,7 +177,9 @@ def test_work_in_non_daemon_threads_after_main_returns_is_counted(tmp_path):
         print("main returns")
     """)
     )
-    done = run(["gpuwatch", "profile", "-q", "--json", "r.json", "threads.py"], tmp_path)
+    done = profile_here(
+        ["profile", "-q", "--json", "r.json", "threads.py"], tmp_path, monkeypatch, capfd
+    )
     assert done.returncode == 0, done.stderr
     doc = json.loads((tmp_path / "r.json").read_text())
     assert not doc["partial"]
@@ -191,7 +204,7 @@ def test_sigint_ignored_at_start_stays_ignored_for_the_script(tmp_path):
 # -- scripts that change the interpreter around them -----------------------------------------------
 
 
-def test_a_script_that_clears_sys_path_still_gets_every_report(tmp_path):
+def test_a_script_that_clears_sys_path_still_gets_every_report(tmp_path, monkeypatch, capfd):
     (tmp_path / "paths.py").write_text(
         FAKE
         + textwrap.dedent("""
@@ -201,8 +214,11 @@ def test_a_script_that_clears_sys_path_still_gets_every_report(tmp_path):
         sys.path = ["/nowhere"]
     """)
     )
-    done = run(
-        ["gpuwatch", "profile", "-q", "--json", "r.json", "--html", "r.html", "paths.py"], tmp_path
+    done = profile_here(
+        ["profile", "-q", "--json", "r.json", "--html", "r.html", "paths.py"],
+        tmp_path,
+        monkeypatch,
+        capfd,
     )
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "r.json").read_text())["totals"]["h2d"]["count"] == 1
@@ -226,7 +242,7 @@ def test_names_and_arguments_that_are_not_utf8(tmp_path):
     assert "caf\\xe9.py" in (tmp_path / "r.html").read_text(encoding="utf-8")
 
 
-def test_dash_m_whose_package_raises_shows_the_users_traceback(tmp_path):
+def test_dash_m_whose_package_raises_shows_the_users_traceback(tmp_path, monkeypatch, capfd):
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(
@@ -238,7 +254,11 @@ def test_dash_m_whose_package_raises_shows_the_users_traceback(tmp_path):
     """)
     )
     (pkg / "mod.py").write_text("print('never')\n")
-    done = run(["gpuwatch", "profile", "-q", "--json", "r.json", "-m", "pkg.mod"], tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))  # as python -m finds packages in the cwd
+    monkeypatch.delitem(sys.modules, "pkg", raising=False)
+    done = profile_here(
+        ["profile", "-q", "--json", "r.json", "-m", "pkg.mod"], tmp_path, monkeypatch, capfd
+    )
     assert done.returncode == 1
     assert "RuntimeError: boom in the package" in done.stderr
     assert "pkg/__init__.py" in done.stderr and "gpuwatch" not in done.stderr.split("\n")[1]
@@ -410,3 +430,15 @@ def test_the_scripts_own_share_of_a_gpu_is_shown_beside_the_devices():
         "GPU 0: busy 90% of the run (mean NVML utilisation), memory peak 2.0 GiB; "
         "this script's processes: 28% of its SMs"
     ]
+
+
+def test_waiting_for_the_scripts_threads_leaves_this_processs_pools_working():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpuwatch.runner import wait_for_threads
+
+    pool = ThreadPoolExecutor(1)
+    pool.submit(time.sleep, 0.05)
+    wait_for_threads()  # runs the pools' exit callbacks, as the interpreter would
+    with ThreadPoolExecutor(1) as again:  # a pool made afterwards still takes work
+        assert again.submit(lambda: 7).result(timeout=10) == 7

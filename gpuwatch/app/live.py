@@ -24,17 +24,18 @@ from gpuwatch.app.widgets import (
     GpuCard,
     GpuCards,
     HotLinesTable,
+    ProgressLine,
     RatesPanel,
     RateWindow,
     StatusLine,
 )
 from gpuwatch.gpu_timeline import sample_row, samples_of_used_gpus, used_gpu_indices
-from gpuwatch.live.protocol import Done, Fatal, LiveSnapshot, report_from_snapshot
+from gpuwatch.live.protocol import Done, Fatal, LiveSnapshot, Message, report_from_snapshot
 from gpuwatch.live.result import LiveResult
 from gpuwatch.live.session import ChildSession
 from gpuwatch.nvml.history import History
 from gpuwatch.nvml.sampler import Sampler
-from gpuwatch.pyspy import dump_stack
+from gpuwatch.pyspy import dump_stack, users_dumper
 from gpuwatch.report.write import Output, write_reports
 from profilers import Report
 from profilers.report import printable
@@ -75,6 +76,9 @@ class LiveApp(SamplingApp):
         Binding(
             "s", "summary", "Summary", tooltip="The final summary and hints (once the script ended)"
         ),
+        Binding(
+            "a", "toggle_all_gpus", "All GPUs", tooltip="Every GPU's card, or only the script's"
+        ),
         Binding("question_mark", "help", "Help", key_display="?"),
     ]
 
@@ -92,9 +96,11 @@ class LiveApp(SamplingApp):
         self.session = session
         self.no_gpu_reason = no_gpu_reason
         self.outputs = list(outputs)
+        self.show_all_gpus = False
+        """Every GPU's card (key a), not only those the script uses."""
+        self._devices: list[dict[str, Any]] = []
         self.signalled: int | None = None
         """SIGTERM or SIGHUP that closed the app (the exit code is then 128 + it)."""
-        self._progress_text = ""
         self.top = top
         self.stack_dumper = stack_dumper
         self.gpu_count = sampler.gpu_count if sampler else 0
@@ -119,13 +125,17 @@ class LiveApp(SamplingApp):
         yield Header(show_clock=True)
         if self.sampler is not None:
             yield GpuCards(self.gpu_count, ROWS_FOR_THE_REST, id="cards")
+            yield Static(
+                "The script has used no GPU yet: its cards appear when it does (a: every GPU).",
+                id="gpu-note",
+            )
         else:
             yield Static(f"no GPU stats: {self.no_gpu_reason}", id="no-gpu")
         with Horizontal(id="middle"):
             yield RatesPanel(id="rates")
             yield HotLinesTable(id="lines")
         yield RichLog(id="log", max_lines=2000, wrap=False, markup=False, highlight=False)
-        yield Static(id="progress", markup=False)
+        yield ProgressLine(id="progress")
         yield StatusLine(id="status")
         yield Footer()
 
@@ -136,6 +146,7 @@ class LiveApp(SamplingApp):
             self.session.start()
         self.sub_title = printable(" ".join(self.session.target.command))
         close_on_signals(self._closed_by_signal)
+        self._show_used_gpus([])
         self._relayout()
         self.start_sampling()
         self.set_interval(PUMP_S, self._pump)
@@ -145,10 +156,12 @@ class LiveApp(SamplingApp):
         self._relayout(event.size.width, event.size.height)
 
     def _relayout(self, width: int | None = None, height: int | None = None) -> None:
-        if self.sampler is None:
-            return
         if width is None or height is None:
             width, height = self.size
+        # NB: below 120 columns the rates panel gives the hot lines ten more columns.
+        self.query_one(RatesPanel).set_class(width < 120, "-narrow")
+        if self.sampler is None:
+            return
         self.query_one(GpuCards).relayout(width, height)
 
     # -- GPU stats ----------------------------------------------------------------------------
@@ -167,12 +180,26 @@ class LiveApp(SamplingApp):
                 card.sample = g
                 card.set_history(self.history.of(g.index))
 
-    def _show_used_gpus(self, devices: list[dict[str, Any]]) -> None:
-        used = used_gpu_indices(devices, self.gpu_samples)
-        if not used or self.sampler is None:
-            return  # none used yet, or no telling which: every card stays
-        if self.query_one(GpuCards).show_only(used):
+    def _show_used_gpus(self, devices: list[dict[str, Any]] | None = None) -> None:
+        """Cards for the GPUs the script uses (every card with ``a``, or when there is no
+        telling which: MIG slices); none until it uses one, and a line says so."""
+        if self.sampler is None:
+            return
+        if devices is not None:
+            self._devices = devices
+        used = used_gpu_indices(self._devices, self.gpu_samples)
+        shown = None if self.show_all_gpus or used is None else used
+        cards = self.query_one(GpuCards)
+        changed = cards.show_only(shown)
+        cards.display = shown is None or bool(shown)
+        note = self.query_one("#gpu-note", Static)
+        note.display = not cards.display
+        if changed:
             self._relayout()
+
+    def action_toggle_all_gpus(self) -> None:
+        self.show_all_gpus = not self.show_all_gpus
+        self._show_used_gpus()
 
     # -- the child ----------------------------------------------------------------------------
 
@@ -180,8 +207,31 @@ class LiveApp(SamplingApp):
         if not self.is_running:  # shutting down: on_unmount drains what is left
             return
         drained = self.session.drain()
+        fresh = self._take(drained.messages)
+        log = self.query_one("#log", RichLog)
+        for problem in drained.problems:
+            self.problems.append(problem)
+            self.notify(problem, severity="warning", timeout=4)
+        lines = drained.lines
+        if self.paused:
+            self._held_lines.extend(lines)
+        else:
+            for stream, text in lines:
+                log.write(Text(text, style="red" if stream == "stderr" else ""))
+            if fresh:  # redraw only what changed: a quiet screen costs the terminal nothing
+                self._refresh_counters()
+        self.query_one(ProgressLine).show(
+            "" if self.exit_code is not None else self.session.progress()
+        )
+        if self.exit_code is None and self.session.finished_reading:
+            self._pump_rest()
+            self._ended()
+        self._show_status()
+
+    def _take(self, messages: list[Message]) -> bool:
+        """Keeps what the child said; True if a new snapshot came."""
         fresh = False
-        for msg in drained.messages:
+        for msg in messages:
             if isinstance(msg, LiveSnapshot):
                 fresh = True
                 self.last_snapshot = msg
@@ -191,57 +241,14 @@ class LiveApp(SamplingApp):
                 self.done = msg
             elif isinstance(msg, Fatal):
                 self.fatal = msg.error
-        log = self.query_one("#log", RichLog)
-        for problem in drained.problems:
-            self.problems.append(problem)
-            self.notify(problem, severity="warning", timeout=4)
-        lines = drained.lines
-        if drained.dropped_lines:
-            lines = [
-                *lines,
-                (
-                    "stderr",
-                    f"[gpuwatch: {drained.dropped_lines} lines of output skipped to keep up]",
-                ),
-            ]
-        if self.paused:
-            self._held_lines.extend(lines)
-        else:
-            for stream, text in lines:
-                log.write(Text(text, style="red" if stream == "stderr" else ""))
-            if fresh:  # redraw only what changed: a quiet screen costs the terminal nothing
-                self._refresh_counters()
-        self._show_progress()
-        if self.exit_code is None and self.session.finished_reading:
-            self._pump_rest()
-            self._ended()
-        self._show_status()
-
-    def _show_progress(self) -> None:
-        text = "" if self.exit_code is not None else self.session.progress()
-        if text != self._progress_text:
-            self._progress_text = text
-            widget = self.query_one("#progress", Static)
-            widget.update(text)
-            widget.display = bool(text)
+        return fresh
 
     def _pump_rest(self) -> None:
         """After the child exited: whatever is still queued (the done message, the last lines)."""
         drained = self.session.drain(max_lines=10_000)
+        self._take(drained.messages)
         if not self.is_running:
-            for msg in drained.messages:
-                if isinstance(msg, Done):
-                    self.done = msg
-                elif isinstance(msg, LiveSnapshot):
-                    self.last_snapshot = msg
             return
-        for msg in drained.messages:
-            if isinstance(msg, Done):
-                self.done = msg
-            elif isinstance(msg, LiveSnapshot):
-                self.last_snapshot = msg
-            elif isinstance(msg, Fatal):
-                self.fatal = msg.error
         log = self.query_one("#log", RichLog)
         for stream, text in [*self._held_lines, *drained.lines]:
             log.write(Text(text, style="red" if stream == "stderr" else ""))
@@ -249,7 +256,9 @@ class LiveApp(SamplingApp):
 
     def _refresh_counters(self) -> None:
         snap = self.last_snapshot
-        self.query_one(RatesPanel).show(self._rates.rates(), snap.totals if snap else None)
+        self.query_one(RatesPanel).show(
+            self._rates.rates(), snap.totals if snap else None, ended=self.exit_code is not None
+        )
         if snap is not None:
             self.query_one(HotLinesTable).show(snap.sites, snap.site_count)
             self._show_used_gpus(snap.devices)
@@ -277,7 +286,9 @@ class LiveApp(SamplingApp):
             name = signal.Signals(self.signalled).name
             self.report.error = f"stopped: gpuwatch received {name} ({self.report.error})"
         samples_of_used_gpus(self.report, self.gpu_samples)
-        self.report.options["gpu_stats"] = self.gpu_stats_source
+        self.report.options["gpu_stats"] = (
+            self.sampler.source if self.sampler is not None else self.no_gpu_reason
+        )
         self.written = write_reports(self.report, self.outputs)
         if not interactive:
             return
@@ -285,13 +296,6 @@ class LiveApp(SamplingApp):
             self.notify(message, severity="information" if ok else "error", timeout=6)
         self._refresh_counters()
         self.action_summary()
-
-    @property
-    def gpu_stats_source(self) -> str:
-        """What the GPU samples are: ``"NVML"``, ``"demo"`` (simulated), or why there are none."""
-        if self.sampler is None:
-            return self.no_gpu_reason
-        return "demo" if self.sampler.backend.simulated else "NVML"
 
     # -- signals ------------------------------------------------------------------------------
 
@@ -351,7 +355,9 @@ class LiveApp(SamplingApp):
         if self.exit_code is not None or self.session.pid is None:
             self.notify("the script has ended", severity="warning")
             return
-        self.push_screen(StackScreen(self.session.pid, "the profiled script", self.stack_dumper))
+        command = printable(" ".join(self.session.target.command))
+        dumper = users_dumper(self.stack_dumper, command)
+        self.push_screen(StackScreen(self.session.pid, command, dumper))
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused

@@ -206,6 +206,9 @@ class ChildSession:
             except queue.Empty:
                 break
         out.dropped_lines, self._dropped = self._dropped, 0
+        if out.dropped_lines:
+            note = f"[gpuwatch: {out.dropped_lines} lines of output skipped to keep up]"
+            out.lines.append(("stderr", note))
         return out
 
     @property

@@ -50,6 +50,11 @@ class Sampler:
         return self._count
 
     @property
+    def source(self) -> str:
+        """What the samples are, for reports: ``"demo"`` (simulated) or ``"NVML"``."""
+        return "demo" if self.backend.simulated else "NVML"
+
+    @property
     def driver_version(self) -> str | None:
         return self._driver
 

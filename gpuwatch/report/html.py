@@ -263,7 +263,7 @@ def _header(r: Report) -> str:
     ) + "".join(f"<p class=partial>{_e(line)}</p>" for line in internal_error_lines(r))
     return (
         f"<h1>gpuwatch profile <code>{_e(' '.join(r.command))}</code></h1>\n"
-        f"<div class=meta>exit code {r.exit_code} · started {_e(r.started_at or '?')} · "
+        f"<div class=meta>exit code {r.exit_code} · started {_e(fmt.local_time(r.started_at))} · "
         f"devices: {devices}</div>\n{partial}"
     )
 

@@ -7,12 +7,13 @@ from collections.abc import Callable
 from rich import box
 from rich.console import Group, RenderableType
 from rich.markup import escape
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from gpuwatch import _format as fmt
-from gpuwatch.report.hints import hints
+from gpuwatch.report.hints import Hint, hints
 from profilers import DIRECTIONS, Report, Site
 
 DIRECTION_NAMES = {
@@ -41,15 +42,20 @@ def summary(report: Report, top: int = 5) -> RenderableType:
             parts.append(_sites_table(title, sites, value))
     found = hints(report)
     if found:
-        table = Table(title="Hints", title_justify="left", box=box.SIMPLE_HEAD, expand=False)
-        table.add_column("line", style="cyan", no_wrap=True)
-        table.add_column("what to change")
-        table.add_column("evidence", style="dim")
-        for h in found[:12]:
-            table.add_row(escape(h.where), escape(h.message), escape(h.evidence))
-        parts.append(table)
+        parts.append(_hints(found[:12]))
     else:
         parts.append(Text("No hints: no line copies or syncs often enough to flag.", style="green"))
+    return Group(*parts)
+
+
+def _hints(found: list[Hint]) -> RenderableType:
+    """Each hint as a short paragraph under its line: advice wraps at any width, never cut
+    (a table cut it at 80 columns, or whenever stderr was not a terminal)."""
+    parts: list[RenderableType] = [Text("Hints", style="italic")]
+    for h in found:
+        parts.append(Padding(Text(h.where, style="cyan"), (0, 0, 0, 2)))
+        parts.append(Padding(Text(h.message), (0, 0, 0, 4)))
+        parts.append(Padding(Text(f"evidence: {h.evidence}", style="dim"), (0, 0, 0, 4)))
     return Group(*parts)
 
 

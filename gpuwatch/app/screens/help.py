@@ -29,10 +29,10 @@ class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > VerticalScroll {
-        width: auto; max-width: 90%; height: auto; max-height: 90%;
+        width: 100; max-width: 95%; height: auto; max-height: 90%;
         border: round $accent; padding: 0 1; background: $surface;
     }
-    HelpScreen Static { width: auto; }
+    HelpScreen Static { width: 100%; }
     """
     BINDINGS = [
         Binding("escape,q,question_mark", "dismiss", "Close", key_display="esc"),
@@ -44,9 +44,9 @@ class HelpScreen(ModalScreen[None]):
         self.about = about
 
     def compose(self) -> ComposeResult:
-        table = Table(box=None, show_header=False, padding=(0, 2, 0, 0))
+        table = Table(box=None, show_header=False, padding=(0, 2, 0, 0), expand=True)
         table.add_column(style="bold cyan", no_wrap=True)
-        table.add_column()
+        table.add_column(overflow="fold", ratio=1)
         for title, bindings in self.sections:
             table.add_row(f"[bold]{title}[/]", "")
             for keys, what in _rows(bindings):
@@ -56,5 +56,6 @@ class HelpScreen(ModalScreen[None]):
             scroll.border_title = "Keys"
             scroll.border_subtitle = "esc closes"
             if self.about:
-                yield Static(self.about + "\n")
+                # NB: as wide as the box, so the text wraps to it instead of running off its edge.
+                yield Static(self.about + "\n", id="help-about")
             yield Static(table, id="help-table")

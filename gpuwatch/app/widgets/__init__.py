@@ -6,6 +6,7 @@ from gpuwatch.app.widgets.history import History
 from gpuwatch.app.widgets.hot_lines import HotLinesTable
 from gpuwatch.app.widgets.meter import Meter
 from gpuwatch.app.widgets.process_table import ProcessTable
+from gpuwatch.app.widgets.progress_line import ProgressLine
 from gpuwatch.app.widgets.rates import RatesPanel, RateWindow
 from gpuwatch.app.widgets.status_line import StatusLine
 
@@ -16,6 +17,7 @@ __all__ = [
     "HotLinesTable",
     "Meter",
     "ProcessTable",
+    "ProgressLine",
     "RateWindow",
     "RatesPanel",
     "StatusLine",

@@ -1,10 +1,13 @@
-"""The hottest user lines of the profiled script, updated in place."""
+"""The hottest user lines of the profiled script, updated in place, laid out for the width the
+table has: the figures stay whole, the line is its file's short name, and the source is what gets
+cut (never the numbers)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rich.text import Text
+from textual import events
 from textual.widgets import DataTable
 
 from gpuwatch import _format as fmt
@@ -13,6 +16,45 @@ COLUMNS = ("line", "syncs", "bytes", "copies", "kernel", "its bwd", "ops", "sour
 """``its bwd``: the time of the backward of the line's forward ops (also in the .backward() line's
 kernel time)."""
 
+#: Figures in the order they are given up when the table is narrow, last first; the first
+#: ``KEPT`` stay at any width (the source is cut before them).
+FIGURES = ("syncs", "bytes", "kernel", "copies", "its bwd", "ops")
+KEPT = 2
+#: Widths of the figure columns (their usual longest value: "1527", "3.0 MiB", "972.9 ms").
+WIDTHS = {"syncs": 6, "bytes": 9, "copies": 6, "kernel": 8, "its bwd": 8, "ops": 6}
+#: The room the source keeps, when there is any to share, before a figure is given up.
+MIN_SOURCE = 16
+#: Less room than this and the source is not shown at all.
+NO_SOURCE = 6
+#: Cell padding DataTable adds on each side of every column.
+PAD = 1
+
+
+def short_path(path: str, room: int) -> str:
+    """``path`` when it fits in ``room``, else its last parts, else the end of its file name
+    (``…walkthrough.py``): the line number beside it always stays whole."""
+    if len(path) <= room:
+        return path
+    parts = path.split("/")
+    for k in range(len(parts) - 1, 0, -1):
+        tail = "…/" + "/".join(parts[-k:])
+        if len(tail) <= room:
+            return tail
+    name = parts[-1]
+    return name if len(name) <= room else "…" + name[len(name) - max(1, room - 1) :]
+
+
+def layout(width: int, line_width: int) -> tuple[list[str], int]:
+    """The figure columns that fit ``width`` beside a ``line_width`` line column, and the room
+    left for the source (0: no source column)."""
+    shown = list(FIGURES)
+    while True:
+        used = line_width + 2 * PAD + sum(WIDTHS[f] + 2 * PAD for f in shown)
+        room = width - used - 2 * PAD
+        if room >= MIN_SOURCE or len(shown) <= KEPT:
+            return [f for f in COLUMNS if f in shown], room if room >= NO_SOURCE else 0
+        shown.pop()
+
 
 class HotLinesTable(DataTable[Text]):
     """Sites from a live snapshot, busiest first; the selected line stays selected."""
@@ -20,38 +62,80 @@ class HotLinesTable(DataTable[Text]):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
         self.sites: list[dict[str, Any]] = []
+        self.site_count = 0
+        self.shown_columns: list[str] = []
+        """The columns laid out for the current width (for tests and the help)."""
+        self._laid_out_for: tuple[int, int] | None = None
 
     def on_mount(self) -> None:
-        for name in COLUMNS:
-            self.add_column(name, key=name)
         self.border_title = "Hottest lines"
+        self._layout()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.show(self.sites, self.site_count)
+
+    def _line_width(self) -> int:
+        # NB: the line column holds the short path: the whole relative path would take the room
+        # the source needs (a 160-column terminal cut the source to about 25 characters). It
+        # gets at most what the figures that always stay leave it.
+        kept = sum(WIDTHS[f] + 2 * PAD for f in FIGURES[:KEPT])
+        room = max(10, min(28, (self.size.width or 80) - 2 - 2 * PAD - kept))
+        widest = max((len(self._label(s, room)) for s in self.sites), default=4)
+        return max(4, min(room, widest))
+
+    def _label(self, s: dict[str, Any], room: int) -> str:
+        return f"{short_path(s['file'], room - len(str(s['line'])) - 1)}:{s['line']}"
+
+    def _layout(self) -> None:
+        width = self.size.width or 80
+        line_width = self._line_width()
+        if self._laid_out_for == (width, line_width):
+            return
+        self._laid_out_for = (width, line_width)
+        figures, source = layout(width - 2, line_width)  # room for a vertical scrollbar
+        self.shown_columns = ["line", *figures, *(["source"] if source else [])]
+        self.clear(columns=True)
+        self.add_column("line", key="line", width=line_width)
+        for name in figures:
+            self.add_column(name, key=name, width=WIDTHS[name])
+        if source:
+            self.add_column("source", key="source", width=source)
 
     def show(self, sites: list[dict[str, Any]], site_count: int) -> None:
         selected = self.selected_key
-        self.sites = sites
+        self.sites, self.site_count = sites, site_count
+        self._layout()
         self.clear()
+        room = self._line_width()
         for s in sites:
-            copies = sum(s[w]["count"] for w in ("h2d", "d2h", "d2d", "p2p"))
-            nbytes = sum(s[w]["bytes"] for w in ("h2d", "d2h", "d2d", "p2p"))
-            causes = ", ".join(f"{k} {v}" for k, v in s["syncs"]["by_cause"].items())
-            self.add_row(
-                Text(f"{s['file']}:{s['line']}", style="cyan"),
-                Text(
+            cells = {
+                "line": Text(self._label(s, room), style="cyan"),
+                "syncs": Text(
                     str(s["syncs"]["count"]),
                     justify="right",
                     style="yellow" if s["syncs"]["count"] else "",
                 ),
-                Text(fmt.size(nbytes), justify="right"),
-                Text(str(copies), justify="right"),
-                Text(fmt.duration_ms(s["kernel_time_ms"]), justify="right"),
-                Text(
+                "bytes": Text(
+                    fmt.size(sum(s[w]["bytes"] for w in ("h2d", "d2h", "d2d", "p2p"))),
+                    justify="right",
+                ),
+                "copies": Text(
+                    str(sum(s[w]["count"] for w in ("h2d", "d2h", "d2d", "p2p"))), justify="right"
+                ),
+                "kernel": Text(fmt.duration_ms(s["kernel_time_ms"]), justify="right"),
+                "its bwd": Text(
                     fmt.duration_ms(s["backward"]["kernel_time_ms"]) if s.get("backward") else "-",
                     justify="right",
                 ),
-                Text(str(s["ops"]), justify="right"),
-                Text(s["source"] + (f"   [{causes}]" if causes else "")),
-                key=f"{s['file']}:{s['line']}",
+                "ops": Text(str(s["ops"]), justify="right"),
+            }
+            causes = ", ".join(f"{k} {v}" for k, v in s["syncs"]["by_cause"].items())
+            cells["source"] = Text(
+                s["source"] + (f"   [{causes}]" if causes else ""),
+                no_wrap=True,
+                overflow="ellipsis",
             )
+            self.add_row(*(cells[c] for c in self.shown_columns), key=f"{s['file']}:{s['line']}")
         keys = [f"{s['file']}:{s['line']}" for s in sites]
         if selected in keys:
             self.move_cursor(row=keys.index(selected), animate=False)

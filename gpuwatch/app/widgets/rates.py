@@ -62,18 +62,28 @@ class RatesPanel(Static):
 
     DEFAULT_CSS = """
     RatesPanel { width: 46; height: auto; border: round $primary-darken-2; padding: 0 1; }
+    RatesPanel.-narrow { width: 36; }
     """
 
-    def show(self, rates: dict[str, Any] | None, totals: dict[str, Any] | None) -> None:
+    def show(
+        self, rates: dict[str, Any] | None, totals: dict[str, Any] | None, ended: bool = False
+    ) -> None:
+        """``ended``: the script has stopped, so every rate is 0 and the panel says so (the last
+        second's rates would read as a script still working)."""
+        if ended:
+            rates = None
+        narrow = self.has_class("-narrow")  # no room for copies per second
         t = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, expand=True)
-        t.add_column("copies")
-        t.add_column("/s", justify="right")
-        t.add_column("bytes/s", justify="right")
-        t.add_column("total", justify="right")
+        t.add_column("dir" if narrow else "copies")
+        if not narrow:
+            t.add_column("/s", justify="right")
+        t.add_column("bytes/s", justify="right", no_wrap=True)
+        t.add_column("total", justify="right", no_wrap=True)
         for way in DIRECTIONS:
             n, b = rates[way] if rates else (0.0, 0.0)
             total = totals[way]["bytes"] if totals else 0
-            t.add_row(way, f"{n:.0f}", fmt.rate(b) if b else "-", fmt.size(total))
+            row = [way, fmt.rate(b) if b else "-", fmt.size(total)]
+            t.add_row(*(row if narrow else [way, f"{n:.0f}", *row[1:]]))
         line = Text()
         if rates:
             line.append(
@@ -86,9 +96,12 @@ class RatesPanel(Static):
             line.append(
                 f"\nops {rates['ops']:.0f}/s, timed ops {rates['kernel_pct']:.0f}% of wall time"
             )
+        elif ended:
+            line.append("the script has ended: nothing moves now", style="dim")
         else:
             line.append("waiting for the script's first counters…", style="dim")
         if totals:
-            line.append(f"\nsyncs so far {totals['syncs']['count']:,}", style="dim")
-        self.border_title = "Live rates (last second)"
+            what = "syncs in all" if ended else "syncs so far"
+            line.append(f"\n{what} {totals['syncs']['count']:,}", style="dim")
+        self.border_title = "Rates (script ended)" if ended else "Live rates (last second)"
         self.update(Group(t, line))

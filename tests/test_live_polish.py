@@ -1,0 +1,203 @@
+"""What a first run of ``--live`` and the reports shows a user, at 80x24 and 160x45: each rough
+edge of the issue, driven with Pilot or rendered, as a user would see it."""
+
+from __future__ import annotations
+
+import io
+import textwrap
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from gpuwatch import cli
+from gpuwatch.app.live import LiveApp
+from gpuwatch.app.screens import HelpScreen
+from gpuwatch.app.widgets import GpuCard, HotLinesTable, RatesPanel
+from gpuwatch.app.widgets.hot_lines import layout, short_path
+from gpuwatch.live.session import ChildSession
+from gpuwatch.nvml import FakeBackend, Sampler
+from gpuwatch.profiling import ProfileOptions
+from gpuwatch.report.write import Output
+from gpuwatch.runner import Target
+from tests.conftest import plain, wait_until
+
+# Copies from a deep folder, so the line column has a long path to shorten.
+SCRIPT = textwrap.dedent("""
+    import sys, time, torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    time.sleep(float(sys.argv[1]))  # before any GPU is used
+    with FakeTensorMode(shape_env=ShapeEnv()):
+        for i in range(int(sys.argv[2])):
+            torch.randn(1536).to("cuda:1")  # 6.0 KiB each, on the second GPU
+            torch.randn(4).to("cuda:1").sum().item()
+            time.sleep(0.01)
+""")
+
+
+def make_app(tmp_path: Path, *args: str) -> LiveApp:
+    folder = tmp_path / "experiments" / "2026" / "resnet_baseline"
+    folder.mkdir(parents=True)
+    (folder / "train_loop.py").write_text(SCRIPT)
+    session = ChildSession(
+        Target("experiments/2026/resnet_baseline/train_loop.py", list(args)),
+        ProfileOptions(),
+        interval_s=0.1,
+        cwd=str(tmp_path),
+    )
+    return LiveApp(
+        session,
+        Sampler(FakeBackend(gpu_count=2), interval_s=0.2),
+        gpu_interval_s=0.2,
+        outputs=[Output("json", str(tmp_path / "r.json"))],
+    )
+
+
+def shown_cards(app: LiveApp) -> list[int]:
+    return [c.index for c in app.query(GpuCard) if c.display and app.query_one("#cards").display]
+
+
+async def test_at_80x24_cards_follow_the_gpus_used_lines_fit_and_rates_stop(tmp_path):
+    app = make_app(tmp_path, "1.5", "40")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(lambda: app.snapshots_seen >= 1, 30)
+        # Before the script touches a GPU: no card is the script's, a line says so.
+        assert shown_cards(app) == [] and app.query_one("#gpu-note").display
+        await pilot.press("a")  # every GPU on request
+        await pilot.pause()
+        assert shown_cards(app) == [0, 1]
+        await pilot.press("a")
+        await wait_until(lambda: shown_cards(app) == [1], 30)  # it used cuda:1 only
+        table = app.query_one(HotLinesTable)
+        await wait_until(lambda: len(table.sites) >= 2, 30)
+        # 42 columns for the table at 80x24 (the rates panel narrows): the figures that matter
+        # stay whole, the path is short, and the source is what goes.
+        assert table.shown_columns == ["line", "syncs", "bytes"]
+        labels = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+        assert labels and all(label.startswith("…/train_loop.py:") for label in labels), labels
+        col = table.shown_columns.index("bytes")
+        assert any(str(table.get_row_at(i)[col]).endswith("KiB") for i in range(table.row_count))
+        await wait_until(lambda: app.exit_code is not None, 60)
+        await pilot.press("escape")  # the summary screen the run ends on
+        await pilot.pause(0.2)
+        rates = app.query_one(RatesPanel)
+        assert rates.border_title == "Rates (script ended)"
+        text = plain(rates)
+        assert "the script has ended" in text and "/s" in text
+        assert "MiB/s" not in text and "KiB/s" not in text  # no rate left standing
+
+
+async def test_at_160x45_the_source_gets_the_room_the_path_gave_back(tmp_path):
+    app = make_app(tmp_path, "0", "30")
+    async with app.run_test(size=(160, 45)):
+        table = app.query_one(HotLinesTable)
+        await wait_until(lambda: len(table.sites) >= 2, 60)
+        assert table.shown_columns == [
+            "line",
+            "syncs",
+            "bytes",
+            "copies",
+            "kernel",
+            "its bwd",
+            "ops",
+            "source",
+        ]
+        line, source = table.columns["line"], table.columns["source"]  # type: ignore[index]
+        # The line holds "…/train_loop.py:9" (17), not the 47-character path: the source gets
+        # 34 columns where it had about 25.
+        assert line.width == 17 and source.width == 34
+        app.session.stop()
+
+
+def test_the_line_column_shortens_paths_and_the_source_goes_first():
+    assert short_path("experiments/2026/resnet/train.py", 40) == "experiments/2026/resnet/train.py"
+    assert short_path("experiments/2026/resnet/train.py", 17) == "…/resnet/train.py"
+    assert short_path("experiments/2026/resnet/train.py", 12) == "…/train.py"
+    assert short_path("experiments/2026/resnet/train.py", 8) == "train.py"
+    assert short_path("experiments/2026/resnet/train.py", 5) == "…n.py"  # the number stays whole
+    # 20 + 2 for the line, 6 figures with their padding (8 + 11 + 10 + 8 + 10 + 8 = 55): 81 left
+    assert layout(160, 20) == (["syncs", "bytes", "copies", "kernel", "its bwd", "ops"], 81)
+    # Narrower: ops, its bwd, copies go (last first) while the source has under 16 columns...
+    # 16 + 2, then syncs 8, bytes 11, kernel 10: 47 used, 2 for the scrollbar: 21 left
+    assert layout(70, 16) == (["syncs", "bytes", "kernel"], 21)
+    # ...then the source itself: syncs and bytes stay at any width.
+    assert layout(40, 16) == (["syncs", "bytes"], 0)
+
+
+def test_hints_wrap_and_are_never_cut_at_any_width():
+    from gpuwatch.report.hints import hints
+    from gpuwatch.report.text import summary
+    from tests.test_report_render import report
+
+    r = report()
+    messages = [h.message for h in hints(r)]
+    assert messages
+    for width in (60, 80, 100):
+        out = io.StringIO()
+        Console(file=out, width=width, color_system=None).print(summary(r))
+        text = out.getvalue().split("Hints", 1)[1]
+        assert "…" not in text
+        flowing = " ".join(text.split())
+        for message in messages:
+            assert " ".join(message.split()) in flowing, (width, message)
+
+
+def test_html_header_shows_local_time_to_the_second_with_its_zone(monkeypatch):
+    import time as _time
+
+    from gpuwatch._format import local_time
+
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    _time.tzset()
+    try:
+        assert local_time("2026-11-23T19:20:09.223341+00:00") == "2026-11-23 20:20:09 CET"
+        assert local_time("not a time") == "not a time" and local_time(None) == "?"
+    finally:
+        monkeypatch.undo()
+        _time.tzset()
+
+
+def test_report_help_describes_top(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["report", "--help"])
+    out = capsys.readouterr().out
+    assert "--top N" in out and "lines per top list (default 5)" in out
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)])
+async def test_the_live_help_wraps_inside_the_screen(size):
+    from textual.app import App
+
+    class Host(App[None]):
+        def on_mount(self) -> None:
+            about = "The script runs in its own process under the profiler. " * 4
+            self.push_screen(HelpScreen([("gpuwatch profile --live", LiveApp.BINDINGS)], about))
+
+    app = Host()
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        about = app.screen.query_one("#help-about")
+        box = app.screen.query_one("VerticalScroll")
+        assert box.region.right <= size[0] and about.region.right <= box.region.right
+        assert about.size.height >= 2  # the paragraph wraps inside the box, nothing runs off
+        table = app.screen.query_one("#help-table")
+        assert table.region.right <= box.region.right
+
+
+def test_live_honours_gpu_interval(tmp_path, monkeypatch):
+    from gpuwatch.live.result import LiveResult
+
+    seen = {}
+
+    def run_guarded(self: LiveApp) -> LiveResult:
+        seen["app"] = self.interval_s
+        seen["sampler"] = self.sampler.interval_s if self.sampler else None
+        return LiveResult(0, None, [], None, None)
+
+    monkeypatch.setattr(LiveApp, "run_guarded", run_guarded)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.py").write_text("pass\n")
+    assert cli.main(["profile", "--live", "--demo", "--gpu-interval", "2.5", "s.py"]) == 0
+    assert seen == {"app": 2.5, "sampler": 2.5}
