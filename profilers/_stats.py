@@ -96,7 +96,36 @@ def add_entries(into: dict[str, list[float]], ops: dict[str, list[float]]) -> tu
     return count, total
 
 
-class Counters:
+class Counted:
+    """What totals and a line share, read-only: copies per direction, syncs, kernel time and
+    ops. Both the accumulators here and the report's records (profilers/records.py) are these."""
+
+    __slots__ = ()
+    h2d: Copies
+    d2h: Copies
+    d2d: Copies
+    p2p: Copies
+    syncs: Syncs
+    kernel_time_ms: float
+    ops: int
+
+    def copies(self, way: str) -> Copies:
+        c: Copies = getattr(self, way)
+        return c
+
+    @property
+    def bytes_moved(self) -> int:
+        return sum(self.copies(way).bytes for way in DIRECTIONS)
+
+    def counters_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {way: self.copies(way).to_dict() for way in DIRECTIONS}
+        d["syncs"] = self.syncs.to_dict()
+        d["kernel_time_ms"] = round(self.kernel_time_ms, 6)
+        d["ops"] = self.ops
+        return d
+
+
+class Counters(Counted):
     """Everything counted for one site, or for the whole run."""
 
     __slots__ = ("d2d", "d2h", "h2d", "kernel_time_ms", "op_breakdown", "ops", "p2p", "syncs")
@@ -112,10 +141,6 @@ class Counters:
         self.op_breakdown: dict[str, list[float]] = {}
         """op name -> [count, kernel_time_ms]."""
 
-    def copies(self, way: str) -> Copies:
-        c: Copies = getattr(self, way)
-        return c
-
     def merge(self, other: Counters) -> None:
         self.merge_counts(other)
         add_entries(self.op_breakdown, other.op_breakdown)
@@ -127,17 +152,6 @@ class Counters:
         self.syncs.merge(other.syncs)
         self.kernel_time_ms += other.kernel_time_ms
         self.ops += other.ops
-
-    @property
-    def bytes_moved(self) -> int:
-        return sum(self.copies(way).bytes for way in DIRECTIONS)
-
-    def counters_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {way: self.copies(way).to_dict() for way in DIRECTIONS}
-        d["syncs"] = self.syncs.to_dict()
-        d["kernel_time_ms"] = round(self.kernel_time_ms, 6)
-        d["ops"] = self.ops
-        return d
 
 
 OTHER_OPS = "(other ops)"

@@ -12,37 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from profilers._names import DIRECTIONS
-from profilers._stats import OTHER_OPS, Copies, Counters, SiteStats, Syncs
+from profilers._stats import OTHER_OPS, Copies, Counted, Counters, SiteStats, Syncs
 
 OpTimes = dict[str, tuple[int, float]]
 """op name -> (count, kernel_time_ms)."""
-
-
-class _Counted:
-    """What totals and a line share: copies per direction, syncs, kernel time, ops."""
-
-    h2d: Copies
-    d2h: Copies
-    d2d: Copies
-    p2p: Copies
-    syncs: Syncs
-    kernel_time_ms: float
-    ops: int
-
-    def copies(self, way: str) -> Copies:
-        c: Copies = getattr(self, way)
-        return c
-
-    @property
-    def bytes_moved(self) -> int:
-        return sum(self.copies(way).bytes for way in DIRECTIONS)
-
-    def counters_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {way: self.copies(way).to_dict() for way in DIRECTIONS}
-        d["syncs"] = self.syncs.to_dict()
-        d["kernel_time_ms"] = round(self.kernel_time_ms, 6)
-        d["ops"] = self.ops
-        return d
 
 
 def _counted(d: dict[str, Any]) -> dict[str, Any]:
@@ -67,7 +40,7 @@ def _copied(c: Counters) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Totals(_Counted):
+class Totals(Counted):
     """The whole run's counts (``totals`` in the report)."""
 
     h2d: Copies = field(default_factory=Copies)
@@ -102,7 +75,7 @@ def _with_rest(top: list[dict[str, Any]], count: int, ms: float) -> OpTimes:
 
 
 @dataclass(frozen=True)
-class Site(_Counted):
+class Site(Counted):
     """One line of the user's code and everything charged to it (an entry of ``sites``)."""
 
     file: str

@@ -56,3 +56,17 @@ def default_signals() -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
+
+
+def read_pty(fd: int) -> bytes:
+    """What a pseudo-terminal has for us within 0.1 s (b"" when nothing, or when it closed)."""
+    import os
+    import select
+
+    ready, _, _ = select.select([fd], [], [], 0.1)
+    if not ready:
+        return b""
+    try:
+        return os.read(fd, 65536)
+    except OSError:
+        return b""

@@ -20,7 +20,7 @@ from gpuwatch.nvml import FakeBackend, Sampler
 from gpuwatch.profiling import ProfileOptions
 from gpuwatch.report.write import Output
 from gpuwatch.runner import Target
-from tests.conftest import default_signals, plain, wait_until
+from tests.conftest import default_signals, plain, read_pty, wait_until
 
 LOOP = textwrap.dedent("""
     import os, signal, sys, time, torch
@@ -257,13 +257,13 @@ def test_the_command_runs_in_a_terminal_and_quits_with_the_scripts_exit_code(tmp
             assert time.monotonic() < deadline and proc.poll() is None, screen[-3000:].decode(
                 errors="replace"
             )
-            screen += _read(master)
+            screen += read_pty(master)
         time.sleep(1.0)
         os.write(master, b"q")
         while proc.poll() is None:  # q quits from the summary screen the run ends on
             assert time.monotonic() < deadline, screen[-3000:].decode(errors="replace")
-            screen += _read(master)
-        screen += _read(master)
+            screen += read_pty(master)
+        screen += read_pty(master)
     finally:
         proc.kill()
         os.close(master)
@@ -272,18 +272,6 @@ def test_the_command_runs_in_a_terminal_and_quits_with_the_scripts_exit_code(tmp
     assert doc["exit_code"] == 3 and doc["totals"]["h2d"]["count"] == 10
     text = screen.decode(errors="replace")
     assert "gpuwatch: wrote r.json" in text and "Top lines by syncs" in text  # left on the terminal
-
-
-def _read(fd: int) -> bytes:
-    import select
-
-    ready, _, _ = select.select([fd], [], [], 0.1)
-    if not ready:
-        return b""
-    try:
-        return os.read(fd, 65536)
-    except OSError:
-        return b""
 
 
 def test_demo_without_live_is_refused(tmp_path):

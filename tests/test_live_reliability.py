@@ -24,7 +24,7 @@ from gpuwatch.nvml import FakeBackend, Sampler
 from gpuwatch.profiling import ProfileOptions
 from gpuwatch.report.write import Output
 from gpuwatch.runner import Target
-from tests.conftest import default_signals, plain, wait_until
+from tests.conftest import default_signals, plain, read_pty, wait_until
 
 LOOP = textwrap.dedent("""
     import os, sys, time, torch
@@ -52,18 +52,6 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _read(fd: int) -> bytes:
-    import select
-
-    ready, _, _ = select.select([fd], [], [], 0.1)
-    if not ready:
-        return b""
-    try:
-        return os.read(fd, 65536)
-    except OSError:
-        return b""
-
-
 def _start_live(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, bytearray]:
     (tmp_path / "loop.py").write_text(LOOP)
     master, slave = pty.openpty()
@@ -83,9 +71,9 @@ def _start_live(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, bytearray
     deadline = time.monotonic() + 60
     while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text():
         assert time.monotonic() < deadline and proc.poll() is None, screen[-2000:]
-        screen += _read(master)
+        screen += read_pty(master)
     time.sleep(0.5)  # a few snapshots in
-    screen += _read(master)
+    screen += read_pty(master)
     return proc, master, screen
 
 
@@ -100,8 +88,8 @@ def test_a_signal_to_live_stops_the_child_writes_the_report_and_restores_the_ter
         deadline = time.monotonic() + 30
         while proc.poll() is None:
             assert time.monotonic() < deadline, screen[-2000:]
-            screen += _read(master)
-        screen += _read(master)
+            screen += read_pty(master)
+        screen += read_pty(master)
     finally:
         proc.kill()
         os.close(master)
