@@ -221,7 +221,7 @@ async def test_demo_stats_are_labelled_simulated_everywhere(tmp_path):
         from torch._subclasses.fake_tensor import FakeTensorMode
         with FakeTensorMode():
             torch.randn(4).to("cuda:0")
-        time.sleep(0.6)
+        time.sleep(0.4)
         """,
     )
     async with app.run_test(size=(120, 40)):
