@@ -46,8 +46,11 @@ MAX_DEMO_GPUS = 64
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # NB: allow_abbrev=False everywhere: a prefix must never pick another option silently
+    # (--trace was taken as --trace-syncs).
     parser = argparse.ArgumentParser(
         prog="gpuwatch",
+        allow_abbrev=False,
         description="Why is my GPU idle? Live GPU stats, and a profiler of the copies and "
         "synchronisations a PyTorch script makes.",
     )
@@ -57,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     top = sub.add_parser(
         "top",
+        allow_abbrev=False,
         help="live per-GPU stats and processes (NVML)",
         description="Live per-GPU utilisation, memory, temperature, power, clocks, PCIe/NVLink "
         "traffic and processes, from NVML.",

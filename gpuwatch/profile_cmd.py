@@ -16,6 +16,7 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
     positive_int = bounded_int(1, 1_000_000)
     p = sub.add_parser(
         "profile",
+        allow_abbrev=False,
         help="run a PyTorch script and count its device copies, syncs and kernel time",
         description="Run a Python script (or -m module) under gpuwatch's profiler: every "
         "host->GPU, GPU->host and GPU->GPU copy, every host/GPU synchronisation and the kernel "
@@ -30,7 +31,27 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
     p.add_argument(
         "--html", dest="html_path", metavar="PATH", help="write a self-contained HTML report here"
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
+    p.add_argument(
+        "--trace",
+        dest="trace_path",
+        metavar="PATH",
+        help="write the copies, syncs and GPU samples as a Chrome trace (Perfetto opens it)",
+    )
+    p.add_argument(
+        "-o",
+        dest="output_paths",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="write a report here, its kind from the ending: .json, .html or .trace.json "
+        "(repeatable)",
+    )
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="quiet: no summary, no 'wrote' lines (errors only)",
+    )
     p.add_argument(
         "--top", type=positive_int, default=5, metavar="N", help="lines per top list (default 5)"
     )
@@ -91,12 +112,16 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
 
     r = sub.add_parser(
         "report",
+        allow_abbrev=False,
         help="re-render a saved gpuwatch profile JSON",
         description="Print the summary of a saved run (gpuwatch profile --json), optionally "
         "writing its HTML report.",
     )
     r.add_argument("path", metavar="RUN.json")
     r.add_argument("--html", dest="html_path", metavar="PATH", help="write the HTML report here")
+    r.add_argument(
+        "--trace", dest="trace_path", metavar="PATH", help="write a Chrome trace (Perfetto) here"
+    )
     r.add_argument(
         "--top", type=positive_int, default=5, metavar="N", help="lines per top list (default 5)"
     )
@@ -146,10 +171,17 @@ def _target(args: argparse.Namespace) -> Any:
 
 def run_profile(args: argparse.Namespace) -> int:
     from gpuwatch.profiling import ProfileOptions, run_profiled
-    from gpuwatch.report.write import check_outputs, outputs, write_outputs, write_reports
+    from gpuwatch.report.write import (
+        check_outputs,
+        output_for,
+        outputs,
+        write_outputs,
+        write_reports,
+    )
 
     target = _target(args)
-    wanted = outputs(args.json_path, args.html_path)
+    wanted = outputs(args.json_path, args.html_path, args.trace_path)
+    wanted += [output_for(path) for path in args.output_paths]
     check_outputs(wanted, inputs=[] if target.module else [target.name])
     if args.demo and not args.live:
         raise CliError("--demo goes with --live (it simulates the GPU cards)")
@@ -167,7 +199,7 @@ def run_profile(args: argparse.Namespace) -> int:
 
     def on_report(report: Any) -> None:
         nonlocal failed
-        failed = write_outputs(report, wanted)
+        failed = write_outputs(report, wanted, quiet=args.quiet)
         if not args.quiet:
             print_summary(report, args.top)
 
@@ -211,7 +243,7 @@ def run_live(args: argparse.Namespace, target: Any, options: Any, wanted: list[A
     result = app.run_guarded()
     if result.fatal is not None:
         raise CliError(result.fatal)
-    failed = say(result.written)
+    failed = say(result.written, quiet=args.quiet)
     if result.report is not None and not args.quiet:
         print_summary(result.report, args.top)
     code = result.exit_code
@@ -233,7 +265,7 @@ def run_report(args: argparse.Namespace) -> int:
     from gpuwatch.report.load import load_report
     from gpuwatch.report.write import check_outputs, outputs, write_outputs
 
-    wanted = outputs(None, args.html_path)
+    wanted = outputs(None, args.html_path, args.trace_path)
     check_outputs(wanted, inputs=[args.path])
     report = load_report(args.path)
     print_summary(report, args.top, file=sys.stdout)

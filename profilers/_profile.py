@@ -198,8 +198,10 @@ class Profile:
                         "bytes": nbytes,
                         "sync": sync,
                         "site": site,
+                        "pageable": pageable,
+                        "non_blocking": non_blocking,
                     }
-                    for t, way, nbytes, sync, site in events
+                    for t, way, nbytes, sync, site, pageable, non_blocking in events
                 ],
             },
             partial=self.running if partial is None else partial,

@@ -63,7 +63,7 @@ class Recorder:
         """Syncs come from PyTorch's GPU trace callbacks (opt-in) rather than the entry points."""
         self.backward_site: SiteStats | None = None
         """The user line of the .backward()/autograd.grad call under way, for autograd threads."""
-        self.timeline: deque[tuple[float, str | None, int, str | None, str]] = deque(
+        self.timeline: deque[tuple[float, str | None, int, str | None, str, bool, bool]] = deque(
             maxlen=max(0, timeline_capacity)
         )
         self.timeline_capacity = timeline_capacity
@@ -186,7 +186,15 @@ class Recorder:
             site.syncs.add(t.sync)
         self.events_recorded += 1
         self.timeline.append(
-            (self.clock() - self.t0, t.direction, t.nbytes, t.sync, f"{site.file}:{site.line}")
+            (
+                self.clock() - self.t0,
+                t.direction,
+                t.nbytes,
+                t.sync,
+                f"{site.file}:{site.line}",
+                t.pageable,
+                t.non_blocking,
+            )
         )
 
     # -- syncs the dispatcher never sees --------------------------------------------------------

@@ -169,10 +169,10 @@ async def test_d_shows_where_the_child_is_and_p_pauses_the_display(tmp_path):
         await wait_until(lambda: app.snapshots_seen >= 1, 30)
         await pilot.press("d")
         assert isinstance(app.screen, StackScreen)
-        await wait_until(lambda: seen == [app.session.pid])
+        await wait_until(lambda: seen == [app.session.pid], 15)
         screen = app.screen
         assert screen.title_text.endswith("loop.py -1")  # the user's command, not the child's
-        await wait_until(lambda: "loop.py:9" in plain(screen.query_one("#stack")))
+        await wait_until(lambda: "loop.py:9" in plain(screen.query_one("#stack")), 15)
         shown_stack = plain(screen.query_one("#stack"))
         assert "gpuwatch" not in shown_stack and "loop.py -1" in shown_stack
         await pilot.press("escape")
@@ -182,8 +182,7 @@ async def test_d_shows_where_the_child_is_and_p_pauses_the_display(tmp_path):
         await pilot.pause(0.5)
         assert len(app.query_one("#log").lines) == shown  # held, not shown
         await pilot.press("p")
-        await pilot.pause(0.2)
-        assert len(app.query_one("#log").lines) > shown
+        await wait_until(lambda: len(app.query_one("#log").lines) > shown, 15)
         app.session.stop()
 
 

@@ -25,15 +25,34 @@ from profilers.report import Report, write_text_atomic
 
 @dataclass(frozen=True)
 class Output:
-    """One file the user asked for: ``kind`` is ``"json"`` or ``"html"``."""
+    """One file the user asked for: ``kind`` is ``"json"``, ``"html"`` or ``"trace"``."""
 
     kind: str
     path: str
 
 
-def outputs(json_path: str | None, html_path: str | None) -> list[Output]:
+def outputs(
+    json_path: str | None, html_path: str | None, trace_path: str | None = None
+) -> list[Output]:
     """The outputs asked for, in a fixed order (an empty string counts: it is refused later)."""
-    return [Output(k, p) for k, p in (("json", json_path), ("html", html_path)) if p is not None]
+    asked = (("json", json_path), ("html", html_path), ("trace", trace_path))
+    return [Output(k, p) for k, p in asked if p is not None]
+
+
+#: ``-o PATH``: the kind of report each file ending asks for (longest ending first).
+ENDINGS = ((".trace.json", "trace"), (".json", "json"), (".html", "html"), (".htm", "html"))
+
+
+def output_for(path: str) -> Output:
+    """The output ``-o PATH`` asks for, by the file's ending; :class:`CliError` for others."""
+    lower = path.lower()
+    for ending, kind in ENDINGS:
+        if lower.endswith(ending):
+            return Output(kind, path)
+    raise CliError(
+        f"-o {path}: the file name says no report kind; end it in .json, .html or .trace.json "
+        "(or use --json, --html, --trace)"
+    )
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -104,6 +123,10 @@ def render(report: Report, kind: str) -> str:
         from gpuwatch.report.html import render_html
 
         return render_html(report)
+    if kind == "trace":
+        from gpuwatch.report.trace import render_trace
+
+        return render_trace(report)
     raise ValueError(f"unknown report kind {kind!r}")
 
 

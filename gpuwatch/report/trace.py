@@ -1,0 +1,117 @@
+"""The report as a Chrome trace-event file, which Perfetto (ui.perfetto.dev) and
+``chrome://tracing`` open: every copy and sync of the timeline as an instant event on the track of
+its kind, and the GPU samples as counter tracks.
+
+The events come from the report's capped timeline (``--timeline-capacity``, the newest 10,000 by
+default) and its GPU samples, so the file stays bounded however long the run: about 160 bytes a
+trace event, 2.4 MB at the default capacity (half of the events syncs), plus the GPU samples.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from profilers import Report
+
+#: The process and track ids the events are drawn on.
+PID = 1
+TRACKS = {"copy": 1, "sync": 2}
+
+
+def _us(t_s: float) -> float:
+    return round(t_s * 1e6, 3)
+
+
+def trace_events(report: Report) -> list[dict[str, Any]]:
+    """The trace events of ``report``: metadata, copies, syncs, then GPU counters."""
+    name = " ".join(report.command) or "profiled run"
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "pid": PID, "name": "process_name", "args": {"name": f"gpuwatch: {name}"}},
+        {
+            "ph": "M",
+            "pid": PID,
+            "tid": TRACKS["copy"],
+            "name": "thread_name",
+            "args": {"name": "copies"},
+        },
+        {
+            "ph": "M",
+            "pid": PID,
+            "tid": TRACKS["sync"],
+            "name": "thread_name",
+            "args": {"name": "syncs"},
+        },
+    ]
+    for e in report.timeline.get("events", []):
+        ts = _us(float(e["t"]))
+        if e.get("direction"):
+            events.append(
+                {
+                    "ph": "i",
+                    "s": "t",
+                    "pid": PID,
+                    "tid": TRACKS["copy"],
+                    "ts": ts,
+                    "cat": "copy",
+                    "name": f"{e['direction']} {e['bytes']} B",
+                    "args": {
+                        "direction": e["direction"],
+                        "bytes": e["bytes"],
+                        "pinned": not e.get("pageable", False),
+                        "non_blocking": bool(e.get("non_blocking", False)),
+                        "line": e["site"],
+                    },
+                }
+            )
+        if e.get("sync"):
+            events.append(
+                {
+                    "ph": "i",
+                    "s": "t",
+                    "pid": PID,
+                    "tid": TRACKS["sync"],
+                    "ts": ts,
+                    "cat": "sync",
+                    "name": f"sync: {e['sync']}",
+                    "args": {"cause": e["sync"], "line": e["site"]},
+                }
+            )
+    for s in report.gpu_samples:
+        values = {
+            k: s[k]
+            for k in (
+                "gpu_util_pct",
+                "memory_used_bytes",
+                "pcie_rx_bytes_per_s",
+                "pcie_tx_bytes_per_s",
+            )
+            if s.get(k) is not None
+        }
+        if values:
+            events.append(
+                {
+                    "ph": "C",
+                    "pid": PID,
+                    "ts": _us(float(s["t"])),
+                    "cat": "gpu",
+                    "name": f"GPU {s['gpu']}",
+                    "args": values,
+                }
+            )
+    return events
+
+
+def render_trace(report: Report) -> str:
+    """The whole file: ``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}``."""
+    doc = {
+        "traceEvents": trace_events(report),
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "schema": "gpuwatch.trace/1",
+            "started_at": report.started_at,
+            "events_recorded": report.timeline.get("recorded", 0),
+            "events_dropped": report.timeline.get("dropped", 0),
+        },
+    }
+    return json.dumps(doc, separators=(",", ":")) + "\n"
