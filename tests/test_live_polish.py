@@ -59,7 +59,7 @@ def shown_cards(app: LiveApp) -> list[int]:
 
 
 async def test_at_80x24_cards_follow_the_gpus_used_lines_fit_and_rates_stop(tmp_path):
-    app = make_app(tmp_path, "0.8", "40")
+    app = make_app(tmp_path, "0.8", "20")
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(lambda: app.snapshots_seen >= 1, 30)
         # Before the script touches a GPU: no card is the script's, a line says so.

@@ -106,7 +106,18 @@ def test_sigterm_and_sighup_leave_every_report_and_exit_128_plus_the_signal(tmp_
 
 
 def test_ctrl_c_twice_never_loses_the_report(tmp_path):
-    (tmp_path / "loop.py").write_text(LOOP)
+    # 5 copies of 64 bytes, then a wait with no op: the counts up to Ctrl-C are exact.
+    (tmp_path / "loop.py").write_text(
+        FAKE
+        + textwrap.dedent("""
+        with FakeTensorMode(shape_env=ShapeEnv()):
+            for _ in range(5):
+                torch.randn(16).to("cuda:0")
+        print("running", flush=True)
+        while True:
+            time.sleep(0.05)
+    """)
+    )
     proc = start(
         ["gpuwatch", "profile", "-q", "--json", "r.json", "--html", "r.html", "loop.py"], tmp_path
     )
@@ -117,7 +128,11 @@ def test_ctrl_c_twice_never_loses_the_report(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     doc = json.loads((tmp_path / "r.json").read_text())
-    assert doc["partial"] is True and doc["exit_code"] == 130
+    assert (
+        doc["partial"] is True and doc["exit_code"] == 130 and doc["error"] == "KeyboardInterrupt"
+    )
+    assert (doc["totals"]["h2d"]["count"], doc["totals"]["h2d"]["bytes"]) == (5, 5 * 64)
+    assert doc["totals"]["syncs"] == {"count": 5, "by_cause": {"copy_to_device": 5}}
     assert (tmp_path / "r.html").read_text().rstrip().endswith("</html>")
 
 
