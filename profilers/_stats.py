@@ -125,6 +125,28 @@ class Counted:
         return d
 
 
+class Lined:
+    """What a line's accumulator and its report record share, read-only."""
+
+    __slots__ = ()
+    file: str
+    line: int
+    backward: Any
+    """op -> (count, ms) of the backward of the line's forward ops."""
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.file, self.line)
+
+    @property
+    def backward_ops(self) -> int:
+        return int(sum(n for n, _ in self.backward.values()))
+
+    @property
+    def backward_ms(self) -> float:
+        return float(sum(ms for _, ms in self.backward.values()))
+
+
 class Counters(Counted):
     """Everything counted for one site, or for the whole run."""
 
@@ -158,7 +180,7 @@ OTHER_OPS = "(other ops)"
 """The op name under which ops beyond a report's top ones are summed when it is read back."""
 
 
-class SiteStats(Counters):
+class SiteStats(Lined, Counters):
     """Counters for one user source line."""
 
     __slots__ = (
@@ -187,14 +209,6 @@ class SiteStats(Counters):
         self.node_stems: set[str] = set()
         """Kinds of autograd node this line's ops are known to make (the profiler's cache)."""
 
-    @property
-    def backward_ops(self) -> int:
-        return int(sum(n for n, _ in self.backward.values()))
-
-    @property
-    def backward_ms(self) -> float:
-        return float(sum(ms for _, ms in self.backward.values()))
-
     def settle(self) -> None:
         """Sets ``ops`` and ``kernel_time_ms`` from the per-op entries (the recorder's hot path
         updates only those)."""
@@ -216,7 +230,3 @@ class SiteStats(Counters):
 
     def merge_backward(self, ops: dict[str, list[float]]) -> None:
         add_entries(self.backward, ops)
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.file, self.line)

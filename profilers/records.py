@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from profilers._names import DIRECTIONS
-from profilers._stats import OTHER_OPS, Copies, Counted, Counters, SiteStats, Syncs
+from profilers._stats import OTHER_OPS, Copies, Counted, Counters, Lined, SiteStats, Syncs
 
 OpTimes = dict[str, tuple[int, float]]
 """op name -> (count, kernel_time_ms)."""
@@ -75,7 +75,7 @@ def _with_rest(top: list[dict[str, Any]], count: int, ms: float) -> OpTimes:
 
 
 @dataclass(frozen=True)
-class Site(Counted):
+class Site(Lined, Counted):
     """One line of the user's code and everything charged to it (an entry of ``sites``)."""
 
     file: str
@@ -96,18 +96,6 @@ class Site(Counted):
     backward: OpTimes = field(default_factory=dict)
     """The backward of this line's forward ops, per op; these ops are also counted, in full, at
     the line that called ``.backward()``."""
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.file, self.line)
-
-    @property
-    def backward_ops(self) -> int:
-        return int(sum(n for n, _ in self.backward.values()))
-
-    @property
-    def backward_ms(self) -> float:
-        return float(sum(ms for _, ms in self.backward.values()))
 
     @classmethod
     def of(cls, s: SiteStats) -> Site:

@@ -70,3 +70,31 @@ def read_pty(fd: int) -> bytes:
         return os.read(fd, 65536)
     except OSError:
         return b""
+
+
+def start_in_pty(
+    args: list[str], cwd: object, rows: int = 30, cols: int = 100
+) -> tuple[object, int]:
+    """``args`` on a new pseudo-terminal of ``rows`` x ``cols`` (its own session, default signal
+    dispositions); returns the process and the terminal's master end, to read with read_pty."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    proc = subprocess.Popen(
+        args,
+        cwd=cwd,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env={**os.environ, "TERM": "xterm-256color"},
+        start_new_session=True,
+        preexec_fn=default_signals,
+    )
+    os.close(slave)
+    return proc, master

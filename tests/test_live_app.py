@@ -20,7 +20,7 @@ from gpuwatch.nvml import FakeBackend, Sampler
 from gpuwatch.profiling import ProfileOptions
 from gpuwatch.report.write import Output
 from gpuwatch.runner import Target
-from tests.conftest import default_signals, plain, read_pty, wait_until
+from tests.conftest import plain, read_pty, start_in_pty, wait_until
 
 LOOP = textwrap.dedent("""
     import os, signal, sys, time, torch
@@ -228,27 +228,12 @@ def test_protocol_is_versioned_and_malformed_lines_are_reported():
 
 
 def test_the_command_runs_in_a_terminal_and_quits_with_the_scripts_exit_code(tmp_path):
-    import fcntl
-    import pty
-    import struct
-    import subprocess
-    import termios
     import time
 
     (tmp_path / "loop.py").write_text(LOOP + "sys.exit(3)\n")
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-    proc = subprocess.Popen(
-        ["gpuwatch", "profile", "--live", "--demo", "--json", "r.json", "loop.py", "5"],
-        cwd=tmp_path,
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env={**os.environ, "TERM": "xterm-256color"},
-        start_new_session=True,
-        preexec_fn=default_signals,
+    proc, master = start_in_pty(
+        ["gpuwatch", "profile", "--live", "--demo", "--json", "r.json", "loop.py", "5"], tmp_path
     )
-    os.close(slave)
     screen = bytearray()
     try:
         deadline = time.monotonic() + 90

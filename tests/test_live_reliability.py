@@ -4,14 +4,10 @@ and simulated GPU stats that must say so."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import signal
-import struct
 import subprocess
-import termios
 import textwrap
 import time
 from pathlib import Path
@@ -24,7 +20,7 @@ from gpuwatch.nvml import FakeBackend, Sampler
 from gpuwatch.profiling import ProfileOptions
 from gpuwatch.report.write import Output
 from gpuwatch.runner import Target
-from tests.conftest import default_signals, plain, read_pty, wait_until
+from tests.conftest import plain, read_pty, start_in_pty, wait_until
 
 LOOP = textwrap.dedent("""
     import os, sys, time, torch
@@ -54,19 +50,9 @@ def _alive(pid: int) -> bool:
 
 def _start_live(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, bytearray]:
     (tmp_path / "loop.py").write_text(LOOP)
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-    proc = subprocess.Popen(
-        ["gpuwatch", "profile", "--live", "--demo", "--json", "r.json", "loop.py"],
-        cwd=tmp_path,
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env={**os.environ, "TERM": "xterm-256color"},
-        start_new_session=True,
-        preexec_fn=default_signals,
+    proc, master = start_in_pty(
+        ["gpuwatch", "profile", "--live", "--demo", "--json", "r.json", "loop.py"], tmp_path
     )
-    os.close(slave)
     screen = bytearray()
     deadline = time.monotonic() + 60
     while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text():
