@@ -94,6 +94,20 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
         "explains, at a cost on every CUDA event",
     )
     p.add_argument(
+        "--fake-cuda",
+        action="store_true",
+        help="no GPU needed: run the script against simulated GPUs and count the copies and "
+        "syncs it would make on real ones; values it reads back from them are placeholders "
+        "(zeros), and no kernel time is measured",
+    )
+    p.add_argument(
+        "--fake-gpus",
+        type=bounded_int(1, 8),
+        default=1,
+        metavar="N",
+        help="with --fake-cuda: how many GPUs the machine has (default 1, at most 8)",
+    )
+    p.add_argument(
         "--live",
         action="store_true",
         help="watch it live: GPU stats, copies, syncs and hot lines while it runs "
@@ -169,6 +183,17 @@ def _target(args: argparse.Namespace) -> Any:
     return target
 
 
+def _check_fake_cuda() -> None:
+    """Builds the fake GPU's device guard before the script starts (once per torch), so that
+    a missing compiler is one line here, not an error inside the run."""
+    from profilers.fake_cuda import FakeCudaUnavailable, guard_library
+
+    try:
+        guard_library()
+    except FakeCudaUnavailable as exc:
+        raise CliError(str(exc)) from None
+
+
 def run_profile(args: argparse.Namespace) -> int:
     from gpuwatch.profiling import ProfileOptions, run_profiled
     from gpuwatch.report.write import (
@@ -183,6 +208,8 @@ def run_profile(args: argparse.Namespace) -> int:
     wanted = outputs(args.json_path, args.html_path, args.trace_path)
     wanted += [output_for(path) for path in args.output_paths]
     check_outputs(wanted, inputs=[] if target.module else [target.name])
+    if args.fake_gpus != 1 and not args.fake_cuda:
+        raise CliError("--fake-gpus goes with --fake-cuda")
     if args.demo and not args.live:
         raise CliError("--demo goes with --live (it simulates the GPU cards)")
     options = ProfileOptions(
@@ -191,7 +218,10 @@ def run_profile(args: argparse.Namespace) -> int:
         timeline_capacity=args.timeline_capacity,
         trace_syncs=args.trace_syncs,
         checkpoint_s=args.checkpoint,
+        fake_cuda=args.fake_gpus if args.fake_cuda else 0,
     )
+    if args.fake_cuda:
+        _check_fake_cuda()
     if args.live:
         return run_live(args, target, options, wanted)
     timeline, gpu_stats = _gpu_timeline(args)

@@ -39,6 +39,8 @@ class ProfileOptions:
     timeline_capacity: int = 10_000
     trace_syncs: bool = False
     checkpoint_s: float = CHECKPOINT_S
+    fake_cuda: int = 0
+    """GPUs to simulate (``--fake-cuda``); 0: the real ones."""
 
 
 ReportSink = Callable[[Report], None]
@@ -65,8 +67,14 @@ class ProfiledRun:
         self.stop_gpu_timeline = stop_gpu_timeline
         self.gpu_stats = gpu_stats
         self.pid = os.getpid()
+        self.fake: Any = None
+        if options.fake_cuda:
+            from profilers.fake_cuda import FakeCuda
+
+            self.fake = FakeCuda(options.fake_cuda)  # FakeCudaUnavailable: one line to show
         self.prof = profilers.profile(
-            kernel_timing=options.kernel_timing,
+            # NB: ops on fake GPU tensors compute nothing: their time is no kernel's time.
+            kernel_timing=options.kernel_timing and not options.fake_cuda,
             user_code=options.user_code,
             timeline_capacity=options.timeline_capacity,
             trace_syncs=options.trace_syncs,
@@ -84,6 +92,8 @@ class ProfiledRun:
         )
         report.error = outcome.error if note is None else note
         report.options["gpu_stats"] = self.gpu_stats
+        if self.fake is not None:
+            self.fake.mark(report)
         return report
 
     def end(self, outcome: Outcome, note: str | None = None) -> None:
@@ -115,6 +125,8 @@ class ProfiledRun:
             )
             report.exit_code = 137
             report.options["gpu_stats"] = self.gpu_stats
+            if self.fake is not None:
+                self.fake.mark(report)
             with self._end_lock:
                 if self._ended:
                     return
@@ -142,6 +154,11 @@ class ProfiledRun:
         finally:
             os._exit = real_exit
 
+    def _fake_gpus(self) -> Any:
+        from contextlib import nullcontext
+
+        return self.fake if self.fake is not None else nullcontext()
+
     def run(self) -> int:
         outcome = Outcome(1, False, "gpuwatch stopped before the script started")
         with self.signals.raising():
@@ -151,7 +168,7 @@ class ProfiledRun:
                         threading.Thread(
                             target=self._checkpoints, name="gpuwatch-checkpoint", daemon=True
                         ).start()
-                    with self.prof:
+                    with self._fake_gpus(), self.prof:
                         try:
                             outcome = run_target(self.target)
                         except KeyboardInterrupt:  # a second Ctrl-C while the first was handled
