@@ -38,7 +38,10 @@ class Transfer:
 
 
 IsPinned = Callable[[torch.Tensor], bool]
-Classifier = Callable[[tuple[Any, ...], dict[str, Any], Any, IsPinned], "Transfer | None"]
+Classifier = Callable[
+    [tuple[Any, ...], dict[str, Any], Any, IsPinned], "Transfer | list[Transfer] | None"
+]
+"""An op's rule: what it moved and/or waited for (a list where it did several things)."""
 
 CLASSIFIERS: dict[Any, Classifier] = {}
 
@@ -149,9 +152,17 @@ def _to_copy(
     src = args[0]
     if not isinstance(src, torch.Tensor) or not isinstance(out, torch.Tensor):
         return None
-    # NB: with non_blocking=True, _to_copy to the CPU allocates a pinned output
-    # (aten/src/ATen/native/TensorConversions.cpp), so the copy stays asynchronous.
-    return _copy(src, out, bool(kwargs.get("non_blocking", False)), is_pinned)
+    non_blocking = bool(kwargs.get("non_blocking", False))
+    if non_blocking and _is_host(out.device) and not _is_host(src.device):
+        # NB: with non_blocking=True, _to_copy to the host allocates its output pinned
+        # (aten/src/ATen/native/TensorConversions.cpp), so the copy stays asynchronous: decided
+        # from the op, whatever is_pinned() of the output says.
+        return _copy(src, out, True, _always_pinned)
+    return _copy(src, out, non_blocking, is_pinned)
+
+
+def _always_pinned(t: torch.Tensor) -> bool:
+    return True
 
 
 @classifies("aten.copy_.default", "aten.copy.default")
@@ -219,31 +230,101 @@ def _repeat_interleave(
     return _data_dependent(args[0])
 
 
-def _has_mask(indices: Any) -> bool:
-    return any(
-        isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices or ()
-    )
+def _is_mask(i: Any) -> bool:
+    return isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
+
+
+def _indices_moved(
+    self: torch.Tensor, indices: Any, out: Any, is_pinned: IsPinned
+) -> tuple[list[Transfer], bool]:
+    """What indexing a GPU tensor with ``indices`` does before any kernel runs: the copies of
+    index tensors held on the host, and whether a mask on the GPU needs ``nonzero`` (a sync).
+
+    NB: aten/src/ATen/native/IndexingUtils.h (expandTensors): a boolean mask becomes long
+    indices by ``nonzero``: on the GPU that waits for the count; on the host it is computed
+    there into pinned memory and copied with non_blocking=True. An integer index on the host
+    is copied with a plain, blocking ``index.to(self.device)``."""
+    moved: list[Transfer] = []
+    gpu_mask = False
+    dst = str(self.device)
+    for pos, i in enumerate(indices or ()):
+        if not isinstance(i, torch.Tensor) or i.device.type == "meta":
+            continue
+        if _is_mask(i):
+            if not _is_host(i.device):
+                gpu_mask = True
+                continue
+            n = _mask_count(i, pos, indices, out)
+            moved.append(
+                Transfer("h2d", n * 8 * max(i.dim(), 1), False, True, None, "cpu", dst, "int64")
+            )
+        elif _is_host(i.device):
+            dt = str(i.dtype).removeprefix("torch.")
+            moved.append(
+                Transfer("h2d", i.nbytes, not is_pinned(i), False, COPY_TO_DEVICE, "cpu", dst, dt)
+            )
+    return moved, gpu_mask
+
+
+def _mask_count(mask: torch.Tensor, pos: int, indices: Any, out: Any) -> int:
+    """How many elements a host mask selects: read off ``out`` when the mask is the only
+    index (its selected rows are out's dimension ``pos``), else counted on the host."""
+    others = [i for i in indices if i is not None]
+    if isinstance(out, torch.Tensor) and len(others) == 1 and pos < out.dim():
+        return int(out.shape[pos])
+    return int(mask.count_nonzero())
+
+
+def _on_gpu(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and not _is_host(t.device) and t.device.type != "meta"
 
 
 @classifies("aten.index.Tensor")
 def _index(
     args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
-) -> Transfer | None:
-    # NB: t[mask] dispatches only aten.index.Tensor; the nonzero that turns the mask into indices
-    # runs inside it, so the mode must recognise the boolean index itself.
-    return _data_dependent(args[0]) if _has_mask(args[1]) else None
+) -> list[Transfer] | None:
+    # NB: t[mask] dispatches only aten.index.Tensor; the nonzero that turns the mask into
+    # indices runs inside it, so the rule must recognise the index itself.
+    if not _on_gpu(args[0]):
+        return None
+    moved, gpu_mask = _indices_moved(args[0], args[1], out, is_pinned)
+    if gpu_mask:
+        moved.append(Transfer(None, sync=DATA_DEPENDENT))
+    return moved or None
 
 
 @classifies("aten.index_put_.default", "aten.index_put.default", "aten._index_put_impl_.default")
 def _index_put(
     args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
-) -> Transfer | None:
-    return _data_dependent(args[0]) if _has_mask(args[1]) else None
+) -> list[Transfer] | None:
+    self, indices = args[0], args[1]
+    if not _on_gpu(self):
+        return None
+    values = args[2] if len(args) > 2 else kwargs.get("values")
+    accumulate = bool(args[3] if len(args) > 3 else kwargs.get("accumulate", False))
+    masks = [i for i in indices if _is_mask(i)]
+    # NB: TensorAdvancedIndexing.cpp (index_put_, canDispatchToMaskedFill): one mask on self's
+    # device, no other index tensor, accumulate=False and a one-element value on the host (what
+    # `t[mask] = 0.0` passes) goes to masked_fill_: no nonzero, no wait.
+    if (
+        not accumulate
+        and len(masks) == 1
+        and masks[0].device == self.device
+        and all(i is None or i is masks[0] for i in indices)
+        and isinstance(values, torch.Tensor)
+        and values.numel() == 1
+        and _is_host(values.device)
+    ):
+        return None
+    moved, gpu_mask = _indices_moved(self, indices, None, is_pinned)
+    if gpu_mask:
+        moved.append(Transfer(None, sync=DATA_DEPENDENT))
+    return moved or None
 
 
 def classify(
     func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
-) -> Transfer | None:
+) -> Transfer | list[Transfer] | None:
     """The transfer and/or sync ``func(*args, **kwargs) -> out`` made; None for a plain op."""
     fn = CLASSIFIERS.get(func)
     return None if fn is None else fn(args, kwargs, out, is_pinned)

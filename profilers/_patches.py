@@ -28,6 +28,8 @@ from profilers._torch_private import (
     THREAD_BOOTSTRAP,
     activate_gpu_trace,
     gpu_trace,
+    only_lift_cpu_tensors,
+    set_only_lift_cpu_tensors,
     tensor_str,
 )
 
@@ -92,6 +94,22 @@ def patch_backward(stack: ExitStack, recorder: Recorder) -> None:
     set_attr(stack, torch.Tensor, "backward", wrap(torch.Tensor.backward))
     set_attr(stack, torch.autograd, "backward", wrap(torch.autograd.backward))
     set_attr(stack, torch.autograd, "grad", wrap(torch.autograd.grad))
+
+
+# -- torch.tensor(data, device="cuda") ---------------------------------------------------------
+
+
+def lift_on_the_host(stack: ExitStack) -> None:
+    """``torch.tensor(data, device="cuda")`` copies its data to the GPU inside the call, with
+    dispatch modes excluded: a blocking copy no mode sees. With this switch (the one
+    FakeTensorMode sets) the tensor is made on the host and moved by a ``_to_copy`` after it,
+    so the copy is counted; the result is the same tensor."""
+    if only_lift_cpu_tensors is None or set_only_lift_cpu_tensors is None:
+        return
+    if only_lift_cpu_tensors():
+        return
+    set_only_lift_cpu_tensors(True)
+    stack.callback(set_only_lift_cpu_tensors, False)
 
 
 # -- torch.nn.parallel.comm ---------------------------------------------------------------------

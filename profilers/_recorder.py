@@ -159,6 +159,10 @@ class Recorder:
         saw it make the host wait (``synced``) and no rule explains why."""
         if classifier is not None:
             transfer = classifier(args, kwargs, out, self.is_pinned)
+            if isinstance(transfer, list):
+                for i, t in enumerate(transfer):  # the op's time goes with its first part
+                    self.apply(site, t, ms if i == 0 else 0.0, timed if i == 0 else None)
+                return
             if transfer is not None:
                 self.apply(site, transfer, ms, timed)
                 return

@@ -30,6 +30,8 @@ WHAT_EACH_GIVES: dict[str, str] = {
     "torch.cuda._gpu_trace": "--trace-syncs",
     "torch._C._activate_gpu_trace": "--trace-syncs",
     "threading.Thread._bootstrap_inner": "threads started by the script profiled",
+    "torch._C._only_lift_cpu_tensors": "the copy inside torch.tensor(data, device='cuda')",
+    "torch._C._set_only_lift_cpu_tensors": "the copy inside torch.tensor(data, device='cuda')",
 }
 
 MISSING: list[str] = []
@@ -93,6 +95,10 @@ tensor_str: Any = _find("torch._tensor_str")
 _find("torch._tensor_str._str")
 gpu_trace: Any = _find("torch.cuda._gpu_trace")
 activate_gpu_trace: Any = _find("torch._C._activate_gpu_trace")
+
+# -- torch.tensor(data, device=...) --------------------------------------------------------------
+only_lift_cpu_tensors: Any = _find("torch._C._only_lift_cpu_tensors")
+set_only_lift_cpu_tensors: Any = _find("torch._C._set_only_lift_cpu_tensors")
 
 # -- threads ----------------------------------------------------------------------------------------
 THREAD_BOOTSTRAP = "_bootstrap_inner"

@@ -43,9 +43,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
+from profilers._patches import lift_on_the_host
 from profilers._torch_private import THREAD_BOOTSTRAP
 
 DEVICE_NAME = "gpuwatch fake CUDA device"
@@ -597,25 +599,28 @@ class FakeCuda:
         self.fake_type = FakeTensor
         self.placeholders = Placeholders()
         self.pinned = PinnedMemory()
-        self._local = threading.local()
         self._stack: ExitStack | None = None
 
     # -- devices ----------------------------------------------------------------------------
 
     def current_device(self) -> int:
-        return int(getattr(self._local, "device", 0))
+        """The calling thread's current GPU: the device guard's, which C++ uses for "cuda"
+        with no index (``.cuda()``, ``.to("cuda")``)."""
+        return int(torch._C._accelerator_getDeviceIndex())
 
     def set_device(self, device: Any) -> None:
         index = _index_of(device)
+        if index < 0:
+            return
         self.check_device(torch.device("cuda", index))
-        self._local.device = index
+        torch._C._accelerator_setDeviceIndex(index)
 
     def check_device(self, device: Any) -> None:
         d = torch.device(device)
         if d.index is not None and not 0 <= d.index < self.devices:
             raise RuntimeError(
                 f"CUDA error: invalid device ordinal (cuda:{d.index}; this fake machine has "
-                f"{self.devices} GPU{'s' if self.devices != 1 else ''}: --fake-cuda N for more)"
+                f"{self.devices} GPU{'s' if self.devices != 1 else ''}: --fake-gpus N for more)"
             )
 
     def mark(self, report: Any) -> None:
@@ -639,12 +644,13 @@ class FakeCuda:
         try:
             stack.enter_context(_cuda_hooks(self.devices))
             self._patch_cuda(stack)
+            if self.guard == "fake":  # every run starts on GPU 0, as a new process does
+                torch._C._accelerator_setDeviceIndex(0)
+                stack.callback(torch._C._accelerator_setDeviceIndex, 0)
             self._patch_threads(stack)
             # NB: torch.tensor(data, device="cuda") then makes the tensor on the host and moves
             # it with a _to_copy the modes see, as FakeTensorMode itself arranges.
-            if torch._C._only_lift_cpu_tensors() is False:
-                torch._C._set_only_lift_cpu_tensors(True)
-                stack.callback(torch._C._set_only_lift_cpu_tensors, False)
+            lift_on_the_host(stack)
             stack.enter_context(FakeCudaMode(self))
         except BaseException:
             stack.close()
@@ -725,7 +731,7 @@ class FakeCuda:
                     harness.set_device(self.index)
 
             def __exit__(self, *exc: object) -> None:
-                harness._local.device = self.prev
+                harness.set_device(self.prev)
 
         harness = self
 
@@ -777,24 +783,49 @@ class FakeCuda:
             "seed_all": lambda: None,
         }.items():
             _set(stack, cuda, name, fn)
-        _set(stack, torch.utils, "swap_tensors", _swap_or_set(torch.utils.swap_tensors, self))
+        _set(stack, nn.Module, "_apply", _module_apply(nn.Module._apply, self))
+
+        # NB: FakeTensor.tolist() reads element by element (an .item() each); on a GPU,
+        # tolist() is one copy to the host, and so it is here.
+        def tolist(t: torch.Tensor) -> Any:
+            return t.to("cpu").tolist()
+
+        _set(stack, self.fake_type, "tolist", tolist)
 
 
-def _swap_or_set(swap: Callable[[Any, Any], None], harness: FakeCuda) -> Callable[[Any, Any], None]:
-    """``torch.utils.swap_tensors`` that, for two fake tensors, does what Module._apply did
-    before swapping existed (``t1.data = t2``). Module.to() swaps the parameters of a module
-    that is already on a fake GPU (``model.to(device)`` twice), and fake tensors cannot be
-    swapped (FakeTensorMode holds weak references to them)."""
+def _module_apply(apply: Callable[..., Any], harness: FakeCuda) -> Callable[..., Any]:
+    """``nn.Module._apply`` for a module holding fake GPU tensors: each parameter replaced by a
+    new one (PyTorch's own path under ``torch.__future__.set_overwrite_module_params_on_
+    conversion(True)``), a parameter the conversion leaves as it is kept. PyTorch would swap
+    them in place, which fake tensors do not allow (``model.to(device)`` a second time,
+    ``model.cpu()``)."""
+    fake = harness.fake_type
 
-    def swap_tensors(t1: Any, t2: Any) -> None:
-        fake = harness.fake_type
-        if isinstance(t1, fake) and isinstance(t2, fake):
+    def _apply(module: nn.Module, fn: Callable[[Any], Any], recurse: bool = True) -> Any:
+        own = [*module._parameters.values(), *module._buffers.values()]
+        if not any(isinstance(t, fake) for t in own):
+            return apply(module, fn, recurse)
+        if recurse:
+            for child in module.children():
+                child._apply(fn)
+        for key, param in module._parameters.items():
+            if param is None:
+                continue
             with torch.no_grad():
-                t1.data = t2.detach()
-            return
-        swap(t1, t2)
+                applied = fn(param)
+            if applied is param:
+                continue
+            new = nn.Parameter(applied, param.requires_grad)
+            if param.grad is not None:
+                with torch.no_grad():
+                    new.grad = fn(param.grad)
+            module._parameters[key] = new
+        for key, buf in module._buffers.items():
+            if buf is not None:
+                module._buffers[key] = fn(buf)
+        return module
 
-    return swap_tensors
+    return _apply
 
 
 def _set(stack: ExitStack, owner: Any, name: str, value: Any) -> None:

@@ -98,3 +98,22 @@ def start_in_pty(
     )
     os.close(slave)
     return proc, master
+
+
+#: Why the fake GPU cannot run here (no compiler), or None when it can.
+FAKE_CUDA_MISSING: str | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # NB: autograd sizes its device threads at the first backward of the process, so the fake
+    # GPU's device guard goes in before any test runs one (see profilers/fake_cuda.py).
+    global FAKE_CUDA_MISSING
+    try:
+        from profilers.fake_cuda import FakeCudaUnavailable, install_guard
+    except ImportError as exc:  # pragma: no cover - torch missing
+        FAKE_CUDA_MISSING = f"torch unavailable: {exc}"
+        return
+    try:
+        install_guard()
+    except FakeCudaUnavailable as exc:
+        FAKE_CUDA_MISSING = str(exc)

@@ -1,0 +1,257 @@
+"""--fake-cuda: real model code (modules, backward, optimizers, masks, DataLoader) run against a
+simulated GPU on this CPU-only machine, every copy, byte and sync counted exactly, per line.
+
+The rules are PyTorch's: the sync cases are those of PyTorch's own test of
+``torch.cuda.set_sync_debug_mode`` (test/test_torch.py, test_sync_warning, in its later form with
+a boolean mask on the host), and ATen's indexing code for the masks (see profilers/_ops.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+import torch.nn as nn
+
+import profilers
+from tests import conftest
+from tests.profiler_helpers import copies, line_of, site_at
+
+pytestmark = pytest.mark.skipif(
+    conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
+)
+
+
+def fake_cuda(devices: int = 1):
+    from profilers.fake_cuda import fake_cuda
+
+    return fake_cuda(devices)
+
+
+def profiled(fn, devices: int = 1) -> tuple[profilers.Report, object]:
+    with fake_cuda(devices) as harness, profilers.profile(kernel_timing=False) as prof:
+        fn()
+    return prof.report(), harness
+
+
+def test_an_ordinary_training_loop_counts_what_a_gpu_run_would():
+    steps, batch = 5, 16
+
+    def work():
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
+        model.to(device)  # @model
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        data, labels = torch.randn(steps * batch, 32), torch.randint(0, 10, (steps * batch,))
+        for step in range(steps):
+            x = data[step * batch : (step + 1) * batch].to(device)  # @x
+            y = labels[step * batch : (step + 1) * batch].to(device)  # @y
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            _ = f"step {step} loss {loss.item():.4f}"  # @item
+
+    r, harness = profiled(work)
+    params = 32 * 64 + 64 + 64 * 10 + 10
+    assert site_at(r, line_of("model")).h2d.counts() == copies(
+        count=4, bytes=params * 4, pageable=4
+    )
+    x = site_at(r, line_of("x"))
+    assert x.h2d.counts() == copies(count=steps, bytes=steps * batch * 32 * 4, pageable=steps)
+    assert x.syncs.to_dict() == {"count": steps, "by_cause": {"copy_to_device": steps}}
+    assert site_at(r, line_of("y")).h2d.counts() == copies(
+        count=steps, bytes=steps * batch * 8, pageable=steps
+    )
+    item = site_at(r, line_of("item"))
+    assert item.d2h.counts() == copies(count=steps, bytes=steps * 4, pageable=steps)
+    assert item.syncs.to_dict() == {"count": steps, "by_cause": {"item": steps}}
+    # Nothing else moved or waited: backward and Adam's foreach steps stay on the GPU.
+    assert r.totals.syncs.count == 4 + 3 * steps
+    assert r.totals.d2h.count == steps and r.totals.p2p.count == 0
+    assert harness.placeholders.values == steps
+
+
+def test_backward_runs_on_autograd_device_thread_and_is_charged_to_forward_lines():
+    threads: list[int] = []
+
+    def work():
+        w = torch.randn(8, 8).to("cuda:0").requires_grad_()
+        h = w * 2  # @mul
+        h.register_hook(lambda g: threads.append(threading.get_ident()))
+        h.sum().backward()  # @backward
+        assert w.grad is not None and w.grad.device == torch.device("cuda:0")
+
+    r, _ = profiled(work)
+    assert threads and threads[0] != threading.get_ident()  # a device thread, as on a GPU
+    mul = site_at(r, line_of("mul"))
+    assert mul.backward_ops > 0  # the backward of w * 2 charged to its forward line
+    assert site_at(r, line_of("backward")).ops > 0
+
+
+def test_values_read_back_are_placeholders_and_said_so():
+    def work():
+        t = torch.randn(4, 4).to("cuda:0")
+        assert t.sum().item() == 0.0
+        assert float(t.mean()) == 0.0 and bool(t.max() > 0) is False
+        assert t.cpu().eq(0).all() and t.tolist() == [[0.0] * 4] * 4
+        assert t.nonzero().shape == (16, 2)  # every element: the largest output
+        assert t[t > 0].shape == (16,)
+
+    _, harness = profiled(work)
+    assert harness.placeholders.to_dict() == {"values": 3, "host_copies": 2, "sizes": 2}
+
+
+def test_torch_cuda_says_what_a_machine_with_gpus_says():
+    def work():
+        assert torch.cuda.is_available() and torch.cuda.device_count() == 2
+        assert torch.cuda.get_device_name(1) == "gpuwatch fake CUDA device"
+        torch.cuda.set_device(1)
+        assert torch.cuda.current_device() == 1
+        assert torch.randn(2).cuda().device == torch.device("cuda:1")
+        with torch.cuda.device(0):
+            assert torch.randn(2).to("cuda").device == torch.device("cuda:0")
+        with pytest.raises(RuntimeError, match="invalid device ordinal"):
+            torch.randn(2).to("cuda:2")
+        torch.cuda.synchronize()  # @sync
+        torch.manual_seed(0)
+
+    r, _ = profiled(work, devices=2)
+    assert site_at(r, line_of("sync")).syncs.by_cause == {"synchronize": 1}
+    assert not torch.cuda.is_available()  # everything put back
+
+
+def test_modules_move_between_fake_gpus_and_back():
+    def work():
+        m = nn.Linear(4, 4)
+        m.to("cuda:0")
+        m.cuda()  # already there: nothing moves
+        m.to("cuda:1")  # @p2p
+        m.cpu()  # @back
+
+    r, _ = profiled(work, devices=2)
+    assert site_at(r, line_of("p2p")).p2p.counts() == copies(count=2, bytes=80)
+    assert site_at(r, line_of("back")).d2h.counts() == copies(count=2, bytes=80, pageable=2)
+    assert r.totals.h2d.count == 2
+
+
+def test_torch_tensor_made_on_the_gpu_is_a_blocking_copy():
+    def work():
+        torch.tensor([1.0, 2.0, 3.0], device="cuda")  # @tensor
+
+    r, _ = profiled(work)
+    site = site_at(r, line_of("tensor"))
+    assert site.h2d.counts() == copies(count=1, bytes=12, pageable=1)
+    assert site.syncs.by_cause == {"copy_to_device": 1}
+
+
+def test_pinned_dataloader_batches_copy_without_waiting():
+    def work():
+        ds = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+        for xb, _yb in torch.utils.data.DataLoader(ds, batch_size=16, pin_memory=True):
+            assert xb.is_pinned()
+            xb.to("cuda", non_blocking=True)  # @nb
+
+    r, _ = profiled(work)
+    assert site_at(r, line_of("nb")).h2d.counts() == copies(
+        count=4, bytes=64 * 8 * 4, non_blocking=4
+    )
+    assert r.totals.syncs.count == 0
+
+
+def test_non_blocking_copy_to_the_host_is_decided_from_the_op():
+    def work():
+        t = torch.randn(8).to("cuda:0", non_blocking=True)
+        host = t.to("cpu", non_blocking=True)  # @nb_d2h
+        assert host.is_pinned()
+        t.cpu()  # @blocking
+
+    r, _ = profiled(work)
+    nb = site_at(r, line_of("nb_d2h"))
+    assert nb.d2h.counts() == copies(count=1, bytes=32, non_blocking=1)
+    assert nb.syncs.count == 0
+    assert site_at(r, line_of("blocking")).syncs.by_cause == {"copy_to_host": 1}
+
+
+# -- PyTorch's own list of what syncs (test_torch.py, test_sync_warning) ---------------------------
+
+
+def _sync_cases():
+    size = 4
+    x = torch.rand(size).to("cuda")
+    y = torch.rand(()).to("cuda")
+    ind = torch.randint(size, (3,)).to("cuda")
+    ind_cpu = torch.randint(size, (3,))
+    repeats = torch.full((1,), 2).to("cuda")
+    mask = torch.randint(2, (size,), dtype=torch.bool).to("cuda")
+    mask_cpu = torch.tensor([True, False, True, True])
+
+    def put(ind, val):
+        x[ind] = val
+
+    def cond():
+        return x if y else 2 * x
+
+    no_sync = {
+        "x[mask] = 1.": lambda: put(mask, 1.0),
+        "x[mask_cpu] = y": lambda: put(mask_cpu, y),
+        "x[ind] = y": lambda: put(ind, y),
+        "x[mask_cpu]": lambda: x[mask_cpu],
+        "x[ind]": lambda: x[ind],
+        "one_hot(ind, num_classes)": lambda: nn.functional.one_hot(ind, num_classes=size),
+        "randperm": lambda: torch.randperm(20000, device="cuda"),
+        "repeat_interleave(x, 2, output_size)": lambda: torch.repeat_interleave(
+            x, 2, output_size=2 * size
+        ),
+        "repeat_interleave(x, repeats, output_size)": lambda: torch.repeat_interleave(
+            x, repeats, output_size=2 * size
+        ),
+        "any(y)": lambda: torch.any(y),
+    }
+    sync = {
+        "x[mask] = y": lambda: put(mask, y),
+        "x[ind_cpu] = y": lambda: put(ind_cpu, y),
+        "x[mask]": lambda: x[mask],
+        "x[ind_cpu]": lambda: x[ind_cpu],
+        "x.nonzero()": lambda: x.nonzero(),
+        "if y:": cond,
+        "one_hot(ind)": lambda: nn.functional.one_hot(ind),
+        "repeat_interleave(x, repeats)": lambda: torch.repeat_interleave(x, repeats),
+    }
+    return no_sync, sync
+
+
+def test_syncs_agree_with_pytorchs_sync_debug_mode_test():
+    found: dict[str, int] = {}
+    with fake_cuda():
+        no_sync, sync = _sync_cases()
+        for name, fn in {**no_sync, **sync}.items():
+            with profilers.profile(kernel_timing=False) as prof:
+                fn()
+            found[name] = prof.report().totals.syncs.count
+    assert {n: found[n] for n in no_sync} == dict.fromkeys(no_sync, 0)
+    assert {n: found[n] for n in sync} == dict.fromkeys(sync, 1)
+
+
+def test_indexing_with_host_indices_counts_their_copies():
+    def work():
+        x = torch.randn(100, 4).to("cuda:0")
+        keep = torch.zeros(100, dtype=torch.bool)
+        keep[:30] = True
+        x[torch.tensor([1, 2, 3])]  # @ind_cpu
+        x[keep]  # @mask_cpu
+        boxes = x.clone()
+        gpu_keep = (boxes[:, 0] > 0).to("cuda:0")
+        boxes[~gpu_keep] = 0.0  # @masked_fill
+        boxes[gpu_keep] = x[gpu_keep]  # @mask_put
+
+    r, _ = profiled(work)
+    ind = site_at(r, line_of("ind_cpu"))
+    assert ind.h2d.counts() == copies(count=1, bytes=24, pageable=1)  # the index, blocking
+    assert ind.syncs.by_cause == {"copy_to_device": 1}
+    mask = site_at(r, line_of("mask_cpu"))
+    # nonzero on the host into pinned memory: 30 int64 indices, copied without waiting
+    assert mask.h2d.counts() == copies(count=1, bytes=30 * 8, non_blocking=1)
+    assert mask.syncs.count == 0
+    assert site_at(r, line_of("masked_fill")).syncs.count == 0  # masked_fill_: no nonzero
+    assert site_at(r, line_of("mask_put")).syncs.by_cause == {"data_dependent_shape": 2}
