@@ -255,3 +255,22 @@ def test_indexing_with_host_indices_counts_their_copies():
     assert mask.syncs.count == 0
     assert site_at(r, line_of("masked_fill")).syncs.count == 0  # masked_fill_: no nonzero
     assert site_at(r, line_of("mask_put")).syncs.by_cause == {"data_dependent_shape": 2}
+
+
+def test_an_optimizer_made_before_the_move_steps_the_moved_parameters():
+    def work():
+        model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 10))
+        model[1].weight = model[0].weight  # a shared (10, 4) weight
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        model.to("cuda")  # @move
+        assert model[0].weight is model[1].weight  # still shared
+        params = [p for g in opt.param_groups for p in g["params"]]
+        assert all(p.device.type == "cuda" for p in params)
+        assert {id(p) for p in params} == {id(p) for p in model.parameters()}
+        loss = model(torch.tensor([1, 2]).to("cuda")).sum()
+        loss.backward()
+        opt.step()
+
+    r, _ = profiled(work)
+    # the shared weight moves once: 40 floats, + Linear's bias (10) = 2 copies
+    assert site_at(r, line_of("move")).h2d.counts() == copies(count=2, bytes=200, pageable=2)
