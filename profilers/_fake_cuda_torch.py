@@ -130,15 +130,16 @@ def module_apply(
         own = [
             t for t in (*module._parameters.values(), *module._buffers.values()) if t is not None
         ]
+        outermost = getattr(local, "memo", None) is None
+        memo: dict[int, tuple[Any, Any]] = {} if outermost else local.memo
         probe: tuple[Any, Any] | None = None
-        if own and not isinstance(own[0], fake):
+        if own and not isinstance(own[0], fake) and id(own[0]) not in memo:
             with torch.no_grad():
                 probe = (own[0], fn(own[0]))
             if not isinstance(probe[1], fake) and not any(isinstance(t, fake) for t in own):
                 return apply(module, fn, recurse)
-        outermost = getattr(local, "memo", None) is None
         if outermost:
-            local.memo = {}
+            local.memo = memo
         try:
             _convert(module, fn, recurse, probe, local.memo)
         finally:
