@@ -89,7 +89,8 @@ def _site_hints(s: Site, hot: int) -> list[Hint]:
                 ".cpu()/.numpy()/.tolist() in a loop copies to the host and waits each time: "
                 "compute the metric on the GPU and copy once, or copy with non_blocking=True into "
                 "pinned memory",
-                f"{causes['copy_to_host']} syncs, {s.d2h.count} copies of {fmt.size(s.d2h.bytes)}",
+                f"{causes['copy_to_host']} syncs, {s.d2h.count} copies, "
+                f"{fmt.size(s.d2h.bytes)} in all",
             )
         )
     if s.h2d.non_blocking and s.h2d.pageable >= s.h2d.non_blocking:
@@ -112,7 +113,7 @@ def _site_hints(s: Site, hot: int) -> list[Hint]:
                 "a tensor is created on the CPU and moved to the GPU every time this line runs: "
                 "create it on the device (device=...), or once before the loop (register_buffer "
                 "for module constants)",
-                f"{s.h2d.count} host->GPU copies, {fmt.size(s.h2d.bytes)}",
+                f"{s.h2d.count} host->GPU copies, {fmt.size(s.h2d.bytes)} in all",
             )
         )
     elif blocking_h2d >= hot:
@@ -122,7 +123,7 @@ def _site_hints(s: Site, hot: int) -> list[Hint]:
                 s,
                 "blocking host->GPU copies in a loop: the host waits for each; use pinned memory "
                 "(DataLoader(pin_memory=True)) and .to(device, non_blocking=True)",
-                f"{blocking_h2d} blocking copies, {fmt.size(s.h2d.bytes)}",
+                f"{blocking_h2d} blocking copies, {fmt.size(s.h2d.bytes)} in all",
             )
         )
     float32 = s.copy_dtypes.get("float32", 0)

@@ -14,6 +14,7 @@ from gpuwatch.report.text import (
     gpu_lines,
     gpu_source,
     internal_error_lines,
+    simulated_lines,
     used_no_gpu,
 )
 from profilers import DIRECTIONS, Report, Site
@@ -260,7 +261,9 @@ def _header(r: Report) -> str:
         "The numbers cover the part that ran.</p>"
         if r.partial
         else ""
-    ) + "".join(f"<p class=partial>{_e(line)}</p>" for line in internal_error_lines(r))
+    ) + "".join(
+        f"<p class=partial>{_e(line)}</p>" for line in simulated_lines(r) + internal_error_lines(r)
+    )
     return (
         f"<h1>gpuwatch profile <code>{_e(' '.join(r.command))}</code></h1>\n"
         f"<div class=meta>exit code {r.exit_code} · started {_e(fmt.local_time(r.started_at))} · "
@@ -274,8 +277,10 @@ def _cards(r: Report) -> str:
         (fmt.size(t.bytes_moved), "moved between host and GPUs"),
         (f"{t.syncs.count:,}", "syncs (host waited)"),
         (
-            fmt.duration_ms(t.kernel_time_ms),
-            f"kernel time ({r.options.get('kernel_timing_source', 'host')})",
+            "-" if r.options.get("fake_cuda") else fmt.duration_ms(t.kernel_time_ms),
+            "kernel time (not measured: simulated GPUs)"
+            if r.options.get("fake_cuda")
+            else f"kernel time ({r.options.get('kernel_timing_source', 'host')})",
         ),
         (f"{t.ops:,}", "ops"),
         (fmt.duration_ms(r.duration_s * 1000), "wall time"),

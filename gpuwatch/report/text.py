@@ -75,16 +75,44 @@ def _header(r: Report) -> RenderableType:
     lines = Text()
     lines.append("gpuwatch profile ", style="bold").append(" ".join(r.command) or "(library)")
     lines.append(f"\n{fmt.duration_ms(r.duration_s * 1000)}, exit code {r.exit_code}, {status}")
-    lines.append(
-        f"\ndevices: {devices}    ops: {r.totals.ops:,}    kernel time: "
-        f"{fmt.duration_ms(r.totals.kernel_time_ms)} "
-        f"({r.options.get('kernel_timing_source', 'host')})"
-    )
+    lines.append(f"\ndevices: {devices}    ops: {r.totals.ops:,}    kernel time: {kernel_time(r)}")
+    for line in simulated_lines(r):
+        lines.append(f"\n{line}", style="yellow")
     for line in gpu_lines(r):
         lines.append(f"\n{line}")
     for line in internal_error_lines(r):
         lines.append(f"\n{line}", style="yellow")
     return Panel(lines, box=box.ROUNDED, expand=False)
+
+
+def kernel_time(r: Report) -> str:
+    """The run's kernel time and how it was measured, or why it was not."""
+    if r.options.get("fake_cuda"):
+        return "not measured (--fake-cuda: the GPUs were simulated)"
+    source = r.options.get("kernel_timing_source", "host")
+    return f"{fmt.duration_ms(r.totals.kernel_time_ms)} ({source})"
+
+
+def simulated_lines(r: Report) -> list[str]:
+    """What a --fake-cuda run is: its counts are a GPU run's, the values it read back are not."""
+    fake = r.options.get("fake_cuda")
+    if not fake:
+        return []
+    n = int(fake.get("devices", 1))
+    ph = fake.get("placeholders", {})
+    out = [
+        f"SIMULATED: --fake-cuda, {n} fake GPU{'s' if n != 1 else ''}. Copies, bytes, syncs and "
+        "lines are what the script does on a GPU."
+    ]
+    read = int(ph.get("values", 0)) + int(ph.get("host_copies", 0)) + int(ph.get("sizes", 0))
+    if read:
+        out.append(
+            f"Values read back from the GPU were placeholders: {ph.get('values', 0):,} scalars "
+            f"(0), {ph.get('host_copies', 0):,} tensors copied to the host (zeros), "
+            f"{ph.get('sizes', 0):,} value-dependent sizes (every element kept); control flow "
+            "that depends on them followed the placeholders."
+        )
+    return out
 
 
 def internal_error_lines(r: Report) -> list[str]:
