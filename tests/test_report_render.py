@@ -76,7 +76,9 @@ def test_lines_show_the_time_of_their_backward():
     assert "model.py:7" in shown and "9.5 ms in 10 ops" in shown
     page = render_html(r)
     assert "its backward</th>" in page and "<td>9.5 ms</td>" in page
-    assert "the backward of its ops (also in the .backward() line)" in page
+    # The chart counts each op once: its bars add up to the run's kernel time.
+    assert "the .backward() line holds the whole backward" in page
+    assert "its backward: %{customdata[1]} (part of the .backward() line" in page
     # A report with no backward data shows no such table.
     assert "by the time of their backward" not in text(summary(report()))
 
@@ -95,3 +97,14 @@ def test_charts_with_nothing_to_draw_are_a_sentence():
     # With copies and syncs (the hand-made report), the charts are drawn.
     page = render_html(report())
     assert all(f'id="fig-{name}"' in page for name in ("timeline", "bytes", "syncs"))
+
+
+def test_pcie_line_has_its_own_axis_range():
+    from gpuwatch.report.html import _timeline
+
+    r = report()
+    r.gpu_samples = [{**s, "pcie_rx_bytes_per_s": 3e9} for s in r.gpu_samples]  # 3000 MB/s
+    fig = _timeline(r)
+    util_axis, pcie_axis = fig.layout.yaxis2, fig.layout.yaxis3
+    assert tuple(util_axis.range) == (0, 100) and util_axis.title.text == "util %"
+    assert pcie_axis.range is None and pcie_axis.title.text == "PCIe MB/s"  # autoranged

@@ -145,7 +145,9 @@ def _timeline(r: Report) -> Any:
                 for p in pts
             ],
         )
-    fig.update_yaxes(title_text="util %", range=[0, 100], row=2, col=1)
+    # NB: secondary_y=False: without it plotly sets the range on both axes of the row, and
+    # the PCIe line (MB/s, far above 100) is drawn off the chart.
+    fig.update_yaxes(title_text="util %", range=[0, 100], row=2, col=1, secondary_y=False)
     fig.update_yaxes(title_text="PCIe MB/s", row=2, col=1, secondary_y=True)
     fig.update_xaxes(title_text="seconds since start", row=2, col=1)
     fig.update_layout(height=560, margin={"l": 10, "r": 10, "t": 40, "b": 40})
@@ -155,44 +157,33 @@ def _timeline(r: Report) -> Any:
 def _kernel_time(r: Report) -> Any:
     import plotly.graph_objects as go
 
-    # Lines ranked by their own time plus the time of their backward; the backward share is
-    # also inside the .backward() line's own bar (the ops ran there).
-    sites = [s for s in r.sites if s.kernel_time_ms or s.backward_ms]
-    sites = sorted(sites, key=lambda s: s.kernel_time_ms + s.backward_ms, reverse=True)[:TOP]
-    sites.reverse()
+    # NB: each op once, so the bars add up to the run's kernel time: a .backward() line's bar is
+    # the whole backward it ran; a forward line's share of it is in its hover text and in the
+    # table's "its backward" column, never stacked on its bar (that counted it twice).
+    sites = sorted((s for s in r.sites if s.kernel_time_ms), key=lambda s: s.kernel_time_ms)
+    sites = sites[-TOP:]
     fig = go.Figure()
-    labels = [_label(s) for s in sites]
-    parts = [
-        ("its own ops", "#17becf", "", [(s.kernel_time_ms, s.ops) for s in sites]),
-        (
-            "the backward of its ops (also in the .backward() line)",
-            "#bcbd22",
-            "backward: ",
-            [(s.backward_ms, s.backward_ops) for s in sites],
-        ),
-    ]
-    for name, color, what, values in parts:
-        if any(ms for ms, _ in values):
-            fig.add_bar(
-                name=name,
-                orientation="h",
-                y=labels,
-                x=[ms for ms, _ in values],
-                marker_color=color,
-                customdata=[[n] for _, n in values],
-                hovertemplate="%{y}<br>"
-                + what
-                + "%{x:.2f} ms in %{customdata[0]} ops<extra></extra>",
-            )
+    fig.add_bar(
+        name="kernel time of the line's own ops",
+        orientation="h",
+        y=[_label(s) for s in sites],
+        x=[s.kernel_time_ms for s in sites],
+        marker_color="#17becf",
+        customdata=[
+            [s.ops, f"{s.backward_ms:.2f} ms" if s.backward_ops else "none"] for s in sites
+        ],
+        hovertemplate="%{y}<br>%{x:.2f} ms in %{customdata[0]} ops"
+        "<br>its backward: %{customdata[1]} (part of the .backward() line's bar)<extra></extra>",
+    )
     source = r.options.get("kernel_timing_source", "host")
     fig.update_layout(
-        barmode="stack",
-        title=f"Kernel time per line ({_p(source)} timing)",
+        title=f"Kernel time per line, each op once ({_p(source)} timing); the .backward() "
+        "line holds the whole backward",
         xaxis_title="ms",
         height=max(260, 60 + 28 * len(sites)),
         margin={"l": 10, "r": 10, "t": 40, "b": 40},
         yaxis={"automargin": True},
-        legend={"orientation": "h", "y": -0.15},
+        showlegend=False,
     )
     return fig
 
