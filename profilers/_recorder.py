@@ -18,7 +18,7 @@ from profilers._cuda_timing import CudaApi, CudaTimer, TorchCuda
 from profilers._names import OTHER, SYNCHRONIZE
 from profilers._ops import Classifier, IsPinned, Transfer, default_is_pinned
 from profilers._sites import UNKNOWN, UserCode
-from profilers._stats import Counters, SiteStats
+from profilers._stats import MAX_STACKS, Counters, SiteStats
 from profilers._threads import ThreadState, ThreadStates
 from profilers._torch_private import BACKWARD_NODES
 
@@ -121,7 +121,15 @@ class Recorder:
                 self.user.display(code.co_filename), line, code.co_name, self.user.chain(f)
             )
             site.source = linecache.getline(code.co_filename, line).strip()
+            site.callers = {self.user.caller_key(f)}
             table[key] = site
+        elif len(site.callers) < MAX_STACKS:
+            # A line reached from a new caller (a helper called from two places) keeps that
+            # chain too; the key is the next user frame up, one short walk.
+            caller = self.user.caller_key(f)
+            if caller not in site.callers:
+                site.callers.add(caller)
+                site.add_stack(self.user.chain(f))
         st.last_frame, st.last_user, st.last_lasti, st.last_site = frame, f, f.f_lasti, site
         return site
 
@@ -250,7 +258,7 @@ class Recorder:
         def copy_of(site: SiteStats) -> SiteStats:
             into = merged.get(site.key)
             if into is None:
-                into = merged[site.key] = SiteStats(site.file, site.line, site.function, site.stack)
+                into = merged[site.key] = SiteStats(site.file, site.line, site.function)
                 into.source = site.source
             return into
 

@@ -26,7 +26,9 @@ def _package_dir(name: str) -> str | None:
 @functools.cache
 def _library_roots() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
-    roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    # NB: "scripts" (the environment's bin/) holds console-script launchers such as
+    # bin/gpuwatch, which would otherwise end every caller chain.
+    roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib", "scripts")}
     try:
         roots.update(site.getsitepackages())
     except AttributeError:  # pragma: no cover
@@ -81,6 +83,11 @@ class UserCode:
                 return frame
             frame = frame.f_back
         return None
+
+    def caller_key(self, frame: FrameType) -> tuple[str, int] | None:
+        """Where the next user frame above ``frame`` is (which caller reached this line)."""
+        up = self.first(frame.f_back)
+        return None if up is None else (up.f_code.co_filename, up.f_lineno)
 
     def chain(self, frame: FrameType | None, limit: int = 8) -> list[str]:
         """``file:line function`` of the user frames above ``frame`` (callers), innermost first."""

@@ -180,18 +180,23 @@ OTHER_OPS = "(other ops)"
 """The op name under which ops beyond a report's top ones are summed when it is read back."""
 
 
+MAX_STACKS = 8
+"""Distinct caller chains kept per line."""
+
+
 class SiteStats(Lined, Counters):
     """Counters for one user source line."""
 
     __slots__ = (
         "backward",
+        "callers",
         "copy_dtypes",
         "file",
         "function",
         "line",
         "node_stems",
         "source",
-        "stack",
+        "stacks",
     )
 
     def __init__(self, file: str, line: int, function: str, stack: list[str] | None = None):
@@ -199,7 +204,11 @@ class SiteStats(Lined, Counters):
         self.file = file
         self.line = line
         self.function = function
-        self.stack = stack or []
+        self.stacks: list[list[str]] = [stack] if stack else []
+        """Each distinct chain of user callers this line was reached from (innermost first),
+        at most MAX_STACKS: a helper called from two lines has two."""
+        self.callers: set[tuple[str, int] | None] = set()
+        """The recorder's keys of the chains in ``stacks`` (the next user frame up)."""
         self.source = ""
         self.copy_dtypes: dict[str, int] = {}
         """Bytes copied (any direction) per source dtype, e.g. ``{"float32": 262144}``."""
@@ -208,6 +217,15 @@ class SiteStats(Lined, Counters):
         counted, in full, at the line that called ``.backward()``."""
         self.node_stems: set[str] = set()
         """Kinds of autograd node this line's ops are known to make (the profiler's cache)."""
+
+    @property
+    def stack(self) -> list[str]:
+        """The first chain of callers seen."""
+        return self.stacks[0] if self.stacks else []
+
+    def add_stack(self, chain: list[str]) -> None:
+        if len(self.stacks) < MAX_STACKS and chain not in self.stacks:
+            self.stacks.append(chain)
 
     def settle(self) -> None:
         """Sets ``ops`` and ``kernel_time_ms`` from the per-op entries (the recorder's hot path
@@ -218,6 +236,8 @@ class SiteStats(Lined, Counters):
     def merge(self, other: Counters) -> None:
         super().merge(other)
         if isinstance(other, SiteStats):
+            for chain in other.stacks:
+                self.add_stack(chain)
             for dtype, n in other.copy_dtypes.items():
                 self.copy_dtypes[dtype] = self.copy_dtypes.get(dtype, 0) + n
             self.merge_backward(other.backward)

@@ -83,6 +83,9 @@ class Site(Lined, Counted):
     function: str
     source: str = ""
     stack: tuple[str, ...] = ()
+    """The first chain of user callers (innermost first)."""
+    stacks: tuple[tuple[str, ...], ...] = ()
+    """Every distinct chain of callers the line was reached from (at most 8)."""
     h2d: Copies = field(default_factory=Copies)
     d2h: Copies = field(default_factory=Copies)
     d2d: Copies = field(default_factory=Copies)
@@ -106,6 +109,7 @@ class Site(Lined, Counted):
             function=s.function,
             source=s.source,
             stack=tuple(s.stack),
+            stacks=tuple(tuple(c) for c in s.stacks),
             **_copied(s),
             op_breakdown={k: (int(n), float(ms)) for k, (n, ms) in list(s.op_breakdown.items())},
             copy_dtypes=dict(s.copy_dtypes),
@@ -119,6 +123,7 @@ class Site(Lined, Counted):
             "function": self.function,
             "source": self.source,
             "stack": list(self.stack),
+            "stacks": [list(c) for c in self.stacks],
             **self.counters_dict(),
             "top_ops": _top(self.op_breakdown, top_ops),
             "copy_dtypes": dict(self.copy_dtypes),
@@ -141,6 +146,10 @@ class Site(Lined, Counted):
             function=str(d["function"]),
             source=str(d.get("source", "")),
             stack=tuple(str(f) for f in d.get("stack", [])),
+            stacks=tuple(
+                tuple(str(f) for f in c)
+                for c in d.get("stacks", [d["stack"]] if d.get("stack") else [])
+            ),
             **counted,
             op_breakdown=_with_rest(
                 d.get("top_ops", []), counted["ops"], counted["kernel_time_ms"]

@@ -71,6 +71,8 @@ def test_counts_in_the_json_are_exact_and_argv_passes_through(tmp_path, entry):
     )
     assert sites[LINE_ITEM]["syncs"]["by_cause"] == {"item": 12}
     assert sites[LINE_W]["h2d"]["bytes"] == 16384
+    # top-level lines of the script: no callers (the console script's bin/gpuwatch is not one)
+    assert all(s["stack"] == [] and s["stacks"] == [] for s in sites.values())
     assert "Top lines by syncs" in done.stderr and f"train.py:{LINE_ITEM}" in done.stderr
 
 

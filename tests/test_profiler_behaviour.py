@@ -469,3 +469,21 @@ def test_live_snapshot_is_compact_and_counts_so_far():
     assert [s["line"] for s in snap["sites"]] == [line_of("live")]
     assert "timeline" not in snap and snap["elapsed_s"] >= 0
     json.dumps(snap)
+
+
+def test_a_helper_called_from_two_lines_keeps_both_caller_chains():
+    with profilers.profile(is_pinned=never_pinned) as prof, fake_mode():
+        x = torch.randn(8, 8)
+        for _ in range(3):
+            helper_that_copies(x)  # @first_caller
+            helper_that_copies(x)  # @second_caller
+    site = site_at(prof.report(), line_of("helper"))
+    me = "test_a_helper_called_from_two_lines_keeps_both_caller_chains"
+    here = "tests/test_profiler_behaviour.py"
+    assert site.h2d.count == 6
+    assert [c[0] for c in site.stacks] == [
+        f"{here}:{line_of('first_caller')} {me}",
+        f"{here}:{line_of('second_caller')} {me}",
+    ]
+    assert site.stack == site.stacks[0]
+    assert profilers.Site.from_dict(site.to_dict()).stacks == site.stacks
