@@ -86,6 +86,9 @@ async def test_counters_move_while_it_runs_then_the_summary_and_report(tmp_path)
     assert (doc["totals"]["h2d"]["count"], doc["totals"]["h2d"]["bytes"]) == (120, 60 * (1024 + 16))
     assert doc["totals"]["syncs"]["by_cause"] == {"item": 60, "copy_to_device": 120}
     assert doc["gpu_samples"] and {s["gpu"] for s in doc["gpu_samples"]} == {0}
+    # the samples share the profile's clock and stop with the script (pilot.pause above ran on)
+    times = [s["t"] for s in doc["gpu_samples"]]
+    assert 0 <= min(times) and max(times) <= doc["duration_s"] + 0.5
 
 
 async def test_quitting_mid_run_asks_then_keeps_a_partial_report(tmp_path):

@@ -30,7 +30,7 @@ from gpuwatch.app.widgets import (
     StatusLine,
 )
 from gpuwatch.gpu_timeline import sample_row, samples_of_used_gpus, used_gpu_indices
-from gpuwatch.live.protocol import Done, Fatal, LiveSnapshot, Message, report_from_snapshot
+from gpuwatch.live.protocol import Done, Fatal, Hello, LiveSnapshot, Message, report_from_snapshot
 from gpuwatch.live.result import LiveResult
 from gpuwatch.live.session import ChildSession
 from gpuwatch.nvml.history import History
@@ -108,6 +108,8 @@ class LiveApp(SamplingApp):
         self.last_snapshot: LiveSnapshot | None = None
         self.snapshots_seen = 0
         self.done: Done | None = None
+        self.profile_t0: float | None = None
+        """When the profile started in the child, on this process's monotonic clock."""
         self.fatal: str | None = None
         self.report: Report | None = None
         self.exit_code: int | None = None
@@ -167,10 +169,15 @@ class LiveApp(SamplingApp):
     # -- GPU stats ----------------------------------------------------------------------------
 
     def on_sampling_app_snapshot_ready(self, message: SamplingApp.SnapshotReady) -> None:
-        t = round(time.monotonic() - self.session.started_at, 3)
+        # NB: the report's GPU samples share the profile's clock (its events' t is seconds
+        # since the profile started, not since the child was spawned) and stop with the script.
+        t0 = self.profile_t0
+        keep = t0 is not None and self.done is None and self.exit_code is None
+        t = round(time.monotonic() - t0, 3) if t0 is not None else 0.0
         for g in message.snapshot.gpus:
             pids = (self.session.pid,) if self.session.pid is not None else ()
-            self.gpu_samples.append(sample_row(t, g, pids))
+            if keep:
+                self.gpu_samples.append(sample_row(t, g, pids))
             self.history.of(g.index).add(g)
             if not self.paused:
                 try:
@@ -232,8 +239,12 @@ class LiveApp(SamplingApp):
         """Keeps what the child said; True if a new snapshot came."""
         fresh = False
         for msg in messages:
-            if isinstance(msg, LiveSnapshot):
+            if isinstance(msg, Hello):
+                self.profile_t0 = time.monotonic()  # the profile starts right after
+            elif isinstance(msg, LiveSnapshot):
                 fresh = True
+                if self.last_snapshot is None:  # the child's own clock: elapsed since the start
+                    self.profile_t0 = time.monotonic() - msg.elapsed_s
                 self.last_snapshot = msg
                 self.snapshots_seen += 1
                 self._rates.add(msg.elapsed_s, msg.totals)
