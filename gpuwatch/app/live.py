@@ -96,8 +96,7 @@ class LiveApp(SamplingApp):
         self.session = session
         self.no_gpu_reason = no_gpu_reason
         self.outputs = list(outputs)
-        self.show_all_gpus = False
-        """Every GPU's card (key a), not only those the script uses."""
+        self.show_all_gpus = False  # every GPU's card (key a), not only those the script uses
         self._devices: list[dict[str, Any]] = []
         self.signalled: int | None = None
         """SIGTERM or SIGHUP that closed the app (the exit code is then 128 + it)."""
@@ -108,8 +107,7 @@ class LiveApp(SamplingApp):
         self.last_snapshot: LiveSnapshot | None = None
         self.snapshots_seen = 0
         self.done: Done | None = None
-        self.profile_t0: float | None = None
-        """When the profile started in the child, on this process's monotonic clock."""
+        self.profile_t0: float | None = None  # the child's profile start, on our monotonic clock
         self.fatal: str | None = None
         self.report: Report | None = None
         self.exit_code: int | None = None
@@ -118,8 +116,7 @@ class LiveApp(SamplingApp):
         self.gpu_samples: deque[dict[str, Any]] = deque(maxlen=172_800)
         self._rates = RateWindow()
         self._held_lines: deque[tuple[str, str]] = deque(maxlen=2000)
-        self.history = History(gpu_interval_s)
-        """The cards' graphs (gpuwatch/nvml/history.py), one store as in gpuwatch top."""
+        self.history = History(gpu_interval_s)  # the cards' graphs, one store as in gpuwatch top
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -172,12 +169,10 @@ class LiveApp(SamplingApp):
         # NB: the report's GPU samples share the profile's clock (its events' t is seconds
         # since the profile started, not since the child was spawned) and stop with the script.
         t0 = self.profile_t0
-        keep = t0 is not None and self.done is None and self.exit_code is None
-        t = round(time.monotonic() - t0, 3) if t0 is not None else 0.0
+        pids = (self.session.pid,) if self.session.pid is not None else ()
         for g in message.snapshot.gpus:
-            pids = (self.session.pid,) if self.session.pid is not None else ()
-            if keep:
-                self.gpu_samples.append(sample_row(t, g, pids))
+            if t0 is not None and self.done is None and self.exit_code is None:
+                self.gpu_samples.append(sample_row(round(time.monotonic() - t0, 3), g, pids))
             self.history.of(g.index).add(g)
             if not self.paused:
                 try:
