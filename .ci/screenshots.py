@@ -3,7 +3,8 @@
 * ``top.svg``: ``gpuwatch top --demo`` at 160x44, taken by the app itself (Textual's SVG
   export) from the FakeBackend with a frozen clock, so the picture only changes with the code.
 * ``top-compact.svg``: the same with 8 GPUs at 100x30 (compact cards).
-* ``live.svg``: ``gpuwatch profile --live --demo demos/fake_gpu_walkthrough.py`` mid-run.
+* ``live.svg``: ``gpuwatch profile --live --demo --fake-cuda demos/fake_gpu_walkthrough.py``
+  mid-run.
 * ``profile-summary.txt`` and ``profile-report.png``: ``gpuwatch profile`` of
   ``demos/fake_gpu_walkthrough.py``, its terminal summary and its HTML report as headless
   Chromium shows it (needs Debian's chromium).
@@ -56,7 +57,7 @@ async def _live(out: Path) -> Path:
     root = Path(__file__).resolve().parent.parent
     session = ChildSession(
         Target("demos/fake_gpu_walkthrough.py", ["--steps", "400"]),
-        ProfileOptions(),
+        ProfileOptions(fake_cuda=1),
         interval_s=0.2,
         cwd=str(root),
     )
@@ -82,6 +83,7 @@ def _profile(out: Path) -> list[Path]:
                 "profile",
                 "--html",
                 str(html),
+                "--fake-cuda",
                 "demos/fake_gpu_walkthrough.py",
                 "--steps",
                 "50",

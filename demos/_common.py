@@ -51,7 +51,10 @@ def synchronize(device: torch.device) -> None:
 
 
 def timed(fn: Callable[[], object], device: torch.device, repeat: int = 3) -> float:
-    """Best wall time of ``fn`` in seconds (device work included)."""
+    """Best wall time of ``fn`` in seconds (device work included), after one untimed warm-up
+    run (the first call pays for CUDA context, kernel loading, allocator growth)."""
+    synchronize(device)
+    fn()
     best = float("inf")
     for _ in range(repeat):
         synchronize(device)

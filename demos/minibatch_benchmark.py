@@ -8,6 +8,7 @@ classic framework-comparison tables (CPU threads vs GPU, single vs multiple GPUs
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -157,6 +158,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--networks", nargs="+", choices=list(NETWORKS), default=list(NETWORKS))
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4])
     args = ap.parse_args(argv)
+    cores = os.cpu_count() or 1
+    for t in args.threads:
+        if t > cores:
+            print(
+                f"warning: {t} threads asked for on {cores} cores: the 'CPU {t} thr' column "
+                "measures oversubscription, not more parallelism",
+                file=sys.stderr,
+            )
     gpus = torch.cuda.device_count()
     headers = ["network"] + [f"CPU {t} thr" for t in args.threads]
     headers += [f"GPU {i}" for i in range(gpus)] + [f"DP x{k}" for k in range(1, gpus + 1)]

@@ -147,9 +147,10 @@ def test_trace_log_profile_shows_one_sync_per_logged_value(tmp_path):
     assert "log.append((m @ m.T).trace().item())  # a sync per product" in lines
 
 
-def _profile(tmp_path: Path, variant: str) -> dict:
-    doc, _ = profiled(
+def _profile(tmp_path: Path, variant: str, *flags: str) -> tuple[dict, str]:
+    return profiled(
         tmp_path / f"{variant}.json",
+        *flags,
         "demos/single_gpu_training.py",
         "--variant",
         variant,
@@ -159,14 +160,38 @@ def _profile(tmp_path: Path, variant: str) -> dict:
         "1",
         "--batch",
         "32",
+        quiet=False,
     )
-    return doc
+
+
+def test_without_a_gpu_fake_cuda_teaches_the_naive_and_fixed_lesson(tmp_path):
+    (naive, said), (fixed, fixed_said) = (
+        _profile(tmp_path, "naive", "--fake-cuda"),
+        _profile(tmp_path, "fixed", "--fake-cuda"),
+    )
+    # 20 steps: .item() each, two .cpu() each, a blocking label copy and a constant moved each,
+    # and the model's 6 parameters moved once (the later .to(device) calls move nothing)
+    assert naive["totals"]["syncs"] == {
+        "count": 106,
+        "by_cause": {"item": 20, "copy_to_host": 40, "copy_to_device": 46},
+    }
+    # fixed: the model (6 parameters and the mean buffer) once, one .item() each for the loss
+    # and the accuracy at the epoch's end; the batches come pinned, non_blocking
+    assert fixed["totals"]["syncs"] == {"count": 9, "by_cause": {"item": 2, "copy_to_device": 7}}
+    assert (fixed["totals"]["h2d"]["count"], fixed["totals"]["h2d"]["pageable"]) == (47, 7)
+    source = (DEMOS / "single_gpu_training.py").read_text().splitlines()
+    mistakes = {
+        f"demos/single_gpu_training.py:{i}" for i, t in enumerate(source, 1) if "# MISTAKE:" in t
+    }
+    hinted = set(re.findall(r"^  (demos/single_gpu_training\.py:\d+)\s*$", said, re.M))
+    assert hinted and hinted <= mistakes
+    assert "No hints" in fixed_said and "SIMULATED: --fake-cuda" in fixed_said
 
 
 @gpu
 @needs_cuda
 def test_on_a_gpu_the_naive_variant_copies_and_syncs_more_at_its_mistake_lines(tmp_path):
-    naive, fixed = _profile(tmp_path, "naive"), _profile(tmp_path, "fixed")
+    (naive, _), (fixed, _) = _profile(tmp_path, "naive"), _profile(tmp_path, "fixed")
     n, f = naive["totals"], fixed["totals"]
     assert n["syncs"]["count"] > f["syncs"]["count"]
     assert n["h2d"]["count"] + n["d2h"]["count"] > f["h2d"]["count"] + f["d2h"]["count"]
@@ -188,6 +213,7 @@ def test_on_a_gpu_the_naive_variant_copies_and_syncs_more_at_its_mistake_lines(t
 def test_fake_gpu_walkthrough_profile_counts_and_hints_point_at_the_mistakes(tmp_path):
     doc, summary = profiled(
         tmp_path / "w.json",
+        "--fake-cuda",
         "demos/fake_gpu_walkthrough.py",
         "--steps",
         "10",

@@ -231,7 +231,9 @@ def _charts(r: Report) -> dict[str, tuple[Any, str]]:
         ),
         "kernel": (
             _kernel_time(r) if r.totals.kernel_time_ms else None,
-            "No kernel time was measured (kernel timing was off, or no op ran).",
+            "No kernel time was measured (--fake-cuda: the GPUs were simulated)."
+            if r.options.get("fake_cuda")
+            else "No kernel time was measured (kernel timing was off, or no op ran).",
         ),
         "syncs": (
             _syncs(r) if r.totals.syncs.count else None,
