@@ -7,7 +7,7 @@
 # The GPU machine's python3 (3.12) has torch with CUDA, nvidia-ml-py, rich, psutil, pytest and
 # hypothesis; textual, plotly, py-spy, pytest-asyncio and nvitop (the peer for top_cost.py) travel
 # as wheels (see WHEELS). OUT receives at most 8 files: checks.log (everything printed, in order), the JSON
-# reports of the naive and fixed demo, and top.json.
+# reports of the naive and fixed demo, and top.json. --fake-cuda is compared with the real run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,6 +64,13 @@ run() {
             step python3 -m gpuwatch profile --json "$out/$variant.json" \
                 demos/single_gpu_training.py --variant "$variant" --steps 200
         done
+        # --fake-cuda against the real GPU, the same script: the totals must agree.
+        for variant in naive fixed; do
+            step python3 -m gpuwatch profile -q --fake-cuda --json "/tmp/$variant-fake.json" \
+                demos/single_gpu_training.py --variant "$variant" --steps 200
+        done
+        step python3 .ci/compare_fake_cuda.py "$out/naive.json" /tmp/naive-fake.json \
+            "$out/fixed.json" /tmp/fixed-fake.json
         step python3 demos/exercises.py matmul
     } 2>&1 | tee "$out/checks.log"
 }
