@@ -18,6 +18,7 @@ Overhead per op = (variant time - plain time) / ops per run.
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import time
@@ -84,6 +85,12 @@ def make_step(device: str, workload: str) -> Callable[[], None]:
 
 
 def timed(run_steps: Callable[[], None], device: str) -> float:
+    # NB: every variant starts from a collected heap. Without it, a full collection (the
+    # autograd graphs of earlier runs) lands inside whichever variant the allocation count
+    # happens to reach it in, the same one each round: one object more or less anywhere moved
+    # gpuwatch's figure from 1.2 to 1.8 times the bare mode. The collector stays on while a
+    # variant runs, so what its own allocations cost is still counted.
+    gc.collect()
     if device == "cuda":
         torch.cuda.synchronize()
     t = time.perf_counter()

@@ -96,7 +96,7 @@ class Profile:
             if self.options.comm:
                 _patches.patch_comm(stack, recorder)
             _patches.patch_backward(stack, recorder)
-            _patches.lift_on_the_host(stack)
+            _patches.patch_tensor_factories(stack, recorder)
             stack.enter_context(ProfilerMode(recorder))
         except BaseException:
             stack.close()

@@ -222,3 +222,22 @@ def test_backward_on_autograd_device_threads_goes_to_the_forward_lines():
     assert first.backward_ms > 0 and second.backward_ms > 0
     assert first.backward_ms + second.backward_ms <= bwd.kernel_time_ms + 1e-6
     assert bwd.ops >= first.backward_ops + second.backward_ops
+
+
+def test_indexing_rules_and_torch_tensor_on_a_real_gpu():
+    x = torch.randn(100, 4, device="cuda")
+    keep = torch.zeros(100, dtype=torch.bool)
+    keep[:30] = True
+    with profilers.profile() as prof:
+        torch.tensor([1.0, 2.0, 3.0], device="cuda")  # @tensor
+        x[torch.tensor([1, 2, 3])]  # @ind_cpu
+        x[keep]  # @mask_cpu
+        x[~(x[:, 0] > 0)] = 0.0  # @masked_fill
+    r = prof.report()
+    assert site_at(r, line_of("tensor")).h2d.counts() == copies(count=1, bytes=12, pageable=1)
+    ind = site_at(r, line_of("ind_cpu"))
+    assert ind.h2d.counts() == copies(count=1, bytes=24, pageable=1)
+    assert ind.syncs.by_cause == {"copy_to_device": 1}
+    mask = site_at(r, line_of("mask_cpu"))
+    assert mask.h2d.counts() == copies(count=1, bytes=240, non_blocking=1) and not mask.syncs.count
+    assert site_at(r, line_of("masked_fill")).syncs.count == 0

@@ -42,8 +42,7 @@ from profilers.report import printable
 
 #: Rows the middle, the log and the status line need before GPU cards fold to one line each.
 ROWS_FOR_THE_REST = 2 + 10 + 8 + 1
-#: How often the app reads what the child sent.
-PUMP_S = 0.1
+PUMP_S = 0.1  # how often the app reads what the child sent
 #: Seconds the script gets to stop (and send its report) after Ctrl-C before it is killed.
 STOP_GRACE_S = 5.0
 
@@ -143,7 +142,8 @@ class LiveApp(SamplingApp):
         self.query_one(RatesPanel).show(None, None)
         if self.session.process is None:
             self.session.start()
-        self.sub_title = printable(" ".join(self.session.target.command))
+        sim = " — SIMULATED GPU (--fake-cuda)" if self.session.options.fake_cuda else ""
+        self.sub_title = printable(" ".join(self.session.target.command)) + sim
         close_on_signals(self._closed_by_signal)
         self._show_used_gpus([])
         self._relayout()
