@@ -17,6 +17,31 @@ from torch.utils._pytree import tree_map_only
 _aten = torch.ops.aten
 
 
+def fake_tensor_mode() -> Any:
+    """A ``FakeTensorMode`` whose "inside a kernel" flag is per thread.
+
+    NB: FakeTensor.device answers ``meta`` while its mode says it is inside a kernel, and the
+    stock flag is one attribute of the mode: while one thread ran a fake op, a fake tensor's
+    device read on another thread (the profiler classifying a copy) was ``meta``, and the copy
+    was lost, in about one run in three of threads copying while backward ran."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    class PerThreadFakeTensorMode(FakeTensorMode):  # type: ignore[no-untyped-call]
+        def __init__(self, **kwargs: Any) -> None:
+            self._kernel = threading.local()
+            super().__init__(**kwargs)
+
+        @property
+        def in_kernel_invocation(self) -> bool:
+            return bool(getattr(self._kernel, "on", False))
+
+        @in_kernel_invocation.setter
+        def in_kernel_invocation(self, on: bool) -> None:
+            self._kernel.on = on
+
+    return PerThreadFakeTensorMode(allow_non_fake_inputs=True)
+
+
 # -- placeholders and pinned memory ---------------------------------------------------------------
 
 
@@ -110,6 +135,10 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         super().__init__()  # type: ignore[no-untyped-call]
         self.harness = harness
         self.fake = harness.fake_mode
+        # NB: one FakeTensorMode for every thread (fake tensors belong to the mode that made
+        # them), and its state while an op runs is the mode's, not the thread's: ops on fake
+        # tensors are run one at a time (meta computation only, no user code inside).
+        self.lock = harness.fake_lock
 
     def is_fake(self, t: Any) -> bool:
         return isinstance(t, self.harness.fake_type)
@@ -145,7 +174,7 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         # run the op for real on them ("constant propagation"), which a CUDA op cannot do here.
         args, kwargs = tree_map_only(torch.Tensor, self.to_fake, (args, kwargs))
         try:
-            with self.fake:
+            with self.lock, self.fake:
                 return func(*args, **kwargs)
         except DataDependentOutputException:
             returns = func._schema.returns
@@ -167,7 +196,7 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         return self.fake.from_tensor(t, static_shapes=True)
 
     def fake_empty(self, shape: Any, like: torch.Tensor, dtype: torch.dtype | None = None) -> Any:
-        with self.fake:
+        with self.lock, self.fake:
             return torch.empty(shape, dtype=dtype or like.dtype, device=like.device)
 
     def host_placeholder(self, src: torch.Tensor, dtype: Any, pinned: bool) -> torch.Tensor:

@@ -8,7 +8,12 @@ Ownership (issue: counts from threads must never be lost):
   counts and all, to the next new thread: memory stays bounded when a thread is started per step
   (``nn.DataParallel``), and the counts stay where they were, in a state still listed;
 * reading (:meth:`ThreadStates.tables`) takes every state's table, never clearing one: a report
-  merges them by (file, line) into fresh objects, so a thread still writing is not disturbed.
+  merges them by (file, line) into fresh objects, so a thread still writing is not disturbed;
+* what an op's rule reads of a tensor (device, shape, dtype) must be the thread's own view: on the
+  fake GPU, FakeTensorMode's "inside a kernel" mark (under which a fake tensor's device reads
+  ``meta``) was one flag for all threads, and a copy classified while another thread ran a fake
+  op was lost (one run in three of tests/test_thread_counts.py); it is per thread now
+  (profilers/_fake_cuda_mode.py).
 """
 
 from __future__ import annotations

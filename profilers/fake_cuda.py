@@ -41,7 +41,12 @@ from profilers._fake_cuda_build import (
     guard_library,
     install_guard,
 )
-from profilers._fake_cuda_mode import FakeCudaMode, PinnedMemory, Placeholders
+from profilers._fake_cuda_mode import (
+    FakeCudaMode,
+    PinnedMemory,
+    Placeholders,
+    fake_tensor_mode,
+)
 from profilers._fake_cuda_torch import (
     DEVICE_NAME,
     FakeEvent,
@@ -76,12 +81,13 @@ class FakeCuda:
     def __init__(self, devices: int = 1) -> None:
         if not 1 <= devices <= MAX_DEVICES:
             raise FakeCudaUnavailable(f"--fake-cuda takes 1 to {MAX_DEVICES} GPUs, not {devices}")
-        from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+        from torch._subclasses.fake_tensor import FakeTensor
 
         self.devices = devices
         self.guard = install_guard()
-        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self.fake_mode = fake_tensor_mode()
         self.fake_type = FakeTensor
+        self.fake_lock = threading.RLock()
         self.placeholders = Placeholders()
         self.pinned = PinnedMemory()
         self.optimizers = Optimizers()
