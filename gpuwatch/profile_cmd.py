@@ -108,6 +108,14 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
         help="with --fake-cuda: how many GPUs the machine has (default 1, at most 8)",
     )
     p.add_argument(
+        "--nproc-per-node",
+        type=bounded_int(1, 1024),
+        default=0,
+        metavar="N",
+        help="launch N ranks with PyTorch's launcher (torch.distributed.run), profile each, and "
+        "merge their reports into the paths given (one summary for all ranks)",
+    )
+    p.add_argument(
         "--live",
         action="store_true",
         help="watch it live: GPU stats, copies, syncs and hot lines while it runs "
@@ -131,7 +139,15 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
         description="Print the summary of a saved run (gpuwatch profile --json), optionally "
         "writing its HTML report.",
     )
-    r.add_argument("path", metavar="RUN.json")
+    r.add_argument(
+        "paths",
+        nargs="+",
+        metavar="RUN.json",
+        help="a saved run; several: the reports of a distributed run's ranks, merged",
+    )
+    r.add_argument(
+        "--json", dest="json_path", metavar="PATH", help="write the (merged) JSON report here"
+    )
     r.add_argument("--html", dest="html_path", metavar="PATH", help="write the HTML report here")
     r.add_argument(
         "--trace", dest="trace_path", metavar="PATH", help="write a Chrome trace (Perfetto) here"
@@ -198,6 +214,8 @@ def run_profile(args: argparse.Namespace) -> int:
     from gpuwatch.profiling import ProfileOptions, run_profiled
     from gpuwatch.report.write import (
         check_outputs,
+        distributed_rank,
+        for_rank,
         output_for,
         outputs,
         write_outputs,
@@ -207,6 +225,26 @@ def run_profile(args: argparse.Namespace) -> int:
     target = _target(args)
     wanted = outputs(args.json_path, args.html_path, args.trace_path)
     wanted += [output_for(path) for path in args.output_paths]
+    if args.nproc_per_node:
+        from gpuwatch.distributed import run_ranks
+
+        check_outputs(wanted, inputs=[] if target.module else [target.name])
+        return run_ranks(args, target, wanted)
+    ranked = distributed_rank()
+    if ranked is not None:  # each rank writes its own files; rank 0 prints the summary
+        rank, world = ranked
+        asked = wanted
+        wanted = [for_rank(o, rank) for o in wanted]
+        if rank != 0:
+            args.quiet = True
+        elif asked and not args.quiet and world > 1:
+            others = ", ".join(for_rank(asked[0], k).path for k in range(1, min(world, 4)))
+            more = ", ..." if world > 4 else ""
+            print(
+                f"gpuwatch: rank 0 of {world}: each rank writes its own reports ({others}{more}); "
+                "merge them with gpuwatch report",
+                file=sys.stderr,
+            )
     check_outputs(wanted, inputs=[] if target.module else [target.name])
     if args.fake_gpus != 1 and not args.fake_cuda:
         raise CliError("--fake-gpus goes with --fake-cuda")
@@ -295,8 +333,16 @@ def run_report(args: argparse.Namespace) -> int:
     from gpuwatch.report.load import load_report
     from gpuwatch.report.write import check_outputs, outputs, write_outputs
 
-    wanted = outputs(None, args.html_path, args.trace_path)
-    check_outputs(wanted, inputs=[args.path])
-    report = load_report(args.path)
+    wanted = outputs(args.json_path, args.html_path, args.trace_path)
+    check_outputs(wanted, inputs=args.paths)
+    if len(args.paths) == 1:
+        report = load_report(args.paths[0])
+    else:
+        from profilers.merge import MergeError, merge_ranks
+
+        try:
+            report = merge_ranks([load_report(p) for p in args.paths])
+        except MergeError as exc:
+            raise CliError(str(exc)) from None
     print_summary(report, args.top, file=sys.stdout)
     return 2 if write_outputs(report, wanted) else 0

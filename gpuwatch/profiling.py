@@ -67,6 +67,10 @@ class ProfiledRun:
         self.stop_gpu_timeline = stop_gpu_timeline
         self.gpu_stats = gpu_stats
         self.pid = os.getpid()
+        from gpuwatch.report.write import distributed_rank
+
+        self.rank: tuple[int | None, int | None] = distributed_rank() or (None, None)
+        """(rank, world size) of a distributed run (RANK, WORLD_SIZE), else (None, None)."""
         self.fake: Any = None
         if options.fake_cuda:
             from profilers.fake_cuda import FakeCuda
@@ -92,6 +96,7 @@ class ProfiledRun:
         )
         report.error = outcome.error if note is None else note
         report.options["gpu_stats"] = self.gpu_stats
+        report.rank, report.world_size = self.rank
         if self.fake is not None:
             self.fake.mark(report)
         return report
@@ -125,6 +130,7 @@ class ProfiledRun:
             )
             report.exit_code = 137
             report.options["gpu_stats"] = self.gpu_stats
+            report.rank, report.world_size = self.rank
             if self.fake is not None:
                 self.fake.mark(report)
             with self._end_lock:

@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Any
 
 from profilers._backward import backward_ops_of, note_forward
+from profilers._comm import CommRule, comm_rule
 from profilers._ops import CLASSIFIERS, METADATA_OPS, Classifier
 from profilers._recorder import Recorder
 from profilers._threads import ThreadState
@@ -59,7 +60,11 @@ def _op_info(func: Any) -> OpInfo:
     call = func._op if OP_OVERLOAD_HAS_OP and type(func) is OpOverload else func
     if func in METADATA_OPS:
         return None, None, call
-    return str(func).removeprefix("aten."), CLASSIFIERS.get(func), call
+    name = str(func).removeprefix("aten.")
+    rule = comm_rule(func)
+    if rule is not None:
+        return name, rule, call  # type: ignore[return-value]  # dispatch() tells them apart
+    return name, CLASSIFIERS.get(func), call
 
 
 _SHIM_FILES = (
@@ -169,6 +174,8 @@ def dispatch(
     if entry is None:
         entry = ops[name] = [0, 0.0]
     entry[0] += 1
+    if classifier is not None and classifier.__class__ is CommRule:
+        return recorder.collective(site, entry, classifier, call, args, kwargs)
     ms = 0.0
     timed = None
     traced = recorder.trace_syncs

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from typing import Any
@@ -138,6 +139,34 @@ def patch_tensor_factories(stack: ExitStack, recorder: Recorder) -> None:
 
     set_attr(stack, torch, "tensor", wrap(torch.tensor))
     set_attr(stack, torch, "as_tensor", wrap(torch.as_tensor))
+
+
+# -- collectives: work.wait() ---------------------------------------------------------------------
+
+
+def patch_work_wait(stack: ExitStack, recorder: Recorder) -> None:
+    """``work.wait()`` on an async collective is a host wait the dispatcher never sees: its
+    time goes to the line that called it (``comm.wait_ms``)."""
+    work = getattr(getattr(torch, "distributed", None), "Work", None)
+    if work is None or not hasattr(work, "wait"):
+        return
+    original = work.wait
+
+    @functools.wraps(original)
+    def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not recorder.active:
+            return original(self, *args, **kwargs)
+        t = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            try:
+                ms = (time.perf_counter() - t) * 1000.0
+                recorder.waited(recorder.site_for(sys._getframe(1)), ms)
+            except Exception as exc:  # never into user code
+                recorder.internal_error("Work.wait", exc)
+
+    set_attr(stack, work, "wait", wait)
 
 
 # -- torch.nn.parallel.comm ---------------------------------------------------------------------

@@ -97,6 +97,7 @@ class Profile:
                 _patches.patch_comm(stack, recorder)
             _patches.patch_backward(stack, recorder)
             _patches.patch_tensor_factories(stack, recorder)
+            _patches.patch_work_wait(stack, recorder)
             stack.enter_context(ProfilerMode(recorder))
         except BaseException:
             stack.close()

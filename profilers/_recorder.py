@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from profilers._comm import CommRule
 from profilers._cuda_timing import CudaApi, CudaTimer, TorchCuda
 from profilers._names import OTHER, SYNCHRONIZE
 from profilers._ops import Classifier, IsPinned, Transfer, default_is_pinned
@@ -208,6 +209,35 @@ class Recorder:
                 t.non_blocking,
             )
         )
+
+    def collective(
+        self,
+        site: SiteStats,
+        entry: list[Any],
+        rule: CommRule,
+        call: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """Runs a collective op (or a wait on one) and counts it at ``site``, with the host time
+        it took: the host's wait where the backend blocks."""
+        t = time.perf_counter()
+        out = call(*args, **kwargs)
+        ms = (time.perf_counter() - t) * 1000.0
+        try:
+            if self.host_timing:
+                entry[1] += ms
+            if rule.op is None:
+                site.comm.wait_ms += ms
+            else:
+                site.comm.add(rule.op, rule.nbytes(args), ms)
+        except Exception as exc:
+            self.internal_error(rule.op or "wait", exc)
+        return out
+
+    def waited(self, site: SiteStats, ms: float) -> None:
+        """``work.wait()`` took ``ms`` at ``site``."""
+        site.comm.wait_ms += ms
 
     # -- syncs the dispatcher never sees --------------------------------------------------------
 

@@ -83,6 +83,78 @@ class Syncs:
         return cls(int(d["count"]), {str(k): int(v) for k, v in d["by_cause"].items()})
 
 
+COMM_OPS = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "gather",
+    "scatter",
+    "send",
+    "recv",
+    "barrier",
+)
+"""The collectives counted, as the report names them (``comm.by_op``)."""
+
+
+@dataclass(slots=True)
+class Comm:
+    """``{"count", "bytes", "by_op": {op: {"count", "bytes"}}, "wait_ms"}``: the collectives a
+    rank issued, the bytes it contributed, and the host time spent waiting on them (a blocking
+    collective, ``work.wait()``, ``wait_tensor``). Equality leaves the time out."""
+
+    count: int = 0
+    bytes: int = 0
+    by_op: dict[str, list[int]] = field(default_factory=dict)
+    """op -> [count, bytes]."""
+    wait_ms: float = field(default=0.0, compare=False)
+
+    def add(self, op: str, nbytes: int, wait_ms: float = 0.0) -> None:
+        self.count += 1
+        self.bytes += nbytes
+        entry = self.by_op.get(op)
+        if entry is None:
+            entry = self.by_op[op] = [0, 0]
+        entry[0] += 1
+        entry[1] += nbytes
+        self.wait_ms += wait_ms
+
+    def merge(self, other: Comm) -> None:
+        self.count += other.count
+        self.bytes += other.bytes
+        for op, (n, b) in list(other.by_op.items()):
+            entry = self.by_op.setdefault(op, [0, 0])
+            entry[0] += n
+            entry[1] += b
+        self.wait_ms += other.wait_ms
+
+    def copy(self) -> Comm:
+        return Comm(
+            self.count, self.bytes, {k: list(v) for k, v in self.by_op.items()}, self.wait_ms
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        order = [op for op in COMM_OPS if op in self.by_op]
+        order += [op for op in self.by_op if op not in order]
+        return {
+            "count": self.count,
+            "bytes": self.bytes,
+            "by_op": {op: {"count": self.by_op[op][0], "bytes": self.by_op[op][1]} for op in order},
+            "wait_ms": round(self.wait_ms, 6),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> Comm:
+        if not d:
+            return cls()
+        by_op = {
+            str(op): [int(e["count"]), int(e["bytes"])] for op, e in d.get("by_op", {}).items()
+        }
+        return cls(int(d["count"]), int(d["bytes"]), by_op, float(d.get("wait_ms", 0.0)))
+
+
 def add_entries(into: dict[str, list[float]], ops: dict[str, list[float]]) -> tuple[int, float]:
     """Adds ``{op: [count, ms]}`` entries into ``into`` (``ops`` may be growing on another
     thread: its items are taken at once); returns the count and ms added."""
@@ -108,6 +180,7 @@ class Counted:
     syncs: Syncs
     kernel_time_ms: float
     ops: int
+    comm: Comm
 
     def copies(self, way: str) -> Copies:
         c: Copies = getattr(self, way)
@@ -120,6 +193,7 @@ class Counted:
     def counters_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {way: self.copies(way).to_dict() for way in DIRECTIONS}
         d["syncs"] = self.syncs.to_dict()
+        d["comm"] = self.comm.to_dict()
         d["kernel_time_ms"] = round(self.kernel_time_ms, 6)
         d["ops"] = self.ops
         return d
@@ -150,7 +224,17 @@ class Lined:
 class Counters(Counted):
     """Everything counted for one site, or for the whole run."""
 
-    __slots__ = ("d2d", "d2h", "h2d", "kernel_time_ms", "op_breakdown", "ops", "p2p", "syncs")
+    __slots__ = (
+        "comm",
+        "d2d",
+        "d2h",
+        "h2d",
+        "kernel_time_ms",
+        "op_breakdown",
+        "ops",
+        "p2p",
+        "syncs",
+    )
 
     def __init__(self) -> None:
         self.h2d = Copies()
@@ -158,6 +242,7 @@ class Counters(Counted):
         self.d2d = Copies()
         self.p2p = Copies()
         self.syncs = Syncs()
+        self.comm = Comm()
         self.kernel_time_ms = 0.0
         self.ops = 0
         self.op_breakdown: dict[str, list[float]] = {}
@@ -172,6 +257,7 @@ class Counters(Counted):
         for way in DIRECTIONS:
             self.copies(way).merge(other.copies(way))
         self.syncs.merge(other.syncs)
+        self.comm.merge(other.comm)
         self.kernel_time_ms += other.kernel_time_ms
         self.ops += other.ops
 

@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from profilers._names import DIRECTIONS
-from profilers._stats import OTHER_OPS, Copies, Counted, Counters, Lined, SiteStats, Syncs
+from profilers._stats import (
+    OTHER_OPS,
+    Comm,
+    Copies,
+    Counted,
+    Counters,
+    Lined,
+    SiteStats,
+    Syncs,
+)
 
 OpTimes = dict[str, tuple[int, float]]
 """op name -> (count, kernel_time_ms)."""
@@ -22,6 +31,7 @@ def _counted(d: dict[str, Any]) -> dict[str, Any]:
     return {
         **{way: Copies.from_dict(d[way]) for way in DIRECTIONS},
         "syncs": Syncs.from_dict(d["syncs"]),
+        "comm": Comm.from_dict(d.get("comm")),
         "kernel_time_ms": float(d["kernel_time_ms"]),
         "ops": int(d["ops"]),
     }
@@ -34,6 +44,7 @@ def _copied(c: Counters) -> dict[str, Any]:
             for way in DIRECTIONS
         },
         "syncs": Syncs(c.syncs.count, dict(c.syncs.by_cause)),
+        "comm": c.comm.copy(),
         "kernel_time_ms": c.kernel_time_ms,
         "ops": c.ops,
     }
@@ -50,6 +61,7 @@ class Totals(Counted):
     syncs: Syncs = field(default_factory=Syncs)
     kernel_time_ms: float = 0.0
     ops: int = 0
+    comm: Comm = field(default_factory=Comm)
 
     @classmethod
     def of(cls, counters: Counters) -> Totals:
@@ -93,9 +105,12 @@ class Site(Lined, Counted):
     syncs: Syncs = field(default_factory=Syncs)
     kernel_time_ms: float = 0.0
     ops: int = 0
+    comm: Comm = field(default_factory=Comm)
     op_breakdown: OpTimes = field(default_factory=dict)
     copy_dtypes: dict[str, int] = field(default_factory=dict)
     """Bytes copied (any direction) per source dtype."""
+    by_rank: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """In a merged report: each rank's counters for this line, keyed by the rank as a string."""
     backward: OpTimes = field(default_factory=dict)
     """The backward of this line's forward ops, per op; these ops are also counted, in full, at
     the line that called ``.backward()``."""
@@ -128,6 +143,8 @@ class Site(Lined, Counted):
             "top_ops": _top(self.op_breakdown, top_ops),
             "copy_dtypes": dict(self.copy_dtypes),
         }
+        if self.by_rank:
+            d["by_rank"] = self.by_rank
         if self.backward:
             d["backward"] = {
                 "ops": self.backward_ops,
@@ -155,6 +172,7 @@ class Site(Lined, Counted):
                 d.get("top_ops", []), counted["ops"], counted["kernel_time_ms"]
             ),
             copy_dtypes={str(k): int(v) for k, v in d.get("copy_dtypes", {}).items()},
+            by_rank={str(k): dict(v) for k, v in (d.get("by_rank") or {}).items()},
             backward=_with_rest(
                 backward.get("top_ops", []),
                 int(backward.get("ops", 0)),

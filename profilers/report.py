@@ -49,6 +49,13 @@ class Report:
     internal_errors: dict[str, dict[str, Any]] = field(default_factory=dict)
     """What the profiler could not count: ``{op: {"count": n, "error": first message}}``. The
     ops themselves ran as they would have; only their copies and syncs are missing."""
+    rank: int | None = None
+    """This process's rank in a distributed run (``RANK``), None when not distributed."""
+    world_size: int | None = None
+    ranks: list[int] | None = None
+    """In a report merged from ranks' reports: the ranks it holds (each site's ``by_rank``)."""
+    missing_ranks: list[int] | None = None
+    """In a merged report: ranks of the world with no report (a rank that crashed unseen)."""
 
     def top_sites(self, key: str, n: int = 10) -> list[Site]:
         """Sites with the most ``bytes`` moved, ``syncs``, ``kernel_time_ms``, ``ops``, or
@@ -86,6 +93,10 @@ class Report:
             "gpu_samples": self.gpu_samples,
             "options": self.options,
             "internal_errors": self.internal_errors,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            **({"ranks": self.ranks} if self.ranks is not None else {}),
+            **({"missing_ranks": self.missing_ranks} if self.missing_ranks else {}),
         }
 
     def to_json(self) -> str:
@@ -122,6 +133,10 @@ class Report:
                     str(op): {"count": int(e["count"]), "error": str(e.get("error", ""))}
                     for op, e in (d.get("internal_errors") or {}).items()
                 },
+                rank=_opt_int(d.get("rank")),
+                world_size=_opt_int(d.get("world_size")),
+                ranks=[int(r) for r in d["ranks"]] if d.get("ranks") is not None else None,
+                missing_ranks=[int(r) for r in d.get("missing_ranks") or []] or None,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ReportFormatError(
@@ -145,6 +160,10 @@ class Report:
                 f"not a gpuwatch profile: {path} is not valid JSON ({exc.msg} at line {exc.lineno})"
             ) from exc
         return cls.from_dict(data)
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)
 
 
 def _bool(value: Any, name: str) -> bool:

@@ -7,6 +7,7 @@ import html
 from typing import Any
 
 from gpuwatch import _format as fmt
+from gpuwatch.report.collectives import comm_html, rank_line
 from gpuwatch.report.hints import Hint, hints
 from gpuwatch.report.text import (
     DIRECTION_NAMES,
@@ -259,7 +260,8 @@ def _header(r: Report) -> str:
     )
     return (
         f"<h1>gpuwatch profile <code>{_e(' '.join(r.command))}</code></h1>\n"
-        f"<div class=meta>exit code {r.exit_code} · started {_e(fmt.local_time(r.started_at))} · "
+        f"<div class=meta>{_e((rank_line(r) or '') + (' · ' if rank_line(r) else ''))}"
+        f"exit code {r.exit_code} · started {_e(fmt.local_time(r.started_at))} · "
         f"devices: {devices}</div>\n{partial}"
     )
 
@@ -385,6 +387,7 @@ def render_html(report: Report) -> str:
 {_header(r)}
 {_cards(r)}
 {_copies(r)}
+{comm_html(r)}
 {_hints(found)}
 {places["timeline"]}{_gpu_notes(r)}
 {places["bytes"]}

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuwatch import _format as fmt
+from gpuwatch.report.collectives import rank_line, summary_parts
 from gpuwatch.report.hints import Hint, hints
 from profilers import DIRECTIONS, Report, Site
 
@@ -27,6 +28,9 @@ DIRECTION_NAMES = {
 def summary(report: Report, top: int = 5) -> RenderableType:
     """Totals, syncs by cause, top lines by bytes, syncs and kernel time, then hints."""
     parts: list[RenderableType] = [_header(report), _totals(report), _syncs(report)]
+    comm = summary_parts(report, top)
+    if comm is not None:
+        parts.append(comm)
     for title, key, value in (
         ("Top lines by bytes moved", "bytes", lambda s: fmt.size(s.bytes_moved)),
         ("Top lines by syncs", "syncs", lambda s: f"{s.syncs.count} ({_causes(s)})"),
@@ -74,6 +78,9 @@ def _header(r: Report) -> RenderableType:
     )
     lines = Text()
     lines.append("gpuwatch profile ", style="bold").append(" ".join(r.command) or "(library)")
+    ranked = rank_line(r)
+    if ranked:
+        lines.append(f"\n{ranked}")
     lines.append(f"\n{fmt.duration_ms(r.duration_s * 1000)}, exit code {r.exit_code}, {status}")
     lines.append(f"\ndevices: {devices}    ops: {r.totals.ops:,}    kernel time: {kernel_time(r)}")
     for line in simulated_lines(r):

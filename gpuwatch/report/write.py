@@ -55,6 +55,29 @@ def output_for(path: str) -> Output:
     )
 
 
+def for_rank(out: Output, rank: int) -> Output:
+    """Rank ``rank``'s own file for ``out``: ``{rank}`` in the path replaced, else ``.rankN``
+    before the ending (``r.json`` -> ``r.rank1.json``, ``t.trace.json`` -> ``t.rank1.trace.json``)."""
+    if "{rank}" in out.path:
+        return Output(out.kind, out.path.replace("{rank}", str(rank)))
+    lower = out.path.lower()
+    for ending, _ in ENDINGS:
+        if lower.endswith(ending):
+            cut = len(out.path) - len(ending)
+            return Output(out.kind, f"{out.path[:cut]}.rank{rank}{out.path[cut:]}")
+    return Output(out.kind, f"{out.path}.rank{rank}")
+
+
+def distributed_rank() -> tuple[int, int] | None:
+    """``(rank, world_size)`` from the launcher's environment (torchrun, torch.distributed.run,
+    SLURM through torchrun), or None when this process is not one rank of several."""
+    try:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return None
+    return (rank, world) if world >= 1 and 0 <= rank < world else None
+
+
 def _same_file(a: str, b: str) -> bool:
     try:
         return os.path.samefile(a, b)

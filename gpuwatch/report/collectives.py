@@ -1,0 +1,140 @@
+"""Collectives and ranks in the summary and the HTML: what each rank sent, per op and per line,
+and, in a report merged from ranks, the spread of each line's time across them (stragglers)."""
+
+from __future__ import annotations
+
+import html
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.markup import escape
+from rich.table import Table
+
+from gpuwatch import _format as fmt
+from profilers import Report
+from profilers.merge import spreads
+
+
+def rank_line(r: Report) -> str | None:
+    """``rank 1 of 4`` for one rank's report, ``ranks 0, 1 of 2 merged`` for a merged one."""
+    if r.ranks is not None:
+        line = f"ranks {', '.join(map(str, r.ranks))} of {r.world_size} merged"
+        if r.missing_ranks:
+            line += f"; no report from rank(s) {', '.join(map(str, r.missing_ranks))}"
+        return line
+    if r.rank is not None:
+        return f"rank {r.rank} of {r.world_size}"
+    return None
+
+
+def _per_op_rows(r: Report) -> list[tuple[str, str, str]]:
+    c = r.totals.comm
+    return [(op, f"{n:,}", fmt.size(b)) for op, (n, b) in c.by_op.items()]
+
+
+def comm_text(r: Report, top: int) -> list[RenderableType]:
+    """The summary's collectives: by op, the lines that sent most, the spread across ranks."""
+    c = r.totals.comm
+    if not c.count and not c.wait_ms:
+        return []
+    t = Table(
+        title=f"Collectives: {c.count:,}, {fmt.size(c.bytes)} sent"
+        + (" (all ranks)" if r.ranks is not None else "")
+        + f", host waited {fmt.duration_ms(c.wait_ms)}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        min_width=64,
+    )
+    for col in ("op", "count", "bytes"):
+        t.add_column(col, justify="left" if col == "op" else "right")
+    for row in _per_op_rows(r):
+        t.add_row(*row)
+    parts: list[RenderableType] = [t]
+    sites = sorted((s for s in r.sites if s.comm.count), key=lambda s: -s.comm.bytes)[:top]
+    if sites:
+        lines = Table(
+            title="Top lines by collective bytes",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            expand=True,
+        )
+        for col in ("line", "collectives", "bytes", "host wait"):
+            lines.add_column(col, justify="right" if col in ("bytes", "host wait") else "left")
+        lines.add_column("source", no_wrap=True, overflow="ellipsis", ratio=1)
+        for s in sites:
+            ops = ", ".join(f"{op} {n}" for op, (n, _) in s.comm.by_op.items())
+            lines.add_row(
+                escape(f"{s.file}:{s.line}"),
+                escape(ops),
+                fmt.size(s.comm.bytes),
+                fmt.duration_ms(s.comm.wait_ms),
+                escape((s.source or s.function)[:60]),
+            )
+        parts.append(lines)
+    return parts
+
+
+def spread_text(r: Report, top: int) -> list[RenderableType]:
+    """Per line, the slowest rank and how far behind the median rank it is."""
+    found = spreads(r, top)
+    if not found:
+        return []
+    t = Table(
+        title="Ranks: the slowest rank per line (time = ops + host wait on collectives)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        expand=True,
+    )
+    for col in ("line", "slowest", "its time", "median", "behind"):
+        t.add_column(col, justify="left" if col == "line" else "right", no_wrap=True)
+    t.add_column("source", no_wrap=True, overflow="ellipsis", ratio=1)
+    for sp in found:
+        t.add_row(
+            escape(f"{sp.site.file}:{sp.site.line}"),
+            f"rank {sp.slowest_rank}",
+            fmt.duration_ms(sp.slowest_ms),
+            fmt.duration_ms(sp.median_ms),
+            f"+{sp.behind_pct:.0f}%",
+            escape((sp.site.source or sp.site.function)[:50]),
+        )
+    return [t]
+
+
+def summary_parts(r: Report, top: int) -> RenderableType | None:
+    parts = comm_text(r, top) + spread_text(r, top)
+    return Group(*parts) if parts else None
+
+
+def _e(x: object) -> str:
+    return html.escape(str(x))
+
+
+def comm_html(r: Report) -> str:
+    """The HTML's collectives and rank-spread tables ('' when there are none)."""
+    out = []
+    c = r.totals.comm
+    if c.count or c.wait_ms:
+        rows = "".join(
+            f"<tr><td class=l>{_e(a)}</td><td>{b}</td><td>{_e(s)}</td></tr>"
+            for a, b, s in _per_op_rows(r)
+        )
+        out.append(
+            f"<h2>Collectives</h2>\n<p>{c.count:,} collectives, {_e(fmt.size(c.bytes))} sent, "
+            f"the host waited {_e(fmt.duration_ms(c.wait_ms))} on them.</p>\n"
+            f"<table><tr><th class=l>op</th><th>count</th><th>bytes</th></tr>{rows}</table>"
+        )
+    found = spreads(r, 10)
+    if found:
+        rows = "".join(
+            f"<tr><td class=l><code>{_e(sp.site.file)}:{sp.site.line}</code></td>"
+            f"<td>rank {_e(sp.slowest_rank)}</td><td>{_e(fmt.duration_ms(sp.slowest_ms))}</td>"
+            f"<td>{_e(fmt.duration_ms(sp.median_ms))}</td><td>+{sp.behind_pct:.0f}%</td>"
+            f"<td class=l><code>{_e(sp.site.source[:80])}</code></td></tr>"
+            for sp in found
+        )
+        out.append(
+            "<h2>Ranks: the slowest rank per line</h2>\n<table><tr><th class=l>line</th>"
+            "<th>slowest</th><th>its time</th><th>median</th><th>behind</th>"
+            f"<th class=l>source</th></tr>{rows}</table>"
+        )
+    return "\n".join(out)

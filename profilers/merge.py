@@ -1,0 +1,141 @@
+"""One report from the reports of a distributed run's ranks (``gpuwatch report r.rank*.json``).
+
+Totals are summed over ranks; each line's counts are summed too, and its ``by_rank`` keeps every
+rank's own figures (keyed by the rank as a string), so the spread across ranks (stragglers) can be
+shown per line. Ranks of the world with no report are named in ``missing_ranks``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any
+
+from profilers._stats import Counters, SiteStats, add_entries
+from profilers.records import Site, Totals
+from profilers.report import Report
+
+
+class MergeError(ValueError):
+    """The reports cannot be merged (one line saying why)."""
+
+
+def _rank_of(report: Report, index: int) -> int:
+    return report.rank if report.rank is not None else index
+
+
+def merge_ranks(reports: list[Report]) -> Report:
+    """The merged report of ``reports`` (one per rank, any order)."""
+    if not reports:
+        raise MergeError("no reports to merge")
+    by_rank: dict[int, Report] = {}
+    for i, r in enumerate(reports):
+        rank = _rank_of(r, i)
+        if rank in by_rank:
+            raise MergeError(f"two reports of rank {rank}: give each rank's report once")
+        by_rank[rank] = r
+    ranks = sorted(by_rank)
+    world = max([r.world_size or 0 for r in reports] + [ranks[-1] + 1])
+    missing = [k for k in range(world) if k not in by_rank]
+    first = by_rank[ranks[0]]
+
+    acc: dict[tuple[str, int], SiteStats] = {}
+    per_rank: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    for rank in ranks:
+        for site in by_rank[rank].sites:
+            into = acc.get(site.key)
+            if into is None:
+                into = acc[site.key] = SiteStats(site.file, site.line, site.function)
+                into.source = site.source
+            for chain in site.stacks:
+                into.add_stack(list(chain))
+            into.merge_counts(site)
+            add_entries(into.op_breakdown, {k: [n, ms] for k, (n, ms) in site.op_breakdown.items()})
+            add_entries(into.backward, {k: [n, ms] for k, (n, ms) in site.backward.items()})
+            for dtype, n in site.copy_dtypes.items():
+                into.copy_dtypes[dtype] = into.copy_dtypes.get(dtype, 0) + n
+            per_rank.setdefault(site.key, {})[str(rank)] = site.counters_dict()
+    sites = [replace(Site.of(s), by_rank=per_rank[key]) for key, s in acc.items()]
+    sites.sort(key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms, s.ops), reverse=True)
+    totals = Counters()
+    for rank in ranks:
+        totals.merge_counts(by_rank[rank].totals)
+
+    errors = [f"rank {k}: {by_rank[k].error}" for k in ranks if by_rank[k].error]
+    if missing:
+        errors.append(
+            f"no report from rank{'s' if len(missing) > 1 else ''} " + ", ".join(map(str, missing))
+        )
+    events = [{**e, "rank": k} for k in ranks for e in by_rank[k].timeline.get("events", [])]
+    events.sort(key=lambda e: float(e.get("t", 0.0)))
+    capacity = sum(int(by_rank[k].timeline.get("capacity", 0)) for k in ranks)
+    internal: dict[str, dict[str, Any]] = {}
+    for k in ranks:
+        for op, e in by_rank[k].internal_errors.items():
+            into_e = internal.setdefault(op, {"count": 0, "error": e.get("error", "")})
+            into_e["count"] += int(e["count"])
+    devices: list[dict[str, Any]] = []
+    for k in ranks:
+        for d in by_rank[k].devices:
+            if d not in devices:
+                devices.append(d)
+    codes = [by_rank[k].exit_code for k in ranks]
+    return Report(
+        command=list(first.command),
+        exit_code=next((c for c in codes if c), 0),
+        duration_s=max(by_rank[k].duration_s for k in ranks),
+        devices=devices,
+        totals=Totals.of(totals),
+        sites=sites,
+        timeline={
+            "capacity": capacity,
+            "recorded": sum(int(by_rank[k].timeline.get("recorded", 0)) for k in ranks),
+            "dropped": sum(int(by_rank[k].timeline.get("dropped", 0)) for k in ranks),
+            "events": events,
+        },
+        partial=bool(missing) or any(by_rank[k].partial for k in ranks),
+        options={**first.options, "merged_ranks": len(ranks)},
+        gpu_samples=[{**g, "rank": k} for k in ranks for g in by_rank[k].gpu_samples],
+        started_at=min((by_rank[k].started_at or "" for k in ranks), default=None) or None,
+        error="; ".join(errors) or None,
+        internal_errors=internal,
+        world_size=world,
+        ranks=ranks,
+        missing_ranks=missing or None,
+    )
+
+
+@dataclass(frozen=True)
+class Spread:
+    """One line's time across ranks: the slowest rank against the median."""
+
+    site: Site
+    slowest_rank: str
+    slowest_ms: float
+    median_ms: float
+
+    @property
+    def behind_pct(self) -> float:
+        return 0.0 if self.median_ms <= 0 else (self.slowest_ms / self.median_ms - 1.0) * 100.0
+
+
+def line_time_ms(counters: dict[str, Any]) -> float:
+    """A line's time on one rank: its ops' time and the host's wait on its collectives."""
+    return float(counters.get("kernel_time_ms", 0.0)) + float(
+        (counters.get("comm") or {}).get("wait_ms", 0.0)
+    )
+
+
+def spreads(report: Report, top: int = 10) -> list[Spread]:
+    """The lines of a merged report whose time differs most across ranks, slowest first."""
+    out = []
+    for s in report.sites:
+        if len(s.by_rank) < 2:
+            continue
+        times = {rank: line_time_ms(c) for rank, c in s.by_rank.items()}
+        slowest = max(times, key=lambda r: times[r])
+        if times[slowest] <= 0:
+            continue
+        out.append(Spread(s, slowest, times[slowest], statistics.median(times.values())))
+    out.sort(key=lambda sp: sp.slowest_ms - sp.median_ms, reverse=True)
+    return out[:top]
