@@ -1,0 +1,143 @@
+"""Multi-rank runs with the real thing: PyTorch's launcher (torch.distributed.run) and the gloo
+backend on the CPU. Collectives per line with exact bytes, per-rank files, a crashed rank's partial
+report, the merge, and ``--nproc-per-node``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.cli import main as gpuwatch_main
+
+PARAM_BYTES = 64 * 64 * 4 + 64 * 4  # Linear(64, 64): weight and bias, float32 = 16640
+
+TRAIN = """\
+import torch, torch.distributed as dist
+from torch import nn
+
+dist.init_process_group("gloo")
+torch.manual_seed(dist.get_rank())
+model = nn.parallel.DistributedDataParallel(nn.Linear(64, 64))  # @ddp
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = model(torch.randn(8, 64)).square().mean()
+    opt.zero_grad()
+    loss.backward()  # @backward
+    opt.step()
+t = torch.ones(1000)
+dist.all_reduce(t)  # @all_reduce
+dist.all_gather([torch.empty(1000) for _ in range(2)], t)  # @all_gather
+dist.broadcast(t, 0)  # @broadcast
+work = dist.all_reduce(t, async_op=True)
+work.wait()  # @wait
+dist.barrier()  # @barrier
+dist.destroy_process_group()
+"""
+
+CRASH = """\
+import torch, torch.distributed as dist
+
+dist.init_process_group("gloo")
+t = torch.ones(10)
+dist.all_reduce(t)  # @all_reduce
+if dist.get_rank() == 1:
+    raise RuntimeError("rank 1 gives up")
+dist.destroy_process_group()
+"""
+
+
+def line_in(text: str, marker: str) -> int:
+    return next(i for i, s in enumerate(text.splitlines(), 1) if s.endswith(f"# @{marker}"))
+
+
+def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)
+    return subprocess.run(
+        args, cwd=cwd, capture_output=True, text=True, timeout=180, env=env, check=False
+    )
+
+
+def test_nproc_per_node_launches_ranks_and_merges_their_collectives_per_line(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    done = run(
+        [sys.executable, "-m", "gpuwatch", "profile", "--nproc-per-node", "2",
+         "--json", "merged.json", "--html", "merged.html", "train.py"],
+        tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads((tmp_path / "merged.json").read_text())
+    assert doc["ranks"] == [0, 1] and doc["world_size"] == 2 and "missing_ranks" not in doc
+    sites = {s["line"]: s for s in doc["sites"] if s["file"] == "train.py"}
+
+    def comm(marker):
+        return sites[line_in(TRAIN, marker)]["comm"]
+
+    # DDP's gradient all-reduce goes to the .backward() line: 3 steps x 2 ranks x the params
+    backward = comm("backward")
+    assert backward["by_op"] == {"all_reduce": {"count": 6, "bytes": 6 * PARAM_BYTES}}
+    # its start-up broadcast of the module state to the DDP(...) line
+    assert comm("ddp")["by_op"]["broadcast"]["bytes"] >= 2 * PARAM_BYTES
+    assert comm("all_reduce")["by_op"] == {"all_reduce": {"count": 2, "bytes": 8000}}
+    assert comm("all_gather")["by_op"] == {"all_gather": {"count": 2, "bytes": 8000}}
+    assert comm("broadcast")["by_op"] == {"broadcast": {"count": 2, "bytes": 8000}}
+    assert comm("barrier")["by_op"] == {"barrier": {"count": 2, "bytes": 0}}
+    assert comm("wait")["count"] == 0 and comm("wait")["wait_ms"] >= 0
+    # each rank's own figures per line
+    per_rank = sites[line_in(TRAIN, "backward")]["by_rank"]
+    assert {r: c["comm"]["bytes"] for r, c in per_rank.items()} == {
+        "0": 3 * PARAM_BYTES,
+        "1": 3 * PARAM_BYTES,
+    }
+    assert doc["totals"]["comm"]["count"] == sum(s["comm"]["count"] for s in doc["sites"])
+    assert "ranks 0, 1 of 2 merged" in done.stderr
+    assert "Collectives:" in done.stderr and "the slowest rank per line" in done.stderr
+    assert "<h2>Collectives</h2>" in (tmp_path / "merged.html").read_text()
+
+
+def test_torchrun_ranks_write_their_own_files_and_a_crashed_rank_still_reports(tmp_path, capsys):
+    (tmp_path / "crash.py").write_text(CRASH)
+    done = run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "gpuwatch", "profile", "--json", "r.json", "--checkpoint", "0", "crash.py"],
+        tmp_path,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "rank 1 gives up" in done.stderr  # the script's own traceback
+    assert "each rank writes its own reports (r.rank1.json)" in done.stderr
+    assert not (tmp_path / "r.json").exists()
+    r0 = json.loads((tmp_path / "r.rank0.json").read_text())
+    r1 = json.loads((tmp_path / "r.rank1.json").read_text())
+    assert (r0["rank"], r0["world_size"], r1["rank"], r1["world_size"]) == (0, 2, 1, 2)
+    assert r1["partial"] and "rank 1 gives up" in r1["error"] and r1["exit_code"] == 1
+    for r in (r0, r1):
+        assert r["totals"]["comm"]["by_op"]["all_reduce"] == {"count": 1, "bytes": 40}
+
+    # the merge, as the user runs it; and with a rank's report missing
+    code = gpuwatch_main(["report", "r.rank0.json", "r.rank1.json", "--json", "m.json"])
+    merged = json.loads((tmp_path / "m.json").read_text())
+    assert code == 0 and merged["ranks"] == [0, 1] and merged["partial"]
+    assert merged["totals"]["comm"]["by_op"]["all_reduce"] == {"count": 2, "bytes": 80}
+    assert "rank 1: RuntimeError: rank 1 gives up" in merged["error"]
+    capsys.readouterr()
+    assert gpuwatch_main(["report", "r.rank0.json", str(tmp_path / "r.rank0.json")]) == 2
+    assert "two reports of rank 0: give each rank's report once" in capsys.readouterr().err
+    assert gpuwatch_main(["report", "r.rank0.json", "--json", "alone.json"]) == 0
+    alone = json.loads((tmp_path / "alone.json").read_text())
+    assert alone["rank"] == 0 and "ranks" not in alone  # one rank's report stays one
+    from profilers import Report
+    from profilers.merge import merge_ranks
+
+    lone = merge_ranks([Report.load(tmp_path / "r.rank0.json")])
+    assert lone.missing_ranks == [1] and lone.partial and "no report from rank 1" in lone.error
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
