@@ -36,6 +36,16 @@ dist.broadcast(t, 0)  # @broadcast
 work = dist.all_reduce(t, async_op=True)
 work.wait()  # @wait
 dist.barrier()  # @barrier
+
+from torch.distributed.fsdp import fully_shard
+
+sharded = nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 64))
+for layer in sharded:
+    fully_shard(layer)
+fully_shard(sharded)
+for step in range(2):
+    out = sharded(torch.randn(8, 64)).sum()  # @fsdp_forward
+    out.backward()  # @fsdp_backward
 dist.destroy_process_group()
 """
 
@@ -89,6 +99,15 @@ def test_nproc_per_node_launches_ranks_and_merges_their_collectives_per_line(tmp
     assert comm("broadcast")["by_op"] == {"broadcast": {"count": 2, "bytes": 8000}}
     assert comm("barrier")["by_op"] == {"barrier": {"count": 2, "bytes": 0}}
     assert comm("wait")["count"] == 0 and comm("wait")["wait_ms"] >= 0
+    # FSDP2 (fully_shard) on gloo: each layer gathered for forward (to the forward line) and
+    # again for backward, its gradients reduce-scattered (to the .backward() line); a shard is
+    # half a layer's parameters, a reduce-scatter's input the whole gradient
+    shard = PARAM_BYTES // 2
+    assert comm("fsdp_forward")["by_op"] == {"all_gather": {"count": 8, "bytes": 8 * shard}}
+    assert comm("fsdp_backward")["by_op"] == {
+        "all_gather": {"count": 8, "bytes": 8 * shard},
+        "reduce_scatter": {"count": 8, "bytes": 8 * PARAM_BYTES},
+    }
     # each rank's own figures per line
     per_rank = sites[line_in(TRAIN, "backward")]["by_rank"]
     assert {r: c["comm"]["bytes"] for r, c in per_rank.items()} == {
@@ -141,3 +160,22 @@ def test_torchrun_ranks_write_their_own_files_and_a_crashed_rank_still_reports(t
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not __import__("torch").cuda.is_available() or __import__("torch").cuda.device_count() < 2,
+    reason="needs two CUDA GPUs (NCCL runs one rank per GPU)",
+)
+def test_ddp_demo_on_nccl_all_reduces_the_gradients_from_the_backward_line(tmp_path):
+    root = Path(__file__).resolve().parent.parent
+    done = run(
+        [sys.executable, "-m", "gpuwatch", "profile", "-q", "--nproc-per-node", "2",
+         "--json", str(tmp_path / "ddp.json"), "demos/ddp_training.py", "--steps", "5"],
+        root,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads((tmp_path / "ddp.json").read_text())
+    backward = next(s for s in doc["sites"] if s["source"].startswith("loss.backward()"))
+    assert backward["comm"]["by_op"]["all_reduce"]["count"] >= 2 * 5
+    assert {"0", "1"} == set(backward["by_rank"])
