@@ -39,8 +39,8 @@ def rank_command(args: argparse.Namespace, target: Any, json_pattern: str) -> li
 
 
 def run_ranks(args: argparse.Namespace, target: Any, wanted: list[Any]) -> int:
-    from gpuwatch.profile_cmd import print_summary
     from gpuwatch.report.load import load_report
+    from gpuwatch.report.text import print_summary
     from gpuwatch.report.write import write_outputs
     from profilers.merge import merge_ranks
 

@@ -319,14 +319,9 @@ def run_live(args: argparse.Namespace, target: Any, options: Any, wanted: list[A
 
 
 def print_summary(report: Any, top: int, file: Any = None) -> None:
-    from rich.console import Console
+    from gpuwatch.report.text import print_summary as show
 
-    from gpuwatch.report.text import summary
-
-    try:
-        Console(file=file or sys.stderr, soft_wrap=False).print(summary(report, top=top))
-    except OSError:
-        pass  # the terminal went away (SIGHUP): the report files are what is left to give
+    show(report, top, file)
 
 
 def run_report(args: argparse.Namespace) -> int:

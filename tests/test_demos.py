@@ -20,15 +20,22 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def demo(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    (done,) = together([sys.executable, *args], timeout=timeout)
+    return done
+
+
+def together(*commands: list[str], timeout: float = 180) -> list[subprocess.CompletedProcess[str]]:
+    """Runs ``commands`` at once (the machine has two cores; each starts torch), each must
+    succeed; their results in order."""
+    procs = [
+        subprocess.Popen(c, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for c in commands
+    ]
+    done = []
+    for cmd, p in zip(commands, procs, strict=True):
+        out, err = p.communicate(timeout=timeout)
+        assert p.returncode == 0, err
+        done.append(subprocess.CompletedProcess(cmd, p.returncode, out, err))
     return done
 
 
@@ -54,8 +61,12 @@ def final_loss(out: str) -> float:
 
 
 def test_naive_and_fixed_reach_the_same_loss():
-    naive = demo("demos/single_gpu_training.py", "--variant", "naive", *TINY)
-    fixed = demo("demos/single_gpu_training.py", "--variant", "fixed", *TINY)
+    naive, fixed = together(
+        *(
+            [sys.executable, "demos/single_gpu_training.py", "--variant", v, *TINY]
+            for v in ("naive", "fixed")
+        )
+    )
     assert abs(final_loss(naive.stdout) - final_loss(fixed.stdout)) < 1e-4
     assert naive.stdout.count("epoch ") == fixed.stdout.count("epoch ") == 2
     if not torch.cuda.is_available():
@@ -101,9 +112,14 @@ def test_split_sizes_follow_torch_chunk():
 
 
 def test_exercises_print_their_tables():
-    matmul = demo("demos/exercises.py", "matmul", "--sizes", "16", "32").stdout
+    matmul, trace = (
+        d.stdout
+        for d in together(
+            [sys.executable, "demos/exercises.py", "matmul", "--sizes", "16", "32"],
+            [sys.executable, "demos/exercises.py", "trace-log", "--steps", "20", "--size", "8"],
+        )
+    )
     assert re.search(r"^16x16\s+\d+\.\d+", matmul, re.M) and "32x32" in matmul
-    trace = demo("demos/exercises.py", "trace-log", "--steps", "20", "--size", "8").stdout
     assert "log each tr(M M^T) with .item()" in trace and "same values: True" in trace
     if torch.cuda.device_count() >= 2:  # on fewer it only says it skipped
         two = demo("demos/exercises.py", "two-gpus", "--steps", "1", "--size", "64").stdout
@@ -147,28 +163,26 @@ def test_trace_log_profile_shows_one_sync_per_logged_value(tmp_path):
     assert "log.append((m @ m.T).trace().item())  # a sync per product" in lines
 
 
-def _profile(tmp_path: Path, variant: str, *flags: str) -> tuple[dict, str]:
-    return profiled(
-        tmp_path / f"{variant}.json",
-        *flags,
-        "demos/single_gpu_training.py",
-        "--variant",
-        variant,
-        "--steps",
-        "20",
-        "--epochs",
-        "1",
-        "--batch",
-        "32",
-        quiet=False,
-    )
+def _profile_both(tmp_path: Path, *flags: str) -> list[tuple[dict, str]]:
+    """Both variants profiled at once: ``[(naive JSON, summary), (fixed JSON, summary)]``."""
+    variants = ("naive", "fixed")
+    done = together(
+        *(
+            ["gpuwatch", "profile", "--json", str(tmp_path / f"{v}.json"), *flags,
+             "demos/single_gpu_training.py", "--variant", v,
+             "--steps", "20", "--epochs", "1", "--batch", "32"]
+            for v in variants
+        ),
+        timeout=300,
+    )  # fmt: skip
+    return [
+        (json.loads((tmp_path / f"{v}.json").read_text()), d.stderr)
+        for v, d in zip(variants, done, strict=True)
+    ]
 
 
 def test_without_a_gpu_fake_cuda_teaches_the_naive_and_fixed_lesson(tmp_path):
-    (naive, said), (fixed, fixed_said) = (
-        _profile(tmp_path, "naive", "--fake-cuda"),
-        _profile(tmp_path, "fixed", "--fake-cuda"),
-    )
+    (naive, said), (fixed, fixed_said) = _profile_both(tmp_path, "--fake-cuda")
     # 20 steps: .item() each, two .cpu() each, a blocking label copy and a constant moved each,
     # and the model's 6 parameters moved once (the later .to(device) calls move nothing)
     assert naive["totals"]["syncs"] == {
@@ -191,7 +205,7 @@ def test_without_a_gpu_fake_cuda_teaches_the_naive_and_fixed_lesson(tmp_path):
 @gpu
 @needs_cuda
 def test_on_a_gpu_the_naive_variant_copies_and_syncs_more_at_its_mistake_lines(tmp_path):
-    (naive, _), (fixed, _) = _profile(tmp_path, "naive"), _profile(tmp_path, "fixed")
+    (naive, _), (fixed, _) = _profile_both(tmp_path)
     n, f = naive["totals"], fixed["totals"]
     assert n["syncs"]["count"] > f["syncs"]["count"]
     assert n["h2d"]["count"] + n["d2h"]["count"] > f["h2d"]["count"] + f["d2h"]["count"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from typing import Any
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -237,3 +239,13 @@ def _sites_table(title: str, sites: list[Site], value: Callable[[Site], str]) ->
 
 def _causes(s: Site) -> str:
     return ", ".join(f"{k} {v}" for k, v in s.syncs.by_cause.items())
+
+
+def print_summary(report: Report, top: int, file: Any = None) -> None:
+    """The summary on ``file`` (stderr by default); a terminal that went away is no error."""
+    from rich.console import Console
+
+    try:
+        Console(file=file or sys.stderr, soft_wrap=False).print(summary(report, top=top))
+    except OSError:
+        pass  # the terminal went away (SIGHUP): the report files are what is left to give
