@@ -96,9 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     top.set_defaults(handler=run_top)
 
+    from gpuwatch.export import add_parser as add_export
     from gpuwatch.profile_cmd import add_parsers
 
     add_parsers(sub, bounded_int, _interval)
+    add_export(sub, bounded_int, _interval)
     return parser
 
 

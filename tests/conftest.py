@@ -108,6 +108,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # NB: autograd sizes its device threads at the first backward of the process, so the fake
     # GPU's device guard goes in before any test runs one (see profilers/fake_cuda.py).
     global FAKE_CUDA_MISSING
+    _start_prometheus(config)
     try:
         from profilers.fake_cuda import FakeCudaUnavailable, install_guard
     except ImportError as exc:  # pragma: no cover - torch missing
@@ -117,3 +118,66 @@ def pytest_configure(config: pytest.Config) -> None:
         install_guard()
     except FakeCudaUnavailable as exc:
         FAKE_CUDA_MISSING = str(exc)
+
+
+class _Prometheus:
+    """``gpuwatch export --demo`` and a real Prometheus server scraping it, for the session."""
+
+    def __init__(self, tmp: str) -> None:
+        import socket
+        import subprocess
+        import sys
+
+        def free_port() -> int:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                return int(s.getsockname()[1])
+
+        exporter_port, self.port = free_port(), free_port()
+        self.exporter = subprocess.Popen(
+            [sys.executable, "-m", "gpuwatch", "export", "--demo", "--address", "127.0.0.1",
+             "--port", str(exporter_port), "--interval", "0.5"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        with open(f"{tmp}/prometheus.yml", "w") as f:
+            f.write(
+                "global:\n  scrape_interval: 250ms\nscrape_configs:\n  - job_name: gpuwatch\n"
+                f"    static_configs:\n      - targets: ['127.0.0.1:{exporter_port}']\n"
+            )
+        self.server = subprocess.Popen(
+            ["prometheus", f"--config.file={tmp}/prometheus.yml",
+             f"--storage.tsdb.path={tmp}/data", f"--web.listen-address=127.0.0.1:{self.port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp,
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        self.server.kill()
+        self.exporter.terminate()
+        self.server.wait(10)
+        self.exporter.wait(10)
+
+
+#: The session's Prometheus (tests/test_export.py), or None where Debian's prometheus is missing.
+PROMETHEUS: _Prometheus | None = None
+_PROMETHEUS_DIR = None
+
+
+def _start_prometheus(config: pytest.Config) -> None:
+    import shutil
+    import tempfile
+
+    global PROMETHEUS, _PROMETHEUS_DIR
+    if shutil.which("prometheus") is None or not any(
+        "test_export" in str(a) or str(a).rstrip("/").endswith("tests") or a == "."
+        for a in (config.args or ["tests"])
+    ):
+        return
+    _PROMETHEUS_DIR = tempfile.TemporaryDirectory(prefix="gpuwatch-prometheus-")
+    PROMETHEUS = _Prometheus(_PROMETHEUS_DIR.name)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if PROMETHEUS is not None:
+        PROMETHEUS.stop()
+    if _PROMETHEUS_DIR is not None:
+        _PROMETHEUS_DIR.cleanup()

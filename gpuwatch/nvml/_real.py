@@ -193,6 +193,7 @@ class RealBackend:
             sm_clock_mhz=_int(q(index, "nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_SM)),
             mem_clock_mhz=_int(q(index, "nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_MEM)),
             pstate=_int(q(index, "nvmlDeviceGetPerformanceState", h)),
+            throttle_reasons=_int(q(index, "nvmlDeviceGetCurrentClocksThrottleReasons", h)),
             nvlink_tx_bytes_per_s=nvl_tx,
             nvlink_rx_bytes_per_s=nvl_rx,
             encoder_util_pct=_int(enc[0]) if enc else None,

@@ -100,6 +100,8 @@ class FakeBackend:
             sm_clock_mhz=1980 if util > 5 else 345,
             mem_clock_mhz=2619,
             pstate=0 if util > 5 else 8,
+            # idle: clocks down by the driver (0x1); busy near the power limit: the cap (0x4)
+            throttle_reasons=0x4 if util > 90 else (0x1 if util <= 5 else 0),
             pcie_tx_bytes_per_s=None,
             pcie_rx_bytes_per_s=None,
             nvlink_tx_bytes_per_s=_wave(t / 3.0 + phase, 40, 38) * 2 * _GIB // 10,
