@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from gpuwatch import __version__
 from gpuwatch.cli_errors import CliError
@@ -85,6 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument(
         "--readonly", action="store_true", help="never signal processes (the k key is off)"
     )
+    top.add_argument(
+        "--remote",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="also show the GPUs of another host, from its /metrics (gpuwatch export or "
+        "dcgm-exporter), e.g. http://node-a:9400 (repeatable)",
+    )
+    top.add_argument("--remote-only", action="store_true", help="with --remote: not the local GPUs")
     mode = top.add_mutually_exclusive_group()
     mode.add_argument(
         "--once",
@@ -104,14 +114,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _remote_backend(args: argparse.Namespace, local: Any) -> Any:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpuwatch.nvml.remote import HostsBackend, RemoteHost
+
+    try:
+        with ThreadPoolExecutor(max_workers=min(16, len(args.remote))) as pool:
+            hosts = list(pool.map(lambda u: RemoteHost(u, args.interval), args.remote))
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    return HostsBackend(hosts, local)
+
+
 def run_top(args: argparse.Namespace) -> int:
     from gpuwatch.nvml import NvmlUnavailable, Sampler, open_backend
 
+    if args.remote_only and not args.remote:
+        raise CliError("--remote-only goes with --remote URL")
     try:
-        backend = open_backend(demo=args.demo, demo_gpus=args.demo_gpus)
+        backend = None if args.remote_only else open_backend(args.demo, args.demo_gpus)
     except NvmlUnavailable as exc:
-        hint = "" if args.demo else " (--demo shows simulated GPUs)"
-        raise CliError(f"{exc}{hint}", code=1) from None
+        if not args.remote:
+            hint = "" if args.demo else " (--demo shows simulated GPUs)"
+            raise CliError(f"{exc}{hint}", code=1) from None
+        backend = None  # no local GPUs here: the remote hosts only
+    if args.remote:
+        backend = _remote_backend(args, backend)
+    assert backend is not None  # no local GPUs is an error above unless --remote
     if args.once or args.json:
         from gpuwatch.report.snapshot import snapshot_json, snapshot_text
 
