@@ -133,7 +133,9 @@ def run_top(args: argparse.Namespace) -> int:
     if args.remote_only and not args.remote:
         raise CliError("--remote-only goes with --remote URL")
     try:
-        backend = None if args.remote_only else open_backend(args.demo, args.demo_gpus)
+        backend = (
+            None if args.remote_only else open_backend(demo=args.demo, demo_gpus=args.demo_gpus)
+        )
     except NvmlUnavailable as exc:
         if not args.remote:
             hint = "" if args.demo else " (--demo shows simulated GPUs)"

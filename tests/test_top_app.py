@@ -359,3 +359,16 @@ def test_one_history_store_keeps_five_minutes_at_any_interval():
     series = history.of(0)
     assert len(series.util_pct) == 150 and set(series.util_pct) == {0.0}  # unreported: drawn as 0
     assert set(series.pcie_bytes_per_s) == {12.0}  # both directions together
+
+
+def test_a_card_says_why_the_clocks_are_held_down():
+    from gpuwatch.app.widgets.gpu_card import stats_text
+
+    def gpu(reasons: int) -> GpuSample:
+        return GpuSample(
+            index=0, name="x", uuid=None, pci_bus_id=None, pstate=0, throttle_reasons=reasons
+        )
+
+    assert "SLOW" not in stats_text(gpu(0x1)).plain  # idle: clocks down, nothing holding them
+    held = stats_text(gpu(0x4 | 0x40)).plain
+    assert "P0  SLOW power cap, HW thermal" in held

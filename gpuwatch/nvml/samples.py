@@ -114,3 +114,22 @@ class Snapshot:
     @property
     def processes(self) -> list[ProcessSample]:
         return [p for g in self.gpus for p in g.processes]
+
+
+#: NVML's clock throttle (event) reason bits, as a user reads them. Idle (0x1) and application
+#: clock settings (0x2) are left out: they are not the GPU being held back under load.
+THROTTLE_REASONS = (
+    (0x4, "power cap"),
+    (0x8, "HW slowdown"),
+    (0x10, "sync boost"),
+    (0x20, "SW thermal"),
+    (0x40, "HW thermal"),
+    (0x80, "power brake"),
+)
+
+
+def throttle_names(mask: int | None) -> list[str]:
+    """Why the clocks are held down, in words (empty when nothing is holding them)."""
+    if not mask:
+        return []
+    return [name for bit, name in THROTTLE_REASONS if mask & bit]

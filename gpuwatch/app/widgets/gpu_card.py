@@ -13,7 +13,7 @@ from gpuwatch.app.widgets._style import TEMP_LEVELS, bar, level_style
 from gpuwatch.app.widgets.history import History
 from gpuwatch.app.widgets.meter import Meter
 from gpuwatch.nvml.history import GpuHistory
-from gpuwatch.nvml.samples import GpuSample
+from gpuwatch.nvml.samples import GpuSample, throttle_names
 
 
 class GpuCard(Widget):
@@ -113,6 +113,9 @@ def stats_text(g: GpuSample) -> Text:
     t.append(f" / {fmt.num(g.power_limit_w, 'W')}")
     t.append("  FAN ", "bold").append(fmt.pct(g.fan_pct))
     t.append("  ").append(fmt.NA if g.pstate is None else f"P{g.pstate}", "bold")
+    slow = throttle_names(g.throttle_reasons)
+    if slow:  # why the GPU is slow, not only whether it is idle
+        t.append("  SLOW ", "bold").append(", ".join(slow), "bold yellow")
     # Three lines that fit the narrowest full card (52 columns inside the border).
     t.append("\nSM ", "bold").append(fmt.num(g.sm_clock_mhz, " MHz"))
     t.append("  MEM ", "bold").append(fmt.num(g.mem_clock_mhz, " MHz"))
