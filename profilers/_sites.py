@@ -63,7 +63,8 @@ class UserCode:
     def _decide(self, filename: str) -> bool:
         if filename.startswith("<"):
             # <string> and <stdin> are code the user typed; <frozen ...> is the interpreter's.
-            return not filename.startswith("<frozen")
+            # With roots given, only files under them are the user's: no file, no root.
+            return self._roots is None and not filename.startswith("<frozen")
         path = os.path.realpath(filename)
         if path.startswith(self._excluded):
             return False

@@ -167,6 +167,8 @@ def _start_prometheus(config: pytest.Config) -> None:
     import tempfile
 
     global PROMETHEUS, _PROMETHEUS_DIR
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return  # pytest-xdist's controller runs no test; its workers start their own
     if shutil.which("prometheus") is None or not any(
         "test_export" in str(a) or str(a).rstrip("/").endswith("tests") or a == "."
         for a in (config.args or ["tests"])
