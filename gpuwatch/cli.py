@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument(
         "--demo-gpus",
         type=bounded_int(1, MAX_DEMO_GPUS),
-        default=2,
+        default=None,
         metavar="N",
         help="how many GPUs --demo simulates (default 2)",
     )
@@ -132,6 +132,9 @@ def run_top(args: argparse.Namespace) -> int:
 
     if args.remote_only and not args.remote:
         raise CliError("--remote-only goes with --remote URL")
+    if args.demo_gpus is not None and not args.demo:
+        raise CliError("--demo-gpus goes with --demo")
+    args.demo_gpus = args.demo_gpus or 2
     try:
         backend = (
             None if args.remote_only else open_backend(demo=args.demo, demo_gpus=args.demo_gpus)
@@ -155,7 +158,11 @@ def run_top(args: argparse.Namespace) -> int:
         if args.json:
             print(snapshot_json(snap))
         else:
-            sys.stdout.write(snapshot_text(snap, color=sys.stdout.isatty()))
+            import shutil
+
+            # NB: the terminal's width (COLUMNS first), 200 columns into a pipe or a file.
+            width = shutil.get_terminal_size((200, 24)).columns
+            sys.stdout.write(snapshot_text(snap, width=width, color=sys.stdout.isatty()))
         return 0
     from gpuwatch.app.signals import run_restoring_signals
     from gpuwatch.app.top import TopApp

@@ -55,13 +55,31 @@ def test_json_snapshot_has_the_contract_fields(entry):
 
 
 def test_once_prints_gpus_and_processes():
-    done = run(["gpuwatch", "top", "--demo", "--once"])
+    import os
+
+    # into a pipe with no COLUMNS: 200 columns, as for a file
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    done = subprocess.run(
+        ["gpuwatch", "top", "--demo", "--once"],
+        capture_output=True, text=True, timeout=60, check=False, env=env,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "\x1b[" not in out  # plain text when piped
     assert "H100 80GB" in out and "/ 80.0 GiB" in out and "/ 700W" in out
     assert "python train.py --config resnet50.yaml" in out
     assert max(len(line) for line in out.splitlines()) < 200
+
+
+def test_once_fits_the_terminal_and_demo_gpus_needs_demo(capsys, monkeypatch):
+    from gpuwatch.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["top", "--demo", "--once"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80 and "H100" in out
+    assert main(["top", "--demo-gpus", "3", "--once"]) == 2
+    assert "--demo-gpus goes with --demo" in capsys.readouterr().err
 
 
 def test_once_text_lists_a_lost_gpu_and_no_processes():
