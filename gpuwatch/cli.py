@@ -95,6 +95,19 @@ def build_parser() -> argparse.ArgumentParser:
         "dcgm-exporter), e.g. http://node-a:9400 (repeatable)",
     )
     top.add_argument("--remote-only", action="store_true", help="with --remote: not the local GPUs")
+    top.add_argument("--only", metavar="0,2", help="only these GPUs (NVML indices)")
+    top.add_argument(
+        "--only-visible",
+        action="store_true",
+        help="only the GPUs CUDA_VISIBLE_DEVICES shows CUDA (indices, UUIDs, MIG identifiers)",
+    )
+    top.add_argument(
+        "--user", action="append", default=[], metavar="NAME", help="only this user's processes"
+    )
+    top.add_argument(
+        "--pid", action="append", default=[], type=int, metavar="PID", help="only this process"
+    )
+    top.add_argument("--compute", action="store_true", help="only compute processes")
     mode = top.add_mutually_exclusive_group()
     mode.add_argument(
         "--once",
@@ -127,6 +140,34 @@ def _remote_backend(args: argparse.Namespace, local: Any) -> Any:
     return HostsBackend(hosts, local)
 
 
+def _chosen(args: argparse.Namespace, backend: Any) -> Any:
+    """The local backend narrowed to --only/--only-visible GPUs and the process filters."""
+    from gpuwatch.nvml.chosen import (
+        ChoiceError,
+        ChosenBackend,
+        ProcessFilter,
+        parse_only,
+        visible_indices,
+    )
+
+    if args.only and args.only_visible:
+        raise CliError("--only and --only-visible: choose one")
+    procs = ProcessFilter(tuple(args.user), tuple(args.pid), args.compute)
+    if not (args.only or args.only_visible or procs.active):
+        return backend
+    try:
+        if args.only:
+            indices = parse_only(args.only, backend.device_count())
+        elif args.only_visible:
+            indices = visible_indices(backend)
+        else:
+            indices = list(range(backend.device_count()))
+    except ChoiceError as exc:
+        backend.close()
+        raise CliError(str(exc)) from None
+    return ChosenBackend(backend, indices, procs)
+
+
 def run_top(args: argparse.Namespace) -> int:
     from gpuwatch.nvml import NvmlUnavailable, Sampler, open_backend
 
@@ -144,6 +185,8 @@ def run_top(args: argparse.Namespace) -> int:
             hint = "" if args.demo else " (--demo shows simulated GPUs)"
             raise CliError(f"{exc}{hint}", code=1) from None
         backend = None  # no local GPUs here: the remote hosts only
+    if backend is not None:
+        backend = _chosen(args, backend)
     if args.remote:
         backend = _remote_backend(args, backend)
     assert backend is not None  # no local GPUs is an error above unless --remote

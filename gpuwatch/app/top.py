@@ -85,7 +85,8 @@ class TopApp(SamplingApp):
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=True)
-        yield GpuCards(self.gpu_count, 2 + MIN_TABLE_ROWS, id="cards")
+        shown = getattr(self.backend, "indices", None)  # top --only: the GPUs' own indices
+        yield GpuCards(shown or self.gpu_count, 2 + MIN_TABLE_ROWS, id="cards")
         yield ProcessTable(id="processes")
         yield Input(
             placeholder="filter processes (user, command, pid); enter keeps, esc clears",

@@ -3,7 +3,7 @@ line each when they would not leave the rest of the screen its rows), some of th
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 
 from textual.app import ComposeResult
 from textual.containers import Grid
@@ -20,15 +20,19 @@ class GpuCards(Grid):
     GpuCards.-compact { grid-gutter: 0 2; }
     """
 
-    def __init__(self, count: int, rows_for_the_rest: int, *, id: str | None = None) -> None:
+    def __init__(
+        self, gpus: int | Sequence[int], rows_for_the_rest: int, *, id: str | None = None
+    ) -> None:
+        """``gpus``: how many (indices 0..n-1), or which indices (``top --only``)."""
         super().__init__(id=id)
-        self.count = count
+        self.indices = list(range(gpus)) if isinstance(gpus, int) else list(gpus)
+        self.count = len(self.indices)
         self.rows_for_the_rest = rows_for_the_rest
         self.compact = False
         """Whether the cards are one line each now."""
 
     def compose(self) -> ComposeResult:
-        for i in range(self.count):
+        for i in self.indices:
             yield GpuCard(i, id=f"gpu-{i}")
 
     def cards(self) -> Iterator[GpuCard]:

@@ -1,0 +1,47 @@
+"""``gpuwatch top --only``, ``--only-visible`` and the process filters."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuwatch.app.top import TopApp
+from gpuwatch.app.widgets import GpuCard, ProcessTable
+from gpuwatch.nvml import FakeBackend
+from gpuwatch.nvml.chosen import (
+    ChoiceError,
+    ChosenBackend,
+    ProcessFilter,
+    parse_only,
+    visible_indices,
+)
+from tests.conftest import wait_until
+
+
+def test_cuda_visible_devices_by_index_uuid_prefix_and_mig(clock):
+    backend = FakeBackend(gpu_count=4, clock=clock)
+    assert visible_indices(backend, "3,1") == [1, 3]
+    assert visible_indices(backend, "GPU-demo0002,demo0000") == [0, 2]  # with or without GPU-
+    mig = "MIG-GPU-demo0003-0000-0000-0000-000000000000/1/0"
+    assert visible_indices(backend, mig) == [3]  # the GPU the instance is part of
+    assert visible_indices(backend, "0,-1,2") == [0]  # CUDA stops at the first invalid one
+    with pytest.raises(ChoiceError, match="NVML's device view cannot name"):
+        visible_indices(backend, "MIG-5f7e0b5a-1111-2222-3333-444444444444")
+    with pytest.raises(ChoiceError, match="matches 4 GPUs"):
+        visible_indices(backend, "GPU-demo")
+    assert visible_indices(backend, "") == []
+    with pytest.raises(ChoiceError, match="GPUs 0 to 3"):
+        parse_only("1,9", 4)
+
+
+async def test_only_some_gpus_keep_their_numbers_and_filters_narrow_processes(clock):
+    backend = FakeBackend(gpu_count=4, clock=clock)
+    chosen = ChosenBackend(backend, [1, 3], ProcessFilter(users=("alice",)))
+    app = TopApp(chosen, interval_s=0.1)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(lambda: app.samples_taken >= 1)
+        await pilot.pause()
+        assert [c.id for c in app.query(GpuCard)] == ["gpu-1", "gpu-3"]
+        assert app.query_one("#gpu-3", GpuCard).border_title.startswith("GPU 3 ·")
+        shown = app.query_one(ProcessTable).shown_processes
+        assert shown and {p.user for p in shown} == {"alice"}
+        assert {p.gpu_index for p in shown} <= {1, 3}
