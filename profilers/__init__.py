@@ -20,7 +20,7 @@ from profilers.report import SCHEMA, Report, ReportFormatError
 
 if TYPE_CHECKING:
     from profilers._ops import Transfer, classify, direction
-    from profilers._profile import Options, Profile, profile
+    from profilers._profile import Options, Profile, profile, step
 
 #: What needs torch, imported on first use: reading and rendering a saved report never does.
 _LAZY = {
@@ -30,6 +30,7 @@ _LAZY = {
     "Options": "profilers._profile",
     "Profile": "profilers._profile",
     "profile": "profilers._profile",
+    "step": "profilers._profile",
 }
 
 
@@ -62,4 +63,5 @@ __all__ = [
     "classify",
     "direction",
     "profile",
+    "step",
 ]

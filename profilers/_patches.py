@@ -141,6 +141,21 @@ def patch_tensor_factories(stack: ExitStack, recorder: Recorder) -> None:
     set_attr(stack, torch, "as_tensor", wrap(torch.as_tensor))
 
 
+# -- steps --------------------------------------------------------------------------------------
+
+
+def count_steps(stack: ExitStack, recorder: Recorder) -> None:
+    """Each ``optimizer.step()`` of any torch optimizer ends a training step (a global step
+    post-hook, removed when the profile ends)."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if recorder.active:
+            recorder.step("optimizer")
+
+    stack.callback(register_optimizer_step_post_hook(after_step).remove)
+
+
 # -- collectives: work.wait() ---------------------------------------------------------------------
 
 

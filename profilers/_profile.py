@@ -98,6 +98,7 @@ class Profile:
             _patches.patch_backward(stack, recorder)
             _patches.patch_tensor_factories(stack, recorder)
             _patches.patch_work_wait(stack, recorder)
+            _patches.count_steps(stack, recorder)
             stack.enter_context(ProfilerMode(recorder))
         except BaseException:
             stack.close()
@@ -213,7 +214,16 @@ class Profile:
                 op: {"count": int(n), "error": str(text)}
                 for op, (n, text) in list(recorder.internal_errors.items())
             },
+            steps=recorder.steps_seen(),
         )
+
+
+def step() -> None:
+    """Marks the end of a step (for loops with no optimizer: inference, evaluation); with an
+    optimizer, each ``optimizer.step()`` already ends one. Does nothing outside a profile."""
+    recorder = _patches.ACTIVE
+    if recorder is not None and recorder.active:
+        recorder.step("manual")
 
 
 def _timing_source(recorder: Recorder) -> str:

@@ -83,6 +83,8 @@ class Recorder:
         self._lock = threading.Lock()
         self._info: dict[str, Any] = {}
         """Per-op facts of the hot path, keyed by the op's qualified name (profilers/_dispatch.py)."""
+        self._steps: dict[str, int] = {}
+        """Steps ended, by how they were told (see step())."""
         self.internal_errors: dict[str, list[Any]] = {}
         """op -> [count, first error]: ops whose copies and syncs could not be counted."""
 
@@ -234,6 +236,19 @@ class Recorder:
         except Exception as exc:
             self.internal_error(rule.op or "wait", exc)
         return out
+
+    def step(self, source: str) -> None:
+        """A step ended (``optimizer``: an optimizer's step; ``manual``: profilers.step())."""
+        with self._lock:
+            self._steps[source] = self._steps.get(source, 0) + 1
+
+    def steps_seen(self) -> dict[str, Any] | None:
+        """``{"count", "source"}`` of the steps seen (optimizer steps first), None for none."""
+        for source in ("optimizer", "manual"):
+            n = self._steps.get(source, 0)
+            if n:
+                return {"count": n, "source": source}
+        return None
 
     def waited(self, site: SiteStats, ms: float) -> None:
         """``work.wait()`` took ``ms`` at ``site``."""

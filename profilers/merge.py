@@ -100,6 +100,7 @@ def merge_ranks(reports: list[Report]) -> Report:
         error="; ".join(errors) or None,
         internal_errors=internal,
         world_size=world,
+        steps=first.steps,
         ranks=ranks,
         missing_ranks=missing or None,
     )

@@ -54,6 +54,9 @@ class Report:
     world_size: int | None = None
     ranks: list[int] | None = None
     """In a report merged from ranks' reports: the ranks it holds (each site's ``by_rank``)."""
+    steps: dict[str, Any] | None = None
+    """``{"count": n, "source": "optimizer" | "manual"}``: the training steps seen (JSON:
+    ``totals.steps``); None when no step was."""
     missing_ranks: list[int] | None = None
     """In a merged report: ranks of the world with no report (a rank that crashed unseen)."""
 
@@ -87,7 +90,10 @@ class Report:
             "error": self.error,
             "started_at": self.started_at,
             "devices": self.devices,
-            "totals": self.totals.counters_dict(),
+            "totals": {
+                **self.totals.counters_dict(),
+                **({"steps": self.steps} if self.steps else {}),
+            },
             "sites": [s.to_dict() for s in self.sites],
             "timeline": self.timeline,
             "gpu_samples": self.gpu_samples,
@@ -133,6 +139,7 @@ class Report:
                     str(op): {"count": int(e["count"]), "error": str(e.get("error", ""))}
                     for op, e in (d.get("internal_errors") or {}).items()
                 },
+                steps=_steps(d["totals"].get("steps")),
                 rank=_opt_int(d.get("rank")),
                 world_size=_opt_int(d.get("world_size")),
                 ranks=[int(r) for r in d["ranks"]] if d.get("ranks") is not None else None,
@@ -160,6 +167,12 @@ class Report:
                 f"not a gpuwatch profile: {path} is not valid JSON ({exc.msg} at line {exc.lineno})"
             ) from exc
         return cls.from_dict(data)
+
+
+def _steps(v: Any) -> dict[str, Any] | None:
+    if not v:
+        return None
+    return {"count": int(v["count"]), "source": str(v["source"])}
 
 
 def _opt_int(v: Any) -> int | None:

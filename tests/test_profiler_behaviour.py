@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import warnings
@@ -487,3 +488,35 @@ def test_a_helper_called_from_two_lines_keeps_both_caller_chains():
     ]
     assert site.stack == site.stacks[0]
     assert profilers.Site.from_dict(site.to_dict()).stacks == site.stacks
+
+
+def test_optimizer_steps_and_manual_steps_are_counted():
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with profilers.profile() as prof:
+        for _ in range(5):
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    r = prof.report()
+    assert r.steps == {"count": 5, "source": "optimizer"}
+    assert profilers.Report.from_dict(r.to_dict()).steps == r.steps
+    assert r.to_dict()["totals"]["steps"] == {"count": 5, "source": "optimizer"}
+    opt.step()  # outside the profile: not counted, and the hook is gone
+    with profilers.profile() as prof:
+        for _ in range(3):
+            torch.randn(2) + 1
+            profilers.step()
+    assert prof.report().steps == {"count": 3, "source": "manual"}
+    profilers.step()  # outside a profile it does nothing
+
+
+def test_the_summary_speaks_per_step():
+    from gpuwatch.report.text import summary
+    from tests.test_report_render import report, text
+
+    r = dataclasses.replace(report(), steps={"count": 25, "source": "optimizer"})
+    shown = text(summary(r))
+    assert "25 steps (optimizer): per step: 1 copy (4 B), 1 sync" in shown
+    assert "lines that copy or sync every step: train.py:42" in shown
+    assert "25 syncs (item 25); 1 sync and 1 copy per step" in shown

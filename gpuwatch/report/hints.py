@@ -6,7 +6,7 @@ Pure functions of a :class:`profilers.Report`: the same report always gives the 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwatch import _format as fmt
 from profilers import Report, Site
@@ -49,10 +49,27 @@ class Hint:
 def hints(report: Report, hot: int = HOT) -> list[Hint]:
     """Every hint for every site, the most costly first (syncs, then bytes)."""
     out: list[Hint] = []
+    steps = int(report.steps["count"]) if report.steps else 0
     for site in report.sites:
-        out.extend(_site_hints(site, hot))
+        found = _site_hints(site, hot)
+        if steps:  # people think in steps: "syncs once every step"
+            found = [replace(h, evidence=f"{h.evidence}; {per_step(h.site, steps)}") for h in found]
+        out.extend(found)
     out.sort(key=lambda h: (h.site.syncs.count, h.site.bytes_moved), reverse=True)
     return out
+
+
+def per_step(s: Site, steps: int) -> str:
+    """``"1 sync and 2 copies per step"``: a line's waits and copies over the run's steps."""
+    copies = sum(s.copies(way).count for way in ("h2d", "d2h", "d2d", "p2p"))
+    parts = []
+    for n, what in ((s.syncs.count, "sync"), (copies, "copy")):
+        if n:
+            rate = n / steps
+            text = f"{rate:.0f}" if rate == int(rate) else f"{rate:.2g}"
+            plural = "" if rate == 1 else ("s" if what == "sync" else "")
+            parts.append(f"{text} {'copies' if what == 'copy' and rate != 1 else what + plural}")
+    return " and ".join(parts) + " per step" if parts else "nothing per step"
 
 
 def _site_hints(s: Site, hot: int) -> list[Hint]:

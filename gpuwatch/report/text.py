@@ -85,6 +85,8 @@ def _header(r: Report) -> RenderableType:
         lines.append(f"\n{ranked}")
     lines.append(f"\n{fmt.duration_ms(r.duration_s * 1000)}, exit code {r.exit_code}, {status}")
     lines.append(f"\ndevices: {devices}    ops: {r.totals.ops:,}    kernel time: {kernel_time(r)}")
+    for line in step_lines(r):
+        lines.append(f"\n{line}", style="bold")
     for line in simulated_lines(r):
         lines.append(f"\n{line}", style="yellow")
     for line in gpu_lines(r):
@@ -92,6 +94,28 @@ def _header(r: Report) -> RenderableType:
     for line in internal_error_lines(r):
         lines.append(f"\n{line}", style="yellow")
     return Panel(lines, box=box.ROUNDED, expand=False)
+
+
+def step_lines(r: Report) -> list[str]:
+    """The run per step, first: what one step of it copies, waits for and costs."""
+    if not r.steps:
+        return []
+    n = int(r.steps["count"])
+    t = r.totals
+    copies = sum(t.copies(way).count for way in DIRECTIONS)
+    c, w = copies / n, t.syncs.count / n
+    per = (
+        f"per step: {c:.3g} cop{'y' if c == 1 else 'ies'} ({fmt.size(t.bytes_moved / n)}), "
+        f"{w:.3g} sync{'' if w == 1 else 's'}"
+    )
+    if t.kernel_time_ms and not r.options.get("fake_cuda"):
+        per += f", kernel time {fmt.duration_ms(t.kernel_time_ms / n)}"
+    every = [s for s in r.sites if s.syncs.count >= n or s.h2d.count + s.d2h.count >= n]
+    out = [f"{n:,} steps ({r.steps['source']}): {per}"]
+    if every:
+        lines = ", ".join(f"{s.file}:{s.line}" for s in every[:4])
+        out.append(f"lines that copy or sync every step: {lines}{' ...' if len(every) > 4 else ''}")
+    return out
 
 
 def kernel_time(r: Report) -> str:
