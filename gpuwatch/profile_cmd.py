@@ -108,6 +108,14 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
         help="with --fake-cuda: how many GPUs the machine has (default 1, at most 8)",
     )
     p.add_argument(
+        "--steps",
+        type=_step_window,
+        default=None,
+        metavar="A:B",
+        help="profile steps A to B-1 only (0-based; A: to the end), a step ended by each "
+        "optimizer.step() or profilers.step(); outside them the script runs at full speed",
+    )
+    p.add_argument(
         "--nproc-per-node",
         type=bounded_int(1, 1024),
         default=0,
@@ -156,6 +164,17 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
         "--top", type=positive_int, default=5, metavar="N", help="lines per top list (default 5)"
     )
     r.set_defaults(handler=run_report)
+
+
+def _step_window(text: str) -> tuple[int, int | None]:
+    a, sep, b = text.partition(":")
+    try:
+        start, stop = int(a), (int(b) if b else None)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not A:B or A: (step numbers): {text!r}") from None
+    if not sep or start < 0 or (stop is not None and stop <= start):
+        raise argparse.ArgumentTypeError(f"give A:B with 0 <= A < B, or A: ({text!r})")
+    return start, stop
 
 
 def _checkpoint(text: str) -> float:
@@ -257,6 +276,7 @@ def run_profile(args: argparse.Namespace) -> int:
         trace_syncs=args.trace_syncs,
         checkpoint_s=args.checkpoint,
         fake_cuda=args.fake_gpus if args.fake_cuda else 0,
+        steps=args.steps,
     )
     if args.fake_cuda:
         _check_fake_cuda()

@@ -41,6 +41,8 @@ class ProfileOptions:
     checkpoint_s: float = CHECKPOINT_S
     fake_cuda: int = 0
     """GPUs to simulate (``--fake-cuda``); 0: the real ones."""
+    steps: tuple[int, int | None] | None = None
+    """``--steps A:B``: profile only those steps."""
 
 
 ReportSink = Callable[[Report], None]
@@ -82,6 +84,7 @@ class ProfiledRun:
             user_code=options.user_code,
             timeline_capacity=options.timeline_capacity,
             trace_syncs=options.trace_syncs,
+            steps=options.steps,
         )
         self._end_lock = threading.Lock()
         self._ended = False

@@ -144,13 +144,17 @@ def patch_tensor_factories(stack: ExitStack, recorder: Recorder) -> None:
 # -- steps --------------------------------------------------------------------------------------
 
 
-def count_steps(stack: ExitStack, recorder: Recorder) -> None:
+def count_steps(
+    stack: ExitStack, recorder: Recorder, on_step: Callable[[], None] | None = None
+) -> None:
     """Each ``optimizer.step()`` of any torch optimizer ends a training step (a global step
-    post-hook, removed when the profile ends)."""
+    post-hook, removed when the profile ends); ``on_step`` runs after each (a step window)."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
+    recorder.on_step = on_step
+
     def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-        if recorder.active:
+        if recorder.active or on_step is not None:
             recorder.step("optimizer")
 
     stack.callback(register_optimizer_step_post_hook(after_step).remove)

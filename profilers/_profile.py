@@ -19,6 +19,7 @@ from profilers._ops import IsPinned
 from profilers._recorder import Recorder, totals_of
 from profilers._sites import UserCode
 from profilers._stats import SiteStats
+from profilers._window import StepWindow
 from profilers.records import Site, Totals
 from profilers.report import Report
 
@@ -37,6 +38,9 @@ class Options:
     """Profile threads started while profiling (DataParallel replicas)."""
     comm: bool = True
     """Count torch.nn.parallel.comm copies (DataParallel broadcast/scatter/gather/reduce)."""
+    steps: tuple[int, int | None] | None = None
+    """Profile only steps ``[A, B)`` (B None: to the end), steps ended by optimizer.step() or
+    profilers.step(); outside them the mode is off the stack."""
     trace_syncs: bool = False
     """Use PyTorch's GPU trace callbacks for syncs (adds syncs inside ops no rule explains, at a
     cost per CUDA event for the rest of the process); off: explicit synchronize calls and the
@@ -53,6 +57,7 @@ class Profile:
         self._is_pinned = is_pinned
         self._cuda = cuda
         self._recorder: Recorder | None = None
+        self._window: StepWindow | None = None
         self._stack: ExitStack | None = None
         self._state = "new"
         self._thread: int | None = None
@@ -98,8 +103,15 @@ class Profile:
             _patches.patch_backward(stack, recorder)
             _patches.patch_tensor_factories(stack, recorder)
             _patches.patch_work_wait(stack, recorder)
-            _patches.count_steps(stack, recorder)
-            stack.enter_context(ProfilerMode(recorder))
+            mode = ProfilerMode(recorder)
+            if self.options.steps is None:
+                _patches.count_steps(stack, recorder)
+                stack.enter_context(mode)
+            else:
+                a, b = self.options.steps
+                self._window = StepWindow(recorder, mode, a, b)
+                _patches.count_steps(stack, recorder, self._window.on_step)
+                stack.callback(self._window.leave)
         except BaseException:
             stack.close()
             _patches.ACTIVE = None
@@ -128,6 +140,12 @@ class Profile:
                 recorder.resolve(wait=True)  # the profiler's one wait on the GPU
 
     # -- results --------------------------------------------------------------------------------
+
+    def _steps_seen(self, recorder: Recorder) -> dict[str, Any] | None:
+        seen = recorder.steps_seen()
+        if self._window is None:
+            return seen
+        return _window_steps(self._window, seen)
 
     def _sites(self) -> list[SiteStats]:
         if self._recorder is None:
@@ -214,15 +232,25 @@ class Profile:
                 op: {"count": int(n), "error": str(text)}
                 for op, (n, text) in list(recorder.internal_errors.items())
             },
-            steps=recorder.steps_seen(),
+            steps=self._steps_seen(recorder),
         )
+
+
+def _window_steps(window: StepWindow, seen: dict[str, Any] | None) -> dict[str, Any]:
+    first, end = window.covered
+    return {
+        "count": end - first,
+        "source": seen["source"] if seen else "none",
+        "window": [first, end],
+        "seen": window.steps,
+    }
 
 
 def step() -> None:
     """Marks the end of a step (for loops with no optimizer: inference, evaluation); with an
     optimizer, each ``optimizer.step()`` already ends one. Does nothing outside a profile."""
     recorder = _patches.ACTIVE
-    if recorder is not None and recorder.active:
+    if recorder is not None and (recorder.active or recorder.on_step is not None):
         recorder.step("manual")
 
 
@@ -256,6 +284,7 @@ def profile(
     trace_syncs: bool = False,
     is_pinned: IsPinned | None = None,
     cuda: CudaApi | None = None,
+    steps: tuple[int, int | None] | None = None,
 ) -> Profile:
     """Count copies, syncs and kernel time of the code run inside ``with profile() as prof:``.
 
@@ -276,6 +305,9 @@ def profile(
         is_pinned: how to tell pinned host memory (tests pass one for fake tensors).
         cuda: the CUDA calls kernel timing makes (tests pass stand-ins); by default the real
             ones when a GPU is there.
+        steps: ``(A, B)``: profile steps A to B-1 only (B None: to the end), a step ended by
+            each ``optimizer.step()`` or ``profilers.step()`` on this thread; outside them the
+            dispatch mode is off the stack and the code runs at full speed.
 
     A profile runs once; profiles cannot be nested. Leaving the block, also by an exception,
     restores every patch and the dispatch mode.
@@ -287,5 +319,6 @@ def profile(
         threads=threads,
         comm=comm,
         trace_syncs=trace_syncs,
+        steps=steps,
     )
     return Profile(opts, is_pinned=is_pinned, cuda=cuda)

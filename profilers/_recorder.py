@@ -84,6 +84,8 @@ class Recorder:
         self._info: dict[str, Any] = {}
         """Per-op facts of the hot path, keyed by the op's qualified name (profilers/_dispatch.py)."""
         self._steps: dict[str, int] = {}
+        self.on_step: Callable[[], None] | None = None
+        """Runs after each step (a --steps window opening or closing)."""
         """Steps ended, by how they were told (see step())."""
         self.internal_errors: dict[str, list[Any]] = {}
         """op -> [count, first error]: ops whose copies and syncs could not be counted."""
@@ -241,6 +243,8 @@ class Recorder:
         """A step ended (``optimizer``: an optimizer's step; ``manual``: profilers.step())."""
         with self._lock:
             self._steps[source] = self._steps.get(source, 0) + 1
+        if self.on_step is not None:
+            self.on_step()
 
     def steps_seen(self) -> dict[str, Any] | None:
         """``{"count", "source"}`` of the steps seen (optimizer steps first), None for none."""

@@ -172,7 +172,11 @@ class Report:
 def _steps(v: Any) -> dict[str, Any] | None:
     if not v:
         return None
-    return {"count": int(v["count"]), "source": str(v["source"])}
+    out: dict[str, Any] = {"count": int(v["count"]), "source": str(v["source"])}
+    if v.get("window") is not None:
+        out["window"] = [int(x) for x in v["window"]]
+        out["seen"] = int(v.get("seen", 0))
+    return out
 
 
 def _opt_int(v: Any) -> int | None:

@@ -345,3 +345,29 @@ def test_without_a_compiler_fake_cuda_says_so_in_one_line(tmp_path):
     assert done.stdout == ""  # the script never started
     bad = _gpuwatch(["profile", "--fake-gpus", "2", "train.py"], tmp_path)
     assert bad.returncode == 2 and "--fake-gpus goes with --fake-cuda" in bad.stderr
+
+
+def test_a_step_window_profiles_those_steps_only():
+    def work():
+        model = nn.Linear(4, 4).to("cuda")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(20):
+            x = torch.ones(2, 4).to("cuda")  # @window_copy
+            model(x).sum().backward()
+            opt.step()
+
+    with fake_cuda(), profilers.profile(kernel_timing=False, steps=(5, 8)) as prof:
+        work()
+    r = prof.report()
+    assert r.steps == {"count": 3, "source": "optimizer", "window": [5, 8], "seen": 20}
+    # steps 5, 6 and 7: three batches copied, and not the model's move before step 0
+    assert site_at(r, line_of("window_copy")).h2d.count == 3
+    assert r.totals.h2d.count == 3
+
+    with profilers.profile(kernel_timing=False, steps=(2, None)) as prof:
+        torch.ones(3) + 1  # no step ever ends
+    r = prof.report()
+    assert r.steps is not None and r.steps["seen"] == 0 and r.totals.ops == 0
+    from gpuwatch.report.text import step_lines
+
+    assert "no step was seen" in step_lines(r)[0]

@@ -100,7 +100,16 @@ def step_lines(r: Report) -> list[str]:
     """The run per step, first: what one step of it copies, waits for and costs."""
     if not r.steps:
         return []
+    window = r.steps.get("window")
+    if window is not None and not r.steps.get("seen"):
+        return [
+            f"--steps {window[0]}:: no step was seen (no optimizer.step(), no profilers.step()), "
+            "so nothing was profiled"
+        ]
     n = int(r.steps["count"])
+    if not n:
+        first = window[0] if window is not None else 0
+        return [f"step {first} was never reached: the run had {r.steps.get('seen')} steps"]
     t = r.totals
     copies = sum(t.copies(way).count for way in DIRECTIONS)
     c, w = copies / n, t.syncs.count / n
@@ -111,7 +120,8 @@ def step_lines(r: Report) -> list[str]:
     if t.kernel_time_ms and not r.options.get("fake_cuda"):
         per += f", kernel time {fmt.duration_ms(t.kernel_time_ms / n)}"
     every = [s for s in r.sites if s.syncs.count >= n or s.h2d.count + s.d2h.count >= n]
-    out = [f"{n:,} steps ({r.steps['source']}): {per}"]
+    which = f"steps {window[0]} to {window[1] - 1}, " if window is not None else ""
+    out = [f"{n:,} steps ({which}{r.steps['source']}): {per}"]
     if every:
         lines = ", ".join(f"{s.file}:{s.line}" for s in every[:4])
         out.append(f"lines that copy or sync every step: {lines}{' ...' if len(every) > 4 else ''}")
