@@ -224,6 +224,7 @@ class Profile:
                     }
                     for t, way, nbytes, sync, site, pageable, non_blocking in events
                 ],
+                "step_ends": [{"step": n, "t": round(t, 6)} for n, t in list(recorder.step_ends)],
             },
             partial=self.running if partial is None else partial,
             options={**asdict(self.options), "kernel_timing_source": _timing_source(recorder)},

@@ -84,6 +84,8 @@ class Recorder:
         self._info: dict[str, Any] = {}
         """Per-op facts of the hot path, keyed by the op's qualified name (profilers/_dispatch.py)."""
         self._steps: dict[str, int] = {}
+        self.step_ends: deque[tuple[int, float]] = deque(maxlen=max(0, timeline_capacity))
+        """(step number, seconds since the start) of the newest step ends (the trace's slices)."""
         self.on_step: Callable[[], None] | None = None
         """Runs after each step (a --steps window opening or closing)."""
         """Steps ended, by how they were told (see step())."""
@@ -243,6 +245,7 @@ class Recorder:
         """A step ended (``optimizer``: an optimizer's step; ``manual``: profilers.step())."""
         with self._lock:
             self._steps[source] = self._steps.get(source, 0) + 1
+            self.step_ends.append((sum(self._steps.values()) - 1, self.clock() - self.t0))
         if self.on_step is not None:
             self.on_step()
 

@@ -152,3 +152,27 @@ def test_dash_o_refusals_are_one_line(tmp_path, monkeypatch, capsys, args, messa
     assert cli.main(["profile", *args, "train.py"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"gpuwatch: error: {message}") and err.count("\n") == 1
+
+
+def test_steps_are_slices_on_their_own_track(tmp_path, monkeypatch):
+    import torch
+
+    import profilers
+    from gpuwatch.report.trace import TRACKS, render_trace
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with profilers.profile() as prof:
+        for _ in range(4):
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+    report = profilers.Report.from_dict(json.loads(prof.report().to_json()))  # as saved
+    doc = json.loads(render_trace(report))
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    steps = [e for e in events if e.get("cat") == "step"]
+    assert [e["name"] for e in steps] == ["step 0", "step 1", "step 2", "step 3"]
+    assert all(e["ph"] == "X" and e["tid"] == TRACKS["step"] and e["dur"] > 0 for e in steps)
+    # each slice starts where the one before ended
+    assert all(
+        b["ts"] == pytest.approx(a["ts"] + a["dur"]) for a, b in zip(steps, steps[1:], strict=False)
+    )

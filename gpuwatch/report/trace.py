@@ -1,6 +1,6 @@
 """The report as a Chrome trace-event file, which Perfetto (ui.perfetto.dev) and
 ``chrome://tracing`` open: every copy and sync of the timeline as an instant event on the track of
-its kind, and the GPU samples as counter tracks.
+its kind, the steps as slices, and the GPU samples as counter tracks.
 
 The events come from the report's capped timeline (``--timeline-capacity``, the newest 10,000 by
 default) and its GPU samples, so the file stays bounded however long the run: about 160 bytes a
@@ -16,7 +16,7 @@ from profilers import Report
 
 #: The process and track ids the events are drawn on.
 PID = 1
-TRACKS = {"copy": 1, "sync": 2}
+TRACKS = {"copy": 1, "sync": 2, "step": 3}
 
 
 def _us(t_s: float) -> float:
@@ -77,6 +77,29 @@ def trace_events(report: Report) -> list[dict[str, Any]]:
                     "args": {"cause": e["sync"], "line": e["site"]},
                 }
             )
+    # Steps as slices on their own track: each from the end of the one before (or the start).
+    ends = report.timeline.get("step_ends") or []
+    if ends:
+        events.append(
+            {"ph": "M", "pid": PID, "tid": TRACKS["step"], "name": "thread_name",
+             "args": {"name": "steps"}}
+        )  # fmt: skip
+    previous = 0.0
+    for end in ends:
+        t = float(end["t"])
+        events.append(
+            {
+                "ph": "X",
+                "pid": PID,
+                "tid": TRACKS["step"],
+                "ts": _us(previous),
+                "dur": _us(max(0.0, t - previous)),
+                "cat": "step",
+                "name": f"step {end['step']}",
+                "args": {"step": end["step"]},
+            }
+        )
+        previous = t
     for s in report.gpu_samples:
         values = {
             k: s[k]
