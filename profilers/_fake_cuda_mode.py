@@ -90,7 +90,7 @@ class PinnedMemory:
         try:
             ptr = t.untyped_storage().data_ptr()
         except (RuntimeError, NotImplementedError):
-            return False
+            return False  # a tensor with no storage of its own (sparse, nested) is never pinned
         ref = self._by_ptr.get(ptr)
         return ref is not None and ref() is not None
 

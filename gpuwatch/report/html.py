@@ -260,7 +260,7 @@ def _header(r: Report) -> str:
     )
     return (
         f"<h1>gpuwatch profile <code>{_e(' '.join(r.command))}</code></h1>\n"
-        f"<div class=meta>{_e((rank_line(r) or '') + (' · ' if rank_line(r) else ''))}"
+        f"<div class=meta>{_e(f'{ranked} · ' if (ranked := rank_line(r)) else '')}"
         f"exit code {r.exit_code} · started {_e(fmt.local_time(r.started_at))} · "
         f"devices: {devices}</div>\n{partial}"
     )
