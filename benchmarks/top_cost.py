@@ -1,22 +1,26 @@
 """What ``gpuwatch top`` costs: one sampling tick, and the app's own CPU over a run.
 
-    python benchmarks/top_cost.py [--seconds 30] [--interval 1] [--real] [--peer "nvitop"]
+    python benchmarks/top_cost.py [--seconds 30] [--intervals 0.5,1,2] [--real] [--peer CMD]
 
 * tick: mean wall time of ``Sampler.snapshot()`` for the FakeBackend and for the real backend over
   a stubbed pynvml (the cost gpuwatch adds around NVML: dataclasses, psutil lookups); with
   ``--real``, the real backend on this machine's GPUs.
-* cpu: the app runs in a real pseudo-terminal (160x48) for ``--seconds``; its CPU time (user +
-  system, children included) divided by wall time. ``--peer CMD`` runs another monitor (e.g.
-  ``nvitop --interval 1``, ``nvtop -d 10``) the same way right after, for a ratio in one run.
+* cpu: ``gpuwatch top`` runs in a real pseudo-terminal (160x48) for ``--seconds``; its CPU time
+  (user + system, children included) divided by wall time. The peer (nvitop where it is installed,
+  or ``--peer "nvtop -d {interval}"``...) runs the same way right after, at each interval, for a
+  ratio in one run. Both read the same stub NVML (``benchmarks/stub_pynvml``: two GPUs, four
+  processes, values moving each second) unless ``--real``.
 """
 
 from __future__ import annotations
 
 import argparse
 import fcntl
+import importlib.util
 import os
 import pty
 import shlex
+import statistics
 import struct
 import subprocess
 import sys
@@ -50,11 +54,11 @@ def stub_backend():
     return RealBackend(nvml=StubNvml(devices))
 
 
-def cpu_share(cmd: list[str], seconds: float) -> float:
+def cpu_share(cmd: list[str], seconds: float, extra_env: dict[str, str]) -> float:
     """CPU seconds per wall second of ``cmd`` running in a 160x48 pseudo-terminal."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 48, 160, 0, 0))
-    env = dict(os.environ, TERM="xterm-256color", COLUMNS="160", LINES="48")
+    env = dict(os.environ, TERM="xterm-256color", COLUMNS="160", LINES="48", **extra_env)
     child = subprocess.Popen(
         cmd, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True
     )
@@ -98,13 +102,28 @@ def _cpu(proc: psutil.Process) -> float:
     return total
 
 
+def stub_env(pids: list[int]) -> dict[str, str]:
+    """The environment that makes ``import pynvml`` the stub of ``benchmarks/stub_pynvml``."""
+    here = Path(__file__).resolve().parent
+    path = os.pathsep.join([str(here / "stub_pynvml"), os.environ.get("PYTHONPATH", "")])
+    return {"PYTHONPATH": path.rstrip(os.pathsep), "GPUWATCH_STUB_PIDS": ",".join(map(str, pids))}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--seconds", type=float, default=30.0)
-    ap.add_argument("--interval", type=float, default=1.0)
-    ap.add_argument("--real", action="store_true", help="use this machine's GPUs")
-    ap.add_argument("--peer", help="another monitor's command line, measured the same way")
+    ap.add_argument("--intervals", default="0.5,1,2", help="comma-separated, seconds")
+    ap.add_argument("--rounds", type=int, default=1, help="runs of each monitor per interval")
+    ap.add_argument("--real", action="store_true", help="use this machine's GPUs, not the stub")
+    ap.add_argument(
+        "--peer",
+        default="nvitop" if importlib.util.find_spec("nvitop") else "",
+        help="another monitor's command line ({interval} is replaced), measured the same way; "
+        "default nvitop where it is installed",
+    )
     args = ap.parse_args()
+    if args.peer == "nvitop":
+        args.peer = f"{sys.executable} -m nvitop --interval {{interval}}"
 
     print(
         f"tick, FakeBackend (2 GPUs, 4 processes):  {tick_cost_ms(Sampler(FakeBackend(), background_pcie=False)):.3f} ms"
@@ -121,19 +140,31 @@ def main() -> None:
         )
         real.close()
 
-    mode = [] if args.real else ["--demo"]
-    ours = cpu_share(
-        [sys.executable, "-m", "gpuwatch", "top", *mode, "--interval", str(args.interval)],
-        args.seconds,
-    )
-    print(
-        f"cpu, gpuwatch top {' '.join(mode)} at {args.interval:g} s over {args.seconds:g} s: "
-        f"{ours * 100:.2f}% of a core"
-    )
-    if args.peer:
-        theirs = cpu_share(shlex.split(args.peer), args.seconds)
-        print(f"cpu, {args.peer} over {args.seconds:g} s: {theirs * 100:.2f}% of a core")
-        print(f"ratio gpuwatch / peer: {ours / theirs:.2f}" if theirs else "peer used no CPU")
+    # Four idle processes stand for the GPU's processes: both monitors look them up on the host.
+    sleepers = [subprocess.Popen(["sleep", "100000"]) for _ in range(4)]
+    env = {} if args.real else stub_env([p.pid for p in sleepers])
+    where = "real NVML" if args.real else "stub NVML, 2 GPUs, 4 processes"
+    print(f"cpu over {args.seconds:g} s in a 160x48 pty ({where}), % of one core:")
+    print("| interval | gpuwatch top | peer | gpuwatch / peer |")
+    print("| --- | --- | --- | --- |")
+    try:
+        for interval in [float(i) for i in args.intervals.split(",")]:
+            ours: list[float] = []
+            theirs: list[float] = []
+            for _ in range(args.rounds):
+                cmd = [sys.executable, "-m", "gpuwatch", "top", "--interval", f"{interval:g}"]
+                ours.append(cpu_share(cmd, args.seconds, env))
+                if args.peer:
+                    peer = shlex.split(args.peer.format(interval=f"{interval:g}"))
+                    theirs.append(cpu_share(peer, args.seconds, env))
+            a = statistics.median(ours)
+            b = statistics.median(theirs) if theirs else float("nan")
+            ratio = f"{a / b:.2f}" if theirs and b else "-"
+            print(f"| {interval:g} s | {a * 100:.2f}% | {b * 100:.2f}% | {ratio} |", flush=True)
+    finally:
+        for p in sleepers:
+            p.kill()
+            p.wait()
 
 
 if __name__ == "__main__":

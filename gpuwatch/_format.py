@@ -1,4 +1,10 @@
-"""Small formatters shared by the text, TUI and HTML renderers. ``None`` always shows as N/A."""
+"""Small formatters shared by the text, TUI and HTML renderers. ``None`` always shows as N/A.
+
+One convention for amounts of data everywhere (the summary, the HTML report, ``top``, ``--once``):
+binary IEC units, as nvidia-smi's MiB and PyTorch's memory figures are: ``B, KiB, MiB, GiB``
+for bytes and the same per second for rates (``2.3 GiB/s``, never decimal ``GB/s``); narrow
+places drop the space (``660MiB/s``) but never the unit.
+"""
 
 from __future__ import annotations
 
@@ -26,13 +32,13 @@ def rate(bytes_per_s: float | None) -> str:
 
 
 def rate_short(bytes_per_s: float | None) -> str:
-    """``'660M/s'``, ``'1.5G/s'``: binary units, for narrow places."""
+    """``'660MiB/s'``, ``'1.5GiB/s'``: :func:`rate` without the space, for narrow places."""
     if bytes_per_s is None:
         return NA
     value = float(bytes_per_s)
-    for unit in ("", "K", "M", "G", "T"):
-        if abs(value) < 1024 or unit == "T":
-            text = f"{value:.1f}" if value < 10 and unit else f"{value:.0f}"
+    for unit in _UNITS:
+        if abs(value) < 1024 or unit == _UNITS[-1]:
+            text = f"{value:.1f}" if value < 10 and unit != "B" else f"{value:.0f}"
             return f"{text}{unit}/s"
         value /= 1024
     raise AssertionError("unreachable")
@@ -48,11 +54,11 @@ def num(value: float | None, unit: str = "", precision: int = 0) -> str:
     return f"{value:.{precision}f}{unit}"
 
 
-def gbps(n_bytes: int, seconds: float | None) -> str:
-    """Effective throughput in GB/s (decimal, as bandwidth is quoted)."""
+def throughput(n_bytes: int, seconds: float | None) -> str:
+    """Effective throughput of ``n_bytes`` moved in ``seconds``: ``'11.2 GiB/s'``."""
     if not seconds or seconds <= 0:
         return NA
-    return f"{n_bytes / seconds / 1e9:.2f} GB/s"
+    return rate(n_bytes / seconds)
 
 
 def duration_ms(ms: float | None) -> str:

@@ -48,6 +48,12 @@ def plain(widget) -> str:
     return out.getvalue()
 
 
+def screen_lines(app) -> list[str]:
+    """What the terminal shows, line by line, as plain text (NB: Textual's compositor is private;
+    this is what its screenshots are made from)."""
+    return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
 def default_signals() -> None:
     """``preexec_fn`` for a child that must see SIGINT, SIGTERM and SIGHUP at their defaults,
     however the suite was started (a background job of a non-interactive shell hands every

@@ -10,9 +10,9 @@ def test_sizes_use_binary_units():
     assert fmt.rate(3 * 1024**2) == "3.0 MiB/s"
 
 
-def test_gbps_and_durations():
-    assert fmt.gbps(4_000_000_000, 2.0) == "2.00 GB/s"
-    assert fmt.gbps(1, 0) == "N/A"
+def test_throughput_and_durations():
+    assert fmt.throughput(4 * 1024**3, 2.0) == "2.0 GiB/s"  # binary units, as sizes are
+    assert fmt.throughput(1, 0) == "N/A"
     assert fmt.duration_ms(0.25) == "250 µs"
     assert fmt.duration_ms(12.34) == "12.3 ms"
     assert fmt.duration_ms(2500) == "2.50 s"
@@ -36,6 +36,7 @@ def test_load_colours():
 
 def test_short_rates():
     assert fmt.rate_short(None) == "N/A"
-    assert fmt.rate_short(660 * 1024**2) == "660M/s"
-    assert fmt.rate_short(1.5 * 1024**3) == "1.5G/s"
-    assert fmt.rate_short(512) == "512/s"
+    assert fmt.rate_short(660 * 1024**2) == "660MiB/s"
+    assert fmt.rate_short(1.5 * 1024**3) == "1.5GiB/s"
+    assert fmt.rate_short(100 * 1024) == "100KiB/s"
+    assert fmt.rate_short(512) == "512B/s"

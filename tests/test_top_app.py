@@ -228,7 +228,7 @@ async def test_stack_view_shows_a_clear_error(clock):
 
 
 async def test_small_terminal_uses_compact_cards_and_resizes_live(clock):
-    app, _ = make_app(clock)
+    app, _ = make_app(clock, gpus=4)  # four brief cards would take 28 rows
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         cards = list(app.query(GpuCard))
@@ -237,7 +237,7 @@ async def test_small_terminal_uses_compact_cards_and_resizes_live(clock):
         assert app.query_one(ProcessTable).region.height >= 6
         await pilot.resize_terminal(160, 48)
         await pilot.pause(0.2)
-        assert not app.compact and all(c.region.height == 10 for c in cards)
+        assert not app.compact and all(c.region.height == 10 for c in cards)  # 2 x 2, graphs
 
 
 async def test_eight_gpus_fit_at_80x24(clock):
@@ -333,12 +333,12 @@ async def test_the_mouse_sorts_by_header_and_selects_rows(clock):
     async with app.run_test(size=(160, 48)) as pilot:
         await started(app, pilot)
         table = app.query_one(ProcessTable)
-        await pilot.click(ProcessTable, offset=(7, 1))  # the PID header (row 1, inside the border)
+        await pilot.click(ProcessTable, offset=(10, 1))  # the PID header (row 1, inside the border)
         await pilot.pause()
         assert (table.sort_column, table.sort_reverse) == (1, True)
         pids = [p.pid for p in table.shown_processes]
         assert pids == sorted(pids, reverse=True)
-        await pilot.click(ProcessTable, offset=(7, 1))  # again: reversed
+        await pilot.click(ProcessTable, offset=(10, 1))  # again: reversed
         await pilot.pause()
         assert [p.pid for p in table.shown_processes] == sorted(pids)
         await pilot.click(ProcessTable, offset=(10, 4))  # the third row

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 from textual.app import App
 from textual.message import Message
@@ -12,19 +12,33 @@ from textual.message import Message
 from gpuwatch.nvml.sampler import Sampler
 from gpuwatch.nvml.samples import Snapshot
 
-#: Height of a full card, borders included; a compact card is one line.
+#: Height of a full card, borders included; a brief card has no graphs; a compact card is one line.
 FULL_CARD_HEIGHT = 10
+BRIEF_CARD_HEIGHT = 7
 FULL_CARD_MIN_WIDTH = 56
 COMPACT_CARD_MIN_WIDTH = 78
 
 
-def card_layout(width: int, height: int, gpus: int, rows_for_the_rest: int) -> tuple[bool, int]:
-    """``(compact, columns)`` for ``gpus`` cards leaving ``rows_for_the_rest`` rows free."""
+class CardLayout(NamedTuple):
+    compact: bool
+    """One line per GPU."""
+    graphs: bool
+    """Full cards with their history graphs (False: brief cards, meters and stats only)."""
+    columns: int
+
+
+def card_layout(width: int, height: int, gpus: int, rows_for_the_rest: int) -> CardLayout:
+    """The richest cards for ``gpus`` GPUs that leave ``rows_for_the_rest`` rows free: full,
+    then brief (no graphs), then one line each."""
     n = max(1, gpus)
     full_cols = max(1, min(n, width // FULL_CARD_MIN_WIDTH))
-    compact = math.ceil(n / full_cols) * FULL_CARD_HEIGHT > height - rows_for_the_rest
-    cols = max(1, min(n, width // COMPACT_CARD_MIN_WIDTH)) if compact else full_cols
-    return compact, cols
+    rows = math.ceil(n / full_cols)
+    free = height - rows_for_the_rest
+    if rows * FULL_CARD_HEIGHT <= free:
+        return CardLayout(False, True, full_cols)
+    if rows * BRIEF_CARD_HEIGHT <= free:
+        return CardLayout(False, False, full_cols)
+    return CardLayout(True, False, max(1, min(n, width // COMPACT_CARD_MIN_WIDTH)))
 
 
 class SamplingApp(App[Any]):

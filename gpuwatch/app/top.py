@@ -12,7 +12,7 @@ from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.widgets import DataTable, Footer, Header, Input
 
-from gpuwatch.app.sampling import SamplingApp
+from gpuwatch.app.sampling import CardLayout, SamplingApp
 from gpuwatch.app.screens import HelpScreen, KillScreen, StackScreen
 from gpuwatch.app.signals import close_on_signals
 from gpuwatch.app.widgets import GpuCard, GpuCards, ProcessTable
@@ -24,6 +24,9 @@ from gpuwatch.pyspy import StackDumpError, dump_stack
 
 #: Rows kept for the process table (with header, footer) before cards go compact.
 MIN_TABLE_ROWS = 8
+#: Columns the header's icon and clock take; the footer's width from which ^p palette shows.
+HEADER_CLOCK_AND_ICON = 20
+WIDE_FOOTER = 100
 
 
 class TopApp(SamplingApp):
@@ -80,6 +83,7 @@ class TopApp(SamplingApp):
         self._driver_problem: str | None = None
         self.history = History(interval_s)
         """The cards' graphs (gpuwatch/nvml/history.py), also kept while paused or covered."""
+        self._layout: CardLayout | None = None
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -111,7 +115,15 @@ class TopApp(SamplingApp):
     def _relayout(self, width: int | None = None, height: int | None = None) -> None:
         if width is None or height is None:
             width, height = self.size
-        self.compact = self.query_one(GpuCards).relayout(width, height)
+        layout = self.query_one(GpuCards).relayout(width, height)
+        if layout != self._layout:
+            self._layout = layout
+            self.call_after_refresh(self.draw_snapshot)  # graphs shown again get their data now
+        self.compact = layout.compact
+        # NB: the footer's command-palette hint would push "? Help" off an 80-column footer;
+        # ctrl+p still opens the palette, and the help screen says so.
+        self.query_one(Footer).show_command_palette = width >= WIDE_FOOTER
+        self._update_subtitle(width)
 
     # -- sampling -----------------------------------------------------------------------------
 
@@ -163,24 +175,29 @@ class TopApp(SamplingApp):
         self.hold_sampling(paused)
         self._update_subtitle()
 
-    def watch_compact(self, _compact: bool) -> None:
-        self.call_after_refresh(self.draw_snapshot)
-
-    def _update_subtitle(self) -> None:
+    def _update_subtitle(self, width: int | None = None) -> None:
         driver = (self.sampler.driver_version if self.sampler else None) or "N/A"
-        parts = [
-            f"{self.backend.label}",
-            f"driver {driver}",
+        states = [
+            *(["read-only"] if self.readonly else []),
+            *(["PAUSED"] if self.paused else []),
+            *(["DRIVER PROBLEM (see notice)"] if self._driver_problem else []),
+        ]
+        # The longest form that fits between the header's icon and clock; the states always show.
+        room = (width or self.size.width) - HEADER_CLOCK_AND_ICON - len(self.title) - 3
+        label, gpus, every = (
+            self.backend.label,
             f"{self.gpu_count} GPUs",
             f"every {self.interval_s:g} s",
-        ]
-        if self.readonly:
-            parts.append("read-only")
-        if self.paused:
-            parts.append("PAUSED")
-        if self._driver_problem:
-            parts.append("DRIVER PROBLEM (see notice)")
-        self.sub_title = " · ".join(parts)
+        )
+        for parts in (
+            [label, f"driver {driver}", gpus, every],
+            [label, gpus, every],
+            [label, gpus, f"{self.interval_s:g} s"],
+        ):
+            text = " · ".join(parts + states)
+            if len(text) <= room:
+                break
+        self.sub_title = text
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
@@ -188,7 +205,8 @@ class TopApp(SamplingApp):
     def action_help(self) -> None:
         about = (
             f"gpuwatch top: {self.backend.label}, {self.gpu_count} GPUs, a sample every "
-            f"{self.interval_s:g} s. Click a column header to sort by it."
+            f"{self.interval_s:g} s. Click a column header to sort by it; ctrl+p opens the "
+            "command palette (themes, screenshots, quit)."
         )
         self.push_screen(
             HelpScreen(

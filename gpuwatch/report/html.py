@@ -291,7 +291,7 @@ def _copies(r: Report) -> str:
     rows = "".join(
         f"<tr><td class=l>{way} ({_e(DIRECTION_NAMES[way])})</td><td>{c.count:,}</td>"
         f"<td>{_e(fmt.size(c.bytes))}</td><td>{c.pageable:,}</td><td>{c.non_blocking:,}</td>"
-        f"<td>{_e(fmt.gbps(c.bytes, c.time_ms / 1000) if c.time_ms else '-')}</td></tr>"
+        f"<td>{_e(fmt.throughput(c.bytes, c.time_ms / 1000) if c.time_ms else '-')}</td></tr>"
         for way in DIRECTIONS
         for c in [r.totals.copies(way)]
     )

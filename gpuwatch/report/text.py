@@ -227,7 +227,7 @@ def gpu_busy(r: Report) -> list[tuple[int, float, int | None, float | None]]:
 
 def _totals(r: Report) -> Table:
     t = Table(title="Copies", title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("direction", "count", "bytes", "pageable", "non_block", "GB/s"):
+    for col in ("direction", "count", "bytes", "pageable", "non_block", "throughput"):
         t.add_column(col, justify="left" if col == "direction" else "right", no_wrap=True)
     for way in DIRECTIONS:
         c = r.totals.copies(way)
@@ -237,7 +237,7 @@ def _totals(r: Report) -> Table:
             fmt.size(c.bytes),
             f"{c.pageable:,}",
             f"{c.non_blocking:,}",
-            fmt.gbps(c.bytes, c.time_ms / 1000).removesuffix(" GB/s") if c.time_ms else "-",
+            fmt.throughput(c.bytes, c.time_ms / 1000) if c.time_ms else "-",
         )
     return t
 

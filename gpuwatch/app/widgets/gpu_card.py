@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.reactive import reactive
+from textual.reactive import reactive, var
 from textual.widget import Widget
-from textual.widgets import Static
 
 from gpuwatch import _format as fmt
 from gpuwatch.app.widgets._style import TEMP_LEVELS, bar, level_style
 from gpuwatch.app.widgets.history import History
+from gpuwatch.app.widgets.lines import TextLines
 from gpuwatch.app.widgets.meter import Meter
 from gpuwatch.nvml.history import GpuHistory
 from gpuwatch.nvml.samples import GpuSample, throttle_names
@@ -32,24 +32,30 @@ class GpuCard(Widget):
     GpuCard.-compact { border: none; padding: 0; height: 1; }
     GpuCard.-compact #compact { display: block; }
     GpuCard.-compact > .full { display: none; }
+    GpuCard.-brief History { display: none; }
     GpuCard #stats { height: 3; }
+    GpuCard TextLines { width: 1fr; }
     """
 
-    sample: reactive[GpuSample | None] = reactive(None)
-    """The latest sample of this GPU."""
+    sample: var[GpuSample | None] = var(None)
+    """The latest sample of this GPU (setting it redraws the lines that changed, not the card)."""
     compact: reactive[bool] = reactive(False)
     """One line instead of the full card (many GPUs or a small terminal)."""
+    graphs: reactive[bool] = reactive(True)
+    """The history graphs under the stats (off: a brief card, three rows shorter)."""
 
     def __init__(self, index: int, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.index = index
         self.border_title = f"GPU {index}"
+        self._titles: tuple[str, str] = ("", "")
+        self._shown: dict[str, Text] = {}
 
     def compose(self) -> ComposeResult:
-        yield Static(id="compact")
+        yield TextLines(id="compact")
         yield Meter("GPU", id="util").add_class("full")
         yield Meter("MEM", id="mem").add_class("full")
-        yield Static(id="stats", classes="full")
+        yield TextLines(id="stats", classes="full")
         yield History("util", 100.0, id="hist-util").add_class("full")
         yield History("mem", 100.0, id="hist-mem").add_class("full")
         yield History("pcie", None, id="hist-pcie").add_class("full")
@@ -58,12 +64,18 @@ class GpuCard(Widget):
         self.set_class(compact, "-compact")
         self._redraw()
 
+    def watch_graphs(self, graphs: bool) -> None:
+        self.set_class(not graphs, "-brief")
+
+    def on_resize(self) -> None:
+        self._redraw()  # the stats' forms depend on the width, and a sample may not come soon
+
     def watch_sample(self, _old: GpuSample | None, _new: GpuSample | None) -> None:
         self._redraw()
 
     def set_history(self, history: GpuHistory) -> None:
         """The graphs' data, oldest first."""
-        if self.compact or not self.is_mounted:
+        if self.compact or not self.graphs or not self.is_mounted:
             return
         for key, data in (("util", history.util_pct), ("mem", history.memory_pct)):
             hist = self.query_one(f"#hist-{key}", History)
@@ -79,29 +91,37 @@ class GpuCard(Widget):
         if g is None or not self.is_mounted:
             return
         self.set_class(g.lost, "-lost")
-        self.border_title = f"GPU {g.index} · {g.name or fmt.NA}"
-        self.border_subtitle = g.problem if g.problem and not g.lost else (g.pci_bus_id or "")
+        # NB: each of these repaints the card when set, even to the same text; a tick repaints
+        # only what changed, and the layout never moves (the lines keep their heights).
+        title = f"GPU {g.index} · {g.name or fmt.NA}"
+        subtitle = g.problem if g.problem and not g.lost else (g.pci_bus_id or "")
+        if (title, subtitle) != self._titles:
+            self._titles = (title, subtitle)
+            self.border_title, self.border_subtitle = title, subtitle
         if self.compact:
-            self.query_one("#compact", Static).update(compact_line(g, self.size.width))
+            self._show("#compact", compact_line(g, self.size.width))
             return
         util, mem = self.query_one("#util", Meter), self.query_one("#mem", Meter)
-        stats = self.query_one("#stats", Static)
         if g.lost:
             util.pct, util.text = None, "lost"
             mem.pct, mem.text = None, ""
-            stats.update(
-                Text(
-                    "GPU LOST: NVML says it fell off the bus or stopped answering", style="bold red"
-                )
-            )
+            lost = "GPU LOST: NVML says it fell off the bus or stopped answering"
+            self._show("#stats", Text(lost, style="bold red"))
             return
         util.pct, util.text = g.gpu_util_pct, f"{fmt.pct(g.gpu_util_pct):>4}"
         mem.pct = g.memory_used_pct
         mem.text = f"{fmt.size(g.memory_used_bytes)} / {fmt.size(g.memory_total_bytes)}"
-        stats.update(stats_text(g))
+        self._show("#stats", stats_text(g, self.query_one("#stats").size.width or 52))
+
+    def _show(self, line: str, text: Text) -> None:
+        """Puts ``text`` on the fixed-height ``line`` if it differs from what is there."""
+        if self._shown.get(line) != text:
+            self._shown[line] = text
+            self.query_one(line, TextLines).text = text
 
 
-def stats_text(g: GpuSample) -> Text:
+def stats_text(g: GpuSample, width: int = 52) -> Text:
+    """Three lines: power and temperature, clocks and engines, transfers, for ``width`` columns."""
     power_pct = (
         100.0 * g.power_w / g.power_limit_w if g.power_w is not None and g.power_limit_w else None
     )
@@ -122,13 +142,22 @@ def stats_text(g: GpuSample) -> Text:
     t.append("  BW ", "bold").append(fmt.pct(g.mem_util_pct), level_style(g.mem_util_pct))
     t.append("  ENC ", "bold").append(fmt.pct(g.encoder_util_pct))
     t.append(" DEC ", "bold").append(fmt.pct(g.decoder_util_pct))
-    t.append("\nPCIe ", "bold").append(
-        f"RX {fmt.rate_short(g.pcie_rx_bytes_per_s)} TX {fmt.rate_short(g.pcie_tx_bytes_per_s)}"
-    )
+    return t.append("\n").append_text(transfer_text(g, width))
+
+
+def transfer_text(g: GpuSample, width: int) -> Text:
+    """``PCIe RX 660MiB/s TX 1.5GiB/s  NVLink RX 12GiB/s TX 12GiB/s``, or with arrows for RX
+    and TX where that does not fit in ``width`` (the narrowest card has 52 columns)."""
+    links = [("PCIe", g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s)]
     if g.nvlink_rx_bytes_per_s is not None or g.nvlink_tx_bytes_per_s is not None:
-        t.append("  NVLink ", "bold").append(
-            f"RX {fmt.rate_short(g.nvlink_rx_bytes_per_s)} TX {fmt.rate_short(g.nvlink_tx_bytes_per_s)}"
-        )
+        links.append(("NVLink", g.nvlink_rx_bytes_per_s, g.nvlink_tx_bytes_per_s))
+    for rx, tx in (("RX ", " TX "), ("↓", " ↑")):
+        t = Text()
+        for name, rx_rate, tx_rate in links:
+            t.append(f"{'  ' if t else ''}{name} ", "bold")
+            t.append(f"{rx}{fmt.rate_short(rx_rate)}{tx}{fmt.rate_short(tx_rate)}")
+        if t.cell_len <= width:
+            break
     return t
 
 

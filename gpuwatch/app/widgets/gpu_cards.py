@@ -8,7 +8,7 @@ from collections.abc import Collection, Iterator, Sequence
 from textual.app import ComposeResult
 from textual.containers import Grid
 
-from gpuwatch.app.sampling import card_layout
+from gpuwatch.app.sampling import CardLayout, card_layout
 from gpuwatch.app.widgets.gpu_card import GpuCard
 
 
@@ -38,15 +38,17 @@ class GpuCards(Grid):
     def cards(self) -> Iterator[GpuCard]:
         return iter(self.query(GpuCard))
 
-    def relayout(self, width: int, height: int) -> bool:
-        """Fits the shown cards to a ``width`` x ``height`` screen; True if compact."""
+    def relayout(self, width: int, height: int) -> CardLayout:
+        """Fits the shown cards to a ``width`` x ``height`` screen."""
         shown = sum(1 for c in self.cards() if c.display)
-        self.compact, cols = card_layout(width, height, shown, self.rows_for_the_rest)
-        self.styles.grid_size_columns = cols
+        layout = card_layout(width, height, shown, self.rows_for_the_rest)
+        self.compact = layout.compact
+        self.styles.grid_size_columns = layout.columns
         self.set_class(self.compact, "-compact")
         for card in self.cards():
-            card.compact = self.compact
-        return self.compact
+            card.compact = layout.compact
+            card.graphs = layout.graphs
+        return layout
 
     def show_only(self, indices: Collection[int] | None) -> bool:
         """Shows the cards of ``indices`` (all with None); True if that changed anything."""

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from rich.text import Text
 from textual.reactive import reactive
-from textual.widget import Widget
 
 from gpuwatch.app.widgets._style import level_style
+from gpuwatch.app.widgets.lines import LinesWidget
 
 _TICKS = " ▁▂▃▄▅▆▇█"
 
@@ -19,16 +19,22 @@ def history_text(values: Sequence[float], width: int, scale_max: float | None) -
     shown = list(values)[-width:]
     top = scale_max if scale_max is not None else max(shown, default=0.0)
     text = Text(" " * (width - len(shown)))
+    run, run_style = "", ""
     for v in shown:
         frac = 0.0 if top <= 0 else min(1.0, max(0.0, v / top))
         tick = _TICKS[round(frac * (len(_TICKS) - 1))]
         # Load colours only mean something on an absolute scale; a peak-scaled graph is one hue.
         style = "grey37" if not v else level_style(frac * 100) if scale_max else "cyan"
-        text.append(tick if tick != " " else "▁", style=style)
+        if style != run_style and run:
+            text.append(run, style=run_style)
+            run = ""
+        run, run_style = run + (tick if tick != " " else "▁"), style
+    if run:  # one span per run of a colour, not per cell: fewer segments to draw
+        text.append(run, style=run_style)
     return text
 
 
-class History(Widget):
+class History(LinesWidget):
     """``label ▁▂▅▇█▆ value``: a minute or more of one metric at a glance."""
 
     DEFAULT_CSS = """
@@ -45,8 +51,8 @@ class History(Widget):
         self.label = label
         self.scale_max = scale_max
 
-    def render(self) -> Text:
+    def lines(self) -> list[Text]:
         head = Text(f"{self.label:<5}", style="dim")
         tail = Text(f" {self.caption}", style="dim") if self.caption else Text()
         width = self.size.width - len(head) - len(tail)
-        return Text.assemble(head, history_text(self.values, width, self.scale_max), tail)
+        return [Text.assemble(head, history_text(self.values, width, self.scale_max), tail)]

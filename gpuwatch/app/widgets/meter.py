@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.reactive import reactive
-from textual.widget import Widget
 
 from gpuwatch.app.widgets._style import bar
+from gpuwatch.app.widgets.lines import LinesWidget
 
 
-class Meter(Widget):
+class Meter(LinesWidget):
     """``LABEL ████████░░░░ text``: the bar takes whatever width the text leaves."""
 
     DEFAULT_CSS = """
@@ -25,8 +25,8 @@ class Meter(Widget):
         super().__init__(id=id)
         self.label = label
 
-    def render(self) -> Text:
+    def lines(self) -> list[Text]:
         head = Text(f"{self.label:<5}", style="bold")
         tail = Text(f" {self.text}")
         width = self.size.width - len(head) - len(tail)
-        return Text.assemble(head, bar(self.pct, width), tail)
+        return [Text.assemble(head, bar(self.pct, width), tail)]

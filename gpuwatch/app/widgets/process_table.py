@@ -3,13 +3,14 @@ filterable by a case-insensitive substring of user, command, PID or type."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey, RowKey
 
 from gpuwatch import _format as fmt
 from gpuwatch.nvml.samples import ProcessSample
@@ -47,6 +48,14 @@ COLUMNS: tuple[Column, ...] = (
 DEFAULT_SORT = 4
 
 
+#: Kept after every column's title: where the sorted column shows its arrow.
+_ARROW_ROOM = " "
+
+
+def _cell(column: int, text: str) -> Text:
+    return Text(text, justify="right" if COLUMNS[column].right else "left")
+
+
 def row_key(p: ProcessSample) -> str:
     return f"{p.gpu_index}:{p.pid}"
 
@@ -76,10 +85,17 @@ class ProcessTable(DataTable[Text]):
         self.problems: list[str] = []
         """Why processes may be missing (``GPU 0: no permission to list ...``)."""
         self._shown: dict[str, ProcessSample] = {}
+        self._cells: dict[str, tuple[str, ...]] = {}
+        """The text of each shown row's cells, top to bottom, as last drawn."""
+        self._sorted_as: tuple[int, bool] | None = None
+        self.rebuilds = 0
+        """How many times the rows were laid out anew (rows came, went or moved)."""
 
     def on_mount(self) -> None:
         for i, col in enumerate(COLUMNS):
-            self.add_column(col.title, key=str(i))
+            # NB: the width of a column is measured from its label when it is added; the room
+            # for the sort arrow is kept now, so that the arrow shows on whichever column.
+            self.add_column(Text(col.title + _ARROW_ROOM), key=str(i))
         self._update_titles()
 
     # -- data ---------------------------------------------------------------------------------
@@ -107,20 +123,57 @@ class ProcessTable(DataTable[Text]):
         self._refill()
 
     def _refill(self) -> None:
-        selected = self.selected
+        """Shows the processes; a tick that changes some values redraws those cells only, and
+        the rows are laid out anew only when processes come, go or change places."""
         col = COLUMNS[self.sort_column]
         rows = [p for p in self._processes if matches(p, self.filter_text)]
         rows.sort(key=col.key, reverse=self.sort_reverse)
-        self._shown = {row_key(p): p for p in rows}
-        self.clear()
-        for p in rows:
-            self.add_row(
-                *(Text(c.cell(p), justify="right" if c.right else "left") for c in COLUMNS),
-                key=row_key(p),
+        shown = {row_key(p): p for p in rows}
+        cells = {key: tuple(c.cell(p) for c in COLUMNS) for key, p in shown.items()}
+        # NB: the table caches its rendered header with its rows: a new sort relabels the
+        # columns, so it lays the rows out again too.
+        sorted_as = (self.sort_column, self.sort_reverse)
+        if list(cells) == list(self._cells) and sorted_as == self._sorted_as:
+            self._set_cells(
+                (key, i, now)
+                for key, new in cells.items()
+                for i, (was, now) in enumerate(zip(self._cells[key], new, strict=True))
+                if was != now
             )
-        if selected is not None and row_key(selected) in self._shown:
-            self.move_cursor(row=list(self._shown).index(row_key(selected)), animate=False)
+            self._shown, self._cells = shown, cells
+        else:
+            selected = self.selected
+            self._shown, self._cells, self._sorted_as = shown, cells, sorted_as
+            self.clear()
+            self.rebuilds += 1
+            for key, texts in cells.items():
+                self.add_row(*(_cell(i, t) for i, t in enumerate(texts)), key=key)
+            if selected is not None and row_key(selected) in shown:
+                self.move_cursor(row=list(shown).index(row_key(selected)), animate=False)
         self._update_titles()
+
+    def _set_cells(self, changed: Iterable[tuple[str, int, str]]) -> None:
+        """New text in some cells, repainting the rows they are in rather than the whole table.
+
+        NB: ``DataTable.update_cell`` repaints every row; the table's cells and the counter its
+        render caches are keyed on are set here directly where they are as expected, and a cell
+        that grows wider than its column goes through ``update_cell`` to widen it.
+        """
+        quiet = isinstance(getattr(self, "_data", None), dict) and isinstance(
+            getattr(self, "_update_count", None), int
+        )
+        rows: set[str] = set()
+        for key, col, text in changed:
+            column = self.columns.get(ColumnKey(str(col)))
+            if not quiet or column is None or len(text) > column.content_width:
+                self.update_cell(key, str(col), _cell(col, text), update_width=True)
+            else:
+                self._data[RowKey(key)][ColumnKey(str(col))] = _cell(col, text)
+                rows.add(key)
+        if rows:
+            self._update_count += 1
+            for key in rows:
+                self.refresh_row(self.get_row_index(key))
 
     # -- sorting ------------------------------------------------------------------------------
 
@@ -145,16 +198,21 @@ class ProcessTable(DataTable[Text]):
             self.sort_by(event.column_index)
 
     def _update_titles(self) -> None:
+        relabelled = False
         for i, col in enumerate(COLUMNS):
-            arrow = (" ▼" if self.sort_reverse else " ▲") if i == self.sort_column else ""
+            arrow = ("▼" if self.sort_reverse else "▲") if i == self.sort_column else ""
             column = self.columns.get(str(i))  # type: ignore[call-overload]
-            if column is not None:
-                column.label = Text(col.title + arrow, style="bold" if arrow else "")
+            label = Text(col.title + (arrow or _ARROW_ROOM), style="bold" if arrow else "")
+            if column is not None and column.label != label:
+                column.label = label
+                relabelled = True
         shown, total = len(self._shown), len(self._processes)
         title = f"Processes ({shown} of {total})" if self.filter_text else f"Processes ({total})"
         if self.filter_text:
             title += f"  filter: {self.filter_text!r}"
         if self.problems:
             title += "  · " + "; ".join(self.problems)
-        self.border_title = title
-        self.refresh()
+        if title != self.border_title:
+            self.border_title = title
+        if relabelled:
+            self.refresh()
