@@ -56,6 +56,7 @@ class GpuTimeline:
         self._thread = threading.Thread(target=self._loop, name="gpuwatch-timeline", daemon=True)
 
     def start(self) -> GpuTimeline:
+        learn_mig_gpus(self.sampler.backend)
         self._t0 = self._clock()
         self._thread.start()
         return self
@@ -78,36 +79,46 @@ class GpuTimeline:
         return list(self._samples)
 
 
+#: What NVML said of the ``MIG-<uuid>`` entries of ``CUDA_VISIBLE_DEVICES``: the GPU each is part
+#: of. Process-wide, as that variable is; learned where a sampler opens NVML.
+_mig_gpus: dict[str, int] = {}
+
+
+def learn_mig_gpus(backend: Any) -> None:
+    """Asks ``backend`` (NVML) which GPU each MIG instance in ``CUDA_VISIBLE_DEVICES`` is part
+    of, so that the samples of the right GPU can be kept after the run."""
+    gpu_of_mig = getattr(backend, "gpu_of_mig", None)
+    if gpu_of_mig is None:
+        return
+    for part in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(","):
+        part = part.strip()
+        if part.startswith("MIG-") and not part.startswith("MIG-GPU-"):
+            gpu = gpu_of_mig(part)
+            if gpu is not None:
+                _mig_gpus[part] = gpu
+
+
 def used_gpu_indices(
     devices: list[dict[str, Any]], samples: Sequence[dict[str, Any]] = ()
 ) -> set[int] | None:
     """NVML indices of the CUDA devices the script used (``CUDA_VISIBLE_DEVICES`` respected):
-    an empty set when it used none, None when they cannot be told apart (MIG instances).
+    an empty set when it used none, None when they cannot be told apart.
 
-    ``samples`` (rows of :func:`sample_row`) map GPU UUIDs in ``CUDA_VISIBLE_DEVICES`` to
-    NVML indices."""
+    ``samples`` (rows of :func:`sample_row`) map GPU UUIDs in ``CUDA_VISIBLE_DEVICES`` to NVML
+    indices; a MIG instance counts as the GPU it is part of (``MIG-GPU-<uuid>/..`` says it,
+    ``MIG-<uuid>`` as :func:`learn_mig_gpus` found)."""
+    from gpuwatch.nvml.chosen import resolve_visible
+
     cuda = [int(d["device"].split(":")[1]) for d in devices if d["device"].startswith("cuda:")]
     if not cuda:
         return set()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if not visible:
         return set(cuda)
-    parts = [v.strip() for v in visible.split(",")]
-    chosen = [parts[i] for i in cuda if i < len(parts)]
-    if all(v.isdigit() for v in chosen):
-        return {int(v) for v in chosen}
-    if any(v.startswith("MIG-") for v in chosen):
-        return None  # a MIG slice is part of a GPU: NVML's device view cannot single it out
     uuids = {s["gpu"]: s.get("uuid") or "" for s in samples}
-    used = set()
-    for v in chosen:
-        # NB: CUDA accepts a unique prefix of the UUID, with or without "GPU-".
-        prefix = v if v.startswith("GPU-") else f"GPU-{v}"
-        found = [i for i, u in uuids.items() if u.startswith(prefix)]
-        if len(found) != 1:
-            return None
-        used.add(found[0])
-    return used
+    resolved = resolve_visible(visible, uuids, _mig_gpus.get)
+    used = {resolved[i] if i < len(resolved) else None for i in cuda}
+    return None if None in used else {i for i in used if i is not None}
 
 
 def samples_of_used_gpus(report: Any, samples: Sequence[dict[str, Any]]) -> None:

@@ -76,6 +76,23 @@ class StubNvml:
     def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
         return i
 
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> Any:
+        """A GPU's handle is its index; a MIG instance's (listed in ``"mig"``) is a tuple."""
+        for i, d in enumerate(self.devices):
+            if d["uuid"] == uuid:
+                return i
+            if uuid in d.get("mig", ()):
+                return ("mig", i, uuid)
+        raise pynvml.NVMLError_NotFound(0)
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, h: Any) -> int:
+        if not isinstance(h, tuple):
+            raise pynvml.NVMLError_InvalidArgument(0)
+        return int(h[1])
+
+    def nvmlDeviceGetIndex(self, h: int) -> int:
+        return h
+
     # -- device --
     def nvmlDeviceGetName(self, h: int) -> str:
         return self._get("name", h, "name")

@@ -289,7 +289,19 @@ def test_gpu_stats_follow_the_gpus_the_script_used(monkeypatch):
     assert used_gpu_indices(devices, samples) == {1}
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-0,GPU-2")  # ambiguous prefixes: no telling
     assert used_gpu_indices(devices, [*samples, {"gpu": 2, "uuid": "GPU-2c3d-0000"}]) is None
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-1234,MIG-5678")  # a slice of a GPU
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-1234,MIG-5678")  # slices NVML was not asked of
     assert used_gpu_indices(devices, samples) is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,MIG-GPU-0a1b-ffff/2/0")  # a slice of GPU 0
+    assert used_gpu_indices(devices, samples) == {0}
+    from gpuwatch import gpu_timeline
+
+    class Nvml:  # what RealBackend.gpu_of_mig answers (tested over the stub NVML elsewhere)
+        def gpu_of_mig(self, uuid: str) -> int | None:
+            return {"MIG-5678": 1}.get(uuid)
+
+    monkeypatch.setattr(gpu_timeline, "_mig_gpus", {})
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-1234,MIG-5678")
+    gpu_timeline.learn_mig_gpus(Nvml())
+    assert used_gpu_indices(devices, samples) == {1}  # cuda:1 is MIG-5678, part of GPU 1
     # A script that used no GPU is charged with none (the node's load is someone else's).
     assert used_gpu_indices([{"device": "cpu"}]) == set()

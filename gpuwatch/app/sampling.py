@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 from textual.app import App
 from textual.message import Message
 
+from gpuwatch.gpu_timeline import learn_mig_gpus
 from gpuwatch.nvml.sampler import Sampler
 from gpuwatch.nvml.samples import Snapshot
 
@@ -71,6 +72,9 @@ class SamplingApp(App[Any]):
 
     def start_sampling(self) -> None:
         if self.sampler is not None and self._sampling_thread is None:
+            # Which GPUs the MIG instances of CUDA_VISIBLE_DEVICES are part of: the live view
+            # shows (and its report keeps) the GPUs a script uses.
+            learn_mig_gpus(self.sampler.backend)
             # NB: a daemon thread of our own, not a Textual thread worker: those run in the
             # event loop's default executor, which asyncio and the interpreter wait for at exit,
             # so an NVML call that hangs would keep q from quitting.

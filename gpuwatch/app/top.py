@@ -10,12 +10,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.reactive import reactive
-from textual.widgets import DataTable, Footer, Header, Input
+from textual.widgets import DataTable, Footer, Input
 
 from gpuwatch.app.sampling import CardLayout, SamplingApp
 from gpuwatch.app.screens import HelpScreen, KillScreen, StackScreen
 from gpuwatch.app.signals import close_on_signals
 from gpuwatch.app.widgets import GpuCard, GpuCards, ProcessTable
+from gpuwatch.app.widgets.title_bar import TitleBar
 from gpuwatch.nvml.backend import Backend
 from gpuwatch.nvml.history import History
 from gpuwatch.nvml.sampler import Sampler
@@ -24,8 +25,7 @@ from gpuwatch.pyspy import StackDumpError, dump_stack
 
 #: Rows kept for the process table (with header, footer) before cards go compact.
 MIN_TABLE_ROWS = 8
-#: Columns the header's icon and clock take; the footer's width from which ^p palette shows.
-HEADER_CLOCK_AND_ICON = 20
+#: The footer's width from which its ^p palette hint shows.
 WIDE_FOOTER = 100
 
 
@@ -88,7 +88,9 @@ class TopApp(SamplingApp):
     # -- layout -------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield Header(show_clock=True)
+        # NB: no running clock: the time shown is the latest sample's (a clock of its own
+        # repaints once more every second, a fifth of what top costs).
+        yield TitleBar(id="title")
         shown = getattr(self.backend, "indices", None)  # top --only: the GPUs' own indices
         yield GpuCards(shown or self.gpu_count, 2 + MIN_TABLE_ROWS, id="cards")
         yield ProcessTable(id="processes")
@@ -164,7 +166,7 @@ class TopApp(SamplingApp):
             self._driver_problem = snap.problem
             if snap.problem:
                 self.notify(snap.problem, title="NVML", severity="error", timeout=30)
-            self._update_subtitle()
+        self._update_subtitle()  # the sample's time
 
     def on_unmount(self) -> None:
         self.stop_sampling()
@@ -182,22 +184,27 @@ class TopApp(SamplingApp):
             *(["PAUSED"] if self.paused else []),
             *(["DRIVER PROBLEM (see notice)"] if self._driver_problem else []),
         ]
-        # The longest form that fits between the header's icon and clock; the states always show.
-        room = (width or self.size.width) - HEADER_CLOCK_AND_ICON - len(self.title) - 3
+        # The longest form that fits the title line; the states always show.
+        room = (width or self.size.width) - len(self.title) - 5
         label, gpus, every = (
             self.backend.label,
             f"{self.gpu_count} GPUs",
             f"every {self.interval_s:g} s",
         )
+        at = f" · {self.snapshot.time:%H:%M:%S}" if self.snapshot is not None else ""
         for parts in (
             [label, f"driver {driver}", gpus, every],
             [label, gpus, every],
             [label, gpus, f"{self.interval_s:g} s"],
         ):
             text = " · ".join(parts + states)
-            if len(text) <= room:
+            if len(text + at) <= room:
                 break
-        self.sub_title = text
+        # NB: App.sub_title repaints the whole screen when set: only when more than the time
+        # changes; the title line repaints alone.
+        if text != self.sub_title:
+            self.sub_title = text
+        self.query_one(TitleBar).text = f"{self.title} — {text}{at}"
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused

@@ -113,6 +113,17 @@ class RealBackend:
         """A problem of the whole driver, seen on any call (a driver upgraded under us)."""
         return self._query.driver_problem
 
+    def gpu_of_mig(self, mig_uuid: str) -> int | None:
+        """The NVML index of the GPU the MIG instance ``MIG-<uuid>`` is part of; None if NVML
+        does not know the instance (or this driver has no MIG calls)."""
+        nvml = self._nvml
+        try:
+            instance = nvml.nvmlDeviceGetHandleByUUID(mig_uuid)
+            gpu = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(instance)
+            return int(nvml.nvmlDeviceGetIndex(gpu))
+        except (nvml.NVMLError, AttributeError):
+            return None
+
     def _handle(self, index: int) -> Any:
         h = self._handles.get(index)
         if h is None:

@@ -7,7 +7,7 @@ GPUs keep their own indices (GPU 2 stays "GPU 2"); ``indices`` says which are sh
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpuwatch.nvml.backend import Backend
@@ -30,41 +30,60 @@ def parse_only(text: str, count: int) -> list[int]:
     return sorted(set(chosen))
 
 
+def resolve_visible(
+    text: str,
+    uuids: Mapping[int, str],
+    mig_gpu: Callable[[str], int | None] | None = None,
+    count: int | None = None,
+) -> list[int | None]:
+    """The NVML index of each CUDA device ``CUDA_VISIBLE_DEVICES=text`` makes (CUDA device
+    ``i`` is entry ``i``), None where no GPU of ``uuids`` (NVML index -> UUID) can be named.
+
+    Entries are indices, GPU UUIDs (a unique prefix, with or without ``GPU-``) and MIG
+    instances: ``MIG-GPU-<gpu uuid>/<gi>/<ci>`` names its GPU; the newer ``MIG-<uuid>`` is
+    the instance's own UUID, whose GPU only NVML knows (``mig_gpu``). Like CUDA, the list ends
+    at the first entry that names no device; an index is checked against ``count`` GPUs when
+    given.
+    """
+    out: list[int | None] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if part.lstrip("-").isdigit():
+            if int(part) < 0 or count is not None and int(part) >= count:
+                break  # CUDA stops at the first invalid entry
+            out.append(int(part))
+            continue
+        if part.startswith("MIG-") and not part.startswith("MIG-GPU-"):
+            out.append(mig_gpu(part) if mig_gpu is not None else None)
+            continue
+        parent = part.removeprefix("MIG-").split("/")[0]
+        prefix = parent if parent.startswith("GPU-") else f"GPU-{parent}"
+        found = [i for i, u in uuids.items() if u.startswith(prefix)]
+        out.append(found[0] if len(found) == 1 else None)
+    return out
+
+
 def visible_indices(backend: Backend, visible: str | None = None) -> list[int]:
-    """The GPUs ``CUDA_VISIBLE_DEVICES`` lets CUDA programs see, as NVML indices: indices, GPU
-    UUIDs (a unique prefix, with or without ``GPU-``) and MIG identifiers (the GPU a MIG instance
-    is part of)."""
+    """The GPUs ``CUDA_VISIBLE_DEVICES`` (or ``visible``) lets CUDA programs see, as NVML
+    indices (see :func:`resolve_visible`); a MIG instance shows the GPU it is part of."""
     text = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
     count = backend.device_count()
     if text is None:
         return list(range(count))
     uuids = {i: backend.sample(i).uuid or "" for i in range(count)}
-    out: list[int] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        if part.lstrip("-").isdigit():
-            if int(part) < 0:
-                break  # CUDA stops at the first invalid entry
-            if int(part) < count:
-                out.append(int(part))
-            continue
-        parent = part
-        if part.startswith("MIG-"):
-            # MIG-GPU-<gpu uuid>/<gi>/<ci> names its GPU; the newer MIG-<uuid> does not.
-            rest = part.removeprefix("MIG-")
-            if not rest.startswith("GPU-"):
+    mig_gpu = getattr(backend, "gpu_of_mig", None)
+    resolved = resolve_visible(text, uuids, mig_gpu, count)
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    for part, index in zip(parts, resolved, strict=False):
+        if index is None:
+            if part.startswith("MIG-") and mig_gpu is None:
                 raise ChoiceError(
-                    f"--only-visible: {part} is a MIG instance whose GPU NVML's device view "
-                    "cannot name; choose its GPU with --only N"
+                    f"--only-visible: {part} is a MIG instance and these GPUs' source cannot "
+                    "say which GPU it is part of; choose its GPU with --only N"
                 )
-            parent = rest.split("/")[0]
-        prefix = parent if parent.startswith("GPU-") else f"GPU-{parent}"
-        found = [i for i, u in uuids.items() if u.startswith(prefix)]
-        if len(found) != 1:
-            raise ChoiceError(f"--only-visible: {part} matches {len(found)} GPUs here")
-        out.append(found[0])
-    return sorted(set(out))
+            raise ChoiceError(f"--only-visible: {part} names no single GPU here")
+    return sorted({i for i in resolved if i is not None})
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ Textual asks for (NB: the fixed height is set in CSS; these widgets never change
 from __future__ import annotations
 
 from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.reactive import reactive
 from textual.strip import Strip
@@ -18,15 +19,23 @@ from textual.widget import Widget
 class LinesWidget(Widget):
     """Draws :meth:`lines`, one Text per row; :meth:`render` gives them joined, as text."""
 
+    _base: Style | None = None
+
     def lines(self) -> list[Text]:
         raise NotImplementedError
+
+    def notify_style_update(self) -> None:
+        self._base = None  # a new theme or class: the widget's own style is looked up again
+        super().notify_style_update()
 
     def render(self) -> Text:
         return Text("\n").join(self.lines())
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
-        base = self.rich_style
+        if self._base is None:
+            self._base = self.rich_style  # NB: it walks every ancestor's background: kept
+        base = self._base
         lines = self.lines()
         if y >= len(lines):
             return Strip.blank(width, base)
