@@ -123,3 +123,28 @@ async def test_help_wraps_its_text_in_a_narrow_terminal(clock):
         words = ["command", "palette", "SIGTERM/SIGINT/SIGKILL", "py-spy", "column"]
         assert all(w in text for w in words), text
         assert "ctrl+p" in text
+
+
+async def test_a_new_value_repaints_only_the_rows_it_changed(clock):
+    from rich.text import Text
+
+    from gpuwatch.app.widgets.lines import TextLines
+
+    app, _ = make_app(clock, gpus=1)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+        app.action_toggle_pause()  # no sample lands while the rows are counted
+        await pilot.pause(0.2)
+        stats = app.query_one("#stats", TextLines)
+        painted: list[int] = []
+        draw = stats.render_line
+        stats.render_line = lambda y: painted.append(y) or draw(y)  # type: ignore[method-assign]
+        lines = stats.text.split("\n")
+        stats.text = Text("\n").join([lines[0], Text("SM 1 MHz"), lines[2]])
+        await pilot.pause(0.2)
+        assert painted == [1]  # the second row only
+        painted.clear()
+        stats.text = stats.text.copy()  # the same text again: nothing to paint
+        await pilot.pause(0.2)
+        assert painted == []
+        assert screen_lines(app)[5].strip("│ ").startswith("SM 1 MHz")

@@ -79,12 +79,10 @@ class GpuCard(Widget):
             return
         for key, data in (("util", history.util_pct), ("mem", history.memory_pct)):
             hist = self.query_one(f"#hist-{key}", History)
-            hist.values = tuple(data)
-            hist.caption = f"max {max(data, default=0):3.0f}%"
+            hist.show(tuple(data), f"max {max(data, default=0):3.0f}%")
         pcie = history.pcie_bytes_per_s
         hist = self.query_one("#hist-pcie", History)
-        hist.values = tuple(pcie)
-        hist.caption = f"max {fmt.rate(max(pcie, default=0))}"
+        hist.show(tuple(pcie), f"max {fmt.rate(max(pcie, default=0))}")
 
     def _redraw(self) -> None:
         g = self.sample
@@ -103,14 +101,14 @@ class GpuCard(Widget):
             return
         util, mem = self.query_one("#util", Meter), self.query_one("#mem", Meter)
         if g.lost:
-            util.pct, util.text = None, "lost"
-            mem.pct, mem.text = None, ""
+            util.show(None, "lost")
+            mem.show(None, "")
             lost = "GPU LOST: NVML says it fell off the bus or stopped answering"
             self._show("#stats", Text(lost, style="bold red"))
             return
-        util.pct, util.text = g.gpu_util_pct, f"{fmt.pct(g.gpu_util_pct):>4}"
-        mem.pct = g.memory_used_pct
-        mem.text = f"{fmt.size(g.memory_used_bytes)} / {fmt.size(g.memory_total_bytes)}"
+        util.show(g.gpu_util_pct, f"{fmt.pct(g.gpu_util_pct):>4}")
+        used, total = fmt.size(g.memory_used_bytes), fmt.size(g.memory_total_bytes)
+        mem.show(g.memory_used_pct, f"{used} / {total}")
         self._show("#stats", stats_text(g, self.query_one("#stats").size.width or 52))
 
     def _show(self, line: str, text: Text) -> None:

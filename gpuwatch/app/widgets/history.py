@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.text import Text
-from textual.reactive import reactive
+from textual.reactive import var
 
 from gpuwatch.app.widgets._style import level_style
 from gpuwatch.app.widgets.lines import LinesWidget
@@ -41,15 +41,27 @@ class History(LinesWidget):
     History { height: 1; width: 1fr; }
     """
 
-    values: reactive[tuple[float, ...]] = reactive(tuple)
+    values: var[tuple[float, ...]] = var(tuple)
     """Samples, oldest first; only the last ones that fit are drawn."""
-    caption: reactive[str] = reactive("")
+    caption: var[str] = var("")
     """Text at the right end, e.g. the peak over the window."""
 
     def __init__(self, label: str, scale_max: float | None = 100.0, *, id: str | None = None):
         super().__init__(id=id)
         self.label = label
         self.scale_max = scale_max
+
+    def show(self, values: tuple[float, ...], caption: str) -> None:
+        """Both at once: one redraw, not two."""
+        self.set_reactive(History.values, values)
+        self.set_reactive(History.caption, caption)
+        self.redraw()
+
+    def watch_values(self) -> None:
+        self.redraw()
+
+    def watch_caption(self) -> None:
+        self.redraw()
 
     def lines(self) -> list[Text]:
         head = Text(f"{self.label:<5}", style="dim")

@@ -2,8 +2,9 @@
 
 A refresh of a ``Static`` parses its content into Textual's own text model and lays it out; a
 card's meters, graphs and stats change every sample, so that is most of what ``top`` costs. Here
-a line's segments come straight from the Text, on the widget's own style, only for the lines
-Textual asks for (NB: the fixed height is set in CSS; these widgets never change size).
+a line's segments come straight from the Text, on the widget's own style, and a new value
+repaints only the rows whose text it changed (NB: the fixed height is set in CSS; these widgets
+never change size). Subclasses keep their values in ``var`` s and call :meth:`redraw`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual.reactive import reactive
+from textual.geometry import Region
+from textual.reactive import var
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -20,6 +22,8 @@ class LinesWidget(Widget):
     """Draws :meth:`lines`, one Text per row; :meth:`render` gives them joined, as text."""
 
     _base: Style | None = None
+    _drawn: tuple[int, list[Text]] = (-1, [])
+    """The width the lines were made for, and the lines."""
 
     def lines(self) -> list[Text]:
         raise NotImplementedError
@@ -31,12 +35,26 @@ class LinesWidget(Widget):
     def render(self) -> Text:
         return Text("\n").join(self.lines())
 
+    def redraw(self) -> None:
+        """Repaints the rows whose text changed since they were drawn."""
+        width, drawn = self._drawn
+        if not self.is_mounted or width != self.size.width:
+            self.refresh()  # not drawn yet at this width: all of it, when it is
+            return
+        lines = self.lines()
+        self._drawn = (width, lines)
+        for y in range(max(len(lines), len(drawn))):
+            if y >= len(lines) or y >= len(drawn) or lines[y] != drawn[y]:
+                self.refresh(Region(0, y, width, 1))
+
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         if self._base is None:
             self._base = self.rich_style  # NB: it walks every ancestor's background: kept
         base = self._base
-        lines = self.lines()
+        if self._drawn[0] != width:
+            self._drawn = (width, self.lines())
+        lines = self._drawn[1]
         if y >= len(lines):
             return Strip.blank(width, base)
         segments = [
@@ -50,7 +68,10 @@ class LinesWidget(Widget):
 class TextLines(LinesWidget):
     """Shows :attr:`text`, one row per line of it."""
 
-    text: reactive[Text] = reactive(Text)
+    text: var[Text] = var(Text)
+
+    def watch_text(self) -> None:
+        self.redraw()
 
     def lines(self) -> list[Text]:
         return list(self.text.split("\n"))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.reactive import reactive
+from textual.reactive import var
 
 from gpuwatch.app.widgets._style import bar
 from gpuwatch.app.widgets.lines import LinesWidget
@@ -16,14 +16,26 @@ class Meter(LinesWidget):
     Meter { height: 1; width: 1fr; }
     """
 
-    pct: reactive[float | None] = reactive(None)
+    pct: var[float | None] = var(None)
     """Fill level, 0-100; ``None`` draws an empty dotted bar (value not reported)."""
-    text: reactive[str] = reactive("")
+    text: var[str] = var("")
     """Shown right of the bar, e.g. ``'67%'`` or ``'45.1 / 80.0 GiB'``."""
 
     def __init__(self, label: str, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.label = label
+
+    def show(self, pct: float | None, text: str) -> None:
+        """Both values at once: one redraw, not two."""
+        self.set_reactive(Meter.pct, pct)
+        self.set_reactive(Meter.text, text)
+        self.redraw()
+
+    def watch_pct(self) -> None:
+        self.redraw()
+
+    def watch_text(self) -> None:
+        self.redraw()
 
     def lines(self) -> list[Text]:
         head = Text(f"{self.label:<5}", style="bold")

@@ -103,6 +103,8 @@ class ProcessTable(DataTable[Text]):
     def show(self, processes: Sequence[ProcessSample], problems: Sequence[str] = ()) -> None:
         """Replace the rows with ``processes`` (filtered and sorted), keeping the selected row;
         ``problems`` say why some processes may be missing (shown in the title)."""
+        if list(processes) == self._processes and list(problems) == self.problems:
+            return  # nothing new since the last sample: nothing to draw
         self._processes = list(processes)
         self.problems = list(problems)
         self._refill()

@@ -5,7 +5,7 @@ repaints itself alone, once a sample."""
 from __future__ import annotations
 
 from rich.text import Text
-from textual.reactive import reactive
+from textual.reactive import var
 
 from gpuwatch.app.widgets.lines import LinesWidget
 
@@ -17,7 +17,10 @@ class TitleBar(LinesWidget):
     TitleBar { dock: top; width: 100%; height: 1; background: $panel; color: $foreground; }
     """
 
-    text: reactive[str] = reactive("")
+    text: var[str] = var("")
+
+    def watch_text(self) -> None:
+        self.redraw()
 
     def lines(self) -> list[Text]:
         line = Text(self.text, no_wrap=True, overflow="ellipsis")
