@@ -5,23 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpuwatch.app.top import TopApp
 from gpuwatch.app.widgets import GpuCard, ProcessTable
 from gpuwatch.app.widgets.gpu_card import stats_text, transfer_text
 from gpuwatch.app.widgets.history import History
 from gpuwatch.app.widgets.process_table import COLUMNS
 from gpuwatch.nvml import FakeBackend
 from tests.conftest import screen_lines, wait_until
-
-
-def make_app(clock, gpus: int = 2) -> tuple[TopApp, FakeBackend]:
-    backend = FakeBackend(gpu_count=gpus, clock=clock)
-    return TopApp(backend, interval_s=0.1), backend
-
-
-async def started(app: TopApp, pilot) -> None:
-    await wait_until(lambda: app.samples_taken >= 1)
-    await pilot.pause()
+from tests.test_top_app import make_app, started
 
 
 async def test_the_sorted_column_shows_its_arrow_whichever_it_is(clock):

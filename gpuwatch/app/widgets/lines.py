@@ -26,7 +26,8 @@ class LinesWidget(Widget):
     """The width the lines were made for, and the lines."""
 
     def lines(self) -> list[Text]:
-        raise NotImplementedError
+        """The rows to draw; subclasses say what they show (none: blank rows)."""
+        return []
 
     def notify_style_update(self) -> None:
         self._base = None  # a new theme or class: the widget's own style is looked up again
