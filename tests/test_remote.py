@@ -138,7 +138,7 @@ async def test_top_shows_remote_cards_grouped_by_host(clock):
             titles = [c.border_title for c in app.query(GpuCard)]
             host = url.removeprefix("http://")
             assert titles == [f"GPU {i} · {host}: NVIDIA H100 80GB HBM3 (demo)" for i in (0, 1)]
-            assert "%" in plain(app.query_one("#gpu-0", GpuCard).query_one("#util"))
+            assert "%" in plain(app.query_one("#gpu-0", GpuCard).query_one("#body"))
     finally:
         server.shutdown()
         backend.close()

@@ -9,7 +9,8 @@ from textual.widgets import Input
 
 from gpuwatch.app.screens import HelpScreen, KillScreen, StackScreen
 from gpuwatch.app.top import TopApp
-from gpuwatch.app.widgets import GpuCard, Meter, ProcessTable
+from gpuwatch.app.widgets import GpuCard, ProcessTable
+from gpuwatch.app.widgets.gpu_card import CardBody
 from gpuwatch.nvml import FakeBackend
 from gpuwatch.nvml.sampler import Sampler
 from gpuwatch.nvml.samples import GpuSample
@@ -34,12 +35,11 @@ async def test_cards_show_the_backend_values(clock):
         expected = backend.sample(1)  # the clock is frozen: same values as the app's sample
         card = app.query_one("#gpu-1", GpuCard)
         assert not card.compact
-        util = card.query_one("#util", Meter)
-        assert util.pct == expected.gpu_util_pct
-        assert f"{expected.gpu_util_pct}%" in str(util.render())
-        mem = card.query_one("#mem", Meter)
-        assert mem.text == f"{expected.memory_used_bytes / 1024**3:.1f} GiB / 80.0 GiB"
-        stats = str(card.query_one("#stats").render())
+        rows = [line.plain for line in card.query_one(CardBody).lines()]
+        assert rows[0].startswith("GPU  █") and rows[0].endswith(f" {expected.gpu_util_pct}%")
+        used = f"{expected.memory_used_bytes / 1024**3:.1f} GiB / 80.0 GiB"
+        assert rows[1].startswith("MEM  ") and rows[1].endswith(used)
+        stats = "\n".join(rows[2:5])
         assert f"TEMP {expected.temperature_c}C" in stats
         assert f"POWER {expected.power_w:.0f}W / 700W" in stats
         assert "FAN N/A" in stats  # the fake H100 reports no fan, like the real board
@@ -312,7 +312,7 @@ async def test_a_gpu_lost_mid_run_is_shown_not_fatal(clock):
         card = app.query_one("#gpu-0", GpuCard)
         await wait_until(lambda: card.has_class("-lost"))
         await pilot.pause()
-        assert "GPU LOST" in plain(card.query_one("#stats"))
+        assert "GPU LOST" in plain(card.query_one(CardBody))
         assert not app.query_one("#gpu-1", GpuCard).has_class("-lost")
         assert {p.gpu_index for p in app.query_one(ProcessTable).shown_processes} == {1}
 

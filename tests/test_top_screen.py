@@ -6,8 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpuwatch.app.widgets import GpuCard, ProcessTable
-from gpuwatch.app.widgets.gpu_card import stats_text, transfer_text
-from gpuwatch.app.widgets.history import History
+from gpuwatch.app.widgets.gpu_card import CardBody, stats_text, transfer_text
 from gpuwatch.app.widgets.process_table import COLUMNS
 from gpuwatch.nvml import FakeBackend
 from tests.conftest import screen_lines, wait_until
@@ -68,7 +67,7 @@ async def test_80x24_keeps_title_and_footer_whole_and_fills_its_rows(clock):
         cards = list(app.query(GpuCard))
         # Two brief cards (meters and stats, no graphs) rather than two one-line ones.
         assert [c.region.height for c in cards] == [7, 7]
-        assert not any(h.display for c in cards for h in c.query(History))
+        assert not any("max" in line for line in lines)  # no graph, nor its peak
         assert any("TEMP" in line for line in lines) and any("PCIe RX" in line for line in lines)
         table = app.query_one(ProcessTable)
         assert table.region.bottom == 23  # the table runs down to the footer
@@ -76,7 +75,8 @@ async def test_80x24_keeps_title_and_footer_whole_and_fills_its_rows(clock):
         await pilot.resize_terminal(160, 48)
         await pilot.pause(0.2)
         assert [c.region.height for c in cards] == [10, 10]
-        await wait_until(lambda: all(len(c.query_one("#hist-util", History).values) for c in cards))
+        graphs = [c.query_one(CardBody).lines()[5:] for c in cards]
+        assert [[line.plain[:5] for line in g] for g in graphs] == [["util ", "mem  ", "pcie "]] * 2
         assert "driver" in screen_lines(app)[0]  # room again for the driver version
 
 
@@ -116,25 +116,18 @@ async def test_help_wraps_its_text_in_a_narrow_terminal(clock):
 
 
 async def test_a_new_value_repaints_only_the_rows_it_changed(clock):
-    from rich.text import Text
-
-    from gpuwatch.app.widgets.lines import TextLines
-
     app, _ = make_app(clock, gpus=1)
     async with app.run_test(size=(160, 48)) as pilot:
         await started(app, pilot)
         app.action_toggle_pause()  # no sample lands while the rows are counted
         await pilot.pause(0.2)
-        stats = app.query_one("#stats", TextLines)
+        body = app.query_one(CardBody)
+        assert body.sample is not None
         painted: list[int] = []
-        draw = stats.render_line
-        stats.render_line = lambda y: painted.append(y) or draw(y)  # type: ignore[method-assign]
-        lines = stats.text.split("\n")
-        stats.text = Text("\n").join([lines[0], Text("SM 1 MHz"), lines[2]])
+        draw = body.render_line
+        body.render_line = lambda y: painted.append(y) or draw(y)  # type: ignore[method-assign]
+        slower = dataclasses.replace(body.sample, sm_clock_mhz=1)
+        body.show(slower, body.history, graphs=True)
         await pilot.pause(0.2)
-        assert painted == [1]  # the second row only
-        painted.clear()
-        stats.text = stats.text.copy()  # the same text again: nothing to paint
-        await pilot.pause(0.2)
-        assert painted == []
-        assert screen_lines(app)[5].strip("│ ").startswith("SM 1 MHz")
+        assert painted == [3]  # the clocks' row only (meters 0-1, stats 2-4, graphs 5-7)
+        assert body.lines()[3].plain.startswith("SM 1 MHz  MEM")

@@ -179,8 +179,7 @@ class LiveApp(SamplingApp):
                     card = self.query_one(f"#gpu-{g.index}", GpuCard)
                 except NoMatches:  # a sample that arrived while the app shuts down
                     return
-                card.sample = g
-                card.set_history(self.history.of(g.index))
+                card.show(g, self.history.of(g.index))
 
     def _show_used_gpus(self, devices: list[dict[str, Any]] | None = None) -> None:
         """Cards for the GPUs the script uses (every card with ``a``, or when there is no

@@ -156,8 +156,7 @@ class TopApp(SamplingApp):
         except NoMatches:
             return
         for g, card in cards:
-            card.sample = g
-            card.set_history(self.history.of(g.index))
+            card.show(g, self.history.of(g.index))
         problems = [
             f"GPU {g.index}: {g.problem}" for g in snap.gpus if g.problem and "process" in g.problem
         ]

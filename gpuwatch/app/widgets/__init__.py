@@ -2,9 +2,7 @@
 
 from gpuwatch.app.widgets.gpu_card import GpuCard
 from gpuwatch.app.widgets.gpu_cards import GpuCards
-from gpuwatch.app.widgets.history import History
 from gpuwatch.app.widgets.hot_lines import HotLinesTable
-from gpuwatch.app.widgets.meter import Meter
 from gpuwatch.app.widgets.process_table import ProcessTable
 from gpuwatch.app.widgets.progress_line import ProgressLine
 from gpuwatch.app.widgets.rates import RatesPanel, RateWindow
@@ -13,9 +11,7 @@ from gpuwatch.app.widgets.status_line import StatusLine
 __all__ = [
     "GpuCard",
     "GpuCards",
-    "History",
     "HotLinesTable",
-    "Meter",
     "ProcessTable",
     "ProgressLine",
     "RateWindow",

@@ -2,22 +2,73 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.reactive import reactive, var
+from textual.reactive import reactive
 from textual.widget import Widget
 
 from gpuwatch import _format as fmt
 from gpuwatch.app.widgets._style import TEMP_LEVELS, bar, level_style
-from gpuwatch.app.widgets.history import History
-from gpuwatch.app.widgets.lines import TextLines
-from gpuwatch.app.widgets.meter import Meter
+from gpuwatch.app.widgets.history import history_line
+from gpuwatch.app.widgets.lines import LinesWidget, TextLines
+from gpuwatch.app.widgets.meter import meter_line
 from gpuwatch.nvml.history import GpuHistory
 from gpuwatch.nvml.samples import GpuSample, throttle_names
 
 
+class CardBody(LinesWidget):
+    """A full card's rows in one widget: two meters, three lines of stats and, with graphs,
+    three history lines. One widget, not eight: a tick costs Textual one region per card."""
+
+    DEFAULT_CSS = """
+    CardBody { height: 8; width: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.sample: GpuSample | None = None
+        self.history: GpuHistory | None = None
+        self.graphs = True
+
+    def show(self, sample: GpuSample | None, history: GpuHistory | None, graphs: bool) -> None:
+        """New figures: the rows they change are repainted, once."""
+        self.sample, self.history, self.graphs = sample, history, graphs
+        self.redraw()
+
+    def lines(self) -> list[Text]:
+        g, width = self.sample, self.size.width
+        if g is None or width <= 0:
+            return []
+        if g.lost:
+            lost = "GPU LOST: NVML says it fell off the bus or stopped answering"
+            rows = [meter_line("GPU", None, "lost", width), meter_line("MEM", None, "", width)]
+            return [*rows, Text(lost, style="bold red")]
+        used, total = fmt.size(g.memory_used_bytes), fmt.size(g.memory_total_bytes)
+        rows = [
+            meter_line("GPU", g.gpu_util_pct, f"{fmt.pct(g.gpu_util_pct):>4}", width),
+            meter_line("MEM", g.memory_used_pct, f"{used} / {total}", width),
+            *stats_text(g, width).split("\n"),
+        ]
+        h = self.history
+        if self.graphs and h is not None:
+            pcie = h.pcie_bytes_per_s
+            rows += [
+                history_line("util", h.util_pct, _peak(h.util_pct), width, 100.0),
+                history_line("mem", h.memory_pct, _peak(h.memory_pct), width, 100.0),
+                history_line("pcie", pcie, f"max {fmt.rate(max(pcie, default=0))}", width, None),
+            ]
+        return rows
+
+
+def _peak(values: Sequence[float]) -> str:
+    return f"max {max(values, default=0):3.0f}%"
+
+
 class GpuCard(Widget):
-    """A card for one GPU. Set :attr:`sample` and :meth:`set_history`; it redraws itself."""
+    """A card for one GPU. :meth:`show` gives it a sample and its history; it redraws the rows
+    that changed."""
 
     DEFAULT_CSS = """
     GpuCard {
@@ -32,13 +83,10 @@ class GpuCard(Widget):
     GpuCard.-compact { border: none; padding: 0; height: 1; }
     GpuCard.-compact #compact { display: block; }
     GpuCard.-compact > .full { display: none; }
-    GpuCard.-brief History { display: none; }
-    GpuCard #stats { height: 3; }
+    GpuCard.-brief CardBody { height: 5; }
     GpuCard TextLines { width: 1fr; }
     """
 
-    sample: var[GpuSample | None] = var(None)
-    """The latest sample of this GPU (setting it redraws the lines that changed, not the card)."""
     compact: reactive[bool] = reactive(False)
     """One line instead of the full card (many GPUs or a small terminal)."""
     graphs: reactive[bool] = reactive(True)
@@ -48,17 +96,14 @@ class GpuCard(Widget):
         super().__init__(id=id)
         self.index = index
         self.border_title = f"GPU {index}"
+        self.sample: GpuSample | None = None
+        """The latest sample of this GPU."""
+        self._history: GpuHistory | None = None
         self._titles: tuple[str, str] = ("", "")
-        self._shown: dict[str, Text] = {}
 
     def compose(self) -> ComposeResult:
         yield TextLines(id="compact")
-        yield Meter("GPU", id="util").add_class("full")
-        yield Meter("MEM", id="mem").add_class("full")
-        yield TextLines(id="stats", classes="full")
-        yield History("util", 100.0, id="hist-util").add_class("full")
-        yield History("mem", 100.0, id="hist-mem").add_class("full")
-        yield History("pcie", None, id="hist-pcie").add_class("full")
+        yield CardBody(id="body", classes="full")
 
     def watch_compact(self, compact: bool) -> None:
         self.set_class(compact, "-compact")
@@ -66,23 +111,15 @@ class GpuCard(Widget):
 
     def watch_graphs(self, graphs: bool) -> None:
         self.set_class(not graphs, "-brief")
-
-    def on_resize(self) -> None:
-        self._redraw()  # the stats' forms depend on the width, and a sample may not come soon
-
-    def watch_sample(self, _old: GpuSample | None, _new: GpuSample | None) -> None:
         self._redraw()
 
-    def set_history(self, history: GpuHistory) -> None:
-        """The graphs' data, oldest first."""
-        if self.compact or not self.graphs or not self.is_mounted:
-            return
-        for key, data in (("util", history.util_pct), ("mem", history.memory_pct)):
-            hist = self.query_one(f"#hist-{key}", History)
-            hist.show(tuple(data), f"max {max(data, default=0):3.0f}%")
-        pcie = history.pcie_bytes_per_s
-        hist = self.query_one("#hist-pcie", History)
-        hist.show(tuple(pcie), f"max {fmt.rate(max(pcie, default=0))}")
+    def on_resize(self) -> None:
+        self._redraw()  # the compact line's form depends on the width
+
+    def show(self, sample: GpuSample, history: GpuHistory | None = None) -> None:
+        """The latest sample and the graphs' data (oldest first): one redraw for both."""
+        self.sample, self._history = sample, history
+        self._redraw()
 
     def _redraw(self) -> None:
         g = self.sample
@@ -90,32 +127,19 @@ class GpuCard(Widget):
             return
         self.set_class(g.lost, "-lost")
         # NB: each of these repaints the card when set, even to the same text; a tick repaints
-        # only what changed, and the layout never moves (the lines keep their heights).
+        # only what changed, and the layout never moves (the body keeps its height).
         title = f"GPU {g.index} · {g.name or fmt.NA}"
         subtitle = g.problem if g.problem and not g.lost else (g.pci_bus_id or "")
         if (title, subtitle) != self._titles:
             self._titles = (title, subtitle)
             self.border_title, self.border_subtitle = title, subtitle
         if self.compact:
-            self._show("#compact", compact_line(g, self.size.width))
+            compact = self.query_one("#compact", TextLines)
+            text = compact_line(g, self.size.width)
+            if compact.text != text:
+                compact.text = text
             return
-        util, mem = self.query_one("#util", Meter), self.query_one("#mem", Meter)
-        if g.lost:
-            util.show(None, "lost")
-            mem.show(None, "")
-            lost = "GPU LOST: NVML says it fell off the bus or stopped answering"
-            self._show("#stats", Text(lost, style="bold red"))
-            return
-        util.show(g.gpu_util_pct, f"{fmt.pct(g.gpu_util_pct):>4}")
-        used, total = fmt.size(g.memory_used_bytes), fmt.size(g.memory_total_bytes)
-        mem.show(g.memory_used_pct, f"{used} / {total}")
-        self._show("#stats", stats_text(g, self.query_one("#stats").size.width or 52))
-
-    def _show(self, line: str, text: Text) -> None:
-        """Puts ``text`` on the fixed-height ``line`` if it differs from what is there."""
-        if self._shown.get(line) != text:
-            self._shown[line] = text
-            self.query_one(line, TextLines).text = text
+        self.query_one(CardBody).show(g, self._history, self.graphs)
 
 
 def stats_text(g: GpuSample, width: int = 52) -> Text:

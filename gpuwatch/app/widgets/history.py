@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.text import Text
-from textual.reactive import var
 
 from gpuwatch.app.widgets._style import level_style
-from gpuwatch.app.widgets.lines import LinesWidget
 
 _TICKS = " ▁▂▃▄▅▆▇█"
 
@@ -34,37 +32,11 @@ def history_text(values: Sequence[float], width: int, scale_max: float | None) -
     return text
 
 
-class History(LinesWidget):
-    """``label ▁▂▅▇█▆ value``: a minute or more of one metric at a glance."""
-
-    DEFAULT_CSS = """
-    History { height: 1; width: 1fr; }
-    """
-
-    values: var[tuple[float, ...]] = var(tuple)
-    """Samples, oldest first; only the last ones that fit are drawn."""
-    caption: var[str] = var("")
-    """Text at the right end, e.g. the peak over the window."""
-
-    def __init__(self, label: str, scale_max: float | None = 100.0, *, id: str | None = None):
-        super().__init__(id=id)
-        self.label = label
-        self.scale_max = scale_max
-
-    def show(self, values: tuple[float, ...], caption: str) -> None:
-        """Both at once: one redraw, not two."""
-        self.set_reactive(History.values, values)
-        self.set_reactive(History.caption, caption)
-        self.redraw()
-
-    def watch_values(self) -> None:
-        self.redraw()
-
-    def watch_caption(self) -> None:
-        self.redraw()
-
-    def lines(self) -> list[Text]:
-        head = Text(f"{self.label:<5}", style="dim")
-        tail = Text(f" {self.caption}", style="dim") if self.caption else Text()
-        width = self.size.width - len(head) - len(tail)
-        return [Text.assemble(head, history_text(self.values, width, self.scale_max), tail)]
+def history_line(
+    label: str, values: Sequence[float], caption: str, width: int, scale_max: float | None
+) -> Text:
+    """``label ▁▂▅▇█▆ caption`` in ``width`` cells: a minute or more of one metric at a glance."""
+    head = Text(f"{label:<5}", style="dim")
+    tail = Text(f" {caption}", style="dim") if caption else Text()
+    graph = history_text(values, width - len(head) - len(tail), scale_max)
+    return Text.assemble(head, graph, tail)

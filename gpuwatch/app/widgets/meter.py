@@ -3,42 +3,15 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.reactive import var
 
 from gpuwatch.app.widgets._style import bar
-from gpuwatch.app.widgets.lines import LinesWidget
 
 
-class Meter(LinesWidget):
-    """``LABEL ████████░░░░ text``: the bar takes whatever width the text leaves."""
+def meter_line(label: str, pct: float | None, text: str, width: int) -> Text:
+    """``LABEL ████████░░░░ text`` in ``width`` cells: the bar takes what the text leaves.
 
-    DEFAULT_CSS = """
-    Meter { height: 1; width: 1fr; }
+    ``pct`` is the fill level, 0-100; ``None`` draws an empty dotted bar (value not reported).
     """
-
-    pct: var[float | None] = var(None)
-    """Fill level, 0-100; ``None`` draws an empty dotted bar (value not reported)."""
-    text: var[str] = var("")
-    """Shown right of the bar, e.g. ``'67%'`` or ``'45.1 / 80.0 GiB'``."""
-
-    def __init__(self, label: str, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.label = label
-
-    def show(self, pct: float | None, text: str) -> None:
-        """Both values at once: one redraw, not two."""
-        self.set_reactive(Meter.pct, pct)
-        self.set_reactive(Meter.text, text)
-        self.redraw()
-
-    def watch_pct(self) -> None:
-        self.redraw()
-
-    def watch_text(self) -> None:
-        self.redraw()
-
-    def lines(self) -> list[Text]:
-        head = Text(f"{self.label:<5}", style="bold")
-        tail = Text(f" {self.text}")
-        width = self.size.width - len(head) - len(tail)
-        return [Text.assemble(head, bar(self.pct, width), tail)]
+    head = Text(f"{label:<5}", style="bold")
+    tail = Text(f" {text}")
+    return Text.assemble(head, bar(pct, width - len(head) - len(tail)), tail)
