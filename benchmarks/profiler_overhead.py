@@ -10,9 +10,11 @@ runs every variant once, in turn, so drift hits all alike; the median round coun
 Variants: plain; a bare no-op TorchDispatchMode (the floor for this design, as anyone writes it:
 torch wraps its __torch_dispatch__ so that dynamo never traces it); the same bare mode without
 that wrapper (for reference: gpuwatch does the wrapper's job itself, cheaper); gpuwatch's
-``profilers.profile()``, and the same with ``kernel_timing=False`` (what timing every op costs:
-host clocks on the CPU, two CUDA events per op on a GPU); ``torch.profiler.profile(with_stack=True)``.
-Overhead per op = (variant time - plain time) / ops per run.
+``profilers.profile()``, and the same with ``kernel_timing=False, count_ops=True`` (every op
+still through the mode, untimed: what timing every op costs, host clocks on the CPU, two CUDA
+events per op on a GPU); ``torch.profiler.profile(with_stack=True)``. Overhead per op = (variant
+time - plain time) / ops per run. The fast path of ``kernel_timing=False`` (no op counts, no
+mode) is measured against its peers in counting_paths.py.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ class CountingMode(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def make_step(device: str, workload: str) -> Callable[[], None]:
+def make_step(device: str, workload: str) -> Callable[[], torch.Tensor]:
+    """One training step (it returns its loss, which it does not read)."""
     torch.manual_seed(0)
     if workload == "small":
         width, batch, depth = 64, 32, 4
@@ -75,13 +78,30 @@ def make_step(device: str, workload: str) -> Callable[[], None]:
     x = torch.randn(batch, width, device=device)
     y = torch.randint(0, 10, (batch,), device=device)
 
-    def step() -> None:
+    def step() -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
+        return loss
 
     return step
+
+
+def warmed_loop(step: Callable[[], Any], steps: int) -> tuple[Callable[[], None], int]:
+    """``steps`` steps in a row, after a warm-up (allocator, autograd graph caches), and the
+    ops a run of them makes as a dispatch mode sees them."""
+    for _ in range(3):
+        step()
+
+    def loop() -> None:
+        for _ in range(steps):
+            step()
+
+    counter = CountingMode()
+    with counter:
+        loop()
+    return loop, counter.ops
 
 
 def timed(run_steps: Callable[[], None], device: str) -> float:
@@ -108,18 +128,7 @@ def main() -> None:
     ap.add_argument("--workload", choices=("small", "large"), default="small")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    step = make_step(args.device, args.workload)
-    for _ in range(3):
-        step()  # warm-up: allocator, autograd graph caches
-
-    def loop() -> None:
-        for _ in range(args.steps):
-            step()
-
-    counter = CountingMode()
-    with counter:
-        loop()
-    ops = counter.ops
+    loop, ops = warmed_loop(make_step(args.device, args.workload), args.steps)
 
     def plain() -> None:
         loop()
@@ -137,7 +146,7 @@ def main() -> None:
             loop()
 
     def gpuwatch_untimed() -> None:
-        with profilers.profile(kernel_timing=False):
+        with profilers.profile(kernel_timing=False, count_ops=True):
             loop()
 
     def torch_profiler() -> None:
@@ -152,7 +161,7 @@ def main() -> None:
         "bare mode": bare,
         "bare mode, unwrapped": bare_unwrapped,
         "gpuwatch": gpuwatch,
-        "gpuwatch, kernel_timing=False": gpuwatch_untimed,
+        "gpuwatch, untimed (count_ops)": gpuwatch_untimed,
         "torch.profiler(with_stack)": torch_profiler,
     }
     times: dict[str, list[float]] = {k: [] for k in variants}

@@ -21,6 +21,8 @@ def rank_command(args: argparse.Namespace, target: Any, json_pattern: str) -> li
     cmd = ["-m", "gpuwatch", "profile", "-q", "--json", json_pattern]
     if args.no_kernel_timing:
         cmd.append("--no-kernel-timing")
+    if args.count_ops:
+        cmd.append("--count-ops")
     for d in args.user_code or []:
         cmd += ["--user-code", d]
     cmd += ["--timeline-capacity", str(args.timeline_capacity)]

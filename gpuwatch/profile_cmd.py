@@ -55,7 +55,17 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
     p.add_argument(
         "--top", type=positive_int, default=5, metavar="N", help="lines per top list (default 5)"
     )
-    p.add_argument("--no-kernel-timing", action="store_true", help="count only; do not time ops")
+    p.add_argument(
+        "--no-kernel-timing",
+        action="store_true",
+        help="count copies, syncs and collectives only: no kernel time, no op counts; only the "
+        "ops that copy, sync or communicate reach Python (several times cheaper per op)",
+    )
+    p.add_argument(
+        "--count-ops",
+        action="store_true",
+        help="with --no-kernel-timing: still count every op per line (every op enters Python)",
+    )
     p.add_argument(
         "--user-code",
         action="append",
@@ -271,6 +281,7 @@ def run_profile(args: argparse.Namespace) -> int:
         raise CliError("--demo goes with --live (it simulates the GPU cards)")
     options = ProfileOptions(
         kernel_timing=not args.no_kernel_timing,
+        count_ops=args.count_ops,
         user_code=tuple(args.user_code) if args.user_code else None,
         timeline_capacity=args.timeline_capacity,
         trace_syncs=args.trace_syncs,

@@ -35,6 +35,8 @@ class ProfileOptions:
     """How to profile: the options every entry point (CLI, live child) shares."""
 
     kernel_timing: bool = True
+    count_ops: bool = False
+    """Count every op per line even without kernel timing (``--count-ops``)."""
     user_code: tuple[str, ...] | None = None
     timeline_capacity: int = 10_000
     trace_syncs: bool = False
@@ -81,6 +83,9 @@ class ProfiledRun:
         self.prof = profilers.profile(
             # NB: ops on fake GPU tensors compute nothing: their time is no kernel's time.
             kernel_timing=options.kernel_timing and not options.fake_cuda,
+            # The fake GPU runs every op through a dispatch mode of its own: counting every op
+            # costs little more there, and its reports keep their op counts.
+            count_ops=True if options.count_ops or options.fake_cuda else None,
             user_code=options.user_code,
             timeline_capacity=options.timeline_capacity,
             trace_syncs=options.trace_syncs,

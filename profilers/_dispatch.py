@@ -23,6 +23,7 @@ from profilers._threads import ThreadState
 from profilers._torch_private import (
     OP_OVERLOAD_HAS_OP,
     OpOverload,
+    composite_implicit,
     current_node,
     eval_frame,
     set_code_exec_strategy,
@@ -48,6 +49,21 @@ def hide_from_dynamo() -> bool:
 
 
 _UNSEEN: Any = object()
+_DECOMPOSE: Any = object()
+"""The classifier of ops that reach the mode only where autograd is off (below)."""
+
+
+def _decomposed(mode: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """An op autograd decomposes before any mode sees it (CompositeImplicitAutograd: ``to``,
+    ``item``, ``cpu``...) reaches the mode whole where autograd is off (``torch.inference_mode``,
+    inference tensors): run its decomposition with the mode on, so that the ops it is made of
+    (``_to_copy``, ``_local_scalar_dense``) are counted as they are everywhere else. NB: not
+    counted as an op itself, as it is not outside inference mode."""
+    with mode:
+        out = func.decompose(*args, **kwargs)
+    if out is NotImplemented:  # no decomposition after all: the op as it is
+        return func(*args, **kwargs)
+    return out
 
 
 OpInfo = tuple[str | None, Classifier | None, Callable[..., Any]]
@@ -61,6 +77,8 @@ def _op_info(func: Any) -> OpInfo:
     if func in METADATA_OPS:
         return None, None, call
     name = str(func).removeprefix("aten.")
+    if func not in CLASSIFIERS and composite_implicit(func):
+        return name, _DECOMPOSE, call
     rule = comm_rule(func)
     if rule is not None:
         return name, rule, call  # type: ignore[return-value]  # dispatch() tells them apart
@@ -121,6 +139,8 @@ def dispatch(
     name, classifier, call = info
     if name is None or not recorder.active:  # metadata ops skip everything, the frame too
         return call(*args, **kwargs)
+    if classifier is _DECOMPOSE:
+        return _decomposed(mode, func, args, kwargs)
     depth = recorder.caller_depth
     if depth is None:
         frame = _current_caller(recorder, 1)

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from typing import Any
 
 import torch
@@ -47,7 +47,13 @@ def set_attr(stack: ExitStack, owner: Any, name: str, value: Any) -> None:
 # -- threads ------------------------------------------------------------------------------------
 
 
-def patch_threads(stack: ExitStack, recorder: Recorder) -> None:
+def patch_threads(
+    stack: ExitStack,
+    recorder: Recorder,
+    per_thread: Callable[[], AbstractContextManager[Any]] | None = None,
+) -> None:
+    """Threads started while profiling run inside ``per_thread()`` (default: their own mode)."""
+    enter = per_thread or functools.partial(ProfilerMode, recorder)
     original = getattr(threading.Thread, THREAD_BOOTSTRAP, None)
     if original is None:
         return  # a Python without it: threads the script starts go unprofiled (MISSING says so)
@@ -57,7 +63,7 @@ def patch_threads(stack: ExitStack, recorder: Recorder) -> None:
     def _bootstrap_inner(thread: threading.Thread) -> None:
         if recorder.active and not thread.name.startswith("gpuwatch"):
             try:
-                with ProfilerMode(recorder):
+                with enter():
                     original(thread)
             finally:
                 recorder.release_state()

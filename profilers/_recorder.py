@@ -58,6 +58,9 @@ class Recorder:
         self.caller_depth: int | None = None
         """Frames from ``__torch_dispatch__`` up to the op's caller (torch's shims included)."""
         self.active = True
+        self.counting = "every_op"
+        """``"every_op"``: the dispatch mode sees every op; ``"copies"``: the fast path sees only
+        the ops that copy, sync or communicate (profilers/_kernels.py)."""
         self.own_sync = False
         """True while the profiler itself waits on the GPU (its one final synchronize)."""
         self.trace_syncs = False

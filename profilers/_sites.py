@@ -64,7 +64,9 @@ class UserCode:
         if filename.startswith("<"):
             # <string> and <stdin> are code the user typed; <frozen ...> is the interpreter's.
             # With roots given, only files under them are the user's: no file, no root.
-            return self._roots is None and not filename.startswith("<frozen")
+            # <eval_with_key>... is torch.fx's generated code (a compiled graph run by
+            # torch.compile): its ops belong to the user line that called the compiled code.
+            return self._roots is None and not filename.startswith(("<frozen", "<eval_with_key>"))
         path = os.path.realpath(filename)
         if path.startswith(self._excluded):
             return False

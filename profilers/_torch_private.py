@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch._ops import OpOverload as OpOverload
 
+_FAST = "the fast path of --no-kernel-timing (the dispatch mode counts instead, slower)"
+
 #: Hook name -> what is lost without it.
 WHAT_EACH_GIVES: dict[str, str] = {
     "torch._C._dynamo.eval_frame.set_eval_frame": "the profiler's own frames hidden from dynamo "
@@ -32,6 +34,17 @@ WHAT_EACH_GIVES: dict[str, str] = {
     "threading.Thread._bootstrap_inner": "threads started by the script profiled",
     "torch._C._only_lift_cpu_tensors": "the copy inside torch.tensor(data, device='cuda')",
     "torch._C._set_only_lift_cpu_tensors": "the copy inside torch.tensor(data, device='cuda')",
+    "torch._C._dispatch_has_kernel_for_dispatch_key": "copies and syncs of ops that reach the "
+    "mode undecomposed in inference mode (to, item, cpu) counted by what they are made of",
+    "torch._ops.OpOverload.decompose": "copies and syncs of ops that reach the mode undecomposed "
+    "in inference mode (to, item, cpu) counted by what they are made of",
+    "torch._C.DispatchKey.PreDispatch": _FAST,
+    "torch._C._IncludeDispatchKeyGuard": _FAST,
+    "torch._C._ExcludeDispatchKeyGuard": _FAST,
+    "torch._C._dispatch_keyset_full_after": _FAST,
+    "torch.library.fallthrough_kernel": _FAST,
+    "torch._guards.TracingContext.try_get": "torch.compile's tracing told from running code on "
+    "the fast path (copies of code being compiled would be counted)",
 }
 
 MISSING: list[str] = []
@@ -103,3 +116,26 @@ set_only_lift_cpu_tensors: Any = _find("torch._C._set_only_lift_cpu_tensors")
 # -- threads ----------------------------------------------------------------------------------------
 THREAD_BOOTSTRAP = "_bootstrap_inner"
 _find("threading.Thread._bootstrap_inner")
+
+# -- the fast path: Python kernels for the counted ops only (profilers/_kernels.py) ---------------
+dispatch_key_pre_dispatch: Any = _find("torch._C.DispatchKey.PreDispatch")
+include_dispatch_key_guard: Any = _find("torch._C._IncludeDispatchKeyGuard")
+exclude_dispatch_key_guard: Any = _find("torch._C._ExcludeDispatchKeyGuard")
+keyset_full_after: Any = _find("torch._C._dispatch_keyset_full_after")
+fallthrough_kernel: Any = _find("torch.library.fallthrough_kernel")
+tracing_context: Callable[[], Any] | None = _find("torch._guards.TracingContext.try_get")
+
+# -- inference mode: composite ops reach the mode whole (profilers/_dispatch.py) ----------------
+_has_kernel: Any = _find("torch._C._dispatch_has_kernel_for_dispatch_key")
+_find("torch._ops.OpOverload.decompose")
+_implicit_key: Any = getattr(torch._C.DispatchKey, "CompositeImplicitAutograd", None)
+
+
+def composite_implicit(func: Any) -> bool:
+    """Whether ``func`` is made of other ops by a CompositeImplicitAutograd kernel."""
+    if _has_kernel is None or _implicit_key is None or not hasattr(func, "decompose"):
+        return False
+    try:
+        return bool(_has_kernel(func.name(), _implicit_key))
+    except (RuntimeError, AttributeError):
+        return False

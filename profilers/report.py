@@ -60,6 +60,12 @@ class Report:
     missing_ranks: list[int] | None = None
     """In a merged report: ranks of the world with no report (a rank that crashed unseen)."""
 
+    @property
+    def counts_ops(self) -> bool:
+        """Whether every op was counted (the dispatch mode); False on the fast path of
+        ``--no-kernel-timing``, which sees only the ops that copy, sync or communicate."""
+        return bool(self.options.get("counting", "every_op") == "every_op")
+
     def top_sites(self, key: str, n: int = 10) -> list[Site]:
         """Sites with the most ``bytes`` moved, ``syncs``, ``kernel_time_ms``, ``ops``, or
         ``backward_ms`` (the time of the backward of a line's forward ops)."""

@@ -7,6 +7,26 @@ from collections.abc import Callable
 import pytest
 
 
+@pytest.fixture(params=["copies", "every_op"])
+def both_paths(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs the test on both counting paths: ``profilers.profile()`` without kernel timing
+    (the fast path: Python kernels for the counted ops only) and with every op counted (the
+    dispatch mode). Counts of copies, syncs and collectives must not tell them apart."""
+    import profilers
+
+    real = profilers.profile
+
+    def profile(**kw: object) -> profilers.Profile:
+        if request.param == "copies":
+            kw.setdefault("kernel_timing", False)
+        else:
+            kw.setdefault("count_ops", True)
+        return real(**kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(profilers, "profile", profile)
+    return str(request.param)
+
+
 class FakeClock:
     """A monotonic clock that only moves when a test says so."""
 

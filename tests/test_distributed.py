@@ -74,10 +74,13 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_nproc_per_node_launches_ranks_and_merges_their_collectives_per_line(tmp_path):
+# NB: "--no-kernel-timing" is the fast path (only the ops that copy, sync or communicate reach
+# Python): the collectives of DDP, torch.distributed and FSDP2 must count the same there.
+@pytest.mark.parametrize("flags", [[], ["--no-kernel-timing"]], ids=["every_op", "fast_path"])
+def test_nproc_per_node_launches_ranks_and_merges_their_collectives_per_line(tmp_path, flags):
     (tmp_path / "train.py").write_text(TRAIN)
     done = run(
-        [sys.executable, "-m", "gpuwatch", "profile", "--nproc-per-node", "2",
+        [sys.executable, "-m", "gpuwatch", "profile", "--nproc-per-node", "2", *flags,
          "--json", "merged.json", "--html", "merged.html", "train.py"],
         tmp_path,
     )  # fmt: skip

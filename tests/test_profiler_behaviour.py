@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.cuda.comm
 import torch.nn.parallel.comm
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.cuda import _gpu_trace
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
@@ -380,15 +380,24 @@ OPS = [
     lambda a, b: torch.softmax(a, dim=-1) + b.sum(),
     lambda a, b: a[b > 0].sum() + a,
     lambda a, b: torch.unique(a.round()).sum() + b,
+    # Python numbers: torch makes them 0-dim "wrapped" tensors, which keep their own promotion
+    # rules (an int tensor times 2.5 is float32, not float64); the fast path must keep them.
+    lambda a, b: (a.long() * 2.5 + b) * (b > 0) - 1,
+    lambda a, b: torch.where(a > 0, a, 0.5) + (a.int() + 3).float(),
+    lambda a, b: a.clone().index_put_((b > 0,), torch.tensor(0.25)) + a.clone().fill_(2),
+    lambda a, b: torch.tensor([1.5, 2.0]).repeat(18).reshape(6, 6) + a.masked_fill(b < 0, 7),
 ]
 
 
-@settings(max_examples=25, deadline=None)
+# NB: both_paths only swaps profilers.profile for the test: the same for every example.
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     seed=st.integers(0, 2**31 - 1),
     program=st.lists(st.integers(0, len(OPS) - 1), min_size=1, max_size=12),
 )
-def test_results_are_bit_for_bit_the_same_with_the_profiler(seed, program):
+def test_results_are_bit_for_bit_the_same_with_the_profiler(seed, program, both_paths):
     def run():
         g = torch.Generator().manual_seed(seed)
         a, b = torch.randn(6, 6, generator=g), torch.randn(6, 6, generator=g)
@@ -401,7 +410,8 @@ def test_results_are_bit_for_bit_the_same_with_the_profiler(seed, program):
         profiled = run()
     for p, q in zip(plain, profiled, strict=True):
         assert torch.equal(p, q) and p.dtype == q.dtype
-    assert prof.report().totals.ops >= len(program)
+    if both_paths == "every_op":
+        assert prof.report().totals.ops >= len(program)
 
 
 # -- the report ---------------------------------------------------------------------------------

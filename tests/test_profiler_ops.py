@@ -4,6 +4,7 @@ Fake tensors report cuda:0/cuda:1 devices without a GPU; pinned memory is inject
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import profilers
@@ -26,6 +27,7 @@ def run(fn, is_pinned=never_pinned, **kw) -> profilers.Report:
     return prof.report()
 
 
+@pytest.mark.usefixtures("both_paths")
 def test_to_cuda_blocking_from_pageable_is_a_copy_and_a_sync():
     def work():
         x = torch.randn(N, N)
@@ -40,6 +42,7 @@ def test_to_cuda_blocking_from_pageable_is_a_copy_and_a_sync():
     assert site.file == "tests/test_profiler_ops.py" and site.function == "work"
 
 
+@pytest.mark.usefixtures("both_paths")
 def test_non_blocking_h2d_from_pinned_memory_is_async():
     def work():
         torch.randn(N, N).to("cuda:0", non_blocking=True)
@@ -49,6 +52,7 @@ def test_non_blocking_h2d_from_pinned_memory_is_async():
     assert r.totals.syncs.count == 0
 
 
+@pytest.mark.usefixtures("both_paths")
 def test_non_blocking_h2d_from_pageable_memory_is_flagged_pageable_not_a_sync():
     def work():
         torch.randn(N, N).to("cuda:0", non_blocking=True)
@@ -58,6 +62,7 @@ def test_non_blocking_h2d_from_pageable_memory_is_flagged_pageable_not_a_sync():
     assert r.totals.syncs.count == 0
 
 
+@pytest.mark.usefixtures("both_paths")
 def test_cpu_is_a_blocking_d2h_copy():
     def work():
         y = torch.randn(N, N).to("cuda:0", non_blocking=True)
@@ -69,6 +74,7 @@ def test_cpu_is_a_blocking_d2h_copy():
     assert site.syncs.to_dict() == {"count": 1, "by_cause": {"copy_to_host": 1}}
 
 
+@pytest.mark.usefixtures("both_paths")
 def test_non_blocking_to_cpu_lands_in_pinned_memory_and_does_not_sync():
     def work():
         y = torch.randn(N, N).to("cuda:0", non_blocking=True)
@@ -80,6 +86,7 @@ def test_non_blocking_to_cpu_lands_in_pinned_memory_and_does_not_sync():
     assert r.totals.syncs.count == 0
 
 
+@pytest.mark.usefixtures("both_paths")
 def test_copy_into_pageable_host_tensor_waits_even_when_non_blocking():
     def work():
         host = torch.empty(N, N)
@@ -93,6 +100,7 @@ def test_copy_into_pageable_host_tensor_waits_even_when_non_blocking():
     assert site_at(r, line_of("pageable_nb")).syncs.by_cause == {"copy_to_host": 1}
 
 
+@pytest.mark.usefixtures("both_paths")
 def test_copy_into_pinned_host_tensor_non_blocking_does_not_wait():
     def work():
         host = torch.empty(N, N)
@@ -104,6 +112,7 @@ def test_copy_into_pinned_host_tensor_non_blocking_does_not_wait():
     assert r.totals.syncs.count == 0
 
 
+@pytest.mark.usefixtures("both_paths")
 def test_gpu_to_gpu_is_p2p_and_same_gpu_copy_is_d2d_but_a_cast_is_neither():
     def work():
         y = torch.randn(N, N).to("cuda:0", non_blocking=True)
@@ -120,7 +129,7 @@ def test_gpu_to_gpu_is_p2p_and_same_gpu_copy_is_d2d_but_a_cast_is_neither():
     assert {d["device"] for d in r.devices} == {"cpu", "cuda:0", "cuda:1"}
 
 
-def test_item_copies_one_element_and_syncs():
+def test_item_copies_one_element_and_syncs(both_paths):
     def work():
         y = torch.randn(N, N).to("cuda:0", non_blocking=True)
         y.sum().item()  # @item
@@ -129,17 +138,20 @@ def test_item_copies_one_element_and_syncs():
     site = site_at(r, line_of("item"))
     assert site.d2h.counts() == copies(count=1, bytes=4, pageable=1)  # one float32 = 4 bytes
     assert site.syncs.to_dict() == {"count": 1, "by_cause": {"item": 1}}
-    assert site.ops == 2  # sum + _local_scalar_dense
+    if both_paths == "every_op":  # the fast path counts no ops
+        assert site.ops == 2  # sum + _local_scalar_dense
 
 
-def test_item_on_a_cpu_tensor_is_free():
+def test_item_on_a_cpu_tensor_is_free(both_paths):
     def work():
         torch.randn(4).sum().item()
 
     r = run(work)
-    assert r.totals.syncs.count == 0 and r.totals.d2h.count == 0 and r.totals.ops == 3
+    assert r.totals.syncs.count == 0 and r.totals.d2h.count == 0
+    assert r.totals.ops == (3 if both_paths == "every_op" else 0)  # the fast path counts none
 
 
+@pytest.mark.usefixtures("both_paths")
 def test_data_dependent_shapes_sync():
     def work():
         y = torch.randn(N, N).to("cuda:0", non_blocking=True)
@@ -159,13 +171,13 @@ def test_data_dependent_shapes_sync():
     assert r.totals.h2d.counts() == copies(count=3, bytes=NBYTES + N * N + N * 8, non_blocking=3)
 
 
-def test_metadata_is_not_counted():
+def test_metadata_is_not_counted(both_paths):
     def work():
         y = torch.randn(2, 2).to("cuda:0", non_blocking=True)
         _ = (y.size(), y.shape, y.device, y.stride(), y.dim(), y.numel(), y.is_pinned())
 
     r = run(work, is_pinned=always_pinned)
-    assert r.totals.ops == 2  # randn, _to_copy
+    assert r.totals.ops == (2 if both_paths == "every_op" else 0)  # randn, _to_copy
 
 
 def test_cpu_ops_get_host_time_and_no_copies():
@@ -187,9 +199,12 @@ def test_kernel_timing_can_be_turned_off():
     def work():
         torch.randn(64, 64) @ torch.randn(64, 64)
 
-    r = run(work, kernel_timing=False)
-    assert r.totals.ops == 3 and r.totals.kernel_time_ms == 0
-    assert r.options["kernel_timing_source"] == "off"
+    r = run(work, kernel_timing=False)  # the fast path: only the ops that copy or sync
+    assert r.totals.ops == 0 and r.totals.kernel_time_ms == 0 and not r.counts_ops
+    assert r.options["kernel_timing_source"] == "off" and r.options["counting"] == "copies"
+    r = run(work, kernel_timing=False, count_ops=True)  # every op, through the mode
+    assert r.totals.ops == 3 and r.totals.kernel_time_ms == 0 and r.counts_ops
+    assert r.options["counting"] == "every_op"
 
 
 def test_profiler_entered_inside_the_fake_mode_sees_the_same():

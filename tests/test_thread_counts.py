@@ -17,9 +17,12 @@ import profilers
 from tests import conftest
 from tests.profiler_helpers import line_of, site_at
 
-pytestmark = pytest.mark.skipif(
-    conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
-)
+pytestmark = [
+    pytest.mark.skipif(
+        conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
+    ),
+    pytest.mark.usefixtures("both_paths"),  # the exact counts hold on both counting paths
+]
 
 STEPS = 8
 WORKERS = 6

@@ -267,17 +267,16 @@ def _header(r: Report) -> str:
 
 
 def _cards(r: Report) -> str:
-    t = r.totals
+    t, source = r.totals, r.options.get("kernel_timing_source", "host")
+    kernel = (fmt.duration_ms(t.kernel_time_ms), f"kernel time ({source})")
+    if r.options.get("fake_cuda") or source == "off":
+        why = "simulated GPUs" if r.options.get("fake_cuda") else "--no-kernel-timing"
+        kernel = ("-", f"kernel time (not measured: {why})")
     cards = [
         (fmt.size(t.bytes_moved), "moved between host and GPUs"),
         (f"{t.syncs.count:,}", "syncs (host waited)"),
-        (
-            "-" if r.options.get("fake_cuda") else fmt.duration_ms(t.kernel_time_ms),
-            "kernel time (not measured: simulated GPUs)"
-            if r.options.get("fake_cuda")
-            else f"kernel time ({r.options.get('kernel_timing_source', 'host')})",
-        ),
-        (f"{t.ops:,}", "ops"),
+        kernel,
+        (f"{t.ops:,}", "ops") if r.counts_ops else ("-", "ops (not counted: --no-kernel-timing)"),
         (fmt.duration_ms(r.duration_s * 1000), "wall time"),
     ]
     cards += [
@@ -345,7 +344,7 @@ def _top_lines(r: Report, found: list[Hint]) -> str:
         f"<tr><td class=l><code>{_e(s.file)}:{s.line}</code><br><small>{_e(s.function)}</small></td>"
         f"<td class=l><code>{_e(s.source)}</code></td><td>{_e(fmt.size(s.bytes_moved))}</td>"
         f"<td>{s.syncs.count:,}</td><td>{_e(', '.join(f'{k} {v}' for k, v in s.syncs.by_cause.items()))}</td>"
-        f"<td>{_e(fmt.duration_ms(s.kernel_time_ms))}</td><td>{s.ops:,}</td>"
+        f"<td>{_e(fmt.duration_ms(s.kernel_time_ms))}</td><td>{f'{s.ops:,}' if r.counts_ops else '-'}</td>"
         f"<td>{_e(fmt.duration_ms(s.backward_ms)) if s.backward else '-'}</td>"
         f"<td class='l hint'>{'<br>'.join(_e(m) for m in by_site.get((s.file, s.line), []))}</td></tr>"
         for s in top

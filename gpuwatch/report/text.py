@@ -84,7 +84,8 @@ def _header(r: Report) -> RenderableType:
     if ranked:
         lines.append(f"\n{ranked}")
     lines.append(f"\n{fmt.duration_ms(r.duration_s * 1000)}, exit code {r.exit_code}, {status}")
-    lines.append(f"\ndevices: {devices}    ops: {r.totals.ops:,}    kernel time: {kernel_time(r)}")
+    ops = f"{r.totals.ops:,}" if r.counts_ops else "not counted"
+    lines.append(f"\ndevices: {devices}    ops: {ops}    kernel time: {kernel_time(r)}")
     for line in step_lines(r):
         lines.append(f"\n{line}", style="bold")
     for line in simulated_lines(r):
@@ -133,6 +134,8 @@ def kernel_time(r: Report) -> str:
     if r.options.get("fake_cuda"):
         return "not measured (--fake-cuda: the GPUs were simulated)"
     source = r.options.get("kernel_timing_source", "host")
+    if source == "off":
+        return "not timed"
     return f"{fmt.duration_ms(r.totals.kernel_time_ms)} ({source})"
 
 

@@ -1,0 +1,222 @@
+"""The fast path of ``--no-kernel-timing`` (profilers/_kernels.py): Python kernels for only the
+ops that copy, sync or communicate. It counts what the dispatch mode counts, changes nothing the
+program computes, leaves the dispatcher as it found it, and says so when it cannot serve."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+import profilers
+from profilers import _kernels
+from tests import conftest
+from tests.profiler_helpers import copies, line_of, site_at
+
+needs_fake_cuda = pytest.mark.skipif(
+    conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
+)
+
+
+def counted(r: profilers.Report) -> dict[tuple[str, int], tuple]:
+    """Per line: what both paths must agree on (copies each way, syncs by cause, collectives)."""
+    return {
+        (s.file, s.line): (
+            s.h2d.counts(),
+            s.d2h.counts(),
+            s.d2d.counts(),
+            s.p2p.counts(),
+            s.syncs.to_dict(),
+            (s.comm.count, s.comm.bytes, dict(s.comm.by_op)),
+        )
+        for s in r.sites
+        if s.bytes_moved or s.syncs.count or s.comm.count
+    }
+
+
+def both(work, fake_gpus: int = 0) -> tuple[profilers.Report, profilers.Report]:
+    """``work`` profiled on the fast path, then through the dispatch mode."""
+    reports = []
+    for count_ops in (None, True):
+        if fake_gpus:
+            from profilers.fake_cuda import fake_cuda
+
+            with (
+                fake_cuda(fake_gpus),
+                profilers.profile(kernel_timing=False, count_ops=count_ops) as prof,
+            ):
+                work()
+        else:
+            with profilers.profile(kernel_timing=False, count_ops=count_ops) as prof:
+                work()
+        reports.append(prof.report())
+    fast, mode = reports
+    assert fast.options["counting"] == "copies" and mode.options["counting"] == "every_op"
+    return fast, mode
+
+
+@needs_fake_cuda
+def test_a_backward_copy_on_autograd_device_thread_is_counted_on_the_fast_path():
+    seen: list[int] = []
+
+    def work():
+        x = torch.randn(64, 64, requires_grad=True)
+        y = x.to("cuda:0")  # @h2d
+        y.register_hook(lambda g: seen.append(threading.get_ident()))
+        (y * 2).sum().backward()  # @backward
+        assert x.grad is not None and x.grad.device.type == "cpu"
+
+    fast, mode = both(work, fake_gpus=1)
+    assert seen and all(t != threading.get_ident() for t in seen)  # a device thread, as on a GPU
+    assert counted(fast) == counted(mode)
+    assert site_at(fast, line_of("h2d")).h2d.counts() == copies(count=1, bytes=16384, pageable=1)
+    # The gradient goes back to the host on the device thread: ToCopyBackward's copy.
+    assert site_at(fast, line_of("backward")).d2h.counts() == copies(
+        count=1, bytes=16384, pageable=1
+    )
+
+
+@needs_fake_cuda
+def test_inference_mode_copies_and_syncs_are_counted_on_both_paths():
+    # NB: in inference mode autograd (which makes ``to`` and ``item`` of ``_to_copy`` and
+    # ``_local_scalar_dense``) is off: the ops come to a mode whole, and both paths decompose
+    # them to count their parts.
+    def work():
+        model = torch.nn.Linear(16, 4).to("cuda:0")
+        with torch.inference_mode():
+            out = model(torch.randn(8, 16).to("cuda:0"))  # @infer_in
+            out.cpu()  # @infer_out
+            float(out.sum())  # @infer_item
+        with torch.no_grad():
+            out = model(torch.randn(8, 16).to("cuda:0"))
+            out.argmax(dim=1).tolist()  # @tolist
+
+    fast, mode = both(work, fake_gpus=1)
+    assert counted(fast) == counted(mode)
+    assert site_at(fast, line_of("infer_in")).h2d.count == 1
+    assert site_at(fast, line_of("infer_out")).d2h.counts() == copies(
+        count=1, bytes=128, pageable=1
+    )
+    assert site_at(fast, line_of("infer_item")).syncs.by_cause == {"item": 1}
+    assert site_at(fast, line_of("tolist")).d2h.count == 1
+
+
+def test_collectives_are_counted_on_the_fast_path(tmp_path):
+    import torch.distributed as dist
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+
+        def work():
+            t = torch.ones(256)
+            dist.all_reduce(t)  # @all_reduce
+            dist.broadcast(t, src=0)  # @broadcast
+            dist.all_gather([torch.empty(256)], t)  # @all_gather
+            dist.barrier()
+
+        fast, mode = both(work)
+    finally:
+        dist.destroy_process_group()
+    assert counted(fast) == counted(mode)
+    assert site_at(fast, line_of("all_reduce")).comm.by_op == {"all_reduce": [1, 1024]}
+    assert site_at(fast, line_of("broadcast")).comm.by_op == {"broadcast": [1, 1024]}
+    assert site_at(fast, line_of("all_gather")).comm.by_op == {"all_gather": [1, 1024]}
+
+
+def test_compiled_code_is_counted_where_it_runs_never_while_traced(monkeypatch):
+    import torch._dynamo
+
+    from profilers import _ops
+
+    # A rule that takes every _to_copy for a 4-byte copy to the GPU: CPU code to count with.
+    def every_cast_is_a_copy(args, kwargs, out, is_pinned):
+        return _ops.Transfer("h2d", 4, src="cpu", dst="cuda:0")
+
+    monkeypatch.setitem(_ops.CLASSIFIERS, torch.ops.aten._to_copy.default, every_cast_is_a_copy)
+
+    def body(x):  # @body_def
+        return x.to(torch.float64).sum() * 2  # @body_return
+
+    torch._dynamo.reset()
+    compiled = torch.compile(body, backend="aot_eager")
+    x = torch.randn(8)
+    with profilers.profile(kernel_timing=False) as prof:
+        for _ in range(3):
+            assert torch.equal(compiled(x), body(x))
+    r = prof.report()
+    assert not [s for s in r.sites if s.file.startswith("<")]  # no generated code as a line
+    # The graph's ops ran on fake tensors inside the compiler first: none of those counts.
+    # Three calls of body(x) and three runs of the compiled graph, one _to_copy each: the
+    # graph's at body's def line (the frame dynamo runs it in), the others at its return.
+    by_line = {s.line: s.h2d.count for s in r.sites}
+    assert by_line == {line_of("body_def"): 3, line_of("body_return"): 3}
+
+
+def test_the_dispatcher_is_left_as_it_was_also_after_an_exception():
+    key = torch._C.DispatchKey.PreDispatch
+
+    def table(op: str) -> str:
+        return "\n".join(
+            line
+            for line in torch._C._dispatch_dump_table(op).splitlines()
+            if line.startswith("PreDispatch")
+        )
+
+    before = {op: table(op) for op in ("aten::add.Tensor", "aten::_to_copy", "c10d::allreduce_")}
+    with pytest.raises(ZeroDivisionError):
+        with profilers.profile(kernel_timing=False):
+            assert torch._C._dispatch_tls_is_dispatch_key_included(key)
+            assert "_kernels.py" in table("aten::_to_copy")
+            torch.ones(2).to(torch.float64)
+            raise ZeroDivisionError("the user's code failed")
+    assert not torch._C._dispatch_tls_is_dispatch_key_included(key)
+    assert {op: table(op) for op in before} == before
+
+
+def test_a_torch_without_the_hooks_falls_back_to_the_mode_with_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(_kernels, "missing", lambda: "torch._C._IncludeDispatchKeyGuard")
+    with profilers.profile(kernel_timing=False) as prof:
+        torch.ones(2) + 1
+    r = prof.report()
+    assert r.options["counting"] == "every_op" and r.totals.ops == 2  # ones, add: every op
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "gpuwatch: this torch lacks torch._C._IncludeDispatchKeyGuard; counting through the "
+        "dispatch mode instead (every op enters Python: slower, same counts)"
+    ]
+
+
+def test_the_cli_says_ops_were_not_counted_and_counts_them_with_count_ops(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("import torch\nx = torch.randn(8, 8)\nprint(float((x @ x).sum()) != 1.5)\n")
+    for flags, counting in (([], "copies"), (["--count-ops"], "every_op")):
+        out = tmp_path / f"{counting}.json"
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpuwatch",
+                "profile",
+                "--no-kernel-timing",
+                *flags,
+                "--json",
+                str(out),
+                str(script),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("True\n")  # the script's own output, untouched
+        report = profilers.Report.load(out)
+        assert report.options["counting"] == counting
+        if counting == "copies":
+            assert "ops: not counted    kernel time: not timed" in proc.stderr
+        else:
+            assert report.totals.ops >= 4  # randn, mm, sum, _local_scalar_dense
