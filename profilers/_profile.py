@@ -200,6 +200,7 @@ class Profile:
             "sites": [Site.of(s).to_dict(top_ops=3) for s in sites[:top]],
             "site_count": len(sites),
             "events_recorded": recorder.events_recorded,
+            "counting": recorder.counting,
         }
 
     def report(

@@ -303,6 +303,11 @@ async def test_hot_lines_show_the_time_of_a_lines_backward():
         assert str(table.get_cell_at((0, 5))) == "9.5 ms"  # the "its bwd" column
         assert str(table.get_cell_at((1, 5))) == "-"
         assert str(table.get_cell_at((0, 4))) == "4.0 ms"  # its own kernel time
+        assert str(table.get_cell_at((0, 6))) == "10"  # its ops
+        # The fast path of --no-kernel-timing counts no ops: the column says so, not 0.
+        table.show([Site.of(other).to_dict(top_ops=3)], 1, "copies")
+        await pilot.pause()
+        assert str(table.get_cell_at((0, 6))) == "-"
 
 
 def test_a_stack_of_the_child_reads_as_the_users_own():

@@ -265,7 +265,7 @@ class LiveApp(SamplingApp):
             self._rates.rates(), snap.totals if snap else None, ended=self.exit_code is not None
         )
         if snap is not None:
-            self.query_one(HotLinesTable).show(snap.sites, snap.site_count)
+            self.query_one(HotLinesTable).show(snap.sites, snap.site_count, snap.counting)
             self._show_used_gpus(snap.devices)
 
     def _ended(self, interactive: bool = True) -> None:

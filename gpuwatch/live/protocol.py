@@ -49,6 +49,8 @@ class LiveSnapshot:
     """The busiest lines, as in the report's ``sites``."""
     site_count: int
     events_recorded: int
+    counting: str
+    """``"every_op"`` or ``"copies"`` (the fast path of --no-kernel-timing: no op counts)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,7 @@ def report_from_snapshot(
             "elapsed_s": 0.0,
             "devices": [],
             "sites": [],
+            "counting": "every_op",
             "totals": {
                 w: {"count": 0, "bytes": 0, "pageable": 0, "non_blocking": 0}
                 for w in ("h2d", "d2h", "d2d", "p2p")
@@ -141,6 +144,9 @@ def report_from_snapshot(
             "devices": snap["devices"],
             "totals": snap["totals"],
             "sites": snap["sites"],
-            "options": {"source": "last live snapshot (top lines only)"},
+            "options": {
+                "source": "last live snapshot (top lines only)",
+                "counting": snap["counting"],
+            },
         }
     )

@@ -63,6 +63,7 @@ class HotLinesTable(DataTable[Text]):
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
         self.sites: list[dict[str, Any]] = []
         self.site_count = 0
+        self.counting = "every_op"
         self.shown_columns: list[str] = []
         """The columns laid out for the current width (for tests and the help)."""
         self._laid_out_for: tuple[int, int] | None = None
@@ -72,7 +73,7 @@ class HotLinesTable(DataTable[Text]):
         self._layout()
 
     def on_resize(self, event: events.Resize) -> None:
-        self.show(self.sites, self.site_count)
+        self.show(self.sites, self.site_count, self.counting)
 
     def _line_width(self) -> int:
         # NB: the line column holds the short path: the whole relative path would take the room
@@ -101,9 +102,14 @@ class HotLinesTable(DataTable[Text]):
         if source:
             self.add_column("source", key="source", width=source)
 
-    def show(self, sites: list[dict[str, Any]], site_count: int) -> None:
+    def show(
+        self, sites: list[dict[str, Any]], site_count: int, counting: str = "every_op"
+    ) -> None:
+        """The busiest lines; ``counting`` ``"copies"``: the run counts no ops (the fast path of
+        --no-kernel-timing), and their column says so rather than 0."""
+        counts_ops = counting == "every_op"
         selected = self.selected_key
-        self.sites, self.site_count = sites, site_count
+        self.sites, self.site_count, self.counting = sites, site_count, counting
         self._layout()
         self.clear()
         room = self._line_width()
@@ -127,7 +133,7 @@ class HotLinesTable(DataTable[Text]):
                     fmt.duration_ms(s["backward"]["kernel_time_ms"]) if s.get("backward") else "-",
                     justify="right",
                 ),
-                "ops": Text(str(s["ops"]), justify="right"),
+                "ops": Text(str(s["ops"]) if counts_ops else "-", justify="right"),
             }
             causes = ", ".join(f"{k} {v}" for k, v in s["syncs"]["by_cause"].items())
             cells["source"] = Text(
