@@ -55,6 +55,7 @@ run() {
         step python3 benchmarks/profiler_overhead.py --device cuda --workload small
         step python3 benchmarks/profiler_overhead.py --device cuda --workload large --steps 20
         step python3 benchmarks/profiler_overhead.py --device cpu
+        step python3 benchmarks/counting_paths.py --device cuda
         step python3 -m gpuwatch top --once
         python3 -m gpuwatch top --json >"$out/top.json"
         echo "top --json: exit $?, $(wc -c <"$out/top.json") bytes"
@@ -71,6 +72,10 @@ run() {
         done
         step python3 .ci/compare_fake_cuda.py "$out/naive.json" /tmp/naive-fake.json \
             "$out/fixed.json" /tmp/fixed-fake.json
+        # The fast path of --no-kernel-timing against the timed run: the same totals.
+        step python3 -m gpuwatch profile -q --no-kernel-timing --json /tmp/naive-fast.json \
+            demos/single_gpu_training.py --variant naive --steps 200
+        step python3 .ci/compare_fake_cuda.py "$out/naive.json" /tmp/naive-fast.json
         step python3 demos/exercises.py matmul
     } 2>&1 | tee "$out/checks.log"
 }

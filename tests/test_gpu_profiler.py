@@ -241,3 +241,44 @@ def test_indexing_rules_and_torch_tensor_on_a_real_gpu():
     mask = site_at(r, line_of("mask_cpu"))
     assert mask.h2d.counts() == copies(count=1, bytes=240, non_blocking=1) and not mask.syncs.count
     assert site_at(r, line_of("masked_fill")).syncs.count == 0
+
+
+def test_the_fast_path_counts_what_the_mode_counts_on_a_real_gpu(capsys):
+    """--no-kernel-timing's kernels against the dispatch mode, on real CUDA: copies both ways,
+    syncs, masks, inference mode (``to``/``item`` decomposed below a whole op), autograd's device
+    thread sending a gradient back to the host."""
+    from tests.test_fast_path import counted
+
+    x = torch.randn(N, N, requires_grad=True)
+    pinned = torch.randn(N, N).pin_memory()
+    model = torch.nn.Linear(N, 8).to("cuda:0")
+
+    def work():
+        y = x.to("cuda:0")  # @fast_h2d
+        pinned.to("cuda:0", non_blocking=True)
+        y.detach().cpu()
+        y.sum().item()  # @fast_item
+        y[y > 0]
+        (y * 2).sum().backward()  # @fast_backward
+        with torch.inference_mode():
+            out = model(torch.randn(4, N).to("cuda:0"))  # @fast_infer
+            out.cpu()
+            float(out.sum())  # @fast_infer_item
+        print(y[:1, :1])
+
+    reports = []
+    for count_ops in (None, True):
+        with profilers.profile(kernel_timing=False, count_ops=count_ops) as prof:
+            work()
+        reports.append(prof.report())
+    capsys.readouterr()
+    fast, mode = reports
+    assert fast.options["counting"] == "copies" and mode.options["counting"] == "every_op"
+    assert counted(fast) == counted(mode)
+    assert site_at(fast, line_of("fast_h2d")).h2d.counts() == copies(
+        count=1, bytes=NBYTES, pageable=1
+    )
+    assert site_at(fast, line_of("fast_item")).syncs.by_cause == {"item": 1}
+    assert site_at(fast, line_of("fast_backward")).d2h.count == 1  # ToCopyBackward's, on its thread
+    assert site_at(fast, line_of("fast_infer")).h2d.count == 1
+    assert site_at(fast, line_of("fast_infer_item")).syncs.by_cause == {"item": 1}
