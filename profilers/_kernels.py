@@ -11,9 +11,12 @@ excluded, so the ops it calls inside are not counted again. Measured in
 benchmarks/counting_paths.py.
 
 What it does not see (the report says ``counting: "copies"``): ops other than those, so no op
-counts per line and no kernel time; ops of libraries loaded after the profile started (the key's
-own fallback runs them, correctly, at about 0.6 µs each). It sees, beyond the mode, copies that
-torch makes with modes switched off (inside ``torch.tensor(data, device=...)``).
+counts per line and no kernel time; ops that a Python mode or tensor subclass issues inside its own
+``__torch_dispatch__`` (torch switches the key off in there). Ops of libraries loaded after the
+profile started have no fallthrough and pass the key's own C++ fallback (about 0.5 µs each). Calls
+of the counted ops that other ops make inside themselves (a CPU ``addmm`` copying its bias into its
+output) reach it too, where a mode sees only the outer op: each costs a Python call, and counts
+only if its rule finds a transfer.
 """
 
 from __future__ import annotations
@@ -138,8 +141,8 @@ class CountingKernels:
                     continue
                 if name.partition(".")[0] in DECOMPOSED:
                     op = _overload(name)
-                    if op is not None and composite_implicit(op):
-                        kernel = self._decomposing_kernel(op)
+                    if op is not None and composite_implicit(op):  # and, as any other op,
+                        kernel = self._decomposing_kernel(op)  # a fallthrough at the key
                         lib.impl(name.partition("::")[2], kernel, "Python", with_keyset=True)
                 try:
                     lib.impl(name.partition("::")[2], fallthrough_kernel, KEY)
@@ -188,7 +191,8 @@ class CountingKernels:
                     if is_item:
                         return args[0]  # a number's .item(): the number itself
                     with exclude(key):
-                        return redispatch(ks, *_rewrap(args, tensor_args), **kwargs)
+                        args = _rewrap(args, tensor_args)
+                        return redispatch(ks, *args, **kwargs)
             with exclude(key):  # what the op calls inside is its own business
                 out = redispatch(ks, *args, **kwargs)
             if not recorder.active or _tracing():
