@@ -4,6 +4,7 @@ edge of the issue, driven with Pilot or rendered, as a user would see it."""
 from __future__ import annotations
 
 import io
+import json
 import textwrap
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from rich.console import Console
 from gpuwatch import cli
 from gpuwatch.app.live import LiveApp
 from gpuwatch.app.screens import HelpScreen
-from gpuwatch.app.widgets import GpuCard, HotLinesTable, RatesPanel
+from gpuwatch.app.widgets import GpuCard, HotLinesTable, RatesPanel, StatusLine
 from gpuwatch.app.widgets.hot_lines import layout, short_path
 from gpuwatch.live.session import ChildSession
 from gpuwatch.nvml import FakeBackend, Sampler
@@ -36,13 +37,13 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def make_app(tmp_path: Path, *args: str) -> LiveApp:
+def make_app(tmp_path: Path, *args: str, options: ProfileOptions | None = None) -> LiveApp:
     folder = tmp_path / "experiments" / "2026" / "resnet_baseline"
     folder.mkdir(parents=True)
     (folder / "train_loop.py").write_text(SCRIPT)
     session = ChildSession(
         Target("experiments/2026/resnet_baseline/train_loop.py", list(args)),
-        ProfileOptions(),
+        options or ProfileOptions(),
         interval_s=0.1,
         cwd=str(tmp_path),
     )
@@ -86,6 +87,24 @@ async def test_at_80x24_cards_follow_the_gpus_used_lines_fit_and_rates_stop(tmp_
         text = plain(rates)
         assert "the script has ended" in text and "/s" in text
         assert "MiB/s" not in text and "KiB/s" not in text  # no rate left standing
+
+
+async def test_live_on_the_fast_path_counts_copies_and_says_ops_are_not_counted(tmp_path):
+    app = make_app(tmp_path, "0", "30", options=ProfileOptions(kernel_timing=False))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(lambda: app.snapshots_seen >= 2, 30)
+        await pilot.pause(0.3)
+        assert app.last_snapshot is not None and app.last_snapshot.counting == "copies"
+        assert "ops not counted, not timed (--no-kernel-timing)" in plain(app.query_one(RatesPanel))
+        status = plain(app.query_one(StatusLine))
+        assert " lines" in status and " ops" not in status
+        await wait_until(lambda: app.exit_code is not None, 60)
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["options"]["counting"] == "copies" and doc["totals"]["ops"] == 0
+    # 30 steps, two copies each (6 KiB and 16 bytes), one .item() (4 bytes back)
+    h2d = doc["totals"]["h2d"]
+    assert (h2d["count"], h2d["bytes"]) == (60, 30 * (6144 + 16))
+    assert doc["totals"]["syncs"]["by_cause"] == {"copy_to_device": 60, "item": 30}
 
 
 async def test_at_160x45_the_source_gets_the_room_the_path_gave_back(tmp_path):

@@ -260,10 +260,9 @@ class LiveApp(SamplingApp):
         self._held_lines.clear()
 
     def _refresh_counters(self) -> None:
-        snap = self.last_snapshot
-        self.query_one(RatesPanel).show(
-            self._rates.rates(), snap.totals if snap else None, ended=self.exit_code is not None
-        )
+        snap, panel = self.last_snapshot, self.query_one(RatesPanel)
+        panel.counting = snap.counting if snap else panel.counting
+        panel.show(self._rates.rates(), snap.totals if snap else None, self.exit_code is not None)
         if snap is not None:
             self.query_one(HotLinesTable).show(snap.sites, snap.site_count, snap.counting)
             self._show_used_gpus(snap.devices)

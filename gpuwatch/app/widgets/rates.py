@@ -65,6 +65,9 @@ class RatesPanel(Static):
     RatesPanel.-narrow { width: 36; }
     """
 
+    counting = "every_op"
+    """How the run counts (``"copies"``: no op counts, the fast path of --no-kernel-timing)."""
+
     def show(
         self, rates: dict[str, Any] | None, totals: dict[str, Any] | None, ended: bool = False
     ) -> None:
@@ -93,9 +96,11 @@ class RatesPanel(Static):
             busy = [f"{c} {v:.0f}" for c, v in rates["syncs"].items() if v]
             if busy:
                 line.append(f" ({', '.join(busy)})")
-            line.append(
-                f"\nops {rates['ops']:.0f}/s, timed ops {rates['kernel_pct']:.0f}% of wall time"
-            )
+            if self.counting == "every_op":
+                ops = f"ops {rates['ops']:.0f}/s, timed ops {rates['kernel_pct']:.0f}% of wall time"
+            else:  # the fast path of --no-kernel-timing
+                ops = "ops not counted, not timed (--no-kernel-timing)"
+            line.append(f"\n{ops}")
         elif ended:
             line.append("the script has ended: nothing moves now", style="dim")
         else:

@@ -15,7 +15,8 @@ def status_text(
     """``running · 01:05 · pid 4242 · 30,554 ops, 11 lines``."""
     parts = [state, f"{int(elapsed_s // 60):02d}:{int(elapsed_s % 60):02d}", f"pid {pid}"]
     if snapshot is not None:
-        parts.append(f"{snapshot.totals['ops']:,} ops, {snapshot.site_count} lines")
+        ops = f"{snapshot.totals['ops']:,} ops, " if snapshot.counting == "every_op" else ""
+        parts.append(f"{ops}{snapshot.site_count} lines")
     return " · ".join(parts)
 
 
