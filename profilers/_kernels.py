@@ -112,7 +112,8 @@ def _overload(qualified: str) -> Any:
 
 class CountingKernels:
     """The fast path's registrations for one profile: :meth:`install` on entry (undone by the
-    stack), :meth:`on_thread` for each thread that runs the user's ops."""
+    stack); :meth:`on_thread` switches the key on, for the profile's thread (or its step
+    window) and for each thread the script starts."""
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
@@ -148,7 +149,6 @@ class CountingKernels:
                     lib.impl(name.partition("::")[2], fallthrough_kernel, KEY)
                 except RuntimeError:
                     pass  # an op with a kernel of its own there already: it keeps it
-        stack.enter_context(self.on_thread())
 
     @contextmanager
     def on_thread(self) -> Iterator[None]:

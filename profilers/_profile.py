@@ -46,9 +46,8 @@ class Options:
     profilers.step(); outside them the mode is off the stack."""
     count_ops: bool | None = None
     """Count every op per line through the dispatch mode. None: when timing ops (which needs
-    every op) or where the fast path cannot serve (``steps``, ``trace_syncs``, a torch without
-    its hooks); otherwise only the ops that copy, sync or communicate reach Python
-    (profilers/_kernels.py)."""
+    every op) or where the fast path cannot serve (``trace_syncs``, a torch without its hooks);
+    otherwise only the ops that copy, sync or communicate reach Python (profilers/_kernels.py)."""
     trace_syncs: bool = False
     """Use PyTorch's GPU trace callbacks for syncs (adds syncs inside ops no rule explains, at a
     cost per CUDA event for the rest of the process); off: explicit synchronize calls and the
@@ -120,14 +119,14 @@ class Profile:
             _patches.patch_backward(stack, recorder)
             _patches.patch_tensor_factories(stack, recorder)
             _patches.patch_work_wait(stack, recorder)
-            mode = ProfilerMode(recorder)
+            # What this thread runs inside while it counts: the mode, or the fast path's key.
+            counts = per_thread()
             if self.options.steps is None:
                 _patches.count_steps(stack, recorder)
-                if counting == "every_op":
-                    stack.enter_context(mode)
+                stack.enter_context(counts)
             else:
                 a, b = self.options.steps
-                self._window = StepWindow(recorder, mode, a, b)
+                self._window = StepWindow(recorder, counts, a, b)
                 _patches.count_steps(stack, recorder, self._window.on_step)
                 stack.callback(self._window.leave)
         except BaseException:
@@ -283,8 +282,8 @@ def _counting(options: Options) -> tuple[str, str | None]:
     line to print when the fast path was wanted but this torch cannot take it."""
     if options.count_ops or options.kernel_timing:
         return "every_op", None
-    if options.count_ops is None and (options.steps is not None or options.trace_syncs):
-        return "every_op", None
+    if options.count_ops is None and options.trace_syncs:
+        return "every_op", None  # a sync the trace reports inside any op needs every op
     lacking = _kernels.missing()
     if lacking:
         return "every_op", (

@@ -1,5 +1,6 @@
 """``--steps A:B``: profile steps A to B-1 only. Outside the window the dispatch mode is not on
-the stack at all (the script runs at full speed) and the profiler's patches count nothing.
+the stack at all, nor the fast path's key on (the script runs at full speed), and the profiler's
+patches count nothing.
 
 The window opens and closes at step ends (an optimizer's step, ``profilers.step()``), on the
 thread that ends the steps, which must be the profile's own (the mode stack is per thread).
@@ -12,8 +13,9 @@ from typing import Any
 
 
 class StepWindow:
-    """Enters ``mode`` when step ``start`` begins and leaves it when step ``stop`` begins
-    (``stop`` None: at the profile's end); steps are numbered from 0."""
+    """Enters ``mode`` (the dispatch mode, or the fast path's key: a context entered once) when
+    step ``start`` begins and leaves it when step ``stop`` begins (``stop`` None: at the
+    profile's end); steps are numbered from 0."""
 
     def __init__(self, recorder: Any, mode: Any, start: int, stop: int | None) -> None:
         self.recorder = recorder
