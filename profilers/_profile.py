@@ -356,10 +356,6 @@ def profile(
     A profile runs once; profiles cannot be nested. Leaving the block, also by an exception,
     restores every patch and the dispatch mode.
     """
-    import os
-
-    if os.environ.get("XFAST"):
-        kernel_timing = False
     opts = Options(
         kernel_timing=kernel_timing,
         user_code=tuple(user_code) if user_code else None,
