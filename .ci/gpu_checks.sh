@@ -72,6 +72,10 @@ run() {
         done
         step python3 .ci/compare_fake_cuda.py "$out/naive.json" /tmp/naive-fake.json \
             "$out/fixed.json" /tmp/fixed-fake.json
+        # More fake GPUs than the machine has: the real ones are not touched (the fake guard
+        # holds CUDA's entry while the harness is on; test_fake_cuda_builds.py checks memory).
+        step python3 -m gpuwatch profile -q --fake-cuda --fake-gpus 4 \
+            demos/fake_gpu_walkthrough.py --steps 3
         # The fast path of --no-kernel-timing against the timed run: the same totals.
         step python3 -m gpuwatch profile -q --no-kernel-timing --json /tmp/naive-fast.json \
             demos/single_gpu_training.py --variant naive --steps 200

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from gpuwatch.cli_errors import CliError
@@ -228,13 +230,14 @@ def _target(args: argparse.Namespace) -> Any:
     return target
 
 
-def _check_fake_cuda() -> None:
-    """Builds the fake GPU's device guard before the script starts (once per torch), so that
-    a missing compiler is one line here, not an error inside the run."""
-    from profilers.fake_cuda import FakeCudaUnavailable, guard_library
+def _check_fake_cuda(devices: int) -> None:
+    """Builds the fake GPU's C++ half (once per torch) and tries it before the script starts,
+    so that whatever stops it here is one line and exit 2, not an error inside the run (nor
+    one lost in the --live child)."""
+    from profilers.fake_cuda import FakeCudaUnavailable, check_fake_cuda
 
     try:
-        guard_library()
+        check_fake_cuda(devices)
     except FakeCudaUnavailable as exc:
         raise CliError(str(exc)) from None
 
@@ -290,7 +293,7 @@ def run_profile(args: argparse.Namespace) -> int:
         steps=args.steps,
     )
     if args.fake_cuda:
-        _check_fake_cuda()
+        _check_fake_cuda(args.fake_gpus)
     if args.live:
         return run_live(args, target, options, wanted)
     timeline, gpu_stats = _gpu_timeline(args)
@@ -307,15 +310,30 @@ def run_profile(args: argparse.Namespace) -> int:
     def checkpoint(report: Any) -> None:
         write_reports(report, json_out)
 
-    code = run_profiled(
-        target,
-        options,
-        on_report,
-        checkpoint=checkpoint if json_out else None,
-        stop_gpu_timeline=timeline.stop if timeline is not None else None,
-        gpu_stats=gpu_stats,
-    )
+    with _fake_cuda_errors(options.fake_cuda):
+        code = run_profiled(
+            target,
+            options,
+            on_report,
+            checkpoint=checkpoint if json_out else None,
+            stop_gpu_timeline=timeline.stop if timeline is not None else None,
+            gpu_stats=gpu_stats,
+        )
     return 2 if failed and code == 0 else code
+
+
+@contextmanager
+def _fake_cuda_errors(fake_cuda: int) -> Iterator[None]:
+    """A fake GPU that cannot start is one line and exit 2 (the script never ran)."""
+    if not fake_cuda:
+        yield
+        return
+    from profilers.fake_cuda import FakeCudaUnavailable
+
+    try:
+        yield
+    except FakeCudaUnavailable as exc:
+        raise CliError(str(exc)) from None
 
 
 def run_live(args: argparse.Namespace, target: Any, options: Any, wanted: list[Any]) -> int:

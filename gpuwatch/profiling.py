@@ -92,6 +92,7 @@ class ProfiledRun:
             steps=options.steps,
         )
         self._end_lock = threading.Lock()
+        self._started = False
         self._ended = False
         self._stop = threading.Event()
         self.signals = Signals()
@@ -183,6 +184,7 @@ class ProfiledRun:
                             target=self._checkpoints, name="gpuwatch-checkpoint", daemon=True
                         ).start()
                     with self._fake_gpus(), self.prof:
+                        self._started = True
                         try:
                             outcome = run_target(self.target)
                         except KeyboardInterrupt:  # a second Ctrl-C while the first was handled
@@ -194,7 +196,10 @@ class ProfiledRun:
             finally:
                 self.signals.deferring()
                 try:
-                    self.end(outcome)
+                    # NB: a fake GPU or a profiler that could not start raises on its way out
+                    # (FakeCudaUnavailable: one line); there is no run to report on top of it.
+                    if self._started:
+                        self.end(outcome)
                 finally:
                     self.signals.restore()
         received = self.signals.received

@@ -37,6 +37,7 @@ from torch import nn
 
 from profilers._fake_cuda_build import (
     FakeCudaUnavailable,
+    check_fake_cuda,
     cuda_hooks,
     guard_library,
     install_guard,
@@ -63,6 +64,7 @@ __all__ = [
     "DEVICE_NAME",
     "FakeCuda",
     "FakeCudaUnavailable",
+    "check_fake_cuda",
     "fake_cuda",
     "guard_library",
     "install_guard",
@@ -136,9 +138,9 @@ class FakeCuda:
         try:
             stack.enter_context(cuda_hooks(self.devices))
             self._patch_cuda(stack)
-            if self.guard == "fake":  # every run starts on GPU 0, as a new process does
-                torch._C._accelerator_setDeviceIndex(0)
-                stack.callback(torch._C._accelerator_setDeviceIndex, 0)
+            # every run starts on GPU 0, as a new process does (the fake guard's device)
+            torch._C._accelerator_setDeviceIndex(0)
+            stack.callback(torch._C._accelerator_setDeviceIndex, 0)
             self._patch_threads(stack)
             # NB: torch.tensor(data, device="cuda") then makes the tensor on the host and moves
             # it with a _to_copy the modes see, as FakeTensorMode itself arranges.

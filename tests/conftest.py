@@ -146,6 +146,29 @@ def pytest_configure(config: pytest.Config) -> None:
         FAKE_CUDA_MISSING = str(exc)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks every test that uses the fake GPU ``fake_cuda``: the whole of a module named for
+    it, and elsewhere each test whose own source enters it. .ci/run runs them again on the CUDA
+    build of torch (``-m fake_cuda``)."""
+    import inspect
+
+    words = ("fake_cuda", "fake-cuda", "FakeCuda")
+    for item in items:
+        module = getattr(item, "module", None)
+        fn = getattr(item, "function", None)
+        if module is None or fn is None:
+            continue
+        if "fake_cuda" in module.__name__:
+            item.add_marker(pytest.mark.fake_cuda)
+            continue
+        try:
+            source = inspect.getsource(fn)
+        except (OSError, TypeError):
+            continue
+        if any(w in source for w in words):
+            item.add_marker(pytest.mark.fake_cuda)
+
+
 class _Prometheus:
     """``gpuwatch export --demo`` and a real Prometheus server scraping it, for the session."""
 
