@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,11 @@ from gpuwatch.cli_errors import CliError
 from gpuwatch.nvml.samples import GpuSample, Snapshot
 
 MIB = 1024 * 1024
+#: How long one scrape's connection may take, accept to last byte (TLS handshake, request,
+#: answer): Prometheus' own scrape timeout is 10 s by default.
+CONNECTION_DEADLINE_S = 10.0
+#: The shortest staleness limit (see :func:`_stale_after_s`).
+STALE_FLOOR_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -93,11 +99,38 @@ GPU_METRICS = (
 class GpuCollector:
     """Yields the latest snapshot's metrics on every scrape (``registry.register(self)``)."""
 
-    def __init__(self, hostname: str, processes: bool = True, users: bool = False) -> None:
+    def __init__(
+        self,
+        hostname: str,
+        processes: bool = True,
+        users: bool = False,
+        stale_after_s: float | None = None,
+    ) -> None:
         self.hostname = hostname
         self.processes = processes
         self.users = users
-        self.snapshot: Snapshot | None = None
+        self.stale_after_s = stale_after_s
+        """Withdraw the GPU series once the latest sample is older than this (None: never)."""
+        self._snapshot: Snapshot | None = None
+        self._taken: float | None = None
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        """The latest sample; setting it stamps the time it was taken."""
+        return self._snapshot
+
+    @snapshot.setter
+    def snapshot(self, snap: Snapshot | None) -> None:
+        self._snapshot, self._taken = snap, time.monotonic()
+
+    def sample_age_s(self) -> float | None:
+        """Seconds since the latest sample (None: none yet)."""
+        return None if self._taken is None else time.monotonic() - self._taken
+
+    @property
+    def stale(self) -> bool:
+        age = self.sample_age_s()
+        return self.stale_after_s is not None and age is not None and age > self.stale_after_s
 
     def describe(self) -> list[Any]:
         return []  # families are built per scrape; nothing to check at registration
@@ -106,7 +139,19 @@ class GpuCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         snap = self.snapshot
-        if snap is None:
+        age = GaugeMetricFamily(
+            "gpuwatch_sample_age_seconds",
+            "Seconds since the GPUs were last sampled; every GPU and process series is withdrawn "
+            "while this is over the staleness limit (NVML not answering).",
+            labels=["Hostname"],
+        )
+        age_s = self.sample_age_s()
+        if age_s is not None and snap is not None:
+            age.add_metric([self.hostname], round(age_s, 3))
+        yield age
+        # NB: stale figures are withdrawn, not served: a dashboard then shows a gap (and an
+        # alert on absent() fires) instead of a GPU frozen at its last value.
+        if snap is None or self.stale:
             return
         labels = ["gpu", "UUID", "device", "modelName", "pci_bus_id", "Hostname"]
         gpus = [g for g in snap.gpus if not g.lost]
@@ -154,8 +199,14 @@ class GpuCollector:
 
 
 def _short(name: str | None) -> str:
-    """A process's short name, bounded: never its arguments."""
-    return (os.path.basename(name or "") or "?")[:64]
+    """A process's short name, bounded: never its arguments.
+
+    NB: psutil's ``name()`` is argv[0] when the executable's name is 15 characters or more and
+    argv[0] starts with it, and argv[0] can carry anything (``exec -a "worker --api-token=S"``):
+    only what comes before the first whitespace is kept, then its last path component.
+    """
+    first = (name or "").split(maxsplit=1)[0] if (name or "").strip() else ""
+    return (os.path.basename(first) or "?")[:64]
 
 
 def add_parser(sub: Any, bounded_int: Any, interval: Any) -> None:
@@ -184,56 +235,117 @@ def add_parser(sub: Any, bounded_int: Any, interval: Any) -> None:
     )
     e.add_argument("--certfile", metavar="PEM", help="serve HTTPS with this certificate")
     e.add_argument("--keyfile", metavar="PEM", help="the certificate's private key")
+    e.add_argument(
+        "--client-timeout",
+        type=interval,
+        default=CONNECTION_DEADLINE_S,
+        metavar="SECONDS",
+        help="longest a client may take to send its request and read the answer, TLS handshake "
+        f"included (default {CONNECTION_DEADLINE_S:g}); slower and idle clients are cut off",
+    )
     e.set_defaults(handler=run_export)
 
 
-def run_export(args: argparse.Namespace) -> int:
-    from prometheus_client import CollectorRegistry, start_http_server
+def _stale_after_s(interval_s: float) -> float:
+    """How old the latest sample may be before its series are withdrawn: three missed samples,
+    and never less than 2 s (an NVML call may take a second on a busy node)."""
+    return max(STALE_FLOOR_S, 3 * interval_s)
 
+
+def _sample_forever(sampler: Any, collector: GpuCollector, interval_s: float, stop: Any) -> None:
+    """The sampling loop, on its own daemon thread: an NVML call that hangs here leaves the main
+    thread free to answer SIGTERM, and scrapes see the series go stale instead of a hang."""
+    last_error = None
+    while True:
+        try:
+            collector.snapshot = sampler.snapshot()
+            last_error = None
+        except Exception as exc:  # a failed sample keeps the last one, until it goes stale
+            if str(exc) != last_error:
+                print(f"gpuwatch export: sampling failed: {exc}", flush=True)
+            last_error = str(exc)
+        if stop.wait(interval_s):
+            return
+
+
+def _close_within(close: Callable[[], object], timeout_s: float) -> None:
+    """Runs ``close`` on a daemon thread and waits at most ``timeout_s`` (NVML's shutdown can hang
+    like any other NVML call; the process exits regardless)."""
+    closer = threading.Thread(target=close, name="gpuwatch-export-close", daemon=True)
+    closer.start()
+    closer.join(timeout_s)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from prometheus_client import CollectorRegistry
+
+    from gpuwatch.export_server import MetricsServer, tls_context
     from gpuwatch.nvml import NvmlUnavailable, Sampler, open_backend
 
     if args.demo_gpus is not None and not args.demo:
         raise CliError("--demo-gpus goes with --demo")
     if bool(args.certfile) != bool(args.keyfile):
         raise CliError("--certfile and --keyfile go together")
+    tls = None
+    if args.certfile:
+        try:
+            tls = tls_context(args.certfile, args.keyfile)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            raise CliError(f"cannot use {args.certfile} / {args.keyfile}: {exc}") from None
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, lambda *_: stop.set())
     try:
         backend = open_backend(demo=args.demo, demo_gpus=args.demo_gpus or 2)
     except NvmlUnavailable as exc:
         raise CliError(f"{exc} (--demo serves simulated GPUs)", code=1) from None
     sampler = Sampler(backend, interval_s=args.interval)
+    stale_s = _stale_after_s(args.interval)
     collector = GpuCollector(
-        socket.gethostname(), processes=not args.no_processes, users=args.process_users
+        socket.gethostname(),
+        processes=not args.no_processes,
+        users=args.process_users,
+        stale_after_s=stale_s,
     )
-    collector.snapshot = sampler.snapshot()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     try:
-        server, _ = start_http_server(
-            args.port, addr=args.address, registry=registry,
-            certfile=args.certfile, keyfile=args.keyfile,
-        )  # fmt: skip
+        server = MetricsServer(
+            args.address, args.port, registry, tls=tls, deadline_s=args.client_timeout
+        )
     except OSError as exc:
-        sampler.close()
+        _close_within(sampler.close, 1.0)
         raise CliError(
             f"cannot serve on {args.address}:{args.port}: {exc.strerror or exc}"
         ) from None
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(signum) is not signal.SIG_IGN:
-            signal.signal(signum, lambda *_: stop.set())
-    scheme = "https" if args.certfile else "http"
+    server.start()
+    threading.Thread(
+        target=_sample_forever,
+        args=(sampler, collector, args.interval, stop),
+        name="gpuwatch-export-sampling",
+        daemon=True,
+    ).start()
+    scheme = "https" if tls else "http"
     print(
         f"gpuwatch export: {sampler.gpu_count} GPU(s) ({sampler.source}) at "
         f"{scheme}://{args.address}:{args.port}/metrics, every {args.interval:g} s",
         flush=True,
     )
+    was_stale = False
     try:
-        while not stop.wait(args.interval):
-            try:
-                collector.snapshot = sampler.snapshot()
-            except Exception as exc:  # a failed sample keeps the last one served
-                print(f"gpuwatch export: sampling failed: {exc}", flush=True)
+        # The main thread only waits for a signal and says when the samples go stale or fresh.
+        while not stop.wait(min(args.interval, 0.5)):
+            if collector.stale != was_stale:
+                was_stale = collector.stale
+                print(
+                    f"gpuwatch export: no sample for over {stale_s:g} s (NVML is not answering): "
+                    "the GPU series are withdrawn until it does"
+                    if was_stale
+                    else "gpuwatch export: sampling answers again: the GPU series are back",
+                    flush=True,
+                )
     finally:
-        server.shutdown()
-        sampler.close()
+        server.close()
+        _close_within(sampler.close, 2.0)
     return 0
