@@ -4,18 +4,44 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from collections.abc import Callable
+from typing import Any
 
 from rich import box
 from rich.console import Console, Group
 from rich.table import Table
+from rich.text import Text
 
 from gpuwatch import _format as fmt
+from gpuwatch.nvml._exposition import printable
 from gpuwatch.nvml.samples import GpuSample, Snapshot
+
+#: Process rows ``--once`` draws (those using the most GPU memory); the rest are counted.
+MAX_PROCESS_ROWS = 200
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity replaced by None (JSON has no such numbers)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 def snapshot_json(snap: Snapshot) -> str:
-    return json.dumps(snap.to_dict(), indent=2)
+    """The ``gpuwatch.snapshot/1`` document; a figure that is not a finite number is null
+    (NB: ``allow_nan=False``: never ``NaN`` or ``Infinity``, which are not JSON)."""
+    return json.dumps(_finite(snap.to_dict()), indent=2, allow_nan=False)
+
+
+def _cell(text: str) -> Text:
+    """A table cell shown as it is: no rich markup read in it (``[/]`` in a process's command
+    line is text), no control character reaching the terminal (a label of another host)."""
+    return Text(printable(text, 4096))
 
 
 #: The GPU table's columns that give way, first to last, as the terminal narrows (the widths
@@ -34,7 +60,7 @@ def snapshot_renderable(snap: Snapshot, width: int = 200) -> Group:
     dropped = {col for col, below in DROPPED_BELOW if width < below}
     columns: list[tuple[str, str, Callable[[GpuSample], str]]] = [
         ("GPU", "right", lambda g: str(g.index)),
-        ("Name", "left", lambda g: g.name or fmt.NA),
+        ("Name", "left", lambda g: printable(g.name or fmt.NA)),
         ("Util", "right", lambda g: fmt.pct(g.gpu_util_pct)),
         (
             "Memory",
@@ -78,10 +104,13 @@ def snapshot_renderable(snap: Snapshot, width: int = 200) -> Group:
     for g in snap.gpus:
         if g.lost:
             gpus.add_row(
-                str(g.index), g.name or fmt.NA, "[bold red]GPU LOST[/]", *[""] * (len(columns) - 3)
+                str(g.index),
+                _cell(g.name or fmt.NA),
+                "[bold red]GPU LOST[/]",
+                *[""] * (len(columns) - 3),
             )
             continue
-        gpus.add_row(*(get(g) for _, _, get in columns))
+        gpus.add_row(*(_cell(get(g)) for _, _, get in columns))
     procs = Table(title="Processes", box=box.SQUARE, title_justify="left")
     for col, justify in (
         ("GPU", "right"),
@@ -96,21 +125,50 @@ def snapshot_renderable(snap: Snapshot, width: int = 200) -> Group:
     ):
         procs.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     rows = snap.processes
-    for p in rows:
+    shown = rows
+    if len(rows) > MAX_PROCESS_ROWS:
+        shown = sorted(rows, key=lambda p: -(p.gpu_memory_bytes or 0))[:MAX_PROCESS_ROWS]
+        shown.sort(key=lambda p: (p.gpu_index, p.pid))
+    for p in shown:
         procs.add_row(
-            str(p.gpu_index),
-            str(p.pid),
-            p.user or fmt.NA,
-            p.type,
-            fmt.size(p.gpu_memory_bytes),
-            fmt.pct(p.sm_util_pct),
-            fmt.pct(p.cpu_pct),
-            fmt.size(p.host_memory_bytes),
-            p.command or p.name or fmt.NA,
+            *(
+                _cell(text)
+                for text in (
+                    str(p.gpu_index),
+                    str(p.pid),
+                    p.user or fmt.NA,
+                    p.type,
+                    fmt.size(p.gpu_memory_bytes),
+                    fmt.pct(p.sm_util_pct),
+                    fmt.pct(p.cpu_pct),
+                    fmt.size(p.host_memory_bytes),
+                    p.command or p.name or fmt.NA,
+                )
+            )
+        )
+    if len(shown) < len(rows):
+        procs.add_row(
+            *[""] * 8,
+            f"{len(rows) - len(shown):,} more processes not shown (the {MAX_PROCESS_ROWS} "
+            "using the most GPU memory are)",
         )
     if not rows:
-        procs.add_row("", "", "", "", "", "", "", "", "no processes are using the GPUs")
-    return Group(gpus, procs)
+        unseen = any(g.problem for g in snap.gpus) or snap.problem
+        procs.add_row(
+            *[""] * 8,
+            "no processes seen (see the notes below)"
+            if unseen
+            else "no processes are using the GPUs",
+        )
+    return Group(gpus, procs, *_notes(snap))
+
+
+def _notes(snap: Snapshot) -> list[Text]:
+    """What the tables leave out or could not get: the driver's problem, then each GPU's."""
+    notes = ([f"! {snap.problem}"] if snap.problem else []) + [
+        f"GPU {g.index}: {g.problem}" for g in snap.gpus if g.problem
+    ]
+    return [_cell(note) for note in notes]
 
 
 def snapshot_text(snap: Snapshot, width: int = 200, color: bool = False) -> str:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.content import Content
 from textual.reactive import reactive
 from textual.widget import Widget
 
@@ -132,7 +133,8 @@ class GpuCard(Widget):
         subtitle = g.problem if g.problem and not g.lost else (g.pci_bus_id or "")
         if (title, subtitle) != self._titles:
             self._titles = (title, subtitle)
-            self.border_title, self.border_subtitle = title, subtitle
+            # NB: plain Content, not markup: a remote host's label is untrusted text.
+            self.border_title, self.border_subtitle = Content(title), Content(subtitle)
         if self.compact:
             compact = self.query_one("#compact", TextLines)
             text = compact_line(g, self.size.width)
