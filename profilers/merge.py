@@ -7,6 +7,7 @@ shown per line. Ranks of the world with no report are named in ``missing_ranks``
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass, replace
 from typing import Any
@@ -15,9 +16,27 @@ from profilers._stats import Counters, SiteStats, add_entries
 from profilers.records import Site, Totals
 from profilers.report import Report
 
+#: The largest world merged (the published schema's ``world_size`` maximum): ranks are listed
+#: one by one in ``missing_ranks``, so the world bounds the merged report's size.
+MAX_WORLD_SIZE = 65536
+
 
 class MergeError(ValueError):
     """The reports cannot be merged (one line saying why)."""
+
+
+def _ranges(ranks: list[int]) -> str:
+    """``[2, 3, 4, 7]`` -> ``'2-4, 7'`` (a missing half of a large world in a few characters)."""
+    parts: list[str] = []
+    start = prev = ranks[0]
+    for k in [*ranks[1:], None]:
+        if k is not None and k == prev + 1:
+            prev = k
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if k is not None:
+            start = prev = k
+    return ", ".join(parts)
 
 
 def _rank_of(report: Report, index: int) -> int:
@@ -36,6 +55,10 @@ def merge_ranks(reports: list[Report]) -> Report:
         by_rank[rank] = r
     ranks = sorted(by_rank)
     world = max([r.world_size or 0 for r in reports] + [ranks[-1] + 1])
+    if world > MAX_WORLD_SIZE or ranks[0] < 0:
+        raise MergeError(
+            f"a world of {world:,} ranks: gpuwatch merges at most {MAX_WORLD_SIZE:,} ranks"
+        )
     missing = [k for k in range(world) if k not in by_rank]
     first = by_rank[ranks[0]]
 
@@ -63,9 +86,7 @@ def merge_ranks(reports: list[Report]) -> Report:
 
     errors = [f"rank {k}: {by_rank[k].error}" for k in ranks if by_rank[k].error]
     if missing:
-        errors.append(
-            f"no report from rank{'s' if len(missing) > 1 else ''} " + ", ".join(map(str, missing))
-        )
+        errors.append(f"no report from rank{'s' if len(missing) > 1 else ''} " + _ranges(missing))
     events = [{**e, "rank": k} for k in ranks for e in by_rank[k].timeline.get("events", [])]
     events.sort(key=lambda e: float(e.get("t", 0.0)))
     capacity = sum(int(by_rank[k].timeline.get("capacity", 0)) for k in ranks)
@@ -80,7 +101,7 @@ def merge_ranks(reports: list[Report]) -> Report:
             if d not in devices:
                 devices.append(d)
     codes = [by_rank[k].exit_code for k in ranks]
-    return Report(
+    merged = Report(
         command=list(first.command),
         exit_code=next((c for c in codes if c), 0),
         duration_s=max(by_rank[k].duration_s for k in ranks),
@@ -104,6 +125,19 @@ def merge_ranks(reports: list[Report]) -> Report:
         ranks=ranks,
         missing_ranks=missing or None,
     )
+    _check_finite(merged)
+    return merged
+
+
+def _check_finite(report: Report) -> None:
+    """Refuses a merge whose sums overflowed: the report would hold ``Infinity``, which is not
+    JSON (each input is finite and bounded by the schema, so this is a last guard)."""
+    try:
+        json.dumps(report.to_dict(), allow_nan=False)
+    except ValueError:
+        raise MergeError(
+            "the ranks' figures add up to more than a float holds (a report with absurd times?)"
+        ) from None
 
 
 @dataclass(frozen=True)
