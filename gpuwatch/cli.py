@@ -119,10 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     top.set_defaults(handler=run_top)
 
+    from gpuwatch.diff_cmd import add_parser as add_diff
     from gpuwatch.export import add_parser as add_export
     from gpuwatch.profile_cmd import add_parsers
 
     add_parsers(sub, bounded_int, _interval)
+    add_diff(sub, bounded_int)
     add_export(sub, bounded_int, _interval)
     return parser
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from gpuwatch.budget_cmd import add_budget_args, budget_for, check_run
 from gpuwatch.cli_errors import CliError
 
 #: Copy/sync events a timeline may keep: 10 million is about 1 GB of JSON.
@@ -144,6 +145,7 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
     p.add_argument(
         "--demo", action="store_true", help="with --live: simulated GPU cards (no NVML needed)"
     )
+    add_budget_args(p)
     p.add_argument(
         "args",
         nargs=argparse.REMAINDER,
@@ -175,7 +177,8 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
     r.add_argument(
         "--top", type=positive_int, default=5, metavar="N", help="lines per top list (default 5)"
     )
-    r.set_defaults(handler=run_report)
+    add_budget_args(r)
+    r.set_defaults(handler=_run_report)
 
 
 def _step_window(text: str) -> tuple[int, int | None]:
@@ -260,6 +263,8 @@ def run_profile(args: argparse.Namespace) -> int:
     if args.nproc_per_node:
         from gpuwatch.distributed import run_ranks
 
+        budget_for(args)  # --budget is refused here; the ranks read the project's themselves
+
         check_outputs(wanted, inputs=[] if target.module else [target.name])
         return run_ranks(args, target, wanted)
     ranked = distributed_rank()
@@ -292,15 +297,18 @@ def run_profile(args: argparse.Namespace) -> int:
         fake_cuda=args.fake_gpus if args.fake_cuda else 0,
         steps=args.steps,
     )
+    limits = budget_for(args)
     if args.fake_cuda:
         _check_fake_cuda(args.fake_gpus)
     if args.live:
-        return run_live(args, target, options, wanted)
+        return run_live(args, target, options, wanted, limits)
     timeline, gpu_stats = _gpu_timeline(args)
     failed = False
+    final: Any = None
 
     def on_report(report: Any) -> None:
-        nonlocal failed
+        nonlocal failed, final
+        final = report
         failed = write_outputs(report, wanted, quiet=args.quiet)
         if not args.quiet:
             print_summary(report, args.top)
@@ -319,7 +327,8 @@ def run_profile(args: argparse.Namespace) -> int:
             stop_gpu_timeline=timeline.stop if timeline is not None else None,
             gpu_stats=gpu_stats,
         )
-    return 2 if failed and code == 0 else code
+    code = 2 if failed and code == 0 else code
+    return check_run(limits, final, code, args.quiet)
 
 
 @contextmanager
@@ -336,7 +345,9 @@ def _fake_cuda_errors(fake_cuda: int) -> Iterator[None]:
         raise CliError(str(exc)) from None
 
 
-def run_live(args: argparse.Namespace, target: Any, options: Any, wanted: list[Any]) -> int:
+def run_live(
+    args: argparse.Namespace, target: Any, options: Any, wanted: list[Any], limits: Any = None
+) -> int:
     from gpuwatch.app.live import LiveApp
     from gpuwatch.live.session import ChildSession
     from gpuwatch.nvml import NvmlUnavailable, Sampler, open_backend
@@ -364,7 +375,8 @@ def run_live(args: argparse.Namespace, target: Any, options: Any, wanted: list[A
     if result.report is not None and not args.quiet:
         print_summary(result.report, args.top)
     code = result.exit_code
-    return 2 if failed and code == 0 else code
+    code = 2 if failed and code == 0 else code
+    return check_run(limits, result.report, code, args.quiet)
 
 
 def print_summary(report: Any, top: int, file: Any = None) -> None:
@@ -373,20 +385,7 @@ def print_summary(report: Any, top: int, file: Any = None) -> None:
     show(report, top, file)
 
 
-def run_report(args: argparse.Namespace) -> int:
-    from gpuwatch.report.load import load_report
-    from gpuwatch.report.write import check_outputs, outputs, write_outputs
+def _run_report(args: argparse.Namespace) -> int:
+    from gpuwatch.report_cmd import run_report
 
-    wanted = outputs(args.json_path, args.html_path, args.trace_path)
-    check_outputs(wanted, inputs=args.paths)
-    if len(args.paths) == 1:
-        report = load_report(args.paths[0])
-    else:
-        from profilers.merge import MergeError, merge_ranks
-
-        try:
-            report = merge_ranks([load_report(p) for p in args.paths])
-        except MergeError as exc:
-            raise CliError(str(exc)) from None
-    print_summary(report, args.top, file=sys.stdout)
-    return 2 if write_outputs(report, wanted) else 0
+    return run_report(args)

@@ -39,14 +39,49 @@ def _ranges(ranks: list[int]) -> str:
     return ", ".join(parts)
 
 
+class DifferentRuns(MergeError):
+    """The reports are not ranks of one run (two runs to compare: ``gpuwatch diff``)."""
+
+
+def check_one_run(reports: list[Report], names: list[str] | None = None) -> None:
+    """Raises :class:`DifferentRuns` unless ``reports`` are ranks of one distributed run: each
+    with a rank, the same world size and the same command. NB: merging two runs sums unrelated
+    totals into one report that looks whole, so anything else is refused."""
+    if len(reports) < 2:
+        return
+    named = names or [f"report {i + 1}" for i in range(len(reports))]
+    for name, r in zip(named, reports, strict=True):
+        if r.ranks is not None:
+            raise DifferentRuns(f"{name} is already a merged report, not one rank's")
+        if r.rank is None:
+            raise DifferentRuns(f"{name} is a single-process run, not a rank of a distributed run")
+    first, name0 = reports[0], named[0]
+    for name, r in zip(named[1:], reports[1:], strict=True):
+        if r.command != first.command:
+            raise DifferentRuns(
+                f"{name0} and {name} are different runs ({_cmd(first)} vs {_cmd(r)})"
+            )
+        if r.world_size != first.world_size:
+            raise DifferentRuns(
+                f"{name0} and {name} are ranks of different runs (world sizes "
+                f"{first.world_size} and {r.world_size})"
+            )
+
+
+def _cmd(report: Report) -> str:
+    text = " ".join(report.command) or "no command"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _rank_of(report: Report, index: int) -> int:
     return report.rank if report.rank is not None else index
 
 
-def merge_ranks(reports: list[Report]) -> Report:
-    """The merged report of ``reports`` (one per rank, any order)."""
+def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report:
+    """The merged report of ``reports`` (one per rank, any order; ``names`` for messages)."""
     if not reports:
         raise MergeError("no reports to merge")
+    check_one_run(reports, names)
     by_rank: dict[int, Report] = {}
     for i, r in enumerate(reports):
         rank = _rank_of(r, i)

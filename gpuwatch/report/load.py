@@ -27,7 +27,11 @@ MAX_REPORT_BYTES = 512 * 1024 * 1024
 #: How long a FIFO or pipe may take to deliver a whole report.
 FIFO_WAIT_S = 10.0
 
-SCHEMA_FILES = {SCHEMA: "profile-1.schema.json", "gpuwatch.snapshot/1": "snapshot-1.schema.json"}
+SCHEMA_FILES = {
+    SCHEMA: "profile-1.schema.json",
+    "gpuwatch.snapshot/1": "snapshot-1.schema.json",
+    "gpuwatch.diff/1": "diff-1.schema.json",
+}
 
 
 @cache
