@@ -8,11 +8,11 @@ import sys
 
 from gpuwatch.budget_cmd import budget_for, check_run
 from gpuwatch.cli_errors import CliError
-from gpuwatch.profile_cmd import print_summary
 
 
 def run_report(args: argparse.Namespace) -> int:
     from gpuwatch.report.load import load_report
+    from gpuwatch.report.text import print_summary
     from gpuwatch.report.write import check_outputs, outputs, write_outputs
 
     wanted = outputs(args.json_path, args.html_path, args.trace_path)
