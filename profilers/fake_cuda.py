@@ -268,6 +268,17 @@ class FakeCuda:
         }.items():
             if hasattr(accel, name):
                 _set(stack, accel, name, value)
+        # NB: nn.DataParallel's scatter/broadcast/gather are C++ of a CUDA build (absent from a
+        # CPU-only torch): on fake GPUs they are the copies they make (_fake_cuda_comm.py).
+        import torch.cuda.comm
+        import torch.nn.parallel.comm
+
+        from profilers import _fake_cuda_comm
+
+        for module in (torch.nn.parallel.comm, torch.cuda.comm):
+            for name, fn in _fake_cuda_comm.FUNCTIONS.items():
+                if hasattr(module, name):
+                    _set(stack, module, name, fn)
         # NB: FakeTensor's first CUDA tensor makes a real one to set up the CUDA context.
         _set(stack, fake_tensor, "init_gpu_context", lambda device: None)
         for name, fn in {

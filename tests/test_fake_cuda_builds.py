@@ -129,3 +129,28 @@ def test_on_a_machine_with_gpus_the_fake_ones_never_touch_the_real_ones():
     assert torch.cuda.memory_allocated(0) == allocated  # nothing was allocated on a real GPU
     y = torch.ones(8, device="cuda:0") * 2  # and the real GPU works as before
     assert y.sum().item() == 16.0
+
+
+def test_dataparallel_runs_on_fake_gpus_with_the_copies_a_gpu_makes():
+    import profilers
+    from profilers.fake_cuda import fake_cuda
+    from tests.profiler_helpers import line_of, site_at
+
+    with fake_cuda(devices=2), profilers.profile(kernel_timing=False) as prof:
+        model = torch.nn.DataParallel(torch.nn.Linear(8, 4).to("cuda:0"))
+        x = torch.ones(6, 8, device="cuda:0")
+        out = model(x)  # @dp_forward
+        out.sum().backward()  # @dp_backward
+        assert out.shape == (6, 4) and out.device == torch.device("cuda:0")
+        assert model.module.weight.grad is not None
+        assert model.module.weight.grad.device == torch.device("cuda:0")
+    r = prof.report()
+    fwd, bwd = site_at(r, line_of("dp_forward")), site_at(r, line_of("dp_backward"))
+    # forward: half the batch to cuda:1 (3*8*4 = 96 B), the replica's weight and bias
+    # ((8*4 + 4)*4 = 144 B), cuda:1's half of the output back to cuda:0 (3*4*4 = 48 B)
+    assert (fwd.p2p.count, fwd.p2p.bytes) == (3, 96 + 144 + 48)
+    # backward: the output's gradient scattered (48 B), the replica's gradients reduced (144 B)
+    assert (bwd.p2p.count, bwd.p2p.bytes) == (2, 48 + 144)
+    assert r.totals.p2p.count == 5
+    # the only syncs: the model's blocking move to cuda:0 (weight and bias); DataParallel adds none
+    assert r.totals.syncs.by_cause == {"copy_to_device": 2} and r.totals.h2d.bytes == 144
