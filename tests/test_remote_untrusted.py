@@ -55,7 +55,10 @@ EVIL = (
 )
 
 
-def test_escape_codes_newlines_and_markup_in_labels_never_reach_the_terminal(page_server, capsys):
+def test_escape_codes_newlines_and_markup_in_labels_never_reach_the_terminal(
+    page_server, capsys, monkeypatch
+):
+    monkeypatch.setenv("COLUMNS", "200")  # the whole name fits, whatever another test left set
     url = page_server(EVIL)
     assert main(["top", "--remote-only", "--remote", url, "--once"]) == 0
     out = capsys.readouterr().out
@@ -175,7 +178,16 @@ def test_nan_infinities_and_absurd_values_cost_one_value_each(page_server, capsy
     assert max(len(line) for line in out.splitlines()) <= 200  # no 300-digit figure
 
 
-def test_thousands_of_gpus_and_a_hundred_thousand_processes_are_cut_and_said(page_server, capsys):
+def test_thousands_of_gpus_and_a_hundred_thousand_processes_are_cut_and_said(
+    page_server, capsys, monkeypatch
+):
+    import gpuwatch.nvml.remote as remote
+
+    # NB: the 10 MiB page comes from a server in this process, sharing its GIL: on a loaded
+    # machine it can take longer than the 3 s deadline to send (the drip test checks that one).
+    fetch = remote.fetch
+    monkeypatch.setattr(remote, "fetch", lambda url, _t, most: fetch(url, 30.0, most))
+    monkeypatch.setenv("COLUMNS", "200")
     gpus = "".join(f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i}",modelName="H"}} 5\n' for i in range(5000))
     procs = "".join(
         f'gpuwatch_process_gpu_memory_bytes{{gpu="0",pid="{p}",command="p"}} {p}\n'
@@ -184,7 +196,7 @@ def test_thousands_of_gpus_and_a_hundred_thousand_processes_are_cut_and_said(pag
     url = page_server(gpus + procs)
     started = time.monotonic()
     assert main(["top", "--remote-only", "--remote", url, "--once"]) == 0
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 40
     out = capsys.readouterr().out
     assert "GPU 0: 99,936 more processes not shown (the 64 using the most memory are)" in out
     assert "GPU 63: its /metrics lists 4,936 more GPUs, not shown (at most 64)" in out
