@@ -1,0 +1,108 @@
+"""What a GPU's figures mean over time: energy since gpuwatch began watching and the mean power
+between samples (from NVML's energy counter), a GPU "busy" by utilisation but not by SM
+activity, and a GPU held idle (processes hold its memory while it does nothing).
+
+:class:`Activity` keeps what it needs between samples; :class:`gpuwatch.nvml.sampler.Sampler`
+runs every sample through it, so ``top``, ``--json``, the exporter and ``--remote`` agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpuwatch.nvml.samples import GpuSample
+
+#: Utilisation from which a GPU counts as busy by NVML's measure ...
+BUSY_UTIL_PCT = 80.0
+#: ... and SM activity under which that busy is not real work: one tiny kernel at a time (a
+#: launch-bound loop), or a collective spinning while it waits for a peer.
+LOW_SM_ACTIVE_PCT = 20.0
+
+
+@dataclass(frozen=True)
+class IdlePolicy:
+    """When a GPU whose memory is held counts as idle, and for how long before it is HELD IDLE."""
+
+    below_pct: float = 5.0
+    """Idle: SM activity (where the GPU has GPM) or else utilisation under this."""
+    after_s: float = 300.0
+    """Held idle this long (five minutes by default: a notebook between cells is not flagged,
+    a job that hung or a forgotten kernel is)."""
+
+
+def is_low_sm_activity(g: GpuSample) -> bool:
+    """Utilisation says busy, SM activity says the SMs are mostly empty."""
+    return (
+        g.gpu_util_pct is not None
+        and g.sm_active_pct is not None
+        and g.gpu_util_pct >= BUSY_UTIL_PCT
+        and g.sm_active_pct < LOW_SM_ACTIVE_PCT
+    )
+
+
+def is_idle(g: GpuSample, below_pct: float) -> bool | None:
+    """Whether the GPU does nothing now (None: it does not say)."""
+    busy = g.sm_active_pct if g.sm_active_pct is not None else g.gpu_util_pct
+    return None if busy is None else busy < below_pct
+
+
+def is_held(g: GpuSample) -> bool:
+    """Some process holds memory on it (a listed process whose memory NVML does not report
+    holds at least its context)."""
+    return any(p.gpu_memory_bytes is None or p.gpu_memory_bytes > 0 for p in g.processes)
+
+
+class Activity:
+    """Adds the figures that need the previous samples (see the module's docstring)."""
+
+    def __init__(self, policy: IdlePolicy | None = None) -> None:
+        self.policy = policy or IdlePolicy()
+        self._idle_since: dict[int, _dt.datetime] = {}
+        self._energy_first: dict[int, int] = {}
+        self._energy_prev: dict[int, tuple[_dt.datetime, int]] = {}
+
+    def apply(self, g: GpuSample, now: _dt.datetime) -> GpuSample:
+        since_j, avg_w = self._energy(g, now)
+        held_s = self._held_idle_s(g, now)
+        return dataclasses.replace(
+            g,
+            energy_since_start_j=since_j,
+            power_avg_w=avg_w,
+            low_sm_activity=is_low_sm_activity(g),
+            held_idle_s=held_s,
+            held_idle=held_s is not None and held_s >= self.policy.after_s,
+        )
+
+    def apply_all(self, gpus: Iterable[GpuSample], now: _dt.datetime) -> tuple[GpuSample, ...]:
+        return tuple(self.apply(g, now) for g in gpus)
+
+    def _energy(self, g: GpuSample, now: _dt.datetime) -> tuple[float | None, float | None]:
+        mj, i = g.energy_total_mj, g.index
+        if mj is None or g.lost:
+            self._energy_first.pop(i, None)
+            self._energy_prev.pop(i, None)
+            return None, None
+        first = self._energy_first.get(i)
+        prev = self._energy_prev.get(i)
+        if first is None or mj < first:
+            # NB: the counter starts again from 0 when the driver is reloaded: so do we.
+            first = self._energy_first[i] = mj
+            prev = None
+        self._energy_prev[i] = (now, mj)
+        avg_w = None
+        if prev is not None:
+            dt = (now - prev[0]).total_seconds()
+            if dt > 0:
+                avg_w = round((mj - prev[1]) / 1000.0 / dt, 1)
+        return (mj - first) / 1000.0, avg_w
+
+    def _held_idle_s(self, g: GpuSample, now: _dt.datetime) -> float | None:
+        idle = is_idle(g, self.policy.below_pct)
+        if g.lost or not idle or not is_held(g):
+            self._idle_since.pop(g.index, None)
+            return None
+        since = self._idle_since.setdefault(g.index, now)
+        return (now - since).total_seconds()
