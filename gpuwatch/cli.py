@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--pid", action="append", default=[], type=int, metavar="PID", help="only this process"
     )
     top.add_argument("--compute", action="store_true", help="only compute processes")
+    from gpuwatch.export_cmd import add_idle_options
+
+    add_idle_options(top)
     mode = top.add_mutually_exclusive_group()
     mode.add_argument(
         "--once",
@@ -120,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     top.set_defaults(handler=run_top)
 
     from gpuwatch.diff_cmd import add_parser as add_diff
-    from gpuwatch.export import add_parser as add_export
+    from gpuwatch.export_cmd import add_parser as add_export
     from gpuwatch.profile_cmd import add_parsers
 
     add_parsers(sub, bounded_int, _interval)
@@ -202,12 +205,14 @@ def run_top(args: argparse.Namespace) -> int:
     if args.remote:
         backend = _remote_backend(args, backend, local_problem)
     assert backend is not None  # no local GPUs is an error above unless --remote
-    if args.once or args.json:
-        from gpuwatch.report.snapshot import snapshot_json, snapshot_text
+    from gpuwatch.export_cmd import idle_policy
 
-        sampler = Sampler(backend, background_pcie=False)
+    if args.once or args.json:
+        from gpuwatch.report.snapshot import measured_snapshot, snapshot_json, snapshot_text
+
+        sampler = Sampler(backend, background_pcie=False, idle=idle_policy(args))
         try:
-            snap = sampler.snapshot()
+            snap = measured_snapshot(sampler)
             nobody = backend.all_unreachable() if args.remote else None
         finally:
             sampler.close()
@@ -225,7 +230,7 @@ def run_top(args: argparse.Namespace) -> int:
     from gpuwatch.app.signals import run_restoring_signals
     from gpuwatch.app.top import TopApp
 
-    app = TopApp(backend, interval_s=args.interval, readonly=args.readonly)
+    app = TopApp(backend, interval_s=args.interval, readonly=args.readonly, idle=idle_policy(args))
     run_restoring_signals(app)
     return 0 if app.signalled is None else 128 + app.signalled
 

@@ -74,8 +74,8 @@ async def test_80x24_keeps_title_and_footer_whole_and_fills_its_rows(clock):
         assert sum("compute" in line for line in lines) == 4  # and shows every process
         await pilot.resize_terminal(160, 48)
         await pilot.pause(0.2)
-        assert [c.region.height for c in cards] == [10, 10]
-        graphs = [c.query_one(CardBody).lines()[5:] for c in cards]
+        assert [c.region.height for c in cards] == [11, 11]
+        graphs = [c.query_one(CardBody).lines()[6:] for c in cards]
         assert [[line.plain[:5] for line in g] for g in graphs] == [["util ", "mem  ", "pcie "]] * 2
         assert "driver" in screen_lines(app)[0]  # room again for the driver version
 
@@ -85,7 +85,7 @@ async def test_one_gpu_at_80x24_keeps_its_graphs(clock):
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         card = app.query_one(GpuCard)
-        assert card.region.height == 10 and card.graphs
+        assert card.region.height == 11 and card.graphs
 
 
 def test_transfers_use_binary_units_and_fit_the_narrowest_card(clock):

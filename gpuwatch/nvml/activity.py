@@ -66,14 +66,21 @@ class Activity:
 
     def apply(self, g: GpuSample, now: _dt.datetime) -> GpuSample:
         since_j, avg_w = self._energy(g, now)
-        held_s = self._held_idle_s(g, now)
+        held_s: float | None
+        if g.held_idle_s is not None:
+            # NB: the source judged it (another host's exporter, with its own processes and
+            # options): its verdict stands.
+            held_s, held = g.held_idle_s, g.held_idle
+        else:
+            held_s = self._held_idle_s(g, now)
+            held = held_s is not None and held_s >= self.policy.after_s
         return dataclasses.replace(
             g,
             energy_since_start_j=since_j,
             power_avg_w=avg_w,
             low_sm_activity=is_low_sm_activity(g),
             held_idle_s=held_s,
-            held_idle=held_s is not None and held_s >= self.policy.after_s,
+            held_idle=held,
         )
 
     def apply_all(self, gpus: Iterable[GpuSample], now: _dt.datetime) -> tuple[GpuSample, ...]:
@@ -106,3 +113,39 @@ class Activity:
             return None
         since = self._idle_since.setdefault(g.index, now)
         return (now - since).total_seconds()
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """``top --remote``'s opening line: how the GPUs of every host stand."""
+
+    busy: int = 0
+    idle: int = 0
+    held_idle: int = 0
+    unreachable: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.busy + self.idle + self.held_idle + self.unreachable
+
+    def __str__(self) -> str:
+        return (
+            f"fleet: {self.total} GPUs · {self.busy} busy · {self.idle} idle · "
+            f"{self.held_idle} held idle · {self.unreachable} unreachable"
+        )
+
+
+def fleet(gpus: Iterable[GpuSample], below_pct: float) -> Fleet:
+    """Each GPU counted once: unreachable (lost, or no figures at all: a host that does not
+    answer), held idle, idle (under ``below_pct`` and not held idle), or busy."""
+    busy = idle = held = gone = 0
+    for g in gpus:
+        if g.lost or (g.gpu_util_pct is None and g.memory_used_bytes is None):
+            gone += 1
+        elif g.held_idle:
+            held += 1
+        elif is_idle(g, below_pct):
+            idle += 1
+        else:
+            busy += 1
+    return Fleet(busy, idle, held, gone)

@@ -45,6 +45,11 @@ def _num(v: float | None, scale: float = 1.0) -> int | None:
     return None if v is None else int(v * scale)
 
 
+def _ratio(v: float | None) -> float | None:
+    """A DCGM profiling ratio (0-1) as a percentage."""
+    return None if v is None else round(100.0 * v, 1)
+
+
 def _processes(gpu: str, page: Page) -> tuple[tuple[ProcessSample, ...], int]:
     """The GPU's processes using the most memory (at most MAX_PROCESSES), and how many more."""
     listed = page.processes.get(gpu, {})
@@ -113,6 +118,13 @@ def parse_metrics(text: str, host: str) -> list[GpuSample]:
                 pcie_rx_bytes_per_s=_num(v.get("DCGM_FI_DEV_PCIE_RX_THROUGHPUT"), _KB),
                 encoder_util_pct=_num(v.get("DCGM_FI_DEV_ENC_UTIL")),
                 decoder_util_pct=_num(v.get("DCGM_FI_DEV_DEC_UTIL")),
+                sm_active_pct=_ratio(v.get("DCGM_FI_PROF_SM_ACTIVE")),
+                sm_occupancy_pct=_ratio(v.get("DCGM_FI_PROF_SM_OCCUPANCY")),
+                tensor_active_pct=_ratio(v.get("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")),
+                dram_active_pct=_ratio(v.get("DCGM_FI_PROF_DRAM_ACTIVE")),
+                energy_total_mj=_num(v.get("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")),
+                held_idle=v.get("gpuwatch_gpu_held_idle") == 1.0,
+                held_idle_s=v.get("gpuwatch_gpu_held_idle_seconds"),
                 processes=plist,
                 problem=_notes(gpu, page, more),
             )

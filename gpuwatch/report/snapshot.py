@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,10 +16,25 @@ from rich.text import Text
 
 from gpuwatch import _format as fmt
 from gpuwatch.nvml._exposition import printable
+from gpuwatch.nvml.sampler import Sampler
 from gpuwatch.nvml.samples import GpuSample, Snapshot
 
 #: Process rows ``--once`` draws (those using the most GPU memory); the rest are counted.
 MAX_PROCESS_ROWS = 200
+
+#: ``--once``/``--json``: the window between the two samples that GPM's figures and the mean
+#: power are measured over (NVML's GPM wants at least 100 ms).
+MEASURE_S = 0.25
+
+
+def measured_snapshot(sampler: Sampler, window_s: float = MEASURE_S) -> Snapshot:
+    """One snapshot; where a GPU has GPM or an energy counter, taken ``window_s`` after a first
+    one, so that SM activity and the mean power are measured rather than left out."""
+    first = sampler.snapshot()
+    if not any(g.gpm or g.energy_total_mj is not None for g in first.gpus):
+        return first
+    time.sleep(window_s)  # NB: a measuring window, not a wait for something to happen
+    return sampler.snapshot()
 
 
 def _finite(value: Any) -> Any:
