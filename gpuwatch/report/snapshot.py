@@ -60,6 +60,8 @@ def _cell(text: str) -> Text:
     return Text(printable(text, 4096))
 
 
+#: The process table's Job column shows from this width.
+JOB_COLUMN_FROM = 120
 #: The GPU table's columns that give way, first to last, as the terminal narrows (the widths
 #: below which each goes: the full table is 151 columns with an H100's name).
 DROPPED_BELOW = (("Fan", 151), ("Perf", 146), ("SM / Mem clock", 140), ("PCIe RX / TX", 119))
@@ -128,6 +130,8 @@ def snapshot_renderable(snap: Snapshot, width: int = 200) -> Group:
             continue
         gpus.add_row(*(_cell(get(g)) for _, _, get in columns))
     procs = Table(title="Processes", box=box.SQUARE, title_justify="left")
+    # NB: the job gives way to the command line on a narrow terminal (--json has both).
+    jobs = width >= JOB_COLUMN_FROM
     for col, justify in (
         ("GPU", "right"),
         ("PID", "right"),
@@ -137,6 +141,7 @@ def snapshot_renderable(snap: Snapshot, width: int = 200) -> Group:
         ("SM", "right"),
         ("CPU", "right"),
         ("Host mem", "right"),
+        *([("Job", "left")] if jobs else []),
         ("Command", "left"),
     ):
         procs.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
@@ -158,25 +163,27 @@ def snapshot_renderable(snap: Snapshot, width: int = 200) -> Group:
                     fmt.pct(p.sm_util_pct),
                     fmt.pct(p.cpu_pct),
                     fmt.size(p.host_memory_bytes),
+                    *([(p.job.label or "-") if p.job is not None else fmt.NA] if jobs else []),
                     p.command or p.name or fmt.NA,
                 )
             )
         )
+    blank = [""] * (9 if jobs else 8)
     if len(shown) < len(rows):
         procs.add_row(
-            *[""] * 8,
+            *blank,
             f"{len(rows) - len(shown):,} more processes not shown (the {MAX_PROCESS_ROWS} "
             "using the most GPU memory are)",
         )
     if not rows:
         unseen = any(g.problem for g in snap.gpus) or snap.problem
         procs.add_row(
-            *[""] * 8,
+            *blank,
             "no processes seen (see the notes below)"
             if unseen
             else "no processes are using the GPUs",
         )
-    return Group(gpus, procs, *_notes(snap))
+    return Group(gpus, activity_table(snap), procs, *_notes(snap))
 
 
 def _notes(snap: Snapshot) -> list[Text]:
@@ -185,6 +192,41 @@ def _notes(snap: Snapshot) -> list[Text]:
         f"GPU {g.index}: {g.problem}" for g in snap.gpus if g.problem
     ]
     return [_cell(note) for note in notes]
+
+
+def gpu_state(g: GpuSample) -> str:
+    """``HELD IDLE 12m by alice`` / ``LOW SM ACTIVITY`` / ``no GPM``, or empty."""
+    words = []
+    if g.held_idle:
+        owners = sorted({p.user or fmt.NA for p in g.processes})
+        words.append(f"HELD IDLE {fmt.span(g.held_idle_s)} by {', '.join(owners)}")
+    if g.low_sm_activity:
+        words.append("LOW SM ACTIVITY (busy by utilisation only)")
+    if g.gpm is False:
+        words.append("no GPM: SM activity unknown, utilisation only")
+    return "; ".join(words)
+
+
+def activity_table(snap: Snapshot) -> Table:
+    """What the SMs really do (GPM), the energy used, and the GPUs held idle."""
+    t = Table(title="Activity", box=box.SQUARE, title_justify="left")
+    for col in ("GPU", "SM active", "Occupancy", "Tensor", "DRAM", "Energy", "Avg power"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("State", overflow="fold")
+    for g in snap.gpus:
+        if g.lost:
+            continue
+        t.add_row(
+            str(g.index),
+            fmt.pct(g.sm_active_pct),
+            fmt.pct(g.sm_occupancy_pct),
+            fmt.pct(g.tensor_active_pct),
+            fmt.pct(g.dram_active_pct),
+            fmt.energy(g.energy_since_start_j),
+            fmt.num(g.power_avg_w, "W"),
+            gpu_state(g),
+        )
+    return t
 
 
 def snapshot_text(snap: Snapshot, width: int = 200, color: bool = False) -> str:
