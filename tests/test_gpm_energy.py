@@ -165,3 +165,23 @@ def test_high_utilisation_with_low_sm_activity_is_flagged(clock):
     plain = Sampler(FakeBackend(gpu_count=2, clock=clock, stuck_gpus={1}, gpm=False))
     assert not plain.snapshot().gpus[1].low_sm_activity
     plain.close()
+
+
+def test_the_profile_timeline_and_html_carry_sm_activity(clock):
+    from gpuwatch.gpu_timeline import sample_row
+    from gpuwatch.report.html import _timeline
+    from gpuwatch.report.trace import trace_events
+    from profilers import Report
+
+    sampler = Sampler(FakeBackend(gpu_count=1, clock=clock, stuck_gpus={0}), background_pcie=False)
+    g = sampler.snapshot().gpus[0]
+    row = sample_row(0.5, g)
+    assert (row["gpu_util_pct"], row["sm_active_pct"], row["tensor_active_pct"]) == (100, 12.0, 7.2)
+    r = Report(command=["train.py"], duration_s=1.0)
+    r.gpu_samples = [row, {**row, "t": 1.0}]
+    names = [trace.name for trace in _timeline(r).data]
+    assert "GPU 0 util %" in names and "GPU 0 SM active %" in names
+    counters = [e for e in trace_events(r) if e.get("ph") == "C"]
+    assert counters[0]["args"]["sm_active_pct"] == 12.0
+    r.gpu_samples = [{**row, "sm_active_pct": None}]  # no GPM: no empty SM line
+    assert "GPU 0 SM active %" not in [trace.name for trace in _timeline(r).data]
