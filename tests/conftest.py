@@ -185,7 +185,7 @@ class _Prometheus:
         exporter_port, self.port = free_port(), free_port()
         self.exporter = subprocess.Popen(
             [sys.executable, "-m", "gpuwatch", "export", "--demo", "--address", "127.0.0.1",
-             "--port", str(exporter_port), "--interval", "0.5"],
+             "--port", str(exporter_port), "--interval", "0.5", "--process-jobs"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         with open(f"{tmp}/prometheus.yml", "w") as f:
