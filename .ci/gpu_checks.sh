@@ -57,6 +57,8 @@ run() {
         step python3 benchmarks/profiler_overhead.py --device cpu
         step python3 benchmarks/counting_paths.py --device cuda
         step python3 -m gpuwatch top --once
+        # GPM (SM activity) and the energy counter against nvidia-smi: idle, matmuls, tiny kernels
+        step python3 .ci/check_gpm.py
         python3 -m gpuwatch top --json >"$out/top.json"
         echo "top --json: exit $?, $(wc -c <"$out/top.json") bytes"
         step python3 benchmarks/top_cost.py --real --seconds 20 --interval 1 \
