@@ -64,7 +64,10 @@ class Activity:
         self._energy_first: dict[int, int] = {}
         self._energy_prev: dict[int, tuple[_dt.datetime, int]] = {}
 
-    def apply(self, g: GpuSample, now: _dt.datetime) -> GpuSample:
+    def apply(self, g: GpuSample, now: _dt.datetime, **changes: object) -> GpuSample:
+        """``g`` with the figures over time, and ``changes`` to other fields (PCIe rates) made
+        in the same copy: a tick copies each sample once. ``changes`` must not touch the
+        fields these figures are made from."""
         since_j, avg_w = self._energy(g, now)
         held_s: float | None
         if g.held_idle_s is not None:
@@ -76,15 +79,13 @@ class Activity:
             held = held_s is not None and held_s >= self.policy.after_s
         return dataclasses.replace(
             g,
+            **changes,  # type: ignore[arg-type]
             energy_since_start_j=since_j,
             power_avg_w=avg_w,
             low_sm_activity=is_low_sm_activity(g),
             held_idle_s=held_s,
             held_idle=held,
         )
-
-    def apply_all(self, gpus: Iterable[GpuSample], now: _dt.datetime) -> tuple[GpuSample, ...]:
-        return tuple(self.apply(g, now) for g in gpus)
 
     def _energy(self, g: GpuSample, now: _dt.datetime) -> tuple[float | None, float | None]:
         mj, i = g.energy_total_mj, g.index

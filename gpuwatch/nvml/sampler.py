@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import threading
 from collections.abc import Callable
@@ -82,12 +81,15 @@ class Sampler:
             else:
                 with self._lock:
                     tx, rx = self._pcie.get(i, (None, None))
-            gpus.append(dataclasses.replace(g, pcie_tx_bytes_per_s=tx, pcie_rx_bytes_per_s=rx))
+            gpus.append((g, tx, rx))
         now = self._now()
+        apply = self.activity.apply
         return Snapshot(
             time=now,
             driver_version=self._driver,
-            gpus=self.activity.apply_all(gpus, now),
+            gpus=tuple(
+                apply(g, now, pcie_tx_bytes_per_s=tx, pcie_rx_bytes_per_s=rx) for g, tx, rx in gpus
+            ),
             problem=self.backend.driver_problem,
         )
 
