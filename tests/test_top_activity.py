@@ -166,3 +166,18 @@ def test_bad_idle_options_are_one_line(capsys):
         assert exc.code == 2
     err = capsys.readouterr().err
     assert "argument --idle-below: 101 is not between 0 and 100" in err
+
+
+def test_the_compact_line_keeps_its_flags_within_the_narrowest_width(clock):
+    from gpuwatch.app.sampling import COMPACT_CARD_MIN_WIDTH
+    from gpuwatch.app.widgets.gpu_card import compact_line
+
+    snap = Sampler(
+        FakeBackend(gpu_count=3, clock=clock, idle_gpus={1}, stuck_gpus={2}),
+        background_pcie=False,
+        idle=IdlePolicy(after_s=0),
+    ).snapshot()
+    lines = [compact_line(g, COMPACT_CARD_MIN_WIDTH) for g in snap.gpus]
+    assert all(line.cell_len <= COMPACT_CARD_MIN_WIDTH for line in lines)
+    assert lines[1].plain.endswith("SM 0% HELD IDLE 0s")
+    assert lines[2].plain.endswith("SM 12% LOW SM ACTIVITY")

@@ -105,7 +105,7 @@ class TopApp(SamplingApp):
         yield GpuCards(shown or self.gpu_count, rest, id="cards")
         yield ProcessTable(id="processes")
         yield Input(
-            placeholder="filter processes (user, command, pid); enter keeps, esc clears",
+            placeholder="filter processes (user, command, pid; job:ID for a job); enter keeps, esc clears",
             id="filter",
         )
         yield Footer()

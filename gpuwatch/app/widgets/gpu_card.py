@@ -229,24 +229,26 @@ def transfer_text(g: GpuSample, width: int) -> Text:
 
 
 def compact_line(g: GpuSample, width: int) -> Text:
-    """``0 H100 80GB ▕███░░▏ 67% ▕██░░░▏ 45/80G 54C 350W RX 1.2 GiB/s``: one line per GPU."""
+    """``0 H100 80GB ▕███░░▏ 67% ▕██░░░▏ 45/80G 54C 350W SM 40% RX 1.2 GiB/s``: one line per
+    GPU; HELD IDLE / LOW SM ACTIVITY take the place of the PCIe rate, and the bars give way."""
     name = (g.name or fmt.NA).replace("NVIDIA ", "")[:14]
     t = Text(f"{g.index:>2} ", "bold").append(f"{name:<14} ")
     if g.lost:
         return t.append("GPU LOST", "bold red")
-    bar_w = max(4, min(16, (width - 60) // 2))
-    t.append(bar(g.gpu_util_pct, bar_w)).append(f" {fmt.pct(g.gpu_util_pct):>4} ")
-    t.append(bar(g.memory_used_pct, bar_w))
     used = fmt.size(g.memory_used_bytes, 0).replace(" GiB", "")
-    total = fmt.size(g.memory_total_bytes, 0)
-    t.append(f" {used}/{total} ")
-    t.append(fmt.num(g.temperature_c, "C"), level_style(g.temperature_c, TEMP_LEVELS))
-    t.append(f" {fmt.num(g.power_w, 'W')}")
+    tail = Text(f" {used}/{fmt.size(g.memory_total_bytes, 0)} ")
+    tail.append(fmt.num(g.temperature_c, "C"), level_style(g.temperature_c, TEMP_LEVELS))
+    tail.append(f" {fmt.num(g.power_w, 'W')}")
     if g.sm_active_pct is not None:
-        t.append(" SM ", "bold").append(fmt.pct(g.sm_active_pct))
+        tail.append(" SM ", "bold").append(fmt.pct(g.sm_active_pct))
     flags = flags_text(g)
     if flags:
-        return t.append(" ").append_text(flags)
-    if width >= 90:
-        t.append(f" RX {fmt.rate(g.pcie_rx_bytes_per_s)}")
-    return t
+        tail.append(" ").append_text(flags)
+    elif width >= 90:
+        tail.append(f" RX {fmt.rate(g.pcie_rx_bytes_per_s)}")
+    util = f" {fmt.pct(g.gpu_util_pct):>4} "
+    bar_w = max(
+        4, min(16, (width - 60) // 2, (width - t.cell_len - len(util) - tail.cell_len) // 2)
+    )
+    t.append(bar(g.gpu_util_pct, bar_w)).append(util).append(bar(g.memory_used_pct, bar_w))
+    return t.append_text(tail)
