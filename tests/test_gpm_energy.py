@@ -91,6 +91,18 @@ def test_a_driver_without_gpm_calls_falls_back(clock, error):
     assert nvml.calls["gpm_support"] == 1
 
 
+def test_a_gpu_whose_gpm_samples_are_refused_says_no_gpm(clock, caplog):
+    dev = gpm_device(0)
+    dev["gpm"] = pynvml.NVMLError_NotSupported  # a MIG-split GPU: GPM per instance only
+    nvml = StubNvml([dev])
+    backend = RealBackend(nvml=nvml, clock=clock)
+    with caplog.at_level(logging.WARNING, logger="gpuwatch.nvml"):
+        samples = [backend.sample(0) for _ in range(3)]
+    assert [g.gpm for g in samples] == [False, False, False]
+    assert sum("has no GPM" in r.getMessage() for r in caplog.records) == 1
+    assert nvml.calls["gpm_sample"] == 1  # not asked again
+
+
 def test_energy_since_start_and_mean_power_from_the_counter(clock):
     nvml = StubNvml([default_device(0)])
     now = Now()

@@ -18,7 +18,7 @@ from gpuwatch.app.signals import close_on_signals
 from gpuwatch.app.widgets import GpuCard, GpuCards, ProcessTable
 from gpuwatch.app.widgets.fleet_line import FleetLine
 from gpuwatch.app.widgets.title_bar import TitleBar
-from gpuwatch.nvml.activity import IdlePolicy, fleet
+from gpuwatch.nvml.activity import IdlePolicy, fleet, held_idle_since
 from gpuwatch.nvml.backend import Backend
 from gpuwatch.nvml.history import History
 from gpuwatch.nvml.sampler import Sampler
@@ -322,19 +322,20 @@ class TopApp(SamplingApp):
 
 
 def held_idle_notes(snap: Snapshot) -> list[str]:
-    """``GPU 1 HELD IDLE 12m by alice (slurm 4242)``: for the process table's title."""
+    """``GPU 1 HELD IDLE since 14:02 (12m) by alice (slurm 4242)``: for the process table's
+    title."""
     from gpuwatch import _format as fmt
 
     notes = []
     for g in snap.gpus:
-        if g.held_idle:
+        since = held_idle_since(g, snap.time)
+        if g.held_idle and since is not None:
             owners = sorted(
-                {
-                    f"{p.user or fmt.NA}" + (f" ({p.job.label})" if p.job and p.job.label else "")
-                    for p in g.processes
-                }
-            )
+                {f"{p.user or fmt.NA}" + (f" ({p.job.label})" if p.job and p.job.label else "")
+                 for p in g.processes}
+            )  # fmt: skip
             notes.append(
-                f"GPU {g.index} HELD IDLE {fmt.span(g.held_idle_s)} by {', '.join(owners)}"
+                f"GPU {g.index} HELD IDLE since {since:%H:%M} ({fmt.span(g.held_idle_s)}) "
+                f"by {', '.join(owners)}"
             )
     return notes

@@ -72,6 +72,10 @@ class GpmReader:
                 return {}
             self._buffers[index] = buffers
         if q(index, "nvmlGpmSampleGet", handle, buffers[1]) is None:
+            if q.is_unsupported(index, "nvmlGpmSampleGet"):
+                # NB: a GPU split into MIG instances has GPM per instance only, not for itself.
+                self._supported[index] = False
+                log.warning(NO_GPM, index)
             return {}
         if index not in self._primed:
             self._primed.add(index)

@@ -49,6 +49,11 @@ def is_idle(g: GpuSample, below_pct: float) -> bool | None:
     return None if busy is None else busy < below_pct
 
 
+def held_idle_since(g: GpuSample, now: _dt.datetime) -> _dt.datetime | None:
+    """When the GPU's held-idle spell began (``now`` is its sample's time)."""
+    return None if g.held_idle_s is None else now - _dt.timedelta(seconds=g.held_idle_s)
+
+
 def is_held(g: GpuSample) -> bool:
     """Some process holds memory on it (a listed process whose memory NVML does not report
     holds at least its context)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import math
@@ -16,6 +17,7 @@ from rich.text import Text
 
 from gpuwatch import _format as fmt
 from gpuwatch.nvml._exposition import printable
+from gpuwatch.nvml.activity import held_idle_since
 from gpuwatch.nvml.sampler import Sampler
 from gpuwatch.nvml.samples import GpuSample, Snapshot
 
@@ -194,12 +196,15 @@ def _notes(snap: Snapshot) -> list[Text]:
     return [_cell(note) for note in notes]
 
 
-def gpu_state(g: GpuSample) -> str:
-    """``HELD IDLE 12m by alice`` / ``LOW SM ACTIVITY`` / ``no GPM``, or empty."""
+def gpu_state(g: GpuSample, now: dt.datetime) -> str:
+    """``HELD IDLE since 14:02 (12m) by alice`` / ``LOW SM ACTIVITY`` / ``no GPM``, or empty."""
     words = []
-    if g.held_idle:
+    since = held_idle_since(g, now)
+    if g.held_idle and since is not None:
         owners = sorted({p.user or fmt.NA for p in g.processes})
-        words.append(f"HELD IDLE {fmt.span(g.held_idle_s)} by {', '.join(owners)}")
+        words.append(
+            f"HELD IDLE since {since:%H:%M} ({fmt.span(g.held_idle_s)}) by {', '.join(owners)}"
+        )
     if g.low_sm_activity:
         words.append("LOW SM ACTIVITY (busy by utilisation only)")
     if g.gpm is False:
@@ -224,7 +229,7 @@ def activity_table(snap: Snapshot) -> Table:
             fmt.pct(g.dram_active_pct),
             fmt.energy(g.energy_since_start_j),
             fmt.num(g.power_avg_w, "W"),
-            gpu_state(g),
+            gpu_state(g, snap.time),
         )
     return t
 

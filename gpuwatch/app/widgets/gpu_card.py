@@ -195,6 +195,8 @@ def activity_text(g: GpuSample, width: int) -> Text:
     parts: list[tuple[str, str, str | None]]
     if g.gpm is False:
         parts = [("SM ACT ", "N/A (no GPM)", None)]
+    elif g.gpm is None and g.sm_active_pct is None:
+        parts = []  # a source that says nothing of GPM (another host's dcgm-exporter)
     else:
         parts = [
             ("SM ACT ", fmt.pct(g.sm_active_pct), level_style(g.sm_active_pct)),
