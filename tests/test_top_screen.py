@@ -62,7 +62,9 @@ async def test_80x24_keeps_title_and_footer_whole_and_fills_its_rows(clock):
         assert len(lines) == 24
         assert "gpuwatch top — demo · 2 GPUs · every 0.1 s" in lines[0]
         assert "…" not in lines[0]
-        assert f"· {app.snapshot.time:%H:%M:%S}" in lines[0]  # when the figures were sampled
+        # when the figures were sampled (the title follows each new sample, so wait for it to
+        # catch up with the latest one: samples come every 0.1 s, faster than a loaded repaint)
+        await wait_until(lambda: f"· {app.snapshot.time:%H:%M:%S}" in screen_lines(app)[0])
         assert lines[-1].rstrip().endswith("? Help")  # the palette hint gave way, not Help
         cards = list(app.query(GpuCard))
         # Two brief cards (meters and stats, no graphs) rather than two one-line ones.

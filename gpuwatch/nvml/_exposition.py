@@ -37,6 +37,13 @@ RANGES: dict[str, tuple[float, float]] = {
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": (0, 2**63),
     "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": (0, 2**40),  # KB/s: up to a PB/s
     "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": (0, 2**40),
+    "DCGM_FI_PROF_SM_ACTIVE": (0, 1),  # ratios
+    "DCGM_FI_PROF_SM_OCCUPANCY": (0, 1),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": (0, 1),
+    "DCGM_FI_PROF_DRAM_ACTIVE": (0, 1),
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": (0, 2**63),  # mJ
+    "gpuwatch_gpu_held_idle": (0, 1),
+    "gpuwatch_gpu_held_idle_seconds": (0, 2**40),
     "gpuwatch_process_gpu_memory_bytes": (0, 2**60),
     "gpuwatch_process_sm_util_percent": (0, 100),
 }
