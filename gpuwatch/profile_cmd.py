@@ -253,6 +253,7 @@ def run_profile(args: argparse.Namespace) -> int:
         for_rank,
         output_for,
         outputs,
+        streams_through,
         write_outputs,
         write_reports,
     )
@@ -313,7 +314,8 @@ def run_profile(args: argparse.Namespace) -> int:
         if not args.quiet:
             print_summary(report, args.top)
 
-    json_out = [o for o in wanted if o.kind == "json"]
+    # NB: checkpoints rewrite a file; a device or stream (/dev/stdout) gets the final report only.
+    json_out = [o for o in wanted if o.kind == "json" and not streams_through(o.where)]
 
     def checkpoint(report: Any) -> None:
         write_reports(report, json_out)
