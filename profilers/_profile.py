@@ -22,6 +22,7 @@ from profilers._ops import IsPinned
 from profilers._recorder import Recorder, totals_of
 from profilers._sites import UserCode
 from profilers._stats import SiteStats
+from profilers._user_fake import per_thread_kernel_flag
 from profilers._window import StepWindow
 from profilers.records import Site, Totals
 from profilers.report import Report
@@ -119,6 +120,7 @@ class Profile:
             _patches.patch_backward(stack, recorder)
             _patches.patch_tensor_factories(stack, recorder)
             _patches.patch_work_wait(stack, recorder)
+            per_thread_kernel_flag(stack)
             # What this thread runs inside while it counts: the mode, or the fast path's key.
             counts = per_thread()
             if self.options.steps is None:
