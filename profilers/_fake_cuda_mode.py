@@ -131,6 +131,9 @@ def _handles(*ops: Any) -> Callable[[Handler], Handler]:
 class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's, untyped
     """Runs ops on GPU tensors on fake tensors and the rest for real (see the module's text)."""
 
+    gpuwatch_kept_on_print = True
+    """On while a tensor prints: its values are the placeholders (profilers/_printing.py)."""
+
     def __init__(self, harness: Any) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.harness = harness

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from profilers._fake_cuda_apis import patch_printing
 from profilers._fake_cuda_build import (
     FakeCudaUnavailable,
     check_fake_cuda,
@@ -307,6 +308,7 @@ class FakeCuda:
             return t.to("cpu").tolist()
 
         _set(stack, self.fake_type, "tolist", tolist)
+        patch_printing(stack, self)
 
 
 def _set(stack: ExitStack, owner: Any, name: str, value: Any) -> None:
