@@ -35,7 +35,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from profilers._fake_cuda_apis import patch_printing
+from profilers._fake_cuda_apis import (
+    patch_memory,
+    patch_printing,
+    patch_rng,
+    patch_save,
+    patch_unsimulated,
+)
 from profilers._fake_cuda_build import (
     FakeCudaUnavailable,
     check_fake_cuda,
@@ -43,6 +49,7 @@ from profilers._fake_cuda_build import (
     guard_library,
     install_guard,
 )
+from profilers._fake_cuda_memory import FakeMemory
 from profilers._fake_cuda_mode import (
     FakeCudaMode,
     PinnedMemory,
@@ -94,6 +101,7 @@ class FakeCuda:
         self.placeholders = Placeholders()
         self.pinned = PinnedMemory()
         self.optimizers = Optimizers()
+        self.memory = FakeMemory(devices)
         self._stack: ExitStack | None = None
 
     # -- devices ----------------------------------------------------------------------------
@@ -282,13 +290,6 @@ class FakeCuda:
                     _set(stack, module, name, fn)
         # NB: FakeTensor's first CUDA tensor makes a real one to set up the CUDA context.
         _set(stack, fake_tensor, "init_gpu_context", lambda device: None)
-        for name, fn in {
-            "manual_seed": lambda seed: None,
-            "manual_seed_all": lambda seed: None,
-            "seed": lambda: None,
-            "seed_all": lambda: None,
-        }.items():
-            _set(stack, cuda, name, fn)
         _set(
             stack,
             nn.Module,
@@ -309,6 +310,10 @@ class FakeCuda:
 
         _set(stack, self.fake_type, "tolist", tolist)
         patch_printing(stack, self)
+        patch_save(stack, self)
+        patch_memory(stack, self)
+        patch_rng(stack, self)
+        patch_unsimulated(stack)
 
 
 def _set(stack: ExitStack, owner: Any, name: str, value: Any) -> None:

@@ -102,3 +102,104 @@ def test_printing_a_host_tensor_reads_nothing_from_the_gpu():
 
     r, _ = profiled(work)
     assert not [s for s in r.sites if s.line == line_of("host") and s.syncs.count]
+
+
+def test_torch_save_copies_each_tensor_to_the_host_and_loads_back(tmp_path):
+    path = tmp_path / "ckpt.pt"
+
+    def work():
+        model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)).to("cuda")
+        torch.save(model.state_dict(), path)  # @save
+
+    r, _ = profiled(work)
+    site = site_at(r, line_of("save"))
+    # 7 tensors: weight 12 + bias 4 + 4 x BatchNorm's 4 floats = 32 floats, + one int64 counter
+    assert site.d2h.counts() == copies(count=7, bytes=32 * 4 + 8, pageable=7)
+    assert site.syncs.by_cause == {"copy_to_host": 7}
+    loaded = torch.load(path, map_location="cpu")
+    assert {k: (tuple(v.shape), v.dtype) for k, v in loaded.items()} == {
+        "0.weight": ((4, 3), torch.float32),
+        "0.bias": ((4,), torch.float32),
+        "1.weight": ((4,), torch.float32),
+        "1.bias": ((4,), torch.float32),
+        "1.running_mean": ((4,), torch.float32),
+        "1.running_var": ((4,), torch.float32),
+        "1.num_batches_tracked": ((), torch.int64),
+    }
+    assert all(v.device.type == "cpu" and not v.any() for v in loaded.values())
+    with pytest.raises(RuntimeError, match="CUDA device"):  # a GPU checkpoint, as on a GPU
+        torch.load(path)
+
+
+def test_memory_statistics_answer_from_the_fake_gpu():
+    seen: dict[str, object] = {}
+
+    def work():
+        cuda = torch.cuda
+        a = torch.empty(1000, device="cuda")  # 4000 bytes: one 4096-byte block
+        b = torch.empty(10, device="cuda:1")  # 40 bytes: the 512-byte minimum block
+        view = a[:10]  # no new memory
+        c = a * 2
+        seen["peak"] = cuda.max_memory_allocated()
+        del c
+        seen["after_del"] = (cuda.memory_allocated(), cuda.memory_allocated(1))
+        cuda.reset_peak_memory_stats()
+        seen["reset"] = cuda.max_memory_allocated()
+        seen["reserved"] = cuda.memory_reserved()
+        seen["stats"] = cuda.memory_stats()["allocated_bytes.all.current"]
+        seen["info"] = cuda.mem_get_info()
+        del a
+        seen["view_holds"] = cuda.memory_allocated()
+        del view, b
+        seen["none"] = cuda.memory_allocated()
+        cuda.empty_cache()
+        seen["emptied"] = cuda.memory_reserved()
+        seen["summary"] = "CUDA memory summary" in cuda.memory_summary()
+
+    profiled(work, devices=2)
+    total = 80 * 1024**3
+    assert seen == {
+        "peak": 2 * 4096,
+        "after_del": (4096, 512),
+        "reset": 4096,
+        "reserved": 2 * 1024 * 1024,  # one 2 MiB segment
+        "stats": 4096,
+        "info": (total - 2 * 1024 * 1024, total),
+        "view_holds": 4096,  # the view keeps the storage
+        "none": 0,
+        "emptied": 0,
+        "summary": True,
+    }
+
+
+def test_rng_state_is_simulated_and_unsimulated_apis_say_so_in_one_line():
+    def work():
+        torch.manual_seed(1234)  # seeds every GPU, as on a GPU
+        state = torch.cuda.get_rng_state()
+        assert state.dtype == torch.uint8 and state.shape == (16,)
+        assert torch.cuda.initial_seed() == 1234
+        torch.cuda.manual_seed(7)
+        assert torch.cuda.initial_seed() == 7
+        torch.cuda.set_rng_state(state)
+        assert torch.cuda.initial_seed() == 1234
+        with torch.random.fork_rng(devices=[0]):
+            torch.cuda.manual_seed(99)
+        assert torch.cuda.initial_seed() == 1234
+        torch.cuda.nvtx.range_push("step")
+        with torch.cuda.nvtx.range("inner"):
+            pass
+        torch.cuda.nvtx.range_pop()
+        torch.cuda.ipc_collect()
+        with pytest.raises(
+            NotImplementedError, match=r"^gpuwatch --fake-cuda: torch\.cuda\.CUDAGraph"
+        ):
+            torch.cuda.CUDAGraph()
+        with pytest.raises(AttributeError) as err:
+            torch.cuda.memory_snapshot()
+        assert str(err.value).startswith(
+            "gpuwatch --fake-cuda: torch.cuda.memory.memory_snapshot() is not simulated"
+        )
+        assert "\n" not in str(err.value)
+
+    profiled(work)
+    assert "__getattr__" not in vars(torch._C)  # given back
