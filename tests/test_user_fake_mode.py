@@ -72,6 +72,16 @@ def test_a_copy_of_symbolic_size_is_counted_with_its_bytes_unknown():
     back = profilers.Report.from_dict(r.to_dict())
     assert back.totals.d2h.unknown_bytes == 1
     assert "unknown_bytes" not in back.totals.h2d.to_dict()  # absent where none
+    import io
+
+    from rich.console import Console
+
+    from gpuwatch.report.text import summary
+
+    out = io.StringIO()
+    Console(file=out, width=200).print(summary(r))
+    said = " ".join(out.getvalue().split())
+    assert "d2h GPU→host 2 32 B +1 of unknown size" in said  # the summary says it too
 
 
 def test_the_flag_is_given_back_when_the_profile_ends():
