@@ -1,5 +1,5 @@
 """The everyday CUDA API of a training script, on the fake GPU: printing and formatting its
-tensors, ``torch.save``, the memory statistics, the RNG state, CUDA graphs, NVTX ranges; and
+tensors, ``torch.save``, the memory statistics, the RNG state, NVTX ranges; and
 one line naming the API for what cannot be simulated."""
 
 from __future__ import annotations
@@ -136,27 +136,23 @@ def patch_memory(stack: ExitStack, harness: Any) -> None:
     set_attr(stack, torch.cuda, "cudart", lambda: _CudaRt(harness))
 
 
-DEFAULT_SEED = 67280421310721
-"""The seed a CUDA generator starts with (c10/core/GeneratorImpl.h, default_rng_seed_val)."""
-
-
 class FakeRng:
-    """``torch.cuda``'s RNG state per fake GPU: a CUDA generator's 16 bytes (the seed, then the
-    Philox offset). NB: the offset stays 0: random ops on a fake GPU draw no numbers."""
+    """``torch.cuda``'s RNG state per fake GPU, kept in ``torch.cuda.default_generators`` (the
+    fake GPU's generators: a CUDA generator's 16 bytes, the seed then the Philox offset)."""
 
     def __init__(self, harness: Any) -> None:
         self.harness = harness
-        self.seeds = [DEFAULT_SEED] * harness.devices
+
+    def _generator(self, device: Any = None) -> Any:
+        import torch.cuda
+
+        return torch.cuda.default_generators[_index(self.harness, device)]
 
     def get_rng_state(self, device: Any = "cuda") -> Any:
-        import torch
-
-        seed = self.seeds[_index(self.harness, device)]
-        return torch.tensor(list(seed.to_bytes(8, "little")) + [0] * 8, dtype=torch.uint8)
+        return self._generator(device).get_state()
 
     def set_rng_state(self, new_state: Any, device: Any = "cuda") -> None:
-        raw = bytes(new_state.to("cpu").tolist()[:8])
-        self.seeds[_index(self.harness, device)] = int.from_bytes(raw, "little")
+        self._generator(device).set_state(new_state)
 
     def get_rng_state_all(self) -> list[Any]:
         return [self.get_rng_state(i) for i in range(self.harness.devices)]
@@ -166,10 +162,11 @@ class FakeRng:
             self.set_rng_state(state, i)
 
     def manual_seed(self, seed: int) -> None:
-        self.seeds[self.harness.current_device()] = int(seed) & (2**64 - 1)
+        self._generator().manual_seed(int(seed) & (2**64 - 1))
 
     def manual_seed_all(self, seed: int) -> None:
-        self.seeds = [int(seed) & (2**64 - 1)] * self.harness.devices
+        for i in range(self.harness.devices):
+            self._generator(i).manual_seed(int(seed) & (2**64 - 1))
 
     def seed(self) -> None:
         import random
@@ -182,7 +179,7 @@ class FakeRng:
         self.manual_seed_all(random.getrandbits(63))
 
     def initial_seed(self) -> int:
-        return int(self.seeds[self.harness.current_device()])
+        return int(self._generator().initial_seed())
 
 
 def patch_rng(stack: ExitStack, harness: Any) -> None:
@@ -265,7 +262,7 @@ def _torch_cuda_caller() -> str:
 
 def patch_unsimulated(stack: ExitStack) -> None:
     """What the fake GPU does not simulate says so in one line naming the API and --fake-cuda
-    (``torch._C._cuda_*`` that a CPU build lacks; ``torch.cuda.CUDAGraph``; NVTX is kept)."""
+    (``torch._C._cuda_*`` that a CPU build lacks; NVTX is kept)."""
     import torch
     import torch.cuda
     import torch.cuda.nvtx
@@ -281,12 +278,4 @@ def patch_unsimulated(stack: ExitStack) -> None:
     if "__getattr__" not in vars(torch._C):
         set_attr(stack, torch._C, "__getattr__", __getattr__)
 
-    class CUDAGraph:
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            raise NotImplementedError(
-                "gpuwatch --fake-cuda: torch.cuda.CUDAGraph (capture and replay) is not "
-                "simulated on the fake GPU; run it on a GPU"
-            )
-
-    set_attr(stack, torch.cuda, "CUDAGraph", CUDAGraph)
     set_attr(stack, torch.cuda.nvtx, "_nvtx", FakeNvtx())

@@ -8,10 +8,13 @@ of a segment. The total is the simulated device's (``Properties.total_memory``).
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
+from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch.utils._pytree import tree_leaves
 
 BLOCK_BYTES = 512
@@ -121,3 +124,56 @@ class FakeMemory:
         out["oversize_allocations"] = {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
         out["oversize_segments"] = {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
         return out
+
+
+# -- placeholders and pinned memory ---------------------------------------------------------------
+
+
+@dataclass
+class Placeholders:
+    """What the script got back from the fake GPU that was not a real value."""
+
+    values: int = 0
+    """Scalars read on the host (``.item()``, ``float(t)``, ``bool(t)``, ``if t:``)."""
+    host_copies: int = 0
+    """Tensors copied to the host (``.cpu()``, ``.tolist()``, ``.numpy()`` after them): zeros."""
+    sizes: int = 0
+    """Outputs whose size depends on GPU values (``nonzero``, ``t[mask]``, ``unique``): every
+    element kept."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def note(self, kind: str) -> None:
+        with self._lock:
+            setattr(self, kind, getattr(self, kind) + 1)
+
+    def to_dict(self) -> dict[str, int]:
+        return {"values": self.values, "host_copies": self.host_copies, "sizes": self.sizes}
+
+
+class PinnedMemory:
+    """Host allocations made pinned (``pin_memory()``, ``pin_memory=True``, a non_blocking copy
+    to the host), by storage address; a freed allocation stops counting."""
+
+    def __init__(self) -> None:
+        self._by_ptr: dict[int, weakref.ref[Any]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        with self._lock:
+            self._by_ptr[ptr] = weakref.ref(storage, functools.partial(self._drop, ptr))
+        return t
+
+    def _drop(self, ptr: int, ref: weakref.ref[Any]) -> None:
+        with self._lock:
+            if self._by_ptr.get(ptr) is ref:
+                del self._by_ptr[ptr]
+
+    def __contains__(self, t: torch.Tensor) -> bool:
+        try:
+            ptr = t.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):
+            return False  # a tensor with no storage of its own (sparse, nested) is never pinned
+        ref = self._by_ptr.get(ptr)
+        return ref is not None and ref() is not None

@@ -3,11 +3,8 @@ real; values and sizes the host reads back from the fake GPU are placeholders, c
 
 from __future__ import annotations
 
-import functools
 import threading
-import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -40,59 +37,6 @@ def fake_tensor_mode() -> Any:
             self._kernel.on = on
 
     return PerThreadFakeTensorMode(allow_non_fake_inputs=True)
-
-
-# -- placeholders and pinned memory ---------------------------------------------------------------
-
-
-@dataclass
-class Placeholders:
-    """What the script got back from the fake GPU that was not a real value."""
-
-    values: int = 0
-    """Scalars read on the host (``.item()``, ``float(t)``, ``bool(t)``, ``if t:``)."""
-    host_copies: int = 0
-    """Tensors copied to the host (``.cpu()``, ``.tolist()``, ``.numpy()`` after them): zeros."""
-    sizes: int = 0
-    """Outputs whose size depends on GPU values (``nonzero``, ``t[mask]``, ``unique``): every
-    element kept."""
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def note(self, kind: str) -> None:
-        with self._lock:
-            setattr(self, kind, getattr(self, kind) + 1)
-
-    def to_dict(self) -> dict[str, int]:
-        return {"values": self.values, "host_copies": self.host_copies, "sizes": self.sizes}
-
-
-class PinnedMemory:
-    """Host allocations made pinned (``pin_memory()``, ``pin_memory=True``, a non_blocking copy
-    to the host), by storage address; a freed allocation stops counting."""
-
-    def __init__(self) -> None:
-        self._by_ptr: dict[int, weakref.ref[Any]] = {}
-        self._lock = threading.Lock()
-
-    def add(self, t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        ptr = storage.data_ptr()
-        with self._lock:
-            self._by_ptr[ptr] = weakref.ref(storage, functools.partial(self._drop, ptr))
-        return t
-
-    def _drop(self, ptr: int, ref: weakref.ref[Any]) -> None:
-        with self._lock:
-            if self._by_ptr.get(ptr) is ref:
-                del self._by_ptr[ptr]
-
-    def __contains__(self, t: torch.Tensor) -> bool:
-        try:
-            ptr = t.untyped_storage().data_ptr()
-        except (RuntimeError, NotImplementedError):
-            return False  # a tensor with no storage of its own (sparse, nested) is never pinned
-        ref = self._by_ptr.get(ptr)
-        return ref is not None and ref() is not None
 
 
 # -- the mode -------------------------------------------------------------------------------------
@@ -154,6 +98,17 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
+        graphs = self.harness.graphs
+        if graphs.busy:  # a CUDA graph capture or replay under way (_fake_cuda_graphs.py)
+            done, out = graphs.replayed(func)
+            if not done:
+                out = self.run(func, args, kwargs)
+            # NB: a graph replayed while another is captured is captured with it (a child graph)
+            graphs.recorded(func, args, kwargs, out, self.is_fake)
+            return out
+        return self.run(func, args, kwargs)
+
+    def run(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         handler = _HANDLERS.get(func)
         if handler is not None:
             return handler(self, func, args, kwargs)
@@ -184,6 +139,7 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         except DataDependentOutputException:
             returns = func._schema.returns
             if len(returns) == 1 and str(returns[0].type) in ("bool", "int", "float"):
+                self.harness.graphs.forbid(f"{func} (a GPU value read on the host)")
                 self.harness.placeholders.note("values")
                 return {"bool": False, "int": 0, "float": 0.0}[str(returns[0].type)]
             raise NotImplementedError(
@@ -222,6 +178,8 @@ def _to_copy(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[
     src = args[0]
     dst = _device_of(kwargs)
     if mode.is_fake(src) and dst is not None and dst.type == "cpu":
+        if not kwargs.get("non_blocking"):
+            mode.harness.graphs.forbid("a copy to the host")
         # NB: with non_blocking=True a copy to the host allocates pinned memory
         # (aten/src/ATen/native/TensorConversions.cpp).
         return mode.host_placeholder(
@@ -231,6 +189,8 @@ def _to_copy(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[
         )
     if dst is not None and dst.type == "cuda":
         mode.harness.check_device(dst)
+        if not mode.is_fake(src):
+            _h2d_capturable(mode, src, bool(kwargs.get("non_blocking")))
     elif not mode.is_fake(src):
         return func(*args, **kwargs)
     return mode.on_fake(func, args, kwargs)
@@ -239,12 +199,24 @@ def _to_copy(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[
 @_handles(_aten.copy_.default)
 def _copy_(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     dst, src = args[0], args[1]
+    non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking"))
     if mode.is_fake(dst):
+        if isinstance(src, torch.Tensor) and not mode.is_fake(src):
+            _h2d_capturable(mode, src, non_blocking)
         return mode.on_fake(func, args, kwargs)
     if mode.is_fake(src):  # to a real host tensor: the values are placeholders
+        if not (non_blocking and dst in mode.harness.pinned):
+            mode.harness.graphs.forbid("a copy to the host")
         mode.harness.placeholders.note("host_copies")
         return dst.zero_()
     return func(*args, **kwargs)
+
+
+def _h2d_capturable(mode: FakeCudaMode, src: torch.Tensor, non_blocking: bool) -> None:
+    # NB: a graph can hold a copy from pinned host memory (cudaMemcpyAsync, read at each
+    # replay); a blocking copy waits, and a copy from pageable memory is refused while capturing.
+    if src.device.type == "cpu" and not (non_blocking and src in mode.harness.pinned):
+        mode.harness.graphs.forbid("a copy to the GPU from pageable or blocking host memory")
 
 
 @_handles(_aten._local_scalar_dense.default)
@@ -252,6 +224,7 @@ def _item(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str
     t = args[0]
     if not mode.is_fake(t):
         return func(*args, **kwargs)
+    mode.harness.graphs.forbid(".item() (a GPU value read on the host)")
     mode.harness.placeholders.note("values")
     if t.dtype == torch.bool:
         return False
@@ -281,12 +254,17 @@ def _pin(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str,
 # Ops whose output size depends on the values: every element is kept (the largest output).
 
 
+def _sized_by_values(mode: FakeCudaMode, func: Any) -> None:
+    mode.harness.graphs.forbid(f"{func} (an output sized by GPU values)")
+    mode.harness.placeholders.note("sizes")
+
+
 @_handles(_aten.nonzero.default)
 def _nonzero(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     t = args[0]
     if not mode.is_fake(t):
         return func(*args, **kwargs)
-    mode.harness.placeholders.note("sizes")
+    _sized_by_values(mode, func)
     return mode.fake_empty((t.numel(), t.dim()), t, torch.long)
 
 
@@ -297,7 +275,7 @@ def _masked_select(
     t, mask = args[0], args[1]
     if not (mode.is_fake(t) or mode.is_fake(mask)):
         return func(*args, **kwargs)
-    mode.harness.placeholders.note("sizes")
+    _sized_by_values(mode, func)
     n = torch.Size(torch.broadcast_shapes(t.shape, mask.shape)).numel()  # type: ignore[no-untyped-call]
     return mode.fake_empty((n,), t if mode.is_fake(t) else mask, t.dtype)
 
@@ -307,7 +285,7 @@ def _unique(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[s
     t = args[0]
     if not mode.is_fake(t):
         return func(*args, **kwargs)
-    mode.harness.placeholders.note("sizes")
+    _sized_by_values(mode, func)
     names = [a.name for a in func._schema.arguments]
     given = dict(zip(names, args, strict=False)) | kwargs
     dim = given.get("dim")
@@ -329,7 +307,7 @@ def _repeat_interleave(
         return func(*args, **kwargs)
     size = kwargs.get("output_size")
     if size is None:
-        mode.harness.placeholders.note("sizes")
+        _sized_by_values(mode, func)
         size = repeats.numel()  # each element once: the repeat counts are GPU values
     return mode.fake_empty((size,), repeats, repeats.dtype)
 
@@ -359,7 +337,7 @@ def _index(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[st
         return func(*args, **kwargs)
     new, placeholder = _mask_indices(mode, indices, t)
     if placeholder:
-        mode.harness.placeholders.note("sizes")
+        _sized_by_values(mode, func)
     return mode.on_fake(func, (t, new, *args[2:]), kwargs)
 
 
@@ -372,6 +350,7 @@ def _index_put(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dic
         mode.is_fake(i) and i.dtype in (torch.bool, torch.uint8) for i in indices if i is not None
     ):
         # Which elements a GPU mask selects is a GPU value: the write is taken as done.
+        mode.harness.graphs.forbid(f"{func} with a GPU mask (an output sized by GPU values)")
         if func is _aten.index_put.default:
             return mode.on_fake(_aten.clone.default, (t,), {})
         return t

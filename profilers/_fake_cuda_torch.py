@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from profilers._fake_cuda_graphs import forbid_while_capturing
+
 DEVICE_NAME = "gpuwatch fake CUDA device"
 
 
@@ -46,7 +48,7 @@ class FakeEvent:
         return True
 
     def synchronize(self) -> None:
-        pass
+        forbid_while_capturing("torch.cuda.Event.synchronize()")
 
     def elapsed_time(self, end_event: Any) -> float:
         return 0.0
@@ -72,7 +74,7 @@ class FakeStream:
         return True
 
     def synchronize(self) -> None:
-        pass
+        forbid_while_capturing("torch.cuda.Stream.synchronize()")
 
     def __enter__(self) -> FakeStream:
         return self

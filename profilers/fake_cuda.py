@@ -49,13 +49,9 @@ from profilers._fake_cuda_build import (
     guard_library,
     install_guard,
 )
-from profilers._fake_cuda_memory import FakeMemory
-from profilers._fake_cuda_mode import (
-    FakeCudaMode,
-    PinnedMemory,
-    Placeholders,
-    fake_tensor_mode,
-)
+from profilers._fake_cuda_graphs import Graphs, forbid_while_capturing, patch_graphs_and_generators
+from profilers._fake_cuda_memory import FakeMemory, PinnedMemory, Placeholders
+from profilers._fake_cuda_mode import FakeCudaMode, fake_tensor_mode
 from profilers._fake_cuda_torch import (
     DEVICE_NAME,
     FakeEvent,
@@ -102,6 +98,7 @@ class FakeCuda:
         self.pinned = PinnedMemory()
         self.optimizers = Optimizers()
         self.memory = FakeMemory(devices)
+        self.graphs = Graphs()
         self._stack: ExitStack | None = None
 
     # -- devices ----------------------------------------------------------------------------
@@ -133,6 +130,8 @@ class FakeCuda:
             "devices": self.devices,
             "placeholders": self.placeholders.to_dict(),
         }
+        if self.graphs.captures or self.graphs.errors:  # CUDA graphs: what they did, and where
+            report.options["fake_cuda"]["graphs"] = self.graphs.to_dict()
         for entry in report.devices:
             if str(entry.get("device", "")).startswith("cuda"):
                 entry["name"] = DEVICE_NAME
@@ -239,7 +238,7 @@ class FakeCuda:
         harness = self
 
         def synchronize(device: Any = None) -> None:
-            pass
+            forbid_while_capturing("torch.cuda.synchronize()")
 
         def empty_cache() -> None:
             pass
@@ -312,6 +311,7 @@ class FakeCuda:
         patch_printing(stack, self)
         patch_save(stack, self)
         patch_memory(stack, self)
+        patch_graphs_and_generators(stack, self)
         patch_rng(stack, self)
         patch_unsimulated(stack)
 
