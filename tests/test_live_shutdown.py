@@ -130,3 +130,24 @@ def test_a_writer_thread_that_never_stops_cannot_keep_gpuwatch_from_exiting(tmp_
     assert proc.returncode == 0
     assert b"the terminal did not close within 5 s; exiting (the reports are written)" in screen
     assert b"\x1b[?1049l" in screen  # the alternate screen was left all the same
+
+
+def test_the_guard_ends_only_a_real_run_never_a_test_runners_process(monkeypatch):
+    import threading
+
+    from gpuwatch.app import signals
+
+    exits: list[int] = []
+    monkeypatch.setattr(signals.os, "_exit", exits.append)
+    monkeypatch.setattr(signals.signal, "signal", lambda *a: None)  # leave pytest's handlers
+    # Under App.run_test() nothing enables the guard: arming it starts no watcher at all.
+    idle = signals.ShutdownGuard(lambda: 3, bound_s=0.01)
+    idle.arm()
+    assert not any(t.name == "gpuwatch-shutdown" for t in threading.enumerate())
+    # A real run (run_restoring_signals enables it) that does not return in time is ended.
+    real = signals.ShutdownGuard(lambda: 3, bound_s=0.01)
+    real.enable()
+    real.arm()
+    watcher = next(t for t in threading.enumerate() if t.name == "gpuwatch-shutdown")
+    watcher.join(5)
+    assert exits == [3]

@@ -64,6 +64,9 @@ class ShutdownGuard:
         self.bound_s = bound_s
         self._returned = threading.Event()
         self._armed = False
+        self._enabled = False
+        """Only a real run (``run_restoring_signals``) may end the process: an app driven by
+        ``App.run_test()`` in a test runner's process must never ``os._exit`` it."""
         self._tty: tuple[int, Any] | None = None
         try:
             import termios
@@ -76,13 +79,17 @@ class ShutdownGuard:
 
     def arm(self) -> None:
         """From the app's ``on_unmount``, once the report is out (main thread)."""
-        if self._armed:
+        if self._armed or not self._enabled:
             return
         self._armed = True
         if threading.current_thread() is threading.main_thread():
             for signum in _TEXTUAL_SIGNALS:  # nothing left for them to redraw: see above
                 signal.signal(signum, signal.SIG_DFL)
         threading.Thread(target=self._watch, name="gpuwatch-shutdown", daemon=True).start()
+
+    def enable(self) -> None:
+        """The app is about to ``run()`` for real (not under a test's ``run_test()``)."""
+        self._enabled = True
 
     def returned(self) -> None:
         self._returned.set()
@@ -119,6 +126,8 @@ def run_restoring_signals(app: App[Any], guard: ShutdownGuard | None = None) -> 
     its loop closes), SIGCONT and SIGTSTP (Textual's) back as they were; ``guard`` learns that
     the app returned."""
     saved = {signum: signal.getsignal(signum) for signum in (*ENDING, *_TEXTUAL_SIGNALS)}
+    if guard is not None:
+        guard.enable()
     try:
         app.run()
     finally:

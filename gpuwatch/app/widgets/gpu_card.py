@@ -143,13 +143,19 @@ class GpuCard(Widget):
             self._titles = (title, subtitle)
             # NB: plain Content, not markup: a remote host's label is untrusted text.
             self.border_title, self.border_subtitle = Content(title), Content(subtitle)
+        # NB: a sample can land between the card's mount and its children's (seen under load):
+        # it is drawn by on_mount then, not lost and not an error.
         if self.compact:
-            compact = self.query_one("#compact", TextLines)
-            text = compact_line(g, self.size.width)
-            if compact.text != text:
-                compact.text = text
+            for compact in self.query("#compact").results(TextLines):
+                text = compact_line(g, self.size.width)
+                if compact.text != text:
+                    compact.text = text
             return
-        self.query_one(CardBody).show(g, self._history, self.graphs)
+        for body in self.query(CardBody):
+            body.show(g, self._history, self.graphs)
+
+    def on_mount(self) -> None:
+        self._redraw()
 
 
 def stats_text(g: GpuSample, width: int = 52) -> Text:
