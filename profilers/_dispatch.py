@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable
 from sys import _getframe
-from time import perf_counter as _perf_counter
+from time import perf_counter_ns as _ns
 from types import FrameType
 from typing import Any
 
@@ -29,6 +29,7 @@ from profilers._torch_private import (
     set_code_exec_strategy,
     set_eval_frame,
 )
+from profilers.timing.timeline import COMM, StepClock, charge_transfer, settle_op
 
 _current_node = current_node
 _set_eval_frame = set_eval_frame
@@ -124,6 +125,7 @@ def dispatch(
 ) -> Any:
     """``ProfilerMode.__torch_dispatch__``: the hot path, in one Python function (no calls of
     its own on the common path: each one costs about as much as a dict lookup)."""
+    t_in = _ns()  # NB: first, so that all of the hot path's own time is measured (timing/)
     prior = _set_eval_frame(None)
     if prior is not None:
         # Under torch.compile: dynamo's frame callback was set. It stays cleared while the op
@@ -138,6 +140,8 @@ def dispatch(
         info = recorder._info[func._name] = _op_info(func)
     name, classifier, call = info
     if name is None or not recorder.active:  # metadata ops skip everything, the frame too
+        if name is None and recorder.step_clock is not None:
+            return _metadata_timed(recorder, call, args, kwargs, t_in)
         return call(*args, **kwargs)
     if classifier is _DECOMPOSE:
         return _decomposed(mode, func, args, kwargs)
@@ -194,8 +198,14 @@ def dispatch(
     if entry is None:
         entry = ops[name] = [0, 0.0]
     entry[0] += 1
+    clock: StepClock | None = st.clock
     if classifier is not None and classifier.__class__ is CommRule:
-        return recorder.collective(site, entry, classifier, call, args, kwargs)
+        if clock is None:
+            return recorder.collective(site, entry, classifier, call, args, kwargs)
+        t_call = _ns()
+        out = recorder.collective(site, entry, classifier, call, args, kwargs)
+        settle_op(clock, site, t_in, t_call, _ns(), COMM)
+        return out
     ms = 0.0
     timed = None
     traced = recorder.trace_syncs
@@ -210,29 +220,64 @@ def dispatch(
             except Exception as exc:
                 recorder.internal_error(name, exc)
                 began = None
+            t_call = _ns()
             out = call(*args, **kwargs)
+            t_ret = _ns()
             if began is not None:
                 try:
                     timed = timer.end(began, entry)  # credited to entry[1] once the GPU is there
                 except Exception as exc:
                     recorder.internal_error(name, exc)
-        elif recorder.host_timing:
-            t = _perf_counter()
-            out = call(*args, **kwargs)
-            ms = (_perf_counter() - t) * 1000.0
-            entry[1] += ms
         else:
+            t_call = _ns()
             out = call(*args, **kwargs)
+            t_ret = _ns()
+            if recorder.host_timing:
+                ms = (t_ret - t_call) / 1e6
+                entry[1] += ms
     finally:
         if traced:
             st.op = None
+    if clock is not None:
+        # The host's time since the last event (less the profiler's cost outside this
+        # function) and the op's own run are the line's host work (profilers/timing/).
+        rec = clock.lines.get(site) or clock.line(site)
+        rec.launch_ns += t_in - clock.last_ns - clock.outside_ns + t_ret - t_call
+        clock.last_site = site
     if (classifier is not None or st.synced) and not st.in_comm:
         try:
-            recorder.account(site, classifier, args, kwargs, out, ms, timed, st.synced)
+            found = recorder.account(site, classifier, args, kwargs, out, ms, timed, st.synced)
+            if found is not None and clock is not None:
+                charge_transfer(clock, site, found, t_ret - t_call, t_call)
         except Exception as exc:
             recorder.internal_error(name, exc)
     if timed is not None:
         timer.queue(timed)  # type: ignore[union-attr]
+    if clock is not None:
+        t_out = _ns()
+        clock.own_ns += t_call - t_in + t_out - t_ret + clock.outside_ns
+        clock.ops += 1
+        clock.last_ns = t_out
+    return out
+
+
+def _metadata_timed(
+    recorder: Recorder, call: Callable[..., Any], args: tuple[Any, ...], kwargs: Any, t_in: int
+) -> Any:
+    """A metadata op (a view, ``detach``...) on the profile's thread: not charged to a line,
+    but the profiler's time on it is its own. NB: moving ``last_ns`` on by that time keeps it
+    out of the host work charged at the next op."""
+    st: ThreadState | None = getattr(recorder._tls, "s", None)
+    clock = None if st is None else st.clock
+    if clock is None:
+        return call(*args, **(kwargs or {}))
+    t_call = _ns()
+    out = call(*args, **(kwargs or {}))
+    t_ret = _ns()
+    own = t_call - t_in + clock.outside_ns + _ns() - t_ret
+    clock.own_ns += own
+    clock.last_ns += own
+    clock.ops += 1
     return out
 
 

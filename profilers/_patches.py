@@ -6,7 +6,8 @@
   reduce_add run in C++ (NCCL) below the dispatcher; the wrappers count their copies;
 * ``Tensor.backward``, ``torch.autograd.backward``/``grad``: remember the user's line, for the ops
   autograd's device threads run with no user frame;
-* GPU trace callbacks: explicit synchronize calls and stream/event syncs, on any thread.
+* explicit synchronize calls (timed on the step clock) or GPU trace callbacks;
+* a DataLoader iterator's ``__next__``: profilers/timing/inputs.py (input waits).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from profilers._torch_private import (
     set_only_lift_cpu_tensors,
     tensor_str,
 )
+from profilers.timing.timeline import COMM, SYNC
 
 #: The recorder of the profile running in this process (at most one).
 ACTIVE: Recorder | None = None
@@ -182,13 +184,14 @@ def patch_work_wait(stack: ExitStack, recorder: Recorder) -> None:
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not recorder.active:
             return original(self, *args, **kwargs)
-        t = time.perf_counter()
+        t = time.perf_counter_ns()
         try:
             return original(self, *args, **kwargs)
         finally:
             try:
-                ms = (time.perf_counter() - t) * 1000.0
-                recorder.waited(recorder.site_for(sys._getframe(1)), ms)
+                frame = sys._getframe(1)
+                recorder.waited(recorder.site_for(frame), (time.perf_counter_ns() - t) / 1e6)
+                recorder.timed_wait(frame, COMM, None, t, t, time.perf_counter_ns())
             except Exception as exc:  # never into user code
                 recorder.internal_error("Work.wait", exc)
 
@@ -197,27 +200,23 @@ def patch_work_wait(stack: ExitStack, recorder: Recorder) -> None:
 
 # -- torch.nn.parallel.comm ---------------------------------------------------------------------
 
-CommCounter = Callable[
-    [tuple[Any, ...], dict[str, Any], Any], Iterator[tuple[torch.Tensor, torch.Tensor, int]]
-]
+Pairs = Iterator[tuple[torch.Tensor, torch.Tensor, int]]
+"""(source, destination, bytes) of each copy a comm function made."""
+CommCounter = Callable[[tuple[Any, ...], dict[str, Any], Any], Pairs]
 
 
 def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], i: int, name: str) -> Any:
     return args[i] if len(args) > i else kwargs.get(name)
 
 
-def _broadcast(
-    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
-) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+def _broadcast(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
     src = _arg(args, kwargs, 0, "tensor")
     for copy in out:
         if copy.device != src.device:
             yield src, copy, src.nbytes
 
 
-def _broadcast_coalesced(
-    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
-) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+def _broadcast_coalesced(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
     tensors = list(_arg(args, kwargs, 0, "tensors"))
     if not tensors:
         return
@@ -227,17 +226,13 @@ def _broadcast_coalesced(
             yield tensors[0], per_device[0], nbytes  # one coalesced transfer per device
 
 
-def _reduce_add(
-    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
-) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+def _reduce_add(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
     for t in _arg(args, kwargs, 0, "inputs"):
         if t.device != out.device:
             yield t, out, t.nbytes
 
 
-def _reduce_add_coalesced(
-    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
-) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+def _reduce_add_coalesced(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
     if not out:
         return
     for group in _arg(args, kwargs, 0, "inputs"):
@@ -245,18 +240,14 @@ def _reduce_add_coalesced(
             yield group[0], out[0], sum(t.nbytes for t in group)
 
 
-def _scatter(
-    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
-) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+def _scatter(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
     src = _arg(args, kwargs, 0, "tensor")
     for chunk in out:
         if chunk.device != src.device:
             yield src, chunk, chunk.nbytes
 
 
-def _gather(
-    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
-) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+def _gather(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
     for t in _arg(args, kwargs, 0, "tensors"):
         if t.device != out.device:
             yield t, out, t.nbytes
@@ -328,13 +319,23 @@ def patch_explicit_syncs(stack: ExitStack, recorder: Recorder) -> None:
     def wrap(fn: Callable[..., Any], cause: str) -> Callable[..., Any]:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            enter, clock, site = time.perf_counter_ns(), None, None
             try:
                 if recorder.active and not recorder.own_sync:
                     site = recorder.site_for(sys._getframe(1))
                     recorder.apply(site, Transfer(None, sync=cause))
+                    clock = recorder.clock_here()
             except Exception as exc:  # never into user code: the call goes ahead uncounted
                 recorder.internal_error(fn.__qualname__, exc)
-            return fn(*args, **kwargs)
+            if clock is None:
+                return fn(*args, **kwargs)
+            start = time.perf_counter_ns()  # the time blocked goes to the line, as the sync's
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                end = time.perf_counter_ns()
+                clock.wait(site, SYNC, cause, enter, start, end, time.perf_counter_ns())
+                clock.line(site).syncs += 1
 
         return wrapper
 

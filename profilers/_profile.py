@@ -27,6 +27,9 @@ from profilers._user_fake import per_thread_kernel_flag
 from profilers._window import StepWindow
 from profilers.records import Site, Totals
 from profilers.report import Report
+from profilers.timing.calibrate import start_clock
+from profilers.timing.inputs import patch_input
+from profilers.timing.verdict import time_section
 
 _ENTER_LOCK = threading.Lock()
 
@@ -54,6 +57,9 @@ class Options:
     """Use PyTorch's GPU trace callbacks for syncs (adds syncs inside ops no rule explains, at a
     cost per CUDA event for the rest of the process); off: explicit synchronize calls and the
     printing of GPU tensors are caught at their Python entry points."""
+    time_steps: int = 64
+    """Where each step's time goes (profilers/timing/): the newest steps kept in full (the run's
+    sums cover all of them); 0: not measured. Not with ``steps`` (a window)."""
 
 
 class Profile:
@@ -73,6 +79,7 @@ class Profile:
         self._thread: int | None = None
         self._started = 0.0
         self._duration_s: float | None = None
+        self._ended_ns: int | None = None
         self.started_at: str | None = None
 
     @property
@@ -125,8 +132,12 @@ class Profile:
             self._gpu_questions = GpuQuestions(recorder)
             self._gpu_questions.install(stack)
             per_thread_kernel_flag(stack)
+            if self.options.time_steps > 0 and self.options.steps is None:
+                patch_input(stack, recorder, _patches.set_attr)
             # What this thread runs inside while it counts: the mode, or the fast path's key.
             counts = per_thread()
+            if self.options.time_steps > 0 and self.options.steps is None:
+                recorder.step_clock = start_clock(recorder, self.options.time_steps)
             if self.options.steps is None:
                 _patches.count_steps(stack, recorder)
                 stack.enter_context(counts)
@@ -151,6 +162,7 @@ class Profile:
             raise RuntimeError("a profile must be left on the thread that entered it")
         recorder = self._recorder
         assert recorder is not None and self._stack is not None
+        self._ended_ns = time.perf_counter_ns()
         try:
             self._stack.close()
         finally:
@@ -266,7 +278,15 @@ class Profile:
             gpu_fallback=self._gpu_questions.fallback(devices)
             if self._gpu_questions is not None
             else None,
+            time=self._time(recorder),
         )
+
+    def _time(self, recorder: Recorder) -> dict[str, Any] | None:
+        clock = recorder.step_clock
+        if clock is None:
+            return None
+        now = self._ended_ns if self._ended_ns is not None else time.perf_counter_ns()
+        return time_section(clock, now)
 
 
 def _window_steps(window: StepWindow, seen: dict[str, Any] | None) -> dict[str, Any]:
@@ -335,6 +355,7 @@ def profile(
     is_pinned: IsPinned | None = None,
     cuda: CudaApi | None = None,
     steps: tuple[int, int | None] | None = None,
+    time_steps: int = 64,
 ) -> Profile:
     """Count copies, syncs and kernel time of the code run inside ``with profile() as prof:``.
 
@@ -362,6 +383,8 @@ def profile(
         steps: ``(A, B)``: profile steps A to B-1 only (B None: to the end), a step ended by
             each ``optimizer.step()`` or ``profilers.step()`` on this thread; outside them the
             dispatch mode is off the stack and the code runs at full speed.
+        time_steps: where each step's time goes (``report.time``): the newest steps kept in
+            full; 0: not measured (nor with ``steps``).
 
     A profile runs once; profiles cannot be nested. Leaving the block, also by an exception,
     restores every patch and the dispatch mode.
@@ -375,5 +398,6 @@ def profile(
         trace_syncs=trace_syncs,
         steps=steps,
         count_ops=count_ops,
+        time_steps=time_steps,
     )
     return Profile(opts, is_pinned=is_pinned, cuda=cuda)

@@ -22,6 +22,7 @@ from profilers._sites import UNKNOWN, UserCode
 from profilers._stats import MAX_STACKS, Counters, SiteStats
 from profilers._threads import ThreadState, ThreadStates
 from profilers._torch_private import BACKWARD_NODES
+from profilers.timing.timeline import StepClock
 
 
 class Recorder:
@@ -94,6 +95,8 @@ class Recorder:
         """Steps ended, by how they were told (see step())."""
         self.internal_errors: dict[str, list[Any]] = {}
         """op -> [count, first error]: ops whose copies and syncs could not be counted."""
+        self.step_clock: StepClock | None = None
+        """Where the time of each step goes, on the profile's own thread (None: not measured)."""
 
     def internal_error(self, op: str, exc: BaseException) -> None:
         """Notes that the profiler failed on ``op`` (the op itself still ran, untouched)."""
@@ -172,20 +175,24 @@ class Recorder:
         ms: float,
         timed: list[Any] | None,
         synced: bool,
-    ) -> None:
+    ) -> Transfer | list[Transfer] | None:
         """An op that may copy or sync: what its rule finds, else ``other`` when the GPU trace
-        saw it make the host wait (``synced``) and no rule explains why."""
+        saw it make the host wait (``synced``) and no rule explains why. Returns what it
+        counted (the step clock charges the op's time by it)."""
         if classifier is not None:
             transfer = classifier(args, kwargs, out, self.is_pinned)
             if isinstance(transfer, list):
                 for i, t in enumerate(transfer):  # the op's time goes with its first part
                     self.apply(site, t, ms if i == 0 else 0.0, timed if i == 0 else None)
-                return
+                return transfer
             if transfer is not None:
                 self.apply(site, transfer, ms, timed)
-                return
+                return transfer
         if synced:
-            self.apply(site, Transfer(None, sync=OTHER))
+            found = Transfer(None, sync=OTHER)
+            self.apply(site, found)
+            return found
+        return None
 
     def apply(
         self, site: SiteStats, t: Transfer, ms: float = 0.0, timed: list[Any] | None = None
@@ -249,6 +256,10 @@ class Recorder:
 
     def step(self, source: str) -> None:
         """A step ended (``optimizer``: an optimizer's step; ``manual``: profilers.step())."""
+        clock = self.step_clock
+        if clock is not None and getattr(self._tls, "s", None) is not None:
+            if self._tls.s.clock is clock:  # a step ended by the profile's own thread
+                clock.close(time.perf_counter_ns())
         with self._lock:
             self._steps[source] = self._steps.get(source, 0) + 1
             self.step_ends.append((sum(self._steps.values()) - 1, self.clock() - self.t0))
@@ -266,6 +277,27 @@ class Recorder:
     def waited(self, site: SiteStats, ms: float) -> None:
         """``work.wait()`` took ``ms`` at ``site``."""
         site.comm.wait_ms += ms
+
+    def clock_here(self) -> StepClock | None:
+        """The step clock when the calling thread is the profile's own, else None."""
+        st: ThreadState | None = getattr(self._tls, "s", None)
+        return None if st is None else st.clock
+
+    def timed_wait(
+        self,
+        frame: FrameType | None,
+        kind: str,
+        cause: str | None,
+        enter_ns: int,
+        start_ns: int,
+        end_ns: int,
+    ) -> None:
+        """A wait the mode's hot path never sees (a loader's ``__next__``, ``work.wait()``, an
+        explicit synchronize), charged to the user line of ``frame`` on the step clock."""
+        clock = self.clock_here()
+        if clock is not None:
+            site = self.site_for(frame)
+            clock.wait(site, kind, cause, enter_ns, start_ns, end_ns, time.perf_counter_ns())
 
     # -- syncs the dispatcher never sees --------------------------------------------------------
 

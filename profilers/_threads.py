@@ -33,6 +33,7 @@ class ThreadState:
         "bw_node",
         "bw_ops",
         "bw_site",
+        "clock",
         "fwd",
         "fwd_site",
         "in_comm",
@@ -51,6 +52,8 @@ class ThreadState:
         """The op running on this thread now (for sync callbacks that fire inside it)."""
         self.synced = False
         self.in_comm = 0
+        self.clock: Any = None
+        """The step clock (profilers/timing/timeline.py), on the profile's own thread only."""
         # NB: the site of the last op's calling frame. Holding the frame keeps it (and so its
         # locals) alive until the next op or the end of the profile; in exchange, ops called
         # from the same frame and line skip the walk up the stack.
@@ -86,6 +89,7 @@ class ThreadState:
         self.op = None
         self.synced = False
         self.in_comm = 0
+        self.clock = None
         self.fwd = ([], [], [])
         self.fwd_site = None
 

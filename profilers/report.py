@@ -62,6 +62,10 @@ class Report:
     (``answer``) and ran no op on one: the run says nothing of what it does on a GPU."""
     missing_ranks: list[int] | None = None
     """In a merged report: ranks of the world with no report (a rank that crashed unseen)."""
+    time: dict[str, Any] | None = None
+    """Where each step's time went (profilers/timing/verdict.py ``time_section``): the run's
+    and the newest steps' wall time, host time by cause and line, the profiler's own time taken
+    out, and the verdict; None where not measured (a merged report, a --steps window)."""
 
     @property
     def counts_ops(self) -> bool:
@@ -113,6 +117,7 @@ class Report:
             **({"ranks": self.ranks} if self.ranks is not None else {}),
             **({"missing_ranks": self.missing_ranks} if self.missing_ranks else {}),
             **({"gpu_fallback": self.gpu_fallback} if self.gpu_fallback else {}),
+            **({"time": self.time} if self.time is not None else {}),
         }
 
     def to_json(self) -> str:
@@ -155,6 +160,7 @@ class Report:
                 ranks=[int(r) for r in d["ranks"]] if d.get("ranks") is not None else None,
                 missing_ranks=[int(r) for r in d.get("missing_ranks") or []] or None,
                 gpu_fallback=dict(d["gpu_fallback"]) if d.get("gpu_fallback") else None,
+                time=_time(d.get("time")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ReportFormatError(
@@ -188,6 +194,14 @@ def _steps(v: Any) -> dict[str, Any] | None:
         out["window"] = [int(x) for x in v["window"]]
         out["seen"] = int(v.get("seen", 0))
     return out
+
+
+def _time(v: Any) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict) or not isinstance(v.get("run"), dict):
+        raise ValueError("time must be an object with a run")
+    return dict(v)
 
 
 def _opt_int(v: Any) -> int | None:

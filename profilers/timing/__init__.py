@@ -1,0 +1,17 @@
+"""Where each step's time goes: the host timeline, the GPU's idle time charged to its cause and
+line, and the verdict (the "Time" vocabulary of the design).
+
+* :mod:`profilers.timing.timeline`: the records (named, ``__slots__``) and :class:`StepClock`, the
+  per-step accumulator the hot path writes into: host time per (step, line, cause), the waits as
+  intervals, the profiler's own time apart;
+* :mod:`profilers.timing.idle`: GPU busy/idle from op intervals on a device's streams, and each idle
+  interval charged to one cause and one line (pure; exact on synthetic timelines);
+* :mod:`profilers.timing.verdict`: shares and the verdict of a step or the run, and the JSON of
+  the report's ``time`` section (no torch: renderers use it on a saved report);
+* :mod:`profilers.timing.calibrate`: the profiler's own cost per op outside its hot path,
+  measured when a profile starts (imports torch).
+
+Nothing here imports gpuwatch or prints.
+"""
+
+from __future__ import annotations

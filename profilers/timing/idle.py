@@ -1,0 +1,137 @@
+"""The GPU half of a step: busy time (the union of the ops' intervals on all of a device's
+streams) and idle time (the rest of the step), each idle nanosecond charged to one cause and one
+line. Pure: exact on synthetic timelines (tests/test_time_idle.py).
+
+The rule (the design's "charging idle time", made precise): an idle interval ``[a, b)`` ends
+when the next op starts on the GPU (or the step ends); the GPU was idle because that op was not
+queued yet, so the interval goes to what the host was doing meanwhile:
+
+* the parts the host spent in a wait (:class:`~profilers.timing.timeline.HostInterval`: input,
+  sync, copy, collective) go to that wait's cause and line;
+* the host's Python right after a wait that ended inside the interval, or when it began (a sync
+  returns as the GPU drains), goes to that wait too. NB: a sync drains the queue, and the GPU
+  then idles until the host has queued work again: that refill is the sync's cost, not the
+  code that happens to run after it (so too after an input wait or a blocking copy);
+* any other host time goes to ``launch``, at the line of the op that ends the interval (the op
+  queued while the queue was empty); at the step's end, with no op to come, to
+  :data:`END_OF_STEP`.
+
+Host and GPU times share one clock (ns); on a GPU the device's are placed on it through an event
+recorded at a known host time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from profilers.timing.timeline import LAUNCH, WAITS, HostInterval
+
+END_OF_STEP = "(end of step)"
+
+
+class GpuInterval:
+    """One op on a device: ``[start_ns, end_ns)`` on the host's clock, its stream, the line
+    (``file:line``) that launched it."""
+
+    __slots__ = ("end_ns", "site", "start_ns", "stream")
+
+    def __init__(self, start_ns: int, end_ns: int, stream: int, site: str) -> None:
+        self.start_ns = start_ns
+        self.end_ns = end_ns
+        self.stream = stream
+        self.site = site
+
+
+def busy_intervals(ops: list[GpuInterval], start_ns: int, end_ns: int) -> list[tuple[int, int]]:
+    """The union of the ops' intervals within ``[start_ns, end_ns)``, sorted and disjoint."""
+    spans = sorted(
+        (max(o.start_ns, start_ns), min(o.end_ns, end_ns))
+        for o in ops
+        if o.end_ns > start_ns and o.start_ns < end_ns
+    )
+    out: list[tuple[int, int]] = []
+    for a, b in spans:
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _charge_gap(
+    a: int,
+    b: int,
+    next_site: str,
+    waits: list[HostInterval],
+    slack_ns: int,
+    add: Any,
+) -> None:
+    """Charges the idle interval ``[a, b)`` (``waits`` sorted by start)."""
+    t = a
+    refill: HostInterval | None = None
+    for w in waits:
+        if w.end_ns < a - slack_ns or w.start_ns >= b:
+            continue
+        s, e = max(w.start_ns, a), min(w.end_ns, b)
+        if s > t:  # host Python before this wait
+            if refill is not None:
+                add(refill.kind, refill.cause, refill.site, s - t)
+            else:
+                add(LAUNCH, None, next_site, s - t)
+        if e > max(s, t):
+            add(w.kind, w.cause, w.site, e - max(s, t))
+        t = max(t, e)
+        refill = w
+    if b > t:
+        if refill is not None:
+            add(refill.kind, refill.cause, refill.site, b - t)
+        else:
+            add(LAUNCH, None, next_site, b - t)
+
+
+def charge(
+    start_ns: int,
+    end_ns: int,
+    ops: list[GpuInterval],
+    waits: list[HostInterval],
+    slack_ns: int = 0,
+) -> dict[str, Any]:
+    """Busy and idle time of the step ``[start_ns, end_ns)`` on one device, the idle time by
+    cause and by (cause, line). ``slack_ns``: how long before an idle interval a wait may have
+    ended and still be the one the GPU drained for (host and GPU clocks agree to about that).
+
+    Returns ``{"measured", "busy_ms", "idle_ms": {cause: ms}, "idle_total_ms", "idle_lines":
+    [{"site", "cause", "sync_cause", "ms"}]}``; the parts add up to the idle time exactly.
+    """
+    busy = busy_intervals(ops, start_ns, end_ns)
+    starts = sorted((o.start_ns, o.site) for o in ops)
+    by_line: dict[tuple[str, str, str | None], int] = {}
+    totals = dict.fromkeys((*WAITS, LAUNCH), 0)
+    ordered = sorted(waits, key=lambda w: w.start_ns)
+
+    def add(kind: str, cause: str | None, site: str, ns: int) -> None:
+        totals[kind] += ns
+        key = (kind, site, cause)
+        by_line[key] = by_line.get(key, 0) + ns
+
+    t = start_ns
+    for a, b in [*busy, (end_ns, end_ns)]:
+        if a > t:
+            following = [site for s, site in starts if s >= a]
+            next_site = following[0] if following and a < end_ns else END_OF_STEP
+            _charge_gap(t, a, next_site, ordered, slack_ns, add)
+        t = max(t, b)
+    busy_ns = sum(b - a for a, b in busy)
+    lines = sorted(by_line.items(), key=lambda kv: kv[1], reverse=True)
+    return {
+        "measured": "measured",
+        "busy_ms": busy_ns / 1e6,
+        "idle_total_ms": (end_ns - start_ns - busy_ns) / 1e6,
+        "idle_ms": {k: v / 1e6 for k, v in totals.items()},
+        "idle_lines": [
+            {"site": site, "cause": kind, "sync_cause": cause, "ms": ns / 1e6}
+            for (kind, site, cause), ns in lines
+        ],
+    }

@@ -1,0 +1,400 @@
+"""The host timeline of a profiled run: per step, where the host's time went, per line and cause.
+
+The clock is ``time.perf_counter_ns`` throughout (integers: no rounding drift over long runs).
+What one step holds, and what a later replay (issue 26) reads:
+
+* :class:`LineTime`: per line, nanoseconds by cause: ``launch`` (the user's Python and the ops it
+  ran, i.e. the host work between waits), ``input`` (inside a DataLoader iterator's
+  ``__next__``), ``sync`` (blocked in a sync, also by sync cause), ``copy`` (in a blocking copy),
+  ``comm`` (in a collective or ``work.wait()``); with the counts a CUDA-graph capture cares
+  about (syncs, host reads, pageable copies);
+* :class:`HostInterval`: each wait as an interval on the host clock, with its cause and line (the
+  newest :data:`MAX_WAITS` per step: the replay's blocking points, and the trace's slices);
+* :class:`StepTime`: one closed step: its bounds, its lines, its waits, the profiler's own time
+  and the number of ops it ran.
+
+:class:`StepClock` is what the hot path writes into, for the thread that entered the profile (the
+thread whose wall time a step is). Every host nanosecond of a step lands in exactly one place:
+a line's cause, or the profiler's own time. The parts add up to the step's wall time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+INPUT = "input"
+SYNC = "sync"
+COPY = "copy"
+COMM = "comm"
+LAUNCH = "launch"
+WAITS = (INPUT, SYNC, COPY, COMM)
+"""Causes where the host waits (on the GPU, the loader or the other ranks)."""
+CAUSES = (*WAITS, LAUNCH)
+
+UNATTRIBUTED = "(between counted ops)"
+"""The line of host work on the fast path (``--no-kernel-timing``), which sees only the ops
+that copy, sync or communicate: the Python between them has no line there."""
+
+MAX_WAITS = 256
+"""Wait intervals kept per step (the newest; the rest are still in the sums)."""
+
+MAX_LINES = 12
+"""Lines kept per closed step (the costliest; the rest summed as ``(other lines)``)."""
+
+OTHER_LINES = "(other lines)"
+
+
+class LineTime:
+    """Host nanoseconds of one line, by cause, and what would stop a CUDA graph capture there."""
+
+    __slots__ = (
+        "comm_ns",
+        "copy_ns",
+        "host_reads",
+        "input_ns",
+        "launch_ns",
+        "pageable",
+        "sync_causes",
+        "sync_ns",
+        "syncs",
+    )
+
+    def __init__(self) -> None:
+        self.launch_ns = 0
+        self.input_ns = 0
+        self.sync_ns = 0
+        self.copy_ns = 0
+        self.comm_ns = 0
+        self.sync_causes: dict[str, int] = {}
+        """Sync cause -> nanoseconds blocked."""
+        self.syncs = 0
+        self.host_reads = 0
+        """Syncs that read a value back to the host (``.item()``, a copy to the host)."""
+        self.pageable = 0
+        """Copies to or from pageable host memory."""
+
+    def ns(self, cause: str) -> int:
+        value: int = getattr(self, f"{cause}_ns")
+        return value
+
+    @property
+    def total_ns(self) -> int:
+        return self.launch_ns + self.input_ns + self.sync_ns + self.copy_ns + self.comm_ns
+
+    def merge(self, other: LineTime) -> None:
+        self.launch_ns += other.launch_ns
+        self.input_ns += other.input_ns
+        self.sync_ns += other.sync_ns
+        self.copy_ns += other.copy_ns
+        self.comm_ns += other.comm_ns
+        for cause, ns in other.sync_causes.items():
+            self.sync_causes[cause] = self.sync_causes.get(cause, 0) + ns
+        self.syncs += other.syncs
+        self.host_reads += other.host_reads
+        self.pageable += other.pageable
+
+    def copy(self) -> LineTime:
+        out = LineTime()
+        out.merge(self)
+        return out
+
+
+class HostInterval:
+    """One wait of the host: ``kind`` (a cause of :data:`WAITS`), ``cause`` (the sync's cause,
+    else None), the line (``file:line``) and its bounds on the host clock."""
+
+    __slots__ = ("cause", "end_ns", "kind", "site", "start_ns")
+
+    def __init__(self, kind: str, cause: str | None, site: str, start_ns: int, end_ns: int):
+        self.kind = kind
+        self.cause = cause
+        self.site = site
+        self.start_ns = start_ns
+        self.end_ns = end_ns
+
+
+class StepTime:
+    """A closed step: ``[start_ns, end_ns)`` on the host clock, its lines (``file:line`` ->
+    :class:`LineTime`), its newest waits, the profiler's own time in it and its op count."""
+
+    __slots__ = ("end_ns", "lines", "ops", "own_ns", "start_ns", "step", "waits", "waits_dropped")
+
+    def __init__(
+        self,
+        step: int,
+        start_ns: int,
+        end_ns: int,
+        lines: dict[str, LineTime],
+        own_ns: int,
+        ops: int,
+        waits: list[HostInterval],
+        waits_dropped: int = 0,
+    ) -> None:
+        self.step = step
+        self.start_ns = start_ns
+        self.end_ns = end_ns
+        self.lines = lines
+        self.own_ns = own_ns
+        self.ops = ops
+        self.waits = waits
+        self.waits_dropped = waits_dropped
+
+    @property
+    def wall_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+def site_key(site: Any) -> str:
+    """``file:line`` of a line's accumulator (the key the report's timeline uses too)."""
+    if site is None:
+        return UNATTRIBUTED
+    return f"{site.file}:{site.line}"
+
+
+class StepClock:
+    """The host timeline of the profile's thread, written by the hot path.
+
+    Per op (profilers/_dispatch.py, inlined there): the host time since the previous event, less
+    the profiler's calibrated cost outside its hot path (``outside_ns``), plus the op's own run,
+    goes to the op's line as ``launch``; the hot path's own time goes to ``own_ns``. A wait
+    (:meth:`wait`) charges the time before it the same way and its own length to its cause.
+
+    Args:
+        start_ns: when the first step began (the profile's start).
+        keep: closed steps kept (the newest); older ones are in the run's sums only.
+        outside_ns: the profiler's cost per op that its hot path cannot see (calibrated).
+        lines_measured: False on the fast path: host work between counted ops has no line.
+    """
+
+    __slots__ = (
+        "last_ns",
+        "last_site",
+        "lines",
+        "lines_measured",
+        "ops",
+        "outside_ns",
+        "own_ns",
+        "run_lines",
+        "run_ops",
+        "run_own_ns",
+        "start_ns",
+        "steps",
+        "steps_closed",
+        "waits",
+        "waits_dropped",
+    )
+
+    def __init__(
+        self, start_ns: int, keep: int = 64, outside_ns: int = 0, lines_measured: bool = True
+    ) -> None:
+        self.start_ns = start_ns
+        self.last_ns = start_ns
+        """When the host's time was last charged (the end of the last op or wait)."""
+        self.last_site: Any = None
+        self.outside_ns = outside_ns
+        self.lines_measured = lines_measured
+        self.lines: dict[Any, LineTime] = {}
+        """The open step's lines, keyed by the line's accumulator (identity: no string per op)."""
+        self.own_ns = 0
+        self.ops = 0
+        self.waits: deque[HostInterval] = deque(maxlen=MAX_WAITS)
+        self.waits_dropped = 0
+        self.steps: deque[StepTime] = deque(maxlen=max(1, keep))
+        self.steps_closed = 0
+        self.run_lines: dict[str, LineTime] = {}
+        self.run_own_ns = 0
+        self.run_ops = 0
+
+    def line(self, site: Any) -> LineTime:
+        """The open step's record of ``site`` (made on its first use in the step)."""
+        found = self.lines.get(site)
+        if found is None:
+            found = self.lines[site] = LineTime()
+        return found
+
+    def wait(
+        self,
+        site: Any,
+        kind: str,
+        cause: str | None,
+        enter_ns: int,
+        start_ns: int,
+        end_ns: int,
+        exit_ns: int,
+    ) -> LineTime:
+        """A wait of the host at ``site`` outside an op's hot path (or an op on the fast path):
+        the profiler's wrapper ran from ``enter_ns`` to ``exit_ns``, the wait itself from
+        ``start_ns`` to ``end_ns``."""
+        gap = enter_ns - self.last_ns
+        launch_site = site if self.lines_measured else None
+        if gap > 0:
+            self.line(launch_site).launch_ns += gap
+        rec = self.line(site)
+        waited = end_ns - start_ns
+        self.charge(rec, kind, cause, waited)
+        self.own_ns += (start_ns - enter_ns) + (exit_ns - end_ns)
+        self.note_wait(kind, cause, site, start_ns, end_ns)
+        self.last_ns = exit_ns
+        self.last_site = launch_site
+        return rec
+
+    def charge(self, rec: LineTime, kind: str, cause: str | None, ns: int) -> None:
+        """Adds ``ns`` of ``kind`` (and, for a sync, of its ``cause``) to ``rec``."""
+        if kind == SYNC:
+            rec.sync_ns += ns
+            key = cause or "other"
+            rec.sync_causes[key] = rec.sync_causes.get(key, 0) + ns
+        elif kind == COPY:
+            rec.copy_ns += ns
+        elif kind == INPUT:
+            rec.input_ns += ns
+        elif kind == COMM:
+            rec.comm_ns += ns
+        else:
+            rec.launch_ns += ns
+
+    def moved(self, site: Any, kind: str, cause: str | None, ns: int, start_ns: int) -> None:
+        """The op just charged to ``site`` as launch was a wait of ``kind`` (a sync, a
+        blocking copy, a collective) that took ``ns`` from ``start_ns``: move its time."""
+        rec = self.line(site)
+        rec.launch_ns -= ns
+        self.charge(rec, kind, cause, ns)
+        self.note_wait(kind, cause, site, start_ns, start_ns + ns)
+
+    def note_wait(self, kind: str, cause: str | None, site: Any, start_ns: int, end: int) -> None:
+        if len(self.waits) == MAX_WAITS:
+            self.waits_dropped += 1
+        key = site if isinstance(site, str) else site_key(site)
+        self.waits.append(HostInterval(kind, cause, key, start_ns, end))
+
+    def close(self, now_ns: int) -> StepTime:
+        """Ends the open step at ``now_ns`` (the host work since the last event goes to the
+        last line), keeps it and adds it to the run's sums."""
+        gap = now_ns - self.last_ns
+        if gap > 0:
+            self.line(self.last_site).launch_ns += gap
+        lines = _by_key(self.lines)
+        for key, rec in lines.items():
+            into = self.run_lines.get(key)
+            if into is None:
+                self.run_lines[key] = rec.copy()
+            else:
+                into.merge(rec)
+        step = StepTime(
+            self.steps_closed,
+            self.last_step_end(),
+            now_ns,
+            _costliest(lines),
+            self.own_ns,
+            self.ops,
+            list(self.waits),
+            self.waits_dropped,
+        )
+        self.steps.append(step)
+        self.steps_closed += 1
+        self.run_own_ns += self.own_ns
+        self.run_ops += self.ops
+        self.lines = {}
+        self.own_ns = self.ops = self.waits_dropped = 0
+        self.waits = deque(maxlen=MAX_WAITS)
+        self.last_ns = now_ns
+        return step
+
+    def last_step_end(self) -> int:
+        return self.steps[-1].end_ns if self.steps else self.start_ns
+
+    def run(self, now_ns: int) -> StepTime:
+        """The whole run so far, the open step included (nothing is changed): ``step`` is the
+        number of steps closed."""
+        lines = {k: v.copy() for k, v in self.run_lines.items()}
+        open_lines = _by_key(self.lines)
+        tail = now_ns - self.last_ns
+        if tail > 0:
+            key = site_key(self.last_site)
+            open_lines.setdefault(key, LineTime()).launch_ns += tail
+        for key, rec in open_lines.items():
+            lines.setdefault(key, LineTime()).merge(rec)
+        return StepTime(
+            self.steps_closed,
+            self.start_ns,
+            now_ns,
+            lines,
+            self.run_own_ns + self.own_ns,
+            self.run_ops + self.ops,
+            [],
+        )
+
+
+def _by_key(lines: dict[Any, LineTime]) -> dict[str, LineTime]:
+    """Lines keyed by ``file:line`` (two accumulators of one line, e.g. a borrowed backward
+    site, are summed)."""
+    out: dict[str, LineTime] = {}
+    for site, rec in list(lines.items()):
+        key = site_key(site)
+        found = out.get(key)
+        if found is None:
+            out[key] = rec.copy()
+        else:
+            found.merge(rec)
+    return out
+
+
+def _costliest(lines: dict[str, LineTime]) -> dict[str, LineTime]:
+    """The :data:`MAX_LINES` costliest lines, the rest summed as :data:`OTHER_LINES` (a step's
+    record stays small however many lines ran)."""
+    if len(lines) <= MAX_LINES:
+        return lines
+    ranked = sorted(lines.items(), key=lambda kv: kv[1].total_ns, reverse=True)
+    kept = dict(ranked[: MAX_LINES - 1])
+    rest = LineTime()
+    for _key, rec in ranked[MAX_LINES - 1 :]:
+        rest.merge(rec)
+    kept[OTHER_LINES] = rest
+    return kept
+
+
+HOST_READS = frozenset(("item", "copy_to_host"))
+"""Sync causes that read a value back to the host."""
+
+_HOST_BLOCKING_WAYS = frozenset(("h2d", "d2h", "p2p"))
+
+
+def charge_transfer(clock: StepClock, site: Any, found: Any, op_ns: int, start_ns: int) -> None:
+    """The op just run at ``site`` (``op_ns`` from ``start_ns``, already charged as launch)
+    made the transfer(s) ``found``: a sync moves its time to ``sync`` (by cause), a copy that
+    blocks the host (pageable, or not ``non_blocking``) to ``copy``; the counts a CUDA graph
+    capture cares about are noted either way. NB: a copy within one GPU (d2d) never blocks the
+    host, whatever its ``non_blocking`` says."""
+    rec = clock.line(site)
+    moved = False
+    for t in found if isinstance(found, list) else (found,):
+        if t.pageable:
+            rec.pageable += 1
+        if t.sync is not None:
+            rec.syncs += 1
+            if t.sync in HOST_READS:
+                rec.host_reads += 1
+            kind, cause = SYNC, t.sync
+        elif t.direction in _HOST_BLOCKING_WAYS and (t.pageable or not t.non_blocking):
+            kind, cause = COPY, None
+        else:
+            continue
+        if not moved:  # the op's time goes with its first wait
+            clock.moved(site, kind, cause, op_ns, start_ns)
+            moved = True
+
+
+def settle_op(clock: StepClock, site: Any, t_in: int, t_call: int, t_ret: int, kind: str) -> None:
+    """An op the hot path ran outside its common path (a collective): launch before it, the
+    op's own time as ``kind``, the hot path's own time apart."""
+    rec = clock.line(site)
+    rec.launch_ns += t_in - clock.last_ns - clock.outside_ns
+    clock.charge(rec, kind, None, t_ret - t_call)
+    clock.note_wait(kind, None, site, t_call, t_ret)
+    t_out = time.perf_counter_ns()
+    clock.own_ns += t_call - t_in + t_out - t_ret + clock.outside_ns
+    clock.ops += 1
+    clock.last_ns = t_out
+    clock.last_site = site

@@ -1,0 +1,147 @@
+"""Shares, verdicts and the report's ``time`` section (plain data: no torch, so a saved report's
+renderers use it too).
+
+A step's figures are over its wall time less the profiler's own time: the step as it would have
+run unprofiled (``wall_unprofiled_ms``). On the host the causes split that whole; on a GPU, busy
+time and the idle time by cause split it (:mod:`profilers.timing.idle`). The **verdict** is the
+largest share: ``GPU-bound`` when busy time is, else the cause of the largest part.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from profilers.timing.timeline import CAUSES, LAUNCH, LineTime, StepClock, StepTime
+
+VERDICTS = {
+    "input": "input-bound",
+    "sync": "sync-bound",
+    "copy": "copy-bound",
+    "comm": "comm-bound",
+    "launch": "launch-bound",
+    "busy": "GPU-bound",
+}
+"""Cause (or ``busy``) -> the verdict it gives when it is the largest share."""
+
+MEASURED = "measured"
+
+RUN_LINES = 30
+"""Lines listed for the run (the costliest)."""
+
+
+def _ms(ns: float) -> float:
+    return round(ns / 1e6, 6)
+
+
+def verdict_of(parts_ms: dict[str, float]) -> tuple[str, dict[str, float]]:
+    """The verdict and the shares (percent of their sum) of ``parts_ms`` (cause or ``busy`` ->
+    ms); ``"idle"``... never: an empty or all-zero split gives ``"none"``."""
+    total = sum(max(0.0, v) for v in parts_ms.values())
+    if total <= 0:
+        return "none", {k: 0.0 for k in parts_ms}
+    shares = {k: round(100.0 * max(0.0, v) / total, 2) for k, v in parts_ms.items()}
+    top = max(parts_ms, key=lambda k: parts_ms[k])
+    return VERDICTS.get(top, top), shares
+
+
+def line_dict(key: str, rec: LineTime) -> dict[str, Any]:
+    """One line's host time by cause (ms), with its sync causes and graph-capture counts."""
+    d: dict[str, Any] = {"site": key, "total_ms": _ms(rec.total_ns)}
+    for cause in CAUSES:
+        d[f"{cause}_ms"] = _ms(rec.ns(cause))
+    if rec.sync_causes:
+        d["sync_causes_ms"] = {c: _ms(ns) for c, ns in sorted(rec.sync_causes.items())}
+    d["syncs"] = rec.syncs
+    d["host_reads"] = rec.host_reads
+    d["pageable"] = rec.pageable
+    return d
+
+
+def graph_blockers(lines: dict[str, LineTime]) -> list[dict[str, Any]]:
+    """What stops the step being captured as a CUDA graph: each line with a sync, a read back
+    to the host or a pageable copy inside it (a capture fails on each)."""
+    found = [(key, r) for key, r in lines.items() if r.syncs or r.host_reads or r.pageable]
+    found.sort(key=lambda kv: (kv[1].syncs + kv[1].pageable, kv[0]), reverse=True)
+    return [
+        {"site": key, "syncs": r.syncs, "host_reads": r.host_reads, "pageable": r.pageable}
+        for key, r in found
+    ]
+
+
+def breakdown(
+    step: StepTime, gpu: dict[str, Any] | None = None, max_lines: int = RUN_LINES
+) -> dict[str, Any]:
+    """A step's (or the run's) figures, as the report's JSON holds them. ``gpu``: busy and
+    idle by cause from :func:`profilers.timing.idle.charge`, None where not measured."""
+    host = dict.fromkeys(CAUSES, 0)
+    for rec in step.lines.values():
+        for cause in CAUSES:
+            host[cause] += rec.ns(cause)
+    wall = step.wall_ns
+    unprofiled = wall - step.own_ns
+    if gpu is not None:
+        parts = {"busy": float(gpu["busy_ms"]), **{k: float(v) for k, v in gpu["idle_ms"].items()}}
+    else:
+        parts = {cause: ns / 1e6 for cause, ns in host.items()}
+    verdict, shares = verdict_of(parts)
+    ranked = sorted(step.lines.items(), key=lambda kv: kv[1].total_ns, reverse=True)
+    d: dict[str, Any] = {
+        "measured": MEASURED,
+        "wall_ms": _ms(wall),
+        "own_ms": _ms(step.own_ns),
+        "wall_unprofiled_ms": _ms(unprofiled),
+        "ops": step.ops,
+        "host_ms": {cause: _ms(ns) for cause, ns in host.items()},
+        "gpu": gpu,
+        "verdict": verdict,
+        "shares_pct": shares,
+        "lines": [line_dict(k, r) for k, r in ranked[:max_lines]],
+    }
+    if verdict == "launch-bound":
+        d["graph_blockers"] = graph_blockers(step.lines)
+    return d
+
+
+def step_dict(step: StepTime, origin_ns: int, gpu: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A closed step: its number, bounds (ms since ``origin_ns``, the profile's start), figures
+    and waits (the newest, each an interval on the same clock)."""
+    return {
+        "step": step.step,
+        "start_ms": _ms(step.start_ns - origin_ns),
+        "end_ms": _ms(step.end_ns - origin_ns),
+        **breakdown(step, gpu, max_lines=len(step.lines)),
+        "waits": [
+            {
+                "kind": w.kind,
+                "cause": w.cause,
+                "site": w.site,
+                "start_ms": _ms(w.start_ns - origin_ns),
+                "ms": _ms(w.end_ns - w.start_ns),
+            }
+            for w in step.waits
+        ],
+        "waits_dropped": step.waits_dropped,
+    }
+
+
+GPU_NOT_MEASURED = "not measured: no GPU timeline in this run (the host half is measured)"
+
+
+def time_section(clock: StepClock, now_ns: int, gpu_note: str = GPU_NOT_MEASURED) -> dict[str, Any]:
+    """The report's ``time`` section: the run (open step included) and the kept steps."""
+    steps = list(clock.steps)
+    return {
+        "clock": "host",
+        "gpu": gpu_note,
+        "lines_measured": clock.lines_measured,
+        "outside_ns_per_op": clock.outside_ns,
+        "steps_closed": clock.steps_closed,
+        "steps_kept": len(steps),
+        "run": breakdown(clock.run(now_ns)),
+        "steps": [step_dict(s, clock.start_ns) for s in steps],
+    }
+
+
+def launch_share(d: dict[str, Any]) -> float:
+    """The share of a breakdown that is host work (launch), percent."""
+    return float(d.get("shares_pct", {}).get(LAUNCH, 0.0))

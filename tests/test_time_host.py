@@ -1,0 +1,212 @@
+"""Where each step's time goes, on the host (issue 30): the step clock's arithmetic exact on an
+injected timeline, and real runs on the CPU: a loader that sleeps a known time is input-bound with
+that time at the ``for`` line; a host loop of known cost is launch-bound at its line; the step
+time stated for an unprofiled run agrees with a plain run."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import profilers
+from gpuwatch.report.load import problem
+from profilers import Report
+from profilers.timing.timeline import COPY, INPUT, SYNC, StepClock, charge_transfer
+from profilers.timing.verdict import breakdown, step_dict
+
+
+class _Site:
+    def __init__(self, line: int) -> None:
+        self.file, self.line = "train.py", line
+
+
+def _op(clock: StepClock, site: Any, t_in: int, t_call: int, t_ret: int, t_out: int) -> None:
+    """What profilers/_dispatch.py does per op on the step clock (inlined there)."""
+    clock.line(site).launch_ns += t_in - clock.last_ns - clock.outside_ns + t_ret - t_call
+    clock.last_site = site
+    clock.own_ns += t_call - t_in + t_out - t_ret + clock.outside_ns
+    clock.ops += 1
+    clock.last_ns = t_out
+
+
+def test_the_clock_charges_every_nanosecond_once_on_an_injected_timeline():
+    loop, body, item = _Site(10), _Site(12), _Site(14)
+    clock = StepClock(start_ns=0, outside_ns=5)
+    # The loader: Python from 0 to 100 (launch, at the for line), 110..1110 in __next__, the
+    # wrapper's own 10 + 10.
+    clock.wait(loop, INPUT, None, 100, 110, 1110, 1120)
+    # An op at line 12: in at 1200 (80 since the wait, less 5 outside the hot path), ran
+    # 1300..1500, out at 1520: launch 75 + 200; own 100 + 20 + 5.
+    _op(clock, body, 1200, 1300, 1500, 1520)
+    # An .item() at line 14: in at 1550 (launch 25), ran 1600..2000, out at 2010; its 400 ns
+    # move to sync (cause item).
+    _op(clock, item, 1550, 1600, 2000, 2010)
+    charge_transfer(clock, item, profilers.Transfer(None, sync="item"), 400, 1600)
+    step = clock.close(2500)  # 490 ns of Python after the last op go to its line
+    lines = step.lines
+    assert (lines["train.py:10"].launch_ns, lines["train.py:10"].input_ns) == (100, 1000)
+    assert lines["train.py:12"].launch_ns == 75 + 200
+    assert (lines["train.py:14"].launch_ns, lines["train.py:14"].sync_ns) == (25 + 490, 400)
+    assert lines["train.py:14"].sync_causes == {"item": 400}
+    assert lines["train.py:14"].host_reads == lines["train.py:14"].syncs == 1
+    assert step.own_ns == 20 + 125 + 65 and step.ops == 2
+    # Every nanosecond once: 1100 + 275 + 915 + own 210 = 2500.
+    assert sum(r.total_ns for r in lines.values()) + step.own_ns == step.wall_ns == 2500
+    d = step_dict(step, origin_ns=0)
+    assert d["verdict"] == "input-bound" and d["wall_unprofiled_ms"] == 0.00229
+    assert d["host_ms"] == {
+        "input": 0.001,
+        "sync": 0.0004,
+        "copy": 0.0,
+        "comm": 0.0,
+        "launch": 0.00089,
+    }
+    assert d["waits"][0] == {
+        "kind": "input",
+        "cause": None,
+        "site": "train.py:10",
+        "start_ms": 0.00011,
+        "ms": 0.001,
+    }
+    assert [w["kind"] for w in d["waits"]] == [INPUT, SYNC]
+
+
+def test_a_pageable_copy_is_a_copy_wait_and_a_graph_blocker():
+    site = _Site(7)
+    clock = StepClock(start_ns=0)
+    clock.line(site).launch_ns += 900
+    copy = profilers.Transfer("h2d", 4096, True, True, None, "cpu", "cuda:0")
+    charge_transfer(clock, site, copy, 600, 100)
+    clock.last_ns, clock.last_site = 900, site
+    step = clock.close(1000)
+    rec = step.lines["train.py:7"]
+    assert (rec.launch_ns, rec.copy_ns, rec.pageable) == (400, 600, 1)
+    d = breakdown(step)
+    assert d["verdict"] == "copy-bound"
+    assert d["shares_pct"]["copy"] == 60.0 and d["shares_pct"]["launch"] == 40.0
+    assert COPY in d["host_ms"]
+
+
+def test_the_run_keeps_the_newest_steps_and_sums_them_all():
+    site = _Site(3)
+    clock = StepClock(start_ns=0, keep=2)
+    for k in range(5):
+        clock.line(site).launch_ns += 100
+        clock.last_ns, clock.last_site = (k + 1) * 100, site
+        clock.close((k + 1) * 100)
+    assert [s.step for s in clock.steps] == [3, 4]
+    run = clock.run(550)  # 50 ns of the open step
+    assert run.lines["train.py:3"].launch_ns == 550 and run.step == 5
+
+
+class _Sleepy(Dataset[torch.Tensor]):
+    def __init__(self, n: int, sleep_s: float) -> None:
+        self.n, self.sleep_s = n, sleep_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        time.sleep(self.sleep_s)
+        return torch.ones(4)
+
+
+SLEEP_S = 0.03
+STEPS = 6
+
+
+def _train(loader: Any, model: torch.nn.Module, opt: Any, per_step: list[float]) -> int:
+    start = time.perf_counter()
+    for x in loader:  # the line that pulls the batch
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        now = time.perf_counter()
+        per_step.append(now - start)
+        start = now
+    return _train.__code__.co_firstlineno + 2
+
+
+def test_a_sleepy_loader_is_input_bound_at_the_for_line_and_the_stated_step_is_a_plain_one():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(_Sleepy(STEPS, SLEEP_S), batch_size=1)
+    plain: list[float] = []
+    _train(loader, model, opt, plain)
+    with profilers.profile() as prof:
+        for_line = _train(loader, model, opt, [])
+    report = prof.report()
+    time_ = report.time
+    assert time_ is not None and time_["steps_closed"] == STEPS
+    where = f"tests/test_time_host.py:{for_line}"
+    for step in time_["steps"]:
+        assert step["verdict"] == "input-bound"
+        top = step["lines"][0]
+        assert top["site"] == where
+        # time.sleep never returns early: each step waited at least the sleep, at that line.
+        assert top["input_ms"] >= SLEEP_S * 1000
+        assert step["host_ms"]["input"] == top["input_ms"]
+    # NB: the stated tolerance: the median step an unprofiled run would take (wall less the
+    # profiler's own time) is within 10% of the median step of a plain run of the same loop.
+    stated = statistics.median(s["wall_unprofiled_ms"] for s in time_["steps"])
+    measured = statistics.median(plain[1:]) * 1000
+    assert abs(stated - measured) <= 0.10 * measured, (stated, measured)
+    assert problem(report.to_dict()) is None
+    again = Report.from_dict(report.to_dict())
+    assert again.time == report.time
+
+
+SPIN_S = 0.02
+
+
+def _spin_steps(n: int) -> int:
+    x = torch.ones(8)
+    for _ in range(n):
+        end = time.perf_counter() + SPIN_S
+        while time.perf_counter() < end:  # host work of known cost, in Python
+            pass
+        x = x + 1  # the op whose launch that host work led up to
+        profilers.step()
+    return _spin_steps.__code__.co_firstlineno + 6
+
+
+def test_a_host_loop_of_known_cost_is_launch_bound_at_its_line():
+    with profilers.profile(kernel_timing=True) as prof:
+        line = _spin_steps(4)
+    time_ = prof.report().time
+    assert time_ is not None and time_["steps_closed"] == 4
+    for step in time_["steps"][1:]:  # the first step also holds the profile's start
+        assert step["verdict"] == "launch-bound"
+        top = step["lines"][0]
+        assert top["site"] == f"tests/test_time_host.py:{line}"
+        assert top["launch_ms"] >= SPIN_S * 1000
+        assert step["shares_pct"]["launch"] >= 90.0
+        assert step["graph_blockers"] == []
+
+
+def test_the_fast_path_keeps_the_host_half():
+    loader = DataLoader(_Sleepy(3, 0.01), batch_size=1)
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with profilers.profile(kernel_timing=False) as prof:
+        for_line = _train(loader, model, opt, [])
+    report = prof.report()
+    assert report.options["counting"] == "copies"
+    time_ = report.time
+    assert time_ is not None and time_["lines_measured"] is False
+    step = time_["steps"][0]
+    assert step["verdict"] == "input-bound"
+    assert step["lines"][0]["site"] == f"tests/test_time_host.py:{for_line}"
+    assert step["lines"][0]["input_ms"] >= 10.0
+
+
+def test_time_steps_0_measures_nothing():
+    with profilers.profile(time_steps=0) as prof:
+        torch.ones(2).add(1)
+    assert prof.report().time is None
+    assert "time" not in prof.report().to_dict()
