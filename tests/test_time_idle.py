@@ -1,0 +1,102 @@
+"""The GPU half of the time view on synthetic timelines, with exact answers: busy time is the
+union of the ops on all streams, and every idle nanosecond goes to one cause and one line
+(profilers/timing/idle.py)."""
+
+from __future__ import annotations
+
+from profilers.timing.idle import END_OF_STEP, GpuInterval, busy_intervals, charge
+from profilers.timing.timeline import HostInterval, StepTime
+from profilers.timing.verdict import breakdown
+
+
+def _lines(result: dict[str, object]) -> dict[tuple[str, str], float]:
+    return {(d["cause"], d["site"]): d["ms"] for d in result["idle_lines"]}  # type: ignore[attr-defined]
+
+
+def test_busy_is_the_union_of_every_streams_ops_within_the_step():
+    ops = [GpuInterval(0, 50, 0, "a"), GpuInterval(20, 80, 1, "b"), GpuInterval(90, 130, 0, "c")]
+    assert busy_intervals(ops, 0, 120) == [(0, 80), (90, 120)]
+    r = charge(0, 120, ops, [])
+    # 80 + 30 busy; the 10 ns between are launch, at the line of the op that ends them (c).
+    assert r["busy_ms"] == 110e-6 and r["idle_total_ms"] == 10e-6
+    assert _lines(r) == {("launch", "c"): 10e-6}
+
+
+def test_a_sync_charges_the_drain_and_the_refill_to_its_line():
+    # Op A runs 0..400; the host blocks in .item() (train.py:9) from 100 until the GPU drains
+    # at 400, runs Python until 700 and launches B (train.py:12), which runs 700..1000.
+    ops = [GpuInterval(0, 400, 0, "train.py:8"), GpuInterval(700, 1000, 0, "train.py:12")]
+    waits = [HostInterval("sync", "item", "train.py:9", 100, 400)]
+    r = charge(0, 1000, ops, waits)
+    assert r["busy_ms"] == 700e-6
+    assert r["idle_ms"] == {"input": 0.0, "sync": 300e-6, "copy": 0.0, "comm": 0.0, "launch": 0.0}
+    assert r["idle_lines"] == [
+        {"site": "train.py:9", "cause": "sync", "sync_cause": "item", "ms": 300e-6}
+    ]
+
+
+def test_a_sync_that_returned_just_before_the_gap_counts_within_the_slack():
+    ops = [GpuInterval(0, 400, 0, "a"), GpuInterval(700, 1000, 0, "b")]
+    waits = [HostInterval("sync", "item", "s", 100, 395)]  # host clock 5 ns ahead of the GPU's
+    assert _lines(charge(0, 1000, ops, waits)) == {("launch", "b"): 300e-6}
+    assert _lines(charge(0, 1000, ops, waits, slack_ns=10)) == {("sync", "s"): 300e-6}
+
+
+def test_input_wait_then_refill_go_to_the_for_line():
+    # The GPU is idle from the step's start; the host waits for the batch (train.py:5) until
+    # 500, moves it and launches until 600, when the forward's first op starts.
+    ops = [GpuInterval(600, 1000, 0, "train.py:6")]
+    waits = [HostInterval("input", None, "train.py:5", 0, 500)]
+    r = charge(0, 1000, ops, waits)
+    assert _lines(r) == {("input", "train.py:5"): 600e-6}
+    gpu = {**r}
+    step = StepTime(0, 0, 1000, {}, 0, 1, waits)
+    d = breakdown(step, gpu)
+    assert d["verdict"] == "input-bound" and d["shares_pct"] == {
+        "busy": 40.0,
+        "input": 60.0,
+        "sync": 0.0,
+        "copy": 0.0,
+        "comm": 0.0,
+        "launch": 0.0,
+    }
+
+
+def test_small_kernels_launched_slower_than_they_run_are_launch_bound_per_line():
+    ops = [GpuInterval(0, 10, 0, "x"), GpuInterval(30, 40, 0, "y"), GpuInterval(60, 70, 0, "z")]
+    r = charge(0, 100, ops, [])
+    assert r["busy_ms"] == 30e-6
+    assert _lines(r) == {
+        ("launch", "y"): 20e-6,
+        ("launch", "z"): 20e-6,
+        ("launch", END_OF_STEP): 30e-6,
+    }
+    d = breakdown(StepTime(0, 0, 100, {}, 0, 3, []), r)
+    assert d["verdict"] == "launch-bound" and d["shares_pct"]["launch"] == 70.0
+
+
+def test_python_before_a_wait_is_launch_and_the_parts_add_up_to_the_idle_time():
+    # Idle 100..900: Python 100..200 (launch, next op's line), a blocking copy 200..500
+    # (train.py:3), Python after it 500..600 (the copy's refill), a collective 600..800
+    # (train.py:4), refill 800..900 (the collective's).
+    ops = [GpuInterval(0, 100, 0, "p"), GpuInterval(900, 1000, 0, "n")]
+    waits = [
+        HostInterval("copy", None, "train.py:3", 200, 500),
+        HostInterval("comm", None, "train.py:4", 600, 800),
+    ]
+    r = charge(0, 1000, ops, waits)
+    assert _lines(r) == {
+        ("launch", "n"): 100e-6,
+        ("copy", "train.py:3"): 400e-6,
+        ("comm", "train.py:4"): 300e-6,
+    }
+    assert abs(sum(r["idle_ms"].values()) - r["idle_total_ms"]) < 1e-12
+    d = breakdown(StepTime(0, 0, 1000, {}, 0, 2, waits), r)
+    assert d["verdict"] == "copy-bound"
+
+
+def test_a_gpu_bound_step():
+    ops = [GpuInterval(0, 950, 0, "m")]
+    r = charge(0, 1000, ops, [])
+    d = breakdown(StepTime(0, 0, 1000, {}, 0, 1, []), r)
+    assert d["verdict"] == "GPU-bound" and d["shares_pct"]["busy"] == 95.0
