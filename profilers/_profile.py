@@ -29,7 +29,7 @@ from profilers.records import Site, Totals
 from profilers.report import Report
 from profilers.timing.calibrate import start_clock
 from profilers.timing.inputs import patch_input
-from profilers.timing.verdict import time_section
+from profilers.timing.verdict import last_step, time_section
 
 _ENTER_LOCK = threading.Lock()
 
@@ -218,6 +218,7 @@ class Profile:
             "site_count": len(sites),
             "events_recorded": recorder.events_recorded,
             "counting": recorder.counting,
+            "time": last_step(recorder.step_clock),
         }
 
     def report(

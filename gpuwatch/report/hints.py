@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, replace
 
 from gpuwatch import _format as fmt
+from gpuwatch.report.timeview import line_costs
 from profilers import Report, Site
 
 #: A line that ran this many times is "in a hot loop".
@@ -40,6 +41,8 @@ class Hint:
     site: Site
     message: str
     evidence: str
+    cost_ms: float = 0.0
+    """The time charged to the hint's line, per step (``report.time``; 0 where not measured)."""
 
     @property
     def where(self) -> str:
@@ -55,8 +58,17 @@ def hints(report: Report, hot: int = HOT) -> list[Hint]:
         if steps:  # people think in steps: "syncs once every step"
             found = [replace(h, evidence=f"{h.evidence}; {per_step(h.site, steps)}") for h in found]
         out.extend(found)
-    out.sort(key=lambda h: (h.site.syncs.count, h.site.bytes_moved), reverse=True)
+    costs = line_costs(report)
+    if costs:  # every hint carries its line's time, and the costliest line comes first
+        out = [_with_cost(h, costs.get(h.where)) for h in out]
+    out.sort(key=lambda h: (h.cost_ms, h.site.syncs.count, h.site.bytes_moved), reverse=True)
     return out
+
+
+def _with_cost(h: Hint, cost: tuple[float, float] | None) -> Hint:
+    ms, share = cost or (0.0, 0.0)
+    text = f"costs {fmt.duration_ms(ms)} per step ({share:.0f}% of the step)"
+    return replace(h, cost_ms=ms, evidence=f"{text}; {h.evidence}")
 
 
 def per_step(s: Site, steps: int) -> str:

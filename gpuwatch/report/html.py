@@ -19,6 +19,7 @@ from gpuwatch.report.text import (
     simulated_lines,
     used_no_gpu,
 )
+from gpuwatch.report.timeview import time_charts
 from profilers import DIRECTIONS, Report, Site
 
 COLORS = {"h2d": "#1f77b4", "d2h": "#d62728", "d2d": "#2ca02c", "p2p": "#9467bd", "sync": "#ff7f0e"}
@@ -363,7 +364,7 @@ def render_html(report: Report) -> str:
     from plotly.offline import get_plotlyjs
 
     r = report
-    charts = _charts(r)
+    charts = {**_charts(r), **time_charts(r)}
     places = {
         name: f'<div id="fig-{name}"></div>' if fig is not None else f"<p class=empty>{_e(why)}</p>"
         for name, (fig, why) in charts.items()
@@ -383,7 +384,7 @@ def render_html(report: Report) -> str:
 <script>{get_plotlyjs()}</script>
 </head><body>
 {_header(r)}
-{_cards(r)}
+{_cards(r)}{places["time"]}
 {_copies(r)}
 {comm_html(r)}
 {_hints(found)}

@@ -17,6 +17,7 @@ from rich.text import Text
 from gpuwatch import _format as fmt
 from gpuwatch.report.collectives import rank_line, summary_parts
 from gpuwatch.report.hints import Hint, hints
+from gpuwatch.report.timeview import time_lines
 from profilers import DIRECTIONS, Report, Site
 
 DIRECTION_NAMES = {
@@ -90,6 +91,8 @@ def _header(r: Report) -> RenderableType:
     lines.append(f"\n{fmt.duration_ms(r.duration_s * 1000)}, exit code {r.exit_code}, {status}")
     ops = f"{r.totals.ops:,}" if r.counts_ops else "not counted"
     lines.append(f"\ndevices: {devices}    ops: {ops}    kernel time: {kernel_time(r)}")
+    for line in time_lines(r):
+        lines.append(f"\n{line}", style="bold")
     for line in step_lines(r):
         lines.append(f"\n{line}", style="bold")
     for line in simulated_lines(r) + fallback_lines(r):

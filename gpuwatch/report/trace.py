@@ -12,11 +12,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gpuwatch.report.timeview import wait_slices
 from profilers import Report
 
 #: The process and track ids the events are drawn on.
 PID = 1
 TRACKS = {"copy": 1, "sync": 2, "step": 3}
+WAIT_TRACKS = 10
+"""The first track of the waits, one per cause and line (gpuwatch/report/timeview.py)."""
 
 
 def _us(t_s: float) -> float:
@@ -100,6 +103,7 @@ def trace_events(report: Report) -> list[dict[str, Any]]:
             }
         )
         previous = t
+    events.extend(wait_slices(report, PID, WAIT_TRACKS))  # where each step's time went
     for s in report.gpu_samples:
         values = {
             k: s[k]

@@ -145,3 +145,17 @@ def time_section(clock: StepClock, now_ns: int, gpu_note: str = GPU_NOT_MEASURED
 def launch_share(d: dict[str, Any]) -> float:
     """The share of a breakdown that is host work (launch), percent."""
     return float(d.get("shares_pct", {}).get(LAUNCH, 0.0))
+
+
+def last_step(clock: StepClock | None) -> dict[str, Any]:
+    """The live view's line: the newest closed step's verdict and shares (cheap: one step)."""
+    if clock is None or not clock.steps:
+        return {}
+    step = clock.steps[-1]
+    d = breakdown(step, max_lines=0)
+    return {
+        "step": step.step,
+        "verdict": d["verdict"],
+        "shares_pct": d["shares_pct"],
+        "wall_unprofiled_ms": d["wall_unprofiled_ms"],
+    }

@@ -7,6 +7,7 @@ import time
 from textual.widgets import Static
 
 from gpuwatch.live.protocol import LiveSnapshot
+from gpuwatch.report.timeview import verdict_line
 
 
 def status_text(
@@ -17,6 +18,8 @@ def status_text(
     if snapshot is not None:
         ops = f"{snapshot.totals['ops']:,} ops, " if snapshot.counting == "every_op" else ""
         parts.append(f"{ops}{snapshot.site_count} lines")
+        if snapshot.time:  # where the last step's time went
+            parts.append(f"step {snapshot.time['step']} {verdict_line(snapshot.time, 1)}")
     return " · ".join(parts)
 
 

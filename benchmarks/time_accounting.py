@@ -1,0 +1,133 @@
+"""What the time view (issue 30) adds, and whether the step time it states for an unprofiled run
+agrees with a plain run, side by side in one process.
+
+    python benchmarks/time_accounting.py [--steps 30] [--rounds 5]
+
+Workloads (each a step ended by ``profilers.step()``):
+* ``launch``: a host loop of small ops and Python (200 ops a step): launch-bound, the worst case
+  for any per-op profiler and for the profiler's own time being taken out honestly;
+* ``input``: a DataLoader whose ``__getitem__`` sleeps 20 ms, and a small step: input-bound.
+
+Per round, every variant runs once, in turn; the median round counts:
+* plain: the loop with no profiler (the median step, timed around each step);
+* gpuwatch counting every op with the time view off (``time_steps=0``) and on (the default),
+  both through the dispatch mode (``kernel_timing=True``, host timing on the CPU);
+* the fast path (``kernel_timing=False``): does it keep the host half (input waits, verdict)?
+
+Reported: the cost per op of the time view on top of the counting (a ratio: goal <= 1.1x), and
+the stated unprofiled step (``wall_unprofiled_ms``, the median kept step) against the plain
+step (goal: within 10%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import profilers  # noqa: E402
+
+SLEEP_S = 0.02
+
+
+class _Sleepy(Dataset[torch.Tensor]):
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        time.sleep(SLEEP_S)
+        return torch.ones(8)
+
+
+def launch_loop(steps: int, per_step: list[float]) -> None:
+    x = torch.ones(8)
+    for _ in range(steps):
+        t = time.perf_counter_ns()
+        y = x
+        for _ in range(100):
+            y = y * 1.0001 + 0.5
+        profilers.step()
+        per_step.append((time.perf_counter_ns() - t) / 1e6)
+
+
+def input_loop(steps: int, per_step: list[float]) -> None:
+    w = torch.ones(8, 8)
+    t = time.perf_counter_ns()
+    for x in DataLoader(_Sleepy(steps), batch_size=1):
+        (x @ w).sum()
+        profilers.step()
+        now = time.perf_counter_ns()
+        per_step.append((now - t) / 1e6)
+        t = now
+
+
+def _profiled(loop: Callable[[int, list[float]], None], steps: int, **kw: Any) -> dict[str, Any]:
+    per_step: list[float] = []
+    with profilers.profile(**kw) as prof:
+        loop(steps, per_step)
+    t = prof.report().time
+    ops = sum(s["ops"] for s in t["steps"][1:]) if t else 0
+    return {
+        "step_ms": statistics.median(per_step[1:]),
+        "ops": ops / max(1, len(per_step) - 1),
+        "stated_ms": statistics.median(s["wall_unprofiled_ms"] for s in t["steps"][1:])
+        if t
+        else None,
+        "verdict": t["run"]["verdict"] if t else None,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    print(f"torch {torch.__version__}, {args.rounds} rounds of {args.steps} steps, medians")
+    for name, loop, steps in (
+        ("launch", launch_loop, args.steps),
+        ("input", input_loop, max(6, args.steps // 3)),
+    ):
+        rows: dict[str, list[dict[str, Any]]] = {}
+        for _ in range(args.rounds):
+            plain: list[float] = []
+            loop(steps, plain)
+            rows.setdefault("plain", []).append({"step_ms": statistics.median(plain[1:])})
+            for label, kw in (
+                ("counting", {"time_steps": 0}),
+                ("counting+time", {}),
+                ("fast path+time", {"kernel_timing": False}),
+            ):
+                rows.setdefault(label, []).append(_profiled(loop, steps, **kw))
+        med = {k: statistics.median(r["step_ms"] for r in v) for k, v in rows.items()}
+        ops = rows["counting+time"][0]["ops"]
+        print(f"\n{name}: {ops:.0f} ops per step")
+        for label in rows:
+            line = f"  {label:15s} step {med[label]:8.3f} ms"
+            stated = [r["stated_ms"] for r in rows[label] if r.get("stated_ms") is not None]
+            if stated:
+                s = statistics.median(stated)
+                line += f"   stated unprofiled {s:8.3f} ms ({s / med['plain']:.2f}x plain)"
+                line += f"   verdict {rows[label][0]['verdict']}"
+            print(line)
+        if ops:
+            base = (med["counting"] - med["plain"]) / ops
+            timed = (med["counting+time"] - med["plain"]) / ops
+            print(
+                f"  per op: counting {base * 1000:.2f} us, with the time view "
+                f"{timed * 1000:.2f} us: {timed / base:.2f}x"
+            )
+
+
+if __name__ == "__main__":
+    main()

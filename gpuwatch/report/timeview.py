@@ -1,0 +1,190 @@
+"""Where each step's time went, for the renderers: the verdict lines at the top of the summary,
+each line's cost (which ranks the hints), the stacked bars of the HTML and the trace's slices.
+Reads ``report.time`` (profilers/timing/verdict.py); a report without it renders as before."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuwatch import _format as fmt
+from profilers import Report
+
+CAUSE_NAMES = {
+    "busy": "GPU busy",
+    "input": "input wait",
+    "sync": "sync wait",
+    "copy": "copy wait",
+    "comm": "collective wait",
+    "launch": "host work (Python + launch)",
+}
+
+
+def _split(d: dict[str, Any]) -> str:
+    """``input wait 92%, host work 8%``: the shares behind a verdict, largest first."""
+    shares = sorted(d.get("shares_pct", {}).items(), key=lambda kv: kv[1], reverse=True)
+    return ", ".join(f"{CAUSE_NAMES.get(k, k)} {v:.0f}%" for k, v in shares if v >= 0.5)
+
+
+def verdict_line(d: dict[str, Any], steps: int) -> str:
+    """``input-bound: 31.2 ms per step (input wait 92%, ...)``, over the host's time on a CPU."""
+    per = float(d["wall_unprofiled_ms"]) / max(1, steps)
+    where = "of the GPU's time" if d.get("gpu") else "of the host's time (GPU not measured)"
+    unit = "per step" if steps else "in all"
+    return f"{d['verdict']}: {fmt.duration_ms(per)} {unit}, {_split(d)} {where}"
+
+
+def time_lines(r: Report) -> list[str]:
+    """The summary's first lines: the run's verdict, the profiler's own time taken out, and
+    the line that cost most."""
+    t = r.time
+    if not t:
+        return []
+    run = t["run"]
+    steps = int(t.get("steps_closed", 0))
+    out = [verdict_line(run, steps)]
+    own = float(run["own_ms"])
+    wall = float(run["wall_ms"])
+    if wall > 0:
+        out.append(
+            f"time measured on the host; the profiler's own {fmt.duration_ms(own)} "
+            f"({100 * own / wall:.0f}% of {fmt.duration_ms(wall)}) is taken out of every figure"
+        )
+    costs = line_costs(r)
+    if costs:
+        site, (ms, share) = next(iter(costs.items()))
+        out.append(f"costliest line: {site}, {fmt.duration_ms(ms)} per step ({share:.0f}%)")
+    return out
+
+
+def line_costs(r: Report) -> dict[str, tuple[float, float]]:
+    """``file:line`` -> (ms per step, % of the step) of the time charged to it (idle time on a
+    GPU, host time otherwise), costliest first."""
+    t = r.time
+    if not t:
+        return {}
+    run = t["run"]
+    steps = max(1, int(t.get("steps_closed", 0)))
+    total = float(run["wall_unprofiled_ms"])
+    gpu = run.get("gpu")
+    if gpu:
+        charged: dict[str, float] = {}
+        for d in gpu.get("idle_lines", []):
+            charged[d["site"]] = charged.get(d["site"], 0.0) + float(d["ms"])
+    else:
+        charged = {d["site"]: float(d["total_ms"]) for d in run.get("lines", [])}
+    ranked = sorted(charged.items(), key=lambda kv: kv[1], reverse=True)
+    return {
+        site: (ms / steps, 100.0 * ms / total if total > 0 else 0.0)
+        for site, ms in ranked
+        if ms > 0
+    }
+
+
+def step_bars(r: Report) -> list[dict[str, Any]]:
+    """Per kept step: its number, verdict and ms by cause (busy first on a GPU)."""
+    t = r.time
+    if not t:
+        return []
+    out = []
+    for s in t.get("steps", []):
+        gpu = s.get("gpu")
+        parts = {"busy": gpu["busy_ms"], **gpu["idle_ms"]} if gpu else dict(s.get("host_ms", {}))
+        out.append({"step": s["step"], "verdict": s["verdict"], "ms": parts})
+    return out
+
+
+def graph_lines(r: Report) -> list[str]:
+    """What stops a launch-bound run being captured as a CUDA graph, one line per site."""
+    t = r.time
+    if not t or t["run"].get("verdict") != "launch-bound":
+        return []
+    return [
+        f"{b['site']}: {b['syncs']} syncs, {b['host_reads']} host reads, "
+        f"{b['pageable']} pageable copies"
+        for b in t["run"].get("graph_blockers", [])
+    ]
+
+
+def wait_slices(r: Report, pid: int, first_tid: int) -> list[dict[str, Any]]:
+    """Chrome-trace slices of the kept steps' waits, one track per cause and line (``input
+    wait train.py:5``), from ``first_tid`` on; times are µs since the profile's start."""
+    t = r.time
+    if not t:
+        return []
+    tracks: dict[tuple[str, str], int] = {}
+    events: list[dict[str, Any]] = []
+    for step in t.get("steps", []):
+        for w in step.get("waits", []):
+            key = (str(w["kind"]), str(w["site"]))
+            tid = tracks.get(key)
+            if tid is None:
+                tid = tracks[key] = first_tid + len(tracks)
+                events.append(
+                    {
+                        "ph": "M",
+                        "pid": pid,
+                        "tid": tid,
+                        "name": "thread_name",
+                        "args": {"name": f"{CAUSE_NAMES.get(key[0], key[0])} {key[1]}"},
+                    }
+                )
+            events.append(
+                {
+                    "ph": "X",
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": round(float(w["start_ms"]) * 1000, 3),
+                    "dur": round(float(w["ms"]) * 1000, 3),
+                    "cat": f"wait.{key[0]}",
+                    "name": f"{key[0]}{': ' + str(w['cause']) if w.get('cause') else ''}",
+                    "args": {"line": key[1], "step": step["step"], "measured": "host"},
+                }
+            )
+    return events
+
+
+COLORS = {
+    "busy": "#2ca02c",
+    "input": "#9467bd",
+    "sync": "#ff7f0e",
+    "copy": "#d62728",
+    "comm": "#8c564b",
+    "launch": "#1f77b4",
+}
+
+
+def time_charts(r: Report) -> dict[str, tuple[Any, str]]:
+    """The HTML's ``time`` chart: a stacked bar per kept step (ms by cause, the verdict in the
+    hover), or the sentence that stands in for it."""
+    bars = step_bars(r)
+    if not bars:
+        why = (
+            "Where each step's time went was not measured (a --steps window, or time_steps=0)."
+            if not r.time
+            else "No step ended (no optimizer.step(), no profilers.step()): see the run's "
+            "verdict above."
+        )
+        return {"time": (None, why)}
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    xs = [f"step {b['step']}" for b in bars]
+    causes = [c for c in COLORS if any(c in b["ms"] for b in bars)]
+    for cause in causes:
+        fig.add_bar(
+            name=CAUSE_NAMES[cause],
+            x=xs,
+            y=[b["ms"].get(cause, 0.0) for b in bars],
+            marker_color=COLORS[cause],
+            customdata=[b["verdict"] for b in bars],
+            hovertemplate="%{x}: %{y:.2f} ms " + cause + " (%{customdata})<extra></extra>",
+        )
+    where = "GPU busy and idle by cause" if bars and "busy" in bars[0]["ms"] else "host time"
+    fig.update_layout(
+        barmode="stack",
+        title=f"Where each step's time went ({where}, measured; the profiler's own time taken out)",
+        yaxis_title="ms",
+        height=340,
+        margin={"l": 10, "r": 10, "t": 40, "b": 40},
+    )
+    return {"time": (fig, "")}
