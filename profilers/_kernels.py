@@ -24,6 +24,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from time import perf_counter_ns as _ns
 from typing import Any
 
 import torch
@@ -41,6 +42,7 @@ from profilers._torch_private import (
     keyset_full_after,
     tracing_context,
 )
+from profilers.timing.timeline import timed_on_fast_path
 
 KEY = "PreDispatch"
 
@@ -183,6 +185,7 @@ class CountingKernels:
         is_item = name == "_local_scalar_dense.default"
 
         def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+            enter = _ns()
             ks = keyset & after
             for i in tensor_args:
                 if i < len(args) and type(args[i]) in _WRAPPED_DTYPES:
@@ -193,8 +196,10 @@ class CountingKernels:
                     with exclude(key):
                         args = _rewrap(args, tensor_args)
                         return redispatch(ks, *args, **kwargs)
+            start = _ns()
             with exclude(key):  # what the op calls inside is its own business
                 out = redispatch(ks, *args, **kwargs)
+            end = _ns()
             if not recorder.active or _tracing():
                 return out
             # NB: the op runs first and its rule looks at it after; most calls are copies
@@ -217,6 +222,8 @@ class CountingKernels:
                 site = recorder._site(st, frame)
                 for transfer in found if isinstance(found, list) else (found,):
                     recorder.apply(site, transfer)
+                if st.clock is not None:  # the host half of the time view (a wait, if any)
+                    timed_on_fast_path(st.clock, site, found, enter, start, end)
             except Exception as exc:  # never into the user's code: the op ran, uncounted
                 recorder.internal_error(name, exc)
             return out

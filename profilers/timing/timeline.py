@@ -235,7 +235,8 @@ class StepClock:
         waited = end_ns - start_ns
         self.charge(rec, kind, cause, waited)
         self.own_ns += (start_ns - enter_ns) + (exit_ns - end_ns)
-        self.note_wait(kind, cause, site, start_ns, end_ns)
+        if kind != LAUNCH:
+            self.note_wait(kind, cause, site, start_ns, end_ns)
         self.last_ns = exit_ns
         self.last_site = launch_site
         return rec
@@ -398,3 +399,21 @@ def settle_op(clock: StepClock, site: Any, t_in: int, t_call: int, t_ret: int, k
     clock.ops += 1
     clock.last_ns = t_out
     clock.last_site = site
+
+
+def timed_on_fast_path(
+    clock: StepClock,
+    site: Any,
+    found: Any,
+    enter_ns: int,
+    start_ns: int,
+    end_ns: int,
+    exit_ns: int | None = None,
+) -> None:
+    """A counted op on the fast path (profilers/_kernels.py), which ran from ``start_ns`` to
+    ``end_ns`` inside its kernel (entered at ``enter_ns``): the host work before it (no line:
+    the ops between counted ones never reach Python there) and its own run as launch, then,
+    when it made the host wait, its time moved to that wait's cause, as on the dispatch mode."""
+    leave = time.perf_counter_ns() if exit_ns is None else exit_ns
+    clock.wait(site, LAUNCH, None, enter_ns, start_ns, end_ns, leave)
+    charge_transfer(clock, site, found, end_ns - start_ns, start_ns)
