@@ -1,0 +1,119 @@
+"""The time view in every renderer, from a report built on an injected timeline: the verdict in
+the summary's first lines, hints ranked by their line's time, the trace's wait slices, the HTML's
+stacked bar, the live status line."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from rich.console import Console
+
+from gpuwatch.app.widgets.status_line import status_text
+from gpuwatch.live.protocol import LiveSnapshot, decode, encode
+from gpuwatch.report.hints import hints
+from gpuwatch.report.html import render_html
+from gpuwatch.report.text import summary
+from gpuwatch.report.trace import render_trace
+from profilers import Report, Site, SiteStats
+from profilers.timing.timeline import SYNC, StepClock
+from profilers.timing.verdict import last_step, time_section
+
+
+class _Site:
+    def __init__(self, line: int) -> None:
+        self.file, self.line = "train.py", line
+
+
+def _report() -> Report:
+    """Two steps of 10 ms: line 2 runs 1 ms, line 5 waits 1 ms in .item(), then 1 ms of Python
+    leads to line 9, which waits 6 ms in .cpu(), and 1 ms of Python after it ends the step."""
+    item, cpu, other = _Site(5), _Site(9), _Site(2)
+    clock = StepClock(start_ns=0)
+    for k in range(2):
+        t = k * 10_000_000
+        clock.line(other).launch_ns += 1_000_000
+        clock.last_ns = t + 1_000_000
+        clock.wait(item, SYNC, "item", t + 1_000_000, t + 1_000_000, t + 2_000_000, t + 2_000_000)
+        clock.wait(cpu, SYNC, "copy_to_host", t + 3_000_000, t + 3_000_000, t + 9_000_000,
+                   t + 9_000_000)  # fmt: skip
+        clock.close(t + 10_000_000)
+    sites = []
+    for line, cause in ((5, "item"), (9, "copy_to_host")):
+        s = SiteStats("train.py", line, "main")
+        s.source = "loss.item()" if cause == "item" else "pred.cpu()"
+        for _ in range(20):
+            s.syncs.add(cause)
+        s.settle()
+        sites.append(Site.of(s))
+    r = Report(command=["train.py"], duration_s=0.02, steps={"count": 2, "source": "manual"})
+    r = r.with_sites(sites)
+    r.time = time_section(clock, 20_000_000)
+    return r
+
+
+def test_the_summary_opens_with_the_verdict_and_the_costliest_line():
+    out = io.StringIO()
+    Console(width=200, file=out).print(summary(_report()))
+    text = out.getvalue()
+    # 10 ms a step: 7 ms of sync (70%), 3 ms of host work (30%).
+    assert "sync-bound: 10.0 ms per step, sync wait 70%, host work (Python + launch) 30%" in text
+    # Line 9: 6 ms waiting, 1 ms of Python before it and 1 ms after (its host work).
+    assert "costliest line: train.py:9, 8.0 ms per step (80%)" in text
+
+
+def test_hints_carry_their_lines_time_and_the_costliest_comes_first():
+    found = hints(_report())
+    assert [h.where for h in found] == ["train.py:9", "train.py:5"]
+    assert found[0].cost_ms == 8.0 and found[1].cost_ms == 1.0
+    assert found[0].evidence.startswith("costs 8.0 ms per step (80% of the step); ")
+    # Without the time view the same report ranks by counts (20 syncs each: line order kept).
+    plain = _report()
+    plain.time = None
+    assert [(h.where, h.cost_ms) for h in hints(plain)] == [
+        ("train.py:5", 0.0),
+        ("train.py:9", 0.0),
+    ]
+
+
+def test_the_trace_has_a_track_per_cause_and_line_with_each_wait():
+    doc = json.loads(render_trace(_report()))
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
+    assert {"sync wait train.py:5", "sync wait train.py:9"} <= names
+    slices = [e for e in doc["traceEvents"] if e.get("cat") == "wait.sync"]
+    assert [(s["ts"], s["dur"], s["name"]) for s in slices[:2]] == [
+        (1000.0, 1000.0, "sync: item"),
+        (3000.0, 6000.0, "sync: copy_to_host"),
+    ]
+    assert len(slices) == 4
+
+
+def test_the_html_draws_a_stacked_bar_per_step():
+    page = render_html(_report())
+    assert '<div id="fig-time"></div>' in page
+    assert "Where each step" in page and '"barmode":"stack"' in page
+
+
+def test_the_live_status_line_says_the_last_steps_verdict():
+    snap = LiveSnapshot(
+        elapsed_s=1.0,
+        totals={"ops": 10},
+        devices=[],
+        sites=[],
+        site_count=2,
+        events_recorded=0,
+        counting="every_op",
+        time={"step": 1, "verdict": "sync-bound", "shares_pct": {"sync": 70.0, "launch": 30.0},
+              "wall_unprofiled_ms": 10.0},
+    )  # fmt: skip
+    again = decode(encode(snap))
+    assert isinstance(again, LiveSnapshot) and again.time == snap.time
+    text = status_text("running", 5.0, 42, again)
+    assert text.endswith(
+        "step 1 sync-bound: 10.0 ms per step, sync wait 70%, host work (Python + launch) 30% "
+        "of the host's time (GPU not measured)"
+    )
+
+
+def test_last_step_is_empty_before_any_step():
+    assert last_step(StepClock(0)) == {} and last_step(None) == {}
