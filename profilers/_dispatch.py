@@ -29,7 +29,8 @@ from profilers._torch_private import (
     set_code_exec_strategy,
     set_eval_frame,
 )
-from profilers.timing.timeline import COMM, StepClock, charge_transfer, settle_op
+from profilers.timing.charge import charge_transfer, settle_op
+from profilers.timing.timeline import COMM, StepClock
 
 _current_node = current_node
 _set_eval_frame = set_eval_frame

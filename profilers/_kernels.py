@@ -42,7 +42,7 @@ from profilers._torch_private import (
     keyset_full_after,
     tracing_context,
 )
-from profilers.timing.timeline import timed_on_fast_path
+from profilers.timing.charge import timed_on_fast_path
 
 KEY = "PreDispatch"
 

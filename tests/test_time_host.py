@@ -15,15 +15,8 @@ from torch.utils.data import DataLoader, Dataset
 import profilers
 from gpuwatch.report.load import problem
 from profilers import Report
-from profilers.timing.timeline import (
-    COPY,
-    INPUT,
-    SYNC,
-    UNATTRIBUTED,
-    StepClock,
-    charge_transfer,
-    timed_on_fast_path,
-)
+from profilers.timing.charge import charge_transfer, timed_on_fast_path
+from profilers.timing.timeline import COPY, INPUT, SYNC, UNATTRIBUTED, StepClock
 from profilers.timing.verdict import breakdown, step_dict
 
 

@@ -4,6 +4,7 @@ line, and the verdict (the "Time" vocabulary of the design).
 * :mod:`profilers.timing.timeline`: the records (named, ``__slots__``) and :class:`StepClock`, the
   per-step accumulator the hot path writes into: host time per (step, line, cause), the waits as
   intervals, the profiler's own time apart;
+* :mod:`profilers.timing.charge`: the hot path's helpers (an op's time moved to the wait it made);
 * :mod:`profilers.timing.idle`: GPU busy/idle from op intervals on a device's streams, and each idle
   interval charged to one cause and one line (pure; exact on synthetic timelines);
 * :mod:`profilers.timing.verdict`: shares and the verdict of a step or the run, and the JSON of

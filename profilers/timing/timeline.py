@@ -20,7 +20,6 @@ a line's cause, or the profiler's own time. The parts add up to the step's wall 
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from typing import Any
 
@@ -354,66 +353,3 @@ def _costliest(lines: dict[str, LineTime]) -> dict[str, LineTime]:
         rest.merge(rec)
     kept[OTHER_LINES] = rest
     return kept
-
-
-HOST_READS = frozenset(("item", "copy_to_host"))
-"""Sync causes that read a value back to the host."""
-
-_HOST_BLOCKING_WAYS = frozenset(("h2d", "d2h", "p2p"))
-
-
-def charge_transfer(clock: StepClock, site: Any, found: Any, op_ns: int, start_ns: int) -> None:
-    """The op just run at ``site`` (``op_ns`` from ``start_ns``, already charged as launch)
-    made the transfer(s) ``found``: a sync moves its time to ``sync`` (by cause), a copy that
-    blocks the host (pageable, or not ``non_blocking``) to ``copy``; the counts a CUDA graph
-    capture cares about are noted either way. NB: a copy within one GPU (d2d) never blocks the
-    host, whatever its ``non_blocking`` says."""
-    rec = clock.line(site)
-    moved = False
-    for t in found if isinstance(found, list) else (found,):
-        if t.pageable:
-            rec.pageable += 1
-        if t.sync is not None:
-            rec.syncs += 1
-            if t.sync in HOST_READS:
-                rec.host_reads += 1
-            kind, cause = SYNC, t.sync
-        elif t.direction in _HOST_BLOCKING_WAYS and (t.pageable or not t.non_blocking):
-            kind, cause = COPY, None
-        else:
-            continue
-        if not moved:  # the op's time goes with its first wait
-            clock.moved(site, kind, cause, op_ns, start_ns)
-            moved = True
-
-
-def settle_op(clock: StepClock, site: Any, t_in: int, t_call: int, t_ret: int, kind: str) -> None:
-    """An op the hot path ran outside its common path (a collective): launch before it, the
-    op's own time as ``kind``, the hot path's own time apart."""
-    rec = clock.line(site)
-    rec.launch_ns += t_in - clock.last_ns - clock.outside_ns
-    clock.charge(rec, kind, None, t_ret - t_call)
-    clock.note_wait(kind, None, site, t_call, t_ret)
-    t_out = time.perf_counter_ns()
-    clock.own_ns += t_call - t_in + t_out - t_ret + clock.outside_ns
-    clock.ops += 1
-    clock.last_ns = t_out
-    clock.last_site = site
-
-
-def timed_on_fast_path(
-    clock: StepClock,
-    site: Any,
-    found: Any,
-    enter_ns: int,
-    start_ns: int,
-    end_ns: int,
-    exit_ns: int | None = None,
-) -> None:
-    """A counted op on the fast path (profilers/_kernels.py), which ran from ``start_ns`` to
-    ``end_ns`` inside its kernel (entered at ``enter_ns``): the host work before it (no line:
-    the ops between counted ones never reach Python there) and its own run as launch, then,
-    when it made the host wait, its time moved to that wait's cause, as on the dispatch mode."""
-    leave = time.perf_counter_ns() if exit_ns is None else exit_ns
-    clock.wait(site, LAUNCH, None, enter_ns, start_ns, end_ns, leave)
-    charge_transfer(clock, site, found, end_ns - start_ns, start_ns)
