@@ -216,8 +216,13 @@ def run_top(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from gpuwatch.target_args import split_target
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    ours, target = split_target(parser, list(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(ours)
+    if target is not None:  # everything after the script or module is the script's
+        args.args = target
     try:
         return int(args.handler(args))
     except CliError as exc:

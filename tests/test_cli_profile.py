@@ -134,13 +134,35 @@ def test_dash_m_runs_a_module_with_its_arguments(tmp_path):
     (pkg / "__init__.py").write_text("")
     (pkg / "train.py").write_text(COPIES)
     done = run(
-        ["gpuwatch", "profile", "-q", "--json", "r.json", "-m", "mypkg.train", "0", "x"], tmp_path
+        # everything after the module is the module's, gpuwatch's own options included
+        [
+            "gpuwatch",
+            "profile",
+            "-q",
+            "--json",
+            "r.json",
+            "-m",
+            "mypkg.train",
+            "0",
+            "--lr",
+            "3e-4",
+            "--json",
+            "j.json",
+        ],
+        tmp_path,
     )
     assert done.returncode == 0, done.stderr
     argv = json.loads(done.stdout.splitlines()[0])
-    assert argv[0].endswith("mypkg/train.py") and argv[1:] == ["0", "x"]
+    assert argv[0].endswith("mypkg/train.py") and argv[1:] == [
+        "0",
+        "--lr",
+        "3e-4",
+        "--json",
+        "j.json",
+    ]
+    assert not (tmp_path / "j.json").exists()
     doc = json.loads((tmp_path / "r.json").read_text())
-    assert doc["command"] == ["-m", "mypkg.train", "0", "x"]
+    assert doc["command"] == ["-m", "mypkg.train", "0", "--lr", "3e-4", "--json", "j.json"]
     assert {s["file"] for s in doc["sites"]} >= {"mypkg/train.py"}
 
 
