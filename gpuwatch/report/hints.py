@@ -52,11 +52,27 @@ def hints(report: Report, hot: int = HOT) -> list[Hint]:
     steps = int(report.steps["count"]) if report.steps else 0
     for site in report.sites:
         found = _site_hints(site, hot)
+        if steps >= 2 and site.steps_active == 1:
+            # NB: a line that copied or synced in one step only (model.to(device) before the
+            # loop: 15 parameters, 15 copies) ran once: none of the "in a loop" hints is true
+            # of it, however high its count.
+            found = [h for h in found if h.kind in ONCE_IS_ENOUGH]
         if steps:  # people think in steps: "syncs once every step"
-            found = [replace(h, evidence=f"{h.evidence}; {per_step(h.site, steps)}") for h in found]
+            found = [replace(h, evidence=f"{h.evidence}; {in_steps(h.site, steps)}") for h in found]
         out.extend(found)
     out.sort(key=lambda h: (h.site.syncs.count, h.site.bytes_moved), reverse=True)
     return out
+
+
+#: Hints true of a line however often it ran.
+ONCE_IS_ENOUGH = frozenset({"non_blocking_pageable"})
+
+
+def in_steps(s: Site, steps: int) -> str:
+    """The line's figures per step, over the steps in which it copied or synced only:
+    ``"1 sync per step"``, ``"2 copies per step, in 5 of 50 steps"``."""
+    ran = s.steps_active if 0 < s.steps_active < steps else steps
+    return per_step(s, ran) + (f", in {ran:,} of {steps:,} steps" if ran < steps else "")
 
 
 def per_step(s: Site, steps: int) -> str:

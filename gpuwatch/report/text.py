@@ -120,7 +120,17 @@ def step_lines(r: Report) -> list[str]:
     )
     if t.kernel_time_ms and not r.options.get("fake_cuda"):
         per += f", kernel time {fmt.duration_ms(t.kernel_time_ms / n)}"
-    every = [s for s in r.sites if s.syncs.count >= n or s.h2d.count + s.d2h.count >= n]
+    # NB: by the steps a line was seen in where the report says (a one-time model.to(device)
+    # makes more copies than there are steps), else by its counts (reports before that field).
+    every = [
+        s
+        for s in r.sites
+        if (
+            s.steps_active >= n
+            if s.steps_active
+            else s.syncs.count >= n or s.h2d.count + s.d2h.count >= n
+        )
+    ]
     which = f"steps {window[0]} to {window[1] - 1}, " if window is not None else ""
     out = [f"{n:,} steps ({which}{r.steps['source']}): {per}"]
     if every:
