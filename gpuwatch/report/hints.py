@@ -101,7 +101,7 @@ def _site_hints(s: Site, hot: int) -> list[Hint]:
                 "logging fetches a value from the GPU every step, and each fetch waits for all "
                 "queued GPU work: accumulate on the device (e.g. total += loss.detach()) and fetch "
                 "once every N steps or per epoch",
-                f"{fetches} syncs ({_causes(causes)})",
+                f"{fetches:,} syncs ({_causes(causes)})",
             )
         )
     elif causes.get("item", 0) >= hot:
@@ -111,7 +111,7 @@ def _site_hints(s: Site, hot: int) -> list[Hint]:
                 s,
                 ".item()/float()/bool() on a GPU tensor in a loop: each call waits for the GPU to "
                 "finish everything queued; keep the value on the device and read it once",
-                f"{causes['item']} syncs at this line",
+                f"{causes['item']:,} syncs at this line",
             )
         )
     elif causes.get("copy_to_host", 0) >= hot:
@@ -122,7 +122,7 @@ def _site_hints(s: Site, hot: int) -> list[Hint]:
                 ".cpu()/.numpy()/.tolist() in a loop copies to the host and waits each time: "
                 "compute the metric on the GPU and copy once, or copy with non_blocking=True into "
                 "pinned memory",
-                f"{causes['copy_to_host']} syncs, {s.d2h.count} copies, "
+                f"{causes['copy_to_host']:,} syncs, {s.d2h.count:,} copies, "
                 f"{fmt.size(s.d2h.bytes)} in all",
             )
         )
@@ -133,7 +133,7 @@ def _site_hints(s: Site, hot: int) -> list[Hint]:
                 s,
                 "non_blocking=True has no effect when the source is pageable memory: pin it "
                 "(DataLoader(pin_memory=True) or tensor.pin_memory()) so the copy can overlap compute",
-                f"{s.h2d.non_blocking} non_blocking copies, {s.h2d.pageable} from pageable memory",
+                f"{s.h2d.non_blocking:,} non_blocking copies, {s.h2d.pageable:,} from pageable memory",
             )
         )
     blocking_h2d = causes.get("copy_to_device", 0)
@@ -146,7 +146,7 @@ def _site_hints(s: Site, hot: int) -> list[Hint]:
                 "a tensor is created on the CPU and moved to the GPU every time this line runs: "
                 "create it on the device (device=...), or once before the loop (register_buffer "
                 "for module constants)",
-                f"{s.h2d.count} host->GPU copies, {fmt.size(s.h2d.bytes)} in all",
+                f"{s.h2d.count:,} host->GPU copies, {fmt.size(s.h2d.bytes)} in all",
             )
         )
     elif blocking_h2d >= hot:
@@ -156,7 +156,7 @@ def _site_hints(s: Site, hot: int) -> list[Hint]:
                 s,
                 "blocking host->GPU copies in a loop: the host waits for each; use pinned memory "
                 "(DataLoader(pin_memory=True)) and .to(device, non_blocking=True)",
-                f"{blocking_h2d} blocking copies, {fmt.size(s.h2d.bytes)} in all",
+                f"{blocking_h2d:,} blocking copies, {fmt.size(s.h2d.bytes)} in all",
             )
         )
     float32 = s.copy_dtypes.get("float32", 0)
@@ -178,11 +178,11 @@ def _site_hints(s: Site, hot: int) -> list[Hint]:
                 "an op whose output size depends on the values (nonzero, boolean masks, unique, "
                 "masked_select) waits for the GPU each time: use torch.where / masked_fill with a "
                 "fixed shape where you can",
-                f"{causes['data_dependent_shape']} syncs",
+                f"{causes['data_dependent_shape']:,} syncs",
             )
         )
     return found
 
 
 def _causes(causes: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in causes.items())
+    return ", ".join(f"{k} {v:,}" for k, v in causes.items())

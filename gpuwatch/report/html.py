@@ -156,7 +156,7 @@ def _top_lines(r: Report, found: list[Hint]) -> str:
     rows = "".join(
         f"<tr><td class=l><code>{_e(s.file)}:{s.line}</code><br><small>{_e(s.function)}</small></td>"
         f"<td class=l><code>{_e(s.source)}</code></td><td>{_e(fmt.size(s.bytes_moved))}</td>"
-        f"<td>{s.syncs.count:,}</td><td>{_e(', '.join(f'{k} {v}' for k, v in s.syncs.by_cause.items()))}</td>"
+        f"<td>{s.syncs.count:,}</td><td>{_e(', '.join(f'{k} {v:,}' for k, v in s.syncs.by_cause.items()))}</td>"
         f"<td>{_e(fmt.duration_ms(s.kernel_time_ms)) if timed else 'not measured'}</td>"
         f"<td>{f'{s.ops:,}' if r.counts_ops else '-'}</td>"
         f"<td>{_e(fmt.duration_ms(s.backward_ms)) if s.backward and timed else '-'}</td>"

@@ -35,7 +35,7 @@ def summary(report: Report, top: int = 5) -> RenderableType:
         parts.append(comm)
     for title, key, value in (
         ("Top lines by bytes moved", "bytes", lambda s: fmt.size(s.bytes_moved)),
-        ("Top lines by syncs", "syncs", lambda s: f"{s.syncs.count} ({_causes(s)})"),
+        ("Top lines by syncs", "syncs", lambda s: f"{s.syncs.count:,} ({_causes(s)})"),
         ("Top lines by kernel time", "kernel_time_ms", lambda s: fmt.duration_ms(s.kernel_time_ms)),
         (
             "Top lines by the time of their backward (inside the .backward() line's time)",
@@ -285,7 +285,7 @@ def _sites_table(title: str, sites: list[Site], value: Callable[[Site], str]) ->
 
 
 def _causes(s: Site) -> str:
-    return ", ".join(f"{k} {v}" for k, v in s.syncs.by_cause.items())
+    return ", ".join(f"{k} {v:,}" for k, v in s.syncs.by_cause.items())
 
 
 def print_summary(report: Report, top: int, file: Any = None) -> None:
