@@ -134,7 +134,12 @@ class GpuCard(Widget):
             self._titles = (title, subtitle)
             self.border_title, self.border_subtitle = title, subtitle
         if self.compact:
-            compact = self.query_one("#compact", TextLines)
+            # NB: query, not query_one: a resize can reach a card whose children are already
+            # gone while the app closes (64 cards scrolling at 80x24 did, now and then).
+            found = self.query("#compact").results(TextLines)
+            compact = next(found, None)
+            if compact is None:
+                return
             text = compact_line(g, self.size.width)
             if compact.text != text:
                 compact.text = text
