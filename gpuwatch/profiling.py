@@ -49,6 +49,11 @@ class ProfileOptions:
     steps: tuple[int, int | None] | None = None
     """``--steps A:B``: profile only those steps."""
 
+    @property
+    def untimed(self) -> bool:
+        """Kernel time is not measured (``--no-kernel-timing``, or simulated GPUs)."""
+        return not self.kernel_timing or bool(self.fake_cuda)
+
     def profiler(self) -> Profile:
         """The ``profilers.profile()`` these options ask for (every entry point builds it here:
         the CLI, the live child and the notebook magic)."""

@@ -108,9 +108,14 @@ def test_fake_cuda_from_a_notebook_then_an_interrupted_cell_is_reported(tmp_path
             "%%gpuwatch --json int.json\nimport time\ntorch.ones(2).sum()\ntime.sleep(60)",
         )
     ]
-    # NB: a real interrupt: nbclient sends the kernel SIGINT when the cell runs past 8 s.
+    # NB: a real interrupt: nbclient sends the kernel SIGINT when the sleeping cell runs past
+    # 8 s (the others get 120 s: building the fake GPU's guard takes a while on a busy machine).
     client = nbclient.NotebookClient(
-        nb, timeout=8, kernel_name="python3", interrupt_on_timeout=True, allow_errors=True
+        nb,
+        timeout_func=lambda cell: 8 if "time.sleep(60)" in cell.source else 120,
+        kernel_name="python3",
+        interrupt_on_timeout=True,
+        allow_errors=True,
     )
     client.execute(cwd=str(tmp_path))
     fake, after, interrupted = (c.outputs for c in nb.cells[1:])

@@ -131,10 +131,7 @@ class LiveApp(SamplingApp):
             yield Static(f"no GPU stats: {self.no_gpu_reason}", id="no-gpu")
         with Horizontal(id="middle"):
             yield RatesPanel(id="rates")
-            lines = HotLinesTable(id="lines")
-            options = self.session.options
-            lines.timed = options.kernel_timing and not options.fake_cuda
-            yield lines
+            yield HotLinesTable(id="lines", timed=not self.session.options.untimed)
         yield RichLog(id="log", max_lines=2000, wrap=False, markup=False, highlight=False)
         yield ProgressLine(id="progress")
         yield StatusLine(id="status")

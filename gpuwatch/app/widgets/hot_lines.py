@@ -63,12 +63,12 @@ def layout(width: int, line_width: int, timed: bool = True) -> tuple[list[str], 
 class HotLinesTable(DataTable[Text]):
     """Sites from a live snapshot, busiest first; the selected line stays selected."""
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, *, id: str | None = None, timed: bool = True) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
         self.sites: list[dict[str, Any]] = []
         self.site_count = 0
         self.counting = "every_op"
-        self.timed = True
+        self.timed = timed
         """False where kernel time is not measured (--fake-cuda, --no-kernel-timing): the time
         columns are left out and the title says so, rather than 0 µs on every line."""
         self.shown_columns: list[str] = []
@@ -124,7 +124,7 @@ class HotLinesTable(DataTable[Text]):
             cells = {
                 "line": Text(self._label(s, room), style="cyan"),
                 "syncs": Text(
-                    str(s["syncs"]["count"]),
+                    f"{s['syncs']['count']:,}",
                     justify="right",
                     style="yellow" if s["syncs"]["count"] else "",
                 ),
@@ -133,14 +133,14 @@ class HotLinesTable(DataTable[Text]):
                     justify="right",
                 ),
                 "copies": Text(
-                    str(sum(s[w]["count"] for w in ("h2d", "d2h", "d2d", "p2p"))), justify="right"
+                    f"{sum(s[w]['count'] for w in ('h2d', 'd2h', 'd2d', 'p2p')):,}", justify="right"
                 ),
                 "kernel": Text(fmt.duration_ms(s["kernel_time_ms"]), justify="right"),
                 "its bwd": Text(
                     fmt.duration_ms(s["backward"]["kernel_time_ms"]) if s.get("backward") else "-",
                     justify="right",
                 ),
-                "ops": Text(str(s["ops"]) if counts_ops else "-", justify="right"),
+                "ops": Text(f"{s['ops']:,}" if counts_ops else "-", justify="right"),
             }
             causes = ", ".join(f"{k} {v:,}" for k, v in s["syncs"]["by_cause"].items())
             cells["source"] = Text(
