@@ -57,6 +57,8 @@ run() {
         step python3 benchmarks/profiler_overhead.py --device cpu
         step python3 benchmarks/counting_paths.py --device cuda
         step python3 -m gpuwatch top --once
+        # GPM (SM activity) and the energy counter against nvidia-smi: idle, matmuls, tiny kernels
+        step python3 .ci/check_gpm.py
         python3 -m gpuwatch top --json >"$out/top.json"
         echo "top --json: exit $?, $(wc -c <"$out/top.json") bytes"
         step python3 benchmarks/top_cost.py --real --seconds 20 --interval 1 \
@@ -72,6 +74,10 @@ run() {
         done
         step python3 .ci/compare_fake_cuda.py "$out/naive.json" /tmp/naive-fake.json \
             "$out/fixed.json" /tmp/fixed-fake.json
+        # More fake GPUs than the machine has: the real ones are not touched (the fake guard
+        # holds CUDA's entry while the harness is on; test_fake_cuda_builds.py checks memory).
+        step python3 -m gpuwatch profile -q --fake-cuda --fake-gpus 4 \
+            demos/fake_gpu_walkthrough.py --steps 3
         # The fast path of --no-kernel-timing against the timed run: the same totals.
         step python3 -m gpuwatch profile -q --no-kernel-timing --json /tmp/naive-fast.json \
             demos/single_gpu_training.py --variant naive --steps 200

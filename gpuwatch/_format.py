@@ -87,3 +87,27 @@ def local_time(iso: str | None) -> str:
     local = when.astimezone()
     zone = local.tzname() or local.strftime("%z")
     return f"{local:%Y-%m-%d %H:%M:%S} {zone}"
+
+
+def energy(joules: float | None) -> str:
+    """``850 J``, ``12.3 kJ``, ``4.56 MJ``; N/A for None."""
+    if joules is None:
+        return NA
+    for unit, scale in (("MJ", 1e6), ("kJ", 1e3)):
+        if joules >= scale:
+            return f"{joules / scale:.3g} {unit}"
+    return f"{joules:.0f} J"
+
+
+def span(seconds: float | None) -> str:
+    """``45s``, ``12m``, ``3h05m``, ``2d04h``: how long, in the two largest units."""
+    if seconds is None:
+        return NA
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"

@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--pid", action="append", default=[], type=int, metavar="PID", help="only this process"
     )
     top.add_argument("--compute", action="store_true", help="only compute processes")
+    from gpuwatch.export_cmd import add_idle_options
+
+    add_idle_options(top)
     mode = top.add_mutually_exclusive_group()
     mode.add_argument(
         "--once",
@@ -119,25 +122,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     top.set_defaults(handler=run_top)
 
-    from gpuwatch.export import add_parser as add_export
+    from gpuwatch.diff_cmd import add_parser as add_diff
+    from gpuwatch.export_cmd import add_parser as add_export
     from gpuwatch.profile_cmd import add_parsers
 
     add_parsers(sub, bounded_int, _interval)
+    add_diff(sub, bounded_int)
     add_export(sub, bounded_int, _interval)
     return parser
 
 
-def _remote_backend(args: argparse.Namespace, local: Any) -> Any:
-    from concurrent.futures import ThreadPoolExecutor
+def _remote_backend(args: argparse.Namespace, local: Any, local_problem: str | None) -> Any:
+    import time
 
-    from gpuwatch.nvml.remote import HostsBackend, RemoteHost
+    from gpuwatch.nvml.remote import TIMEOUT_S, HostsBackend, RemoteHost
 
+    hosts: list[RemoteHost] = []
     try:
-        with ThreadPoolExecutor(max_workers=min(16, len(args.remote))) as pool:
-            hosts = list(pool.map(lambda u: RemoteHost(u, args.interval), args.remote))
+        for url in args.remote:
+            hosts.append(RemoteHost(url, args.interval, wait=False))
     except ValueError as exc:
+        for h in hosts:
+            h.close()
         raise CliError(str(exc)) from None
-    return HostsBackend(hosts, local)
+    # NB: every host's first fetch runs at once, all within one deadline (each fetch is bounded
+    # as a whole, headers included): startup waits TIMEOUT_S at most, however many hosts drip.
+    deadline = time.monotonic() + TIMEOUT_S + 0.5
+    for h in hosts:
+        h.wait_first(deadline - time.monotonic())
+    return HostsBackend(hosts, local, local_problem)
 
 
 def _chosen(args: argparse.Namespace, backend: Any) -> Any:
@@ -176,6 +189,7 @@ def run_top(args: argparse.Namespace) -> int:
     if args.demo_gpus is not None and not args.demo:
         raise CliError("--demo-gpus goes with --demo")
     args.demo_gpus = args.demo_gpus or 2
+    local_problem = None
     try:
         backend = (
             None if args.remote_only else open_backend(demo=args.demo, demo_gpus=args.demo_gpus)
@@ -184,20 +198,26 @@ def run_top(args: argparse.Namespace) -> int:
         if not args.remote:
             hint = "" if args.demo else " (--demo shows simulated GPUs)"
             raise CliError(f"{exc}{hint}", code=1) from None
-        backend = None  # no local GPUs here: the remote hosts only
+        backend = None  # no local GPUs here: the remote hosts only, and the user is told
+        local_problem = f"no local GPUs ({exc}): showing the remote hosts only"
     if backend is not None:
         backend = _chosen(args, backend)
     if args.remote:
-        backend = _remote_backend(args, backend)
+        backend = _remote_backend(args, backend, local_problem)
     assert backend is not None  # no local GPUs is an error above unless --remote
-    if args.once or args.json:
-        from gpuwatch.report.snapshot import snapshot_json, snapshot_text
+    from gpuwatch.export_cmd import idle_policy
 
-        sampler = Sampler(backend, background_pcie=False)
+    if args.once or args.json:
+        from gpuwatch.report.snapshot import measured_snapshot, snapshot_json, snapshot_text
+
+        sampler = Sampler(backend, background_pcie=False, idle=idle_policy(args))
         try:
-            snap = sampler.snapshot()
+            snap = measured_snapshot(sampler)
+            nobody = backend.all_unreachable() if args.remote else None
         finally:
             sampler.close()
+        if nobody:
+            raise CliError(f"no GPUs to show: no remote host answered ({nobody})", code=1)
         if args.json:
             print(snapshot_json(snap))
             sys.stdout.flush()  # NB: a closed pipe raises here, inside main(), not at exit
@@ -212,7 +232,7 @@ def run_top(args: argparse.Namespace) -> int:
     from gpuwatch.app.signals import run_restoring_signals
     from gpuwatch.app.top import TopApp
 
-    app = TopApp(backend, interval_s=args.interval, readonly=args.readonly)
+    app = TopApp(backend, interval_s=args.interval, readonly=args.readonly, idle=idle_policy(args))
     run_restoring_signals(app)
     return 0 if app.signalled is None else 128 + app.signalled
 

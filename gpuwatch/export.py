@@ -9,19 +9,20 @@ short name, never its arguments; its user only with ``--process-users``.
 
 from __future__ import annotations
 
-import argparse
 import os
-import signal
-import socket
-import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.cli_errors import CliError
-from gpuwatch.nvml.samples import GpuSample, Snapshot
+from gpuwatch.nvml.samples import GpuSample, JobInfo, ProcessSample, Snapshot
 
 MIB = 1024 * 1024
+#: How long one scrape's connection may take, accept to last byte (TLS handshake, request,
+#: answer): Prometheus' own scrape timeout is 10 s by default.
+CONNECTION_DEADLINE_S = 10.0
+#: The shortest staleness limit (see :func:`_stale_after_s`).
+STALE_FLOOR_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,15 @@ def _div(x: float | None, by: float) -> float | None:
 
 def _sum(*xs: float | None) -> float | None:
     return None if any(x is None for x in xs) else float(sum(x for x in xs if x is not None))
+
+
+def _gpm(g: GpuSample, value: float | None) -> float | None:
+    """A rate only GPM measures as DCGM's profiling fields do (NVML's own PCIe figure is not)."""
+    return value if g.gpm else None
+
+
+def _flag(held: bool, g: GpuSample) -> float | None:
+    return None if g.lost else float(held)
 
 
 #: dcgm-exporter's names (etc/default-counters.csv) and units; README says which match exactly.
@@ -87,17 +97,120 @@ GPU_METRICS = (
         "Current clock throttle reasons (NVML's bitmask).",
         lambda g: g.throttle_reasons,
     ),
+    Metric(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "Total energy consumption since boot (in mJ).",
+        lambda g: g.energy_total_mj,
+    ),
+    # NB: DCGM's profiling fields are ratios 0-1 (their help says "in %"; the values are not).
+    Metric(
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "The ratio of cycles an SM has at least 1 warp assigned (ratio 0-1), via NVML GPM.",
+        lambda g: _div(g.sm_active_pct, 100),
+    ),
+    Metric(
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "The ratio of number of warps resident on an SM (ratio 0-1), via NVML GPM.",
+        lambda g: _div(g.sm_occupancy_pct, 100),
+    ),
+    Metric(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "Ratio of cycles the tensor (HMMA) pipe is active (ratio 0-1), via NVML GPM.",
+        lambda g: _div(g.tensor_active_pct, 100),
+    ),
+    Metric(
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "Ratio of cycles the device memory interface is active sending or receiving data "
+        "(ratio 0-1), via NVML GPM.",
+        lambda g: _div(g.dram_active_pct, 100),
+    ),
+    Metric(
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "The rate of data transmitted over the PCIe bus (in bytes/s), via NVML GPM.",
+        lambda g: _gpm(g, g.pcie_tx_bytes_per_s),
+    ),
+    Metric(
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "The rate of data received over the PCIe bus (in bytes/s), via NVML GPM.",
+        lambda g: _gpm(g, g.pcie_rx_bytes_per_s),
+    ),
+    Metric(
+        "DCGM_FI_PROF_NVLINK_TX_BYTES",
+        "The rate of data transmitted over NVLink, all links (in bytes/s).",
+        lambda g: g.nvlink_tx_bytes_per_s,
+    ),
+    Metric(
+        "DCGM_FI_PROF_NVLINK_RX_BYTES",
+        "The rate of data received over NVLink, all links (in bytes/s).",
+        lambda g: g.nvlink_rx_bytes_per_s,
+    ),
+    Metric(
+        "gpuwatch_gpu_held_idle",
+        "1 while processes hold this GPU's memory and it has been idle for --idle-after "
+        "seconds (SM activity, or utilisation without GPM, under --idle-below).",
+        lambda g: _flag(g.held_idle, g),
+    ),
+    Metric(
+        "gpuwatch_gpu_held_idle_seconds",
+        "How long processes have held this GPU while it is idle (in s); absent when it is not.",
+        lambda g: g.held_idle_s,
+    ),
+    Metric(
+        "gpuwatch_gpu_low_sm_activity",
+        "1 while utilisation is high but SM activity low (one small kernel at a time, or a "
+        "collective waiting on a peer); absent without GPM.",
+        lambda g: None if g.sm_active_pct is None else float(g.low_sm_activity),
+    ),
 )
+
+#: ``--process-jobs``: dcgm-exporter's names for a process's job (its Kubernetes mapping and
+#: HPC job mapping), each from the process's own /proc.
+JOB_LABELS = ("pod", "namespace", "container", "hpc_job")
+
+
+def job_labels(job: JobInfo | None) -> list[str]:
+    if job is None:
+        return ["", "", "", ""]
+    return [job.pod or "", job.namespace or "", job.container or "", job.slurm_job_id or ""]
 
 
 class GpuCollector:
     """Yields the latest snapshot's metrics on every scrape (``registry.register(self)``)."""
 
-    def __init__(self, hostname: str, processes: bool = True, users: bool = False) -> None:
+    def __init__(
+        self,
+        hostname: str,
+        processes: bool = True,
+        users: bool = False,
+        stale_after_s: float | None = None,
+        jobs: bool = False,
+    ) -> None:
         self.hostname = hostname
         self.processes = processes
         self.users = users
-        self.snapshot: Snapshot | None = None
+        self.jobs = jobs
+        self.stale_after_s = stale_after_s
+        """Withdraw the GPU series once the latest sample is older than this (None: never)."""
+        self._snapshot: Snapshot | None = None
+        self._taken: float | None = None
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        """The latest sample; setting it stamps the time it was taken."""
+        return self._snapshot
+
+    @snapshot.setter
+    def snapshot(self, snap: Snapshot | None) -> None:
+        self._snapshot, self._taken = snap, time.monotonic()
+
+    def sample_age_s(self) -> float | None:
+        """Seconds since the latest sample (None: none yet)."""
+        return None if self._taken is None else time.monotonic() - self._taken
+
+    @property
+    def stale(self) -> bool:
+        age = self.sample_age_s()
+        return self.stale_after_s is not None and age is not None and age > self.stale_after_s
 
     def describe(self) -> list[Any]:
         return []  # families are built per scrape; nothing to check at registration
@@ -106,7 +219,19 @@ class GpuCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         snap = self.snapshot
-        if snap is None:
+        age = GaugeMetricFamily(
+            "gpuwatch_sample_age_seconds",
+            "Seconds since the GPUs were last sampled; every GPU and process series is withdrawn "
+            "while this is over the staleness limit (NVML not answering).",
+            labels=["Hostname"],
+        )
+        age_s = self.sample_age_s()
+        if age_s is not None and snap is not None:
+            age.add_metric([self.hostname], round(age_s, 3))
+        yield age
+        # NB: stale figures are withdrawn, not served: a dashboard then shows a gap (and an
+        # alert on absent() fires) instead of a GPU frozen at its last value.
+        if snap is None or self.stale:
             return
         labels = ["gpu", "UUID", "device", "modelName", "pci_bus_id", "Hostname"]
         gpus = [g for g in snap.gpus if not g.lost]
@@ -120,6 +245,7 @@ class GpuCollector:
         if not self.processes:
             return
         plabels = ["gpu", "UUID", "pid", "command", "Hostname"] + (["user"] if self.users else [])
+        plabels += list(JOB_LABELS) if self.jobs else []
         mem = GaugeMetricFamily(
             "gpuwatch_process_gpu_memory_bytes",
             "GPU memory a process uses on a GPU (in bytes).",
@@ -132,15 +258,21 @@ class GpuCollector:
         )
         for g in gpus:
             for p in g.processes:
-                values = [str(g.index), g.uuid or "", str(p.pid), _short(p.name), self.hostname]
-                if self.users:
-                    values.append(p.user or "")
+                values = self._process_labels(g, p)
                 if p.gpu_memory_bytes is not None:
                     mem.add_metric(values, float(p.gpu_memory_bytes))
                 if p.sm_util_pct is not None:
                     sm.add_metric(values, float(p.sm_util_pct))
         yield mem
         yield sm
+
+    def _process_labels(self, g: GpuSample, p: ProcessSample) -> list[str]:
+        values = [str(g.index), g.uuid or "", str(p.pid), _short(p.name), self.hostname]
+        if self.users:
+            values.append(p.user or "")
+        if self.jobs:
+            values += [v[:128] for v in job_labels(p.job)]
+        return values
 
     def _gpu_labels(self, g: GpuSample) -> list[str]:
         return [
@@ -154,86 +286,11 @@ class GpuCollector:
 
 
 def _short(name: str | None) -> str:
-    """A process's short name, bounded: never its arguments."""
-    return (os.path.basename(name or "") or "?")[:64]
+    """A process's short name, bounded: never its arguments.
 
-
-def add_parser(sub: Any, bounded_int: Any, interval: Any) -> None:
-    e = sub.add_parser(
-        "export",
-        allow_abbrev=False,
-        help="serve the GPUs' stats to Prometheus (dcgm-exporter's metric names)",
-        description="Serve per-GPU stats at /metrics in Prometheus' format, with dcgm-exporter's "
-        "metric names and labels (its Grafana dashboards work unchanged), and per-process GPU "
-        "memory and SM share as gpuwatch_process_* gauges.",
-    )
-    e.add_argument("--port", type=bounded_int(1, 65535), default=9400, help="default 9400")
-    e.add_argument(
-        "--address",
-        default="0.0.0.0",
-        help="address to listen on (default 0.0.0.0; 127.0.0.1 when the scraper is local)",
-    )
-    e.add_argument(
-        "--interval", type=interval, default=1.0, metavar="SECONDS", help="sampling (default 1)"
-    )
-    e.add_argument("--demo", action="store_true", help="simulated GPUs instead of NVML")
-    e.add_argument("--demo-gpus", type=bounded_int(1, 64), default=None, metavar="N")
-    e.add_argument("--no-processes", action="store_true", help="no per-process series at all")
-    e.add_argument(
-        "--process-users", action="store_true", help="add each process's user name as a label"
-    )
-    e.add_argument("--certfile", metavar="PEM", help="serve HTTPS with this certificate")
-    e.add_argument("--keyfile", metavar="PEM", help="the certificate's private key")
-    e.set_defaults(handler=run_export)
-
-
-def run_export(args: argparse.Namespace) -> int:
-    from prometheus_client import CollectorRegistry, start_http_server
-
-    from gpuwatch.nvml import NvmlUnavailable, Sampler, open_backend
-
-    if args.demo_gpus is not None and not args.demo:
-        raise CliError("--demo-gpus goes with --demo")
-    if bool(args.certfile) != bool(args.keyfile):
-        raise CliError("--certfile and --keyfile go together")
-    try:
-        backend = open_backend(demo=args.demo, demo_gpus=args.demo_gpus or 2)
-    except NvmlUnavailable as exc:
-        raise CliError(f"{exc} (--demo serves simulated GPUs)", code=1) from None
-    sampler = Sampler(backend, interval_s=args.interval)
-    collector = GpuCollector(
-        socket.gethostname(), processes=not args.no_processes, users=args.process_users
-    )
-    collector.snapshot = sampler.snapshot()
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    try:
-        server, _ = start_http_server(
-            args.port, addr=args.address, registry=registry,
-            certfile=args.certfile, keyfile=args.keyfile,
-        )  # fmt: skip
-    except OSError as exc:
-        sampler.close()
-        raise CliError(
-            f"cannot serve on {args.address}:{args.port}: {exc.strerror or exc}"
-        ) from None
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(signum) is not signal.SIG_IGN:
-            signal.signal(signum, lambda *_: stop.set())
-    scheme = "https" if args.certfile else "http"
-    print(
-        f"gpuwatch export: {sampler.gpu_count} GPU(s) ({sampler.source}) at "
-        f"{scheme}://{args.address}:{args.port}/metrics, every {args.interval:g} s",
-        flush=True,
-    )
-    try:
-        while not stop.wait(args.interval):
-            try:
-                collector.snapshot = sampler.snapshot()
-            except Exception as exc:  # a failed sample keeps the last one served
-                print(f"gpuwatch export: sampling failed: {exc}", flush=True)
-    finally:
-        server.shutdown()
-        sampler.close()
-    return 0
+    NB: psutil's ``name()`` is argv[0] when the executable's name is 15 characters or more and
+    argv[0] starts with it, and argv[0] can carry anything (``exec -a "worker --api-token=S"``):
+    only what comes before the first whitespace is kept, then its last path component.
+    """
+    first = (name or "").split(maxsplit=1)[0] if (name or "").strip() else ""
+    return (os.path.basename(first) or "?")[:64]

@@ -32,6 +32,11 @@ def sample_row(t: float, g: GpuSample, pids: Collection[int] = ()) -> dict[str, 
         "memory_total_bytes": g.memory_total_bytes,
         "pcie_tx_bytes_per_s": g.pcie_tx_bytes_per_s,
         "pcie_rx_bytes_per_s": g.pcie_rx_bytes_per_s,
+        # NB: GPM's figures (null without GPM): a run "100% utilised" with its SMs mostly empty
+        # shows as a gap between these and gpu_util_pct.
+        "sm_active_pct": g.sm_active_pct,
+        "tensor_active_pct": g.tensor_active_pct,
+        "power_avg_w": g.power_avg_w,
     }
 
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from gpuwatch.budget_cmd import add_budget_args, budget_for, check_run
 from gpuwatch.cli_errors import CliError
 
 #: Copy/sync events a timeline may keep: 10 million is about 1 GB of JSON.
@@ -142,6 +145,7 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
     p.add_argument(
         "--demo", action="store_true", help="with --live: simulated GPU cards (no NVML needed)"
     )
+    add_budget_args(p)
     p.add_argument(
         "args",
         nargs=argparse.REMAINDER,
@@ -173,7 +177,8 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
     r.add_argument(
         "--top", type=positive_int, default=5, metavar="N", help="lines per top list (default 5)"
     )
-    r.set_defaults(handler=run_report)
+    add_budget_args(r)
+    r.set_defaults(handler=_run_report)
 
 
 def _step_window(text: str) -> tuple[int, int | None]:
@@ -228,13 +233,14 @@ def _target(args: argparse.Namespace) -> Any:
     return target
 
 
-def _check_fake_cuda() -> None:
-    """Builds the fake GPU's device guard before the script starts (once per torch), so that
-    a missing compiler is one line here, not an error inside the run."""
-    from profilers.fake_cuda import FakeCudaUnavailable, guard_library
+def _check_fake_cuda(devices: int) -> None:
+    """Builds the fake GPU's C++ half (once per torch) and tries it before the script starts,
+    so that whatever stops it here is one line and exit 2, not an error inside the run (nor
+    one lost in the --live child)."""
+    from profilers.fake_cuda import FakeCudaUnavailable, check_fake_cuda
 
     try:
-        guard_library()
+        check_fake_cuda(devices)
     except FakeCudaUnavailable as exc:
         raise CliError(str(exc)) from None
 
@@ -247,6 +253,7 @@ def run_profile(args: argparse.Namespace) -> int:
         for_rank,
         output_for,
         outputs,
+        streams_through,
         write_outputs,
         write_reports,
     )
@@ -262,6 +269,8 @@ def run_profile(args: argparse.Namespace) -> int:
     wanted += [output_for(path) for path in args.output_paths]
     if args.nproc_per_node:
         from gpuwatch.distributed import run_ranks
+
+        budget_for(args)  # --budget is refused here; the ranks read the project's themselves
 
         check_outputs(wanted, inputs=[] if target.module else [target.name])
         return run_ranks(args, target, wanted)
@@ -295,36 +304,58 @@ def run_profile(args: argparse.Namespace) -> int:
         fake_cuda=args.fake_gpus if args.fake_cuda else 0,
         steps=args.steps,
     )
+    limits = budget_for(args)
     if args.fake_cuda:
-        _check_fake_cuda()
+        _check_fake_cuda(args.fake_gpus)
     if args.live:
-        return run_live(args, target, options, wanted)
+        return run_live(args, target, options, wanted, limits)
     timeline, gpu_stats = _gpu_timeline(args)
     failed = False
+    final: Any = None
 
     def on_report(report: Any) -> None:
-        nonlocal failed
+        nonlocal failed, final
+        final = report
         failed = write_outputs(report, wanted, quiet=args.quiet)
         if not args.quiet:
             print_summary(report, args.top)
 
-    json_out = [o for o in wanted if o.kind == "json"]
+    # NB: checkpoints rewrite a file; a device or stream (/dev/stdout) gets the final report only.
+    json_out = [o for o in wanted if o.kind == "json" and not streams_through(o.where)]
 
     def checkpoint(report: Any) -> None:
         write_reports(report, json_out)
 
-    code = run_profiled(
-        target,
-        options,
-        on_report,
-        checkpoint=checkpoint if json_out else None,
-        stop_gpu_timeline=timeline.stop if timeline is not None else None,
-        gpu_stats=gpu_stats,
-    )
-    return 2 if failed and code == 0 else code
+    with _fake_cuda_errors(options.fake_cuda):
+        code = run_profiled(
+            target,
+            options,
+            on_report,
+            checkpoint=checkpoint if json_out else None,
+            stop_gpu_timeline=timeline.stop if timeline is not None else None,
+            gpu_stats=gpu_stats,
+        )
+    code = 2 if failed and code == 0 else code
+    return check_run(limits, final, code, args.quiet)
 
 
-def run_live(args: argparse.Namespace, target: Any, options: Any, wanted: list[Any]) -> int:
+@contextmanager
+def _fake_cuda_errors(fake_cuda: int) -> Iterator[None]:
+    """A fake GPU that cannot start is one line and exit 2 (the script never ran)."""
+    if not fake_cuda:
+        yield
+        return
+    from profilers.fake_cuda import FakeCudaUnavailable
+
+    try:
+        yield
+    except FakeCudaUnavailable as exc:
+        raise CliError(str(exc)) from None
+
+
+def run_live(
+    args: argparse.Namespace, target: Any, options: Any, wanted: list[Any], limits: Any = None
+) -> int:
     from gpuwatch.app.live import LiveApp
     from gpuwatch.live.session import ChildSession
     from gpuwatch.nvml import NvmlUnavailable, Sampler, open_backend
@@ -352,7 +383,8 @@ def run_live(args: argparse.Namespace, target: Any, options: Any, wanted: list[A
     if result.report is not None and not args.quiet:
         print_summary(result.report, args.top)
     code = result.exit_code
-    return 2 if failed and code == 0 else code
+    code = 2 if failed and code == 0 else code
+    return check_run(limits, result.report, code, args.quiet)
 
 
 def print_summary(report: Any, top: int, file: Any = None) -> None:
@@ -361,20 +393,7 @@ def print_summary(report: Any, top: int, file: Any = None) -> None:
     show(report, top, file)
 
 
-def run_report(args: argparse.Namespace) -> int:
-    from gpuwatch.report.load import load_report
-    from gpuwatch.report.write import check_outputs, outputs, write_outputs
+def _run_report(args: argparse.Namespace) -> int:
+    from gpuwatch.report_cmd import run_report
 
-    wanted = outputs(args.json_path, args.html_path, args.trace_path)
-    check_outputs(wanted, inputs=args.paths)
-    if len(args.paths) == 1:
-        report = load_report(args.paths[0])
-    else:
-        from profilers.merge import MergeError, merge_ranks
-
-        try:
-            report = merge_ranks([load_report(p) for p in args.paths])
-        except MergeError as exc:
-            raise CliError(str(exc)) from None
-    print_summary(report, args.top, file=sys.stdout)
-    return 2 if write_outputs(report, wanted) else 0
+    return run_report(args)

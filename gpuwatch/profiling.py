@@ -7,6 +7,8 @@ Whatever ends the run, the report is built exactly once and handed to ``on_repor
   after its non-daemon threads finished, with signals deferred while the report is written;
 * the script calls ``os._exit(n)`` (fork-based loaders, some launchers): the call is held until
   the report is out, then goes ahead (only in this process: a forked child exits untouched);
+* the script replaces itself with ``os.exec*`` (a relauncher, a wrapper): the report, partial
+  and saying "replaced by exec", is out before the new program starts;
 * the process is SIGKILLed (the OOM killer): nothing can run then, so ``checkpoint`` receives a
   partial report every ``checkpoint_s`` seconds while the script runs, and the last one stands.
 """
@@ -74,6 +76,19 @@ class ProfileOptions:
 
 ReportSink = Callable[[Report], None]
 
+#: The calls every ``os.exec*`` function ends in (os.execl -> execv, os.execvpe -> execve, ...).
+EXEC_CALLS = ("execv", "execve")
+
+
+def _can_exec(path: Any) -> bool:
+    """Whether exec of ``path`` can replace the process (an fd given to execve counts)."""
+    if isinstance(path, int):
+        return True
+    try:
+        return os.access(path, os.X_OK) and not os.path.isdir(path)
+    except (TypeError, ValueError):
+        return False  # exec itself says what is wrong with it
+
 
 class ProfiledRun:
     """One profiled run of a target; ends once, from whichever path gets there first."""
@@ -105,6 +120,7 @@ class ProfiledRun:
             self.fake = FakeCuda(options.fake_cuda)  # FakeCudaUnavailable: one line to show
         self.prof = options.profiler()
         self._end_lock = threading.Lock()
+        self._started = False
         self._ended = False
         self._stop = threading.Event()
         self.signals = Signals()
@@ -177,9 +193,43 @@ class ProfiledRun:
 
         os._exit = _exit
         try:
-            yield
+            with self._exec_held():
+                yield
         finally:
             os._exit = real_exit
+
+    @contextmanager
+    def _exec_held(self) -> Iterator[None]:
+        """``os.execv``/``os.execve`` (every ``os.exec*`` ends in one of them) write the report,
+        partial and saying so, before the process image is replaced: nothing runs after."""
+        real = {name: getattr(os, name) for name in EXEC_CALLS}
+
+        def held(name: str) -> Callable[..., NoReturn]:
+            def _exec(path: Any, *rest: Any) -> NoReturn:
+                # NB: os.execvp tries each PATH entry through os.execv and goes on when one
+                # fails: only a call that can succeed ends the run.
+                if os.getpid() == self.pid and _can_exec(path):
+                    try:
+                        shown = path if isinstance(path, int) else printable(os.fsdecode(path))
+                        note = f"replaced by exec: the script called os.{name}({shown!r}, ...)"
+                        self.end(Outcome(0, False), note=note)
+                        sys.stderr.flush()
+                    except BaseException as exc:  # never keep the script from its exec
+                        print(
+                            f"gpuwatch: error: could not write the report: {exc}", file=sys.stderr
+                        )
+                real[name](path, *rest)
+                raise AssertionError("unreachable: exec returns only by raising")
+
+            return _exec
+
+        for name in EXEC_CALLS:
+            setattr(os, name, held(name))
+        try:
+            yield
+        finally:
+            for name, fn in real.items():
+                setattr(os, name, fn)
 
     def _fake_gpus(self) -> Any:
         from contextlib import nullcontext
@@ -196,6 +246,7 @@ class ProfiledRun:
                             target=self._checkpoints, name="gpuwatch-checkpoint", daemon=True
                         ).start()
                     with self._fake_gpus(), self.prof:
+                        self._started = True
                         try:
                             outcome = run_target(self.target)
                         except KeyboardInterrupt:  # a second Ctrl-C while the first was handled
@@ -207,7 +258,10 @@ class ProfiledRun:
             finally:
                 self.signals.deferring()
                 try:
-                    self.end(outcome)
+                    # NB: a fake GPU or a profiler that could not start raises on its way out
+                    # (FakeCudaUnavailable: one line); there is no run to report on top of it.
+                    if self._started:
+                        self.end(outcome)
                 finally:
                     self.signals.restore()
         received = self.signals.received

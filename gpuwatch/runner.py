@@ -146,21 +146,24 @@ def _run_main(target: Target) -> Outcome:
     saved_path_list, saved_path = sys.path, sys.path[:]
     main_module = sys.modules.get("__main__")
     try:
-        if target.module:
-            sys.argv = ["-m", *target.args]  # runpy puts the module's path in argv[0]
-            sys.path.insert(0, os.getcwd())
-            try:
-                runpy.run_module(target.name, run_name="__main__", alter_sys=True)
-            except ImportError as exc:
-                if not _is_the_target_missing(exc, target.name):
-                    raise
-                print(f"gpuwatch: error: {exc}", file=sys.stderr)
-                return Outcome(1, False, f"ImportError: {exc}"[:500])
-        else:
-            script = os.path.abspath(target.name)
-            sys.argv = [target.name, *target.args]
-            sys.path[0] = os.path.dirname(script)
-            _exec_script(script)
+        try:
+            if target.module:
+                sys.argv = ["-m", *target.args]  # runpy puts the module's path in argv[0]
+                sys.path.insert(0, os.getcwd())
+                try:
+                    runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+                except ImportError as exc:
+                    if not _is_the_target_missing(exc, target.name):
+                        raise
+                    print(f"gpuwatch: error: {exc}", file=sys.stderr)
+                    return Outcome(1, False, f"ImportError: {exc}"[:500])
+            else:
+                script = os.path.abspath(target.name)
+                sys.argv = [target.name, *target.args]
+                sys.path[0] = os.path.dirname(script)
+                _exec_script(script)
+        finally:
+            _reopen_closed_streams()  # the script closed sys.stderr: Python still exits well
         return Outcome(0, True)
     except Terminated as exc:
         return Outcome(exc.exit_code, False, f"stopped by {exc}")
@@ -175,14 +178,15 @@ def _run_main(target: Target) -> Outcome:
     except KeyboardInterrupt:
         print("KeyboardInterrupt", file=sys.stderr)
         return Outcome(130, False, "KeyboardInterrupt")
-    except BaseException as exc:  # the script's own error: show it as Python would
-        if _FULLGRAPH_REFUSED in str(exc):
+    except BaseException as raised:  # the script's own error: show it as Python would
+        error = users_exception(raised)
+        if _FULLGRAPH_REFUSED in str(error):
             # NB: not the traceback: dynamo's message lists every frame it skipped (15 lines
             # and more), none of which the user can act on. What they can do is one option.
-            print(_fullgraph_refused(exc), file=sys.stderr)
+            print(_fullgraph_refused(error), file=sys.stderr)
         else:
-            _print_user_traceback(exc)
-        return Outcome(1, False, f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
+            _print_user_traceback(error, raised)
+        return Outcome(1, False, f"{type(error).__name__}: {error}".splitlines()[0][:500])
     finally:
         sys.argv = saved_argv
         # NB: the whole list, and the list object itself: a script may clear or replace
@@ -238,14 +242,83 @@ def _exec_script(path: str) -> None:
     exec(code, main.__dict__)
 
 
-def _print_user_traceback(exc: BaseException) -> None:
-    tb: TracebackType | None = exc.__traceback__
-    # Drop the frames of gpuwatch and runpy above the script's first frame.
-    here = os.path.dirname(os.path.abspath(__file__))
-    while tb is not None and (
-        tb.tb_frame.f_code.co_filename.startswith(here)
-        or tb.tb_frame.f_code.co_filename == runpy.__file__
-        or tb.tb_frame.f_code.co_filename.startswith("<frozen runpy")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+#: gpuwatch's and the profiler's own code: never part of the script's traceback.
+_OURS = (_HERE + os.sep, os.path.join(os.path.dirname(_HERE), "profilers") + os.sep)
+
+
+def _is_ours(filename: str) -> bool:
+    return (
+        filename.startswith(_OURS)
+        or filename == runpy.__file__
+        or filename.startswith("<frozen runpy")
+    )
+
+
+def _raised_in_ours(exc: BaseException) -> bool:
+    frames = list(traceback.walk_tb(exc.__traceback__))
+    return bool(frames) and _is_ours(frames[-1][0].f_code.co_filename)
+
+
+def users_exception(exc: BaseException) -> BaseException:
+    """The exception the script's code raised. When a handler of the profiler failed while
+    handling it (a RecursionError leaves the profiler no stack either: its note of the error
+    recurses again), that second error is the profiler's, not the script's: the first one is."""
+    while (
+        exc.__context__ is not None
+        and not exc.__suppress_context__
+        and _raised_in_ours(exc)
+        and _raised_in_ours(exc.__context__)
     ):
-        tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+        exc = exc.__context__
+    return exc
+
+
+def _users_frames(tb: TracebackType | None) -> list[traceback.FrameSummary]:
+    """The frames of ``tb`` from the script's first frame down to where it entered gpuwatch's
+    or the profiler's code (an op reaching the profiler's dispatch mode): those below are the
+    profiler's machinery, which plain ``python`` would not have run."""
+    frames = traceback.StackSummary.extract(traceback.walk_tb(tb))
+    start = 0
+    while start < len(frames) and _is_ours(frames[start].filename):
+        start += 1  # gpuwatch's and runpy's frames above the script's first
+    stop = start
+    while stop < len(frames) and not _is_ours(frames[stop].filename):
+        stop += 1
+    return list(frames[start:stop])
+
+
+def _print_user_traceback(exc: BaseException, raised: BaseException | None = None) -> None:
+    """Prints ``exc`` as Python would, without gpuwatch's or the profiler's frames; ``raised``
+    is what reached gpuwatch when ``exc`` is an earlier error in its context (its frames down
+    to the profiler are the script's frames of ``exc`` too)."""
+    shown = traceback.TracebackException.from_exception(exc)
+    own = _users_frames(exc.__traceback__)
+    if raised is not None and raised is not exc:
+        # NB: the earlier error's own traceback starts where the profiler caught it: the
+        # script's frames are those of what was raised, down to the profiler.
+        own = _users_frames(raised.__traceback__)
+        shown.__context__ = None
+    shown.stack = traceback.StackSummary.from_list(own)
+    for chained in (shown.__cause__, shown.__context__):
+        if chained is not None:
+            chained.stack = traceback.StackSummary.from_list(
+                [f for f in chained.stack if not _is_ours(f.filename)]
+            )
+    sys.stderr.write("".join(shown.format()))
+
+
+def _reopen_closed_streams() -> None:
+    """A script that closed ``sys.stdout`` or ``sys.stderr`` closed only its Python object (the
+    file descriptor stays open, as Python leaves it): give gpuwatch's lines, and the
+    interpreter's exit, a working one on the same descriptor, or on /dev/null without one."""
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name)
+        if stream is not None and not getattr(stream, "closed", False):
+            continue
+        try:
+            os.fstat(fd)
+            fresh = open(fd, "w", buffering=1, closefd=False, errors="backslashreplace")  # noqa: SIM115
+        except OSError:
+            fresh = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+        setattr(sys, name, fresh)

@@ -5,6 +5,9 @@
         train()
     report = prof.report()          # report.to_dict() is the gpuwatch.profile/1 document
 
+    with profilers.no_syncs():      # or profilers.budget(syncs=0, h2d=0): BudgetExceeded
+        train_step()                # names each line over it (this thread and what it starts)
+
 A library: it imports torch (only once profiling is asked for: the report data does not need it),
 prints nothing, and knows nothing of gpuwatch's UI.
 """
@@ -15,15 +18,21 @@ from typing import TYPE_CHECKING, Any
 
 from profilers._names import CAUSES, DIRECTIONS
 from profilers._stats import Copies, Counters, SiteStats, Syncs
+from profilers.budgets import Budget, BudgetError
 from profilers.records import Site, Totals
 from profilers.report import SCHEMA, Report, ReportFormatError
 
 if TYPE_CHECKING:
+    from profilers._budget import BudgetExceeded, Guard, budget, no_syncs
     from profilers._ops import Transfer, classify, direction
     from profilers._profile import Options, Profile, profile, step
 
 #: What needs torch, imported on first use: reading and rendering a saved report never does.
 _LAZY = {
+    "BudgetExceeded": "profilers._budget",
+    "Guard": "profilers._budget",
+    "budget": "profilers._budget",
+    "no_syncs": "profilers._budget",
     "Transfer": "profilers._ops",
     "classify": "profilers._ops",
     "direction": "profilers._ops",
@@ -49,8 +58,12 @@ __all__ = [
     "CAUSES",
     "DIRECTIONS",
     "SCHEMA",
+    "Budget",
+    "BudgetError",
+    "BudgetExceeded",
     "Copies",
     "Counters",
+    "Guard",
     "Options",
     "Profile",
     "Report",
@@ -61,7 +74,9 @@ __all__ = [
     "Totals",
     "Transfer",
     "classify",
+    "budget",
     "direction",
+    "no_syncs",
     "profile",
     "step",
 ]

@@ -1,6 +1,7 @@
 """Builds and loads the C++ half of ``--fake-cuda`` (fake_cuda_guard.cpp): CUDA's device guard
-and CUDA hooks for a CPU-only torch, compiled once per torch build with the system's compiler and
-cached under ``~/.cache/gpuwatch/fake-cuda``."""
+and CUDA hooks for fake GPUs, on a CPU-only torch and on a CUDA build (with or without real GPUs),
+compiled once per torch build with the system's compiler and cached under
+``~/.cache/gpuwatch/fake-cuda``."""
 
 from __future__ import annotations
 
@@ -104,11 +105,14 @@ def guard_library(cache: Path | None = None) -> Path:
 _GUARD_LOCK = threading.Lock()
 _GUARD: str | None = None
 _LIB: Any = None
+_HOOKS_DEPTH = 0
+"""How many ``cuda_hooks`` blocks are open (the hooks are swapped while it is above 0)."""
 
 
 def install_guard() -> str:
     """Makes CUDA device guards work in this process, once: ``"fake"`` (c10's FakeGuardImpl,
-    on a CPU-only torch) or ``"real"`` (a CUDA build that sees a GPU keeps its own guard).
+    for good, on a CPU-only torch or a CUDA build that sees no GPU) or ``"real"`` (a CUDA build
+    that sees GPUs keeps its own guard, lent to the fake one only while a harness is on).
 
     NB: autograd sizes its device threads at the first backward of the process; a guard
     installed after one cannot give CUDA tensors a device thread (run_profiled installs it
@@ -124,16 +128,45 @@ def install_guard() -> str:
 
 @contextmanager
 def cuda_hooks(devices: int) -> Iterator[None]:
-    """ATen's CUDA hooks say CUDA is there while the block runs (a CPU-only torch)."""
-    if _GUARD != "fake":
-        yield
-        return
-    if not _LIB.gpuwatch_fake_cuda_hooks_on(devices):
-        raise FakeCudaUnavailable(
-            "--fake-cuda: this torch has CUDA hooks of its own but sees no GPU; use a CPU-only "
-            "torch (pip install torch --index-url https://download.pytorch.org/whl/cpu)"
-        )
+    """ATen's CUDA hooks (and, where real GPUs are seen, CUDA's device guard) say there are
+    ``devices`` fake GPUs while the block runs; what was there before is given back after.
+
+    On a CPU-only torch the hooks are a bare interface, rebuilt in place; on a CUDA build they
+    are torch's own ``CUDAHooks``, which ask the CUDA runtime (and with no GPU fail with "no
+    NVIDIA driver"): their vtable is swapped for the fake one's and back (fake_cuda_guard.cpp)."""
+    global _HOOKS_DEPTH
+    if _GUARD is None:
+        install_guard()
+    lend_guard = _GUARD == "real"
+    with _GUARD_LOCK:
+        # NB: only the outermost block swaps; an inner one (a check inside a run) must not
+        # give the hooks back while the outer harness still needs them.
+        _HOOKS_DEPTH += 1
+        if _HOOKS_DEPTH == 1:
+            if lend_guard:
+                _LIB.gpuwatch_fake_cuda_guard_on()
+            _LIB.gpuwatch_fake_cuda_hooks_on(devices)
     try:
         yield
     finally:
-        _LIB.gpuwatch_fake_cuda_hooks_off()
+        with _GUARD_LOCK:
+            _HOOKS_DEPTH -= 1
+            if _HOOKS_DEPTH == 0:
+                _LIB.gpuwatch_fake_cuda_hooks_off()
+                if lend_guard:
+                    _LIB.gpuwatch_fake_cuda_guard_off()
+
+
+def check_fake_cuda(devices: int = 1) -> None:
+    """Builds, loads and tries the C++ half (hooks on and off) before a run, so that what stops
+    ``--fake-cuda`` here is a :class:`FakeCudaUnavailable` before the script starts."""
+    try:
+        install_guard()
+        with cuda_hooks(devices):
+            pass
+    except FakeCudaUnavailable:
+        raise
+    except OSError as exc:  # the library would not load (a stale or foreign build)
+        raise FakeCudaUnavailable(
+            f"--fake-cuda could not load its CUDA device guard: {exc}"
+        ) from None

@@ -131,6 +131,9 @@ def _handles(*ops: Any) -> Callable[[Handler], Handler]:
 class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's, untyped
     """Runs ops on GPU tensors on fake tensors and the rest for real (see the module's text)."""
 
+    gpuwatch_kept_on_print = True
+    """On while a tensor prints: its values are the placeholders (profilers/_printing.py)."""
+
     def __init__(self, harness: Any) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.harness = harness
@@ -175,7 +178,9 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         args, kwargs = tree_map_only(torch.Tensor, self.to_fake, (args, kwargs))
         try:
             with self.lock, self.fake:
-                return func(*args, **kwargs)
+                out = func(*args, **kwargs)
+            self.harness.memory.note(out, self.harness.fake_type)
+            return out
         except DataDependentOutputException:
             returns = func._schema.returns
             if len(returns) == 1 and str(returns[0].type) in ("bool", "int", "float"):
@@ -197,7 +202,9 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
 
     def fake_empty(self, shape: Any, like: torch.Tensor, dtype: torch.dtype | None = None) -> Any:
         with self.lock, self.fake:
-            return torch.empty(shape, dtype=dtype or like.dtype, device=like.device)
+            out = torch.empty(shape, dtype=dtype or like.dtype, device=like.device)
+        self.harness.memory.note(out, self.harness.fake_type)
+        return out
 
     def host_placeholder(self, src: torch.Tensor, dtype: Any, pinned: bool) -> torch.Tensor:
         self.harness.placeholders.note("host_copies")

@@ -12,6 +12,9 @@ from profilers._dispatch import dispatch, hide_from_dynamo
 class ProfilerMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's, untyped
     """One instance per thread that runs ops (dispatch modes are thread-local)."""
 
+    gpuwatch_kept_on_print = True
+    """On while a GPU tensor prints, to count what the print reads (profilers/_printing.py)."""
+
     # NB: False (the default) on purpose: under this mode torch.compile'd code runs eagerly, so
     # every copy and sync inside compiled regions is still seen. Kernel time then reflects eager
     # execution; the README says so.

@@ -26,7 +26,8 @@ class Transfer:
     """What one op did: a copy (``direction`` set) and/or a host wait (``sync`` set)."""
 
     direction: str | None
-    nbytes: int = 0
+    nbytes: int | None = 0
+    """None: the copy's size is symbolic (unknown until the data exists)."""
     pageable: bool = False
     """The host side of the copy is ordinary (unpinned) memory."""
     non_blocking: bool = False
@@ -99,6 +100,25 @@ def _is_host(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
+def device_of(t: torch.Tensor) -> torch.device:
+    """Where ``t`` lives, read so that another thread cannot change the answer.
+
+    NB: ``FakeTensor.device`` answers ``meta`` while its FakeTensorMode is inside a kernel, and
+    that flag is one attribute of the mode, shared by every thread: while a training thread ran
+    an op on a user's own FakeTensorMode, a logger thread's ``.item()`` was read as a ``meta``
+    tensor and its sync lost (about 3 runs in 7). ``fake_device`` is the tensor's own."""
+    fake = getattr(t, "fake_device", None)
+    return fake if isinstance(fake, torch.device) else t.device
+
+
+def nbytes_of(t: torch.Tensor) -> int | None:
+    """``t.nbytes``, or None when its size is symbolic (a data-dependent shape under a
+    FakeTensorMode with a ShapeEnv: no number exists until the data does)."""
+    if any(not isinstance(s, int) for s in t.shape):
+        return None
+    return int(t.nbytes)
+
+
 def direction(src: torch.device, dst: torch.device) -> str | None:
     """``h2d``, ``d2h``, ``p2p`` (two GPUs), ``d2d`` (one GPU), or None (host to host)."""
     if src.type == "meta" or dst.type == "meta":
@@ -114,13 +134,14 @@ def direction(src: torch.device, dst: torch.device) -> str | None:
 def _copy(
     src: torch.Tensor, dst: torch.Tensor, non_blocking: bool, is_pinned: IsPinned
 ) -> Transfer | None:
-    way = direction(src.device, dst.device)
+    src_device, dst_device = device_of(src), device_of(dst)
+    way = direction(src_device, dst_device)
     if way is None:
         return None
     if way == "d2d" and src.dtype != dst.dtype:
         return None  # a cast on one GPU, not a copy
-    nbytes = src.nbytes
-    s, d = str(src.device), str(dst.device)
+    nbytes = nbytes_of(src)
+    s, d = str(src_device), str(dst_device)
     dt = str(src.dtype).removeprefix("torch.")
     if way == "h2d":
         # NB: a blocking H2D copy ends in a stream synchronize (at::cuda::memcpy_and_sync, which
@@ -153,7 +174,7 @@ def _to_copy(
     if not isinstance(src, torch.Tensor) or not isinstance(out, torch.Tensor):
         return None
     non_blocking = bool(kwargs.get("non_blocking", False))
-    if non_blocking and _is_host(out.device) and not _is_host(src.device):
+    if non_blocking and _is_host(device_of(out)) and not _is_host(device_of(src)):
         # NB: with non_blocking=True, _to_copy to the host allocates its output pinned
         # (aten/src/ATen/native/TensorConversions.cpp), so the copy stays asynchronous: decided
         # from the op, whatever is_pinned() of the output says.
@@ -183,7 +204,7 @@ def _item(
     # NB: .item(), float(t), int(t), bool(t) and `if t:` all reach _local_scalar_dense, which on a
     # GPU copies one element to the host and synchronises (at::cuda::memcpy_and_sync).
     t = args[0]
-    if not isinstance(t, torch.Tensor) or _is_host(t.device):
+    if not isinstance(t, torch.Tensor) or _is_host(device_of(t)):
         return None
     return Transfer(
         "d2h",
@@ -191,14 +212,14 @@ def _item(
         True,
         False,
         ITEM,
-        str(t.device),
+        str(device_of(t)),
         "cpu",
         str(t.dtype).removeprefix("torch."),
     )
 
 
 def _data_dependent(t: Any) -> Transfer | None:
-    if isinstance(t, torch.Tensor) and not _is_host(t.device) and t.device.type != "meta":
+    if isinstance(t, torch.Tensor) and _on_gpu(t):
         return Transfer(None, sync=DATA_DEPENDENT)
     return None
 
@@ -246,22 +267,24 @@ def _indices_moved(
     is copied with a plain, blocking ``index.to(self.device)``."""
     moved: list[Transfer] = []
     gpu_mask = False
-    dst = str(self.device)
+    dst = str(device_of(self))
     for pos, i in enumerate(indices or ()):
-        if not isinstance(i, torch.Tensor) or i.device.type == "meta":
+        if not isinstance(i, torch.Tensor) or device_of(i).type == "meta":
             continue
         if _is_mask(i):
-            if not _is_host(i.device):
+            if not _is_host(device_of(i)):
                 gpu_mask = True
                 continue
             n = _mask_count(i, pos, indices, out)
             moved.append(
                 Transfer("h2d", n * 8 * max(i.dim(), 1), False, True, None, "cpu", dst, "int64")
             )
-        elif _is_host(i.device):
+        elif _is_host(device_of(i)):
             dt = str(i.dtype).removeprefix("torch.")
             moved.append(
-                Transfer("h2d", i.nbytes, not is_pinned(i), False, COPY_TO_DEVICE, "cpu", dst, dt)
+                Transfer(
+                    "h2d", nbytes_of(i), not is_pinned(i), False, COPY_TO_DEVICE, "cpu", dst, dt
+                )
             )
     return moved, gpu_mask
 
@@ -276,7 +299,10 @@ def _mask_count(mask: torch.Tensor, pos: int, indices: Any, out: Any) -> int:
 
 
 def _on_gpu(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and not _is_host(t.device) and t.device.type != "meta"
+    if not isinstance(t, torch.Tensor):
+        return False
+    device = device_of(t)
+    return not _is_host(device) and device.type != "meta"
 
 
 @classifies("aten.index.Tensor")
@@ -309,11 +335,11 @@ def _index_put(
     if (
         not accumulate
         and len(masks) == 1
-        and masks[0].device == self.device
+        and device_of(masks[0]) == device_of(self)
         and all(i is None or i is masks[0] for i in indices)
         and isinstance(values, torch.Tensor)
         and values.numel() == 1
-        and _is_host(values.device)
+        and _is_host(device_of(values))
     ):
         return None
     moved, gpu_mask = _indices_moved(self, indices, None, is_pinned)

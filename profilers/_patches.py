@@ -22,8 +22,9 @@ from typing import Any
 import torch
 
 from profilers._mode import ProfilerMode
-from profilers._names import COPY_TO_HOST, SYNCHRONIZE
+from profilers._names import SYNCHRONIZE
 from profilers._ops import Transfer, direction
+from profilers._printing import counted_str
 from profilers._recorder import Recorder
 from profilers._torch_private import (
     THREAD_BOOTSTRAP,
@@ -318,24 +319,17 @@ def patch_comm(stack: ExitStack, recorder: Recorder) -> None:
 # -- explicit syncs -----------------------------------------------------------------------------
 
 
-def _prints_a_device_tensor(args: tuple[Any, ...]) -> bool:
-    t = args[0] if args else None
-    return isinstance(t, torch.Tensor) and t.device.type not in ("cpu", "meta")
-
-
 def patch_explicit_syncs(stack: ExitStack, recorder: Recorder) -> None:
     """Catches the syncs the dispatcher never sees at their Python entry points, at no per-op
     cost: ``torch.cuda.synchronize()``, ``Stream.synchronize()``, ``Event.synchronize()``, and
-    printing a GPU tensor (``repr``/``str``/``print``), which copies it to the host with every
-    mode disabled (torch/_tensor_str.py)."""
+    what printing a GPU tensor (``repr``/``str``/``print``) reads, which torch does with every
+    mode disabled (profilers/_printing.py)."""
 
-    def wrap(
-        fn: Callable[..., Any], cause: str, applies: Callable[[tuple[Any, ...]], bool] | None = None
-    ) -> Callable[..., Any]:
+    def wrap(fn: Callable[..., Any], cause: str) -> Callable[..., Any]:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             try:
-                if recorder.active and not recorder.own_sync and (applies is None or applies(args)):
+                if recorder.active and not recorder.own_sync:
                     site = recorder.site_for(sys._getframe(1))
                     recorder.apply(site, Transfer(None, sync=cause))
             except Exception as exc:  # never into user code: the call goes ahead uncounted
@@ -352,9 +346,7 @@ def patch_explicit_syncs(stack: ExitStack, recorder: Recorder) -> None:
         stack, torch.cuda.Event, "synchronize", wrap(torch.cuda.Event.synchronize, SYNCHRONIZE)
     )
     if tensor_str is not None and hasattr(tensor_str, "_str"):
-        set_attr(
-            stack, tensor_str, "_str", wrap(tensor_str._str, COPY_TO_HOST, _prints_a_device_tensor)
-        )
+        set_attr(stack, tensor_str, "_str", counted_str(tensor_str._str, lambda: recorder.active))
 
 
 # -- GPU trace ----------------------------------------------------------------------------------

@@ -18,10 +18,12 @@ from profilers import _kernels, _patches
 from profilers._cuda_timing import CudaApi
 from profilers._kernels import CountingKernels
 from profilers._mode import ProfilerMode
+from profilers._no_gpu import GpuQuestions
 from profilers._ops import IsPinned
 from profilers._recorder import Recorder, totals_of
 from profilers._sites import UserCode
 from profilers._stats import SiteStats
+from profilers._user_fake import per_thread_kernel_flag
 from profilers._window import StepWindow
 from profilers.records import Site, Totals
 from profilers.report import Report
@@ -66,6 +68,7 @@ class Profile:
         self._recorder: Recorder | None = None
         self._window: StepWindow | None = None
         self._stack: ExitStack | None = None
+        self._gpu_questions: GpuQuestions | None = None
         self._state = "new"
         self._thread: int | None = None
         self._started = 0.0
@@ -119,6 +122,9 @@ class Profile:
             _patches.patch_backward(stack, recorder)
             _patches.patch_tensor_factories(stack, recorder)
             _patches.patch_work_wait(stack, recorder)
+            self._gpu_questions = GpuQuestions(recorder)
+            self._gpu_questions.install(stack)
+            per_thread_kernel_flag(stack)
             # What this thread runs inside while it counts: the mode, or the fast path's key.
             counts = per_thread()
             if self.options.steps is None:
@@ -219,11 +225,12 @@ class Profile:
             if self._duration_s is not None
             else time.perf_counter() - self._started
         )
+        devices = _describe_devices(recorder.devices)
         return Report(
             command=list(command),
             exit_code=exit_code,
             duration_s=duration,
-            devices=_describe_devices(recorder.devices),
+            devices=devices,
             totals=Totals.of(totals_of(sites)),
             sites=[Site.of(s) for s in sites],
             timeline={
@@ -256,6 +263,9 @@ class Profile:
                 for op, (n, text) in list(recorder.internal_errors.items())
             },
             steps=self._steps_seen(recorder),
+            gpu_fallback=self._gpu_questions.fallback(devices)
+            if self._gpu_questions is not None
+            else None,
         )
 
 

@@ -194,6 +194,9 @@ class Recorder:
     ) -> None:
         """Counts ``t`` at ``site``; ``ms`` is the op's host time, or ``timed`` its CUDA timing
         record (credited when the events complete)."""
+        # NB: a copy of symbolic size (nbytes None) counts, its bytes apart (Copies.unknown_bytes);
+        # the byte sums and the timeline take it as 0.
+        nbytes = t.nbytes or 0
         if t.direction is not None:
             copies = site.copies(t.direction)
             copies.add(t.nbytes, t.pageable, t.non_blocking)
@@ -201,7 +204,7 @@ class Recorder:
             if timed is not None:
                 timed[4] = copies
             if t.dtype is not None:
-                site.copy_dtypes[t.dtype] = site.copy_dtypes.get(t.dtype, 0) + t.nbytes
+                site.copy_dtypes[t.dtype] = site.copy_dtypes.get(t.dtype, 0) + nbytes
             if t.src is not None:
                 self.devices.add(t.src)
             if t.dst is not None:
@@ -216,7 +219,7 @@ class Recorder:
             (
                 self.clock() - self.t0,
                 t.direction,
-                t.nbytes,
+                nbytes,
                 t.sync,
                 f"{site.file}:{site.line}",
                 t.pageable,

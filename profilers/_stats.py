@@ -20,10 +20,16 @@ class Copies:
     non_blocking: int = 0
     time_ms: float = field(default=0.0, compare=False)
     """Time of the copy ops (GPU time with CUDA events, else host time); 0 if not timed."""
+    unknown_bytes: int = 0
+    """How many of ``count`` had a symbolic size (a data-dependent shape under a FakeTensorMode
+    with a ShapeEnv): counted, their bytes not in ``bytes``."""
 
-    def add(self, nbytes: int, pageable: bool, non_blocking: bool) -> None:
+    def add(self, nbytes: int | None, pageable: bool, non_blocking: bool) -> None:
         self.count += 1
-        self.bytes += nbytes
+        if nbytes is None:
+            self.unknown_bytes += 1
+        else:
+            self.bytes += nbytes
         self.pageable += pageable
         self.non_blocking += non_blocking
 
@@ -33,6 +39,7 @@ class Copies:
         self.pageable += other.pageable
         self.non_blocking += other.non_blocking
         self.time_ms += other.time_ms
+        self.unknown_bytes += other.unknown_bytes
 
     def counts(self) -> dict[str, int]:
         """The four counted fields."""
@@ -44,7 +51,10 @@ class Copies:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.counts(), "time_ms": round(self.time_ms, 6)}
+        d: dict[str, Any] = {**self.counts(), "time_ms": round(self.time_ms, 6)}
+        if self.unknown_bytes:  # additive: absent (0) in every report without such a copy
+            d["unknown_bytes"] = self.unknown_bytes
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Copies:
@@ -54,6 +64,7 @@ class Copies:
             int(d["pageable"]),
             int(d["non_blocking"]),
             float(d.get("time_ms", 0.0)),
+            int(d.get("unknown_bytes", 0)),
         )
 
 

@@ -35,12 +35,21 @@ from typing import Any
 import torch
 from torch import nn
 
+from profilers._fake_cuda_apis import (
+    patch_memory,
+    patch_printing,
+    patch_rng,
+    patch_save,
+    patch_unsimulated,
+)
 from profilers._fake_cuda_build import (
     FakeCudaUnavailable,
+    check_fake_cuda,
     cuda_hooks,
     guard_library,
     install_guard,
 )
+from profilers._fake_cuda_memory import FakeMemory
 from profilers._fake_cuda_mode import (
     FakeCudaMode,
     PinnedMemory,
@@ -63,6 +72,7 @@ __all__ = [
     "DEVICE_NAME",
     "FakeCuda",
     "FakeCudaUnavailable",
+    "check_fake_cuda",
     "fake_cuda",
     "guard_library",
     "install_guard",
@@ -91,6 +101,7 @@ class FakeCuda:
         self.placeholders = Placeholders()
         self.pinned = PinnedMemory()
         self.optimizers = Optimizers()
+        self.memory = FakeMemory(devices)
         self._stack: ExitStack | None = None
 
     # -- devices ----------------------------------------------------------------------------
@@ -136,9 +147,9 @@ class FakeCuda:
         try:
             stack.enter_context(cuda_hooks(self.devices))
             self._patch_cuda(stack)
-            if self.guard == "fake":  # every run starts on GPU 0, as a new process does
-                torch._C._accelerator_setDeviceIndex(0)
-                stack.callback(torch._C._accelerator_setDeviceIndex, 0)
+            # every run starts on GPU 0, as a new process does (the fake guard's device)
+            torch._C._accelerator_setDeviceIndex(0)
+            stack.callback(torch._C._accelerator_setDeviceIndex, 0)
             self._patch_threads(stack)
             # NB: torch.tensor(data, device="cuda") then makes the tensor on the host and moves
             # it with a _to_copy the modes see, as FakeTensorMode itself arranges.
@@ -266,15 +277,19 @@ class FakeCuda:
         }.items():
             if hasattr(accel, name):
                 _set(stack, accel, name, value)
+        # NB: nn.DataParallel's scatter/broadcast/gather are C++ of a CUDA build (absent from a
+        # CPU-only torch): on fake GPUs they are the copies they make (_fake_cuda_comm.py).
+        import torch.cuda.comm
+        import torch.nn.parallel.comm
+
+        from profilers import _fake_cuda_comm
+
+        for module in (torch.nn.parallel.comm, torch.cuda.comm):
+            for name, fn in _fake_cuda_comm.FUNCTIONS.items():
+                if hasattr(module, name):
+                    _set(stack, module, name, fn)
         # NB: FakeTensor's first CUDA tensor makes a real one to set up the CUDA context.
         _set(stack, fake_tensor, "init_gpu_context", lambda device: None)
-        for name, fn in {
-            "manual_seed": lambda seed: None,
-            "manual_seed_all": lambda seed: None,
-            "seed": lambda: None,
-            "seed_all": lambda: None,
-        }.items():
-            _set(stack, cuda, name, fn)
         _set(
             stack,
             nn.Module,
@@ -294,6 +309,11 @@ class FakeCuda:
             return t.to("cpu").tolist()
 
         _set(stack, self.fake_type, "tolist", tolist)
+        patch_printing(stack, self)
+        patch_save(stack, self)
+        patch_memory(stack, self)
+        patch_rng(stack, self)
+        patch_unsimulated(stack)
 
 
 def _set(stack: ExitStack, owner: Any, name: str, value: Any) -> None:

@@ -7,6 +7,7 @@ shown per line. Ranks of the world with no report are named in ``missing_ranks``
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass, replace
 from typing import Any
@@ -15,19 +16,72 @@ from profilers._stats import Counters, SiteStats, add_entries
 from profilers.records import Site, Totals
 from profilers.report import Report
 
+#: The largest world merged (the published schema's ``world_size`` maximum): ranks are listed
+#: one by one in ``missing_ranks``, so the world bounds the merged report's size.
+MAX_WORLD_SIZE = 65536
+
 
 class MergeError(ValueError):
     """The reports cannot be merged (one line saying why)."""
+
+
+def _ranges(ranks: list[int]) -> str:
+    """``[2, 3, 4, 7]`` -> ``'2-4, 7'`` (a missing half of a large world in a few characters)."""
+    parts: list[str] = []
+    start = prev = ranks[0]
+    for k in [*ranks[1:], None]:
+        if k is not None and k == prev + 1:
+            prev = k
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if k is not None:
+            start = prev = k
+    return ", ".join(parts)
+
+
+class DifferentRuns(MergeError):
+    """The reports are not ranks of one run (two runs to compare: ``gpuwatch diff``)."""
+
+
+def check_one_run(reports: list[Report], names: list[str] | None = None) -> None:
+    """Raises :class:`DifferentRuns` unless ``reports`` are ranks of one distributed run: each
+    with a rank, the same world size and the same command. NB: merging two runs sums unrelated
+    totals into one report that looks whole, so anything else is refused."""
+    if len(reports) < 2:
+        return
+    named = names or [f"report {i + 1}" for i in range(len(reports))]
+    for name, r in zip(named, reports, strict=True):
+        if r.ranks is not None:
+            raise DifferentRuns(f"{name} is already a merged report, not one rank's")
+        if r.rank is None:
+            raise DifferentRuns(f"{name} is a single-process run, not a rank of a distributed run")
+    first, name0 = reports[0], named[0]
+    for name, r in zip(named[1:], reports[1:], strict=True):
+        if r.command != first.command:
+            raise DifferentRuns(
+                f"{name0} and {name} are different runs ({_cmd(first)} vs {_cmd(r)})"
+            )
+        if r.world_size != first.world_size:
+            raise DifferentRuns(
+                f"{name0} and {name} are ranks of different runs (world sizes "
+                f"{first.world_size} and {r.world_size})"
+            )
+
+
+def _cmd(report: Report) -> str:
+    text = " ".join(report.command) or "no command"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _rank_of(report: Report, index: int) -> int:
     return report.rank if report.rank is not None else index
 
 
-def merge_ranks(reports: list[Report]) -> Report:
-    """The merged report of ``reports`` (one per rank, any order)."""
+def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report:
+    """The merged report of ``reports`` (one per rank, any order; ``names`` for messages)."""
     if not reports:
         raise MergeError("no reports to merge")
+    check_one_run(reports, names)
     by_rank: dict[int, Report] = {}
     for i, r in enumerate(reports):
         rank = _rank_of(r, i)
@@ -36,6 +90,10 @@ def merge_ranks(reports: list[Report]) -> Report:
         by_rank[rank] = r
     ranks = sorted(by_rank)
     world = max([r.world_size or 0 for r in reports] + [ranks[-1] + 1])
+    if world > MAX_WORLD_SIZE or ranks[0] < 0:
+        raise MergeError(
+            f"a world of {world:,} ranks: gpuwatch merges at most {MAX_WORLD_SIZE:,} ranks"
+        )
     missing = [k for k in range(world) if k not in by_rank]
     first = by_rank[ranks[0]]
 
@@ -64,9 +122,7 @@ def merge_ranks(reports: list[Report]) -> Report:
 
     errors = [f"rank {k}: {by_rank[k].error}" for k in ranks if by_rank[k].error]
     if missing:
-        errors.append(
-            f"no report from rank{'s' if len(missing) > 1 else ''} " + ", ".join(map(str, missing))
-        )
+        errors.append(f"no report from rank{'s' if len(missing) > 1 else ''} " + _ranges(missing))
     events = [{**e, "rank": k} for k in ranks for e in by_rank[k].timeline.get("events", [])]
     events.sort(key=lambda e: float(e.get("t", 0.0)))
     capacity = sum(int(by_rank[k].timeline.get("capacity", 0)) for k in ranks)
@@ -81,7 +137,7 @@ def merge_ranks(reports: list[Report]) -> Report:
             if d not in devices:
                 devices.append(d)
     codes = [by_rank[k].exit_code for k in ranks]
-    return Report(
+    merged = Report(
         command=list(first.command),
         exit_code=next((c for c in codes if c), 0),
         duration_s=max(by_rank[k].duration_s for k in ranks),
@@ -105,6 +161,19 @@ def merge_ranks(reports: list[Report]) -> Report:
         ranks=ranks,
         missing_ranks=missing or None,
     )
+    _check_finite(merged)
+    return merged
+
+
+def _check_finite(report: Report) -> None:
+    """Refuses a merge whose sums overflowed: the report would hold ``Infinity``, which is not
+    JSON (each input is finite and bounded by the schema, so this is a last guard)."""
+    try:
+        json.dumps(report.to_dict(), allow_nan=False)
+    except ValueError:
+        raise MergeError(
+            "the ranks' figures add up to more than a float holds (a report with absurd times?)"
+        ) from None
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,11 @@ def _counted(d: dict[str, Any]) -> dict[str, Any]:
 def _copied(c: Counters) -> dict[str, Any]:
     return {
         **{
-            way: Copies(**c.copies(way).counts(), time_ms=c.copies(way).time_ms)
+            way: Copies(
+                **c.copies(way).counts(),
+                time_ms=c.copies(way).time_ms,
+                unknown_bytes=c.copies(way).unknown_bytes,
+            )
             for way in DIRECTIONS
         },
         "syncs": Syncs(c.syncs.count, dict(c.syncs.by_cause)),

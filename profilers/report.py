@@ -57,6 +57,9 @@ class Report:
     steps: dict[str, Any] | None = None
     """``{"count": n, "source": "optimizer" | "manual"}``: the training steps seen (JSON:
     ``totals.steps``); None when no step was."""
+    gpu_fallback: dict[str, Any] | None = None
+    """The script asked whether there is a GPU (``asked``, at ``file``:``line``), got none
+    (``answer``) and ran no op on one: the run says nothing of what it does on a GPU."""
     missing_ranks: list[int] | None = None
     """In a merged report: ranks of the world with no report (a rank that crashed unseen)."""
 
@@ -109,6 +112,7 @@ class Report:
             "world_size": self.world_size,
             **({"ranks": self.ranks} if self.ranks is not None else {}),
             **({"missing_ranks": self.missing_ranks} if self.missing_ranks else {}),
+            **({"gpu_fallback": self.gpu_fallback} if self.gpu_fallback else {}),
         }
 
     def to_json(self) -> str:
@@ -150,6 +154,7 @@ class Report:
                 world_size=_opt_int(d.get("world_size")),
                 ranks=[int(r) for r in d["ranks"]] if d.get("ranks") is not None else None,
                 missing_ranks=[int(r) for r in d.get("missing_ranks") or []] or None,
+                gpu_fallback=dict(d["gpu_fallback"]) if d.get("gpu_fallback") else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ReportFormatError(

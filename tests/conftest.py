@@ -146,6 +146,29 @@ def pytest_configure(config: pytest.Config) -> None:
         FAKE_CUDA_MISSING = str(exc)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks every test that uses the fake GPU ``fake_cuda``: the whole of a module named for
+    it, and elsewhere each test whose own source enters it. .ci/run runs them again on the CUDA
+    build of torch (``-m fake_cuda``)."""
+    import inspect
+
+    words = ("fake_cuda", "fake-cuda", "FakeCuda")
+    for item in items:
+        module = getattr(item, "module", None)
+        fn = getattr(item, "function", None)
+        if module is None or fn is None:
+            continue
+        if "fake_cuda" in module.__name__:
+            item.add_marker(pytest.mark.fake_cuda)
+            continue
+        try:
+            source = inspect.getsource(fn)
+        except (OSError, TypeError):
+            continue
+        if any(w in source for w in words):
+            item.add_marker(pytest.mark.fake_cuda)
+
+
 class _Prometheus:
     """``gpuwatch export --demo`` and a real Prometheus server scraping it, for the session."""
 
@@ -162,7 +185,7 @@ class _Prometheus:
         exporter_port, self.port = free_port(), free_port()
         self.exporter = subprocess.Popen(
             [sys.executable, "-m", "gpuwatch", "export", "--demo", "--address", "127.0.0.1",
-             "--port", str(exporter_port), "--interval", "0.5"],
+             "--port", str(exporter_port), "--interval", "0.5", "--process-jobs"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         with open(f"{tmp}/prometheus.yml", "w") as f:

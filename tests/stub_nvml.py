@@ -3,6 +3,7 @@ raises it, and every call is counted. Error classes and constants come from the 
 
 from __future__ import annotations
 
+import ctypes
 from collections import Counter
 from types import SimpleNamespace
 from typing import Any
@@ -36,7 +37,19 @@ def default_device(index: int = 0) -> dict[str, Any]:
         "compute": [],
         "graphics": [],
         "proc_util": [],
+        "energy_mj": 5_000_000,
+        "gpm_supported": False,
+        "gpm": {},
     }
+
+
+def gpm_device(index: int = 0) -> dict[str, Any]:
+    """A Hopper: GPM metrics by id (SM activity 2, occupancy 3, tensor 5, DRAM 10, PCIe TX 20 /
+    RX 21 in MiB/s); NVLink ids 60/61 absent, as on a PCIe card."""
+    device = default_device(index)
+    device["gpm_supported"] = True
+    device["gpm"] = {2: 37.5, 3: 12.25, 5: 20.0, 10: 55.0, 20: 100.0, 21: 250.0}
+    return device
 
 
 class StubNvml:
@@ -46,6 +59,12 @@ class StubNvml:
         self.calls: Counter[str] = Counter()
         self.shutdowns = 0
         self.proc_util_since: list[int] = []
+        self._gpm_buffers: dict[int, tuple[ctypes.c_int, int | None, int]] = {}
+        """A GPM sample buffer's address -> (its memory, the device it sampled, when)."""
+        self._gpm_tick = 0
+        self.gpm_freed = 0
+
+    c_nvmlGpmMetricsGet_t = pynvml.c_nvmlGpmMetricsGet_t
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("NVML"):
@@ -166,3 +185,44 @@ class StubNvml:
         if not samples:
             raise pynvml.NVMLError_NotFound(0)
         return [s for s in samples if s.timeStamp > since]
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:
+        return self._get("energy", h, "energy_mj")
+
+    # -- GPM: a sample buffer is real memory, so a request names its two samples by address --
+    def nvmlGpmQueryDeviceSupport(self, h: int) -> Any:
+        return SimpleNamespace(isSupportedDevice=int(self._get("gpm_support", h, "gpm_supported")))
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        self.calls["gpm_alloc"] += 1
+        memory = ctypes.c_int(0)
+        address = ctypes.addressof(memory)
+        self._gpm_buffers[address] = (memory, None, -1)
+        return ctypes.cast(address, pynvml.c_nvmlGpmSample_t)
+
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
+        self.gpm_freed += 1
+        del self._gpm_buffers[ctypes.cast(sample, ctypes.c_void_p).value or 0]
+
+    def nvmlGpmSampleGet(self, h: int, sample: Any) -> Any:
+        self._get("gpm_sample", h, "gpm")
+        address = ctypes.cast(sample, ctypes.c_void_p).value or 0
+        self._gpm_tick += 1
+        self._gpm_buffers[address] = (self._gpm_buffers[address][0], h, self._gpm_tick)
+        return sample
+
+    def nvmlGpmMetricsGet(self, request: Any) -> Any:
+        """Each metric the device lists (the same whatever the interval); the others fail
+        NotSupported in their own ``nvmlReturn``, as NVML does."""
+        _, h1, t1 = self._gpm_buffers[ctypes.cast(request.sample1, ctypes.c_void_p).value or 0]
+        _, h2, t2 = self._gpm_buffers[ctypes.cast(request.sample2, ctypes.c_void_p).value or 0]
+        if h1 is None or h1 != h2 or not t1 < t2:
+            raise pynvml.NVMLError_InvalidArgument(0)  # samples out of order, or of two GPUs
+        values = self._get("gpm_metrics", h2, "gpm")
+        for i in range(request.numMetrics):
+            m = request.metrics[i]
+            if m.metricId in values:
+                m.value, m.nvmlReturn = values[m.metricId], 0
+            else:
+                m.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return request

@@ -36,7 +36,8 @@ async def test_cards_show_the_backend_values(clock):
         card = app.query_one("#gpu-1", GpuCard)
         assert not card.compact
         rows = [line.plain for line in card.query_one(CardBody).lines()]
-        assert rows[0].startswith("GPU  █") and rows[0].endswith(f" {expected.gpu_util_pct}%")
+        sm = f"SM {expected.sm_active_pct:>3.0f}%"  # GPM's SM activity beside NVML's busy
+        assert rows[0].startswith("GPU  █") and rows[0].endswith(f" {expected.gpu_util_pct}% {sm}")
         used = f"{expected.memory_used_bytes / 1024**3:.1f} GiB / 80.0 GiB"
         assert rows[1].startswith("MEM  ") and rows[1].endswith(used)
         stats = "\n".join(rows[2:5])
@@ -71,7 +72,7 @@ async def test_process_table_sorts_by_gpu_memory_then_cycles(clock):
         assert sms == sorted(sms, reverse=True)
         await pilot.press("r")
         assert [p.sm_util_pct for p in table.shown_processes] == sorted(sms)
-        for _ in range(4):  # CPU%, HOST MEM, COMMAND, then wraps to GPU
+        for _ in range(5):  # CPU%, HOST MEM, JOB, COMMAND, then wraps to GPU
             await pilot.press("s")
         assert [p.gpu_index for p in table.shown_processes] == [1, 1, 0, 0]
 
@@ -237,7 +238,7 @@ async def test_small_terminal_uses_compact_cards_and_resizes_live(clock):
         assert app.query_one(ProcessTable).region.height >= 6
         await pilot.resize_terminal(160, 48)
         await pilot.pause(0.2)
-        assert not app.compact and all(c.region.height == 10 for c in cards)  # 2 x 2, graphs
+        assert not app.compact and all(c.region.height == 11 for c in cards)  # 2 x 2, graphs
 
 
 async def test_eight_gpus_fit_at_80x24(clock):

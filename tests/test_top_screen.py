@@ -62,7 +62,9 @@ async def test_80x24_keeps_title_and_footer_whole_and_fills_its_rows(clock):
         assert len(lines) == 24
         assert "gpuwatch top — demo · 2 GPUs · every 0.1 s" in lines[0]
         assert "…" not in lines[0]
-        assert f"· {app.snapshot.time:%H:%M:%S}" in lines[0]  # when the figures were sampled
+        # when the figures were sampled (the title follows each new sample, so wait for it to
+        # catch up with the latest one: samples come every 0.1 s, faster than a loaded repaint)
+        await wait_until(lambda: f"· {app.snapshot.time:%H:%M:%S}" in screen_lines(app)[0])
         assert lines[-1].rstrip().endswith("? Help")  # the palette hint gave way, not Help
         cards = list(app.query(GpuCard))
         # Two brief cards (meters and stats, no graphs) rather than two one-line ones.
@@ -74,8 +76,8 @@ async def test_80x24_keeps_title_and_footer_whole_and_fills_its_rows(clock):
         assert sum("compute" in line for line in lines) == 4  # and shows every process
         await pilot.resize_terminal(160, 48)
         await pilot.pause(0.2)
-        assert [c.region.height for c in cards] == [10, 10]
-        graphs = [c.query_one(CardBody).lines()[5:] for c in cards]
+        assert [c.region.height for c in cards] == [11, 11]
+        graphs = [c.query_one(CardBody).lines()[6:] for c in cards]
         assert [[line.plain[:5] for line in g] for g in graphs] == [["util ", "mem  ", "pcie "]] * 2
         assert "driver" in screen_lines(app)[0]  # room again for the driver version
 
@@ -85,7 +87,7 @@ async def test_one_gpu_at_80x24_keeps_its_graphs(clock):
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         card = app.query_one(GpuCard)
-        assert card.region.height == 10 and card.graphs
+        assert card.region.height == 11 and card.graphs
 
 
 def test_transfers_use_binary_units_and_fit_the_narrowest_card(clock):

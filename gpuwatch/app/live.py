@@ -19,7 +19,7 @@ from textual.widgets import Footer, Header, RichLog, Static
 
 from gpuwatch.app.sampling import SamplingApp
 from gpuwatch.app.screens import ConfirmScreen, HelpScreen, StackScreen, SummaryScreen
-from gpuwatch.app.signals import close_on_signals, run_restoring_signals
+from gpuwatch.app.signals import ShutdownGuard, close_on_signals, run_restoring_signals
 from gpuwatch.app.widgets import (
     GpuCard,
     GpuCards,
@@ -116,6 +116,7 @@ class LiveApp(SamplingApp):
         self._rates = RateWindow()
         self._held_lines: deque[tuple[str, str]] = deque(maxlen=2000)
         self.history = History(gpu_interval_s)  # the cards' graphs, one store as in gpuwatch top
+        self.guard = ShutdownGuard(lambda: self.result().exit_code)
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -304,9 +305,8 @@ class LiveApp(SamplingApp):
     # -- signals ------------------------------------------------------------------------------
 
     def _closed_by_signal(self, signum: int) -> None:
-        if self.signalled is None:
-            self.signalled = signum
-        self.exit()
+        self.signalled = signum if self.signalled is None else self.signalled
+        self.action_quit_or_stop() if self.exit_code is not None else self.exit()
 
     def result(self) -> LiveResult:
         """What the run left, once the app has exited."""
@@ -317,7 +317,7 @@ class LiveApp(SamplingApp):
 
     def run_guarded(self) -> LiveResult:
         """Runs the app; SIGTERM/SIGHUP end it with the report written (gpuwatch/app/signals.py)."""
-        run_restoring_signals(self)
+        run_restoring_signals(self, self.guard)
         return self.result()
 
     def _show_status(self) -> None:
@@ -338,9 +338,9 @@ class LiveApp(SamplingApp):
     # -- actions ------------------------------------------------------------------------------
 
     def action_quit_or_stop(self) -> None:
-        if self.exit_code is not None:
-            self.exit(self.exit_code)
-            return
+        if self.exit_code is not None:  # the report is out: the exit is bounded from here
+            self.guard.arm()
+            return self.exit(self.exit_code)
 
         def answer(yes: bool | None) -> None:
             if yes:
@@ -396,3 +396,4 @@ class LiveApp(SamplingApp):
             self.session.stop(grace_s=STOP_GRACE_S)
             self._pump_rest()
             self._ended(interactive=False)
+        self.guard.arm()  # the report is out: what is left of the exit is bounded

@@ -14,7 +14,7 @@ from gpuwatch.nvml.sampler import Sampler
 from gpuwatch.nvml.samples import Snapshot
 
 #: Height of a full card, borders included; a brief card has no graphs; a compact card is one line.
-FULL_CARD_HEIGHT = 10
+FULL_CARD_HEIGHT = 11
 BRIEF_CARD_HEIGHT = 7
 FULL_CARD_MIN_WIDTH = 56
 COMPACT_CARD_MIN_WIDTH = 78

@@ -5,7 +5,10 @@ kills the process where it stands and leaves the terminal in the alternate scree
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -13,11 +16,24 @@ from textual.app import App
 
 from gpuwatch.interrupts import ENDING
 
+#: Signals whose handlers Textual's driver sets (and never puts back).
+_TEXTUAL_SIGNALS = (signal.SIGCONT, signal.SIGTSTP)
+
 
 def close_on_signals(on_signal: Callable[[int], None]) -> None:
     """From a running app's ``on_mount``: call ``on_signal(signum)`` on the event loop for
     SIGTERM and SIGHUP (a signal ignored at start, as under ``nohup``, stays ignored)."""
     loop = asyncio.get_running_loop()
+    # NB: Textual's driver runs its SIGCONT/SIGTSTP handlers inside the signal handler, and they
+    # write to the terminal's queue; one that lands while the main thread is inside that queue's
+    # put (a closed terminal sends SIGHUP and SIGCONT) deadlocks it. On the loop they are safe.
+    for signum in _TEXTUAL_SIGNALS:
+        handler = signal.getsignal(signum)
+        if callable(handler):
+            try:
+                loop.add_signal_handler(signum, handler, signum, None)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not the main thread: Textual's own stays
     for signum in ENDING:
         if signal.getsignal(signum) is signal.SIG_IGN:
             continue
@@ -27,13 +43,87 @@ def close_on_signals(on_signal: Callable[[int], None]) -> None:
             return  # not the main thread, or no signals here: nothing to catch
 
 
-def run_restoring_signals(app: App[Any]) -> None:
-    """``app.run()``, then SIGTERM and SIGHUP back as they were (asyncio leaves its own wake-up
-    handler behind when its loop closes)."""
-    saved = {signum: signal.getsignal(signum) for signum in ENDING}
+#: Seconds an app may take to close once its own work is done (the report written) before the
+#: process exits anyway.
+SHUTDOWN_S = 5.0
+
+
+class ShutdownGuard:
+    """Bounds an app's last steps, whatever Textual's writer thread does.
+
+    Once :meth:`arm` is called (the app's own work is done), the process exits with
+    ``exit_code()`` if ``app.run()`` has not returned within ``bound_s``: the terminal's
+    settings are put back and one line says why. NB: the hang seen in the field was Textual's
+    main thread in ``WriterThread.stop`` (``Queue.put``) with its writer in ``Queue.get``: a
+    closed terminal sends SIGHUP and SIGCONT, and Textual's SIGCONT handler writes to the
+    terminal from inside the signal handler, on the queue lock the interrupted ``put`` holds.
+    """
+
+    def __init__(self, exit_code: Callable[[], int], bound_s: float = SHUTDOWN_S) -> None:
+        self._exit_code = exit_code
+        self.bound_s = bound_s
+        self._returned = threading.Event()
+        self._armed = False
+        self._tty: tuple[int, Any] | None = None
+        try:
+            import termios
+
+            fd = sys.__stdout__.fileno() if sys.__stdout__ is not None else 1
+            if os.isatty(fd):
+                self._tty = (fd, termios.tcgetattr(fd))
+        except (OSError, ValueError, ImportError):
+            pass  # not a terminal: nothing to put back
+
+    def arm(self) -> None:
+        """From the app's ``on_unmount``, once the report is out (main thread)."""
+        if self._armed:
+            return
+        self._armed = True
+        if threading.current_thread() is threading.main_thread():
+            for signum in _TEXTUAL_SIGNALS:  # nothing left for them to redraw: see above
+                signal.signal(signum, signal.SIG_DFL)
+        threading.Thread(target=self._watch, name="gpuwatch-shutdown", daemon=True).start()
+
+    def returned(self) -> None:
+        self._returned.set()
+
+    def _watch(self) -> None:
+        if self._returned.wait(self.bound_s):
+            return
+        code = self._exit_code()
+        # NB: the terminal may be gone or stalled: a write that blocks must not hold the exit.
+        writer = threading.Thread(target=self._restore_terminal, daemon=True)
+        writer.start()
+        writer.join(0.5)
+        os._exit(code)
+
+    def _restore_terminal(self) -> None:
+        try:
+            if self._tty is not None:
+                import termios
+
+                fd, attrs = self._tty
+                termios.tcsetattr(fd, termios.TCSANOW, attrs)
+                os.write(fd, b"\x1b[?1049l\x1b[?25h")
+            os.write(
+                2,
+                f"gpuwatch: the terminal did not close within {self.bound_s:g} s; exiting "
+                "(the reports are written)\n".encode(),
+            )
+        except (OSError, ValueError):
+            pass  # the terminal is gone: the exit is what counts
+
+
+def run_restoring_signals(app: App[Any], guard: ShutdownGuard | None = None) -> None:
+    """``app.run()``, then SIGTERM, SIGHUP (asyncio leaves its own wake-up handler behind when
+    its loop closes), SIGCONT and SIGTSTP (Textual's) back as they were; ``guard`` learns that
+    the app returned."""
+    saved = {signum: signal.getsignal(signum) for signum in (*ENDING, *_TEXTUAL_SIGNALS)}
     try:
         app.run()
     finally:
+        if guard is not None:
+            guard.returned()
         for signum, handler in saved.items():
             if handler is not None:
                 signal.signal(signum, handler)

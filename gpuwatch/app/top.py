@@ -16,7 +16,9 @@ from gpuwatch.app.sampling import CardLayout, SamplingApp
 from gpuwatch.app.screens import HelpScreen, KillScreen, StackScreen
 from gpuwatch.app.signals import close_on_signals
 from gpuwatch.app.widgets import GpuCard, GpuCards, ProcessTable
+from gpuwatch.app.widgets.fleet_line import FleetLine
 from gpuwatch.app.widgets.title_bar import TitleBar
+from gpuwatch.nvml.activity import IdlePolicy, fleet, held_idle_since
 from gpuwatch.nvml.backend import Backend
 from gpuwatch.nvml.history import History
 from gpuwatch.nvml.sampler import Sampler
@@ -37,6 +39,7 @@ class TopApp(SamplingApp):
         interval_s: seconds between samples.
         readonly: refuse to signal processes.
         stack_dumper: ``pid -> text`` for the stack view; py-spy by default.
+        idle: when a GPU held by processes counts as idle, and for how long until HELD IDLE.
     """
 
     TITLE = "gpuwatch top"
@@ -71,8 +74,9 @@ class TopApp(SamplingApp):
         interval_s: float = 1.0,
         readonly: bool = False,
         stack_dumper: Callable[[int], str] = dump_stack,
+        idle: IdlePolicy | None = None,
     ) -> None:
-        sampler = Sampler(backend, interval_s=interval_s)
+        sampler = Sampler(backend, interval_s=interval_s, idle=idle)
         super().__init__(sampler, interval_s)
         self.backend = backend
         self.readonly = readonly
@@ -86,6 +90,9 @@ class TopApp(SamplingApp):
         self.history = History(interval_s)
         """The cards' graphs (gpuwatch/nvml/history.py), also kept while paused or covered."""
         self._layout: CardLayout | None = None
+        self._said_no_gpm = False
+        self.fleet_view = hasattr(backend, "hosts")
+        """``top --remote``: a fleet line opens the screen."""
 
     # -- layout -------------------------------------------------------------------------------
 
@@ -93,11 +100,14 @@ class TopApp(SamplingApp):
         # NB: no running clock: the time shown is the latest sample's (a clock of its own
         # repaints once more every second, a fifth of what top costs).
         yield TitleBar(id="title")
+        if self.fleet_view:
+            yield FleetLine(id="fleet")
         shown = getattr(self.backend, "indices", None)  # top --only: the GPUs' own indices
-        yield GpuCards(shown or self.gpu_count, 2 + MIN_TABLE_ROWS, id="cards")
+        rest = 2 + MIN_TABLE_ROWS + (1 if self.fleet_view else 0)
+        yield GpuCards(shown or self.gpu_count, rest, id="cards")
         yield ProcessTable(id="processes")
         yield Input(
-            placeholder="filter processes (user, command, pid); enter keeps, esc clears",
+            placeholder="filter processes (user, command, pid; job:ID for a job); enter keeps, esc clears",
             id="filter",
         )
         yield Footer()
@@ -162,12 +172,30 @@ class TopApp(SamplingApp):
         problems = [
             f"GPU {g.index}: {g.problem}" for g in snap.gpus if g.problem and "process" in g.problem
         ]
-        table.show(snap.processes, problems)
+        table.show(snap.processes, held_idle_notes(snap) + problems)
+        if self.fleet_view:
+            self.query_one(FleetLine).fleet = fleet(snap.gpus, self.sampler_idle_below)
+        self._say_no_gpm(snap)
         if snap.problem != self._driver_problem:
             self._driver_problem = snap.problem
             if snap.problem:
                 self.notify(snap.problem, title="NVML", severity="error", timeout=30)
         self._update_subtitle()  # the sample's time
+
+    @property
+    def sampler_idle_below(self) -> float:
+        return self.sampler.activity.policy.below_pct if self.sampler else IdlePolicy().below_pct
+
+    def _say_no_gpm(self, snap: Snapshot) -> None:
+        without = [str(g.index) for g in snap.gpus if g.gpm is False]
+        if without and not self._said_no_gpm:
+            self._said_no_gpm = True  # NB: once per run: it will not change
+            self.notify(
+                f"GPU {', '.join(without)}: no GPM (Hopper and later), so SM activity is not "
+                "known there; utilisation is what those cards show",
+                title="SM activity",
+                timeout=10,
+            )
 
     def on_unmount(self) -> None:
         self.stop_sampling()
@@ -298,3 +326,23 @@ class TopApp(SamplingApp):
                 )
 
         self.push_screen(StackScreen(proc.pid, proc.command or proc.name or "", dumper))
+
+
+def held_idle_notes(snap: Snapshot) -> list[str]:
+    """``GPU 1 HELD IDLE since 14:02 (12m) by alice (slurm 4242)``: for the process table's
+    title."""
+    from gpuwatch import _format as fmt
+
+    notes = []
+    for g in snap.gpus:
+        since = held_idle_since(g, snap.time)
+        if g.held_idle and since is not None:
+            owners = sorted(
+                {f"{p.user or fmt.NA}" + (f" ({p.job.label})" if p.job and p.job.label else "")
+                 for p in g.processes}
+            )  # fmt: skip
+            notes.append(
+                f"GPU {g.index} HELD IDLE since {since:%H:%M} ({fmt.span(g.held_idle_s)}) "
+                f"by {', '.join(owners)}"
+            )
+    return notes

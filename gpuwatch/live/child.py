@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         channel.send(Fatal(str(exc)))
         return 2
     options = ProfileOptions(**{**config["options"], "checkpoint_s": 0.0})
-    wanted = [Output(kind, path) for kind, path in config.get("outputs", [])]
+    wanted = [Output(*out) for out in config.get("outputs", [])]
     top = int(config.get("top", 30))
     stop = threading.Event()
     run: ProfiledRun

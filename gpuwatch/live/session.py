@@ -85,7 +85,7 @@ class ChildSession:
             "args": list(self.target.args),
             "module": self.target.module,
             "options": asdict(self.options),
-            "outputs": [(o.kind, o.path) for o in self.outputs],
+            "outputs": [(o.kind, o.path, o.where) for o in self.outputs],
             "gpu_stats": self.gpu_stats,
         }
         env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -30,6 +30,11 @@ class HostProcesses:
             return None
         return proc, primed
 
+    @property
+    def pids(self) -> set[int]:
+        """The processes looked up and still running at the last :meth:`prune`."""
+        return set(self._procs)
+
     def prune(self) -> None:
         """Forget processes that have exited, so the cache does not grow on a long run."""
         for pid, proc in list(self._procs.items()):

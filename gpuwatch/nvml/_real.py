@@ -11,7 +11,9 @@ from typing import Any
 
 import psutil
 
+from gpuwatch.nvml._gpm import GpmReader, pct, rate
 from gpuwatch.nvml._host import HostProcesses, send_signal_checked
+from gpuwatch.nvml._jobs import Jobs, ProcReader, read_proc
 from gpuwatch.nvml._query import DRIVER_MISMATCH, GpuLost, GpuUnavailable, Query
 from gpuwatch.nvml.backend import NvmlUnavailable
 from gpuwatch.nvml.samples import GpuSample, ProcessSample
@@ -36,13 +38,17 @@ class RealBackend:
     Args:
         nvml: the pynvml module (tests pass a stub); imported when omitted.
         clock: monotonic clock in seconds, for counter rates.
+        read_proc: reads a ``/proc/PID/...`` file for the processes' jobs (tests inject one).
     """
 
     label = "NVML"
     simulated = False
 
     def __init__(
-        self, nvml: ModuleType | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        nvml: ModuleType | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        read_proc: ProcReader = read_proc,
     ) -> None:
         self._nvml = nvml if nvml is not None else _import_pynvml()
         self._clock = clock
@@ -56,6 +62,8 @@ class RealBackend:
         self._nvlinks: dict[int, list[int]] = {}
         self._nvlink_prev: dict[int, tuple[float, int, int]] = {}
         self._host = HostProcesses()
+        self._jobs = Jobs(read_proc)
+        self._gpm = GpmReader(self._nvml, self._query)
         self._unresolved: set[tuple[int, int]] = set()
         count = self.device_count()
         if count == 0:
@@ -91,6 +99,7 @@ class RealBackend:
             # a hung driver). The process's exit releases NVML all the same.
             log.warning("NVML left open: a call is still waiting on the driver")
             return
+        self._gpm.close()
         try:
             self._nvml.nvmlShutdown()
         except self._nvml.NVMLError:
@@ -188,6 +197,9 @@ class RealBackend:
         enc = q(index, "nvmlDeviceGetEncoderUtilization", h)
         dec = q(index, "nvmlDeviceGetDecoderUtilization", h)
         nvl_tx, nvl_rx = self._nvlink_rates(index, h)
+        gpm = self._gpm.read(index, h)
+        if nvl_tx is None:
+            nvl_tx, nvl_rx = rate(gpm, "nvlink_tx_mib_per_s"), rate(gpm, "nvlink_rx_mib_per_s")
         return GpuSample(
             index=index,
             name=name,
@@ -209,6 +221,12 @@ class RealBackend:
             nvlink_rx_bytes_per_s=nvl_rx,
             encoder_util_pct=_int(enc[0]) if enc else None,
             decoder_util_pct=_int(dec[0]) if dec else None,
+            sm_active_pct=pct(gpm, "sm_active_pct"),
+            sm_occupancy_pct=pct(gpm, "sm_occupancy_pct"),
+            tensor_active_pct=pct(gpm, "tensor_active_pct"),
+            dram_active_pct=pct(gpm, "dram_active_pct"),
+            gpm=self._gpm.supported(index, h),
+            energy_total_mj=_int(q(index, "nvmlDeviceGetTotalEnergyConsumption", h)),
             processes=tuple(self._processes(index, h)),
             problem=self._process_problem(index),
         )
@@ -224,6 +242,9 @@ class RealBackend:
     def pcie_throughput(self, index: int) -> tuple[int | None, int | None]:
         if index in self._lost:
             return None, None
+        gpm = self._gpm.pcie(index)
+        if gpm is not None:
+            return gpm  # NB: measured by GPM between two samples: no 20 ms wait in the driver
         nvml, q = self._nvml, self._query
         try:
             h = self._handle(index)
@@ -294,7 +315,7 @@ class RealBackend:
         unresolved: set[tuple[int, int]] = set()
         for pid, (kind, mem_bytes) in listed.items():
             found = self._host.lookup(pid)
-            name = command = user = None
+            name = command = user = job = None
             cpu = rss = started = None
             if found is None:
                 # NB: a process that exits between NVML's listing and psutil's lookup is dropped.
@@ -316,6 +337,7 @@ class RealBackend:
                         cpu = proc.cpu_percent(None) if primed else None
                         rss = proc.memory_info().rss
                         started = proc.create_time()
+                    job = self._jobs.of(pid, started)
                 except psutil.NoSuchProcess:
                     continue
                 except psutil.AccessDenied:
@@ -333,11 +355,13 @@ class RealBackend:
                     cpu_pct=cpu,
                     host_memory_bytes=rss,
                     start_time=started,
+                    job=job,
                 )
             )
         self._unresolved = {k for k in self._unresolved if k[0] != index} | unresolved
         if index == 0:
             self._host.prune()
+            self._jobs.keep_only(self._host.pids)
         return out
 
     def _process_utilisation(self, index: int, h: Any) -> dict[int, int]:

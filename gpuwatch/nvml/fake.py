@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from gpuwatch.nvml.samples import GpuSample, ProcessSample
+from gpuwatch.nvml.samples import GpuSample, JobInfo, ProcessSample
 
 _GIB = 1024**3
 _MIB = 1024**2
@@ -26,6 +26,7 @@ class _FakeProcess:
     command: str
     type: str
     base_memory_bytes: int
+    job: JobInfo
 
 
 _COMMANDS = (
@@ -36,6 +37,23 @@ _COMMANDS = (
 )
 
 
+def _job(user: str, gpu: int) -> JobInfo:
+    """alice runs a SLURM job, bob a torchrun job under SLURM (a rank per GPU), carol a
+    notebook in a Kubernetes pod; Xorg belongs to no job."""
+    if user == "alice":
+        return JobInfo(slurm_job_id="4242", slurm_user="alice", rank=0)
+    if user == "bob":
+        return JobInfo(slurm_job_id="4317", slurm_user="bob", rank=gpu)
+    if user == "carol":
+        return JobInfo(
+            container="3f2a9c1d0b7e",
+            pod="carol-notebook-0",
+            pod_uid="5b1c7c9e-2f3d-4d1e-9a7b-0c6d8e2f1a34",
+            namespace="research",
+        )
+    return JobInfo()
+
+
 class FakeBackend:
     """Simulated GPUs with values that move over time.
 
@@ -43,6 +61,11 @@ class FakeBackend:
         gpu_count: how many GPUs to simulate.
         clock: seconds, monotonic; defaults to ``time.monotonic``.
         processes_per_gpu: processes listed on each GPU (at most 4).
+        idle_gpus: GPUs whose processes hold memory while nothing runs (held idle).
+        stuck_gpus: GPUs "100% utilised" with their SMs almost empty (a collective waiting
+            on a peer): high utilisation, low SM activity.
+        gpm: whether the simulated GPUs have GPM (SM activity and the rest); False models
+            a GPU older than Hopper.
     """
 
     label = "demo"
@@ -53,8 +76,14 @@ class FakeBackend:
         gpu_count: int = 2,
         clock: Callable[[], float] = time.monotonic,
         processes_per_gpu: int = 2,
+        idle_gpus: Collection[int] = (),
+        stuck_gpus: Collection[int] = (),
+        gpm: bool = True,
     ) -> None:
         self._clock = clock
+        self.idle_gpus = set(idle_gpus)
+        self.stuck_gpus = set(stuck_gpus)
+        self.gpm = gpm
         self._t0 = clock()
         self._count = gpu_count
         self.signals: list[tuple[int, int]] = []
@@ -65,7 +94,9 @@ class FakeBackend:
             for j in range(min(processes_per_gpu, len(_COMMANDS))):
                 user, cmd, kind = _COMMANDS[(i + j) % len(_COMMANDS)]
                 pid = 4100 + 10 * i + j
-                self._procs[pid] = _FakeProcess(pid, i, user, cmd, kind, (2 + 3 * j + i) * _GIB)
+                self._procs[pid] = _FakeProcess(
+                    pid, i, user, cmd, kind, (2 + 3 * j + i) * _GIB, _job(user, i)
+                )
 
     def _t(self) -> float:
         return self._clock() - self._t0
@@ -80,10 +111,16 @@ class FakeBackend:
         t = self._t()
         phase = 1.3 * index
         util = _wave(t / 6.0 + phase, 55, 40)
+        sm_active = util * 0.8
+        if index in self.idle_gpus:
+            util, sm_active = 0, 0.0
+        elif index in self.stuck_gpus:
+            util, sm_active = 100, 12.0
         procs = tuple(self._process_samples(index, t))
         total = 80 * _GIB
         used = min(total, sum(p.gpu_memory_bytes or 0 for p in procs) + 600 * _MIB)
         power_limit = 700.0
+        gpm = self.gpm
         return GpuSample(
             index=index,
             name="NVIDIA H100 80GB HBM3 (demo)",
@@ -108,6 +145,14 @@ class FakeBackend:
             nvlink_rx_bytes_per_s=_wave(t / 3.0 + phase + 1, 40, 38) * 2 * _GIB // 10,
             encoder_util_pct=0,
             decoder_util_pct=0,
+            sm_active_pct=round(sm_active, 1) if gpm else None,
+            sm_occupancy_pct=round(sm_active * 0.45, 1) if gpm else None,
+            tensor_active_pct=round(sm_active * 0.6, 1) if gpm else None,
+            dram_active_pct=float(_wave(t / 6.0 + phase + 0.5, 35, 30)) if gpm else None,
+            gpm=gpm,
+            # NB: as if the GPU drew a steady 350 W since the driver loaded 10^6 s ago: exact
+            # under a fixed clock, so tests know the joules and the mean power.
+            energy_total_mj=int((1_000_000 + t) * 350_000),
             processes=procs,
         )
 
@@ -115,6 +160,8 @@ class FakeBackend:
         out = []
         for k, p in enumerate(v for v in self._procs.values() if v.gpu_index == index):
             sm = _wave(t / 5.0 + index + k, 45, 40) if p.type == "compute" else 1
+            if index in self.idle_gpus:
+                sm = 0
             out.append(
                 ProcessSample(
                     pid=p.pid,
@@ -128,6 +175,7 @@ class FakeBackend:
                     cpu_pct=float(_wave(t / 4.0 + k, 60, 40)),
                     host_memory_bytes=(3 + k) * _GIB,
                     start_time=self.start_time(p.pid),
+                    job=p.job,
                 )
             )
         return out

@@ -11,28 +11,26 @@ from __future__ import annotations
 
 import datetime as _dt
 import threading
-import time
 import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
+from gpuwatch.nvml._deadline import fetch
+from gpuwatch.nvml._exposition import MAX_GPUS, MAX_PROCESSES, Page, printable, read_page
 from gpuwatch.nvml.backend import Backend
 from gpuwatch.nvml.samples import GpuSample, ProcessSample
 
 MAX_BYTES = 8 * 1024 * 1024
 """The most of one reply read (a dcgm-exporter page of 8 GPUs is under 100 KB)."""
 TIMEOUT_S = 3.0
-MAX_LABEL = 256
-"""Longer label values (untrusted) are cut."""
+"""The whole of one fetch: connecting, TLS, the headers and the body."""
 
 _MIB, _KB = 1024 * 1024, 1024
 
 
 def host_of(url: str) -> str:
     """``host:port`` of a URL (two exporters on one machine stay apart)."""
-    return urllib.parse.urlsplit(url).netloc or url
+    return printable(urllib.parse.urlsplit(url).netloc or url)
 
 
 def metrics_url(url: str) -> str:
@@ -47,44 +45,58 @@ def _num(v: float | None, scale: float = 1.0) -> int | None:
     return None if v is None else int(v * scale)
 
 
-def parse_metrics(text: str, host: str) -> list[GpuSample]:
-    """The GPUs a /metrics page describes, by dcgm-exporter's names and labels."""
-    from prometheus_client.parser import text_string_to_metric_families
+def _ratio(v: float | None) -> float | None:
+    """A DCGM profiling ratio (0-1) as a percentage."""
+    return None if v is None else round(100.0 * v, 1)
 
-    values: dict[str, dict[str, float]] = {}
-    info: dict[str, dict[str, str]] = {}
-    procs: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            labels = {k: str(v)[:MAX_LABEL] for k, v in s.labels.items()}
-            gpu = labels.get("gpu")
-            if gpu is None or not gpu.isdigit():
-                continue
-            if s.name.startswith("gpuwatch_process_"):
-                key = (labels.get("pid", "?"), labels.get("command", "?"))
-                procs.setdefault(gpu, {}).setdefault(key, {})[s.name] = s.value
-                continue
-            values.setdefault(gpu, {})[s.name] = float(s.value)
-            info.setdefault(gpu, labels)
-    out = []
-    for gpu in sorted(values, key=int):
-        v, lab = values[gpu], info[gpu]
-        used, free = v.get("DCGM_FI_DEV_FB_USED"), v.get("DCGM_FI_DEV_FB_FREE")
-        plist = tuple(
-            ProcessSample(
-                pid=int(pid) if pid.isdigit() else -1,
-                gpu_index=int(gpu),
-                name=command,
-                command=command,
-                user=None,
-                type="compute",
-                gpu_memory_bytes=_num(m.get("gpuwatch_process_gpu_memory_bytes")),
-                sm_util_pct=_num(m.get("gpuwatch_process_sm_util_percent")),
-                cpu_pct=None,
-                host_memory_bytes=None,
-            )
-            for (pid, command), m in sorted(procs.get(gpu, {}).items())
+
+def _processes(gpu: str, page: Page) -> tuple[tuple[ProcessSample, ...], int]:
+    """The GPU's processes using the most memory (at most MAX_PROCESSES), and how many more."""
+    listed = page.processes.get(gpu, {})
+    kept = sorted(
+        listed.items(),
+        key=lambda kv: (-(kv[1].get("gpuwatch_process_gpu_memory_bytes") or 0), kv[0]),
+    )[:MAX_PROCESSES]
+    procs = tuple(
+        ProcessSample(
+            pid=int(pid) if pid.isdigit() and len(pid) < 10 else -1,
+            gpu_index=int(gpu),
+            name=command,
+            command=command,
+            user=None,
+            type="compute",
+            gpu_memory_bytes=_num(m.get("gpuwatch_process_gpu_memory_bytes")),
+            sm_util_pct=_num(m.get("gpuwatch_process_sm_util_percent")),
+            cpu_pct=None,
+            host_memory_bytes=None,
         )
+        for (pid, command), m in kept
+    )
+    return procs, len(listed) - len(kept)
+
+
+def _notes(gpu: str, page: Page, more_processes: int) -> str | None:
+    """What was left out of this GPU's figures, for the user."""
+    notes = []
+    if more_processes:
+        notes.append(
+            f"{more_processes:,} more processes not shown (the {MAX_PROCESSES} using the most "
+            "memory are)"
+        )
+    if page.implausible.get(gpu):
+        notes.append("values out of range left out: " + ", ".join(sorted(page.implausible[gpu])))
+    return "; ".join(notes) or None
+
+
+def parse_metrics(text: str, host: str) -> list[GpuSample]:
+    """The GPUs a /metrics page describes, by dcgm-exporter's names and labels (at most
+    MAX_GPUS; the last one kept says how many more there were)."""
+    page = read_page(text)
+    out = []
+    for gpu in sorted(page.values, key=int):
+        v, lab = page.values[gpu], page.labels[gpu]
+        used, free = v.get("DCGM_FI_DEV_FB_USED"), v.get("DCGM_FI_DEV_FB_FREE")
+        plist, more = _processes(gpu, page)
         out.append(
             GpuSample(
                 index=int(gpu),
@@ -106,9 +118,21 @@ def parse_metrics(text: str, host: str) -> list[GpuSample]:
                 pcie_rx_bytes_per_s=_num(v.get("DCGM_FI_DEV_PCIE_RX_THROUGHPUT"), _KB),
                 encoder_util_pct=_num(v.get("DCGM_FI_DEV_ENC_UTIL")),
                 decoder_util_pct=_num(v.get("DCGM_FI_DEV_DEC_UTIL")),
+                sm_active_pct=_ratio(v.get("DCGM_FI_PROF_SM_ACTIVE")),
+                sm_occupancy_pct=_ratio(v.get("DCGM_FI_PROF_SM_OCCUPANCY")),
+                tensor_active_pct=_ratio(v.get("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")),
+                dram_active_pct=_ratio(v.get("DCGM_FI_PROF_DRAM_ACTIVE")),
+                energy_total_mj=_num(v.get("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")),
+                held_idle=v.get("gpuwatch_gpu_held_idle") == 1.0,
+                held_idle_s=v.get("gpuwatch_gpu_held_idle_seconds"),
                 processes=plist,
+                problem=_notes(gpu, page, more),
             )
         )
+    if out and page.gpus_cut:
+        last = out[-1]
+        cut = f"its /metrics lists {page.gpus_cut:,} more GPUs, not shown (at most {MAX_GPUS})"
+        out[-1] = replace(last, problem="; ".join(filter(None, [last.problem, cut])))
     return out
 
 
@@ -120,29 +144,16 @@ class HostState:
     error: str | None = None
 
 
-def fetch(url: str, timeout_s: float = TIMEOUT_S) -> str:
-    """One /metrics page: at most MAX_BYTES, the whole of it within ``timeout_s`` (a server
-    that trickles a reply that never ends is cut off, not waited for)."""
-    deadline = time.monotonic() + timeout_s
-    chunks: list[bytes] = []
-    size = 0
-    with urllib.request.urlopen(url, timeout=timeout_s) as answer:  # noqa: S310 (http(s) only)
-        while chunk := answer.read1(65536):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > MAX_BYTES:
-                raise ValueError(f"the reply is over {MAX_BYTES // _MIB} MiB")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the reply did not end within {timeout_s:g} s")
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
 class RemoteHost:
-    """One host, fetched in the background every ``interval_s``."""
+    """One host, fetched in the background every ``interval_s``; the first fetch starts at once
+    on that thread, and the constructor waits for it (at most ``timeout_s``) unless ``wait`` is
+    False (then :meth:`wait_first` does)."""
 
-    def __init__(self, url: str, interval_s: float = 1.0, timeout_s: float = TIMEOUT_S) -> None:
+    def __init__(
+        self, url: str, interval_s: float = 1.0, timeout_s: float = TIMEOUT_S, wait: bool = True
+    ) -> None:
         if urllib.parse.urlsplit(metrics_url(url)).scheme not in ("http", "https"):
-            raise ValueError(f"--remote {url}: only http:// and https:// are read")
+            raise ValueError(f"--remote {printable(url)}: only http:// and https:// are read")
         self.url = metrics_url(url)
         self.host = host_of(self.url)
         self.interval_s = interval_s
@@ -150,26 +161,34 @@ class RemoteHost:
         self._lock = threading.Lock()
         self._state = HostState([])
         self._stop = threading.Event()
-        self.refresh()
+        self._first = threading.Event()
         self._thread = threading.Thread(
             target=self._loop, name=f"gpuwatch-remote-{self.host}", daemon=True
         )
         self._thread.start()
+        if wait:
+            self.wait_first(timeout_s + 1.0)
+
+    def wait_first(self, timeout_s: float) -> bool:
+        """Waits for the first fetch to end (answered or failed); False if it is still going."""
+        return self._first.wait(max(0.0, timeout_s))
 
     def refresh(self) -> None:
         now = _dt.datetime.now(_dt.UTC)
         try:
-            gpus = parse_metrics(fetch(self.url, self.timeout_s), self.host)
+            gpus = parse_metrics(fetch(self.url, self.timeout_s, MAX_BYTES), self.host)
         except Exception as exc:  # any failure of an untrusted peer: unreachable, not a crash
             with self._lock:
                 st = self._state
                 st.failing_since = st.failing_since or now
-                st.error = f"{type(exc).__name__}: {exc}"[:200]
+                st.error = printable(f"{type(exc).__name__}: {exc}", 200)
             return
         with self._lock:
             self._state = HostState(gpus, answered=now)
 
     def _loop(self) -> None:
+        self.refresh()
+        self._first.set()
         while not self._stop.wait(self.interval_s):
             self.refresh()
 
@@ -195,9 +214,16 @@ class HostsBackend:
 
     label = "remote"
 
-    def __init__(self, hosts: Sequence[RemoteHost], local: Backend | None = None) -> None:
+    def __init__(
+        self,
+        hosts: Sequence[RemoteHost],
+        local: Backend | None = None,
+        local_problem: str | None = None,
+    ) -> None:
         self.hosts = list(hosts)
         self.local = local
+        self.local_problem = local_problem
+        """Why there are no local GPUs when the user did not ask to leave them out."""
         self.simulated = bool(local is not None and local.simulated)
         # NB: the layout is fixed at start (the Sampler reads the count once): a host that has
         # not answered yet keeps one slot that says so.
@@ -262,7 +288,16 @@ class HostsBackend:
 
     @property
     def driver_problem(self) -> str | None:
-        return self.local.driver_problem if self.local is not None else None
+        return self.local.driver_problem if self.local is not None else self.local_problem
+
+    def all_unreachable(self) -> str | None:
+        """When no host has ever answered and there are no local GPUs: why, host by host."""
+        if self.local is not None:
+            return None
+        states = [(h.host, h.state()) for h in self.hosts]
+        if any(st.answered for _, st in states):
+            return None
+        return "; ".join(f"{host}: {st.error or 'no answer yet'}" for host, st in states)
 
     def close(self) -> None:
         for h in self.hosts:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import threading
 from collections.abc import Callable
 
+from gpuwatch.nvml.activity import Activity, IdlePolicy
 from gpuwatch.nvml.backend import Backend
 from gpuwatch.nvml.samples import Snapshot
 
@@ -29,8 +29,11 @@ class Sampler:
         interval_s: float = 1.0,
         background_pcie: bool = True,
         now: Callable[[], _dt.datetime] = _now,
+        idle: IdlePolicy | None = None,
     ) -> None:
         self.backend = backend
+        self.activity = Activity(idle)
+        """Energy over time, low SM activity and held-idle GPUs (gpuwatch/nvml/activity.py)."""
         self.interval_s = interval_s
         self._now = now
         self._count = backend.device_count()
@@ -78,11 +81,15 @@ class Sampler:
             else:
                 with self._lock:
                     tx, rx = self._pcie.get(i, (None, None))
-            gpus.append(dataclasses.replace(g, pcie_tx_bytes_per_s=tx, pcie_rx_bytes_per_s=rx))
+            gpus.append((g, tx, rx))
+        now = self._now()
+        apply = self.activity.apply
         return Snapshot(
-            time=self._now(),
+            time=now,
             driver_version=self._driver,
-            gpus=tuple(gpus),
+            gpus=tuple(
+                apply(g, now, pcie_tx_bytes_per_s=tx, pcie_rx_bytes_per_s=rx) for g, tx, rx in gpus
+            ),
             problem=self.backend.driver_problem,
         )
 

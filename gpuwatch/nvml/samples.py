@@ -14,6 +14,60 @@ SNAPSHOT_SCHEMA = "gpuwatch.snapshot/1"
 
 
 @dataclass(frozen=True, slots=True)
+class JobInfo:
+    """Which job a process belongs to, from its environment and cgroup (``/proc/PID``).
+
+    A field is None where the process does not say (no such variable, not in a container).
+    """
+
+    slurm_job_id: str | None = None
+    """``SLURM_JOB_ID`` (an array task's ``SLURM_ARRAY_JOB_ID_SLURM_ARRAY_TASK_ID``)."""
+    slurm_user: str | None = None
+    """``SLURM_JOB_USER``: who submitted the job."""
+    rank: int | None = None
+    """``RANK`` of a torchrun (or other launcher's) worker."""
+    container: str | None = None
+    """The container's id (12 hex digits, as ``docker ps`` shows it), from the cgroup path."""
+    pod: str | None = None
+    """Kubernetes pod name (the container's ``HOSTNAME``, which kubelet sets to it)."""
+    pod_uid: str | None = None
+    """Kubernetes pod UID, from the cgroup path."""
+    namespace: str | None = None
+    """Kubernetes namespace (``POD_NAMESPACE`` or the service-account namespace file)."""
+
+    @property
+    def label(self) -> str:
+        """``slurm 1234 r0``, ``ns/pod``, ``ctr 0123456789ab``: short, for the process table."""
+        parts = []
+        if self.slurm_job_id is not None:
+            parts.append(f"slurm {self.slurm_job_id}")
+        if self.pod is not None or self.pod_uid is not None:
+            pod = self.pod or (self.pod_uid or "")[:8]
+            parts.append(f"{self.namespace}/{pod}" if self.namespace else f"pod {pod}")
+        elif self.container is not None:
+            parts.append(f"ctr {self.container}")
+        if self.rank is not None:
+            parts.append(f"r{self.rank}")
+        return " ".join(parts)
+
+    def words(self) -> tuple[str, ...]:
+        """What ``/job:TEXT`` matches against."""
+        return tuple(
+            v
+            for v in (
+                self.slurm_job_id,
+                self.slurm_user,
+                self.container,
+                self.pod,
+                self.pod_uid,
+                self.namespace,
+                None if self.rank is None else f"r{self.rank}",
+            )
+            if v is not None
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessSample:
     """One process using a GPU, as NVML and psutil see it."""
 
@@ -36,6 +90,9 @@ class ProcessSample:
     start_time: float | None = None
     """When the process started (seconds since the epoch, psutil's ``create_time``): with the
     pid, what tells this process from a later one that reuses its pid."""
+    job: JobInfo | None = None
+    """Its job (SLURM, container, pod, rank); None where ``/proc/PID`` could not be read
+    (another user's process, another PID namespace) or the source does not say."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,6 +129,33 @@ class GpuSample:
     nvlink_rx_bytes_per_s: int | None = None
     encoder_util_pct: int | None = None
     decoder_util_pct: int | None = None
+    sm_active_pct: float | None = None
+    """GPM (Hopper and later): share of SM time with at least one warp resident, averaged over
+    all SMs (``DCGM_FI_PROF_SM_ACTIVE``). Unlike ``gpu_util_pct``, one small kernel at a time
+    reads low."""
+    sm_occupancy_pct: float | None = None
+    """GPM: resident warps over the most the SMs can hold (``DCGM_FI_PROF_SM_OCCUPANCY``)."""
+    tensor_active_pct: float | None = None
+    """GPM: share of time the tensor cores were busy (``DCGM_FI_PROF_PIPE_TENSOR_ACTIVE``)."""
+    dram_active_pct: float | None = None
+    """GPM: DRAM bandwidth used over its peak (``DCGM_FI_PROF_DRAM_ACTIVE``)."""
+    gpm: bool | None = None
+    """Whether this GPU has GPM (the figures above); None where the source does not say."""
+    energy_total_mj: int | None = None
+    """NVML's total-energy counter: millijoules since the driver was loaded."""
+    energy_since_start_j: float | None = None
+    """Joules used since gpuwatch began watching this GPU."""
+    power_avg_w: float | None = None
+    """Mean power since the previous sample, from the energy counter (``power_w`` is NVML's
+    instantaneous reading)."""
+    low_sm_activity: bool = False
+    """Utilisation high but SM activity low: "busy" with one small kernel at a time, or stuck
+    (a collective waiting on a peer). See :mod:`gpuwatch.nvml.activity`."""
+    held_idle_s: float | None = None
+    """Seconds this GPU has had processes holding memory while doing nothing; None when it is
+    not held idle now."""
+    held_idle: bool = False
+    """Held idle for at least the set time (``--idle-after``): HELD IDLE."""
     lost: bool = False
     """True once NVML reported the GPU lost (fallen off the bus) or in an unknown state."""
     processes: tuple[ProcessSample, ...] = ()

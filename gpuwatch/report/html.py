@@ -12,6 +12,7 @@ from gpuwatch.report.hints import Hint, hints
 from gpuwatch.report.html_charts import charts, figure_json
 from gpuwatch.report.text import (
     DIRECTION_NAMES,
+    fallback_lines,
     gpu_busy,
     gpu_lines,
     gpu_source,
@@ -68,7 +69,8 @@ def _header(r: Report) -> str:
         if r.partial
         else ""
     ) + "".join(
-        f"<p class=partial>{_e(line)}</p>" for line in simulated_lines(r) + internal_error_lines(r)
+        f"<p class=partial>{_e(line)}</p>"
+        for line in simulated_lines(r) + fallback_lines(r) + internal_error_lines(r)
     )
     return (
         f"<h1>gpuwatch profile <code>{_e(' '.join(r.command))}</code></h1>\n"

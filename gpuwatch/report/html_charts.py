@@ -113,14 +113,11 @@ def _timeline(r: Report) -> Any:
         return fig
     for gpu in gpus:
         pts = [s for s in r.gpu_samples if s["gpu"] == gpu]
-        fig.add_scatter(
-            row=2,
-            col=1,
-            mode="lines",
-            name=f"GPU {gpu} util %",
-            x=[p["t"] for p in pts],
-            y=[p.get("gpu_util_pct") for p in pts],
-        )
+        # GPM's SM activity (where the GPU has it) beside utilisation: what the SMs really did
+        for key, what in (("gpu_util_pct", "util"), ("sm_active_pct", "SM active")):
+            if key == "gpu_util_pct" or any(p.get(key) is not None for p in pts):
+                x, y = [p["t"] for p in pts], [p.get(key) for p in pts]
+                fig.add_scatter(row=2, col=1, mode="lines", name=f"GPU {gpu} {what} %", x=x, y=y)
         fig.add_scatter(
             row=2,
             col=1,

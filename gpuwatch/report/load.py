@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import select
+import stat
+import time
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -20,7 +24,14 @@ from profilers.report import SCHEMA, Report, ReportFormatError
 #: A report is bounded by design (capped timeline and samples); anything far larger is not one.
 MAX_REPORT_BYTES = 512 * 1024 * 1024
 
-SCHEMA_FILES = {SCHEMA: "profile-1.schema.json", "gpuwatch.snapshot/1": "snapshot-1.schema.json"}
+#: How long a FIFO or pipe may take to deliver a whole report.
+FIFO_WAIT_S = 10.0
+
+SCHEMA_FILES = {
+    SCHEMA: "profile-1.schema.json",
+    "gpuwatch.snapshot/1": "snapshot-1.schema.json",
+    "gpuwatch.diff/1": "diff-1.schema.json",
+}
 
 
 @cache
@@ -81,11 +92,51 @@ def parse(text: str, path: str) -> Report:
         raise CliError(f"{path}: {exc}") from None
 
 
+def _read(path: str) -> bytes:
+    """At most MAX_REPORT_BYTES + 1 of ``path``, never blocking on what is not a regular file.
+
+    NB: opening a FIFO that no one writes blocks forever, and a device (``/dev/zero``) never
+    ends: a FIFO or pipe (``<(cat r.json)``) is opened non-blocking and read while its writer
+    writes, for at most FIFO_WAIT_S; anything else that is not a regular file is refused.
+    """
+    info = os.stat(path)
+    if stat.S_ISDIR(info.st_mode):
+        raise IsADirectoryError(path)
+    if stat.S_ISREG(info.st_mode):
+        with open(path, "rb") as f:
+            return f.read(MAX_REPORT_BYTES + 1)
+    if not stat.S_ISFIFO(info.st_mode):
+        raise CliError(f"{path} is not a regular file (a device or socket), not a report")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        chunks: list[bytes] = []
+        size = 0
+        deadline = time.monotonic() + FIFO_WAIT_S
+        while size <= MAX_REPORT_BYTES:
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except BlockingIOError:  # a writer, nothing yet: wait for it, within the deadline
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    raise CliError(
+                        f"{path} is a pipe that sent no whole report within {FIFO_WAIT_S:g} s"
+                    ) from None
+                continue
+            if not chunk:  # end of file: the writer closed it, or there never was one
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if not chunks:
+        raise CliError(f"{path} is a pipe with nothing written to it (no writer?), not a report")
+    return b"".join(chunks)
+
+
 def load_report(path: str) -> Report:
     """Reads and checks a saved report; one-line :class:`CliError` for anything wrong."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_REPORT_BYTES + 1)
+        data = _read(path)
     except FileNotFoundError:
         raise CliError(f"no such file: {path}") from None
     except IsADirectoryError:

@@ -49,6 +49,10 @@ def summary(report: Report, top: int = 5) -> RenderableType:
     found = hints(report)
     if found:
         parts.append(_hints(found[:12]))
+    elif report.gpu_fallback:
+        parts.append(
+            Text("No hints: the script ran on the CPU (see NO GPU above).", style="yellow")
+        )
     else:
         parts.append(Text("No hints: no line copies or syncs often enough to flag.", style="green"))
     return Group(*parts)
@@ -88,7 +92,7 @@ def _header(r: Report) -> RenderableType:
     lines.append(f"\ndevices: {devices}    ops: {ops}    kernel time: {kernel_time(r)}")
     for line in step_lines(r):
         lines.append(f"\n{line}", style="bold")
-    for line in simulated_lines(r):
+    for line in simulated_lines(r) + fallback_lines(r):
         lines.append(f"\n{line}", style="yellow")
     for line in gpu_lines(r):
         lines.append(f"\n{line}")
@@ -171,6 +175,18 @@ def simulated_lines(r: Report) -> list[str]:
     return out
 
 
+def fallback_lines(r: Report) -> list[str]:
+    """A script that found no GPU and ran on the CPU: its report is no verdict on its GPU run."""
+    fb = r.gpu_fallback
+    if not fb:
+        return []
+    return [
+        f"NO GPU: the script asked {fb['asked']} at {fb['file']}:{fb['line']}, got "
+        f"{fb['answer']!r} and ran on the CPU, so this report shows nothing of what it does on "
+        "a GPU. Run it with --fake-cuda to count its copies and syncs on a simulated GPU."
+    ]
+
+
 def internal_error_lines(r: Report) -> list[str]:
     """What the profiler could not count (the ops ran; their copies and syncs are missing)."""
     if not r.internal_errors:
@@ -247,7 +263,8 @@ def _totals(r: Report) -> Table:
         t.add_row(
             f"{way}  {DIRECTION_NAMES[way]}",
             f"{c.count:,}",
-            fmt.size(c.bytes),
+            fmt.size(c.bytes)
+            + (f" +{c.unknown_bytes:,} of unknown size" if c.unknown_bytes else ""),
             f"{c.pageable:,}",
             f"{c.non_blocking:,}",
             fmt.throughput(c.bytes, c.time_ms / 1000) if c.time_ms else "-",

@@ -105,6 +105,7 @@ def trace_events(report: Report) -> list[dict[str, Any]]:
             k: s[k]
             for k in (
                 "gpu_util_pct",
+                "sm_active_pct",
                 "memory_used_bytes",
                 "pcie_rx_bytes_per_s",
                 "pcie_tx_bytes_per_s",

@@ -8,14 +8,24 @@ all, and never over the user's own files.
 * :func:`write_reports` renders each report to text first and then writes it atomically (a
   temporary file in the same folder, renamed over the target), so a failure while rendering or
   writing leaves what was there before, never a truncated file.
+* Paths are made absolute when an :class:`Output` is made (when gpuwatch starts): a script that
+  changes directory (Hydra does by default) cannot move the reports, nor put them over a file of
+  its own.
+* What is not a plain file is written through, as ``echo > PATH`` would: a device
+  (``/dev/null``, ``/dev/full``, a terminal), a FIFO, ``/dev/stdout`` or ``/proc/self/fd/N``
+  (appended to when it is a file the shell opened). A symlink keeps being a symlink: its target
+  is replaced atomically.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import sys
+import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -29,6 +39,13 @@ class Output:
 
     kind: str
     path: str
+    """As the user gave it (what messages say)."""
+    where: str = field(default="", compare=False)
+    """The absolute path, fixed when the Output is made (before the script can chdir)."""
+
+    def __post_init__(self) -> None:
+        if not self.where and self.path:
+            object.__setattr__(self, "where", os.path.abspath(self.path))
 
 
 def outputs(
@@ -58,14 +75,18 @@ def output_for(path: str) -> Output:
 def for_rank(out: Output, rank: int) -> Output:
     """Rank ``rank``'s own file for ``out``: ``{rank}`` in the path replaced, else ``.rankN``
     before the ending (``r.json`` -> ``r.rank1.json``, ``t.trace.json`` -> ``t.rank1.trace.json``)."""
-    if "{rank}" in out.path:
-        return Output(out.kind, out.path.replace("{rank}", str(rank)))
-    lower = out.path.lower()
+    return Output(out.kind, _ranked(out.path, rank), _ranked(out.where, rank))
+
+
+def _ranked(path: str, rank: int) -> str:
+    if "{rank}" in path:
+        return path.replace("{rank}", str(rank))
+    lower = path.lower()
     for ending, _ in ENDINGS:
         if lower.endswith(ending):
-            cut = len(out.path) - len(ending)
-            return Output(out.kind, f"{out.path[:cut]}.rank{rank}{out.path[cut:]}")
-    return Output(out.kind, f"{out.path}.rank{rank}")
+            cut = len(path) - len(ending)
+            return f"{path[:cut]}.rank{rank}{path[cut:]}"
+    return f"{path}.rank{rank}"
 
 
 def distributed_rank() -> tuple[int, int] | None:
@@ -98,30 +119,39 @@ def check_outputs(wanted: Sequence[Output], inputs: Iterable[str] = ()) -> None:
         if not out.path:
             raise CliError(f"--{out.kind} needs a file name (an empty path was given)")
         for path in inputs:
-            if _same_file(out.path, path):
+            if _same_file(out.where, path):
                 raise CliError(
                     f"refusing to write the {out.kind.upper()} report to {out.path}: it is "
                     f"{path}, an input of this run, and would be overwritten"
                 )
+        through = streams_through(out.where)
         for other in wanted[:i]:
-            if other.path and _same_file(out.path, other.path):
+            # NB: /dev/null (or /dev/stdout) for two reports is fine: nothing is replaced.
+            if other.path and not through and _same_file(out.where, other.where):
                 raise CliError(
                     f"{out.path} is given twice (--{other.kind} and --{out.kind}); "
                     "each report needs its own file"
                 )
-        check_writable(out.path)
+        check_writable(out.where, out.path)
 
 
-def check_writable(path: str) -> None:
-    """Raises :class:`CliError` when ``path`` cannot be written, before a long run is wasted."""
+def check_writable(path: str, shown: str | None = None) -> None:
+    """Raises :class:`CliError` when ``path`` cannot be written, before a long run is wasted
+    (``shown``: the path as the user gave it, for the message)."""
+    shown = path if shown is None else shown
     p = Path(path)
     if p.is_dir():
-        raise CliError(f"cannot write the report to {path}: it is a directory")
+        raise CliError(f"cannot write the report to {shown}: it is a directory")
+    if streams_through(path):  # a device, a FIFO, /dev/stdout: written through, never replaced
+        if not os.access(path, os.W_OK):
+            raise CliError(f"cannot write the report to {shown}: permission denied")
+        return
+    p = Path(os.path.realpath(path))  # a symlink's target is what gets replaced
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
-        raise CliError(f"cannot write the report to {path}: no directory {parent}")
+        raise CliError(f"cannot write the report to {shown}: no directory {parent}")
     if p.exists() and not os.access(p, os.W_OK):
-        raise CliError(f"cannot write the report to {path}: permission denied")
+        raise CliError(f"cannot write the report to {shown}: permission denied")
     # NB: os.access says yes to root for any folder, /proc included; creating a file is the
     # only honest test, and it is what the atomic write will do.
     probe = parent / f".{p.name}.gpuwatch-probe-{os.getpid()}"
@@ -129,13 +159,82 @@ def check_writable(path: str) -> None:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as exc:
         raise CliError(
-            f"cannot write the report to {path}: {exc.strerror or exc} in {parent}"
+            f"cannot write the report to {shown}: {exc.strerror or exc} in {parent}"
         ) from None
     os.close(fd)
     try:
         os.unlink(probe)
     except OSError:
         pass  # a folder that lets us create but not remove: the write itself will say more
+
+
+#: Folders whose entries are the process's streams and devices, never files to replace
+#: (``/dev/stdout`` -> ``/proc/self/fd/1`` -> the file the shell opened). /dev/shm holds files.
+_STREAM_FOLDERS = ("/dev/", "/proc/")
+#: Seconds a FIFO nobody reads is waited for before the write fails.
+FIFO_WAIT_S = 10.0
+
+
+def _hops(path: str) -> list[str]:
+    """``path`` and each symlink it leads through, one hop at a time (at most 40, as Linux)."""
+    hops = [os.path.abspath(path)]
+    for _ in range(40):
+        try:
+            link = os.readlink(hops[-1])
+        except OSError:
+            break  # not a link (or missing): the chain ends here
+        hops.append(os.path.abspath(os.path.join(os.path.dirname(hops[-1]), link)))
+    return hops
+
+
+def streams_through(path: str) -> bool:
+    """True when ``path`` must be written through, not replaced: it exists and is not a
+    regular file (a device, a FIFO, a socket), or it leads through /dev or /proc (a stream of
+    this process, such as /dev/stdout redirected to a file)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False  # nothing there yet: a new file
+    if not stat.S_ISREG(st.st_mode):
+        return True
+    return any(
+        hop.startswith(_STREAM_FOLDERS) and not hop.startswith("/dev/shm/") for hop in _hops(path)
+    )
+
+
+def write_file(path: str, text: str) -> None:
+    """Writes ``text`` to ``path`` as the user expects: through a device, FIFO or stream (see
+    :func:`streams_through`), else atomically (a symlink's target replaced, the link kept).
+    Raises OSError."""
+    if not streams_through(path):
+        write_text_atomic(os.path.realpath(path), text)
+        return
+    data = text.encode("utf-8", "backslashreplace")
+    is_fifo = stat.S_ISFIFO(os.stat(path).st_mode)
+    regular = stat.S_ISREG(os.stat(path).st_mode)
+    # NB: a file reached through /dev/stdout is the shell's redirection: appended to, after
+    # what the script printed there, never truncated.
+    flags = os.O_WRONLY | (os.O_APPEND if regular else 0) | (os.O_NONBLOCK if is_fifo else 0)
+    deadline = time.monotonic() + FIFO_WAIT_S
+    while True:
+        try:
+            fd = os.open(path, flags)
+            break
+        except OSError as exc:
+            # A FIFO nobody has opened for reading yet: wait a while for its reader.
+            if exc.errno != errno.ENXIO or not is_fifo or time.monotonic() > deadline:
+                if exc.errno == errno.ENXIO and is_fifo:
+                    raise OSError(exc.errno, "no process is reading the FIFO") from None
+                raise
+            time.sleep(0.05)
+    try:
+        if is_fifo:
+            os.set_blocking(fd, True)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def render(report: Report, kind: str) -> str:
@@ -164,7 +263,7 @@ def write_reports(report: Report, wanted: Sequence[Output]) -> list[tuple[bool, 
             results.append((False, f"could not render {out.path}: {type(exc).__name__}: {exc}"))
             continue
         try:
-            write_text_atomic(out.path, text)
+            write_file(out.where, text)
         except OSError as exc:
             results.append((False, f"cannot write the report to {out.path}: {exc.strerror or exc}"))
         else:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.content import Content
 from textual.reactive import reactive
 from textual.widget import Widget
 
@@ -19,11 +20,12 @@ from gpuwatch.nvml.samples import GpuSample, throttle_names
 
 
 class CardBody(LinesWidget):
-    """A full card's rows in one widget: two meters, three lines of stats and, with graphs,
-    three history lines. One widget, not eight: a tick costs Textual one region per card."""
+    """A full card's rows in one widget: two meters, three lines of stats and, with graphs, the
+    activity line (GPM, energy) and three history lines. One widget, not nine: a tick costs
+    Textual one region per card."""
 
     DEFAULT_CSS = """
-    CardBody { height: 8; width: 1fr; }
+    CardBody { height: 9; width: 1fr; }
     """
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
@@ -46,8 +48,11 @@ class CardBody(LinesWidget):
             rows = [meter_line("GPU", None, "lost", width), meter_line("MEM", None, "", width)]
             return [*rows, Text(lost, style="bold red")]
         used, total = fmt.size(g.memory_used_bytes), fmt.size(g.memory_total_bytes)
+        util = f"{fmt.pct(g.gpu_util_pct):>4}"
+        if g.sm_active_pct is not None:  # NB: the honest figure beside NVML's "busy"
+            util += f" SM {fmt.pct(g.sm_active_pct):>4}"
         rows = [
-            meter_line("GPU", g.gpu_util_pct, f"{fmt.pct(g.gpu_util_pct):>4}", width),
+            meter_line("GPU", g.gpu_util_pct, util, width),
             meter_line("MEM", g.memory_used_pct, f"{used} / {total}", width),
             *stats_text(g, width).split("\n"),
         ]
@@ -55,6 +60,7 @@ class CardBody(LinesWidget):
         if self.graphs and h is not None:
             pcie = h.pcie_bytes_per_s
             rows += [
+                activity_text(g, width),
                 history_line("util", h.util_pct, _peak(h.util_pct), width, 100.0),
                 history_line("mem", h.memory_pct, _peak(h.memory_pct), width, 100.0),
                 history_line("pcie", pcie, f"max {fmt.rate(max(pcie, default=0))}", width, None),
@@ -130,21 +136,24 @@ class GpuCard(Widget):
         # only what changed, and the layout never moves (the body keeps its height).
         title = f"GPU {g.index} · {g.name or fmt.NA}"
         subtitle = g.problem if g.problem and not g.lost else (g.pci_bus_id or "")
+        flags = flags_text(g).plain
+        if flags and not g.lost:  # NB: what a fleet owner looks for first, in every layout
+            subtitle = f"{flags} · {subtitle}" if subtitle else flags
         if (title, subtitle) != self._titles:
             self._titles = (title, subtitle)
-            self.border_title, self.border_subtitle = title, subtitle
+            # NB: plain Content, not markup: a remote host's label is untrusted text.
+            self.border_title, self.border_subtitle = Content(title), Content(subtitle)
+        # NB: query, not query_one: a resize can reach a card whose children are not there
+        # (yet, or any more while the app closes): 64 cards scrolling at 80x24 did, now and then.
         if self.compact:
-            # NB: query, not query_one: a resize can reach a card whose children are already
-            # gone while the app closes (64 cards scrolling at 80x24 did, now and then).
-            found = self.query("#compact").results(TextLines)
-            compact = next(found, None)
-            if compact is None:
-                return
+            compact = next(self.query("#compact").results(TextLines), None)
             text = compact_line(g, self.size.width)
-            if compact.text != text:
+            if compact is not None and compact.text != text:
                 compact.text = text
             return
-        self.query_one(CardBody).show(g, self._history, self.graphs)
+        body = next(self.query(CardBody).results(CardBody), None)
+        if body is not None:
+            body.show(g, self._history, self.graphs)
 
 
 def stats_text(g: GpuSample, width: int = 52) -> Text:
@@ -172,6 +181,43 @@ def stats_text(g: GpuSample, width: int = 52) -> Text:
     return t.append("\n").append_text(transfer_text(g, width))
 
 
+def flags_text(g: GpuSample) -> Text:
+    """``HELD IDLE 12m`` and ``LOW SM ACTIVITY``, or nothing."""
+    t = Text()
+    if g.held_idle:
+        t.append(f"HELD IDLE {fmt.span(g.held_idle_s)}", "bold red")
+    if g.low_sm_activity:
+        t.append(" " if t else "").append("LOW SM ACTIVITY", "bold yellow")
+    return t
+
+
+def activity_text(g: GpuSample, width: int) -> Text:
+    """What the SMs really do (GPM) and the energy used: ``SM ACT 45%  OCC 20%  TENSOR 30%
+    DRAM 35%  12.3 kJ``, after the HELD IDLE / LOW SM ACTIVITY flags; parts that do not fit
+    ``width`` are left out, least telling first."""
+    t = flags_text(g)
+    parts: list[tuple[str, str, str | None]]
+    if g.gpm is False:
+        parts = [("SM ACT ", "N/A (no GPM)", None)]
+    elif g.gpm is None and g.sm_active_pct is None:
+        parts = []  # a source that says nothing of GPM (another host's dcgm-exporter)
+    else:
+        parts = [
+            ("SM ACT ", fmt.pct(g.sm_active_pct), level_style(g.sm_active_pct)),
+            ("OCC ", fmt.pct(g.sm_occupancy_pct), None),
+            ("TENSOR ", fmt.pct(g.tensor_active_pct), None),
+            ("DRAM ", fmt.pct(g.dram_active_pct), level_style(g.dram_active_pct)),
+        ]
+    if g.energy_since_start_j is not None:
+        parts.append(("E ", fmt.energy(g.energy_since_start_j), None))
+    for label, value, style in parts:
+        room = len(label) + len(value) + (2 if t else 0)
+        if t.cell_len + room > width:
+            break
+        t.append("  " if t else "").append(label, "bold").append(value, style or "")
+    return t
+
+
 def transfer_text(g: GpuSample, width: int) -> Text:
     """``PCIe RX 660MiB/s TX 1.5GiB/s  NVLink RX 12GiB/s TX 12GiB/s``, or with arrows for RX
     and TX where that does not fit in ``width`` (the narrowest card has 52 columns)."""
@@ -189,19 +235,26 @@ def transfer_text(g: GpuSample, width: int) -> Text:
 
 
 def compact_line(g: GpuSample, width: int) -> Text:
-    """``0 H100 80GB ▕███░░▏ 67% ▕██░░░▏ 45/80G 54C 350W RX 1.2 GiB/s``: one line per GPU."""
+    """``0 H100 80GB ▕███░░▏ 67% ▕██░░░▏ 45/80G 54C 350W SM 40% RX 1.2 GiB/s``: one line per
+    GPU; HELD IDLE / LOW SM ACTIVITY take the place of the PCIe rate, and the bars give way."""
     name = (g.name or fmt.NA).replace("NVIDIA ", "")[:14]
     t = Text(f"{g.index:>2} ", "bold").append(f"{name:<14} ")
     if g.lost:
         return t.append("GPU LOST", "bold red")
-    bar_w = max(4, min(16, (width - 60) // 2))
-    t.append(bar(g.gpu_util_pct, bar_w)).append(f" {fmt.pct(g.gpu_util_pct):>4} ")
-    t.append(bar(g.memory_used_pct, bar_w))
     used = fmt.size(g.memory_used_bytes, 0).replace(" GiB", "")
-    total = fmt.size(g.memory_total_bytes, 0)
-    t.append(f" {used}/{total} ")
-    t.append(fmt.num(g.temperature_c, "C"), level_style(g.temperature_c, TEMP_LEVELS))
-    t.append(f" {fmt.num(g.power_w, 'W')}")
-    if width >= 90:
-        t.append(f" RX {fmt.rate(g.pcie_rx_bytes_per_s)}")
-    return t
+    tail = Text(f" {used}/{fmt.size(g.memory_total_bytes, 0)} ")
+    tail.append(fmt.num(g.temperature_c, "C"), level_style(g.temperature_c, TEMP_LEVELS))
+    tail.append(f" {fmt.num(g.power_w, 'W')}")
+    if g.sm_active_pct is not None:
+        tail.append(" SM ", "bold").append(fmt.pct(g.sm_active_pct))
+    flags = flags_text(g)
+    if flags:
+        tail.append(" ").append_text(flags)
+    elif width >= 90:
+        tail.append(f" RX {fmt.rate(g.pcie_rx_bytes_per_s)}")
+    util = f" {fmt.pct(g.gpu_util_pct):>4} "
+    bar_w = max(
+        4, min(16, (width - 60) // 2, (width - t.cell_len - len(util) - tail.cell_len) // 2)
+    )
+    t.append(bar(g.gpu_util_pct, bar_w)).append(util).append(bar(g.memory_used_pct, bar_w))
+    return t.append_text(tail)

@@ -1,5 +1,6 @@
 """The table of processes on the GPUs: sortable (cycle with ``s``, reverse with ``r``) and
-filterable by a case-insensitive substring of user, command, PID or type."""
+filterable by a case-insensitive substring of user, command, PID, type or job, or by the job
+alone with ``job:TEXT`` (a SLURM job id, a pod, namespace or container, ``r0`` for rank 0)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("SM%", lambda p: _n(p.sm_util_pct), lambda p: fmt.pct(p.sm_util_pct)),
     Column("CPU%", lambda p: _n(p.cpu_pct), lambda p: fmt.pct(p.cpu_pct)),
     Column("HOST MEM", lambda p: _n(p.host_memory_bytes), lambda p: fmt.size(p.host_memory_bytes)),
+    Column("JOB", lambda p: _job(p), lambda p: _job(p) or "-", right=False),
     Column(
         "COMMAND",
         lambda p: p.command or p.name or "",
@@ -60,11 +62,24 @@ def row_key(p: ProcessSample) -> str:
     return f"{p.gpu_index}:{p.pid}"
 
 
+def _job(p: ProcessSample) -> str:
+    return p.job.label if p.job is not None else ""
+
+
+#: The filter's prefix that matches jobs only: ``job:4242`` is SLURM job 4242, not a pid.
+JOB_FILTER = "job:"
+
+
 def matches(p: ProcessSample, needle: str) -> bool:
     if not needle:
         return True
     needle = needle.lower()
-    hay = (str(p.pid), p.user or "", p.command or p.name or "", p.type)
+    words = p.job.words() if p.job is not None else ()
+    if needle.startswith(JOB_FILTER):
+        # NB: a job filter matches a whole field (job 12 is not job 4312), a pod by prefix.
+        want = needle.removeprefix(JOB_FILTER).strip()
+        return any(w.lower() == want or w.lower().startswith(want + "-") for w in words)
+    hay = (str(p.pid), p.user or "", p.command or p.name or "", p.type, *words)
     return any(needle in h.lower() for h in hay)
 
 

@@ -1,0 +1,99 @@
+"""``gpuwatch diff --html``: one self-contained page (no script, no fetch): the runs, the totals
+before and after, and every line that changed, with the diff's JSON embedded for tools."""
+
+from __future__ import annotations
+
+import html
+import json
+
+from gpuwatch.report.diff_text import STATUS, TOTAL_ROWS, amount, columns, quiet_lines, signed
+from profilers.diff import LineDiff, RunDiff
+
+STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:1em 0}td,th{padding:3px 10px;border-bottom:1px solid #ddd}
+th{text-align:left;background:#f4f4f4}td.n{text-align:right;white-space:nowrap}
+.down{color:#17803d}.up{color:#c0262d;font-weight:600}.same{color:#888}
+code{font:12px ui-monospace,monospace}.was{color:#888;font-size:12px}
+.new{background:#fff6dc}.gone{background:#eaf7ee}
+"""
+
+
+def _cell(name: str, before: float, after: float) -> str:
+    if before == after:
+        return f'<td class="n same">{html.escape(amount(name, before))}</td>'
+    cls = "down" if after < before else "up"
+    text = f"{amount(name, before)} → {amount(name, after)}"
+    return f'<td class="n {cls}">{html.escape(text)}</td>'
+
+
+def _line_row(diff: RunDiff, d: LineDiff, shown: list[tuple[str, str]]) -> str:
+    site = d.site
+    where = f"{site.file}:{site.line}"
+    if d.before is not None and d.after is not None and d.before.line != d.after.line:
+        where += f" (was {d.before.line})"
+    state = STATUS.get(
+        d.status, {"same": "", "other_function": "moved"}.get(d.match or "", d.match or "")
+    )
+    was = ""
+    if d.match == "edited" and d.before is not None:
+        was = f'<div class="was">was: <code>{html.escape(d.before.source)}</code></div>'
+    elif d.match == "other_function" and d.before is not None:
+        was = f'<div class="was">was in {html.escape(d.before.function)}</div>'
+    cells = "".join(
+        _cell(name, diff.value(d, "before", name), diff.value(d, "after", name))
+        for _, name in shown
+    )
+    return (
+        f'<tr class="{STATUS.get(d.status, "")}"><td>{html.escape(state)}</td>'
+        f"<td><code>{html.escape(where)}</code></td>{cells}"
+        f"<td>{html.escape(site.function)}: <code>{html.escape(site.source)}</code>{was}</td></tr>"
+    )
+
+
+def render_html(diff: RunDiff, paths: tuple[str, str] = ("", "")) -> str:
+    """The page, as text."""
+    unit = "per step" if diff.per_step else "for the whole run"
+    runs = "".join(
+        f"<tr><th>{label}</th><td><code>{html.escape(path)}</code></td>"
+        f"<td><code>{html.escape(' '.join(r.command))}</code></td>"
+        f'<td class="n">{steps if steps else "no"} steps</td>'
+        f"<td>{'fake GPU' if r.options.get('fake_cuda') else ''}</td></tr>"
+        for label, path, r, steps in (
+            ("before", paths[0], diff.before, diff.before_steps),
+            ("after", paths[1], diff.after, diff.after_steps),
+        )
+    )
+    totals = []
+    for name, label in TOTAL_ROWS:
+        b, a = diff.value(None, "before", name), diff.value(None, "after", name)
+        if name in ("syncs", "copies", "bytes") or b or a:
+            cls = "down" if a < b else "up" if a > b else "same"
+            totals.append(
+                f"<tr><td>{html.escape(label.strip())}</td>"
+                f'<td class="n">{html.escape(amount(name, b))}</td>'
+                f'<td class="n">{html.escape(amount(name, a))}</td>'
+                f'<td class="n {cls}">{html.escape(signed(name, a - b))}</td></tr>'
+            )
+    changed = diff.changed()
+    shown = columns(diff)
+    heads = "".join(f"<th>{h}</th>" for h, _ in shown)
+    rows = "".join(_line_row(diff, d, shown) for d in changed) or (
+        '<tr><td colspan="8">No line\'s copies, syncs or collectives changed.</td></tr>'
+    )
+    rest = quiet_lines(diff, changed)
+    # NB: "</" would end the script element early; JSON allows "<\/".
+    data = json.dumps(diff.to_dict(*paths)).replace("</", "<\\/")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>gpuwatch diff</title><style>{STYLE}</style></head><body>"
+        f"<h1>gpuwatch diff</h1><table>{runs}</table>"
+        f"<p>Figures {unit}.</p>"
+        f"<h2>Totals</h2><table><tr><th></th><th>before</th><th>after</th><th>change</th></tr>"
+        f"{''.join(totals)}</table>"
+        f"<h2>Lines that changed: {len(changed)} of {len(diff.lines)}</h2>"
+        f"<table><tr><th></th><th>line</th>{heads}<th>source</th></tr>{rows}</table>"
+        f"<p>{html.escape(rest)}</p>"
+        f'<script type="application/json" id="gpuwatch-diff">{data}</script>'
+        "</body></html>\n"
+    )

@@ -1,0 +1,196 @@
+"""``gpuwatch diff`` in the terminal (rich): the runs, the totals before and after, then each
+line that changed, matched across edits (profilers/diff.py)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from gpuwatch import _format as fmt
+from profilers.budgets import fmt as count
+from profilers.diff import LineDiff, RunDiff
+
+#: Total rows: (measure, label); a row shows when either run has any of it (syncs, copies and
+#: bytes always do).
+TOTAL_ROWS = (
+    ("syncs", "syncs"),
+    *[
+        (f"syncs.{c}", f"  {c}")
+        for c in (
+            "item",
+            "copy_to_host",
+            "copy_to_device",
+            "data_dependent_shape",
+            "synchronize",
+            "other",
+        )
+    ],  # fmt: skip
+    ("copies", "copies"),
+    ("bytes", "bytes copied"),
+    ("h2d", "  host→GPU"),
+    ("h2d.pageable", "    from pageable memory"),
+    ("d2h", "  GPU→host"),
+    ("d2d", "  in one GPU"),
+    ("p2p", "  GPU→GPU"),
+    ("comm", "collectives"),
+    ("comm.bytes", "  bytes"),
+    ("kernel_ms", "kernel time"),
+    ("ops", "ops"),
+)
+ALWAYS = {"syncs", "copies", "bytes"}
+
+#: Line columns: (header, measure).
+LINE_COLUMNS = (
+    ("syncs", "syncs"),
+    ("copies", "copies"),
+    ("bytes", "bytes"),
+    ("pageable", "h2d.pageable"),
+    ("comm", "comm"),
+    ("kernel", "kernel_ms"),
+)
+
+STATUS = {"appeared": "new", "disappeared": "gone"}
+
+
+def columns(diff: RunDiff) -> list[tuple[str, str]]:
+    """The line columns worth a column: collectives and kernel time only where either run has
+    them (a --fake-cuda run measures no kernel time)."""
+    runs = (diff.before.totals, diff.after.totals)
+    keep = {
+        "comm": any(t.comm.count for t in runs),
+        "kernel_ms": any(t.kernel_time_ms for t in runs),
+    }
+    return [(head, name) for head, name in LINE_COLUMNS if keep.get(name, True)]
+
+
+def quiet_lines(diff: RunDiff, changed: list[LineDiff]) -> str:
+    """What the table leaves out: lines that came or went with no copy, sync or collective."""
+    shown = {id(d) for d in changed}
+    came = sum(1 for d in diff.lines if d.status == "appeared" and id(d) not in shown)
+    went = sum(1 for d in diff.lines if d.status == "disappeared" and id(d) not in shown)
+    if not (came or went):
+        return ""
+    return (
+        f"{came} line{'s' if came != 1 else ''} appeared and {went} disappeared with no copy, "
+        "sync or collective (in the JSON)"
+    )
+
+
+def amount(name: str, value: float) -> str:
+    if name.endswith("bytes"):
+        return fmt.size(value)
+    if name == "kernel_ms":
+        return fmt.duration_ms(value)
+    return count(value)
+
+
+def change(name: str, before: float, after: float) -> Text:
+    """``6.20 → 0.09`` (green when it fell, red when it grew), or the one value when equal."""
+    if before == after:
+        return Text(amount(name, before), style="dim")
+    style = "green" if after < before else "red"
+    return Text(f"{amount(name, before)} → {amount(name, after)}", style=style)
+
+
+def signed(name: str, delta: float) -> str:
+    if not delta:
+        return "="
+    return ("+" if delta > 0 else "-") + amount(name, abs(delta))
+
+
+def run_line(label: str, report: Any, steps: int | None, path: str) -> Text:
+    cmd = " ".join(report.command) or "(no command)"
+    bits = [f"{steps:,} steps" if steps else "no steps", fmt.duration_ms(report.duration_s * 1e3)]
+    if report.options.get("fake_cuda"):
+        bits.append("fake GPU")
+    if report.partial:
+        bits.append("partial")
+    where = f"{path}: " if path else ""
+    return Text(f"{label} {where}{cmd} ({', '.join(bits)})")
+
+
+def where(d: LineDiff) -> str:
+    site = d.site
+    text = f"{site.file}:{site.line}"
+    if d.before is not None and d.after is not None and d.before.line != d.after.line:
+        text += f" (was {d.before.line})"
+    return text
+
+
+def status(d: LineDiff) -> Text:
+    if d.status != "matched":
+        word = STATUS[d.status]
+        return Text(word, style="green" if word == "gone" else "yellow")
+    return Text(
+        {"same": "", "other_function": "moved"}.get(d.match or "", d.match or ""), style="dim"
+    )
+
+
+def source(d: LineDiff) -> Text:
+    site = d.site
+    text = Text(f"{site.function}: ", style="dim")
+    text.append(site.source)
+    if d.match in ("edited", "other_function") and d.before is not None:
+        was = d.before.source if d.match == "edited" else f"in {d.before.function}"
+        text.append(f"\nwas: {was}", style="dim")
+    return text
+
+
+def render(diff: RunDiff, paths: tuple[str, str] = ("", ""), top: int = 20) -> RenderableType:
+    unit = "per step" if diff.per_step else "whole run"
+    parts: list[RenderableType] = [
+        run_line("before:", diff.before, diff.before_steps, paths[0]),
+        run_line("after: ", diff.after, diff.after_steps, paths[1]),
+        Text(
+            "figures per step (both runs counted steps)"
+            if diff.per_step
+            else "figures for the whole run (per step needs steps in both runs)",
+            style="italic",
+        ),
+    ]
+    totals = Table(title=f"Totals ({unit})", box=box.SIMPLE, title_justify="left")
+    totals.add_column("")
+    for head in ("before", "after", "change"):
+        totals.add_column(head, justify="right")
+    for name, label in TOTAL_ROWS:
+        b, a = diff.value(None, "before", name), diff.value(None, "after", name)
+        if name in ALWAYS or b or a:
+            style = "green" if a < b else "red" if a > b else "dim"
+            totals.add_row(
+                label, amount(name, b), amount(name, a), Text(signed(name, a - b), style=style)
+            )
+    parts.append(totals)
+    changed = diff.changed()
+    shown = changed[:top]
+    title = f"Lines that changed ({unit}): {len(changed)} of {len(diff.lines)}"
+    if len(shown) < len(changed):
+        title += f", the first {len(shown)} (--top N for more)"
+    lines = Table(title=title, box=box.SIMPLE, title_justify="left")
+    lines.add_column("")
+    lines.add_column("line", no_wrap=True)
+    shown_columns = columns(diff)
+    for head, _ in shown_columns:
+        lines.add_column(head, justify="right")
+    lines.add_column("source", overflow="fold", ratio=1)
+    for d in shown:
+        cells = [
+            change(name, diff.value(d, "before", name), diff.value(d, "after", name))
+            for _, name in shown_columns
+        ]
+        lines.add_row(status(d), where(d), *cells, source(d))
+    parts.append(lines if shown else Text("No line's copies, syncs or collectives changed."))
+    rest = quiet_lines(diff, changed)
+    if rest:
+        parts.append(Text(rest, style="dim"))
+    return Group(*parts)
+
+
+def print_diff(diff: RunDiff, paths: tuple[str, str], top: int, file: Any = None) -> None:
+    out = file if file is not None else sys.stdout
+    console = Console(file=out, width=None if out.isatty() else 160, highlight=False)
+    console.print(render(diff, paths, top))

@@ -1,0 +1,123 @@
+"""The fake GPU's memory: what ``torch.cuda.memory_allocated()`` and its kin answer.
+
+Each storage a fake GPU tensor holds counts from the op that made it until the last tensor on
+it is gone, rounded up as CUDA's caching allocator rounds a block (512 bytes,
+c10/cuda/CUDACachingAllocator.cpp ``kMinBlockSize``); the allocator keeps freed blocks
+reserved until ``empty_cache()``, so "reserved" is the peak since then, rounded up to the 2 MiB
+of a segment. The total is the simulated device's (``Properties.total_memory``)."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+from torch.utils._pytree import tree_leaves
+
+BLOCK_BYTES = 512
+SEGMENT_BYTES = 2 * 1024 * 1024
+
+
+def _round_up(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+class FakeMemory:
+    """Bytes held by the fake GPU's tensors, per device: now, at peak, reserved."""
+
+    def __init__(self, devices: int) -> None:
+        self.allocated = [0] * devices
+        self.peak = [0] * devices
+        self.reserved = [0] * devices
+        self.allocations = [0] * devices
+        self._storages: dict[int, list[int]] = {}
+        """storage address -> [device, bytes, live tensors]."""
+        self._lock = threading.Lock()
+
+    def note(self, out: Any, fake_type: Any) -> None:
+        """Counts the storages of the fake GPU tensors in ``out`` (an op's output)."""
+        t: Any
+        for t in tree_leaves(out):
+            if not isinstance(t, fake_type) or "_gpuwatch_held" in t.__dict__:
+                continue
+            device = t.fake_device
+            if device.type != "cuda":
+                continue
+            t.__dict__["_gpuwatch_held"] = True
+            storage = t.untyped_storage()
+            key = storage._cdata
+            with self._lock:
+                held = self._storages.get(key)
+                if held is None:
+                    index = device.index or 0
+                    nbytes = storage.nbytes()
+                    block = _round_up(nbytes, BLOCK_BYTES) if nbytes else 0
+                    held = self._storages[key] = [index, block, 0]
+                    self._add(index, block)
+                held[2] += 1
+            weakref.finalize(t, self._release, key)
+
+    def _add(self, index: int, nbytes: int) -> None:
+        self.allocated[index] += nbytes
+        self.allocations[index] += 1 if nbytes else 0
+        self.peak[index] = max(self.peak[index], self.allocated[index])
+        self.reserved[index] = max(
+            self.reserved[index], _round_up(self.allocated[index], SEGMENT_BYTES)
+        )
+
+    def _release(self, key: int) -> None:
+        with self._lock:
+            held = self._storages.get(key)
+            if held is None:
+                return
+            held[2] -= 1
+            if held[2] == 0:
+                del self._storages[key]
+                self.allocated[held[0]] -= held[1]
+
+    def reset_peak(self, index: int) -> None:
+        with self._lock:
+            self.peak[index] = self.allocated[index]
+
+    def empty_cache(self) -> None:
+        with self._lock:
+            for i, now in enumerate(self.allocated):
+                self.reserved[i] = _round_up(now, SEGMENT_BYTES)
+
+    def stats(self, index: int) -> dict[str, Any]:
+        """``torch._C._cuda_memoryStats(device)``: the nested dict torch.cuda.memory_stats()
+        flattens (every key memory_summary() reads; the pools are not told apart: "all")."""
+        with self._lock:
+            now, peak, reserved = self.allocated[index], self.peak[index], self.reserved[index]
+            count = sum(1 for h in self._storages.values() if h[0] == index and h[1])
+
+        def stat(current: int, top: int) -> dict[str, dict[str, int]]:
+            one = {"current": current, "peak": top, "allocated": top, "freed": top - current}
+            empty = dict.fromkeys(one, 0)
+            return {"all": one, "small_pool": dict(empty), "large_pool": dict(empty)}
+
+        out: dict[str, Any] = {
+            "allocated_bytes": stat(now, peak),
+            "active_bytes": stat(now, peak),
+            "requested_bytes": stat(now, peak),
+            "reserved_bytes": stat(reserved, reserved),
+            "inactive_split_bytes": stat(0, 0),
+            "allocation": stat(count, count),
+            "active": stat(count, count),
+            "segment": stat(reserved // SEGMENT_BYTES, reserved // SEGMENT_BYTES),
+            "inactive_split": stat(0, 0),
+        }
+        for name in (
+            "num_alloc_retries",
+            "num_ooms",
+            "num_sync_all_streams",
+            "num_device_alloc",
+            "num_device_free",
+            "max_split_size",
+            "oversize_allocations",
+            "oversize_segments",
+        ):
+            out[name] = 0
+        out["oversize_allocations"] = {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
+        out["oversize_segments"] = {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
+        return out

@@ -1,0 +1,337 @@
+"""Two runs compared line by line (``gpuwatch diff before.json after.json``); no torch here.
+
+Lines are matched by what they say, not by their number, since a fix usually moves lines:
+
+Source text is compared without its comment and spacing.
+
+1. same file, function and source text (``moved`` when the number changed, else ``same``);
+2. same file and source text in another function (``other_function``: a helper renamed, a loop
+   moved into a new function), one to one;
+3. same file, the text edited but still alike (``edited``: ``.to(device)`` became
+   ``.to(device, non_blocking=True)``): in the same function first, then (stricter) in
+   another; the most alike pairs first;
+4. the rest appeared (only after) or disappeared (only before).
+
+Figures are per step where both runs counted steps (runs of different lengths compare), else
+for the whole run.
+"""
+
+from __future__ import annotations
+
+import difflib
+import io
+import tokenize
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from profilers._names import CAUSES, DIRECTIONS
+from profilers._stats import COMM_OPS, Counted
+from profilers.budgets import (
+    MEASURES,
+    Breach,
+    Budget,
+    breach_of,
+    measure,
+    site_label,
+    steps_of,
+)
+from profilers.records import Site
+from profilers.report import Report
+
+__all__ = ["DIFF_SCHEMA", "LineDiff", "RunDiff", "check_growth", "diff_reports"]
+
+DIFF_SCHEMA = "gpuwatch.diff/1"
+
+#: How alike two edited lines must be (difflib's ratio) to count as one line changed.
+EDITED_RATIO = 0.6
+EDITED_ELSEWHERE_RATIO = 0.75
+
+#: The measures every figure set holds (per-cause and per-collective ones only when non-zero).
+CORE = (
+    "syncs",
+    "copies",
+    "bytes",
+    *[f"{w}{f}" for w in DIRECTIONS for f in ("", ".bytes", ".pageable", ".non_blocking")],
+    "comm",
+    "comm.bytes",
+    "kernel_ms",
+    "ops",
+)
+OPTIONAL = (*[f"syncs.{c}" for c in CAUSES], *[f"comm.{op}" for op in COMM_OPS])
+
+
+@dataclass(frozen=True)
+class LineDiff:
+    """One line before and after (either None when it appeared or disappeared)."""
+
+    before: Site | None
+    after: Site | None
+    match: str | None
+    """``same``, ``moved``, ``other_function``, ``edited``; None when only one side has it."""
+
+    @property
+    def status(self) -> str:
+        if self.before is None:
+            return "appeared"
+        if self.after is None:
+            return "disappeared"
+        return "matched"
+
+    @property
+    def site(self) -> Site:
+        """The line as it is after (as it was, for a line that disappeared)."""
+        site = self.after if self.after is not None else self.before
+        assert site is not None
+        return site
+
+    @property
+    def label(self) -> str:
+        if self.status == "matched" and self.match != "same":
+            assert self.before is not None
+            return f"{site_label(self.site)} (was line {self.before.line}, {self.before.function})"
+        return site_label(self.site) + {"appeared": " (new)", "disappeared": " (gone)"}.get(
+            self.status, ""
+        )
+
+
+def _value(site: Counted | None, name: str, steps: int | None) -> float:
+    if site is None:
+        return 0.0
+    return measure(site, name) / (steps or 1)
+
+
+@dataclass(frozen=True)
+class RunDiff:
+    """The comparison; figures are per step when :attr:`per_step`."""
+
+    before: Report
+    after: Report
+    lines: tuple[LineDiff, ...]
+
+    @property
+    def before_steps(self) -> int | None:
+        return steps_of(self.before)
+
+    @property
+    def after_steps(self) -> int | None:
+        return steps_of(self.after)
+
+    @property
+    def per_step(self) -> bool:
+        return self.before_steps is not None and self.after_steps is not None
+
+    def value(
+        self, item: LineDiff | None, side: str, name: str, per_step: bool | None = None
+    ) -> float:
+        """A line's (or, for None, the totals') figure on one side: per step when
+        ``per_step`` (by default, when both runs have steps), else for the whole run."""
+        report = self.before if side == "before" else self.after
+        counted: Counted | None = (
+            report.totals if item is None else (item.before if side == "before" else item.after)
+        )
+        by_step = self.per_step if per_step is None else per_step and self.per_step
+        return _value(counted, name, steps_of(report) if by_step else None)
+
+    def delta(self, item: LineDiff | None, name: str, per_step: bool | None = None) -> float:
+        return self.value(item, "after", name, per_step) - self.value(
+            item, "before", name, per_step
+        )
+
+    def names(self, item: LineDiff | None = None) -> list[str]:
+        """The measures shown: the core ones, and each cause or collective either side has."""
+        extra = [
+            n for n in OPTIONAL if self.value(item, "before", n) or self.value(item, "after", n)
+        ]
+        return [*CORE, *extra]
+
+    def changed(self) -> list[LineDiff]:
+        """Lines whose copies, bytes, syncs or collectives differ. NB: kernel time and op
+        counts alone do not make a line changed: on a GPU, times differ on every run."""
+        return [
+            d
+            for d in self.lines
+            if any(self.delta(d, n) for n in self.names(d) if n not in ("kernel_ms", "ops"))
+        ]
+
+    def figures(self, item: LineDiff | None) -> dict[str, Any]:
+        names = self.names(item)
+        return {
+            side: {n: _round(self.value(item, side, n)) for n in names}
+            for side in ("before", "after")
+        } | {"delta": {n: _round(self.delta(item, n)) for n in names}}
+
+    def to_dict(self, before_path: str = "", after_path: str = "") -> dict[str, Any]:
+        """The ``gpuwatch.diff/1`` document (gpuwatch/schemas/diff-1.schema.json)."""
+        return {
+            "schema": DIFF_SCHEMA,
+            "per_step": self.per_step,
+            "before": _run(self.before, before_path),
+            "after": _run(self.after, after_path),
+            "totals": self.figures(None),
+            "lines": [
+                {
+                    "status": d.status,
+                    "match": d.match,
+                    "file": d.site.file,
+                    "function": d.site.function,
+                    "source": d.site.source,
+                    "before_line": d.before.line if d.before is not None else None,
+                    "after_line": d.after.line if d.after is not None else None,
+                    "before_function": d.before.function if d.before is not None else None,
+                    "before_source": d.before.source if d.before is not None else None,
+                    **self.figures(d),
+                }
+                for d in self.lines
+            ],
+        }
+
+
+def _round(v: float) -> float | int:
+    return int(v) if v == int(v) and abs(v) < 2**53 else round(v, 6)
+
+
+def _run(report: Report, path: str) -> dict[str, Any]:
+    fake = report.options.get("fake_cuda")
+    return {
+        "path": path,
+        "command": list(report.command),
+        "started_at": report.started_at,
+        "duration_s": round(report.duration_s, 6),
+        "exit_code": report.exit_code,
+        "partial": report.partial,
+        "steps": steps_of(report),
+        "fake_cuda": bool(fake),
+    }
+
+
+def _text(site: Site) -> str:
+    """A line's code, as matching compares it: its comment and spacing left out (a fix that
+    rewrites a comment is still the same line); ``#N`` when its source could not be read."""
+    code = _code(site.source)
+    return " ".join(code.split()) or f"#{site.line}"
+
+
+def _code(source: str) -> str:
+    if "#" not in source:
+        return source
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return source  # half a statement (a line of a longer one): compared as it is
+    comments = [t for t in tokens if t.type == tokenize.COMMENT]
+    return source[: comments[0].start[1]] if comments else source
+
+
+def _pair(
+    before: list[Site], after: list[Site], key: Any, kind: Any, out: list[LineDiff]
+) -> tuple[list[Site], list[Site]]:
+    """Pairs lines with equal ``key`` in line order; returns what is left on each side."""
+    groups: dict[Any, tuple[list[Site], list[Site]]] = {}
+    for s in before:
+        groups.setdefault(key(s), ([], []))[0].append(s)
+    for s in after:
+        groups.setdefault(key(s), ([], []))[1].append(s)
+    used: set[int] = set()
+    for b_list, a_list in groups.values():
+        b_list.sort(key=lambda s: s.line)
+        a_list.sort(key=lambda s: s.line)
+        for b, a in zip(b_list, a_list, strict=False):
+            out.append(LineDiff(b, a, kind(b, a)))
+            used.update((id(b), id(a)))
+    return [s for s in before if id(s) not in used], [s for s in after if id(s) not in used]
+
+
+def _edited(
+    before: list[Site], after: list[Site], out: list[LineDiff]
+) -> tuple[list[Site], list[Site]]:
+    """Step 3: alike text in the same file, in the same function first (a line edited where it
+    was), then in another (stricter: the code moved into a new function and was edited)."""
+    pairs = []
+    for b in before:
+        for a in after:
+            if b.file != a.file or not (b.source and a.source):
+                continue
+            same_function = b.function == a.function
+            ratio = difflib.SequenceMatcher(None, _text(b), _text(a)).ratio()
+            if ratio >= (EDITED_RATIO if same_function else EDITED_ELSEWHERE_RATIO):
+                pairs.append((same_function, ratio, -abs(a.line - b.line), b, a))
+    pairs.sort(key=lambda p: p[:3], reverse=True)
+    used: set[int] = set()
+    for _, _, _, b, a in pairs:
+        if id(b) not in used and id(a) not in used:
+            out.append(LineDiff(b, a, "edited"))
+            used.update((id(b), id(a)))
+    return [s for s in before if id(s) not in used], [s for s in after if id(s) not in used]
+
+
+def match_lines(before: Iterable[Site], after: Iterable[Site]) -> list[LineDiff]:
+    """Every line of both runs, paired where they are the same line of code (module doc)."""
+    out: list[LineDiff] = []
+    b, a = list(before), list(after)
+    b, a = _pair(
+        b, a, lambda s: (s.file, s.function, _text(s)),
+        lambda x, y: "same" if x.line == y.line else "moved", out,
+    )  # fmt: skip
+    b, a = _cross(b, a, out)
+    b, a = _edited(b, a, out)
+    out += [LineDiff(s, None, None) for s in b]
+    out += [LineDiff(None, s, None) for s in a]
+    return out
+
+
+def _cross(
+    before: list[Site], after: list[Site], out: list[LineDiff]
+) -> tuple[list[Site], list[Site]]:
+    """Step 2: the same text in another function; lines with no source stay for later."""
+    nb, na = [s for s in before if not s.source], [s for s in after if not s.source]
+    b, a = _pair(
+        [s for s in before if s.source],
+        [s for s in after if s.source],
+        lambda s: (s.file, _text(s)),
+        lambda x, y: "other_function",
+        out,
+    )
+    return b + nb, a + na
+
+
+def _weight(d: RunDiff, item: LineDiff) -> tuple[float, ...]:
+    return (
+        abs(d.delta(item, "syncs")),
+        abs(d.delta(item, "bytes")),
+        abs(d.delta(item, "copies")),
+        abs(d.delta(item, "comm")),
+        abs(d.delta(item, "kernel_ms")),
+    )
+
+
+def diff_reports(before: Report, after: Report) -> RunDiff:
+    """``before`` and ``after`` compared; lines ordered by how much they changed (syncs first)."""
+    lines = match_lines(before.sites, after.sites)
+    draft = RunDiff(before, after, tuple(lines))
+    lines.sort(key=lambda item: _weight(draft, item), reverse=True)
+    return RunDiff(before, after, tuple(lines))
+
+
+def check_growth(budget: Budget, diff: RunDiff) -> list[Breach]:
+    """Every term of ``budget`` that the growth from before to after breaks: ``syncs/step<=0``
+    (the total may not grow), ``line:syncs/step<=0`` (no line may add a sync per step)."""
+    out = []
+    for term in budget.terms:
+        note = ""
+        if term.per_step and not diff.per_step:
+            which = " and ".join(
+                side
+                for side, n in (("before", diff.before_steps), ("after", diff.after_steps))
+                if n is None
+            )
+            note = f"cannot be checked: no step was seen {which}"
+        by_step = term.per_step
+        lines = [(d.label, diff.delta(d, term.measure, by_step)) for d in diff.lines]
+        breach = breach_of(term, diff.delta(None, term.measure, by_step), lines, note)
+        if breach is not None:
+            out.append(breach)
+    return out
+
+
+assert set(CORE) | set(OPTIONAL) <= set(MEASURES)

@@ -1,0 +1,195 @@
+"""``gpuwatch diff``: lines matched across an edit, per step, JSON in its published schema, HTML,
+--budget on growth; ``gpuwatch report`` refusing to merge two runs; the demos naive vs fixed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuwatch import cli
+from gpuwatch.report.load import problem
+from profilers import Copies, Report, Site, Syncs
+from profilers.diff import diff_reports
+from tests.conftest import FAKE_CUDA_MISSING
+
+
+def _site(line: int, function: str, source: str, items: int = 0, h2d: int = 0) -> Site:
+    return Site(
+        file="train.py",
+        line=line,
+        function=function,
+        source=source,
+        syncs=Syncs(items, {"item": items} if items else {}),
+        h2d=Copies(h2d, 1024 * h2d, h2d, 0),
+    )
+
+
+def _run(sites: list[Site], steps: int, command: str) -> Report:
+    return Report(command=[command], steps={"count": steps, "source": "optimizer"}).with_sites(
+        sites
+    )
+
+
+# before: 10 steps; after: 20 steps (figures compare per step)
+BEFORE = _run(
+    [
+        _site(10, "train", "losses.append(loss.item())  # MISTAKE", items=10),
+        _site(11, "train", "xb = xb.to(device)", h2d=10),
+        _site(12, "train", "out = model(xb)"),
+        _site(30, "helper", "y = y.cpu()", items=0, h2d=0),
+        _site(40, "train", "print(acc.item())", items=10),
+    ],
+    10,
+    "train.py",
+)
+AFTER = _run(
+    [
+        _site(14, "train", "losses.append(loss.item())  # still here, comment changed", items=20),
+        _site(15, "train", "xb = xb.to(device, non_blocking=True)", h2d=20),
+        _site(16, "step", "out = model(xb)"),
+        _site(50, "train", "total = loss_sum.item()", items=2),
+    ],
+    20,
+    "train.py --fixed",
+)
+
+
+def test_lines_are_matched_by_code_and_function_not_by_number():
+    d = diff_reports(BEFORE, AFTER)
+    found = {
+        (x.before.line if x.before else None, x.after.line if x.after else None): (
+            x.status,
+            x.match,
+        )
+        for x in d.lines
+    }
+    assert found == {
+        (10, 14): ("matched", "moved"),  # same code, comment aside, two lines down
+        (11, 15): ("matched", "edited"),  # .to(device) -> .to(device, non_blocking=True)
+        (12, 16): ("matched", "other_function"),  # the same line, now in step()
+        (30, None): ("disappeared", None),
+        (40, None): ("disappeared", None),
+        (None, 50): ("appeared", None),
+    }
+    assert d.per_step
+    moved = next(x for x in d.lines if x.match == "moved")
+    # 10 items / 10 steps before, 20 / 20 after: one a step both times
+    assert (d.value(moved, "before", "syncs"), d.value(moved, "after", "syncs")) == (1.0, 1.0)
+    assert d.delta(None, "syncs") == pytest.approx(1.1 - 2.0)  # 22/20 - 20/10
+    assert d.delta(None, "syncs", per_step=False) == 2.0  # 22 - 20 over the whole runs
+    # changed: the print line gone (1 a step), the new fetch (0.1 a step); line 30 counted
+    # nothing and is left out; the edited copy line moved the same per step
+    assert [(x.before.line if x.before else None) for x in d.changed()] == [40, None]
+
+
+def test_diff_writes_json_in_its_schema_html_and_checks_growth(tmp_path, capsys):
+    BEFORE.save(tmp_path / "a.json")
+    AFTER.save(tmp_path / "b.json")
+    args = ["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")]
+    code = cli.main([*args, "--json", str(tmp_path / "d.json"), "--html", str(tmp_path / "d.html")])
+    out = capsys.readouterr()
+    assert code == 0
+    assert "Lines that changed (per step): 2 of 6" in out.out
+    assert "1 line appeared and 1 disappeared" not in out.out
+    assert "0 lines appeared and 1 disappeared with no copy, sync or collective" in out.out
+    doc = json.loads((tmp_path / "d.json").read_text())
+    assert problem(doc, "gpuwatch.diff/1") is None
+    assert doc["totals"]["delta"]["syncs"] == pytest.approx(-0.9)
+    gone = next(x for x in doc["lines"] if x["before_line"] == 40)
+    assert gone["status"] == "disappeared" and gone["before"]["syncs.item"] == 1
+    assert gone["after"]["syncs"] == 0 and gone["delta"]["syncs"] == -1
+    page = (tmp_path / "d.html").read_text()
+    assert "<code>train.py:40</code>" in page and "print(acc.item())" in page
+    assert "src=" not in page and "http" not in page.replace("charset", "")  # nothing fetched
+    embedded = page.split('id="gpuwatch-diff">')[1].split("</script>")[0]
+    assert json.loads(embedded.replace("<\\/", "</")) == doc
+
+    # growth: the total per step fell (passes); a new line syncs 0.1 a step (fails, named)
+    assert cli.main([*args, "-q", "--budget", "syncs/step<=0"]) == 0
+    assert cli.main([*args, "-q", "--budget", "line:syncs/step<=0,syncs<=1"]) == 3
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "gpuwatch: over budget in growth (line:syncs/step<=0,syncs<=1):",
+        "  line:syncs/step<=0: 1 line over it",
+        "    0.10 per step (0.10 over)  train.py:50 (train) total = loss_sum.item() (new)",
+        # 22 - 20 over the whole runs: +10 on the moved line (twice the steps), +2 new, -10 gone
+        "  syncs<=1: 2 (1 over), from",
+        "    10  train.py:14 (train) losses.append(loss.item()) # still here, comment changed "
+        "(was line 10, train)",
+        "     2  train.py:50 (train) total = loss_sum.item() (new)",
+    ]
+    assert cli.main([*args, "--json", str(tmp_path / "a.json")]) == 2  # never over an input
+
+
+def test_report_refuses_to_merge_two_runs_and_points_at_diff(tmp_path, capsys):
+    BEFORE.save(tmp_path / "a.json")
+    AFTER.save(tmp_path / "b.json")
+    assert cli.main(["report", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"gpuwatch: error: {tmp_path / 'a.json'} is a single-process run, not a rank of a "
+        f"distributed run; to compare two runs: gpuwatch diff {tmp_path / 'a.json'} "
+        f"{tmp_path / 'b.json'}\n"
+    )
+    r0 = Report(command=["ddp.py"], rank=0, world_size=2)
+    r1 = Report(command=["other.py"], rank=1, world_size=2)
+    r0.save(tmp_path / "r0.json")
+    r1.save(tmp_path / "r1.json")
+    assert cli.main(["report", str(tmp_path / "r0.json"), str(tmp_path / "r1.json")]) == 2
+    assert "are different runs (ddp.py vs other.py); to compare two runs" in capsys.readouterr().err
+
+
+DEMO = [
+    "demos/single_gpu_training.py",
+    "--steps",
+    "4",
+    "--epochs",
+    "2",
+    "--batch",
+    "8",
+    "--size",
+    "16",
+]
+
+
+@pytest.mark.skipif(FAKE_CUDA_MISSING is not None, reason=str(FAKE_CUDA_MISSING))
+def test_demos_budget_naive_fails_fixed_passes_and_their_diff(tmp_path, capsys, monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    common = [
+        "profile",
+        "--fake-cuda",
+        "-q",
+        "--no-gpu-stats",
+        "--checkpoint",
+        "0",
+        "--steps",
+        "1:",
+    ]
+    budget = ["--budget", "syncs/step<=1,h2d.pageable=0"]
+    naive, fixed = tmp_path / "naive.json", tmp_path / "fixed.json"
+    assert cli.main([*common, *budget, "--json", str(naive), *DEMO, "--variant", "naive"]) == 3
+    err = capsys.readouterr().err
+    # steps 1-7 profiled (8 steps, the window from the end of step 0): per step a blocking
+    # label copy and the mean copy (14), two .cpu() (16, step 0's tail included) and a
+    # loss.item() (8): 38 syncs / 7 steps
+    assert "  syncs/step<=1: 5.43 per step (4.43 over), from" in err
+    assert "1.14 per step  demos/single_gpu_training.py:77 (train_naive) losses.append(" in err
+    assert "  h2d.pageable<=0: 21 (21 over), from" in err
+    assert json.loads(naive.read_text())["exit_code"] == 0  # the report written as usual
+    assert cli.main([*common, *budget, "--json", str(fixed), *DEMO, "--variant", "fixed"]) == 0
+    assert capsys.readouterr().err == ""  # -q: within budget is said only without it
+
+    assert cli.main(["diff", str(naive), str(fixed), "--budget", "syncs/step<=0"]) == 0
+    out = capsys.readouterr().out
+    d = diff_reports(Report.load(naive), Report.load(fixed))
+    by_after = {x.after.line: x for x in d.lines if x.after is not None}
+    assert by_after[104].match == "edited" and by_after[104].before.line == 71  # yb copy
+    assert by_after[103].match == "other_function" and by_after[103].before.line == 70  # xb
+    assert d.delta(by_after[104], "syncs") == -1 and d.delta(by_after[103], "h2d.pageable") == -1
+    gone = {x.before.line for x in d.lines if x.status == "disappeared" and x in d.changed()}
+    assert gone == {36, 77, 78}  # the mean copy, loss.item(), the .cpu() metrics
+    totals = next(line for line in out.splitlines() if line.strip().startswith("syncs "))
+    assert totals.split() == ["syncs", "5.43", "0.57", "-4.86"]  # 38/7 and 4/7 (4 .item())

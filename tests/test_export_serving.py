@@ -1,0 +1,347 @@
+"""``gpuwatch export`` against clients that do not play fair, on real sockets on 127.0.0.1: idle
+and dripping connections are cut off at their deadline without holding up anyone else, a TLS
+client that never handshakes blocks neither scrapes nor shutdown, hundreds of simultaneous
+scrapers are all answered, an NVML that hangs leaves SIGTERM working and the series withdrawn,
+and a process's arguments never reach a label."""
+
+from __future__ import annotations
+
+import queue
+import selectors
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuwatch.export import GpuCollector
+from gpuwatch.export_server import MetricsServer
+from gpuwatch.nvml.samples import GpuSample, ProcessSample, Snapshot
+from tests.test_export import demo_snapshot, scrape
+
+
+def serve(deadline_s: float = 10.0, tls: ssl.SSLContext | None = None, **kw: int):
+    collector = GpuCollector("node-a")
+    collector.snapshot = demo_snapshot()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    server = MetricsServer("127.0.0.1", 0, registry, deadline_s=deadline_s, tls=tls, **kw)
+    server.start()
+    return server, server.server_address[1]
+
+
+def get(port: int, timeout: float = 5.0, https: bool = False) -> str:
+    scheme = "https" if https else "http"
+    context = ssl._create_unverified_context() if https else None
+    with urllib.request.urlopen(
+        f"{scheme}://127.0.0.1:{port}/metrics", timeout=timeout, context=context
+    ) as answer:
+        return str(answer.read().decode())
+
+
+def closed_by_server(conn: socket.socket, within_s: float) -> float:
+    """Seconds until the server ends ``conn`` (end-of-file or a reset), failing after
+    ``within_s``."""
+    started = time.monotonic()
+    conn.settimeout(within_s)
+    try:
+        while conn.recv(4096):
+            pass
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - started
+
+
+def test_idle_and_dripping_clients_are_cut_off_and_block_no_one():
+    server, port = serve(deadline_s=0.6)
+    idle = socket.create_connection(("127.0.0.1", port))
+    drip = socket.create_connection(("127.0.0.1", port))
+    stop = threading.Event()
+
+    def dribble() -> None:  # a byte every 50 ms: each read is quick, the request never ends
+        for byte in b"GET /metrics HTTP/1.1\r\nHost: x\r\n" * 10:
+            if stop.wait(0.05):
+                return
+            try:
+                drip.send(bytes([byte]))
+            except OSError:
+                return
+
+    threading.Thread(target=dribble, daemon=True).start()
+    try:
+        started = time.monotonic()
+        assert "DCGM_FI_DEV_GPU_UTIL" in get(port, timeout=2)  # answered while both hang on
+        assert time.monotonic() - started < 0.6
+        # each is ended at its own deadline (0.6 s after accept), the dripping one too
+        assert closed_by_server(idle, within_s=5) < 3
+        assert closed_by_server(drip, within_s=5) < 3
+    finally:
+        stop.set()
+        idle.close()
+        drip.close()
+        server.close()
+
+
+def test_many_simultaneous_scrapers_are_all_answered():
+    # NB: prometheus_client's server listens with a backlog of 5: SYNs beyond it are dropped and
+    # retried after 1, 3, 7 s... Here all 400 connect at once and must all be answered.
+    server, port = serve(max_connections=16)
+    clients = 400
+    sel = selectors.DefaultSelector()
+    answers: dict[socket.socket, bytes] = {}
+    try:
+        for _ in range(clients):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            sel.register(s, selectors.EVENT_WRITE)
+        deadline = time.monotonic() + 20
+        done = 0
+        while done < clients and time.monotonic() < deadline:
+            for key, events in sel.select(timeout=0.5):
+                s = key.fileobj
+                assert isinstance(s, socket.socket)
+                if events & selectors.EVENT_WRITE:
+                    s.send(b"GET /metrics HTTP/1.0\r\n\r\n")
+                    sel.modify(s, selectors.EVENT_READ)
+                    answers[s] = b""
+                    continue
+                chunk = s.recv(65536)
+                if chunk:
+                    answers[s] += chunk
+                else:
+                    sel.unregister(s)
+                    done += 1
+        ok = [a for a in answers.values() if a.startswith(b"HTTP/1.0 200") and b"GPU_UTIL" in a]
+        assert len(ok) == clients, f"{len(ok)} of {clients} answered within 20 s"
+    finally:
+        for key in list(sel.get_map().values()):
+            key.fileobj.close()  # type: ignore[union-attr]
+        for s in answers:
+            s.close()
+        server.close()
+
+
+def test_more_idle_clients_than_the_cap_delay_a_scrape_by_one_deadline_at_most():
+    server, port = serve(deadline_s=0.5, max_connections=4)
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(10)]
+    try:
+        started = time.monotonic()
+        assert "DCGM_FI_DEV_GPU_UTIL" in get(port, timeout=10)
+        # the 4 slots are held by idle clients until cut off (0.5 s), then by the next 4 ...
+        # in the backlog ahead of the scrape: 3 deadlines at most, never an endless wait
+        assert time.monotonic() - started < 5
+    finally:
+        for s in idle:
+            s.close()
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    where = tmp_path_factory.mktemp("tls")
+    cert, key = str(where / "cert.pem"), str(where / "key.pem")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+         "-out", cert, "-days", "2", "-subj", "/CN=127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+def test_a_tls_client_that_never_handshakes_blocks_neither_scrapes_nor_close(certificate):
+    from gpuwatch.export_server import tls_context
+
+    server, port = serve(deadline_s=30, tls=tls_context(*certificate))
+    idle = socket.create_connection(("127.0.0.1", port))  # TCP only, never a ClientHello
+    try:
+        started = time.monotonic()
+        assert "DCGM_FI_DEV_GPU_UTIL" in get(port, timeout=5, https=True)
+        assert time.monotonic() - started < 5
+        started = time.monotonic()
+        server.close()
+        assert time.monotonic() - started < 2  # not waiting for the idle client's 30 s
+    finally:
+        idle.close()
+        server.close()
+
+
+class Exporter:
+    """``gpuwatch export`` in a process of its own, its output lines read as they come."""
+
+    def __init__(self, args: list[str], code: str | None = None, nofile: int | None = None):
+        def limit() -> None:
+            if nofile is not None:
+                import resource
+
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+        prog = ["-c", code] if code else ["-m", "gpuwatch"]
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, *prog, "export", "--address", "127.0.0.1", "--port",
+             str(self.port), *args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=limit,
+        )  # fmt: skip
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def wait_for(self, text: str, timeout_s: float = 30) -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no {text!r} from the exporter in {timeout_s} s") from None
+            if text in line:
+                return line
+
+    def stop(self, timeout_s: float) -> tuple[int, float]:
+        started = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError(f"SIGTERM did not stop the exporter in {timeout_s} s") from None
+        return code, time.monotonic() - started
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def exporters() -> Iterator[list[Exporter]]:
+    started: list[Exporter] = []
+    yield started
+    for e in started:
+        if e.proc.poll() is None:
+            e.proc.kill()
+            e.proc.wait(10)
+
+
+def test_https_exporter_with_an_idle_client_under_a_low_descriptor_limit(certificate, exporters):
+    cert, key = certificate
+    # 64 descriptors: 32 connections at once; 80 idle ones must neither exhaust them nor
+    # starve a scraper for longer than the client timeout.
+    e = Exporter(["--demo", "--certfile", cert, "--keyfile", key, "--client-timeout", "1"],
+                 nofile=64)  # fmt: skip
+    exporters.append(e)
+    e.wait_for("gpuwatch export:")
+    idle = [socket.create_connection(("127.0.0.1", e.port)) for _ in range(80)]
+    try:
+        started = time.monotonic()
+        assert "DCGM_FI_DEV_GPU_UTIL" in get(e.port, timeout=15, https=True)
+        assert time.monotonic() - started < 8
+        code, took = e.stop(timeout_s=5)
+        assert code == 0 and took < 5
+    finally:
+        for s in idle:
+            s.close()
+
+
+HANGING_NVML = """
+import sys, threading
+import gpuwatch.nvml as nvml
+from gpuwatch.nvml.fake import FakeBackend
+
+class Hanging(FakeBackend):
+    samples = 0
+    def sample(self, index):
+        Hanging.samples += 1
+        if Hanging.samples > 6:  # three snapshots of two GPUs, then NVML stops answering
+            print("nvml hangs", flush=True)
+            threading.Event().wait()
+        return super().sample(index)
+
+nvml.open_backend = lambda **kw: Hanging(gpu_count=2)
+from gpuwatch.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def families(text: str) -> dict[str, list]:
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def test_nvml_that_hangs_withdraws_the_series_and_leaves_sigterm_working(exporters):
+    e = Exporter(["--interval", "0.1"], code=HANGING_NVML)
+    exporters.append(e)
+    e.wait_for("gpuwatch export:")
+    e.wait_for("nvml hangs")
+    # the staleness limit is max(2 s, 3 intervals): the exporter says so on its output ...
+    line = e.wait_for("no sample for over", timeout_s=10)
+    assert "no sample for over 2 s (NVML is not answering)" in line
+    # ... and a scrape has no GPU series left, only how old the last sample is
+    got = families(get(e.port))
+    assert got["gpuwatch_sample_age_seconds"][0].value > 2.0
+    assert not any(name.startswith("DCGM_") and samples for name, samples in got.items())
+    code, took = e.stop(timeout_s=5)
+    assert code == 0 and took < 5
+
+
+def test_stale_series_are_withdrawn_and_come_back(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr("gpuwatch.export.time.monotonic", lambda: now[0])
+    c = GpuCollector("node-a", stale_after_s=3.0)
+    c.snapshot = demo_snapshot()
+    now[0] += 3.0  # at the limit: still served
+    got = scrape(c)
+    assert (
+        len(got["DCGM_FI_DEV_GPU_UTIL"]) == 2 and got["gpuwatch_sample_age_seconds"][0].value == 3
+    )
+    now[0] += 0.5
+    got = scrape(c)
+    assert got["gpuwatch_sample_age_seconds"][0].value == 3.5
+    assert "DCGM_FI_DEV_GPU_UTIL" not in got and "gpuwatch_process_gpu_memory_bytes" not in got
+    c.snapshot = demo_snapshot()  # a fresh sample brings them back
+    assert len(scrape(c)["DCGM_FI_DEV_GPU_UTIL"]) == 2
+
+
+def test_an_argv0_that_carries_arguments_never_reaches_the_command_label(tmp_path: Path):
+    import psutil
+
+    # NB: an executable name of 15+ characters makes psutil's name() return argv[0] whole.
+    exe = tmp_path / "worker-with-long-name"
+    shutil.copy("/bin/sleep", exe)
+    proc = subprocess.Popen(
+        ["bash", "-c", f'exec -a "worker-with-long-name --api-token=S3CRET" {exe} 30']
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while (
+            name := psutil.Process(proc.pid).name()
+        ) != "worker-with-long-name --api-token=S3CRET":
+            assert time.monotonic() < deadline, f"psutil says {name!r}"
+            time.sleep(0.02)
+        sample = ProcessSample(pid=proc.pid, gpu_index=0, name=name, command=name, user=None,
+                               type="compute", gpu_memory_bytes=1 << 30, sm_util_pct=5,
+                               cpu_pct=None, host_memory_bytes=None)  # fmt: skip
+    finally:
+        proc.kill()
+        proc.wait()
+    gpu = GpuSample(index=0, name="H100", uuid="GPU-1", pci_bus_id=None, processes=(sample,))
+    c = GpuCollector("node-a")
+    c.snapshot = Snapshot(time=demo_snapshot().time, driver_version=None, gpus=(gpu,))
+    (mem,) = scrape(c)["gpuwatch_process_gpu_memory_bytes"]
+    assert mem.labels["command"] == "worker-with-long-name"

@@ -1,0 +1,205 @@
+"""--fake-cuda on the everyday code of a training script: formatting and printing GPU tensors
+(what a print reads, counted as on a GPU: torch/_tensor_str.py), torch.save, the memory
+statistics, the RNG state, CUDA graphs, NVTX, and one line for what cannot be simulated."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import profilers
+from tests import conftest
+from tests.profiler_helpers import copies, line_of, site_at
+
+pytestmark = [
+    pytest.mark.skipif(
+        conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
+    ),
+    pytest.mark.usefixtures("both_paths"),  # the exact counts hold on both counting paths
+]
+
+
+def profiled(fn, devices: int = 1):
+    from profilers.fake_cuda import fake_cuda
+
+    with fake_cuda(devices) as harness, profilers.profile(kernel_timing=False) as prof:
+        fn()
+    return prof.report(), harness
+
+
+def test_a_loss_formats_as_its_item_one_sync():
+    out: list[str] = []
+
+    def work():
+        model = nn.Linear(8, 1).to("cuda")
+        loss = model(torch.randn(4, 8).to("cuda")).square().mean()
+        out.append(f"loss {loss:.4f}")  # @format
+        out.append(f"{loss}")  # @plain
+
+    r, _ = profiled(work)
+    assert out == ["loss 0.0000", "0.0"]
+    for marker in ("format", "plain"):
+        site = site_at(r, line_of(marker))
+        assert site.syncs.to_dict() == {"count": 1, "by_cause": {"item": 1}}
+        assert site.d2h.counts() == copies(count=1, bytes=4, pageable=1)
+
+
+def test_printing_shows_placeholders_as_a_gpu_prints_them():
+    shown: list[str] = []
+
+    def work():
+        shown.append(repr(torch.randn(4).to("cuda")))
+        shown.append(str(torch.arange(3).to("cuda:1")))
+        shown.append(f"{torch.randn(2, 2, dtype=torch.float16).to('cuda')}")
+        w = nn.Linear(2, 1).to("cuda").weight
+        shown.append(repr(w))
+        shown.append(repr(w * 2))
+        shown.append(repr(torch.empty(0, 3).to("cuda")))
+
+    profiled(work, devices=2)
+    assert shown == [
+        "tensor([0., 0., 0., 0.], device='cuda:0')",
+        "tensor([0, 0, 0], device='cuda:1')",
+        "tensor([[0., 0.],\n        [0., 0.]], device='cuda:0', dtype=torch.float16)",
+        "Parameter containing:\ntensor([[0., 0.]], device='cuda:0', requires_grad=True)",
+        "tensor([[0., 0.]], device='cuda:0', grad_fn=<MulBackward0>)",
+        "tensor([], device='cuda:0', size=(0, 3))",
+    ]
+
+
+def test_a_print_counts_what_it_reads_by_dtype():
+    def work():
+        ints = torch.arange(3).to("cuda")
+        floats = torch.randn(4).to("cuda")
+        print(ints)  # @print_int
+        print(floats)  # @print_float
+
+    r, harness = profiled(work)
+    ints = site_at(r, line_of("print_int"))
+    # f"{value}" of each element: 3 .item() of 8 bytes; then one tolist() of the row (24 bytes)
+    assert ints.d2h.counts() == copies(count=3 + 1, bytes=3 * 8 + 24, pageable=4)
+    assert ints.syncs.by_cause == {"item": 3, "copy_to_host": 1}
+    floats = site_at(r, line_of("print_float"))
+    # masked_select of the finite non-zero values (every element kept: 4), then bool reads of
+    # one byte: 4 `value != ceil(value)`, 2 for sci_mode's first two tests, 1 `if sci_mode`
+    # and 4 more in format() (sci_mode stays a tensor); 4 float32 widths; one tolist() (16 B)
+    bools, widths = 4 + 2 + 1 + 4, 4
+    assert floats.syncs.by_cause == {
+        "data_dependent_shape": 1,
+        "item": bools + widths,
+        "copy_to_host": 1,
+    }
+    assert floats.d2h.counts() == copies(
+        count=bools + widths + 1, bytes=bools + widths * 4 + 16, pageable=bools + widths + 1
+    )
+    assert harness.placeholders.values == 3 + bools + widths
+
+
+def test_printing_a_host_tensor_reads_nothing_from_the_gpu():
+    def work():
+        print(torch.arange(3))  # @host
+
+    r, _ = profiled(work)
+    assert not [s for s in r.sites if s.line == line_of("host") and s.syncs.count]
+
+
+def test_torch_save_copies_each_tensor_to_the_host_and_loads_back(tmp_path):
+    path = tmp_path / "ckpt.pt"
+
+    def work():
+        model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)).to("cuda")
+        torch.save(model.state_dict(), path)  # @save
+
+    r, _ = profiled(work)
+    site = site_at(r, line_of("save"))
+    # 7 tensors: weight 12 + bias 4 + 4 x BatchNorm's 4 floats = 32 floats, + one int64 counter
+    assert site.d2h.counts() == copies(count=7, bytes=32 * 4 + 8, pageable=7)
+    assert site.syncs.by_cause == {"copy_to_host": 7}
+    loaded = torch.load(path, map_location="cpu")
+    assert {k: (tuple(v.shape), v.dtype) for k, v in loaded.items()} == {
+        "0.weight": ((4, 3), torch.float32),
+        "0.bias": ((4,), torch.float32),
+        "1.weight": ((4,), torch.float32),
+        "1.bias": ((4,), torch.float32),
+        "1.running_mean": ((4,), torch.float32),
+        "1.running_var": ((4,), torch.float32),
+        "1.num_batches_tracked": ((), torch.int64),
+    }
+    assert all(v.device.type == "cpu" and not v.any() for v in loaded.values())
+    with pytest.raises(RuntimeError, match="CUDA device"):  # a GPU checkpoint, as on a GPU
+        torch.load(path)
+
+
+def test_memory_statistics_answer_from_the_fake_gpu():
+    seen: dict[str, object] = {}
+
+    def work():
+        cuda = torch.cuda
+        a = torch.empty(1000, device="cuda")  # 4000 bytes: one 4096-byte block
+        b = torch.empty(10, device="cuda:1")  # 40 bytes: the 512-byte minimum block
+        view = a[:10]  # no new memory
+        c = a * 2
+        seen["peak"] = cuda.max_memory_allocated()
+        del c
+        seen["after_del"] = (cuda.memory_allocated(), cuda.memory_allocated(1))
+        cuda.reset_peak_memory_stats()
+        seen["reset"] = cuda.max_memory_allocated()
+        seen["reserved"] = cuda.memory_reserved()
+        seen["stats"] = cuda.memory_stats()["allocated_bytes.all.current"]
+        seen["info"] = cuda.mem_get_info()
+        del a
+        seen["view_holds"] = cuda.memory_allocated()
+        del view, b
+        seen["none"] = cuda.memory_allocated()
+        cuda.empty_cache()
+        seen["emptied"] = cuda.memory_reserved()
+        seen["summary"] = "CUDA memory summary" in cuda.memory_summary()
+
+    profiled(work, devices=2)
+    total = 80 * 1024**3
+    assert seen == {
+        "peak": 2 * 4096,
+        "after_del": (4096, 512),
+        "reset": 4096,
+        "reserved": 2 * 1024 * 1024,  # one 2 MiB segment
+        "stats": 4096,
+        "info": (total - 2 * 1024 * 1024, total),
+        "view_holds": 4096,  # the view keeps the storage
+        "none": 0,
+        "emptied": 0,
+        "summary": True,
+    }
+
+
+def test_rng_state_is_simulated_and_unsimulated_apis_say_so_in_one_line():
+    def work():
+        torch.manual_seed(1234)  # seeds every GPU, as on a GPU
+        state = torch.cuda.get_rng_state()
+        assert state.dtype == torch.uint8 and state.shape == (16,)
+        assert torch.cuda.initial_seed() == 1234
+        torch.cuda.manual_seed(7)
+        assert torch.cuda.initial_seed() == 7
+        torch.cuda.set_rng_state(state)
+        assert torch.cuda.initial_seed() == 1234
+        with torch.random.fork_rng(devices=[0]):
+            torch.cuda.manual_seed(99)
+        assert torch.cuda.initial_seed() == 1234
+        torch.cuda.nvtx.range_push("step")
+        with torch.cuda.nvtx.range("inner"):
+            pass
+        torch.cuda.nvtx.range_pop()
+        torch.cuda.ipc_collect()
+        with pytest.raises(
+            NotImplementedError, match=r"^gpuwatch --fake-cuda: torch\.cuda\.CUDAGraph"
+        ):
+            torch.cuda.CUDAGraph()
+        with pytest.raises(AttributeError) as err:
+            torch.cuda.memory_snapshot()
+        assert str(err.value).startswith(
+            "gpuwatch --fake-cuda: torch.cuda.memory.memory_snapshot() is not simulated"
+        )
+        assert "\n" not in str(err.value)
+
+    profiled(work)
+    assert "__getattr__" not in vars(torch._C)  # given back
