@@ -220,12 +220,14 @@ def run_top(args: argparse.Namespace) -> int:
             raise CliError(f"no GPUs to show: no remote host answered ({nobody})", code=1)
         if args.json:
             print(snapshot_json(snap))
+            sys.stdout.flush()  # NB: a closed pipe raises here, inside main(), not at exit
         else:
             import shutil
 
             # NB: the terminal's width (COLUMNS first), 200 columns into a pipe or a file.
             width = shutil.get_terminal_size((200, 24)).columns
             sys.stdout.write(snapshot_text(snap, width=width, color=sys.stdout.isatty()))
+            sys.stdout.flush()
         return 0
     from gpuwatch.app.signals import run_restoring_signals
     from gpuwatch.app.top import TopApp
@@ -236,8 +238,13 @@ def run_top(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from gpuwatch.target_args import split_target
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    ours, target = split_target(parser, list(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(ours)
+    if target is not None:  # everything after the script or module is the script's
+        args.args = target
     try:
         return int(args.handler(args))
     except CliError as exc:
@@ -247,3 +254,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Terminated as exc:  # SIGTERM/SIGHUP before the script started
         return exc.exit_code
+    except BrokenPipeError:  # `gpuwatch top --json | head`: the reader is gone
+        return _pipe_closed()
+
+
+def _pipe_closed() -> int:
+    """Ends quietly, as ``cat`` does when its reader goes: no traceback, and no second error
+    when Python flushes stdout at exit (it now writes to /dev/null)."""
+    import os
+    import signal
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE

@@ -259,6 +259,12 @@ def run_profile(args: argparse.Namespace) -> int:
     )
 
     target = _target(args)
+    if not args.quiet:
+        from gpuwatch.torch_range import check_installed
+
+        untested = check_installed()
+        if untested is not None:
+            print(untested, file=sys.stderr)
     wanted = outputs(args.json_path, args.html_path, args.trace_path)
     wanted += [output_for(path) for path in args.output_paths]
     if args.nproc_per_node:

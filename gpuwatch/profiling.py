@@ -22,11 +22,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpuwatch.interrupts import Signals, Terminated
 from gpuwatch.runner import Outcome, Target, run_target
 from profilers.report import Report, printable
+
+if TYPE_CHECKING:
+    from profilers import Profile
 
 #: Seconds between the partial reports that stand in for the final one if the process is killed.
 CHECKPOINT_S = 30.0
@@ -47,6 +50,28 @@ class ProfileOptions:
     """GPUs to simulate (``--fake-cuda``); 0: the real ones."""
     steps: tuple[int, int | None] | None = None
     """``--steps A:B``: profile only those steps."""
+
+    @property
+    def untimed(self) -> bool:
+        """Kernel time is not measured (``--no-kernel-timing``, or simulated GPUs)."""
+        return not self.kernel_timing or bool(self.fake_cuda)
+
+    def profiler(self) -> Profile:
+        """The ``profilers.profile()`` these options ask for (every entry point builds it here:
+        the CLI, the live child and the notebook magic)."""
+        import profilers
+
+        return profilers.profile(
+            # NB: ops on fake GPU tensors compute nothing: their time is no kernel's time.
+            kernel_timing=self.kernel_timing and not self.fake_cuda,
+            # The fake GPU runs every op through a dispatch mode of its own: counting every op
+            # costs little more there, and its reports keep their op counts.
+            count_ops=True if self.count_ops or self.fake_cuda else None,
+            user_code=self.user_code,
+            timeline_capacity=self.timeline_capacity,
+            trace_syncs=self.trace_syncs,
+            steps=self.steps,
+        )
 
 
 ReportSink = Callable[[Report], None]
@@ -77,8 +102,6 @@ class ProfiledRun:
         stop_gpu_timeline: Callable[[], list[dict[str, Any]]] | None,
         gpu_stats: str,
     ) -> None:
-        import profilers
-
         self.target = target
         self.options = options
         self.on_report = on_report
@@ -95,17 +118,7 @@ class ProfiledRun:
             from profilers.fake_cuda import FakeCuda
 
             self.fake = FakeCuda(options.fake_cuda)  # FakeCudaUnavailable: one line to show
-        self.prof = profilers.profile(
-            # NB: ops on fake GPU tensors compute nothing: their time is no kernel's time.
-            kernel_timing=options.kernel_timing and not options.fake_cuda,
-            # The fake GPU runs every op through a dispatch mode of its own: counting every op
-            # costs little more there, and its reports keep their op counts.
-            count_ops=True if options.count_ops or options.fake_cuda else None,
-            user_code=options.user_code,
-            timeline_capacity=options.timeline_capacity,
-            trace_syncs=options.trace_syncs,
-            steps=options.steps,
-        )
+        self.prof = options.profiler()
         self._end_lock = threading.Lock()
         self._started = False
         self._ended = False

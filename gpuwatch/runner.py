@@ -180,14 +180,12 @@ def _run_main(target: Target) -> Outcome:
         return Outcome(130, False, "KeyboardInterrupt")
     except BaseException as raised:  # the script's own error: show it as Python would
         error = users_exception(raised)
-        _print_user_traceback(error, raised)
         if _FULLGRAPH_REFUSED in str(error):
-            print(
-                "gpuwatch: torch.compile(fullgraph=True) refuses to run under any dispatch mode, "
-                "the profiler's included; profile with fullgraph=False (compiled code then runs "
-                "eagerly and is counted)",
-                file=sys.stderr,
-            )
+            # NB: not the traceback: dynamo's message lists every frame it skipped (15 lines
+            # and more), none of which the user can act on. What they can do is one option.
+            print(_fullgraph_refused(error), file=sys.stderr)
+        else:
+            _print_user_traceback(error, raised)
         return Outcome(1, False, f"{type(error).__name__}: {error}".splitlines()[0][:500])
     finally:
         sys.argv = saved_argv
@@ -197,6 +195,26 @@ def _run_main(target: Target) -> Outcome:
         sys.path = saved_path_list
         if main_module is not None:
             sys.modules["__main__"] = main_module
+
+
+def _fullgraph_refused(exc: BaseException) -> str:
+    """One line for torch.compile(fullgraph=True) refused under the dispatch mode, at the
+    script's line that called the compiled function."""
+    where = ""
+    stdlib_parent = os.path.dirname(os.path.dirname(runpy.__file__))
+    for frame, line in traceback.walk_tb(exc.__traceback__):
+        name = frame.f_code.co_filename
+        if "site-packages" not in name and not name.startswith((stdlib_parent, _HERE)):
+            where = f"{os.path.relpath(name) if name.startswith(os.getcwd()) else name}:{line}: "
+    return (
+        f"gpuwatch: {where}torch.compile(fullgraph=True) cannot run under the profiler's "
+        "dispatch mode (kernel timing); the same script runs unmodified with "
+        "--no-kernel-timing (copies, syncs and collectives counted, compiled code run "
+        "compiled), or profile it with fullgraph=False"
+    )
+
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _is_the_target_missing(exc: ImportError, name: str) -> bool:

@@ -88,6 +88,8 @@ class Recorder:
         self._info: dict[str, Any] = {}
         """Per-op facts of the hot path, keyed by the op's qualified name (profilers/_dispatch.py)."""
         self._steps: dict[str, int] = {}
+        self.step_number = 0
+        """Steps ended so far: the step the ops now running belong to."""
         self.step_ends: deque[tuple[int, float]] = deque(maxlen=max(0, timeline_capacity))
         """(step number, seconds since the start) of the newest step ends (the trace's slices)."""
         self.on_step: Callable[[], None] | None = None
@@ -216,6 +218,9 @@ class Recorder:
                 self.devices.add(t.dst)
         if t.sync is not None:
             site.syncs.add(t.sync)
+        if site.last_step != self.step_number:  # NB: two int reads per copy/sync, no more
+            site.last_step = self.step_number
+            site.steps_active += 1
         self.events_recorded += 1
         self.timeline.append(
             (
@@ -262,6 +267,7 @@ class Recorder:
                 clock.close(time.perf_counter_ns())
         with self._lock:
             self._steps[source] = self._steps.get(source, 0) + 1
+            self.step_number += 1
             self.step_ends.append((sum(self._steps.values()) - 1, self.clock() - self.t0))
         if self.on_step is not None:
             self.on_step()

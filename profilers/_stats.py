@@ -294,10 +294,17 @@ class SiteStats(Lined, Counters):
         "node_stems",
         "source",
         "stacks",
+        "steps_active",
+        "last_step",
     )
 
     def __init__(self, file: str, line: int, function: str, stack: list[str] | None = None):
         super().__init__()
+        self.steps_active = 0
+        """In how many steps this line copied or synced (events before the first step's end
+        are in step 0): a line that did so in one step only ran once, not in a loop."""
+        self.last_step = -1
+        """The step of its latest copy or sync (the recorder's, for counting steps_active)."""
         self.file = file
         self.line = line
         self.function = function
@@ -333,6 +340,9 @@ class SiteStats(Lined, Counters):
     def merge(self, other: Counters) -> None:
         super().merge(other)
         if isinstance(other, SiteStats):
+            # NB: the largest, not the sum: two threads running the line in the same step
+            # are one step.
+            self.steps_active = max(self.steps_active, other.steps_active)
             for chain in other.stacks:
                 self.add_stack(chain)
             for dtype, n in other.copy_dtypes.items():

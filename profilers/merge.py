@@ -108,6 +108,7 @@ def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report
             for chain in site.stacks:
                 into.add_stack(list(chain))
             into.merge_counts(site)
+            into.steps_active = max(into.steps_active, site.steps_active)  # ranks step together
             add_entries(into.op_breakdown, {k: [n, ms] for k, (n, ms) in site.op_breakdown.items()})
             add_entries(into.backward, {k: [n, ms] for k, (n, ms) in site.backward.items()})
             for dtype, n in site.copy_dtypes.items():

@@ -118,6 +118,8 @@ class Site(Lined, Counted):
     backward: OpTimes = field(default_factory=dict)
     """The backward of this line's forward ops, per op; these ops are also counted, in full, at
     the line that called ``.backward()``."""
+    steps_active: int = 0
+    """In how many steps the line copied or synced (see ``SiteStats.steps_active``)."""
 
     @classmethod
     def of(cls, s: SiteStats) -> Site:
@@ -133,6 +135,7 @@ class Site(Lined, Counted):
             op_breakdown={k: (int(n), float(ms)) for k, (n, ms) in list(s.op_breakdown.items())},
             copy_dtypes=dict(s.copy_dtypes),
             backward={k: (int(n), float(ms)) for k, (n, ms) in list(s.backward.items())},
+            steps_active=s.steps_active,
         )
 
     def to_dict(self, top_ops: int = 8) -> dict[str, Any]:
@@ -146,6 +149,7 @@ class Site(Lined, Counted):
             **self.counters_dict(),
             "top_ops": _top(self.op_breakdown, top_ops),
             "copy_dtypes": dict(self.copy_dtypes),
+            "steps_active": self.steps_active,
         }
         if self.by_rank:
             d["by_rank"] = self.by_rank
@@ -177,6 +181,7 @@ class Site(Lined, Counted):
             ),
             copy_dtypes={str(k): int(v) for k, v in d.get("copy_dtypes", {}).items()},
             by_rank={str(k): dict(v) for k, v in (d.get("by_rank") or {}).items()},
+            steps_active=int(d.get("steps_active", 0)),
             backward=_with_rest(
                 backward.get("top_ops", []),
                 int(backward.get("ops", 0)),

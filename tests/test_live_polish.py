@@ -98,6 +98,10 @@ async def test_live_on_the_fast_path_counts_copies_and_says_ops_are_not_counted(
         assert "ops not counted, not timed (--no-kernel-timing)" in plain(app.query_one(RatesPanel))
         status = plain(app.query_one(StatusLine))
         assert " lines" in status and " ops" not in status
+        table = app.query_one(HotLinesTable)  # no time columns of 0 µs: it says why instead
+        await wait_until(lambda: len(table.sites) >= 1, 30)
+        assert table.shown_columns == ["line", "syncs", "bytes", "copies", "source"]
+        assert str(table.border_title).endswith("; kernel time not measured)")
         await wait_until(lambda: app.exit_code is not None, 60)
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["options"]["counting"] == "copies" and doc["totals"]["ops"] == 0
@@ -142,6 +146,8 @@ def test_the_line_column_shortens_paths_and_the_source_goes_first():
     assert layout(70, 16) == (["syncs", "bytes", "kernel"], 21)
     # ...then the source itself: syncs and bytes stay at any width.
     assert layout(40, 16) == (["syncs", "bytes"], 0)
+    # Kernel time not measured: no time columns (8 + 11 + 8 + 8 = 35 for the figures): 101 left
+    assert layout(160, 20, timed=False) == (["syncs", "bytes", "copies", "ops"], 101)
 
 
 def test_hints_wrap_and_are_never_cut_at_any_width():

@@ -100,7 +100,7 @@ def test_charts_with_nothing_to_draw_are_a_sentence():
 
 
 def test_pcie_line_has_its_own_axis_range():
-    from gpuwatch.report.html import _timeline
+    from gpuwatch.report.html_charts import _timeline
 
     r = report()
     r.gpu_samples = [{**s, "pcie_rx_bytes_per_s": 3e9} for s in r.gpu_samples]  # 3000 MB/s

@@ -132,7 +132,7 @@ class LiveApp(SamplingApp):
             yield Static(f"no GPU stats: {self.no_gpu_reason}", id="no-gpu")
         with Horizontal(id="middle"):
             yield RatesPanel(id="rates")
-            yield HotLinesTable(id="lines")
+            yield HotLinesTable(id="lines", timed=not self.session.options.untimed)
         yield RichLog(id="log", max_lines=2000, wrap=False, markup=False, highlight=False)
         yield ProgressLine(id="progress")
         yield StatusLine(id="status")

@@ -48,7 +48,9 @@ class TopApp(SamplingApp):
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("space", "toggle_pause", "Pause", key_display="space"),
-        Binding("slash", "filter", "Filter", key_display="/"),
+        # NB: priority: the app sees "/" before it forwards the keys queued behind it to the
+        # focused widget, so they reach the filter ("/car" reversed the sort with its "r").
+        Binding("slash", "filter", "Filter", key_display="/", priority=True),
         Binding("escape", "clear_filter", "Clear filter", show=False),
         Binding("k", "kill", "Kill", tooltip="Send SIGTERM/SIGINT/SIGKILL to the selected process"),
         Binding(
@@ -251,8 +253,13 @@ class TopApp(SamplingApp):
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
+        if box.has_focus:  # a "/" typed in the filter (a path) is text, not this key
+            box.insert_text_at_cursor("/")
+            return
         box.add_class("-visible")
-        box.focus()
+        # NB: focused now, not at the next idle (Widget.focus defers it): the keys typed right
+        # after "/" are next in the app's queue.
+        self.screen.set_focus(box)
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:

@@ -58,11 +58,16 @@ def comm_text(r: Report, top: int) -> list[RenderableType]:
             box=box.SIMPLE_HEAD,
             expand=True,
         )
-        for col in ("line", "collectives", "bytes", "host wait"):
-            lines.add_column(col, justify="right" if col in ("bytes", "host wait") else "left")
+        # NB: the line is the point of the table: it keeps its whole width, the ops may wrap,
+        # and the source is what gives way.
+        where = [f"{s.file}:{s.line}" for s in sites]
+        lines.add_column("line", no_wrap=True, min_width=max(map(len, where)))
+        lines.add_column("collectives", min_width=12)
+        for col in ("bytes", "host wait"):
+            lines.add_column(col, justify="right", no_wrap=True)
         lines.add_column("source", no_wrap=True, overflow="ellipsis", ratio=1)
         for s in sites:
-            ops = ", ".join(f"{op} {n}" for op, (n, _) in s.comm.by_op.items())
+            ops = ", ".join(f"{op} {n:,}" for op, (n, _) in s.comm.by_op.items())
             lines.add_row(
                 escape(f"{s.file}:{s.line}"),
                 escape(ops),
@@ -85,8 +90,10 @@ def spread_text(r: Report, top: int) -> list[RenderableType]:
         box=box.SIMPLE_HEAD,
         expand=True,
     )
-    for col in ("line", "slowest", "its time", "median", "behind"):
-        t.add_column(col, justify="left" if col == "line" else "right", no_wrap=True)
+    where = [f"{sp.site.file}:{sp.site.line}" for sp in found]
+    t.add_column("line", no_wrap=True, min_width=max(map(len, where)))
+    for col in ("slowest", "its time", "median", "behind"):
+        t.add_column(col, justify="right", no_wrap=True)
     t.add_column("source", no_wrap=True, overflow="ellipsis", ratio=1)
     for sp in found:
         t.add_row(
@@ -122,6 +129,20 @@ def comm_html(r: Report) -> str:
             f"<h2>Collectives</h2>\n<p>{c.count:,} collectives, {_e(fmt.size(c.bytes))} sent, "
             f"the host waited {_e(fmt.duration_ms(c.wait_ms))} on them.</p>\n"
             f"<table><tr><th class=l>op</th><th>count</th><th>bytes</th></tr>{rows}</table>"
+        )
+    sites = sorted((s for s in r.sites if s.comm.count), key=lambda s: -s.comm.bytes)[:30]
+    if sites:
+        rows = "".join(
+            f"<tr><td class=l><code>{_e(s.file)}:{s.line}</code></td>"
+            f"<td class=l>{_e(', '.join(f'{op} {n:,}' for op, (n, _) in s.comm.by_op.items()))}</td>"
+            f"<td>{_e(fmt.size(s.comm.bytes))}</td><td>{_e(fmt.duration_ms(s.comm.wait_ms))}</td>"
+            f"<td class=l><code>{_e((s.source or s.function)[:80])}</code></td></tr>"
+            for s in sites
+        )
+        out.append(
+            "<h3>Collectives per line</h3>\n<table><tr><th class=l>line</th>"
+            "<th class=l>collectives</th><th>bytes</th><th>host wait</th>"
+            f"<th class=l>source</th></tr>{rows}</table>"
         )
     found = spreads(r, 10)
     if found:

@@ -50,13 +50,19 @@ class Hint:
 
 
 def hints(report: Report, hot: int = HOT) -> list[Hint]:
-    """Every hint for every site, the most costly first (syncs, then bytes)."""
+    """Every hint for every site, the costliest first: its line's time per step where measured,
+    then syncs, then bytes."""
     out: list[Hint] = []
     steps = int(report.steps["count"]) if report.steps else 0
     for site in report.sites:
         found = _site_hints(site, hot)
+        if steps >= 2 and site.steps_active == 1:
+            # NB: a line that copied or synced in one step only (model.to(device) before the
+            # loop: 15 parameters, 15 copies) ran once: none of the "in a loop" hints is true
+            # of it, however high its count.
+            found = [h for h in found if h.kind in ONCE_IS_ENOUGH]
         if steps:  # people think in steps: "syncs once every step"
-            found = [replace(h, evidence=f"{h.evidence}; {per_step(h.site, steps)}") for h in found]
+            found = [replace(h, evidence=f"{h.evidence}; {in_steps(h.site, steps)}") for h in found]
         out.extend(found)
     costs = line_costs(report)
     if costs:  # every hint carries its line's time, and the costliest line comes first
@@ -69,6 +75,17 @@ def _with_cost(h: Hint, cost: tuple[float, float] | None) -> Hint:
     ms, share = cost or (0.0, 0.0)
     text = f"costs {fmt.duration_ms(ms)} per step ({share:.0f}% of the step)"
     return replace(h, cost_ms=ms, evidence=f"{text}; {h.evidence}")
+
+
+#: Hints true of a line however often it ran.
+ONCE_IS_ENOUGH = frozenset({"non_blocking_pageable"})
+
+
+def in_steps(s: Site, steps: int) -> str:
+    """The line's figures per step, over the steps in which it copied or synced only:
+    ``"1 sync per step"``, ``"2 copies per step, in 5 of 50 steps"``."""
+    ran = s.steps_active if 0 < s.steps_active < steps else steps
+    return per_step(s, ran) + (f", in {ran:,} of {steps:,} steps" if ran < steps else "")
 
 
 def per_step(s: Site, steps: int) -> str:
@@ -97,7 +114,7 @@ def _site_hints(s: Site, hot: int) -> list[Hint]:
                 "logging fetches a value from the GPU every step, and each fetch waits for all "
                 "queued GPU work: accumulate on the device (e.g. total += loss.detach()) and fetch "
                 "once every N steps or per epoch",
-                f"{fetches} syncs ({_causes(causes)})",
+                f"{fetches:,} syncs ({_causes(causes)})",
             )
         )
     elif causes.get("item", 0) >= hot:
@@ -107,7 +124,7 @@ def _site_hints(s: Site, hot: int) -> list[Hint]:
                 s,
                 ".item()/float()/bool() on a GPU tensor in a loop: each call waits for the GPU to "
                 "finish everything queued; keep the value on the device and read it once",
-                f"{causes['item']} syncs at this line",
+                f"{causes['item']:,} syncs at this line",
             )
         )
     elif causes.get("copy_to_host", 0) >= hot:
@@ -118,7 +135,7 @@ def _site_hints(s: Site, hot: int) -> list[Hint]:
                 ".cpu()/.numpy()/.tolist() in a loop copies to the host and waits each time: "
                 "compute the metric on the GPU and copy once, or copy with non_blocking=True into "
                 "pinned memory",
-                f"{causes['copy_to_host']} syncs, {s.d2h.count} copies, "
+                f"{causes['copy_to_host']:,} syncs, {s.d2h.count:,} copies, "
                 f"{fmt.size(s.d2h.bytes)} in all",
             )
         )
@@ -129,7 +146,7 @@ def _site_hints(s: Site, hot: int) -> list[Hint]:
                 s,
                 "non_blocking=True has no effect when the source is pageable memory: pin it "
                 "(DataLoader(pin_memory=True) or tensor.pin_memory()) so the copy can overlap compute",
-                f"{s.h2d.non_blocking} non_blocking copies, {s.h2d.pageable} from pageable memory",
+                f"{s.h2d.non_blocking:,} non_blocking copies, {s.h2d.pageable:,} from pageable memory",
             )
         )
     blocking_h2d = causes.get("copy_to_device", 0)
@@ -142,7 +159,7 @@ def _site_hints(s: Site, hot: int) -> list[Hint]:
                 "a tensor is created on the CPU and moved to the GPU every time this line runs: "
                 "create it on the device (device=...), or once before the loop (register_buffer "
                 "for module constants)",
-                f"{s.h2d.count} host->GPU copies, {fmt.size(s.h2d.bytes)} in all",
+                f"{s.h2d.count:,} host->GPU copies, {fmt.size(s.h2d.bytes)} in all",
             )
         )
     elif blocking_h2d >= hot:
@@ -152,7 +169,7 @@ def _site_hints(s: Site, hot: int) -> list[Hint]:
                 s,
                 "blocking host->GPU copies in a loop: the host waits for each; use pinned memory "
                 "(DataLoader(pin_memory=True)) and .to(device, non_blocking=True)",
-                f"{blocking_h2d} blocking copies, {fmt.size(s.h2d.bytes)} in all",
+                f"{blocking_h2d:,} blocking copies, {fmt.size(s.h2d.bytes)} in all",
             )
         )
     float32 = s.copy_dtypes.get("float32", 0)
@@ -174,11 +191,11 @@ def _site_hints(s: Site, hot: int) -> list[Hint]:
                 "an op whose output size depends on the values (nonzero, boolean masks, unique, "
                 "masked_select) waits for the GPU each time: use torch.where / masked_fill with a "
                 "fixed shape where you can",
-                f"{causes['data_dependent_shape']} syncs",
+                f"{causes['data_dependent_shape']:,} syncs",
             )
         )
     return found
 
 
 def _causes(causes: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in causes.items())
+    return ", ".join(f"{k} {v:,}" for k, v in causes.items())

@@ -9,6 +9,7 @@ from typing import Any
 from gpuwatch import _format as fmt
 from gpuwatch.report.collectives import comm_html, rank_line
 from gpuwatch.report.hints import Hint, hints
+from gpuwatch.report.html_charts import charts, figure_json
 from gpuwatch.report.text import (
     DIRECTION_NAMES,
     fallback_lines,
@@ -19,193 +20,20 @@ from gpuwatch.report.text import (
     simulated_lines,
     used_no_gpu,
 )
-from gpuwatch.report.timeview import time_charts
-from profilers import DIRECTIONS, Report, Site
-
-COLORS = {"h2d": "#1f77b4", "d2h": "#d62728", "d2d": "#2ca02c", "p2p": "#9467bd", "sync": "#ff7f0e"}
-TOP = 15
+from profilers import DIRECTIONS, Report
 
 
 def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _p(text: object) -> str:
-    """For plotly labels: plotly reads its own small HTML subset, and decodes &lt; &gt; &amp;
-    but not &quot;, so only those three are escaped."""
-    return html.escape(str(text), quote=False)
-
-
-def _label(s: Site) -> str:
-    source = s.source if len(s.source) <= 48 else s.source[:45] + "..."
-    return _p(f"{s.file}:{s.line}  {source}")
-
-
-def _figure_json(fig: Any) -> str:
-    # NB: "<" as \u003c keeps any "</script>" in the data from ending the script block.
-    return (
-        str(fig.to_json()).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    )
-
-
-def _bytes_per_line(r: Report) -> Any:
-    import plotly.graph_objects as go
-
-    sites = list(reversed(r.top_sites("bytes", TOP)))
-    fig = go.Figure()
-    for way in DIRECTIONS:
-        fig.add_bar(
-            name=f"{way} ({DIRECTION_NAMES[way]})",
-            orientation="h",
-            marker_color=COLORS[way],
-            y=[_label(s) for s in sites],
-            x=[s.copies(way).bytes for s in sites],
-            customdata=[[s.copies(way).count, fmt.size(s.copies(way).bytes)] for s in sites],
-            hovertemplate="%{y}<br>%{customdata[1]} in %{customdata[0]} copies<extra>"
-            + way
-            + "</extra>",
-        )
-    fig.update_layout(
-        barmode="stack",
-        title="Bytes moved per line",
-        xaxis_title="bytes",
-        height=max(260, 40 + 28 * len(sites)),
-        margin={"l": 10, "r": 10, "t": 40, "b": 40},
-        yaxis={"automargin": True},
-    )
-    return fig
-
-
-def _timeline(r: Report) -> Any:
-    from plotly.subplots import make_subplots
-
-    gpus = sorted({s["gpu"] for s in r.gpu_samples})
-    if gpus:
-        fig = make_subplots(
-            rows=2,
-            cols=1,
-            shared_xaxes=True,
-            vertical_spacing=0.08,
-            row_heights=[0.55, 0.45],
-            specs=[[{}], [{"secondary_y": True}]],
-            subplot_titles=("Copies and syncs", "GPU utilisation and PCIe"),
-        )
-    else:
-        fig = make_subplots(rows=1, cols=1, subplot_titles=("Copies and syncs",))
-    events = r.timeline.get("events", [])
-    for way in DIRECTIONS:
-        pts = [e for e in events if e.get("direction") == way]
-        if pts:
-            fig.add_scatter(
-                row=1,
-                col=1,
-                mode="markers",
-                name=way,
-                marker={"color": COLORS[way], "size": 6},
-                x=[e["t"] for e in pts],
-                y=[max(1, e["bytes"]) for e in pts],
-                text=[_p(e["site"]) for e in pts],
-                hovertemplate="%{text}<br>%{y} bytes at %{x:.3f} s<extra>" + way + "</extra>",
-            )
-    syncs = [e for e in events if e.get("sync")]
-    if syncs:
-        fig.add_scatter(
-            row=1,
-            col=1,
-            mode="markers",
-            name="sync",
-            marker={"color": COLORS["sync"], "symbol": "x", "size": 8},
-            x=[e["t"] for e in syncs],
-            y=[1] * len(syncs),
-            text=[_p(f"{e['site']} ({e['sync']})") for e in syncs],
-            hovertemplate="%{text}<br>at %{x:.3f} s<extra>sync</extra>",
-        )
-    fig.update_yaxes(type="log", title_text="bytes (syncs at 1)", row=1, col=1)
-    if not gpus:
-        fig.update_xaxes(title_text="seconds since start", row=1, col=1)
-        fig.update_layout(height=360, margin={"l": 10, "r": 10, "t": 40, "b": 40})
-        return fig
-    for gpu in gpus:
-        pts = [s for s in r.gpu_samples if s["gpu"] == gpu]
-        # GPM's SM activity (where the GPU has it) beside utilisation: what the SMs really did
-        for key, what in (("gpu_util_pct", "util"), ("sm_active_pct", "SM active")):
-            if key == "gpu_util_pct" or any(p.get(key) is not None for p in pts):
-                x, y = [p["t"] for p in pts], [p.get(key) for p in pts]
-                fig.add_scatter(row=2, col=1, mode="lines", name=f"GPU {gpu} {what} %", x=x, y=y)
-        fig.add_scatter(
-            row=2,
-            col=1,
-            secondary_y=True,
-            mode="lines",
-            line={"dash": "dot"},
-            name=f"GPU {gpu} PCIe MB/s",
-            x=[p["t"] for p in pts],
-            y=[
-                ((p.get("pcie_rx_bytes_per_s") or 0) + (p.get("pcie_tx_bytes_per_s") or 0)) / 1e6
-                for p in pts
-            ],
-        )
-    # NB: secondary_y=False: without it plotly sets the range on both axes of the row, and
-    # the PCIe line (MB/s, far above 100) is drawn off the chart.
-    fig.update_yaxes(title_text="util %", range=[0, 100], row=2, col=1, secondary_y=False)
-    fig.update_yaxes(title_text="PCIe MB/s", row=2, col=1, secondary_y=True)
-    fig.update_xaxes(title_text="seconds since start", row=2, col=1)
-    fig.update_layout(height=560, margin={"l": 10, "r": 10, "t": 40, "b": 40})
-    return fig
-
-
-def _kernel_time(r: Report) -> Any:
-    import plotly.graph_objects as go
-
-    # NB: each op once, so the bars add up to the run's kernel time: a .backward() line's bar is
-    # the whole backward it ran; a forward line's share of it is in its hover text and in the
-    # table's "its backward" column, never stacked on its bar (that counted it twice).
-    sites = sorted((s for s in r.sites if s.kernel_time_ms), key=lambda s: s.kernel_time_ms)
-    sites = sites[-TOP:]
-    fig = go.Figure()
-    fig.add_bar(
-        name="kernel time of the line's own ops",
-        orientation="h",
-        y=[_label(s) for s in sites],
-        x=[s.kernel_time_ms for s in sites],
-        marker_color="#17becf",
-        customdata=[
-            [s.ops, f"{s.backward_ms:.2f} ms" if s.backward_ops else "none"] for s in sites
-        ],
-        hovertemplate="%{y}<br>%{x:.2f} ms in %{customdata[0]} ops"
-        "<br>its backward: %{customdata[1]} (part of the .backward() line's bar)<extra></extra>",
-    )
-    source = r.options.get("kernel_timing_source", "host")
-    fig.update_layout(
-        title=f"Kernel time per line, each op once ({_p(source)} timing); the .backward() "
-        "line holds the whole backward",
-        xaxis_title="ms",
-        height=max(260, 60 + 28 * len(sites)),
-        margin={"l": 10, "r": 10, "t": 40, "b": 40},
-        yaxis={"automargin": True},
-        showlegend=False,
-    )
-    return fig
-
-
-def _syncs(r: Report) -> Any:
-    import plotly.graph_objects as go
-
-    causes = sorted(r.totals.syncs.by_cause.items(), key=lambda kv: -kv[1])
-    fig = go.Figure(
-        go.Bar(x=[c for c, _ in causes], y=[n for _, n in causes], marker_color=COLORS["sync"])
-    )
-    fig.update_layout(
-        title="Syncs by cause",
-        yaxis_title="count",
-        height=320,
-        margin={"l": 10, "r": 10, "t": 40, "b": 40},
-    )
-    return fig
-
-
-CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#222;max-width:1400px}
+PAGE_CSS = (
+    "body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#222;"
+    "max-width:1400px}"
+)
+#: The rules both the page and the notebook use; in a notebook each is scoped to the report's
+#: own element, so that it never restyles the notebook around it.
+RULES = """
 h1{font-size:22px;margin:0 0 4px} .meta{color:#555;margin-bottom:16px}
 .cards{display:flex;gap:12px;flex-wrap:wrap;margin:12px 0}
 .card{border:1px solid #ddd;border-radius:8px;padding:10px 14px;min-width:150px}
@@ -217,29 +45,15 @@ th{background:#fafafa} td.l,th.l{text-align:left} code{font-family:ui-monospace,
 """
 
 
-def _charts(r: Report) -> dict[str, tuple[Any, str]]:
-    """Each chart's figure, or the sentence that stands in for a chart with nothing to draw
-    (empty axes read like a broken page)."""
-    return {
-        "timeline": (
-            _timeline(r) if r.timeline.get("events") or r.gpu_samples else None,
-            "No copy or sync happened: the timeline is empty.",
-        ),
-        "bytes": (
-            _bytes_per_line(r) if r.totals.bytes_moved else None,
-            "No bytes moved between host and GPUs.",
-        ),
-        "kernel": (
-            _kernel_time(r) if r.totals.kernel_time_ms else None,
-            "No kernel time was measured (--fake-cuda: the GPUs were simulated)."
-            if r.options.get("fake_cuda")
-            else "No kernel time was measured (kernel timing was off, or no op ran).",
-        ),
-        "syncs": (
-            _syncs(r) if r.totals.syncs.count else None,
-            "No syncs: the host never waited for a GPU.",
-        ),
-    }
+def scoped_css(scope: str) -> str:
+    """:data:`RULES` with every selector under ``scope`` (``.gpuwatch-report``)."""
+    out = []
+    for rule in RULES.replace("}", "}\n").split("\n"):
+        selectors, brace, body = rule.strip().partition("{")
+        if brace:
+            names = ",".join(f"{scope} {sel.strip()}" for sel in selectors.split(","))
+            out.append(f"{names}{{{body}")
+    return "\n".join(out)
 
 
 def _header(r: Report) -> str:
@@ -269,7 +83,7 @@ def _header(r: Report) -> str:
 def _cards(r: Report) -> str:
     t, source = r.totals, r.options.get("kernel_timing_source", "host")
     kernel = (fmt.duration_ms(t.kernel_time_ms), f"kernel time ({source})")
-    if r.options.get("fake_cuda") or source == "off":
+    if not kernel_measured(r):
         why = "simulated GPUs" if r.options.get("fake_cuda") else "--no-kernel-timing"
         kernel = ("-", f"kernel time (not measured: {why})")
     cards = [
@@ -340,12 +154,14 @@ def _top_lines(r: Report, found: list[Hint]) -> str:
     top = sorted(
         r.sites, key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms), reverse=True
     )[:30]
+    timed = kernel_measured(r)
     rows = "".join(
         f"<tr><td class=l><code>{_e(s.file)}:{s.line}</code><br><small>{_e(s.function)}</small></td>"
         f"<td class=l><code>{_e(s.source)}</code></td><td>{_e(fmt.size(s.bytes_moved))}</td>"
-        f"<td>{s.syncs.count:,}</td><td>{_e(', '.join(f'{k} {v}' for k, v in s.syncs.by_cause.items()))}</td>"
-        f"<td>{_e(fmt.duration_ms(s.kernel_time_ms))}</td><td>{f'{s.ops:,}' if r.counts_ops else '-'}</td>"
-        f"<td>{_e(fmt.duration_ms(s.backward_ms)) if s.backward else '-'}</td>"
+        f"<td>{s.syncs.count:,}</td><td>{_e(', '.join(f'{k} {v:,}' for k, v in s.syncs.by_cause.items()))}</td>"
+        f"<td>{_e(fmt.duration_ms(s.kernel_time_ms)) if timed else 'not measured'}</td>"
+        f"<td>{f'{s.ops:,}' if r.counts_ops else '-'}</td>"
+        f"<td>{_e(fmt.duration_ms(s.backward_ms)) if s.backward and timed else '-'}</td>"
         f"<td class='l hint'>{'<br>'.join(_e(m) for m in by_site.get((s.file, s.line), []))}</td></tr>"
         for s in top
     )
@@ -358,32 +174,15 @@ def _top_lines(r: Report, found: list[Hint]) -> str:
     )
 
 
-def render_html(report: Report) -> str:
-    """The whole page as a string: one small function per section, the figures' data inlined
-    with plotly.js itself (the file opens offline)."""
-    from plotly.offline import get_plotlyjs
+def kernel_measured(r: Report) -> bool:
+    """False where kernel time was not measured (simulated GPUs, ``--no-kernel-timing``): then
+    every line says so rather than showing 0 µs."""
+    return not r.options.get("fake_cuda") and r.options.get("kernel_timing_source") != "off"
 
-    r = report
-    charts = {**_charts(r), **time_charts(r)}
-    places = {
-        name: f'<div id="fig-{name}"></div>' if fig is not None else f"<p class=empty>{_e(why)}</p>"
-        for name, (fig, why) in charts.items()
-    }
-    plots = "".join(
-        f"(function () {{ var f = {_figure_json(fig)};\n"
-        f"  Plotly.newPlot('fig-{name}', f.data, f.layout, {{displaylogo: false, responsive: true}}); }})();\n"
-        for name, (fig, _) in charts.items()
-        if fig is not None
-    )
+
+def _body(r: Report, places: dict[str, str]) -> str:
     found = hints(r)
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>gpuwatch profile: {_e(" ".join(r.command) or "run")}</title>
-<style>{CSS}</style>
-<script>{get_plotlyjs()}</script>
-</head><body>
-{_header(r)}
+    return f"""{_header(r)}
 {_cards(r)}{places["time"]}
 {_copies(r)}
 {comm_html(r)}
@@ -392,8 +191,60 @@ def render_html(report: Report) -> str:
 {places["bytes"]}
 {places["kernel"]}
 {places["syncs"]}
-{_top_lines(r, found)}
+{_top_lines(r, found)}"""
+
+
+def render_html(report: Report) -> str:
+    """The whole page as a string: one small function per section, the figures' data inlined
+    with plotly.js itself (the file opens offline)."""
+    from plotly.offline import get_plotlyjs
+
+    r = report
+    figures = charts(r)
+    places = {
+        name: f'<div id="fig-{name}"></div>' if fig is not None else f"<p class=empty>{_e(why)}</p>"
+        for name, (fig, why) in figures.items()
+    }
+    plots = "".join(
+        f"(function () {{ var f = {figure_json(fig)};\n"
+        f"  Plotly.newPlot('fig-{name}', f.data, f.layout, {{displaylogo: false, responsive: true}}); }})();\n"
+        for name, (fig, _) in figures.items()
+        if fig is not None
+    )
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>gpuwatch profile: {_e(" ".join(r.command) or "run")}</title>
+<style>{PAGE_CSS}{RULES}</style>
+<script>{get_plotlyjs()}</script>
+</head><body>
+{_body(r, places)}
 <script>
 {plots}</script>
 </body></html>
 """
+
+
+def render_fragment(report: Report) -> tuple[str, list[tuple[str, Any]]]:
+    """The report for a notebook: the page's sections as one element with its own scoped style
+    and no plotly.js (a few KiB, not 4.8 MB), and the figures, which the notebook shows through
+    plotly's own renderer; each chart's place says where it went."""
+    r = report
+    figures = charts(r)
+    places = {
+        name: f"<p class=empty>{_e(why if fig is None else 'The chart ' + title + ' is below.')}</p>"
+        for name, (fig, why) in figures.items()
+        for title in [_chart_title(fig)]
+    }
+    page = (
+        f"<div class=gpuwatch-report><style>{scoped_css('.gpuwatch-report')}</style>\n"
+        f"{_body(r, places)}\n</div>"
+    )
+    return page, [(name, fig) for name, (fig, _) in figures.items() if fig is not None]
+
+
+def _chart_title(fig: Any) -> str:
+    if fig is None:
+        return ""
+    title = fig.layout.title.text
+    return f'"{title}"' if title else ""

@@ -36,7 +36,7 @@ def summary(report: Report, top: int = 5) -> RenderableType:
         parts.append(comm)
     for title, key, value in (
         ("Top lines by bytes moved", "bytes", lambda s: fmt.size(s.bytes_moved)),
-        ("Top lines by syncs", "syncs", lambda s: f"{s.syncs.count} ({_causes(s)})"),
+        ("Top lines by syncs", "syncs", lambda s: f"{s.syncs.count:,} ({_causes(s)})"),
         ("Top lines by kernel time", "kernel_time_ms", lambda s: fmt.duration_ms(s.kernel_time_ms)),
         (
             "Top lines by the time of their backward (inside the .backward() line's time)",
@@ -127,7 +127,17 @@ def step_lines(r: Report) -> list[str]:
     )
     if t.kernel_time_ms and not r.options.get("fake_cuda"):
         per += f", kernel time {fmt.duration_ms(t.kernel_time_ms / n)}"
-    every = [s for s in r.sites if s.syncs.count >= n or s.h2d.count + s.d2h.count >= n]
+    # NB: by the steps a line was seen in where the report says (a one-time model.to(device)
+    # makes more copies than there are steps), else by its counts (reports before that field).
+    every = [
+        s
+        for s in r.sites
+        if (
+            s.steps_active >= n
+            if s.steps_active
+            else s.syncs.count >= n or s.h2d.count + s.d2h.count >= n
+        )
+    ]
     which = f"steps {window[0]} to {window[1] - 1}, " if window is not None else ""
     out = [f"{n:,} steps ({which}{r.steps['source']}): {per}"]
     if every:
@@ -295,7 +305,7 @@ def _sites_table(title: str, sites: list[Site], value: Callable[[Site], str]) ->
 
 
 def _causes(s: Site) -> str:
-    return ", ".join(f"{k} {v}" for k, v in s.syncs.by_cause.items())
+    return ", ".join(f"{k} {v:,}" for k, v in s.syncs.by_cause.items())
 
 
 def print_summary(report: Report, top: int, file: Any = None) -> None:

@@ -45,6 +45,11 @@ class GpuCards(Grid):
         self.compact = layout.compact
         self.styles.grid_size_columns = layout.columns
         self.set_class(self.compact, "-compact")
+        # NB: more one-line cards than the rows left (64 GPUs at 80x24) scroll inside the grid:
+        # taller than the screen, the grid made the screen scroll to the focused process table,
+        # which opened the app at GPUs 47-63 with no process row in view.
+        self.styles.max_height = max(1, height - self.rows_for_the_rest)
+        self.styles.overflow_y = "auto"
         for card in self.cards():
             card.compact = layout.compact
             card.graphs = layout.graphs

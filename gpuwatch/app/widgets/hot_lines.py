@@ -44,10 +44,14 @@ def short_path(path: str, room: int) -> str:
     return name if len(name) <= room else "…" + name[len(name) - max(1, room - 1) :]
 
 
-def layout(width: int, line_width: int) -> tuple[list[str], int]:
+#: Figures that are times: left out where kernel time is not measured (rather than 0 µs).
+TIMES = ("kernel", "its bwd")
+
+
+def layout(width: int, line_width: int, timed: bool = True) -> tuple[list[str], int]:
     """The figure columns that fit ``width`` beside a ``line_width`` line column, and the room
-    left for the source (0: no source column)."""
-    shown = list(FIGURES)
+    left for the source (0: no source column); no time columns unless ``timed``."""
+    shown = [f for f in FIGURES if timed or f not in TIMES]
     while True:
         used = line_width + 2 * PAD + sum(WIDTHS[f] + 2 * PAD for f in shown)
         room = width - used - 2 * PAD
@@ -59,11 +63,14 @@ def layout(width: int, line_width: int) -> tuple[list[str], int]:
 class HotLinesTable(DataTable[Text]):
     """Sites from a live snapshot, busiest first; the selected line stays selected."""
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, *, id: str | None = None, timed: bool = True) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
         self.sites: list[dict[str, Any]] = []
         self.site_count = 0
         self.counting = "every_op"
+        self.timed = timed
+        """False where kernel time is not measured (--fake-cuda, --no-kernel-timing): the time
+        columns are left out and the title says so, rather than 0 µs on every line."""
         self.shown_columns: list[str] = []
         """The columns laid out for the current width (for tests and the help)."""
         self._laid_out_for: tuple[int, int] | None = None
@@ -93,7 +100,7 @@ class HotLinesTable(DataTable[Text]):
         if self._laid_out_for == (width, line_width):
             return
         self._laid_out_for = (width, line_width)
-        figures, source = layout(width - 2, line_width)  # room for a vertical scrollbar
+        figures, source = layout(width - 2, line_width, self.timed)  # room for a scrollbar
         self.shown_columns = ["line", *figures, *(["source"] if source else [])]
         self.clear(columns=True)
         self.add_column("line", key="line", width=line_width)
@@ -117,7 +124,7 @@ class HotLinesTable(DataTable[Text]):
             cells = {
                 "line": Text(self._label(s, room), style="cyan"),
                 "syncs": Text(
-                    str(s["syncs"]["count"]),
+                    f"{s['syncs']['count']:,}",
                     justify="right",
                     style="yellow" if s["syncs"]["count"] else "",
                 ),
@@ -126,16 +133,16 @@ class HotLinesTable(DataTable[Text]):
                     justify="right",
                 ),
                 "copies": Text(
-                    str(sum(s[w]["count"] for w in ("h2d", "d2h", "d2d", "p2p"))), justify="right"
+                    f"{sum(s[w]['count'] for w in ('h2d', 'd2h', 'd2d', 'p2p')):,}", justify="right"
                 ),
                 "kernel": Text(fmt.duration_ms(s["kernel_time_ms"]), justify="right"),
                 "its bwd": Text(
                     fmt.duration_ms(s["backward"]["kernel_time_ms"]) if s.get("backward") else "-",
                     justify="right",
                 ),
-                "ops": Text(str(s["ops"]) if counts_ops else "-", justify="right"),
+                "ops": Text(f"{s['ops']:,}" if counts_ops else "-", justify="right"),
             }
-            causes = ", ".join(f"{k} {v}" for k, v in s["syncs"]["by_cause"].items())
+            causes = ", ".join(f"{k} {v:,}" for k, v in s["syncs"]["by_cause"].items())
             cells["source"] = Text(
                 s["source"] + (f"   [{causes}]" if causes else ""),
                 no_wrap=True,
@@ -145,7 +152,8 @@ class HotLinesTable(DataTable[Text]):
         keys = [f"{s['file']}:{s['line']}" for s in sites]
         if selected in keys:
             self.move_cursor(row=keys.index(selected), animate=False)
-        self.border_title = f"Hottest lines ({len(sites)} of {site_count})"
+        untimed = "" if self.timed else "; kernel time not measured"
+        self.border_title = f"Hottest lines ({len(sites)} of {site_count}{untimed})"
 
     @property
     def selected_key(self) -> str | None:
