@@ -12,10 +12,9 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
 
-import torch
-
 from profilers import _kernels, _patches
 from profilers._cuda_timing import CudaApi
+from profilers._devices import describe_devices
 from profilers._kernels import CountingKernels
 from profilers._mode import ProfilerMode
 from profilers._no_gpu import GpuQuestions
@@ -213,7 +212,7 @@ class Profile:
         return {
             "elapsed_s": round(time.perf_counter() - self._started, 3),
             "totals": totals.counters_dict(),
-            "devices": _describe_devices(recorder.devices),
+            "devices": describe_devices(recorder.devices),
             "sites": [Site.of(s).to_dict(top_ops=3) for s in sites[:top]],
             "site_count": len(sites),
             "events_recorded": recorder.events_recorded,
@@ -238,7 +237,7 @@ class Profile:
             if self._duration_s is not None
             else time.perf_counter() - self._started
         )
-        devices = _describe_devices(recorder.devices)
+        devices = describe_devices(recorder.devices)
         return Report(
             command=list(command),
             exit_code=exit_code,
@@ -328,20 +327,6 @@ def _timing_source(recorder: Recorder) -> str:
     if not recorder.kernel_timing:
         return "off"
     return "cuda_events" if recorder.cuda_timing else "host"
-
-
-def _describe_devices(seen: set[str]) -> list[dict[str, Any]]:
-    out = []
-    for dev in sorted(seen):
-        entry: dict[str, Any] = {"device": dev, "name": None}
-        if dev.startswith("cuda") and torch.cuda.is_available():
-            index = int(dev.split(":")[1]) if ":" in dev else 0
-            if index < torch.cuda.device_count():
-                entry["name"] = torch.cuda.get_device_name(index)
-        elif dev == "cpu":
-            entry["name"] = "host"
-        out.append(entry)
-    return out
 
 
 def profile(

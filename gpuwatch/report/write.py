@@ -149,7 +149,10 @@ def check_writable(path: str, shown: str | None = None) -> None:
     p = Path(os.path.realpath(path))  # a symlink's target is what gets replaced
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
-        raise CliError(f"cannot write the report to {shown}: no directory {parent}")
+        # the folder as the user typed it, unless a symlink led somewhere else
+        typed = os.path.dirname(shown) or "."
+        missing = typed if os.path.realpath(typed) == str(parent) else str(parent)
+        raise CliError(f"cannot write the report to {shown}: no directory {missing}")
     if p.exists() and not os.access(p, os.W_OK):
         raise CliError(f"cannot write the report to {shown}: permission denied")
     # NB: os.access says yes to root for any folder, /proc included; creating a file is the

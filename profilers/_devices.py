@@ -1,0 +1,21 @@
+"""The devices a run used, as the report names them (a GPU by its name where torch sees it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def describe_devices(seen: set[str]) -> list[dict[str, Any]]:
+    out = []
+    for dev in sorted(seen):
+        entry: dict[str, Any] = {"device": dev, "name": None}
+        if dev.startswith("cuda") and torch.cuda.is_available():
+            index = int(dev.split(":")[1]) if ":" in dev else 0
+            if index < torch.cuda.device_count():
+                entry["name"] = torch.cuda.get_device_name(index)
+        elif dev == "cpu":
+            entry["name"] = "host"
+        out.append(entry)
+    return out
