@@ -131,11 +131,15 @@ class Profile:
             self._gpu_questions = GpuQuestions(recorder)
             self._gpu_questions.install(stack)
             per_thread_kernel_flag(stack)
-            if self.options.time_steps > 0 and self.options.steps is None:
+            timed = self.options.time_steps > 0 and self.options.steps is None
+            # NB: on a fake GPU each op's host time is mostly the simulation's own work: charged
+            # to the user's lines it would make every step "launch-bound" (honest time: never).
+            timed = timed and not _simulated_gpus()
+            if timed:
                 patch_input(stack, recorder, _patches.set_attr)
             # What this thread runs inside while it counts: the mode, or the fast path's key.
             counts = per_thread()
-            if self.options.time_steps > 0 and self.options.steps is None:
+            if timed:
                 recorder.step_clock = start_clock(recorder, self.options.time_steps)
             if self.options.steps is None:
                 _patches.count_steps(stack, recorder)
@@ -287,6 +291,12 @@ class Profile:
             return None
         now = self._ended_ns if self._ended_ns is not None else time.perf_counter_ns()
         return time_section(clock, now)
+
+
+def _simulated_gpus() -> bool:
+    """Whether ``--fake-cuda``'s harness is on (without importing it when it is not)."""
+    fake = sys.modules.get("profilers.fake_cuda")
+    return fake is not None and getattr(fake, "HARNESS", None) is not None
 
 
 def _window_steps(window: StepWindow, seen: dict[str, Any] | None) -> dict[str, Any]:

@@ -116,7 +116,7 @@ class _Sleepy(Dataset[torch.Tensor]):
         return torch.ones(4)
 
 
-SLEEP_S = 0.03
+SLEEP_S = 0.05  # well above a loaded 2-core machine's host work per step
 STEPS = 6
 
 
@@ -151,7 +151,8 @@ def test_a_sleepy_loader_is_input_bound_at_the_for_line_and_the_stated_step_is_a
         time_ = report.time
         assert time_ is not None and time_["steps_closed"] == STEPS
         where = f"tests/test_time_host.py:{for_line}"
-        for step in time_["steps"]:
+        # the first step also holds the profile's start (its calibration): the rest are judged
+        for step in time_["steps"][1:]:
             assert step["verdict"] == "input-bound"
             top = step["lines"][0]
             assert top["site"] == where
@@ -201,7 +202,7 @@ def test_a_host_loop_of_known_cost_is_launch_bound_at_its_line():
 
 
 def test_the_fast_path_keeps_the_host_half():
-    loader = DataLoader(_Sleepy(3, 0.01), batch_size=1)
+    loader = DataLoader(_Sleepy(3, SLEEP_S), batch_size=1)
     model = torch.nn.Linear(4, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with profilers.profile(kernel_timing=False) as prof:
@@ -213,7 +214,7 @@ def test_the_fast_path_keeps_the_host_half():
     for step in time_["steps"][1:]:  # the first also holds the fast path's start (~35 ms)
         assert step["verdict"] == "input-bound"
         assert step["lines"][0]["site"] == f"tests/test_time_host.py:{for_line}"
-        assert step["lines"][0]["input_ms"] >= 10.0
+        assert step["lines"][0]["input_ms"] >= SLEEP_S * 1000
 
 
 def test_time_steps_0_measures_nothing():

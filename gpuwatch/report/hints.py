@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, replace
 
 from gpuwatch import _format as fmt
-from gpuwatch.report.timeview import line_costs
+from gpuwatch.report.timeview import cost_words, line_costs
 from profilers import Report, Site
 
 #: A line that ran this many times is "in a hot loop".
@@ -66,14 +66,16 @@ def hints(report: Report, hot: int = HOT) -> list[Hint]:
         out.extend(found)
     costs = line_costs(report)
     if costs:  # every hint carries its line's time, and the costliest line comes first
-        out = [_with_cost(h, costs.get(h.where)) for h in out]
+        words = cost_words(report)
+        out = [_with_cost(h, costs.get(h.where), words) for h in out]
     out.sort(key=lambda h: (h.cost_ms, h.site.syncs.count, h.site.bytes_moved), reverse=True)
     return out
 
 
-def _with_cost(h: Hint, cost: tuple[float, float] | None) -> Hint:
+def _with_cost(h: Hint, cost: tuple[float, float] | None, words: tuple[str, str]) -> Hint:
     ms, share = cost or (0.0, 0.0)
-    text = f"costs {fmt.duration_ms(ms)} per step ({share:.0f}% of the step)"
+    unit, of = words
+    text = f"costs {fmt.duration_ms(ms)} {unit} ({share:.0f}% {of})"
     return replace(h, cost_ms=ms, evidence=f"{text}; {h.evidence}")
 
 

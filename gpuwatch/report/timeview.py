@@ -38,6 +38,11 @@ def time_lines(r: Report) -> list[str]:
     the line that cost most."""
     t = r.time
     if not t:
+        if r.options.get("fake_cuda"):
+            return [
+                "where the time goes: not measured under --fake-cuda (the host's time there is "
+                "mostly the simulated GPU's own work, which is not your script's)"
+            ]
         return []
     run = t["run"]
     steps = int(t.get("steps_closed", 0))
@@ -52,8 +57,16 @@ def time_lines(r: Report) -> list[str]:
     costs = line_costs(r)
     if costs:
         site, (ms, share) = next(iter(costs.items()))
-        out.append(f"costliest line: {site}, {fmt.duration_ms(ms)} per step ({share:.0f}%)")
+        unit, of = cost_words(r)
+        out.append(f"costliest line: {site}, {fmt.duration_ms(ms)} {unit} ({share:.0f}% {of})")
     return out
+
+
+def cost_words(r: Report) -> tuple[str, str]:
+    """``("per step", "of the step")``, or ``("in all", "of the run")`` when no step ended."""
+    if r.time and int(r.time.get("steps_closed", 0)) > 0:
+        return "per step", "of the step"
+    return "in all", "of the run"
 
 
 def line_costs(r: Report) -> dict[str, tuple[float, float]]:

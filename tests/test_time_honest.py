@@ -1,0 +1,46 @@
+"""The time view never charges gpuwatch's own work to the user's lines: on a fake GPU each op's
+host time is mostly the simulation's, so the view is off there and the summary says why; and a run
+with no step speaks of the run, not of "per step"."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import profilers
+from gpuwatch.report.hints import hints
+from gpuwatch.report.timeview import cost_words, time_lines
+from tests import conftest
+from tests.profiler_helpers import line_of
+
+
+@pytest.mark.skipif(conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING))
+def test_on_a_fake_gpu_the_time_view_is_off_and_says_why():
+    from profilers.fake_cuda import fake_cuda
+
+    with fake_cuda() as harness, profilers.profile(kernel_timing=False) as prof:
+        x = torch.ones(64, 64).to("cuda:0")
+        for _ in range(5):
+            (x @ x).sum().item()
+    r = prof.report()
+    harness.mark(r)
+    assert r.time is None and "time" not in r.to_dict()
+    assert time_lines(r) == [
+        "where the time goes: not measured under --fake-cuda (the host's time there is mostly "
+        "the simulated GPU's own work, which is not your script's)"
+    ]
+    assert all("costs " not in h.evidence for h in hints(r))  # no made-up cost on a hint
+
+
+def test_a_run_with_no_step_speaks_of_the_run_not_per_step():
+    with profilers.profile() as prof:  # the dispatch mode: host time per line
+        x = torch.ones(256, 256)
+        for _ in range(30):
+            y = x @ x  # @busy
+            float(y[0, 0])
+    r = prof.report()
+    assert r.time is not None and r.time["steps_closed"] == 0
+    assert cost_words(r) == ("in all", "of the run")
+    costliest = [line for line in time_lines(r) if line.startswith("costliest line:")]
+    assert costliest and "per step" not in costliest[0] and "% of the run)" in costliest[0]
+    assert f":{line_of('busy')}," in costliest[0]
