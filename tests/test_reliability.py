@@ -304,13 +304,10 @@ def test_the_profiler_never_raises_into_user_code():
         torch.randn(4).to("cuda:0")
     assert moved.device.type == "cuda" and str(moved.shape[0]).startswith("u")
     report = prof.report()
-    assert report.internal_errors == {
-        "_to_copy.default": {
-            "count": 1,
-            "error": "RuntimeError: Cannot call numel() on tensor with symbolic sizes/strides",
-        }
-    }
-    assert report.totals.h2d.count == 1  # the countable copy still counts: 4 floats
+    # the copy of symbolic size is counted, its bytes said unknown (never an error); the other
+    # copy counts its 4 floats
+    assert report.internal_errors == {}
+    assert report.totals.h2d.count == 2 and report.totals.h2d.unknown_bytes == 1
     assert report.totals.h2d.bytes == 16
     from gpuwatch.report.load import problem
 

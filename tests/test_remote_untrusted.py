@@ -187,6 +187,7 @@ def test_thousands_of_gpus_and_a_hundred_thousand_processes_are_cut_and_said(
     # machine it can take longer than the 3 s deadline to send (the drip test checks that one).
     fetch = remote.fetch
     monkeypatch.setattr(remote, "fetch", lambda url, _t, most: fetch(url, 30.0, most))
+    monkeypatch.setattr(remote, "TIMEOUT_S", 30.0)  # and the startup's wait for a first answer
     monkeypatch.setenv("COLUMNS", "200")
     gpus = "".join(f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i}",modelName="H"}} 5\n' for i in range(5000))
     procs = "".join(

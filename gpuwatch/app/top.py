@@ -233,7 +233,9 @@ class TopApp(SamplingApp):
         # changes; the title line repaints alone.
         if text != self.sub_title:
             self.sub_title = text
-        self.query_one(TitleBar).text = f"{self.title} — {text}{at}"
+        # NB: not there yet while the screen mounts (a resize can come first): the next tick
+        for bar in self.query(TitleBar):
+            bar.text = f"{self.title} — {text}{at}"
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
