@@ -180,6 +180,10 @@ class RunDiff:
                     "after_line": d.after.line if d.after is not None else None,
                     "before_function": d.before.function if d.before is not None else None,
                     "before_source": d.before.source if d.before is not None else None,
+                    "time_ms": {
+                        "before": line_time_ms(self.before, d.before),
+                        "after": line_time_ms(self.after, d.after),
+                    },
                     **self.figures(d),
                 }
                 for d in self.lines
@@ -191,9 +195,45 @@ def _round(v: float) -> float | int:
     return int(v) if v == int(v) and abs(v) < 2**53 else round(v, 6)
 
 
+def run_time(report: Report) -> dict[str, Any] | None:
+    """Where the run's time went, as its report measured it (issue 30's ``time``): the verdict
+    and the step an unprofiled run would take (per step where steps ended, else the whole run);
+    None where it was not measured."""
+    t = report.time
+    if not t:
+        return None
+    run = t["run"]
+    steps = int(t.get("steps_closed", 0))
+    wall = float(run["wall_unprofiled_ms"])
+    return {
+        "verdict": str(run["verdict"]),
+        "per_step": steps > 0,
+        "ms": round(wall / steps if steps else wall, 6),
+        "measured_on": "gpu" if run.get("gpu") else "host",
+    }
+
+
+def line_time_ms(report: Report, site: Site | None) -> float | None:
+    """The time charged to ``site`` in ``report`` (idle GPU time on a GPU, host time otherwise),
+    per step where steps ended; None where time was not measured."""
+    t = report.time
+    if not t or site is None:
+        return None
+    run = t["run"]
+    key = f"{site.file}:{site.line}"
+    gpu = run.get("gpu")
+    if gpu:
+        ms = sum(float(d["ms"]) for d in gpu.get("idle_lines", []) if d["site"] == key)
+    else:
+        ms = sum(float(d["total_ms"]) for d in run.get("lines", []) if d["site"] == key)
+    steps = int(t.get("steps_closed", 0))
+    return round(ms / steps if steps else ms, 6)
+
+
 def _run(report: Report, path: str) -> dict[str, Any]:
     fake = report.options.get("fake_cuda")
     return {
+        "time": run_time(report),
         "path": path,
         "command": list(report.command),
         "started_at": report.started_at,

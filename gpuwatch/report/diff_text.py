@@ -13,7 +13,7 @@ from rich.text import Text
 
 from gpuwatch import _format as fmt
 from profilers.budgets import fmt as count
-from profilers.diff import LineDiff, RunDiff
+from profilers.diff import LineDiff, RunDiff, line_time_ms, run_time
 
 #: Total rows: (measure, label); a row shows when either run has any of it (syncs, copies and
 #: bytes always do).
@@ -153,6 +153,9 @@ def render(diff: RunDiff, paths: tuple[str, str] = ("", ""), top: int = 20) -> R
             style="italic",
         ),
     ]
+    verdicts = time_line(diff)
+    if verdicts is not None:
+        parts.append(verdicts)
     totals = Table(title=f"Totals ({unit})", box=box.SIMPLE, title_justify="left")
     totals.add_column("")
     for head in ("before", "after", "change"):
@@ -176,18 +179,52 @@ def render(diff: RunDiff, paths: tuple[str, str] = ("", ""), top: int = 20) -> R
     shown_columns = columns(diff)
     for head, _ in shown_columns:
         lines.add_column(head, justify="right")
+    timed = diff.before.time is not None or diff.after.time is not None
+    if timed:
+        lines.add_column("time", justify="right")
     lines.add_column("source", overflow="fold", ratio=1)
     for d in shown:
         cells = [
             change(name, diff.value(d, "before", name), diff.value(d, "after", name))
             for _, name in shown_columns
         ]
+        if timed:
+            cells.append(line_time(diff, d))
         lines.add_row(status(d), where(d), *cells, source(d))
     parts.append(lines if shown else Text("No line's copies, syncs or collectives changed."))
     rest = quiet_lines(diff, changed)
     if rest:
         parts.append(Text(rest, style="dim"))
     return Group(*parts)
+
+
+def time_line(diff: RunDiff) -> Text | None:
+    """``where the time goes: launch-bound, 12.0 ms per step -> input-bound, 8.1 ms per step``
+    (measured, as each report says), or None when neither run measured it."""
+    sides = [run_time(diff.before), run_time(diff.after)]
+    if sides == [None, None]:
+        return None
+
+    def said(t: dict[str, Any] | None) -> str:
+        if t is None:
+            return "not measured"
+        unit = "per step" if t["per_step"] else "in all"
+        return f"{t['verdict']}, {fmt.duration_ms(float(t['ms']))} {unit}"
+
+    where = {t["measured_on"] for t in sides if t is not None}
+    on = "on the GPU" if where == {"gpu"} else "on the host"
+    return Text(f"where the time goes (measured {on}): {said(sides[0])} → {said(sides[1])}")
+
+
+def line_time(diff: RunDiff, d: LineDiff) -> Text:
+    """The line's time before and after (``-`` where not measured)."""
+    b, a = line_time_ms(diff.before, d.before), line_time_ms(diff.after, d.after)
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else fmt.duration_ms(v)
+
+    style = "dim" if a is None or b is None or a == b else "green" if a < b else "red"
+    return Text(f"{ms(b)} → {ms(a)}", style=style)
 
 
 def print_diff(diff: RunDiff, paths: tuple[str, str], top: int, file: Any = None) -> None:
