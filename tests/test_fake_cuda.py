@@ -15,7 +15,7 @@ import torch.nn as nn
 
 import profilers
 from tests import conftest
-from tests.profiler_helpers import copies, line_of, site_at
+from tests.profiler_helpers import copies, line_of, run_gpuwatch, site_at
 
 pytestmark = [
     pytest.mark.skipif(
@@ -298,26 +298,11 @@ for step in range(3):
 """
 
 
-def _gpuwatch(args, cwd, **env):
-    import os
-    import subprocess
-    import sys
-
-    return subprocess.run(
-        [sys.executable, "-m", "gpuwatch", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "200", **env},
-    )
-
-
 def test_profile_fake_cuda_runs_an_unmodified_script_and_says_it_was_simulated(tmp_path):
     from gpuwatch.report.load import load_report
 
     (tmp_path / "train.py").write_text(TRAIN)
-    done = _gpuwatch(["profile", "--fake-cuda", "--json", "run.json", "train.py"], tmp_path)
+    done = run_gpuwatch(["profile", "--fake-cuda", "--json", "run.json", "train.py"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["loss 0.000"] * 3  # the placeholders the script read
     assert "SIMULATED: --fake-cuda, 1 fake GPU" in done.stderr
@@ -337,7 +322,7 @@ def test_profile_fake_cuda_runs_an_unmodified_script_and_says_it_was_simulated(t
 
 def test_without_a_compiler_fake_cuda_says_so_in_one_line(tmp_path):
     (tmp_path / "train.py").write_text(TRAIN)
-    done = _gpuwatch(
+    done = run_gpuwatch(
         ["profile", "--fake-cuda", "train.py"],
         tmp_path,
         CXX=str(tmp_path / "no-such-c++"),
@@ -347,7 +332,7 @@ def test_without_a_compiler_fake_cuda_says_so_in_one_line(tmp_path):
     assert done.stderr.startswith("gpuwatch: error: --fake-cuda could not run ")
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert done.stdout == ""  # the script never started
-    bad = _gpuwatch(["profile", "--fake-gpus", "2", "train.py"], tmp_path)
+    bad = run_gpuwatch(["profile", "--fake-gpus", "2", "train.py"], tmp_path)
     assert bad.returncode == 2 and "--fake-gpus goes with --fake-cuda" in bad.stderr
 
 

@@ -5,15 +5,11 @@ with GPUs (the fake ones never touch the real ones). CI runs every test that use
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 from tests import conftest
+from tests.profiler_helpers import run_gpuwatch
 
 pytestmark = pytest.mark.skipif(
     conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
@@ -79,21 +75,10 @@ def test_a_harness_that_cannot_start_is_one_error_with_no_report(monkeypatch, tm
     assert fc.HARNESS is None
 
 
-def _gpuwatch(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuwatch", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "200", **env},
-    )
-
-
 def test_where_it_cannot_run_plain_and_live_say_one_line_and_exit_2(tmp_path):
     (tmp_path / "train.py").write_text(SCRIPT)
     for live in ([], ["--live"]):
-        done = _gpuwatch(
+        done = run_gpuwatch(
             ["profile", *live, "--fake-cuda", "train.py"],
             tmp_path,
             CXX=str(tmp_path / "no-such-c++"),
@@ -107,7 +92,7 @@ def test_where_it_cannot_run_plain_and_live_say_one_line_and_exit_2(tmp_path):
 
 def test_this_torch_build_runs_an_unmodified_cuda_script(tmp_path):
     (tmp_path / "train.py").write_text(SCRIPT)
-    done = _gpuwatch(["profile", "--fake-cuda", "--fake-gpus", "2", "train.py"], tmp_path)
+    done = run_gpuwatch(["profile", "--fake-cuda", "--fake-gpus", "2", "train.py"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["devices 2 cuda:0"]
     assert "SIMULATED: --fake-cuda, 2 fake GPUs" in done.stderr, done.stderr
