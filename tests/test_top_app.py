@@ -55,8 +55,11 @@ async def test_values_move_with_time_and_history_grows(clock):
         clock.advance(7.0)
         n = app.samples_taken
         await wait_until(lambda: app.samples_taken >= n + 2)
-        later = app.query_one("#gpu-0", GpuCard).sample
-        assert later.gpu_util_pct == backend.sample(0).gpu_util_pct != first.gpu_util_pct
+        # NB: a sample is taken on the sampling thread and drawn later on the event loop: wait
+        # for the card to show the backend's value now, then check that it moved
+        now = backend.sample(0).gpu_util_pct
+        await wait_until(lambda: app.query_one("#gpu-0", GpuCard).sample.gpu_util_pct == now)
+        assert now != first.gpu_util_pct
         assert len(app.history.of(0).util_pct) >= 3
 
 
