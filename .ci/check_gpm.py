@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import torch
 
-from gpuwatch.nvml import Sampler
-from gpuwatch.nvml._real import RealBackend
+from gpuwatch.monitor.nvml import Sampler
+from gpuwatch.monitor.nvml._real import RealBackend
 
 SECONDS = 6
 failed: list[str] = []

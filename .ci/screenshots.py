@@ -19,8 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpuwatch.app.top import TopApp
-from gpuwatch.nvml import FakeBackend, Sampler
+from gpuwatch.monitor.nvml import FakeBackend, Sampler
+from gpuwatch.monitor.top import TopApp
 
 
 class _Clock:
@@ -49,10 +49,10 @@ async def _top(out: Path, name: str, gpus: int, size: tuple[int, int]) -> Path:
 
 
 async def _live(out: Path) -> Path:
-    from gpuwatch.app.live import LiveApp
-    from gpuwatch.live.session import ChildSession
-    from gpuwatch.profiling import ProfileOptions
-    from gpuwatch.runner import Target
+    from gpuwatch.profile.live.app import LiveApp
+    from gpuwatch.profile.live.session import ChildSession
+    from gpuwatch.profile.run import ProfileOptions
+    from gpuwatch.profile.runner import Target
 
     root = Path(__file__).resolve().parent.parent
     session = ChildSession(

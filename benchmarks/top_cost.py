@@ -33,7 +33,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpuwatch.nvml import FakeBackend, Sampler  # noqa: E402
+from gpuwatch.monitor.nvml import FakeBackend, Sampler  # noqa: E402
 
 
 def tick_cost_ms(sampler: Sampler, n: int = 200) -> float:
@@ -45,7 +45,7 @@ def tick_cost_ms(sampler: Sampler, n: int = 200) -> float:
 
 
 def stub_backend():
-    from gpuwatch.nvml._real import RealBackend
+    from gpuwatch.monitor.nvml._real import RealBackend
     from tests.stub_nvml import StubNvml, default_device, proc
 
     devices = [default_device(i) for i in range(2)]
@@ -132,7 +132,7 @@ def main() -> None:
     print(f"tick, real backend over stub NVML (2 GPUs): {tick_cost_ms(stub):.3f} ms")
     stub.close()
     if args.real:
-        from gpuwatch.nvml._real import RealBackend
+        from gpuwatch.monitor.nvml._real import RealBackend
 
         real = Sampler(RealBackend(), background_pcie=True)
         print(

@@ -5,7 +5,7 @@ __version__ = "0.1.0"
 
 
 def load_ipython_extension(ipython: object) -> None:
-    """``%load_ext gpuwatch`` in Jupyter/IPython: see gpuwatch/jupyter.py."""
-    from gpuwatch.jupyter import load_ipython_extension as load
+    """``%load_ext gpuwatch`` in Jupyter/IPython: see gpuwatch/profile/notebook.py."""
+    from gpuwatch.profile.notebook import load_ipython_extension as load
 
     load(ipython)

@@ -1,6 +1,6 @@
 import sys
 
-from gpuwatch.cli import main
+from gpuwatch.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

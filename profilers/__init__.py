@@ -16,30 +16,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from profilers._names import CAUSES, DIRECTIONS
-from profilers._stats import Copies, Counters, SiteStats, Syncs
 from profilers.budgets import Budget, BudgetError
+from profilers.names import CAUSES, DIRECTIONS
 from profilers.records import Site, Totals
 from profilers.report import SCHEMA, Report, ReportFormatError
+from profilers.stats import Copies, Counters, SiteStats, Syncs
 
 if TYPE_CHECKING:
-    from profilers._budget import BudgetExceeded, Guard, budget, no_syncs
-    from profilers._ops import Transfer, classify, direction
-    from profilers._profile import Options, Profile, profile, step
+    from profilers.counting.ops import Transfer, classify, direction
+    from profilers.guard import BudgetExceeded, Guard, budget, no_syncs
+    from profilers.session import Options, Profile, profile, step
 
 #: What needs torch, imported on first use: reading and rendering a saved report never does.
 _LAZY = {
-    "BudgetExceeded": "profilers._budget",
-    "Guard": "profilers._budget",
-    "budget": "profilers._budget",
-    "no_syncs": "profilers._budget",
-    "Transfer": "profilers._ops",
-    "classify": "profilers._ops",
-    "direction": "profilers._ops",
-    "Options": "profilers._profile",
-    "Profile": "profilers._profile",
-    "profile": "profilers._profile",
-    "step": "profilers._profile",
+    "BudgetExceeded": "profilers.guard",
+    "Guard": "profilers.guard",
+    "budget": "profilers.guard",
+    "no_syncs": "profilers.guard",
+    "Transfer": "profilers.counting.ops",
+    "classify": "profilers.counting.ops",
+    "direction": "profilers.counting.ops",
+    "Options": "profilers.session",
+    "Profile": "profilers.session",
+    "profile": "profilers.session",
+    "step": "profilers.session",
 }
 
 

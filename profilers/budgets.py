@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from profilers._names import CAUSES, DIRECTIONS
-from profilers._stats import COMM_OPS, Counted
+from profilers.names import CAUSES, DIRECTIONS
+from profilers.stats import COMM_OPS, Counted
 
 __all__ = [
     "MEASURES",

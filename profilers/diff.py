@@ -25,8 +25,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from profilers._names import CAUSES, DIRECTIONS
-from profilers._stats import COMM_OPS, Counted
 from profilers.budgets import (
     MEASURES,
     Breach,
@@ -36,8 +34,10 @@ from profilers.budgets import (
     site_label,
     steps_of,
 )
+from profilers.names import CAUSES, DIRECTIONS
 from profilers.records import Site
 from profilers.report import Report
+from profilers.stats import COMM_OPS, Counted
 
 __all__ = ["DIFF_SCHEMA", "LineDiff", "RunDiff", "check_growth", "diff_reports"]
 

@@ -12,9 +12,9 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from profilers._stats import Counters, SiteStats, add_entries
 from profilers.records import Site, Totals
 from profilers.report import Report
+from profilers.stats import Counters, SiteStats, add_entries
 
 #: The largest world merged (the published schema's ``world_size`` maximum): ranks are listed
 #: one by one in ``missing_ranks``, so the world bounds the merged report's size.

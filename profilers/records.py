@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from profilers._names import DIRECTIONS
-from profilers._stats import (
+from profilers.names import DIRECTIONS
+from profilers.stats import (
     OTHER_OPS,
     Comm,
     Copies,

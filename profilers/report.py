@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profilers._stats import Counters
-from profilers._text import printable
 from profilers.records import Site, Totals
+from profilers.stats import Counters
+from profilers.text import printable
 
 __all__ = ["SCHEMA", "Report", "ReportFormatError", "printable", "write_text_atomic"]
 

@@ -132,11 +132,11 @@ FAKE_CUDA_MISSING: str | None = None
 
 def pytest_configure(config: pytest.Config) -> None:
     # NB: autograd sizes its device threads at the first backward of the process, so the fake
-    # GPU's device guard goes in before any test runs one (see profilers/fake_cuda.py).
+    # GPU's device guard goes in before any test runs one (see profilers/fake_cuda/harness.py).
     global FAKE_CUDA_MISSING
     _start_prometheus(config)
     try:
-        from profilers.fake_cuda import FakeCudaUnavailable, install_guard
+        from profilers.fake_cuda.harness import FakeCudaUnavailable, install_guard
     except ImportError as exc:  # pragma: no cover - torch missing
         FAKE_CUDA_MISSING = f"torch unavailable: {exc}"
         return

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch import cli
+from gpuwatch.cli import main as cli
 from profilers import Budget, BudgetError, Copies, Report, Site, Syncs
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import profilers
-from profilers.fake_cuda import fake_cuda
+from profilers.fake_cuda.harness import fake_cuda
 from tests.conftest import FAKE_CUDA_MISSING
 
 pytestmark = pytest.mark.skipif(FAKE_CUDA_MISSING is not None, reason=str(FAKE_CUDA_MISSING))

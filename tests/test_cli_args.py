@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch import cli
-from gpuwatch.target_args import split_target
+from gpuwatch.cli import main as cli
+from gpuwatch.cli.target_args import split_target
 
 
 @pytest.mark.parametrize(
@@ -60,7 +60,7 @@ def test_the_parsed_command_line_gives_the_module_its_options(monkeypatch):
         seen.update(module=args.module, args=args.args, json=args.json_path, quiet=args.quiet)
         return 0
 
-    monkeypatch.setattr("gpuwatch.profile_cmd.run_profile", fake_run)
+    monkeypatch.setattr("gpuwatch.profile.command.run_profile", fake_run)
     parser = cli.build_parser()
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
     for action in parser._actions:  # the handler was bound when the parser was built

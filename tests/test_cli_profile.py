@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch import cli
+from gpuwatch.cli import main as cli
 
 ENTRY_POINTS = [["gpuwatch"], [sys.executable, "-m", "gpuwatch"]]
 
@@ -102,7 +102,9 @@ def test_an_exception_shows_the_scripts_traceback_and_a_partial_report(tmp_path)
     assert (
         'File "' in err and 'train.py", line 15' in err and "ValueError: shapes do not match" in err
     )
-    assert "gpuwatch/runner.py" not in err and "runpy" not in err  # only the script's frames
+    assert (
+        "gpuwatch/profile/runner.py" not in err and "runpy" not in err
+    )  # only the script's frames
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["partial"] is True and doc["exit_code"] == 1
     assert doc["error"] == "ValueError: shapes do not match"
@@ -303,7 +305,7 @@ def test_html_report_renders_offline_in_a_real_browser(tmp_path):
 
 
 def test_gpu_stats_follow_the_gpus_the_script_used(monkeypatch):
-    from gpuwatch.gpu_timeline import used_gpu_indices
+    from gpuwatch.monitor.gpu_timeline import used_gpu_indices
 
     devices = [{"device": "cpu"}, {"device": "cuda:1"}]
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -321,7 +323,7 @@ def test_gpu_stats_follow_the_gpus_the_script_used(monkeypatch):
     assert used_gpu_indices(devices, samples) is None
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,MIG-GPU-0a1b-ffff/2/0")  # a slice of GPU 0
     assert used_gpu_indices(devices, samples) == {0}
-    from gpuwatch import gpu_timeline
+    from gpuwatch.monitor import gpu_timeline
 
     class Nvml:  # what RealBackend.gpu_of_mig answers (tested over the stub NVML elsewhere)
         def gpu_of_mig(self, uuid: str) -> int | None:

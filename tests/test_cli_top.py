@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from gpuwatch import __version__, cli
-from gpuwatch.nvml import FakeBackend, NvmlUnavailable, Sampler
+from gpuwatch import __version__
+from gpuwatch.cli import main as cli
+from gpuwatch.monitor.nvml import FakeBackend, NvmlUnavailable, Sampler
 from gpuwatch.report.snapshot import snapshot_text
 
 GPU_KEYS = {
@@ -72,7 +73,7 @@ def test_once_prints_gpus_and_processes():
 
 
 def test_once_fits_the_terminal_and_demo_gpus_needs_demo(capsys, monkeypatch):
-    from gpuwatch.cli import main
+    from gpuwatch.cli.main import main
 
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["top", "--demo", "--once"]) == 0
@@ -118,7 +119,7 @@ def test_no_nvml_exits_1_with_a_hint(monkeypatch, capsys):
             "NVML library (libnvidia-ml.so) not found: is the NVIDIA driver installed?"
         )
 
-    monkeypatch.setattr("gpuwatch.nvml.open_backend", unavailable)
+    monkeypatch.setattr("gpuwatch.monitor.nvml.open_backend", unavailable)
     assert cli.main(["top", "--once"]) == 1
     err = capsys.readouterr().err
     assert err == (

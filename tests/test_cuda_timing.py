@@ -7,7 +7,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 import profilers
-from profilers._cuda_timing import CudaTimer, TorchCuda
+from profilers.timing.cuda_events import CudaTimer, TorchCuda
 from tests.profiler_helpers import fake_mode, line_of, never_pinned, site_at
 
 TICK_MS = 0.25

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gpuwatch import cli
+from gpuwatch.cli import main as cli
 from gpuwatch.report.load import problem
 from profilers import Copies, Report, Site, Syncs
 from profilers.diff import diff_reports

@@ -17,9 +17,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.export import GpuCollector
-from gpuwatch.nvml import Sampler
-from gpuwatch.nvml.fake import FakeBackend
+from gpuwatch.monitor.export import GpuCollector
+from gpuwatch.monitor.nvml import Sampler
+from gpuwatch.monitor.nvml.fake import FakeBackend
 from tests import conftest
 
 
@@ -81,7 +81,7 @@ def test_what_nvml_does_not_say_is_absent_not_zero_and_processes_are_opt_out():
 
 
 def test_gpm_energy_and_held_idle_under_dcgm_names_and_units(clock):
-    from gpuwatch.nvml.activity import IdlePolicy
+    from gpuwatch.monitor.nvml.activity import IdlePolicy
 
     fake = FakeBackend(gpu_count=3, clock=clock, idle_gpus={1}, stuck_gpus={2})
     sampler = Sampler(fake, background_pcie=False, idle=IdlePolicy(after_s=0))

@@ -24,9 +24,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.export import GpuCollector
-from gpuwatch.export_server import MetricsServer
-from gpuwatch.nvml.samples import GpuSample, ProcessSample, Snapshot
+from gpuwatch.monitor.export import GpuCollector
+from gpuwatch.monitor.export_server import MetricsServer
+from gpuwatch.monitor.nvml.samples import GpuSample, ProcessSample, Snapshot
 from tests.test_export import demo_snapshot, scrape
 
 
@@ -162,7 +162,7 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 
 
 def test_a_tls_client_that_never_handshakes_blocks_neither_scrapes_nor_close(certificate):
-    from gpuwatch.export_server import tls_context
+    from gpuwatch.monitor.export_server import tls_context
 
     server, port = serve(deadline_s=30, tls=tls_context(*certificate))
     idle = socket.create_connection(("127.0.0.1", port))  # TCP only, never a ClientHello
@@ -262,8 +262,8 @@ def test_https_exporter_with_an_idle_client_under_a_low_descriptor_limit(certifi
 
 HANGING_NVML = """
 import sys, threading
-import gpuwatch.nvml as nvml
-from gpuwatch.nvml.fake import FakeBackend
+import gpuwatch.monitor.nvml as nvml
+from gpuwatch.monitor.nvml.fake import FakeBackend
 
 class Hanging(FakeBackend):
     samples = 0
@@ -275,7 +275,7 @@ class Hanging(FakeBackend):
         return super().sample(index)
 
 nvml.open_backend = lambda **kw: Hanging(gpu_count=2)
-from gpuwatch.cli import main
+from gpuwatch.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -302,7 +302,7 @@ def test_nvml_that_hangs_withdraws_the_series_and_leaves_sigterm_working(exporte
 
 def test_stale_series_are_withdrawn_and_come_back(monkeypatch):
     now = [1000.0]
-    monkeypatch.setattr("gpuwatch.export.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("gpuwatch.monitor.export.time.monotonic", lambda: now[0])
     c = GpuCollector("node-a", stale_after_s=3.0)
     c.snapshot = demo_snapshot()
     now[0] += 3.0  # at the limit: still served

@@ -3,7 +3,7 @@ simulated GPU on this CPU-only machine, every copy, byte and sync counted exactl
 
 The rules are PyTorch's: the sync cases are those of PyTorch's own test of
 ``torch.cuda.set_sync_debug_mode`` (test/test_torch.py, test_sync_warning, in its later form with
-a boolean mask on the host), and ATen's indexing code for the masks (see profilers/_ops.py)."""
+a boolean mask on the host), and ATen's indexing code for the masks (see profilers/counting/ops.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ pytestmark = [
 
 
 def fake_cuda(devices: int = 1):
-    from profilers.fake_cuda import fake_cuda
+    from profilers.fake_cuda.harness import fake_cuda
 
     return fake_cuda(devices)
 

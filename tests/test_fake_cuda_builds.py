@@ -32,7 +32,7 @@ def accelerator() -> str | None:
 
 
 def test_the_harness_takes_cudas_hooks_and_gives_them_back():
-    from profilers.fake_cuda import fake_cuda
+    from profilers.fake_cuda.harness import fake_cuda
 
     before = accelerator()
     real_gpus = torch.cuda.device_count()
@@ -42,7 +42,7 @@ def test_the_harness_takes_cudas_hooks_and_gives_them_back():
         x = torch.ones(2, device="cuda:2")
         assert x.device == torch.device("cuda:2")
         # a second round of the hooks inside is a no-op, not a second swap
-        from profilers._fake_cuda_build import cuda_hooks
+        from profilers.fake_cuda.build import cuda_hooks
 
         with cuda_hooks(3):
             assert accelerator() == "cuda"
@@ -54,9 +54,9 @@ def test_the_harness_takes_cudas_hooks_and_gives_them_back():
 
 
 def test_a_harness_that_cannot_start_is_one_error_with_no_report(monkeypatch, tmp_path):
-    import profilers.fake_cuda as fc
-    from gpuwatch.profiling import ProfileOptions, run_profiled
-    from gpuwatch.runner import Target
+    import profilers.fake_cuda.harness as fc
+    from gpuwatch.profile.run import ProfileOptions, run_profiled
+    from gpuwatch.profile.runner import Target
 
     def broken(devices):
         raise fc.FakeCudaUnavailable("--fake-cuda: broken on purpose")
@@ -102,7 +102,7 @@ def test_this_torch_build_runs_an_unmodified_cuda_script(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_a_machine_with_gpus_the_fake_ones_never_touch_the_real_ones():
-    from profilers.fake_cuda import fake_cuda
+    from profilers.fake_cuda.harness import fake_cuda
 
     real = torch.cuda.device_count()
     allocated = torch.cuda.memory_allocated(0)
@@ -118,7 +118,7 @@ def test_on_a_machine_with_gpus_the_fake_ones_never_touch_the_real_ones():
 
 def test_dataparallel_runs_on_fake_gpus_with_the_copies_a_gpu_makes():
     import profilers
-    from profilers.fake_cuda import fake_cuda
+    from profilers.fake_cuda.harness import fake_cuda
     from tests.profiler_helpers import line_of, site_at
 
     with fake_cuda(devices=2), profilers.profile(kernel_timing=False) as prof:

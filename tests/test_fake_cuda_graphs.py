@@ -21,7 +21,7 @@ pytestmark = [
 
 
 def profiled(fn, devices: int = 1):
-    from profilers.fake_cuda import fake_cuda
+    from profilers.fake_cuda.harness import fake_cuda
 
     with fake_cuda(devices) as harness, profilers.profile() as prof:
         fn()

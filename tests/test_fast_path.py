@@ -1,4 +1,4 @@
-"""The fast path of ``--no-kernel-timing`` (profilers/_kernels.py): Python kernels for only the
+"""The fast path of ``--no-kernel-timing`` (profilers/counting/kernels.py): Python kernels for only the
 ops that copy, sync or communicate. It counts what the dispatch mode counts, changes nothing the
 program computes, leaves the dispatcher as it found it, and says so when it cannot serve."""
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import profilers
-from profilers import _kernels
+from profilers.counting import kernels as _kernels
 from tests import conftest
 from tests.profiler_helpers import copies, line_of, site_at
 
@@ -42,7 +42,7 @@ def both(work, fake_gpus: int = 0) -> tuple[profilers.Report, profilers.Report]:
     reports = []
     for count_ops in (None, True):
         if fake_gpus:
-            from profilers.fake_cuda import fake_cuda
+            from profilers.fake_cuda.harness import fake_cuda
 
             with (
                 fake_cuda(fake_gpus),
@@ -130,7 +130,7 @@ def test_collectives_are_counted_on_the_fast_path(tmp_path):
 def test_compiled_code_is_counted_where_it_runs_never_while_traced(monkeypatch):
     import torch._dynamo
 
-    from profilers import _ops
+    from profilers.counting import ops as _ops
 
     # A rule that takes every _to_copy for a 4-byte copy to the GPU: CPU code to count with.
     def every_cast_is_a_copy(args, kwargs, out, is_pinned):

@@ -9,9 +9,9 @@ import logging
 import pynvml
 import pytest
 
-from gpuwatch.nvml import FakeBackend, Sampler
-from gpuwatch.nvml._real import RealBackend
-from gpuwatch.nvml.activity import IdlePolicy
+from gpuwatch.monitor.nvml import FakeBackend, Sampler
+from gpuwatch.monitor.nvml._real import RealBackend
+from gpuwatch.monitor.nvml.activity import IdlePolicy
 from tests.stub_nvml import StubNvml, default_device, gpm_device
 
 MIB = 1024 * 1024
@@ -66,7 +66,7 @@ def test_pcie_rates_come_from_gpm_without_the_slow_call(clock):
 def test_no_gpm_is_said_once_and_utilisation_stays(clock, caplog):
     nvml = StubNvml([default_device(0)])
     backend = RealBackend(nvml=nvml, clock=clock)
-    with caplog.at_level(logging.WARNING, logger="gpuwatch.nvml"):
+    with caplog.at_level(logging.WARNING, logger="gpuwatch.monitor.nvml"):
         samples = [backend.sample(0) for _ in range(3)]
     assert all(g.gpm is False and g.sm_active_pct is None for g in samples)
     assert samples[-1].gpu_util_pct == 42
@@ -96,7 +96,7 @@ def test_a_gpu_whose_gpm_samples_are_refused_says_no_gpm(clock, caplog):
     dev["gpm"] = pynvml.NVMLError_NotSupported  # a MIG-split GPU: GPM per instance only
     nvml = StubNvml([dev])
     backend = RealBackend(nvml=nvml, clock=clock)
-    with caplog.at_level(logging.WARNING, logger="gpuwatch.nvml"):
+    with caplog.at_level(logging.WARNING, logger="gpuwatch.monitor.nvml"):
         samples = [backend.sample(0) for _ in range(3)]
     assert [g.gpm for g in samples] == [False, False, False]
     assert sum("has no GPM" in r.getMessage() for r in caplog.records) == 1
@@ -180,7 +180,7 @@ def test_high_utilisation_with_low_sm_activity_is_flagged(clock):
 
 
 def test_the_profile_timeline_and_html_carry_sm_activity(clock):
-    from gpuwatch.gpu_timeline import sample_row
+    from gpuwatch.monitor.gpu_timeline import sample_row
     from gpuwatch.report.html_charts import _timeline
     from gpuwatch.report.trace import trace_events
     from profilers import Report

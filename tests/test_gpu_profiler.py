@@ -86,7 +86,7 @@ def test_kernel_time_comes_from_cuda_events():
 
 
 def test_copies_to_the_gpu_and_side_streams_are_timed_on_their_own_stream():
-    from profilers._cuda_timing import TorchCuda
+    from profilers.timing.cuda_events import TorchCuda
 
     cuda = TorchCuda()
     host = torch.randn(2048, 2048).pin_memory()  # 2048*2048*4 = 16 MiB

@@ -7,9 +7,9 @@ import os
 
 import psutil
 
-from gpuwatch.nvml._jobs import Jobs, job_info, parse_environ
-from gpuwatch.nvml._real import RealBackend
-from gpuwatch.nvml.samples import JobInfo
+from gpuwatch.monitor.nvml._jobs import Jobs, job_info, parse_environ
+from gpuwatch.monitor.nvml._real import RealBackend
+from gpuwatch.monitor.nvml.samples import JobInfo
 from tests.stub_nvml import StubNvml, default_device, proc
 
 POD_UID = "5b1c7c9e-2f3d-4d1e-9a7b-0c6d8e2f1a34"

@@ -71,7 +71,7 @@ def test_a_cell_that_raises_fails_as_without_the_magic_and_its_report_says_so(tm
     nb, (raised, after) = _run_expecting_error(tmp_path)
     (err,) = [o for o in raised if o.output_type == "error"]
     assert err.ename == "ZeroDivisionError" and err.evalue == "division by zero"
-    assert not any("gpuwatch/jupyter.py" in frame for frame in err.traceback)
+    assert not any("gpuwatch/profile/notebook.py" in frame for frame in err.traceback)
     report, _ = _shown(raised)
     assert "did not finish: ZeroDivisionError: division by zero" in report.data["text/html"]
     doc = json.loads((tmp_path / "err.json").read_text())

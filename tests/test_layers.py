@@ -1,5 +1,5 @@
 """The import boundaries of DESIGN.md, enforced by ruff's banned-api rule (mypy --strict runs in
-.ci/run). A violation (pynvml outside gpuwatch/nvml/_real.py, UI imports in profilers/) fails here."""
+.ci/run). A violation (pynvml outside gpuwatch/monitor/nvml/_real.py, UI imports in profilers/) fails here."""
 
 from __future__ import annotations
 
@@ -29,11 +29,11 @@ def test_ruff_lint_and_import_boundaries():
     [
         ("profilers", "import textual", "textual"),
         ("profilers", "from gpuwatch import cli", "gpuwatch"),
-        ("gpuwatch/nvml", "import torch", "torch"),
-        ("gpuwatch/nvml", "from gpuwatch.app import top", "gpuwatch.app"),
+        ("gpuwatch/monitor/nvml", "import torch", "torch"),
+        ("gpuwatch/monitor/nvml", "from gpuwatch.app import top", "gpuwatch.app"),
         ("gpuwatch/report", "import textual", "textual"),
         ("gpuwatch/report", "import torch", "torch"),
-        ("gpuwatch/report", "from gpuwatch.app.live import LiveApp", "gpuwatch.app"),
+        ("gpuwatch/report", "from gpuwatch.profile.live.app import LiveApp", "gpuwatch.app"),
     ],
 )
 def test_each_layer_bans_what_sits_above_it(where, line, banned):

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.app.live import LiveApp
 from gpuwatch.app.screens import ConfirmScreen, StackScreen, SummaryScreen
 from gpuwatch.app.widgets import GpuCard, HotLinesTable
-from gpuwatch.live.protocol import Done, Hello, ProtocolError, decode, encode
-from gpuwatch.live.session import ChildSession
-from gpuwatch.nvml import FakeBackend, Sampler
-from gpuwatch.profiling import ProfileOptions
+from gpuwatch.monitor.nvml import FakeBackend, Sampler
+from gpuwatch.profile.live.app import LiveApp
+from gpuwatch.profile.live.protocol import Done, Hello, ProtocolError, decode, encode
+from gpuwatch.profile.live.session import ChildSession
+from gpuwatch.profile.run import ProfileOptions
+from gpuwatch.profile.runner import Target
 from gpuwatch.report.write import Output
-from gpuwatch.runner import Target
 from tests.conftest import plain, read_pty, start_in_pty, wait_until
 
 LOOP = textwrap.dedent("""
@@ -167,9 +167,9 @@ async def test_d_shows_where_the_child_is_and_p_pauses_the_display(tmp_path):
     def dumper(pid: int) -> str:
         seen.append(pid)
         return (
-            f"Process {pid}: python -m gpuwatch.live.child {{}}\n"
+            f"Process {pid}: python -m gpuwatch.profile.live.child {{}}\n"
             'Thread 1 (active): "MainThread"\n    <module> (loop.py:9)\n'
-            "    _exec_script (gpuwatch/runner.py:206)\n"
+            "    _exec_script (gpuwatch/profile/runner.py:206)\n"
         )
 
     app = make_app(tmp_path, "-1", stack_dumper=dumper)
@@ -316,17 +316,17 @@ async def test_hot_lines_show_the_time_of_a_lines_backward():
 
 
 def test_a_stack_of_the_child_reads_as_the_users_own():
-    from gpuwatch.pyspy import as_the_users
+    from gpuwatch.monitor.pyspy import as_the_users
 
     dump = (
-        'Process 9707: /venv/bin/python -m gpuwatch.live.child {"fd": 7}\n'
+        'Process 9707: /venv/bin/python -m gpuwatch.profile.live.child {"fd": 7}\n'
         "Python v3.11.7 (/usr/bin/python3.11)\n"
         "\n"
         'Thread 9707 (idle): "MainThread"\n'
         "    <module> (loop.py:9)\n"
-        "    _exec_script (gpuwatch/runner.py:206)\n"
+        "    _exec_script (gpuwatch/profile/runner.py:206)\n"
         "    dispatch (/site/lib/profilers/_dispatch.py:180)\n"
-        "    run (gpuwatch/profiling.py:155)\n"
+        "    run (gpuwatch/profile/run.py:155)\n"
         "    _run_code (<frozen runpy>:88)\n"
         'Thread 9713 (idle): "gpuwatch-live-reporter"\n'
         "    wait (threading.py:331)\n"

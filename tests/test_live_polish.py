@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from gpuwatch import cli
-from gpuwatch.app.live import LiveApp
 from gpuwatch.app.screens import HelpScreen
 from gpuwatch.app.widgets import GpuCard, HotLinesTable, RatesPanel, StatusLine
 from gpuwatch.app.widgets.hot_lines import layout, short_path
-from gpuwatch.live.session import ChildSession
-from gpuwatch.nvml import FakeBackend, Sampler
-from gpuwatch.profiling import ProfileOptions
+from gpuwatch.cli import main as cli
+from gpuwatch.monitor.nvml import FakeBackend, Sampler
+from gpuwatch.profile.live.app import LiveApp
+from gpuwatch.profile.live.session import ChildSession
+from gpuwatch.profile.run import ProfileOptions
+from gpuwatch.profile.runner import Target
 from gpuwatch.report.write import Output
-from gpuwatch.runner import Target
 from tests.conftest import plain, wait_until
 
 # Copies from a deep folder, so the line column has a long path to shorten.
@@ -212,7 +212,7 @@ async def test_the_live_help_wraps_inside_the_screen(size):
 
 
 def test_live_honours_gpu_interval(tmp_path, monkeypatch):
-    from gpuwatch.live.result import LiveResult
+    from gpuwatch.profile.live.result import LiveResult
 
     seen = {}
 

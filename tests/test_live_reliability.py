@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.app.live import LiveApp
-from gpuwatch.live.session import ChildSession
-from gpuwatch.nvml import FakeBackend, Sampler
-from gpuwatch.profiling import ProfileOptions
+from gpuwatch.monitor.nvml import FakeBackend, Sampler
+from gpuwatch.profile.live.app import LiveApp
+from gpuwatch.profile.live.session import ChildSession
+from gpuwatch.profile.run import ProfileOptions
+from gpuwatch.profile.runner import Target
 from gpuwatch.report.write import Output
-from gpuwatch.runner import Target
 from tests.conftest import plain, read_pty, start_in_pty, wait_until
 
 LOOP = textwrap.dedent("""

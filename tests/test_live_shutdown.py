@@ -102,7 +102,7 @@ WEDGED = """
 import sys, threading
 from textual.drivers import _writer_thread
 _writer_thread.WriterThread.stop = lambda self: threading.Event().wait()
-from gpuwatch.cli import main
+from gpuwatch.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 

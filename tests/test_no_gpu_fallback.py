@@ -55,7 +55,7 @@ def test_a_script_that_never_asks_says_nothing_of_it():
 
 @pytest.mark.skipif(conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING))
 def test_on_a_fake_gpu_the_answer_is_yes_and_nothing_is_said():
-    from profilers.fake_cuda import fake_cuda
+    from profilers.fake_cuda.harness import fake_cuda
 
     with fake_cuda(), profilers.profile(kernel_timing=False) as prof:
         use = "cuda" if torch.cuda.is_available() else "cpu"

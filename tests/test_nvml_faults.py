@@ -11,11 +11,11 @@ import time
 import pynvml
 import pytest
 
-from gpuwatch import cli
-from gpuwatch.app.top import TopApp
 from gpuwatch.app.widgets import GpuCard, ProcessTable
-from gpuwatch.nvml import NvmlUnavailable, Sampler
-from gpuwatch.nvml._real import RealBackend, send_signal_checked
+from gpuwatch.cli import main as cli
+from gpuwatch.monitor.nvml import NvmlUnavailable, Sampler
+from gpuwatch.monitor.nvml._real import RealBackend, send_signal_checked
+from gpuwatch.monitor.top import TopApp
 from tests.conftest import wait_until
 from tests.stub_nvml import StubNvml, default_device, proc
 
@@ -71,7 +71,7 @@ def test_failing_device_count_is_one_line_and_exit_1(monkeypatch, capsys):
         def nvmlDeviceGetCount(self) -> int:
             raise pynvml.NVMLError_Unknown(0)
 
-    from gpuwatch.nvml import _real
+    from gpuwatch.monitor.nvml import _real
 
     monkeypatch.setattr(_real, "_import_pynvml", NoCount)
     assert cli.main(["top", "--once"]) == 1
@@ -152,8 +152,8 @@ def test_the_top_command_quits_while_nvml_hangs():
     code = (
         "import threading, time\n"
         "from tests.test_nvml_faults import HangingNvml\n"
-        "from gpuwatch.app.top import TopApp\n"
-        "from gpuwatch.nvml._real import RealBackend\n"
+        "from gpuwatch.monitor.top import TopApp\n"
+        "from gpuwatch.monitor.nvml._real import RealBackend\n"
         "nvml = HangingNvml()\n"
         "app = TopApp(RealBackend(nvml=nvml), interval_s=0.1)\n"
         "def quit_when_hung():\n"
@@ -174,7 +174,7 @@ def test_the_top_command_quits_while_nvml_hangs():
 
 async def test_kill_rechecks_the_process_before_signalling(clock):
     from gpuwatch.app.screens import KillScreen
-    from gpuwatch.nvml import FakeBackend
+    from gpuwatch.monitor.nvml import FakeBackend
 
     backend = FakeBackend(gpu_count=1, clock=clock)
     app = TopApp(backend, interval_s=0.1)

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from gpuwatch.nvml import NvmlUnavailable, Sampler
-from gpuwatch.nvml._real import RealBackend
+from gpuwatch.monitor.nvml import NvmlUnavailable, Sampler
+from gpuwatch.monitor.nvml._real import RealBackend
 from tests.stub_nvml import StubNvml, default_device, proc
 
 GIB = 1024**3
@@ -56,7 +56,7 @@ def test_function_not_found_is_logged_once(clock, caplog):
     dev["enc"] = pynvml.NVMLError_FunctionNotFound
     nvml = StubNvml([dev])
     backend = RealBackend(nvml=nvml, clock=clock)
-    with caplog.at_level(logging.WARNING, logger="gpuwatch.nvml"):
+    with caplog.at_level(logging.WARNING, logger="gpuwatch.monitor.nvml"):
         for _ in range(3):
             assert backend.sample(0).encoder_util_pct is None
     messages = [

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch import cli
+from gpuwatch.cli import main as cli
 from gpuwatch.report.write import Output, check_outputs, streams_through, write_reports
 from profilers import Report
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import profilers
-from profilers import _backward
-from profilers._backward import _made_by, _node_stem
+from profilers.counting import backward as _backward
+from profilers.counting.backward import _made_by, _node_stem
 from tests.profiler_helpers import line_of, site_at
 from tests.test_cuda_timing import TICK_MS, StubCuda
 

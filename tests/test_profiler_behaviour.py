@@ -17,7 +17,7 @@ from torch.cuda import _gpu_trace
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 import profilers
-from profilers import _patches
+from profilers import patches as _patches
 from tests.profiler_helpers import copies, fake_mode, line_of, never_pinned, site_at
 
 ORIGINALS = {

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from gpuwatch.pyspy import StackDumpError, dump_stack, explain_failure
+from gpuwatch.monitor.pyspy import StackDumpError, dump_stack, explain_failure
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch import cli
+from gpuwatch.cli import main as cli
 from gpuwatch.report.load import problem
 from tests.conftest import default_signals
 
@@ -415,15 +415,15 @@ def test_numbers_out_of_range_get_one_line_and_exit_2(capsys, args, message):
 
 
 def test_ops_run_by_the_test_process_reach_no_leftover_profiler():
-    import profilers._patches
+    import profilers.patches
 
-    assert profilers._patches.ACTIVE is None and os._exit.__module__ in ("posix", "os", "nt")
+    assert profilers.patches.ACTIVE is None and os._exit.__module__ in ("posix", "os", "nt")
     assert sys.path  # nothing above left the interpreter changed
 
 
 def test_the_scripts_own_share_of_a_gpu_is_shown_beside_the_devices():
-    from gpuwatch.gpu_timeline import sample_row
-    from gpuwatch.nvml.samples import GpuSample, ProcessSample
+    from gpuwatch.monitor.gpu_timeline import sample_row
+    from gpuwatch.monitor.nvml.samples import GpuSample, ProcessSample
     from gpuwatch.report.text import gpu_lines
     from profilers import Report
 
@@ -457,7 +457,7 @@ def test_the_scripts_own_share_of_a_gpu_is_shown_beside_the_devices():
 def test_waiting_for_the_scripts_threads_leaves_this_processs_pools_working():
     from concurrent.futures import ThreadPoolExecutor
 
-    from gpuwatch.runner import wait_for_threads
+    from gpuwatch.profile.runner import wait_for_threads
 
     pool = ThreadPoolExecutor(1)
     pool.submit(time.sleep, 0.05)

@@ -11,12 +11,12 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry, start_http_server
 
-from gpuwatch.app.top import TopApp
 from gpuwatch.app.widgets import GpuCard
-from gpuwatch.export import GpuCollector
-from gpuwatch.nvml import FakeBackend
-from gpuwatch.nvml.remote import HostsBackend, RemoteHost, parse_metrics
-from gpuwatch.nvml.sampler import Sampler
+from gpuwatch.monitor.export import GpuCollector
+from gpuwatch.monitor.nvml import FakeBackend
+from gpuwatch.monitor.nvml.remote import HostsBackend, RemoteHost, parse_metrics
+from gpuwatch.monitor.nvml.sampler import Sampler
+from gpuwatch.monitor.top import TopApp
 from tests.conftest import plain, wait_until
 
 
@@ -147,7 +147,7 @@ async def test_top_shows_remote_cards_grouped_by_host(clock):
 def test_top_json_over_remote_hosts_only(clock, capsys):
     import json
 
-    from gpuwatch.cli import main
+    from gpuwatch.cli.main import main
 
     url, server, _ = exporter(2, clock)
     dead = _BadServer("garbage").url

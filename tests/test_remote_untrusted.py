@@ -14,9 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gpuwatch.cli import main
-from gpuwatch.nvml.remote import HostsBackend, RemoteHost, parse_metrics
-from gpuwatch.nvml.sampler import Sampler
+from gpuwatch.cli.main import main
+from gpuwatch.monitor.nvml.remote import HostsBackend, RemoteHost, parse_metrics
+from gpuwatch.monitor.nvml.sampler import Sampler
 from gpuwatch.report.snapshot import snapshot_text
 
 
@@ -77,8 +77,8 @@ def test_escape_codes_newlines_and_markup_in_labels_never_reach_the_terminal(
 
 
 async def test_the_tui_shows_a_markup_label_as_text(page_server):
-    from gpuwatch.app.top import TopApp
     from gpuwatch.app.widgets import GpuCard
+    from gpuwatch.monitor.top import TopApp
     from tests.conftest import wait_until
 
     url = page_server(EVIL)
@@ -181,7 +181,7 @@ def test_nan_infinities_and_absurd_values_cost_one_value_each(page_server, capsy
 def test_thousands_of_gpus_and_a_hundred_thousand_processes_are_cut_and_said(
     page_server, capsys, monkeypatch
 ):
-    import gpuwatch.nvml.remote as remote
+    import gpuwatch.monitor.nvml.remote as remote
 
     # NB: the 10 MiB page comes from a server in this process, sharing its GIL: on a loaded
     # machine it can take longer than the 3 s deadline to send (the drip test checks that one).
@@ -208,7 +208,7 @@ def test_thousands_of_gpus_and_a_hundred_thousand_processes_are_cut_and_said(
 def test_remote_without_local_nvml_says_the_local_gpus_are_missing(
     page_server, capsys, monkeypatch
 ):
-    import gpuwatch.nvml as nvml
+    import gpuwatch.monitor.nvml as nvml
 
     def no_nvml(**kw: object) -> None:
         raise nvml.NvmlUnavailable("NVML is not available: libnvidia-ml.so.1 not found")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.cli_errors import CliError
+from gpuwatch.errors import CliError
 from gpuwatch.report.load import load_report, parse
 from profilers import Report
 from profilers.merge import MAX_WORLD_SIZE, MergeError, merge_ranks

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from gpuwatch.cli_errors import CliError
-from gpuwatch.nvml import FakeBackend, Sampler
+from gpuwatch.errors import CliError
+from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.report.html import render_html
 from gpuwatch.report.load import load_report, parse, problem, schema
 from gpuwatch.report.text import summary
@@ -197,7 +197,7 @@ def test_truncated_and_byte_flipped_files(tmp_path: Path):
 
 
 def test_report_on_a_damaged_file_leaves_the_html_as_it_was(tmp_path, monkeypatch, capsys):
-    from gpuwatch import cli
+    from gpuwatch.cli import main as cli
 
     monkeypatch.chdir(tmp_path)
     doc = rich_report()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch import cli
+from gpuwatch.cli import main as cli
 from gpuwatch.report.load import problem
 from tests.conftest import default_signals
 

@@ -75,7 +75,7 @@ def _check(r: profilers.Report) -> None:
 
 
 def test_threads_and_backward_at_once_count_exactly_every_time():
-    from profilers.fake_cuda import fake_cuda
+    from profilers.fake_cuda.harness import fake_cuda
 
     for _ in range(12):
         with fake_cuda(), profilers.profile(kernel_timing=False) as prof:
@@ -87,7 +87,7 @@ def test_a_state_handed_over_while_reports_are_read_keeps_every_count():
     """The interleaving the ownership rules must survive, forced with events: a thread ends and
     its state goes to the next new thread while the first thread's counts are being read, and a
     report is taken between every step."""
-    from profilers.fake_cuda import fake_cuda
+    from profilers.fake_cuda.harness import fake_cuda
 
     ended, taken_over = threading.Event(), threading.Event()
 
@@ -122,7 +122,7 @@ def test_a_copy_made_while_another_thread_is_inside_a_fake_kernel_is_counted():
     by all threads, a copy classified meanwhile on another thread was not a copy."""
     from torch._subclasses.fake_tensor import in_kernel_invocation_manager
 
-    from profilers.fake_cuda import fake_cuda
+    from profilers.fake_cuda.harness import fake_cuda
 
     inside, leave = threading.Event(), threading.Event()
     with fake_cuda() as harness, profilers.profile(kernel_timing=False) as prof:

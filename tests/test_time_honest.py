@@ -16,7 +16,7 @@ from tests.profiler_helpers import line_of
 
 @pytest.mark.skipif(conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING))
 def test_on_a_fake_gpu_the_time_view_is_off_and_says_why():
-    from profilers.fake_cuda import fake_cuda
+    from profilers.fake_cuda.harness import fake_cuda
 
     with fake_cuda() as harness, profilers.profile(kernel_timing=False) as prof:
         x = torch.ones(64, 64).to("cuda:0")

@@ -26,7 +26,7 @@ class _Site:
 
 
 def _op(clock: StepClock, site: Any, t_in: int, t_call: int, t_ret: int, t_out: int) -> None:
-    """What profilers/_dispatch.py does per op on the step clock (inlined there)."""
+    """What profilers/counting/dispatch.py does per op on the step clock (inlined there)."""
     clock.line(site).launch_ns += t_in - clock.last_ns - clock.outside_ns + t_ret - t_call
     clock.last_site = site
     clock.own_ns += t_call - t_in + t_out - t_ret + clock.outside_ns

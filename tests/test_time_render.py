@@ -10,7 +10,7 @@ import json
 from rich.console import Console
 
 from gpuwatch.app.widgets.status_line import status_text
-from gpuwatch.live.protocol import LiveSnapshot, decode, encode
+from gpuwatch.profile.live.protocol import LiveSnapshot, decode, encode
 from gpuwatch.report.hints import hints
 from gpuwatch.report.html import render_html
 from gpuwatch.report.text import summary

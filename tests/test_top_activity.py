@@ -10,15 +10,15 @@ import re
 
 from textual.widgets import Input
 
-from gpuwatch.app.top import TopApp
 from gpuwatch.app.widgets import GpuCard, ProcessTable
 from gpuwatch.app.widgets.fleet_line import FleetLine
 from gpuwatch.app.widgets.gpu_card import CardBody
-from gpuwatch.cli import main
-from gpuwatch.export import GpuCollector
-from gpuwatch.nvml import FakeBackend, Sampler
-from gpuwatch.nvml.activity import Activity, Fleet, IdlePolicy, fleet, held_idle_since
-from gpuwatch.nvml.remote import HostsBackend, RemoteHost, parse_metrics
+from gpuwatch.cli.main import main
+from gpuwatch.monitor.export import GpuCollector
+from gpuwatch.monitor.nvml import FakeBackend, Sampler
+from gpuwatch.monitor.nvml.activity import Activity, Fleet, IdlePolicy, fleet, held_idle_since
+from gpuwatch.monitor.nvml.remote import HostsBackend, RemoteHost, parse_metrics
+from gpuwatch.monitor.top import TopApp
 from gpuwatch.report.snapshot import snapshot_text
 from tests.conftest import wait_until
 from tests.test_export import scrape

@@ -8,13 +8,13 @@ import pytest
 from textual.widgets import Input
 
 from gpuwatch.app.screens import HelpScreen, KillScreen, StackScreen
-from gpuwatch.app.top import TopApp
 from gpuwatch.app.widgets import GpuCard, ProcessTable
 from gpuwatch.app.widgets.gpu_card import CardBody
-from gpuwatch.nvml import FakeBackend
-from gpuwatch.nvml.sampler import Sampler
-from gpuwatch.nvml.samples import GpuSample
-from gpuwatch.pyspy import StackDumpError
+from gpuwatch.monitor.nvml import FakeBackend
+from gpuwatch.monitor.nvml.sampler import Sampler
+from gpuwatch.monitor.nvml.samples import GpuSample
+from gpuwatch.monitor.pyspy import StackDumpError
+from gpuwatch.monitor.top import TopApp
 from tests.conftest import plain, wait_until
 
 
@@ -351,8 +351,8 @@ async def test_the_mouse_sorts_by_header_and_selects_rows(clock):
 
 
 def test_one_history_store_keeps_five_minutes_at_any_interval():
-    from gpuwatch.nvml.history import History
-    from gpuwatch.nvml.samples import GpuSample, Snapshot
+    from gpuwatch.monitor.nvml.history import History
+    from gpuwatch.monitor.nvml.samples import GpuSample, Snapshot
 
     history = History(interval_s=2.0)  # 300 s / 2 s = 150 values per series
     g = GpuSample(

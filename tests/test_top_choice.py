@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.app.top import TopApp
 from gpuwatch.app.widgets import GpuCard, ProcessTable
-from gpuwatch.nvml import FakeBackend
-from gpuwatch.nvml.chosen import (
+from gpuwatch.monitor.nvml import FakeBackend
+from gpuwatch.monitor.nvml.chosen import (
     ChoiceError,
     ChosenBackend,
     ProcessFilter,
     parse_only,
     visible_indices,
 )
+from gpuwatch.monitor.top import TopApp
 from tests.conftest import wait_until
 
 
@@ -34,8 +34,8 @@ def test_cuda_visible_devices_by_index_uuid_prefix_and_mig(clock):
 
 
 def test_a_mig_instance_by_its_own_uuid_shows_its_gpu_through_nvml(clock):
-    from gpuwatch.nvml._real import RealBackend
-    from gpuwatch.nvml.chosen import resolve_visible
+    from gpuwatch.monitor.nvml._real import RealBackend
+    from gpuwatch.monitor.nvml.chosen import resolve_visible
     from tests.stub_nvml import StubNvml, default_device
 
     devices = [default_device(i) for i in range(3)]

@@ -8,7 +8,7 @@ import dataclasses
 from gpuwatch.app.widgets import GpuCard, ProcessTable
 from gpuwatch.app.widgets.gpu_card import CardBody, stats_text, transfer_text
 from gpuwatch.app.widgets.process_table import COLUMNS
-from gpuwatch.nvml import FakeBackend
+from gpuwatch.monitor.nvml import FakeBackend
 from tests.conftest import screen_lines, wait_until
 from tests.test_top_app import make_app, started
 

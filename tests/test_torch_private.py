@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from profilers import _torch_private as private
+from profilers import torch_private as private
 
 #: Hooks that only a CUDA build of torch has.
 CUDA_BUILD_ONLY = {"torch._C._cuda_getCurrentStream"}

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from gpuwatch import torch_range
-from profilers import _torch_private as private
+from gpuwatch.profile import torch_range
+from profilers import torch_private as private
 
 ROOT = Path(__file__).resolve().parent.parent
 

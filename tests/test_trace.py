@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from gpuwatch import cli
+from gpuwatch.cli import main as cli
 
 SCRIPT = textwrap.dedent("""
     import torch

@@ -9,9 +9,9 @@ from typing import Any, NamedTuple
 from textual.app import App
 from textual.message import Message
 
-from gpuwatch.gpu_timeline import learn_mig_gpus
-from gpuwatch.nvml.sampler import Sampler
-from gpuwatch.nvml.samples import Snapshot
+from gpuwatch.monitor.gpu_timeline import learn_mig_gpus
+from gpuwatch.monitor.nvml.sampler import Sampler
+from gpuwatch.monitor.nvml.samples import Snapshot
 
 #: Height of a full card, borders included; a brief card has no graphs; a compact card is one line.
 FULL_CARD_HEIGHT = 11

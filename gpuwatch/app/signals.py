@@ -14,7 +14,7 @@ from typing import Any
 
 from textual.app import App
 
-from gpuwatch.interrupts import ENDING
+from gpuwatch.profile.interrupts import ENDING
 
 #: Signals whose handlers Textual's driver sets (and never puts back).
 _TEXTUAL_SIGNALS = (signal.SIGCONT, signal.SIGTSTP)

@@ -18,7 +18,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from gpuwatch.cli_errors import CliError
+from gpuwatch.errors import CliError
 from profilers.report import SCHEMA, Report, ReportFormatError
 
 #: A report is bounded by design (capped timeline and samples); anything far larger is not one.

@@ -16,10 +16,10 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuwatch import _format as fmt
-from gpuwatch.nvml._exposition import printable
-from gpuwatch.nvml.activity import held_idle_since
-from gpuwatch.nvml.sampler import Sampler
-from gpuwatch.nvml.samples import GpuSample, Snapshot
+from gpuwatch.monitor.nvml._exposition import printable
+from gpuwatch.monitor.nvml.activity import held_idle_since
+from gpuwatch.monitor.nvml.sampler import Sampler
+from gpuwatch.monitor.nvml.samples import GpuSample, Snapshot
 
 #: Process rows ``--once`` draws (those using the most GPU memory); the rest are counted.
 MAX_PROCESS_ROWS = 200

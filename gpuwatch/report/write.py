@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from gpuwatch.cli_errors import CliError
+from gpuwatch.errors import CliError
 from profilers.report import Report, write_text_atomic
 
 

@@ -1,6 +1,6 @@
 """The profiler's own cost per op that its hot path cannot time itself, measured at the start.
 
-The hot path (profilers/_dispatch.py) times its own work from its first line to its last; what it
+The hot path (profilers/counting/dispatch.py) times its own work from its first line to its last; what it
 cannot see is the work around it: the dispatcher entering Python for the mode, the mode stack,
 the call and return. That part is measured here, once per profile: the same cheap op run bare and
 under the profiler's own mode (a scratch recorder with a clock of its own), the difference per op
@@ -90,8 +90,8 @@ def start_clock(recorder: Any, keep: int) -> Any:
     """The step clock of a profile about to start on this thread: calibrated (the dispatch
     mode only: the fast path's own time is all measured where it runs), set on this thread's
     state. Call it before the profile's mode is entered."""
-    from profilers._mode import ProfilerMode
-    from profilers._recorder import Recorder
+    from profilers.counting.mode import ProfilerMode
+    from profilers.counting.recorder import Recorder
     from profilers.timing.timeline import StepClock
 
     every_op = recorder.counting == "every_op"

@@ -63,7 +63,7 @@ def timed_on_fast_path(
     end_ns: int,
     exit_ns: int | None = None,
 ) -> None:
-    """A counted op on the fast path (profilers/_kernels.py), which ran from ``start_ns`` to
+    """A counted op on the fast path (profilers/counting/kernels.py), which ran from ``start_ns`` to
     ``end_ns`` inside its kernel (entered at ``enter_ns``): the host work before it (no line:
     the ops between counted ones never reach Python there) and its own run as launch, then,
     when it made the host wait, its time moved to that wait's cause, as on the dispatch mode."""

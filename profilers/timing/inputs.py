@@ -3,7 +3,7 @@ that pulls the batch (the ``for x, y in loader:`` line).
 
 Patched on ``torch.utils.data.dataloader._BaseDataLoaderIter``, the base of both of PyTorch's
 loader iterators (single-process and multi-process), so every ``DataLoader`` is seen whatever its
-``num_workers``; undone by the profile's ExitStack like every other patch (profilers/_patches.py).
+``num_workers``; undone by the profile's ExitStack like every other patch (profilers/patches.py).
 """
 
 from __future__ import annotations

@@ -155,7 +155,7 @@ def site_key(site: Any) -> str:
 class StepClock:
     """The host timeline of the profile's thread, written by the hot path.
 
-    Per op (profilers/_dispatch.py, inlined there): the host time since the previous event, less
+    Per op (profilers/counting/dispatch.py, inlined there): the host time since the previous event, less
     the profiler's calibrated cost outside its hot path (``outside_ns``), plus the op's own run,
     goes to the op's line as ``launch``; the hot path's own time goes to ``own_ns``. A wait
     (:meth:`wait`) charges the time before it the same way and its own length to its cause.

@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from gpuwatch.nvml.samples import ProcessSample
+from gpuwatch.monitor.nvml.samples import ProcessSample
 
 
 class KillScreen(ModalScreen[int | None]):

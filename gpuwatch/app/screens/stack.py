@@ -12,7 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from gpuwatch.pyspy import StackDumpError, dump_stack
+from gpuwatch.monitor.pyspy import StackDumpError, dump_stack
 
 
 class StackScreen(ModalScreen[None]):

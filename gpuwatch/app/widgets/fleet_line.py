@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.reactive import var
 
 from gpuwatch.app.widgets.lines import LinesWidget
-from gpuwatch.nvml.activity import Fleet
+from gpuwatch.monitor.nvml.activity import Fleet
 
 
 class FleetLine(LinesWidget):

@@ -15,8 +15,8 @@ from gpuwatch.app.widgets._style import TEMP_LEVELS, bar, level_style
 from gpuwatch.app.widgets.history import history_line
 from gpuwatch.app.widgets.lines import LinesWidget, TextLines
 from gpuwatch.app.widgets.meter import meter_line
-from gpuwatch.nvml.history import GpuHistory
-from gpuwatch.nvml.samples import GpuSample, throttle_names
+from gpuwatch.monitor.nvml.history import GpuHistory
+from gpuwatch.monitor.nvml.samples import GpuSample, throttle_names
 
 
 class CardBody(LinesWidget):

@@ -14,7 +14,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
 from gpuwatch import _format as fmt
-from gpuwatch.nvml.samples import ProcessSample
+from gpuwatch.monitor.nvml.samples import ProcessSample
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import time
 
 from textual.widgets import Static
 
-from gpuwatch.live.protocol import LiveSnapshot
+from gpuwatch.profile.live.protocol import LiveSnapshot
 from gpuwatch.report.timeview import verdict_line
 
 

@@ -1,0 +1,76 @@
+"""``gpuwatch diff before.json after.json``: two runs compared line by line, in the terminal,
+as JSON (``gpuwatch.diff/1``) and as an HTML page; ``--budget`` fails (exit 3) on growth."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from gpuwatch.errors import CliError
+from gpuwatch.profile.budget import add_budget_args, budget_for, enforce
+
+
+def add_parser(sub: Any, bounded_int: Any) -> None:
+    d = sub.add_parser(
+        "diff",
+        allow_abbrev=False,
+        help="compare two saved runs line by line (before and after a change)",
+        description="Compare two saved runs (gpuwatch profile --json) line by line: copies, "
+        "bytes, syncs by cause, collectives and kernel time, per step where both runs counted "
+        "steps. Lines are matched by their source text and function, so a line that moved is "
+        "still the same line; lines that appeared or disappeared are said.",
+    )
+    d.add_argument("before", metavar="BEFORE.json", help="the run before the change")
+    d.add_argument("after", metavar="AFTER.json", help="the run after it")
+    d.add_argument(
+        "--json", dest="json_path", metavar="PATH", help="write the gpuwatch.diff/1 JSON here"
+    )
+    d.add_argument("--html", dest="html_path", metavar="PATH", help="write an HTML page here")
+    d.add_argument(
+        "--top",
+        type=bounded_int(1, 1_000_000),
+        default=20,
+        metavar="N",
+        help="lines shown in the terminal (default 20; the JSON and HTML have every line)",
+    )
+    d.add_argument("-q", "--quiet", action="store_true", help="no terminal table")
+    add_budget_args(d, growth=True)
+    d.set_defaults(handler=run_diff)
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    from gpuwatch.report.load import load_report
+    from gpuwatch.report.write import Output, check_outputs
+    from profilers.diff import check_growth, diff_reports
+    from profilers.report import write_text_atomic
+
+    wanted = [
+        Output(kind, path)
+        for kind, path in (("json", args.json_path), ("html", args.html_path))
+        if path is not None
+    ]
+    check_outputs(wanted, inputs=[args.before, args.after])
+    limits = budget_for(args, growth=True)
+    diff = diff_reports(load_report(args.before), load_report(args.after))
+    paths = (args.before, args.after)
+    if not args.quiet:
+        from gpuwatch.report.diff_text import print_diff
+
+        print_diff(diff, paths, args.top)
+    for out in wanted:
+        if out.kind == "json":
+            import json
+
+            text = json.dumps(diff.to_dict(*paths), indent=1) + "\n"
+        else:
+            from gpuwatch.report.diff_html import render_html
+
+            text = render_html(diff, paths)
+        try:
+            write_text_atomic(out.path, text)
+        except OSError as exc:
+            raise CliError(f"cannot write {out.path}: {exc.strerror or exc}") from None
+        if not args.quiet:
+            print(f"gpuwatch: wrote {out.path}", file=sys.stderr)
+    return enforce(limits, lambda b: check_growth(b, diff), 0, args.quiet, " in growth")

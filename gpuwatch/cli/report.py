@@ -1,0 +1,35 @@
+"""``gpuwatch report``: a saved run (or the ranks of one distributed run) shown again, written
+again in other formats, and checked against a budget."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gpuwatch.errors import CliError
+from gpuwatch.profile.budget import budget_for, check_run
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from gpuwatch.report.load import load_report
+    from gpuwatch.report.text import print_summary
+    from gpuwatch.report.write import check_outputs, outputs, write_outputs
+
+    wanted = outputs(args.json_path, args.html_path, args.trace_path)
+    check_outputs(wanted, inputs=args.paths)
+    limits = budget_for(args)
+    if len(args.paths) == 1:
+        report = load_report(args.paths[0])
+    else:
+        from profilers.merge import DifferentRuns, MergeError, merge_ranks
+
+        try:
+            report = merge_ranks([load_report(p) for p in args.paths], list(args.paths))
+        except DifferentRuns as exc:
+            raise CliError(
+                f"{exc}; to compare two runs: gpuwatch diff {' '.join(args.paths[:2])}"
+            ) from None
+        except MergeError as exc:
+            raise CliError(str(exc)) from None
+    print_summary(report, args.top, file=sys.stdout)
+    return check_run(limits, report, 2 if write_outputs(report, wanted) else 0)

@@ -1,0 +1,138 @@
+"""Samples the GPUs while a profiled script runs, for the report's timeline."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+from gpuwatch.monitor.nvml.sampler import Sampler
+from gpuwatch.monitor.nvml.samples import GpuSample
+
+#: At 0.5 s a sample, 24 hours of samples per GPU before the oldest are dropped.
+MAX_SAMPLES = 172_800
+
+
+def sample_row(t: float, g: GpuSample, pids: Collection[int] = ()) -> dict[str, Any]:
+    """One GPU at ``t`` seconds into the run, as the report's ``gpu_samples`` hold it;
+    ``script_sm_util_pct`` is the SM share of the script's own processes (``pids``), where NVML
+    reports per-process utilisation (None where it does not)."""
+    mine = [p.sm_util_pct for p in g.processes if p.pid in pids and p.sm_util_pct is not None]
+    return {
+        "t": t,
+        "gpu": g.index,
+        "name": g.name,
+        "uuid": g.uuid,
+        "script_sm_util_pct": sum(mine) if mine else None,
+        "gpu_util_pct": g.gpu_util_pct,
+        "memory_used_bytes": g.memory_used_bytes,
+        "memory_total_bytes": g.memory_total_bytes,
+        "pcie_tx_bytes_per_s": g.pcie_tx_bytes_per_s,
+        "pcie_rx_bytes_per_s": g.pcie_rx_bytes_per_s,
+        # NB: GPM's figures (null without GPM): a run "100% utilised" with its SMs mostly empty
+        # shows as a gap between these and gpu_util_pct.
+        "sm_active_pct": g.sm_active_pct,
+        "tensor_active_pct": g.tensor_active_pct,
+        "power_avg_w": g.power_avg_w,
+    }
+
+
+class GpuTimeline:
+    """A daemon thread taking a snapshot every ``interval_s``; :meth:`samples` returns plain dicts
+    ``{"t", "gpu", "gpu_util_pct", "memory_used_bytes", "pcie_tx_bytes_per_s", ...}``."""
+
+    def __init__(
+        self,
+        sampler: Sampler,
+        interval_s: float = 0.5,
+        clock: Callable[[], float] = time.perf_counter,
+        pids: Collection[int] | None = None,
+    ) -> None:
+        self.sampler = sampler
+        self.pids = {os.getpid()} if pids is None else set(pids)
+        self.interval_s = interval_s
+        self._clock = clock
+        self._t0 = clock()
+        self._samples: deque[dict[str, Any]] = deque(maxlen=MAX_SAMPLES)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gpuwatch-timeline", daemon=True)
+
+    def start(self) -> GpuTimeline:
+        learn_mig_gpus(self.sampler.backend)
+        self._t0 = self._clock()
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                snap = self.sampler.snapshot()
+            except Exception:  # a failing driver must not take the profiled script down
+                return
+            t = round(self._clock() - self._t0, 3)
+            self._samples.extend(sample_row(t, g, self.pids) for g in snap.gpus)
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> list[dict[str, Any]]:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=3)
+        self.sampler.close()
+        return list(self._samples)
+
+
+#: What NVML said of the ``MIG-<uuid>`` entries of ``CUDA_VISIBLE_DEVICES``: the GPU each is part
+#: of. Process-wide, as that variable is; learned where a sampler opens NVML.
+_mig_gpus: dict[str, int] = {}
+
+
+def learn_mig_gpus(backend: Any) -> None:
+    """Asks ``backend`` (NVML) which GPU each MIG instance in ``CUDA_VISIBLE_DEVICES`` is part
+    of, so that the samples of the right GPU can be kept after the run."""
+    gpu_of_mig = getattr(backend, "gpu_of_mig", None)
+    if gpu_of_mig is None:
+        return
+    for part in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(","):
+        part = part.strip()
+        if part.startswith("MIG-") and not part.startswith("MIG-GPU-"):
+            gpu = gpu_of_mig(part)
+            if gpu is not None:
+                _mig_gpus[part] = gpu
+
+
+def used_gpu_indices(
+    devices: list[dict[str, Any]], samples: Sequence[dict[str, Any]] = ()
+) -> set[int] | None:
+    """NVML indices of the CUDA devices the script used (``CUDA_VISIBLE_DEVICES`` respected):
+    an empty set when it used none, None when they cannot be told apart.
+
+    ``samples`` (rows of :func:`sample_row`) map GPU UUIDs in ``CUDA_VISIBLE_DEVICES`` to NVML
+    indices; a MIG instance counts as the GPU it is part of (``MIG-GPU-<uuid>/..`` says it,
+    ``MIG-<uuid>`` as :func:`learn_mig_gpus` found)."""
+    from gpuwatch.monitor.nvml.chosen import resolve_visible
+
+    cuda = [int(d["device"].split(":")[1]) for d in devices if d["device"].startswith("cuda:")]
+    if not cuda:
+        return set()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if not visible:
+        return set(cuda)
+    uuids = {s["gpu"]: s.get("uuid") or "" for s in samples}
+    resolved = resolve_visible(visible, uuids, _mig_gpus.get)
+    used = {resolved[i] if i < len(resolved) else None for i in cuda}
+    return None if None in used else {i for i in used if i is not None}
+
+
+def samples_of_used_gpus(report: Any, samples: Sequence[dict[str, Any]]) -> None:
+    """Keeps in ``report.gpu_samples`` the samples of the GPUs the script used, none when it
+    used none (the node's load is someone else's), all of them, said so in
+    ``options.gpu_samples_scope``, when they cannot be told apart."""
+    used = used_gpu_indices(report.devices, samples)
+    if used is None:
+        report.options["gpu_samples_scope"] = "all GPUs (which ones the script used is unknown)"
+        report.gpu_samples = list(samples)
+    else:
+        report.gpu_samples = [s for s in samples if s["gpu"] in used]

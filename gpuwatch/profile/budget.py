@@ -1,0 +1,133 @@
+"""Budgets on the command line: ``--budget`` or pyproject.toml's ``[tool.gpuwatch.budget]``,
+checked on a finished report; exit status 3 when one is broken.
+
+``gpuwatch profile`` and ``gpuwatch report`` read ``[tool.gpuwatch.budget]``; ``gpuwatch diff``
+reads ``[tool.gpuwatch.diff-budget]`` (growth from before to after). The nearest pyproject.toml
+from the working directory upward is the project's; ``--budget`` replaces its table whole, and
+``--no-budget`` leaves it unread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.errors import CliError
+from profilers.budgets import Breach, Budget, BudgetError, check_report
+
+#: The exit status of a run (or a diff) over its budget.
+OVER_BUDGET = 3
+
+
+def add_budget_args(p: argparse.ArgumentParser, growth: bool = False) -> None:
+    section = "diff-budget" if growth else "budget"
+    if growth:
+        text = (
+            "fail (exit 3) when after grows past before: e.g. 'line:syncs/step<=0' (no line may "
+            "add a sync per step), 'bytes/step<=0'; default: [tool.gpuwatch.diff-budget] in "
+            "pyproject.toml"
+        )
+    else:
+        text = (
+            "fail (exit 3) when the run goes over, naming each line: e.g. "
+            "'syncs/step<=1,h2d.pageable=0' (MEASURE[/step]<=N; line: for a ceiling per line; "
+            "measures: syncs[.CAUSE], copies, bytes, h2d|d2h|d2d|p2p[.bytes|.pageable|"
+            ".non_blocking], comm[.bytes|.OP], kernel_ms, ops); default: [tool.gpuwatch.budget] "
+            "in pyproject.toml"
+        )
+    p.add_argument("--budget", metavar="SPEC", help=text)
+    p.add_argument(
+        "--no-budget", action="store_true", help=f"ignore [tool.gpuwatch.{section}] in pyproject"
+    )
+
+
+def find_pyproject(start: Path) -> Path | None:
+    """The nearest pyproject.toml in ``start`` or a folder above it."""
+    for folder in (start, *start.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def from_pyproject(section: str, start: Path | None = None) -> Budget | None:
+    """``[tool.gpuwatch.<section>]`` of the project's pyproject.toml, None when it has none."""
+    path = find_pyproject(start if start is not None else Path.cwd())
+    if path is None:
+        return None
+    try:
+        data = tomllib.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"cannot read {path}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CliError(f"{path} is not valid TOML ({exc}); --no-budget skips it") from None
+    tool = data.get("tool")
+    gpuwatch = tool.get("gpuwatch") if isinstance(tool, dict) else None
+    table = gpuwatch.get(section) if isinstance(gpuwatch, dict) else None
+    if table is None:
+        return None
+    where = f"{path} [tool.gpuwatch.{section}]"
+    if not isinstance(table, dict):
+        raise CliError(f'{where} must be a table of ceilings, e.g. "syncs/step" = 1')
+    try:
+        return Budget.from_table(table, where)
+    except BudgetError as exc:
+        raise CliError(str(exc)) from None
+
+
+def budget_for(args: argparse.Namespace, growth: bool = False) -> Budget | None:
+    """The budget this command checks: ``--budget``, else the project's, else none. Read
+    before any work, so that a malformed budget is one line, not a finished run lost."""
+    if args.budget is not None:
+        if getattr(args, "nproc_per_node", 0):
+            raise CliError(
+                "--budget with --nproc-per-node: check the merged report instead "
+                "(gpuwatch report merged.json --budget SPEC)"
+            )
+        if args.no_budget:
+            raise CliError("--budget and --no-budget: choose one")
+        try:
+            return Budget.parse(args.budget, "--budget")
+        except BudgetError as exc:
+            raise CliError(str(exc)) from None
+    if args.no_budget:
+        return None
+    return from_pyproject("diff-budget" if growth else "budget")
+
+
+def enforce(
+    budget: Budget | None,
+    check: Callable[[Budget], list[Breach]],
+    code: int,
+    quiet: bool = False,
+    what: str = "",
+    file: Any = None,
+) -> int:
+    """Checks ``budget`` (if any) and says how it went on stderr; the exit status: ``code``
+    when it is already a failure (the script's own), else 3 when over budget."""
+    if budget is None:
+        return code
+    out = file if file is not None else sys.stderr
+    breaches = check(budget)
+    source = "" if budget.source == "--budget" else f", from {budget.source}"
+    if not breaches:
+        if not quiet:
+            print(f"gpuwatch: within budget{what} ({budget}{source})", file=out)
+        return code
+    # NB: printed even with -q: in CI this is the reason the job fails.
+    print(f"gpuwatch: over budget{what} ({budget}{source}):", file=out)
+    for breach in breaches:
+        for line in breach.text():
+            print(f"  {line}", file=out)
+    return code if code != 0 else OVER_BUDGET
+
+
+def check_run(budget: Budget | None, report: Any, code: int, quiet: bool = False) -> int:
+    """:func:`enforce` on a run's report (none when the run left no report)."""
+    if report is None:
+        return code
+    return enforce(budget, lambda b: check_report(b, report), code, quiet)

@@ -1,0 +1,277 @@
+"""The parent side of ``--live``: starts the child, reads its messages and output on threads.
+
+Nothing here blocks the caller: :meth:`ChildSession.drain` returns whatever arrived since the
+last call. A child that prints a lot cannot stall (its pipes are always read), and one that dies
+or sends garbage is reported, never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any
+
+from gpuwatch.profile.live.protocol import Message, ProtocolError, decode
+from gpuwatch.profile.run import ProfileOptions
+from gpuwatch.profile.runner import Target
+from gpuwatch.report.write import Output
+
+#: Lines of the child's output kept when the display cannot keep up.
+MAX_PENDING_LINES = 5000
+#: Characters of one line of output shown; the rest is counted, not kept (a 50 MB line of
+#: output must cost neither memory nor the display's time).
+MAX_LINE_CHARS = 4000
+#: After the script's process exited, how long its pipes may stay open (a grandchild holding
+#: them) before the run counts as ended anyway.
+PIPE_GRACE_S = 1.0
+
+
+@dataclass
+class Drained:
+    """What arrived since the last :meth:`ChildSession.drain`."""
+
+    messages: list[Message] = field(default_factory=list)
+    lines: list[tuple[str, str]] = field(default_factory=list)
+    """``(stream, text)`` with stream ``"stdout"`` or ``"stderr"``."""
+    problems: list[str] = field(default_factory=list)
+    dropped_lines: int = 0
+
+
+class ChildSession:
+    def __init__(
+        self,
+        target: Target,
+        options: ProfileOptions,
+        interval_s: float = 0.25,
+        outputs: Sequence[Output] = (),
+        gpu_stats: str = "off",
+        python: str = sys.executable,
+        cwd: str | None = None,
+    ) -> None:
+        self.target = target
+        self.options = options
+        self.interval_s = interval_s
+        self.outputs = list(outputs)
+        self.gpu_stats = gpu_stats
+        self.python = python
+        self.cwd = cwd
+        self.process: subprocess.Popen[bytes] | None = None
+        self.pid: int | None = None
+        """The script's process (the child's pid, as it reported in its hello)."""
+        self.started_at = 0.0
+        self.stop_requested = False
+        self._messages: queue.SimpleQueue[Message | str] = queue.SimpleQueue()
+        self._lines: queue.Queue[tuple[str, str]] = queue.Queue(maxsize=MAX_PENDING_LINES)
+        self._dropped = 0
+        self._threads: list[threading.Thread] = []
+        self._progress: dict[str, str] = {}
+        self._exited_at: float | None = None
+
+    def start(self) -> None:
+        read_fd, write_fd = os.pipe()
+        config = {
+            "fd": write_fd,
+            "parent_pid": os.getpid(),
+            "interval_s": self.interval_s,
+            "target": self.target.name,
+            "args": list(self.target.args),
+            "module": self.target.module,
+            "options": asdict(self.options),
+            "outputs": [(o.kind, o.path, o.where) for o in self.outputs],
+            "gpu_stats": self.gpu_stats,
+        }
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.process = subprocess.Popen(
+            [self.python, "-m", "gpuwatch.profile.live.child", json.dumps(config)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(write_fd,),
+            cwd=self.cwd,
+            env=env,
+            start_new_session=True,
+        )
+        os.close(write_fd)
+        self.pid = self.process.pid
+        self.started_at = time.monotonic()
+        assert self.process.stdout is not None and self.process.stderr is not None
+        self._spawn(self._read_messages, os.fdopen(read_fd, "rb"))
+        self._spawn(self._read_output, self.process.stdout, "stdout")
+        self._spawn(self._read_output, self.process.stderr, "stderr")
+
+    def _spawn(self, fn: Any, *args: Any) -> None:
+        t = threading.Thread(target=fn, args=args, name=f"gpuwatch-live-{fn.__name__}", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _read_messages(self, pipe: IO[bytes]) -> None:
+        with pipe:
+            for raw in pipe:
+                text = raw.decode("utf-8", errors="replace").rstrip("\n")
+                if not text:
+                    continue
+                try:
+                    self._messages.put(decode(text))
+                except ProtocolError as exc:
+                    self._messages.put(f"malformed message from the child: {exc}")
+
+    def _read_output(self, pipe: IO[bytes], name: str) -> None:
+        """Splits the child's output into lines as it comes (not only at newlines): text after a
+        carriage return (tqdm's progress bars) is the stream's current progress line, shown
+        live; a line longer than MAX_LINE_CHARS keeps its head and counts the rest."""
+        read = getattr(pipe, "read1", pipe.read)  # what has arrived, without waiting for more
+        head = bytearray()
+        extra = 0  # bytes of the current line beyond what is kept
+        with pipe:
+            while True:
+                try:
+                    chunk = read(65536)
+                except (OSError, ValueError):
+                    break
+                if not chunk:
+                    break
+                start = 0
+                while start < len(chunk):
+                    nl = chunk.find(b"\n", start)
+                    cr = chunk.find(b"\r", start)
+                    stop = min(i for i in (nl, cr, len(chunk)) if i >= 0)
+                    piece = chunk[start:stop]
+                    room = MAX_LINE_CHARS - len(head)
+                    if room > 0:
+                        head += piece[:room]
+                    extra += max(0, len(piece) - max(room, 0))
+                    if stop == len(chunk):
+                        # No end of line yet: what there is so far shows as progress.
+                        if head:
+                            self._progress[name] = self._text(head, extra)
+                        break
+                    if chunk[stop : stop + 1] == b"\r" and chunk[stop + 1 : stop + 2] != b"\n":
+                        if head:  # a progress bar redrawing its line
+                            self._progress[name] = self._text(head, extra)
+                        head, extra = bytearray(), 0
+                        start = stop + 1
+                        continue
+                    if not head and not extra and self._progress.get(name):
+                        # "\r...\r\n" or "...\r" then "\n": the bar's last state is the line.
+                        self._put(name, self._progress.pop(name))
+                    else:
+                        self._progress.pop(name, None)
+                        self._put(name, self._text(head, extra))
+                    head, extra = bytearray(), 0
+                    start = stop + (2 if chunk[stop : stop + 2] == b"\r\n" else 1)
+            if head or extra:
+                self._put(name, self._text(head, extra))
+            self._progress.pop(name, None)
+
+    @staticmethod
+    def _text(head: bytearray, extra: int) -> str:
+        text = bytes(head).decode("utf-8", errors="replace")
+        if extra:
+            text += f" … [{extra:,} more bytes of this line not shown]"
+        return text
+
+    def _put(self, name: str, text: str) -> None:
+        try:
+            self._lines.put_nowait((name, text))
+        except queue.Full:
+            self._dropped += 1  # the display is behind: keep the newest lines coming
+
+    def progress(self) -> str:
+        """The child's current progress line (text after its last carriage return, before any
+        newline), or ``""``."""
+        return self._progress.get("stderr") or self._progress.get("stdout") or ""
+
+    def drain(self, max_lines: int = 500) -> Drained:
+        out = Drained()
+        while True:
+            try:
+                item = self._messages.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, str):
+                out.problems.append(item)
+            else:
+                out.messages.append(item)
+        for _ in range(max_lines):
+            try:
+                out.lines.append(self._lines.get_nowait())
+            except queue.Empty:
+                break
+        out.dropped_lines, self._dropped = self._dropped, 0
+        if out.dropped_lines:
+            note = f"[gpuwatch: {out.dropped_lines} lines of output skipped to keep up]"
+            out.lines.append(("stderr", note))
+        return out
+
+    @property
+    def returncode(self) -> int | None:
+        """None while the child runs; then its exit status as Popen gives it (-N: signal N)."""
+        if self.process is None:
+            return None
+        return self.process.poll()
+
+    @property
+    def exit_code(self) -> int | None:
+        """The status a shell would report: 128+N for a child killed by signal N."""
+        code = self.returncode
+        if code is None:
+            return None
+        return 128 - code if code < 0 else code
+
+    @property
+    def finished_reading(self) -> bool:
+        """The child has exited and every pipe has been read to its end, or PIPE_GRACE_S has
+        passed since it exited (a lingering grandchild may hold the pipes open for hours: the
+        script's own process is what ends the run)."""
+        if self.returncode is None:
+            return False
+        if not any(t.is_alive() for t in self._threads):
+            return True
+        if self._exited_at is None:
+            self._exited_at = time.monotonic()
+        return time.monotonic() - self._exited_at >= PIPE_GRACE_S
+
+    def interrupt(self) -> None:
+        """Ctrl-C for the script (it stops, and the child still sends its report)."""
+        self.stop_requested = True
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Interrupt, wait up to ``grace_s`` for the report, then kill."""
+        if self.process is None:
+            return
+        self.interrupt()
+        try:
+            self.process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.process.wait(timeout=5)
+        for t in self._threads:
+            t.join(timeout=2)
+
+    @staticmethod
+    def describe_exit(code: int | None) -> str:
+        """``code`` as Popen gives it: negative for a signal."""
+        if code is None:
+            return "running"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        if code == 130:
+            return "stopped by Ctrl-C (exit code 130)"
+        return f"exited with {code}"

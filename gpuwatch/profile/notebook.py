@@ -1,0 +1,240 @@
+"""Jupyter: ``%load_ext gpuwatch``, then ``%%gpuwatch [options]`` profiles a cell (``%gpuwatch
+stmt`` one statement) and shows its report inline.
+
+A report in a notebook is small: the summary's tables as HTML with a style scoped to the report,
+the text summary for ``text/plain``, and each chart through plotly's own notebook renderer (its
+``application/vnd.plotly.v1+json`` MIME type: JupyterLab, Notebook 7 and VS Code draw it with the
+plotly.js they ship), so no cell carries plotly.js itself. A ``profilers.Report`` that is the last
+expression of a cell displays the same way once the extension is loaded.
+
+The cell's options are ``gpuwatch profile``'s (the same :class:`ProfileOptions`); an unknown one
+is a one-line error and the cell does not run. A cell that raises, or is interrupted, shows its
+report (partial, with the error) and then its exception, as it would without the magic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import shlex
+from typing import Any, NoReturn
+
+from profilers import Report
+
+#: The exit code a report records for an interrupted cell, as the CLI's Ctrl-C.
+INTERRUPTED = 130
+
+
+class ShownReport:
+    """A report as a notebook shows it."""
+
+    def __init__(self, report: Report, top: int = 5) -> None:
+        self.report = report
+        self.top = top
+
+    def _ipython_display_(self) -> None:
+        show(self.report, self.top)
+
+    def __repr__(self) -> str:
+        return text_of(self.report, self.top)
+
+
+def show(report: Report, top: int = 5) -> None:
+    """Displays ``report``: its tables with the text summary, then each chart."""
+    from IPython.display import display
+
+    from gpuwatch.report.html import render_fragment
+
+    page, figures = render_fragment(report)
+    display({"text/html": page, "text/plain": text_of(report, top)}, raw=True)  # type: ignore[no-untyped-call]
+    for _, fig in figures:
+        title = fig.layout.title.text or "chart"
+        # NB: plotly's own MIME type, not fig.show(): the output holds the figure's data only,
+        # whatever renderer plotly.io is set to in this kernel.
+        bundle = {
+            "application/vnd.plotly.v1+json": fig.to_plotly_json(),
+            "text/plain": f"<gpuwatch chart: {title}>",
+        }
+        display(bundle, raw=True)  # type: ignore[no-untyped-call]
+
+
+def html_of(report: Report) -> str:
+    """The self-contained page (as ``--html`` writes it)."""
+    from gpuwatch.report.html import render_html
+
+    return render_html(report)
+
+
+def text_of(report: Report, top: int = 5) -> str:
+    from rich.console import Console
+
+    from gpuwatch.report.text import summary
+
+    out = io.StringIO()
+    Console(file=out, width=100, color_system=None, force_jupyter=False).print(
+        summary(report, top=top)
+    )
+    return out.getvalue()
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        from IPython.core.error import UsageError
+
+        raise UsageError(f"%%gpuwatch: {message}")
+
+
+def magic_parser() -> argparse.ArgumentParser:
+    """``%%gpuwatch``'s options: those of ``gpuwatch profile`` that mean something in a kernel."""
+    from gpuwatch.cli.main import bounded_int
+    from gpuwatch.profile.command import MAX_TIMELINE_CAPACITY, _step_window
+
+    p = _Parser(prog="%%gpuwatch", add_help=False, allow_abbrev=False, exit_on_error=False)
+    p.add_argument("--json", dest="json_path", metavar="PATH")
+    p.add_argument("--html", dest="html_path", metavar="PATH")
+    p.add_argument("--trace", dest="trace_path", metavar="PATH")
+    p.add_argument("-o", dest="output_paths", action="append", default=[], metavar="PATH")
+    p.add_argument("--top", type=bounded_int(1, 1_000_000), default=5, metavar="N")
+    p.add_argument("--no-kernel-timing", action="store_true")
+    p.add_argument("--count-ops", action="store_true")
+    p.add_argument("--trace-syncs", action="store_true")
+    p.add_argument("--user-code", action="append", metavar="DIR")
+    p.add_argument(
+        "--timeline-capacity", type=bounded_int(0, MAX_TIMELINE_CAPACITY), default=10_000
+    )
+    p.add_argument("--fake-cuda", action="store_true")
+    p.add_argument("--fake-gpus", type=bounded_int(1, 8), default=1, metavar="N")
+    p.add_argument("--steps", type=_step_window, default=None, metavar="A:B")
+    return p
+
+
+def _usage(message: str) -> NoReturn:
+    from IPython.core.error import UsageError
+
+    raise UsageError(f"%%gpuwatch: {message}")
+
+
+def parse_options(line: str) -> tuple[Any, list[Any], argparse.Namespace]:
+    """``(ProfileOptions, outputs, namespace)`` of a magic's line; UsageError (one line) for
+    anything it does not know."""
+    from gpuwatch.errors import CliError
+    from gpuwatch.profile.run import ProfileOptions
+    from gpuwatch.report.write import check_outputs, output_for, outputs
+
+    try:
+        words = shlex.split(line)
+    except ValueError as exc:
+        _usage(str(exc))
+    try:
+        args = magic_parser().parse_args(words)
+    except argparse.ArgumentError as exc:
+        _usage(str(exc))
+    if args.fake_gpus != 1 and not args.fake_cuda:
+        _usage("--fake-gpus goes with --fake-cuda")
+    try:
+        wanted = outputs(args.json_path, args.html_path, args.trace_path)
+        wanted += [output_for(path) for path in args.output_paths]
+        check_outputs(wanted)
+        if args.fake_cuda:
+            from profilers.fake_cuda.harness import FakeCudaUnavailable, guard_library
+
+            try:
+                guard_library()
+            except FakeCudaUnavailable as exc:
+                raise CliError(str(exc)) from None
+    except CliError as exc:
+        _usage(str(exc))
+    options = ProfileOptions(
+        kernel_timing=not args.no_kernel_timing,
+        count_ops=args.count_ops,
+        user_code=tuple(args.user_code) if args.user_code else None,
+        timeline_capacity=args.timeline_capacity,
+        trace_syncs=args.trace_syncs,
+        checkpoint_s=0.0,
+        fake_cuda=args.fake_gpus if args.fake_cuda else 0,
+        steps=args.steps,
+    )
+    return options, wanted, args
+
+
+def profile_cell(shell: Any, line: str, cell: str, magic: str = "%%gpuwatch") -> ShownReport:
+    """Runs ``cell`` in the user's namespace under the options of ``line``; its report is the
+    result. The cell's exception, after the report is shown and written, is raised again."""
+    from contextlib import nullcontext
+
+    from gpuwatch.report.write import write_outputs
+
+    options, wanted, args = parse_options(line)
+    fake: Any = nullcontext()
+    if options.fake_cuda:
+        from profilers.fake_cuda.harness import FakeCuda
+
+        fake = FakeCuda(options.fake_cuda)
+    # NB: the cell is compiled and run here rather than through shell.run_cell, which catches
+    # and prints the exception itself: the cell would then end "ok", the report would say
+    # "finished", and a notebook run with nbclient would go on past a failed cell.
+    # NB: a blank first line for the magic's own, so that tracebacks and the report's line
+    # numbers are the cell's; the number is the cell's In[n] (the count has moved on by now).
+    code = (
+        "\n" + shell.transform_cell(cell) if magic.startswith("%%") else shell.transform_cell(cell)
+    )
+    filename = shell.compile.cache(code, max(1, shell.execution_count - 1))
+    compiled = compile(code, filename, "exec", dont_inherit=True)
+    failure: BaseException | None = None
+    prof = options.profiler()
+    with fake, prof:
+        try:
+            exec(compiled, shell.user_global_ns, shell.user_ns)
+        except BaseException as exc:  # the cell's own, raised again below
+            failure = exc
+    report = prof.report(
+        command=[magic, *shlex.split(line)],
+        exit_code=0 if failure is None else _exit_code(failure),
+        partial=failure is not None,
+    )
+    if failure is not None:
+        name, said = type(failure).__name__, str(failure)
+        report.error = (f"{name}: {said}" if said else name).splitlines()[0][:500]
+    if options.fake_cuda:
+        fake.mark(report)
+    if wanted:
+        write_outputs(report, wanted)
+    shown = ShownReport(report, args.top)
+    if failure is None:
+        return shown
+    from IPython.display import display
+
+    display(shown)  # type: ignore[no-untyped-call]
+    __tracebackhide__ = True  # noqa: F841 (IPython leaves this frame out of the traceback)
+    raise failure
+
+
+def _exit_code(exc: BaseException) -> int:
+    if isinstance(exc, KeyboardInterrupt):
+        return INTERRUPTED
+    if isinstance(exc, SystemExit):
+        return exc.code if isinstance(exc.code, int) else 1
+    return 1
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext gpuwatch``: the magics, and reports shown as HTML, text and charts."""
+    from IPython.core.magic import Magics, line_cell_magic, magics_class
+
+    @magics_class
+    class GpuwatchMagics(Magics):
+        @line_cell_magic
+        def gpuwatch(self, line: str, cell: str | None = None) -> ShownReport:
+            """``%%gpuwatch [--json PATH] [--no-kernel-timing] [--fake-cuda] ...`` profiles the
+            cell (the options of ``gpuwatch profile``); ``%gpuwatch stmt`` one statement."""
+            __tracebackhide__ = True  # noqa: F841 (IPython leaves this frame out of tracebacks)
+            if cell is not None:
+                return profile_cell(self.shell, line, cell)
+            if line.lstrip().startswith("-"):
+                _usage("options go on the cell form: %%gpuwatch --json r.json, then the code")
+            return profile_cell(self.shell, "", line, magic="%gpuwatch")
+
+    ipython.register_magics(GpuwatchMagics)
+    formatters = ipython.display_formatter
+    formatters.ipython_display_formatter.for_type(Report, lambda r: show(r))
+    formatters.formatters["text/plain"].for_type(Report, lambda r, p, cycle: p.text(text_of(r)))

@@ -1,0 +1,201 @@
+"""``gpuwatch profile --nproc-per-node N``: launch the ranks with PyTorch's own launcher
+(``torch.distributed.run --standalone``), each rank profiled by ``gpuwatch profile`` and writing its
+own JSON, then one merged report in the paths the user gave and one summary for all ranks.
+
+SIGTERM, SIGHUP or SIGINT to gpuwatch (a scheduler's time limit: SLURM, Kubernetes) is passed to
+the launcher, which passes it to the ranks; each rank writes its partial report. The ranks get
+``RANK_GRACE_S`` for that (``GPUWATCH_RANK_GRACE_S`` overrides it); a rank still running then (hung
+in a collective) is killed with the launcher, and its last checkpoint, if any, stands in for its
+report. What the ranks wrote is merged, and gpuwatch exits with 128 + the signal, leaving no
+process and no temporary folder behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.errors import CliError
+from gpuwatch.profile.interrupts import Signals
+
+#: Seconds the ranks get to write their reports after gpuwatch is told to stop (schedulers send
+#: SIGKILL some 30 s after SIGTERM: SLURM's KillWait, Kubernetes' grace period).
+RANK_GRACE_S = 10.0
+#: Seconds the launcher gets to clean up after its ranks were killed.
+LAUNCHER_GRACE_S = 2.0
+
+
+def rank_command(args: argparse.Namespace, target: Any, json_pattern: str) -> list[str]:
+    """What each rank runs: ``gpuwatch profile`` with the user's options, quiet, its JSON at
+    ``json_pattern`` (``{rank}`` replaced by the rank)."""
+    cmd = ["-m", "gpuwatch", "profile", "-q", "--json", json_pattern]
+    if args.no_kernel_timing:
+        cmd.append("--no-kernel-timing")
+    if args.count_ops:
+        cmd.append("--count-ops")
+    for d in args.user_code or []:
+        cmd += ["--user-code", d]
+    cmd += ["--timeline-capacity", str(args.timeline_capacity)]
+    cmd += ["--checkpoint", str(args.checkpoint), "--gpu-interval", str(args.gpu_interval)]
+    if args.no_gpu_stats:
+        cmd.append("--no-gpu-stats")
+    if args.trace_syncs:
+        cmd.append("--trace-syncs")
+    if args.fake_cuda:
+        cmd += ["--fake-cuda", "--fake-gpus", str(args.fake_gpus)]
+    if args.steps is not None:
+        a, b = args.steps
+        cmd += ["--steps", f"{a}:{'' if b is None else b}"]
+    if target.module:
+        cmd += ["-m", target.name]
+    else:
+        cmd.append(target.name)
+    return cmd + list(target.args)
+
+
+def run_ranks(args: argparse.Namespace, target: Any, wanted: list[Any]) -> int:
+    from gpuwatch.report.load import load_report
+    from gpuwatch.report.text import print_summary
+    from gpuwatch.report.write import write_outputs
+    from profilers.merge import merge_ranks
+
+    if args.live:
+        raise CliError("--nproc-per-node does not go with --live (one screen per rank)")
+    n = args.nproc_per_node
+    # NB: from here to the end, signals are noted, never raised: the merge must still happen
+    # and the temporary folder go, however many times the scheduler asks.
+    signals = Signals().deferring()
+    tmp = Path(tempfile.mkdtemp(prefix="gpuwatch-ranks-"))
+    try:
+        launcher = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(n),
+            *rank_command(args, target, str(tmp / "rank{rank}.json")),
+        ]
+        code = _launch(launcher, signals)
+        found = [tmp / f"rank{k}.json" for k in range(n) if (tmp / f"rank{k}.json").exists()]
+        if not found:
+            raise CliError(
+                f"no rank left a report (torch.distributed.run exited with {code}); "
+                "see the ranks' output above"
+            )
+        merged = merge_ranks([load_report(str(p)) for p in found])
+        merged.world_size = n
+        merged.missing_ranks = [k for k in range(n) if k not in (merged.ranks or [])] or None
+        failed = write_outputs(merged, wanted, quiet=args.quiet)
+        if not args.quiet:
+            print_summary(merged, args.top)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        signals.restore()
+    code = code if code >= 0 else 128 - code  # a signal the launcher died of
+    if signals.received:
+        return 128 + signals.received[0]  # gpuwatch was stopped: say so, as a shell expects
+    return 2 if failed and code == 0 else code
+
+
+def _grace_s() -> float:
+    try:
+        return max(0.0, float(os.environ.get("GPUWATCH_RANK_GRACE_S", RANK_GRACE_S)))
+    except ValueError:
+        return RANK_GRACE_S
+
+
+def _launch(launcher: list[str], signals: Signals) -> int:
+    """Runs the launcher until it and every rank ended; its return code.
+
+    A signal gpuwatch gets is passed on to the launcher (torch.distributed.run sends it on to
+    every rank, which writes its partial report); once the grace period is over, whatever of
+    the launcher's process tree still runs is killed. NB: the ranks run in sessions of their
+    own (torch.distributed.run starts them so): only their parent's tree finds them, so the
+    tree is followed from the first signal on, while the launcher still lives."""
+    import psutil
+
+    tree: dict[int, psutil.Process] = {}
+    proc = subprocess.Popen(launcher)
+    deadline: float | None = None
+    forwarded = 0
+    killed_ranks = False
+    try:
+        while True:
+            if signals.received:
+                _track(proc.pid, tree)
+            code = proc.poll()
+            if code is not None and not _alive(tree):
+                return code
+            if forwarded < len(signals.received):
+                for signum in signals.received[forwarded:]:
+                    if proc.poll() is None:
+                        proc.send_signal(signum)
+                forwarded = len(signals.received)
+                deadline = deadline or time.monotonic() + _grace_s()
+            if deadline is not None and time.monotonic() >= deadline:
+                if not killed_ranks:
+                    # The ranks first: the launcher, seeing them gone, cleans up after itself.
+                    _kill(None, tree)
+                    killed_ranks = True
+                    deadline += LAUNCHER_GRACE_S
+                else:
+                    _kill(proc, tree)
+            try:
+                proc.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                pass
+    finally:
+        if proc.poll() is None or _alive(tree):  # an error here: leave nothing running
+            _kill(proc, tree)
+
+
+def _track(pid: int, tree: dict[int, Any]) -> None:
+    """Adds the launcher's descendants to ``tree`` while it lives (a rank orphaned by the
+    launcher's death is no longer its child, but stays in the tree)."""
+    import psutil
+
+    try:
+        for child in psutil.Process(pid).children(recursive=True):
+            tree.setdefault(child.pid, child)
+    except psutil.Error:
+        pass  # the launcher has just exited
+
+
+def _alive(tree: dict[int, Any]) -> bool:
+    import psutil
+
+    for pid, p in list(tree.items()):
+        try:
+            # NB: psutil checks the start time: a pid reused by another process is not ours.
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                continue
+        except psutil.Error:
+            pass
+        del tree[pid]
+    return bool(tree)
+
+
+def _kill(proc: subprocess.Popen[bytes] | None, tree: dict[int, Any]) -> None:
+    """SIGKILL for every process the launcher started and (unless None) the launcher."""
+    import psutil
+
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+    for p in tree.values():
+        try:
+            p.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            pass  # already gone
+    if proc is not None:
+        proc.wait()
+    psutil.wait_procs(list(tree.values()), timeout=5)
+    _alive(tree)

@@ -1,0 +1,296 @@
+"""The one way a profile runs in this process: :func:`run_profiled` (used by ``gpuwatch
+profile`` and by the ``--live`` child).
+
+Whatever ends the run, the report is built exactly once and handed to ``on_report``:
+
+* the script returns, raises, calls ``sys.exit`` or is interrupted (Ctrl-C, SIGTERM, SIGHUP):
+  after its non-daemon threads finished, with signals deferred while the report is written;
+* the script calls ``os._exit(n)`` (fork-based loaders, some launchers): the call is held until
+  the report is out, then goes ahead (only in this process: a forked child exits untouched);
+* the script replaces itself with ``os.exec*`` (a relauncher, a wrapper): the report, partial
+  and saying "replaced by exec", is out before the new program starts;
+* the process is SIGKILLed (the OOM killer): nothing can run then, so ``checkpoint`` receives a
+  partial report every ``checkpoint_s`` seconds while the script runs, and the last one stands.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from gpuwatch.profile.interrupts import Signals, Terminated
+from gpuwatch.profile.runner import Outcome, Target, run_target
+from profilers.report import Report, printable
+
+if TYPE_CHECKING:
+    from profilers import Profile
+
+#: Seconds between the partial reports that stand in for the final one if the process is killed.
+CHECKPOINT_S = 30.0
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """How to profile: the options every entry point (CLI, live child) shares."""
+
+    kernel_timing: bool = True
+    count_ops: bool = False
+    """Count every op per line even without kernel timing (``--count-ops``)."""
+    user_code: tuple[str, ...] | None = None
+    timeline_capacity: int = 10_000
+    trace_syncs: bool = False
+    checkpoint_s: float = CHECKPOINT_S
+    fake_cuda: int = 0
+    """GPUs to simulate (``--fake-cuda``); 0: the real ones."""
+    steps: tuple[int, int | None] | None = None
+    """``--steps A:B``: profile only those steps."""
+
+    @property
+    def untimed(self) -> bool:
+        """Kernel time is not measured (``--no-kernel-timing``, or simulated GPUs)."""
+        return not self.kernel_timing or bool(self.fake_cuda)
+
+    def profiler(self) -> Profile:
+        """The ``profilers.profile()`` these options ask for (every entry point builds it here:
+        the CLI, the live child and the notebook magic)."""
+        import profilers
+
+        return profilers.profile(
+            # NB: ops on fake GPU tensors compute nothing: their time is no kernel's time.
+            kernel_timing=self.kernel_timing and not self.fake_cuda,
+            # The fake GPU runs every op through a dispatch mode of its own: counting every op
+            # costs little more there, and its reports keep their op counts.
+            count_ops=True if self.count_ops or self.fake_cuda else None,
+            user_code=self.user_code,
+            timeline_capacity=self.timeline_capacity,
+            trace_syncs=self.trace_syncs,
+            steps=self.steps,
+        )
+
+
+ReportSink = Callable[[Report], None]
+
+#: The calls every ``os.exec*`` function ends in (os.execl -> execv, os.execvpe -> execve, ...).
+EXEC_CALLS = ("execv", "execve")
+
+
+def _can_exec(path: Any) -> bool:
+    """Whether exec of ``path`` can replace the process (an fd given to execve counts)."""
+    if isinstance(path, int):
+        return True
+    try:
+        return os.access(path, os.X_OK) and not os.path.isdir(path)
+    except (TypeError, ValueError):
+        return False  # exec itself says what is wrong with it
+
+
+class ProfiledRun:
+    """One profiled run of a target; ends once, from whichever path gets there first."""
+
+    def __init__(
+        self,
+        target: Target,
+        options: ProfileOptions,
+        on_report: ReportSink,
+        checkpoint: ReportSink | None,
+        stop_gpu_timeline: Callable[[], list[dict[str, Any]]] | None,
+        gpu_stats: str,
+    ) -> None:
+        self.target = target
+        self.options = options
+        self.on_report = on_report
+        self.checkpoint = checkpoint
+        self.stop_gpu_timeline = stop_gpu_timeline
+        self.gpu_stats = gpu_stats
+        self.pid = os.getpid()
+        from gpuwatch.report.write import distributed_rank
+
+        self.rank: tuple[int | None, int | None] = distributed_rank() or (None, None)
+        """(rank, world size) of a distributed run (RANK, WORLD_SIZE), else (None, None)."""
+        self.fake: Any = None
+        if options.fake_cuda:
+            from profilers.fake_cuda.harness import FakeCuda
+
+            self.fake = FakeCuda(options.fake_cuda)  # FakeCudaUnavailable: one line to show
+        self.prof = options.profiler()
+        self._end_lock = threading.Lock()
+        self._started = False
+        self._ended = False
+        self._stop = threading.Event()
+        self.signals = Signals()
+
+    def report(self, outcome: Outcome, note: str | None = None) -> Report:
+        report = self.prof.report(
+            command=[printable(c) for c in self.target.command],
+            exit_code=outcome.exit_code,
+            partial=not outcome.finished,
+        )
+        report.error = outcome.error if note is None else note
+        report.options["gpu_stats"] = self.gpu_stats
+        report.rank, report.world_size = self.rank
+        if self.fake is not None:
+            self.fake.mark(report)
+        return report
+
+    def end(self, outcome: Outcome, note: str | None = None) -> None:
+        """Builds the report and hands it on, once; later callers wait for the first."""
+        with self._end_lock:
+            if self._ended or os.getpid() != self.pid:
+                return  # already done, or a forked child: the report is the parent's
+            self._ended = True
+            self._stop.set()
+            report = self.report(outcome, note)
+            if self.stop_gpu_timeline is not None:
+                from gpuwatch.monitor.gpu_timeline import samples_of_used_gpus
+
+                samples_of_used_gpus(report, self.stop_gpu_timeline())
+            self.on_report(report)
+
+    def _checkpoints(self) -> None:
+        assert self.checkpoint is not None
+        started = time.monotonic()
+        while not self._stop.wait(self.options.checkpoint_s):
+            elapsed = time.monotonic() - started
+            report = self.prof.report(
+                command=[printable(c) for c in self.target.command], partial=True
+            )
+            report.error = (
+                f"the run did not end normally: this is its last checkpoint, {elapsed:.0f} s "
+                "in; the process was killed before it could write more (exit code 137 assumes "
+                "SIGKILL, as the OOM killer sends)"
+            )
+            report.exit_code = 137
+            report.options["gpu_stats"] = self.gpu_stats
+            report.rank, report.world_size = self.rank
+            if self.fake is not None:
+                self.fake.mark(report)
+            with self._end_lock:
+                if self._ended:
+                    return
+                try:
+                    self.checkpoint(report)
+                except Exception:  # a checkpoint that fails must not stop the script
+                    continue
+
+    @contextmanager
+    def _os_exit_held(self) -> Iterator[None]:
+        real_exit = os._exit
+
+        def _exit(status: int) -> NoReturn:
+            if os.getpid() == self.pid:
+                try:
+                    note = f"the script called os._exit({status})"
+                    self.end(Outcome(int(status), True), note=note)
+                except BaseException as exc:  # never keep the script from exiting
+                    print(f"gpuwatch: error: could not write the report: {exc}", file=sys.stderr)
+            real_exit(status)
+
+        os._exit = _exit
+        try:
+            with self._exec_held():
+                yield
+        finally:
+            os._exit = real_exit
+
+    @contextmanager
+    def _exec_held(self) -> Iterator[None]:
+        """``os.execv``/``os.execve`` (every ``os.exec*`` ends in one of them) write the report,
+        partial and saying so, before the process image is replaced: nothing runs after."""
+        real = {name: getattr(os, name) for name in EXEC_CALLS}
+
+        def held(name: str) -> Callable[..., NoReturn]:
+            def _exec(path: Any, *rest: Any) -> NoReturn:
+                # NB: os.execvp tries each PATH entry through os.execv and goes on when one
+                # fails: only a call that can succeed ends the run.
+                if os.getpid() == self.pid and _can_exec(path):
+                    try:
+                        shown = path if isinstance(path, int) else printable(os.fsdecode(path))
+                        note = f"replaced by exec: the script called os.{name}({shown!r}, ...)"
+                        self.end(Outcome(0, False), note=note)
+                        sys.stderr.flush()
+                    except BaseException as exc:  # never keep the script from its exec
+                        print(
+                            f"gpuwatch: error: could not write the report: {exc}", file=sys.stderr
+                        )
+                real[name](path, *rest)
+                raise AssertionError("unreachable: exec returns only by raising")
+
+            return _exec
+
+        for name in EXEC_CALLS:
+            setattr(os, name, held(name))
+        try:
+            yield
+        finally:
+            for name, fn in real.items():
+                setattr(os, name, fn)
+
+    def _fake_gpus(self) -> Any:
+        from contextlib import nullcontext
+
+        return self.fake if self.fake is not None else nullcontext()
+
+    def run(self) -> int:
+        outcome = Outcome(1, False, "gpuwatch stopped before the script started")
+        with self.signals.raising():
+            try:
+                with self._os_exit_held():
+                    if self.checkpoint is not None and self.options.checkpoint_s > 0:
+                        threading.Thread(
+                            target=self._checkpoints, name="gpuwatch-checkpoint", daemon=True
+                        ).start()
+                    with self._fake_gpus(), self.prof:
+                        self._started = True
+                        try:
+                            outcome = run_target(self.target)
+                        except KeyboardInterrupt:  # a second Ctrl-C while the first was handled
+                            outcome = Outcome(130, False, "KeyboardInterrupt")
+                        except Terminated as exc:
+                            outcome = Outcome(exc.exit_code, False, f"stopped by {exc}")
+                        finally:
+                            self.signals.deferring()
+            finally:
+                self.signals.deferring()
+                try:
+                    # NB: a fake GPU or a profiler that could not start raises on its way out
+                    # (FakeCudaUnavailable: one line); there is no run to report on top of it.
+                    if self._started:
+                        self.end(outcome)
+                finally:
+                    self.signals.restore()
+        received = self.signals.received
+        if received and outcome.exit_code == 0:
+            # The script had ended well when the signal came: its report says so, and the exit
+            # code says that gpuwatch itself was stopped.
+            return 128 + received[0]
+        return outcome.exit_code
+
+
+def run_profiled(
+    target: Target,
+    options: ProfileOptions,
+    on_report: ReportSink,
+    checkpoint: ReportSink | None = None,
+    stop_gpu_timeline: Callable[[], list[dict[str, Any]]] | None = None,
+    gpu_stats: str = "off",
+) -> int:
+    """Runs ``target`` under the profiler and hands its report to ``on_report`` once, whatever
+    ends the run (see the module's docstring); returns the exit code a shell expects.
+
+    Args:
+        target: the script or module, with its arguments.
+        options: the profiler's options.
+        on_report: receives the final report (writes files, sends it to a parent, prints).
+        checkpoint: receives a partial report every ``options.checkpoint_s`` seconds.
+        stop_gpu_timeline: stops GPU sampling and returns its samples (only the GPUs the script
+            used are kept in the report).
+        gpu_stats: where the GPU samples come from (``"NVML"``, ``"demo"``, or why there are
+            none), recorded in ``options.gpu_stats``.
+    """
+    return ProfiledRun(target, options, on_report, checkpoint, stop_gpu_timeline, gpu_stats).run()

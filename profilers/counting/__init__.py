@@ -1,0 +1,3 @@
+"""The counting core: the dispatch mode and the fast path that see every op, classify its
+copies, syncs and collectives, and charge them to the user's line. NB: importing this package
+imports nothing (the report data must load without torch)."""

@@ -1,0 +1,296 @@
+"""The fast path of ``--no-kernel-timing``: Python runs for the ops that copy, sync or
+communicate, and for no other.
+
+A dispatch mode makes every op enter Python (3-9 µs each on a CPU); the copies and syncs come from
+a few dozen ops. Here those ops get a Python kernel each (``torch.library``) at the ``PreDispatch``
+key, which sits above autograd and every Python mode; every other op of every namespace gets a
+fallthrough at that key, so it never stops there; the key is switched on per thread through the
+dispatcher's thread-local include set. An intercepted op is counted by the same rules and recorder
+as the mode's (profilers/counting/ops.py, profilers/counting/comm.py), then run below the key with the key
+excluded, so the ops it calls inside are not counted again. Measured in
+benchmarks/counting_paths.py.
+
+What it does not see (the report says ``counting: "copies"``): ops other than those, so no op
+counts per line and no kernel time; ops that a Python mode or tensor subclass issues inside its own
+``__torch_dispatch__`` (torch switches the key off in there). Ops of libraries loaded after the
+profile started have no fallthrough and pass the key's own C++ fallback (about 0.5 µs each). Calls
+of the counted ops that other ops make inside themselves (a CPU ``addmm`` copying its bias into its
+output) reach it too, where a mode sees only the outer op: each costs a Python call, and counts
+only if its rule finds a transfer.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from time import perf_counter_ns as _ns
+from typing import Any
+
+import torch
+
+from profilers.counting.comm import COMM_NAMESPACES, CommRule, comm_rule
+from profilers.counting.ops import CLASSIFIERS
+from profilers.counting.recorder import Recorder
+from profilers.counting.threads import ThreadState
+from profilers.timing.charge import timed_on_fast_path
+from profilers.torch_private import (
+    composite_implicit,
+    dispatch_key_pre_dispatch,
+    exclude_dispatch_key_guard,
+    fallthrough_kernel,
+    include_dispatch_key_guard,
+    keyset_full_after,
+    tracing_context,
+)
+
+KEY = "PreDispatch"
+
+DECOMPOSED = frozenset(
+    f"aten::{name}"
+    for name in (
+        "to",
+        "item",
+        "is_nonzero",
+        "type_as",
+        "_to_cpu",
+        "pin_memory",
+        "where",
+        "argwhere",
+    )
+)
+"""Ops made of counted ops by a CompositeImplicitAutograd kernel (``to`` of ``_to_copy``,
+``item`` of ``_local_scalar_dense``...): decomposed before a Python mode takes them whole (see
+_decomposing_kernel)."""
+
+_WRAPPED_DTYPES: dict[type, torch.dtype] = {
+    bool: torch.bool,
+    int: torch.int64,
+    float: torch.float64,
+    complex: torch.complex128,
+}
+"""The dtype of a wrapped number (a Python scalar torch made a 0-dim CPU tensor), which a Python
+kernel receives back as the scalar."""
+
+
+def missing() -> str | None:
+    """What this torch lacks for the fast path, or None when it has everything."""
+    needed = {
+        "torch._C.DispatchKey.PreDispatch": dispatch_key_pre_dispatch,
+        "torch._C._IncludeDispatchKeyGuard": include_dispatch_key_guard,
+        "torch._C._ExcludeDispatchKeyGuard": exclude_dispatch_key_guard,
+        "torch._C._dispatch_keyset_full_after": keyset_full_after,
+        "torch.library.fallthrough_kernel": fallthrough_kernel,
+    }
+    lacking = [name for name, hook in needed.items() if hook is None]
+    if not hasattr(torch._ops.OpOverload, "redispatch"):
+        lacking.append("torch._ops.OpOverload.redispatch")
+    return ", ".join(lacking) or None
+
+
+def counted_ops() -> dict[Any, Any]:
+    """OpOverload -> its classifier or collective rule: the ops the fast path intercepts."""
+    ops: dict[Any, Any] = dict(CLASSIFIERS)
+    for namespace in COMM_NAMESPACES:
+        for name in torch._C._dispatch_get_all_op_names():
+            if not name.startswith(f"{namespace}::"):
+                continue
+            op = _overload(name)
+            rule = comm_rule(op) if op is not None else None
+            if rule is not None:
+                ops[op] = rule
+    return ops
+
+
+def _overload(qualified: str) -> Any:
+    """``"c10d::allreduce_"`` -> ``torch.ops.c10d.allreduce_.default``, or None."""
+    namespace, _, rest = qualified.partition("::")
+    name, _, overload = rest.partition(".")
+    try:
+        return getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
+    except (AttributeError, RuntimeError):
+        return None
+
+
+class CountingKernels:
+    """The fast path's registrations for one profile: :meth:`install` on entry (undone by the
+    stack); :meth:`on_thread` switches the key on, for the profile's thread (or its step
+    window) and for each thread the script starts."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self._after = keyset_full_after(dispatch_key_pre_dispatch)
+        self._key = torch._C.DispatchKeySet(dispatch_key_pre_dispatch)
+
+    def install(self, stack: ExitStack) -> None:
+        ops = {_qualified(op): (op, rule) for op, rule in counted_ops().items()}
+        by_namespace: dict[str, list[str]] = {}
+        for name in torch._C._dispatch_get_all_op_names():
+            by_namespace.setdefault(name.partition("::")[0], []).append(name)
+        make_library: Any = torch.library.Library
+        for namespace, names in sorted(by_namespace.items()):
+            lib = make_library(namespace, "IMPL")
+            stack.callback(lib._destroy)
+            for name in names:
+                found = ops.get(name)
+                if found is not None:
+                    op, rule = found
+                    kernel = (
+                        self._collective_kernel(op, rule)
+                        if isinstance(rule, CommRule)
+                        else self._kernel(op, rule)
+                    )
+                    lib.impl(name.partition("::")[2], kernel, KEY, with_keyset=True)
+                    continue
+                if name.partition(".")[0] in DECOMPOSED:
+                    op = _overload(name)
+                    if op is not None and composite_implicit(op):  # and, as any other op,
+                        kernel = self._decomposing_kernel(op)  # a fallthrough at the key
+                        lib.impl(name.partition("::")[2], kernel, "Python", with_keyset=True)
+                try:
+                    lib.impl(name.partition("::")[2], fallthrough_kernel, KEY)
+                except RuntimeError:
+                    pass  # an op with a kernel of its own there already: it keeps it
+
+    @contextmanager
+    def on_thread(self) -> Iterator[None]:
+        """The key switched on for this thread (threads start with it off)."""
+        with include_dispatch_key_guard(dispatch_key_pre_dispatch):
+            yield
+
+    def _decomposing_kernel(self, op: Any) -> Callable[..., Any]:
+        """``to``, ``item``... at the Python key, which they reach whole only where autograd
+        (which decomposes them first everywhere else) is off and a Python mode or tensor
+        subclass is there (inference mode under --fake-cuda's mode, say): the mode's own code
+        runs with the counting key off, so the ``_to_copy`` it would make of ``to`` is never
+        seen. Here the op is decomposed first, with the key on, and the mode gets its parts,
+        as it does outside inference mode. Never reached otherwise: free."""
+        decompose = op._op_dk
+        implicit = torch._C.DispatchKey.CompositeImplicitAutograd
+
+        def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+            return decompose(implicit, *args, **kwargs)
+
+        return kernel
+
+    def _kernel(self, op: Any, rule: Any) -> Callable[..., Any]:
+        recorder = self.recorder
+        after, key = self._after, self._key
+        name = str(op).removeprefix("aten.")
+        tensor_args = _tensor_positions(op)
+        handle = getattr(op, "_handle", None)
+        redispatch = getattr(handle, "redispatch_boxed", None) or op.redispatch
+        exclude = exclude_dispatch_key_guard
+        getframe = sys._getframe
+        is_item = name == "_local_scalar_dense.default"
+
+        def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+            enter = _ns()
+            ks = keyset & after
+            for i in tensor_args:
+                if i < len(args) and type(args[i]) in _WRAPPED_DTYPES:
+                    # A Python number torch made a tensor (CPU arithmetic casting its scalar):
+                    # never a transfer, so run, uncounted, as the mode never sees it either.
+                    if is_item:
+                        return args[0]  # a number's .item(): the number itself
+                    with exclude(key):
+                        args = _rewrap(args, tensor_args)
+                        return redispatch(ks, *args, **kwargs)
+            start = _ns()
+            with exclude(key):  # what the op calls inside is its own business
+                out = redispatch(ks, *args, **kwargs)
+            end = _ns()
+            if not recorder.active or _tracing():
+                return out
+            # NB: the op runs first and its rule looks at it after; most calls are copies
+            # within a device (torch's own, inside other ops) and stop here, before the
+            # frame walk: they cost a Python call and a rule, no more.
+            try:
+                found = rule(args, kwargs, out, recorder.is_pinned)
+                if found is None:
+                    return out
+                try:
+                    st: ThreadState = recorder._tls.s
+                except AttributeError:
+                    st = recorder.state()
+                if st.in_comm:
+                    return out  # DataParallel's comm functions count their own copies
+                try:
+                    frame: Any = getframe(1)
+                except ValueError:  # a C++ thread with no Python frames (autograd's device threads)
+                    frame = None
+                site = recorder._site(st, frame)
+                for transfer in found if isinstance(found, list) else (found,):
+                    recorder.apply(site, transfer)
+                if st.clock is not None:  # the host half of the time view (a wait, if any)
+                    timed_on_fast_path(st.clock, site, found, enter, start, end)
+            except Exception as exc:  # never into the user's code: the op ran, uncounted
+                recorder.internal_error(name, exc)
+            return out
+
+        return kernel
+
+    def _collective_kernel(self, op: Any, rule: CommRule) -> Callable[..., Any]:
+        """A collective, counted with the host's time in it (the wait, where the backend
+        blocks), at the line that called it."""
+        recorder = self.recorder
+        after, key = self._after, self._key
+        name = str(op)
+        handle = getattr(op, "_handle", None)
+        redispatch = getattr(handle, "redispatch_boxed", None) or op.redispatch
+        exclude = exclude_dispatch_key_guard
+
+        def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+            ks = keyset & after
+
+            def run(*a: Any, **k: Any) -> Any:
+                with exclude(key):
+                    return redispatch(ks, *a, **k)
+
+            if not recorder.active or _tracing():
+                return run(*args, **kwargs)
+            try:
+                try:
+                    frame: Any = sys._getframe(1)
+                except ValueError:
+                    frame = None
+                site = recorder.site_for(frame)
+            except Exception as exc:  # never into the user's code: the op runs uncounted
+                recorder.internal_error(name, exc)
+                return run(*args, **kwargs)
+            return recorder.collective(site, [0, 0.0], rule, run, args, kwargs)
+
+        return kernel
+
+
+def _qualified(op: Any) -> str:
+    """``"aten::add.Tensor"``, ``"aten::_to_copy"``: the dispatcher's name of an overload."""
+    return str(op._name)
+
+
+def _tensor_positions(op: Any) -> tuple[int, ...]:
+    """Where the op's schema takes a single Tensor (a wrapped number arrives there as a scalar)."""
+    return tuple(
+        i
+        for i, a in enumerate(op._schema.arguments)
+        if not a.kwarg_only and str(a.type) in ("Tensor", "Tensor?")
+    )
+
+
+def _rewrap(args: tuple[Any, ...], positions: tuple[int, ...]) -> tuple[Any, ...]:
+    """``args`` with each scalar where a Tensor belongs made a 0-dim CPU tensor again: of the
+    first operand's dtype for the others (an op casts its sources to it), else of a wrapped
+    number's own (double, long, bool, complex double)."""
+    out = list(args)
+    base = args[0] if isinstance(args[0], torch.Tensor) else None
+    for i in positions:
+        v = out[i] if i < len(out) else None
+        if type(v) in _WRAPPED_DTYPES:
+            dtype = base.dtype if base is not None and i > 0 else _WRAPPED_DTYPES[type(v)]
+            out[i] = torch.tensor(v, dtype=dtype)
+    return tuple(out)
+
+
+def _tracing() -> bool:
+    """torch.compile tracing the user's code (ops on fake tensors that never run)."""
+    return tracing_context is not None and tracing_context() is not None

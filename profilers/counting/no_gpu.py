@@ -1,0 +1,75 @@
+"""A script that asked for a GPU and got none ran on the CPU: its report counts nothing a GPU run
+would do (no copies, no syncs, "No hints") and a laptop user could read that as "clean". While a
+profile runs on a torch that sees no GPU (and no fake one: ``--fake-cuda``'s harness says there
+is one, so this stays off), the questions a script asks before it picks a device are watched, and
+the first that was answered "no GPU" is kept with its line, for the report to say so."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import ExitStack
+from typing import Any
+
+import torch
+
+from profilers.counting.recorder import Recorder
+from profilers.patches import set_attr
+
+#: (module, function, how the report names it): what scripts ask before choosing a device.
+QUESTIONS = (
+    ("torch.cuda", "is_available", "torch.cuda.is_available()"),
+    ("torch.cuda", "device_count", "torch.cuda.device_count()"),
+    ("torch.accelerator", "is_available", "torch.accelerator.is_available()"),
+    ("torch.accelerator", "device_count", "torch.accelerator.device_count()"),
+)
+
+
+class GpuQuestions:
+    """The first question a user line asked about GPUs that was answered "none"."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.asked: dict[str, Any] | None = None
+
+    def install(self, stack: ExitStack) -> None:
+        """Watches the questions, only where torch really sees no GPU."""
+        if torch.cuda.is_available():
+            return
+        for module_name, name, shown in QUESTIONS:
+            module = sys.modules.get(module_name)
+            original = getattr(module, name, None)
+            if module is None or original is None:
+                continue
+            set_attr(stack, module, name, self._watch(original, shown))
+
+    def _watch(self, original: Any, shown: str) -> Any:
+        def asked(*args: Any, **kwargs: Any) -> Any:
+            answer = original(*args, **kwargs)
+            if self.asked is None and not answer:
+                self._keep(shown, answer, sys._getframe(1))
+            return answer
+
+        asked.__wrapped__ = original  # type: ignore[attr-defined]
+        asked.__doc__ = original.__doc__
+        return asked
+
+    def _keep(self, shown: str, answer: Any, frame: Any) -> None:
+        user = self.recorder.user
+        f = user.first(frame)
+        if f is None:  # torch or a library asked, not the script
+            return
+        self.asked = {
+            "asked": shown,
+            "answer": answer,
+            "file": user.display(f.f_code.co_filename),
+            "line": f.f_lineno,
+        }
+
+    def fallback(self, devices: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """What the report says (``gpu_fallback``): the question, its answer and its line, when
+        the script asked and then ran no op on a GPU; else None."""
+        if self.asked is None:
+            return None
+        if any(not str(d.get("device", "cpu")).startswith("cpu") for d in devices):
+            return None
+        return dict(self.asked)

@@ -1,0 +1,397 @@
+"""The recorder: what a profile counted, per thread and per line (the hot path that feeds it is
+profilers/counting/dispatch.py; per-thread state is profilers/counting/threads.py; the backward's attribution to
+forward lines is profilers/counting/backward.py)."""
+
+from __future__ import annotations
+
+import linecache
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import torch
+
+from profilers.counting.comm import CommRule
+from profilers.counting.ops import Classifier, IsPinned, Transfer, default_is_pinned
+from profilers.counting.sites import UNKNOWN, UserCode
+from profilers.counting.threads import ThreadState, ThreadStates
+from profilers.names import OTHER, SYNCHRONIZE
+from profilers.stats import MAX_STACKS, Counters, SiteStats
+from profilers.timing.cuda_events import CudaApi, CudaTimer, TorchCuda
+from profilers.timing.timeline import StepClock
+from profilers.torch_private import BACKWARD_NODES
+
+
+class Recorder:
+    """Aggregates per site, in one table per thread (merged on demand), so threads never contend.
+
+    Args:
+        user: decides which frames are user code.
+        kernel_timing: time ops (CUDA events on GPUs, host time on the CPU).
+        timeline_capacity: the newest copy/sync events kept for the report's timeline.
+        is_pinned: tells whether a host tensor is pinned (tests inject one for fake tensors).
+        clock: seconds, for the timeline (op times use time.perf_counter).
+    """
+
+    def __init__(
+        self,
+        user: UserCode,
+        kernel_timing: bool = True,
+        timeline_capacity: int = 10_000,
+        is_pinned: IsPinned | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        cuda: CudaApi | None = None,
+    ) -> None:
+        self.user = user
+        self.kernel_timing = kernel_timing
+        self.timer: CudaTimer | None = None
+        """Times ops with CUDA events when there is a GPU (``cuda``: stand-ins for tests)."""
+        if kernel_timing and (cuda is not None or torch.cuda.is_available()):
+            self.timer = CudaTimer(cuda if cuda is not None else TorchCuda())
+        self.cuda_timing = self.timer is not None
+        self.host_timing = kernel_timing and self.timer is None
+        self.is_pinned = is_pinned or default_is_pinned
+        self.clock = clock
+        self.t0 = clock()
+        self.caller_depth: int | None = None
+        """Frames from ``__torch_dispatch__`` up to the op's caller (torch's shims included)."""
+        self.active = True
+        self.counting = "every_op"
+        """``"every_op"``: the dispatch mode sees every op; ``"copies"``: the fast path sees only
+        the ops that copy, sync or communicate (profilers/counting/kernels.py)."""
+        self.own_sync = False
+        """True while the profiler itself waits on the GPU (its one final synchronize)."""
+        self.trace_syncs = False
+        """Syncs come from PyTorch's GPU trace callbacks (opt-in) rather than the entry points."""
+        self.backward_site: SiteStats | None = None
+        """The user line of the .backward()/autograd.grad call under way, for autograd threads."""
+        self.timeline: deque[tuple[float, str | None, int, str | None, str, bool, bool]] = deque(
+            maxlen=max(0, timeline_capacity)
+        )
+        self.timeline_capacity = timeline_capacity
+        self.events_recorded = 0
+        self.devices: set[str] = set()
+        self.threads = ThreadStates()
+        self._tls = self.threads.tls
+        """The per-thread states' thread-local (read directly on the hot path)."""
+        self.state = self.threads.state
+        """This thread's state, made on its first op (see profilers/counting/threads.py)."""
+        self.release_state = self.threads.release
+        self.attributes_backward = BACKWARD_NODES
+        """Backward ops are also charged to the forward line whose op made their node."""
+        self.backward_state: ThreadState | None = None
+        """The state of the thread that called the .backward() under way (its forward first)."""
+        self._lock = threading.Lock()
+        self._info: dict[str, Any] = {}
+        """Per-op facts of the hot path, keyed by the op's qualified name (profilers/counting/dispatch.py)."""
+        self._steps: dict[str, int] = {}
+        self.step_number = 0
+        """Steps ended so far: the step the ops now running belong to."""
+        self.step_ends: deque[tuple[int, float]] = deque(maxlen=max(0, timeline_capacity))
+        """(step number, seconds since the start) of the newest step ends (the trace's slices)."""
+        self.on_step: Callable[[], None] | None = None
+        """Runs after each step (a --steps window opening or closing)."""
+        """Steps ended, by how they were told (see step())."""
+        self.internal_errors: dict[str, list[Any]] = {}
+        """op -> [count, first error]: ops whose copies and syncs could not be counted."""
+        self.step_clock: StepClock | None = None
+        """Where the time of each step goes, on the profile's own thread (None: not measured)."""
+
+    def internal_error(self, op: str, exc: BaseException) -> None:
+        """Notes that the profiler failed on ``op`` (the op itself still ran, untouched)."""
+        with self._lock:
+            found = self.internal_errors.get(op)
+            if found is None:
+                text = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                self.internal_errors[op] = [1, text]
+            else:
+                found[0] += 1
+
+    # -- sites --------------------------------------------------------------------------------
+
+    def site_for(self, frame: FrameType | None) -> SiteStats:
+        """The site of the innermost user frame, else the running backward call, else unknown."""
+        return self._site(self.state(), frame)
+
+    def _site(self, st: ThreadState, frame: FrameType | None) -> SiteStats:
+        table = st.table
+        f = self.user.first(frame)
+        if f is None:
+            return self._borrowed_site(table)
+        if f is st.last_user and f.f_lasti == st.last_lasti:
+            # A new library frame under the same user call (the next module of model(x)).
+            site = st.last_site
+            assert site is not None
+            st.last_frame = frame
+            return site
+        code = f.f_code
+        line = f.f_lineno
+        key = (code.co_filename, line)
+        site = table.get(key)
+        if site is None:
+            site = SiteStats(
+                self.user.display(code.co_filename), line, code.co_name, self.user.chain(f)
+            )
+            site.source = linecache.getline(code.co_filename, line).strip()
+            site.callers = {self.user.caller_key(f)}
+            table[key] = site
+        elif len(site.callers) < MAX_STACKS:
+            # A line reached from a new caller (a helper called from two places) keeps that
+            # chain too; the key is the next user frame up, one short walk.
+            caller = self.user.caller_key(f)
+            if caller not in site.callers:
+                site.callers.add(caller)
+                site.add_stack(self.user.chain(f))
+        st.last_frame, st.last_user, st.last_lasti, st.last_site = frame, f, f.f_lasti, site
+        return site
+
+    def _borrowed_site(self, table: dict[tuple[str, int], SiteStats]) -> SiteStats:
+        # NB: autograd's device threads run backward ops with no Python frame of the user's on
+        # their stack; they belong to the .backward() call the user is blocked in.
+        origin = self.backward_site
+        key = origin.key if origin is not None else UNKNOWN
+        site = table.get(key)
+        if site is None:
+            if origin is None:
+                site = SiteStats(UNKNOWN[0], UNKNOWN[1], "<no user frame>")
+            else:
+                site = SiteStats(origin.file, origin.line, origin.function, origin.stack)
+                site.source = origin.source
+            table[key] = site
+        return site
+
+    # -- backward ops charged to forward lines -------------------------------------------------
+
+    # -- the hot path -------------------------------------------------------------------------
+
+    def account(
+        self,
+        site: SiteStats,
+        classifier: Classifier | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        ms: float,
+        timed: list[Any] | None,
+        synced: bool,
+    ) -> Transfer | list[Transfer] | None:
+        """An op that may copy or sync: what its rule finds, else ``other`` when the GPU trace
+        saw it make the host wait (``synced``) and no rule explains why. Returns what it
+        counted (the step clock charges the op's time by it)."""
+        if classifier is not None:
+            transfer = classifier(args, kwargs, out, self.is_pinned)
+            if isinstance(transfer, list):
+                for i, t in enumerate(transfer):  # the op's time goes with its first part
+                    self.apply(site, t, ms if i == 0 else 0.0, timed if i == 0 else None)
+                return transfer
+            if transfer is not None:
+                self.apply(site, transfer, ms, timed)
+                return transfer
+        if synced:
+            found = Transfer(None, sync=OTHER)
+            self.apply(site, found)
+            return found
+        return None
+
+    def apply(
+        self, site: SiteStats, t: Transfer, ms: float = 0.0, timed: list[Any] | None = None
+    ) -> None:
+        """Counts ``t`` at ``site``; ``ms`` is the op's host time, or ``timed`` its CUDA timing
+        record (credited when the events complete)."""
+        # NB: a copy of symbolic size (nbytes None) counts, its bytes apart (Copies.unknown_bytes);
+        # the byte sums and the timeline take it as 0.
+        nbytes = t.nbytes or 0
+        if t.direction is not None:
+            copies = site.copies(t.direction)
+            copies.add(t.nbytes, t.pageable, t.non_blocking)
+            copies.time_ms += ms
+            if timed is not None:
+                timed[4] = copies
+            if t.dtype is not None:
+                site.copy_dtypes[t.dtype] = site.copy_dtypes.get(t.dtype, 0) + nbytes
+            if t.src is not None:
+                self.devices.add(t.src)
+            if t.dst is not None:
+                self.devices.add(t.dst)
+        if t.sync is not None:
+            site.syncs.add(t.sync)
+        if site.last_step != self.step_number:  # NB: two int reads per copy/sync, no more
+            site.last_step = self.step_number
+            site.steps_active += 1
+        self.events_recorded += 1
+        self.timeline.append(
+            (
+                self.clock() - self.t0,
+                t.direction,
+                nbytes,
+                t.sync,
+                f"{site.file}:{site.line}",
+                t.pageable,
+                t.non_blocking,
+            )
+        )
+
+    def collective(
+        self,
+        site: SiteStats,
+        entry: list[Any],
+        rule: CommRule,
+        call: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """Runs a collective op (or a wait on one) and counts it at ``site``, with the host time
+        it took: the host's wait where the backend blocks."""
+        t = time.perf_counter()
+        out = call(*args, **kwargs)
+        ms = (time.perf_counter() - t) * 1000.0
+        try:
+            if self.host_timing:
+                entry[1] += ms
+            if rule.op is None:
+                site.comm.wait_ms += ms
+            else:
+                site.comm.add(rule.op, rule.nbytes(args), ms)
+        except Exception as exc:
+            self.internal_error(rule.op or "wait", exc)
+        return out
+
+    def step(self, source: str) -> None:
+        """A step ended (``optimizer``: an optimizer's step; ``manual``: profilers.step())."""
+        clock = self.step_clock
+        if clock is not None and getattr(self._tls, "s", None) is not None:
+            if self._tls.s.clock is clock:  # a step ended by the profile's own thread
+                clock.close(time.perf_counter_ns())
+        with self._lock:
+            self._steps[source] = self._steps.get(source, 0) + 1
+            self.step_number += 1
+            self.step_ends.append((sum(self._steps.values()) - 1, self.clock() - self.t0))
+        if self.on_step is not None:
+            self.on_step()
+
+    def steps_seen(self) -> dict[str, Any] | None:
+        """``{"count", "source"}`` of the steps seen (optimizer steps first), None for none."""
+        for source in ("optimizer", "manual"):
+            n = self._steps.get(source, 0)
+            if n:
+                return {"count": n, "source": source}
+        return None
+
+    def waited(self, site: SiteStats, ms: float) -> None:
+        """``work.wait()`` took ``ms`` at ``site``."""
+        site.comm.wait_ms += ms
+
+    def clock_here(self) -> StepClock | None:
+        """The step clock when the calling thread is the profile's own, else None."""
+        st: ThreadState | None = getattr(self._tls, "s", None)
+        return None if st is None else st.clock
+
+    def timed_wait(
+        self,
+        frame: FrameType | None,
+        kind: str,
+        cause: str | None,
+        enter_ns: int,
+        start_ns: int,
+        end_ns: int,
+    ) -> None:
+        """A wait the mode's hot path never sees (a loader's ``__next__``, ``work.wait()``, an
+        explicit synchronize), charged to the user line of ``frame`` on the step clock."""
+        clock = self.clock_here()
+        if clock is not None:
+            site = self.site_for(frame)
+            clock.wait(site, kind, cause, enter_ns, start_ns, end_ns, time.perf_counter_ns())
+
+    # -- syncs the dispatcher never sees --------------------------------------------------------
+
+    def on_trace_sync(self, kind: str, frame: FrameType | None) -> None:
+        """A GPU trace callback: ``kind`` is ``device``, ``stream`` or ``event``."""
+        if not self.active or self.own_sync or not self.trace_syncs:
+            return
+        st = self.state()
+        if st.op is not None:
+            st.synced = True  # inside an op: charged with that op
+            return
+        if st.in_comm:
+            return
+        cause = SYNCHRONIZE
+        if kind == "stream" and _inside_tensor_printing(frame):
+            # NB: printing a CUDA tensor copies it to the host with every mode disabled
+            # (torch/_tensor_str.py), so only this stream synchronisation shows it.
+            from profilers.names import COPY_TO_HOST
+
+            cause = COPY_TO_HOST
+        self.apply(self.site_for(frame), Transfer(None, sync=cause))
+
+    # -- CUDA event timing ----------------------------------------------------------------------
+
+    def resolve(self, wait: bool = False) -> None:
+        """Adds the GPU time of ops whose events have completed; waits only when ``wait``."""
+        timer = self.timer
+        if timer is None:
+            return
+        if not wait:
+            timer.resolve()
+            return
+        self.own_sync = True
+        try:
+            timer.resolve(wait=True)
+        finally:
+            self.own_sync = False
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def merged_sites(self) -> list[SiteStats]:
+        """All threads' sites merged by (file, line), a fresh copy safe to read."""
+        states = self.threads.all()
+        tables = [st.table for st in states]
+        backwards = [st.backward for st in states]
+        merged: dict[tuple[str, int], SiteStats] = {}
+
+        def copy_of(site: SiteStats) -> SiteStats:
+            into = merged.get(site.key)
+            if into is None:
+                into = merged[site.key] = SiteStats(site.file, site.line, site.function)
+                into.source = site.source
+            return into
+
+        for table in tables:
+            for site in list(table.values()):
+                site.settle()
+                copy_of(site).merge(site)
+        for backward in backwards:
+            for ran_at, forward, ops in list(backward.values()):
+                # Ops run at the .backward() line for a node the forward line's op made: the
+                # one line's own ops, the other's backward.
+                copy_of(ran_at).add_ops(ops)
+                copy_of(forward).merge_backward(ops)
+        return list(merged.values())
+
+    def forget_nodes(self) -> None:
+        """Drop the autograd nodes kept per thread (a backward ended: with retain_graph, a
+        kept node would keep its saved tensors alive)."""
+        for st in self.threads.all():
+            st.bw_node = st.bw_ops = st.bw_site = None
+
+    def forget_frames(self) -> None:
+        """Drop the frames kept for the site cache (called when the profile ends)."""
+        for st in self.threads.all():
+            st.forget_frames()
+
+
+def totals_of(sites: list[SiteStats]) -> Counters:
+    total = Counters()
+    for s in sites:
+        total.merge(s)
+    return total
+
+
+def _inside_tensor_printing(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(("_tensor_str.py",)):
+            return True
+        frame = frame.f_back
+    return False

@@ -1,0 +1,114 @@
+"""Which frames are the user's own code, and the source site an op is charged to."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import site
+import sysconfig
+from collections.abc import Sequence
+from types import FrameType
+
+from profilers.text import printable
+
+#: Where ops with no user frame on their thread go when no .backward() call is under way.
+UNKNOWN = ("<unknown>", 0)
+
+
+def _package_dir(name: str) -> str | None:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.realpath(list(spec.submodule_search_locations)[0])
+
+
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    # NB: "scripts" (the environment's bin/) holds console-script launchers such as
+    # bin/gpuwatch, which would otherwise end every caller chain.
+    roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib", "scripts")}
+    try:
+        roots.update(site.getsitepackages())
+    except AttributeError:  # pragma: no cover
+        pass  # virtualenv's old site module has no getsitepackages; sysconfig's paths suffice
+    if site.ENABLE_USER_SITE and site.USER_SITE:
+        roots.add(site.USER_SITE)
+    for pkg in ("torch", "profilers", "gpuwatch"):
+        roots.add(_package_dir(pkg))
+    return tuple(sorted({os.path.realpath(r) + os.sep for r in roots if r}))
+
+
+class UserCode:
+    """Decides, once per file name, whether frames in it are the user's code.
+
+    By default user code is every file outside the standard library, site-packages, torch,
+    gpuwatch and profilers. With ``roots``, only files under those directories count (and still
+    never the libraries).
+    """
+
+    def __init__(self, roots: Sequence[str] | None = None) -> None:
+        self._excluded = _library_roots()
+        self._roots = tuple(os.path.realpath(r) + os.sep for r in roots) if roots else None
+        self._cache: dict[str, bool] = {}
+        self._cwd = os.getcwd() + os.sep
+
+    def __call__(self, filename: str) -> bool:
+        known = self._cache.get(filename)
+        if known is None:
+            known = self._cache[filename] = self._decide(filename)
+        return known
+
+    def _decide(self, filename: str) -> bool:
+        if filename.startswith("<"):
+            # <string> and <stdin> are code the user typed; <frozen ...> is the interpreter's.
+            # With roots given, only files under them are the user's: no file, no root.
+            # <eval_with_key>... is torch.fx's generated code (a compiled graph run by
+            # torch.compile): its ops belong to the user line that called the compiled code.
+            return self._roots is None and not filename.startswith(("<frozen", "<eval_with_key>"))
+        path = os.path.realpath(filename)
+        if path.startswith(self._excluded):
+            return False
+        if self._roots is not None:
+            return path.startswith(self._roots)
+        return True
+
+    def first(self, frame: FrameType | None) -> FrameType | None:
+        """The innermost user frame at or above ``frame``."""
+        cache = self._cache
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            known = cache.get(filename)
+            if known is None:
+                known = self(filename)
+            if known:
+                return frame
+            frame = frame.f_back
+        return None
+
+    def caller_key(self, frame: FrameType) -> tuple[str, int] | None:
+        """Where the next user frame above ``frame`` is (which caller reached this line)."""
+        up = self.first(frame.f_back)
+        return None if up is None else (up.f_code.co_filename, up.f_lineno)
+
+    def chain(self, frame: FrameType | None, limit: int = 8) -> list[str]:
+        """``file:line function`` of the user frames above ``frame`` (callers), innermost first."""
+        out: list[str] = []
+        frame = frame.f_back if frame is not None else None
+        while frame is not None and len(out) < limit:
+            frame = self.first(frame)
+            if frame is None:
+                break
+            out.append(
+                f"{self.display(frame.f_code.co_filename)}:{frame.f_lineno} {frame.f_code.co_name}"
+            )
+            frame = frame.f_back
+        return out
+
+    def display(self, filename: str) -> str:
+        """Relative to the working directory when inside it; bytes of a non-UTF-8 name as
+        ``\\xff`` escapes (the report is UTF-8)."""
+        if filename.startswith(self._cwd):
+            filename = filename[len(self._cwd) :]
+        return printable(filename)

@@ -1,0 +1,135 @@
+"""Per-thread state: what one thread's ops need, and who owns which state when.
+
+Ownership (issue: counts from threads must never be lost):
+
+* a thread gets its :class:`ThreadState` on its first op (:meth:`ThreadStates.state`), a new one
+  or one a finished thread left; from then on only that thread writes its table;
+* a thread that ends (the thread patch calls :meth:`ThreadStates.release`) hands its state,
+  counts and all, to the next new thread: memory stays bounded when a thread is started per step
+  (``nn.DataParallel``), and the counts stay where they were, in a state still listed;
+* reading (:meth:`ThreadStates.tables`) takes every state's table, never clearing one: a report
+  merges them by (file, line) into fresh objects, so a thread still writing is not disturbed;
+* what an op's rule reads of a tensor (device, shape, dtype) must be the thread's own view: on the
+  fake GPU, FakeTensorMode's "inside a kernel" mark (under which a fake tensor's device reads
+  ``meta``) was one flag for all threads, and a copy classified while another thread ran a fake
+  op was lost (one run in three of tests/test_thread_counts.py); it is per thread now
+  (profilers/fake_cuda/mode.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from types import FrameType
+from typing import Any
+
+from profilers.stats import SiteStats
+
+
+class ThreadState:
+    """What one thread's ops need, in slots (a threading.local read per op, then plain loads)."""
+
+    __slots__ = (
+        "backward",
+        "bw_node",
+        "bw_ops",
+        "bw_site",
+        "clock",
+        "fwd",
+        "fwd_site",
+        "in_comm",
+        "last_frame",
+        "last_lasti",
+        "last_site",
+        "last_user",
+        "op",
+        "synced",
+        "table",
+    )
+
+    def __init__(self) -> None:
+        self.table: dict[tuple[str, int], SiteStats] = {}
+        self.op: Any = None
+        """The op running on this thread now (for sync callbacks that fire inside it)."""
+        self.synced = False
+        self.in_comm = 0
+        self.clock: Any = None
+        """The step clock (profilers/timing/timeline.py), on the profile's own thread only."""
+        # NB: the site of the last op's calling frame. Holding the frame keeps it (and so its
+        # locals) alive until the next op or the end of the profile; in exchange, ops called
+        # from the same frame and line skip the walk up the stack.
+        self.last_frame: FrameType | None = None
+        self.last_user: FrameType | None = None
+        self.last_lasti = -1
+        self.last_site: SiteStats | None = None
+        # Forward ops' autograd nodes, per site: ``(numbers, sites, first_ops)``, where entry i
+        # says the nodes this thread numbered from numbers[i] on (to the next entry) were made
+        # by ops at sites[i], the first of them first_ops[i]. Appended only when the site
+        # changes (a site-cache miss); trimmed by replacing the whole tuple, which readers on
+        # other threads take once (the owner appends numbers last).
+        self.fwd: tuple[list[int], list[SiteStats], list[str]] = ([], [], [])
+        self.fwd_site: SiteStats | None = None
+        # Backward ops of this thread that a forward line's op made the node of, by (id of the
+        # line that ran them, id of the forward line): (that line, the forward line, {op:
+        # [count, ms]}); merged into both lines' counts when read.
+        self.backward: dict[
+            tuple[int, int], tuple[SiteStats, SiteStats, dict[str, list[float]]]
+        ] = {}
+        self.bw_node: Any = None
+        """The autograd node of the last backward op (its ops come one after another)."""
+        self.bw_ops: dict[str, list[float]] | None = None
+        self.bw_site: SiteStats | None = None
+
+    def forget_frames(self) -> None:
+        self.last_frame = self.last_user = self.last_site = None
+        self.bw_node = self.bw_ops = self.bw_site = None
+
+    def new_thread(self) -> None:
+        """A new thread takes this state over: its autograd node numbers start again."""
+        self.forget_frames()
+        self.op = None
+        self.synced = False
+        self.in_comm = 0
+        self.clock = None
+        self.fwd = ([], [], [])
+        self.fwd_site = None
+
+
+class ThreadStates:
+    """Every thread's state, one per live thread (a ``threading.local`` read per op)."""
+
+    def __init__(self) -> None:
+        self.tls = threading.local()
+        self._lock = threading.Lock()
+        self._states: list[ThreadState] = []
+        self._spare: list[ThreadState] = []
+        """States of threads that ended, for the next new thread (memory stays bounded when a
+        thread is started per step, as DataParallel does)."""
+
+    def state(self) -> ThreadState:
+        """This thread's state, on its first op made or taken over from a thread that ended."""
+        st: ThreadState | None = getattr(self.tls, "s", None)
+        if st is None:
+            with self._lock:
+                if self._spare:
+                    st = self._spare.pop()
+                    st.new_thread()
+                else:
+                    st = ThreadState()
+                    self._states.append(st)
+            self.tls.s = st
+        return st
+
+    def release(self) -> None:
+        """The calling thread ends: its state, counts and all, goes to the next new thread."""
+        st: ThreadState | None = getattr(self.tls, "s", None)
+        if st is None:
+            return
+        del self.tls.s
+        st.forget_frames()
+        with self._lock:
+            self._spare.append(st)
+
+    def all(self) -> list[ThreadState]:
+        """Every state made so far (a copy of the list: states may be added meanwhile)."""
+        with self._lock:
+            return list(self._states)

@@ -1,0 +1,290 @@
+"""The everyday CUDA API of a training script, on the fake GPU: printing and formatting its
+tensors, ``torch.save``, the memory statistics, the RNG state, NVTX ranges; and
+one line naming the API for what cannot be simulated."""
+
+from __future__ import annotations
+
+import threading
+import types
+from contextlib import ExitStack
+from typing import Any
+
+from profilers.fake_cuda.printing import fake_format, fake_repr
+
+
+def set_attr(stack: ExitStack, owner: Any, name: str, value: Any) -> None:
+    """``owner.name = value`` until ``stack`` closes (deleted again where it was absent)."""
+    sentinel = object()
+    original = getattr(owner, name, sentinel) if name in vars(owner) else sentinel
+    setattr(owner, name, value)
+    if original is sentinel:
+        stack.callback(delattr, owner, name)
+    else:
+        stack.callback(setattr, owner, name, original)
+
+
+def patch_printing(stack: ExitStack, harness: Any) -> None:
+    """``print(t)``, ``repr``, ``str`` and ``f"{t:.4f}"`` of the fake GPU's tensors."""
+    from profilers.fake_cuda.mode import FakeCudaMode
+
+    fake = harness.fake_type
+
+    def ours(t: Any) -> bool:
+        return getattr(t, "fake_mode", None) is harness.fake_mode
+
+    set_attr(stack, fake, "__repr__", fake_repr(fake.__repr__, ours, lambda: FakeCudaMode(harness)))
+    set_attr(stack, fake, "__format__", fake_format(fake.__format__, ours))
+
+
+# -- torch.save ----------------------------------------------------------------------------------
+
+
+def patch_save(stack: ExitStack, harness: Any) -> None:
+    """``torch.save`` of the fake GPU's tensors (a state_dict, a model, an optimizer's state).
+
+    NB: on a GPU, torch.save copies each tensor's storage to the host (blocking) and tags it
+    with its device (torch/serialization.py, ``location_tag``), so the file loads back only onto
+    a GPU or with ``map_location``. Here each tensor is copied to a host placeholder by a
+    ``copy_`` the profiler counts as that copy, and the placeholder's storage is tagged with the
+    fake tensor's device: the file holds zeros of the right shapes and dtypes, as a GPU's
+    checkpoint of those tensors would load (``map_location="cpu"``)."""
+    import collections
+    import weakref
+
+    import torch
+    import torch.serialization as serialization
+
+    fake = harness.fake_type
+    devices: dict[int, tuple[int, weakref.ref[Any]]] = {}
+    """Placeholder host storages (by address) -> the fake GPU they stand for."""
+
+    def __reduce_ex__(self: Any, protocol: Any) -> Any:
+        if getattr(self, "fake_mode", None) is not harness.fake_mode:
+            return original_reduce(self, protocol)
+        host = torch.empty(tuple(self.shape), dtype=self.dtype)
+        host.copy_(self.detach())  # the copy to the host a GPU makes, counted by the profiler
+        storage = host.untyped_storage()
+        devices[storage.data_ptr()] = (self.fake_device.index or 0, weakref.ref(storage))
+        if getattr(self, "_is_param", False):
+            return (
+                torch._utils._rebuild_parameter,
+                (host, self.requires_grad, collections.OrderedDict()),
+            )
+        if self.requires_grad and self.is_leaf:
+            host.requires_grad_()
+        return host.__reduce_ex__(protocol)  # type: ignore[no-untyped-call]
+
+    original_tag = serialization.location_tag
+
+    def location_tag(storage: Any) -> str:
+        found = devices.get(storage.data_ptr()) if storage.device.type == "cpu" else None
+        if found is not None and found[1]() is not None:
+            return f"cuda:{found[0]}"
+        return str(original_tag(storage))
+
+    original_reduce = fake.__reduce_ex__
+    set_attr(stack, fake, "__reduce_ex__", __reduce_ex__)
+    set_attr(stack, serialization, "location_tag", location_tag)
+
+
+# -- memory, RNG, NVTX, and what is not simulated ------------------------------------------------
+
+
+def _index(harness: Any, device: Any) -> int:
+    from profilers.fake_cuda.torch_api import index_of
+
+    index = index_of(device) if device is not None else harness.current_device()
+    return harness.current_device() if index < 0 else index
+
+
+class _CudaRt:
+    """``torch.cuda.cudart()``, for ``mem_get_info``: free is what the allocator has not
+    reserved."""
+
+    def __init__(self, harness: Any) -> None:
+        self.harness = harness
+
+    def cudaMemGetInfo(self, device: int) -> tuple[int, int]:  # noqa: N802  # CUDA's name
+        from profilers.fake_cuda.torch_api import Properties
+
+        total = Properties(device).total_memory
+        return total - self.harness.memory.reserved[device], total
+
+
+def patch_memory(stack: ExitStack, harness: Any) -> None:
+    """``memory_allocated()``, ``max_memory_allocated()``, ``memory_reserved()``,
+    ``memory_stats()``, ``memory_summary()``, ``reset_peak_memory_stats()``, ``mem_get_info()``,
+    ``empty_cache()``, ``ipc_collect()``: torch.cuda's own functions, answered by the fake GPU
+    at the C entry points they call (profilers/fake_cuda/memory.py)."""
+    import torch
+
+    memory = harness.memory
+    c = torch._C
+    for name, fn in {
+        "_cuda_memoryStats": lambda device: memory.stats(_index(harness, device)),
+        "_cuda_resetPeakMemoryStats": lambda device: memory.reset_peak(_index(harness, device)),
+        "_cuda_resetAccumulatedMemoryStats": lambda device: None,
+        "_cuda_emptyCache": memory.empty_cache,
+        "_cuda_ipc_collect": lambda: None,
+    }.items():
+        set_attr(stack, c, name, fn)
+    import torch.cuda.memory
+
+    set_attr(stack, torch.cuda, "empty_cache", torch.cuda.memory.empty_cache)
+    # NB: torch/cuda/memory.py holds its own references to these (``from . import ...``).
+    set_attr(stack, torch.cuda.memory, "is_initialized", lambda: True)
+    set_attr(stack, torch.cuda.memory, "_lazy_init", lambda: None)
+    set_attr(stack, torch.cuda, "cudart", lambda: _CudaRt(harness))
+
+
+class FakeRng:
+    """``torch.cuda``'s RNG state per fake GPU, kept in ``torch.cuda.default_generators`` (the
+    fake GPU's generators: a CUDA generator's 16 bytes, the seed then the Philox offset)."""
+
+    def __init__(self, harness: Any) -> None:
+        self.harness = harness
+
+    def _generator(self, device: Any = None) -> Any:
+        import torch.cuda
+
+        return torch.cuda.default_generators[_index(self.harness, device)]
+
+    def get_rng_state(self, device: Any = "cuda") -> Any:
+        return self._generator(device).get_state()
+
+    def set_rng_state(self, new_state: Any, device: Any = "cuda") -> None:
+        self._generator(device).set_state(new_state)
+
+    def get_rng_state_all(self) -> list[Any]:
+        return [self.get_rng_state(i) for i in range(self.harness.devices)]
+
+    def set_rng_state_all(self, new_states: Any) -> None:
+        for i, state in enumerate(new_states):
+            self.set_rng_state(state, i)
+
+    def manual_seed(self, seed: int) -> None:
+        self._generator().manual_seed(int(seed) & (2**64 - 1))
+
+    def manual_seed_all(self, seed: int) -> None:
+        for i in range(self.harness.devices):
+            self._generator(i).manual_seed(int(seed) & (2**64 - 1))
+
+    def seed(self) -> None:
+        import random
+
+        self.manual_seed(random.getrandbits(63))
+
+    def seed_all(self) -> None:
+        import random
+
+        self.manual_seed_all(random.getrandbits(63))
+
+    def initial_seed(self) -> int:
+        return int(self._generator().initial_seed())
+
+
+def patch_rng(stack: ExitStack, harness: Any) -> None:
+    import torch.cuda
+    import torch.cuda.random
+
+    rng = FakeRng(harness)
+    for owner in (torch.cuda, torch.cuda.random):
+        for name in (
+            "get_rng_state",
+            "set_rng_state",
+            "get_rng_state_all",
+            "set_rng_state_all",
+            "manual_seed",
+            "manual_seed_all",
+            "seed",
+            "seed_all",
+            "initial_seed",
+        ):
+            set_attr(stack, owner, name, getattr(rng, name))
+
+
+class FakeNvtx:
+    """NVTX ranges on the fake GPU: kept (their nesting depth, as NVTX returns it), shown
+    nowhere."""
+
+    def __init__(self) -> None:
+        self._depth = threading.local()
+        self._next_id = 0
+
+    def rangePushA(self, msg: str) -> int:  # noqa: N802  # NVTX's names
+        depth = getattr(self._depth, "n", 0)
+        self._depth.n = depth + 1
+        return depth
+
+    def rangePop(self) -> int:  # noqa: N802
+        depth = getattr(self._depth, "n", 0)
+        if depth == 0:
+            return -1
+        self._depth.n = depth - 1
+        return depth - 1
+
+    def rangeStartA(self, msg: str) -> int:  # noqa: N802
+        self._next_id += 1
+        return self._next_id
+
+    def rangeEnd(self, range_id: int) -> None:  # noqa: N802
+        pass
+
+    def markA(self, msg: str) -> None:  # noqa: N802
+        pass
+
+    def deviceRangeStart(self, msg: str, stream: int = 0) -> int:  # noqa: N802
+        return self.rangeStartA(msg)
+
+    def deviceRangeEnd(self, range_handle: Any, stream: int = 0) -> None:  # noqa: N802
+        pass
+
+
+class NotSimulated(AttributeError):
+    """A CUDA API the fake GPU cannot answer, named in one line (an AttributeError, as torch's
+    own "has no attribute" was, so that ``hasattr`` probes still say False)."""
+
+
+def _torch_cuda_caller() -> str:
+    """The outermost ``torch.cuda`` function on the stack: the API the script called."""
+    import sys
+
+    found = "torch.cuda"
+    frame = sys._getframe(2)
+    while frame is not None:
+        module = str(frame.f_globals.get("__name__", ""))
+        if module.startswith("torch.cuda"):
+            found = f"{module}.{frame.f_code.co_name}()"
+        elif found != "torch.cuda":
+            break
+        frame = frame.f_back  # type: ignore[assignment]
+    return found
+
+
+def patch_unsimulated(stack: ExitStack) -> None:
+    """What the fake GPU does not simulate says so in one line naming the API and --fake-cuda
+    (``torch._C._cuda_*`` that a CPU build lacks; NVTX is kept)."""
+    import torch
+    import torch.cuda
+    import torch.cuda.nvtx
+
+    def __getattr__(name: str) -> Any:
+        if name.startswith("_cuda_"):
+            raise NotSimulated(
+                f"gpuwatch --fake-cuda: {_torch_cuda_caller()} is not simulated on the fake GPU "
+                f"(it needs torch._C.{name}); run it on a GPU"
+            )
+        raise AttributeError(f"module 'torch._C' has no attribute '{name}'")
+
+    if "__getattr__" not in vars(torch._C):
+        set_attr(stack, torch._C, "__getattr__", __getattr__)
+    # NB: a CUDA build has these entry points, and they would answer from the real runtime (a
+    # real GPU's state, or "no NVIDIA driver"). Those the harness has not replaced (still C
+    # builtins here, as this patch comes last) are hidden while it is on, so that both builds
+    # answer alike: the __getattr__ above names them, as on a CPU-only build, which lacks them.
+    for name, value in list(vars(torch._C).items()):
+        if name.startswith("_cuda_") and isinstance(value, types.BuiltinFunctionType):
+            delattr(torch._C, name)
+            stack.callback(setattr, torch._C, name, value)
+
+    set_attr(stack, torch.cuda.nvtx, "_nvtx", FakeNvtx())

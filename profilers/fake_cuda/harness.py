@@ -1,0 +1,333 @@
+"""``--fake-cuda``: an unmodified CUDA script on a CPU-only machine, every copy and sync counted.
+
+How it holds together:
+
+* **The device guard.** c10 ships ``FakeGuardImpl``; a few lines of C++ (``guard.cpp``,
+  compiled once per torch build and loaded with ctypes) register it as CUDA's device guard. With
+  it, autograd starts a device thread per fake GPU, so ``loss.backward()`` runs on autograd's
+  device threads as it does on a GPU, and device guards on ``cuda`` work.
+* **GPU tensors are fake, host tensors are real.** :class:`FakeCudaMode` (a dispatch mode at the
+  bottom of every thread's mode stack, under the profiler's) sends every op that touches a GPU
+  tensor or makes one to a ``FakeTensorMode`` (shapes, dtypes and devices, no data, no memory),
+  and runs everything else for real: data loading, numpy, host-side logic behave as without us.
+* **Values that come back to the host are placeholders.** ``.item()``, ``float(t)``, ``bool(t)``
+  give 0 / 0.0 / False; ``.cpu()`` and ``.tolist()`` give zeros; an op whose output size depends on
+  GPU values (``nonzero``, ``t[mask]``, ``masked_select``, ``unique``) keeps every element (the
+  largest size it could have). Control flow that depends on GPU values follows the placeholders;
+  :attr:`FakeCuda.placeholders` counts them and the report says so.
+* **``torch.cuda``** says what a machine with ``devices`` GPUs says (``is_available()``,
+  ``device_count()``, ``current_device()``, ``set_device()``, ``get_device_name()``,
+  ``synchronize()``, events and streams); pinned host memory is remembered per allocation, so
+  ``pin_memory()``, ``DataLoader(pin_memory=True)`` and ``non_blocking`` copies classify as on a
+  GPU.
+
+Nothing here decides what is a copy or a sync: the profiler's own rules (``_ops.py``) see the
+same ops with the same devices as on a GPU.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from profilers.fake_cuda.apis import (
+    patch_memory,
+    patch_printing,
+    patch_rng,
+    patch_save,
+    patch_unsimulated,
+)
+from profilers.fake_cuda.build import (
+    FakeCudaUnavailable,
+    check_fake_cuda,
+    cuda_hooks,
+    guard_library,
+    install_guard,
+)
+from profilers.fake_cuda.graphs import Graphs, forbid_while_capturing, patch_graphs_and_generators
+from profilers.fake_cuda.memory import FakeMemory, PinnedMemory, Placeholders
+from profilers.fake_cuda.mode import FakeCudaMode, fake_tensor_mode
+from profilers.fake_cuda.torch_api import (
+    DEVICE_NAME,
+    FakeEvent,
+    FakeStream,
+    Optimizers,
+    Properties,
+    index_of,
+    module_apply,
+)
+from profilers.patches import lift_on_the_host
+from profilers.torch_private import THREAD_BOOTSTRAP
+
+__all__ = [
+    "DEVICE_NAME",
+    "FakeCuda",
+    "FakeCudaUnavailable",
+    "check_fake_cuda",
+    "fake_cuda",
+    "guard_library",
+    "install_guard",
+]
+
+MAX_DEVICES = 8
+"""c10's FakeGuardImpl has eight devices."""
+
+
+HARNESS: FakeCuda | None = None
+
+
+class FakeCuda:
+    """The harness: ``with FakeCuda(devices=1):`` makes ``cuda`` a fake GPU in this process."""
+
+    def __init__(self, devices: int = 1) -> None:
+        if not 1 <= devices <= MAX_DEVICES:
+            raise FakeCudaUnavailable(f"--fake-cuda takes 1 to {MAX_DEVICES} GPUs, not {devices}")
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        self.devices = devices
+        self.guard = install_guard()
+        self.fake_mode = fake_tensor_mode()
+        self.fake_type = FakeTensor
+        self.fake_lock = threading.RLock()
+        self.placeholders = Placeholders()
+        self.pinned = PinnedMemory()
+        self.optimizers = Optimizers()
+        self.memory = FakeMemory(devices)
+        self.graphs = Graphs()
+        self._stack: ExitStack | None = None
+
+    # -- devices ----------------------------------------------------------------------------
+
+    def current_device(self) -> int:
+        """The calling thread's current GPU: the device guard's, which C++ uses for "cuda"
+        with no index (``.cuda()``, ``.to("cuda")``)."""
+        return int(torch._C._accelerator_getDeviceIndex())
+
+    def set_device(self, device: Any) -> None:
+        index = index_of(device)
+        if index < 0:
+            return
+        self.check_device(torch.device("cuda", index))
+        torch._C._accelerator_setDeviceIndex(index)
+
+    def check_device(self, device: Any) -> None:
+        d = torch.device(device)
+        if d.index is not None and not 0 <= d.index < self.devices:
+            raise RuntimeError(
+                f"CUDA error: invalid device ordinal (cuda:{d.index}; this fake machine has "
+                f"{self.devices} GPU{'s' if self.devices != 1 else ''}: --fake-gpus N for more)"
+            )
+
+    def mark(self, report: Any) -> None:
+        """Says in ``report`` that its GPUs were simulated, and what the script got back that
+        was a placeholder (``options.fake_cuda``; the devices' names)."""
+        report.options["fake_cuda"] = {
+            "devices": self.devices,
+            "placeholders": self.placeholders.to_dict(),
+        }
+        if self.graphs.captures or self.graphs.errors:  # CUDA graphs: what they did, and where
+            report.options["fake_cuda"]["graphs"] = self.graphs.to_dict()
+        for entry in report.devices:
+            if str(entry.get("device", "")).startswith("cuda"):
+                entry["name"] = DEVICE_NAME
+
+    # -- entering -----------------------------------------------------------------------------
+
+    def __enter__(self) -> FakeCuda:
+        global HARNESS
+        if HARNESS is not None:
+            raise RuntimeError("--fake-cuda is already on in this process")
+        stack = ExitStack()
+        try:
+            stack.enter_context(cuda_hooks(self.devices))
+            self._patch_cuda(stack)
+            # every run starts on GPU 0, as a new process does (the fake guard's device)
+            torch._C._accelerator_setDeviceIndex(0)
+            stack.callback(torch._C._accelerator_setDeviceIndex, 0)
+            self._patch_threads(stack)
+            # NB: torch.tensor(data, device="cuda") then makes the tensor on the host and moves
+            # it with a _to_copy the modes see, as FakeTensorMode itself arranges.
+            lift_on_the_host(stack)
+            stack.enter_context(FakeCudaMode(self))
+        except BaseException:
+            stack.close()
+            raise
+        self._stack = stack
+        HARNESS = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global HARNESS
+        HARNESS = None
+        assert self._stack is not None
+        self._stack.close()
+
+    def _patch_threads(self, stack: ExitStack) -> None:
+        from torch.utils._python_dispatch import (
+            _get_current_dispatch_mode_stack,
+            _pop_mode,
+            _push_mode,
+        )
+
+        original = getattr(threading.Thread, THREAD_BOOTSTRAP, None)
+        if original is None:
+            return
+        harness = self
+
+        # NB: a thread's modes start empty; the fake GPU goes under any other mode the thread
+        # enters (the profiler's), whichever wrapper runs first.
+        def _bootstrap_inner(thread: threading.Thread) -> None:
+            if HARNESS is not harness:
+                original(thread)
+                return
+
+            def run() -> None:
+                above = list(_get_current_dispatch_mode_stack())
+                for _ in above:
+                    _pop_mode()
+                with FakeCudaMode(harness):
+                    for m in above:
+                        _push_mode(m)
+                    try:
+                        target()
+                    finally:
+                        for _ in above:
+                            _pop_mode()
+                for m in above:
+                    _push_mode(m)
+
+            target = thread.run
+            thread.run = run  # type: ignore[method-assign]
+            original(thread)
+
+        _set(stack, threading.Thread, THREAD_BOOTSTRAP, _bootstrap_inner)
+
+    def _patch_cuda(self, stack: ExitStack) -> None:
+        import torch._subclasses.fake_tensor as fake_tensor
+        import torch.cuda
+
+        cuda = torch.cuda
+        n = self.devices
+
+        def get_device_name(device: Any = None) -> str:
+            self.check_device(torch.device("cuda", index_of(device)))
+            return DEVICE_NAME
+
+        def get_device_properties(device: Any = None) -> Properties:
+            self.check_device(torch.device("cuda", index_of(device)))
+            return Properties(index_of(device))
+
+        class _DeviceContext:
+            def __init__(self, device: Any) -> None:
+                self.index = -1 if device is None else index_of(device)
+                self.prev = 0
+
+            def __enter__(self) -> None:
+                self.prev = harness.current_device()
+                if self.index >= 0:
+                    harness.set_device(self.index)
+
+            def __exit__(self, *exc: object) -> None:
+                harness.set_device(self.prev)
+
+        harness = self
+
+        def synchronize(device: Any = None) -> None:
+            forbid_while_capturing("torch.cuda.synchronize()")
+
+        def empty_cache() -> None:
+            pass
+
+        patches: dict[str, Any] = {
+            "is_available": lambda: True,
+            "device_count": lambda: n,
+            "current_device": self.current_device,
+            "set_device": self.set_device,
+            "is_initialized": lambda: True,
+            "_lazy_init": lambda: None,
+            "init": lambda: None,
+            "synchronize": synchronize,
+            "get_device_name": get_device_name,
+            "get_device_properties": get_device_properties,
+            "get_device_capability": lambda device=None: (9, 0),
+            "is_bf16_supported": lambda including_emulation=True: True,
+            "empty_cache": empty_cache,
+            "device": _DeviceContext,
+            "Event": FakeEvent,
+            "Stream": FakeStream,
+            "current_stream": lambda device=None: FakeStream(device),
+            "default_stream": lambda device=None: FakeStream(device),
+            "stream": lambda s=None: s if s is not None else FakeStream(),
+        }
+        for name, value in patches.items():
+            _set(stack, cuda, name, value)
+        accel = torch.accelerator
+        for name, value in {
+            "is_available": lambda: True,
+            "current_accelerator": lambda check_available=False: torch.device("cuda"),
+            "device_count": lambda: n,
+            "current_device_index": self.current_device,
+            "synchronize": synchronize,
+        }.items():
+            if hasattr(accel, name):
+                _set(stack, accel, name, value)
+        # NB: nn.DataParallel's scatter/broadcast/gather are C++ of a CUDA build (absent from a
+        # CPU-only torch): on fake GPUs they are the copies they make (_fake_cuda_comm.py).
+        import torch.cuda.comm
+        import torch.nn.parallel.comm
+
+        from profilers.fake_cuda import comm as _fake_cuda_comm
+
+        for module in (torch.nn.parallel.comm, torch.cuda.comm):
+            for name, fn in _fake_cuda_comm.FUNCTIONS.items():
+                if hasattr(module, name):
+                    _set(stack, module, name, fn)
+        # NB: FakeTensor's first CUDA tensor makes a real one to set up the CUDA context.
+        _set(stack, fake_tensor, "init_gpu_context", lambda device: None)
+        _set(
+            stack,
+            nn.Module,
+            "_apply",
+            module_apply(nn.Module._apply, self.fake_type, self.optimizers),
+        )
+        _set(
+            stack,
+            torch.optim.Optimizer,
+            "__init__",
+            self.optimizers.patch_init(torch.optim.Optimizer.__init__),
+        )
+
+        # NB: FakeTensor.tolist() reads element by element (an .item() each); on a GPU,
+        # tolist() is one copy to the host, and so it is here.
+        def tolist(t: torch.Tensor) -> Any:
+            return t.to("cpu").tolist()
+
+        _set(stack, self.fake_type, "tolist", tolist)
+        patch_printing(stack, self)
+        patch_save(stack, self)
+        patch_memory(stack, self)
+        patch_graphs_and_generators(stack, self)
+        patch_rng(stack, self)
+        patch_unsimulated(stack)
+
+
+def _set(stack: ExitStack, owner: Any, name: str, value: Any) -> None:
+    sentinel = object()
+    original = getattr(owner, name, sentinel)
+    setattr(owner, name, value)
+    if original is sentinel:
+        stack.callback(delattr, owner, name)
+    else:
+        stack.callback(setattr, owner, name, original)
+
+
+@contextmanager
+def fake_cuda(devices: int = 1) -> Iterator[FakeCuda]:
+    """``with fake_cuda():`` the code inside runs against ``devices`` fake GPUs."""
+    with FakeCuda(devices) as harness:
+        yield harness

@@ -1,0 +1,358 @@
+"""The dispatch mode of ``--fake-cuda``: ops on GPU tensors run on fake tensors, the rest for
+real; values and sizes the host reads back from the fake GPU are placeholders, counted."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map_only
+
+_aten = torch.ops.aten
+
+
+def fake_tensor_mode() -> Any:
+    """A ``FakeTensorMode`` whose "inside a kernel" flag is per thread.
+
+    NB: FakeTensor.device answers ``meta`` while its mode says it is inside a kernel, and the
+    stock flag is one attribute of the mode: while one thread ran a fake op, a fake tensor's
+    device read on another thread (the profiler classifying a copy) was ``meta``, and the copy
+    was lost, in about one run in three of threads copying while backward ran."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    class PerThreadFakeTensorMode(FakeTensorMode):  # type: ignore[no-untyped-call]
+        def __init__(self, **kwargs: Any) -> None:
+            self._kernel = threading.local()
+            super().__init__(**kwargs)
+
+        @property
+        def in_kernel_invocation(self) -> bool:
+            return bool(getattr(self._kernel, "on", False))
+
+        @in_kernel_invocation.setter
+        def in_kernel_invocation(self, on: bool) -> None:
+            self._kernel.on = on
+
+    return PerThreadFakeTensorMode(allow_non_fake_inputs=True)
+
+
+# -- the mode -------------------------------------------------------------------------------------
+
+
+def _is_cuda(device: Any) -> bool:
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    return False
+
+
+def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from a
+        else:
+            yield a
+    yield from kwargs.values()
+
+
+Handler = Callable[["FakeCudaMode", Any, tuple[Any, ...], dict[str, Any]], Any]
+_HANDLERS: dict[Any, Handler] = {}
+
+
+def _handles(*ops: Any) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        for op in ops:
+            _HANDLERS[op] = fn
+        return fn
+
+    return register
+
+
+class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's, untyped
+    """Runs ops on GPU tensors on fake tensors and the rest for real (see the module's text)."""
+
+    gpuwatch_kept_on_print = True
+    """On while a tensor prints: its values are the placeholders (profilers/counting/printing.py)."""
+
+    def __init__(self, harness: Any) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.harness = harness
+        self.fake = harness.fake_mode
+        # NB: one FakeTensorMode for every thread (fake tensors belong to the mode that made
+        # them), and its state while an op runs is the mode's, not the thread's: ops on fake
+        # tensors are run one at a time (meta computation only, no user code inside).
+        self.lock = harness.fake_lock
+
+    def is_fake(self, t: Any) -> bool:
+        return isinstance(t, self.harness.fake_type)
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        graphs = self.harness.graphs
+        if graphs.busy:  # a CUDA graph capture or replay under way (_fake_cuda_graphs.py)
+            done, out = graphs.replayed(func)
+            if not done:
+                out = self.run(func, args, kwargs)
+            # NB: a graph replayed while another is captured is captured with it (a child graph)
+            graphs.recorded(func, args, kwargs, out, self.is_fake)
+            return out
+        return self.run(func, args, kwargs)
+
+    def run(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        handler = _HANDLERS.get(func)
+        if handler is not None:
+            return handler(self, func, args, kwargs)
+        device = kwargs.get("device")
+        if _is_cuda(device):
+            self.harness.check_device(device)
+        elif not any(self.is_fake(t) for t in _tensors(args, kwargs)):
+            if kwargs.get("pin_memory"):  # torch.empty(..., pin_memory=True) and the like
+                kwargs = {**kwargs, "pin_memory": False}
+                return self.harness.pinned.add(func(*args, **kwargs))
+            return func(*args, **kwargs)
+        return self.on_fake(func, args, kwargs)
+
+    def on_fake(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        from torch._subclasses.fake_tensor import (
+            DataDependentOutputException,
+            DynamicOutputShapeException,
+        )
+
+        # NB: host tensors go in as fake tensors made here: given real ones, FakeTensorMode would
+        # run the op for real on them ("constant propagation"), which a CUDA op cannot do here.
+        args, kwargs = tree_map_only(torch.Tensor, self.to_fake, (args, kwargs))
+        try:
+            with self.lock, self.fake:
+                out = func(*args, **kwargs)
+            self.harness.memory.note(out, self.harness.fake_type)
+            return out
+        except DataDependentOutputException:
+            returns = func._schema.returns
+            if len(returns) == 1 and str(returns[0].type) in ("bool", "int", "float"):
+                self.harness.graphs.forbid(f"{func} (a GPU value read on the host)")
+                self.harness.placeholders.note("values")
+                return {"bool": False, "int": 0, "float": 0.0}[str(returns[0].type)]
+            raise NotImplementedError(
+                f"gpuwatch --fake-cuda: {func} reads GPU values, which a fake GPU does not have"
+            ) from None
+        except DynamicOutputShapeException:
+            raise NotImplementedError(
+                f"gpuwatch --fake-cuda: the size of {func}'s output depends on GPU values, "
+                "which a fake GPU does not have"
+            ) from None
+
+    def to_fake(self, t: torch.Tensor) -> Any:
+        if isinstance(t, self.harness.fake_type):
+            return t
+        return self.fake.from_tensor(t, static_shapes=True)
+
+    def fake_empty(self, shape: Any, like: torch.Tensor, dtype: torch.dtype | None = None) -> Any:
+        with self.lock, self.fake:
+            out = torch.empty(shape, dtype=dtype or like.dtype, device=like.device)
+        self.harness.memory.note(out, self.harness.fake_type)
+        return out
+
+    def host_placeholder(self, src: torch.Tensor, dtype: Any, pinned: bool) -> torch.Tensor:
+        self.harness.placeholders.note("host_copies")
+        out = torch.zeros(tuple(src.shape), dtype=dtype or src.dtype)
+        return self.harness.pinned.add(out) if pinned else out
+
+
+def _device_of(kwargs: dict[str, Any]) -> torch.device | None:
+    d = kwargs.get("device")
+    return torch.device(d) if d is not None else None
+
+
+@_handles(_aten._to_copy.default)
+def _to_copy(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    src = args[0]
+    dst = _device_of(kwargs)
+    if mode.is_fake(src) and dst is not None and dst.type == "cpu":
+        if not kwargs.get("non_blocking"):
+            mode.harness.graphs.forbid("a copy to the host")
+        # NB: with non_blocking=True a copy to the host allocates pinned memory
+        # (aten/src/ATen/native/TensorConversions.cpp).
+        return mode.host_placeholder(
+            src,
+            kwargs.get("dtype"),
+            bool(kwargs.get("non_blocking")) or bool(kwargs.get("pin_memory")),
+        )
+    if dst is not None and dst.type == "cuda":
+        mode.harness.check_device(dst)
+        if not mode.is_fake(src):
+            _h2d_capturable(mode, src, bool(kwargs.get("non_blocking")))
+    elif not mode.is_fake(src):
+        return func(*args, **kwargs)
+    return mode.on_fake(func, args, kwargs)
+
+
+@_handles(_aten.copy_.default)
+def _copy_(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    dst, src = args[0], args[1]
+    non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking"))
+    if mode.is_fake(dst):
+        if isinstance(src, torch.Tensor) and not mode.is_fake(src):
+            _h2d_capturable(mode, src, non_blocking)
+        return mode.on_fake(func, args, kwargs)
+    if mode.is_fake(src):  # to a real host tensor: the values are placeholders
+        if not (non_blocking and dst in mode.harness.pinned):
+            mode.harness.graphs.forbid("a copy to the host")
+        mode.harness.placeholders.note("host_copies")
+        return dst.zero_()
+    return func(*args, **kwargs)
+
+
+def _h2d_capturable(mode: FakeCudaMode, src: torch.Tensor, non_blocking: bool) -> None:
+    # NB: a graph can hold a copy from pinned host memory (cudaMemcpyAsync, read at each
+    # replay); a blocking copy waits, and a copy from pageable memory is refused while capturing.
+    if src.device.type == "cpu" and not (non_blocking and src in mode.harness.pinned):
+        mode.harness.graphs.forbid("a copy to the GPU from pageable or blocking host memory")
+
+
+@_handles(_aten._local_scalar_dense.default)
+def _item(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    t = args[0]
+    if not mode.is_fake(t):
+        return func(*args, **kwargs)
+    mode.harness.graphs.forbid(".item() (a GPU value read on the host)")
+    mode.harness.placeholders.note("values")
+    if t.dtype == torch.bool:
+        return False
+    if t.dtype.is_floating_point:
+        return 0.0
+    if t.dtype.is_complex:
+        return 0j
+    return 0
+
+
+@_handles(_aten.is_pinned.default)
+def _is_pinned(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    t = args[0]
+    if mode.is_fake(t) or t.device.type != "cpu":
+        return False
+    return t in mode.harness.pinned
+
+
+@_handles(_aten._pin_memory.default)
+def _pin(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    t = args[0]
+    if mode.is_fake(t):
+        return mode.on_fake(_aten.clone.default, (t,), {})
+    return mode.harness.pinned.add(t.clone())
+
+
+# Ops whose output size depends on the values: every element is kept (the largest output).
+
+
+def _sized_by_values(mode: FakeCudaMode, func: Any) -> None:
+    mode.harness.graphs.forbid(f"{func} (an output sized by GPU values)")
+    mode.harness.placeholders.note("sizes")
+
+
+@_handles(_aten.nonzero.default)
+def _nonzero(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    t = args[0]
+    if not mode.is_fake(t):
+        return func(*args, **kwargs)
+    _sized_by_values(mode, func)
+    return mode.fake_empty((t.numel(), t.dim()), t, torch.long)
+
+
+@_handles(_aten.masked_select.default)
+def _masked_select(
+    mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    t, mask = args[0], args[1]
+    if not (mode.is_fake(t) or mode.is_fake(mask)):
+        return func(*args, **kwargs)
+    _sized_by_values(mode, func)
+    n = torch.Size(torch.broadcast_shapes(t.shape, mask.shape)).numel()  # type: ignore[no-untyped-call]
+    return mode.fake_empty((n,), t if mode.is_fake(t) else mask, t.dtype)
+
+
+@_handles(_aten._unique2.default, _aten.unique_consecutive.default)
+def _unique(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    t = args[0]
+    if not mode.is_fake(t):
+        return func(*args, **kwargs)
+    _sized_by_values(mode, func)
+    names = [a.name for a in func._schema.arguments]
+    given = dict(zip(names, args, strict=False)) | kwargs
+    dim = given.get("dim")
+    n = t.numel() if dim is None else t.shape[dim]
+    values = mode.fake_empty((n,) if dim is None else tuple(t.shape), t)
+    inverse = mode.fake_empty(
+        tuple(t.shape) if given.get("return_inverse") else (0,), t, torch.long
+    )
+    counts = mode.fake_empty((n,) if given.get("return_counts") else (0,), t, torch.long)
+    return values, inverse, counts
+
+
+@_handles(_aten.repeat_interleave.Tensor)
+def _repeat_interleave(
+    mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    repeats = args[0]
+    if not mode.is_fake(repeats):
+        return func(*args, **kwargs)
+    size = kwargs.get("output_size")
+    if size is None:
+        _sized_by_values(mode, func)
+        size = repeats.numel()  # each element once: the repeat counts are GPU values
+    return mode.fake_empty((size,), repeats, repeats.dtype)
+
+
+def _mask_indices(mode: FakeCudaMode, indices: Any, like: torch.Tensor) -> tuple[list[Any], bool]:
+    """Boolean masks among ``indices`` as the long indices they stand for: a real host mask's
+    own (exact), a GPU mask's every element (a placeholder)."""
+    out: list[Any] = []
+    placeholder = False
+    for i in indices:
+        if isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8):
+            if mode.is_fake(i):
+                placeholder = True
+                n = i.numel()
+                out.extend(mode.fake_empty((n,), i, torch.long) for _ in range(i.dim()))
+            else:
+                out.extend(i.nonzero().unbind(1))
+        else:
+            out.append(i)
+    return out, placeholder
+
+
+@_handles(_aten.index.Tensor)
+def _index(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    t, indices = args[0], args[1]
+    if not mode.is_fake(t) and not any(mode.is_fake(i) for i in indices if i is not None):
+        return func(*args, **kwargs)
+    new, placeholder = _mask_indices(mode, indices, t)
+    if placeholder:
+        _sized_by_values(mode, func)
+    return mode.on_fake(func, (t, new, *args[2:]), kwargs)
+
+
+@_handles(_aten.index_put_.default, _aten.index_put.default, _aten._index_put_impl_.default)
+def _index_put(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    t, indices = args[0], args[1]
+    if not mode.is_fake(t):
+        return func(*args, **kwargs)
+    if any(
+        mode.is_fake(i) and i.dtype in (torch.bool, torch.uint8) for i in indices if i is not None
+    ):
+        # Which elements a GPU mask selects is a GPU value: the write is taken as done.
+        mode.harness.graphs.forbid(f"{func} with a GPU mask (an output sized by GPU values)")
+        if func is _aten.index_put.default:
+            return mode.on_fake(_aten.clone.default, (t,), {})
+        return t
+    new, _ = _mask_indices(mode, indices, t)
+    return mode.on_fake(func, (t, new, *args[2:]), kwargs)

@@ -1,0 +1,389 @@
+"""Everything the profiler changes outside its mode, each undone by an ExitStack callback.
+
+* threads: a thread started while profiling enters its own mode (modes are thread-local), so
+  ``nn.DataParallel``'s replica threads are seen;
+* ``torch.nn.parallel.comm`` / ``torch.cuda.comm``: DataParallel's broadcast, scatter, gather and
+  reduce_add run in C++ (NCCL) below the dispatcher; the wrappers count their copies;
+* ``Tensor.backward``, ``torch.autograd.backward``/``grad``: remember the user's line, for the ops
+  autograd's device threads run with no user frame;
+* explicit synchronize calls (timed on the step clock) or GPU trace callbacks;
+* a DataLoader iterator's ``__next__``: profilers/timing/inputs.py (input waits).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack
+from typing import Any
+
+import torch
+
+from profilers.counting.mode import ProfilerMode
+from profilers.counting.ops import Transfer, direction
+from profilers.counting.printing import counted_str
+from profilers.counting.recorder import Recorder
+from profilers.names import SYNCHRONIZE
+from profilers.timing.timeline import COMM, SYNC
+from profilers.torch_private import (
+    THREAD_BOOTSTRAP,
+    activate_gpu_trace,
+    gpu_trace,
+    only_lift_cpu_tensors,
+    set_only_lift_cpu_tensors,
+    tensor_str,
+)
+
+#: The recorder of the profile running in this process (at most one).
+ACTIVE: Recorder | None = None
+
+
+def set_attr(stack: ExitStack, owner: Any, name: str, value: Any) -> None:
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    stack.callback(setattr, owner, name, original)
+
+
+# -- threads ------------------------------------------------------------------------------------
+
+
+def patch_threads(
+    stack: ExitStack,
+    recorder: Recorder,
+    per_thread: Callable[[], AbstractContextManager[Any]] | None = None,
+) -> None:
+    """Threads started while profiling run inside ``per_thread()`` (default: their own mode)."""
+    enter = per_thread or functools.partial(ProfilerMode, recorder)
+    original = getattr(threading.Thread, THREAD_BOOTSTRAP, None)
+    if original is None:
+        return  # a Python without it: threads the script starts go unprofiled (MISSING says so)
+
+    # NB: _bootstrap_inner runs every thread's run(), subclasses' overrides included; wrapping it
+    # (rather than Thread.run) is what reaches DataParallel's parallel_apply workers.
+    def _bootstrap_inner(thread: threading.Thread) -> None:
+        if recorder.active and not thread.name.startswith("gpuwatch"):
+            try:
+                with enter():
+                    original(thread)
+            finally:
+                recorder.release_state()
+        else:
+            original(thread)
+
+    set_attr(stack, threading.Thread, THREAD_BOOTSTRAP, _bootstrap_inner)
+
+
+# -- backward -----------------------------------------------------------------------------------
+
+
+def patch_backward(stack: ExitStack, recorder: Recorder) -> None:
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if recorder.backward_site is not None or not recorder.active:
+                return fn(*args, **kwargs)
+            try:
+                recorder.backward_state = recorder.state()
+                recorder.backward_site = recorder.site_for(sys._getframe(1))
+            except Exception as exc:  # never into user code: the backward runs uncharged
+                recorder.internal_error(fn.__name__, exc)
+                recorder.backward_site = recorder.backward_state = None
+                return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                recorder.backward_site = None
+                recorder.backward_state = None
+                recorder.forget_nodes()
+
+        return wrapper
+
+    set_attr(stack, torch.Tensor, "backward", wrap(torch.Tensor.backward))
+    set_attr(stack, torch.autograd, "backward", wrap(torch.autograd.backward))
+    set_attr(stack, torch.autograd, "grad", wrap(torch.autograd.grad))
+
+
+# -- torch.tensor(data, device="cuda") ---------------------------------------------------------
+
+
+def lift_on_the_host(stack: ExitStack) -> None:
+    """``torch.tensor(data, device="cuda")`` copies its data to the GPU inside the call, with
+    dispatch modes excluded: a blocking copy no mode sees. With this switch (the one
+    FakeTensorMode sets) the tensor is made on the host and moved by a ``_to_copy`` after it,
+    so the copy is counted; the result is the same tensor. For the whole of a block (the fake
+    GPU); the profiler itself turns it on only around the factories (patch_tensor_factories)."""
+    if only_lift_cpu_tensors is None or set_only_lift_cpu_tensors is None:
+        return
+    if only_lift_cpu_tensors():
+        return
+    set_only_lift_cpu_tensors(True)
+    stack.callback(set_only_lift_cpu_tensors, False)
+
+
+def patch_tensor_factories(stack: ExitStack, recorder: Recorder) -> None:
+    """``torch.tensor`` and ``torch.as_tensor`` with lift_on_the_host's switch on for the call.
+
+    NB: not on for the whole run: with it on, every op of an ordinary training step costs the
+    profiler about half as much again (benchmarks/profiler_overhead.py: 1.8 vs 1.2 times a bare
+    mode's overhead)."""
+    if only_lift_cpu_tensors is None or set_only_lift_cpu_tensors is None:
+        return
+    lifted, set_lifted = only_lift_cpu_tensors, set_only_lift_cpu_tensors
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def factory(*args: Any, **kwargs: Any) -> Any:
+            if not recorder.active or lifted():
+                return fn(*args, **kwargs)
+            set_lifted(True)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                set_lifted(False)
+
+        return factory
+
+    set_attr(stack, torch, "tensor", wrap(torch.tensor))
+    set_attr(stack, torch, "as_tensor", wrap(torch.as_tensor))
+
+
+# -- steps --------------------------------------------------------------------------------------
+
+
+def count_steps(
+    stack: ExitStack, recorder: Recorder, on_step: Callable[[], None] | None = None
+) -> None:
+    """Each ``optimizer.step()`` of any torch optimizer ends a training step (a global step
+    post-hook, removed when the profile ends); ``on_step`` runs after each (a step window)."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    recorder.on_step = on_step
+
+    def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if recorder.active or on_step is not None:
+            recorder.step("optimizer")
+
+    stack.callback(register_optimizer_step_post_hook(after_step).remove)
+
+
+# -- collectives: work.wait() ---------------------------------------------------------------------
+
+
+def patch_work_wait(stack: ExitStack, recorder: Recorder) -> None:
+    """``work.wait()`` on an async collective is a host wait the dispatcher never sees: its
+    time goes to the line that called it (``comm.wait_ms``)."""
+    work = getattr(getattr(torch, "distributed", None), "Work", None)
+    if work is None or not hasattr(work, "wait"):
+        return
+    original = work.wait
+
+    @functools.wraps(original)
+    def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not recorder.active:
+            return original(self, *args, **kwargs)
+        t = time.perf_counter_ns()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            try:
+                frame = sys._getframe(1)
+                recorder.waited(recorder.site_for(frame), (time.perf_counter_ns() - t) / 1e6)
+                recorder.timed_wait(frame, COMM, None, t, t, time.perf_counter_ns())
+            except Exception as exc:  # never into user code
+                recorder.internal_error("Work.wait", exc)
+
+    set_attr(stack, work, "wait", wait)
+
+
+# -- torch.nn.parallel.comm ---------------------------------------------------------------------
+
+Pairs = Iterator[tuple[torch.Tensor, torch.Tensor, int]]
+"""(source, destination, bytes) of each copy a comm function made."""
+CommCounter = Callable[[tuple[Any, ...], dict[str, Any], Any], Pairs]
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], i: int, name: str) -> Any:
+    return args[i] if len(args) > i else kwargs.get(name)
+
+
+def _broadcast(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
+    src = _arg(args, kwargs, 0, "tensor")
+    for copy in out:
+        if copy.device != src.device:
+            yield src, copy, src.nbytes
+
+
+def _broadcast_coalesced(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
+    tensors = list(_arg(args, kwargs, 0, "tensors"))
+    if not tensors:
+        return
+    nbytes = sum(t.nbytes for t in tensors)
+    for per_device in out:
+        if per_device and per_device[0].device != tensors[0].device:
+            yield tensors[0], per_device[0], nbytes  # one coalesced transfer per device
+
+
+def _reduce_add(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
+    for t in _arg(args, kwargs, 0, "inputs"):
+        if t.device != out.device:
+            yield t, out, t.nbytes
+
+
+def _reduce_add_coalesced(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
+    if not out:
+        return
+    for group in _arg(args, kwargs, 0, "inputs"):
+        if group and group[0].device != out[0].device:
+            yield group[0], out[0], sum(t.nbytes for t in group)
+
+
+def _scatter(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
+    src = _arg(args, kwargs, 0, "tensor")
+    for chunk in out:
+        if chunk.device != src.device:
+            yield src, chunk, chunk.nbytes
+
+
+def _gather(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
+    for t in _arg(args, kwargs, 0, "tensors"):
+        if t.device != out.device:
+            yield t, out, t.nbytes
+
+
+COMM_COUNTERS: dict[str, CommCounter] = {
+    "broadcast": _broadcast,
+    "broadcast_coalesced": _broadcast_coalesced,
+    "reduce_add": _reduce_add,
+    "reduce_add_coalesced": _reduce_add_coalesced,
+    "scatter": _scatter,
+    "gather": _gather,
+}
+
+
+def wrap_comm(name: str, fn: Callable[..., Any], recorder: Recorder) -> Callable[..., Any]:
+    """``fn`` (a comm function) counting its copies; ops it dispatches inside are not re-counted."""
+    count = COMM_COUNTERS[name]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        st = recorder.state()
+        if st.in_comm or not recorder.active:
+            return fn(*args, **kwargs)
+        st.in_comm += 1
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            st.in_comm -= 1
+        try:
+            site = recorder.site_for(sys._getframe(1))
+            for src, dst, nbytes in count(args, kwargs, out):
+                way = direction(src.device, dst.device)
+                if way is not None:
+                    pageable = way == "h2d" and not recorder.is_pinned(src)
+                    recorder.apply(
+                        site,
+                        Transfer(
+                            way, nbytes, pageable, True, None, str(src.device), str(dst.device)
+                        ),
+                    )
+        except Exception as exc:  # never into user code: the result is returned uncounted
+            recorder.internal_error(f"comm.{name}", exc)
+        return out
+
+    return wrapper
+
+
+def patch_comm(stack: ExitStack, recorder: Recorder) -> None:
+    import torch.cuda.comm
+    import torch.nn.parallel.comm
+
+    for module in (torch.nn.parallel.comm, torch.cuda.comm):
+        for name in COMM_COUNTERS:
+            fn = getattr(module, name, None)
+            if fn is not None:
+                set_attr(stack, module, name, wrap_comm(name, fn, recorder))
+
+
+# -- explicit syncs -----------------------------------------------------------------------------
+
+
+def patch_explicit_syncs(stack: ExitStack, recorder: Recorder) -> None:
+    """Catches the syncs the dispatcher never sees at their Python entry points, at no per-op
+    cost: ``torch.cuda.synchronize()``, ``Stream.synchronize()``, ``Event.synchronize()``, and
+    what printing a GPU tensor (``repr``/``str``/``print``) reads, which torch does with every
+    mode disabled (profilers/counting/printing.py)."""
+
+    def wrap(fn: Callable[..., Any], cause: str) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            enter, clock, site = time.perf_counter_ns(), None, None
+            try:
+                if recorder.active and not recorder.own_sync:
+                    site = recorder.site_for(sys._getframe(1))
+                    recorder.apply(site, Transfer(None, sync=cause))
+                    clock = recorder.clock_here()
+            except Exception as exc:  # never into user code: the call goes ahead uncounted
+                recorder.internal_error(fn.__qualname__, exc)
+            if clock is None:
+                return fn(*args, **kwargs)
+            start = time.perf_counter_ns()  # the time blocked goes to the line, as the sync's
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                end = time.perf_counter_ns()
+                clock.wait(site, SYNC, cause, enter, start, end, time.perf_counter_ns())
+                clock.line(site).syncs += 1
+
+        return wrapper
+
+    set_attr(stack, torch.cuda, "synchronize", wrap(torch.cuda.synchronize, SYNCHRONIZE))
+    set_attr(
+        stack, torch.cuda.Stream, "synchronize", wrap(torch.cuda.Stream.synchronize, SYNCHRONIZE)
+    )
+    set_attr(
+        stack, torch.cuda.Event, "synchronize", wrap(torch.cuda.Event.synchronize, SYNCHRONIZE)
+    )
+    if tensor_str is not None and hasattr(tensor_str, "_str"):
+        set_attr(stack, tensor_str, "_str", counted_str(tensor_str._str, lambda: recorder.active))
+
+
+# -- GPU trace ----------------------------------------------------------------------------------
+
+_HOOKED = False
+_HOOK_LOCK = threading.Lock()
+
+
+def _forward(kind: str) -> Callable[..., None]:
+    def callback(*_args: Any) -> None:
+        recorder = ACTIVE
+        if recorder is not None:
+            recorder.on_trace_sync(kind, sys._getframe(1))
+
+    return callback
+
+
+def hook_gpu_trace() -> None:
+    """Registers the sync callbacks once per process (torch offers no way to remove them); they
+    forward to the running profile, if any. Tracing is switched on only where CUDA exists.
+
+    NB: opt-in (``trace_syncs=True``). Once on, PyTorch keeps the GPU trace on for the life of
+    the process (c10::impl::GPUTrace is set once), and every CUDA event record, allocation and
+    sync then calls into Python, a cost per op on a GPU. What it adds over the default: syncs
+    inside ops that no rule explains (cause ``other``) and syncs made from C++ code."""
+    global _HOOKED
+    with _HOOK_LOCK:
+        if _HOOKED:
+            return
+        if gpu_trace is None or activate_gpu_trace is None:
+            raise RuntimeError(
+                "--trace-syncs needs torch.cuda._gpu_trace, which this torch does not have"
+            )
+        gpu_trace.register_callback_for_device_synchronization(_forward("device"))
+        gpu_trace.register_callback_for_stream_synchronization(_forward("stream"))
+        gpu_trace.register_callback_for_event_synchronization(_forward("event"))
+        if torch.cuda.is_available():
+            activate_gpu_trace()
+        _HOOKED = True

@@ -1,0 +1,400 @@
+"""``profilers.profile()``: the context manager users and gpuwatch's CLI hold."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Any
+
+from profilers import patches as _patches
+from profilers.counting import kernels as _kernels
+from profilers.counting.devices import describe_devices
+from profilers.counting.kernels import CountingKernels
+from profilers.counting.mode import ProfilerMode
+from profilers.counting.no_gpu import GpuQuestions
+from profilers.counting.ops import IsPinned
+from profilers.counting.recorder import Recorder, totals_of
+from profilers.counting.sites import UserCode
+from profilers.counting.user_fake import per_thread_kernel_flag
+from profilers.counting.window import StepWindow
+from profilers.records import Site, Totals
+from profilers.report import Report
+from profilers.stats import SiteStats
+from profilers.timing.calibrate import start_clock
+from profilers.timing.cuda_events import CudaApi
+from profilers.timing.inputs import patch_input
+from profilers.timing.verdict import last_step, time_section
+
+_ENTER_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Options:
+    kernel_timing: bool = True
+    """Time every op: CUDA events on GPUs (resolved lazily), host time on the CPU."""
+    user_code: tuple[str, ...] | None = None
+    """Directories whose files count as user code; None: anything outside the libraries."""
+    timeline_capacity: int = 10_000
+    """How many of the newest copy/sync events the timeline keeps."""
+    threads: bool = True
+    """Profile threads started while profiling (DataParallel replicas)."""
+    comm: bool = True
+    """Count torch.nn.parallel.comm copies (DataParallel broadcast/scatter/gather/reduce)."""
+    steps: tuple[int, int | None] | None = None
+    """Profile only steps ``[A, B)`` (B None: to the end), steps ended by optimizer.step() or
+    profilers.step(); outside them the mode is off the stack."""
+    count_ops: bool | None = None
+    """Count every op per line through the dispatch mode. None: when timing ops (which needs
+    every op) or where the fast path cannot serve (``trace_syncs``, a torch without its hooks);
+    otherwise only the ops that copy, sync or communicate reach Python (profilers/counting/kernels.py)."""
+    trace_syncs: bool = False
+    """Use PyTorch's GPU trace callbacks for syncs (adds syncs inside ops no rule explains, at a
+    cost per CUDA event for the rest of the process); off: explicit synchronize calls and the
+    printing of GPU tensors are caught at their Python entry points."""
+    time_steps: int = 64
+    """Where each step's time goes (profilers/timing/): the newest steps kept in full (the run's
+    sums cover all of them); 0: not measured. Not with ``steps`` (a window)."""
+
+
+class Profile:
+    """A single-use profile; see :func:`profilers.profile`."""
+
+    def __init__(
+        self, options: Options, is_pinned: IsPinned | None = None, cuda: CudaApi | None = None
+    ) -> None:
+        self.options = options
+        self._is_pinned = is_pinned
+        self._cuda = cuda
+        self._recorder: Recorder | None = None
+        self._window: StepWindow | None = None
+        self._stack: ExitStack | None = None
+        self._gpu_questions: GpuQuestions | None = None
+        self._state = "new"
+        self._thread: int | None = None
+        self._started = 0.0
+        self._duration_s: float | None = None
+        self._ended_ns: int | None = None
+        self.started_at: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._state == "running"
+
+    def __enter__(self) -> Profile:
+        if self._state != "new":
+            raise RuntimeError(
+                "this profile has already run; start a new one with profilers.profile()"
+            )
+        with _ENTER_LOCK:
+            if _patches.ACTIVE is not None:
+                raise RuntimeError(
+                    "a gpuwatch profile is already running in this process; profiles cannot be "
+                    "nested (leave the outer one first)"
+                )
+            recorder = Recorder(
+                UserCode(self.options.user_code),
+                kernel_timing=self.options.kernel_timing,
+                timeline_capacity=self.options.timeline_capacity,
+                is_pinned=self._is_pinned,
+                cuda=self._cuda,
+            )
+            _patches.ACTIVE = recorder
+        self._recorder = recorder
+        stack = ExitStack()
+        try:
+            recorder.trace_syncs = self.options.trace_syncs
+            if self.options.trace_syncs:
+                _patches.hook_gpu_trace()
+            else:
+                _patches.patch_explicit_syncs(stack, recorder)
+            counting, why = _counting(self.options)
+            recorder.counting = counting
+            if why:
+                print(f"gpuwatch: {why}", file=sys.stderr)
+            per_thread: Callable[[], AbstractContextManager[Any]] = partial(ProfilerMode, recorder)
+            if counting == "copies":
+                kernels = CountingKernels(recorder)
+                kernels.install(stack)
+                per_thread = kernels.on_thread
+            if self.options.threads:
+                _patches.patch_threads(stack, recorder, per_thread)
+            if self.options.comm:
+                _patches.patch_comm(stack, recorder)
+            _patches.patch_backward(stack, recorder)
+            _patches.patch_tensor_factories(stack, recorder)
+            _patches.patch_work_wait(stack, recorder)
+            self._gpu_questions = GpuQuestions(recorder)
+            self._gpu_questions.install(stack)
+            per_thread_kernel_flag(stack)
+            timed = self.options.time_steps > 0 and self.options.steps is None
+            # NB: on a fake GPU each op's host time is mostly the simulation's own work: charged
+            # to the user's lines it would make every step "launch-bound" (honest time: never).
+            timed = timed and not _simulated_gpus()
+            if timed:
+                patch_input(stack, recorder, _patches.set_attr)
+            # What this thread runs inside while it counts: the mode, or the fast path's key.
+            counts = per_thread()
+            if timed:
+                recorder.step_clock = start_clock(recorder, self.options.time_steps)
+            if self.options.steps is None:
+                _patches.count_steps(stack, recorder)
+                stack.enter_context(counts)
+            else:
+                a, b = self.options.steps
+                self._window = StepWindow(recorder, counts, a, b)
+                _patches.count_steps(stack, recorder, self._window.on_step)
+                stack.callback(self._window.leave)
+        except BaseException:
+            stack.close()
+            _patches.ACTIVE = None
+            raise
+        self._stack = stack
+        self._state = "running"
+        self._thread = threading.get_ident()
+        self._started = time.perf_counter()
+        self.started_at = _dt.datetime.now(_dt.UTC).astimezone().isoformat()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread != threading.get_ident():
+            raise RuntimeError("a profile must be left on the thread that entered it")
+        recorder = self._recorder
+        assert recorder is not None and self._stack is not None
+        self._ended_ns = time.perf_counter_ns()
+        try:
+            self._stack.close()
+        finally:
+            recorder.active = False
+            recorder.forget_frames()
+            _patches.ACTIVE = None
+            self._duration_s = time.perf_counter() - self._started
+            self._state = "done"
+            if recorder.cuda_timing:
+                recorder.resolve(wait=True)  # the profiler's one wait on the GPU
+
+    # -- results --------------------------------------------------------------------------------
+
+    def _steps_seen(self, recorder: Recorder) -> dict[str, Any] | None:
+        seen = recorder.steps_seen()
+        if self._window is None:
+            return seen
+        return _window_steps(self._window, seen)
+
+    def _sites(self) -> list[SiteStats]:
+        if self._recorder is None:
+            raise RuntimeError("this profile has not started")
+        return self._recorder.merged_sites()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Running totals and sites (``gpuwatch.profile/1`` shape) without stopping or waiting."""
+        recorder = self._recorder
+        if recorder is None:
+            raise RuntimeError("this profile has not started")
+        if recorder.cuda_timing and recorder.active:
+            recorder.resolve(wait=False)
+        return self.report(partial=self.running).to_dict()
+
+    def live_snapshot(self, top: int = 30) -> dict[str, Any]:
+        """A compact view of the run so far for a live display in another process: elapsed
+        seconds, totals, devices and the ``top`` busiest sites (no timeline). Cheap enough to
+        take several times a second; never waits for the GPU."""
+        recorder = self._recorder
+        if recorder is None:
+            raise RuntimeError("this profile has not started")
+        if recorder.cuda_timing and recorder.active:
+            recorder.resolve(wait=False)
+        sites = self._sites()
+        totals = totals_of(sites)
+        sites.sort(
+            key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms, s.ops), reverse=True
+        )
+        return {
+            "elapsed_s": round(time.perf_counter() - self._started, 3),
+            "totals": totals.counters_dict(),
+            "devices": describe_devices(recorder.devices),
+            "sites": [Site.of(s).to_dict(top_ops=3) for s in sites[:top]],
+            "site_count": len(sites),
+            "events_recorded": recorder.events_recorded,
+            "counting": recorder.counting,
+            "time": last_step(recorder.step_clock),
+        }
+
+    def report(
+        self, command: Sequence[str] = (), exit_code: int = 0, partial: bool | None = None
+    ) -> Report:
+        """The report of the run (or, while it runs, of the run so far)."""
+        recorder = self._recorder
+        if recorder is None:
+            raise RuntimeError("this profile has not started")
+        sites = self._sites()
+        sites.sort(
+            key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms, s.ops), reverse=True
+        )
+        events = list(recorder.timeline)
+        duration = (
+            self._duration_s
+            if self._duration_s is not None
+            else time.perf_counter() - self._started
+        )
+        devices = describe_devices(recorder.devices)
+        return Report(
+            command=list(command),
+            exit_code=exit_code,
+            duration_s=duration,
+            devices=devices,
+            totals=Totals.of(totals_of(sites)),
+            sites=[Site.of(s) for s in sites],
+            timeline={
+                "capacity": recorder.timeline_capacity,
+                "recorded": recorder.events_recorded,
+                "dropped": recorder.events_recorded - len(events),
+                "events": [
+                    {
+                        "t": round(t, 6),
+                        "direction": way,
+                        "bytes": nbytes,
+                        "sync": sync,
+                        "site": site,
+                        "pageable": pageable,
+                        "non_blocking": non_blocking,
+                    }
+                    for t, way, nbytes, sync, site, pageable, non_blocking in events
+                ],
+                "step_ends": [{"step": n, "t": round(t, 6)} for n, t in list(recorder.step_ends)],
+            },
+            partial=self.running if partial is None else partial,
+            options={
+                **asdict(self.options),
+                "kernel_timing_source": _timing_source(recorder),
+                "counting": recorder.counting,
+            },
+            started_at=self.started_at,
+            internal_errors={
+                op: {"count": int(n), "error": str(text)}
+                for op, (n, text) in list(recorder.internal_errors.items())
+            },
+            steps=self._steps_seen(recorder),
+            gpu_fallback=self._gpu_questions.fallback(devices)
+            if self._gpu_questions is not None
+            else None,
+            time=self._time(recorder),
+        )
+
+    def _time(self, recorder: Recorder) -> dict[str, Any] | None:
+        clock = recorder.step_clock
+        if clock is None:
+            return None
+        now = self._ended_ns if self._ended_ns is not None else time.perf_counter_ns()
+        return time_section(clock, now)
+
+
+def _simulated_gpus() -> bool:
+    """Whether ``--fake-cuda``'s harness is on (without importing it when it is not)."""
+    fake = sys.modules.get("profilers.fake_cuda.harness")
+    return fake is not None and getattr(fake, "HARNESS", None) is not None
+
+
+def _window_steps(window: StepWindow, seen: dict[str, Any] | None) -> dict[str, Any]:
+    first, end = window.covered
+    return {
+        "count": end - first,
+        "source": seen["source"] if seen else "none",
+        "window": [first, end],
+        "seen": window.steps,
+    }
+
+
+def step() -> None:
+    """Marks the end of a step (for loops with no optimizer: inference, evaluation); with an
+    optimizer, each ``optimizer.step()`` already ends one. Does nothing outside a profile."""
+    recorder = _patches.ACTIVE
+    if recorder is not None and (recorder.active or recorder.on_step is not None):
+        recorder.step("manual")
+
+
+def _counting(options: Options) -> tuple[str, str | None]:
+    """``("copies", None)``: the fast path; ``("every_op", why)``: the dispatch mode, with the
+    line to print when the fast path was wanted but this torch cannot take it."""
+    if options.count_ops or options.kernel_timing:
+        return "every_op", None
+    if options.count_ops is None and options.trace_syncs:
+        return "every_op", None  # a sync the trace reports inside any op needs every op
+    lacking = _kernels.missing()
+    if lacking:
+        return "every_op", (
+            f"this torch lacks {lacking}; counting through the dispatch mode instead "
+            "(every op enters Python: slower, same counts)"
+        )
+    return "copies", None
+
+
+def _timing_source(recorder: Recorder) -> str:
+    if not recorder.kernel_timing:
+        return "off"
+    return "cuda_events" if recorder.cuda_timing else "host"
+
+
+def profile(
+    *,
+    kernel_timing: bool = True,
+    user_code: Sequence[str] | None = None,
+    timeline_capacity: int = 10_000,
+    threads: bool = True,
+    comm: bool = True,
+    trace_syncs: bool = False,
+    count_ops: bool | None = None,
+    is_pinned: IsPinned | None = None,
+    cuda: CudaApi | None = None,
+    steps: tuple[int, int | None] | None = None,
+    time_steps: int = 64,
+) -> Profile:
+    """Count copies, syncs and kernel time of the code run inside ``with profile() as prof:``.
+
+    Args:
+        kernel_timing: time every op (CUDA events on the op's stream, read back lazily; host time
+            for CPU tensors). Off: only counts.
+        user_code: directories whose files are "user code" for attribution; by default every
+            file outside the standard library, site-packages, torch, gpuwatch and profilers.
+        timeline_capacity: newest copy/sync events kept for the timeline (older ones are counted
+            in ``timeline["dropped"]``).
+        threads: give threads started while profiling their own mode.
+        comm: count ``torch.nn.parallel.comm`` copies (DataParallel).
+        trace_syncs: take syncs from PyTorch's GPU trace callbacks: also those inside ops no rule
+            explains (cause ``other``) and those made from C++, but every CUDA event and
+            allocation then calls into Python, for the rest of the process. Off (the default):
+            explicit ``synchronize()`` calls and printed GPU tensors are caught where Python
+            calls them, at no per-op cost.
+        count_ops: count every op per line (the dispatch mode) even without kernel timing. By
+            default only timing does: without it, only the ops that copy, sync or communicate
+            reach Python (several times cheaper) and the report has no op counts
+            (``options["counting"] == "copies"``).
+        is_pinned: how to tell pinned host memory (tests pass one for fake tensors).
+        cuda: the CUDA calls kernel timing makes (tests pass stand-ins); by default the real
+            ones when a GPU is there.
+        steps: ``(A, B)``: profile steps A to B-1 only (B None: to the end), a step ended by
+            each ``optimizer.step()`` or ``profilers.step()`` on this thread; outside them the
+            dispatch mode is off the stack and the code runs at full speed.
+        time_steps: where each step's time goes (``report.time``): the newest steps kept in
+            full; 0: not measured (nor with ``steps``).
+
+    A profile runs once; profiles cannot be nested. Leaving the block, also by an exception,
+    restores every patch and the dispatch mode.
+    """
+    opts = Options(
+        kernel_timing=kernel_timing,
+        user_code=tuple(user_code) if user_code else None,
+        timeline_capacity=timeline_capacity,
+        threads=threads,
+        comm=comm,
+        trace_syncs=trace_syncs,
+        steps=steps,
+        count_ops=count_ops,
+        time_steps=time_steps,
+    )
+    return Profile(opts, is_pinned=is_pinned, cuda=cuda)

@@ -1,0 +1,171 @@
+"""Kernel time of ops on a GPU: two CUDA events around each op on the op's stream, read back
+lazily with ``query()`` and never waited on until the profile ends."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+
+from profilers.torch_private import cuda_current_stream, cuda_event_base
+
+
+class CudaApi(Protocol):
+    """The CUDA calls the timer makes (tests pass a TorchCuda with stand-in parts)."""
+
+    def stream_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int] | None:
+        """The stream an op with these arguments runs on, and its GPU's index; None for an op
+        that runs on no GPU."""
+
+    def new_event(self) -> Any:
+        """A timing event with ``query()`` and ``elapsed_time(other)``."""
+
+    record: Callable[[Any, Any], None]
+    """``record(event, stream)``."""
+
+    def synchronize(self, device: int) -> None:
+        """Waits for everything queued on GPU ``device`` (the profiler's one wait, at the end)."""
+
+
+class TorchCuda:
+    """The real calls. The current stream is looked up in C and its Stream object kept per
+    (stream, device): ``torch.cuda.current_stream()`` builds a new one in Python on every call,
+    several times the cost of recording the two events."""
+
+    tensor_types: tuple[type, ...] = (torch.Tensor, torch.nn.Parameter)
+    """Exact types of the tensors whose ops are timed: fake tensors and subclasses are not."""
+
+    def __init__(self) -> None:
+        self._current: Any = cuda_current_stream
+        self._streams: dict[Any, Any] = {}
+        # NB: the C method under torch.cuda.Event.record, whose Python wrapper (a frame and a
+        # super() call) would cost a third of each record.
+        base = cuda_event_base
+        self.record: Callable[[Any, Any], None] = getattr(base, "record", _record)
+
+    def stream_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int] | None:
+        a0: Any = args[0] if args else None
+        if type(a0) in (list, tuple) and a0:
+            a0 = a0[0]
+        types = self.tensor_types
+        if type(a0) in types and a0.is_cuda:
+            device = a0.get_device()
+        elif isinstance(a0, torch.Tensor) and type(a0) not in types:
+            return None  # a fake tensor or a subclass: no kernel of its own to time
+        else:
+            a1: Any = args[1] if len(args) > 1 else None
+            if type(a1) in types and a1.is_cuda:  # copy_(host_dst, gpu_src), host scalar + gpu
+                device = a1.get_device()
+            else:  # a copy to a GPU (.to/.cuda), a factory (zeros, randn) on a GPU
+                target = kwargs.get("device")
+                if type(target) is not torch.device or target.type != "cuda":
+                    return None
+                device = target.index if target.index is not None else self.current_device()
+        if self._current is None:  # a torch without the C lookup
+            return torch.cuda.current_stream(device), device
+        key = self._current(device)  # (stream id, device index, device type)
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = self.make_stream(key)
+        return stream, device
+
+    def make_stream(self, key: tuple[int, int, int]) -> Any:
+        return torch.cuda.Stream(  # type: ignore[no-untyped-call]  # torch leaves it untyped
+            stream_id=key[0], device_index=key[1], device_type=key[2]
+        )
+
+    def current_device(self) -> int:
+        return torch.cuda.current_device()
+
+    def new_event(self) -> Any:
+        return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+
+    def synchronize(self, device: int) -> None:
+        torch.cuda.synchronize(device)
+
+
+def _record(event: Any, stream: Any) -> None:
+    event.record(stream)
+
+
+class CudaTimer:
+    """Pairs of pooled events per op; each op's GPU milliseconds are added, once both events
+    have completed, to its ``[count, ms]`` entry and to the copies it made, if any.
+
+    Use per op: ``timed = begin(args)``, run the op, ``record = end(timed, entry)``, optionally
+    ``record[4] = copies``, then ``queue(record)``.
+    """
+
+    RESOLVE_EVERY = 512
+    """Ops queued between two looks at which events have completed."""
+
+    def __init__(self, api: CudaApi) -> None:
+        self.api = api
+        self._record = api.record
+        self._pending: deque[list[Any]] = deque()
+        """[start event, end event, device, op entry, Copies to credit or None]"""
+        self._free: list[Any] = []
+        self._since_resolve = 0
+        self._resolving = threading.Lock()
+        self.events_made = 0
+
+    def begin(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int, Any] | None:
+        """Records the start event on the op's stream, or returns None when the op runs on no
+        GPU (it is not timed)."""
+        found = self.api.stream_for(args, kwargs)
+        if found is None:
+            return None
+        stream, device = found
+        start = self._event()
+        self._record(start, stream)
+        return stream, device, start
+
+    def end(self, timed: tuple[Any, int, Any], entry: list[Any]) -> list[Any]:
+        stream, device, start = timed
+        end = self._event()
+        self._record(end, stream)
+        return [start, end, device, entry, None]
+
+    def queue(self, record: list[Any]) -> None:
+        self._pending.append(record)
+        self._since_resolve += 1
+        if self._since_resolve >= self.RESOLVE_EVERY:
+            self.resolve()
+
+    def _event(self) -> Any:
+        if self._free:
+            return self._free.pop()
+        self.events_made += 1
+        return self.api.new_event()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def resolve(self, wait: bool = False) -> None:
+        """Credits the ops whose events have completed, oldest first; waits for the GPUs first
+        only when ``wait`` (the end of the profile). A resolve already under way on another
+        thread is not waited for."""
+        if not self._pending or not self._resolving.acquire(blocking=wait):
+            return
+        try:
+            self._since_resolve = 0
+            pending = self._pending
+            if wait:
+                for device in sorted({p[2] for p in pending}):
+                    self.api.synchronize(device)
+            while pending:
+                start, end, _device, entry, copies = pending[0]
+                if not wait and not end.query():
+                    break
+                pending.popleft()
+                ms = start.elapsed_time(end)
+                entry[1] += ms
+                if copies is not None:
+                    copies.time_ms += ms
+                self._free += (start, end)
+        finally:
+            self._resolving.release()
