@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.cli import main as gpuwatch_main
+from gpuwatch.cli.main import main as gpuwatch_main
 
 PARAM_BYTES = 64 * 64 * 4 + 64 * 4  # Linear(64, 64): weight and bias, float32 = 16640
 

@@ -277,7 +277,7 @@ class FakeCuda:
             if hasattr(accel, name):
                 _set(stack, accel, name, value)
         # NB: nn.DataParallel's scatter/broadcast/gather are C++ of a CUDA build (absent from a
-        # CPU-only torch): on fake GPUs they are the copies they make (_fake_cuda_comm.py).
+        # CPU-only torch): on fake GPUs they are the copies they make (fake_cuda/comm.py).
         import torch.cuda.comm
         import torch.nn.parallel.comm
 

@@ -99,7 +99,7 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
     ) -> Any:
         kwargs = kwargs or {}
         graphs = self.harness.graphs
-        if graphs.busy:  # a CUDA graph capture or replay under way (_fake_cuda_graphs.py)
+        if graphs.busy:  # a CUDA graph capture or replay under way (fake_cuda/graphs.py)
             done, out = graphs.replayed(func)
             if not done:
                 out = self.run(func, args, kwargs)
