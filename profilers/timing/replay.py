@@ -33,7 +33,6 @@ causes and lines), in one linear pass over the replayed intervals.
 
 from __future__ import annotations
 
-import heapq
 from typing import Any
 
 from profilers.timing.idle import END_OF_STEP
@@ -148,29 +147,50 @@ def replay(ops: list[ReplayOp], *, steps: int = 1, drop_overhead: bool = False) 
     tails: dict[int, int] = {}
     engines: dict[str, int] = {}
     events: dict[int, int] = {}
-    per_stream: dict[int, list[tuple[int, int, str]]] = {}
     spans: list[tuple[int, int, int, str]] = []
     waits: list[Wait] = []
     gpu_end = 0
+    grouped = any(op.every > 1 for op in ops)
     for step in range(steps):
         for op in ops:
-            if op.every > 1 and (step + 1) % op.every:
+            if grouped and op.every > 1 and (step + 1) % op.every:
                 continue
             t += op.host_ns - op.overhead_ns if drop_overhead else op.host_ns
             kind = op.kind
             s = op.stream
-            if kind == HOST:
+            # NB: the common case (a kernel, a copy) inline: a call per op would cost a third.
+            if kind == KERNEL or kind in COPIES:
+                start = tails.get(s, 0)
+                if t > start:
+                    start = t
+                engine = kind in ENGINE_COPIES
+                if engine:
+                    free = engines.get(kind, 0)
+                    if free > start:
+                        start = free
+                end = start + op.gpu_ns
+                tails[s] = end
+                if engine:
+                    engines[kind] = end
+                if end > start:
+                    spans.append((start, end, s, op.site))
+                    if end > gpu_end:
+                        gpu_end = end
+                if end > t and (
+                    op.sync is not None or (engine and not (op.pinned and op.non_blocking))
+                ):
+                    waits.append((t, end, SYNC if op.sync is not None else COPY, op.sync, op.site))
+                    t = end
+            elif kind == HOST:
                 continue
-            if kind == RECORD:
+            elif kind == RECORD:
                 tail = tails.get(s, 0)
                 events[op.event] = tail if tail > t else t
-                continue
-            if kind == WAIT:
+            elif kind == WAIT:
                 done = events.get(op.event, 0)
                 if done > tails.get(s, 0):
                     tails[s] = done
-                continue
-            if kind == SYNC:
+            elif kind == SYNC:
                 if op.event >= 0:
                     until = events.get(op.event, 0)
                 elif s == DEVICE:
@@ -180,23 +200,17 @@ def replay(ops: list[ReplayOp], *, steps: int = 1, drop_overhead: bool = False) 
                 if until > t:
                     waits.append((t, until, SYNC, op.sync, op.site))
                     t = until
-                continue
-            if kind == INPUT or kind == COMM:
+            else:  # INPUT, COMM: the host waits; a collective may run on its stream too
                 if op.gpu_ns:
-                    end = _run(op, t, tails, engines, per_stream, spans)
+                    start = max(t, tails.get(s, 0))
+                    tails[s] = end = start + op.gpu_ns
+                    spans.append((start, end, s, op.site))
                     gpu_end = max(gpu_end, end)
                 if op.wait_ns:
                     waits.append((t, t + op.wait_ns, kind, None, op.site))
                     t += op.wait_ns
-                continue
-            end = _run(op, t, tails, engines, per_stream, spans)
-            if end > gpu_end:
-                gpu_end = end
-            if end > t and op.blocks_host:
-                waits.append((t, end, SYNC if op.sync is not None else COPY, op.sync, op.site))
-                t = end
     wall = max(t, gpu_end)
-    busy, idle_by_cause, idle_by_line = _charge(wall, per_stream, waits)
+    busy, idle_by_cause, idle_by_line = _charge(wall, spans, waits)
     host = dict.fromkeys((*WAITS, LAUNCH), 0)
     for a, b, kind, _cause, _site in waits:
         host[kind] += b - a
@@ -204,46 +218,14 @@ def replay(ops: list[ReplayOp], *, steps: int = 1, drop_overhead: bool = False) 
     return ReplayResult(steps, wall, t, busy, idle_by_cause, idle_by_line, host, spans)
 
 
-def _run(
-    op: ReplayOp,
-    t: int,
-    tails: dict[int, int],
-    engines: dict[str, int],
-    per_stream: dict[int, list[tuple[int, int, str]]],
-    spans: list[tuple[int, int, int, str]],
-) -> int:
-    """Queues ``op`` on its stream at host time ``t``; returns when it ends on the GPU."""
-    s = op.stream
-    start = tails.get(s, 0)
-    if t > start:
-        start = t
-    engine = op.kind if op.kind in ENGINE_COPIES else None
-    if engine is not None:
-        free = engines.get(engine, 0)
-        if free > start:
-            start = free
-    end = start + op.gpu_ns
-    tails[s] = end
-    if engine is not None:
-        engines[engine] = end
-    if end > start:
-        found = per_stream.get(s)
-        if found is None:
-            found = per_stream[s] = []
-        found.append((start, end, op.site))
-        spans.append((start, end, s, op.site))
-    return end
-
-
 def _charge(
-    wall: int, per_stream: dict[int, list[tuple[int, int, str]]], waits: list[Wait]
+    wall: int, spans: list[tuple[int, int, int, str]], waits: list[Wait]
 ) -> tuple[int, dict[str, int], dict[tuple[str, str, str | None], int]]:
     """Busy ns, and the idle ns of ``[0, wall)`` by cause and by line, by the rule of
     :func:`profilers.timing.idle.charge` (slack 0). Each stream's spans are in start order
     (a stream runs its ops in order), and so are the host's waits (the host runs one at a time),
     so one merge and one walk do it."""
-    lists = list(per_stream.values())
-    ordered = lists[0] if len(lists) == 1 else list(heapq.merge(*lists))
+    ordered = sorted(spans)  # NB: runs of one stream are sorted already: timsort merges them
     totals = dict.fromkeys((*WAITS, LAUNCH), 0)
     by_line: dict[tuple[str, str, str | None], int] = {}
     busy = 0
@@ -276,7 +258,7 @@ def _charge(
         if b > cur:
             _add(totals, by_line, refill, next_site, b - cur)
 
-    for a, b, site in ordered:
+    for a, b, _stream, site in ordered:
         if a > t:
             gap(t, a, site)
         if b > t:

@@ -252,11 +252,12 @@ def candidates(
     the lines whose copied tensors were made by a factory on the host (the ``created_on_cpu``
     hint; only there can the tensor be made on the device instead)."""
     made_here = set(on_device)
-    seen: dict[str, None] = dict.fromkeys(op.site for op in ops)
+    by_site: dict[str, list[ReplayOp]] = {}
+    for op in ops:
+        by_site.setdefault(op.site, []).append(op)
     probes = [WhatIf(k, every=every, workers=workers) for k in KINDS]
     out: list[WhatIf] = []
-    for site in seen:
-        mine = [op for op in ops if op.site == site]
+    for site, mine in by_site.items():
         for probe in probes:
             if probe.kind == ON_DEVICE and site not in made_here:
                 continue
