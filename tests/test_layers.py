@@ -33,7 +33,10 @@ def test_ruff_lint_and_import_boundaries():
         ("gpuwatch/monitor/nvml", "from gpuwatch.app import top", "gpuwatch.app"),
         ("gpuwatch/report", "import textual", "textual"),
         ("gpuwatch/report", "import torch", "torch"),
-        ("gpuwatch/report", "from gpuwatch.profile.live.app import LiveApp", "gpuwatch.app"),
+        ("gpuwatch/report", "from gpuwatch.app.widgets import GpuCard", "gpuwatch.app"),
+        ("gpuwatch/report", "from gpuwatch.profile.live.app import LiveApp", "gpuwatch.profile"),
+        ("gpuwatch/monitor", "import torch", "torch"),
+        ("gpuwatch/monitor", "from gpuwatch.profile import run", "gpuwatch.profile"),
     ],
 )
 def test_each_layer_bans_what_sits_above_it(where, line, banned):

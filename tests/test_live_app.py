@@ -325,7 +325,7 @@ def test_a_stack_of_the_child_reads_as_the_users_own():
         'Thread 9707 (idle): "MainThread"\n'
         "    <module> (loop.py:9)\n"
         "    _exec_script (gpuwatch/profile/runner.py:206)\n"
-        "    dispatch (/site/lib/profilers/_dispatch.py:180)\n"
+        "    dispatch (/site/lib/profilers/counting/dispatch.py:180)\n"
         "    run (gpuwatch/profile/run.py:155)\n"
         "    _run_code (<frozen runpy>:88)\n"
         'Thread 9713 (idle): "gpuwatch-live-reporter"\n'

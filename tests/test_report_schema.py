@@ -228,7 +228,7 @@ def test_rendering_a_saved_report_never_imports_torch(tmp_path):
     (tmp_path / "r.json").write_text(json.dumps(rich_report()))
     code = (
         "import sys\n"
-        "from gpuwatch import cli\n"
+        "from gpuwatch.cli import main as cli\n"
         "code = cli.main(['report', 'r.json', '--html', 'r.html'])\n"
         "assert code == 0, code\n"
         "print(sorted(m for m in ('torch', 'textual') if m in sys.modules))\n"

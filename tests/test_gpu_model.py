@@ -1,0 +1,158 @@
+"""The model of a named GPU (profilers/timing/gpu_model/): published figures looked up by name,
+FLOPs and bytes of known ops exact, and a roofline worked out by hand. Meta tensors throughout:
+only shapes and dtypes matter."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from profilers.timing.gpu_model import SPECS, UnknownGpuError, gpu_spec
+from profilers.timing.gpu_model.rates import (
+    COPY_LATENCY_NS,
+    MEMORY_FRACTION,
+    MIN_KERNEL_NS,
+    copy_ns,
+    fill_ns,
+    memory_check,
+    pcie_bytes_per_s,
+)
+from profilers.timing.gpu_model.roofline import op_cost, predict_op_ns
+
+aten = torch.ops.aten
+
+
+def meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.empty(*shape, device="meta", dtype=dtype)
+
+
+def test_a_matmuls_flops_and_bytes_are_exact():
+    a, b = meta(64, 128), meta(128, 32)
+    cost = op_cost(aten.mm.default, (a, b), {}, aten.mm.default(a, b), allow_tf32=False)
+    assert cost.flops == 2 * 64 * 128 * 32 == 524_288
+    assert cost.nbytes == (64 * 128 + 128 * 32 + 64 * 32) * 4 == 57_344
+    assert (cost.dtype, cost.tensor_cores, cost.tiles) == ("float32", True, 1)
+
+
+def test_a_convolutions_flops_and_bytes_are_exact():
+    x, w, bias = meta(8, 3, 32, 32), meta(16, 3, 3, 3), meta(16)
+    args = (x, w, bias, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    out = aten.convolution.default(*args)
+    assert tuple(out.shape) == (8, 16, 32, 32)
+    cost = op_cost(aten.convolution.default, args, {}, out, allow_tf32=True)
+    # 2 FLOPs per multiply-add, each output element sums 3 x 3 x 3 products.
+    assert cost.flops == 2 * (8 * 16 * 32 * 32) * (3 * 3 * 3) == 7_077_888
+    assert cost.nbytes == (8 * 3 * 32 * 32 + 16 * 27 + 16 + 8 * 16 * 32 * 32) * 4 == 624_384
+    assert cost.dtype == "tf32"  # cuDNN's default for float32 convolutions
+    assert cost.tiles == math.ceil(8 * 32 * 32 / 128) * 1 == 64
+
+
+def test_an_add_is_one_flop_per_output_element_and_views_cost_nothing():
+    a = meta(1000, dtype=torch.float16)
+    cost = op_cost(aten.add.Tensor, (a, a), {}, aten.add.Tensor(a, a))
+    assert (cost.flops, cost.nbytes, cost.dtype, cost.tensor_cores) == (
+        1000,
+        6000,
+        "float16",
+        False,
+    )
+    h100 = gpu_spec("H100")
+    assert predict_op_ns(h100, aten.add.Tensor, (a, a), {}, a) == MIN_KERNEL_NS
+    view = aten.view.default(a, [10, 100])
+    assert predict_op_ns(h100, aten.view.default, (a, [10, 100]), {}, view) == 0
+
+
+def test_a_matmuls_time_on_an_h100_is_the_roofline_worked_out_by_hand():
+    a = meta(4096, 4096, dtype=torch.bfloat16)
+    out = aten.mm.default(a, a)
+    # 2 x 4096^3 FLOPs on the tensor cores (989.4 TFLOP/s bfloat16 dense, H100 SXM datasheet);
+    # 32 x 32 tiles of 128 x 128 over 132 SMs: 8 waves, 1,024 of 1,056 SM slots busy.
+    compute_s = 2 * 4096**3 / (989.4e12 * 1024 / 1056)
+    # 3 matrices of 4096^2 bfloat16 at 90% of 3.35 TB/s: well under the compute time.
+    memory_s = 3 * 4096 * 4096 * 2 / (3.35e12 * MEMORY_FRACTION)
+    assert memory_s < compute_s
+    assert predict_op_ns(gpu_spec("H100"), aten.mm.default, (a, a), {}, out) == round(
+        compute_s * 1e9
+    )  # 143,252 ns
+    # In float32 without TF32 it runs on the CUDA cores (66.9 TFLOP/s).
+    f = meta(4096, 4096)
+    got = predict_op_ns(gpu_spec("H100-SXM"), aten.mm.default, (f, f), {}, f, allow_tf32=False)
+    assert got == round(2 * 4096**3 / (66.9e12 * 1024 / 1056) * 1e9)
+
+
+def test_a_memory_bound_op_runs_at_the_achievable_bandwidth():
+    a = meta(64 * 1024 * 1024)  # 256 MiB read twice, written once
+    out = aten.mul.Tensor(a, a)
+    l4 = gpu_spec("l4")
+    expected = round(3 * 256 * 2**20 / (300e9 * MEMORY_FRACTION) * 1e9)
+    assert predict_op_ns(l4, aten.mul.Tensor, (a, a), {}, out) == expected
+
+
+def test_copies_go_at_the_buss_rate_pinned_or_staged():
+    h100, t4 = gpu_spec("h100"), gpu_spec("T4")
+    gen5 = 32e9 * 128 / 130 / 8 * 16 * 256 / 280  # per direction, TLP payload share
+    assert pcie_bytes_per_s(h100) == pytest.approx(gen5)
+    assert copy_ns(h100, "h2d", 10**9) == COPY_LATENCY_NS + round(1e9 / gen5 * 1e9)
+    # Pageable: the host's staging copy (12.8 GB/s) in series with the link.
+    assert copy_ns(t4, "h2d", 10**9, pinned=False) == COPY_LATENCY_NS + round(
+        1e9 * (1 / (8e9 * 128 / 130 / 8 * 16 * 256 / 280) + 1 / 12.8e9) * 1e9
+    )
+    assert copy_ns(h100, "p2p", 450 * 10**6) == COPY_LATENCY_NS + 1_000_000  # NVLink 450 GB/s
+    assert copy_ns(t4, "p2p", 10**6) == copy_ns(t4, "h2d", 10**6)  # no NVLink: PCIe
+    assert fill_ns(h100, 1024) == MIN_KERNEL_NS
+
+
+def test_a_peak_that_does_not_fit_says_so_with_its_line():
+    l4 = gpu_spec("L4")
+    assert memory_check(l4, 20 * 2**30) is None
+    assert memory_check(l4, int(31.2 * 2**30), "train.py:88") == (
+        "would not fit on an L4: 31.2 GiB at train.py:88 (the L4 has 24 GiB)"
+    )
+    assert memory_check(gpu_spec("T4"), 17 * 2**30).startswith("would not fit on a T4: 17.0 GiB")
+
+
+@pytest.mark.parametrize(
+    ("name", "canonical"),
+    [
+        ("h100", "H100-SXM"),
+        ("H100-SXM", "H100-SXM"),
+        ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+        ("h100 pcie", "H100-PCIe"),
+        ("rtx4090", "RTX-4090"),
+        ("GeForce RTX 4090", "RTX-4090"),
+        ("A100-80GB", "A100-80GB"),
+        ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+        ("Tesla T4", "T4"),
+        ("gtx1080", "GTX-1080"),
+        ("GTX 980", "GTX-980"),
+        ("k80", "K80"),
+        ("H200", "H200"),
+    ],
+)
+def test_names_are_looked_up_forgivingly(name: str, canonical: str):
+    assert gpu_spec(name).name == canonical
+
+
+def test_an_unknown_gpu_is_a_typed_error_listing_the_known_ones():
+    with pytest.raises(UnknownGpuError) as err:
+        gpu_spec("B200")
+    assert err.value.name == "B200"
+    assert "H100-SXM" in err.value.known and "GTX-980" in err.value.known
+    assert str(err.value).startswith("unknown GPU 'B200'; known: H200, H100-SXM, ")
+
+
+def test_the_table_covers_the_gpus_users_have_with_dense_peaks():
+    names = {s.name for s in SPECS}
+    wanted = "H200 H100-SXM A100-80GB A100-40GB L40S L4 A10 T4 V100 RTX-4090 RTX-3090 P100 K80"
+    assert set(wanted.split()) | {"GTX-1080", "GTX-980"} <= names
+    for s in SPECS:
+        assert s.source and s.memory_bytes > 0 and s.memory_bytes_per_s > 0
+        for dtype, rate in s.tensor_flops.items():
+            # Tensor cores never rate below the CUDA cores (GeForce TF32: equal).
+            assert rate >= s.peak_flops(dtype, tensor_cores=False), (s.name, dtype)
+    # Dense figures: the datasheets' "with sparsity" ones halved (A100: 624 -> 312).
+    assert gpu_spec("a100").tensor_flops["bfloat16"] == 312e12
+    assert gpu_spec("h100").peak_flops("float8", tensor_cores=True) == 1978.9e12
+    assert gpu_spec("t4").peak_flops("bfloat16", tensor_cores=True) == 8.1e12  # no bf16 cores
