@@ -155,6 +155,7 @@ def profile(options: ProfileOptions, target: Any) -> int:
             print(untested, file=sys.stderr)
     wanted = outputs(options.json_path, options.html_path, options.trace_path)
     wanted += [output_for(path) for path in options.output_paths]
+    _check_options(options)
     if options.nproc_per_node:
         from gpuwatch.profile.ranks import run_ranks
 
@@ -179,7 +180,6 @@ def profile(options: ProfileOptions, target: Any) -> int:
                 file=sys.stderr,
             )
     check_outputs(wanted, inputs=[] if target.module else [target.name])
-    _check_options(options)
     limits = budget_for(options.budget, options.no_budget)
     if options.fake_cuda:
         _check_fake_cuda(options.fake_gpus)

@@ -35,8 +35,9 @@ LAUNCHER_GRACE_S = 2.0
 
 def rank_options(options: ProfileOptions, json_pattern: str) -> ProfileOptions:
     """What each rank is given: the user's options, quiet, its one output the JSON at
-    ``json_pattern`` (``{rank}`` replaced by the rank), launching nothing itself; the budget
-    is checked on the merged report, the project's by each rank (as a plain run would)."""
+    ``json_pattern`` (``{rank}`` replaced by the rank), launching nothing itself, no screen;
+    ``--budget`` is refused with ranks (check the merged report), the project's budget is
+    read by each rank (as a plain run would) unless ``--no-budget``."""
     return options.replace(
         quiet=True,
         json_path=json_pattern,
@@ -44,6 +45,8 @@ def rank_options(options: ProfileOptions, json_pattern: str) -> ProfileOptions:
         trace_path=None,
         output_paths=(),
         nproc_per_node=0,
+        live=False,
+        demo=False,
         budget=None,
     )
 
