@@ -17,7 +17,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from profilers.budgets import Budget, BudgetError
+from profilers.errors import (
+    FakeCudaUnavailable,
+    MissingTorchApi,
+    NotSimulated,
+    ProfilerError,
+    ProfilerWarning,
+    ProfileStateError,
+    SlowerCounting,
+)
 from profilers.names import CAUSES, DIRECTIONS
+from profilers.options import FakeCudaRun, Options, RunOptions
 from profilers.records import Site, Totals
 from profilers.report import SCHEMA, Report, ReportFormatError
 from profilers.stats import Copies, Counters, SiteStats, Syncs
@@ -25,7 +35,7 @@ from profilers.stats import Copies, Counters, SiteStats, Syncs
 if TYPE_CHECKING:
     from profilers.counting.ops import Transfer, classify, direction
     from profilers.guard import BudgetExceeded, Guard, budget, no_syncs
-    from profilers.session import Options, Profile, profile, step
+    from profilers.session import Profile, profile, step
 
 #: What needs torch, imported on first use: reading and rendering a saved report never does.
 _LAZY = {
@@ -36,7 +46,6 @@ _LAZY = {
     "Transfer": "profilers.counting.ops",
     "classify": "profilers.counting.ops",
     "direction": "profilers.counting.ops",
-    "Options": "profilers.session",
     "Profile": "profilers.session",
     "profile": "profilers.session",
     "step": "profilers.session",
@@ -63,6 +72,15 @@ __all__ = [
     "BudgetExceeded",
     "Copies",
     "Counters",
+    "FakeCudaRun",
+    "FakeCudaUnavailable",
+    "MissingTorchApi",
+    "NotSimulated",
+    "ProfileStateError",
+    "ProfilerError",
+    "ProfilerWarning",
+    "RunOptions",
+    "SlowerCounting",
     "Guard",
     "Options",
     "Profile",

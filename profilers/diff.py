@@ -231,7 +231,7 @@ def line_time_ms(report: Report, site: Site | None) -> float | None:
 
 
 def _run(report: Report, path: str) -> dict[str, Any]:
-    fake = report.options.get("fake_cuda")
+    fake = report.options.fake_cuda
     return {
         "time": run_time(report),
         "path": path,

@@ -84,7 +84,7 @@ class Guard(ContextDecorator):
         if per_step:
             raise ValueError(
                 f"{limits.source}: {per_step[0]}: a guarded block is judged as a whole, not per "
-                "step (gpuwatch profile --budget checks budgets per step)"
+                "step (a profile's report is checked per step: profilers.budgets.check_report)"
             )
         self.budget = limits
         self._user_code = tuple(user_code) if user_code else None

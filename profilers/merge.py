@@ -151,7 +151,7 @@ def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report
             "events": events,
         },
         partial=bool(missing) or any(by_rank[k].partial for k in ranks),
-        options={**first.options, "merged_ranks": len(ranks)},
+        options=first.options.replace(merged_ranks=len(ranks)),
         gpu_samples=[{**g, "rank": k} for k in ranks for g in by_rank[k].gpu_samples],
         started_at=min((by_rank[k].started_at or "" for k in ranks), default=None) or None,
         error="; ".join(errors) or None,

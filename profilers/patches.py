@@ -26,6 +26,7 @@ from profilers.counting.mode import ProfilerMode
 from profilers.counting.ops import Transfer, direction
 from profilers.counting.printing import counted_str
 from profilers.counting.recorder import Recorder
+from profilers.errors import MissingTorchApi
 from profilers.names import SYNCHRONIZE
 from profilers.timing.timeline import COMM, SYNC
 from profilers.torch_private import (
@@ -378,9 +379,7 @@ def hook_gpu_trace() -> None:
         if _HOOKED:
             return
         if gpu_trace is None or activate_gpu_trace is None:
-            raise RuntimeError(
-                "--trace-syncs needs torch.cuda._gpu_trace, which this torch does not have"
-            )
+            raise MissingTorchApi("trace_syncs", "torch.cuda._gpu_trace")
         gpu_trace.register_callback_for_device_synchronization(_forward("device"))
         gpu_trace.register_callback_for_stream_synchronization(_forward("stream"))
         gpu_trace.register_callback_for_event_synchronization(_forward("event"))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profilers.options import RunOptions
 from profilers.records import Site, Totals
 from profilers.stats import Counters
 from profilers.text import printable
@@ -40,7 +41,8 @@ class Report:
     """Copy and sync events, newest ``capacity`` kept: ``{"t", "direction", "bytes", "sync", "site"}``."""
     partial: bool = False
     """True when the run did not finish (an exception, Ctrl-C, a killed child)."""
-    options: dict[str, Any] = field(default_factory=dict)
+    options: RunOptions = field(default_factory=RunOptions)
+    """How the run was profiled (JSON: ``options``)."""
     gpu_samples: list[dict[str, Any]] = field(default_factory=list)
     """GPU utilisation/memory/PCIe over the run (``{"t", "gpu", ...}``), filled by the CLI."""
     started_at: str | None = None
@@ -71,7 +73,7 @@ class Report:
     def counts_ops(self) -> bool:
         """Whether every op was counted (the dispatch mode); False on the fast path of
         ``--no-kernel-timing``, which sees only the ops that copy, sync or communicate."""
-        return bool(self.options.get("counting", "every_op") == "every_op")
+        return self.options.counts_ops
 
     def top_sites(self, key: str, n: int = 10) -> list[Site]:
         """Sites with the most ``bytes`` moved, ``syncs``, ``kernel_time_ms``, ``ops``, or
@@ -110,7 +112,7 @@ class Report:
             "sites": [s.to_dict() for s in self.sites],
             "timeline": self.timeline,
             "gpu_samples": self.gpu_samples,
-            "options": self.options,
+            "options": self.options.to_dict(),
             "internal_errors": self.internal_errors,
             "rank": self.rank,
             "world_size": self.world_size,
@@ -146,7 +148,7 @@ class Report:
                     d.get("timeline") or {"capacity": 0, "recorded": 0, "dropped": 0, "events": []}
                 ),
                 partial=_bool(d.get("partial", False), "partial"),
-                options=dict(d.get("options", {})),
+                options=RunOptions.from_dict(d.get("options")),
                 gpu_samples=list(d.get("gpu_samples", [])),
                 started_at=d.get("started_at"),
                 error=d.get("error"),

@@ -6,9 +6,9 @@ import datetime as _dt
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
 
@@ -23,6 +23,8 @@ from profilers.counting.recorder import Recorder, totals_of
 from profilers.counting.sites import UserCode
 from profilers.counting.user_fake import per_thread_kernel_flag
 from profilers.counting.window import StepWindow
+from profilers.errors import ProfileStateError, SlowerCounting
+from profilers.options import Options, RunOptions
 from profilers.records import Site, Totals
 from profilers.report import Report
 from profilers.stats import SiteStats
@@ -32,34 +34,6 @@ from profilers.timing.inputs import patch_input
 from profilers.timing.verdict import last_step, time_section
 
 _ENTER_LOCK = threading.Lock()
-
-
-@dataclass(frozen=True)
-class Options:
-    kernel_timing: bool = True
-    """Time every op: CUDA events on GPUs (resolved lazily), host time on the CPU."""
-    user_code: tuple[str, ...] | None = None
-    """Directories whose files count as user code; None: anything outside the libraries."""
-    timeline_capacity: int = 10_000
-    """How many of the newest copy/sync events the timeline keeps."""
-    threads: bool = True
-    """Profile threads started while profiling (DataParallel replicas)."""
-    comm: bool = True
-    """Count torch.nn.parallel.comm copies (DataParallel broadcast/scatter/gather/reduce)."""
-    steps: tuple[int, int | None] | None = None
-    """Profile only steps ``[A, B)`` (B None: to the end), steps ended by optimizer.step() or
-    profilers.step(); outside them the mode is off the stack."""
-    count_ops: bool | None = None
-    """Count every op per line through the dispatch mode. None: when timing ops (which needs
-    every op) or where the fast path cannot serve (``trace_syncs``, a torch without its hooks);
-    otherwise only the ops that copy, sync or communicate reach Python (profilers/counting/kernels.py)."""
-    trace_syncs: bool = False
-    """Use PyTorch's GPU trace callbacks for syncs (adds syncs inside ops no rule explains, at a
-    cost per CUDA event for the rest of the process); off: explicit synchronize calls and the
-    printing of GPU tensors are caught at their Python entry points."""
-    time_steps: int = 64
-    """Where each step's time goes (profilers/timing/): the newest steps kept in full (the run's
-    sums cover all of them); 0: not measured. Not with ``steps`` (a window)."""
 
 
 class Profile:
@@ -88,14 +62,15 @@ class Profile:
 
     def __enter__(self) -> Profile:
         if self._state != "new":
-            raise RuntimeError(
-                "this profile has already run; start a new one with profilers.profile()"
+            raise ProfileStateError(
+                "this profile has already run; start a new one with profilers.profile()", "ran"
             )
         with _ENTER_LOCK:
             if _patches.ACTIVE is not None:
-                raise RuntimeError(
-                    "a gpuwatch profile is already running in this process; profiles cannot be "
-                    "nested (leave the outer one first)"
+                raise ProfileStateError(
+                    "a profile is already running in this process; profiles cannot be "
+                    "nested (leave the outer one first)",
+                    "nested",
                 )
             recorder = Recorder(
                 UserCode(self.options.user_code),
@@ -116,7 +91,7 @@ class Profile:
             counting, why = _counting(self.options)
             recorder.counting = counting
             if why:
-                print(f"gpuwatch: {why}", file=sys.stderr)
+                warnings.warn(SlowerCounting.of(why), stacklevel=2)
             per_thread: Callable[[], AbstractContextManager[Any]] = partial(ProfilerMode, recorder)
             if counting == "copies":
                 kernels = CountingKernels(recorder)
@@ -163,7 +138,9 @@ class Profile:
 
     def __exit__(self, *exc: object) -> None:
         if self._thread != threading.get_ident():
-            raise RuntimeError("a profile must be left on the thread that entered it")
+            raise ProfileStateError(
+                "a profile must be left on the thread that entered it", "thread"
+            )
         recorder = self._recorder
         assert recorder is not None and self._stack is not None
         self._ended_ns = time.perf_counter_ns()
@@ -188,14 +165,14 @@ class Profile:
 
     def _sites(self) -> list[SiteStats]:
         if self._recorder is None:
-            raise RuntimeError("this profile has not started")
+            raise ProfileStateError("this profile has not started", "not_started")
         return self._recorder.merged_sites()
 
     def snapshot(self) -> dict[str, Any]:
         """Running totals and sites (``gpuwatch.profile/1`` shape) without stopping or waiting."""
         recorder = self._recorder
         if recorder is None:
-            raise RuntimeError("this profile has not started")
+            raise ProfileStateError("this profile has not started", "not_started")
         if recorder.cuda_timing and recorder.active:
             recorder.resolve(wait=False)
         return self.report(partial=self.running).to_dict()
@@ -206,7 +183,7 @@ class Profile:
         take several times a second; never waits for the GPU."""
         recorder = self._recorder
         if recorder is None:
-            raise RuntimeError("this profile has not started")
+            raise ProfileStateError("this profile has not started", "not_started")
         if recorder.cuda_timing and recorder.active:
             recorder.resolve(wait=False)
         sites = self._sites()
@@ -231,7 +208,7 @@ class Profile:
         """The report of the run (or, while it runs, of the run so far)."""
         recorder = self._recorder
         if recorder is None:
-            raise RuntimeError("this profile has not started")
+            raise ProfileStateError("this profile has not started", "not_started")
         sites = self._sites()
         sites.sort(
             key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms, s.ops), reverse=True
@@ -269,11 +246,11 @@ class Profile:
                 "step_ends": [{"step": n, "t": round(t, 6)} for n, t in list(recorder.step_ends)],
             },
             partial=self.running if partial is None else partial,
-            options={
-                **asdict(self.options),
-                "kernel_timing_source": _timing_source(recorder),
-                "counting": recorder.counting,
-            },
+            options=RunOptions(
+                profile=self.options,
+                kernel_timing_source=_timing_source(recorder),
+                counting=recorder.counting,
+            ),
             started_at=self.started_at,
             internal_errors={
                 op: {"count": int(n), "error": str(text)}
@@ -319,18 +296,15 @@ def step() -> None:
 
 
 def _counting(options: Options) -> tuple[str, str | None]:
-    """``("copies", None)``: the fast path; ``("every_op", why)``: the dispatch mode, with the
-    line to print when the fast path was wanted but this torch cannot take it."""
+    """``("copies", None)``: the fast path; ``("every_op", lacking)``: the dispatch mode, with
+    the hooks this torch lacks when the fast path was wanted but cannot run."""
     if options.count_ops or options.kernel_timing:
         return "every_op", None
     if options.count_ops is None and options.trace_syncs:
         return "every_op", None  # a sync the trace reports inside any op needs every op
     lacking = _kernels.missing()
     if lacking:
-        return "every_op", (
-            f"this torch lacks {lacking}; counting through the dispatch mode instead "
-            "(every op enters Python: slower, same counts)"
-        )
+        return "every_op", str(lacking)
     return "copies", None
 
 

@@ -80,7 +80,7 @@ def test_once_fits_the_terminal_and_demo_gpus_needs_demo(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert max(len(line) for line in out.splitlines()) <= 80 and "H100" in out
     assert main(["top", "--demo-gpus", "3", "--once"]) == 2
-    assert "--demo-gpus goes with --demo" in capsys.readouterr().err
+    assert "--fake-gpus goes with --demo" in capsys.readouterr().err
 
 
 def test_once_text_lists_a_lost_gpu_and_no_processes():

@@ -89,7 +89,7 @@ def test_gpu_ops_and_copies_get_their_event_time_once_the_gpu_is_there():
     assert running["totals"]["kernel_time_ms"] == 0  # nothing waited for while running
     assert gpu.synchronized == []
     r = prof.report()
-    assert r.options["kernel_timing_source"] == "cuda_events"
+    assert r.options.kernel_timing_source == "cuda_events"
     # randn and empty on the host: counted, not timed.
     assert site_at(r, line_of("host")).ops == 1 and site_at(r, line_of("host")).kernel_time_ms == 0
     h2d = site_at(r, line_of("h2d"))
@@ -165,4 +165,4 @@ def test_without_kernel_timing_no_event_is_recorded():
     with profilers.profile(cuda=gpu, kernel_timing=False, is_pinned=never_pinned) as prof:
         with fake_mode():
             torch.ones(4, device="cuda:0") + 1
-    assert gpu.recorded == [] and prof.report().options["kernel_timing_source"] == "off"
+    assert gpu.recorded == [] and prof.report().options.kernel_timing_source == "off"

@@ -309,7 +309,7 @@ def test_profile_fake_cuda_runs_an_unmodified_script_and_says_it_was_simulated(t
     assert "kernel time: not measured (--fake-cuda" in done.stderr
     assert "3 scalars (0)" in done.stderr
     report = load_report(tmp_path / "run.json")  # validated against the published schema
-    assert report.options["fake_cuda"] == {
+    assert report.options.fake_cuda.to_dict() == {
         "devices": 1,
         "placeholders": {"values": 3, "host_copies": 0, "sizes": 0},
     }

@@ -59,7 +59,7 @@ def test_a_harness_that_cannot_start_is_one_error_with_no_report(monkeypatch, tm
     from gpuwatch.profile.runner import Target
 
     def broken(devices):
-        raise fc.FakeCudaUnavailable("--fake-cuda: broken on purpose")
+        raise fc.FakeCudaUnavailable("is broken on purpose")
 
     monkeypatch.setattr(fc, "cuda_hooks", broken)
     script = tmp_path / "s.py"
@@ -68,7 +68,7 @@ def test_a_harness_that_cannot_start_is_one_error_with_no_report(monkeypatch, tm
     with pytest.raises(fc.FakeCudaUnavailable, match="broken on purpose"):
         run_profiled(
             Target(name=str(script), module=False, args=[]),
-            ProfileOptions(fake_cuda=1),
+            ProfileOptions(fake_cuda=True),
             reports.append,
         )
     assert reports == []  # nothing ran: no report was built on top of the error

@@ -193,7 +193,7 @@ def test_rng_state_is_simulated_and_unsimulated_apis_say_so_in_one_line():
         with pytest.raises(AttributeError) as err:
             torch.cuda.memory_snapshot()
         assert str(err.value).startswith(
-            "gpuwatch --fake-cuda: torch.cuda.memory.memory_snapshot() is not simulated"
+            "the fake GPU does not simulate torch.cuda.memory.memory_snapshot()"
         )
         assert "\n" not in str(err.value)
 

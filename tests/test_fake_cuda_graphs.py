@@ -83,7 +83,7 @@ def test_warmup_capture_and_replays_count_what_a_gpu_does(both_paths: str):
         warmup = site_at(r, line_of("warmup"))
         # the warmup forward is the captured one, three times
         assert sum(v[0] for v in warmup.op_breakdown.values()) == 3 * sum(captured.values())
-    assert r.options["fake_cuda"]["graphs"] == {
+    assert r.options.fake_cuda.graphs == {
         "captures": 1,
         "replays": replays,
         "capture_errors": [],
@@ -151,11 +151,11 @@ def test_what_a_capture_cannot_hold_raises_pytorchs_error_and_names_the_line():
         )
     assert isinstance(torch.AcceleratorError("x"), RuntimeError)
     lines = [line_of(m) for m in ("item", "sync", "pageable", "nonzero")]
-    failed = r.options["fake_cuda"]["graphs"]["capture_errors"]
+    failed = r.options.fake_cuda.graphs["capture_errors"]
     assert [e["line"] for e in failed] == lines
     assert all(e["file"].endswith("test_fake_cuda_graphs.py") for e in failed)
     assert f"test_fake_cuda_graphs.py:{lines[0]}" in errors[0]
-    assert r.options["fake_cuda"]["graphs"]["captures"] == 0
+    assert r.options.fake_cuda.graphs["captures"] == 0
 
 
 def test_reset_pool_handles_and_make_graphed_callables():
@@ -178,8 +178,8 @@ def test_reset_pool_handles_and_make_graphed_callables():
         assert out.shape == (2, 4) and model.weight.grad.shape == (4, 8)
 
     r, _ = profiled(work)
-    assert r.options["fake_cuda"]["graphs"]["captures"] == 1 + 2  # make_graphed: fwd + bwd
-    assert r.options["fake_cuda"]["graphs"]["replays"] == 1 + 2  # one forward, one backward
+    assert r.options.fake_cuda.graphs["captures"] == 1 + 2  # make_graphed: fwd + bwd
+    assert r.options.fake_cuda.graphs["replays"] == 1 + 2  # one forward, one backward
 
 
 def test_cuda_generators_work_on_the_fake_gpu():

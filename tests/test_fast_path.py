@@ -54,7 +54,7 @@ def both(work, fake_gpus: int = 0) -> tuple[profilers.Report, profilers.Report]:
                 work()
         reports.append(prof.report())
     fast, mode = reports
-    assert fast.options["counting"] == "copies" and mode.options["counting"] == "every_op"
+    assert fast.options.counting == "copies" and mode.options.counting == "every_op"
     return fast, mode
 
 
@@ -178,13 +178,20 @@ def test_the_dispatcher_is_left_as_it_was_also_after_an_exception():
 
 
 def test_a_torch_without_the_hooks_falls_back_to_the_mode_with_one_line(monkeypatch, capsys):
+    from gpuwatch.profile.worded import warnings_worded
+
     monkeypatch.setattr(_kernels, "missing", lambda: "torch._C._IncludeDispatchKeyGuard")
-    with profilers.profile(kernel_timing=False) as prof:
-        torch.ones(2) + 1
+    with pytest.warns(profilers.SlowerCounting) as caught:
+        with profilers.profile(kernel_timing=False) as prof:
+            torch.ones(2) + 1
     r = prof.report()
-    assert r.options["counting"] == "every_op" and r.totals.ops == 2  # ones, add: every op
-    err = capsys.readouterr().err.splitlines()
-    assert err == [
+    assert r.options.counting == "every_op" and r.totals.ops == 2  # ones, add: every op
+    assert [w.message.lacking for w in caught] == ["torch._C._IncludeDispatchKeyGuard"]
+    assert capsys.readouterr().err == ""  # the library warns; it prints nothing
+    # the CLI (its one run path) words it: one line on stderr
+    with warnings_worded(), profilers.profile(kernel_timing=False):
+        pass
+    assert capsys.readouterr().err.splitlines() == [
         "gpuwatch: this torch lacks torch._C._IncludeDispatchKeyGuard; counting through the "
         "dispatch mode instead (every op enters Python: slower, same counts)"
     ]
@@ -215,7 +222,7 @@ def test_the_cli_says_ops_were_not_counted_and_counts_them_with_count_ops(tmp_pa
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith("True\n")  # the script's own output, untouched
         report = profilers.Report.load(out)
-        assert report.options["counting"] == counting
+        assert report.options.counting == counting
         if counting == "copies":
             assert "ops: not counted    kernel time: not timed" in proc.stderr
         else:

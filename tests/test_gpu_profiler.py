@@ -69,7 +69,7 @@ def test_every_dispatcher_table_row_on_a_real_gpu(capsys):
     assert site_at(r, line_of("print")).syncs.by_cause.get("copy_to_host", 0) >= 1
     for marker in ("synchronize", "stream", "event"):
         assert site_at(r, line_of(marker)).syncs.by_cause == {"synchronize": 1}, marker
-    assert r.options["kernel_timing_source"] == "cuda_events"
+    assert r.options.kernel_timing_source == "cuda_events"
     assert {d["device"] for d in r.devices} == {"cpu", "cuda:0"}
     assert r.devices[1]["name"]
 
@@ -273,7 +273,7 @@ def test_the_fast_path_counts_what_the_mode_counts_on_a_real_gpu(capsys):
         reports.append(prof.report())
     capsys.readouterr()
     fast, mode = reports
-    assert fast.options["counting"] == "copies" and mode.options["counting"] == "every_op"
+    assert fast.options.counting == "copies" and mode.options.counting == "every_op"
     assert counted(fast) == counted(mode)
     assert site_at(fast, line_of("fast_h2d")).h2d.counts() == copies(
         count=1, bytes=NBYTES, pageable=1

@@ -214,7 +214,7 @@ async def test_demo_stats_are_labelled_simulated_everywhere(tmp_path):
         await wait_until(lambda: app.exit_code is not None, 60)
     result = app.result()
     assert result.report is not None
-    assert result.report.options["gpu_stats"] == "demo"
+    assert result.report.options.gpu_stats == "demo"
     from gpuwatch.report.html import render_html
     from gpuwatch.report.text import gpu_lines
 

@@ -192,7 +192,7 @@ def test_cpu_ops_get_host_time_and_no_copies():
     assert site.ops == 10 and site.kernel_time_ms > 0
     assert dict((k, int(v[0])) for k, v in site.op_breakdown.items()) == {"mm.default": 10}
     assert r.totals.bytes_moved == 0 and r.totals.syncs.count == 0
-    assert r.options["kernel_timing_source"] == "host"
+    assert r.options.kernel_timing_source == "host"
 
 
 def test_kernel_timing_can_be_turned_off():
@@ -201,10 +201,10 @@ def test_kernel_timing_can_be_turned_off():
 
     r = run(work, kernel_timing=False)  # the fast path: only the ops that copy or sync
     assert r.totals.ops == 0 and r.totals.kernel_time_ms == 0 and not r.counts_ops
-    assert r.options["kernel_timing_source"] == "off" and r.options["counting"] == "copies"
+    assert r.options.kernel_timing_source == "off" and r.options.counting == "copies"
     r = run(work, kernel_timing=False, count_ops=True)  # every op, through the mode
     assert r.totals.ops == 3 and r.totals.kernel_time_ms == 0 and r.counts_ops
-    assert r.options["counting"] == "every_op"
+    assert r.options.counting == "every_op"
 
 
 def test_profiler_entered_inside_the_fake_mode_sees_the_same():

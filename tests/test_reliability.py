@@ -425,7 +425,7 @@ def test_the_scripts_own_share_of_a_gpu_is_shown_beside_the_devices():
     from gpuwatch.monitor.gpu_timeline import sample_row
     from gpuwatch.monitor.nvml.samples import GpuSample, ProcessSample
     from gpuwatch.report.text import gpu_lines
-    from profilers import Report
+    from profilers import Report, RunOptions
 
     def p(pid: int, sm: int | None) -> ProcessSample:
         return ProcessSample(pid, 0, "python", None, None, "compute", None, sm, None, None)
@@ -446,7 +446,9 @@ def test_the_scripts_own_share_of_a_gpu_is_shown_beside_the_devices():
         20,
     ]  # 30 + 5, then 20; pid 99 is not ours
     assert rows[0]["script_sm_util_pct"] is None  # no pids given: nothing is the script's
-    report = Report(devices=[{"device": "cuda:0"}], gpu_samples=mine, options={"gpu_stats": "NVML"})
+    report = Report(
+        devices=[{"device": "cuda:0"}], gpu_samples=mine, options=RunOptions(gpu_stats="NVML")
+    )
     # (35 + 20) / 2 = 27.5, shown as 28
     assert gpu_lines(report) == [
         "GPU 0: busy 90% of the run (mean NVML utilisation), memory peak 2.0 GiB; "

@@ -20,7 +20,7 @@ from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.report.html import render_html
 from gpuwatch.report.load import load_report, parse, problem, schema
 from gpuwatch.report.text import summary
-from profilers import Site, SiteStats
+from profilers import RunOptions, Site, SiteStats
 
 
 def rich_report() -> dict[str, Any]:
@@ -42,7 +42,7 @@ def rich_report() -> dict[str, Any]:
         partial=True,
         error="stopped by SIGTERM",
         started_at="2026-11-23T18:00:00+00:00",
-        options={"gpu_stats": "demo", "kernel_timing_source": "host"},
+        options=RunOptions(gpu_stats="demo", kernel_timing_source="host"),
         gpu_samples=[
             {
                 "t": 0.5,

@@ -208,7 +208,7 @@ def test_the_fast_path_keeps_the_host_half():
     with profilers.profile(kernel_timing=False) as prof:
         for_line = _train(loader, model, opt, [])
     report = prof.report()
-    assert report.options["counting"] == "copies"
+    assert report.options.counting == "copies"
     time_ = report.time
     assert time_ is not None and time_["lines_measured"] is False
     for step in time_["steps"][1:]:  # the first also holds the fast path's start (~35 ms)

@@ -24,10 +24,20 @@ def add_parser(sub: Any, bounded_int: Any) -> None:
     d.add_argument("before", metavar="BEFORE.json", help="the run before the change")
     d.add_argument("after", metavar="AFTER.json", help="the run after it")
     d.add_argument(
+        "-o",
+        "--output",
+        dest="output_paths",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="write the diff here, its kind from the ending: .json or .html (repeatable)",
+    )
+    d.add_argument(
         "--json", dest="json_path", metavar="PATH", help="write the gpuwatch.diff/1 JSON here"
     )
     d.add_argument("--html", dest="html_path", metavar="PATH", help="write an HTML page here")
     d.add_argument(
+        "-n",
         "--top",
         type=bounded_int(1, 1_000_000),
         default=20,
@@ -41,7 +51,7 @@ def add_parser(sub: Any, bounded_int: Any) -> None:
 
 def run_diff(args: argparse.Namespace) -> int:
     from gpuwatch.report.load import load_report
-    from gpuwatch.report.write import Output, check_outputs
+    from gpuwatch.report.write import Output, check_outputs, output_for
     from profilers.diff import check_growth, diff_reports
     from profilers.report import write_text_atomic
 
@@ -50,8 +60,11 @@ def run_diff(args: argparse.Namespace) -> int:
         for kind, path in (("json", args.json_path), ("html", args.html_path))
         if path is not None
     ]
+    wanted += [output_for(path) for path in args.output_paths]
+    if any(out.kind == "trace" for out in wanted):
+        raise CliError("a diff has no Chrome trace: -o takes .json or .html here")
     check_outputs(wanted, inputs=[args.before, args.after])
-    limits = budget_for(args, growth=True)
+    limits = budget_for(args.budget, args.no_budget, growth=True)
     diff = diff_reports(load_report(args.before), load_report(args.after))
     paths = (args.before, args.after)
     if not args.quiet:

@@ -4,43 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from gpuwatch import __version__
+from gpuwatch.cli.values import add_old_spelling, bounded_int, interval
 from gpuwatch.errors import CliError
 from gpuwatch.profile.interrupts import Terminated
-
-#: The longest sampling interval accepted: an hour (inf or nan is a typo, not a wish).
-MAX_INTERVAL_S = 3600.0
-
-
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0.1 <= value <= MAX_INTERVAL_S:  # NB: also false for nan
-        raise argparse.ArgumentTypeError(
-            f"must be between 0.1 and {MAX_INTERVAL_S:.0f} seconds, not {text}"
-        )
-    return value
-
-
-def bounded_int(low: int, high: int) -> Callable[[str], int]:
-    """An argparse type: a whole number from ``low`` to ``high``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be from {low:,} to {high:,}, not {value:,}")
-        return value
-
-    return parse
-
 
 #: NVML addresses at most 64 devices on a node (NVML_MAX_DEVICES is smaller still in practice).
 MAX_DEMO_GPUS = 64
@@ -70,15 +40,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--demo", action="store_true", help="simulated GPUs instead of NVML (no GPU needed)"
     )
     top.add_argument(
-        "--demo-gpus",
+        "--fake-gpus",
+        dest="demo_gpus",
         type=bounded_int(1, MAX_DEMO_GPUS),
         default=None,
         metavar="N",
         help="how many GPUs --demo simulates (default 2)",
     )
+    # NB: a demo's option: no note (its old spelling stays silent, as scripts piping the
+    # demo's JSON expect an empty stderr).
+    add_old_spelling(
+        top,
+        "--demo-gpus",
+        "--fake-gpus",
+        "demo_gpus",
+        type=bounded_int(1, MAX_DEMO_GPUS),
+        said=False,
+    )
     top.add_argument(
+        "-i",
         "--interval",
-        type=_interval,
+        type=interval,
         default=1.0,
         metavar="SECONDS",
         help="seconds between samples (default 1, at least 0.1)",
@@ -95,30 +77,52 @@ def build_parser() -> argparse.ArgumentParser:
         "dcgm-exporter), e.g. http://node-a:9400 (repeatable)",
     )
     top.add_argument("--remote-only", action="store_true", help="with --remote: not the local GPUs")
-    top.add_argument("--only", metavar="0,2", help="only these GPUs (NVML indices)")
+    top.add_argument(
+        "--only",
+        nargs="+",
+        metavar="INDEX",
+        help="only these GPUs (NVML indices: --only 0 2; 0,2 works too)",
+    )
     top.add_argument(
         "--only-visible",
         action="store_true",
         help="only the GPUs CUDA_VISIBLE_DEVICES shows CUDA (indices, UUIDs, MIG identifiers)",
     )
     top.add_argument(
-        "--user", action="append", default=[], metavar="NAME", help="only this user's processes"
+        "-u",
+        "--user",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only this user's processes (repeatable)",
     )
     top.add_argument(
-        "--pid", action="append", default=[], type=int, metavar="PID", help="only this process"
+        "-p",
+        "--pid",
+        action="append",
+        default=[],
+        type=int,
+        metavar="PID",
+        help="only this process (repeatable)",
     )
-    top.add_argument("--compute", action="store_true", help="only compute processes")
+    top.add_argument("-c", "--compute", action="store_true", help="only compute processes")
     from gpuwatch.monitor.export_cmd import add_idle_options
 
     add_idle_options(top)
     mode = top.add_mutually_exclusive_group()
     mode.add_argument(
+        "-1",
         "--once",
         action="store_true",
         help="print one plain-text table of GPUs and processes, then exit",
     )
     mode.add_argument(
-        "--json", action="store_true", help="print one gpuwatch.snapshot/1 JSON document, then exit"
+        "--json",
+        nargs="?",
+        const="-",
+        default=None,
+        metavar="PATH",
+        help="one gpuwatch.snapshot/1 JSON document, then exit: printed, or written to PATH",
     )
     top.set_defaults(handler=run_top)
 
@@ -126,9 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     from gpuwatch.monitor.export_cmd import add_parser as add_export
     from gpuwatch.profile.command import add_parsers
 
-    add_parsers(sub, bounded_int, _interval)
+    add_parsers(sub)
     add_diff(sub, bounded_int)
-    add_export(sub, bounded_int, _interval)
+    add_export(sub, bounded_int, interval)
     return parser
 
 
@@ -170,7 +174,7 @@ def _chosen(args: argparse.Namespace, backend: Any) -> Any:
         return backend
     try:
         if args.only:
-            indices = parse_only(args.only, backend.device_count())
+            indices = parse_only(",".join(args.only), backend.device_count())
         elif args.only_visible:
             indices = visible_indices(backend)
         else:
@@ -187,12 +191,13 @@ def run_top(args: argparse.Namespace) -> int:
     if args.remote_only and not args.remote:
         raise CliError("--remote-only goes with --remote URL")
     if args.demo_gpus is not None and not args.demo:
-        raise CliError("--demo-gpus goes with --demo")
-    args.demo_gpus = args.demo_gpus or 2
+        raise CliError("--fake-gpus goes with --demo")
     local_problem = None
     try:
         backend = (
-            None if args.remote_only else open_backend(demo=args.demo, demo_gpus=args.demo_gpus)
+            None
+            if args.remote_only
+            else open_backend(demo=args.demo, demo_gpus=args.demo_gpus or 2)
         )
     except NvmlUnavailable as exc:
         if not args.remote:
@@ -218,7 +223,9 @@ def run_top(args: argparse.Namespace) -> int:
             sampler.close()
         if nobody:
             raise CliError(f"no GPUs to show: no remote host answered ({nobody})", code=1)
-        if args.json:
+        if args.json not in (None, "-"):
+            _write_snapshot(args.json, snapshot_json(snap))
+        elif args.json:
             print(snapshot_json(snap))
             sys.stdout.flush()  # NB: a closed pipe raises here, inside main(), not at exit
         else:
@@ -237,14 +244,25 @@ def run_top(args: argparse.Namespace) -> int:
     return 0 if app.signalled is None else 128 + app.signalled
 
 
+def _write_snapshot(path: str, text: str) -> None:
+    from profilers.report import write_text_atomic
+
+    try:
+        write_text_atomic(path, text + "\n")
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from gpuwatch.cli.target_args import split_target
 
     parser = build_parser()
     ours, target = split_target(parser, list(sys.argv[1:] if argv is None else argv))
-    args = parser.parse_args(ours)
+    args, unknown = parser.parse_known_args(ours)
+    if unknown:  # NB: the subcommand's own usage, not the top level's (argparse's default)
+        _subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
     if target is not None:  # everything after the script or module is the script's
-        args.args = target
+        args = argparse.Namespace(**{**vars(args), "args": target})
     try:
         return int(args.handler(args))
     except CliError as exc:
@@ -256,6 +274,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except BrokenPipeError:  # `gpuwatch top --json | head`: the reader is gone
         return _pipe_closed()
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    for action in parser._actions:  # noqa: SLF001 (argparse keeps its subparsers there)
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            sub: argparse.ArgumentParser = action.choices[command]
+            return sub
+    return parser
 
 
 def _pipe_closed() -> int:

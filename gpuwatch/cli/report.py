@@ -13,11 +13,12 @@ from gpuwatch.profile.budget import budget_for, check_run
 def run_report(args: argparse.Namespace) -> int:
     from gpuwatch.report.load import load_report
     from gpuwatch.report.text import print_summary
-    from gpuwatch.report.write import check_outputs, outputs, write_outputs
+    from gpuwatch.report.write import check_outputs, output_for, outputs, write_outputs
 
     wanted = outputs(args.json_path, args.html_path, args.trace_path)
+    wanted += [output_for(path) for path in args.output_paths]
     check_outputs(wanted, inputs=args.paths)
-    limits = budget_for(args)
+    limits = budget_for(args.budget, args.no_budget)
     if len(args.paths) == 1:
         report = load_report(args.paths[0])
     else:
@@ -31,5 +32,7 @@ def run_report(args: argparse.Namespace) -> int:
             ) from None
         except MergeError as exc:
             raise CliError(str(exc)) from None
-    print_summary(report, args.top, file=sys.stdout)
-    return check_run(limits, report, 2 if write_outputs(report, wanted) else 0)
+    if not args.quiet:
+        print_summary(report, args.top, file=sys.stdout)
+    failed = write_outputs(report, wanted, quiet=args.quiet)
+    return check_run(limits, report, 2 if failed else 0, args.quiet)

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from gpuwatch.cli.values import add_old_spelling
 from gpuwatch.errors import CliError
 from gpuwatch.monitor.export import CONNECTION_DEADLINE_S, STALE_FLOOR_S, GpuCollector
 from gpuwatch.monitor.nvml.activity import IdlePolicy
@@ -31,10 +32,25 @@ def add_parser(sub: Any, bounded_int: Any, interval: Any) -> None:
         help="address to listen on (default 0.0.0.0; 127.0.0.1 when the scraper is local)",
     )
     e.add_argument(
-        "--interval", type=interval, default=1.0, metavar="SECONDS", help="sampling (default 1)"
+        "-i",
+        "--interval",
+        type=interval,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between samples (default 1)",
     )
     e.add_argument("--demo", action="store_true", help="simulated GPUs instead of NVML")
-    e.add_argument("--demo-gpus", type=bounded_int(1, 64), default=None, metavar="N")
+    e.add_argument(
+        "--fake-gpus",
+        dest="demo_gpus",
+        type=bounded_int(1, 64),
+        default=None,
+        metavar="N",
+        help="how many GPUs --demo simulates (default 2)",
+    )
+    add_old_spelling(
+        e, "--demo-gpus", "--fake-gpus", "demo_gpus", type=bounded_int(1, 64), said=False
+    )
     e.add_argument("--no-processes", action="store_true", help="no per-process series at all")
     e.add_argument(
         "--process-users", action="store_true", help="add each process's user name as a label"
@@ -133,7 +149,7 @@ def run_export(args: argparse.Namespace) -> int:
     from gpuwatch.monitor.nvml import NvmlUnavailable, Sampler, open_backend
 
     if args.demo_gpus is not None and not args.demo:
-        raise CliError("--demo-gpus goes with --demo")
+        raise CliError("--fake-gpus goes with --demo")
     if bool(args.certfile) != bool(args.keyfile):
         raise CliError("--certfile and --keyfile go together")
     tls = None

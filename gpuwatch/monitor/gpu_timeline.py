@@ -132,7 +132,8 @@ def samples_of_used_gpus(report: Any, samples: Sequence[dict[str, Any]]) -> None
     ``options.gpu_samples_scope``, when they cannot be told apart."""
     used = used_gpu_indices(report.devices, samples)
     if used is None:
-        report.options["gpu_samples_scope"] = "all GPUs (which ones the script used is unknown)"
+        scope = "all GPUs (which ones the script used is unknown)"
+        report.options = report.options.replace(gpu_samples_scope=scope)
         report.gpu_samples = list(samples)
     else:
         report.gpu_samples = [s for s in samples if s["gpu"] in used]

@@ -19,6 +19,15 @@ from typing import Any
 from gpuwatch.errors import CliError
 from profilers.budgets import Breach, Budget, BudgetError, check_report
 
+#: ``--budget``'s help, for a run (``gpuwatch profile``, ``gpuwatch report``).
+BUDGET_HELP = (
+    "fail (exit 3) when the run goes over, naming each line: e.g. "
+    "'syncs/step<=1,h2d.pageable=0' (MEASURE[/step]<=N; line: for a ceiling per line; "
+    "measures: syncs[.CAUSE], copies, bytes, h2d|d2h|d2d|p2p[.bytes|.pageable|"
+    ".non_blocking], comm[.bytes|.OP], kernel_ms, ops); default: [tool.gpuwatch.budget] "
+    "in pyproject.toml"
+)
+
 #: The exit status of a run (or a diff) over its budget.
 OVER_BUDGET = 3
 
@@ -32,13 +41,7 @@ def add_budget_args(p: argparse.ArgumentParser, growth: bool = False) -> None:
             "pyproject.toml"
         )
     else:
-        text = (
-            "fail (exit 3) when the run goes over, naming each line: e.g. "
-            "'syncs/step<=1,h2d.pageable=0' (MEASURE[/step]<=N; line: for a ceiling per line; "
-            "measures: syncs[.CAUSE], copies, bytes, h2d|d2h|d2d|p2p[.bytes|.pageable|"
-            ".non_blocking], comm[.bytes|.OP], kernel_ms, ops); default: [tool.gpuwatch.budget] "
-            "in pyproject.toml"
-        )
+        text = BUDGET_HELP
     p.add_argument("--budget", metavar="SPEC", help=text)
     p.add_argument(
         "--no-budget", action="store_true", help=f"ignore [tool.gpuwatch.{section}] in pyproject"
@@ -79,22 +82,25 @@ def from_pyproject(section: str, start: Path | None = None) -> Budget | None:
         raise CliError(str(exc)) from None
 
 
-def budget_for(args: argparse.Namespace, growth: bool = False) -> Budget | None:
-    """The budget this command checks: ``--budget``, else the project's, else none. Read
-    before any work, so that a malformed budget is one line, not a finished run lost."""
-    if args.budget is not None:
-        if getattr(args, "nproc_per_node", 0):
+def budget_for(
+    spec: str | None, no_budget: bool, growth: bool = False, ranks: int = 0
+) -> Budget | None:
+    """The budget this command checks: ``--budget SPEC``, else the project's (unless
+    ``--no-budget``), else none. Read before any work, so that a malformed budget is one line,
+    not a finished run lost. ``ranks``: ``--nproc-per-node``, which takes no ``--budget``."""
+    if spec is not None:
+        if ranks:
             raise CliError(
                 "--budget with --nproc-per-node: check the merged report instead "
                 "(gpuwatch report merged.json --budget SPEC)"
             )
-        if args.no_budget:
+        if no_budget:
             raise CliError("--budget and --no-budget: choose one")
         try:
-            return Budget.parse(args.budget, "--budget")
+            return Budget.parse(spec, "--budget")
         except BudgetError as exc:
             raise CliError(str(exc)) from None
-    if args.no_budget:
+    if no_budget:
         return None
     return from_pyproject("diff-budget" if growth else "budget")
 

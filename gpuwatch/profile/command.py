@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
+from gpuwatch.cli.values import bounded_int, note
 from gpuwatch.errors import CliError
 from gpuwatch.profile.budget import add_budget_args, budget_for, check_run
+from gpuwatch.profile.options import ProfileOptions, add_arguments
+from gpuwatch.profile.worded import library_errors
 
-#: Copy/sync events a timeline may keep: 10 million is about 1 GB of JSON.
-MAX_TIMELINE_CAPACITY = 10_000_000
 
-
-def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
-    positive_int = bounded_int(1, 1_000_000)
+def add_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "profile",
         allow_abbrev=False,
@@ -28,124 +25,7 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
         usage="gpuwatch profile [options] (script.py | -m module) [args ...]",
     )
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script")
-    p.add_argument(
-        "--json", dest="json_path", metavar="PATH", help="write the gpuwatch.profile/1 JSON here"
-    )
-    p.add_argument(
-        "--html", dest="html_path", metavar="PATH", help="write a self-contained HTML report here"
-    )
-    p.add_argument(
-        "--trace",
-        dest="trace_path",
-        metavar="PATH",
-        help="write the copies, syncs and GPU samples as a Chrome trace (Perfetto opens it)",
-    )
-    p.add_argument(
-        "-o",
-        dest="output_paths",
-        action="append",
-        default=[],
-        metavar="PATH",
-        help="write a report here, its kind from the ending: .json, .html or .trace.json "
-        "(repeatable)",
-    )
-    p.add_argument(
-        "-q",
-        "--quiet",
-        action="store_true",
-        help="quiet: no summary, no 'wrote' lines (errors only)",
-    )
-    p.add_argument(
-        "--top", type=positive_int, default=5, metavar="N", help="lines per top list (default 5)"
-    )
-    p.add_argument(
-        "--no-kernel-timing",
-        action="store_true",
-        help="count copies, syncs and collectives only: no kernel time, no op counts; only the "
-        "ops that copy, sync or communicate reach Python (several times cheaper per op)",
-    )
-    p.add_argument(
-        "--count-ops",
-        action="store_true",
-        help="with --no-kernel-timing: still count every op per line (every op enters Python)",
-    )
-    p.add_argument(
-        "--user-code",
-        action="append",
-        metavar="DIR",
-        help="only files under DIR count as your code (repeatable)",
-    )
-    p.add_argument(
-        "--timeline-capacity",
-        type=bounded_int(0, MAX_TIMELINE_CAPACITY),
-        default=10_000,
-        metavar="N",
-        help="copy/sync events kept for the timeline (default 10000, newest kept; "
-        "at most 10000000)",
-    )
-    p.add_argument(
-        "--checkpoint",
-        type=_checkpoint,
-        default=30.0,
-        metavar="SECONDS",
-        help="with --json: rewrite the JSON report every SECONDS while the script runs, so a "
-        "SIGKILLed run (the OOM killer) still leaves a partial report (default 30; 0 turns "
-        "it off)",
-    )
-    p.add_argument(
-        "--gpu-interval",
-        type=interval,
-        default=0.5,
-        metavar="SECONDS",
-        help="GPU stats sampling interval for the timeline (default 0.5)",
-    )
-    p.add_argument("--no-gpu-stats", action="store_true", help="do not sample GPU stats with NVML")
-    p.add_argument(
-        "--trace-syncs",
-        action="store_true",
-        help="take syncs from PyTorch's GPU trace: also those inside ops no rule "
-        "explains, at a cost on every CUDA event",
-    )
-    p.add_argument(
-        "--fake-cuda",
-        action="store_true",
-        help="no GPU needed: run the script against simulated GPUs and count the copies and "
-        "syncs it would make on real ones; values it reads back from them are placeholders "
-        "(zeros), and no kernel time is measured",
-    )
-    p.add_argument(
-        "--fake-gpus",
-        type=bounded_int(1, 8),
-        default=1,
-        metavar="N",
-        help="with --fake-cuda: how many GPUs the machine has (default 1, at most 8)",
-    )
-    p.add_argument(
-        "--steps",
-        type=_step_window,
-        default=None,
-        metavar="A:B",
-        help="profile steps A to B-1 only (0-based; A: to the end), a step ended by each "
-        "optimizer.step() or profilers.step(); outside them the script runs at full speed",
-    )
-    p.add_argument(
-        "--nproc-per-node",
-        type=bounded_int(1, 1024),
-        default=0,
-        metavar="N",
-        help="launch N ranks with PyTorch's launcher (torch.distributed.run), profile each, and "
-        "merge their reports into the paths given (one summary for all ranks)",
-    )
-    p.add_argument(
-        "--live",
-        action="store_true",
-        help="watch it live: GPU stats, copies, syncs and hot lines while it runs "
-        "(the script runs in a child process)",
-    )
-    p.add_argument(
-        "--demo", action="store_true", help="with --live: simulated GPU cards (no NVML needed)"
-    )
-    add_budget_args(p)
+    add_arguments(p)
     p.add_argument(
         "args",
         nargs=argparse.REMAINDER,
@@ -168,42 +48,37 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
         help="a saved run; several: the reports of a distributed run's ranks, merged",
     )
     r.add_argument(
+        "-o",
+        "--output",
+        dest="output_paths",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="write the (merged) report here, its kind from the ending: .json, .html or "
+        ".trace.json (repeatable)",
+    )
+    r.add_argument(
         "--json", dest="json_path", metavar="PATH", help="write the (merged) JSON report here"
     )
     r.add_argument("--html", dest="html_path", metavar="PATH", help="write the HTML report here")
     r.add_argument(
         "--trace", dest="trace_path", metavar="PATH", help="write a Chrome trace (Perfetto) here"
     )
+    r.add_argument("-q", "--quiet", action="store_true", help="quiet: no summary, no 'wrote' lines")
     r.add_argument(
-        "--top", type=positive_int, default=5, metavar="N", help="lines per top list (default 5)"
+        "-n",
+        "--top",
+        type=bounded_int(1, 1_000_000),
+        default=5,
+        metavar="N",
+        help="lines per top list (default 5)",
     )
     add_budget_args(r)
     r.set_defaults(handler=_run_report)
 
 
-def _step_window(text: str) -> tuple[int, int | None]:
-    a, sep, b = text.partition(":")
-    try:
-        start, stop = int(a), (int(b) if b else None)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not A:B or A: (step numbers): {text!r}") from None
-    if not sep or start < 0 or (stop is not None and stop <= start):
-        raise argparse.ArgumentTypeError(f"give A:B with 0 <= A < B, or A: ({text!r})")
-    return start, stop
-
-
-def _checkpoint(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (value == 0 or 1 <= value <= 86_400):
-        raise argparse.ArgumentTypeError(f"must be 0 (off) or 1 to 86400 seconds, not {text}")
-    return value
-
-
-def _gpu_timeline(args: argparse.Namespace) -> tuple[Any, str]:
-    if args.no_gpu_stats:
+def _gpu_timeline(options: ProfileOptions) -> tuple[Any, str]:
+    if not options.gpu_stats:
         return None, "off (--no-gpu-stats)"
     from gpuwatch.monitor.gpu_timeline import GpuTimeline
     from gpuwatch.monitor.nvml import NvmlUnavailable, Sampler, open_backend
@@ -212,9 +87,8 @@ def _gpu_timeline(args: argparse.Namespace) -> tuple[Any, str]:
         backend = open_backend()
     except NvmlUnavailable as exc:
         return None, f"unavailable: {exc}"
-    return GpuTimeline(
-        Sampler(backend, interval_s=args.gpu_interval), args.gpu_interval
-    ).start(), "NVML"
+    interval_s = options.gpu_interval_s
+    return GpuTimeline(Sampler(backend, interval_s=interval_s), interval_s).start(), "NVML"
 
 
 def _target(args: argparse.Namespace) -> Any:
@@ -237,16 +111,31 @@ def _check_fake_cuda(devices: int) -> None:
     """Builds the fake GPU's C++ half (once per torch) and tries it before the script starts,
     so that whatever stops it here is one line and exit 2, not an error inside the run (nor
     one lost in the --live child)."""
-    from profilers.fake_cuda.harness import FakeCudaUnavailable, check_fake_cuda
+    from profilers.fake_cuda.harness import check_fake_cuda
 
-    try:
+    with library_errors():
         check_fake_cuda(devices)
-    except FakeCudaUnavailable as exc:
-        raise CliError(str(exc)) from None
 
 
 def run_profile(args: argparse.Namespace) -> int:
-    from gpuwatch.profile.run import ProfileOptions, run_profiled
+    return profile(ProfileOptions.from_namespace(args), _target(args))
+
+
+def _check_options(options: ProfileOptions) -> None:
+    """Options that only mean something together: one line, before anything runs."""
+    if options.fake_gpus != 1 and not options.fake_cuda:
+        raise CliError("--fake-gpus goes with --fake-cuda")
+    if options.demo and not options.live:
+        raise CliError("--demo goes with --live (it simulates the GPU cards)")
+    if options.count_ops and options.kernel_timing and not options.quiet:
+        note(
+            "--count-ops changes nothing without --no-kernel-timing (kernel timing counts every op)"
+        )
+
+
+def profile(options: ProfileOptions, target: Any) -> int:
+    """``gpuwatch profile``: runs ``target`` under ``options`` (here, as ranks, or live)."""
+    from gpuwatch.profile.run import run_profiled
     from gpuwatch.report.write import (
         check_outputs,
         distributed_rank,
@@ -258,30 +147,31 @@ def run_profile(args: argparse.Namespace) -> int:
         write_reports,
     )
 
-    target = _target(args)
-    if not args.quiet:
+    if not options.quiet:
         from gpuwatch.profile.torch_range import check_installed
 
         untested = check_installed()
         if untested is not None:
             print(untested, file=sys.stderr)
-    wanted = outputs(args.json_path, args.html_path, args.trace_path)
-    wanted += [output_for(path) for path in args.output_paths]
-    if args.nproc_per_node:
+    wanted = outputs(options.json_path, options.html_path, options.trace_path)
+    wanted += [output_for(path) for path in options.output_paths]
+    _check_options(options)
+    if options.nproc_per_node:
         from gpuwatch.profile.ranks import run_ranks
 
-        budget_for(args)  # --budget is refused here; the ranks read the project's themselves
+        # --budget is refused here; the ranks read the project's themselves
+        budget_for(options.budget, options.no_budget, ranks=options.nproc_per_node)
 
         check_outputs(wanted, inputs=[] if target.module else [target.name])
-        return run_ranks(args, target, wanted)
+        return run_ranks(options, target, wanted)
     ranked = distributed_rank()
     if ranked is not None:  # each rank writes its own files; rank 0 prints the summary
         rank, world = ranked
         asked = wanted
         wanted = [for_rank(o, rank) for o in wanted]
         if rank != 0:
-            args.quiet = True
-        elif asked and not args.quiet and world > 1:
+            options = options.replace(quiet=True)
+        elif asked and not options.quiet and world > 1:
             others = ", ".join(for_rank(asked[0], k).path for k in range(1, min(world, 4)))
             more = ", ..." if world > 4 else ""
             print(
@@ -290,35 +180,22 @@ def run_profile(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     check_outputs(wanted, inputs=[] if target.module else [target.name])
-    if args.fake_gpus != 1 and not args.fake_cuda:
-        raise CliError("--fake-gpus goes with --fake-cuda")
-    if args.demo and not args.live:
-        raise CliError("--demo goes with --live (it simulates the GPU cards)")
-    options = ProfileOptions(
-        kernel_timing=not args.no_kernel_timing,
-        count_ops=args.count_ops,
-        user_code=tuple(args.user_code) if args.user_code else None,
-        timeline_capacity=args.timeline_capacity,
-        trace_syncs=args.trace_syncs,
-        checkpoint_s=args.checkpoint,
-        fake_cuda=args.fake_gpus if args.fake_cuda else 0,
-        steps=args.steps,
-    )
-    limits = budget_for(args)
-    if args.fake_cuda:
-        _check_fake_cuda(args.fake_gpus)
-    if args.live:
-        return run_live(args, target, options, wanted, limits)
-    timeline, gpu_stats = _gpu_timeline(args)
+    limits = budget_for(options.budget, options.no_budget)
+    if options.fake_cuda:
+        _check_fake_cuda(options.fake_gpus)
+    if options.live:
+        return run_live(options, target, wanted, limits)
+    timeline, gpu_stats = _gpu_timeline(options)
     failed = False
     final: Any = None
+    quiet = options.quiet
 
     def on_report(report: Any) -> None:
         nonlocal failed, final
         final = report
-        failed = write_outputs(report, wanted, quiet=args.quiet)
-        if not args.quiet:
-            print_summary(report, args.top)
+        failed = write_outputs(report, wanted, quiet=quiet)
+        if not quiet:
+            print_summary(report, options.top)
 
     # NB: checkpoints rewrite a file; a device or stream (/dev/stdout) gets the final report only.
     json_out = [o for o in wanted if o.kind == "json" and not streams_through(o.where)]
@@ -326,7 +203,7 @@ def run_profile(args: argparse.Namespace) -> int:
     def checkpoint(report: Any) -> None:
         write_reports(report, json_out)
 
-    with _fake_cuda_errors(options.fake_cuda):
+    with library_errors():  # the profile (or its fake GPU) could not start: one line
         code = run_profiled(
             target,
             options,
@@ -336,35 +213,19 @@ def run_profile(args: argparse.Namespace) -> int:
             gpu_stats=gpu_stats,
         )
     code = 2 if failed and code == 0 else code
-    return check_run(limits, final, code, args.quiet)
+    return check_run(limits, final, code, quiet)
 
 
-@contextmanager
-def _fake_cuda_errors(fake_cuda: int) -> Iterator[None]:
-    """A fake GPU that cannot start is one line and exit 2 (the script never ran)."""
-    if not fake_cuda:
-        yield
-        return
-    from profilers.fake_cuda.harness import FakeCudaUnavailable
-
-    try:
-        yield
-    except FakeCudaUnavailable as exc:
-        raise CliError(str(exc)) from None
-
-
-def run_live(
-    args: argparse.Namespace, target: Any, options: Any, wanted: list[Any], limits: Any = None
-) -> int:
+def run_live(options: ProfileOptions, target: Any, wanted: list[Any], limits: Any = None) -> int:
     from gpuwatch.monitor.nvml import NvmlUnavailable, Sampler, open_backend
     from gpuwatch.profile.live.app import LiveApp
     from gpuwatch.profile.live.session import ChildSession
     from gpuwatch.report.write import say
 
     sampler, reason = None, "off (--no-gpu-stats)"
-    if not args.no_gpu_stats:
+    if options.gpu_stats:
         try:
-            sampler = Sampler(open_backend(demo=args.demo), interval_s=args.gpu_interval)
+            sampler = Sampler(open_backend(demo=options.demo), interval_s=options.gpu_interval_s)
         except NvmlUnavailable as exc:
             reason = f"unavailable: {exc}"
     session = ChildSession(target, options, outputs=wanted)
@@ -372,19 +233,19 @@ def run_live(
         session,
         sampler,
         no_gpu_reason=reason,
-        gpu_interval_s=args.gpu_interval,
+        gpu_interval_s=options.gpu_interval_s,
         outputs=wanted,
-        top=args.top,
+        top=options.top,
     )
     result = app.run_guarded()
     if result.fatal is not None:
         raise CliError(result.fatal)
-    failed = say(result.written, quiet=args.quiet)
-    if result.report is not None and not args.quiet:
-        print_summary(result.report, args.top)
+    failed = say(result.written, quiet=options.quiet)
+    if result.report is not None and not options.quiet:
+        print_summary(result.report, options.top)
     code = result.exit_code
     code = 2 if failed and code == 0 else code
-    return check_run(limits, result.report, code, args.quiet)
+    return check_run(limits, result.report, code, options.quiet)
 
 
 def print_summary(report: Any, top: int, file: Any = None) -> None:

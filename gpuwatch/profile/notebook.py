@@ -7,7 +7,8 @@ the text summary for ``text/plain``, and each chart through plotly's own noteboo
 plotly.js they ship), so no cell carries plotly.js itself. A ``profilers.Report`` that is the last
 expression of a cell displays the same way once the extension is loaded.
 
-The cell's options are ``gpuwatch profile``'s (the same :class:`ProfileOptions`); an unknown one
+The cell's options are ``gpuwatch profile``'s (the same :class:`ProfileOptions`, declared in
+options.py, those marked for the magic); an unknown one
 is a one-line error and the cell does not run. A cell that raises, or is interrupted, shows its
 report (partial, with the error) and then its exception, as it would without the magic.
 """
@@ -19,6 +20,7 @@ import io
 import shlex
 from typing import Any, NoReturn
 
+from gpuwatch.profile.options import ProfileOptions
 from profilers import Report
 
 #: The exit code a report records for an interrupted cell, as the CLI's Ctrl-C.
@@ -86,25 +88,10 @@ class _Parser(argparse.ArgumentParser):
 
 def magic_parser() -> argparse.ArgumentParser:
     """``%%gpuwatch``'s options: those of ``gpuwatch profile`` that mean something in a kernel."""
-    from gpuwatch.cli.main import bounded_int
-    from gpuwatch.profile.command import MAX_TIMELINE_CAPACITY, _step_window
+    from gpuwatch.profile.options import add_arguments
 
     p = _Parser(prog="%%gpuwatch", add_help=False, allow_abbrev=False, exit_on_error=False)
-    p.add_argument("--json", dest="json_path", metavar="PATH")
-    p.add_argument("--html", dest="html_path", metavar="PATH")
-    p.add_argument("--trace", dest="trace_path", metavar="PATH")
-    p.add_argument("-o", dest="output_paths", action="append", default=[], metavar="PATH")
-    p.add_argument("--top", type=bounded_int(1, 1_000_000), default=5, metavar="N")
-    p.add_argument("--no-kernel-timing", action="store_true")
-    p.add_argument("--count-ops", action="store_true")
-    p.add_argument("--trace-syncs", action="store_true")
-    p.add_argument("--user-code", action="append", metavar="DIR")
-    p.add_argument(
-        "--timeline-capacity", type=bounded_int(0, MAX_TIMELINE_CAPACITY), default=10_000
-    )
-    p.add_argument("--fake-cuda", action="store_true")
-    p.add_argument("--fake-gpus", type=bounded_int(1, 8), default=1, metavar="N")
-    p.add_argument("--steps", type=_step_window, default=None, metavar="A:B")
+    add_arguments(p, magic=True)
     return p
 
 
@@ -114,11 +101,10 @@ def _usage(message: str) -> NoReturn:
     raise UsageError(f"%%gpuwatch: {message}")
 
 
-def parse_options(line: str) -> tuple[Any, list[Any], argparse.Namespace]:
-    """``(ProfileOptions, outputs, namespace)`` of a magic's line; UsageError (one line) for
-    anything it does not know."""
+def parse_options(line: str) -> tuple[ProfileOptions, list[Any]]:
+    """``(options, outputs)`` of a magic's line; UsageError (one line) for anything it does not
+    know."""
     from gpuwatch.errors import CliError
-    from gpuwatch.profile.run import ProfileOptions
     from gpuwatch.report.write import check_outputs, output_for, outputs
 
     try:
@@ -126,35 +112,27 @@ def parse_options(line: str) -> tuple[Any, list[Any], argparse.Namespace]:
     except ValueError as exc:
         _usage(str(exc))
     try:
-        args = magic_parser().parse_args(words)
+        # NB: no checkpoints in a kernel: the cell's report is built when the cell ends.
+        options = ProfileOptions.from_namespace(magic_parser().parse_args(words)).replace(
+            checkpoint_s=0.0
+        )
     except argparse.ArgumentError as exc:
         _usage(str(exc))
-    if args.fake_gpus != 1 and not args.fake_cuda:
+    if options.fake_gpus != 1 and not options.fake_cuda:
         _usage("--fake-gpus goes with --fake-cuda")
     try:
-        wanted = outputs(args.json_path, args.html_path, args.trace_path)
-        wanted += [output_for(path) for path in args.output_paths]
+        wanted = outputs(options.json_path, options.html_path, options.trace_path)
+        wanted += [output_for(path) for path in options.output_paths]
         check_outputs(wanted)
-        if args.fake_cuda:
-            from profilers.fake_cuda.harness import FakeCudaUnavailable, guard_library
+        if options.fake_cuda:
+            from gpuwatch.profile.worded import library_errors
+            from profilers.fake_cuda.harness import guard_library
 
-            try:
+            with library_errors():
                 guard_library()
-            except FakeCudaUnavailable as exc:
-                raise CliError(str(exc)) from None
     except CliError as exc:
         _usage(str(exc))
-    options = ProfileOptions(
-        kernel_timing=not args.no_kernel_timing,
-        count_ops=args.count_ops,
-        user_code=tuple(args.user_code) if args.user_code else None,
-        timeline_capacity=args.timeline_capacity,
-        trace_syncs=args.trace_syncs,
-        checkpoint_s=0.0,
-        fake_cuda=args.fake_gpus if args.fake_cuda else 0,
-        steps=args.steps,
-    )
-    return options, wanted, args
+    return options, wanted
 
 
 def profile_cell(shell: Any, line: str, cell: str, magic: str = "%%gpuwatch") -> ShownReport:
@@ -164,12 +142,12 @@ def profile_cell(shell: Any, line: str, cell: str, magic: str = "%%gpuwatch") ->
 
     from gpuwatch.report.write import write_outputs
 
-    options, wanted, args = parse_options(line)
+    options, wanted = parse_options(line)
     fake: Any = nullcontext()
-    if options.fake_cuda:
+    if options.simulated_gpus:
         from profilers.fake_cuda.harness import FakeCuda
 
-        fake = FakeCuda(options.fake_cuda)
+        fake = FakeCuda(options.simulated_gpus)
     # NB: the cell is compiled and run here rather than through shell.run_cell, which catches
     # and prints the exception itself: the cell would then end "ok", the report would say
     # "finished", and a notebook run with nbclient would go on past a failed cell.
@@ -199,7 +177,7 @@ def profile_cell(shell: Any, line: str, cell: str, magic: str = "%%gpuwatch") ->
         fake.mark(report)
     if wanted:
         write_outputs(report, wanted)
-    shown = ShownReport(report, args.top)
+    shown = ShownReport(report, options.top)
     if failure is None:
         return shown
     from IPython.display import display

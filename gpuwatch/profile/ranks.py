@@ -12,7 +12,6 @@ process and no temporary folder behind.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import signal
@@ -25,6 +24,7 @@ from typing import Any
 
 from gpuwatch.errors import CliError
 from gpuwatch.profile.interrupts import Signals
+from gpuwatch.profile.options import ProfileOptions
 
 #: Seconds the ranks get to write their reports after gpuwatch is told to stop (schedulers send
 #: SIGKILL some 30 s after SIGTERM: SLURM's KillWait, Kubernetes' grace period).
@@ -33,27 +33,27 @@ RANK_GRACE_S = 10.0
 LAUNCHER_GRACE_S = 2.0
 
 
-def rank_command(args: argparse.Namespace, target: Any, json_pattern: str) -> list[str]:
-    """What each rank runs: ``gpuwatch profile`` with the user's options, quiet, its JSON at
-    ``json_pattern`` (``{rank}`` replaced by the rank)."""
-    cmd = ["-m", "gpuwatch", "profile", "-q", "--json", json_pattern]
-    if args.no_kernel_timing:
-        cmd.append("--no-kernel-timing")
-    if args.count_ops:
-        cmd.append("--count-ops")
-    for d in args.user_code or []:
-        cmd += ["--user-code", d]
-    cmd += ["--timeline-capacity", str(args.timeline_capacity)]
-    cmd += ["--checkpoint", str(args.checkpoint), "--gpu-interval", str(args.gpu_interval)]
-    if args.no_gpu_stats:
-        cmd.append("--no-gpu-stats")
-    if args.trace_syncs:
-        cmd.append("--trace-syncs")
-    if args.fake_cuda:
-        cmd += ["--fake-cuda", "--fake-gpus", str(args.fake_gpus)]
-    if args.steps is not None:
-        a, b = args.steps
-        cmd += ["--steps", f"{a}:{'' if b is None else b}"]
+def rank_options(options: ProfileOptions, json_pattern: str) -> ProfileOptions:
+    """What each rank is given: the user's options, quiet, its one output the JSON at
+    ``json_pattern`` (``{rank}`` replaced by the rank), launching nothing itself, no screen;
+    ``--budget`` is refused with ranks (check the merged report), the project's budget is
+    read by each rank (as a plain run would) unless ``--no-budget``."""
+    return options.replace(
+        quiet=True,
+        json_path=json_pattern,
+        html_path=None,
+        trace_path=None,
+        output_paths=(),
+        nproc_per_node=0,
+        live=False,
+        demo=False,
+        budget=None,
+    )
+
+
+def rank_command(options: ProfileOptions, target: Any, json_pattern: str) -> list[str]:
+    """What each rank runs: ``gpuwatch profile`` with :func:`rank_options`, then the target."""
+    cmd = ["-m", "gpuwatch", "profile", *rank_options(options, json_pattern).to_argv()]
     if target.module:
         cmd += ["-m", target.name]
     else:
@@ -61,15 +61,15 @@ def rank_command(args: argparse.Namespace, target: Any, json_pattern: str) -> li
     return cmd + list(target.args)
 
 
-def run_ranks(args: argparse.Namespace, target: Any, wanted: list[Any]) -> int:
+def run_ranks(options: ProfileOptions, target: Any, wanted: list[Any]) -> int:
     from gpuwatch.report.load import load_report
     from gpuwatch.report.text import print_summary
     from gpuwatch.report.write import write_outputs
     from profilers.merge import merge_ranks
 
-    if args.live:
+    if options.live:
         raise CliError("--nproc-per-node does not go with --live (one screen per rank)")
-    n = args.nproc_per_node
+    n = options.nproc_per_node
     # NB: from here to the end, signals are noted, never raised: the merge must still happen
     # and the temporary folder go, however many times the scheduler asks.
     signals = Signals().deferring()
@@ -82,7 +82,7 @@ def run_ranks(args: argparse.Namespace, target: Any, wanted: list[Any]) -> int:
             "--standalone",
             "--nproc-per-node",
             str(n),
-            *rank_command(args, target, str(tmp / "rank{rank}.json")),
+            *rank_command(options, target, str(tmp / "rank{rank}.json")),
         ]
         code = _launch(launcher, signals)
         found = [tmp / f"rank{k}.json" for k in range(n) if (tmp / f"rank{k}.json").exists()]
@@ -94,9 +94,9 @@ def run_ranks(args: argparse.Namespace, target: Any, wanted: list[Any]) -> int:
         merged = merge_ranks([load_report(str(p)) for p in found])
         merged.world_size = n
         merged.missing_ranks = [k for k in range(n) if k not in (merged.ranks or [])] or None
-        failed = write_outputs(merged, wanted, quiet=args.quiet)
-        if not args.quiet:
-            print_summary(merged, args.top)
+        failed = write_outputs(merged, wanted, quiet=options.quiet)
+        if not options.quiet:
+            print_summary(merged, options.top)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         signals.restore()

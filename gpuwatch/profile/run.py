@@ -21,58 +21,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from gpuwatch.profile.interrupts import Signals, Terminated
+from gpuwatch.profile.options import ProfileOptions
 from gpuwatch.profile.runner import Outcome, Target, run_target
+from gpuwatch.profile.worded import warnings_worded
 from profilers.report import Report, printable
 
-if TYPE_CHECKING:
-    from profilers import Profile
-
-#: Seconds between the partial reports that stand in for the final one if the process is killed.
-CHECKPOINT_S = 30.0
-
-
-@dataclass(frozen=True)
-class ProfileOptions:
-    """How to profile: the options every entry point (CLI, live child) shares."""
-
-    kernel_timing: bool = True
-    count_ops: bool = False
-    """Count every op per line even without kernel timing (``--count-ops``)."""
-    user_code: tuple[str, ...] | None = None
-    timeline_capacity: int = 10_000
-    trace_syncs: bool = False
-    checkpoint_s: float = CHECKPOINT_S
-    fake_cuda: int = 0
-    """GPUs to simulate (``--fake-cuda``); 0: the real ones."""
-    steps: tuple[int, int | None] | None = None
-    """``--steps A:B``: profile only those steps."""
-
-    @property
-    def untimed(self) -> bool:
-        """Kernel time is not measured (``--no-kernel-timing``, or simulated GPUs)."""
-        return not self.kernel_timing or bool(self.fake_cuda)
-
-    def profiler(self) -> Profile:
-        """The ``profilers.profile()`` these options ask for (every entry point builds it here:
-        the CLI, the live child and the notebook magic)."""
-        import profilers
-
-        return profilers.profile(
-            # NB: ops on fake GPU tensors compute nothing: their time is no kernel's time.
-            kernel_timing=self.kernel_timing and not self.fake_cuda,
-            # The fake GPU runs every op through a dispatch mode of its own: counting every op
-            # costs little more there, and its reports keep their op counts.
-            count_ops=True if self.count_ops or self.fake_cuda else None,
-            user_code=self.user_code,
-            timeline_capacity=self.timeline_capacity,
-            trace_syncs=self.trace_syncs,
-            steps=self.steps,
-        )
-
+__all__ = ["ProfileOptions", "ProfiledRun", "run_profiled"]
 
 ReportSink = Callable[[Report], None]
 
@@ -114,10 +71,10 @@ class ProfiledRun:
         self.rank: tuple[int | None, int | None] = distributed_rank() or (None, None)
         """(rank, world size) of a distributed run (RANK, WORLD_SIZE), else (None, None)."""
         self.fake: Any = None
-        if options.fake_cuda:
+        if options.simulated_gpus:
             from profilers.fake_cuda.harness import FakeCuda
 
-            self.fake = FakeCuda(options.fake_cuda)  # FakeCudaUnavailable: one line to show
+            self.fake = FakeCuda(options.simulated_gpus)  # FakeCudaUnavailable: one line to show
         self.prof = options.profiler()
         self._end_lock = threading.Lock()
         self._started = False
@@ -132,7 +89,7 @@ class ProfiledRun:
             partial=not outcome.finished,
         )
         report.error = outcome.error if note is None else note
-        report.options["gpu_stats"] = self.gpu_stats
+        report.options = report.options.replace(gpu_stats=self.gpu_stats)
         report.rank, report.world_size = self.rank
         if self.fake is not None:
             self.fake.mark(report)
@@ -166,7 +123,7 @@ class ProfiledRun:
                 "SIGKILL, as the OOM killer sends)"
             )
             report.exit_code = 137
-            report.options["gpu_stats"] = self.gpu_stats
+            report.options = report.options.replace(gpu_stats=self.gpu_stats)
             report.rank, report.world_size = self.rank
             if self.fake is not None:
                 self.fake.mark(report)
@@ -238,7 +195,7 @@ class ProfiledRun:
 
     def run(self) -> int:
         outcome = Outcome(1, False, "gpuwatch stopped before the script started")
-        with self.signals.raising():
+        with warnings_worded(), self.signals.raising():
             try:
                 with self._os_exit_held():
                     if self.checkpoint is not None and self.options.checkpoint_s > 0:

@@ -58,7 +58,7 @@ def render_html(diff: RunDiff, paths: tuple[str, str] = ("", "")) -> str:
         f"<tr><th>{label}</th><td><code>{html.escape(path)}</code></td>"
         f"<td><code>{html.escape(' '.join(r.command))}</code></td>"
         f'<td class="n">{steps if steps else "no"} steps</td>'
-        f"<td>{'fake GPU' if r.options.get('fake_cuda') else ''}</td></tr>"
+        f"<td>{'fake GPU' if r.options.fake_cuda else ''}</td></tr>"
         for label, path, r, steps in (
             ("before", paths[0], diff.before, diff.before_steps),
             ("after", paths[1], diff.after, diff.after_steps),

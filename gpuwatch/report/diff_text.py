@@ -106,7 +106,7 @@ def signed(name: str, delta: float) -> str:
 def run_line(label: str, report: Any, steps: int | None, path: str) -> Text:
     cmd = " ".join(report.command) or "(no command)"
     bits = [f"{steps:,} steps" if steps else "no steps", fmt.duration_ms(report.duration_s * 1e3)]
-    if report.options.get("fake_cuda"):
+    if report.options.fake_cuda:
         bits.append("fake GPU")
     if report.partial:
         bits.append("partial")

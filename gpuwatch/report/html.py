@@ -81,10 +81,10 @@ def _header(r: Report) -> str:
 
 
 def _cards(r: Report) -> str:
-    t, source = r.totals, r.options.get("kernel_timing_source", "host")
+    t, source = r.totals, r.options.timing_source
     kernel = (fmt.duration_ms(t.kernel_time_ms), f"kernel time ({source})")
     if not kernel_measured(r):
-        why = "simulated GPUs" if r.options.get("fake_cuda") else "--no-kernel-timing"
+        why = "simulated GPUs" if r.options.fake_cuda else "--no-kernel-timing"
         kernel = ("-", f"kernel time (not measured: {why})")
     cards = [
         (fmt.size(t.bytes_moved), "moved between host and GPUs"),
@@ -142,7 +142,7 @@ def _gpu_notes(r: Report) -> str:
     elif used_no_gpu(r):
         gpu = "<p>No CUDA device was used, so no GPU's load is charged to this script.</p>"
     else:
-        why = str(r.options.get("gpu_stats", "no NVML")).rstrip(".?")
+        why = str(r.options.gpu_stats or "no NVML").rstrip(".?")
         gpu = f"<p>No GPU utilisation was recorded ({_e(why)}).</p>"
     return capped + gpu
 
@@ -177,7 +177,7 @@ def _top_lines(r: Report, found: list[Hint]) -> str:
 def kernel_measured(r: Report) -> bool:
     """False where kernel time was not measured (simulated GPUs, ``--no-kernel-timing``): then
     every line says so rather than showing 0 µs."""
-    return not r.options.get("fake_cuda") and r.options.get("kernel_timing_source") != "off"
+    return not r.options.fake_cuda and r.options.kernel_timing_source != "off"
 
 
 def _body(r: Report, places: dict[str, str]) -> str:

@@ -162,7 +162,7 @@ def _kernel_time(r: Report) -> Any:
         hovertemplate="%{y}<br>%{x:.2f} ms in %{customdata[0]} ops"
         "<br>its backward: %{customdata[1]} (part of the .backward() line's bar)<extra></extra>",
     )
-    source = r.options.get("kernel_timing_source", "host")
+    source = r.options.timing_source
     fig.update_layout(
         title=f"Kernel time per line, each op once ({_p(source)} timing); the .backward() "
         "line holds the whole backward",
@@ -206,7 +206,7 @@ def charts(r: Report) -> dict[str, tuple[Any, str]]:
         "kernel": (
             _kernel_time(r) if r.totals.kernel_time_ms else None,
             "No kernel time was measured (--fake-cuda: the GPUs were simulated)."
-            if r.options.get("fake_cuda")
+            if r.options.fake_cuda
             else "No kernel time was measured (kernel timing was off, or no op ran).",
         ),
         "syncs": (

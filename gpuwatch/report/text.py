@@ -125,7 +125,7 @@ def step_lines(r: Report) -> list[str]:
         f"per step: {c:.3g} cop{'y' if c == 1 else 'ies'} ({fmt.size(t.bytes_moved / n)}), "
         f"{w:.3g} sync{'' if w == 1 else 's'}"
     )
-    if t.kernel_time_ms and not r.options.get("fake_cuda"):
+    if t.kernel_time_ms and not r.options.fake_cuda:
         per += f", kernel time {fmt.duration_ms(t.kernel_time_ms / n)}"
     # NB: by the steps a line was seen in where the report says (a one-time model.to(device)
     # makes more copies than there are steps), else by its counts (reports before that field).
@@ -148,9 +148,9 @@ def step_lines(r: Report) -> list[str]:
 
 def kernel_time(r: Report) -> str:
     """The run's kernel time and how it was measured, or why it was not."""
-    if r.options.get("fake_cuda"):
+    if r.options.fake_cuda:
         return "not measured (--fake-cuda: the GPUs were simulated)"
-    source = r.options.get("kernel_timing_source", "host")
+    source = r.options.timing_source
     if source == "off":
         return "not timed"
     return f"{fmt.duration_ms(r.totals.kernel_time_ms)} ({source})"
@@ -158,11 +158,10 @@ def kernel_time(r: Report) -> str:
 
 def simulated_lines(r: Report) -> list[str]:
     """What a --fake-cuda run is: its counts are a GPU run's, the values it read back are not."""
-    fake = r.options.get("fake_cuda")
+    fake = r.options.fake_cuda
     if not fake:
         return []
-    n = int(fake.get("devices", 1))
-    ph = fake.get("placeholders", {})
+    n, ph = fake.devices, fake.placeholders
     out = [
         f"SIMULATED: --fake-cuda, {n} fake GPU{'s' if n != 1 else ''}. Copies, bytes, syncs and "
         "lines are what the script does on a GPU."
@@ -205,14 +204,14 @@ def internal_error_lines(r: Report) -> list[str]:
 
 def gpu_source(r: Report) -> str:
     """What the GPU figures are: measured by NVML, or simulated by ``--demo``."""
-    if r.options.get("gpu_stats") == "demo":
+    if r.options.gpu_stats == "demo":
         return "simulated by --demo, not measured"
     return "mean NVML utilisation"
 
 
 def used_no_gpu(r: Report) -> bool:
     """GPU stats were taken, but the script used no CUDA device: no GPU's load is its own."""
-    sampled = r.options.get("gpu_stats") in ("NVML", "demo")
+    sampled = r.options.gpu_stats in ("NVML", "demo")
     return sampled and not any(str(d.get("device", "")).startswith("cuda") for d in r.devices)
 
 
@@ -230,7 +229,7 @@ def gpu_lines(r: Report) -> list[str]:
         out.append(line)
     if not out and used_no_gpu(r):
         out.append("GPU: no CUDA device was used, so no GPU's load is charged to this script")
-    scope = r.options.get("gpu_samples_scope")
+    scope = r.options.gpu_samples_scope
     if out and isinstance(scope, str):
         out.append(f"(GPU figures cover {scope})")
     return out

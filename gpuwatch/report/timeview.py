@@ -38,7 +38,7 @@ def time_lines(r: Report) -> list[str]:
     the line that cost most."""
     t = r.time
     if not t:
-        if r.options.get("fake_cuda"):
+        if r.options.fake_cuda:
             return [
                 "where the time goes: not measured under --fake-cuda (the host's time there is "
                 "mostly the simulated GPU's own work, which is not your script's)"

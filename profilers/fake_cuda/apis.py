@@ -9,6 +9,9 @@ import types
 from contextlib import ExitStack
 from typing import Any
 
+# NB: NotSimulated is an AttributeError, as torch's own "has no attribute" was, so that
+# ``hasattr`` probes still say False.
+from profilers.errors import NotSimulated as NotSimulated
 from profilers.fake_cuda.printing import fake_format, fake_repr
 
 
@@ -240,11 +243,6 @@ class FakeNvtx:
         pass
 
 
-class NotSimulated(AttributeError):
-    """A CUDA API the fake GPU cannot answer, named in one line (an AttributeError, as torch's
-    own "has no attribute" was, so that ``hasattr`` probes still say False)."""
-
-
 def _torch_cuda_caller() -> str:
     """The outermost ``torch.cuda`` function on the stack: the API the script called."""
     import sys
@@ -262,7 +260,7 @@ def _torch_cuda_caller() -> str:
 
 
 def patch_unsimulated(stack: ExitStack) -> None:
-    """What the fake GPU does not simulate says so in one line naming the API and --fake-cuda
+    """What the fake GPU does not simulate says so in one line naming the API
     (``torch._C._cuda_*`` that a CPU build lacks; NVTX is kept)."""
     import torch
     import torch.cuda
@@ -270,10 +268,7 @@ def patch_unsimulated(stack: ExitStack) -> None:
 
     def __getattr__(name: str) -> Any:
         if name.startswith("_cuda_"):
-            raise NotSimulated(
-                f"gpuwatch --fake-cuda: {_torch_cuda_caller()} is not simulated on the fake GPU "
-                f"(it needs torch._C.{name}); run it on a GPU"
-            )
+            raise NotSimulated(_torch_cuda_caller(), f"torch._C.{name}")
         raise AttributeError(f"module 'torch._C' has no attribute '{name}'")
 
     if "__getattr__" not in vars(torch._C):

@@ -19,10 +19,7 @@ from typing import Any
 
 import torch
 
-
-class FakeCudaUnavailable(RuntimeError):
-    """--fake-cuda cannot run here; the message is one line saying what is missing."""
-
+from profilers.errors import FakeCudaUnavailable as FakeCudaUnavailable
 
 _GUARD_SOURCE = Path(__file__).with_name("guard.cpp")
 
@@ -54,14 +51,14 @@ def guard_library(cache: Path | None = None) -> Path:
     compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
     if not compiler:
         raise FakeCudaUnavailable(
-            "--fake-cuda needs a C++ compiler once, to build its CUDA device guard for this "
+            "needs a C++ compiler once, to build its CUDA device guard for this "
             "torch: none found (install g++, or set CXX)"
         )
     torch_dir = Path(torch.__file__).parent
     include, libdir = torch_dir / "include", torch_dir / "lib"
     if not (include / "c10" / "core" / "impl" / "FakeGuardImpl.h").exists():
         raise FakeCudaUnavailable(
-            f"--fake-cuda needs torch's C++ headers, which this torch does not ship ({include})"
+            f"needs torch's C++ headers, which this torch does not ship ({include})"
         )
     try:
         cache.mkdir(parents=True, exist_ok=True)
@@ -69,7 +66,7 @@ def guard_library(cache: Path | None = None) -> Path:
         os.close(fd)
     except OSError as exc:
         raise FakeCudaUnavailable(
-            f"--fake-cuda cannot write its build cache {cache}: {exc.strerror or exc}"
+            f"cannot write its build cache {cache}: {exc.strerror or exc}"
         ) from None
     cmd = [
         compiler,
@@ -91,12 +88,12 @@ def guard_library(cache: Path | None = None) -> Path:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     except OSError as exc:
         os.unlink(tmp)
-        raise FakeCudaUnavailable(f"--fake-cuda could not run {compiler}: {exc}") from None
+        raise FakeCudaUnavailable(f"could not run {compiler}: {exc}") from None
     if done.returncode != 0:
         os.unlink(tmp)
         first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr[:200])
         raise FakeCudaUnavailable(
-            f"--fake-cuda could not build its CUDA device guard with {compiler}: {first.strip()}"
+            f"could not build its CUDA device guard with {compiler}: {first.strip()}"
         )
     os.replace(tmp, lib)
     return lib
@@ -167,6 +164,4 @@ def check_fake_cuda(devices: int = 1) -> None:
     except FakeCudaUnavailable:
         raise
     except OSError as exc:  # the library would not load (a stale or foreign build)
-        raise FakeCudaUnavailable(
-            f"--fake-cuda could not load its CUDA device guard: {exc}"
-        ) from None
+        raise FakeCudaUnavailable(f"could not load its CUDA device guard: {exc}") from None

@@ -109,7 +109,7 @@ class Graphs:
         with self._lock:
             self.errors.append({"file": where[0], "line": where[1], "what": what})
         raise _ERROR_TYPE(
-            f"{CAPTURE_ERROR}\ngpuwatch --fake-cuda: {graph.error} makes the host wait for the "
+            f"{CAPTURE_ERROR}\nthe fake GPU: {graph.error} makes the host wait for the "
             "GPU or copies pageable host memory, which a CUDA graph capture does not allow"
         )
 
@@ -141,7 +141,7 @@ class FakeCUDAGraph:
 
     def _graphs(self) -> Graphs:
         if GRAPHS is None:
-            raise RuntimeError("gpuwatch --fake-cuda: this CUDA graph outlived the fake GPU")
+            raise RuntimeError("the fake GPU: this CUDA graph outlived the fake GPU")
         return GRAPHS
 
     def capture_begin(self, pool: Any = None, capture_error_mode: str = "global", **_: Any) -> None:
@@ -152,7 +152,7 @@ class FakeCUDAGraph:
                 "graph, create a new instance."
             )
         if graphs.capturing is not None:
-            raise RuntimeError("gpuwatch --fake-cuda: one CUDA graph capture at a time")
+            raise RuntimeError("the fake GPU: one CUDA graph capture at a time")
         if pool is not None:
             self._pool = (int(pool[0]), int(pool[1]))
         self.ops, self.error = [], None
@@ -205,8 +205,7 @@ class FakeCUDAGraph:
 
     def debug_dump(self, debug_path: str) -> None:
         raise NotImplementedError(
-            "gpuwatch --fake-cuda: torch.cuda.CUDAGraph.debug_dump is not simulated on the fake "
-            "GPU; run it on a GPU"
+            "the fake GPU does not simulate torch.cuda.CUDAGraph.debug_dump; run it on a GPU"
         )
 
     def register_generator_state(self, generator: Any) -> None:

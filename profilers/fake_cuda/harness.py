@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from profilers.errors import ProfileStateError
 from profilers.fake_cuda.apis import (
     patch_memory,
     patch_printing,
@@ -61,6 +62,7 @@ from profilers.fake_cuda.torch_api import (
     index_of,
     module_apply,
 )
+from profilers.options import FakeCudaRun
 from profilers.patches import lift_on_the_host
 from profilers.torch_private import THREAD_BOOTSTRAP
 
@@ -86,7 +88,7 @@ class FakeCuda:
 
     def __init__(self, devices: int = 1) -> None:
         if not 1 <= devices <= MAX_DEVICES:
-            raise FakeCudaUnavailable(f"--fake-cuda takes 1 to {MAX_DEVICES} GPUs, not {devices}")
+            raise FakeCudaUnavailable(f"simulates 1 to {MAX_DEVICES} GPUs, not {devices}")
         from torch._subclasses.fake_tensor import FakeTensor
 
         self.devices = devices
@@ -120,18 +122,16 @@ class FakeCuda:
         if d.index is not None and not 0 <= d.index < self.devices:
             raise RuntimeError(
                 f"CUDA error: invalid device ordinal (cuda:{d.index}; this fake machine has "
-                f"{self.devices} GPU{'s' if self.devices != 1 else ''}: --fake-gpus N for more)"
+                f"{self.devices} GPU{'s' if self.devices != 1 else ''}; simulate more to use it)"
             )
 
     def mark(self, report: Any) -> None:
         """Says in ``report`` that its GPUs were simulated, and what the script got back that
         was a placeholder (``options.fake_cuda``; the devices' names)."""
-        report.options["fake_cuda"] = {
-            "devices": self.devices,
-            "placeholders": self.placeholders.to_dict(),
-        }
-        if self.graphs.captures or self.graphs.errors:  # CUDA graphs: what they did, and where
-            report.options["fake_cuda"]["graphs"] = self.graphs.to_dict()
+        # CUDA graphs: what they did, and where (when the script made any)
+        graphs = self.graphs.to_dict() if self.graphs.captures or self.graphs.errors else None
+        fake = FakeCudaRun(self.devices, self.placeholders.to_dict(), graphs)
+        report.options = report.options.replace(fake_cuda=fake)
         for entry in report.devices:
             if str(entry.get("device", "")).startswith("cuda"):
                 entry["name"] = DEVICE_NAME
@@ -141,7 +141,7 @@ class FakeCuda:
     def __enter__(self) -> FakeCuda:
         global HARNESS
         if HARNESS is not None:
-            raise RuntimeError("--fake-cuda is already on in this process")
+            raise ProfileStateError("the fake GPU is already on in this process", "nested")
         stack = ExitStack()
         try:
             stack.enter_context(cuda_hooks(self.devices))

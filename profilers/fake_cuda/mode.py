@@ -143,11 +143,11 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
                 self.harness.placeholders.note("values")
                 return {"bool": False, "int": 0, "float": 0.0}[str(returns[0].type)]
             raise NotImplementedError(
-                f"gpuwatch --fake-cuda: {func} reads GPU values, which a fake GPU does not have"
+                f"the fake GPU: {func} reads GPU values, which a fake GPU does not have"
             ) from None
         except DynamicOutputShapeException:
             raise NotImplementedError(
-                f"gpuwatch --fake-cuda: the size of {func}'s output depends on GPU values, "
+                f"the fake GPU: the size of {func}'s output depends on GPU values, "
                 "which a fake GPU does not have"
             ) from None
 

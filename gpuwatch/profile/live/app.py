@@ -298,8 +298,8 @@ class LiveApp(SamplingApp):
             name = signal.Signals(self.signalled).name
             self.report.error = f"stopped: gpuwatch received {name} ({self.report.error})"
         samples_of_used_gpus(self.report, self.gpu_samples)
-        self.report.options["gpu_stats"] = (
-            self.sampler.source if self.sampler is not None else self.no_gpu_reason
+        self.report.options = self.report.options.replace(
+            gpu_stats=self.sampler.source if self.sampler is not None else self.no_gpu_reason
         )
         self.written = write_reports(self.report, self.outputs)
         if not interactive:

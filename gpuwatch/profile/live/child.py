@@ -73,9 +73,12 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gpuwatch.profile.run import ProfiledRun, ProfileOptions
+    from gpuwatch.profile.options import ProfileOptions
+    from gpuwatch.profile.run import ProfiledRun
     from gpuwatch.profile.runner import Target, TargetError, check_target
+    from gpuwatch.profile.worded import worded
     from gpuwatch.report.write import Output, write_reports
+    from profilers.errors import ProfilerError
 
     config = json.loads((argv if argv is not None else sys.argv[1:])[0])
     # NB: the child gets SIGINT only from the live app asking the script to stop (it runs in a
@@ -90,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     except TargetError as exc:
         channel.send(Fatal(str(exc)))
         return 2
-    options = ProfileOptions(**{**config["options"], "checkpoint_s": 0.0})
+    # NB: no checkpoints here: the app keeps the last snapshot and writes the partial report.
+    options = ProfileOptions.from_json(config["options"]).replace(checkpoint_s=0.0)
     wanted = [Output(*out) for out in config.get("outputs", [])]
     top = int(config.get("top", 30))
     stop = threading.Event()
@@ -118,14 +122,22 @@ def main(argv: list[str] | None = None) -> int:
         if wanted and (channel.closed or (stopped_by_term and channel.wait_closed(2.0))):
             write_reports(report, wanted)  # nobody else will write them now
 
-    run = ProfiledRun(target, options, on_report, None, None, config.get("gpu_stats", "off"))
+    try:
+        run = ProfiledRun(target, options, on_report, None, None, config.get("gpu_stats", "off"))
+    except ProfilerError as exc:  # the fake GPU could not start: one line for the app
+        channel.send(Fatal(worded(exc)))
+        return 2
     # NB: the name keeps the profiler from entering its mode in this thread.
     reporter = threading.Thread(target=stream, name="gpuwatch-live-reporter", daemon=True)
     channel.send(Hello(os.getpid(), list(target.command)))
     reporter.start()
     if "parent_pid" in config:
         die_with_parent(int(config["parent_pid"]))
-    return run.run()
+    try:
+        return run.run()
+    except ProfilerError as exc:  # the profile could not start (trace_syncs on this torch)
+        channel.send(Fatal(worded(exc)))
+        return 2
 
 
 if __name__ == "__main__":

@@ -16,11 +16,11 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from gpuwatch.profile.live.protocol import Message, ProtocolError, decode
-from gpuwatch.profile.run import ProfileOptions
+from gpuwatch.profile.options import ProfileOptions
 from gpuwatch.profile.runner import Target
 from gpuwatch.report.write import Output
 
@@ -84,7 +84,7 @@ class ChildSession:
             "target": self.target.name,
             "args": list(self.target.args),
             "module": self.target.module,
-            "options": asdict(self.options),
+            "options": self.options.to_json(),
             "outputs": [(o.kind, o.path, o.where) for o in self.outputs],
             "gpu_stats": self.gpu_stats,
         }

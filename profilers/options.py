@@ -1,0 +1,171 @@
+"""How a run was profiled: :class:`Options` (what :func:`profilers.profile` was asked) and
+:class:`RunOptions`, the report's typed ``options`` (JSON: the ``options`` object of
+``gpuwatch.profile/1``, its shape unchanged). Needs no torch."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Options:
+    kernel_timing: bool = True
+    """Time every op: CUDA events on GPUs (resolved lazily), host time on the CPU."""
+    user_code: tuple[str, ...] | None = None
+    """Directories whose files count as user code; None: anything outside the libraries."""
+    timeline_capacity: int = 10_000
+    """How many of the newest copy/sync events the timeline keeps."""
+    threads: bool = True
+    """Profile threads started while profiling (DataParallel replicas)."""
+    comm: bool = True
+    """Count torch.nn.parallel.comm copies (DataParallel broadcast/scatter/gather/reduce)."""
+    steps: tuple[int, int | None] | None = None
+    """Profile only steps ``[A, B)`` (B None: to the end), steps ended by optimizer.step() or
+    profilers.step(); outside them the mode is off the stack."""
+    count_ops: bool | None = None
+    """Count every op per line through the dispatch mode. None: when timing ops (which needs
+    every op) or where the fast path cannot serve (``trace_syncs``, a torch without its hooks);
+    otherwise only the ops that copy, sync or communicate reach Python (profilers/counting/kernels.py)."""
+    trace_syncs: bool = False
+    """Use PyTorch's GPU trace callbacks for syncs (adds syncs inside ops no rule explains, at a
+    cost per CUDA event for the rest of the process); off: explicit synchronize calls and the
+    printing of GPU tensors are caught at their Python entry points."""
+    time_steps: int = 64
+    """Where each step's time goes (profilers/timing/): the newest steps kept in full (the run's
+    sums cover all of them); 0: not measured. Not with ``steps`` (a window)."""
+
+
+_OPTION_TYPES: dict[str, tuple[type, ...]] = {
+    "kernel_timing": (bool,),
+    "user_code": (list, type(None)),
+    "timeline_capacity": (int,),
+    "threads": (bool,),
+    "comm": (bool,),
+    "steps": (list, type(None)),
+    "count_ops": (bool, type(None)),
+    "trace_syncs": (bool,),
+    "time_steps": (int,),
+}
+
+
+@dataclass(frozen=True)
+class FakeCudaRun:
+    """A run on simulated GPUs (``fake_cuda``): how many, and what the script read back that
+    was a placeholder; ``graphs``: its CUDA graphs, when it made any."""
+
+    devices: int
+    placeholders: dict[str, int] = field(default_factory=dict)
+    graphs: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"devices": self.devices, "placeholders": dict(self.placeholders)}
+        if self.graphs is not None:
+            out["graphs"] = self.graphs
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FakeCudaRun:
+        ph = d.get("placeholders")
+        graphs = d.get("graphs")
+        return cls(
+            devices=int(d["devices"]),
+            placeholders={str(k): int(v) for k, v in ph.items()} if isinstance(ph, dict) else {},
+            graphs=dict(graphs) if isinstance(graphs, dict) else None,
+        )
+
+
+_TEXT = ("source", "kernel_timing_source", "counting", "gpu_stats", "gpu_samples_scope")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """A report's ``options``: how its run was profiled and where its data came from. Fields
+    at None were not recorded (absent from the JSON); keys this version does not know are kept
+    in ``extra`` and written back as they were."""
+
+    profile: Options | None = None
+    """What :func:`profilers.profile` was asked (JSON: its fields, at the top of ``options``)."""
+    kernel_timing_source: str | None = None
+    """``cuda_events``, ``host`` or ``off``."""
+    counting: str | None = None
+    """``every_op`` (the dispatch mode saw every op) or ``copies`` (the fast path)."""
+    gpu_stats: str | None = None
+    """Where the GPU samples came from: ``NVML``, ``demo``, or why there are none."""
+    gpu_samples_scope: str | None = None
+    """Said when the samples are of every GPU (which ones the script used is unknown)."""
+    fake_cuda: FakeCudaRun | None = None
+    """Present on a run on simulated GPUs."""
+    merged_ranks: int | None = None
+    """In a report merged from ranks' reports: how many."""
+    source: str | None = None
+    """Where a report that is no run's own came from (the live view's last snapshot)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def counts_ops(self) -> bool:
+        """Whether every op was counted (reports written before ``counting`` did)."""
+        return (self.counting or "every_op") == "every_op"
+
+    @property
+    def timing_source(self) -> str:
+        """How kernel time was measured (reports written before it say nothing: host)."""
+        return self.kernel_timing_source or "host"
+
+    def replace(self, **changes: Any) -> RunOptions:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.profile is not None:
+            out.update(_jsonable(dataclasses.asdict(self.profile)))
+        for name in (*_TEXT, "merged_ranks"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        if self.fake_cuda is not None:
+            out["fake_cuda"] = self.fake_cuda.to_dict()
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Any) -> RunOptions:
+        """The options of a saved report; a value of the wrong type is kept as it was, in
+        ``extra``, rather than trusted."""
+        if not isinstance(d, dict):
+            return cls()
+        extra = dict(d)
+        profile = None
+        if all(isinstance(d.get(k, ...), t) for k, t in _OPTION_TYPES.items()):
+            values = {k: extra.pop(k) for k in _OPTION_TYPES}
+            profile = Options(**{k: _frozen(v) for k, v in values.items()})
+        taken: dict[str, Any] = {}
+        for name in _TEXT:
+            if isinstance(extra.get(name), str):
+                taken[name] = extra.pop(name)
+        merged = extra.get("merged_ranks")
+        if isinstance(merged, int) and not isinstance(merged, bool):
+            taken["merged_ranks"] = extra.pop("merged_ranks")
+        fake = extra.get("fake_cuda")
+        if isinstance(fake, dict) and isinstance(fake.get("devices"), int):
+            try:
+                taken["fake_cuda"] = FakeCudaRun.from_dict(fake)
+                del extra["fake_cuda"]
+            except (TypeError, ValueError):
+                pass  # kept in extra, as read
+        return cls(profile=profile, extra=extra, **taken)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
