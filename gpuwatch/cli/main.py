@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpuwatch import __version__
-from gpuwatch.cli.values import add_old_spelling, bounded_int, interval
+from gpuwatch.argvalues import add_old_spelling, bounded_int, interval
 from gpuwatch.errors import CliError
 from gpuwatch.profile.interrupts import Terminated
 

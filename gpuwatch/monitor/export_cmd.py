@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from gpuwatch.cli.values import add_old_spelling
+from gpuwatch.argvalues import add_old_spelling
 from gpuwatch.errors import CliError
 from gpuwatch.monitor.export import CONNECTION_DEADLINE_S, STALE_FLOOR_S, GpuCollector
 from gpuwatch.monitor.nvml.activity import IdlePolicy

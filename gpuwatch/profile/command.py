@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from gpuwatch.cli.values import bounded_int, note
+from gpuwatch.argvalues import bounded_int, note
 from gpuwatch.errors import CliError
 from gpuwatch.profile.budget import add_budget_args, budget_for, check_run
 from gpuwatch.profile.options import ProfileOptions, add_arguments

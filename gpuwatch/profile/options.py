@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from gpuwatch.cli.values import (
+from gpuwatch.argvalues import (
     add_old_spelling,
     bounded_int,
     checkpoint_seconds,
@@ -53,7 +53,7 @@ class Flag:
     parse: Callable[[str], Any] | None = None
     metavar: str | None = None
     old: tuple[str, ...] = ()
-    """Former spellings: hidden, still working, with a one-line note (cli/values.py)."""
+    """Former spellings: hidden, still working, with a one-line note (argvalues.py)."""
     magic: bool = False
     """Also an option of the notebook magic (``%%gpuwatch``)."""
     show: Callable[[Any], str] = str
