@@ -10,6 +10,7 @@ from typing import Any
 
 from gpuwatch.errors import CliError
 from gpuwatch.profile.budget import add_budget_args, budget_for, check_run
+from gpuwatch.profile.sizes import memory_size
 
 #: Copy/sync events a timeline may keep: 10 million is about 1 GB of JSON.
 MAX_TIMELINE_CAPACITY = 10_000_000
@@ -119,6 +120,20 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
         default=1,
         metavar="N",
         help="with --fake-cuda: how many GPUs the machine has (default 1, at most 8)",
+    )
+    p.add_argument(
+        "--fake-memory",
+        type=memory_size,
+        default=None,
+        metavar="SIZE",
+        help="with --fake-cuda: each GPU's memory, e.g. 24GiB (default 80GiB); a script that "
+        "needs more stops with CUDA's out-of-memory error, the lines holding the memory named",
+    )
+    p.add_argument(
+        "--memory",
+        action="store_true",
+        help="which line made each tensor, and the GPU memory each line holds at the peak "
+        "(every op enters Python; always on with --fake-cuda)",
     )
     p.add_argument(
         "--steps",
@@ -292,6 +307,8 @@ def run_profile(args: argparse.Namespace) -> int:
     check_outputs(wanted, inputs=[] if target.module else [target.name])
     if args.fake_gpus != 1 and not args.fake_cuda:
         raise CliError("--fake-gpus goes with --fake-cuda")
+    if args.fake_memory is not None and not args.fake_cuda:
+        raise CliError("--fake-memory goes with --fake-cuda")
     if args.demo and not args.live:
         raise CliError("--demo goes with --live (it simulates the GPU cards)")
     options = ProfileOptions(
@@ -303,6 +320,8 @@ def run_profile(args: argparse.Namespace) -> int:
         checkpoint_s=args.checkpoint,
         fake_cuda=args.fake_gpus if args.fake_cuda else 0,
         steps=args.steps,
+        memory=args.memory,
+        fake_memory_bytes=args.fake_memory,
     )
     limits = budget_for(args)
     if args.fake_cuda:

@@ -50,6 +50,11 @@ class ProfileOptions:
     """GPUs to simulate (``--fake-cuda``); 0: the real ones."""
     steps: tuple[int, int | None] | None = None
     """``--steps A:B``: profile only those steps."""
+    memory: bool = False
+    """``--memory``: which line made each tensor and holds which GPU bytes (on by itself under
+    ``--fake-cuda``)."""
+    fake_memory_bytes: int | None = None
+    """``--fake-memory``: each simulated GPU's memory size (None: 80 GiB)."""
 
     @property
     def untimed(self) -> bool:
@@ -71,6 +76,7 @@ class ProfileOptions:
             timeline_capacity=self.timeline_capacity,
             trace_syncs=self.trace_syncs,
             steps=self.steps,
+            memory=True if self.memory else None,
         )
 
 
@@ -117,7 +123,8 @@ class ProfiledRun:
         if options.fake_cuda:
             from profilers.fake_cuda.harness import FakeCuda
 
-            self.fake = FakeCuda(options.fake_cuda)  # FakeCudaUnavailable: one line to show
+            # FakeCudaUnavailable: one line to show
+            self.fake = FakeCuda(options.fake_cuda, options.fake_memory_bytes)
         self.prof = options.profiler()
         self._end_lock = threading.Lock()
         self._started = False

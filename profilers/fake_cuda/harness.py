@@ -129,6 +129,7 @@ class FakeCuda:
         report.options["fake_cuda"] = {
             "devices": self.devices,
             "placeholders": self.placeholders.to_dict(),
+            "memory_bytes": self.memory.capacity_bytes,
         }
         if self.graphs.captures or self.graphs.errors:  # CUDA graphs: what they did, and where
             report.options["fake_cuda"]["graphs"] = self.graphs.to_dict()
