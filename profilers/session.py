@@ -115,8 +115,8 @@ class Profile:
                 _patches.hook_gpu_trace()
             else:
                 _patches.patch_explicit_syncs(stack, recorder)
-            start_memory(recorder, self.options.memory)
-            counting, why = _counting(self.options) if not recorder.memory else ("every_op", "")
+            counting, why = _counting(self.options)
+            start_memory(recorder, self.options.memory, counting)
             recorder.counting = counting
             if why:
                 print(f"gpuwatch: {why}", file=sys.stderr)

@@ -29,7 +29,7 @@ def test_parameters_activations_gradients_and_optimizer_state_exact():
     from profilers.fake_cuda.harness import fake_cuda
 
     seen: dict[str, dict[int, int]] = {}
-    with fake_cuda(), profilers.profile(kernel_timing=False) as prof:
+    with fake_cuda(), profilers.profile(kernel_timing=False, count_ops=True) as prof:
 
         def now(name: str) -> None:
             # NB: the profiler's site cache keeps the frame of the latest op's caller (with its
@@ -72,7 +72,7 @@ def test_parameters_activations_gradients_and_optimizer_state_exact():
 def test_the_peak_and_the_lines_holding_it():
     from profilers.fake_cuda.harness import fake_cuda
 
-    with fake_cuda(), profilers.profile(kernel_timing=False) as prof:
+    with fake_cuda(), profilers.profile(kernel_timing=False, count_ops=True) as prof:
         a = torch.empty(1000, device="cuda:0")  # @a
         b = torch.empty(2000, device="cuda:0")  # @b
         del a
@@ -106,7 +106,10 @@ def test_the_peak_and_the_lines_holding_it():
 def test_out_of_memory_on_a_small_simulated_gpu_names_the_lines_holding_it():
     from profilers.fake_cuda.harness import fake_cuda
 
-    with fake_cuda(memory_bytes=64 * 1024), profilers.profile(kernel_timing=False) as prof:
+    with (
+        fake_cuda(memory_bytes=64 * 1024),
+        profilers.profile(kernel_timing=False, count_ops=True) as prof,
+    ):
         assert torch.cuda.get_device_properties(0).total_memory == 64 * 1024
         held = [torch.empty(4096, device="cuda:0") for _ in range(3)]  # @held
         small = torch.empty(2048, device="cuda:0")  # @small
@@ -146,3 +149,34 @@ def test_memory_is_not_tracked_on_the_fast_path_unless_asked():
     assert memory is not None and memory["source"] == "measured"
     assert (memory["lines"], memory["peak"], memory["failure"]) == ([], None, None)
     assert prof.report().counts_ops is True  # every op entered Python
+
+
+@pytest.mark.parametrize("tracked", [False, None])  # the fast path; every op, as --fake-cuda
+def test_an_oom_moving_a_batch_names_its_line_on_either_counting_path(tracked):
+    import traceback
+
+    from profilers.fake_cuda.harness import fake_cuda
+
+    with (
+        fake_cuda(memory_bytes=64 * 1024),
+        profilers.profile(kernel_timing=False, count_ops=tracked is None, memory=tracked) as prof,
+    ):
+        batch = torch.empty(32 * 1024)  # 128 KiB on the host
+        with pytest.raises(torch.OutOfMemoryError) as raised:
+            batch.to("cuda:0")  # @move
+    frames = [f.filename for f in traceback.extract_tb(raised.value.__traceback__)]
+    # below the script's line, only the profiler's frame that raised it again (the CLI's
+    # runner leaves that one out too): no fake-tensor or fake-GPU frames
+    below = frames[len(frames) - frames[::-1].index(__file__) :]
+    assert [f.rsplit("/", 2)[-2:] for f in below] in (
+        [["counting", "dispatch.py"]],
+        [["counting", "kernels.py"]],
+    )
+    report = prof.report()
+    assert report.counts_ops is (tracked is None)
+    memory = report.memory
+    assert memory is not None and memory["tracked"] is (tracked is None)
+    failure = memory["failure"]
+    assert (failure["kind"], failure["line"]) == ("out_of_memory", line_of("move"))
+    assert (failure["requested_bytes"], failure["capacity_bytes"]) == (131_072, 65_536)
+    assert failure["held_bytes"] == (None if tracked is False else 0)

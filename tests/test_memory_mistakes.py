@@ -24,11 +24,11 @@ HERE = __file__.rsplit("/", 1)[-1]
 
 
 def failing(work: Callable[[], Any]) -> tuple[BaseException, dict[str, Any]]:
-    """Runs ``work`` on a fake GPU under the profiler; the error it raised and the failure the
-    report explains."""
+    """Runs ``work`` on a fake GPU under the profiler as ``--fake-cuda`` does (every op counted,
+    memory tracked); the error it raised and the failure the report explains."""
     from profilers.fake_cuda.harness import fake_cuda
 
-    with fake_cuda(), profilers.profile(kernel_timing=False) as prof:
+    with fake_cuda(), profilers.profile(kernel_timing=False, count_ops=True) as prof:
         with pytest.raises(RuntimeError) as raised:
             work()
     memory = prof.report().memory

@@ -45,6 +45,7 @@ class FakeMemory:
     def note(self, out: Any, fake_type: Any) -> None:
         """Counts the storages of the fake GPU tensors in ``out`` (an op's output)."""
         t: Any
+        full: tuple[int, int, int]
         for t in tree_leaves(out):
             if not isinstance(t, fake_type) or "_gpuwatch_held" in t.__dict__:
                 continue
@@ -61,12 +62,18 @@ class FakeMemory:
                     block = _round_up(nbytes, BLOCK_BYTES) if nbytes else 0
                     now = self.allocated[index]
                     if now + block > self.capacity_bytes:  # the caching allocator's OOM
-                        raise out_of_memory(index, block, self.capacity_bytes, now)
+                        full = (index, block, now)
+                        break
                     held = self._storages[key] = [index, block, 0]
                     self._add(index, block)
                 held[2] += 1
             t.__dict__["_gpuwatch_held"] = True
             weakref.finalize(t, self._release, key)
+        else:
+            return
+        # NB: raised with the lock let go (making the error can run a collection, whose
+        # finalizers take the lock)
+        raise out_of_memory(full[0], full[1], self.capacity_bytes, full[2])
 
     def _add(self, index: int, nbytes: int) -> None:
         self.allocated[index] += nbytes

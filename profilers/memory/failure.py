@@ -37,6 +37,25 @@ def failed(
     return exc.with_traceback(user_frames(exc.__traceback__))
 
 
+def failed_here(
+    recorder: Any,
+    frame: Any,
+    op: str,
+    func: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    exc: BaseException,
+) -> BaseException:
+    """:func:`failed` for the fast path's kernels, which find the op's line only when needed:
+    the line of ``frame`` (the op's caller)."""
+    try:
+        site = recorder.site_for(frame)
+    except Exception as own:
+        recorder.internal_error(op, own)
+        return exc.with_traceback(user_frames(exc.__traceback__))
+    return failed(recorder, site, op, func, args, kwargs, exc)
+
+
 def user_frames(tb: TracebackType | None) -> TracebackType | None:
     """``tb`` without the profiler's frames (and torch's, under the fake GPU's)."""
     entries: list[TracebackType] = []

@@ -57,6 +57,7 @@ def memory_section(recorder: Any) -> dict[str, Any] | None:
     }
     if tracker is None:
         return out
+    live, most, total = tracker.now()
     at_peak: dict[LineKey, int] = {}
     top: tuple[int, int, int, dict[LineKey, int]] | None = None
     for index, peak, step, held in tracker.peaks():
@@ -66,7 +67,7 @@ def memory_section(recorder: Any) -> dict[str, Any] | None:
                 "capacity_bytes": capacity.get(index),
                 "peak_bytes": peak,
                 "peak_step": step,
-                "live_bytes": tracker.total.get(index, 0),
+                "live_bytes": total.get(index, 0),
             }
         )
         at_peak.update(held)
@@ -85,8 +86,8 @@ def memory_section(recorder: Any) -> dict[str, Any] | None:
             ],
         }
     peak_by = _by_line(at_peak)
-    live_by = _by_line(dict(tracker.live))
-    max_by = _by_line(dict(tracker.line_max))
+    live_by = _by_line(live)
+    max_by = _by_line(most)
     rows = [
         {
             **site_dict(site),
@@ -107,10 +108,11 @@ def simulated() -> bool:
     return fake is not None and getattr(fake, "HARNESS", None) is not None
 
 
-def start_memory(recorder: Any, wanted: bool | None) -> None:
-    """Gives ``recorder`` a tracker when ``wanted`` (None: when the GPUs are simulated, where
-    every op already runs through Python and tracking costs little beside the simulation)."""
-    if wanted or (wanted is None and simulated()):
+def start_memory(recorder: Any, wanted: bool | None, counting: str) -> None:
+    """Gives ``recorder`` a tracker when ``wanted`` (``memory=True`` also counts every op);
+    None: when the GPUs are simulated and every op is counted (``--fake-cuda``), where each op
+    already runs through Python and tracking costs little beside the simulation."""
+    if wanted or (wanted is None and counting == "every_op" and simulated()):
         recorder.memory = MemoryTracker(lambda: recorder.step_number)
         recorder.memory.capacity = capacities()
         recorder.memory.simulated = simulated()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,20 +23,19 @@ MOVES = frozenset({"_to_copy", "copy_", "_copy_from", "to", "_pin_memory"})
 """Ops whose output is an input moved (another device, dtype or pinning): the line "moved" it."""
 
 
-class Made:
-    """One storage: the line and op that made it, its device and size."""
+class Made(weakref.ref):  # type: ignore[type-arg]  # of an UntypedStorage
+    """One storage: the line and op that made it, its device and size; a weak reference to the
+    storage itself, whose callback says it was freed (one object per storage, no closure)."""
 
-    __slots__ = ("device", "index", "nbytes", "op", "ref", "site")
+    __slots__ = ("index", "key", "nbytes", "op", "site")
 
-    def __init__(self, site: Any, op: str, device: str, index: int, nbytes: int) -> None:
-        self.site = site
-        """The recorder's line (``SiteStats``) whose op made the storage."""
-        self.op = op
-        self.device = device
-        self.index = index
-        """The GPU's index, -1 for a storage on the host (kept for provenance only)."""
-        self.nbytes = nbytes
-        self.ref: weakref.ref[Any] | None = None
+    site: Any
+    """The recorder's line (``SiteStats``) whose op made the storage."""
+    op: str
+    key: int
+    index: int
+    """The GPU's index, -1 for a storage on the host (kept for provenance only)."""
+    nbytes: int
 
 
 LineKey = tuple[Any, int]
@@ -67,6 +67,8 @@ class MemoryTracker:
         """Each GPU's memory size (the simulated one under ``--fake-cuda``)."""
         self.simulated = False
         """The GPUs were simulated: every figure is a prediction."""
+        self._pending: deque[Made] = deque()
+        """GPU storages freed, their bytes not yet taken off (see ``_freed``)."""
         self._rising: set[int] = set()
         """Devices at a new peak whose lines are not copied yet: the copy waits for the first
         free after it (allocations alone only raise the peak, so it is exact then), one copy
@@ -92,16 +94,21 @@ class MemoryTracker:
         if key in self.storages:
             return
         device = t.device
-        nbytes = storage.nbytes()
-        index = (device.index or 0) if device.type == "cuda" else -1
-        made = Made(site, op.split(".", 1)[0], str(device), index, nbytes)
-        with self._lock:
-            if key in self.storages:
-                return
-            self.storages[key] = made
-            if index >= 0 and nbytes:
+        made = Made(storage, self._freed)
+        made.site = site
+        made.op = op.split(".", 1)[0]
+        made.key = key
+        made.nbytes = nbytes = storage.nbytes()
+        if device.type != "cuda":
+            made.index = -1
+            self.storages[key] = made  # NB: one dict store, atomic under the GIL
+            return
+        made.index = index = device.index or 0
+        self.storages[key] = made
+        if nbytes:
+            with self._lock:
+                self._drain()
                 self._add(site, index, nbytes)
-        made.ref = weakref.ref(storage, lambda _r, key=key: self._freed(key))  # type: ignore[misc]
 
     def _add(self, site: Any, index: int, nbytes: int) -> None:
         k = (site, index)
@@ -114,11 +121,22 @@ class MemoryTracker:
             self.peak_step[index] = self._step_of()
             self._rising.add(index)
 
-    def _freed(self, key: int) -> None:
-        with self._lock:
-            made = self.storages.pop(key, None)
-            if made is None or made.index < 0 or not made.nbytes:
-                return
+    def _freed(self, made: Made) -> None:
+        """The weak reference's callback, on the thread that freed the storage. NB: it takes no
+        lock: a collection can free a storage, and run this, in any allocation, also one made
+        while this thread holds the lock. The address goes at once (torch frees it after this
+        returns, so no new storage has it yet); the bytes wait in ``_pending`` for the next
+        allocation or read, which takes them off first, in order."""
+        if self.storages.get(made.key) is made:
+            self.storages.pop(made.key, None)
+        if made.index >= 0 and made.nbytes:
+            self._pending.append(made)
+
+    def _drain(self) -> None:
+        """Takes the storages freed since the last call off their lines (the lock held)."""
+        pending = self._pending
+        while pending:
+            made = pending.popleft()
             index = made.index
             if index in self._rising:
                 self._rising.discard(index)
@@ -145,11 +163,19 @@ class MemoryTracker:
 
     def held_now(self, index: int) -> dict[LineKey, int]:
         with self._lock:
+            self._drain()
             return self._held_on(index)
+
+    def now(self) -> tuple[dict[LineKey, int], dict[LineKey, int], dict[int, int]]:
+        """Copies of the bytes per line now, each line's most, and each GPU's total now."""
+        with self._lock:
+            self._drain()
+            return dict(self.live), dict(self.line_max), dict(self.total)
 
     def peaks(self) -> Iterator[tuple[int, int, int, dict[LineKey, int]]]:
         """(device index, peak bytes, step of the peak, lines held at it), per GPU seen."""
         with self._lock:
+            self._drain()
             for index in sorted(self.peak):
                 if index in self._rising:  # at its peak now: the copy is taken here
                     self._rising.discard(index)
