@@ -260,6 +260,8 @@ def _oom(tracker: MemoryTracker | None, exc: BaseException) -> dict[str, Any]:
     }
     if tracker is None:
         return out
+    if capacity is None:  # a GPU's message says its usable size only: the device's own
+        out["capacity_bytes"] = tracker.capacity.get(index)
     held: dict[tuple[str, int], dict[str, Any]] = {}
     for (site, _), n in tracker.held_now(index).items():
         k = (site.file, site.line)
