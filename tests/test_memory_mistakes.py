@@ -60,7 +60,7 @@ class MaskMidForward(nn.Module):
 def test_a_tensor_made_on_the_cpu_mid_forward():
     def work() -> None:
         model = MaskMidForward().to("cuda:0")
-        model(torch.randn(2, 8, device="cuda:0"))
+        model(torch.randn(2, 8, device="cuda:0"))  # @call
 
     exc, failure = failing(work)
     # the exception a GPU raises: a plain RuntimeError, TensorIterator's text (mul)
@@ -73,6 +73,7 @@ def test_a_tensor_made_on_the_cpu_mid_forward():
     assert failure["kind"] == "device_mismatch"
     assert failure["op"] == "mul.Tensor"
     assert where(failure) == (HERE, line_of("fails"))
+    assert failure["chain"][0].endswith(f"{HERE}:{line_of('call')} work")  # the caller
     h, mask = failure["tensors"]
     assert (h["device"], h["shape"], h["dtype"]) == ("cuda:0", [2, 4], "float32")
     assert "fix" not in h

@@ -62,6 +62,8 @@ def failure_lines(r: Report) -> list[str]:
             out.append("  run with --memory to see the lines holding the GPU's memory")
         return out
     out = [f"{prefix}DEVICE MISMATCH at {_where(f)}{source}: {f['op']}"]
+    if f.get("chain"):
+        out.append("  called from " + " <- ".join(f["chain"][:4]))
     for t in f.get("tensors") or []:
         shape = "(" + ", ".join(str(n) for n in t["shape"]) + ("," if len(t["shape"]) == 1 else "")
         made = t.get("made_by")

@@ -4,6 +4,7 @@ mismatch or an out-of-memory error, and hand the error back without the profiler
 from __future__ import annotations
 
 import os
+import sys
 from types import TracebackType
 from typing import Any
 
@@ -31,6 +32,8 @@ def failed(
     try:
         found = explain(recorder.memory, site, op, func, args, kwargs, exc)
         if found is not None:
+            # the callers of the failing line, innermost first (the frames above this one)
+            found["chain"] = recorder.user.chain(recorder.user.first(sys._getframe(1)))
             recorder.failure = found
     except Exception as own:  # NB: the profiler never raises into user code; the error stands
         recorder.internal_error(op, own)
