@@ -177,8 +177,9 @@ def _fix(
             f"not see: move it with .to({str(expected)!r})"
         )
     if made.op in FACTORIES and dev.type == "cpu":
+        factory = "tensor" if made.op.startswith("lift") else made.op  # torch.tensor(data)
         return (
-            f"made on the CPU by torch.{made.op} at {_where(made)}: pass device=x.device "
+            f"made on the CPU by torch.{factory} at {_where(made)}: pass device=x.device "
             f"(here {expected})"
         )
     if made.op in MOVES:
