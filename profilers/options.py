@@ -35,6 +35,9 @@ class Options:
     time_steps: int = 64
     """Where each step's time goes (profilers/timing/): the newest steps kept in full (the run's
     sums cover all of them); 0: not measured. Not with ``steps`` (a window)."""
+    memory: bool | None = None
+    """Which line made each tensor and holds which GPU bytes (profilers/memory/); None: on by
+    itself on fake GPUs, where every op is counted anyway."""
 
 
 _OPTION_TYPES: dict[str, tuple[type, ...]] = {
@@ -58,9 +61,13 @@ class FakeCudaRun:
     devices: int
     placeholders: dict[str, int] = field(default_factory=dict)
     graphs: dict[str, Any] | None = None
+    memory_bytes: int | None = None
+    """Each simulated GPU's memory size (``--fake-memory``; None in reports from before it)."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"devices": self.devices, "placeholders": dict(self.placeholders)}
+        if self.memory_bytes is not None:
+            out["memory_bytes"] = self.memory_bytes
         if self.graphs is not None:
             out["graphs"] = self.graphs
         return out
@@ -73,6 +80,7 @@ class FakeCudaRun:
             devices=int(d["devices"]),
             placeholders={str(k): int(v) for k, v in ph.items()} if isinstance(ph, dict) else {},
             graphs=dict(graphs) if isinstance(graphs, dict) else None,
+            memory_bytes=mb if isinstance(mb := d.get("memory_bytes"), int) else None,
         )
 
 
@@ -119,7 +127,10 @@ class RunOptions:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.profile is not None:
-            out.update(_jsonable(dataclasses.asdict(self.profile)))
+            asked = dataclasses.asdict(self.profile)
+            if asked["memory"] is None:
+                del asked["memory"]  # not asked: the JSON as before --memory
+            out.update(_jsonable(asked))
         for name in (*_TEXT, "merged_ranks"):
             value = getattr(self, name)
             if value is not None:
@@ -139,6 +150,8 @@ class RunOptions:
         profile = None
         if all(isinstance(d.get(k, ...), t) for k, t in _OPTION_TYPES.items()):
             values = {k: extra.pop(k) for k in _OPTION_TYPES}
+            if isinstance(extra.get("memory"), bool):  # reports since --memory say it
+                values["memory"] = extra.pop("memory")
             profile = Options(**{k: _frozen(v) for k, v in values.items()})
         taken: dict[str, Any] = {}
         for name in _TEXT:

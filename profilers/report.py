@@ -68,6 +68,9 @@ class Report:
     """Where each step's time went (profilers/timing/verdict.py ``time_section``): the run's
     and the newest steps' wall time, host time by cause and line, the profiler's own time taken
     out, and the verdict; None where not measured (a merged report, a --steps window)."""
+    memory: dict[str, Any] | None = None
+    """GPU bytes per line (now, at the peak), each GPU's peak and the lines holding it, and a
+    device mismatch or out-of-memory error explained (profilers/memory/); None: not tracked."""
 
     @property
     def counts_ops(self) -> bool:
@@ -120,6 +123,7 @@ class Report:
             **({"missing_ranks": self.missing_ranks} if self.missing_ranks else {}),
             **({"gpu_fallback": self.gpu_fallback} if self.gpu_fallback else {}),
             **({"time": self.time} if self.time is not None else {}),
+            **({"memory": self.memory} if self.memory is not None else {}),
         }
 
     def to_json(self) -> str:
@@ -163,6 +167,7 @@ class Report:
                 missing_ranks=[int(r) for r in d.get("missing_ranks") or []] or None,
                 gpu_fallback=dict(d["gpu_fallback"]) if d.get("gpu_fallback") else None,
                 time=_time(d.get("time")),
+                memory=_memory(d.get("memory")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ReportFormatError(
@@ -203,6 +208,14 @@ def _time(v: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(v, dict) or not isinstance(v.get("run"), dict):
         raise ValueError("time must be an object with a run")
+    return dict(v)
+
+
+def _memory(v: Any) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict) or not isinstance(v.get("lines", []), list):
+        raise ValueError("memory must be an object with a list of lines")
     return dict(v)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import sys
 import threading
 import time
 import warnings
@@ -24,6 +23,7 @@ from profilers.counting.sites import UserCode
 from profilers.counting.user_fake import per_thread_kernel_flag
 from profilers.counting.window import StepWindow
 from profilers.errors import ProfileStateError, SlowerCounting
+from profilers.memory.section import memory_section, simulated, start_memory
 from profilers.options import Options, RunOptions
 from profilers.records import Site, Totals
 from profilers.report import Report
@@ -89,6 +89,7 @@ class Profile:
             else:
                 _patches.patch_explicit_syncs(stack, recorder)
             counting, why = _counting(self.options)
+            start_memory(recorder, self.options.memory, counting)
             recorder.counting = counting
             if why:
                 warnings.warn(SlowerCounting.of(why), stacklevel=2)
@@ -110,7 +111,7 @@ class Profile:
             timed = self.options.time_steps > 0 and self.options.steps is None
             # NB: on a fake GPU each op's host time is mostly the simulation's own work: charged
             # to the user's lines it would make every step "launch-bound" (honest time: never).
-            timed = timed and not _simulated_gpus()
+            timed = timed and not simulated()
             if timed:
                 patch_input(stack, recorder, _patches.set_attr)
             # What this thread runs inside while it counts: the mode, or the fast path's key.
@@ -159,9 +160,7 @@ class Profile:
 
     def _steps_seen(self, recorder: Recorder) -> dict[str, Any] | None:
         seen = recorder.steps_seen()
-        if self._window is None:
-            return seen
-        return _window_steps(self._window, seen)
+        return seen if self._window is None else _window_steps(self._window, seen)
 
     def _sites(self) -> list[SiteStats]:
         if self._recorder is None:
@@ -261,6 +260,7 @@ class Profile:
             if self._gpu_questions is not None
             else None,
             time=self._time(recorder),
+            memory=memory_section(recorder),
         )
 
     def _time(self, recorder: Recorder) -> dict[str, Any] | None:
@@ -269,12 +269,6 @@ class Profile:
             return None
         now = self._ended_ns if self._ended_ns is not None else time.perf_counter_ns()
         return time_section(clock, now)
-
-
-def _simulated_gpus() -> bool:
-    """Whether ``--fake-cuda``'s harness is on (without importing it when it is not)."""
-    fake = sys.modules.get("profilers.fake_cuda.harness")
-    return fake is not None and getattr(fake, "HARNESS", None) is not None
 
 
 def _window_steps(window: StepWindow, seen: dict[str, Any] | None) -> dict[str, Any]:
@@ -298,7 +292,7 @@ def step() -> None:
 def _counting(options: Options) -> tuple[str, str | None]:
     """``("copies", None)``: the fast path; ``("every_op", lacking)``: the dispatch mode, with
     the hooks this torch lacks when the fast path was wanted but cannot run."""
-    if options.count_ops or options.kernel_timing:
+    if options.count_ops or options.kernel_timing or options.memory:
         return "every_op", None
     if options.count_ops is None and options.trace_syncs:
         return "every_op", None  # a sync the trace reports inside any op needs every op
@@ -327,6 +321,7 @@ def profile(
     cuda: CudaApi | None = None,
     steps: tuple[int, int | None] | None = None,
     time_steps: int = 64,
+    memory: bool | None = None,
 ) -> Profile:
     """Count copies, syncs and kernel time of the code run inside ``with profile() as prof:``.
 
@@ -356,6 +351,7 @@ def profile(
             dispatch mode is off the stack and the code runs at full speed.
         time_steps: where each step's time goes (``report.time``): the newest steps kept in
             full; 0: not measured (nor with ``steps``).
+        memory: which line made each tensor, holds which GPU bytes (None: on fake GPUs).
 
     A profile runs once; profiles cannot be nested. Leaving the block, also by an exception,
     restores every patch and the dispatch mode.
@@ -370,5 +366,6 @@ def profile(
         steps=steps,
         count_ops=count_ops,
         time_steps=time_steps,
+        memory=memory,
     )
     return Profile(opts, is_pinned=is_pinned, cuda=cuda)

@@ -312,6 +312,7 @@ def test_profile_fake_cuda_runs_an_unmodified_script_and_says_it_was_simulated(t
     assert report.options.fake_cuda.to_dict() == {
         "devices": 1,
         "placeholders": {"values": 3, "host_copies": 0, "sizes": 0},
+        "memory_bytes": 80 * 1024**3,  # each simulated GPU's (--fake-memory)
     }
     assert {"device": "cuda:0", "name": "gpuwatch fake CUDA device"} in report.devices
     assert report.totals.h2d.count == 2 + 3 and report.totals.syncs.by_cause == {

@@ -43,6 +43,8 @@ EVERY = ProfileOptions(
     trace_syncs=True,
     fake_cuda=True,
     fake_gpus=3,
+    fake_memory_bytes=24 * 1024**3,
+    memory=True,
     steps=(2, 9),
     nproc_per_node=2,
     live=True,
@@ -141,6 +143,7 @@ def test_the_notebook_magic_builds_the_same_options():
         no_budget=False,
         fake_cuda=False,
         fake_gpus=1,
+        fake_memory_bytes=None,
     )
     line = " ".join(magic.replace(checkpoint_s=ProfileOptions().checkpoint_s).to_argv())
     options, wanted = parse_options(line)
@@ -172,6 +175,7 @@ def test_the_library_keywords_come_from_one_mapping():
         "timeline_capacity": 10_000,
         "trace_syncs": False,
         "steps": None,
+        "memory": None,
     }
     fast = profiler_keywords(ProfileOptions(kernel_timing=False))
     assert (fast["kernel_timing"], fast["count_ops"]) == (False, None)

@@ -120,6 +120,8 @@ def parse_options(line: str) -> tuple[ProfileOptions, list[Any]]:
         _usage(str(exc))
     if options.fake_gpus != 1 and not options.fake_cuda:
         _usage("--fake-gpus goes with --fake-cuda")
+    if options.fake_memory_bytes is not None and not options.fake_cuda:
+        _usage("--fake-memory goes with --fake-cuda")
     try:
         wanted = outputs(options.json_path, options.html_path, options.trace_path)
         wanted += [output_for(path) for path in options.output_paths]

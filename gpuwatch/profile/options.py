@@ -16,18 +16,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from gpuwatch.argvalues import (
-    add_old_spelling,
     bounded_int,
     checkpoint_seconds,
     interval,
     step_window,
 )
 from gpuwatch.profile.budget import BUDGET_HELP
+from gpuwatch.profile.flags import Flag, declare
+from gpuwatch.profile.flags import flag_field as _flag
+from gpuwatch.profile.sizes import memory_size
 
 if TYPE_CHECKING:
     from profilers import Profile
@@ -36,32 +38,6 @@ if TYPE_CHECKING:
 MAX_TIMELINE_CAPACITY = 10_000_000
 #: Seconds between the partial reports that stand in for the final one if the process is killed.
 CHECKPOINT_S = 30.0
-
-Store = Literal["value", "true", "false", "append"]
-
-
-@dataclass(frozen=True, slots=True)
-class Flag:
-    """How one option is spelled and read on a command line."""
-
-    names: tuple[str, ...]
-    """Its spellings; the last is the one :meth:`ProfileOptions.to_argv` writes."""
-    help: str
-    store: Store = "value"
-    """``value`` takes a value, ``true``/``false`` is a flag setting the field so, ``append``
-    is repeatable (the field a tuple)."""
-    parse: Callable[[str], Any] | None = None
-    metavar: str | None = None
-    old: tuple[str, ...] = ()
-    """Former spellings: hidden, still working, with a one-line note (argvalues.py)."""
-    magic: bool = False
-    """Also an option of the notebook magic (``%%gpuwatch``)."""
-    show: Callable[[Any], str] = str
-    """The value as the command line writes it."""
-
-
-def _flag(default: Any, flag: Flag) -> Any:
-    return field(default=default, metadata={"flag": flag})
 
 
 def _show_steps(steps: tuple[int, int | None]) -> str:
@@ -213,6 +189,27 @@ class ProfileOptions:
             magic=True,
         ),
     )
+    fake_memory_bytes: int | None = _flag(
+        None,
+        Flag(
+            ("--fake-memory",),
+            "with --fake-cuda: each GPU's memory, e.g. 24GiB (default 80GiB); a script that "
+            "needs more stops with CUDA's out-of-memory error, the lines holding the memory named",
+            parse=memory_size,
+            metavar="SIZE",
+            magic=True,
+        ),
+    )
+    memory: bool = _flag(
+        False,
+        Flag(
+            ("--memory",),
+            "which line made each tensor, and the GPU memory each line holds at the peak "
+            "(every op enters Python; always on with --fake-cuda)",
+            "true",
+            magic=True,
+        ),
+    )
     steps: tuple[int, int | None] | None = _flag(
         None,
         Flag(
@@ -357,29 +354,11 @@ def profiler_keywords(options: ProfileOptions) -> dict[str, Any]:
         "timeline_capacity": options.timeline_capacity,
         "trace_syncs": options.trace_syncs,
         "steps": options.steps,
+        "memory": True if options.memory else None,
     }
 
 
 def add_arguments(parser: argparse.ArgumentParser, magic: bool = False) -> None:
     """Declares every option on ``parser`` (``magic``: only those the notebook magic takes),
     each under its field's name."""
-    for f in dataclasses.fields(ProfileOptions):
-        flag: Flag = f.metadata["flag"]
-        if magic and not flag.magic:
-            continue
-        kwargs: dict[str, Any] = {"dest": f.name, "help": flag.help}
-        if flag.store == "true":
-            kwargs.update(action="store_true")
-        elif flag.store == "false":
-            kwargs.update(action="store_false")
-        else:
-            kwargs.update(type=flag.parse, metavar=flag.metavar)
-            if flag.store == "append":
-                kwargs.update(action="append", default=[])
-            else:
-                kwargs.update(default=f.default)
-        parser.add_argument(*flag.names, **kwargs)
-        for old in flag.old:
-            add_old_spelling(
-                parser, old, flag.names[-1], f.name, flag.store, flag.parse, flag.metavar
-            )
+    declare(parser, ProfileOptions, magic)

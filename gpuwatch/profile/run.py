@@ -74,7 +74,8 @@ class ProfiledRun:
         if options.simulated_gpus:
             from profilers.fake_cuda.harness import FakeCuda
 
-            self.fake = FakeCuda(options.simulated_gpus)  # FakeCudaUnavailable: one line to show
+            # FakeCudaUnavailable: one line to show
+            self.fake = FakeCuda(options.simulated_gpus, options.fake_memory_bytes)
         self.prof = options.profiler()
         self._end_lock = threading.Lock()
         self._started = False

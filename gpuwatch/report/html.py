@@ -10,6 +10,7 @@ from gpuwatch import _format as fmt
 from gpuwatch.report.collectives import comm_html, rank_line
 from gpuwatch.report.hints import Hint, hints
 from gpuwatch.report.html_charts import charts, figure_json
+from gpuwatch.report.memory import memory_html, memory_title
 from gpuwatch.report.text import (
     DIRECTION_NAMES,
     fallback_lines,
@@ -184,6 +185,7 @@ def _body(r: Report, places: dict[str, str]) -> str:
     found = hints(r)
     return f"""{_header(r)}
 {_cards(r)}{places["time"]}
+{memory_html(r)}{places["memory"] if memory_title(r) else ""}
 {_copies(r)}
 {comm_html(r)}
 {_hints(found)}

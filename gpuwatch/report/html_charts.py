@@ -7,6 +7,7 @@ import html
 from typing import Any
 
 from gpuwatch import _format as fmt
+from gpuwatch.report.memory import memory_charts
 from gpuwatch.report.text import DIRECTION_NAMES
 from gpuwatch.report.timeview import time_charts
 from profilers import DIRECTIONS, Report, Site
@@ -214,4 +215,5 @@ def charts(r: Report) -> dict[str, tuple[Any, str]]:
             "No syncs: the host never waited for a GPU.",
         ),
         **time_charts(r),  # "time": a stacked bar per step (gpuwatch/report/timeview.py)
+        **memory_charts(r),  # "memory": GPU bytes per line (gpuwatch/report/memory.py)
     }

@@ -17,6 +17,7 @@ from rich.text import Text
 from gpuwatch import _format as fmt
 from gpuwatch.report.collectives import rank_line, summary_parts
 from gpuwatch.report.hints import Hint, hints
+from gpuwatch.report.memory import failure_part, memory_part
 from gpuwatch.report.timeview import time_lines
 from profilers import DIRECTIONS, Report, Site
 
@@ -30,10 +31,12 @@ DIRECTION_NAMES = {
 
 def summary(report: Report, top: int = 5) -> RenderableType:
     """Totals, syncs by cause, top lines by bytes, syncs and kernel time, then hints."""
-    parts: list[RenderableType] = [_header(report), _totals(report), _syncs(report)]
-    comm = summary_parts(report, top)
-    if comm is not None:
-        parts.append(comm)
+    failure = failure_part(report)  # a device mismatch or OOM, right under the header
+    parts: list[RenderableType] = [_header(report), *([failure] if failure else [])]
+    parts += [_totals(report), _syncs(report)]
+    for part in (summary_parts(report, top), memory_part(report, top)):
+        if part is not None:
+            parts.append(part)
     for title, key, value in (
         ("Top lines by bytes moved", "bytes", lambda s: fmt.size(s.bytes_moved)),
         ("Top lines by syncs", "syncs", lambda s: f"{s.syncs.count:,} ({_causes(s)})"),

@@ -20,6 +20,7 @@ from profilers.counting.comm import CommRule, comm_rule
 from profilers.counting.ops import CLASSIFIERS, METADATA_OPS, Classifier
 from profilers.counting.recorder import Recorder
 from profilers.counting.threads import ThreadState
+from profilers.memory.failure import failed
 from profilers.timing.charge import charge_transfer, settle_op
 from profilers.timing.timeline import COMM, StepClock
 from profilers.torch_private import (
@@ -236,9 +237,17 @@ def dispatch(
             if recorder.host_timing:
                 ms = (t_ret - t_call) / 1e6
                 entry[1] += ms
+    except BaseException as exc:  # explained, and our frames taken out (profilers/memory/)
+        raise failed(recorder, site, name, func, args, kwargs, exc)  # noqa: B904
     finally:
         if traced:
             st.op = None
+    memory = recorder.memory
+    if memory is not None:  # which line holds which GPU bytes (--memory, profilers/memory/)
+        try:
+            memory.made(site, name, out)
+        except Exception as exc:
+            recorder.internal_error(name, exc)
     if clock is not None:
         # The host's time since the last event (less the profiler's cost outside this
         # function) and the op's own run are the line's host work (profilers/timing/).

@@ -33,6 +33,7 @@ from profilers.counting.comm import COMM_NAMESPACES, CommRule, comm_rule
 from profilers.counting.ops import CLASSIFIERS
 from profilers.counting.recorder import Recorder
 from profilers.counting.threads import ThreadState
+from profilers.memory.failure import failed_here
 from profilers.timing.charge import timed_on_fast_path
 from profilers.torch_private import (
     composite_implicit,
@@ -198,7 +199,10 @@ class CountingKernels:
                         return redispatch(ks, *args, **kwargs)
             start = _ns()
             with exclude(key):  # what the op calls inside is its own business
-                out = redispatch(ks, *args, **kwargs)
+                try:
+                    out = redispatch(ks, *args, **kwargs)
+                except BaseException as exc:  # explained, our frames out (profilers/memory/)
+                    raise failed_here(recorder, getframe(1), name, op, args, kwargs, exc)  # noqa: B904
             end = _ns()
             if not recorder.active or _tracing():
                 return out

@@ -18,6 +18,7 @@ from profilers.counting.comm import CommRule
 from profilers.counting.ops import Classifier, IsPinned, Transfer, default_is_pinned
 from profilers.counting.sites import UNKNOWN, UserCode
 from profilers.counting.threads import ThreadState, ThreadStates
+from profilers.memory.tracker import MemoryTracker
 from profilers.names import OTHER, SYNCHRONIZE
 from profilers.stats import MAX_STACKS, Counters, SiteStats
 from profilers.timing.cuda_events import CudaApi, CudaTimer, TorchCuda
@@ -99,6 +100,8 @@ class Recorder:
         """op -> [count, first error]: ops whose copies and syncs could not be counted."""
         self.step_clock: StepClock | None = None
         """Where the time of each step goes, on the profile's own thread (None: not measured)."""
+        self.memory: MemoryTracker | None = None  # who made each storage (profilers/memory/)
+        self.failure: dict[str, Any] | None = None  # the latest device mismatch/OOM, explained
 
     def internal_error(self, op: str, exc: BaseException) -> None:
         """Notes that the profiler failed on ``op`` (the op itself still ran, untouched)."""

@@ -108,9 +108,7 @@ class _CudaRt:
         self.harness = harness
 
     def cudaMemGetInfo(self, device: int) -> tuple[int, int]:  # noqa: N802  # CUDA's name
-        from profilers.fake_cuda.torch_api import Properties
-
-        total = Properties(device).total_memory
+        total = self.harness.memory.capacity_bytes
         return total - self.harness.memory.reserved[device], total
 
 

@@ -51,7 +51,7 @@ from profilers.fake_cuda.build import (
     install_guard,
 )
 from profilers.fake_cuda.graphs import Graphs, forbid_while_capturing, patch_graphs_and_generators
-from profilers.fake_cuda.memory import FakeMemory, PinnedMemory, Placeholders
+from profilers.fake_cuda.memory import DEFAULT_BYTES, FakeMemory, PinnedMemory, Placeholders
 from profilers.fake_cuda.mode import FakeCudaMode, fake_tensor_mode
 from profilers.fake_cuda.torch_api import (
     DEVICE_NAME,
@@ -86,7 +86,7 @@ HARNESS: FakeCuda | None = None
 class FakeCuda:
     """The harness: ``with FakeCuda(devices=1):`` makes ``cuda`` a fake GPU in this process."""
 
-    def __init__(self, devices: int = 1) -> None:
+    def __init__(self, devices: int = 1, memory_bytes: int | None = None) -> None:
         if not 1 <= devices <= MAX_DEVICES:
             raise FakeCudaUnavailable(f"simulates 1 to {MAX_DEVICES} GPUs, not {devices}")
         from torch._subclasses.fake_tensor import FakeTensor
@@ -99,7 +99,7 @@ class FakeCuda:
         self.placeholders = Placeholders()
         self.pinned = PinnedMemory()
         self.optimizers = Optimizers()
-        self.memory = FakeMemory(devices)
+        self.memory = FakeMemory(devices, memory_bytes or DEFAULT_BYTES)
         self.graphs = Graphs()
         self._stack: ExitStack | None = None
 
@@ -130,7 +130,9 @@ class FakeCuda:
         was a placeholder (``options.fake_cuda``; the devices' names)."""
         # CUDA graphs: what they did, and where (when the script made any)
         graphs = self.graphs.to_dict() if self.graphs.captures or self.graphs.errors else None
-        fake = FakeCudaRun(self.devices, self.placeholders.to_dict(), graphs)
+        fake = FakeCudaRun(
+            self.devices, self.placeholders.to_dict(), graphs, self.memory.capacity_bytes
+        )
         report.options = report.options.replace(fake_cuda=fake)
         for entry in report.devices:
             if str(entry.get("device", "")).startswith("cuda"):
@@ -220,7 +222,7 @@ class FakeCuda:
 
         def get_device_properties(device: Any = None) -> Properties:
             self.check_device(torch.device("cuda", index_of(device)))
-            return Properties(index_of(device))
+            return Properties(index_of(device), self.memory.capacity_bytes)
 
         class _DeviceContext:
             def __init__(self, device: Any) -> None:
@@ -327,7 +329,8 @@ def _set(stack: ExitStack, owner: Any, name: str, value: Any) -> None:
 
 
 @contextmanager
-def fake_cuda(devices: int = 1) -> Iterator[FakeCuda]:
-    """``with fake_cuda():`` the code inside runs against ``devices`` fake GPUs."""
-    with FakeCuda(devices) as harness:
+def fake_cuda(devices: int = 1, memory_bytes: int | None = None) -> Iterator[FakeCuda]:
+    """``with fake_cuda():`` the code inside runs against ``devices`` fake GPUs (of
+    ``memory_bytes`` each: 80 GiB unless told)."""
+    with FakeCuda(devices, memory_bytes) as harness:
         yield harness

@@ -17,7 +17,11 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_leaves
 
+from profilers.memory.gpu_errors import out_of_memory
+
 BLOCK_BYTES = 512
+DEFAULT_BYTES = 80 * 1024**3
+"""A simulated GPU's memory unless told (``--fake-memory``): an 80 GB H100's."""
 SEGMENT_BYTES = 2 * 1024 * 1024
 
 
@@ -28,7 +32,8 @@ def _round_up(n: int, to: int) -> int:
 class FakeMemory:
     """Bytes held by the fake GPU's tensors, per device: now, at peak, reserved."""
 
-    def __init__(self, devices: int) -> None:
+    def __init__(self, devices: int, capacity_bytes: int = DEFAULT_BYTES) -> None:
+        self.capacity_bytes = capacity_bytes
         self.allocated = [0] * devices
         self.peak = [0] * devices
         self.reserved = [0] * devices
@@ -40,13 +45,13 @@ class FakeMemory:
     def note(self, out: Any, fake_type: Any) -> None:
         """Counts the storages of the fake GPU tensors in ``out`` (an op's output)."""
         t: Any
+        full: tuple[int, int, int]
         for t in tree_leaves(out):
             if not isinstance(t, fake_type) or "_gpuwatch_held" in t.__dict__:
                 continue
             device = t.fake_device
             if device.type != "cuda":
                 continue
-            t.__dict__["_gpuwatch_held"] = True
             storage = t.untyped_storage()
             key = storage._cdata
             with self._lock:
@@ -55,10 +60,20 @@ class FakeMemory:
                     index = device.index or 0
                     nbytes = storage.nbytes()
                     block = _round_up(nbytes, BLOCK_BYTES) if nbytes else 0
+                    now = self.allocated[index]
+                    if now + block > self.capacity_bytes:  # the caching allocator's OOM
+                        full = (index, block, now)
+                        break
                     held = self._storages[key] = [index, block, 0]
                     self._add(index, block)
                 held[2] += 1
+            t.__dict__["_gpuwatch_held"] = True
             weakref.finalize(t, self._release, key)
+        else:
+            return
+        # NB: raised with the lock let go (making the error can run a collection, whose
+        # finalizers take the lock)
+        raise out_of_memory(full[0], full[1], self.capacity_bytes, full[2])
 
     def _add(self, index: int, nbytes: int) -> None:
         self.allocated[index] += nbytes

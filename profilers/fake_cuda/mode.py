@@ -11,6 +11,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
+from profilers.memory.gpu_errors import mismatch_message
+
 _aten = torch.ops.aten
 
 
@@ -126,6 +128,7 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         from torch._subclasses.fake_tensor import (
             DataDependentOutputException,
             DynamicOutputShapeException,
+            FakeTensorDeviceMismatchError,
         )
 
         # NB: host tensors go in as fake tensors made here: given real ones, FakeTensorMode would
@@ -145,6 +148,10 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
             raise NotImplementedError(
                 f"the fake GPU: {func} reads GPU values, which a fake GPU does not have"
             ) from None
+        except FakeTensorDeviceMismatchError as exc:
+            # NB: the RuntimeError a GPU raises, with its text, and no fake-tensor frames
+            text = mismatch_message(func, args, kwargs) or str(exc)
+            raise RuntimeError(text).with_traceback(None) from None
         except DynamicOutputShapeException:
             raise NotImplementedError(
                 f"the fake GPU: the size of {func}'s output depends on GPU values, "

@@ -17,11 +17,11 @@ DEVICE_NAME = "gpuwatch fake CUDA device"
 
 
 class Properties:
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, total_memory: int = 80 * 1024**3) -> None:
         self.name = DEVICE_NAME
         self.index = index
         self.major, self.minor = 9, 0
-        self.total_memory = 80 * 1024**3
+        self.total_memory = total_memory
         self.multi_processor_count = 132
         self.is_integrated = False
         self.is_multi_gpu_board = False

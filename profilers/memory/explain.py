@@ -1,0 +1,276 @@
+"""What gpuwatch adds when an op fails with a device mismatch or runs out of GPU memory: the op's
+tensors (device, shape, dtype, the line that made or last moved each), and the fix when the
+cause is a known mistake. Runs once, when the error passes through the hot path; costs nothing
+before."""
+
+from __future__ import annotations
+
+import sys
+from types import FrameType, TracebackType
+from typing import Any
+
+import torch
+from torch import nn
+
+from profilers.memory.gpu_errors import SAME_DEVICE, oom_facts
+from profilers.memory.tracker import MOVES, MemoryTracker
+
+FACTORIES = frozenset(
+    {
+        "zeros", "ones", "empty", "full", "arange", "rand", "randn", "randint", "randperm",
+        "eye", "linspace", "logspace", "scalar_tensor", "empty_strided", "normal", "lift_fresh",
+        "lift_fresh_copy", "tensor",
+    }
+)  # fmt: skip
+"""Ops that make a tensor from nothing but sizes: on the CPU unless given ``device=``."""
+
+_MAX_TENSORS = 8
+
+
+def is_device_mismatch(exc: BaseException) -> bool:
+    return isinstance(exc, RuntimeError) and SAME_DEVICE in str(exc)
+
+
+def site_dict(site: Any) -> dict[str, Any]:
+    """A recorder line (``SiteStats``) as the report names lines."""
+    return {
+        "file": site.file,
+        "line": site.line,
+        "function": site.function,
+        "source": getattr(site, "source", "") or "",
+    }
+
+
+def _tensors(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    try:
+        names = [a.name for a in func._schema.arguments]
+    except AttributeError:
+        names = []
+    given = list(args) + [kwargs[k] for k in kwargs]
+    labels = names[: len(args)] + list(kwargs)
+    for i, value in enumerate(given):
+        label = labels[i] if i < len(labels) else f"arg{i}"
+        if isinstance(value, torch.Tensor):
+            out.append((label, value))
+        elif isinstance(value, (list, tuple)):
+            out.extend(
+                (f"{label}[{j}]", t) for j, t in enumerate(value) if isinstance(t, torch.Tensor)
+            )
+    return out
+
+
+def _expected_device(tensors: list[tuple[str, Any]]) -> torch.device | None:
+    """The GPU the op runs on: the first GPU among its tensors (CPU only if no GPU)."""
+    for _, t in tensors:
+        if t.device.type != "cpu":
+            return torch.device(t.device)
+    return None
+
+
+def _key(t: torch.Tensor) -> int | None:
+    try:
+        return int(t.untyped_storage()._cdata)
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
+def _frames(tb: TracebackType | None) -> list[FrameType]:
+    """The frames of the failing call, innermost first (the traceback's, then their callers)."""
+    out: list[FrameType] = []
+    while tb is not None:
+        out.append(tb.tb_frame)
+        tb = tb.tb_next
+    frame = out[0].f_back if out else sys._getframe(2)
+    while frame is not None:
+        out.insert(0, frame)
+        frame = frame.f_back
+    return out[::-1]
+
+
+def _owners(frames: list[FrameType]) -> tuple[list[nn.Module], list[torch.optim.Optimizer]]:
+    modules: list[nn.Module] = []
+    optimizers: list[torch.optim.Optimizer] = []
+    for frame in frames:
+        for value in list(frame.f_locals.values()):
+            if isinstance(value, nn.Module) and value not in modules:
+                modules.append(value)
+            elif isinstance(value, torch.optim.Optimizer) and value not in optimizers:
+                optimizers.append(value)
+    return modules, optimizers
+
+
+def _in_module(key: int, modules: list[nn.Module]) -> tuple[str, str, nn.Module] | None:
+    """(how ``key``'s storage is held, the attribute's path, its module) among ``modules``."""
+    for root in modules:
+        for path, m in root.named_modules():
+            for kind, table in (("parameter", m._parameters), ("buffer", m._buffers)):
+                for name, t in table.items():
+                    if t is not None and _key(t) == key:
+                        return kind, f"{path}.{name}" if path else name, m
+            for name, value in vars(m).items():
+                if isinstance(value, torch.Tensor) and _key(value) == key:
+                    return "attribute", f"{path}.{name}" if path else name, m
+    return None
+
+
+def _in_optimizer(key: int, optimizers: list[torch.optim.Optimizer]) -> tuple[str, Any] | None:
+    for opt in optimizers:
+        for state in opt.state.values():
+            for name, value in state.items():
+                if isinstance(value, torch.Tensor) and _key(value) == key:
+                    return f"state {name!r}", opt
+        for group in opt.param_groups:
+            if any(_key(p) == key for p in group["params"]):
+                return "parameter", opt
+    return None
+
+
+def _where(made: Any) -> str:
+    return f"{made.site.file}:{made.site.line}"
+
+
+def _fix(
+    op: str,
+    label: str,
+    t: torch.Tensor,
+    expected: torch.device,
+    made: Any,
+    modules: list[nn.Module],
+    optimizers: list[torch.optim.Optimizer],
+) -> str:
+    """The fix for tensor ``t`` of the failing op being on the wrong device."""
+    dev = t.device
+    key = _key(t)
+    held = None if key is None else _in_module(key, modules)
+    made_at = f" (made at {_where(made)})" if made is not None else ""
+    if held is not None:
+        kind, path, module = held
+        cls = type(module).__name__
+        if kind == "attribute":
+            name = path.rsplit(".", 1)[-1]
+            return (
+                f"{path} is a plain attribute of {cls}{made_at}, not a registered buffer: it "
+                f"stayed on the {dev} when the model moved to {expected}; register it: "
+                f"self.register_buffer({name!r}, ...)"
+            )
+        return (
+            f"{kind} {path} of {cls} is on the {dev}: the module was not moved; call "
+            f".to({str(expected)!r}) on the model that holds it"
+        )
+    owned = None if key is None else _in_optimizer(key, optimizers)
+    if owned is not None:
+        what, opt = owned
+        return (
+            f"the optimizer's {what} ({type(opt).__name__}){made_at} is on the {dev}: the "
+            f"optimizer was built, stepped or loaded before the model moved to {expected}; "
+            "build it (or load its state) after model.to(device)"
+        )
+    if op.startswith("embedding") and label == "indices" and not t.is_floating_point():
+        return (
+            f"a {dev} index into an embedding on {expected}{made_at}: move the indices where "
+            f"they are made, e.g. .to({str(expected)!r})"
+        )
+    if made is None:
+        return (
+            f"{label} is on the {dev}, made before profiling began or by code gpuwatch does "
+            f"not see: move it with .to({str(expected)!r})"
+        )
+    if made.op in FACTORIES and dev.type == "cpu":
+        factory = "tensor" if made.op.startswith("lift") else made.op  # torch.tensor(data)
+        return (
+            f"made on the CPU by torch.{factory} at {_where(made)}: pass device=x.device "
+            f"(here {expected})"
+        )
+    if made.op in MOVES:
+        return f"moved to the {dev} at {_where(made)}: move it to {expected} instead"
+    return f"made on the {dev} by {made.op} at {_where(made)}: move it to {expected}"
+
+
+def explain(
+    tracker: MemoryTracker | None,
+    site: Any,
+    op: str,
+    func: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    exc: BaseException,
+) -> dict[str, Any] | None:
+    """The report's ``memory.failure`` for ``exc`` raised by ``func``, or None when it is
+    neither a device mismatch nor an out-of-memory error."""
+    oom = isinstance(exc, torch.OutOfMemoryError)
+    if not oom and not is_device_mismatch(exc):
+        return None
+    out: dict[str, Any] = {
+        "kind": "out_of_memory" if oom else "device_mismatch",
+        "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+        "op": op,
+        **site_dict(site),
+    }
+    if oom:
+        out.update(_oom(tracker, exc))
+        return out
+    tensors = _tensors(func, args, kwargs)
+    expected = _expected_device(tensors)
+    modules, optimizers = _owners(_frames(exc.__traceback__))
+    listed: list[dict[str, Any]] = []
+    fixes: list[str] = []
+    seen: set[str] = set()
+    for label, t in tensors:
+        dev = str(t.device)
+        wrong = expected is not None and t.device != expected and not _cpu_scalar(t, expected)
+        if len(listed) >= _MAX_TENSORS and (dev in seen and not wrong):
+            continue
+        seen.add(dev)
+        made = tracker.of(t) if tracker is not None else None
+        entry: dict[str, Any] = {
+            "arg": label,
+            "device": dev,
+            "shape": list(t.shape),
+            "dtype": str(t.dtype).removeprefix("torch."),
+            "made_by": None
+            if made is None
+            else {"op": made.op, "moved": made.op in MOVES, **site_dict(made.site)},
+        }
+        if wrong:
+            assert expected is not None
+            fix = _fix(op, label, t, expected, made, modules, optimizers)
+            entry["fix"] = fix
+            if fix not in fixes:
+                fixes.append(fix)
+        listed.append(entry)
+    out["tensors"] = listed
+    out["fixes"] = fixes
+    return out
+
+
+def _cpu_scalar(t: torch.Tensor, expected: torch.device) -> bool:
+    """A 0-dim CPU tensor goes with GPU tensors as a number (TensorIterator allows it)."""
+    return t.device.type == "cpu" and t.dim() == 0 and expected.type != "cpu"
+
+
+def _oom(tracker: MemoryTracker | None, exc: BaseException) -> dict[str, Any]:
+    facts = oom_facts(exc)
+    index, requested, capacity = facts if facts is not None else (0, None, None)
+    out: dict[str, Any] = {
+        "device": f"cuda:{index}",
+        "requested_bytes": requested,
+        "capacity_bytes": capacity,
+        "held_bytes": None,
+        "held": [],
+    }
+    if tracker is None:
+        return out
+    if capacity is None:  # a GPU's message says its usable size only: the device's own
+        out["capacity_bytes"] = tracker.capacity.get(index)
+    held: dict[tuple[str, int], dict[str, Any]] = {}
+    for (site, _), n in tracker.held_now(index).items():
+        k = (site.file, site.line)
+        row = held.get(k)
+        if row is None:
+            row = held[k] = {**site_dict(site), "bytes": 0}
+        row["bytes"] += n
+    rows = sorted(held.values(), key=lambda r: -int(r["bytes"]))
+    out["held_bytes"] = sum(int(r["bytes"]) for r in rows)
+    out["held"] = rows[:20]
+    return out

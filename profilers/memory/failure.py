@@ -1,0 +1,77 @@
+"""The hot path's one call when an op raises (``profilers/counting/dispatch.py``): explain a device
+mismatch or an out-of-memory error, and hand the error back without the profiler's frames."""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from profilers.memory.explain import explain
+
+_PROFILERS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_FAKE_CUDA = os.path.join(_PROFILERS, "fake_cuda") + os.sep
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__ or "")) + os.sep
+
+
+def failed(
+    recorder: Any,
+    site: Any,
+    op: str,
+    func: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    exc: BaseException,
+) -> BaseException:
+    """Notes what ``exc`` (raised by ``func`` at ``site``) means in ``recorder.failure``, and
+    returns it with the frames below the hot path that a GPU run would not have: the profiler's
+    own, and, where the fake GPU ran the op, torch's fake-tensor machinery."""
+    try:
+        found = explain(recorder.memory, site, op, func, args, kwargs, exc)
+        if found is not None:
+            # the callers of the failing line, innermost first (the frames above this one)
+            found["chain"] = recorder.user.chain(recorder.user.first(sys._getframe(1)))
+            recorder.failure = found
+    except Exception as own:  # NB: the profiler never raises into user code; the error stands
+        recorder.internal_error(op, own)
+    return exc.with_traceback(user_frames(exc.__traceback__))
+
+
+def failed_here(
+    recorder: Any,
+    frame: Any,
+    op: str,
+    func: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    exc: BaseException,
+) -> BaseException:
+    """:func:`failed` for the fast path's kernels, which find the op's line only when needed:
+    the line of ``frame`` (the op's caller)."""
+    try:
+        site = recorder.site_for(frame)
+    except Exception as own:
+        recorder.internal_error(op, own)
+        return exc.with_traceback(user_frames(exc.__traceback__))
+    return failed(recorder, site, op, func, args, kwargs, exc)
+
+
+def user_frames(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` without the profiler's frames (and torch's, under the fake GPU's)."""
+    entries: list[TracebackType] = []
+    simulated = False
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        simulated = simulated or name.startswith(_FAKE_CUDA)
+        entries.append(tb)
+        tb = tb.tb_next
+    kept: TracebackType | None = None
+    for entry in reversed(entries):
+        name = entry.tb_frame.f_code.co_filename
+        if name.startswith(_PROFILERS) or (simulated and name.startswith(_TORCH)):
+            continue
+        kept = TracebackType(kept, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return kept

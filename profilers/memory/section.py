@@ -1,0 +1,118 @@
+"""The report's ``memory`` section: GPU bytes per line (now, at the run's peak, each line's most),
+each GPU's peak and the lines holding it, and the failure explained (``explain.py``)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from profilers.memory.explain import site_dict
+from profilers.memory.tracker import LineKey, MemoryTracker
+
+MAX_LINES = 50
+"""Lines kept in the report (the largest at the peak, then by their own most)."""
+
+
+def capacities() -> dict[int, int]:
+    """Each GPU's memory size, as ``torch.cuda`` reports it (the simulated size under
+    ``--fake-cuda``); empty without a GPU."""
+    import torch
+
+    try:
+        if not torch.cuda.is_available():
+            return {}
+        return {
+            i: int(torch.cuda.get_device_properties(i).total_memory)
+            for i in range(torch.cuda.device_count())
+        }
+    except (RuntimeError, AssertionError, AttributeError):
+        return {}
+
+
+def _by_line(held: dict[LineKey, int]) -> dict[tuple[str, int], tuple[Any, int]]:
+    """Bytes per (file, line): the lines of several threads and GPUs summed."""
+    out: dict[tuple[str, int], tuple[Any, int]] = {}
+    for (site, _), n in held.items():
+        k = (site.file, site.line)
+        prev = out.get(k)
+        out[k] = (site, n + (prev[1] if prev else 0))
+    return out
+
+
+def memory_section(recorder: Any) -> dict[str, Any] | None:
+    """The section of ``recorder``'s run, or None when memory was not tracked and no op failed
+    with a device mismatch or out of memory."""
+    tracker: MemoryTracker | None = recorder.memory
+    failure: dict[str, Any] | None = recorder.failure
+    if tracker is None and failure is None:
+        return None
+    capacity = tracker.capacity if tracker is not None else {}
+    out: dict[str, Any] = {
+        "tracked": tracker is not None,
+        "source": "simulated" if (tracker.simulated if tracker else simulated()) else "measured",
+        "devices": [],
+        "peak": None,
+        "lines": [],
+        "failure": failure,
+    }
+    if tracker is None:
+        return out
+    live, most, total = tracker.now()
+    at_peak: dict[LineKey, int] = {}
+    top: tuple[int, int, int, dict[LineKey, int]] | None = None
+    for index, peak, step, held in tracker.peaks():
+        out["devices"].append(
+            {
+                "device": f"cuda:{index}",
+                "capacity_bytes": capacity.get(index),
+                "peak_bytes": peak,
+                "peak_step": step,
+                "live_bytes": total.get(index, 0),
+            }
+        )
+        at_peak.update(held)
+        if top is None or peak > top[1]:
+            top = (index, peak, step, held)
+    if top is not None:
+        index, peak, step, held = top
+        out["peak"] = {
+            "device": f"cuda:{index}",
+            "bytes": peak,
+            "step": step,
+            "capacity_bytes": capacity.get(index),
+            "lines": [
+                {**site_dict(site), "bytes": n}
+                for site, n in sorted(_by_line(held).values(), key=lambda v: -v[1])[:MAX_LINES]
+            ],
+        }
+    peak_by = _by_line(at_peak)
+    live_by = _by_line(live)
+    max_by = _by_line(most)
+    rows = [
+        {
+            **site_dict(site),
+            "peak_bytes": peak_by.get(k, (None, 0))[1],
+            "live_bytes": live_by.get(k, (None, 0))[1],
+            "max_bytes": most,
+        }
+        for k, (site, most) in max_by.items()
+    ]
+    rows.sort(key=lambda r: (-r["peak_bytes"], -r["max_bytes"], r["file"], r["line"]))
+    out["lines"] = rows[:MAX_LINES]
+    return out
+
+
+def simulated() -> bool:
+    """Whether ``--fake-cuda``'s harness is on (without importing it when it is not)."""
+    fake = sys.modules.get("profilers.fake_cuda.harness")
+    return fake is not None and getattr(fake, "HARNESS", None) is not None
+
+
+def start_memory(recorder: Any, wanted: bool | None, counting: str) -> None:
+    """Gives ``recorder`` a tracker when ``wanted`` (``memory=True`` also counts every op);
+    None: when the GPUs are simulated and every op is counted (``--fake-cuda``), where each op
+    already runs through Python and tracking costs little beside the simulation."""
+    if wanted or (wanted is None and counting == "every_op" and simulated()):
+        recorder.memory = MemoryTracker(lambda: recorder.step_number)
+        recorder.memory.capacity = capacities()
+        recorder.memory.simulated = simulated()
