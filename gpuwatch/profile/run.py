@@ -26,9 +26,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpuwatch.profile.interrupts import Signals, Terminated
 from gpuwatch.profile.runner import Outcome, Target, run_target
+from profilers.registry import OwnThread
 from profilers.report import Report, printable
 
 if TYPE_CHECKING:
+    from gpuwatch.monitor.gpu_timeline import TimelineSamples
     from profilers import Profile
 
 #: Seconds between the partial reports that stand in for the final one if the process is killed.
@@ -99,7 +101,7 @@ class ProfiledRun:
         options: ProfileOptions,
         on_report: ReportSink,
         checkpoint: ReportSink | None,
-        stop_gpu_timeline: Callable[[], list[dict[str, Any]]] | None,
+        stop_gpu_timeline: Callable[[], TimelineSamples] | None,
         gpu_stats: str,
     ) -> None:
         self.target = target
@@ -149,7 +151,8 @@ class ProfiledRun:
             if self.stop_gpu_timeline is not None:
                 from gpuwatch.monitor.gpu_timeline import samples_of_used_gpus
 
-                samples_of_used_gpus(report, self.stop_gpu_timeline())
+                rows, mig_gpus = self.stop_gpu_timeline()
+                samples_of_used_gpus(report, rows, mig_gpus)
             self.on_report(report)
 
     def _checkpoints(self) -> None:
@@ -242,7 +245,7 @@ class ProfiledRun:
             try:
                 with self._os_exit_held():
                     if self.checkpoint is not None and self.options.checkpoint_s > 0:
-                        threading.Thread(
+                        OwnThread(
                             target=self._checkpoints, name="gpuwatch-checkpoint", daemon=True
                         ).start()
                     with self._fake_gpus(), self.prof:
@@ -277,7 +280,7 @@ def run_profiled(
     options: ProfileOptions,
     on_report: ReportSink,
     checkpoint: ReportSink | None = None,
-    stop_gpu_timeline: Callable[[], list[dict[str, Any]]] | None = None,
+    stop_gpu_timeline: Callable[[], TimelineSamples] | None = None,
     gpu_stats: str = "off",
 ) -> int:
     """Runs ``target`` under the profiler and hands its report to ``on_report`` once, whatever
