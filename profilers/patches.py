@@ -1,4 +1,5 @@
-"""Everything the profiler changes outside its mode, each undone by an ExitStack callback.
+"""Everything the profiler changes outside its mode, each through profilers/registry.py (one
+stack, undone with the profile's ExitStack; each listed with why in profilers/patch_list.py).
 
 * threads: a thread started while profiling enters its own mode (modes are thread-local), so
   ``nn.DataParallel``'s replica threads are seen;

@@ -222,7 +222,7 @@ class CountingKernels:
                 if found is None:
                     return out
                 try:
-                    st: ThreadState = recorder._tls.s
+                    st: ThreadState = recorder.local.s
                 except AttributeError:
                     st = recorder.state()
                 if st.in_comm:
@@ -231,7 +231,7 @@ class CountingKernels:
                     frame: Any = getframe(1)
                 except ValueError:  # a C++ thread with no Python frames (autograd's device threads)
                     frame = None
-                site = recorder._site(st, frame)
+                site = recorder.site_in(st, frame)
                 for transfer in found if isinstance(found, list) else (found,):
                     recorder.apply(site, transfer)
                 if st.clock is not None:  # the host half of the time view (a wait, if any)
