@@ -36,6 +36,7 @@ from profilers.counting.recorder import Recorder, totals_of
 from profilers.counting.sites import UserCode
 from profilers.names import COPY_TO_HOST, SYNCHRONIZE
 from profilers.records import Site, Totals
+from profilers.registry import patcher
 from profilers.report import Report
 from profilers.torch_private import (
     THREAD_BOOTSTRAP,
@@ -204,17 +205,9 @@ def no_syncs(*, user_code: Sequence[str] | None = None) -> Guard:
 # -- what the mode cannot see, routed to the calling thread's guards ------------------------------
 
 
-def _set(stack: ExitStack, owner: Any, name: str, value: Any) -> None:
-    original = getattr(owner, name)
-    setattr(owner, name, value)
-
-    def restore() -> None:
-        # NB: only if still ours: something patched over us meanwhile (a profile, the fake GPU)
-        # restores our wrapper when it leaves, and a wrapper with no guard on passes through.
-        if getattr(owner, name) is value:
-            setattr(owner, name, original)
-
-    stack.callback(restore)
+# NB: a profile or the fake GPU may patch over a guard's patches and leave after it: the
+# registry's one stack puts back what was there before either, whatever the order.
+_set = patcher("guard")
 
 
 def _each_recorder(use: Callable[[Recorder], None], what: str) -> None:

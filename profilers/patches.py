@@ -1,4 +1,5 @@
-"""Everything the profiler changes outside its mode, each undone by an ExitStack callback.
+"""Everything the profiler changes outside its mode, each through profilers/registry.py (one
+stack, undone with the profile's ExitStack; each listed with why in profilers/patch_list.py).
 
 * threads: a thread started while profiling enters its own mode (modes are thread-local), so
   ``nn.DataParallel``'s replica threads are seen;
@@ -28,6 +29,7 @@ from profilers.counting.printing import counted_str
 from profilers.counting.recorder import Recorder
 from profilers.errors import MissingTorchApi
 from profilers.names import SYNCHRONIZE
+from profilers.registry import is_own, patcher, switch
 from profilers.timing.timeline import COMM, SYNC
 from profilers.torch_private import (
     THREAD_BOOTSTRAP,
@@ -42,10 +44,8 @@ from profilers.torch_private import (
 ACTIVE: Recorder | None = None
 
 
-def set_attr(stack: ExitStack, owner: Any, name: str, value: Any) -> None:
-    original = getattr(owner, name)
-    setattr(owner, name, value)
-    stack.callback(setattr, owner, name, original)
+set_attr = patcher("profiler")
+"""``owner.name = value`` until the stack closes, on the registry's stack (profilers/registry.py)."""
 
 
 # -- threads ------------------------------------------------------------------------------------
@@ -65,7 +65,7 @@ def patch_threads(
     # NB: _bootstrap_inner runs every thread's run(), subclasses' overrides included; wrapping it
     # (rather than Thread.run) is what reaches DataParallel's parallel_apply workers.
     def _bootstrap_inner(thread: threading.Thread) -> None:
-        if recorder.active and not thread.name.startswith("gpuwatch"):
+        if recorder.active and not is_own(thread):
             try:
                 with enter():
                     original(thread)
@@ -121,7 +121,11 @@ def lift_on_the_host(stack: ExitStack) -> None:
     if only_lift_cpu_tensors():
         return
     set_only_lift_cpu_tensors(True)
-    stack.callback(set_only_lift_cpu_tensors, False)
+    switch("fake_cuda", stack, "torch._C._set_only_lift_cpu_tensors(True)", _lift_off)
+
+
+def _lift_off() -> None:
+    set_only_lift_cpu_tensors(False)
 
 
 def patch_tensor_factories(stack: ExitStack, recorder: Recorder) -> None:
@@ -167,7 +171,8 @@ def count_steps(
         if recorder.active or on_step is not None:
             recorder.step("optimizer")
 
-    stack.callback(register_optimizer_step_post_hook(after_step).remove)
+    handle = register_optimizer_step_post_hook(after_step)
+    switch("profiler", stack, "torch.optim optimizer step post-hook", handle.remove)
 
 
 # -- collectives: work.wait() ---------------------------------------------------------------------

@@ -17,6 +17,9 @@ import torch
 from torch._ops import OpOverload as OpOverload
 
 _FAST = "the fast path of --no-kernel-timing (the dispatch mode counts instead, slower)"
+_FAKE = "--fake-cuda"
+_MODE = "the profiler itself (its dispatch mode)"
+_PRINT = "printing a CUDA tensor counted as a sync"
 
 #: Hook name -> what is lost without it.
 WHAT_EACH_GIVES: dict[str, str] = {
@@ -45,6 +48,46 @@ WHAT_EACH_GIVES: dict[str, str] = {
     "torch.library.fallthrough_kernel": _FAST,
     "torch._guards.TracingContext.try_get": "torch.compile's tracing told from running code on "
     "the fast path (copies of code being compiled would be counted)",
+    "torch._C._dispatch_get_all_op_names": _FAST,
+    "torch._C.DispatchKeySet": _FAST,
+    "torch._C.DispatchKey.CompositeImplicitAutograd": "to, item, cpu counted by their parts "
+    "in inference mode (both paths)",
+    "torch._ops.OpOverload.redispatch": _FAST,
+    "torch._ops.OpOverload._name": "the hot path's per-op cache key (OpOverload hashes in Python)",
+    "torch._ops.OpOverload._schema": "the fast path's wrapped numbers; --fake-cuda's outputs",
+    "torch._ops.OpOverload._handle": "the fast path's boxed redispatch (a frame fewer per op)",
+    "torch._ops.OpOverload._op_dk": "to, item, cpu counted by their parts in inference mode "
+    "under a Python mode (fast path)",
+    "torch.library.Library._destroy": "the fast path's kernels taken away when the profile ends",
+    "torch.utils._python_dispatch.TorchDispatchMode": _MODE,
+    "torch.utils._python_dispatch._get_current_dispatch_mode_stack": _FAKE,
+    "torch.utils._python_dispatch._push_mode": f"{_PRINT}; {_FAKE}",
+    "torch.utils._python_dispatch._pop_mode": f"{_PRINT}; {_FAKE}",
+    "torch.utils._python_dispatch._disable_current_modes": _PRINT,
+    "torch._tensor_str._str_intern": _PRINT,
+    "torch._tensor_str._tensor_str": _FAKE,
+    "torch._tensor_str._add_suffixes": _FAKE,
+    "torch._tensor_str.PRINT_OPTS": _FAKE,
+    "torch.utils.data.dataloader._BaseDataLoaderIter": "input waits (report.time)",
+    "torch._subclasses.fake_tensor.FakeTensorMode": f"scripts' own FakeTensorMode; {_FAKE}",
+    "torch._subclasses.fake_tensor.FakeTensor": _FAKE,
+    "torch._subclasses.fake_tensor.init_gpu_context": _FAKE,
+    "torch._subclasses.fake_tensor.DataDependentOutputException": _FAKE,
+    "torch._subclasses.fake_tensor.DynamicOutputShapeException": _FAKE,
+    "torch._subclasses.fake_tensor.FakeTensorDeviceMismatchError": "an op mixing devices on the fake GPU raised as a GPU raises it; without it the fake tensors' own error type reaches the script",
+    "torch._C.Generator": _FAKE,
+    "torch._C._AutoDispatchBelowADInplaceOrView": _FAKE,
+    "torch._C._GLIBCXX_USE_CXX11_ABI": f"{_FAKE} (its device guard's build)",
+    "torch._C._accelerator_getDeviceIndex": _FAKE,
+    "torch._C._accelerator_setDeviceIndex": _FAKE,
+    "torch._C._get_default_device": _FAKE,
+    "torch._utils._rebuild_parameter": f"{_FAKE} (torch.save of fake tensors)",
+    "torch.utils._pytree.tree_flatten": _FAKE,
+    "torch.utils._pytree.tree_leaves": _FAKE,
+    "torch.utils._pytree.tree_map_only": _FAKE,
+    "torch.cuda._lazy_init": _FAKE,
+    "torch.cuda.memory._lazy_init": _FAKE,
+    "torch.cuda.nvtx._nvtx": _FAKE,
 }
 
 MISSING: list[str] = []
@@ -125,10 +168,34 @@ keyset_full_after: Any = _find("torch._C._dispatch_keyset_full_after")
 fallthrough_kernel: Any = _find("torch.library.fallthrough_kernel")
 tracing_context: Callable[[], Any] | None = _find("torch._guards.TracingContext.try_get")
 
+# -- the fast path's own calls, and attributes every OpOverload has --------------------------------
+dispatch_get_all_op_names: Callable[[], list[str]] = (
+    _find("torch._C._dispatch_get_all_op_names") or list
+)
+dispatch_key_set: Any = _find("torch._C.DispatchKeySet")
+_find("torch._ops.OpOverload.redispatch")
+_find("torch.library.Library._destroy")
+_AN_OP = torch.ops.aten.add.Tensor
+for _attr in ("_name", "_schema", "_handle", "_op_dk"):
+    if not hasattr(_AN_OP, _attr):  # instance attributes: looked for on one op
+        MISSING.append(f"torch._ops.OpOverload.{_attr}")
+
+
+def unresolved() -> set[str]:
+    """Every name of :data:`WHAT_EACH_GIVES` that this torch lacks, resolving those the modules
+    above do not (the fake GPU's, the printing's: NB: not at import, as some import heavy
+    parts of torch that a profile without them never needs)."""
+    for path in WHAT_EACH_GIVES:
+        if path not in MISSING and not path.startswith("torch._ops.OpOverload._"):
+            _find(path)
+    return set(MISSING)
+
+
 # -- inference mode: composite ops reach the mode whole (profilers/counting/dispatch.py) ----------------
 _has_kernel: Any = _find("torch._C._dispatch_has_kernel_for_dispatch_key")
 _find("torch._ops.OpOverload.decompose")
-_implicit_key: Any = getattr(torch._C.DispatchKey, "CompositeImplicitAutograd", None)
+_implicit_key: Any = _find("torch._C.DispatchKey.CompositeImplicitAutograd")
+implicit_key = _implicit_key
 
 
 def composite_implicit(func: Any) -> bool:

@@ -2,9 +2,47 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
+
+
+def _ours_on() -> set[str]:
+    """What of ours is on in this process now: patches, switches and globals (the registry's
+    list), a dispatch mode on this thread, the fast path's dispatch key on this thread."""
+    import sys
+
+    from profilers import registry
+
+    on = set(registry.installed())
+    if "torch" in sys.modules:  # NB: never imported here: the TUI's tests run without it
+        import torch
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        on.update(f"dispatch mode: {type(m).__name__}" for m in _get_current_dispatch_mode_stack())
+        key = getattr(torch._C.DispatchKey, "PreDispatch", None)
+        if key is not None and torch._C._dispatch_tls_is_dispatch_key_included(key):
+            on.add("dispatch key: PreDispatch included on this thread")
+    return on
+
+
+@pytest.fixture(autouse=True)
+def nothing_of_ours_left_on() -> Iterator[None]:
+    """After every test nothing of ours is left installed (profilers/registry.py's patches and
+    globals, dispatch modes, the fast path's key) and no thread of ours is left running (given a
+    few seconds to end). Only what the test added is blamed on it."""
+    from profilers import registry
+
+    before = _ours_on()
+    threads_before = set(registry.own_threads_alive())
+    yield
+    left = _ours_on() - before
+    deadline = time.monotonic() + 5.0
+    running = [t for t in registry.own_threads_alive() if t not in threads_before]
+    for t in running:
+        t.join(max(0.0, deadline - time.monotonic()))
+    running = [t.name for t in running if t.is_alive()]
+    assert not left and not running, f"left on after the test: {sorted(left)}, threads {running}"
 
 
 @pytest.fixture(params=["copies", "every_op"])

@@ -329,9 +329,10 @@ def test_gpu_stats_follow_the_gpus_the_script_used(monkeypatch):
         def gpu_of_mig(self, uuid: str) -> int | None:
             return {"MIG-5678": 1}.get(uuid)
 
-    monkeypatch.setattr(gpu_timeline, "_mig_gpus", {})
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-1234,MIG-5678")
-    gpu_timeline.learn_mig_gpus(Nvml())
-    assert used_gpu_indices(devices, samples) == {1}  # cuda:1 is MIG-5678, part of GPU 1
+    mig_gpus = gpu_timeline.learn_mig_gpus(Nvml())
+    assert mig_gpus == {"MIG-5678": 1}
+    assert used_gpu_indices(devices, samples, mig_gpus) == {1}  # MIG-5678 is part of GPU 1
+    assert used_gpu_indices(devices, samples) is None  # what the caller did not pass is unknown
     # A script that used no GPU is charged with none (the node's load is someone else's).
     assert used_gpu_indices([{"device": "cpu"}]) == set()

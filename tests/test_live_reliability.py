@@ -186,17 +186,23 @@ async def test_a_lingering_grandchild_does_not_keep_the_run_running(tmp_path):
         """
         import subprocess
         # Inherits stdout and stderr, and outlives the script by a minute.
-        subprocess.Popen(["sleep", "60"])
+        grandchild = subprocess.Popen(["sleep", "60"])
+        open("grandchild.pid", "w").write(str(grandchild.pid))
         print("script done", flush=True)
         """,
     )
     began = time.monotonic()
-    async with app.run_test(size=(120, 40)):
-        await wait_until(lambda: app.exit_code is not None, 30)
-        assert app.exit_code == 0
-    assert time.monotonic() - began < 20
-    doc = json.loads((tmp_path / "r.json").read_text())
-    assert doc["partial"] is False
+    try:
+        async with app.run_test(size=(120, 40)):
+            await wait_until(lambda: app.exit_code is not None, 30)
+            assert app.exit_code == 0
+        assert time.monotonic() - began < 20
+        doc = json.loads((tmp_path / "r.json").read_text())
+        assert doc["partial"] is False
+    finally:  # NB: its end closes the pipes our reader threads wait on (the autouse check)
+        pid = tmp_path / "grandchild.pid"
+        if pid.exists():
+            os.kill(int(pid.read_text()), signal.SIGKILL)
 
 
 async def test_demo_stats_are_labelled_simulated_everywhere(tmp_path):

@@ -12,6 +12,7 @@ from textual.message import Message
 from gpuwatch.monitor.gpu_timeline import learn_mig_gpus
 from gpuwatch.monitor.nvml.sampler import Sampler
 from gpuwatch.monitor.nvml.samples import Snapshot
+from profilers.registry import OwnThread
 
 #: Height of a full card, borders included; a brief card has no graphs; a compact card is one line.
 FULL_CARD_HEIGHT = 11
@@ -69,16 +70,19 @@ class SamplingApp(App[Any]):
         self.sampling_held = threading.Event()
         """Set while the sampling thread waits at a closed gate (paused): tests wait on it."""
         self._sampling_thread: threading.Thread | None = None
+        self.mig_gpus: dict[str, int] = {}
+        """The GPU each MIG instance of ``CUDA_VISIBLE_DEVICES`` is part of (learned when
+        sampling starts; gpuwatch/monitor/gpu_timeline.py's used_gpu_indices takes it)."""
 
     def start_sampling(self) -> None:
         if self.sampler is not None and self._sampling_thread is None:
             # Which GPUs the MIG instances of CUDA_VISIBLE_DEVICES are part of: the live view
             # shows (and its report keeps) the GPUs a script uses.
-            learn_mig_gpus(self.sampler.backend)
+            self.mig_gpus = learn_mig_gpus(self.sampler.backend)
             # NB: a daemon thread of our own, not a Textual thread worker: those run in the
             # event loop's default executor, which asyncio and the interpreter wait for at exit,
             # so an NVML call that hangs would keep q from quitting.
-            self._sampling_thread = threading.Thread(
+            self._sampling_thread = OwnThread(
                 target=self._sample_loop, name="gpuwatch-sampler", daemon=True
             )
             self._sampling_thread.start()

@@ -15,6 +15,7 @@ from typing import Any
 from textual.app import App
 
 from gpuwatch.profile.interrupts import ENDING
+from profilers.registry import OwnThread
 
 #: Signals whose handlers Textual's driver sets (and never puts back).
 _TEXTUAL_SIGNALS = (signal.SIGCONT, signal.SIGTSTP)
@@ -85,7 +86,7 @@ class ShutdownGuard:
         if threading.current_thread() is threading.main_thread():
             for signum in _TEXTUAL_SIGNALS:  # nothing left for them to redraw: see above
                 signal.signal(signum, signal.SIG_DFL)
-        threading.Thread(target=self._watch, name="gpuwatch-shutdown", daemon=True).start()
+        OwnThread(target=self._watch, name="gpuwatch-shutdown", daemon=True).start()
 
     def enable(self) -> None:
         """The app is about to ``run()`` for real (not under a test's ``run_test()``)."""
@@ -99,7 +100,7 @@ class ShutdownGuard:
             return
         code = self._exit_code()
         # NB: the terminal may be gone or stalled: a write that blocks must not hold the exit.
-        writer = threading.Thread(target=self._restore_terminal, daemon=True)
+        writer = OwnThread(target=self._restore_terminal, daemon=True)
         writer.start()
         writer.join(0.5)
         os._exit(code)

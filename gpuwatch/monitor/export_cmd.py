@@ -14,6 +14,7 @@ from gpuwatch.argvalues import add_old_spelling
 from gpuwatch.errors import CliError
 from gpuwatch.monitor.export import CONNECTION_DEADLINE_S, STALE_FLOOR_S, GpuCollector
 from gpuwatch.monitor.nvml.activity import IdlePolicy
+from profilers.registry import OwnThread
 
 
 def add_parser(sub: Any, bounded_int: Any, interval: Any) -> None:
@@ -137,7 +138,7 @@ def _sample_forever(sampler: Any, collector: GpuCollector, interval_s: float, st
 def _close_within(close: Callable[[], object], timeout_s: float) -> None:
     """Runs ``close`` on a daemon thread and waits at most ``timeout_s`` (NVML's shutdown can hang
     like any other NVML call; the process exits regardless)."""
-    closer = threading.Thread(target=close, name="gpuwatch-export-close", daemon=True)
+    closer = OwnThread(target=close, name="gpuwatch-export-close", daemon=True)
     closer.start()
     closer.join(timeout_s)
 
@@ -187,7 +188,7 @@ def run_export(args: argparse.Namespace) -> int:
             f"cannot serve on {args.address}:{args.port}: {exc.strerror or exc}"
         ) from None
     server.start()
-    threading.Thread(
+    OwnThread(
         target=_sample_forever,
         args=(sampler, collector, args.interval, stop),
         name="gpuwatch-export-sampling",

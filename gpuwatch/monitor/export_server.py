@@ -28,6 +28,8 @@ from typing import Any
 
 from prometheus_client.exposition import MetricsHandler
 
+from profilers.registry import OwnThread
+
 #: Connections served at once (a scrape takes milliseconds: more wait in the backlog).
 MAX_CONNECTIONS = 128
 #: The listen backlog (the kernel caps it at net.core.somaxconn, 4096 on current Linux).
@@ -55,7 +57,7 @@ class _Reaper:
         self._live: dict[int, socket.socket] = {}
         self._ids = itertools.count()
         self._closed = False
-        threading.Thread(target=self._run, name="gpuwatch-export-reaper", daemon=True).start()
+        OwnThread(target=self._run, name="gpuwatch-export-reaper", daemon=True).start()
 
     def watch(self, conn: socket.socket, deadline: float) -> int:
         with self._cond:
@@ -137,7 +139,7 @@ class MetricsServer(HTTPServer):
         )
         super().__init__((str(sockaddr[0]), int(sockaddr[1])), handler)
         self._reaper = _Reaper()
-        self._thread = threading.Thread(
+        self._thread = OwnThread(
             target=self.serve_forever, name="gpuwatch-export-http", daemon=True
         )
 
@@ -162,7 +164,7 @@ class MetricsServer(HTTPServer):
                 self.shutdown_request(request)
                 return
         key = self._reaper.watch(request, time.monotonic() + self.deadline_s)
-        threading.Thread(
+        OwnThread(
             target=self._serve_one,
             args=(request, client_address, key),
             name="gpuwatch-export-client",

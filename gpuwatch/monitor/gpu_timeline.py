@@ -6,11 +6,12 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from gpuwatch.monitor.nvml.sampler import Sampler
 from gpuwatch.monitor.nvml.samples import GpuSample
+from profilers.registry import OwnThread
 
 #: At 0.5 s a sample, 24 hours of samples per GPU before the oldest are dropped.
 MAX_SAMPLES = 172_800
@@ -57,11 +58,13 @@ class GpuTimeline:
         self._clock = clock
         self._t0 = clock()
         self._samples: deque[dict[str, Any]] = deque(maxlen=MAX_SAMPLES)
+        self.mig_gpus: dict[str, int] = {}
+        """The GPU each MIG instance of ``CUDA_VISIBLE_DEVICES`` is part of (learned at start)."""
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="gpuwatch-timeline", daemon=True)
+        self._thread = OwnThread(target=self._loop, name="gpuwatch-timeline", daemon=True)
 
     def start(self) -> GpuTimeline:
-        learn_mig_gpus(self.sampler.backend)
+        self.mig_gpus = learn_mig_gpus(self.sampler.backend)
         self._t0 = self._clock()
         self._thread.start()
         return self
@@ -76,42 +79,50 @@ class GpuTimeline:
             self._samples.extend(sample_row(t, g, self.pids) for g in snap.gpus)
             self._stop.wait(self.interval_s)
 
-    def stop(self) -> list[dict[str, Any]]:
+    def stop(self) -> TimelineSamples:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=3)
         self.sampler.close()
-        return list(self._samples)
+        return TimelineSamples(list(self._samples), dict(self.mig_gpus))
 
 
-#: What NVML said of the ``MIG-<uuid>`` entries of ``CUDA_VISIBLE_DEVICES``: the GPU each is part
-#: of. Process-wide, as that variable is; learned where a sampler opens NVML.
-_mig_gpus: dict[str, int] = {}
+class TimelineSamples(NamedTuple):
+    """What a :class:`GpuTimeline` took: its rows, and which GPU each MIG instance of
+    ``CUDA_VISIBLE_DEVICES`` is part of (for :func:`samples_of_used_gpus`)."""
+
+    rows: list[dict[str, Any]]
+    mig_gpus: dict[str, int]
 
 
-def learn_mig_gpus(backend: Any) -> None:
+def learn_mig_gpus(backend: Any) -> dict[str, int]:
     """Asks ``backend`` (NVML) which GPU each MIG instance in ``CUDA_VISIBLE_DEVICES`` is part
-    of, so that the samples of the right GPU can be kept after the run."""
+    of, so that the samples of the right GPU can be kept after the run: ``{"MIG-<uuid>": gpu}``
+    for the caller to keep and pass to :func:`used_gpu_indices`."""
+    found: dict[str, int] = {}
     gpu_of_mig = getattr(backend, "gpu_of_mig", None)
     if gpu_of_mig is None:
-        return
+        return found
     for part in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(","):
         part = part.strip()
         if part.startswith("MIG-") and not part.startswith("MIG-GPU-"):
             gpu = gpu_of_mig(part)
             if gpu is not None:
-                _mig_gpus[part] = gpu
+                found[part] = gpu
+    return found
 
 
 def used_gpu_indices(
-    devices: list[dict[str, Any]], samples: Sequence[dict[str, Any]] = ()
+    devices: list[dict[str, Any]],
+    samples: Sequence[dict[str, Any]] = (),
+    mig_gpus: Mapping[str, int] | None = None,
 ) -> set[int] | None:
     """NVML indices of the CUDA devices the script used (``CUDA_VISIBLE_DEVICES`` respected):
     an empty set when it used none, None when they cannot be told apart.
 
     ``samples`` (rows of :func:`sample_row`) map GPU UUIDs in ``CUDA_VISIBLE_DEVICES`` to NVML
     indices; a MIG instance counts as the GPU it is part of (``MIG-GPU-<uuid>/..`` says it,
-    ``MIG-<uuid>`` as :func:`learn_mig_gpus` found)."""
+    ``MIG-<uuid>`` as ``mig_gpus``, from :func:`learn_mig_gpus`, says)."""
     from gpuwatch.monitor.nvml.chosen import resolve_visible
 
     cuda = [int(d["device"].split(":")[1]) for d in devices if d["device"].startswith("cuda:")]
@@ -121,16 +132,19 @@ def used_gpu_indices(
     if not visible:
         return set(cuda)
     uuids = {s["gpu"]: s.get("uuid") or "" for s in samples}
-    resolved = resolve_visible(visible, uuids, _mig_gpus.get)
+    resolved = resolve_visible(visible, uuids, (mig_gpus or {}).get)
     used = {resolved[i] if i < len(resolved) else None for i in cuda}
     return None if None in used else {i for i in used if i is not None}
 
 
-def samples_of_used_gpus(report: Any, samples: Sequence[dict[str, Any]]) -> None:
+def samples_of_used_gpus(
+    report: Any, samples: Sequence[dict[str, Any]], mig_gpus: Mapping[str, int] | None = None
+) -> None:
     """Keeps in ``report.gpu_samples`` the samples of the GPUs the script used, none when it
     used none (the node's load is someone else's), all of them, said so in
-    ``options.gpu_samples_scope``, when they cannot be told apart."""
-    used = used_gpu_indices(report.devices, samples)
+    ``options.gpu_samples_scope``, when they cannot be told apart (``mig_gpus``: see
+    :func:`used_gpu_indices`)."""
+    used = used_gpu_indices(report.devices, samples, mig_gpus)
     if used is None:
         scope = "all GPUs (which ones the script used is unknown)"
         report.options = report.options.replace(gpu_samples_scope=scope)

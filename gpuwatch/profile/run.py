@@ -21,13 +21,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpuwatch.profile.interrupts import Signals, Terminated
 from gpuwatch.profile.options import ProfileOptions
 from gpuwatch.profile.runner import Outcome, Target, run_target
 from gpuwatch.profile.worded import warnings_worded
+from profilers.registry import OwnThread
 from profilers.report import Report, printable
+
+if TYPE_CHECKING:
+    from gpuwatch.monitor.gpu_timeline import TimelineSamples
 
 __all__ = ["ProfileOptions", "ProfiledRun", "run_profiled"]
 
@@ -56,7 +60,7 @@ class ProfiledRun:
         options: ProfileOptions,
         on_report: ReportSink,
         checkpoint: ReportSink | None,
-        stop_gpu_timeline: Callable[[], list[dict[str, Any]]] | None,
+        stop_gpu_timeline: Callable[[], TimelineSamples] | None,
         gpu_stats: str,
     ) -> None:
         self.target = target
@@ -107,7 +111,8 @@ class ProfiledRun:
             if self.stop_gpu_timeline is not None:
                 from gpuwatch.monitor.gpu_timeline import samples_of_used_gpus
 
-                samples_of_used_gpus(report, self.stop_gpu_timeline())
+                rows, mig_gpus = self.stop_gpu_timeline()
+                samples_of_used_gpus(report, rows, mig_gpus)
             self.on_report(report)
 
     def _checkpoints(self) -> None:
@@ -200,7 +205,7 @@ class ProfiledRun:
             try:
                 with self._os_exit_held():
                     if self.checkpoint is not None and self.options.checkpoint_s > 0:
-                        threading.Thread(
+                        OwnThread(
                             target=self._checkpoints, name="gpuwatch-checkpoint", daemon=True
                         ).start()
                     with self._fake_gpus(), self.prof:
@@ -235,7 +240,7 @@ def run_profiled(
     options: ProfileOptions,
     on_report: ReportSink,
     checkpoint: ReportSink | None = None,
-    stop_gpu_timeline: Callable[[], list[dict[str, Any]]] | None = None,
+    stop_gpu_timeline: Callable[[], TimelineSamples] | None = None,
     gpu_stats: str = "off",
 ) -> int:
     """Runs ``target`` under the profiler and hands its report to ``on_report`` once, whatever

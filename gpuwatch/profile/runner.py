@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 
 from gpuwatch.profile.interrupts import Terminated
+from profilers.registry import is_own
 
 
 @dataclass
@@ -104,7 +105,7 @@ def run_target(target: Target) -> Outcome:
 
 
 def wait_for_threads() -> None:
-    """Joins every non-daemon thread but this one and gpuwatch's own, the way the interpreter
+    """Joins every non-daemon thread but this one and gpuwatch's own (``OwnThread``), as the interpreter
     does at exit (``threading._shutdown``): first the stdlib's thread-exit callbacks (they tell
     ``concurrent.futures`` pools to finish their queued work), then the threads, until none is
     left (a thread may start another)."""
@@ -122,7 +123,7 @@ def wait_for_threads() -> None:
         waiting = [
             t
             for t in threading.enumerate()
-            if t is not me and not t.daemon and t.is_alive() and not t.name.startswith("gpuwatch")
+            if t is not me and not t.daemon and t.is_alive() and not is_own(t)
         ]
         if not waiting:
             return

@@ -16,12 +16,14 @@ from types import FrameType
 from typing import Any
 
 from profilers.counting.backward import backward_ops_of, note_forward
-from profilers.counting.comm import CommRule, comm_rule
+from profilers.counting.comm import comm_rule
 from profilers.counting.ops import CLASSIFIERS, METADATA_OPS, Classifier
 from profilers.counting.recorder import Recorder
 from profilers.counting.threads import ThreadState
 from profilers.memory.failure import failed
+from profilers.stats import SiteStats
 from profilers.timing.charge import charge_transfer, settle_op
+from profilers.timing.cuda_events import TimedOp
 from profilers.timing.timeline import COMM, StepClock
 from profilers.torch_private import (
     OP_OVERLOAD_HAS_OP,
@@ -51,11 +53,6 @@ def hide_from_dynamo() -> bool:
     return True
 
 
-_UNSEEN: Any = object()
-_DECOMPOSE: Any = object()
-"""The classifier of ops that reach the mode only where autograd is off (below)."""
-
-
 def _decomposed(mode: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """An op autograd decomposes before any mode sees it (CompositeImplicitAutograd: ``to``,
     ``item``, ``cpu``...) reaches the mode whole where autograd is off (``torch.inference_mode``,
@@ -69,23 +66,46 @@ def _decomposed(mode: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, A
     return out
 
 
-OpInfo = tuple[str | None, Classifier | None, Callable[..., Any]]
+DECOMPOSE = "decompose"
+COLLECTIVE = "collective"
 
 
-def _op_info(func: Any) -> OpInfo:
-    """Per-op facts, computed once per overload: the op's short name (None for metadata ops,
-    which are skipped), its classifier, and what to call to run it: for a plain OpOverload its
-    C++ op, whose Python ``__call__`` only forwards to it (one Python frame fewer per op)."""
+class OpFacts:
+    """What the hot path needs of one op overload, computed once (:func:`op_facts`).
+
+    ``name`` is the op's short name, None for metadata ops (views, ``detach``: skipped);
+    ``classifier`` its copy/sync rule (profilers/counting/ops.py) or None; ``call`` what runs it
+    (for a plain OpOverload its C++ op: ``OpOverload.__call__`` is a Python frame that only
+    forwards to it); ``special`` says the op takes another road: ``"collective"`` (a comm rule,
+    timed and counted whole) or ``"decompose"`` (reaches the mode whole where autograd is off)."""
+
+    __slots__ = ("call", "classifier", "name", "special")
+
+    def __init__(
+        self,
+        name: str | None,
+        classifier: Any,
+        call: Callable[..., Any],
+        special: str | None = None,  # DECOMPOSE, COLLECTIVE (compared by identity)
+    ) -> None:
+        self.name = name
+        self.classifier: Classifier | None = classifier
+        self.call = call
+        self.special = special
+
+
+def op_facts(func: Any) -> OpFacts:
+    """The :class:`OpFacts` of ``func``."""
     call = func._op if OP_OVERLOAD_HAS_OP and type(func) is OpOverload else func
     if func in METADATA_OPS:
-        return None, None, call
+        return OpFacts(None, None, call)
     name = str(func).removeprefix("aten.")
     if func not in CLASSIFIERS and composite_implicit(func):
-        return name, _DECOMPOSE, call
+        return OpFacts(name, None, call, DECOMPOSE)
     rule = comm_rule(func)
     if rule is not None:
-        return name, rule, call  # type: ignore[return-value]  # dispatch() tells them apart
-    return name, CLASSIFIERS.get(func), call
+        return OpFacts(name, rule, call, COLLECTIVE)
+    return OpFacts(name, CLASSIFIERS.get(func), call)
 
 
 _SHIM_FILES = (
@@ -125,8 +145,10 @@ def dispatch(
     args: tuple[Any, ...] = (),
     kwargs: dict[str, Any] | None = None,
 ) -> Any:
-    """``ProfilerMode.__torch_dispatch__``: the hot path, in one Python function (no calls of
-    its own on the common path: each one costs about as much as a dict lookup)."""
+    """``ProfilerMode.__torch_dispatch__``: the hot path. What every op runs is here, in order
+    (find the op's facts, its caller's line, count it, run it, charge its time, classify it);
+    what only some ops need is in the functions below it, called on their branch only (NB: a
+    call costs about as much as a dict lookup, so the common path makes none of its own)."""
     t_in = _ns()  # NB: first, so that all of the hot path's own time is measured (timing/)
     prior = _set_eval_frame(None)
     if prior is not None:
@@ -136,17 +158,19 @@ def dispatch(
     recorder: Recorder = mode.recorder
     if kwargs is None:
         kwargs = {}
-    # NB: keyed by the op's qualified name ("aten::add.Tensor"): OpOverload hashes in Python.
-    info = recorder._info.get(func._name, _UNSEEN)
-    if info is _UNSEEN:
-        info = recorder._info[func._name] = _op_info(func)
-    name, classifier, call = info
+    # -- the op's facts: one dict lookup (NB: keyed by "aten::add.Tensor", OpOverload hashes in
+    # Python)
+    facts: OpFacts | None = recorder.op_facts.get(func._name)
+    if facts is None:
+        facts = recorder.op_facts[func._name] = op_facts(func)
+    name = facts.name
     if name is None or not recorder.active:  # metadata ops skip everything, the frame too
         if name is None and recorder.step_clock is not None:
-            return _metadata_timed(recorder, call, args, kwargs, t_in)
-        return call(*args, **kwargs)
-    if classifier is _DECOMPOSE:
+            return _metadata_timed(recorder, facts.call, args, kwargs, t_in)
+        return facts.call(*args, **kwargs)
+    if facts.special is DECOMPOSE:
         return _decomposed(mode, func, args, kwargs)
+    # -- where it was called from, and this thread's state
     depth = recorder.caller_depth
     if depth is None:
         frame = _current_caller(recorder, 1)
@@ -156,12 +180,11 @@ def dispatch(
         except ValueError:  # a C++ thread with no Python frames (autograd's device threads)
             frame = None
     try:
-        st: ThreadState = recorder._tls.s
+        st: ThreadState = recorder.local.s
     except AttributeError:
         st = recorder.state()
-    # NB: the profiler never raises into user code: anything of its own that fails is counted
-    # as an internal error of this op, and the op runs as it would have (zero cost in 3.11
-    # while nothing raises).
+    # -- its line (NB: the profiler never raises into user code: what fails of its own is an
+    # internal error of this op, and the op runs as it would have; free in 3.11 until it raises)
     try:
         # Site cache: the same calling frame means the same user frame above it; only when
         # the caller is the user frame itself can the line have moved (f_lasti says whether).
@@ -173,7 +196,7 @@ def dispatch(
             site = st.last_site
             assert site is not None
         else:
-            site = recorder._site(st, frame)
+            site = recorder.site_in(st, frame)
             if site is not st.fwd_site and recorder.attributes_backward:
                 note_forward(st, site, name)
         # NB: only the per-op entry is counted here; the site's ops and kernel time are summed
@@ -181,13 +204,11 @@ def dispatch(
         ops = site.op_breakdown
         if recorder.backward_site is not None:
             # An op of a backward under way counts in the entries it shares with the forward
-            # line whose op made its node (merged into both lines when read); one node's ops
-            # come one after another.
+            # line whose op made its node; one node's ops come one after another.
             node = _current_node()
             if node is not None:
-                if node is not st.bw_node or site is not st.bw_site:
-                    st.bw_node = node
-                    st.bw_site = site
+                if node is not st.bw_node or site is not st.bw_site:  # once per node
+                    st.bw_node, st.bw_site = node, site
                     st.bw_ops = backward_ops_of(
                         recorder.threads, recorder.backward_state, st, site, node
                     )
@@ -195,53 +216,31 @@ def dispatch(
                     ops = st.bw_ops
     except Exception as exc:
         recorder.internal_error(name, exc)
-        return call(*args, **kwargs)
+        return facts.call(*args, **kwargs)
+    # -- count it
     entry = ops.get(name)
     if entry is None:
         entry = ops[name] = [0, 0.0]
     entry[0] += 1
     clock: StepClock | None = st.clock
-    if classifier is not None and classifier.__class__ is CommRule:
-        if clock is None:
-            return recorder.collective(site, entry, classifier, call, args, kwargs)
-        t_call = _ns()
-        out = recorder.collective(site, entry, classifier, call, args, kwargs)
-        settle_op(clock, site, t_in, t_call, _ns(), COMM)
-        return out
+    if facts.special is not None:  # COLLECTIVE (DECOMPOSE went its way above)
+        return _collective(recorder, clock, site, entry, facts, args, kwargs, t_in)
+    # -- run it, timed
     ms = 0.0
-    timed = None
-    traced = recorder.trace_syncs
-    if traced:  # a sync the GPU trace reports while the op runs is the op's (on_trace_sync)
-        st.op = func
-        st.synced = False
+    timed: TimedOp | None = None
+    timer = recorder.timer
     try:
-        timer = recorder.timer
-        if timer is not None:
-            try:
-                began = timer.begin(args, kwargs)
-            except Exception as exc:
-                recorder.internal_error(name, exc)
-                began = None
-            t_call = _ns()
-            out = call(*args, **kwargs)
-            t_ret = _ns()
-            if began is not None:
-                try:
-                    timed = timer.end(began, entry)  # credited to entry[1] once the GPU is there
-                except Exception as exc:
-                    recorder.internal_error(name, exc)
+        if recorder.trace_syncs or timer is not None:
+            out, timed, t_call, t_ret = _run_watched(recorder, st, func, facts, entry, args, kwargs)
         else:
             t_call = _ns()
-            out = call(*args, **kwargs)
+            out = facts.call(*args, **kwargs)
             t_ret = _ns()
-            if recorder.host_timing:
-                ms = (t_ret - t_call) / 1e6
-                entry[1] += ms
     except BaseException as exc:  # explained, and our frames taken out (profilers/memory/)
         raise failed(recorder, site, name, func, args, kwargs, exc)  # noqa: B904
-    finally:
-        if traced:
-            st.op = None
+    if recorder.host_timing:  # no GPU: the op's host time is its kernel time
+        ms = (t_ret - t_call) / 1e6
+        entry[1] += ms
     memory = recorder.memory
     if memory is not None:  # which line holds which GPU bytes (--memory, profilers/memory/)
         try:
@@ -254,13 +253,9 @@ def dispatch(
         rec = clock.lines.get(site) or clock.line(site)
         rec.launch_ns += t_in - clock.last_ns - clock.outside_ns + t_ret - t_call
         clock.last_site = site
-    if (classifier is not None or st.synced) and not st.in_comm:
-        try:
-            found = recorder.account(site, classifier, args, kwargs, out, ms, timed, st.synced)
-            if found is not None and clock is not None:
-                charge_transfer(clock, site, found, t_ret - t_call, t_call)
-        except Exception as exc:
-            recorder.internal_error(name, exc)
+    # -- what it copied or synced
+    if (facts.classifier is not None or st.synced) and not st.in_comm:
+        _account(recorder, clock, site, facts, args, kwargs, out, ms, timed, st, t_call, t_ret)
     if timed is not None:
         timer.queue(timed)  # type: ignore[union-attr]
     if clock is not None:
@@ -271,13 +266,99 @@ def dispatch(
     return out
 
 
+def _collective(
+    recorder: Recorder,
+    clock: StepClock | None,
+    site: SiteStats,
+    entry: list[Any],
+    facts: OpFacts,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    t_in: int,
+) -> Any:
+    """A collective (or a wait on one): run and counted whole, its host time on the clock."""
+    rule: Any = facts.classifier
+    if clock is None:
+        return recorder.collective(site, entry, rule, facts.call, args, kwargs)
+    t_call = _ns()
+    out = recorder.collective(site, entry, rule, facts.call, args, kwargs)
+    settle_op(clock, site, t_in, t_call, _ns(), COMM)
+    return out
+
+
+def _run_watched(
+    recorder: Recorder,
+    st: ThreadState,
+    func: Any,
+    facts: OpFacts,
+    entry: list[Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> tuple[Any, TimedOp | None, int, int]:
+    """The op run with CUDA events around it (kernel time on a GPU) and/or with the GPU trace
+    listening (``--trace-syncs``: a sync it reports while the op runs is the op's): the
+    output, the timing record to queue, and when the call began and returned."""
+    timed = began = None
+    timer = recorder.timer
+    traced = recorder.trace_syncs
+    if traced:
+        st.op = func
+        st.synced = False
+    try:
+        if timer is not None:
+            try:
+                began = timer.begin(args, kwargs)
+            except Exception as exc:
+                recorder.internal_error(str(facts.name), exc)
+        t_call = _ns()
+        out = facts.call(*args, **kwargs)
+        t_ret = _ns()
+        if began is not None:
+            try:
+                timed = timer.end(began, entry)  # type: ignore[union-attr]  # credited later
+            except Exception as exc:
+                recorder.internal_error(str(facts.name), exc)
+    finally:
+        if traced:
+            st.op = None
+    return out, timed, t_call, t_ret
+
+
+def entry_name(facts: OpFacts) -> str:
+    return facts.name or "?"
+
+
+def _account(
+    recorder: Recorder,
+    clock: StepClock | None,
+    site: SiteStats,
+    facts: OpFacts,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    out: Any,
+    ms: float,
+    timed: TimedOp | None,
+    st: ThreadState,
+    t_call: int,
+    t_ret: int,
+) -> None:
+    """An op with a copy/sync rule (or one the GPU trace saw sync): counted, and on the step
+    clock its time moved to the wait it made."""
+    try:
+        found = recorder.account(site, facts.classifier, args, kwargs, out, ms, timed, st.synced)
+        if found is not None and clock is not None:
+            charge_transfer(clock, site, found, t_ret - t_call, t_call)
+    except Exception as exc:
+        recorder.internal_error(str(facts.name), exc)
+
+
 def _metadata_timed(
     recorder: Recorder, call: Callable[..., Any], args: tuple[Any, ...], kwargs: Any, t_in: int
 ) -> Any:
     """A metadata op (a view, ``detach``...) on the profile's thread: not charged to a line,
     but the profiler's time on it is its own. NB: moving ``last_ns`` on by that time keeps it
     out of the host work charged at the next op."""
-    st: ThreadState | None = getattr(recorder._tls, "s", None)
+    st: ThreadState | None = getattr(recorder.local, "s", None)
     clock = None if st is None else st.clock
     if clock is None:
         return call(*args, **(kwargs or {}))

@@ -34,12 +34,17 @@ from profilers.counting.ops import CLASSIFIERS
 from profilers.counting.recorder import Recorder
 from profilers.counting.threads import ThreadState
 from profilers.memory.failure import failed_here
+from profilers.registry import switch
 from profilers.timing.charge import timed_on_fast_path
 from profilers.torch_private import (
+    OpOverload,
     composite_implicit,
+    dispatch_get_all_op_names,
     dispatch_key_pre_dispatch,
+    dispatch_key_set,
     exclude_dispatch_key_guard,
     fallthrough_kernel,
+    implicit_key,
     include_dispatch_key_guard,
     keyset_full_after,
     tracing_context,
@@ -84,7 +89,7 @@ def missing() -> str | None:
         "torch.library.fallthrough_kernel": fallthrough_kernel,
     }
     lacking = [name for name, hook in needed.items() if hook is None]
-    if not hasattr(torch._ops.OpOverload, "redispatch"):
+    if not hasattr(OpOverload, "redispatch"):
         lacking.append("torch._ops.OpOverload.redispatch")
     return ", ".join(lacking) or None
 
@@ -93,7 +98,7 @@ def counted_ops() -> dict[Any, Any]:
     """OpOverload -> its classifier or collective rule: the ops the fast path intercepts."""
     ops: dict[Any, Any] = dict(CLASSIFIERS)
     for namespace in COMM_NAMESPACES:
-        for name in torch._C._dispatch_get_all_op_names():
+        for name in dispatch_get_all_op_names():
             if not name.startswith(f"{namespace}::"):
                 continue
             op = _overload(name)
@@ -121,17 +126,24 @@ class CountingKernels:
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
         self._after = keyset_full_after(dispatch_key_pre_dispatch)
-        self._key = torch._C.DispatchKeySet(dispatch_key_pre_dispatch)
+        self._key = dispatch_key_set(dispatch_key_pre_dispatch)
 
     def install(self, stack: ExitStack) -> None:
         ops = {_qualified(op): (op, rule) for op, rule in counted_ops().items()}
         by_namespace: dict[str, list[str]] = {}
-        for name in torch._C._dispatch_get_all_op_names():
+        for name in dispatch_get_all_op_names():
             by_namespace.setdefault(name.partition("::")[0], []).append(name)
         make_library: Any = torch.library.Library
+        libraries: list[Any] = []
+
+        def destroy() -> None:
+            for lib in reversed(libraries):
+                lib._destroy()
+
+        switch("profiler", stack, "torch.library kernels at PreDispatch", destroy)
         for namespace, names in sorted(by_namespace.items()):
             lib = make_library(namespace, "IMPL")
-            stack.callback(lib._destroy)
+            libraries.append(lib)
             for name in names:
                 found = ops.get(name)
                 if found is not None:
@@ -167,7 +179,7 @@ class CountingKernels:
         seen. Here the op is decomposed first, with the key on, and the mode gets its parts,
         as it does outside inference mode. Never reached otherwise: free."""
         decompose = op._op_dk
-        implicit = torch._C.DispatchKey.CompositeImplicitAutograd
+        implicit = implicit_key
 
         def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
             return decompose(implicit, *args, **kwargs)
@@ -214,7 +226,7 @@ class CountingKernels:
                 if found is None:
                     return out
                 try:
-                    st: ThreadState = recorder._tls.s
+                    st: ThreadState = recorder.local.s
                 except AttributeError:
                     st = recorder.state()
                 if st.in_comm:
@@ -223,7 +235,7 @@ class CountingKernels:
                     frame: Any = getframe(1)
                 except ValueError:  # a C++ thread with no Python frames (autograd's device threads)
                     frame = None
-                site = recorder._site(st, frame)
+                site = recorder.site_in(st, frame)
                 for transfer in found if isinstance(found, list) else (found,):
                     recorder.apply(site, transfer)
                 if st.clock is not None:  # the host half of the time view (a wait, if any)

@@ -21,7 +21,7 @@ from profilers.counting.threads import ThreadState, ThreadStates
 from profilers.memory.tracker import MemoryTracker
 from profilers.names import OTHER, SYNCHRONIZE
 from profilers.stats import MAX_STACKS, Counters, SiteStats
-from profilers.timing.cuda_events import CudaApi, CudaTimer, TorchCuda
+from profilers.timing.cuda_events import CudaApi, CudaTimer, TimedOp, TorchCuda
 from profilers.timing.timeline import StepClock
 from profilers.torch_private import BACKWARD_NODES
 
@@ -76,26 +76,24 @@ class Recorder:
         self.events_recorded = 0
         self.devices: set[str] = set()
         self.threads = ThreadStates()
-        self._tls = self.threads.tls
-        """The per-thread states' thread-local (read directly on the hot path)."""
-        self.state = self.threads.state
-        """This thread's state, made on its first op (see profilers/counting/threads.py)."""
+        self.local = self.threads.tls
+        """For the hot paths: ``local.s`` is the calling thread's :class:`ThreadState` once it
+        has one (AttributeError before; :meth:`state` makes it): one load, not a call, per op."""
+        self.state = self.threads.state  # this thread's, made on its first op (threads.py)
         self.release_state = self.threads.release
-        self.attributes_backward = BACKWARD_NODES
-        """Backward ops are also charged to the forward line whose op made their node."""
+        self.attributes_backward = BACKWARD_NODES  # also charged to their node's forward line
         self.backward_state: ThreadState | None = None
         """The state of the thread that called the .backward() under way (its forward first)."""
         self._lock = threading.Lock()
-        self._info: dict[str, Any] = {}
-        """Per-op facts of the hot path, keyed by the op's qualified name (profilers/counting/dispatch.py)."""
-        self._steps: dict[str, int] = {}
+        self.op_facts: dict[str, Any] = {}
+        """The hot path's ``OpFacts`` (profilers/counting/dispatch.py) by qualified op name."""
+        self._steps: dict[str, int] = {}  # steps ended, by how they were told (see step())
         self.step_number = 0
         """Steps ended so far: the step the ops now running belong to."""
         self.step_ends: deque[tuple[int, float]] = deque(maxlen=max(0, timeline_capacity))
         """(step number, seconds since the start) of the newest step ends (the trace's slices)."""
         self.on_step: Callable[[], None] | None = None
         """Runs after each step (a --steps window opening or closing)."""
-        """Steps ended, by how they were told (see step())."""
         self.internal_errors: dict[str, list[Any]] = {}
         """op -> [count, first error]: ops whose copies and syncs could not be counted."""
         self.step_clock: StepClock | None = None
@@ -117,9 +115,11 @@ class Recorder:
 
     def site_for(self, frame: FrameType | None) -> SiteStats:
         """The site of the innermost user frame, else the running backward call, else unknown."""
-        return self._site(self.state(), frame)
+        return self.site_in(self.state(), frame)
 
-    def _site(self, st: ThreadState, frame: FrameType | None) -> SiteStats:
+    def site_in(self, st: ThreadState, frame: FrameType | None) -> SiteStats:
+        """:meth:`site_for` with the calling thread's state ``st`` in hand (the hot paths':
+        they have it already), through and into its site cache."""
         table = st.table
         f = self.user.first(frame)
         if f is None:
@@ -178,7 +178,7 @@ class Recorder:
         kwargs: dict[str, Any],
         out: Any,
         ms: float,
-        timed: list[Any] | None,
+        timed: TimedOp | None,
         synced: bool,
     ) -> Transfer | list[Transfer] | None:
         """An op that may copy or sync: what its rule finds, else ``other`` when the GPU trace
@@ -200,7 +200,7 @@ class Recorder:
         return None
 
     def apply(
-        self, site: SiteStats, t: Transfer, ms: float = 0.0, timed: list[Any] | None = None
+        self, site: SiteStats, t: Transfer, ms: float = 0.0, timed: TimedOp | None = None
     ) -> None:
         """Counts ``t`` at ``site``; ``ms`` is the op's host time, or ``timed`` its CUDA timing
         record (credited when the events complete)."""
@@ -212,7 +212,7 @@ class Recorder:
             copies.add(t.nbytes, t.pageable, t.non_blocking)
             copies.time_ms += ms
             if timed is not None:
-                timed[4] = copies
+                timed.copies = copies  # its GPU time goes to the copies too
             if t.dtype is not None:
                 site.copy_dtypes[t.dtype] = site.copy_dtypes.get(t.dtype, 0) + nbytes
             if t.src is not None:
@@ -265,8 +265,8 @@ class Recorder:
     def step(self, source: str) -> None:
         """A step ended (``optimizer``: an optimizer's step; ``manual``: profilers.step())."""
         clock = self.step_clock
-        if clock is not None and getattr(self._tls, "s", None) is not None:
-            if self._tls.s.clock is clock:  # a step ended by the profile's own thread
+        if clock is not None and getattr(self.local, "s", None) is not None:
+            if self.local.s.clock is clock:  # a step ended by the profile's own thread
                 clock.close(time.perf_counter_ns())
         with self._lock:
             self._steps[source] = self._steps.get(source, 0) + 1
@@ -289,7 +289,7 @@ class Recorder:
 
     def clock_here(self) -> StepClock | None:
         """The step clock when the calling thread is the profile's own, else None."""
-        st: ThreadState | None = getattr(self._tls, "s", None)
+        st: ThreadState | None = getattr(self.local, "s", None)
         return None if st is None else st.clock
 
     def timed_wait(

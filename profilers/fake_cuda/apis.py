@@ -13,17 +13,10 @@ from typing import Any
 # ``hasattr`` probes still say False.
 from profilers.errors import NotSimulated as NotSimulated
 from profilers.fake_cuda.printing import fake_format, fake_repr
+from profilers.registry import hide, patcher
 
-
-def set_attr(stack: ExitStack, owner: Any, name: str, value: Any) -> None:
-    """``owner.name = value`` until ``stack`` closes (deleted again where it was absent)."""
-    sentinel = object()
-    original = getattr(owner, name, sentinel) if name in vars(owner) else sentinel
-    setattr(owner, name, value)
-    if original is sentinel:
-        stack.callback(delattr, owner, name)
-    else:
-        stack.callback(setattr, owner, name, original)
+set_attr = patcher("fake_cuda")
+"""``owner.name = value`` until ``stack`` closes, on the registry's stack (profilers/registry.py)."""
 
 
 def patch_printing(stack: ExitStack, harness: Any) -> None:
@@ -277,7 +270,6 @@ def patch_unsimulated(stack: ExitStack) -> None:
     # answer alike: the __getattr__ above names them, as on a CPU-only build, which lacks them.
     for name, value in list(vars(torch._C).items()):
         if name.startswith("_cuda_") and isinstance(value, types.BuiltinFunctionType):
-            delattr(torch._C, name)
-            stack.callback(setattr, torch._C, name, value)
+            hide("fake_cuda", stack, torch._C, name)
 
     set_attr(stack, torch.cuda.nvtx, "_nvtx", FakeNvtx())

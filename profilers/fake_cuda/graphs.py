@@ -25,6 +25,7 @@ from torch.utils._pytree import tree_flatten
 
 from profilers.counting.ops import METADATA_OPS
 from profilers.counting.sites import UserCode
+from profilers.registry import patch
 
 CAPTURE_ERROR = (
     "CUDA error: operation not permitted when stream is capturing\n"
@@ -127,7 +128,6 @@ def forbid_while_capturing(what: str) -> None:
 
 
 _pools = itertools.count(1)
-_ABSENT = object()
 
 
 class FakeCUDAGraph:
@@ -298,12 +298,7 @@ def patch_graphs_and_generators(stack: ExitStack, harness: Any) -> None:
     graphs = GRAPHS = harness.graphs
 
     def set_attr(owner: Any, name: str, value: Any) -> None:
-        original = vars(owner).get(name, _ABSENT)
-        setattr(owner, name, value)
-        if original is _ABSENT:
-            stack.callback(delattr, owner, name)
-        else:
-            stack.callback(setattr, owner, name, original)
+        patch("fake_cuda", stack, owner, name, value)
 
     def _release() -> None:
         global GRAPHS

@@ -64,6 +64,7 @@ from profilers.fake_cuda.torch_api import (
 )
 from profilers.options import FakeCudaRun
 from profilers.patches import lift_on_the_host
+from profilers.registry import patcher
 from profilers.torch_private import THREAD_BOOTSTRAP
 
 __all__ = [
@@ -318,14 +319,8 @@ class FakeCuda:
         patch_unsimulated(stack)
 
 
-def _set(stack: ExitStack, owner: Any, name: str, value: Any) -> None:
-    sentinel = object()
-    original = getattr(owner, name, sentinel)
-    setattr(owner, name, value)
-    if original is sentinel:
-        stack.callback(delattr, owner, name)
-    else:
-        stack.callback(setattr, owner, name, original)
+_set = patcher("fake_cuda")
+"""``owner.name = value`` until the stack closes, on the registry's stack (profilers/registry.py)."""
 
 
 @contextmanager

@@ -91,12 +91,27 @@ def _record(event: Any, stream: Any) -> None:
     event.record(stream)
 
 
+class TimedOp:
+    """One op timed on a GPU: its two events, its GPU, the ``[count, ms]`` entry its time goes
+    to, and the copies it made (set by the recorder when it counts one), credited too."""
+
+    __slots__ = ("copies", "device", "end", "entry", "start")
+
+    def __init__(self, start: Any, end: Any, device: int, entry: list[Any]) -> None:
+        self.start = start
+        self.end = end
+        self.device = device
+        self.entry = entry
+        self.copies: Any = None
+        """The op's :class:`~profilers.stats.Copies`, when it copied (Recorder.apply)."""
+
+
 class CudaTimer:
     """Pairs of pooled events per op; each op's GPU milliseconds are added, once both events
     have completed, to its ``[count, ms]`` entry and to the copies it made, if any.
 
-    Use per op: ``timed = begin(args)``, run the op, ``record = end(timed, entry)``, optionally
-    ``record[4] = copies``, then ``queue(record)``.
+    Use per op: ``began = begin(args)``, run the op, ``timed = end(began, entry)``, optionally
+    ``timed.copies = copies``, then ``queue(timed)``.
     """
 
     RESOLVE_EVERY = 512
@@ -105,8 +120,7 @@ class CudaTimer:
     def __init__(self, api: CudaApi) -> None:
         self.api = api
         self._record = api.record
-        self._pending: deque[list[Any]] = deque()
-        """[start event, end event, device, op entry, Copies to credit or None]"""
+        self._pending: deque[TimedOp] = deque()
         self._free: list[Any] = []
         self._since_resolve = 0
         self._resolving = threading.Lock()
@@ -123,13 +137,13 @@ class CudaTimer:
         self._record(start, stream)
         return stream, device, start
 
-    def end(self, timed: tuple[Any, int, Any], entry: list[Any]) -> list[Any]:
-        stream, device, start = timed
+    def end(self, began: tuple[Any, int, Any], entry: list[Any]) -> TimedOp:
+        stream, device, start = began
         end = self._event()
         self._record(end, stream)
-        return [start, end, device, entry, None]
+        return TimedOp(start, end, device, entry)
 
-    def queue(self, record: list[Any]) -> None:
+    def queue(self, record: TimedOp) -> None:
         self._pending.append(record)
         self._since_resolve += 1
         if self._since_resolve >= self.RESOLVE_EVERY:
@@ -155,17 +169,17 @@ class CudaTimer:
             self._since_resolve = 0
             pending = self._pending
             if wait:
-                for device in sorted({p[2] for p in pending}):
+                for device in sorted({p.device for p in pending}):
                     self.api.synchronize(device)
             while pending:
-                start, end, _device, entry, copies = pending[0]
-                if not wait and not end.query():
+                timed = pending[0]
+                if not wait and not timed.end.query():
                     break
                 pending.popleft()
-                ms = start.elapsed_time(end)
-                entry[1] += ms
-                if copies is not None:
-                    copies.time_ms += ms
-                self._free += (start, end)
+                ms = timed.start.elapsed_time(timed.end)
+                timed.entry[1] += ms
+                if timed.copies is not None:
+                    timed.copies.time_ms += ms
+                self._free += (timed.start, timed.end)
         finally:
             self._resolving.release()

@@ -29,7 +29,7 @@ def patch_input(stack: ExitStack, recorder: Any, set_attr: Callable[..., None]) 
     @functools.wraps(original)
     def __next__(self: Any) -> Any:
         enter = time.perf_counter_ns()
-        st: Any = getattr(recorder._tls, "s", None)
+        st: Any = getattr(recorder.local, "s", None)
         clock = None if st is None or not recorder.active else st.clock
         if clock is None:
             return original(self)

@@ -196,7 +196,7 @@ class LiveApp(SamplingApp):
             return
         if devices is not None:
             self._devices = devices
-        used = used_gpu_indices(self._devices, self.gpu_samples)
+        used = used_gpu_indices(self._devices, self.gpu_samples, self.mig_gpus)
         shown = None if self.show_all_gpus or used is None else used
         cards = self.query_one(GpuCards)
         changed = cards.show_only(shown)
@@ -297,7 +297,7 @@ class LiveApp(SamplingApp):
         if self.signalled is not None and self.report.partial:
             name = signal.Signals(self.signalled).name
             self.report.error = f"stopped: gpuwatch received {name} ({self.report.error})"
-        samples_of_used_gpus(self.report, self.gpu_samples)
+        samples_of_used_gpus(self.report, self.gpu_samples, self.mig_gpus)
         self.report.options = self.report.options.replace(
             gpu_stats=self.sampler.source if self.sampler is not None else self.no_gpu_reason
         )

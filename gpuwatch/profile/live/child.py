@@ -20,6 +20,7 @@ import threading
 from typing import Any, TextIO
 
 from gpuwatch.profile.live.protocol import Done, Fatal, Hello, LiveSnapshot, Message, encode
+from profilers.registry import OwnThread
 
 #: prctl(2): deliver a signal to this process when its parent dies.
 _PR_SET_PDEATHSIG = 1
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         channel.send(Fatal(worded(exc)))
         return 2
     # NB: the name keeps the profiler from entering its mode in this thread.
-    reporter = threading.Thread(target=stream, name="gpuwatch-live-reporter", daemon=True)
+    reporter = OwnThread(target=stream, name="gpuwatch-live-reporter", daemon=True)
     channel.send(Hello(os.getpid(), list(target.command)))
     reporter.start()
     if "parent_pid" in config:

@@ -23,6 +23,7 @@ from gpuwatch.profile.live.protocol import Message, ProtocolError, decode
 from gpuwatch.profile.options import ProfileOptions
 from gpuwatch.profile.runner import Target
 from gpuwatch.report.write import Output
+from profilers.registry import OwnThread
 
 #: Lines of the child's output kept when the display cannot keep up.
 MAX_PENDING_LINES = 5000
@@ -108,7 +109,7 @@ class ChildSession:
         self._spawn(self._read_output, self.process.stderr, "stderr")
 
     def _spawn(self, fn: Any, *args: Any) -> None:
-        t = threading.Thread(target=fn, args=args, name=f"gpuwatch-live-{fn.__name__}", daemon=True)
+        t = OwnThread(target=fn, args=args, name=f"gpuwatch-live-{fn.__name__}", daemon=True)
         t.start()
         self._threads.append(t)
 
