@@ -110,8 +110,8 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
         "--fake-cuda",
         action="store_true",
         help="no GPU needed: run the script against simulated GPUs and count the copies and "
-        "syncs it would make on real ones; values it reads back from them are placeholders "
-        "(zeros), and no kernel time is measured",
+        "syncs it would make on real ones (their values computed on the CPU: --fake-values); "
+        "no kernel time is measured",
     )
     p.add_argument(
         "--fake-gpus",
@@ -119,6 +119,13 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
         default=1,
         metavar="N",
         help="with --fake-cuda: how many GPUs the machine has (default 1, at most 8)",
+    )
+    p.add_argument(
+        "--fake-values",
+        choices=("real", "placeholder"),
+        help="with --fake-cuda: what the simulated GPUs' tensors hold: real values computed on "
+        "the CPU, so every value read back and every branch on one is a GPU's (default), or "
+        "placeholders (no memory, no compute: for models too big for this machine)",
     )
     p.add_argument(
         "--steps",
@@ -233,20 +240,8 @@ def _target(args: argparse.Namespace) -> Any:
     return target
 
 
-def _check_fake_cuda(devices: int) -> None:
-    """Builds the fake GPU's C++ half (once per torch) and tries it before the script starts,
-    so that whatever stops it here is one line and exit 2, not an error inside the run (nor
-    one lost in the --live child)."""
-    from profilers.fake_cuda.harness import FakeCudaUnavailable, check_fake_cuda
-
-    try:
-        check_fake_cuda(devices)
-    except FakeCudaUnavailable as exc:
-        raise CliError(str(exc)) from None
-
-
 def run_profile(args: argparse.Namespace) -> int:
-    from gpuwatch.profile.run import ProfileOptions, run_profiled
+    from gpuwatch.profile.run import ProfileOptions, check_fake_cuda, run_profiled
     from gpuwatch.report.write import (
         check_outputs,
         distributed_rank,
@@ -292,6 +287,8 @@ def run_profile(args: argparse.Namespace) -> int:
     check_outputs(wanted, inputs=[] if target.module else [target.name])
     if args.fake_gpus != 1 and not args.fake_cuda:
         raise CliError("--fake-gpus goes with --fake-cuda")
+    if args.fake_values is not None and not args.fake_cuda:
+        raise CliError("--fake-values goes with --fake-cuda")
     if args.demo and not args.live:
         raise CliError("--demo goes with --live (it simulates the GPU cards)")
     options = ProfileOptions(
@@ -302,11 +299,12 @@ def run_profile(args: argparse.Namespace) -> int:
         trace_syncs=args.trace_syncs,
         checkpoint_s=args.checkpoint,
         fake_cuda=args.fake_gpus if args.fake_cuda else 0,
+        fake_values=args.fake_values,
         steps=args.steps,
     )
     limits = budget_for(args)
     if args.fake_cuda:
-        _check_fake_cuda(args.fake_gpus)
+        check_fake_cuda(args.fake_gpus)
     if args.live:
         return run_live(args, target, options, wanted, limits)
     timeline, gpu_stats = _gpu_timeline(args)

@@ -104,6 +104,7 @@ def magic_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--fake-cuda", action="store_true")
     p.add_argument("--fake-gpus", type=bounded_int(1, 8), default=1, metavar="N")
+    p.add_argument("--fake-values", choices=("real", "placeholder"), default=None)
     p.add_argument("--steps", type=_step_window, default=None, metavar="A:B")
     return p
 
@@ -131,6 +132,8 @@ def parse_options(line: str) -> tuple[Any, list[Any], argparse.Namespace]:
         _usage(str(exc))
     if args.fake_gpus != 1 and not args.fake_cuda:
         _usage("--fake-gpus goes with --fake-cuda")
+    if args.fake_values is not None and not args.fake_cuda:
+        _usage("--fake-values goes with --fake-cuda")
     try:
         wanted = outputs(args.json_path, args.html_path, args.trace_path)
         wanted += [output_for(path) for path in args.output_paths]
@@ -152,6 +155,7 @@ def parse_options(line: str) -> tuple[Any, list[Any], argparse.Namespace]:
         trace_syncs=args.trace_syncs,
         checkpoint_s=0.0,
         fake_cuda=args.fake_gpus if args.fake_cuda else 0,
+        fake_values=args.fake_values,
         steps=args.steps,
     )
     return options, wanted, args
@@ -169,7 +173,7 @@ def profile_cell(shell: Any, line: str, cell: str, magic: str = "%%gpuwatch") ->
     if options.fake_cuda:
         from profilers.fake_cuda.harness import FakeCuda
 
-        fake = FakeCuda(options.fake_cuda)
+        fake = FakeCuda(options.fake_cuda, options.fake_values)
     # NB: the cell is compiled and run here rather than through shell.run_cell, which catches
     # and prints the exception itself: the cell would then end "ok", the report would say
     # "finished", and a notebook run with nbclient would go on past a failed cell.

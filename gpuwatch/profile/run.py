@@ -48,6 +48,9 @@ class ProfileOptions:
     checkpoint_s: float = CHECKPOINT_S
     fake_cuda: int = 0
     """GPUs to simulate (``--fake-cuda``); 0: the real ones."""
+    fake_values: str | None = None
+    """What the simulated GPUs' tensors hold (``--fake-values``: ``"real"`` or
+    ``"placeholder"``); None: the harness's default."""
     steps: tuple[int, int | None] | None = None
     """``--steps A:B``: profile only those steps."""
 
@@ -117,7 +120,9 @@ class ProfiledRun:
         if options.fake_cuda:
             from profilers.fake_cuda.harness import FakeCuda
 
-            self.fake = FakeCuda(options.fake_cuda)  # FakeCudaUnavailable: one line to show
+            self.fake = FakeCuda(
+                options.fake_cuda, options.fake_values
+            )  # FakeCudaUnavailable: one line to show
         self.prof = options.profiler()
         self._end_lock = threading.Lock()
         self._started = False
@@ -294,3 +299,16 @@ def run_profiled(
             none), recorded in ``options.gpu_stats``.
     """
     return ProfiledRun(target, options, on_report, checkpoint, stop_gpu_timeline, gpu_stats).run()
+
+
+def check_fake_cuda(devices: int) -> None:
+    """Builds the fake GPU's C++ half (once per torch) and tries it before the script starts,
+    so that whatever stops it here is one line and exit 2, not an error inside the run (nor
+    one lost in the --live child)."""
+    from gpuwatch.errors import CliError
+    from profilers.fake_cuda.harness import FakeCudaUnavailable, check_fake_cuda
+
+    try:
+        check_fake_cuda(devices)
+    except FakeCudaUnavailable as exc:
+        raise CliError(str(exc)) from None

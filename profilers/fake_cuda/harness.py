@@ -74,6 +74,16 @@ __all__ = [
     "install_guard",
 ]
 
+VALUES = ("real", "placeholder")
+"""What GPU tensors hold (``--fake-values``): real values computed on the host
+(profilers/fake_cuda/real.py), or none (fake tensors; what the host reads back is a
+placeholder)."""
+
+DEFAULT_VALUES = "real"
+"""Real values: on the tiny nanoGPT-like model of benchmarks/fake_values.py they are right for
+every branch and faster than placeholders too (FakeTensorMode's own cost per op is the larger);
+placeholders stay for models too big to compute on the host."""
+
 MAX_DEVICES = 8
 """c10's FakeGuardImpl has eight devices."""
 
@@ -82,17 +92,31 @@ HARNESS: FakeCuda | None = None
 
 
 class FakeCuda:
-    """The harness: ``with FakeCuda(devices=1):`` makes ``cuda`` a fake GPU in this process."""
+    """The harness: ``with FakeCuda(devices=1):`` makes ``cuda`` a fake GPU in this process.
 
-    def __init__(self, devices: int = 1) -> None:
+    ``values`` (see :data:`VALUES`): ``"real"``, GPU tensors hold real values computed on the
+    host, so every value the script reads back and every branch it takes on one is a GPU's;
+    ``"placeholder"``, they hold none (no memory, no compute: for models too big for the host),
+    and what the script reads back is a placeholder."""
+
+    def __init__(self, devices: int = 1, values: str | None = None) -> None:
+        values = DEFAULT_VALUES if values is None else values
         if not 1 <= devices <= MAX_DEVICES:
             raise FakeCudaUnavailable(f"--fake-cuda takes 1 to {MAX_DEVICES} GPUs, not {devices}")
+        if values not in VALUES:
+            raise FakeCudaUnavailable(f"--fake-values takes {' or '.join(VALUES)}, not {values!r}")
         from torch._subclasses.fake_tensor import FakeTensor
 
+        from profilers.fake_cuda.real import HostBacked, RealCudaMode
+
         self.devices = devices
+        self.values = values
         self.guard = install_guard()
         self.fake_mode = fake_tensor_mode()
-        self.fake_type = FakeTensor
+        self.fake_type: type = HostBacked if values == "real" else FakeTensor
+        """The type of a GPU tensor here."""
+        self.mode_type: type[FakeCudaMode] = RealCudaMode if values == "real" else FakeCudaMode
+        """The dispatch mode at the bottom of every thread's stack."""
         self.fake_lock = threading.RLock()
         self.placeholders = Placeholders()
         self.pinned = PinnedMemory()
@@ -128,6 +152,7 @@ class FakeCuda:
         was a placeholder (``options.fake_cuda``; the devices' names)."""
         report.options["fake_cuda"] = {
             "devices": self.devices,
+            "values": self.values,
             "placeholders": self.placeholders.to_dict(),
         }
         if self.graphs.captures or self.graphs.errors:  # CUDA graphs: what they did, and where
@@ -153,7 +178,12 @@ class FakeCuda:
             # NB: torch.tensor(data, device="cuda") then makes the tensor on the host and moves
             # it with a _to_copy the modes see, as FakeTensorMode itself arranges.
             lift_on_the_host(stack)
-            stack.enter_context(FakeCudaMode(self))
+            if self.values == "real":
+                from profilers.fake_cuda.real import HostBacked
+
+                _set(stack, HostBacked, "fake_mode", self.fake_mode)
+                _set(stack, HostBacked, "harness", self)
+            stack.enter_context(self.mode_type(self))
         except BaseException:
             stack.close()
             raise
@@ -190,7 +220,7 @@ class FakeCuda:
                 above = list(_get_current_dispatch_mode_stack())
                 for _ in above:
                     _pop_mode()
-                with FakeCudaMode(harness):
+                with harness.mode_type(harness):
                     for m in above:
                         _push_mode(m)
                     try:
@@ -327,7 +357,8 @@ def _set(stack: ExitStack, owner: Any, name: str, value: Any) -> None:
 
 
 @contextmanager
-def fake_cuda(devices: int = 1) -> Iterator[FakeCuda]:
-    """``with fake_cuda():`` the code inside runs against ``devices`` fake GPUs."""
-    with FakeCuda(devices) as harness:
+def fake_cuda(devices: int = 1, values: str | None = None) -> Iterator[FakeCuda]:
+    """``with fake_cuda():`` the code inside runs against ``devices`` fake GPUs whose tensors
+    hold ``values`` (``"real"`` or ``"placeholder"``; None: :data:`DEFAULT_VALUES`)."""
+    with FakeCuda(devices, values) as harness:
         yield harness
