@@ -140,6 +140,11 @@ def test_gpu_random_ops_draw_from_the_gpus_generator():
         assert host_then.equal(host_first)
         assert again.cpu().equal(a.cpu())
         kept = drop.cpu()
+        # a saved GPU RNG state returns to that very draw (checkpointing recomputes dropout)
+        state = torch.cuda.get_rng_state()
+        first = torch.rand(5, device="cuda").cpu()
+        torch.cuda.set_rng_state(state)
+        assert torch.rand(5, device="cuda").cpu().equal(first)
     assert set(kept.unique().tolist()) == {0.0, 2.0} and 400 < int((kept > 0).sum()) < 600
 
 
