@@ -63,11 +63,16 @@ class FakeCudaRun:
     graphs: dict[str, Any] | None = None
     memory_bytes: int | None = None
     """Each simulated GPU's memory size (``--fake-memory``; None in reports from before it)."""
+    values: str | None = None
+    """What its tensors held: ``real`` values or ``placeholder``s (None: reports from before
+    real values, which held placeholders)."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"devices": self.devices, "placeholders": dict(self.placeholders)}
         if self.memory_bytes is not None:
             out["memory_bytes"] = self.memory_bytes
+        if self.values is not None:
+            out["values"] = self.values
         if self.graphs is not None:
             out["graphs"] = self.graphs
         return out
@@ -81,6 +86,7 @@ class FakeCudaRun:
             placeholders={str(k): int(v) for k, v in ph.items()} if isinstance(ph, dict) else {},
             graphs=dict(graphs) if isinstance(graphs, dict) else None,
             memory_bytes=mb if isinstance(mb := d.get("memory_bytes"), int) else None,
+            values=v if isinstance(v := d.get("values"), str) else None,
         )
 
 

@@ -74,6 +74,7 @@ WHAT_EACH_GIVES: dict[str, str] = {
     "torch._subclasses.fake_tensor.init_gpu_context": _FAKE,
     "torch._subclasses.fake_tensor.DataDependentOutputException": _FAKE,
     "torch._subclasses.fake_tensor.DynamicOutputShapeException": _FAKE,
+    "torch.Tensor._make_wrapper_subclass": "--fake-values real: a GPU tensor that holds a host tensor; without it only placeholder values",
     "torch._subclasses.fake_tensor.FakeTensorDeviceMismatchError": "an op mixing devices on the fake GPU raised as a GPU raises it; without it the fake tensors' own error type reaches the script",
     "torch._C.Generator": _FAKE,
     "torch._C._AutoDispatchBelowADInplaceOrView": _FAKE,

@@ -65,6 +65,16 @@ def both_paths(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     return str(request.param)
 
 
+@pytest.fixture(params=["real", "placeholder"])
+def both_values(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs the test with the fake GPU's tensors holding real values and holding placeholders
+    (``--fake-values``): the copies, bytes, syncs and lines counted must not tell them apart."""
+    from profilers.fake_cuda import harness
+
+    monkeypatch.setattr(harness, "DEFAULT_VALUES", request.param)
+    return str(request.param)
+
+
 class FakeClock:
     """A monotonic clock that only moves when a test says so."""
 

@@ -25,18 +25,24 @@ pytestmark = [
 ]
 
 
-def fake_cuda(devices: int = 1):
+def fake_cuda(devices: int = 1, values: str | None = None):
     from profilers.fake_cuda.harness import fake_cuda
 
-    return fake_cuda(devices)
+    return fake_cuda(devices, values=values)
 
 
-def profiled(fn, devices: int = 1, **kw) -> tuple[profilers.Report, object]:
-    with fake_cuda(devices) as harness, profilers.profile(kernel_timing=False, **kw) as prof:
+def profiled(
+    fn, devices: int = 1, values: str | None = None, **kw
+) -> tuple[profilers.Report, object]:
+    with (
+        fake_cuda(devices, values=values) as harness,
+        profilers.profile(kernel_timing=False, **kw) as prof,
+    ):
         fn()
     return prof.report(), harness
 
 
+@pytest.mark.usefixtures("both_values")
 def test_an_ordinary_training_loop_counts_what_a_gpu_run_would():
     steps, batch = 5, 16
 
@@ -72,7 +78,8 @@ def test_an_ordinary_training_loop_counts_what_a_gpu_run_would():
     # Nothing else moved or waited: backward and Adam's foreach steps stay on the GPU.
     assert r.totals.syncs.count == 4 + 3 * steps
     assert r.totals.d2h.count == steps and r.totals.p2p.count == 0
-    assert harness.placeholders.values == steps
+    # with real values nothing the script read back was a placeholder
+    assert harness.placeholders.values == (steps if harness.values == "placeholder" else 0)
 
 
 def test_backward_runs_on_autograd_device_thread_and_is_charged_to_forward_lines():
@@ -101,7 +108,7 @@ def test_values_read_back_are_placeholders_and_said_so():
         assert t.nonzero().shape == (16, 2)  # every element: the largest output
         assert t[t > 0].shape == (16,)
 
-    _, harness = profiled(work)
+    _, harness = profiled(work, values="placeholder")
     assert harness.placeholders.to_dict() == {"values": 3, "host_copies": 2, "sizes": 2}
 
 
@@ -124,6 +131,7 @@ def test_torch_cuda_says_what_a_machine_with_gpus_says():
     assert not torch.cuda.is_available()  # everything put back
 
 
+@pytest.mark.usefixtures("both_values")
 def test_modules_move_between_fake_gpus_and_back():
     def work():
         m = nn.Linear(4, 4)
@@ -148,6 +156,7 @@ def test_torch_tensor_made_on_the_gpu_is_a_blocking_copy():
     assert site.syncs.by_cause == {"copy_to_device": 1}
 
 
+@pytest.mark.usefixtures("both_values")
 def test_pinned_dataloader_batches_copy_without_waiting():
     def work():
         ds = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
@@ -162,6 +171,7 @@ def test_pinned_dataloader_batches_copy_without_waiting():
     assert r.totals.syncs.count == 0
 
 
+@pytest.mark.usefixtures("both_values")
 def test_non_blocking_copy_to_the_host_is_decided_from_the_op():
     def work():
         t = torch.randn(8).to("cuda:0", non_blocking=True)
@@ -224,6 +234,7 @@ def _sync_cases():
     return no_sync, sync
 
 
+@pytest.mark.usefixtures("both_values")
 def test_syncs_agree_with_pytorchs_sync_debug_mode_test():
     found: dict[str, int] = {}
     with fake_cuda():
@@ -236,6 +247,7 @@ def test_syncs_agree_with_pytorchs_sync_debug_mode_test():
     assert {n: found[n] for n in sync} == dict.fromkeys(sync, 1)
 
 
+@pytest.mark.usefixtures("both_values")
 def test_indexing_with_host_indices_counts_their_copies():
     def work():
         x = torch.randn(100, 4).to("cuda:0")
@@ -261,6 +273,7 @@ def test_indexing_with_host_indices_counts_their_copies():
     assert site_at(r, line_of("mask_put")).syncs.by_cause == {"data_dependent_shape": 2}
 
 
+@pytest.mark.usefixtures("both_values")
 def test_an_optimizer_made_before_the_move_steps_the_moved_parameters():
     def work():
         model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 10))
@@ -302,15 +315,20 @@ def test_profile_fake_cuda_runs_an_unmodified_script_and_says_it_was_simulated(t
     from gpuwatch.report.load import load_report
 
     (tmp_path / "train.py").write_text(TRAIN)
-    done = run_gpuwatch(["profile", "--fake-cuda", "--json", "run.json", "train.py"], tmp_path)
+    done = run_gpuwatch(
+        ["profile", "--fake-cuda", "--fake-values", "placeholder", "--json", "run.json"]
+        + ["train.py"],
+        tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["loss 0.000"] * 3  # the placeholders the script read
-    assert "SIMULATED: --fake-cuda, 1 fake GPU" in done.stderr
+    assert "SIMULATED: --fake-cuda, 1 fake GPU, placeholder values" in done.stderr
     assert "kernel time: not measured (--fake-cuda" in done.stderr
     assert "3 scalars (0)" in done.stderr
     report = load_report(tmp_path / "run.json")  # validated against the published schema
     assert report.options.fake_cuda.to_dict() == {
         "devices": 1,
+        "values": "placeholder",
         "placeholders": {"values": 3, "host_copies": 0, "sizes": 0},
         "memory_bytes": 80 * 1024**3,  # each simulated GPU's (--fake-memory)
     }
@@ -335,6 +353,8 @@ def test_without_a_compiler_fake_cuda_says_so_in_one_line(tmp_path):
     assert done.stdout == ""  # the script never started
     bad = run_gpuwatch(["profile", "--fake-gpus", "2", "train.py"], tmp_path)
     assert bad.returncode == 2 and "--fake-gpus goes with --fake-cuda" in bad.stderr
+    bad = run_gpuwatch(["profile", "--fake-values", "real", "train.py"], tmp_path)
+    assert bad.returncode == 2 and "--fake-values goes with --fake-cuda" in bad.stderr
 
 
 def test_a_step_window_profiles_those_steps_only():

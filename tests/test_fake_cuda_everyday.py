@@ -20,10 +20,13 @@ pytestmark = [
 ]
 
 
-def profiled(fn, devices: int = 1):
+def profiled(fn, devices: int = 1, values: str | None = None):
     from profilers.fake_cuda.harness import fake_cuda
 
-    with fake_cuda(devices) as harness, profilers.profile(kernel_timing=False) as prof:
+    with (
+        fake_cuda(devices, values=values) as harness,
+        profilers.profile(kernel_timing=False) as prof,
+    ):
         fn()
     return prof.report(), harness
 
@@ -37,7 +40,7 @@ def test_a_loss_formats_as_its_item_one_sync():
         out.append(f"loss {loss:.4f}")  # @format
         out.append(f"{loss}")  # @plain
 
-    r, _ = profiled(work)
+    r, _ = profiled(work, values="placeholder")
     assert out == ["loss 0.0000", "0.0"]
     for marker in ("format", "plain"):
         site = site_at(r, line_of(marker))
@@ -57,7 +60,7 @@ def test_printing_shows_placeholders_as_a_gpu_prints_them():
         shown.append(repr(w * 2))
         shown.append(repr(torch.empty(0, 3).to("cuda")))
 
-    profiled(work, devices=2)
+    profiled(work, devices=2, values="placeholder")
     assert shown == [
         "tensor([0., 0., 0., 0.], device='cuda:0')",
         "tensor([0, 0, 0], device='cuda:1')",
@@ -75,7 +78,7 @@ def test_a_print_counts_what_it_reads_by_dtype():
         print(ints)  # @print_int
         print(floats)  # @print_float
 
-    r, harness = profiled(work)
+    r, harness = profiled(work, values="placeholder")
     ints = site_at(r, line_of("print_int"))
     # f"{value}" of each element: 3 .item() of 8 bytes; then one tolist() of the row (24 bytes)
     assert ints.d2h.counts() == copies(count=3 + 1, bytes=3 * 8 + 24, pageable=4)
@@ -111,7 +114,7 @@ def test_torch_save_copies_each_tensor_to_the_host_and_loads_back(tmp_path):
         model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)).to("cuda")
         torch.save(model.state_dict(), path)  # @save
 
-    r, _ = profiled(work)
+    r, _ = profiled(work, values="placeholder")
     site = site_at(r, line_of("save"))
     # 7 tensors: weight 12 + bias 4 + 4 x BatchNorm's 4 floats = 32 floats, + one int64 counter
     assert site.d2h.counts() == copies(count=7, bytes=32 * 4 + 8, pageable=7)

@@ -30,6 +30,7 @@ def profiled(fn, devices: int = 1):
     return r, harness
 
 
+@pytest.mark.usefixtures("both_values")  # the same counts with real values and placeholders
 def test_warmup_capture_and_replays_count_what_a_gpu_does(both_paths: str):
     seen: dict[str, object] = {}
     replays = 5

@@ -44,6 +44,7 @@ EVERY = ProfileOptions(
     fake_cuda=True,
     fake_gpus=3,
     fake_memory_bytes=24 * 1024**3,
+    fake_values="placeholder",
     memory=True,
     steps=(2, 9),
     nproc_per_node=2,
@@ -144,6 +145,7 @@ def test_the_notebook_magic_builds_the_same_options():
         fake_cuda=False,
         fake_gpus=1,
         fake_memory_bytes=None,
+        fake_values=None,
     )
     line = " ".join(magic.replace(checkpoint_s=ProfileOptions().checkpoint_s).to_argv())
     options, wanted = parse_options(line)

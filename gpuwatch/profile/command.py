@@ -127,6 +127,8 @@ def _check_options(options: ProfileOptions) -> None:
         raise CliError("--fake-gpus goes with --fake-cuda")
     if options.fake_memory_bytes is not None and not options.fake_cuda:
         raise CliError("--fake-memory goes with --fake-cuda")
+    if options.fake_values is not None and not options.fake_cuda:
+        raise CliError("--fake-values goes with --fake-cuda")
     if options.demo and not options.live:
         raise CliError("--demo goes with --live (it simulates the GPU cards)")
     if options.count_ops and options.kernel_timing and not options.quiet:

@@ -122,6 +122,8 @@ def parse_options(line: str) -> tuple[ProfileOptions, list[Any]]:
         _usage("--fake-gpus goes with --fake-cuda")
     if options.fake_memory_bytes is not None and not options.fake_cuda:
         _usage("--fake-memory goes with --fake-cuda")
+    if options.fake_values is not None and not options.fake_cuda:
+        _usage("--fake-values goes with --fake-cuda")
     try:
         wanted = outputs(options.json_path, options.html_path, options.trace_path)
         wanted += [output_for(path) for path in options.output_paths]
@@ -149,7 +151,11 @@ def profile_cell(shell: Any, line: str, cell: str, magic: str = "%%gpuwatch") ->
     if options.simulated_gpus:
         from profilers.fake_cuda.harness import FakeCuda
 
-        fake = FakeCuda(options.simulated_gpus)
+        fake = FakeCuda(
+            options.simulated_gpus,
+            memory_bytes=options.fake_memory_bytes,
+            values=options.fake_values,
+        )
     # NB: the cell is compiled and run here rather than through shell.run_cell, which catches
     # and prints the exception itself: the cell would then end "ok", the report would say
     # "finished", and a notebook run with nbclient would go on past a failed cell.

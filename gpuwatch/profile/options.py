@@ -29,7 +29,7 @@ from gpuwatch.argvalues import (
 from gpuwatch.profile.budget import BUDGET_HELP
 from gpuwatch.profile.flags import Flag, declare
 from gpuwatch.profile.flags import flag_field as _flag
-from gpuwatch.profile.sizes import memory_size
+from gpuwatch.profile.sizes import fake_values, memory_size
 
 if TYPE_CHECKING:
     from profilers import Profile
@@ -173,8 +173,8 @@ class ProfileOptions:
         Flag(
             ("--fake-cuda",),
             "no GPU needed: run the script against simulated GPUs and count the copies and "
-            "syncs it would make on real ones; values it reads back from them are placeholders "
-            "(zeros), and no kernel time is measured",
+            "syncs it would make on real ones (their values computed on the CPU: --fake-values); "
+            "no kernel time is measured",
             "true",
             magic=True,
         ),
@@ -186,6 +186,18 @@ class ProfileOptions:
             "with --fake-cuda: how many GPUs the machine has (default 1, at most 8)",
             parse=bounded_int(1, 8),
             metavar="N",
+            magic=True,
+        ),
+    )
+    fake_values: str | None = _flag(
+        None,
+        Flag(
+            ("--fake-values",),
+            "with --fake-cuda: what the simulated GPUs' tensors hold: real values computed on "
+            "the CPU, so every value read back and every branch on one is a GPU's (default), or "
+            "placeholders (no memory, no compute: for models too big for this machine)",
+            parse=fake_values,
+            metavar="{real,placeholder}",
             magic=True,
         ),
     )

@@ -79,7 +79,11 @@ class ProfiledRun:
             from profilers.fake_cuda.harness import FakeCuda
 
             # FakeCudaUnavailable: one line to show
-            self.fake = FakeCuda(options.simulated_gpus, options.fake_memory_bytes)
+            self.fake = FakeCuda(
+                options.simulated_gpus,
+                memory_bytes=options.fake_memory_bytes,
+                values=options.fake_values,
+            )
         self.prof = options.profiler()
         self._end_lock = threading.Lock()
         self._started = False

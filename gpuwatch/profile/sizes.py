@@ -1,4 +1,5 @@
-"""``--fake-memory 24GiB``: memory sizes as people write them."""
+"""What the fake GPU is told on the command line: ``--fake-memory 24GiB`` (memory sizes as
+people write them) and ``--fake-values``."""
 
 from __future__ import annotations
 
@@ -37,3 +38,10 @@ def memory_size(text: str) -> int:
     if not 1024**2 <= nbytes <= 1024**5:
         raise argparse.ArgumentTypeError(f"{text!r}: a GPU's memory is 1MiB to 1PiB")
     return nbytes
+
+
+def fake_values(text: str) -> str:
+    """``real`` or ``placeholder``: what the fake GPU's tensors hold."""
+    if text not in ("real", "placeholder"):
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose real or placeholder)")
+    return text

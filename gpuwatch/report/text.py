@@ -165,9 +165,14 @@ def simulated_lines(r: Report) -> list[str]:
     if not fake:
         return []
     n, ph = fake.devices, fake.placeholders
+    held = (
+        "values computed on the CPU"
+        if fake.values == "real"
+        else "placeholder values (--fake-values real to compute them)"
+    )
     out = [
-        f"SIMULATED: --fake-cuda, {n} fake GPU{'s' if n != 1 else ''}. Copies, bytes, syncs and "
-        "lines are what the script does on a GPU."
+        f"SIMULATED: --fake-cuda, {n} fake GPU{'s' if n != 1 else ''}, {held}. Copies, bytes, "
+        "syncs and lines are what the script does on a GPU."
     ]
     read = int(ph.get("values", 0)) + int(ph.get("host_copies", 0)) + int(ph.get("sizes", 0))
     if read:

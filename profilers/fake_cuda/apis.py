@@ -21,14 +21,14 @@ set_attr = patcher("fake_cuda")
 
 def patch_printing(stack: ExitStack, harness: Any) -> None:
     """``print(t)``, ``repr``, ``str`` and ``f"{t:.4f}"`` of the fake GPU's tensors."""
-    from profilers.fake_cuda.mode import FakeCudaMode
-
     fake = harness.fake_type
 
     def ours(t: Any) -> bool:
         return getattr(t, "fake_mode", None) is harness.fake_mode
 
-    set_attr(stack, fake, "__repr__", fake_repr(fake.__repr__, ours, lambda: FakeCudaMode(harness)))
+    set_attr(
+        stack, fake, "__repr__", fake_repr(fake.__repr__, ours, lambda: harness.mode_type(harness))
+    )
     set_attr(stack, fake, "__format__", fake_format(fake.__format__, ours))
 
 

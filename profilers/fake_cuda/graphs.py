@@ -257,7 +257,10 @@ class _GeneratorType(type(torch._C.Generator)):  # type: ignore[misc]
 class FakeGenerator(torch._C.Generator):
     """A CUDA generator of the fake GPU: seeded, with a CUDA generator's 16-byte state (the seed
     and the Philox offset). NB: a host generator underneath, which torch's random ops accept;
-    random ops on the fake GPU draw no numbers, so the offset stays 0."""
+    with placeholders random ops on the fake GPU draw no numbers; with real values they draw
+    from it (fake_cuda/real.py), and the state's offset bytes name the host state saved at
+    ``get_state()``, so that ``set_state()`` returns to that very draw, as a GPU's Philox offset
+    does (``torch.utils.checkpoint`` recomputes dropout masks that way)."""
 
     index: int
 
@@ -267,15 +270,32 @@ class FakeGenerator(torch._C.Generator):
 
     def get_state(self) -> torch.Tensor:
         seed = self.initial_seed()
-        return torch.tensor(list(seed.to_bytes(8, "little")) + [0] * 8, dtype=torch.uint8)
+        mark = next(_marks)
+        with _saved_lock:
+            _saved[mark] = super().get_state()
+            while len(_saved) > _SAVED_STATES:
+                _saved.pop(next(iter(_saved)))
+        raw = seed.to_bytes(8, "little") + mark.to_bytes(8, "little")
+        return torch.tensor(list(raw), dtype=torch.uint8)
 
     def set_state(self, new_state: torch.Tensor) -> FakeGenerator:
-        self.manual_seed(int.from_bytes(bytes(new_state.to("cpu").tolist()[:8]), "little"))
+        raw = bytes(new_state.to("cpu").tolist())
+        saved = _saved.get(int.from_bytes(raw[8:16], "little"))
+        if saved is not None:
+            super().set_state(saved)
+        else:  # a state from elsewhere (a GPU's checkpoint): its seed
+            self.manual_seed(int.from_bytes(raw[:8], "little"))
         return self
 
     def __repr__(self) -> str:
         return f"<torch._C.Generator object (cuda:{self.index}, gpuwatch --fake-cuda)>"
 
+
+_SAVED_STATES = 256
+"""Host states kept for ``set_state`` (5 KB each; a state is set back within a step)."""
+_saved: dict[int, torch.Tensor] = {}
+_saved_lock = threading.Lock()
+_marks = itertools.count(1)
 
 DEFAULT_SEED = 67280421310721
 """The seed a CUDA generator starts with (c10/core/GeneratorImpl.h, default_rng_seed_val)."""

@@ -77,6 +77,16 @@ __all__ = [
     "install_guard",
 ]
 
+VALUES = ("real", "placeholder")
+"""What GPU tensors hold (``--fake-values``): real values computed on the host
+(profilers/fake_cuda/real.py), or none (fake tensors; what the host reads back is a
+placeholder)."""
+
+DEFAULT_VALUES = "real"
+"""Real values: on the tiny nanoGPT-like model of benchmarks/fake_values.py they are right for
+every branch and faster than placeholders too (FakeTensorMode's own cost per op is the larger);
+placeholders stay for models too big to compute on the host."""
+
 MAX_DEVICES = 8
 """c10's FakeGuardImpl has eight devices."""
 
@@ -85,17 +95,34 @@ HARNESS: FakeCuda | None = None
 
 
 class FakeCuda:
-    """The harness: ``with FakeCuda(devices=1):`` makes ``cuda`` a fake GPU in this process."""
+    """The harness: ``with FakeCuda(devices=1):`` makes ``cuda`` a fake GPU in this process.
 
-    def __init__(self, devices: int = 1, memory_bytes: int | None = None) -> None:
+    ``values`` (see :data:`VALUES`): ``"real"``, GPU tensors hold real values computed on the
+    host, so every value the script reads back and every branch it takes on one is a GPU's;
+    ``"placeholder"``, they hold none (no memory, no compute: for models too big for the host),
+    and what the script reads back is a placeholder. ``memory_bytes``: each GPU's size (80 GiB
+    unless told)."""
+
+    def __init__(
+        self, devices: int = 1, *, memory_bytes: int | None = None, values: str | None = None
+    ) -> None:
+        values = DEFAULT_VALUES if values is None else values
         if not 1 <= devices <= MAX_DEVICES:
             raise FakeCudaUnavailable(f"simulates 1 to {MAX_DEVICES} GPUs, not {devices}")
+        if values not in VALUES:
+            raise FakeCudaUnavailable(f"holds {' or '.join(VALUES)} values, not {values!r}")
         from torch._subclasses.fake_tensor import FakeTensor
 
+        from profilers.fake_cuda.real import HostBacked, RealCudaMode
+
         self.devices = devices
+        self.values = values
         self.guard = install_guard()
         self.fake_mode = fake_tensor_mode()
-        self.fake_type = FakeTensor
+        self.fake_type: type = HostBacked if values == "real" else FakeTensor
+        """The type of a GPU tensor here."""
+        self.mode_type: type[FakeCudaMode] = RealCudaMode if values == "real" else FakeCudaMode
+        """The dispatch mode at the bottom of every thread's stack."""
         self.fake_lock = threading.RLock()
         self.placeholders = Placeholders()
         self.pinned = PinnedMemory()
@@ -132,7 +159,11 @@ class FakeCuda:
         # CUDA graphs: what they did, and where (when the script made any)
         graphs = self.graphs.to_dict() if self.graphs.captures or self.graphs.errors else None
         fake = FakeCudaRun(
-            self.devices, self.placeholders.to_dict(), graphs, self.memory.capacity_bytes
+            self.devices,
+            self.placeholders.to_dict(),
+            graphs,
+            self.memory.capacity_bytes,
+            self.values,
         )
         report.options = report.options.replace(fake_cuda=fake)
         for entry in report.devices:
@@ -156,7 +187,12 @@ class FakeCuda:
             # NB: torch.tensor(data, device="cuda") then makes the tensor on the host and moves
             # it with a _to_copy the modes see, as FakeTensorMode itself arranges.
             lift_on_the_host(stack)
-            stack.enter_context(FakeCudaMode(self))
+            if self.values == "real":
+                from profilers.fake_cuda.real import HostBacked
+
+                _set(stack, HostBacked, "fake_mode", self.fake_mode)
+                _set(stack, HostBacked, "harness", self)
+            stack.enter_context(self.mode_type(self))
         except BaseException:
             stack.close()
             raise
@@ -193,7 +229,7 @@ class FakeCuda:
                 above = list(_get_current_dispatch_mode_stack())
                 for _ in above:
                     _pop_mode()
-                with FakeCudaMode(harness):
+                with harness.mode_type(harness):
                     for m in above:
                         _push_mode(m)
                     try:
@@ -324,8 +360,11 @@ _set = patcher("fake_cuda")
 
 
 @contextmanager
-def fake_cuda(devices: int = 1, memory_bytes: int | None = None) -> Iterator[FakeCuda]:
+def fake_cuda(
+    devices: int = 1, *, memory_bytes: int | None = None, values: str | None = None
+) -> Iterator[FakeCuda]:
     """``with fake_cuda():`` the code inside runs against ``devices`` fake GPUs (of
-    ``memory_bytes`` each: 80 GiB unless told)."""
-    with FakeCuda(devices, memory_bytes) as harness:
+    ``memory_bytes`` each: 80 GiB unless told) whose tensors hold ``values`` (``"real"`` or
+    ``"placeholder"``; None: :data:`DEFAULT_VALUES`)."""
+    with FakeCuda(devices, memory_bytes=memory_bytes, values=values) as harness:
         yield harness

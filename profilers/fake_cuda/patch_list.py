@@ -145,6 +145,22 @@ FAKE_CUDA: tuple[Entry, ...] = (
     ),
     Entry(
         "fake_cuda",
+        "profilers.fake_cuda.real.HostBacked",
+        ("tolist", "__repr__", "__format__", "__reduce_ex__"),
+        "with real values (--fake-values real), the same as FakeTensor's four above",
+        "as FakeTensor's",
+        "as FakeTensor's",
+    ),
+    Entry(
+        "fake_cuda",
+        "profilers.fake_cuda.real.HostBacked",
+        ("fake_mode", "harness"),
+        "a real-values GPU tensor answers the harness's questions as a fake tensor does",
+        "the harness's parts tell GPU tensors by their fake_mode and their harness",
+        "every op on a real-values GPU tensor",
+    ),
+    Entry(
+        "fake_cuda",
         "torch.serialization",
         ("location_tag",),
         "as __reduce_ex__",

@@ -94,6 +94,23 @@ def mismatch_message(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return None
 
 
+def mismatch(a: torch.device, b: torch.device) -> RuntimeError:
+    """What a GPU's kernels raise for tensors on two devices (ATen's TensorIterator words)."""
+    return RuntimeError(
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        f"{a} and {b}!"
+    )
+
+
+def mixed(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], a: torch.device, b: torch.device
+) -> RuntimeError:
+    """What a GPU raises for ``func`` on tensors of two devices: its kernel wrapper's words
+    where it has one (naming the argument), else TensorIterator's."""
+    text = mismatch_message(func, args, kwargs)
+    return RuntimeError(text) if text is not None else mismatch(a, b)
+
+
 def format_size(nbytes: float) -> str:
     """Sizes as CUDA's caching allocator writes them (``format_size``: bytes, KiB, MiB, GiB)."""
     if nbytes < 1024:
