@@ -358,6 +358,7 @@ def run_live(
 ) -> int:
     from gpuwatch.monitor.nvml import NvmlUnavailable, Sampler, open_backend
     from gpuwatch.profile.live.app import LiveApp
+    from gpuwatch.profile.live.model import LiveRun
     from gpuwatch.profile.live.session import ChildSession
     from gpuwatch.report.write import say
 
@@ -368,13 +369,9 @@ def run_live(
         except NvmlUnavailable as exc:
             reason = f"unavailable: {exc}"
     session = ChildSession(target, options, outputs=wanted)
+    run = LiveRun(session, wanted, gpu_stats=sampler.source if sampler is not None else reason)
     app = LiveApp(
-        session,
-        sampler,
-        no_gpu_reason=reason,
-        gpu_interval_s=args.gpu_interval,
-        outputs=wanted,
-        top=args.top,
+        run, sampler, no_gpu_reason=reason, gpu_interval_s=args.gpu_interval, top=args.top
     )
     result = app.run_guarded()
     if result.fatal is not None:
