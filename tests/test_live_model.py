@@ -5,21 +5,20 @@ code, builds and writes the report, and posts its events; no Textual, no torch c
 from __future__ import annotations
 
 import json
-import os
 import queue
 import signal
 import subprocess
-from collections.abc import Sequence
 from pathlib import Path
 
 from gpuwatch.monitor.nvml import FakeBackend
 from gpuwatch.profile.live.model import Ended, LiveRun, RunEvent, Update
-from gpuwatch.profile.live.protocol import Done, Fatal, Hello, LiveSnapshot, Message, encode
+from gpuwatch.profile.live.protocol import Done, Fatal, Hello, LiveSnapshot
 from gpuwatch.profile.live.session import ChildSession
 from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
 from gpuwatch.report.write import Output
 from tests.conftest import FakeClock
+from tests.live_helpers import sh_child as child
 from tests.test_report_render import report as finished_report
 
 DEVICES = [{"device": "cuda:1", "name": "NVIDIA H100 80GB HBM3 (demo)"}]
@@ -43,30 +42,16 @@ def snapshot(elapsed_s: float, h2d: int) -> LiveSnapshot:
     return LiveSnapshot(elapsed_s, totals(h2d), DEVICES, [], 0, 4 * h2d, "every_op")
 
 
-def child(
-    body: str, messages: Sequence[Message] = (), on_int: Sequence[Message] = ()
-) -> ChildSession:
-    """A session attached to ``sh -c BODY`` that first writes ``messages`` to the message pipe,
-    and ``on_int`` then exits 130 when it gets SIGINT."""
-    session = ChildSession(Target("train.py", ["--steps", "3"]), ProfileOptions())
-    read_fd, write_fd = os.pipe()
-    pipe = f"/dev/fd/{write_fd}"
-    trap = f"trap 'printf %s \"$ON_INT\" > {pipe}; exit 130' INT; " if on_int else ""
-    process = subprocess.Popen(
-        ["sh", "-c", f'{trap}printf %s "$MESSAGES" > {pipe}; {body}'],
-        env={
-            **os.environ,
-            "MESSAGES": "".join(encode(m) for m in messages),
-            "ON_INT": "".join(encode(m) for m in on_int),
-        },
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        pass_fds=(write_fd,),
-    )
-    os.close(write_fd)
-    session.attach(process, os.fdopen(read_fd, "rb"))
-    return session
+def start_when_ready(run: LiveRun) -> queue.Queue[RunEvent]:
+    """Starts ``run`` on a child whose first line is ``ready`` (its traps are set: a signal
+    before then would find sh's defaults) and returns its events once that line came."""
+    events: queue.Queue[RunEvent] = queue.Queue()
+    run.start(events.put)
+    while not any(
+        ("stdout", "ready") in e.lines for e in [events.get(timeout=20)] if isinstance(e, Update)
+    ):
+        pass
+    return events
 
 
 def run_to_the_end(run: LiveRun, timeout_s: float = 20.0) -> list[RunEvent]:
@@ -175,9 +160,8 @@ def test_closing_a_running_child_stops_it_and_keeps_the_report_it_sends(tmp_path
 
 
 def test_a_stopped_script_that_ignores_ctrl_c_is_killed_after_the_grace() -> None:
-    run = LiveRun(child("trap '' INT; while :; do sleep 0.05; done"), stop_grace_s=0.2)
-    events: queue.Queue[RunEvent] = queue.Queue()
-    run.start(events.put)
+    run = LiveRun(child("trap '' INT; echo ready; while :; do sleep 0.05; done"), stop_grace_s=0.2)
+    events = start_when_ready(run)
     run.stop()
     assert run.state() == "stopping…"
     while not isinstance(event := events.get(timeout=20), Ended):
@@ -202,10 +186,9 @@ def test_gpu_samples_are_on_the_profiles_clock_and_stop_with_the_script(clock: F
 
 
 def test_elapsed_time_runs_with_the_run_and_stops_at_its_end(clock: FakeClock) -> None:
-    run = LiveRun(child("trap 'exit 0' INT; while :; do sleep 0.05; done"), clock=clock)
+    run = LiveRun(child("trap 'exit 0' INT; echo ready; while :; do sleep 0.05; done"), clock=clock)
     assert run.elapsed_s() == 0.0  # not started
-    events: queue.Queue[RunEvent] = queue.Queue()
-    run.start(events.put)
+    events = start_when_ready(run)
     clock.advance(65.0)
     assert run.elapsed_s() == 65.0
     run.stop()

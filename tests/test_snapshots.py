@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import io
-import os
-import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -26,13 +24,13 @@ from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.monitor.top import TopApp
 from gpuwatch.profile.live.app import LiveApp
 from gpuwatch.profile.live.model import LiveRun
-from gpuwatch.profile.live.protocol import Hello, LiveSnapshot, encode
+from gpuwatch.profile.live.protocol import Hello, LiveSnapshot
 from gpuwatch.profile.live.session import ChildSession
-from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
 from gpuwatch.report.text import summary
 from profilers import Report, Site, SiteStats
 from tests.conftest import FakeClock, wait_until
+from tests.live_helpers import sh_child
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]
 #: The time every sample says it was taken (shown by top's title line).
@@ -103,30 +101,20 @@ def live_snapshot(elapsed_s: float, steps: int) -> LiveSnapshot:
 
 @pytest.fixture
 def speaking_child() -> Iterator[ChildSession]:
-    """A session attached to a process that says hello, sends two snapshots, prints two lines
-    and a progress bar, then runs until the view closes."""
-    session = ChildSession(Target("train.py", ["--epochs", "3"]), ProfileOptions())
-    read_fd, write_fd = os.pipe()
+    """A process that says hello, sends two snapshots, prints two lines and a progress bar,
+    then runs until the view closes."""
     messages = [Hello(4242, ["train.py", "--epochs", "3"])]
     messages += [live_snapshot(1.0, 20), live_snapshot(2.0, 40)]
-    script = (
-        f'printf %s "$MESSAGES" > /dev/fd/{write_fd}; '
+    session = sh_child(
         'printf "epoch 1 loss 0.931\\nepoch 2 loss 0.877\\n"; '
-        'printf "\\r 40%%|####      | 4/10" >&2; exec sleep 600'
+        'printf "\\r 40%%|####      | 4/10" >&2; exec sleep 600',
+        messages,
+        target=Target("train.py", ["--epochs", "3"]),
     )
-    process = subprocess.Popen(
-        ["sh", "-c", script],
-        env={**os.environ, "MESSAGES": "".join(encode(m) for m in messages)},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        pass_fds=(write_fd,),
-    )
-    os.close(write_fd)
-    session.attach(process, os.fdopen(read_fd, "rb"))
     yield session
     session.kill()
-    process.wait(10)
+    assert session.process is not None
+    session.process.wait(10)
 
 
 @pytest.mark.parametrize("size", SIZES)

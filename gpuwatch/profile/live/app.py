@@ -112,7 +112,8 @@ class LiveApp(SamplingApp):
         """The run's end, once drawn (the summary screen is up)."""
         self._devices: list[dict[str, Any]] = []
         self._rates = RateWindow()
-        self._held_lines: deque[tuple[str, str]] = deque(maxlen=2000)
+        self.held_lines: deque[tuple[str, str]] = deque(maxlen=2000)
+        """Output that came while the display was paused, shown when it resumes."""
         self.history = History(gpu_interval_s)  # the cards' graphs, one store as in gpuwatch top
         self.guard = ShutdownGuard(lambda: self.model.result().exit_code)
 
@@ -218,10 +219,10 @@ class LiveApp(SamplingApp):
         for snap in update.snapshots:
             self._rates.add(snap.elapsed_s, snap.totals)
         if self.paused and not update.final:
-            self._held_lines.extend(update.lines)
+            self.held_lines.extend(update.lines)
         else:
-            self._write_log([*self._held_lines, *update.lines])
-            self._held_lines.clear()
+            self._write_log([*self.held_lines, *update.lines])
+            self.held_lines.clear()
             if update.snapshots and not self.paused:
                 # redraw only what changed: a quiet screen costs the terminal nothing
                 self._refresh_counters()
@@ -299,8 +300,8 @@ class LiveApp(SamplingApp):
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
         if not self.paused:
-            self._write_log(list(self._held_lines))
-            self._held_lines.clear()
+            self._write_log(list(self.held_lines))
+            self.held_lines.clear()
             self._refresh_counters()
         self._show_status()
 
