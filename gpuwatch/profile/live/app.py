@@ -109,7 +109,7 @@ class LiveApp(SamplingApp):
         self.paused = False
         """The display is paused (key p): output is held, counters stay; the script runs on."""
         self.ended: Ended | None = None
-        """The run's end, once drawn (the summary screen is up)."""
+        """The run's end, once drawn (its summary shown, or why it could not start)."""
         self._devices: list[dict[str, Any]] = []
         self._rates = RateWindow()
         self.held_lines: deque[tuple[str, str]] = deque(maxlen=2000)
@@ -257,9 +257,11 @@ class LiveApp(SamplingApp):
         state = run.state()
         if self.paused and not run.ended:
             state += " (display paused: p resumes)"
-        self.query_one(StatusLine).show(
-            state, run.elapsed_s(), run.pid, run.last_snapshot, run.exit_code
-        )
+        try:
+            line = self.query_one(StatusLine)
+        except NoMatches:  # the clock ticked while the app shuts down: its widgets are going
+            return
+        line.show(state, run.elapsed_s(), run.pid, run.last_snapshot, run.exit_code)
 
     # -- signals ------------------------------------------------------------------------------
 
