@@ -68,7 +68,6 @@ class ChildSession:
         self.process: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None
         """The script's process (the child's pid, as it reported in its hello)."""
-        self.started_at = 0.0
         self.stop_requested = False
         self.arrived = threading.Event()
         """Set by the reading threads when anything arrives or the run ends; cleared by the
@@ -112,7 +111,6 @@ class ChildSession:
         waits for its end on another (:meth:`start` does this; tests attach any process)."""
         self.process = process
         self.pid = process.pid
-        self.started_at = time.monotonic()
         assert process.stdout is not None and process.stderr is not None
         self._spawn(self._read_messages, messages)
         self._spawn(self._read_output, process.stdout, "stdout")
