@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from gpuwatch.monitor.nvml import FakeBackend
-from gpuwatch.profile.live.model import Ended, LiveRun, RunEvent, Update
+from gpuwatch.profile.live.model import Ended, LiveRun, Update
 from gpuwatch.profile.live.protocol import Done, Fatal, Hello, LiveSnapshot
 from gpuwatch.profile.live.session import ChildSession
 from gpuwatch.profile.run import ProfileOptions
@@ -42,10 +42,10 @@ def snapshot(elapsed_s: float, h2d: int) -> LiveSnapshot:
     return LiveSnapshot(elapsed_s, totals(h2d), DEVICES, [], 0, 4 * h2d, "every_op")
 
 
-def start_when_ready(run: LiveRun) -> queue.Queue[RunEvent]:
+def start_when_ready(run: LiveRun) -> queue.Queue[Update]:
     """Starts ``run`` on a child whose first line is ``ready`` (its traps are set: a signal
     before then would find sh's defaults) and returns its events once that line came."""
-    events: queue.Queue[RunEvent] = queue.Queue()
+    events: queue.Queue[Update] = queue.Queue()
     run.start(events.put)
     while not any(
         ("stdout", "ready") in e.lines for e in [events.get(timeout=20)] if isinstance(e, Update)
@@ -54,14 +54,25 @@ def start_when_ready(run: LiveRun) -> queue.Queue[RunEvent]:
     return events
 
 
-def run_to_the_end(run: LiveRun, timeout_s: float = 20.0) -> list[RunEvent]:
-    """Starts ``run`` and returns what it posted, up to its :class:`Ended`."""
-    events: queue.Queue[RunEvent] = queue.Queue()
-    run.start(events.put)
-    seen = [events.get(timeout=timeout_s)]
-    while not isinstance(seen[-1], Ended):
-        seen.append(events.get(timeout=timeout_s))
-    return seen
+def the_end(run: LiveRun, updates: queue.Queue[Update], timeout_s: float = 20.0) -> Ended:
+    """Waits for ``run``'s final update, then ends it as the view does."""
+    while not updates.get(timeout=timeout_s).final:
+        pass
+    ended = run.end()
+    assert ended is not None
+    return ended
+
+
+def run_to_the_end(run: LiveRun, timeout_s: float = 20.0) -> list[Update | Ended]:
+    """Starts ``run``; returns its updates up to the final one, and its :class:`Ended`."""
+    updates: queue.Queue[Update] = queue.Queue()
+    run.start(updates.put)
+    seen = [updates.get(timeout=timeout_s)]
+    while not seen[-1].final:
+        seen.append(updates.get(timeout=timeout_s))
+    ended = run.end()
+    assert ended is not None and run.end() is None  # once
+    return [*seen, ended]
 
 
 def test_the_childs_own_report_and_exit_code_are_kept_and_written(tmp_path: Path) -> None:
@@ -141,7 +152,7 @@ def test_closing_a_running_child_stops_it_and_keeps_the_report_it_sends(tmp_path
         on_int=[Done(130, False, "KeyboardInterrupt", doc)],
     )
     run = LiveRun(session, [Output("json", str(tmp_path / "r.json"))])
-    events: queue.Queue[RunEvent] = queue.Queue()
+    events: queue.Queue[Update] = queue.Queue()
     run.start(events.put)
     while not any(u.snapshots for u in [events.get(timeout=20)] if isinstance(u, Update)):
         pass  # until the snapshot is in
@@ -164,8 +175,7 @@ def test_a_stopped_script_that_ignores_ctrl_c_is_killed_after_the_grace() -> Non
     events = start_when_ready(run)
     run.stop()
     assert run.state() == "stopping…"
-    while not isinstance(event := events.get(timeout=20), Ended):
-        pass
+    event = the_end(run, events)
     assert event.exit_code == 137 and run.how_it_ended() == "killed by SIGKILL"
 
 
@@ -192,8 +202,7 @@ def test_elapsed_time_runs_with_the_run_and_stops_at_its_end(clock: FakeClock) -
     clock.advance(65.0)
     assert run.elapsed_s() == 65.0
     run.stop()
-    while not isinstance(events.get(timeout=20), Ended):
-        pass
+    the_end(run, events)
     clock.advance(30.0)
     assert run.elapsed_s() == 65.0
     # no report came: the process's exit code stands, the report is the partial one

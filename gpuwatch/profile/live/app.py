@@ -36,7 +36,7 @@ from gpuwatch.app.widgets import (
 from gpuwatch.monitor.nvml.history import History
 from gpuwatch.monitor.nvml.sampler import Sampler
 from gpuwatch.monitor.pyspy import dump_stack, users_dumper
-from gpuwatch.profile.live.model import Ended, LiveRun, RunEvent, Update
+from gpuwatch.profile.live.model import Ended, LiveRun, Update
 from gpuwatch.profile.live.result import LiveResult
 
 #: Rows the middle, the log and the status line need before GPU cards fold to one line each.
@@ -83,7 +83,7 @@ class LiveApp(SamplingApp):
     class RunChanged(Message):
         """The run posted ``event`` (from its pump thread)."""
 
-        def __init__(self, event: RunEvent) -> None:
+        def __init__(self, event: Update) -> None:
             super().__init__()
             self.event = event
 
@@ -199,18 +199,19 @@ class LiveApp(SamplingApp):
 
     # -- the run ------------------------------------------------------------------------------
 
-    def _post_run_event(self, event: RunEvent) -> None:
+    def _post_run_event(self, event: Update) -> None:
         """From the run's pump thread (Textual's post_message is thread-safe)."""
         self.post_message(self.RunChanged(event))
 
     def on_live_app_run_changed(self, message: RunChanged) -> None:
         if not self.is_running:  # shutting down: the run ends itself (LiveRun.close)
             return
-        event = message.event
-        if isinstance(event, Update):
-            self._draw_update(event)
-        else:
-            self._draw_end(event)
+        update = message.event
+        self._draw_update(update)
+        if update.final:  # the child is gone and all it said is drawn: the run ends here
+            ended = self.model.end()
+            if ended is not None:
+                self._draw_end(ended)
         self._show_status()
 
     def _draw_update(self, update: Update) -> None:

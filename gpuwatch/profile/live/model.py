@@ -3,9 +3,15 @@
 :class:`LiveRun` owns the child (:class:`ChildSession`) and what it said (the last snapshot, its
 done or fatal message), keeps the GPU samples of the run, decides the exit code, and builds the
 report (the child's own, or a partial one from the last snapshot) and writes it exactly once.
-What changes goes to the view as plain events (:class:`Update`, :class:`Ended`) through the
-``post`` callback given to :meth:`LiveRun.start`; the live app (``app.py``) draws them and turns
-the user's keys into intents (:meth:`LiveRun.stop`, :meth:`LiveRun.close`, ...). Nothing here
+What arrives goes to the view as :class:`Update` events through the ``post`` callback given to
+:meth:`LiveRun.start`; the last one (``final``) asks the view to call :meth:`LiveRun.end`, which
+returns the :class:`Ended` it draws. The live app (``app.py``) draws and turns the user's keys
+into intents (:meth:`LiveRun.stop`, :meth:`LiveRun.close`, ...).
+
+NB: the report files are written on the view's thread, when it draws the end: a report file on
+disk then means the view has the end in hand and ``q`` quits at once. Written from the pump, a
+loaded machine could show the file long before the view catches up, and a terminal closed in
+that gap stalls Textual's next redraw for good (tests/test_live_shutdown.py). Nothing here
 imports Textual: tests feed a run protocol messages and assert its state.
 
 Threads: the session's readers set ``session.arrived`` when anything comes; one pump thread here
@@ -62,7 +68,8 @@ class Update:
     progress: str
     """The child's current progress line (tqdm's bar), ``""`` for none."""
     final: bool = False
-    """The last update: the child has exited and these are the last lines it left."""
+    """The last update: the child has exited and these are the last lines it left; the view
+    calls :meth:`LiveRun.end` once it has drawn it."""
 
 
 @dataclass(frozen=True)
@@ -76,10 +83,7 @@ class Ended:
     fatal: str | None
 
 
-RunEvent = Update | Ended
-
-
-def _nowhere(event: RunEvent) -> None:
+def _nowhere(update: Update) -> None:
     """Where events go before :meth:`LiveRun.start` names a view."""
 
 
@@ -126,7 +130,7 @@ class LiveRun:
         """Not None once the run is over and its report built (its files are written under the
         lock that :meth:`close` takes)."""
         self._ended_at: float | None = None
-        self._post: Callable[[RunEvent], None] = _nowhere
+        self._post: Callable[[Update], None] = _nowhere
         self._lock = threading.RLock()
         self._closing = threading.Event()
         self._pump_thread: threading.Thread | None = None
@@ -176,7 +180,7 @@ class LiveRun:
 
     # -- the child's messages -------------------------------------------------------------------
 
-    def start(self, post: Callable[[RunEvent], None] = _nowhere) -> None:
+    def start(self, post: Callable[[Update], None] = _nowhere) -> None:
         """Starts the child (unless already started) and the pump that posts to ``post``
         (from its own thread)."""
         self._post = post
@@ -230,10 +234,7 @@ class LiveRun:
             update = self.drain(LINES_AT_END if finished else LINES_PER_UPDATE, final=finished)
             self._post(update)
             if finished:
-                ended = self.end()
-                if ended is not None:
-                    self._post(ended)
-                return
+                return  # the view ends the run (end()) once it has drawn this last update
             if self.session.lines_pending:
                 arrived.set()  # more than one update's lines came: the next one takes them
             if self._closing.wait(UPDATE_GAP_S):
