@@ -15,6 +15,7 @@ from gpuwatch.app.screens import ConfirmScreen, StackScreen, SummaryScreen
 from gpuwatch.app.widgets import GpuCard, HotLinesTable
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.profile.live.app import LiveApp
+from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import Done, Hello, ProtocolError, decode, encode
 from gpuwatch.profile.live.session import ChildSession
 from gpuwatch.profile.run import ProfileOptions
@@ -51,29 +52,28 @@ def make_app(tmp_path: Path, *args: str, sampler=None, **kw) -> LiveApp:
     )
     if sampler is None and "no_gpu_reason" not in kw:
         sampler = Sampler(FakeBackend(gpu_count=2), interval_s=0.2)
-    return LiveApp(
-        session,
-        sampler,
-        gpu_interval_s=0.2,
-        outputs=[Output("json", str(tmp_path / "run.json"))],
-        **kw,
-    )
+    outputs = [Output("json", str(tmp_path / "run.json"))]
+    gpu_stats = sampler.source if sampler is not None else kw["no_gpu_reason"]
+    return LiveApp(LiveRun(session, outputs, gpu_stats), sampler, gpu_interval_s=0.2, **kw)
 
 
 async def test_counters_move_while_it_runs_then_the_summary_and_report(tmp_path):
     app = make_app(tmp_path, "60")
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(
-            lambda: app.snapshots_seen >= 2 and app.last_snapshot.totals["h2d"]["count"] > 0, 30
+            lambda: (
+                app.model.snapshots_seen >= 2 and app.model.last_snapshot.totals["h2d"]["count"] > 0
+            ),
+            30,
         )
-        first = app.last_snapshot.totals["h2d"]["count"]
-        await wait_until(lambda: app.last_snapshot.totals["h2d"]["count"] > first, 30)
-        assert app.exit_code is None  # seen moving while the script runs
+        first = app.model.last_snapshot.totals["h2d"]["count"]
+        await wait_until(lambda: app.model.last_snapshot.totals["h2d"]["count"] > first, 30)
+        assert app.model.exit_code is None  # seen moving while the script runs
         table = app.query_one(HotLinesTable)
         assert table.sites and table.sites[0]["file"].endswith("loop.py")
-        await wait_until(lambda: app.exit_code is not None, 60)
+        await wait_until(lambda: app.ended is not None, 60)
         await pilot.pause(0.2)
-        assert app.exit_code == 0
+        assert app.model.exit_code == 0
         assert isinstance(app.screen, SummaryScreen)
         summary = plain(app.screen.query_one("#summary"))
         assert "Top lines by syncs" in summary and "loop.py:9" in summary
@@ -97,17 +97,20 @@ async def test_quitting_mid_run_asks_then_keeps_a_partial_report(tmp_path):
         # NB: wait for the copies asserted below, not for snapshots: on a loaded machine the
         # first snapshots can come before the script's loop has made any.
         await wait_until(
-            lambda: app.last_snapshot is not None and app.last_snapshot.totals["h2d"]["count"] >= 2,
+            lambda: (
+                app.model.last_snapshot is not None
+                and app.model.last_snapshot.totals["h2d"]["count"] >= 2
+            ),
             60,
         )
         await pilot.press("q")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("n")
         await pilot.pause(0.3)
-        assert app.exit_code is None and app.session.returncode is None  # still running
+        assert app.model.exit_code is None and app.model.session.returncode is None  # still running
         await pilot.press("q", "y")
-        await wait_until(lambda: app.exit_code is not None, 30)
-        assert app.exit_code == 130
+        await wait_until(lambda: app.ended is not None, 30)
+        assert app.model.exit_code == 130
         assert "stopped by Ctrl-C" in plain(app.query_one("#status"))
     doc = json.loads((tmp_path / "run.json").read_text())
     assert (
@@ -119,10 +122,10 @@ async def test_quitting_mid_run_asks_then_keeps_a_partial_report(tmp_path):
 async def test_a_child_that_dies_leaves_a_partial_report_from_the_last_snapshot(tmp_path):
     app = make_app(tmp_path, "30", "die")
     async with app.run_test(size=(120, 40)):
-        await wait_until(lambda: app.exit_code is not None, 60)
-        assert app.exit_code == 137  # 128 + SIGKILL
+        await wait_until(lambda: app.ended is not None, 60)
+        assert app.model.exit_code == 137  # 128 + SIGKILL
         assert "killed by SIGKILL" in plain(app.query_one("#status"))
-        last = app.last_snapshot.totals["h2d"]["count"]
+        last = app.model.last_snapshot.totals["h2d"]["count"]
     doc = json.loads((tmp_path / "run.json").read_text())
     assert doc["partial"] is True and "killed by SIGKILL" in doc["error"]
     # the child died before its final snapshot: the report holds the last one that arrived
@@ -132,10 +135,10 @@ async def test_a_child_that_dies_leaves_a_partial_report_from_the_last_snapshot(
 async def test_closing_the_app_ends_the_child_and_writes_the_report(tmp_path):
     app = make_app(tmp_path, "-1")
     async with app.run_test(size=(120, 40)):
-        await wait_until(lambda: app.snapshots_seen >= 1, 30)
-        pid = app.session.pid
+        await wait_until(lambda: app.model.snapshots_seen >= 1, 30)
+        pid = app.model.session.pid
         app.exit()
-    assert app.session.returncode is not None
+    assert app.model.session.returncode is not None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     doc = json.loads((tmp_path / "run.json").read_text())
@@ -145,8 +148,8 @@ async def test_closing_the_app_ends_the_child_and_writes_the_report(tmp_path):
 async def test_a_chatty_child_neither_hangs_nor_floods_the_app(tmp_path):
     app = make_app(tmp_path, "5", "chatty")
     async with app.run_test(size=(120, 40)):
-        await wait_until(lambda: app.exit_code is not None, 90)
-        assert app.exit_code == 0
+        await wait_until(lambda: app.ended is not None, 90)
+        assert app.model.exit_code == 0
         log = app.query_one("#log")
         assert len(log.lines) <= 2000
     assert json.loads((tmp_path / "run.json").read_text())["totals"]["h2d"]["count"] == 10
@@ -157,8 +160,8 @@ async def test_without_nvml_it_says_no_gpu_stats(tmp_path):
     async with app.run_test(size=(100, 30)):
         assert "no GPU stats: NVML library" in plain(app.query_one("#no-gpu"))
         assert not list(app.query(GpuCard))
-        await wait_until(lambda: app.exit_code is not None, 60)
-        assert app.exit_code == 0
+        await wait_until(lambda: app.ended is not None, 60)
+        assert app.model.exit_code == 0
 
 
 async def test_d_shows_where_the_child_is_and_p_pauses_the_display(tmp_path):
@@ -174,10 +177,10 @@ async def test_d_shows_where_the_child_is_and_p_pauses_the_display(tmp_path):
 
     app = make_app(tmp_path, "-1", stack_dumper=dumper)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_until(lambda: app.snapshots_seen >= 1, 30)
+        await wait_until(lambda: app.model.snapshots_seen >= 1, 30)
         await pilot.press("d")
         assert isinstance(app.screen, StackScreen)
-        await wait_until(lambda: seen == [app.session.pid], 15)
+        await wait_until(lambda: seen == [app.model.session.pid], 15)
         screen = app.screen
         assert screen.title_text.endswith("loop.py -1")  # the user's command, not the child's
         await wait_until(lambda: "loop.py:9" in plain(screen.query_one("#stack")), 15)
@@ -191,17 +194,17 @@ async def test_d_shows_where_the_child_is_and_p_pauses_the_display(tmp_path):
         assert len(app.query_one("#log").lines) == shown  # held, not shown
         await pilot.press("p")
         await wait_until(lambda: len(app.query_one("#log").lines) > shown, 15)
-        app.session.stop()
+        app.model.session.stop()
 
 
 async def test_a_script_that_cannot_start_is_reported(tmp_path):
     session = ChildSession(
         Target(str(tmp_path / "missing.py"), []), ProfileOptions(), cwd=str(tmp_path)
     )
-    app = LiveApp(session, None, no_gpu_reason="off")
+    app = LiveApp(LiveRun(session), None, no_gpu_reason="off")
     async with app.run_test(size=(100, 30)):
-        await wait_until(lambda: app.exit_code is not None, 30)
-    assert app.exit_code == 2 and "script not found" in app.fatal
+        await wait_until(lambda: app.ended is not None, 30)
+    assert app.model.exit_code == 2 and "script not found" in app.model.fatal
 
 
 def test_protocol_is_versioned_and_malformed_lines_are_reported():

@@ -17,6 +17,7 @@ from gpuwatch.app.widgets.hot_lines import layout, short_path
 from gpuwatch.cli import main as cli
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.profile.live.app import LiveApp
+from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.session import ChildSession
 from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
@@ -47,11 +48,11 @@ def make_app(tmp_path: Path, *args: str, options: ProfileOptions | None = None) 
         interval_s=0.1,
         cwd=str(tmp_path),
     )
+    outputs = [Output("json", str(tmp_path / "r.json"))]
     return LiveApp(
-        session,
+        LiveRun(session, outputs, gpu_stats="demo"),
         Sampler(FakeBackend(gpu_count=2), interval_s=0.2),
         gpu_interval_s=0.2,
-        outputs=[Output("json", str(tmp_path / "r.json"))],
     )
 
 
@@ -62,7 +63,7 @@ def shown_cards(app: LiveApp) -> list[int]:
 async def test_at_80x24_cards_follow_the_gpus_used_lines_fit_and_rates_stop(tmp_path):
     app = make_app(tmp_path, "0.8", "20")
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_until(lambda: app.snapshots_seen >= 1, 30)
+        await wait_until(lambda: app.model.snapshots_seen >= 1, 30)
         # Before the script touches a GPU: no card is the script's, a line says so.
         assert shown_cards(app) == [] and app.query_one("#gpu-note").display
         await pilot.press("a")  # every GPU on request
@@ -79,7 +80,7 @@ async def test_at_80x24_cards_follow_the_gpus_used_lines_fit_and_rates_stop(tmp_
         assert labels and all(label.startswith("…/train_loop.py:") for label in labels), labels
         col = table.shown_columns.index("bytes")
         assert any(str(table.get_row_at(i)[col]).endswith("KiB") for i in range(table.row_count))
-        await wait_until(lambda: app.exit_code is not None, 60)
+        await wait_until(lambda: app.ended is not None, 60)
         await pilot.press("escape")  # the summary screen the run ends on
         await pilot.pause(0.2)
         rates = app.query_one(RatesPanel)
@@ -92,9 +93,9 @@ async def test_at_80x24_cards_follow_the_gpus_used_lines_fit_and_rates_stop(tmp_
 async def test_live_on_the_fast_path_counts_copies_and_says_ops_are_not_counted(tmp_path):
     app = make_app(tmp_path, "0", "30", options=ProfileOptions(kernel_timing=False))
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_until(lambda: app.snapshots_seen >= 2, 30)
+        await wait_until(lambda: app.model.snapshots_seen >= 2, 30)
         await pilot.pause(0.3)
-        assert app.last_snapshot is not None and app.last_snapshot.counting == "copies"
+        assert app.model.last_snapshot is not None and app.model.last_snapshot.counting == "copies"
         assert "ops not counted, not timed (--no-kernel-timing)" in plain(app.query_one(RatesPanel))
         status = plain(app.query_one(StatusLine))
         assert " lines" in status and " ops" not in status
@@ -102,7 +103,7 @@ async def test_live_on_the_fast_path_counts_copies_and_says_ops_are_not_counted(
         await wait_until(lambda: len(table.sites) >= 1, 30)
         assert table.shown_columns == ["line", "syncs", "bytes", "copies", "source"]
         assert str(table.border_title).endswith("; kernel time not measured)")
-        await wait_until(lambda: app.exit_code is not None, 60)
+        await wait_until(lambda: app.ended is not None, 60)
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["options"]["counting"] == "copies" and doc["totals"]["ops"] == 0
     # 30 steps, two copies each (6 KiB and 16 bytes), one .item() (4 bytes back)
@@ -130,7 +131,7 @@ async def test_at_160x45_the_source_gets_the_room_the_path_gave_back(tmp_path):
         # The line holds "…/train_loop.py:9" (17), not the 47-character path: the source gets
         # 34 columns where it had about 25.
         assert line.width == 17 and source.width == 34
-        app.session.stop()
+        app.model.session.stop()
 
 
 def test_the_line_column_shortens_paths_and_the_source_goes_first():

@@ -16,6 +16,7 @@ import pytest
 
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.profile.live.app import LiveApp
+from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.session import ChildSession
 from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
@@ -115,11 +116,11 @@ def make_app(tmp_path: Path, script: str, **kw) -> LiveApp:
     session = ChildSession(
         Target(str(tmp_path / "s.py"), []), ProfileOptions(), interval_s=0.1, cwd=str(tmp_path)
     )
+    outputs = [Output("json", str(tmp_path / "r.json"))]
     return LiveApp(
-        session,
+        LiveRun(session, outputs, gpu_stats="demo"),
         Sampler(FakeBackend(gpu_count=2), interval_s=0.2),
         gpu_interval_s=0.2,
-        outputs=[Output("json", str(tmp_path / "r.json"))],
         **kw,
     )
 
@@ -139,7 +140,7 @@ async def test_a_50_mb_line_of_output_does_not_freeze_the_view(tmp_path):
     )
     began = time.monotonic()
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_until(lambda: app.exit_code is not None, 60)
+        await wait_until(lambda: app.ended is not None, 60)
         await pilot.pause(0.2)
         text = log_text(app)
     assert time.monotonic() - began < 30
@@ -166,8 +167,8 @@ async def test_carriage_return_progress_bars_show_while_they_run(tmp_path):
         await pilot.pause(0.3)
         assert plain(app.query_one("#progress")).strip() == "training 75%|"  # the newest state
         assert "training" not in log_text(app)  # not a line yet: no newline has come
-        app.session.kill()
-        await wait_until(lambda: app.exit_code is not None, 30)
+        app.model.session.kill()
+        await wait_until(lambda: app.ended is not None, 30)
 
 
 def test_progress_text_then_a_newline_becomes_one_log_line():
@@ -194,8 +195,8 @@ async def test_a_lingering_grandchild_does_not_keep_the_run_running(tmp_path):
     began = time.monotonic()
     try:
         async with app.run_test(size=(120, 40)):
-            await wait_until(lambda: app.exit_code is not None, 30)
-            assert app.exit_code == 0
+            await wait_until(lambda: app.ended is not None, 30)
+            assert app.model.exit_code == 0
         assert time.monotonic() - began < 20
         doc = json.loads((tmp_path / "r.json").read_text())
         assert doc["partial"] is False
@@ -217,8 +218,8 @@ async def test_demo_stats_are_labelled_simulated_everywhere(tmp_path):
         """,
     )
     async with app.run_test(size=(120, 40)):
-        await wait_until(lambda: app.exit_code is not None, 60)
-    result = app.result()
+        await wait_until(lambda: app.ended is not None, 60)
+    result = app.model.result()
     assert result.report is not None
     assert result.report.options.gpu_stats == "demo"
     from gpuwatch.report.html import render_html
@@ -233,8 +234,8 @@ async def test_demo_stats_are_labelled_simulated_everywhere(tmp_path):
 async def test_a_script_that_uses_no_gpu_is_charged_with_none(tmp_path):
     app = make_app(tmp_path, "import torch\ntorch.ones(3).sum()\nimport time; time.sleep(0.5)\n")
     async with app.run_test(size=(120, 40)):
-        await wait_until(lambda: app.exit_code is not None, 60)
-    report = app.result().report
+        await wait_until(lambda: app.ended is not None, 60)
+    report = app.model.result().report
     assert report is not None and report.gpu_samples == []
     from gpuwatch.report.text import gpu_lines
 

@@ -40,6 +40,8 @@ class TopApp(SamplingApp):
         readonly: refuse to signal processes.
         stack_dumper: ``pid -> text`` for the stack view; py-spy by default.
         idle: when a GPU held by processes counts as idle, and for how long until HELD IDLE.
+        sampler: the sampler over ``backend`` (tests pass one with a fixed clock); one with
+            ``interval_s`` and ``idle`` by default.
     """
 
     TITLE = "gpuwatch top"
@@ -75,8 +77,9 @@ class TopApp(SamplingApp):
         readonly: bool = False,
         stack_dumper: Callable[[int], str] = dump_stack,
         idle: IdlePolicy | None = None,
+        sampler: Sampler | None = None,
     ) -> None:
-        sampler = Sampler(backend, interval_s=interval_s, idle=idle)
+        sampler = sampler or Sampler(backend, interval_s=interval_s, idle=idle)
         super().__init__(sampler, interval_s)
         self.backend = backend
         self.readonly = readonly

@@ -223,6 +223,7 @@ def profile(options: ProfileOptions, target: Any) -> int:
 def run_live(options: ProfileOptions, target: Any, wanted: list[Any], limits: Any = None) -> int:
     from gpuwatch.monitor.nvml import NvmlUnavailable, Sampler, open_backend
     from gpuwatch.profile.live.app import LiveApp
+    from gpuwatch.profile.live.model import LiveRun
     from gpuwatch.profile.live.session import ChildSession
     from gpuwatch.report.write import say
 
@@ -233,13 +234,9 @@ def run_live(options: ProfileOptions, target: Any, wanted: list[Any], limits: An
         except NvmlUnavailable as exc:
             reason = f"unavailable: {exc}"
     session = ChildSession(target, options, outputs=wanted)
+    run = LiveRun(session, wanted, gpu_stats=sampler.source if sampler is not None else reason)
     app = LiveApp(
-        session,
-        sampler,
-        no_gpu_reason=reason,
-        gpu_interval_s=options.gpu_interval_s,
-        outputs=wanted,
-        top=options.top,
+        run, sampler, no_gpu_reason=reason, gpu_interval_s=options.gpu_interval_s, top=options.top
     )
     result = app.run_guarded()
     if result.fatal is not None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from textual.widgets import Static
 
 from gpuwatch.profile.live.protocol import LiveSnapshot
@@ -30,20 +28,17 @@ class StatusLine(Static):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, markup=False)
         self._text = ""
-        self._ended_at: float | None = None
 
     def show(
         self,
         state: str,
-        started_at: float,
+        elapsed_s: float,
         pid: int | None,
         snapshot: LiveSnapshot | None,
         exit_code: int | None,
     ) -> None:
-        if self._ended_at is None and exit_code is not None:
-            self._ended_at = time.monotonic()  # the clock stops when the run does
-        now = self._ended_at or time.monotonic()
-        text = status_text(state, now - started_at if started_at else 0.0, pid, snapshot)
+        """``elapsed_s``: the run's, which stops when the run does (``LiveRun.elapsed_s``)."""
+        text = status_text(state, elapsed_s, pid, snapshot)
         if text != self._text:
             self._text = text
             self.update(text)

@@ -1,8 +1,10 @@
 """The parent side of ``--live``: starts the child, reads its messages and output on threads.
 
 Nothing here blocks the caller: :meth:`ChildSession.drain` returns whatever arrived since the
-last call. A child that prints a lot cannot stall (its pipes are always read), and one that dies
-or sends garbage is reported, never fatal.
+last call, and :attr:`ChildSession.arrived` is set whenever something did (a message, a line,
+a new progress line, the end), so a reader waits on it instead of polling. A child that prints
+a lot cannot stall (its pipes are always read), and one that dies or sends garbage is reported,
+never fatal.
 """
 
 from __future__ import annotations
@@ -67,14 +69,16 @@ class ChildSession:
         self.process: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None
         """The script's process (the child's pid, as it reported in its hello)."""
-        self.started_at = 0.0
         self.stop_requested = False
+        self.arrived = threading.Event()
+        """Set by the reading threads when anything arrives or the run ends; cleared by the
+        reader (gpuwatch/profile/live/model.py) before it drains."""
+        self._finished = threading.Event()
         self._messages: queue.SimpleQueue[Message | str] = queue.SimpleQueue()
         self._lines: queue.Queue[tuple[str, str]] = queue.Queue(maxsize=MAX_PENDING_LINES)
         self._dropped = 0
         self._threads: list[threading.Thread] = []
         self._progress: dict[str, str] = {}
-        self._exited_at: float | None = None
 
     def start(self) -> None:
         read_fd, write_fd = os.pipe()
@@ -101,17 +105,39 @@ class ChildSession:
             start_new_session=True,
         )
         os.close(write_fd)
-        self.pid = self.process.pid
-        self.started_at = time.monotonic()
-        assert self.process.stdout is not None and self.process.stderr is not None
-        self._spawn(self._read_messages, os.fdopen(read_fd, "rb"))
-        self._spawn(self._read_output, self.process.stdout, "stdout")
-        self._spawn(self._read_output, self.process.stderr, "stderr")
+        self.attach(self.process, os.fdopen(read_fd, "rb"))
+
+    def attach(self, process: subprocess.Popen[bytes], messages: IO[bytes]) -> None:
+        """Reads ``process``'s output and the ``messages`` pipe on threads of their own, and
+        waits for its end on another (:meth:`start` does this; tests attach any process)."""
+        self.process = process
+        self.pid = process.pid
+        assert process.stdout is not None and process.stderr is not None
+        self._spawn(self._read_messages, messages)
+        self._spawn(self._read_output, process.stdout, "stdout")
+        self._spawn(self._read_output, process.stderr, "stderr")
+        readers = list(self._threads)
+        OwnThread(
+            target=self._watch_exit, args=(process, readers), name="gpuwatch-live-exit", daemon=True
+        ).start()
 
     def _spawn(self, fn: Any, *args: Any) -> None:
         t = OwnThread(target=fn, args=args, name=f"gpuwatch-live-{fn.__name__}", daemon=True)
         t.start()
         self._threads.append(t)
+
+    def _watch_exit(
+        self, process: subprocess.Popen[bytes], readers: list[threading.Thread]
+    ) -> None:
+        """Sets :attr:`finished_reading` once the process has exited and its pipes are read to
+        their end, or PIPE_GRACE_S after its exit (a lingering grandchild may hold the pipes open
+        for hours: the script's own process is what ends the run)."""
+        process.wait()
+        deadline = time.monotonic() + PIPE_GRACE_S
+        for t in readers:
+            t.join(max(0.0, deadline - time.monotonic()))
+        self._finished.set()
+        self.arrived.set()
 
     def _read_messages(self, pipe: IO[bytes]) -> None:
         with pipe:
@@ -123,6 +149,7 @@ class ChildSession:
                     self._messages.put(decode(text))
                 except ProtocolError as exc:
                     self._messages.put(f"malformed message from the child: {exc}")
+                self.arrived.set()
 
     def _read_output(self, pipe: IO[bytes], name: str) -> None:
         """Splits the child's output into lines as it comes (not only at newlines): text after a
@@ -153,10 +180,12 @@ class ChildSession:
                         # No end of line yet: what there is so far shows as progress.
                         if head:
                             self._progress[name] = self._text(head, extra)
+                            self.arrived.set()
                         break
                     if chunk[stop : stop + 1] == b"\r" and chunk[stop + 1 : stop + 2] != b"\n":
                         if head:  # a progress bar redrawing its line
                             self._progress[name] = self._text(head, extra)
+                            self.arrived.set()
                         head, extra = bytearray(), 0
                         start = stop + 1
                         continue
@@ -170,7 +199,8 @@ class ChildSession:
                     start = stop + (2 if chunk[stop : stop + 2] == b"\r\n" else 1)
             if head or extra:
                 self._put(name, self._text(head, extra))
-            self._progress.pop(name, None)
+            if self._progress.pop(name, None) is not None:
+                self.arrived.set()
 
     @staticmethod
     def _text(head: bytearray, extra: int) -> str:
@@ -184,6 +214,12 @@ class ChildSession:
             self._lines.put_nowait((name, text))
         except queue.Full:
             self._dropped += 1  # the display is behind: keep the newest lines coming
+        self.arrived.set()
+
+    @property
+    def lines_pending(self) -> bool:
+        """Lines of output wait to be drained (more than one drain takes)."""
+        return not self._lines.empty()
 
     def progress(self) -> str:
         """The child's current progress line (text after its last carriage return, before any
@@ -230,15 +266,8 @@ class ChildSession:
     @property
     def finished_reading(self) -> bool:
         """The child has exited and every pipe has been read to its end, or PIPE_GRACE_S has
-        passed since it exited (a lingering grandchild may hold the pipes open for hours: the
-        script's own process is what ends the run)."""
-        if self.returncode is None:
-            return False
-        if not any(t.is_alive() for t in self._threads):
-            return True
-        if self._exited_at is None:
-            self._exited_at = time.monotonic()
-        return time.monotonic() - self._exited_at >= PIPE_GRACE_S
+        passed since it exited (see :meth:`_watch_exit`)."""
+        return self._finished.is_set()
 
     def interrupt(self) -> None:
         """Ctrl-C for the script (it stops, and the child still sends its report)."""

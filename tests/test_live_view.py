@@ -1,0 +1,92 @@
+"""The live view drawing a run and turning keys into the run's intents, fed by a few lines of
+``sh`` speaking the protocol (tests/live_helpers.py): no torch child, a second or less each."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+from gpuwatch.app.screens import ConfirmScreen, SummaryScreen
+from gpuwatch.profile.live.app import LiveApp
+from gpuwatch.profile.live.model import LiveRun
+from gpuwatch.profile.live.protocol import Done, Hello
+from gpuwatch.report.write import Output
+from tests.conftest import plain, wait_until
+from tests.live_helpers import sh_child
+from tests.test_live_model import snapshot
+from tests.test_report_render import report as finished_report
+
+
+def log_lines(app: LiveApp) -> list[str]:
+    return [str(line.text) for line in app.query_one("#log").lines]  # type: ignore[attr-defined]
+
+
+async def test_the_end_shows_the_summary_the_status_and_the_last_output(tmp_path):
+    doc = finished_report().to_dict() | {"exit_code": 3}
+    session = sh_child(
+        'echo "epoch 1"; printf "\\r 50%%" >&2; exit 3',
+        [Hello(4242, ["train.py"]), snapshot(0.5, 2), Done(3, True, None, doc)],
+    )
+    run = LiveRun(session, [Output("json", str(tmp_path / "r.json"))], gpu_stats="off")
+    app = LiveApp(run, None, no_gpu_reason="off", header_clock=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(lambda: app.ended is not None, 20)
+        await pilot.pause()
+        assert isinstance(app.screen, SummaryScreen)
+        assert app.screen.title_text == "Summary: exited with 3"
+        assert "Top lines by syncs" in plain(app.screen.query_one("#summary"))
+        status = plain(app.query_one("#status"))
+        assert status.startswith("ended: exited with 3 · 00:") and "pid 4242" in status
+        # the progress text left without a newline is the stream's last line, not progress
+        assert sorted(log_lines(app)) == [" 50%", "epoch 1"]
+        assert not app.query_one("#progress").display
+    assert app.model.result().exit_code == 3
+    assert json.loads((tmp_path / "r.json").read_text())["exit_code"] == 3
+
+
+async def test_q_asks_then_stops_the_script_and_keeps_the_report_it_sends(tmp_path):
+    doc = finished_report().to_dict() | {
+        "partial": True,
+        "error": "KeyboardInterrupt",
+        "exit_code": 130,
+    }
+    session = sh_child(
+        "while :; do sleep 0.05; done",
+        [Hello(7, ["train.py"]), snapshot(0.5, 2)],
+        on_int=[Done(130, False, "KeyboardInterrupt", doc)],
+    )
+    run = LiveRun(session, [Output("json", str(tmp_path / "r.json"))])
+    app = LiveApp(run, None, no_gpu_reason="off", header_clock=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(lambda: run.snapshots_seen == 1, 20)
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert not session.stop_requested and session.returncode is None  # still running
+        await pilot.press("q", "y")
+        assert session.stop_requested
+        await wait_until(lambda: app.ended is not None, 20)
+        assert run.exit_code == 130
+        status = plain(app.query_one("#status"))
+        assert "ended: stopped by Ctrl-C (exit code 130) (partial report)" in status
+        await pilot.press("q")  # from the summary screen: the run has ended, so it quits
+        await wait_until(lambda: not app.is_running, 20)
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert (doc["partial"], doc["error"], doc["exit_code"]) == (True, "KeyboardInterrupt", 130)
+
+
+async def test_pause_holds_the_output_until_resumed():
+    # NB: the trap is set before "first" is printed: the signal below finds it
+    session = sh_child("trap 'echo more' USR1; echo first; while :; do sleep 0.05; done")
+    app = LiveApp(LiveRun(session), None, no_gpu_reason="off", header_clock=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(lambda: log_lines(app) == ["first"], 20)
+        await pilot.press("p")
+        assert "running (display paused: p resumes)" in plain(app.query_one("#status"))
+        assert session.pid is not None
+        os.kill(session.pid, signal.SIGUSR1)
+        await wait_until(lambda: list(app.held_lines) == [("stdout", "more")], 20)
+        assert log_lines(app) == ["first"]  # held, not shown
+        await pilot.press("p")
+        assert log_lines(app) == ["first", "more"] and not app.held_lines
