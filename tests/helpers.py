@@ -59,7 +59,7 @@ def run_gpuwatch(args: list[str], cwd: Path | str, **env: str) -> subprocess.Com
 
 
 @contextmanager
-def _captured() -> Iterator[list[str]]:
+def captured() -> Iterator[list[str]]:
     """Everything written to stdout and stderr in the block, at the descriptor level (the
     script's print, gpuwatch's lines, and what C code writes), whatever pytest captures: the
     list yielded holds both texts once the block is left."""
@@ -106,7 +106,7 @@ def gpuwatch_here(
     os.environ.update(env or {})
     os.chdir(cwd)
     try:
-        with _captured() as texts:
+        with captured() as texts:
             code = main(list(args))
     finally:
         os.chdir(saved_cwd)
@@ -116,3 +116,32 @@ def gpuwatch_here(
             else:
                 os.environ[key] = value
     return subprocess.CompletedProcess(["gpuwatch", *args], code, *texts)
+
+
+def script_here(path: Path, args: list[str], cwd: Path | str) -> subprocess.CompletedProcess[str]:
+    """``python PATH ARGS`` run in this process (``runpy``, as ``__main__``, its folder first on
+    ``sys.path``), its output captured as a process's would be; it must exit 0. torch's global
+    random state and the modules the script imported from its folder are put back after it."""
+    import runpy
+
+    import torch
+
+    folder = str(path.parent)
+    saved_argv, saved_path, saved_cwd = sys.argv[:], sys.path[:], os.getcwd()
+    before = set(sys.modules)
+    sys.argv = [str(path), *args]
+    sys.path.insert(0, folder)
+    os.chdir(cwd)
+    try:
+        with torch.random.fork_rng(devices=[]), captured() as texts:
+            try:
+                runpy.run_path(str(path), run_name="__main__")
+            except SystemExit as exc:
+                assert exc.code in (None, 0), f"{path.name} exited {exc.code}"
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        os.chdir(saved_cwd)
+        for name in set(sys.modules) - before:
+            if (getattr(sys.modules[name], "__file__", None) or "").startswith(folder):
+                del sys.modules[name]
+    return subprocess.CompletedProcess([str(path), *args], 0, *texts)
