@@ -6,6 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
+#: pytester runs a pytest session in this process (tests of gpuwatch's pytest plugin).
+pytest_plugins = ["pytester"]
+
 
 @pytest.fixture(params=["copies", "every_op"])
 def both_paths(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
