@@ -33,13 +33,13 @@ def run(
     args: list[str],
     cwd: Path | str | None = None,
     timeout: float = 180,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str | None] | None = None,
     **kw: Any,
 ) -> subprocess.CompletedProcess[str]:
     """``args`` in a process of its own, its output captured (never raises on a non-zero exit),
-    200 columns wide, with no rank variables and default signal dispositions. ``env`` adds to
-    (or, with a None value, removes from) this process's environment."""
-    full = {**os.environ, "COLUMNS": "200"}
+    with no rank variables and default signal dispositions. ``env`` adds to (or, with a None
+    value, removes from) this process's environment."""
+    full = dict(os.environ)
     for var in RANK_VARS:
         full.pop(var, None)
     for key, value in (env or {}).items():
@@ -54,8 +54,8 @@ def run(
 
 
 def run_gpuwatch(args: list[str], cwd: Path | str, **env: str) -> subprocess.CompletedProcess[str]:
-    """``python -m gpuwatch ARGS`` in ``cwd``, in a process of its own."""
-    return run([*GPUWATCH, *args], cwd, env=env)
+    """``python -m gpuwatch ARGS`` in ``cwd``, in a process of its own, 200 columns wide."""
+    return run([*GPUWATCH, *args], cwd, env={"COLUMNS": "200", **env})
 
 
 @contextmanager
@@ -145,3 +145,46 @@ def script_here(path: Path, args: list[str], cwd: Path | str) -> subprocess.Comp
             if (getattr(sys.modules[name], "__file__", None) or "").startswith(folder):
                 del sys.modules[name]
     return subprocess.CompletedProcess([str(path), *args], 0, *texts)
+
+
+#: ``make_live_app``'s default: GPU cards from two simulated GPUs.
+FAKE_GPUS = "two fake GPUs"
+
+
+def make_live_app(
+    tmp_path: Path,
+    target: str,
+    source: str,
+    args: list[str] | tuple[str, ...] = (),
+    *,
+    options: Any = None,
+    sampler: Any = FAKE_GPUS,
+    report: str = "r.json",
+    **kw: Any,
+) -> Any:
+    """The ``--live`` app over a real child running ``source``, written to ``tmp_path/target``
+    (``target`` as the user typed it: relative to ``tmp_path``, the child's folder, or
+    absolute), its counters every 0.1 s, GPU samples every 0.2 s from two simulated GPUs
+    (``sampler=None``: none), its JSON report to ``tmp_path/report``; ``kw`` go to LiveApp."""
+    from gpuwatch.monitor.nvml import FakeBackend, Sampler
+    from gpuwatch.profile.live.app import LiveApp
+    from gpuwatch.profile.live.session import ChildSession
+    from gpuwatch.profile.run import ProfileOptions
+    from gpuwatch.profile.runner import Target
+    from gpuwatch.report.write import Output
+
+    path = tmp_path / target
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    session = ChildSession(
+        Target(target, list(args)), options or ProfileOptions(), interval_s=0.1, cwd=str(tmp_path)
+    )
+    if sampler == FAKE_GPUS:
+        sampler = Sampler(FakeBackend(gpu_count=2), interval_s=0.2)
+    return LiveApp(
+        session,
+        sampler,
+        gpu_interval_s=0.2,
+        outputs=[Output("json", str(tmp_path / report))],
+        **kw,
+    )

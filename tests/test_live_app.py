@@ -13,15 +13,14 @@ import pytest
 
 from gpuwatch.app.screens import ConfirmScreen, StackScreen, SummaryScreen
 from gpuwatch.app.widgets import GpuCard, HotLinesTable
-from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.profile.live import app as live_app
 from gpuwatch.profile.live.app import LiveApp
 from gpuwatch.profile.live.protocol import Done, Hello, ProtocolError, decode, encode
 from gpuwatch.profile.live.session import ChildSession
 from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
-from gpuwatch.report.write import Output
 from tests.conftest import plain, read_pty, start_in_pty, wait_until
+from tests.helpers import FAKE_GPUS, make_live_app
 
 LOOP = textwrap.dedent("""
     import os, signal, sys, time, torch
@@ -42,22 +41,11 @@ LOOP = textwrap.dedent("""
 """)
 
 
-def make_app(tmp_path: Path, *args: str, sampler=None, **kw) -> LiveApp:
-    (tmp_path / "loop.py").write_text(LOOP)
-    session = ChildSession(
-        Target(str(tmp_path / "loop.py"), list(args)),
-        ProfileOptions(),
-        interval_s=0.1,
-        cwd=str(tmp_path),
-    )
-    if sampler is None and "no_gpu_reason" not in kw:
-        sampler = Sampler(FakeBackend(gpu_count=2), interval_s=0.2)
-    return LiveApp(
-        session,
-        sampler,
-        gpu_interval_s=0.2,
-        outputs=[Output("json", str(tmp_path / "run.json"))],
-        **kw,
+def make_app(tmp_path: Path, *args: str, sampler=FAKE_GPUS, **kw) -> LiveApp:
+    if "no_gpu_reason" in kw:
+        sampler = None
+    return make_live_app(
+        tmp_path, str(tmp_path / "loop.py"), LOOP, args, sampler=sampler, report="run.json", **kw
     )
 
 

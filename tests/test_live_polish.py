@@ -15,13 +15,10 @@ from gpuwatch.app.screens import HelpScreen
 from gpuwatch.app.widgets import GpuCard, HotLinesTable, RatesPanel, StatusLine
 from gpuwatch.app.widgets.hot_lines import layout, short_path
 from gpuwatch.cli import main as cli
-from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.profile.live.app import LiveApp
-from gpuwatch.profile.live.session import ChildSession
 from gpuwatch.profile.run import ProfileOptions
-from gpuwatch.profile.runner import Target
-from gpuwatch.report.write import Output
 from tests.conftest import plain, wait_until
+from tests.helpers import make_live_app
 
 # Copies from a deep folder, so the line column has a long path to shorten.
 SCRIPT = textwrap.dedent("""
@@ -38,21 +35,8 @@ SCRIPT = textwrap.dedent("""
 
 
 def make_app(tmp_path: Path, *args: str, options: ProfileOptions | None = None) -> LiveApp:
-    folder = tmp_path / "experiments" / "2026" / "resnet_baseline"
-    folder.mkdir(parents=True)
-    (folder / "train_loop.py").write_text(SCRIPT)
-    session = ChildSession(
-        Target("experiments/2026/resnet_baseline/train_loop.py", list(args)),
-        options or ProfileOptions(),
-        interval_s=0.1,
-        cwd=str(tmp_path),
-    )
-    return LiveApp(
-        session,
-        Sampler(FakeBackend(gpu_count=2), interval_s=0.2),
-        gpu_interval_s=0.2,
-        outputs=[Output("json", str(tmp_path / "r.json"))],
-    )
+    target = "experiments/2026/resnet_baseline/train_loop.py"
+    return make_live_app(tmp_path, target, SCRIPT, args, options=options)
 
 
 def shown_cards(app: LiveApp) -> list[int]:
@@ -81,8 +65,8 @@ async def test_at_80x24_cards_follow_the_gpus_used_lines_fit_and_rates_stop(tmp_
         assert any(str(table.get_row_at(i)[col]).endswith("KiB") for i in range(table.row_count))
         await wait_until(lambda: app.exit_code is not None, 60)
         await pilot.press("escape")  # the summary screen the run ends on
-        await pilot.pause(0.2)
         rates = app.query_one(RatesPanel)
+        await wait_until(lambda: rates.border_title == "Rates (script ended)", 30)
         assert rates.border_title == "Rates (script ended)"
         text = plain(rates)
         assert "the script has ended" in text and "/s" in text
@@ -91,9 +75,9 @@ async def test_at_80x24_cards_follow_the_gpus_used_lines_fit_and_rates_stop(tmp_
 
 async def test_live_on_the_fast_path_counts_copies_and_says_ops_are_not_counted(tmp_path):
     app = make_app(tmp_path, "0", "30", options=ProfileOptions(kernel_timing=False))
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=(120, 40)):
         await wait_until(lambda: app.snapshots_seen >= 2, 30)
-        await pilot.pause(0.3)
+        await wait_until(lambda: "ops not counted" in plain(app.query_one(RatesPanel)), 30)
         assert app.last_snapshot is not None and app.last_snapshot.counting == "copies"
         assert "ops not counted, not timed (--no-kernel-timing)" in plain(app.query_one(RatesPanel))
         status = plain(app.query_one(StatusLine))

@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.profile.live.app import LiveApp
 from gpuwatch.profile.live.session import ChildSession
 from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
-from gpuwatch.report.write import Output
 from tests.conftest import plain, read_pty, start_in_pty, wait_until
+from tests.helpers import make_live_app
 
 LOOP = textwrap.dedent("""
     import os, sys, time, torch
@@ -111,17 +110,7 @@ def test_the_child_ends_with_a_killed_parent_and_writes_the_report_itself(tmp_pa
 
 
 def make_app(tmp_path: Path, script: str, **kw) -> LiveApp:
-    (tmp_path / "s.py").write_text(textwrap.dedent(script))
-    session = ChildSession(
-        Target(str(tmp_path / "s.py"), []), ProfileOptions(), interval_s=0.1, cwd=str(tmp_path)
-    )
-    return LiveApp(
-        session,
-        Sampler(FakeBackend(gpu_count=2), interval_s=0.2),
-        gpu_interval_s=0.2,
-        outputs=[Output("json", str(tmp_path / "r.json"))],
-        **kw,
-    )
+    return make_live_app(tmp_path, str(tmp_path / "s.py"), textwrap.dedent(script), **kw)
 
 
 def log_text(app: LiveApp) -> str:
@@ -138,9 +127,9 @@ async def test_a_50_mb_line_of_output_does_not_freeze_the_view(tmp_path):
         """,
     )
     began = time.monotonic()
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=(120, 40)):
         await wait_until(lambda: app.exit_code is not None, 60)
-        await pilot.pause(0.2)
+        await wait_until(lambda: "after the long line" in log_text(app), 30)
         text = log_text(app)
     assert time.monotonic() - began < 30
     assert "[49,996,000 more bytes of this line not shown]" in text
@@ -161,9 +150,10 @@ async def test_carriage_return_progress_bars_show_while_they_run(tmp_path):
             time.sleep(0.05)
         """,
     )
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=(120, 40)):
         await wait_until(lambda: (tmp_path / "hold").exists(), 60)
-        await pilot.pause(0.3)
+        # the newest state shows (and then, no newline having come, the log has no line of it)
+        await wait_until(lambda: plain(app.query_one("#progress")).strip() == "training 75%|", 30)
         assert plain(app.query_one("#progress")).strip() == "training 75%|"  # the newest state
         assert "training" not in log_text(app)  # not a line yet: no newline has come
         app.session.kill()
