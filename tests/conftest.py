@@ -6,6 +6,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.helpers import default_signals
+
+#: pytester runs a pytest session in this process (tests of gpuwatch's pytest plugin).
+pytest_plugins = ["pytester"]
+
 
 def _ours_on() -> set[str]:
     """What of ours is on in this process now: patches, switches and globals (the registry's
@@ -120,16 +125,6 @@ def screen_lines(app) -> list[str]:
     """What the terminal shows, line by line, as plain text (NB: Textual's compositor is private;
     this is what its screenshots are made from)."""
     return [strip.text for strip in app.screen._compositor.render_strips()]
-
-
-def default_signals() -> None:
-    """``preexec_fn`` for a child that must see SIGINT, SIGTERM and SIGHUP at their defaults,
-    however the suite was started (a background job of a non-interactive shell hands every
-    child SIGINT ignored)."""
-    import signal
-
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, signal.SIG_DFL)
 
 
 def read_pty(fd: int) -> bytes:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -59,15 +56,3 @@ def always_pinned(_t: torch.Tensor) -> bool:
 
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
-
-def run_gpuwatch(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """``python -m gpuwatch ARGS`` in ``cwd``, its output captured, 200 columns wide."""
-    return subprocess.run(
-        [sys.executable, "-m", "gpuwatch", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "200", **env},
-    )

@@ -3,8 +3,6 @@ its own thread (and what that thread starts) only; the pytest plugin runs it on 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -150,19 +148,26 @@ def test_step_never_syncs(model):
 """
 
 
-def test_pytest_plugin_fails_a_test_when_an_item_is_added_naming_that_line(tmp_path):
-    (tmp_path / "steps.py").write_text(GUARDED)
-    (tmp_path / "test_steps.py").write_text(SUITE)
-    # NB: no -p: the plugin comes from gpuwatch's pytest11 entry point
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gpuwatch-fake-cuda"]
-    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 passed" in done.stdout
-    (tmp_path / "steps.py").write_text(
-        GUARDED.replace("    return loss", "    print(loss.item())\n    return loss")
-    )
-    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "over budget (syncs<=0) in test_steps.py::test_step_never_syncs:" in done.stdout
-    assert "1  steps.py:6 (train_step) print(loss.item())" in done.stdout
-    assert "1 failed" in done.stdout
+def test_pytest_plugin_fails_a_test_when_an_item_is_added_naming_that_line(pytester, monkeypatch):
+    # NB: in this process (pytester restores sys.modules after each run); no -p: the plugin
+    # comes from gpuwatch's pytest11 entry point. torch's own modules that the fake GPU imports
+    # go in first: registered twice, their op libraries would raise. The edited project is a
+    # copy in a folder of its own: one process sees each source file once, as a user's would.
+    import torch._inductor.test_operators  # noqa: F401
+
+    args = ["-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--gpuwatch-fake-cuda"]
+    for folder, steps, ret, said in (
+        ("clean", GUARDED, 0, "1 passed"),
+        ("synced", GUARDED.replace("    return loss", "    print(loss.item())\n    return loss"), 1,
+         "1 failed"),
+    ):  # fmt: skip
+        project = pytester.mkdir(folder)
+        (project / "steps.py").write_text(steps)
+        (project / "test_steps.py").write_text(SUITE)
+        monkeypatch.chdir(project)
+        done = pytester.runpytest_inprocess(*args)
+        out = done.stdout.str()
+        assert done.ret == ret, out + done.stderr.str()
+        assert said in out
+    assert "over budget (syncs<=0) in test_steps.py::test_step_never_syncs:" in out
+    assert "1  steps.py:6 (train_step) print(loss.item())" in out

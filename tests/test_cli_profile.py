@@ -1,11 +1,12 @@
-"""``gpuwatch profile`` and ``gpuwatch report`` run as a user runs them: real subprocesses, with
-scripts in tmp_path that make copies and syncs on fake CUDA tensors."""
+"""``gpuwatch profile`` and ``gpuwatch report`` run as a user runs them, with scripts in tmp_path
+that make copies and syncs on fake CUDA tensors: one run through the console script in a process
+of its own, the rest through the CLI's ``main()`` in this process (the same run path, seconds
+less each)."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli import main as cli
+from tests.helpers import gpuwatch_here, run
 
 ENTRY_POINTS = [["gpuwatch"], [sys.executable, "-m", "gpuwatch"]]
 
@@ -39,12 +41,6 @@ def script(tmp_path: Path, text: str, name: str = "train.py") -> Path:
     path = tmp_path / name
     path.write_text(text)
     return path
-
-
-def run(args, cwd, timeout=120, **kw) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        args, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False, **kw
-    )
 
 
 # NB: both entry points (the console script, python -m gpuwatch) are run by test_cli_top's
@@ -77,11 +73,11 @@ def test_counts_in_the_json_are_exact_and_argv_passes_through(tmp_path, entry):
 
 
 @pytest.fixture(scope="module")
-def saved_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+def saved_run(tmp_path_factory):
     """One profiled run (exit code 3) whose report several tests read: profiled once."""
     tmp = tmp_path_factory.mktemp("saved")
     script(tmp, COPIES)
-    return tmp, run(["gpuwatch", "profile", "-q", "--json", "r.json", "train.py", "3"], tmp)
+    return tmp, gpuwatch_here(["profile", "-q", "--json", "r.json", "train.py", "3"], tmp)
 
 
 def test_exit_code_of_the_script_is_kept(saved_run):
@@ -93,9 +89,7 @@ def test_exit_code_of_the_script_is_kept(saved_run):
 
 def test_an_exception_shows_the_scripts_traceback_and_a_partial_report(tmp_path):
     script(tmp_path, COPIES + "raise ValueError('shapes do not match')\n")
-    done = run(
-        ["gpuwatch", "profile", "--json", "r.json", "--html", "r.html", "train.py"], tmp_path
-    )
+    done = gpuwatch_here(["profile", "--json", "r.json", "--html", "r.html", "train.py"], tmp_path)
     assert done.returncode == 1
     err = done.stderr
     assert "Traceback (most recent call last):" in err
@@ -121,7 +115,7 @@ def test_fullgraph_compile_refused_under_the_profiler_gets_a_hint(tmp_path):
             print(f(torch.ones(4)).item())
         """),
     )
-    done = run(["gpuwatch", "profile", "-q", "--json", "r.json", "train.py"], tmp_path)
+    done = gpuwatch_here(["profile", "-q", "--json", "r.json", "train.py"], tmp_path)
     assert done.returncode == 1
     # one line, no dynamo dump of skipped frames, and the option that runs it unmodified
     assert done.stderr == (
@@ -132,7 +126,7 @@ def test_fullgraph_compile_refused_under_the_profiler_gets_a_hint(tmp_path):
     )
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["partial"] is True and doc["error"].startswith("RuntimeError: torch.compile")
-    done = run(["gpuwatch", "profile", "-q", "--no-kernel-timing", "train.py"], tmp_path)
+    done = gpuwatch_here(["profile", "-q", "--no-kernel-timing", "train.py"], tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (0, "8.0\n", "")
 
 
@@ -141,10 +135,9 @@ def test_dash_m_runs_a_module_with_its_arguments(tmp_path):
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "train.py").write_text(COPIES)
-    done = run(
+    done = gpuwatch_here(
         # everything after the module is the module's, gpuwatch's own options included
         [
-            "gpuwatch",
             "profile",
             "-q",
             "--json",
@@ -190,7 +183,7 @@ def test_dash_m_runs_a_module_with_its_arguments(tmp_path):
 )
 def test_bad_input_is_one_line_and_exit_2_before_the_script_runs(tmp_path, args, message):
     script(tmp_path, "open('ran', 'w').write('yes')\n")
-    done = run(["gpuwatch", "profile", *args], tmp_path)
+    done = gpuwatch_here(["profile", *args], tmp_path)
     assert done.returncode == 2
     assert done.stderr == f"gpuwatch: error: {message}\n"
     assert not (tmp_path / "ran").exists()
@@ -211,7 +204,7 @@ def test_unreadable_script_is_refused(tmp_path, monkeypatch, capsys):
 
 def test_report_rerenders_a_saved_run(saved_run):
     tmp_path, _ = saved_run
-    done = run(["gpuwatch", "report", "r.json", "--html", "again.html"], tmp_path)
+    done = gpuwatch_here(["report", "r.json", "--html", "again.html"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert "Top lines by syncs" in done.stdout and f"train.py:{LINE_ITEM}" in done.stdout
     assert "<!DOCTYPE html>" in (tmp_path / "again.html").read_text()[:50]
@@ -231,13 +224,13 @@ def test_report_rerenders_a_saved_run(saved_run):
 )
 def test_report_refuses_corrupt_or_foreign_files(tmp_path, content, message):
     (tmp_path / "bad.json").write_bytes(content)
-    done = run(["gpuwatch", "report", "bad.json"], tmp_path)
+    done = gpuwatch_here(["report", "bad.json"], tmp_path)
     assert done.returncode == 2 and done.stderr.startswith("gpuwatch: error:")
     assert message in done.stderr and "Traceback" not in done.stderr
 
 
 def test_report_of_a_missing_file(tmp_path):
-    done = run(["gpuwatch", "report", "nope.json"], tmp_path)
+    done = gpuwatch_here(["report", "nope.json"], tmp_path)
     assert (done.returncode, done.stderr) == (2, "gpuwatch: error: no such file: nope.json\n")
 
 
@@ -247,7 +240,7 @@ EVIL = "</script><img src=x onerror=window.__pwned=1><b>"
 def test_html_escapes_strings_from_user_code(tmp_path):
     text = COPIES.replace("loss = (x @ w)", f"loss = (x @ w)  # {EVIL}\n        loss = (x @ w)")
     script(tmp_path, text, name="evil_<b>.py")
-    done = run(["gpuwatch", "profile", "-q", "--html", "r.html", "evil_<b>.py"], tmp_path)
+    done = gpuwatch_here(["profile", "-q", "--html", "r.html", "evil_<b>.py"], tmp_path)
     assert done.returncode == 0, done.stderr
     page = (tmp_path / "r.html").read_text()
     assert EVIL not in page and "<img src=x" not in page
@@ -266,7 +259,7 @@ def test_html_report_renders_offline_in_a_real_browser(tmp_path):
     pw, exe = _browser()
     text = COPIES.replace("loss = (x @ w)", f"loss = (x @ w)  # {EVIL}\n        loss = (x @ w)")
     script(tmp_path, text)
-    done = run(["gpuwatch", "profile", "-q", "--html", "r.html", "train.py"], tmp_path)
+    done = gpuwatch_here(["profile", "-q", "--html", "r.html", "train.py"], tmp_path)
     assert done.returncode == 0, done.stderr
     with pw.sync_playwright() as p:
         browser = p.chromium.launch(

@@ -12,6 +12,7 @@ from gpuwatch import __version__
 from gpuwatch.cli import main as cli
 from gpuwatch.monitor.nvml import FakeBackend, NvmlUnavailable, Sampler
 from gpuwatch.report.snapshot import snapshot_text
+from tests import helpers
 
 GPU_KEYS = {
     "index",
@@ -36,7 +37,7 @@ ENTRY_POINTS = [["gpuwatch"], [sys.executable, "-m", "gpuwatch"]]
 
 
 def run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+    return helpers.run(args, timeout=timeout)
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS, ids=["script", "module"])

@@ -1,5 +1,6 @@
 """Every demo and exercise runs on the CPU with tiny sizes; on a GPU, the naive variant's
-mistakes show in the profile, at the lines that make them."""
+mistakes show in the profile, at the lines that make them. The demos run in this process, as
+``__main__`` (torch is imported once for all of them)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers import gpuwatch_here, script_here
+
 ROOT = Path(__file__).resolve().parent.parent
 DEMOS = ROOT / "demos"
 TINY = ["--steps", "6", "--epochs", "2", "--batch", "8", "--size", "16"]
@@ -19,37 +22,22 @@ gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-def demo(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    (done,) = together([sys.executable, *args], timeout=timeout)
-    return done
+def demo(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python demos/SCRIPT ARGS`` in this process (the demos' ``__main__`` path, torch
+    already imported): its stdout and stderr; it must exit 0."""
+    return script_here(ROOT / script, list(args), ROOT)
 
 
-def together(*commands: list[str], timeout: float = 180) -> list[subprocess.CompletedProcess[str]]:
-    """Runs ``commands`` at once (the machine has two cores; each starts torch), each must
-    succeed; their results in order."""
-    procs = [
-        subprocess.Popen(c, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for c in commands
-    ]
-    done = []
-    for cmd, p in zip(commands, procs, strict=True):
-        out, err = p.communicate(timeout=timeout)
-        assert p.returncode == 0, err
-        done.append(subprocess.CompletedProcess(cmd, p.returncode, out, err))
-    return done
+def together(*commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """Runs each ``[script, args...]`` in turn; each must succeed; their results in order."""
+    return [demo(*c) for c in commands]
 
 
 def profiled(out: Path, *script_and_args: str, quiet: bool = True) -> tuple[dict, str]:
-    """``gpuwatch profile --json OUT script args``: the JSON document and the summary (stderr)."""
+    """``gpuwatch profile --json OUT script args`` (in this process: the same run path as the
+    command's): the JSON document and the summary (stderr)."""
     flags = ["-q"] if quiet else []
-    done = subprocess.run(
-        ["gpuwatch", "profile", *flags, "--json", str(out), *script_and_args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = gpuwatch_here(["profile", *flags, "--json", str(out), *script_and_args], ROOT)
     assert done.returncode == 0, done.stderr
     return json.loads(out.read_text()), done.stderr
 
@@ -62,10 +50,7 @@ def final_loss(out: str) -> float:
 
 def test_naive_and_fixed_reach_the_same_loss():
     naive, fixed = together(
-        *(
-            [sys.executable, "demos/single_gpu_training.py", "--variant", v, *TINY]
-            for v in ("naive", "fixed")
-        )
+        *(["demos/single_gpu_training.py", "--variant", v, *TINY] for v in ("naive", "fixed"))
     )
     assert abs(final_loss(naive.stdout) - final_loss(fixed.stdout)) < 1e-4
     assert naive.stdout.count("epoch ") == fixed.stdout.count("epoch ") == 2
@@ -115,8 +100,8 @@ def test_exercises_print_their_tables():
     matmul, trace = (
         d.stdout
         for d in together(
-            [sys.executable, "demos/exercises.py", "matmul", "--sizes", "16", "32"],
-            [sys.executable, "demos/exercises.py", "trace-log", "--steps", "20", "--size", "8"],
+            ["demos/exercises.py", "matmul", "--sizes", "16", "32"],
+            ["demos/exercises.py", "trace-log", "--steps", "20", "--size", "8"],
         )
     )
     assert re.search(r"^16x16\s+\d+\.\d+", matmul, re.M) and "32x32" in matmul
@@ -164,21 +149,14 @@ def test_trace_log_profile_shows_one_sync_per_logged_value(tmp_path):
 
 
 def _profile_both(tmp_path: Path, *flags: str) -> list[tuple[dict, str]]:
-    """Both variants profiled at once: ``[(naive JSON, summary), (fixed JSON, summary)]``."""
-    variants = ("naive", "fixed")
-    done = together(
-        *(
-            ["gpuwatch", "profile", "--json", str(tmp_path / f"{v}.json"), *flags,
-             "demos/single_gpu_training.py", "--variant", v,
-             "--steps", "20", "--epochs", "1", "--batch", "32"]
-            for v in variants
-        ),
-        timeout=300,
-    )  # fmt: skip
+    """Both variants profiled: ``[(naive JSON, summary), (fixed JSON, summary)]``."""
     return [
-        (json.loads((tmp_path / f"{v}.json").read_text()), d.stderr)
-        for v, d in zip(variants, done, strict=True)
-    ]
+        profiled(
+            tmp_path / f"{v}.json", *flags, "demos/single_gpu_training.py", "--variant", v,
+            "--steps", "20", "--epochs", "1", "--batch", "32", quiet=False,
+        )
+        for v in ("naive", "fixed")
+    ]  # fmt: skip
 
 
 def test_without_a_gpu_fake_cuda_teaches_the_naive_and_fixed_lesson(tmp_path):

@@ -5,7 +5,6 @@ report, the merge, and ``--nproc-per-node``."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli.main import main as gpuwatch_main
+from tests import helpers
 
 PARAM_BYTES = 64 * 64 * 4 + 64 * 4  # Linear(64, 64): weight and bias, float32 = 16640
 
@@ -66,12 +66,7 @@ def line_in(text: str, marker: str) -> int:
 
 
 def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(var, None)
-    return subprocess.run(
-        args, cwd=cwd, capture_output=True, text=True, timeout=180, env=env, check=False
-    )
+    return helpers.run(args, cwd, env={"COLUMNS": "200", "OMP_NUM_THREADS": "1"})
 
 
 # NB: "--no-kernel-timing" is the fast path (only the ops that copy, sync or communicate reach

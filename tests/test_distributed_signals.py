@@ -14,7 +14,7 @@ import time
 
 import psutil
 
-from tests.conftest import default_signals
+from tests.helpers import default_signals
 
 # Both ranks all-reduce once (40 bytes each); then rank 1 hangs where no signal reaches it (as in
 # a wedged driver call: the stopping signals blocked), while rank 0 copies 64 bytes to a (fake)

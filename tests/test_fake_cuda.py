@@ -15,7 +15,8 @@ import torch.nn as nn
 
 import profilers
 from tests import conftest
-from tests.profiler_helpers import copies, line_of, run_gpuwatch, site_at
+from tests.helpers import run_gpuwatch
+from tests.profiler_helpers import copies, line_of, site_at
 
 pytestmark = [
     pytest.mark.skipif(

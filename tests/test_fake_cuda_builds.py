@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests import conftest
-from tests.profiler_helpers import run_gpuwatch
+from tests.helpers import run_gpuwatch
 
 pytestmark = pytest.mark.skipif(
     conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)

@@ -4,8 +4,6 @@ program computes, leaves the dispatcher as it found it, and says so when it cann
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -14,6 +12,7 @@ import torch
 import profilers
 from profilers.counting import kernels as _kernels
 from tests import conftest
+from tests.helpers import gpuwatch_here
 from tests.profiler_helpers import copies, line_of, site_at
 
 needs_fake_cuda = pytest.mark.skipif(
@@ -202,22 +201,8 @@ def test_the_cli_says_ops_were_not_counted_and_counts_them_with_count_ops(tmp_pa
     script.write_text("import torch\nx = torch.randn(8, 8)\nprint(float((x @ x).sum()) != 1.5)\n")
     for flags, counting in (([], "copies"), (["--count-ops"], "every_op")):
         out = tmp_path / f"{counting}.json"
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "gpuwatch",
-                "profile",
-                "--no-kernel-timing",
-                *flags,
-                "--json",
-                str(out),
-                str(script),
-            ],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            timeout=120,
+        proc = gpuwatch_here(
+            ["profile", "--no-kernel-timing", *flags, "--json", str(out), str(script)], tmp_path
         )
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith("True\n")  # the script's own output, untouched

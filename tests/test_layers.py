@@ -40,18 +40,18 @@ def test_ruff_lint_and_import_boundaries():
     ],
 )
 def test_each_layer_bans_what_sits_above_it(where, line, banned):
+    # NB: the probe goes to ruff on stdin, named as if it lay in ``where``: nothing is written
+    # in the source tree, where a parallel worker's ``ruff check .`` would see it.
     probe = ROOT / where / "_layer_probe.py"
-    probe.write_text(line + "\n")
-    try:
-        done = subprocess.run(
-            [*_tool("ruff"), "check", "--select", "TID251", str(probe)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
-    finally:
-        probe.unlink()
-    assert done.returncode == 1 and f"`{banned}` is banned" in done.stdout
+    assert not probe.exists()
+    done = subprocess.run(
+        [*_tool("ruff"), "check", "--select", "TID251", "--stdin-filename", str(probe), "-"],
+        cwd=ROOT,
+        input=line + "\n",
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1 and f"`{banned}` is banned" in done.stdout, done.stdout
 
 
 def _modules() -> dict[str, Path]:

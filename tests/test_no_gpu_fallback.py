@@ -4,15 +4,13 @@ so (and point at --fake-cuda) rather than read as a clean run with "No hints".""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 import profilers
 from tests import conftest
+from tests.helpers import run_gpuwatch
 from tests.profiler_helpers import line_of
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch with no GPU")
@@ -67,14 +65,7 @@ def test_the_summary_and_json_say_it_ran_on_the_cpu_and_suggest_fake_cuda(tmp_pa
     from gpuwatch.report.load import load_report
 
     (tmp_path / "train.py").write_text(SCRIPT)
-    done = subprocess.run(
-        [sys.executable, "-m", "gpuwatch", "profile", "--json", "r.json", "train.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "300"},
-    )
+    done = run_gpuwatch(["profile", "--json", "r.json", "train.py"], tmp_path, COLUMNS="300")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["loss 64.0"] * 3  # the script's own output, untouched
     said = " ".join(done.stderr.split())

@@ -9,13 +9,12 @@ import os
 import stat
 import subprocess
 import threading
-from pathlib import Path
 
 import pytest
 
-from gpuwatch.cli import main as cli
 from gpuwatch.report.write import Output, check_outputs, streams_through, write_reports
 from profilers import Report
+from tests.helpers import gpuwatch_here
 
 # Two copies to a (fake) GPU of 16 floats, 64 bytes each: a report with exact counts.
 SCRIPT = """\
@@ -29,27 +28,16 @@ with FakeTensorMode(shape_env=ShapeEnv()):
 """
 
 
-def profile_here(
-    args: list[str], cwd: Path, monkeypatch, capfd
-) -> subprocess.CompletedProcess[str]:
-    monkeypatch.chdir(cwd)
-    code = cli.main(args)
-    out, err = capfd.readouterr()
-    return subprocess.CompletedProcess(["gpuwatch", *args], code, out, err)
-
-
 def _h2d(doc: dict) -> tuple[int, int]:
     return doc["totals"]["h2d"]["count"], doc["totals"]["h2d"]["bytes"]
 
 
-def test_dev_null_for_every_report_stays_the_device(tmp_path, monkeypatch, capfd):
+def test_dev_null_for_every_report_stays_the_device(tmp_path):
     (tmp_path / "s.py").write_text(SCRIPT)
     before = os.stat("/dev/null")
-    done = profile_here(
+    done = gpuwatch_here(
         ["profile", "--json", "/dev/null", "--html", "/dev/null", "--trace", "/dev/null", "s.py"],
         tmp_path,
-        monkeypatch,
-        capfd,
     )
     assert done.returncode == 0, done.stderr
     after = os.stat("/dev/null")
@@ -58,13 +46,10 @@ def test_dev_null_for_every_report_stays_the_device(tmp_path, monkeypatch, capfd
     assert done.stderr.count("gpuwatch: wrote /dev/null") == 3
 
 
-def test_dev_full_says_no_space_in_one_line_and_exits_2(tmp_path, monkeypatch, capfd):
+def test_dev_full_says_no_space_in_one_line_and_exits_2(tmp_path):
     (tmp_path / "s.py").write_text(SCRIPT)
-    done = profile_here(
-        ["profile", "-q", "--json", "/dev/full", "--html", "r.html", "s.py"],
-        tmp_path,
-        monkeypatch,
-        capfd,
+    done = gpuwatch_here(
+        ["profile", "-q", "--json", "/dev/full", "--html", "r.html", "s.py"], tmp_path
     )
     assert done.returncode == 2
     assert done.stderr == (
@@ -93,18 +78,13 @@ def test_trace_to_dev_stdout_follows_the_scripts_output_in_the_same_file(tmp_pat
     assert _h2d(json.loads(rest)) == (2, 128)
 
 
-def test_a_symlink_stays_a_symlink_and_its_target_gets_the_report(tmp_path, monkeypatch, capfd):
+def test_a_symlink_stays_a_symlink_and_its_target_gets_the_report(tmp_path):
     (tmp_path / "s.py").write_text(SCRIPT)
     (tmp_path / "keep").mkdir()
     (tmp_path / "keep" / "r.json").write_text("the old report")
     (tmp_path / "r.json").symlink_to("keep/r.json")
     (tmp_path / "new.json").symlink_to("keep/new.json")  # a link to where the report should go
-    done = profile_here(
-        ["profile", "-q", "--json", "r.json", "-o", "new.json", "s.py"],
-        tmp_path,
-        monkeypatch,
-        capfd,
-    )
+    done = gpuwatch_here(["profile", "-q", "--json", "r.json", "-o", "new.json", "s.py"], tmp_path)
     assert done.returncode == 0, done.stderr
     for name in ("r.json", "new.json"):
         assert os.readlink(tmp_path / name) == f"keep/{name}"
@@ -112,7 +92,7 @@ def test_a_symlink_stays_a_symlink_and_its_target_gets_the_report(tmp_path, monk
     assert sorted(p.name for p in (tmp_path / "keep").iterdir()) == ["new.json", "r.json"]
 
 
-def test_a_fifo_gets_the_report_through_and_stays_a_fifo(tmp_path, monkeypatch, capfd):
+def test_a_fifo_gets_the_report_through_and_stays_a_fifo(tmp_path):
     (tmp_path / "s.py").write_text(SCRIPT)
     os.mkfifo(tmp_path / "pipe")
     got: list[bytes] = []
@@ -121,7 +101,7 @@ def test_a_fifo_gets_the_report_through_and_stays_a_fifo(tmp_path, monkeypatch, 
         target=lambda: got.append((tmp_path / "pipe").read_bytes()), daemon=True
     )
     reader.start()
-    done = profile_here(["profile", "-q", "--json", "pipe", "s.py"], tmp_path, monkeypatch, capfd)
+    done = gpuwatch_here(["profile", "-q", "--json", "pipe", "s.py"], tmp_path)
     reader.join(timeout=30)
     assert done.returncode == 0, done.stderr
     assert stat.S_ISFIFO(os.stat(tmp_path / "pipe").st_mode)
@@ -158,7 +138,7 @@ def test_what_streams_through_and_what_is_replaced(tmp_path):
     check_outputs([Output("json", "/dev/null"), Output("html", "/dev/null")])
 
 
-def test_a_script_that_changes_directory_cannot_move_the_reports(tmp_path, monkeypatch, capfd):
+def test_a_script_that_changes_directory_cannot_move_the_reports(tmp_path):
     # Hydra's default: the script runs in an outputs folder of its own, where it keeps a
     # r.json of its own; then it removes that folder.
     (tmp_path / "s.py").write_text(
@@ -167,7 +147,7 @@ def test_a_script_that_changes_directory_cannot_move_the_reports(tmp_path, monke
         + 'open("r.json", "w").write("the script\'s own r.json")\n'
         + 'os.makedirs("tmp")\nos.chdir("tmp")\nos.rmdir("../tmp")\n'
     )
-    done = profile_here(["profile", "--json", "r.json", "s.py"], tmp_path, monkeypatch, capfd)
+    done = gpuwatch_here(["profile", "--json", "r.json", "s.py"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert "gpuwatch: wrote r.json\n" in done.stderr
     assert _h2d(json.loads((tmp_path / "r.json").read_text())) == (2, 128)

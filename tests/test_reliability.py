@@ -22,7 +22,7 @@ import pytest
 
 from gpuwatch.cli import main as cli
 from gpuwatch.report.load import problem
-from tests.conftest import default_signals
+from tests.helpers import default_signals, gpuwatch_here, run
 
 FAKE = textwrap.dedent("""
     import os, sys, threading, time, torch
@@ -58,29 +58,6 @@ def wait_for_line(proc: subprocess.Popen[str], text: str, timeout_s: float = 60)
     deadline = time.monotonic() + timeout_s
     while text not in proc.stdout.readline():
         assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
-
-
-def run(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        args,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        preexec_fn=default_signals,
-    )
-
-
-def profile_here(
-    args: list[str], cwd: Path, monkeypatch, capfd
-) -> subprocess.CompletedProcess[str]:
-    """``gpuwatch ARGS`` in this process (torch is already imported here: a second or so less
-    than a subprocess), for scripts that do not need a process of their own."""
-    monkeypatch.chdir(cwd)
-    code = cli.main(args)
-    out, err = capfd.readouterr()
-    return subprocess.CompletedProcess(["gpuwatch", *args], code, out, err)
 
 
 # -- the ways a run ends --------------------------------------------------------------------------
@@ -184,7 +161,7 @@ def test_os_exit_in_the_script_still_writes_the_report(tmp_path):
     assert "Copies" in done.stderr  # the summary was printed too
 
 
-def test_work_in_non_daemon_threads_after_main_returns_is_counted(tmp_path, monkeypatch, capfd):
+def test_work_in_non_daemon_threads_after_main_returns_is_counted(tmp_path):
     (tmp_path / "threads.py").write_text(
         FAKE
         + textwrap.dedent("""
@@ -202,9 +179,7 @@ def test_work_in_non_daemon_threads_after_main_returns_is_counted(tmp_path, monk
         print("main returns")
     """)
     )
-    done = profile_here(
-        ["profile", "-q", "--json", "r.json", "threads.py"], tmp_path, monkeypatch, capfd
-    )
+    done = gpuwatch_here(["profile", "-q", "--json", "r.json", "threads.py"], tmp_path)
     assert done.returncode == 0, done.stderr
     doc = json.loads((tmp_path / "r.json").read_text())
     assert not doc["partial"]
@@ -229,7 +204,7 @@ def test_sigint_ignored_at_start_stays_ignored_for_the_script(tmp_path):
 # -- scripts that change the interpreter around them -----------------------------------------------
 
 
-def test_a_script_that_clears_sys_path_still_gets_every_report(tmp_path, monkeypatch, capfd):
+def test_a_script_that_clears_sys_path_still_gets_every_report(tmp_path):
     (tmp_path / "paths.py").write_text(
         FAKE
         + textwrap.dedent("""
@@ -239,11 +214,8 @@ def test_a_script_that_clears_sys_path_still_gets_every_report(tmp_path, monkeyp
         sys.path = ["/nowhere"]
     """)
     )
-    done = profile_here(
-        ["profile", "-q", "--json", "r.json", "--html", "r.html", "paths.py"],
-        tmp_path,
-        monkeypatch,
-        capfd,
+    done = gpuwatch_here(
+        ["profile", "-q", "--json", "r.json", "--html", "r.html", "paths.py"], tmp_path
     )
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "r.json").read_text())["totals"]["h2d"]["count"] == 1
@@ -267,7 +239,7 @@ def test_names_and_arguments_that_are_not_utf8(tmp_path):
     assert "caf\\xe9.py" in (tmp_path / "r.html").read_text(encoding="utf-8")
 
 
-def test_dash_m_whose_package_raises_shows_the_users_traceback(tmp_path, monkeypatch, capfd):
+def test_dash_m_whose_package_raises_shows_the_users_traceback(tmp_path, monkeypatch):
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(
@@ -281,9 +253,7 @@ def test_dash_m_whose_package_raises_shows_the_users_traceback(tmp_path, monkeyp
     (pkg / "mod.py").write_text("print('never')\n")
     monkeypatch.syspath_prepend(str(tmp_path))  # as python -m finds packages in the cwd
     monkeypatch.delitem(sys.modules, "pkg", raising=False)
-    done = profile_here(
-        ["profile", "-q", "--json", "r.json", "-m", "pkg.mod"], tmp_path, monkeypatch, capfd
-    )
+    done = gpuwatch_here(["profile", "-q", "--json", "r.json", "-m", "pkg.mod"], tmp_path)
     assert done.returncode == 1
     assert "RuntimeError: boom in the package" in done.stderr
     assert "pkg/__init__.py" in done.stderr and "gpuwatch" not in done.stderr.split("\n")[1]

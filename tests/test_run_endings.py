@@ -8,13 +8,12 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from gpuwatch.cli import main as cli
 from gpuwatch.report.load import problem
-from tests.conftest import default_signals
+from tests.helpers import default_signals, run
 
 # Three copies to a (fake) GPU of 16 floats, 64 bytes each.
 COPIES = textwrap.dedent("""
@@ -25,18 +24,6 @@ COPIES = textwrap.dedent("""
         for _ in range(3):
             torch.randn(16).to("cuda:0")
 """)
-
-
-def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        args,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        preexec_fn=default_signals,
-    )
 
 
 @pytest.mark.parametrize(
