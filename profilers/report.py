@@ -66,6 +66,12 @@ class Report:
     """Where each step's time went (profilers/timing/verdict.py ``time_section``): the run's
     and the newest steps' wall time, host time by cause and line, the profiler's own time taken
     out, and the verdict; None where not measured (a merged report, a --steps window)."""
+    predicted: dict[str, Any] | None = None
+    """``--fake-cuda --gpu NAME``: ``{"gpu": NAME, "source", "memory": {...}}``: the GPU figures
+    of ``time`` and ``what_if`` come from a model of that GPU (profilers/timing/replayed.py)."""
+    what_if: dict[str, Any] | None = None
+    """Every fix the representative step allows, with its saving per step, replayed
+    (profilers/timing/replayed.py ``what_if``); None where the run has no GPU times."""
 
     @property
     def counts_ops(self) -> bool:
@@ -118,6 +124,8 @@ class Report:
             **({"missing_ranks": self.missing_ranks} if self.missing_ranks else {}),
             **({"gpu_fallback": self.gpu_fallback} if self.gpu_fallback else {}),
             **({"time": self.time} if self.time is not None else {}),
+            **({"predicted": self.predicted} if self.predicted is not None else {}),
+            **({"what_if": self.what_if} if self.what_if is not None else {}),
         }
 
     def to_json(self) -> str:
@@ -161,6 +169,8 @@ class Report:
                 missing_ranks=[int(r) for r in d.get("missing_ranks") or []] or None,
                 gpu_fallback=dict(d["gpu_fallback"]) if d.get("gpu_fallback") else None,
                 time=_time(d.get("time")),
+                predicted=_section(d.get("predicted"), "predicted", "gpu"),
+                what_if=_section(d.get("what_if"), "what_if", "savings"),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ReportFormatError(
@@ -201,6 +211,14 @@ def _time(v: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(v, dict) or not isinstance(v.get("run"), dict):
         raise ValueError("time must be an object with a run")
+    return dict(v)
+
+
+def _section(v: Any, name: str, key: str) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict) or key not in v:
+        raise ValueError(f"{name} must be an object with {key}")
     return dict(v)
 
 

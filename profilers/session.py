@@ -29,7 +29,9 @@ from profilers.stats import SiteStats
 from profilers.timing.calibrate import start_clock
 from profilers.timing.cuda_events import CudaApi
 from profilers.timing.inputs import patch_input
-from profilers.timing.verdict import last_step, time_section
+from profilers.timing.oplog import OpLog
+from profilers.timing.replayed import sections, start_log, time_view_on
+from profilers.timing.verdict import last_step
 
 _ENTER_LOCK = threading.Lock()
 
@@ -60,6 +62,8 @@ class Options:
     time_steps: int = 64
     """Where each step's time goes (profilers/timing/): the newest steps kept in full (the run's
     sums cover all of them); 0: not measured. Not with ``steps`` (a window)."""
+    gpu: str | None = None
+    """Under ``--fake-cuda``: the GPU whose times the model predicts (issue 26), by name."""
 
 
 class Profile:
@@ -75,6 +79,7 @@ class Profile:
         self._window: StepWindow | None = None
         self._stack: ExitStack | None = None
         self._gpu_questions: GpuQuestions | None = None
+        self._log: OpLog | None = None
         self._state = "new"
         self._thread: int | None = None
         self._started = 0.0
@@ -133,15 +138,14 @@ class Profile:
             self._gpu_questions.install(stack)
             per_thread_kernel_flag(stack)
             timed = self.options.time_steps > 0 and self.options.steps is None
-            # NB: on a fake GPU each op's host time is mostly the simulation's own work: charged
-            # to the user's lines it would make every step "launch-bound" (honest time: never).
-            timed = timed and not _simulated_gpus()
+            timed = timed and time_view_on(self.options.gpu)
             if timed:
                 patch_input(stack, recorder, _patches.set_attr)
             # What this thread runs inside while it counts: the mode, or the fast path's key.
             counts = per_thread()
             if timed:
                 recorder.step_clock = start_clock(recorder, self.options.time_steps)
+                self._log = start_log(stack, recorder, recorder.step_clock, self.options.gpu)
             if self.options.steps is None:
                 _patches.count_steps(stack, recorder)
                 stack.enter_context(counts)
@@ -243,6 +247,8 @@ class Profile:
             else time.perf_counter() - self._started
         )
         devices = describe_devices(recorder.devices)
+        now = self._ended_ns if self._ended_ns is not None else time.perf_counter_ns()
+        time_view, predicted, what_if = sections(recorder.step_clock, now, self._log, sites)
         return Report(
             command=list(command),
             exit_code=exit_code,
@@ -283,21 +289,10 @@ class Profile:
             gpu_fallback=self._gpu_questions.fallback(devices)
             if self._gpu_questions is not None
             else None,
-            time=self._time(recorder),
+            time=time_view,
+            predicted=predicted,
+            what_if=what_if,
         )
-
-    def _time(self, recorder: Recorder) -> dict[str, Any] | None:
-        clock = recorder.step_clock
-        if clock is None:
-            return None
-        now = self._ended_ns if self._ended_ns is not None else time.perf_counter_ns()
-        return time_section(clock, now)
-
-
-def _simulated_gpus() -> bool:
-    """Whether ``--fake-cuda``'s harness is on (without importing it when it is not)."""
-    fake = sys.modules.get("profilers.fake_cuda.harness")
-    return fake is not None and getattr(fake, "HARNESS", None) is not None
 
 
 def _window_steps(window: StepWindow, seen: dict[str, Any] | None) -> dict[str, Any]:
@@ -353,6 +348,7 @@ def profile(
     cuda: CudaApi | None = None,
     steps: tuple[int, int | None] | None = None,
     time_steps: int = 64,
+    gpu: str | None = None,
 ) -> Profile:
     """Count copies, syncs and kernel time of the code run inside ``with profile() as prof:``.
 
@@ -382,6 +378,8 @@ def profile(
             dispatch mode is off the stack and the code runs at full speed.
         time_steps: where each step's time goes (``report.time``): the newest steps kept in
             full; 0: not measured (nor with ``steps``).
+        gpu: under ``--fake-cuda``, the GPU (a name, e.g. ``"H100"``) whose times a model
+            predicts: the time view's GPU half and the what-ifs, marked predicted.
 
     A profile runs once; profiles cannot be nested. Leaving the block, also by an exception,
     restores every patch and the dispatch mode.
@@ -396,5 +394,6 @@ def profile(
         steps=steps,
         count_ops=count_ops,
         time_steps=time_steps,
+        gpu=gpu,
     )
     return Profile(opts, is_pinned=is_pinned, cuda=cuda)

@@ -31,5 +31,10 @@ def run_report(args: argparse.Namespace) -> int:
             ) from None
         except MergeError as exc:
             raise CliError(str(exc)) from None
-    print_summary(report, args.top, file=sys.stdout)
+    if args.what_if:
+        from gpuwatch.report.whatif import print_what_if
+
+        print_what_if(report, file=sys.stdout)
+    else:
+        print_summary(report, args.top, file=sys.stdout)
     return check_run(limits, report, 2 if write_outputs(report, wanted) else 0)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from gpuwatch.errors import CliError
 from gpuwatch.profile.budget import add_budget_args, budget_for, check_run
+from gpuwatch.profile.gpu_args import add_gpu_args, check_fake_cuda, check_gpu, fake_cuda_errors
 
 #: Copy/sync events a timeline may keep: 10 million is about 1 GB of JSON.
 MAX_TIMELINE_CAPACITY = 10_000_000
@@ -120,6 +119,7 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
         metavar="N",
         help="with --fake-cuda: how many GPUs the machine has (default 1, at most 8)",
     )
+    add_gpu_args(p)
     p.add_argument(
         "--steps",
         type=_step_window,
@@ -177,6 +177,12 @@ def add_parsers(sub: Any, bounded_int: Any, interval: Any) -> None:
     r.add_argument(
         "--top", type=positive_int, default=5, metavar="N", help="lines per top list (default 5)"
     )
+    r.add_argument(
+        "--what-if",
+        action="store_true",
+        help="print what each fix would save per step instead of the summary (the run's "
+        "replayed or predicted what-ifs, their combined saving and overlap)",
+    )
     add_budget_args(r)
     r.set_defaults(handler=_run_report)
 
@@ -233,18 +239,6 @@ def _target(args: argparse.Namespace) -> Any:
     return target
 
 
-def _check_fake_cuda(devices: int) -> None:
-    """Builds the fake GPU's C++ half (once per torch) and tries it before the script starts,
-    so that whatever stops it here is one line and exit 2, not an error inside the run (nor
-    one lost in the --live child)."""
-    from profilers.fake_cuda.harness import FakeCudaUnavailable, check_fake_cuda
-
-    try:
-        check_fake_cuda(devices)
-    except FakeCudaUnavailable as exc:
-        raise CliError(str(exc)) from None
-
-
 def run_profile(args: argparse.Namespace) -> int:
     from gpuwatch.profile.run import ProfileOptions, run_profiled
     from gpuwatch.report.write import (
@@ -292,6 +286,7 @@ def run_profile(args: argparse.Namespace) -> int:
     check_outputs(wanted, inputs=[] if target.module else [target.name])
     if args.fake_gpus != 1 and not args.fake_cuda:
         raise CliError("--fake-gpus goes with --fake-cuda")
+    check_gpu(args)
     if args.demo and not args.live:
         raise CliError("--demo goes with --live (it simulates the GPU cards)")
     options = ProfileOptions(
@@ -303,10 +298,11 @@ def run_profile(args: argparse.Namespace) -> int:
         checkpoint_s=args.checkpoint,
         fake_cuda=args.fake_gpus if args.fake_cuda else 0,
         steps=args.steps,
+        gpu=args.gpu,
     )
     limits = budget_for(args)
     if args.fake_cuda:
-        _check_fake_cuda(args.fake_gpus)
+        check_fake_cuda(args.fake_gpus)
     if args.live:
         return run_live(args, target, options, wanted, limits)
     timeline, gpu_stats = _gpu_timeline(args)
@@ -319,6 +315,10 @@ def run_profile(args: argparse.Namespace) -> int:
         failed = write_outputs(report, wanted, quiet=args.quiet)
         if not args.quiet:
             print_summary(report, args.top)
+            if args.what_if:
+                from gpuwatch.report.whatif import print_what_if
+
+                print_what_if(report)
 
     # NB: checkpoints rewrite a file; a device or stream (/dev/stdout) gets the final report only.
     json_out = [o for o in wanted if o.kind == "json" and not streams_through(o.where)]
@@ -326,7 +326,7 @@ def run_profile(args: argparse.Namespace) -> int:
     def checkpoint(report: Any) -> None:
         write_reports(report, json_out)
 
-    with _fake_cuda_errors(options.fake_cuda):
+    with fake_cuda_errors(options.fake_cuda):
         code = run_profiled(
             target,
             options,
@@ -337,20 +337,6 @@ def run_profile(args: argparse.Namespace) -> int:
         )
     code = 2 if failed and code == 0 else code
     return check_run(limits, final, code, args.quiet)
-
-
-@contextmanager
-def _fake_cuda_errors(fake_cuda: int) -> Iterator[None]:
-    """A fake GPU that cannot start is one line and exit 2 (the script never ran)."""
-    if not fake_cuda:
-        yield
-        return
-    from profilers.fake_cuda.harness import FakeCudaUnavailable
-
-    try:
-        yield
-    except FakeCudaUnavailable as exc:
-        raise CliError(str(exc)) from None
 
 
 def run_live(

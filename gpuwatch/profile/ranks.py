@@ -51,6 +51,8 @@ def rank_command(args: argparse.Namespace, target: Any, json_pattern: str) -> li
         cmd.append("--trace-syncs")
     if args.fake_cuda:
         cmd += ["--fake-cuda", "--fake-gpus", str(args.fake_gpus)]
+        if args.gpu is not None:
+            cmd += ["--gpu", args.gpu]
     if args.steps is not None:
         a, b = args.steps
         cmd += ["--steps", f"{a}:{'' if b is None else b}"]

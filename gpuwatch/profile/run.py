@@ -50,6 +50,8 @@ class ProfileOptions:
     """GPUs to simulate (``--fake-cuda``); 0: the real ones."""
     steps: tuple[int, int | None] | None = None
     """``--steps A:B``: profile only those steps."""
+    gpu: str | None = None
+    """``--gpu NAME`` (with ``--fake-cuda``): predict the GPU's times with a model of NAME."""
 
     @property
     def untimed(self) -> bool:
@@ -71,6 +73,7 @@ class ProfileOptions:
             timeline_capacity=self.timeline_capacity,
             trace_syncs=self.trace_syncs,
             steps=self.steps,
+            gpu=self.gpu,
         )
 
 

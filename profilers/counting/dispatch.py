@@ -245,6 +245,7 @@ def dispatch(
         rec = clock.lines.get(site) or clock.line(site)
         rec.launch_ns += t_in - clock.last_ns - clock.outside_ns + t_ret - t_call
         clock.last_site = site
+    found = None
     if (classifier is not None or st.synced) and not st.in_comm:
         try:
             found = recorder.account(site, classifier, args, kwargs, out, ms, timed, st.synced)
@@ -252,6 +253,8 @@ def dispatch(
                 charge_transfer(clock, site, found, t_ret - t_call, t_call)
         except Exception as exc:
             recorder.internal_error(name, exc)
+    if recorder.step_clock is not None and recorder.step_clock.replay is not None:
+        recorder.step_clock.replay.op(site, func, t_in, t_call, t_ret, found, timed)  # timing/
     if timed is not None:
         timer.queue(timed)  # type: ignore[union-attr]
     if clock is not None:

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 import torch
 
+from profilers.timing.oplog import GPU_NS
 from profilers.torch_private import cuda_current_stream, cuda_event_base
 
 
@@ -106,7 +107,8 @@ class CudaTimer:
         self.api = api
         self._record = api.record
         self._pending: deque[list[Any]] = deque()
-        """[start event, end event, device, op entry, Copies to credit or None]"""
+        """[start event, end event, device, op entry, Copies to credit or None, stream, and the
+    step replay's record when there is one]"""
         self._free: list[Any] = []
         self._since_resolve = 0
         self._resolving = threading.Lock()
@@ -127,7 +129,9 @@ class CudaTimer:
         stream, device, start = timed
         end = self._event()
         self._record(end, stream)
-        return [start, end, device, entry, None]
+        # NB: the stream rides along for the step replay's records (profilers/timing/oplog.py),
+        # which append themselves (a 7th field) to be given the op's GPU time.
+        return [start, end, device, entry, None, stream]
 
     def queue(self, record: list[Any]) -> None:
         self._pending.append(record)
@@ -158,7 +162,8 @@ class CudaTimer:
                 for device in sorted({p[2] for p in pending}):
                     self.api.synchronize(device)
             while pending:
-                start, end, _device, entry, copies = pending[0]
+                record = pending[0]
+                start, end, entry, copies = record[0], record[1], record[3], record[4]
                 if not wait and not end.query():
                     break
                 pending.popleft()
@@ -166,6 +171,8 @@ class CudaTimer:
                 entry[1] += ms
                 if copies is not None:
                     copies.time_ms += ms
+                if len(record) > 6:  # a step replay's record (profilers/timing/oplog.py)
+                    record[6][GPU_NS] = round(ms * 1e6)
                 self._free += (start, end)
         finally:
             self._resolving.release()
