@@ -103,6 +103,12 @@ class OpLog:
         """The host time accounted up to (when the last record was queued, or its wait ended)."""
         self.carry_ns = 0
         """The profiler's own time since ``last_ns`` (the next record's overhead)."""
+        self.clock: Any = None
+        """The step clock (:class:`~profilers.timing.timeline.StepClock`) of the profile's
+        thread, ``clock_thread``: the profiler's own time there, under --fake-cuda."""
+        self.clock_thread = 0
+        self.fake_entry_ns = 0
+        """The fake GPU's cost per op outside what :meth:`fake_op` sees (calibrated)."""
         self.harness: Any = None
         """The fake GPU's harness (its memory's peak, for the report), under --fake-cuda."""
         self._fake = threading.local()
@@ -181,14 +187,29 @@ class OpLog:
         autograd's device threads during a backward), which hand the GIL to each other: their
         wall clock between two ops has pauses of several ms that a real run does not have. CPU
         time has none; less the simulation's (:meth:`fake_op`) and the profiler's own, it is
-        the script's host work. The op's launch is :data:`HOST_LAUNCH_NS`; the fake mode's
-        entry into Python costs about what the profiler's does (``outside_ns``)."""
+        the script's host work. The op's launch is :data:`HOST_LAUNCH_NS`."""
         tls = self._fake
         cpu = thread_time_ns()
         before = getattr(tls, "cpu", None)
         overhead = own + getattr(tls, "own", 0)
+        clock = self.clock
+        if clock is not None and threading.get_ident() == self.clock_thread:
+            # NB: on the profile's thread the step clock sums the profiler's own time on every
+            # op, those it skips here too (views, sizes: dozens a step under the fake GPU)
+            spent = clock.run_own_ns + clock.own_ns
+            if before is not None:
+                overhead = own + spent - getattr(tls, "spent", spent)
+            tls.spent = spent + own  # this op's own goes to the clock after this call
         user = 0 if before is None else cpu - before - getattr(tls, "sim", 0) - overhead
-        user -= self.outside_ns + waited
+        user -= waited
+        native = getattr(tls, "native", None)
+        if native is None:
+            # NB: a thread Python did not start (autograd's device threads) runs no Python of
+            # the script: what it does between ops there is the profiler's and the fake GPU's
+            # (in C++ the engine's work per node is part of the launch)
+            native = tls.native = isinstance(threading.current_thread(), threading._DummyThread)
+        if native:
+            user = 0
         rec[HOST_NS] = max(0, user) + HOST_LAUNCH_NS + overhead
         rec[OVERHEAD_NS] = overhead
         tls.sim = tls.own = 0
@@ -203,7 +224,9 @@ class OpLog:
 
         ns = predict_op_ns(self.gpu, func, args, kwargs, out)
         tls = self._fake
-        tls.sim = getattr(tls, "sim", 0) + thread_time_ns() - t0
+        # NB: the dispatcher's way into the fake mode's Python and back out (with the fake
+        # tensor made of its result) is outside ``t0`` and now: ``fake_entry_ns``, calibrated
+        tls.sim = getattr(tls, "sim", 0) + thread_time_ns() - t0 + self.fake_entry_ns
         tls.last = (func, ns)
 
     def wait(
@@ -261,6 +284,33 @@ class OpLog:
 
 ACTIVE: OpLog | None = None
 """The log the fake GPU's mode hands its predictions to (``--fake-cuda --gpu``), else None."""
+
+
+def calibrate_fake_entry(log: OpLog, runs: int = 3, calls: int = 30) -> int:
+    """The fake GPU's CPU time per op that its mode's hook cannot see (the dispatcher's way
+    into its Python and back, the fake result wrapped): an op on a fake tensor run bare, less
+    what the hook measured, the best of ``runs`` (the harness must be on, the profile's mode
+    not yet)."""
+    import torch
+
+    relu = torch.ops.aten.relu.default
+    x = torch.zeros(8, device="cuda:0")  # 32 bytes of fake memory: no peak anyone would see
+    global ACTIVE
+    before, ACTIVE = ACTIVE, log
+    best: int | None = None
+    try:
+        for _ in range(runs):
+            log._fake.sim = 0
+            t = thread_time_ns()
+            for _ in range(calls):
+                relu(x)
+            spent = thread_time_ns() - t - log._fake.sim
+            best = spent if best is None else min(best, spent)
+    finally:
+        ACTIVE = before
+        log._fake.sim = 0
+        log._fake.last = None
+    return max(0, (best or 0) // calls)
 
 
 sim_clock = thread_time_ns

@@ -10,6 +10,7 @@ model); on a GPU they are ``replayed`` (measured CUDA-event times, replayed).
 from __future__ import annotations
 
 import sys
+import threading
 from contextlib import ExitStack
 from statistics import median
 from typing import Any
@@ -65,8 +66,10 @@ def start_log(stack: ExitStack, recorder: Any, clock: Any, gpu: str | None) -> O
         return None
     log = OpLog(clock.outside_ns, spec)
     log.harness = simulated_gpus()
+    log.clock, log.clock_thread = clock, threading.get_ident()
     clock.replay = log
     if spec is not None:
+        log.fake_entry_ns = _oplog.calibrate_fake_entry(log)
         _oplog.ACTIVE = log
 
         def off() -> None:
