@@ -368,6 +368,10 @@ def run_live(
     failed = say(result.written, quiet=args.quiet)
     if result.report is not None and not args.quiet:
         print_summary(result.report, args.top)
+        if args.what_if:
+            from gpuwatch.report.whatif import print_what_if
+
+            print_what_if(result.report)
     code = result.exit_code
     code = 2 if failed and code == 0 else code
     return check_run(limits, result.report, code, args.quiet)

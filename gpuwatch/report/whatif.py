@@ -74,14 +74,15 @@ def what_if_lines(r: Report) -> list[str]:
     width = max(len(str(s["site"])) for s in savings)
     out.append(f"  {'saves/step':>10}  {'%':>5}  {'line':<{width}}  fix")
     for s in savings:
+        alternative = "" if s.get("together", True) else " (the other fix of this copy saves more)"
         out.append(
             f"  {fmt.duration_ms(float(s['saving_ms'])):>10}  {float(s['share_pct']):>4.0f}%  "
-            f"{str(s['site']):<{width}}  {s['fix']}"
+            f"{str(s['site']):<{width}}  {s['fix']}{alternative}"
         )
     out.append(
         f"  all together: saves {fmt.duration_ms(float(w['combined_ms']))} per step "
         f"({float(w['combined_pct']):.0f}%): a step of "
-        f"{fmt.duration_ms(base - float(w['combined_ms']))}; the savings add up to "
+        f"{fmt.duration_ms(base - float(w['combined_ms']))}; their savings add up to "
         f"{fmt.duration_ms(float(w['sum_ms']))}, " + _overlap(float(w["interaction_ms"]))
     )
     return out

@@ -186,6 +186,10 @@ def what_if(
     for hint, kind in HINT_WHATIFS.items():
         hint_kinds.setdefault(kind, []).append(hint)
     base = ranking.base_ns
+    # NB: the sum over the fixes applied together: two fixes of one copy (pinned, bfloat16)
+    # are alternatives, the better one counts (Ranking.sum_ns adds both)
+    together = {id(w) for w in ranking.combined}
+    summed = sum(s.saving_ns for s in ranking.savings if id(s.whatif) in together)
     return {
         "measured": measured,
         "gpu": spec.name if spec is not None else None,
@@ -206,13 +210,14 @@ def what_if(
                 "share_pct": round(100 * s.share, 2),
                 "new_ms": round(s.new_ns / 1e6, 6),
                 "ops": s.ops,
+                "together": id(s.whatif) in together,
             }
             for s in ranking.savings
         ],
-        "sum_ms": round(ranking.sum_ns / 1e6, 6),
+        "sum_ms": round(summed / 1e6, 6),
         "combined_ms": round(ranking.combined_ns / 1e6, 6),
         "combined_pct": round(100 * ranking.combined_ns / base, 2) if base > 0 else 0.0,
-        "interaction_ms": round(ranking.interaction_ns / 1e6, 6),
+        "interaction_ms": round((summed - ranking.combined_ns) / 1e6, 6),
     }
 
 
