@@ -35,6 +35,8 @@ class Options:
     time_steps: int = 64
     """Where each step's time goes (profilers/timing/): the newest steps kept in full (the run's
     sums cover all of them); 0: not measured. Not with ``steps`` (a window)."""
+    gpu: str | None = None
+    """Under ``--fake-cuda``: the GPU whose times the model predicts (issue 26), by name."""
     memory: bool | None = None
     """Which line made each tensor and holds which GPU bytes (profilers/memory/); None: on by
     itself on fake GPUs, where every op is counted anyway."""
@@ -51,6 +53,10 @@ _OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "trace_syncs": (bool,),
     "time_steps": (int,),
 }
+
+_LATER_OPTIONS: dict[str, type] = {"memory": bool, "gpu": str}
+"""Options of :func:`profilers.profile` that came after the first reports: in the JSON only
+when asked."""
 
 
 @dataclass(frozen=True)
@@ -134,8 +140,9 @@ class RunOptions:
         out: dict[str, Any] = {}
         if self.profile is not None:
             asked = dataclasses.asdict(self.profile)
-            if asked["memory"] is None:
-                del asked["memory"]  # not asked: the JSON as before --memory
+            for name in _LATER_OPTIONS:
+                if asked[name] is None:
+                    del asked[name]  # not asked: the JSON as before the option came
             out.update(_jsonable(asked))
         for name in (*_TEXT, "merged_ranks"):
             value = getattr(self, name)
@@ -156,8 +163,9 @@ class RunOptions:
         profile = None
         if all(isinstance(d.get(k, ...), t) for k, t in _OPTION_TYPES.items()):
             values = {k: extra.pop(k) for k in _OPTION_TYPES}
-            if isinstance(extra.get("memory"), bool):  # reports since --memory say it
-                values["memory"] = extra.pop("memory")
+            for name, kind in _LATER_OPTIONS.items():  # asked in reports since they came
+                if isinstance(extra.get(name), kind):
+                    values[name] = extra.pop(name)
             profile = Options(**{k: _frozen(v) for k, v in values.items()})
         taken: dict[str, Any] = {}
         for name in _TEXT:

@@ -71,6 +71,12 @@ class Report:
     memory: dict[str, Any] | None = None
     """GPU bytes per line (now, at the peak), each GPU's peak and the lines holding it, and a
     device mismatch or out-of-memory error explained (profilers/memory/); None: not tracked."""
+    predicted: dict[str, Any] | None = None
+    """``--fake-cuda --gpu NAME``: ``{"gpu": NAME, "source", "memory": {...}}``: the GPU figures
+    of ``time`` and ``what_if`` come from a model of that GPU (profilers/timing/replayed.py)."""
+    what_if: dict[str, Any] | None = None
+    """Every fix the representative step allows, with its saving per step, replayed
+    (profilers/timing/replayed.py ``what_if``); None where the run has no GPU times."""
 
     @property
     def counts_ops(self) -> bool:
@@ -124,6 +130,8 @@ class Report:
             **({"gpu_fallback": self.gpu_fallback} if self.gpu_fallback else {}),
             **({"time": self.time} if self.time is not None else {}),
             **({"memory": self.memory} if self.memory is not None else {}),
+            **({"predicted": self.predicted} if self.predicted is not None else {}),
+            **({"what_if": self.what_if} if self.what_if is not None else {}),
         }
 
     def to_json(self) -> str:
@@ -168,6 +176,8 @@ class Report:
                 gpu_fallback=dict(d["gpu_fallback"]) if d.get("gpu_fallback") else None,
                 time=_time(d.get("time")),
                 memory=_memory(d.get("memory")),
+                predicted=_section(d.get("predicted"), "predicted", "gpu"),
+                what_if=_section(d.get("what_if"), "what_if", "savings"),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ReportFormatError(
@@ -216,6 +226,14 @@ def _memory(v: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(v, dict) or not isinstance(v.get("lines", []), list):
         raise ValueError("memory must be an object with a list of lines")
+    return dict(v)
+
+
+def _section(v: Any, name: str, key: str) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict) or key not in v:
+        raise ValueError(f"{name} must be an object with {key}")
     return dict(v)
 
 

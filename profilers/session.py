@@ -23,7 +23,7 @@ from profilers.counting.sites import UserCode
 from profilers.counting.user_fake import per_thread_kernel_flag
 from profilers.counting.window import StepWindow
 from profilers.errors import ProfileStateError, SlowerCounting
-from profilers.memory.section import memory_section, simulated, start_memory
+from profilers.memory.section import memory_section, start_memory
 from profilers.options import Options, RunOptions
 from profilers.records import Site, Totals
 from profilers.report import Report
@@ -31,7 +31,9 @@ from profilers.stats import SiteStats
 from profilers.timing.calibrate import start_clock
 from profilers.timing.cuda_events import CudaApi
 from profilers.timing.inputs import patch_input
-from profilers.timing.verdict import last_step, time_section
+from profilers.timing.oplog import OpLog
+from profilers.timing.replayed import sections, start_log, time_view_on
+from profilers.timing.verdict import last_step
 
 _ENTER_LOCK = threading.Lock()
 
@@ -49,6 +51,7 @@ class Profile:
         self._window: StepWindow | None = None
         self._stack: ExitStack | None = None
         self._gpu_questions: GpuQuestions | None = None
+        self._log: OpLog | None = None
         self._state = "new"
         self._thread: int | None = None
         self._started = 0.0
@@ -109,15 +112,14 @@ class Profile:
             self._gpu_questions.install(stack)
             per_thread_kernel_flag(stack)
             timed = self.options.time_steps > 0 and self.options.steps is None
-            # NB: on a fake GPU each op's host time is mostly the simulation's own work: charged
-            # to the user's lines it would make every step "launch-bound" (honest time: never).
-            timed = timed and not simulated()
+            timed = timed and time_view_on(self.options.gpu)
             if timed:
                 patch_input(stack, recorder, _patches.set_attr)
             # What this thread runs inside while it counts: the mode, or the fast path's key.
             counts = per_thread()
             if timed:
                 recorder.step_clock = start_clock(recorder, self.options.time_steps)
+                self._log = start_log(stack, recorder, recorder.step_clock, self.options.gpu)
             if self.options.steps is None:
                 _patches.count_steps(stack, recorder)
                 stack.enter_context(counts)
@@ -219,6 +221,8 @@ class Profile:
             else time.perf_counter() - self._started
         )
         devices = describe_devices(recorder.devices)
+        now = self._ended_ns if self._ended_ns is not None else time.perf_counter_ns()
+        time_view, predicted, what_if = sections(recorder.step_clock, now, self._log, sites)
         return Report(
             command=list(command),
             exit_code=exit_code,
@@ -259,16 +263,11 @@ class Profile:
             gpu_fallback=self._gpu_questions.fallback(devices)
             if self._gpu_questions is not None
             else None,
-            time=self._time(recorder),
+            time=time_view,
             memory=memory_section(recorder),
+            predicted=predicted,
+            what_if=what_if,
         )
-
-    def _time(self, recorder: Recorder) -> dict[str, Any] | None:
-        clock = recorder.step_clock
-        if clock is None:
-            return None
-        now = self._ended_ns if self._ended_ns is not None else time.perf_counter_ns()
-        return time_section(clock, now)
 
 
 def _window_steps(window: StepWindow, seen: dict[str, Any] | None) -> dict[str, Any]:
@@ -322,6 +321,7 @@ def profile(
     steps: tuple[int, int | None] | None = None,
     time_steps: int = 64,
     memory: bool | None = None,
+    gpu: str | None = None,
 ) -> Profile:
     """Count copies, syncs and kernel time of the code run inside ``with profile() as prof:``.
 
@@ -352,6 +352,8 @@ def profile(
         time_steps: where each step's time goes (``report.time``): the newest steps kept in
             full; 0: not measured (nor with ``steps``).
         memory: which line made each tensor, holds which GPU bytes (None: on fake GPUs).
+        gpu: under ``--fake-cuda``, the GPU (a name, e.g. ``"H100"``) whose times a model
+            predicts: the time view's GPU half and the what-ifs, marked predicted.
 
     A profile runs once; profiles cannot be nested. Leaving the block, also by an exception,
     restores every patch and the dispatch mode.
@@ -367,5 +369,6 @@ def profile(
         count_ops=count_ops,
         time_steps=time_steps,
         memory=memory,
+        gpu=gpu,
     )
     return Profile(opts, is_pinned=is_pinned, cuda=cuda)

@@ -45,6 +45,8 @@ EVERY = ProfileOptions(
     fake_gpus=3,
     fake_memory_bytes=24 * 1024**3,
     fake_values="placeholder",
+    gpu="H100-SXM",
+    what_if=True,
     memory=True,
     steps=(2, 9),
     nproc_per_node=2,
@@ -146,6 +148,8 @@ def test_the_notebook_magic_builds_the_same_options():
         fake_gpus=1,
         fake_memory_bytes=None,
         fake_values=None,
+        gpu=None,
+        what_if=False,
     )
     line = " ".join(magic.replace(checkpoint_s=ProfileOptions().checkpoint_s).to_argv())
     options, wanted = parse_options(line)
@@ -178,6 +182,7 @@ def test_the_library_keywords_come_from_one_mapping():
         "trace_syncs": False,
         "steps": None,
         "memory": None,
+        "gpu": None,
     }
     fast = profiler_keywords(ProfileOptions(kernel_timing=False))
     assert (fast["kernel_timing"], fast["count_ops"]) == (False, None)

@@ -32,7 +32,11 @@ def run_report(args: argparse.Namespace) -> int:
             ) from None
         except MergeError as exc:
             raise CliError(str(exc)) from None
-    if not args.quiet:
+    if args.what_if:
+        from gpuwatch.report.whatif import print_what_if
+
+        print_what_if(report, file=sys.stdout)
+    elif not args.quiet:
         print_summary(report, args.top, file=sys.stdout)
     failed = write_outputs(report, wanted, quiet=args.quiet)
     return check_run(limits, report, 2 if failed else 0, args.quiet)

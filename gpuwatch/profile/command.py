@@ -73,6 +73,12 @@ def add_parsers(sub: Any) -> None:
         metavar="N",
         help="lines per top list (default 5)",
     )
+    r.add_argument(
+        "--what-if",
+        action="store_true",
+        help="print what each fix would save per step instead of the summary (the run's "
+        "replayed or predicted what-ifs, their combined saving and overlap)",
+    )
     add_budget_args(r)
     r.set_defaults(handler=_run_report)
 
@@ -121,6 +127,27 @@ def run_profile(args: argparse.Namespace) -> int:
     return profile(ProfileOptions.from_namespace(args), _target(args))
 
 
+def _checked_gpu(options: ProfileOptions) -> ProfileOptions:
+    """``--gpu NAME``: a GPU the model knows (its canonical name kept), and only where the GPU
+    is simulated: a real run is measured, and predicting another GPU from it would mix
+    measured and predicted figures."""
+    if options.gpu is None:
+        return options
+    if not options.fake_cuda:
+        raise CliError(
+            "--gpu predicts a named GPU under --fake-cuda; a run on this machine's GPUs is "
+            "measured, not predicted (add --fake-cuda to predict for another GPU)"
+        )
+    if options.steps is not None:
+        raise CliError("--gpu replays whole steps: it does not go with --steps")
+    from profilers.timing.gpu_model.specs import UnknownGpuError, gpu_spec
+
+    try:
+        return options.replace(gpu=gpu_spec(options.gpu).name)
+    except UnknownGpuError as exc:
+        raise CliError(str(exc)) from None
+
+
 def _check_options(options: ProfileOptions) -> None:
     """Options that only mean something together: one line, before anything runs."""
     if options.fake_gpus != 1 and not options.fake_cuda:
@@ -160,6 +187,7 @@ def profile(options: ProfileOptions, target: Any) -> int:
     wanted = outputs(options.json_path, options.html_path, options.trace_path)
     wanted += [output_for(path) for path in options.output_paths]
     _check_options(options)
+    options = _checked_gpu(options)
     if options.nproc_per_node:
         from gpuwatch.profile.ranks import run_ranks
 
@@ -200,6 +228,8 @@ def profile(options: ProfileOptions, target: Any) -> int:
         failed = write_outputs(report, wanted, quiet=quiet)
         if not quiet:
             print_summary(report, options.top)
+            if options.what_if:
+                print_what_if(report)
 
     # NB: checkpoints rewrite a file; a device or stream (/dev/stdout) gets the final report only.
     json_out = [o for o in wanted if o.kind == "json" and not streams_through(o.where)]
@@ -244,6 +274,8 @@ def run_live(options: ProfileOptions, target: Any, wanted: list[Any], limits: An
     failed = say(result.written, quiet=options.quiet)
     if result.report is not None and not options.quiet:
         print_summary(result.report, options.top)
+        if options.what_if:
+            print_what_if(result.report)
     code = result.exit_code
     code = 2 if failed and code == 0 else code
     return check_run(limits, result.report, code, options.quiet)
@@ -253,6 +285,12 @@ def print_summary(report: Any, top: int, file: Any = None) -> None:
     from gpuwatch.report.text import print_summary as show
 
     show(report, top, file)
+
+
+def print_what_if(report: Any) -> None:
+    from gpuwatch.report.whatif import print_what_if as show
+
+    show(report)
 
 
 def _run_report(args: argparse.Namespace) -> int:

@@ -222,6 +222,24 @@ class ProfileOptions:
             magic=True,
         ),
     )
+    gpu: str | None = _flag(
+        None,
+        Flag(
+            ("--gpu",),
+            "with --fake-cuda: predict the run on the GPU NAME (H100, A100, L4, T4, ...): "
+            "GPU busy and idle time, verdicts and what-ifs from a model of it, marked PREDICTED",
+            metavar="NAME",
+        ),
+    )
+    what_if: bool = _flag(
+        False,
+        Flag(
+            ("--what-if",),
+            "after the summary, print what each fix would save per step (replayed from the "
+            "recorded steps: with --fake-cuda --gpu, or on a GPU with kernel timing)",
+            "true",
+        ),
+    )
     steps: tuple[int, int | None] | None = _flag(
         None,
         Flag(
@@ -367,6 +385,7 @@ def profiler_keywords(options: ProfileOptions) -> dict[str, Any]:
         "trace_syncs": options.trace_syncs,
         "steps": options.steps,
         "memory": True if options.memory else None,
+        "gpu": options.gpu,
     }
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from gpuwatch import _format as fmt
 from gpuwatch.report.timeview import cost_words, line_costs
+from gpuwatch.report.whatif import saving_words, savings_by_hint
 from profilers import Report, Site
 
 #: A line that ran this many times is "in a hot loop".
@@ -43,6 +44,8 @@ class Hint:
     evidence: str
     cost_ms: float = 0.0
     """The time charged to the hint's line, per step (``report.time``; 0 where not measured)."""
+    saving_ms: float = 0.0
+    """What the hint's fix would save per step, replayed (``report.what_if``; 0: no what-if)."""
 
     @property
     def where(self) -> str:
@@ -68,8 +71,21 @@ def hints(report: Report, hot: int = HOT) -> list[Hint]:
     if costs:  # every hint carries its line's time, and the costliest line comes first
         words = cost_words(report)
         out = [_with_cost(h, costs.get(h.where), words) for h in out]
-    out.sort(key=lambda h: (h.cost_ms, h.site.syncs.count, h.site.bytes_moved), reverse=True)
+    saved = savings_by_hint(report)
+    if saved and report.what_if:  # ranked by what fixing them would save, where replayed
+        out = [_with_saving(h, saved.get((h.kind, h.where)), report.what_if) for h in out]
+    out.sort(
+        key=lambda h: (h.saving_ms, h.cost_ms, h.site.syncs.count, h.site.bytes_moved),
+        reverse=True,
+    )
     return out
+
+
+def _with_saving(h: Hint, saving: tuple[float, float] | None, w: dict[str, object]) -> Hint:
+    if saving is None:
+        return h
+    ms, pct = saving
+    return replace(h, saving_ms=ms, evidence=f"{saving_words(ms, pct, w)}; {h.evidence}")
 
 
 def _with_cost(h: Hint, cost: tuple[float, float] | None, words: tuple[str, str]) -> Hint:

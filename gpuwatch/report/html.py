@@ -21,6 +21,7 @@ from gpuwatch.report.text import (
     simulated_lines,
     used_no_gpu,
 )
+from gpuwatch.report.whatif import what_if_html
 from profilers import DIRECTIONS, Report
 
 
@@ -189,6 +190,7 @@ def _body(r: Report, places: dict[str, str]) -> str:
 {_copies(r)}
 {comm_html(r)}
 {_hints(found)}
+{what_if_html(r)}
 {places["timeline"]}{_gpu_notes(r)}
 {places["bytes"]}
 {places["kernel"]}

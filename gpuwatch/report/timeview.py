@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuwatch import _format as fmt
+from gpuwatch.report.whatif import unprofiled_line
 from profilers import Report
 
 CAUSE_NAMES = {
@@ -25,8 +26,23 @@ def _split(d: dict[str, Any]) -> str:
     return ", ".join(f"{CAUSE_NAMES.get(k, k)} {v:.0f}%" for k, v in shares if v >= 0.5)
 
 
+def predicted_gpu(d: dict[str, Any]) -> str | None:
+    """The GPU a breakdown's GPU figures were predicted for (``--fake-cuda --gpu``), else None."""
+    gpu = d.get("gpu")
+    if gpu and gpu.get("measured") == "predicted":
+        return str(gpu.get("gpu"))
+    return None
+
+
 def verdict_line(d: dict[str, Any], steps: int) -> str:
-    """``input-bound: 31.2 ms per step (input wait 92%, ...)``, over the host's time on a CPU."""
+    """``input-bound: 31.2 ms per step (input wait 92%, ...)``, over the host's time on a CPU;
+    ``PREDICTED for H100-SXM: launch-bound: ...`` from a model of a GPU."""
+    name = predicted_gpu(d)
+    if name is not None:  # a typical step, replayed: per step already, every figure predicted
+        return (
+            f"PREDICTED for {name}: {d['verdict']}: {fmt.duration_ms(float(d['gpu']['wall_ms']))}"
+            f" per step, {_split(d)} of the GPU's time (a model of the {name}, not measured)"
+        )
     per = float(d["wall_unprofiled_ms"]) / max(1, steps)
     where = "of the GPU's time" if d.get("gpu") else "of the host's time (GPU not measured)"
     unit = "per step" if steps else "in all"
@@ -47,9 +63,15 @@ def time_lines(r: Report) -> list[str]:
     run = t["run"]
     steps = int(t.get("steps_closed", 0))
     out = [verdict_line(run, steps)]
+    unprofiled = unprofiled_line(r)
+    if unprofiled is not None:
+        out.append(unprofiled)
     own = float(run["own_ms"])
     wall = float(run["wall_ms"])
-    if wall > 0:
+    memory = (r.predicted or {}).get("memory") or {}
+    if memory.get("message"):
+        out.append(f"PREDICTED: {memory['message']}")
+    if predicted_gpu(run) is None and wall > 0:
         out.append(
             f"time measured on the host; the profiler's own {fmt.duration_ms(own)} "
             f"({100 * own / wall:.0f}% of {fmt.duration_ms(wall)}) is taken out of every figure"
@@ -79,6 +101,8 @@ def line_costs(r: Report) -> dict[str, tuple[float, float]]:
     steps = max(1, int(t.get("steps_closed", 0)))
     total = float(run["wall_unprofiled_ms"])
     gpu = run.get("gpu")
+    if gpu and gpu.get("per_step"):  # a typical step replayed: its figures are per step
+        steps, total = 1, float(gpu["wall_ms"])
     if gpu:
         charged: dict[str, float] = {}
         for d in gpu.get("idle_lines", []):
@@ -193,9 +217,11 @@ def time_charts(r: Report) -> dict[str, tuple[Any, str]]:
             hovertemplate="%{x}: %{y:.2f} ms " + cause + " (%{customdata})<extra></extra>",
         )
     where = "GPU busy and idle by cause" if bars and "busy" in bars[0]["ms"] else "host time"
+    name = predicted_gpu(r.time["run"]) if r.time else None
+    how = f"PREDICTED for {name}" if name else "measured"
     fig.update_layout(
         barmode="stack",
-        title=f"Where each step's time went ({where}, measured; the profiler's own time taken out)",
+        title=f"Where each step's time went ({where}, {how}; the profiler's own time taken out)",
         yaxis_title="ms",
         height=340,
         margin={"l": 10, "r": 10, "t": 40, "b": 40},

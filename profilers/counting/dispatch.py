@@ -254,8 +254,15 @@ def dispatch(
         rec.launch_ns += t_in - clock.last_ns - clock.outside_ns + t_ret - t_call
         clock.last_site = site
     # -- what it copied or synced
+    found = None
     if (facts.classifier is not None or st.synced) and not st.in_comm:
-        _account(recorder, clock, site, facts, args, kwargs, out, ms, timed, st, t_call, t_ret)
+        found = _account(
+            recorder, clock, site, facts, args, kwargs, out, ms, timed, st, t_call, t_ret
+        )
+    step_clock = recorder.step_clock  # NB: every thread's ops (autograd's run the backward)
+    replay = step_clock.replay if step_clock is not None else None
+    if replay is not None:  # the step replay's record of the op (profilers/timing/oplog.py)
+        replay.op(site, func, t_in, t_call, t_ret, found, timed)
     if timed is not None:
         timer.queue(timed)  # type: ignore[union-attr]
     if clock is not None:
@@ -341,15 +348,17 @@ def _account(
     st: ThreadState,
     t_call: int,
     t_ret: int,
-) -> None:
+) -> Any:
     """An op with a copy/sync rule (or one the GPU trace saw sync): counted, and on the step
-    clock its time moved to the wait it made."""
+    clock its time moved to the wait it made; what it copied or synced (None: nothing)."""
+    found = None
     try:
         found = recorder.account(site, facts.classifier, args, kwargs, out, ms, timed, st.synced)
         if found is not None and clock is not None:
             charge_transfer(clock, site, found, t_ret - t_call, t_call)
     except Exception as exc:
         recorder.internal_error(str(facts.name), exc)
+    return found
 
 
 def _metadata_timed(

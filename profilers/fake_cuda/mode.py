@@ -12,6 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
 from profilers.memory.gpu_errors import mismatch_message
+from profilers.timing.oplog import note_fake_op, sim_clock
 
 _aten = torch.ops.aten
 
@@ -99,6 +100,7 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        self.t0 = sim_clock()  # NB: the simulation's time from here is no host time (--gpu)
         kwargs = kwargs or {}
         graphs = self.harness.graphs
         if graphs.busy:  # a CUDA graph capture or replay under way (fake_cuda/graphs.py)
@@ -138,6 +140,7 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
             with self.lock, self.fake:
                 out = func(*args, **kwargs)
             self.harness.memory.note(out, self.harness.fake_type)
+            note_fake_op(func, args, kwargs, out, self.t0)  # --gpu NAME: the model's time for it
             return out
         except DataDependentOutputException:
             returns = func._schema.returns

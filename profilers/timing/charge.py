@@ -48,6 +48,8 @@ def settle_op(clock: StepClock, site: Any, t_in: int, t_call: int, t_ret: int, k
     clock.charge(rec, kind, None, t_ret - t_call)
     clock.note_wait(kind, None, site, t_call, t_ret)
     t_out = time.perf_counter_ns()
+    if clock.replay is not None:
+        clock.replay.wait(kind, None, site, t_in, t_call, t_ret, t_out)
     clock.own_ns += t_call - t_in + t_out - t_ret + clock.outside_ns
     clock.ops += 1
     clock.last_ns = t_out

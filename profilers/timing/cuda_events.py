@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 import torch
 
+from profilers.timing.oplog import GPU_NS
 from profilers.torch_private import cuda_current_stream, cuda_event_base
 
 
@@ -95,15 +96,19 @@ class TimedOp:
     """One op timed on a GPU: its two events, its GPU, the ``[count, ms]`` entry its time goes
     to, and the copies it made (set by the recorder when it counts one), credited too."""
 
-    __slots__ = ("copies", "device", "end", "entry", "start")
+    __slots__ = ("copies", "device", "end", "entry", "replay", "start", "stream")
 
-    def __init__(self, start: Any, end: Any, device: int, entry: list[Any]) -> None:
+    def __init__(self, start: Any, end: Any, device: int, entry: list[Any], stream: Any) -> None:
         self.start = start
         self.end = end
         self.device = device
         self.entry = entry
+        self.stream = stream
+        """The CUDA stream it ran on (the step replay's records tell streams apart by it)."""
         self.copies: Any = None
         """The op's :class:`~profilers.stats.Copies`, when it copied (Recorder.apply)."""
+        self.replay: list[Any] | None = None
+        """The step replay's record of the op (profilers/timing/oplog.py): given its GPU ns."""
 
 
 class CudaTimer:
@@ -141,7 +146,7 @@ class CudaTimer:
         stream, device, start = began
         end = self._event()
         self._record(end, stream)
-        return TimedOp(start, end, device, entry)
+        return TimedOp(start, end, device, entry, stream)
 
     def queue(self, record: TimedOp) -> None:
         self._pending.append(record)
@@ -181,5 +186,7 @@ class CudaTimer:
                 if timed.copies is not None:
                     timed.copies.time_ms += ms
                 self._free += (timed.start, timed.end)
+                if timed.replay is not None:  # a step replay's record (timing/oplog.py)
+                    timed.replay[GPU_NS] = round(ms * 1e6)
         finally:
             self._resolving.release()

@@ -175,6 +175,7 @@ class StepClock:
         "ops",
         "outside_ns",
         "own_ns",
+        "replay",
         "run_lines",
         "run_ops",
         "run_own_ns",
@@ -205,6 +206,9 @@ class StepClock:
         self.run_lines: dict[str, LineTime] = {}
         self.run_own_ns = 0
         self.run_ops = 0
+        self.replay: Any = None
+        """The step replay's records (:class:`profilers.timing.oplog.OpLog`), where the run
+        has GPU times for them (CUDA events, or the model of ``--fake-cuda --gpu``)."""
 
     def line(self, site: Any) -> LineTime:
         """The open step's record of ``site`` (made on its first use in the step)."""
@@ -236,6 +240,8 @@ class StepClock:
         self.own_ns += (start_ns - enter_ns) + (exit_ns - end_ns)
         if kind != LAUNCH:
             self.note_wait(kind, cause, site, start_ns, end_ns)
+            if self.replay is not None:
+                self.replay.wait(kind, cause, site, enter_ns, start_ns, end_ns, exit_ns)
         self.last_ns = exit_ns
         self.last_site = launch_site
         return rec
@@ -293,6 +299,8 @@ class StepClock:
             self.waits_dropped,
         )
         self.steps.append(step)
+        if self.replay is not None:
+            self.replay.close(self.steps_closed)
         self.steps_closed += 1
         self.run_own_ns += self.own_ns
         self.run_ops += self.ops

@@ -16,6 +16,13 @@ MIN_KERNEL_NS = 2_000
 host memory (one PCIe round trip, about 1 µs), hands the grid to the SMs and waits for them to
 retire it (about as long again): a few µs, whatever the kernel does."""
 
+HOST_LAUNCH_NS = 5_000
+"""The host's time to queue one op on a GPU in eager PyTorch, past the user's Python (which is
+measured): ATen's C++ dispatch and argument checks, the caching allocator, and the CUDA
+driver's launch call (``cudaLaunchKernel`` alone is a few µs of host time: the driver builds
+the launch packet and writes it to the GPU's command queue). Under ``--fake-cuda`` an op's run
+is the simulation's work, so this figure stands in for it."""
+
 PCIE_LANE_BYTES_PER_S = {
     3: 8e9 * 128 / 130 / 8,
     4: 16e9 * 128 / 130 / 8,

@@ -1,0 +1,236 @@
+"""The report's replayed figures (issue 26): each kept step replayed from its records
+(:mod:`profilers.timing.oplog`), the GPU half of the time view under ``--fake-cuda --gpu NAME``
+(PREDICTED, never mixed with the host's measured figures), and ``what_if``: every fix the
+representative step allows, ranked by its saving (:func:`profilers.timing.whatif.rank`).
+
+Under ``--fake-cuda --gpu NAME`` the figures are ``predicted`` (the GPU's times come from the
+model); on a GPU they are ``replayed`` (measured CUDA-event times, replayed).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from contextlib import ExitStack
+from statistics import median
+from typing import Any
+
+from profilers.timing import oplog as _oplog
+from profilers.timing.gpu_model.rates import memory_check
+from profilers.timing.gpu_model.specs import GpuSpec, gpu_spec
+from profilers.timing.oplog import HOST_NS, KIND, OVERHEAD_NS, SITE, LoggedStep, OpLog
+from profilers.timing.replay import ReplayOp, ReplayResult, replay
+from profilers.timing.timeline import StepClock
+from profilers.timing.verdict import time_section, verdict_of
+from profilers.timing.whatif import HINT_WHATIFS, rank
+
+PREDICTED = "predicted"
+REPLAYED = "replayed"
+
+EVERY = 10
+"""A deferred sync's what-if: the value read once per this many steps."""
+
+FACTORY_OPS = ("lift_fresh", "tensor", "scalar_tensor", "arange", "zeros", "ones", "full")
+"""Ops that make a tensor from host data or a fill: a line that runs one and copies to a GPU
+could make the tensor there instead (the ``created_on_cpu`` hint's test, in the library)."""
+
+
+def simulated_gpus() -> Any:
+    """``--fake-cuda``'s harness when it is on (without importing it when it is not)."""
+    fake = sys.modules.get("profilers.fake_cuda.harness")
+    return None if fake is None else getattr(fake, "HARNESS", None)
+
+
+def time_view_on(gpu: str | None) -> bool:
+    """Whether the time view can be on: not under ``--fake-cuda`` unless a model of a GPU
+    (``gpu``) predicts the steps. NB: on a fake GPU each op's host time is mostly the
+    simulation's own work: charged to the user's lines it would make every step
+    "launch-bound" (honest time: never); the replay leaves that work out.
+
+    Raises:
+        RuntimeError: ``gpu`` given on real GPUs (the run is measured there).
+    """
+    if simulated_gpus() is None:
+        if gpu is not None:
+            raise RuntimeError("gpu= predicts a named GPU under --fake-cuda only")
+        return True
+    return gpu is not None
+
+
+def start_log(stack: ExitStack, recorder: Any, clock: Any, gpu: str | None) -> OpLog | None:
+    """The step replay's records for a profile whose step clock is ``clock``: under
+    ``--fake-cuda`` with ``gpu`` (a name: the model's GPU), on a GPU with CUDA-event timing;
+    None otherwise (no GPU times to replay)."""
+    spec = gpu_spec(gpu) if gpu is not None else None
+    if spec is None and not recorder.cuda_timing:
+        return None
+    log = OpLog(clock.outside_ns, spec)
+    log.harness = simulated_gpus()
+    log.clock, log.clock_thread = clock, threading.get_ident()
+    clock.replay = log
+    if spec is not None:
+        log.fake_entry_ns = _oplog.calibrate_fake_entry(log)
+        _oplog.ACTIVE = log
+
+        def off() -> None:
+            _oplog.ACTIVE = None
+
+        stack.callback(off)
+    return log
+
+
+def typical(steps: list[LoggedStep]) -> tuple[LoggedStep, list[ReplayOp], int] | None:
+    """The step the what-ifs are worked out on, as ops: of the kept steps after the first
+    (which pays for the run's start: the model moved, the allocator grown), those that ran
+    the same ops from the same lines; each op's host time the median of theirs. NB: a shared
+    machine preempts the host now and then (and the garbage collector runs): one step's host
+    times carry those pauses, the median over steps does not. Returns the newest such step,
+    its ops with the median host times, and how many steps the medians are over."""
+    whole = [s for s in steps if s.records and s.step > 0] or [s for s in steps if s.records]
+    if not whole:
+        return None
+    groups: dict[tuple[Any, ...], list[LoggedStep]] = {}
+    for s in whole:
+        shape = tuple((r[KIND], id(r[SITE]) if not isinstance(r[SITE], str) else r[SITE])
+                      for r in s.records)  # fmt: skip
+        groups.setdefault(shape, []).append(s)
+    best = max(groups.values(), key=lambda g: (len(g), g[-1].step))
+    newest = best[-1]
+    ops = newest.ops()
+    if len(best) > 1:
+        for i, op in enumerate(ops):
+            op.host_ns = int(median(s.records[i][HOST_NS] for s in best))
+            op.overhead_ns = min(op.host_ns, int(median(s.records[i][OVERHEAD_NS] for s in best)))
+    return newest, ops, len(best)
+
+
+def _gpu_dict(result: ReplayResult, measured: str, gpu: str | None) -> dict[str, Any]:
+    d = result.to_dict(measured)
+    d["per_step"] = True
+    if gpu is not None:
+        d["gpu"] = gpu
+    return d
+
+
+def _with_gpu(step: dict[str, Any], gpu: dict[str, Any]) -> None:
+    """A breakdown given replayed GPU figures: its verdict and shares are theirs."""
+    step["gpu"] = gpu
+    verdict, shares = verdict_of({"busy": gpu["busy_ms"], **gpu["idle_ms"]})
+    step["verdict"] = verdict
+    step["shares_pct"] = shares
+    step.pop("graph_blockers", None)
+
+
+def sections(
+    clock: StepClock | None, now_ns: int, log: OpLog | None, sites: list[Any]
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None, dict[str, Any] | None]:
+    """The report's ``time`` (None: not measured), ``predicted`` and ``what_if`` sections."""
+    time = time_section(clock, now_ns) if clock is not None else None
+    return (time, *apply(time, log, sites))
+
+
+def apply(
+    time: dict[str, Any] | None, log: OpLog | None, sites: list[Any]
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The report's ``predicted`` section and ``what_if`` from ``log``, the time view's steps
+    given their predicted GPU figures in place (under ``--fake-cuda --gpu``)."""
+    if log is None:
+        return None, None
+    gpu = log.gpu.name if log.gpu is not None else None
+    measured = PREDICTED if gpu is not None else REPLAYED
+    steps = [s for s in list(log.steps) if s.records]
+    predicted = _predicted(log.gpu, log.harness) if log.gpu is not None else None
+    chosen = typical(steps)
+    if gpu is not None and time is not None and chosen is not None:
+        for d in time.get("steps", []):
+            found = next((s for s in steps if s.step == d.get("step")), None)
+            if found is not None:
+                result = replay(found.ops(), drop_overhead=True)
+                _with_gpu(d, _gpu_dict(result, measured, gpu))
+        run = _gpu_dict(replay(chosen[1], drop_overhead=True), measured, gpu)
+        run["steps_median"] = chosen[2]
+        _with_gpu(time["run"], run)
+        time["gpu"] = (
+            f"PREDICTED for {gpu} (--fake-cuda --gpu): the GPU's times come from a model of "
+            f"it, replayed from the newest {len(steps)} steps' records (the run's figures: a "
+            f"typical step, each op's host time the median over {chosen[2]} steps); the host's "
+            "own figures are measured (with the simulation's own work in them)"
+        )
+    if chosen is None:
+        return predicted, None
+    return predicted, what_if(*chosen, log.gpu, measured, sites)
+
+
+def _made_on_host(sites: list[Any]) -> set[str]:
+    """Lines that make a tensor on the host (a factory, ``torch.tensor``) and copy to a GPU."""
+    out = set()
+    for s in sites:
+        if s.h2d.count and any(op.startswith(FACTORY_OPS) for op in s.op_breakdown):
+            out.add(f"{s.file}:{s.line}")
+    return out
+
+
+def what_if(
+    step: LoggedStep,
+    ops: list[ReplayOp],
+    over: int,
+    spec: GpuSpec | None,
+    measured: str,
+    sites: list[Any],
+) -> dict[str, Any]:
+    """The report's ``what_if``: the ``step`` (``ops``: its host times the medians ``over``
+    that many steps) as recorded and unprofiled, and every fix's saving."""
+    as_recorded = replay(ops).step_ns
+    ranking = rank(ops, gpu=spec, every=EVERY, on_device=_made_on_host(sites))
+    hint_kinds: dict[str, list[str]] = {}
+    for hint, kind in HINT_WHATIFS.items():
+        hint_kinds.setdefault(kind, []).append(hint)
+    base = ranking.base_ns
+    # NB: the sum over the fixes applied together: two fixes of one copy (pinned, bfloat16)
+    # are alternatives, the better one counts (Ranking.sum_ns adds both)
+    together = {id(w) for w in ranking.combined}
+    summed = sum(s.saving_ns for s in ranking.savings if id(s.whatif) in together)
+    return {
+        "measured": measured,
+        "gpu": spec.name if spec is not None else None,
+        "step": step.step,
+        "steps_median": over,
+        "ops": len(ops),
+        "ops_dropped": step.dropped,
+        "every": EVERY,
+        "as_recorded_ms": round(as_recorded / 1e6, 6),
+        "unprofiled_ms": round(base / 1e6, 6),
+        "savings": [
+            {
+                "kind": s.whatif.kind,
+                "site": s.whatif.site,
+                "fix": s.whatif.describe(),
+                "hints": hint_kinds.get(s.whatif.kind, []),
+                "saving_ms": round(s.saving_ns / 1e6, 6),
+                "share_pct": round(100 * s.share, 2),
+                "new_ms": round(s.new_ns / 1e6, 6),
+                "ops": s.ops,
+                "together": id(s.whatif) in together,
+            }
+            for s in ranking.savings
+        ],
+        "sum_ms": round(summed / 1e6, 6),
+        "combined_ms": round(ranking.combined_ns / 1e6, 6),
+        "combined_pct": round(100 * ranking.combined_ns / base, 2) if base > 0 else 0.0,
+        "interaction_ms": round((summed - ranking.combined_ns) / 1e6, 6),
+    }
+
+
+def _predicted(spec: GpuSpec, harness: Any) -> dict[str, Any]:
+    """The report's ``predicted``: the GPU, and whether the run's peak of GPU memory (as the
+    fake GPU counted it) fits in it."""
+    out: dict[str, Any] = {"gpu": spec.name, "source": spec.source}
+    if harness is not None:
+        peak = max(harness.memory.peak, default=0)
+        out["memory"] = {
+            "peak_bytes": int(peak),
+            "gpu_bytes": spec.memory_bytes,
+            "fits": peak <= spec.memory_bytes,
+            "message": memory_check(spec, peak),
+        }
+    return out

@@ -1,0 +1,227 @@
+"""The what-if wired into runs (issue 26): the step replay's records taken from the hot path
+(CUDA-event times on a GPU, stand-in events here; the model's under ``--fake-cuda --gpu``),
+``report.what_if`` and ``report.predicted``, ``--gpu`` and ``report --what-if`` on the command
+line, the time view's GPU half PREDICTED under the fake GPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import profilers
+from gpuwatch.cli.main import main
+from gpuwatch.report.hints import hints
+from gpuwatch.report.html import render_html
+from gpuwatch.report.load import problem
+from gpuwatch.report.timeview import time_lines
+from gpuwatch.report.whatif import what_if_lines
+from profilers.timing.gpu_model.rates import HOST_LAUNCH_NS, copy_ns
+from profilers.timing.gpu_model.roofline import predict_op_ns
+from profilers.timing.gpu_model.specs import GIB, gpu_spec
+from tests import conftest
+from tests.profiler_helpers import fake_mode, line_of, never_pinned
+from tests.test_cuda_timing import TICK_MS, StubCuda
+
+needs_fake_cuda = pytest.mark.skipif(
+    conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
+)
+
+
+def _site(line: int) -> str:
+    return f"tests/test_whatif_wired.py:{line}"
+
+
+def test_on_a_gpu_each_op_gets_its_event_time_and_the_what_ifs_are_replayed():
+    gpu = StubCuda()
+    with profilers.profile(cuda=gpu, is_pinned=never_pinned) as prof, fake_mode():
+        host = torch.randn(64, 64)
+        for _ in range(4):
+            x = host.to("cuda:0")  # @h2d
+            y = x * 2  # @mul
+            y.cpu()  # @d2h
+            profilers.step()
+    r = prof.report()
+    step = list(prof._log.steps)[-1]
+    ops = step.ops()
+    # per step: the copy in (blocking, pageable), the multiply, the copy out (a sync)
+    assert [(o.kind, o.site, o.sync) for o in ops] == [
+        ("h2d", _site(line_of("h2d")), "copy_to_device"),
+        ("kernel", _site(line_of("mul")), None),
+        ("d2h", _site(line_of("d2h")), "copy_to_host"),
+    ]
+    tick_ns = round(TICK_MS * 1e6)  # the stand-in GPU's clock moves a tick per event record
+    assert [o.gpu_ns for o in ops] == [tick_ns] * 3
+    assert [(o.nbytes, o.pinned, o.non_blocking) for o in ops] == [
+        (64 * 64 * 4, False, False),
+        (0, False, False),
+        (64 * 64 * 4, False, False),
+    ]
+    assert all(0 <= o.overhead_ns <= o.host_ns for o in ops)
+    w = r.what_if
+    assert w is not None and w["measured"] == "replayed" and w["gpu"] is None
+    assert w["ops"] == 3 and w["ops_dropped"] == 0 and w["steps_median"] == 3  # steps 1, 2, 3
+    found = {(s["kind"], s["site"]) for s in w["savings"]}
+    assert ("pinned_non_blocking", _site(line_of("h2d"))) in found
+    assert ("defer_sync", _site(line_of("d2h"))) in found
+    assert all(s["saving_ms"] >= 0 for s in w["savings"])
+    together = [s for s in w["savings"] if s["together"]]
+    assert w["sum_ms"] == pytest.approx(sum(s["saving_ms"] for s in together), abs=1e-5)
+    assert w["interaction_ms"] == pytest.approx(w["sum_ms"] - w["combined_ms"], abs=1e-5)
+    # the real GPU's time view stays measured on the host: replayed figures go to what_if only
+    assert r.time is not None and r.time["run"]["gpu"] is None and r.predicted is None
+    assert profilers.Report.from_dict(json.loads(r.to_json())).what_if == w
+
+
+def test_without_a_closed_step_or_gpu_times_there_is_no_what_if():
+    gpu = StubCuda()
+    with profilers.profile(cuda=gpu, is_pinned=never_pinned) as prof, fake_mode():
+        x = torch.ones(8, device="cuda:0")
+        x + 1
+    assert prof.report().what_if is None
+    with profilers.profile(is_pinned=never_pinned) as cpu_only:
+        for _ in range(3):
+            torch.ones(8) + 1
+            profilers.step()
+    r = cpu_only.report()
+    assert r.what_if is None and r.time is not None
+    assert what_if_lines(r) == [
+        "What if: not available (no GPU times to replay: run on a GPU with kernel timing, or "
+        "with --fake-cuda --gpu NAME for a prediction)."
+    ]
+
+
+def _fake_run(work, gpu: str = "H100") -> tuple[profilers.Report, object]:
+    from profilers.fake_cuda.harness import fake_cuda
+
+    with fake_cuda(1), profilers.profile(kernel_timing=False, count_ops=True, gpu=gpu) as prof:
+        work()
+    return prof.report(), prof
+
+
+@needs_fake_cuda
+def test_under_the_fake_gpu_each_op_has_the_models_time():
+    spec = gpu_spec("H100")
+
+    def work():
+        host = torch.randn(64, 64)
+        for _ in range(4):
+            x = host.to("cuda:0")  # @to
+            y = x @ x  # @mm
+            y.sum().item()  # @item
+            profilers.step()
+
+    r, prof = _fake_run(work)
+    ops = list(prof._log.steps)[-1].ops()
+    assert [(o.kind, o.site) for o in ops] == [
+        ("h2d", _site(line_of("to"))),
+        ("kernel", _site(line_of("mm"))),
+        ("kernel", _site(line_of("item"))),
+        ("d2h", _site(line_of("item"))),
+    ]
+    a = torch.empty(64, 64, device="meta")
+    mm_ns = predict_op_ns(spec, torch.ops.aten.mm.default, (a, a), {}, a)
+    total = torch.empty((), device="meta")
+    sum_ns = predict_op_ns(spec, torch.ops.aten.sum.default, (a,), {}, total)
+    assert [o.gpu_ns for o in ops] == [
+        copy_ns(spec, "h2d", 64 * 64 * 4, pinned=False),
+        mm_ns,
+        sum_ns,
+        copy_ns(spec, "d2h", 4, pinned=False),
+    ]
+    # NB: under the fake GPU an op's own run is the simulation's: the launch stands for it
+    assert all(o.host_ns >= HOST_LAUNCH_NS + o.overhead_ns for o in ops)
+    assert r.predicted is not None and r.predicted["gpu"] == "H100-SXM"
+    assert r.predicted["memory"]["fits"] is True and r.predicted["memory"]["message"] is None
+    run = r.time["run"]
+    assert run["gpu"]["measured"] == "predicted" and run["gpu"]["gpu"] == "H100-SXM"
+    assert run["verdict"] in ("launch-bound", "sync-bound", "GPU-bound", "copy-bound")
+    assert all(s["gpu"]["measured"] == "predicted" for s in r.time["steps"][1:])
+    assert r.time["gpu"].startswith("PREDICTED for H100-SXM")
+    first = time_lines(r)[0]
+    assert first.startswith(f"PREDICTED for H100-SXM: {run['verdict']}: ")
+    w = r.what_if
+    assert w["measured"] == "predicted" and w["gpu"] == "H100-SXM"
+    assert {(s["kind"], s["site"]) for s in w["savings"]} >= {
+        ("pinned_non_blocking", _site(line_of("to"))),
+        ("defer_sync", _site(line_of("item"))),
+    }
+    assert time_lines(r)[1].startswith("an unprofiled step would take about ")
+    assert "(PREDICTED for H100-SXM, step 3 replayed" in time_lines(r)[1]
+
+
+@needs_fake_cuda
+def test_the_peak_of_gpu_memory_is_checked_against_the_gpus_size():
+    def work():
+        big = torch.empty(5 * GIB // 4, device="cuda:0")  # 5 GiB of float32
+        for _ in range(2):
+            big.add_(1)
+            profilers.step()
+
+    r, _ = _fake_run(work, gpu="GTX 980")
+    memory = r.predicted["memory"]
+    assert memory["peak_bytes"] == 5 * GIB and memory["fits"] is False
+    message = "would not fit on a GTX-980: 5.0 GiB (the GTX-980 has 4 GiB)"
+    assert memory["message"] == message
+    assert f"PREDICTED: {message}" in time_lines(r)
+
+
+@needs_fake_cuda
+def test_without_gpu_the_fake_gpus_time_view_stays_off():
+    from profilers.fake_cuda.harness import fake_cuda
+
+    with fake_cuda(1), profilers.profile(kernel_timing=False, count_ops=True) as prof:
+        torch.ones(4, device="cuda:0") + 1
+        profilers.step()
+    r = prof.report()
+    assert r.time is None and r.what_if is None and r.predicted is None
+    with pytest.raises(RuntimeError, match="under --fake-cuda only"):
+        with profilers.profile(gpu="H100"):
+            pass
+
+
+def test_gpu_names_a_known_gpu_and_goes_with_fake_cuda(tmp_path, capsys):
+    script = tmp_path / "s.py"
+    script.write_text("raise SystemExit('must not run')\n")
+    assert main(["profile", "--gpu", "H100", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "gpuwatch: error: --gpu predicts a named GPU under --fake-cuda; a run on this machine's "
+        "GPUs is measured, not predicted (add --fake-cuda to predict for another GPU)\n"
+    )
+    assert main(["profile", "--fake-cuda", "--gpu", "Z9000", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpuwatch: error: unknown GPU 'Z9000'; known: H200, H100-SXM, ")
+    assert err.count("\n") == 1 and "GTX-980" in err
+
+
+@needs_fake_cuda
+def test_report_what_if_prints_the_table(tmp_path, capsys):
+    def work():
+        host = torch.randn(256, 256)
+        for _ in range(4):
+            x = host.to("cuda:0", non_blocking=True)
+            (x @ x).sum().item()
+            profilers.step()
+
+    r, _ = _fake_run(work)
+    path = tmp_path / "run.json"
+    r.save(path)
+    assert main(["report", str(path), "--what-if"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    w = r.what_if
+    assert out[0].startswith(f"What if (PREDICTED for H100-SXM; step 3, {w['ops']} ops): ")
+    assert out[1].split() == ["saves/step", "%", "line", "fix"]
+    assert len(out) == 2 + len(w["savings"]) + 1
+    assert out[-1].startswith("  all together: saves ")
+    doc = json.loads(path.read_text())
+    assert problem(doc, "gpuwatch.profile/1") is None  # the published schema holds them
+    doc["what_if"]["savings"][0]["kind"] = "faster_gpu"
+    assert "faster_gpu" in str(problem(doc, "gpuwatch.profile/1"))
+    page = render_html(r)
+    assert "<h2>What if</h2>" in page and "PREDICTED for H100-SXM" in page
+    # each hint of a line with a what-if says what its fix saves, and they rank by it
+    found = [h for h in hints(r) if h.saving_ms > 0]
+    assert found and all("saves about " in h.evidence for h in found)
+    assert [h.saving_ms for h in hints(r)] == sorted((h.saving_ms for h in hints(r)), reverse=True)
