@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from profilers.budgets import Budget, BudgetError
 from profilers.errors import (
     FakeCudaUnavailable,
+    MeasuredNotPredicted,
     MissingTorchApi,
     NotSimulated,
     ProfilerError,
@@ -75,6 +76,7 @@ __all__ = [
     "FakeCudaRun",
     "FakeCudaUnavailable",
     "MissingTorchApi",
+    "MeasuredNotPredicted",
     "NotSimulated",
     "ProfileStateError",
     "ProfilerError",

@@ -78,6 +78,18 @@ class NotSimulated(ProfilerError, AttributeError):
         return (type(self), (self.api, self.needs))
 
 
+class MeasuredNotPredicted(ProfilerError, RuntimeError):
+    """``gpu=NAME`` (a model of a named GPU) on a run whose GPUs are real: they are measured,
+    and a prediction beside them would mix measured and predicted figures."""
+
+    def __init__(self, gpu: str) -> None:
+        super().__init__(f"gpu={gpu!r} predicts a named GPU on simulated GPUs only")
+        self.gpu = gpu
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.gpu,))
+
+
 class ProfilerWarning(UserWarning):
     """The category of every warning the profiler gives."""
 

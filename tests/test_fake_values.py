@@ -16,7 +16,8 @@ from torch import nn
 
 import profilers
 from tests import conftest
-from tests.profiler_helpers import copies, line_of, run_gpuwatch, site_at
+from tests.helpers import run_gpuwatch
+from tests.profiler_helpers import copies, line_of, site_at
 
 pytestmark = pytest.mark.skipif(
     conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)

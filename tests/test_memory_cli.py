@@ -14,7 +14,7 @@ from gpuwatch.cli import main as cli
 from gpuwatch.profile.sizes import memory_size
 from gpuwatch.report.load import schema
 from tests import conftest
-from tests.profiler_helpers import run_gpuwatch
+from tests.helpers import run_gpuwatch
 
 needs_fake_cuda = pytest.mark.skipif(
     conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)

@@ -176,7 +176,7 @@ def test_without_gpu_the_fake_gpus_time_view_stays_off():
         profilers.step()
     r = prof.report()
     assert r.time is None and r.what_if is None and r.predicted is None
-    with pytest.raises(RuntimeError, match="under --fake-cuda only"):
+    with pytest.raises(RuntimeError, match="on simulated GPUs only"):
         with profilers.profile(gpu="H100"):
             pass
 

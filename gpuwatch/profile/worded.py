@@ -12,7 +12,13 @@ from typing import Any, TextIO
 
 from gpuwatch.errors import CliError
 from gpuwatch.profile.options import ProfileOptions
-from profilers.errors import FakeCudaUnavailable, MissingTorchApi, ProfilerError, ProfilerWarning
+from profilers.errors import (
+    FakeCudaUnavailable,
+    MeasuredNotPredicted,
+    MissingTorchApi,
+    ProfilerError,
+    ProfilerWarning,
+)
 
 
 def flag_of(option: str) -> str:
@@ -28,6 +34,8 @@ def worded(exc: ProfilerError) -> str:
     """``exc`` as one line for a user of the command line."""
     if isinstance(exc, FakeCudaUnavailable):
         return f"--fake-cuda {exc.reason}"
+    if isinstance(exc, MeasuredNotPredicted):
+        return "--gpu predicts a named GPU under --fake-cuda only (a run on real GPUs is measured)"
     if isinstance(exc, MissingTorchApi):
         return f"{flag_of(exc.option)} needs {exc.api}, which this torch does not have"
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

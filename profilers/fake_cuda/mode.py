@@ -81,6 +81,10 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
     gpuwatch_kept_on_print = True
     """On while a tensor prints: its values are the placeholders (profilers/counting/printing.py)."""
 
+    t0: int | None = None
+    """When the op under way entered the mode (sim_clock); None before any (an op the harness
+    runs itself, outside the dispatcher, has no time of its own to predict)."""
+
     def __init__(self, harness: Any) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.harness = harness

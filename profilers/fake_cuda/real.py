@@ -25,6 +25,7 @@ import torch
 
 from profilers.fake_cuda.mode import FakeCudaMode
 from profilers.memory.gpu_errors import mixed
+from profilers.timing.oplog import note_fake_op, sim_clock
 
 _aten = torch.ops.aten
 
@@ -132,6 +133,7 @@ class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, u
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        self.t0 = sim_clock()  # NB: the simulation's time from here is no host time (--gpu)
         kwargs = kwargs or {}
         graphs = self.harness.graphs
         if graphs.busy:  # a CUDA graph capture or replay under way (fake_cuda/graphs.py)
@@ -212,7 +214,9 @@ class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, u
         out = func(*new_args, **new_kwargs)
         if isinstance(out, (bool, int, float)):
             self.harness.graphs.forbid(f"{func} (a GPU value read on the host)")
-        return self.wrap_out(out, device, wrappers)
+        out = self.wrap_out(out, device, wrappers)
+        note_fake_op(func, args, kwargs, out, self.t0)  # --gpu NAME: the model's time for it
+        return out
 
     def wrap_out(self, out: Any, device: torch.device, wrappers: dict[int, HostBacked]) -> Any:
         memory = self.harness.memory

@@ -326,11 +326,11 @@ sim_clock = thread_time_ns
 """The clock the fake GPU's mode reads before an op (the CPU time of its thread)."""
 
 
-def note_fake_op(func: Any, args: Any, kwargs: Any, out: Any, t0: int) -> None:
+def note_fake_op(func: Any, args: Any, kwargs: Any, out: Any, t0: int | None) -> None:
     """Called by the fake GPU's mode after it ran an op on fake tensors (from ``t0``, read
-    with :data:`sim_clock`)."""
+    with :data:`sim_clock`; None: not through the dispatcher, nothing to note)."""
     log = ACTIVE
-    if log is not None:
+    if log is not None and t0 is not None:
         try:
             log.fake_op(func, args, kwargs, out, t0)
         except Exception:  # NB: a prediction never fails the user's op; it is 0 then

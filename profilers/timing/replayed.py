@@ -15,6 +15,7 @@ from contextlib import ExitStack
 from statistics import median
 from typing import Any
 
+from profilers.errors import MeasuredNotPredicted
 from profilers.timing import oplog as _oplog
 from profilers.timing.gpu_model.rates import memory_check
 from profilers.timing.gpu_model.specs import GpuSpec, gpu_spec
@@ -48,11 +49,11 @@ def time_view_on(gpu: str | None) -> bool:
     "launch-bound" (honest time: never); the replay leaves that work out.
 
     Raises:
-        RuntimeError: ``gpu`` given on real GPUs (the run is measured there).
+        MeasuredNotPredicted: ``gpu`` given on real GPUs (the run is measured there).
     """
     if simulated_gpus() is None:
         if gpu is not None:
-            raise RuntimeError("gpu= predicts a named GPU under --fake-cuda only")
+            raise MeasuredNotPredicted(gpu)
         return True
     return gpu is not None
 
