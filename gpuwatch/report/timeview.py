@@ -55,9 +55,16 @@ def time_lines(r: Report) -> list[str]:
     t = r.time
     if not t:
         if r.options.fake_cuda:
+            gpu = (r.predicted or {}).get("gpu")
+            if gpu is not None:  # --gpu NAME, but no step ended to replay
+                return [
+                    f"where the time goes: not predicted for {gpu}: no step ended (the model "
+                    "replays steps: end each with optimizer.step() or profilers.step())"
+                ]
             return [
                 "where the time goes: not measured under --fake-cuda (the host's time there is "
-                "mostly the simulated GPU's own work, which is not your script's)"
+                "mostly the simulated GPU's own work, which is not your script's); "
+                "--gpu NAME predicts it for a named GPU"
             ]
         return []
     run = t["run"]

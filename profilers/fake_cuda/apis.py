@@ -197,6 +197,46 @@ def patch_rng(stack: ExitStack, harness: Any) -> None:
             set_attr(stack, owner, name, getattr(rng, name))
 
 
+def patch_attention(stack: ExitStack) -> None:
+    """``F.scaled_dot_product_attention`` on fake GPU tensors runs PyTorch's math path (the
+    ops of attention, which both modes run), as a CPU build of torch does there. NB: on a CUDA
+    build its choice of a fused kernel asks cuDNN's version of the real CUDA library first
+    (sdp_utils.cpp), which the fake GPU's hooks cannot answer."""
+    import torch
+    import torch.nn.functional as F
+
+    fused = F.scaled_dot_product_attention
+    math = torch.ops.aten._scaled_dot_product_attention_math.default
+
+    def scaled_dot_product_attention(
+        query: Any,
+        key: Any,
+        value: Any,
+        attn_mask: Any = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: float | None = None,
+        enable_gqa: bool = False,
+    ) -> Any:
+        if query.device.type != "cuda":
+            return fused(
+                query,
+                key,
+                value,
+                attn_mask,
+                dropout_p,
+                is_causal,
+                scale=scale,
+                enable_gqa=enable_gqa,
+            )
+        out, _ = math(
+            query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
+        )
+        return out
+
+    set_attr(stack, F, "scaled_dot_product_attention", scaled_dot_product_attention)
+
+
 class FakeNvtx:
     """NVTX ranges on the fake GPU: kept (their nesting depth, as NVTX returns it), shown
     nowhere."""

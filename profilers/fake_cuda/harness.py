@@ -37,6 +37,7 @@ from torch import nn
 
 from profilers.errors import ProfileStateError
 from profilers.fake_cuda.apis import (
+    patch_attention,
     patch_memory,
     patch_printing,
     patch_rng,
@@ -352,6 +353,7 @@ class FakeCuda:
         patch_memory(stack, self)
         patch_graphs_and_generators(stack, self)
         patch_rng(stack, self)
+        patch_attention(stack)
         patch_unsimulated(stack)
 
 

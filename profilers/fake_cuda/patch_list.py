@@ -161,6 +161,14 @@ FAKE_CUDA: tuple[Entry, ...] = (
     ),
     Entry(
         "fake_cuda",
+        "torch.nn.functional",
+        ("scaled_dot_product_attention",),
+        "attention on fake GPU tensors runs PyTorch's math path, on both builds of torch",
+        "a CUDA build picks a fused kernel by asking the real cuDNN's version first",
+        "every attention layer on the CUDA build (nanoGPT, transformers)",
+    ),
+    Entry(
+        "fake_cuda",
         "torch.serialization",
         ("location_tag",),
         "as __reduce_ex__",
