@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable, Iterator
 
@@ -195,6 +196,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     build of torch (``-m fake_cuda``)."""
     import inspect
 
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or "1")
+    for item in items:
+        if workers > 1 and item.get_closest_marker("alone") is not None:
+            item.add_marker(
+                pytest.mark.skip(
+                    reason="a measurement that needs the machine to itself: beside another "
+                    "worker it measures the other worker too (run: python -m pytest -m alone)"
+                )
+            )
     words = ("fake_cuda", "fake-cuda", "FakeCuda")
     for item in items:
         module = getattr(item, "module", None)

@@ -27,7 +27,8 @@ def test_on_a_fake_gpu_the_time_view_is_off_and_says_why():
     assert r.time is None and "time" not in r.to_dict()
     assert time_lines(r) == [
         "where the time goes: not measured under --fake-cuda (the host's time there is mostly "
-        "the simulated GPU's own work, which is not your script's)"
+        "the simulated GPU's own work, which is not your script's); --gpu NAME predicts it "
+        "for a named GPU"
     ]
     assert all("costs " not in h.evidence for h in hints(r))  # no made-up cost on a hint
 

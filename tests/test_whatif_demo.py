@@ -24,9 +24,14 @@ from tests import conftest
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "demos" / "single_gpu_training.py"
 
-pytestmark = pytest.mark.skipif(
-    conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
-)
+# NB: the two runs' host time is measured (thread CPU time): beside another busy worker the
+# gap between them moved by 40% while the replay did not; run alone (.ci/run does), it holds.
+pytestmark = [
+    pytest.mark.skipif(
+        conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
+    ),
+    pytest.mark.alone,
+]
 
 
 def predicted(variant: str, monkeypatch: pytest.MonkeyPatch) -> profilers.Report:
@@ -35,7 +40,11 @@ def predicted(variant: str, monkeypatch: pytest.MonkeyPatch) -> profilers.Report
     argv = ["--variant", variant, "--steps", "10", "--epochs", "1", "--batch", "512"]
     monkeypatch.setattr(sys, "argv", [str(DEMO), *argv, "--size", "96"])
     monkeypatch.chdir(ROOT)
-    with fake_cuda(1), profilers.profile(kernel_timing=False, count_ops=True, gpu="H100") as p:
+    # NB: placeholder values: no CPU compute of real values to take out of the host time
+    with (
+        fake_cuda(1, values="placeholder"),
+        profilers.profile(kernel_timing=False, count_ops=True, gpu="H100") as p,
+    ):
         runpy.run_path(str(DEMO), run_name="__main__")
     return p.report()
 
