@@ -214,8 +214,8 @@ async def test_stack_view_shows_the_dump(clock, key):
         await pilot.press(key)
         assert isinstance(app.screen, StackScreen)
         await wait_until(lambda: seen == [target.pid])
-        await pilot.pause(0.1)
-        assert "train_step (train.py:42)" in str(app.screen.query_one("#stack").render())
+        stack = app.screen.query_one("#stack")
+        await wait_until(lambda: "train_step (train.py:42)" in str(stack.render()))
 
 
 async def test_stack_view_shows_a_clear_error(clock):
@@ -240,8 +240,7 @@ async def test_small_terminal_uses_compact_cards_and_resizes_live(clock):
         assert all(c.region.height == 1 for c in cards)
         assert app.query_one(ProcessTable).region.height >= 6
         await pilot.resize_terminal(160, 48)
-        await pilot.pause(0.2)
-        assert not app.compact and all(c.region.height == 11 for c in cards)  # 2 x 2, graphs
+        await wait_until(lambda: not app.compact and all(c.region.height == 11 for c in cards))
 
 
 async def test_eight_gpus_fit_at_80x24(clock):

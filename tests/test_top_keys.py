@@ -7,6 +7,7 @@ from textual import events
 from textual.widgets import Input
 
 from gpuwatch.app.widgets import GpuCards, ProcessTable
+from tests.conftest import wait_until
 from tests.test_top_app import make_app, started
 
 
@@ -20,8 +21,7 @@ async def test_keys_typed_at_once_after_slash_go_to_the_filter(clock):
         # "r" would reverse the sort if it reached the table before the filter had focus.
         for key in "/car":
             app.post_message(events.Key("slash" if key == "/" else key, key))
-        await pilot.pause(0.2)
-        assert app.query_one("#filter", Input).value == "car"
+        await wait_until(lambda: app.query_one("#filter", Input).value == "car")
         assert (table.sort_column, table.sort_reverse) == before
         await pilot.press("slash", "b", "i", "n")  # in the filter, "/" is text (a path)
         assert app.query_one("#filter", Input).value == "car/bin"

@@ -57,7 +57,7 @@ async def test_80x24_keeps_title_and_footer_whole_and_fills_its_rows(clock):
     app, _ = make_app(clock, gpus=2)
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
-        await pilot.pause(0.2)
+        await wait_until(lambda: screen_lines(app)[-1].rstrip().endswith("? Help"))
         lines = screen_lines(app)
         assert len(lines) == 24
         assert "gpuwatch top — demo · 2 GPUs · every 0.1 s" in lines[0]
@@ -75,8 +75,7 @@ async def test_80x24_keeps_title_and_footer_whole_and_fills_its_rows(clock):
         assert table.region.bottom == 23  # the table runs down to the footer
         assert sum("compute" in line for line in lines) == 4  # and shows every process
         await pilot.resize_terminal(160, 48)
-        await pilot.pause(0.2)
-        assert [c.region.height for c in cards] == [11, 11]
+        await wait_until(lambda: [c.region.height for c in cards] == [11, 11])
         graphs = [c.query_one(CardBody).lines()[6:] for c in cards]
         assert [[line.plain[:5] for line in g] for g in graphs] == [["util ", "mem  ", "pcie "]] * 2
         assert "driver" in screen_lines(app)[0]  # room again for the driver version
@@ -110,7 +109,7 @@ async def test_help_wraps_its_text_in_a_narrow_terminal(clock):
     async with app.run_test(size=(60, 30)) as pilot:
         await started(app, pilot)
         await pilot.press("question_mark")
-        await pilot.pause(0.2)
+        await wait_until(lambda: "ctrl+p" in "\n".join(screen_lines(app)))
         text = "\n".join(screen_lines(app))
         words = ["command", "palette", "SIGTERM/SIGINT/SIGKILL", "py-spy", "column"]
         assert all(w in text for w in words), text
@@ -122,7 +121,8 @@ async def test_a_new_value_repaints_only_the_rows_it_changed(clock):
     async with app.run_test(size=(160, 48)) as pilot:
         await started(app, pilot)
         app.action_toggle_pause()  # no sample lands while the rows are counted
-        await pilot.pause(0.2)
+        await wait_until(lambda: app.paused)
+        await pilot.pause()  # what was posted before the pause is handled (and dropped)
         body = app.query_one(CardBody)
         assert body.sample is not None
         painted: list[int] = []
@@ -130,6 +130,7 @@ async def test_a_new_value_repaints_only_the_rows_it_changed(clock):
         body.render_line = lambda y: painted.append(y) or draw(y)  # type: ignore[method-assign]
         slower = dataclasses.replace(body.sample, sm_clock_mhz=1)
         body.show(slower, body.history, graphs=True)
-        await pilot.pause(0.2)
+        await wait_until(lambda: bool(painted))
+        await pilot.pause()  # the repaint is done: every row it paints is painted by now
         assert painted == [3]  # the clocks' row only (meters 0-1, stats 2-4, graphs 5-7)
         assert body.lines()[3].plain.startswith("SM 1 MHz  MEM")
