@@ -40,8 +40,6 @@ from profilers.registry import patcher
 from profilers.report import Report
 from profilers.torch_private import (
     THREAD_BOOTSTRAP,
-    only_lift_cpu_tensors,
-    set_only_lift_cpu_tensors,
     tensor_str,
 )
 
@@ -312,26 +310,10 @@ def _patch_syncs(stack: ExitStack) -> None:
 
 def _patch_factories(stack: ExitStack) -> None:
     # NB: torch.tensor(data, device="cuda") copies to the GPU inside the call with modes off;
-    # with this switch the copy is a _to_copy the mode sees (see _patches.lift_on_the_host).
-    lifted, set_lifted = only_lift_cpu_tensors, set_only_lift_cpu_tensors
-    if lifted is None or set_lifted is None:
-        return
+    # with this switch the copy is a _to_copy the mode sees (see patches.lift_on_the_host).
+    from profilers.patches import patch_tensor_factories
 
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def factory(*args: Any, **kwargs: Any) -> Any:
-            if not _guards() or lifted():
-                return fn(*args, **kwargs)
-            set_lifted(True)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                set_lifted(False)
-
-        return factory
-
-    _set(stack, torch, "tensor", wrap(torch.tensor))
-    _set(stack, torch, "as_tensor", wrap(torch.as_tensor))
+    patch_tensor_factories(stack, lambda: bool(_guards()), by=_set)
 
 
 class _Shared:

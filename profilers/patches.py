@@ -128,8 +128,12 @@ def _lift_off() -> None:
     set_only_lift_cpu_tensors(False)
 
 
-def patch_tensor_factories(stack: ExitStack, recorder: Recorder) -> None:
-    """``torch.tensor`` and ``torch.as_tensor`` with lift_on_the_host's switch on for the call.
+def patch_tensor_factories(
+    stack: ExitStack, on: Callable[[], bool], by: Callable[..., None] = set_attr
+) -> None:
+    """``torch.tensor`` and ``torch.as_tensor`` with lift_on_the_host's switch on for the call,
+    while ``on()`` (the profiler's recorder is active, a budget guard is on); ``by`` sets the
+    attribute on the registry under its owner's name.
 
     NB: not on for the whole run: with it on, every op of an ordinary training step costs the
     profiler about half as much again (benchmarks/profiler_overhead.py: 1.8 vs 1.2 times a bare
@@ -141,7 +145,7 @@ def patch_tensor_factories(stack: ExitStack, recorder: Recorder) -> None:
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def factory(*args: Any, **kwargs: Any) -> Any:
-            if not recorder.active or lifted():
+            if not on() or lifted():
                 return fn(*args, **kwargs)
             set_lifted(True)
             try:
@@ -151,8 +155,8 @@ def patch_tensor_factories(stack: ExitStack, recorder: Recorder) -> None:
 
         return factory
 
-    set_attr(stack, torch, "tensor", wrap(torch.tensor))
-    set_attr(stack, torch, "as_tensor", wrap(torch.as_tensor))
+    by(stack, torch, "tensor", wrap(torch.tensor))
+    by(stack, torch, "as_tensor", wrap(torch.as_tensor))
 
 
 # -- steps --------------------------------------------------------------------------------------

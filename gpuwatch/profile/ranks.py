@@ -152,7 +152,7 @@ def _launch(launcher: list[str], signals: Signals) -> int:
             try:
                 proc.wait(timeout=0.1)
             except subprocess.TimeoutExpired:
-                pass
+                pass  # still running: look at the signals and the deadline again
     finally:
         if proc.poll() is None or _alive(tree):  # an error here: leave nothing running
             _kill(proc, tree)

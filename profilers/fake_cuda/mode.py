@@ -109,12 +109,16 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         graphs = self.harness.graphs
         if graphs.busy:  # a CUDA graph capture or replay under way (fake_cuda/graphs.py)
             done, out = graphs.replayed(func)
-            if not done:
-                out = self.run(func, args, kwargs)
+            out = self.replay(func, args, kwargs, out) if done else self.run(func, args, kwargs)
             # NB: a graph replayed while another is captured is captured with it (a child graph)
             graphs.recorded(func, args, kwargs, out, self.is_fake)
             return out
         return self.run(func, args, kwargs)
+
+    def replay(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
+        """A CUDA graph's replay of an op: what it made at capture (placeholders: nothing to
+        compute again; real values compute it again, fake_cuda/real.py)."""
+        return out
 
     def run(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         handler = _HANDLERS.get(func)

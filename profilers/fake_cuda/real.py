@@ -25,7 +25,7 @@ import torch
 
 from profilers.fake_cuda.mode import FakeCudaMode
 from profilers.memory.gpu_errors import mixed
-from profilers.timing.oplog import note_fake_op, sim_clock
+from profilers.timing.oplog import note_fake_op
 
 _aten = torch.ops.aten
 
@@ -125,23 +125,6 @@ class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, u
 
     def is_fake(self, t: Any) -> bool:
         return type(t) is HostBacked
-
-    def __torch_dispatch__(
-        self,
-        func: Any,
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        self.t0 = sim_clock()  # NB: the simulation's time from here is no host time (--gpu)
-        kwargs = kwargs or {}
-        graphs = self.harness.graphs
-        if graphs.busy:  # a CUDA graph capture or replay under way (fake_cuda/graphs.py)
-            done, out = graphs.replayed(func)
-            out = self.replay(func, args, kwargs, out) if done else self.run(func, args, kwargs)
-            graphs.recorded(func, args, kwargs, out, self.is_fake)
-            return out
-        return self.run(func, args, kwargs)
 
     def run(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         handler = _HANDLERS.get(func)
