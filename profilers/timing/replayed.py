@@ -130,11 +130,20 @@ def sections(
     predicted, what = apply(time, log, sites)
     run_gpu = (time or {}).get("run", {}).get("gpu")
     predicted_run = isinstance(run_gpu, dict) and run_gpu.get("measured") == PREDICTED
-    if log is not None and log.gpu is not None and time is not None and not predicted_run:
-        # NB: no step to predict: the host's own time under the fake GPU is mostly the
-        # simulation's work, never to be charged to the user's lines (honest time)
-        time = None
+    if log is not None and log.gpu is not None and time is not None:
+        if not predicted_run:
+            # NB: no step to predict: the host's own time under the fake GPU is mostly the
+            # simulation's work, never to be charged to the user's lines (honest time)
+            time = None
+        else:  # only the steps the model replayed: the others' time is the simulation's
+            time["steps"] = [d for d in time.get("steps", []) if _predicted_step(d)]
+            time["steps_kept"] = len(time["steps"])
     return time, predicted, what
+
+
+def _predicted_step(d: dict[str, Any]) -> bool:
+    gpu = d.get("gpu")
+    return isinstance(gpu, dict) and gpu.get("measured") == PREDICTED
 
 
 def apply(
