@@ -135,6 +135,48 @@ def test_names_are_looked_up_forgivingly(name: str, canonical: str):
     assert gpu_spec(name).name == canonical
 
 
+@pytest.mark.parametrize(
+    ("device_name", "canonical", "memory_gib", "bandwidth"),
+    [
+        # torch.cuda.get_device_name() / NVML on the Hopper cards a lent machine may have
+        ("NVIDIA H100 80GB HBM3", "H100-SXM", 80, 3.35e12),
+        ("NVIDIA H100 SXM5 80GB", "H100-SXM", 80, 3.35e12),
+        ("NVIDIA H100 PCIe", "H100-PCIe", 80, 2.0e12),
+        ("NVIDIA H100 NVL", "H100-NVL", 94, 3.9e12),
+        ("NVIDIA H200", "H200", 141, 4.8e12),
+        ("NVIDIA H200 141GB HBM3e", "H200", 141, 4.8e12),
+        ("NVIDIA H200 NVL", "H200-NVL", 141, 4.8e12),
+    ],
+)
+def test_a_hopper_devices_own_name_finds_its_variant(
+    device_name: str, canonical: str, memory_gib: int, bandwidth: float
+):
+    spec = gpu_spec(device_name)
+    assert (spec.name, spec.memory_bytes, spec.memory_bytes_per_s) == (
+        canonical,
+        memory_gib * 2**30,
+        bandwidth,
+    )
+
+
+def test_the_nvl_cards_are_rated_apart_from_the_sxm_ones():
+    # Datasheets, "with sparsity" halved: H100 NVL bfloat16 1,671 -> 835.5; SXM 1,979 -> 989.4.
+    assert gpu_spec("NVIDIA H100 NVL").peak_flops("bfloat16", tensor_cores=True) == 835.5e12
+    assert gpu_spec("NVIDIA H200 NVL").peak_flops("tf32", tensor_cores=True) == 417.5e12
+    assert gpu_spec("NVIDIA H200").peak_flops("bfloat16", tensor_cores=True) == 989.4e12
+    assert gpu_spec("NVIDIA H100 PCIe").sms == 114 and gpu_spec("NVIDIA H100 NVL").sms == 132
+
+
+@pytest.mark.parametrize(
+    "device_name",
+    # a size the table's card does not have: another card, whose memory check would be wrong
+    ["Tesla V100-SXM2-32GB", "NVIDIA H100 64GB HBM3", "NVIDIA A100 80GB PCIe"],
+)
+def test_a_memory_size_the_table_does_not_have_is_unknown(device_name: str):
+    with pytest.raises(UnknownGpuError):
+        gpu_spec(device_name)
+
+
 def test_an_unknown_gpu_is_a_typed_error_listing_the_known_ones():
     with pytest.raises(UnknownGpuError) as err:
         gpu_spec("B200")

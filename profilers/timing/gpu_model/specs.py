@@ -109,6 +109,22 @@ SPECS: tuple[GpuSpec, ...] = (
         _cuda(25.6, 51.2, 102.4),
         _tensor(float64=51.2, tf32=378.0, float16=756.0, bfloat16=756.0, float8=1513.0),
     ),
+    # NVIDIA H100 datasheet (H100 NVL: 94 GB HBM3, 3.9 TB/s, NVLink bridge 600 GB/s both
+    # directions; 132 SMs: 60 TFLOP/s float32 = 16,896 cores x 1.785 GHz x 2).
+    GpuSpec(
+        "H100-NVL", ("H100 NVL",), "NVIDIA H100 datasheet (NVL)",
+        132, 94 * GIB, 3.9e12, 5, 16, 300 * G,
+        _cuda(30.0, 60.0, 120.0),
+        _tensor(float64=60.0, tf32=417.5, float16=835.5, bfloat16=835.5, float8=1670.5),
+    ),
+    # NVIDIA H200 datasheet (H200 NVL: compute as H100 NVL; 141 GB HBM3e, 4.8 TB/s, NVLink
+    # bridge 900 GB/s both directions).
+    GpuSpec(
+        "H200-NVL", ("H200 NVL",), "NVIDIA H200 datasheet (NVL)",
+        132, 141 * GIB, 4.8e12, 5, 16, 450 * G,
+        _cuda(30.0, 60.0, 120.0),
+        _tensor(float64=60.0, tf32=417.5, float16=835.5, bfloat16=835.5, float8=1670.5),
+    ),
     # NVIDIA A100 datasheet (SXM4 80 GB, HBM2e 2,039 GB/s) and Ampere GA100 whitepaper.
     GpuSpec(
         "A100-80GB", ("A100", "A100-SXM4-80GB", "A100 80GB", "A100 SXM"),
@@ -214,6 +230,7 @@ class UnknownGpuError(LookupError):
 
 
 _NOISE = re.compile(r"nvidia|tesla|geforce|[^a-z0-9]")
+_MEMORY_WORDS = re.compile(r"\b\d+\s*gb\b|\bhbm\w*|\bgddr\w*")
 
 
 def _key(name: str) -> str:
@@ -242,8 +259,25 @@ def gpu_spec(name: str) -> GpuSpec:
     if found is None and key.startswith("gtx"):
         found = _BY_KEY.get(key[3:])
     if found is None:
+        found = _without_memory(name)
+    if found is None:
         raise UnknownGpuError(name)
     return found
+
+
+def _without_memory(name: str) -> GpuSpec | None:
+    """The GPU ``name`` names once its memory words are dropped, if its size is that GPU's.
+
+    NB: NVML and ``torch.cuda.get_device_name()`` add the memory to some names ("NVIDIA H100
+    80GB HBM3", "NVIDIA H100 SXM5 80GB"). Dropped only when the whole name matched nothing and
+    the size it gives is the table's for that GPU: a "V100-SXM2-32GB" is not the 16 GB V100 the
+    table has (its memory check would be wrong), so it stays unknown."""
+    lowered = name.lower()
+    found = _BY_KEY.get(_key(_MEMORY_WORDS.sub(" ", lowered)))
+    if found is None:
+        return None
+    sizes = {int(gb) for gb in re.findall(r"\b(\d+)\s*gb\b", lowered)}
+    return found if sizes <= {round(found.memory_bytes / GIB)} else None
 
 
 def known_gpus() -> tuple[str, ...]:
