@@ -7,7 +7,8 @@
 # The GPU machine's python3 (3.12) has torch with CUDA, nvidia-ml-py, rich, psutil, pytest and
 # hypothesis; textual, plotly, py-spy, pytest-asyncio and nvitop (the peer for top_cost.py) travel
 # as wheels (see WHEELS). OUT receives at most 8 files: checks.log (everything printed, in order), the JSON
-# reports of the naive and fixed demo, and top.json. --fake-cuda is compared with the real run.
+# reports of the naive and fixed demo, top.json and model_accuracy.json (the GPU model against
+# this GPU). --fake-cuda is compared with the real run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -74,6 +75,19 @@ run() {
         done
         step python3 .ci/compare_fake_cuda.py "$out/naive.json" /tmp/naive-fake.json \
             "$out/fixed.json" /tmp/fixed-fake.json
+        # The replay on CUDA-event times (issue 26): each demo's step replayed as recorded, within
+        # 10% of its measured step; the what-if table printed.
+        for variant in naive fixed; do
+            step python3 -m gpuwatch profile --what-if --json "/tmp/$variant-whatif.json" \
+                demos/single_gpu_training.py --variant "$variant" --steps 200
+        done
+        step python3 .ci/check_replay.py /tmp/naive-whatif.json /tmp/fixed-whatif.json \
+            "$out/naive.json" "$out/fixed.json"
+        # The GPU model against this GPU (issue 26): each op's time (CUDA events) and each step's,
+        # measured and predicted, per op class; the README's tables printed after.
+        step python3 benchmarks/gpu_model_accuracy.py --json "$out/model_accuracy.json" \
+            --markdown /tmp/model_accuracy.md
+        step cat /tmp/model_accuracy.md
         # More fake GPUs than the machine has: the real ones are not touched (the fake guard
         # holds CUDA's entry while the harness is on; test_fake_cuda_builds.py checks memory).
         step python3 -m gpuwatch profile -q --fake-cuda --fake-gpus 4 \

@@ -8,8 +8,10 @@ holds the host until the stream has done it. What a GPU adds is .ci/check_replay
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from itertools import cycle
+from pathlib import Path
 from statistics import median
 from typing import Any
 
@@ -25,6 +27,17 @@ from profilers.timing.replay import replay
 from tests.profiler_helpers import fake_mode, never_pinned
 
 MS = 1_000_000
+
+
+def _check_replay() -> Any:
+    """.ci/check_replay.py, the GPU machine's check of the same (``.ci`` is no package)."""
+    path = Path(__file__).resolve().parent.parent / ".ci" / "check_replay.py"
+    spec = importlib.util.spec_from_file_location("check_replay", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 PLAN_NS = (10 * MS, 20 * MS, 20 * MS, 20 * MS, MS // 2)
 """Each step's ops in order: the copy in, a multiply, an add, a sum, the ``.item()``. NB: long
@@ -166,6 +179,28 @@ def test_on_a_gpu_the_replay_gets_each_ops_event_time_and_gives_back_the_measure
     assert w["measured"] == "replayed" and w["steps_median"] == 4
     measured_ms = median(walls[s.step] for s in kept)
     assert w["as_recorded_ms"] == pytest.approx(measured_ms, rel=0.10)
+    # the GPU machine's check reads the same figures from the report's JSON
+    lines, ok = _check_replay().compare(r.to_dict())
+    assert ok, lines
+    assert lines[0].startswith("  steps 1..4 (4; 5 ops a step, 0 dropped)")
+    assert lines[1] == f"  measured step (host wall, median):      {measured_ms:10.3f} ms"
+
+
+def test_the_gpu_check_fails_a_report_with_nothing_to_compare():
+    check = _check_replay()
+    lines, ok = check.compare({"what_if": None, "time": None})
+    assert not ok and "nothing to compare" in lines[0]
+    lines, ok = check.compare({"what_if": {"measured": "predicted"}, "time": {"steps": []}})
+    assert (ok, lines) == (False, ["  what_if is 'predicted', not replayed from CUDA events"])
+    report = {
+        "what_if": {"measured": "replayed", "step": 4, "steps_median": 2, "ops": 3,
+                    "ops_dropped": 0, "as_recorded_ms": 12.0, "unprofiled_ms": 11.0},
+        "time": {"steps": [{"step": n, "wall_ms": 10.0, "wall_unprofiled_ms": 9.5}
+                           for n in (2, 3, 4)]},
+    }  # fmt: skip
+    lines, ok = check.compare(report)  # 12 against 10: 20% off
+    assert not ok and lines[0].startswith("  steps 3..4 (2;")
+    assert lines[2].endswith("+20.0%   <-- off by more than 10%")
 
 
 @pytest.mark.xfail(
