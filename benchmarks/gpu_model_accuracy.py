@@ -64,15 +64,19 @@ def _name(func: Any) -> str:
     return str(getattr(packet, "__name__", packet)).removesuffix("_")
 
 
-def _returns_tensors(func: Any) -> bool:
-    """Whether the op can make a kernel: metadata ops (``prim.device``, ``aten.size``,
-    ``is_pinned``) return no tensor; ``_local_scalar_dense`` (``.item()``) copies one back."""
+def _may_launch(func: Any) -> bool:
+    """Whether the op can run a kernel: metadata ops (``prim.device``, ``aten.size``,
+    ``is_pinned``) return something other than tensors; ``_local_scalar_dense`` (``.item()``)
+    copies one value back; an op that returns nothing works in place (``_foreach_add_``,
+    ``_fused_adamw_``: the optimizers' kernels)."""
     if getattr(func, "namespace", "") == "prim":
         return False
     if _name(func) == "_local_scalar_dense":
         return True
     schema = getattr(func, "_schema", None)
-    return schema is None or any("Tensor" in str(r.type) for r in schema.returns)
+    if schema is None or not schema.returns:
+        return True
+    return any("Tensor" in str(r.type) for r in schema.returns)
 
 
 def _is_pinned(t: Any) -> bool:
@@ -142,7 +146,7 @@ class Measure(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if not _returns_tensors(func):
+        if not _may_launch(func):
             return func(*args, **kwargs)
         if self.backlog is not None:
             self.backlog.keep()

@@ -189,3 +189,19 @@ def test_an_unknown_gpu_is_one_line(capsys):
     assert bench.main(["--stand-in", "--gpu", "B200"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: unknown GPU 'B200'; known: H200, ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("op", "launches"),
+    [
+        (torch.ops.aten.mm.default, True),
+        (torch.ops.aten._foreach_add_.List, True),  # returns nothing: the optimizer's kernels
+        (torch.ops.aten._fused_adamw_.default, True),
+        (torch.ops.aten._local_scalar_dense.default, True),  # .item(): a copy back
+        (torch.ops.aten.size.default, False),
+        (torch.ops.aten.is_pinned.default, False),
+        (torch.ops.prim.device.default, False),
+    ],
+)
+def test_ops_that_may_run_a_kernel_are_timed_and_metadata_is_not(op: object, launches: bool):
+    assert bench._may_launch(op) is launches
