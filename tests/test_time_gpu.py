@@ -108,6 +108,11 @@ class Run:
         self.timer.queue(timed)
         self.gpu.now += round(host_ms * MS)
 
+    def untimed(self, gpu_ms: float) -> None:
+        """GPU work the dispatch mode never sees (``torch.cuda._sleep``): no events."""
+        stream = self.gpu.stream
+        stream.free_ns = max(self.gpu.now, stream.free_ns) + round(gpu_ms * MS)
+
     def python(self, ms: float) -> None:
         self.gpu.now += round(ms * MS)
 
@@ -206,6 +211,19 @@ def test_a_busy_gpu_is_gpu_bound():
     gpu = step["gpu"]
     assert gpu["busy_ms"] == 9.0 and _idle(gpu) == {"sync": 0.1}
     assert step["verdict"] == "GPU-bound" and step["shares_pct"]["busy"] == 98.9
+
+
+def test_untimed_gpu_work_is_busy_time_seen_through_the_op_that_waited_behind_it():
+    run = Run()
+    run.op(8, gpu_ms=1, host_ms=0.1)  # 0..1
+    run.untimed(5)  # torch.cuda._sleep: queued at 0.1, runs 1..6, no events of its own
+    run.op(9, gpu_ms=0, found=ITEM)  # queued at 0.1, starts at 6: waits until then
+    run.python(2)
+    run.close()
+    step = run.section()["steps"][0]
+    gpu = step["gpu"]
+    assert gpu["busy_ms"] == 6.0 and _idle(gpu) == {"sync": 2.0}
+    assert run.line.untimed_ns == 5 * MS and step["verdict"] == "GPU-bound"
 
 
 def test_launch_idle_goes_to_the_line_queued_while_the_queue_was_empty():

@@ -100,7 +100,17 @@ class TimedOp:
     """One op timed on a GPU: its two events, its GPU, the ``[count, ms]`` entry its time goes
     to, and the copies it made (set by the recorder when it counts one), credited too."""
 
-    __slots__ = ("anchor_ns", "copies", "device", "end", "entry", "replay", "start", "stream")
+    __slots__ = (
+        "anchor_ns",
+        "copies",
+        "device",
+        "end",
+        "entry",
+        "queued_ns",
+        "replay",
+        "start",
+        "stream",
+    )
 
     def __init__(self, start: Any, end: Any, device: int, entry: list[Any], stream: Any) -> None:
         self.start = start
@@ -109,6 +119,8 @@ class TimedOp:
         self.entry = entry
         self.stream = stream
         self.anchor_ns = 0
+        self.queued_ns = 0
+        """When the host queued it (set by the op log; 0: not known)."""
         """Set for a host read (profilers/timing/charge.py): the host time its sync returned,
         when its stream was empty; its end event is then an anchor (gpu_time.py)."""
         """The CUDA stream it ran on (the step replay's records tell streams apart by it)."""

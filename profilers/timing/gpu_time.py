@@ -20,6 +20,13 @@ the error to the drift over one step (ns). A run with no host read at all keeps 
 anchor: its ops drift, which moves busy time between neighbouring steps (such a run's GPU is
 never waiting on the host's reads), not the run's totals.
 
+Work the dispatch mode never sees (``torch.cuda._sleep``, a Triton or extension kernel, NCCL's)
+has no events of its own, but the next timed op on its stream waits behind it: when that op's
+start event ran later than the host queued it (by more than :data:`SLACK_NS`) and after its
+stream's previous timed op ended, the stream was busy with untimed work from the later of the two
+until the op started. NB: a lower bound (the untimed work may have begun before the op was
+queued), and a stream waiting for another's event counts as busy too (the other stream is).
+
 Resolution is asynchronous and costs the hot path nothing more: a closed step puts a mark in the
 timer's queue (:meth:`GpuTimeline.closed`); the mark is reached once every op queued before the
 step ended is placed, and the step's figures are worked out then. The report at the end has them
@@ -109,6 +116,9 @@ class GpuTimeline:
         self._lines: dict[tuple[str, str, str | None], int] = {}
         self._keys: dict[int, str] = {}
         self._compact_at: dict[int, int] = {}
+        self._stream_end: dict[int, int] = {}
+        self.untimed_ns = 0
+        """Busy time of work no timed op covers, seen as the wait of the op after it."""
         self.timer: Any = None
         """The CUDA timer (:class:`profilers.timing.cuda_events.CudaTimer`) that feeds it."""
 
@@ -154,7 +164,14 @@ class GpuTimeline:
         ops = self.ops.get(timed.device)
         if ops is None:
             ops = self.ops[timed.device] = []
-        ops.append(GpuInterval(start, start + round(ms * 1e6), id(timed.stream), key, held))
+        stream = id(timed.stream)
+        ran_from = max(timed.queued_ns, self._stream_end.get(stream, 0))
+        if timed.queued_ns and start - ran_from > self.slack_ns:  # untimed work before it
+            ops.append(GpuInterval(ran_from, start, stream, key))
+            self.untimed_ns += start - ran_from
+        end = start + round(ms * 1e6)
+        ops.append(GpuInterval(start, end, stream, key, held))
+        self._stream_end[stream] = end
         self.placed += 1
         if len(ops) >= self._compact_at.get(timed.device, COMPACT_AT):
             merged = self.ops[timed.device] = compact(ops)
