@@ -90,8 +90,9 @@ def _spin(seconds: float) -> None:
 
 
 def _check(report: profilers.Report, truth: Truth) -> list[dict[str, Any]]:
-    """The compared steps: busy and idle within 5% of the events' (of the larger of the figure
-    and a tenth of the step, so a near-zero idle is not held to 5% of itself)."""
+    """The compared steps: busy and idle each within 5% of the step's time as CUDA events
+    around the whole step say. NB: work the dispatch mode never sees (``torch.cuda._sleep``) is
+    seen from when the next op was queued, a lower bound by the host's µs between the two."""
     assert report.time is not None
     steps = report.time["steps"]
     assert len(steps) == STEPS and report.time["gpu"].startswith("measured")
@@ -100,7 +101,7 @@ def _check(report: profilers.Report, truth: Truth) -> list[dict[str, Any]]:
         assert gpu is not None and gpu["measured"] == "measured", steps[k]
         wall, busy, idle = truth.step(k)
         for got, want in ((gpu["busy_ms"], busy), (gpu["idle_total_ms"], idle)):
-            assert abs(got - want) <= 0.05 * max(want, 0.1 * wall), (k, gpu, wall, busy, idle)
+            assert abs(got - want) <= 0.05 * wall, (k, gpu, wall, busy, idle)
     return steps[1:]
 
 
