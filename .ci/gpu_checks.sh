@@ -73,6 +73,9 @@ run() {
             step python3 -m gpuwatch profile --json "$out/$variant.json" \
                 demos/single_gpu_training.py --variant "$variant" --steps 200
         done
+        # The time view, measured on the GPU: naive and fixed get different verdicts and the
+        # fixed one idles less (issue 30).
+        step python3 .ci/compare_time.py "$out/naive.json" "$out/fixed.json"
         # --fake-cuda against the real GPU, the same script: the totals must agree.
         for variant in naive fixed; do
             step python3 -m gpuwatch profile -q --fake-cuda --json "/tmp/$variant-fake.json" \
