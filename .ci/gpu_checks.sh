@@ -50,13 +50,19 @@ run() {
         step nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
         step python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))"
         # The profiler on real CUDA: every dispatcher row, torch.profiler's Memcpy events,
-        # set_sync_debug_mode's warnings, CUDA-event kernel time; then the whole suite there.
+        # set_sync_debug_mode's warnings, CUDA-event kernel time, the time view's measured GPU
+        # half (tests/test_time_gpu_real.py); then the whole suite there.
         step python3 -m pytest -q -m gpu -p no:cacheprovider tests
         step python3 -m pytest -q -x -p no:cacheprovider tests
         step python3 benchmarks/profiler_overhead.py --device cuda --workload small
         step python3 benchmarks/profiler_overhead.py --device cuda --workload large --steps 20
         step python3 benchmarks/profiler_overhead.py --device cpu
         step python3 benchmarks/counting_paths.py --device cuda
+        # The time view's GPU half (CUDA events) against torch.profiler with CUDA activities: cost
+        # side by side, and each one's view of a launch-bound and a GPU-bound step (issue 30).
+        # Its exactness against CUDA events around each step is in -m gpu above
+        # (tests/test_time_gpu_real.py: sync-, copy-, input- and GPU-bound torch.cuda._sleep steps).
+        step python3 benchmarks/time_vs_torch_profiler.py --device cuda --steps 30 --rounds 3
         step python3 -m gpuwatch top --once
         # GPM (SM activity) and the energy counter against nvidia-smi: idle, matmuls, tiny kernels
         step python3 .ci/check_gpm.py
@@ -68,6 +74,9 @@ run() {
             step python3 -m gpuwatch profile --json "$out/$variant.json" \
                 demos/single_gpu_training.py --variant "$variant" --steps 200
         done
+        # The time view, measured on the GPU: naive and fixed get different verdicts and the
+        # fixed one idles less (issue 30).
+        step python3 .ci/compare_time.py "$out/naive.json" "$out/fixed.json"
         # --fake-cuda against the real GPU, the same script: the totals must agree.
         for variant in naive fixed; do
             step python3 -m gpuwatch profile -q --fake-cuda --json "/tmp/$variant-fake.json" \

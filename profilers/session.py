@@ -30,9 +30,10 @@ from profilers.report import Report
 from profilers.stats import SiteStats
 from profilers.timing.calibrate import start_clock
 from profilers.timing.cuda_events import CudaApi
+from profilers.timing.gpu_time import start_gpu_time
 from profilers.timing.inputs import patch_input
 from profilers.timing.oplog import OpLog
-from profilers.timing.replayed import sections, start_log, time_view_on
+from profilers.timing.replayed import sections, simulated_gpus, start_log, time_view_on
 from profilers.timing.verdict import last_step
 
 _ENTER_LOCK = threading.Lock()
@@ -120,6 +121,8 @@ class Profile:
             if timed:
                 recorder.step_clock = start_clock(recorder, self.options.time_steps)
                 self._log = start_log(stack, recorder, recorder.step_clock, self.options.gpu)
+                if self.options.gpu is None and simulated_gpus() is None:
+                    start_gpu_time(recorder, recorder.step_clock)  # the GPU half, measured
             if self.options.steps is None:
                 _patches.count_steps(stack, recorder)
                 stack.enter_context(counts)

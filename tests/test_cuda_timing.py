@@ -29,11 +29,12 @@ class StubEvent:
         self.gpu.clock_ms += TICK_MS
         self.at_ms = self.gpu.clock_ms
         self.stream = stream
+        self.index = len(self.gpu.recorded)
         self.gpu.recorded.append(self)
 
     def query(self) -> bool:
         self.gpu.queries += 1
-        return self.gpu.done
+        return self.gpu.done or self.index < self.gpu.done_upto
 
     def elapsed_time(self, end: StubEvent) -> float:
         assert self.at_ms is not None and end.at_ms is not None
@@ -55,6 +56,8 @@ class StubCuda(TorchCuda):
         self.clock_ms = 0.0
         self.done = False
         """Whether every recorded event has completed."""
+        self.done_upto = 0
+        """Events recorded before this many have completed (a synchronize waited for them)."""
         self.recorded: list[StubEvent] = []
         self.streams_made: list[tuple[int, int, int]] = []
         self.synchronized: list[int] = []
@@ -72,7 +75,7 @@ class StubCuda(TorchCuda):
 
     def synchronize(self, device: int) -> None:
         self.synchronized.append(device)
-        self.done = True
+        self.done_upto = len(self.recorded)
 
 
 def test_gpu_ops_and_copies_get_their_event_time_once_the_gpu_is_there():
@@ -87,7 +90,8 @@ def test_gpu_ops_and_copies_get_their_event_time_once_the_gpu_is_there():
         gpu.done = True
         done = prof.snapshot()
     assert running["totals"]["kernel_time_ms"] == 0  # nothing waited for while running
-    assert gpu.synchronized == []
+    # but the device once, at its first op: the anchor of the GPU timeline (gpu_time.py)
+    assert gpu.synchronized == [0]
     r = prof.report()
     assert r.options.kernel_timing_source == "cuda_events"
     # randn and empty on the host: counted, not timed.
@@ -98,8 +102,8 @@ def test_gpu_ops_and_copies_get_their_event_time_once_the_gpu_is_there():
     d2h = site_at(r, line_of("d2h"))
     assert d2h.d2h.count == 1 and d2h.d2h.time_ms == TICK_MS
     assert r.totals.kernel_time_ms == 3 * TICK_MS == done["totals"]["kernel_time_ms"]
-    # Each timed op: a start event, then an end event, on the op's stream.
-    assert [e.stream.key for e in gpu.recorded] == [(0, 0, 1)] * 6
+    # The device's anchor, then per timed op a start event and an end event, on its stream.
+    assert [e.stream.key for e in gpu.recorded] == [(0, 0, 1)] * 7
     assert gpu.streams_made == [(0, 0, 1)]  # one Stream object, kept
 
 
@@ -110,8 +114,10 @@ def test_the_copy_and_factory_device_decide_the_stream_and_the_current_device_fi
         torch.ones(4).to("cuda:1")
         gpu.current[0] = 7  # as under torch.cuda.stream(s) on cuda:0
         torch.ones(4, device="cuda:0") + 1
-    keys = [e.stream.key for e in gpu.recorded[::2]]
-    assert keys == [(0, 1, 1), (0, 1, 1), (7, 0, 1), (7, 0, 1)]
+    # cuda:1's anchor, two ops' pairs, cuda:0's anchor, two ops' pairs
+    keys = [e.stream.key for i, e in enumerate(gpu.recorded) if i in (0, 1, 3, 5, 6, 8)]
+    assert keys == [(0, 1, 1), (0, 1, 1), (0, 1, 1), (7, 0, 1), (7, 0, 1), (7, 0, 1)]
+    assert len(gpu.recorded) == 2 + 4 * 2
     assert gpu.streams_made == [(0, 1, 1), (7, 0, 1)]
     # A device with no index is the current one (1 here).
     stream, device = gpu.stream_for((torch.ones(4),), {"device": torch.device("cuda")})
@@ -126,7 +132,8 @@ def test_pending_ops_are_waited_for_once_per_gpu_at_the_end_only():
         for _ in range(3 * CudaTimer.RESOLVE_EVERY):
             a = a + 1
         b = b * 2
-    assert gpu.synchronized == [0, 1]  # the profiler's one wait, per GPU, after the loop
+    # the profiler's waits, per GPU: once at its first op (its anchor), once after the loop
+    assert gpu.synchronized == [0, 1, 0, 1]
     assert gpu.queries >= 2  # it looked (every RESOLVE_EVERY ops) without waiting
     r = prof.report()
     ops = 2 + 3 * CudaTimer.RESOLVE_EVERY + 1
@@ -143,8 +150,8 @@ def test_events_are_reused_once_read():
             a = a + 1
     timer = prof._recorder.timer  # type: ignore[union-attr]
     assert timer is not None and timer.pending == 0
-    assert timer.events_made <= 2 * CudaTimer.RESOLVE_EVERY + 2
-    assert len(gpu.recorded) == 2 * (5 * CudaTimer.RESOLVE_EVERY + 1)
+    assert timer.events_made <= 2 * CudaTimer.RESOLVE_EVERY + 3
+    assert len(gpu.recorded) == 2 * (5 * CudaTimer.RESOLVE_EVERY + 1) + 1  # + the anchor
     assert prof.report().totals.kernel_time_ms == (5 * CudaTimer.RESOLVE_EVERY + 1) * TICK_MS
 
 

@@ -26,6 +26,12 @@ def _split(d: dict[str, Any]) -> str:
     return ", ".join(f"{CAUSE_NAMES.get(k, k)} {v:.0f}%" for k, v in shares if v >= 0.5)
 
 
+def measured_gpu(d: dict[str, Any]) -> bool:
+    """Whether a breakdown's GPU figures were measured on a GPU (CUDA events)."""
+    gpu = d.get("gpu")
+    return isinstance(gpu, dict) and gpu.get("measured") == "measured"
+
+
 def predicted_gpu(d: dict[str, Any]) -> str | None:
     """The GPU a breakdown's GPU figures were predicted for (``--fake-cuda --gpu``), else None."""
     gpu = d.get("gpu")
@@ -44,7 +50,10 @@ def verdict_line(d: dict[str, Any], steps: int) -> str:
             f" per step, {_split(d)} of the GPU's time (a model of the {name}, not measured)"
         )
     per = float(d["wall_unprofiled_ms"]) / max(1, steps)
-    where = "of the GPU's time" if d.get("gpu") else "of the host's time (GPU not measured)"
+    if measured_gpu(d):
+        where = "of the GPU's time (measured with CUDA events)"
+    else:
+        where = "of the host's time (GPU not measured)"
     unit = "per step" if steps else "in all"
     return f"{d['verdict']}: {fmt.duration_ms(per)} {unit}, {_split(d)} {where}"
 
@@ -78,7 +87,9 @@ def time_lines(r: Report) -> list[str]:
     memory = (r.predicted or {}).get("memory") or {}
     if memory.get("message"):
         out.append(f"PREDICTED: {memory['message']}")
-    if predicted_gpu(run) is None and wall > 0:
+    if measured_gpu(run):
+        out.append(gpu_line(run, steps))
+    elif predicted_gpu(run) is None and wall > 0:
         out.append(
             f"time measured on the host; the profiler's own {fmt.duration_ms(own)} "
             f"({100 * own / wall:.0f}% of {fmt.duration_ms(wall)}) is taken out of every figure"
@@ -89,6 +100,26 @@ def time_lines(r: Report) -> list[str]:
         unit, of = cost_words(r)
         out.append(f"costliest line: {site}, {fmt.duration_ms(ms)} {unit} ({share:.0f}% {of})")
     return out
+
+
+def gpu_line(run: dict[str, Any], steps: int) -> str:
+    """``GPU measured (CUDA events): busy 4.0 ms, idle 6.0 ms per step (sync wait 6.0 ms)``."""
+    gpu = run["gpu"]
+    n = max(1, steps)
+    idle = sorted(gpu["idle_ms"].items(), key=lambda kv: kv[1], reverse=True)
+    parts = ", ".join(
+        f"{CAUSE_NAMES.get(k, k)} {fmt.duration_ms(float(v) / n)}" for k, v in idle if v > 0
+    )
+    unit = "per step" if steps else "in all"
+    text = (
+        f"GPU measured (CUDA events): busy {fmt.duration_ms(float(gpu['busy_ms']) / n)}, idle "
+        f"{fmt.duration_ms(float(gpu['idle_total_ms']) / n)} {unit}"
+        + (f" ({parts})" if parts else "")
+    )
+    taken = float(run.get("gpu_profiler_ms", 0.0))
+    if taken > 0:
+        text += f"; the profiler's own {fmt.duration_ms(taken / n)} taken out of host work"
+    return text
 
 
 def cost_words(r: Report) -> tuple[str, str]:
@@ -130,8 +161,12 @@ def step_bars(r: Report) -> list[dict[str, Any]]:
     if not t:
         return []
     out = []
-    for s in t.get("steps", []):
+    steps = t.get("steps", [])
+    on_gpu = any(s.get("gpu") for s in steps)
+    for s in steps:
         gpu = s.get("gpu")
+        if on_gpu and not gpu:  # NB: its GPU half still to come: never a host bar among them
+            continue
         parts = {"busy": gpu["busy_ms"], **gpu["idle_ms"]} if gpu else dict(s.get("host_ms", {}))
         out.append({"step": s["step"], "verdict": s["verdict"], "ms": parts})
     return out
@@ -226,6 +261,8 @@ def time_charts(r: Report) -> dict[str, tuple[Any, str]]:
     where = "GPU busy and idle by cause" if bars and "busy" in bars[0]["ms"] else "host time"
     name = predicted_gpu(r.time["run"]) if r.time else None
     how = f"PREDICTED for {name}" if name else "measured"
+    if r.time and measured_gpu(r.time["run"]):
+        how = "measured with CUDA events"
     fig.update_layout(
         barmode="stack",
         title=f"Where each step's time went ({where}, {how}; the profiler's own time taken out)",
@@ -234,3 +271,38 @@ def time_charts(r: Report) -> dict[str, tuple[Any, str]]:
         margin={"l": 10, "r": 10, "t": 40, "b": 40},
     )
     return {"time": (fig, "")}
+
+
+def gpu_idle_slices(r: Report, pid: int, tid: int) -> list[dict[str, Any]]:
+    """Chrome-trace slices of the kept steps' measured GPU idle time, on one GPU track, each
+    named by its cause and line (``sync wait train.py:9``); µs since the profile's start."""
+    t = r.time
+    steps = [s for s in (t or {}).get("steps", []) if measured_gpu(s)]
+    if not steps:
+        return []
+    events: list[dict[str, Any]] = [
+        {
+            "ph": "M",
+            "pid": pid,
+            "tid": tid,
+            "name": "thread_name",
+            "args": {"name": "GPU idle (measured, CUDA events)"},
+        }
+    ]
+    for step in steps:
+        for sl in step["gpu"].get("idle_slices", []):
+            cause = str(sl["cause"])
+            why = f" ({sl['sync_cause']})" if sl.get("sync_cause") else ""
+            events.append(
+                {
+                    "ph": "X",
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": round(float(sl["start_ms"]) * 1000, 3),
+                    "dur": round(float(sl["ms"]) * 1000, 3),
+                    "cat": f"gpu_idle.{cause}",
+                    "name": f"{CAUSE_NAMES.get(cause, cause)}{why} {sl['site']}",
+                    "args": {"line": sl["site"], "step": step["step"], "measured": "measured"},
+                }
+            )
+    return events

@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpuwatch.report.timeview import wait_slices
+from gpuwatch.report.timeview import gpu_idle_slices, wait_slices
 from profilers import Report
 
 #: The process and track ids the events are drawn on.
 PID = 1
-TRACKS = {"copy": 1, "sync": 2, "step": 3}
+TRACKS = {"copy": 1, "sync": 2, "step": 3, "gpu_idle": 4}
 WAIT_TRACKS = 10
 """The first track of the waits, one per cause and line (gpuwatch/report/timeview.py)."""
 
@@ -104,6 +104,7 @@ def trace_events(report: Report) -> list[dict[str, Any]]:
         )
         previous = t
     events.extend(wait_slices(report, PID, WAIT_TRACKS))  # where each step's time went
+    events.extend(gpu_idle_slices(report, PID, TRACKS["gpu_idle"]))  # and the GPU's, measured
     for s in report.gpu_samples:
         values = {
             k: s[k]

@@ -355,7 +355,7 @@ def _account(
     try:
         found = recorder.account(site, facts.classifier, args, kwargs, out, ms, timed, st.synced)
         if found is not None and clock is not None:
-            charge_transfer(clock, site, found, t_ret - t_call, t_call)
+            charge_transfer(clock, site, found, t_ret - t_call, t_call, timed)
     except Exception as exc:
         recorder.internal_error(str(facts.name), exc)
     return found

@@ -7,6 +7,8 @@ line, and the verdict (the "Time" vocabulary of the design).
 * :mod:`profilers.timing.charge`: the hot path's helpers (an op's time moved to the wait it made);
 * :mod:`profilers.timing.idle`: GPU busy/idle from op intervals on a device's streams, and each idle
   interval charged to one cause and one line (pure; exact on synthetic timelines);
+* :mod:`profilers.timing.gpu_time`: on a GPU, each timed op's CUDA events placed on the host's
+  clock (anchors) and each closed step given its measured busy and idle time as events resolve;
 * :mod:`profilers.timing.verdict`: shares and the verdict of a step or the run, and the JSON of
   the report's ``time`` section (no torch: renderers use it on a saved report);
 * :mod:`profilers.timing.calibrate`: the profiler's own cost per op outside its hot path,

@@ -15,12 +15,18 @@ HOST_READS = frozenset(("item", "copy_to_host"))
 _HOST_BLOCKING_WAYS = frozenset(("h2d", "d2h", "p2p"))
 
 
-def charge_transfer(clock: StepClock, site: Any, found: Any, op_ns: int, start_ns: int) -> None:
+def charge_transfer(
+    clock: StepClock, site: Any, found: Any, op_ns: int, start_ns: int, timed: Any = None
+) -> None:
     """The op just run at ``site`` (``op_ns`` from ``start_ns``, already charged as launch)
     made the transfer(s) ``found``: a sync moves its time to ``sync`` (by cause), a copy that
     blocks the host (pageable, or not ``non_blocking``) to ``copy``; the counts a CUDA graph
     capture cares about are noted either way. NB: a copy within one GPU (d2d) never blocks the
-    host, whatever its ``non_blocking`` says."""
+    host, whatever its ``non_blocking`` says.
+
+    ``timed``: the op's CUDA timing record. A host read's sync is the last thing it does
+    (``.item()`` and a copy to the host copy, then wait for their stream), so its end event is
+    recorded on an empty stream when the op returns: an anchor (profilers/timing/gpu_time.py)."""
     rec = clock.line(site)
     moved = False
     for t in found if isinstance(found, list) else (found,):
@@ -30,6 +36,8 @@ def charge_transfer(clock: StepClock, site: Any, found: Any, op_ns: int, start_n
             rec.syncs += 1
             if t.sync in HOST_READS:
                 rec.host_reads += 1
+                if timed is not None:
+                    timed.anchor_ns = start_ns + op_ns
             kind, cause = SYNC, t.sync
         elif t.direction in _HOST_BLOCKING_WAYS and (t.pageable or not t.non_blocking):
             kind, cause = COPY, None

@@ -1,15 +1,19 @@
 """Kernel time of ops on a GPU: two CUDA events around each op on the op's stream, read back
-lazily with ``query()`` and never waited on until the profile ends."""
+lazily with ``query()`` and never waited on until the profile ends. With a GPU timeline
+(:mod:`profilers.timing.gpu_time`) each resolved op is also placed on the host's clock: the
+timer's queue then carries its anchors and the steps' ends too, in the order they happened."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
 
+from profilers.timing.gpu_time import Anchor, StepMark
 from profilers.timing.oplog import GPU_NS
 from profilers.torch_private import cuda_current_stream, cuda_event_base
 
@@ -96,7 +100,17 @@ class TimedOp:
     """One op timed on a GPU: its two events, its GPU, the ``[count, ms]`` entry its time goes
     to, and the copies it made (set by the recorder when it counts one), credited too."""
 
-    __slots__ = ("copies", "device", "end", "entry", "replay", "start", "stream")
+    __slots__ = (
+        "anchor_ns",
+        "copies",
+        "device",
+        "end",
+        "entry",
+        "queued_ns",
+        "replay",
+        "start",
+        "stream",
+    )
 
     def __init__(self, start: Any, end: Any, device: int, entry: list[Any], stream: Any) -> None:
         self.start = start
@@ -104,6 +118,11 @@ class TimedOp:
         self.device = device
         self.entry = entry
         self.stream = stream
+        self.anchor_ns = 0
+        self.queued_ns = 0
+        """When the host queued it (set by the op log; 0: not known)."""
+        """Set for a host read (profilers/timing/charge.py): the host time its sync returned,
+        when its stream was empty; its end event is then an anchor (gpu_time.py)."""
         """The CUDA stream it ran on (the step replay's records tell streams apart by it)."""
         self.copies: Any = None
         """The op's :class:`~profilers.stats.Copies`, when it copied (Recorder.apply)."""
@@ -125,11 +144,20 @@ class CudaTimer:
     def __init__(self, api: CudaApi) -> None:
         self.api = api
         self._record = api.record
-        self._pending: deque[TimedOp] = deque()
+        self._pending: deque[TimedOp | Anchor | StepMark] = deque()
         self._free: list[Any] = []
         self._since_resolve = 0
         self._resolving = threading.Lock()
         self.events_made = 0
+        self.timeline: Any = None
+        """The GPU timeline (:class:`profilers.timing.gpu_time.GpuTimeline`) resolved ops are
+        placed on, or None (kernel time only)."""
+        self.own_wait: Callable[[int], None] = api.synchronize
+        """The profiler's own wait on a device (the session's setup keeps it from counting as
+        the script's sync)."""
+        self._anchored: set[int] = set()
+        self.now: Callable[[], int] = time.perf_counter_ns
+        """The host's clock (the step clock's): an anchor's host time (tests inject one)."""
 
     def begin(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int, Any] | None:
         """Records the start event on the op's stream, or returns None when the op runs on no
@@ -138,6 +166,8 @@ class CudaTimer:
         if found is None:
             return None
         stream, device = found
+        if device not in self._anchored:  # once per device
+            self._first_anchor(stream, device)
         start = self._event()
         self._record(start, stream)
         return stream, device, start
@@ -147,6 +177,22 @@ class CudaTimer:
         end = self._event()
         self._record(end, stream)
         return TimedOp(start, end, device, entry, stream)
+
+    def _first_anchor(self, stream: Any, device: int) -> None:
+        """The device's first anchor: synchronized once, so an event recorded now runs now."""
+        self._anchored.add(device)
+        if self.timeline is None:
+            return
+        self.own_wait(device)
+        event = self._event()
+        host_ns = self.now()
+        self._record(event, stream)
+        self._pending.append(Anchor(device, event, host_ns))
+
+    def mark(self, mark: Any) -> None:
+        """Queues ``mark`` (a closed step, :class:`~profilers.timing.gpu_time.StepMark`): the
+        timeline is told once every op queued before it is resolved."""
+        self._pending.append(mark)
 
     def queue(self, record: TimedOp) -> None:
         self._pending.append(record)
@@ -174,10 +220,22 @@ class CudaTimer:
             self._since_resolve = 0
             pending = self._pending
             if wait:
-                for device in sorted({p.device for p in pending}):
+                for device in sorted({p.device for p in pending if not isinstance(p, StepMark)}):
                     self.api.synchronize(device)
+            line = self.timeline
             while pending:
                 timed = pending[0]
+                if not isinstance(timed, TimedOp):  # an anchor, or a step's end (gpu_time.py)
+                    if not wait and not timed.ready():
+                        break
+                    pending.popleft()
+                    if isinstance(timed, StepMark):
+                        line.reached(timed)
+                    else:
+                        free = line.anchor(timed)
+                        if free is not None:
+                            self._free.append(free)
+                    continue
                 if not wait and not timed.end.query():
                     break
                 pending.popleft()
@@ -185,7 +243,13 @@ class CudaTimer:
                 timed.entry[1] += ms
                 if timed.copies is not None:
                     timed.copies.time_ms += ms
-                self._free += (timed.start, timed.end)
+                if line is None:
+                    self._free += (timed.start, timed.end)
+                else:
+                    self._free.append(timed.start)
+                    free = line.place(timed, ms)
+                    if free is not None:
+                        self._free.append(free)
                 if timed.replay is not None:  # a step replay's record (timing/oplog.py)
                     timed.replay[GPU_NS] = round(ms * 1e6)
         finally:

@@ -17,29 +17,55 @@ queued yet, so the interval goes to what the host was doing meanwhile:
   :data:`END_OF_STEP`.
 
 Host and GPU times share one clock (ns); on a GPU the device's are placed on it through an event
-recorded at a known host time.
+recorded at a known host time (profilers/timing/gpu_time.py).
+
+NB a copy to a GPU that blocks the host (pageable, or not ``non_blocking``: ``held``) is no busy
+time: while it runs the host is stuck in it and no kernel can be queued, and on pageable memory
+most of it is the driver staging the data through a pinned buffer, not the GPU working. Its
+interval is charged as ``copy`` time at its line, before the host's own wait for it (which the
+host half counts as a sync, ``copy_to_device``): the fix is the copy's (pin, ``non_blocking``).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any
 
-from profilers.timing.timeline import LAUNCH, WAITS, HostInterval
+from profilers.timing.timeline import COPY, LAUNCH, WAITS, HostInterval
 
 END_OF_STEP = "(end of step)"
 
 
 class GpuInterval:
     """One op on a device: ``[start_ns, end_ns)`` on the host's clock, its stream, the line
-    (``file:line``) that launched it."""
+    (``file:line``) that launched it; ``held``: a copy to the GPU the host was blocked in."""
 
-    __slots__ = ("end_ns", "site", "start_ns", "stream")
+    __slots__ = ("end_ns", "held", "site", "start_ns", "stream")
 
-    def __init__(self, start_ns: int, end_ns: int, stream: int, site: str) -> None:
+    def __init__(
+        self, start_ns: int, end_ns: int, stream: int, site: str, held: bool = False
+    ) -> None:
         self.start_ns = start_ns
         self.end_ns = end_ns
         self.stream = stream
         self.site = site
+        self.held = held
+
+
+def _carve(waits: list[HostInterval], held: list[HostInterval]) -> list[HostInterval]:
+    """``waits`` less the spans of ``held`` (which take their place there), plus ``held``."""
+    out = list(held)
+    for w in waits:
+        pieces = [(w.start_ns, w.end_ns)]
+        for h in held:
+            pieces = [
+                part
+                for a, b in pieces
+                for part in ((a, min(b, h.start_ns)), (max(a, h.end_ns), b))
+                if part[1] > part[0]
+            ]
+        out += [HostInterval(w.kind, w.cause, w.site, a, b) for a, b in pieces]
+    return out
 
 
 def busy_intervals(ops: list[GpuInterval], start_ns: int, end_ns: int) -> list[tuple[int, int]]:
@@ -68,7 +94,8 @@ def _charge_gap(
     slack_ns: int,
     add: Any,
 ) -> None:
-    """Charges the idle interval ``[a, b)`` (``waits`` sorted by start)."""
+    """Charges the idle interval ``[a, b)`` (``waits`` sorted by start): ``add(kind, cause,
+    site, start_ns, end_ns)`` per piece."""
     t = a
     refill: HostInterval | None = None
     for w in waits:
@@ -77,18 +104,18 @@ def _charge_gap(
         s, e = max(w.start_ns, a), min(w.end_ns, b)
         if s > t:  # host Python before this wait
             if refill is not None:
-                add(refill.kind, refill.cause, refill.site, s - t)
+                add(refill.kind, refill.cause, refill.site, t, s)
             else:
-                add(LAUNCH, None, next_site, s - t)
+                add(LAUNCH, None, next_site, t, s)
         if e > max(s, t):
-            add(w.kind, w.cause, w.site, e - max(s, t))
+            add(w.kind, w.cause, w.site, max(s, t), e)
         t = max(t, e)
         refill = w
     if b > t:
         if refill is not None:
-            add(refill.kind, refill.cause, refill.site, b - t)
+            add(refill.kind, refill.cause, refill.site, t, b)
         else:
-            add(LAUNCH, None, next_site, b - t)
+            add(LAUNCH, None, next_site, t, b)
 
 
 def charge(
@@ -97,6 +124,7 @@ def charge(
     ops: list[GpuInterval],
     waits: list[HostInterval],
     slack_ns: int = 0,
+    slices: int = 0,
 ) -> dict[str, Any]:
     """Busy and idle time of the step ``[start_ns, end_ns)`` on one device, the idle time by
     cause and by (cause, line). ``slack_ns``: how long before an idle interval a wait may have
@@ -104,28 +132,37 @@ def charge(
 
     Returns ``{"measured", "busy_ms", "idle_ms": {cause: ms}, "idle_total_ms", "idle_lines":
     [{"site", "cause", "sync_cause", "ms"}]}``; the parts add up to the idle time exactly.
+    With ``slices``, also ``"idle_slices"``: the longest ``slices`` pieces of idle time as
+    ``(start_ns, end_ns, cause, sync_cause, site)``, in time order.
     """
+    held = [HostInterval(COPY, None, o.site, o.start_ns, o.end_ns) for o in ops if o.held]
+    if held:
+        ops = [o for o in ops if not o.held]
+        waits = _carve(waits, held)
     busy = busy_intervals(ops, start_ns, end_ns)
     starts = sorted((o.start_ns, o.site) for o in ops)
     by_line: dict[tuple[str, str, str | None], int] = {}
     totals = dict.fromkeys((*WAITS, LAUNCH), 0)
     ordered = sorted(waits, key=lambda w: w.start_ns)
+    pieces: list[tuple[int, int, str, str | None, str]] = []
 
-    def add(kind: str, cause: str | None, site: str, ns: int) -> None:
-        totals[kind] += ns
+    def add(kind: str, cause: str | None, site: str, a: int, b: int) -> None:
+        totals[kind] += b - a
         key = (kind, site, cause)
-        by_line[key] = by_line.get(key, 0) + ns
+        by_line[key] = by_line.get(key, 0) + b - a
+        if slices:
+            pieces.append((a, b, kind, cause, site))
 
     t = start_ns
     for a, b in [*busy, (end_ns, end_ns)]:
         if a > t:
-            following = [site for s, site in starts if s >= a]
-            next_site = following[0] if following and a < end_ns else END_OF_STEP
+            i = bisect_left(starts, (a, ""))  # the first op to start at or after a
+            next_site = starts[i][1] if i < len(starts) and a < end_ns else END_OF_STEP
             _charge_gap(t, a, next_site, ordered, slack_ns, add)
         t = max(t, b)
     busy_ns = sum(b - a for a, b in busy)
     lines = sorted(by_line.items(), key=lambda kv: kv[1], reverse=True)
-    return {
+    out: dict[str, Any] = {
         "measured": "measured",
         "busy_ms": busy_ns / 1e6,
         "idle_total_ms": (end_ns - start_ns - busy_ns) / 1e6,
@@ -135,3 +172,7 @@ def charge(
             for (kind, site, cause), ns in lines
         ],
     }
+    if slices:
+        longest = sorted(pieces, key=lambda p: p[1] - p[0], reverse=True)[:slices]
+        out["idle_slices"] = sorted(longest, key=lambda p: p[0])
+    return out

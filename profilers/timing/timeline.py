@@ -168,6 +168,7 @@ class StepClock:
     """
 
     __slots__ = (
+        "gpu",
         "last_ns",
         "last_site",
         "lines",
@@ -209,6 +210,9 @@ class StepClock:
         self.replay: Any = None
         """The step replay's records (:class:`profilers.timing.oplog.OpLog`), where the run
         has GPU times for them (CUDA events, or the model of ``--fake-cuda --gpu``)."""
+        self.gpu: Any = None
+        """The GPU timeline (:class:`profilers.timing.gpu_time.GpuTimeline`) on a GPU with
+        CUDA-event timing: each closed step is given its measured GPU half there."""
 
     def line(self, site: Any) -> LineTime:
         """The open step's record of ``site`` (made on its first use in the step)."""
@@ -299,6 +303,8 @@ class StepClock:
             self.waits_dropped,
         )
         self.steps.append(step)
+        if self.gpu is not None:
+            self.gpu.closed(step)
         if self.replay is not None:
             self.replay.close(self.steps_closed)
         self.steps_closed += 1

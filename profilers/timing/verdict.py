@@ -3,8 +3,14 @@ renderers use it too).
 
 A step's figures are over its wall time less the profiler's own time: the step as it would have
 run unprofiled (``wall_unprofiled_ms``). On the host the causes split that whole; on a GPU, busy
-time and the idle time by cause split it (:mod:`profilers.timing.idle`). The **verdict** is the
-largest share: ``GPU-bound`` when busy time is, else the cause of the largest part.
+time and the idle time by cause split it (:mod:`profilers.timing.idle`), measured with CUDA
+events (:mod:`profilers.timing.gpu_time`). The **verdict** is the largest share: ``GPU-bound``
+when busy time is, else the cause of the largest part.
+
+NB honest time on a GPU: the profiler's own host time makes the GPU wait longer only where the
+GPU waits for launches (with work queued, it is hidden behind it), so at most the step's own
+time comes off the measured ``launch`` idle for the verdict (``gpu_profiler_ms``); the measured
+figures themselves stay as measured.
 """
 
 from __future__ import annotations
@@ -79,8 +85,12 @@ def breakdown(
             host[cause] += rec.ns(cause)
     wall = step.wall_ns
     unprofiled = wall - step.own_ns
+    taken = 0.0
     if gpu is not None:
         parts = {"busy": float(gpu["busy_ms"]), **{k: float(v) for k, v in gpu["idle_ms"].items()}}
+        if gpu.get("measured") == MEASURED:
+            taken = min(step.own_ns / 1e6, parts.get(LAUNCH, 0.0))
+            parts[LAUNCH] = parts.get(LAUNCH, 0.0) - taken
     else:
         parts = {cause: ns / 1e6 for cause, ns in host.items()}
     verdict, shares = verdict_of(parts)
@@ -97,14 +107,20 @@ def breakdown(
         "shares_pct": shares,
         "lines": [line_dict(k, r) for k, r in ranked[:max_lines]],
     }
+    if taken:
+        d["gpu_profiler_ms"] = round(taken, 6)
     if verdict == "launch-bound":
         d["graph_blockers"] = graph_blockers(step.lines)
     return d
 
 
-def step_dict(step: StepTime, origin_ns: int, gpu: dict[str, Any] | None = None) -> dict[str, Any]:
+def step_dict(
+    step: StepTime, origin_ns: int, gpu: dict[str, Any] | None = None, pending: bool = False
+) -> dict[str, Any]:
     """A closed step: its number, bounds (ms since ``origin_ns``, the profile's start), figures
-    and waits (the newest, each an interval on the same clock)."""
+    and waits (the newest, each an interval on the same clock). ``pending``: its GPU figures
+    are still to come (its CUDA events have not completed yet)."""
+    extra = {"gpu_pending": True} if pending else {}
     return {
         "step": step.step,
         "start_ms": _ms(step.start_ns - origin_ns),
@@ -121,15 +137,37 @@ def step_dict(step: StepTime, origin_ns: int, gpu: dict[str, Any] | None = None)
             for w in step.waits
         ],
         "waits_dropped": step.waits_dropped,
+        **extra,
     }
 
+
+GPU_MEASURED = (
+    "measured: CUDA events, each op placed on the host's clock (busy: the union of the ops on "
+    "all of a GPU's streams; idle: the rest of the step, charged to its cause and line)"
+)
 
 GPU_NOT_MEASURED = "not measured: no GPU timeline in this run (the host half is measured)"
 
 
 def time_section(clock: StepClock, now_ns: int, gpu_note: str = GPU_NOT_MEASURED) -> dict[str, Any]:
-    """The report's ``time`` section: the run (open step included) and the kept steps."""
+    """The report's ``time`` section: the run (open step included) and the kept steps, with
+    their measured GPU half where the run has a GPU timeline (``clock.gpu``)."""
     steps = list(clock.steps)
+    line = clock.gpu
+    if line is None or not line.anchors:  # no op ran on a GPU: nothing measured there
+        run = breakdown(clock.run(now_ns))
+        kept = [step_dict(s, clock.start_ns) for s in steps]
+    else:
+        settled = bool(line.settled)
+        gpu_note = GPU_MEASURED
+        if not settled:
+            gpu_note += "; the newest steps' figures are still to come (events not complete)"
+        run = breakdown(clock.run(now_ns), line.run(now_ns, list(clock.waits), settled))
+        done = line.steps_charged
+        kept = [
+            step_dict(s, clock.start_ns, line.results.get(s.step), pending=s.step >= done)
+            for s in steps
+        ]
     return {
         "clock": "host",
         "gpu": gpu_note,
@@ -137,8 +175,8 @@ def time_section(clock: StepClock, now_ns: int, gpu_note: str = GPU_NOT_MEASURED
         "outside_ns_per_op": clock.outside_ns,
         "steps_closed": clock.steps_closed,
         "steps_kept": len(steps),
-        "run": breakdown(clock.run(now_ns)),
-        "steps": [step_dict(s, clock.start_ns) for s in steps],
+        "run": run,
+        "steps": kept,
     }
 
 
@@ -148,14 +186,26 @@ def launch_share(d: dict[str, Any]) -> float:
 
 
 def last_step(clock: StepClock | None) -> dict[str, Any]:
-    """The live view's line: the newest closed step's verdict and shares (cheap: one step)."""
+    """The live view's line: the newest closed step's verdict and shares (cheap: one step).
+    With a GPU timeline, the newest step whose GPU half has come (a step or so behind), its
+    figures measured on the GPU; the newest step's host figures until the first has."""
     if clock is None or not clock.steps:
         return {}
-    step = clock.steps[-1]
-    d = breakdown(step, max_lines=0)
-    return {
+    step, gpu = clock.steps[-1], None
+    line = clock.gpu
+    if line is not None:
+        for s in reversed(clock.steps):
+            gpu = line.brief(s.step)
+            if gpu is not None:
+                step = s
+                break
+    d = breakdown(step, gpu, max_lines=0)
+    out = {
         "step": step.step,
         "verdict": d["verdict"],
         "shares_pct": d["shares_pct"],
         "wall_unprofiled_ms": d["wall_unprofiled_ms"],
     }
+    if gpu is not None:
+        out["gpu"] = gpu
+    return out
