@@ -186,3 +186,19 @@ def test_the_cli_explains_the_grouping_error_the_script_lets_out(both_values: st
         "the optimizer's state 'exp_avg' (Adam) (made at train.py:7) is on the cuda:0"
     )
     assert "DEVICE MISMATCH at train.py:10 (opt.step())" in done.stdout + done.stderr
+
+
+def test_the_grouping_checks_dtype_half_is_not_called_a_device_mismatch() -> None:
+    """The same C++ check refuses a float16 state beside float32 parameters on one device:
+    nothing to say about devices, so no failure is claimed."""
+    model = nn.Linear(4, 2)
+    opt = torch.optim.Adam(model.parameters(), foreach=True)
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    for state in opt.state.values():
+        state["exp_avg"] = state["exp_avg"].half()
+    with pytest.raises(RuntimeError, match="Tensors of the same index"):
+        with profilers.profile(kernel_timing=False, memory=True) as prof:
+            opt.step()
+    memory = prof.report().memory
+    assert memory is not None and memory["failure"] is None

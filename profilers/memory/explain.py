@@ -331,6 +331,8 @@ def explain_grouping(
                 listed.append(_entry(f"{name} of params[{i}]", t, tracker, fix))
                 if fix not in fixes:
                     fixes.append(fix)
+    if not listed:
+        return None  # the same check's dtype half (a bfloat16 state on the host): no device's
     return {
         "kind": "device_mismatch",
         "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],

@@ -172,8 +172,9 @@ def _memory_of(live: dict[str, Any]) -> dict[str, Any]:
             "tracked": bool(live.get("tracked")),
             "source": live.get("source", "measured"),
             "devices": [
-                {k: d[k] for k in ("device", "live_bytes", "peak_bytes", "capacity_bytes")}
-                for d in live.get("devices", [])
+                {k: d.get(k) for k in ("device", "live_bytes", "peak_bytes", "capacity_bytes")}
+                for d in live.get("devices") or []
+                if isinstance(d, dict)
             ],
             "peak": None,
             "lines": [],
