@@ -23,7 +23,8 @@ from profilers.counting.sites import UserCode
 from profilers.counting.user_fake import per_thread_kernel_flag
 from profilers.counting.window import StepWindow
 from profilers.errors import ProfileStateError, SlowerCounting
-from profilers.memory.section import memory_section, start_memory
+from profilers.memory.failure import escaped
+from profilers.memory.section import live_memory, memory_section, start_memory
 from profilers.options import Options, RunOptions
 from profilers.records import Site, Totals
 from profilers.report import Report
@@ -37,6 +38,15 @@ from profilers.timing.replayed import sections, simulated_gpus, start_log, time_
 from profilers.timing.verdict import last_step
 
 _ENTER_LOCK = threading.Lock()
+
+
+def explain_escaped(exc: BaseException) -> None:
+    """The running profile explains ``exc``, an error of the script's that no op raised (see
+    ``profilers.memory.failure.escaped``), for runners that catch the script's errors inside
+    the profile, as the CLI's does."""
+    recorder = _patches.ACTIVE
+    if recorder is not None:
+        escaped(exc, recorder)
 
 
 class Profile:
@@ -150,6 +160,8 @@ class Profile:
         recorder = self._recorder
         assert recorder is not None and self._stack is not None
         self._ended_ns = time.perf_counter_ns()
+        if len(exc) > 1 and isinstance(exc[1], BaseException):  # explained though no op raised it
+            escaped(exc[1], recorder)
         try:
             self._stack.close()
         finally:
@@ -204,6 +216,7 @@ class Profile:
             "events_recorded": recorder.events_recorded,
             "counting": recorder.counting,
             "time": last_step(recorder.step_clock),
+            "memory": live_memory(recorder),
         }
 
     def report(

@@ -96,7 +96,43 @@ def live_snapshot(elapsed_s: float, steps: int) -> LiveSnapshot:
         site(36, "losses.append(loss.item())", 0, steps, 2.0 * steps),
     ]
     devices = [{"device": "cuda:1", "name": "NVIDIA H100 80GB HBM3 (demo)"}]
-    return LiveSnapshot(elapsed_s, totals(steps), devices, sites, 2, 61 * steps, "every_op")
+    return LiveSnapshot(
+        elapsed_s, totals(steps), devices, sites, 2, 61 * steps, "every_op", memory=memory()
+    )
+
+
+def memory() -> dict[str, object]:
+    """The model's 420 MiB of parameters, a step's activations and its batch, on cuda:1."""
+
+    def row(line: int, source: str, now: int, most: int) -> dict[str, object]:
+        return {
+            "file": "train.py",
+            "line": line,
+            "function": "train",
+            "source": source,
+            "live_bytes": now,
+            "max_bytes": most,
+        }
+
+    lines = [
+        row(24, "model = Net().to('cuda:1')", 420 << 20, 420 << 20),
+        row(33, "loss = model(x).square().mean()", 96 << 20, 192 << 20),
+        row(31, "x = batch.to('cuda:1')", 4 << 20, 8 << 20),
+    ]
+    device = {
+        "device": "cuda:1",
+        "live_bytes": 520 << 20,
+        "peak_bytes": 1224 << 20,
+        "capacity_bytes": 80 << 30,
+    }
+    return {
+        "tracked": True,
+        "source": "measured",
+        "devices": [device],
+        "lines": lines,
+        "line_count": 5,
+        "failure": None,
+    }
 
 
 @pytest.fixture
@@ -135,6 +171,31 @@ def test_live_view(snap_compare, speaking_child: ChildSession, size: tuple[int, 
         )
 
     assert snap_compare(app, terminal_size=size, run_before=everything_in)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_live_view_memory_by_line(
+    snap_compare, speaking_child: ChildSession, size: tuple[int, int]
+) -> None:
+    """Key m: the lines holding the most GPU memory now, in place of the hottest lines."""
+    run = LiveRun(speaking_child, gpu_stats="demo", clock=FakeClock(), stop_grace_s=0.5)
+    app = LiveApp(run, fixed_sampler(2, interval_s=60.0), gpu_interval_s=60.0, header_clock=False)
+
+    async def memory_shown(pilot: Pilot[None]) -> None:
+        log = app.query_one("#log")
+        await wait_until(
+            lambda: (
+                run.snapshots_seen == 2
+                and len(log.lines) == 2  # type: ignore[attr-defined]
+                and "40%" in app.query_one("#progress").text  # type: ignore[attr-defined]
+                and len(app.history.of(1).util_pct) == 1
+            ),
+            30,
+        )
+        await pilot.press("m")
+        await wait_until(lambda: app.query_one("#memory").display, 30)
+
+    assert snap_compare(app, terminal_size=size, run_before=memory_shown)
 
 
 # -- the text summary -----------------------------------------------------------------------

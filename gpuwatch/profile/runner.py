@@ -181,6 +181,11 @@ def _run_main(target: Target) -> Outcome:
         return Outcome(130, False, "KeyboardInterrupt")
     except BaseException as raised:  # the script's own error: show it as Python would
         error = users_exception(raised)
+        # NB: an error no op raised (the optimizer's device check) is explained from its
+        # frames here, the last place that has them; loaded only where a profile runs.
+        session = sys.modules.get("profilers.session")
+        if session is not None:
+            session.explain_escaped(error)
         if _FULLGRAPH_REFUSED in str(error):
             # NB: not the traceback: dynamo's message lists every frame it skipped (15 lines
             # and more), none of which the user can act on. What they can do is one option.

@@ -341,6 +341,13 @@ class FakeCuda:
             "__init__",
             self.optimizers.patch_init(torch.optim.Optimizer.__init__),
         )
+        # NB: an optimizer left to choose (foreach=None, fused=None) takes the foreach path on
+        # a GPU, for plain tensors only (torch/optim/optimizer.py, _default_to_fused_or_foreach):
+        # fake GPU tensors count as plain here, so the script runs, and fails, as on a GPU.
+        import torch.optim.optimizer as optimizer
+
+        plain = [*optimizer._foreach_supported_types, self.fake_type]
+        _set(stack, optimizer, "_foreach_supported_types", plain)
 
         # NB: FakeTensor.tolist() reads element by element (an .item() each); on a GPU,
         # tolist() is one copy to the host, and so it is here.

@@ -11,7 +11,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
-from profilers.memory.gpu_errors import mismatch_message
+from profilers.memory.gpu_errors import list_mismatch, mismatch_message
 from profilers.timing.oplog import note_fake_op, sim_clock
 
 _aten = torch.ops.aten
@@ -141,6 +141,10 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
             FakeTensorDeviceMismatchError,
         )
 
+        # NB: FakeTensor lets lists of tensors on two devices through; a GPU does not.
+        wrong = list_mismatch(func, args, kwargs)
+        if wrong is not None:
+            raise wrong
         # NB: host tensors go in as fake tensors made here: given real ones, FakeTensorMode would
         # run the op for real on them ("constant propagation"), which a CUDA op cannot do here.
         args, kwargs = tree_map_only(torch.Tensor, self.to_fake, (args, kwargs))

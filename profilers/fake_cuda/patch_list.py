@@ -121,6 +121,14 @@ FAKE_CUDA: tuple[Entry, ...] = (
     ),
     Entry(
         "fake_cuda",
+        "torch.optim.optimizer",
+        ("_foreach_supported_types",),
+        "an optimizer's default picks the foreach path for fake GPU tensors, as for a GPU's",
+        "torch takes foreach (and fused) only for plain tensors, which fake ones are not",
+        "the default optimizer path a GPU runs, and its device mismatches (for-loop instead)",
+    ),
+    Entry(
+        "fake_cuda",
         "torch._subclasses.fake_tensor.FakeTensor",
         ("tolist",),
         "one copy to the host, as on a GPU",

@@ -5,6 +5,7 @@ before."""
 
 from __future__ import annotations
 
+import linecache
 import sys
 from types import FrameType, TracebackType
 from typing import Any
@@ -273,4 +274,92 @@ def _oom(tracker: MemoryTracker | None, exc: BaseException) -> dict[str, Any]:
     rows = sorted(held.values(), key=lambda r: -int(r["bytes"]))
     out["held_bytes"] = sum(int(r["bytes"]) for r in rows)
     out["held"] = rows[:20]
+    return out
+
+
+GROUPING = "Tensors of the same index must be on the same device"
+"""torch's own check, in C++ with no op (``torch._C._group_tensors_by_device_and_dtype``,
+aten/src/ATen/native/ForeachUtils.h), that an optimizer's foreach or fused step runs first: each
+parameter's gradient and state on the parameter's device, except a float32/64 host tensor (the
+``step`` counters), which passes; so a state on another GPU fails here, a host one later, in
+the foreach op (TensorIterator's words) or the fused op (its wrapper's)."""
+
+_HOST_FLOATS = (torch.float32, torch.float64)
+
+
+def explain_grouping(
+    tracker: MemoryTracker | None, user: Any, exc: BaseException
+) -> dict[str, Any] | None:
+    """The report's ``memory.failure`` for :data:`GROUPING`'s error, which no op raises: the
+    failing line is the innermost user frame of ``exc``'s traceback, and the tensors are those
+    of the optimizers in its frames whose device is not their parameter's (``user``: the
+    recorder's ``UserCode``). None for any other error."""
+    if not isinstance(exc, RuntimeError) or GROUPING not in str(exc):
+        return None
+    # NB: the line from the traceback, not the frame: a frame that holds the profile's `with`
+    # is at that line again while the error passes through the profile's exit.
+    at: tuple[FrameType, int] | None = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if user(tb.tb_frame.f_code.co_filename):
+            at = (tb.tb_frame, tb.tb_lineno)
+        tb = tb.tb_next
+    if at is None:
+        return None
+    line, lineno = at
+    filename = line.f_code.co_filename
+    frames = _frames(exc.__traceback__)
+    modules, optimizers = _owners(frames)
+    listed: list[dict[str, Any]] = []
+    fixes: list[str] = []
+    for opt in optimizers:
+        for i, p in enumerate(p for g in opt.param_groups for p in g["params"]):
+            held = [("grad", p.grad), *opt.state.get(p, {}).items()]
+            wrong = [
+                (name, t)
+                for name, t in held
+                if isinstance(t, torch.Tensor)
+                and t.device != p.device
+                and not (t.device.type == "cpu" and t.dtype in _HOST_FLOATS)  # a step counter
+            ]
+            if not wrong or len(listed) >= _MAX_TENSORS:
+                continue
+            listed.append(_entry(f"params[{i}]", p, tracker, None))
+            for name, t in wrong:
+                made = tracker.of(t) if tracker is not None else None
+                fix = _fix("", name, t, p.device, made, modules, optimizers)
+                listed.append(_entry(f"{name} of params[{i}]", t, tracker, fix))
+                if fix not in fixes:
+                    fixes.append(fix)
+    if not listed:
+        return None  # the same check's dtype half (a bfloat16 state on the host): no device's
+    return {
+        "kind": "device_mismatch",
+        "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+        "op": "the optimizer's grouping by device (before its foreach or fused step)",
+        "file": user.display(filename),
+        "line": lineno,
+        "function": line.f_code.co_name,
+        "source": linecache.getline(filename, lineno).strip(),
+        "chain": user.chain(line),
+        "tensors": listed,
+        "fixes": fixes,
+    }
+
+
+def _entry(
+    label: str, t: torch.Tensor, tracker: MemoryTracker | None, fix: str | None
+) -> dict[str, Any]:
+    made = tracker.of(t) if tracker is not None else None
+    out: dict[str, Any] = {
+        "arg": label,
+        "device": str(t.device),
+        "shape": list(t.shape),
+        "dtype": str(t.dtype).removeprefix("torch."),
+        "made_by": None
+        if made is None
+        else {"op": made.op, "moved": made.op in MOVES, **site_dict(made.site)},
+    }
+    if fix is not None:
+        out["fix"] = fix
     return out

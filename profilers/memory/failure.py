@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from profilers.memory.explain import explain
+from profilers.memory.explain import explain, explain_grouping
 
 _PROFILERS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _FAKE_CUDA = os.path.join(_PROFILERS, "fake_cuda") + os.sep
@@ -57,6 +57,21 @@ def failed_here(
         recorder.internal_error(op, own)
         return exc.with_traceback(user_frames(exc.__traceback__))
     return failed(recorder, site, op, func, args, kwargs, exc)
+
+
+def escaped(exc: BaseException, recorder: Any) -> None:
+    """Explains an error the script let out that no op raised (the optimizer's grouping of its
+    tensors by device, ``explain.GROUPING``), into ``recorder.failure`` unless an op's failure
+    is there already. Called where the script's error is caught: the profile's exit, the CLI's
+    runner (``profilers.session.explain_escaped``)."""
+    if recorder.failure is not None:
+        return
+    try:
+        found = explain_grouping(recorder.memory, recorder.user, exc)
+        if found is not None:
+            recorder.failure = found
+    except Exception as own:  # NB: the profiler never raises into user code; the error stands
+        recorder.internal_error("optimizer step", own)
 
 
 def user_frames(tb: TracebackType | None) -> TracebackType | None:

@@ -111,6 +111,32 @@ def mixed(
     return RuntimeError(text) if text is not None else mismatch(a, b)
 
 
+def list_mismatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> RuntimeError | None:
+    """What a GPU raises for an op on lists of tensors (``_foreach_*``, ``_fused_*``) whose
+    tensors are on two devices, or None: the wrapper's words where the op is checked by one
+    (``_fused_adam_``), else TensorIterator's, from the slow path a foreach kernel takes when
+    the tensors of one index are not on one device (ForeachBinaryOpList.cu: each pair goes
+    through ``add_``, ``lerp_``, ...; a 0-dim host tensor goes with a GPU one as a number)."""
+    lists = [
+        v
+        for v in (*args, *kwargs.values())
+        if isinstance(v, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in v)
+    ]
+    if not lists:
+        return None
+    text = mismatch_message(func, args, kwargs)
+    if text is not None:
+        return RuntimeError(text)
+    for i in range(max(len(v) for v in lists)):
+        at = [v[i] for v in lists if i < len(v) and isinstance(v[i], torch.Tensor)]
+        gpu = next((t.device for t in at if t.device.type == "cuda"), None)
+        for t in at if gpu is not None else ():
+            if t.device != gpu and not (t.device.type == "cpu" and t.dim() == 0):
+                assert gpu is not None
+                return mismatch(gpu, t.device)
+    return None
+
+
 def format_size(nbytes: float) -> str:
     """Sizes as CUDA's caching allocator writes them (``format_size``: bytes, KiB, MiB, GiB)."""
     if nbytes < 1024:

@@ -3,6 +3,7 @@ each GPU's peak and the lines holding it, and the failure explained (``explain.p
 
 from __future__ import annotations
 
+import heapq
 import sys
 from typing import Any
 
@@ -100,6 +101,44 @@ def memory_section(recorder: Any) -> dict[str, Any] | None:
     rows.sort(key=lambda r: (-r["peak_bytes"], -r["max_bytes"], r["file"], r["line"]))
     out["lines"] = rows[:MAX_LINES]
     return out
+
+
+LIVE_LINES = 10
+"""Lines a live snapshot carries: those holding the most GPU memory now."""
+
+
+def live_memory(recorder: Any, top: int = LIVE_LINES) -> dict[str, Any]:
+    """The live view's memory: each GPU's bytes now and peak so far, the ``top`` lines holding
+    the most now (and each one's most), how many lines hold any, and the failure explained;
+    empty when memory is not tracked and no op failed. Cheap: copies of a few small dicts."""
+    tracker: MemoryTracker | None = recorder.memory
+    failure: dict[str, Any] | None = recorder.failure
+    if tracker is None:
+        return {} if failure is None else {"tracked": False, "failure": failure}
+    live, most, total, peak = tracker.glance()
+    devices = [
+        {
+            "device": f"cuda:{index}",
+            "live_bytes": total.get(index, 0),
+            "peak_bytes": peak[index],
+            "capacity_bytes": tracker.capacity.get(index),
+        }
+        for index in sorted(peak)
+    ]
+    held = _by_line(live)
+    max_by = _by_line(most)
+    rows = [
+        {**site_dict(site), "live_bytes": n, "max_bytes": max_by.get(k, (None, n))[1]}
+        for k, (site, n) in heapq.nlargest(top, held.items(), key=lambda kv: kv[1][1])
+    ]
+    return {
+        "tracked": True,
+        "source": "simulated" if tracker.simulated else "measured",
+        "devices": devices,
+        "lines": rows,
+        "line_count": len(held),
+        "failure": failure,
+    }
 
 
 def simulated() -> bool:

@@ -172,6 +172,15 @@ class MemoryTracker:
             self._drain()
             return dict(self.live), dict(self.line_max), dict(self.total)
 
+    def glance(
+        self,
+    ) -> tuple[dict[LineKey, int], dict[LineKey, int], dict[int, int], dict[int, int]]:
+        """Copies of the bytes per line now, each line's most, and each GPU's total now and peak
+        so far, for a live view several times a second: no copy of the lines at a peak."""
+        with self._lock:
+            self._drain()
+            return dict(self.live), dict(self.line_max), dict(self.total), dict(self.peak)
+
     def peaks(self) -> Iterator[tuple[int, int, int, dict[LineKey, int]]]:
         """(device index, peak bytes, step of the peak, lines held at it), per GPU seen."""
         with self._lock:

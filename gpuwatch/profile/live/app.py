@@ -36,6 +36,7 @@ from gpuwatch.app.widgets import (
 from gpuwatch.monitor.nvml.history import History
 from gpuwatch.monitor.nvml.sampler import Sampler
 from gpuwatch.monitor.pyspy import dump_stack, users_dumper
+from gpuwatch.profile.live.memory_table import NOT_TRACKED, MemoryLinesTable, memory_words
 from gpuwatch.profile.live.model import Ended, LiveRun, Update
 from gpuwatch.profile.live.result import LiveResult
 
@@ -77,6 +78,13 @@ class LiveApp(SamplingApp):
         Binding(
             "a", "toggle_all_gpus", "All GPUs", tooltip="Every GPU's card, or only the script's"
         ),
+        Binding(
+            "m",
+            "toggle_memory",
+            "Memory",
+            tooltip="GPU memory by line (the lines holding the most now), or the hottest lines",
+            show=False,  # NB: the footer has no room left at 80 columns: the table's border says m
+        ),
         Binding("question_mark", "help", "Help", key_display="?"),
     ]
 
@@ -108,6 +116,8 @@ class LiveApp(SamplingApp):
         """Every GPU's card (key a), not only those the script uses."""
         self.paused = False
         """The display is paused (key p): output is held, counters stay; the script runs on."""
+        self.memory_shown = False
+        """GPU memory by line in place of the hottest lines (key m)."""
         self.ended: Ended | None = None
         """The run's end, once drawn (its summary shown, or why it could not start)."""
         self._devices: list[dict[str, Any]] = []
@@ -132,6 +142,7 @@ class LiveApp(SamplingApp):
         with Horizontal(id="middle"):
             yield RatesPanel(id="rates")
             yield HotLinesTable(id="lines", timed=not self.model.session.options.untimed)
+            yield MemoryLinesTable(id="memory")
         yield RichLog(id="log", max_lines=2000, wrap=False, markup=False, highlight=False)
         yield ProgressLine(id="progress")
         yield StatusLine(id="status")
@@ -139,6 +150,7 @@ class LiveApp(SamplingApp):
 
     def on_mount(self) -> None:
         self.query_one("#log", RichLog).border_title = "Script output"
+        self.query_one(MemoryLinesTable).display = False
         self.query_one(RatesPanel).show(None, None)
         sim = " — SIMULATED GPU (--fake-cuda)" if self.model.session.options.fake_cuda else ""
         self.sub_title = self.model.command + sim
@@ -152,6 +164,7 @@ class LiveApp(SamplingApp):
 
     def on_resize(self, event: events.Resize) -> None:
         self._relayout(event.size.width, event.size.height)
+        self.call_after_refresh(self._show_memory_words)
 
     def _relayout(self, width: int | None = None, height: int | None = None) -> None:
         if width is None or height is None:
@@ -253,7 +266,25 @@ class LiveApp(SamplingApp):
         panel.show(self._rates.rates(), snap.totals if snap else None, self.model.ended)
         if snap is not None:
             self.query_one(HotLinesTable).show(snap.sites, snap.site_count, snap.counting)
+            self.call_after_refresh(self._show_memory_words)  # the table's width laid out
+            self.query_one(MemoryLinesTable).show(snap.memory)
             self._show_used_gpus(snap.devices)
+
+    def _show_memory_words(self) -> None:
+        """Each GPU's memory now and peak so far on the hottest lines' lower border (no row
+        taken), with the key that shows it by line when there is room."""
+        snap = self.model.last_snapshot
+        try:
+            lines = self.query_one(HotLinesTable)
+        except NoMatches:  # the app shuts down
+            return
+        if snap is None:
+            return
+        # NB: before the first layout the table has no width yet: half the screen's, as laid out
+        room = (lines.size.width or self.size.width // 2) - 6
+        words = memory_words(snap.memory, room)
+        hint = next((h for h in (" · m: by line", " (m)") if len(words + h) <= room), "")
+        lines.border_subtitle = words + hint if words else ""
 
     def _show_status(self) -> None:
         run = self.model
@@ -301,6 +332,15 @@ class LiveApp(SamplingApp):
         command = self.model.command
         dumper = users_dumper(self.stack_dumper, command)
         self.push_screen(StackScreen(pid, command, dumper))
+
+    def action_toggle_memory(self) -> None:
+        snap = self.model.last_snapshot
+        if snap is not None and not snap.memory.get("tracked"):
+            self.notify(NOT_TRACKED, severity="information", timeout=6)
+            return
+        self.memory_shown = not self.memory_shown
+        self.query_one(MemoryLinesTable).display = self.memory_shown
+        self.query_one(HotLinesTable).display = not self.memory_shown
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused

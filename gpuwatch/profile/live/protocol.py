@@ -54,6 +54,11 @@ class LiveSnapshot:
     time: dict[str, Any] = dataclasses.field(default_factory=dict)
     """The last closed step's ``{"step", "verdict", "shares_pct", "wall_unprofiled_ms"}``
     (profilers/timing/), empty before the first step or where not measured."""
+    memory: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """GPU memory now (profilers/memory/section.py ``live_memory``): ``{"tracked", "source",
+    "devices": [{"device", "live_bytes", "peak_bytes", "capacity_bytes"}], "lines": [{"file",
+    "line", "function", "source", "live_bytes", "max_bytes"}], "line_count", "failure"}``, the
+    lines holding the most now only; empty when not tracked and nothing failed."""
 
 
 @dataclass(frozen=True)
@@ -151,5 +156,28 @@ def report_from_snapshot(
                 "source": "last live snapshot (top lines only)",
                 "counting": snap["counting"],
             },
+            **_memory_of(snapshot.memory if snapshot is not None else {}),
         }
     )
+
+
+def _memory_of(live: dict[str, Any]) -> dict[str, Any]:
+    """The partial report's ``memory`` from a snapshot's: each GPU's bytes then and its peak,
+    and the failure explained. NB: no lines: a snapshot says what each line held then, not at
+    the peak, and the report's lines say both."""
+    if not live:
+        return {}
+    return {
+        "memory": {
+            "tracked": bool(live.get("tracked")),
+            "source": live.get("source", "measured"),
+            "devices": [
+                {k: d.get(k) for k in ("device", "live_bytes", "peak_bytes", "capacity_bytes")}
+                for d in live.get("devices") or []
+                if isinstance(d, dict)
+            ],
+            "peak": None,
+            "lines": [],
+            "failure": live.get("failure"),
+        }
+    }
