@@ -211,3 +211,26 @@ def test_on_a_gpu_the_peak_is_the_allocators_less_its_rounding():
     assert memory is not None and memory["source"] == "measured"
     peak = memory["peak"]["bytes"]
     assert 0.95 * allocated <= peak <= allocated, (peak, allocated)
+
+
+def test_an_allocation_bigger_than_the_host_raises_the_gpus_oom_in_both_value_modes(both_values):
+    """Real values keep a GPU tensor in the host's memory: a request no 80 GiB GPU could hold
+    fails there first, and must still read as CUDA's out-of-memory error (4 PiB asked)."""
+    from profilers.fake_cuda.harness import fake_cuda
+
+    with fake_cuda(), pytest.raises(torch.OutOfMemoryError) as raised:
+        torch.empty(1 << 50, device="cuda:0")
+    assert "CUDA out of memory. Tried to allocate" in str(raised.value)
+    assert "GPU 0 has a total capacity of 80.00 GiB" in str(raised.value)
+
+
+def test_real_values_say_when_the_host_cannot_hold_what_the_simulated_gpu_could():
+    from profilers.fake_cuda.harness import fake_cuda
+
+    with fake_cuda(memory_bytes=1 << 53, values="real"), pytest.raises(MemoryError) as raised:
+        torch.empty(1 << 50, device="cuda:0")  # 4 PiB: fits an 8 PiB simulated GPU
+    assert str(raised.value) == (
+        "the fake GPU (real values) keeps GPU 0's tensors in this machine's memory, which cannot "
+        f"hold {1 << 52:,} more bytes; the simulated GPU could ({1 << 53:,} bytes free). Its "
+        "placeholder values need no memory"
+    )

@@ -9,6 +9,7 @@ of a segment. The total is the simulated device's (``Properties.total_memory``).
 from __future__ import annotations
 
 import functools
+import re
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -23,6 +24,13 @@ BLOCK_BYTES = 512
 DEFAULT_BYTES = 80 * 1024**3
 """A simulated GPU's memory unless told (``--fake-memory``): an 80 GB H100's."""
 SEGMENT_BYTES = 2 * 1024 * 1024
+
+
+_HOST_REFUSED = re.compile(
+    r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (\d+) bytes"
+)
+"""The CPU allocator's error (c10/core/impl/alloc_cpu.cpp) when real values ask for more than the
+host has."""
 
 
 def _round_up(n: int, to: int) -> int:
@@ -101,6 +109,24 @@ class FakeMemory:
         # NB: raised with the lock let go (making the error can run a collection, whose
         # finalizers take the lock)
         raise out_of_memory(full[0], full[1], self.capacity_bytes, full[2])
+
+    def host_refused(self, exc: RuntimeError, index: int) -> Exception | None:
+        """What a GPU would raise where real values' host allocation failed (``exc``, the CPU
+        allocator's error, on the way to GPU ``index``): CUDA's out-of-memory error where the
+        simulated GPU could not hold it either; where it could, an error that says the host
+        cannot; None for any other error (the caller re-raises it as it is)."""
+        m = _HOST_REFUSED.search(str(exc))
+        if m is None:
+            return None
+        block = _round_up(int(m.group(1)), BLOCK_BYTES)
+        now = self.allocated[index]
+        if now + block > self.capacity_bytes:
+            return out_of_memory(index, block, self.capacity_bytes, now)
+        return MemoryError(
+            f"the fake GPU (real values) keeps GPU {index}'s tensors in this machine's memory, "
+            f"which cannot hold {block:,} more bytes; the simulated GPU could "
+            f"({self.capacity_bytes - now:,} bytes free). Its placeholder values need no memory"
+        )
 
     def _add(self, index: int, nbytes: int) -> None:
         self.allocated[index] += nbytes

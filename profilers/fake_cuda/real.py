@@ -194,7 +194,13 @@ class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, u
             if drawn is not None:  # randn(size) is randn.generator(size, generator=None)
                 func = drawn
                 new_kwargs["generator"] = torch.cuda.default_generators[device.index or 0]
-        out = func(*new_args, **new_kwargs)
+        try:
+            out = func(*new_args, **new_kwargs)
+        except RuntimeError as exc:  # NB: a GPU raises its own OOM before the host's allocator
+            instead = self.harness.memory.host_refused(exc, device.index or 0)
+            if instead is None:
+                raise
+            raise instead from None
         if isinstance(out, (bool, int, float)):
             self.harness.graphs.forbid(f"{func} (a GPU value read on the host)")
         out = self.wrap_out(out, device, wrappers)
