@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpuwatch.profile.interrupts import Signals, Terminated
 from gpuwatch.profile.options import ProfileOptions
-from gpuwatch.profile.runner import Outcome, Target, run_target
+from gpuwatch.profile.runner import Outcome, Target, importable_beside, run_target
 from gpuwatch.profile.worded import warnings_worded
 from profilers.registry import OwnThread
 from profilers.report import Report, printable
@@ -203,6 +203,11 @@ class ProfiledRun:
 
         return self.fake if self.fake is not None else nullcontext()
 
+    def _inputs_importable(self) -> Any:
+        from contextlib import nullcontext
+
+        return importable_beside(self.target) if self.options.inputs else nullcontext()
+
     def run(self) -> int:
         outcome = Outcome(1, False, "gpuwatch stopped before the script started")
         with warnings_worded(), self.signals.raising():
@@ -212,7 +217,7 @@ class ProfiledRun:
                         OwnThread(
                             target=self._checkpoints, name="gpuwatch-checkpoint", daemon=True
                         ).start()
-                    with self._fake_gpus(), self.prof:
+                    with self._fake_gpus(), self._inputs_importable(), self.prof:
                         self._started = True
                         try:
                             outcome = run_target(self.target)
