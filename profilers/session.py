@@ -63,6 +63,13 @@ class Profile:
     def running(self) -> bool:
         return self._state == "running"
 
+    @property
+    def time_origin_ns(self) -> int | None:
+        """The ``time.perf_counter_ns()`` that the time view's ``start_ms``/``end_ms`` count
+        from (None: no time view), for joining other samples with the steps."""
+        clock = self._recorder.step_clock if self._recorder is not None else None
+        return None if clock is None else int(clock.start_ns)
+
     def __enter__(self) -> Profile:
         if self._state != "new":
             raise ProfileStateError(
