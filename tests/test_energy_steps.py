@@ -236,3 +236,37 @@ def statistics_median_ms(report: Any) -> float:
     import statistics
 
     return statistics.median(s["end_ms"] - s["start_ms"] for s in report.time["steps"])
+
+
+def test_the_live_view_shows_the_newest_step_its_samples_cover(clock: Any) -> None:
+    from gpuwatch.app.widgets.status_line import status_text
+    from gpuwatch.profile.live.model import LiveRun
+    from gpuwatch.profile.live.protocol import LiveSnapshot
+    from gpuwatch.profile.live.session import ChildSession
+    from gpuwatch.profile.options import ProfileOptions
+    from gpuwatch.profile.runner import Target
+    from gpuwatch.report.energy import add_energy_from_rows
+
+    run = LiveRun(ChildSession(Target("train.py", []), ProfileOptions()), clock=clock)
+    backend = FakeBackend(gpu_count=2, clock=clock)  # a steady 350 W on each
+    step = {"step": 3, "verdict": "input-bound", "shares_pct": {"input": 90.0, "launch": 10.0}}
+    step.update(wall_unprofiled_ms=100.0, start_ms=200.0, end_ms=300.0)
+    devices = [{"device": "cuda:1", "name": "H100"}]
+    totals = {"ops": 0}
+    run.take([LiveSnapshot(0.0, totals, devices, [], 0, 0, "every_op", time=step)])
+    run.record_gpus([backend.sample(i) for i in range(2)])
+    assert run.step_energy() is None  # the samples do not reach past the step's end yet
+    for _ in range(2):
+        clock.advance(0.25)
+        run.record_gpus([backend.sample(i) for i in range(2)])
+    # GPU 1 only (the script's): 350 W x 100 ms = 35 J, from samples 250 ms apart: the mean
+    # power around the step times its length (≈)
+    got = run.step_energy()
+    assert got is not None and got[0] == 3 and got[1] == pytest.approx(35.0) and got[2] is True
+    snap = run.last_snapshot
+    assert status_text("running", 1.0, 42, snap, got).endswith(" · step 3: ≈35 J")
+    # the report's energy, from the same rows: 350 W over the 500 ms they cover
+    t = _time({**step, "gpu": None}, wall_ms=500.0)
+    add_energy_from_rows(t, [r for r in run.gpu_samples if r["gpu"] == 1], {1}, None)
+    assert t["energy"]["read_interval_ms"] == 250.0
+    assert t["energy"]["run_j"] == pytest.approx(175.0) and t["steps"][0]["energy"]["j"] == 35.0

@@ -200,3 +200,33 @@ def points_from_rows(rows: Iterable[Mapping[str, Any]]) -> dict[int, list[Point]
         if not points or points[-1][1] != mj:
             points.append((float(row["t"]) * 1000.0, int(mj)))
     return out
+
+
+def rows_energy(
+    rows: Iterable[Mapping[str, Any]], gpus: Iterable[int], a_ms: float, b_ms: float
+) -> tuple[float, bool] | None:
+    """(J on ``gpus`` between ``a_ms`` and ``b_ms`` from sample rows, whether the span is
+    shorter than the samples' own gap: then the mean power around it times its length), None
+    where the rows do not cover it or a GPU has no counter."""
+    points = points_from_rows(rows)
+    total, short = 0.0, False
+    for gpu in gpus:
+        c = Counter(points.get(gpu, []))
+        got = c.joules(a_ms, b_ms) if c.segments else None
+        if got is None:
+            return None
+        total += got[0]
+        gap = c.update_ms()
+        short = short or (gap is not None and b_ms - a_ms < gap)
+    return total, short
+
+
+def add_energy_from_rows(
+    time: dict[str, Any], rows: Sequence[Mapping[str, Any]], gpus: Iterable[int], scope: str | None
+) -> None:
+    """:func:`add_energy` from GPU sample rows (the ``--live`` view's, taken by the view at the
+    stats' interval on the profile's clock as the view knows it: its start, to a few ms)."""
+    ts = sorted({float(r["t"]) for r in rows})
+    gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
+    read_ms = round(statistics.median(gaps) * 1000, 3) if gaps else 0.0
+    add_energy(time, points_from_rows(rows), gpus, read_ms, scope)
