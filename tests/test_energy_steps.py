@@ -270,3 +270,21 @@ def test_the_live_view_shows_the_newest_step_its_samples_cover(clock: Any) -> No
     add_energy_from_rows(t, [r for r in run.gpu_samples if r["gpu"] == 1], {1}, None)
     assert t["energy"]["read_interval_ms"] == 250.0
     assert t["energy"]["run_j"] == pytest.approx(175.0) and t["steps"][0]["energy"]["j"] == 35.0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU with NVML"
+)
+def test_energy_per_step_agrees_with_the_counter_read_directly_on_a_gpu():
+    """``.ci/check_energy.py``: steps of known GPU work (``torch.cuda._sleep``, ~1 s each)
+    under ``gpuwatch profile``, each step's joules against NVML's counter read directly at
+    its bounds (its docstring states the tolerance: 10% a step, 5% the median)."""
+    import sys
+    from pathlib import Path
+
+    from tests.helpers import run
+
+    root = Path(__file__).resolve().parent.parent
+    done = run([sys.executable, ".ci/check_energy.py"], root, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
