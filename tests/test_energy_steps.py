@@ -288,3 +288,19 @@ def test_energy_per_step_agrees_with_the_counter_read_directly_on_a_gpu():
     root = Path(__file__).resolve().parent.parent
     done = run([sys.executable, ".ci/check_energy.py"], root, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_the_timelines_thread_reads_the_counter_between_snapshots_and_stops_promptly():
+    timeline = GpuTimeline(Sampler(FakeBackend(gpu_count=1), background_pcie=False), 0.5)
+    timeline.start()
+    deadline = time.monotonic() + 10
+    while len(timeline._energy.get(0, ())) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)  # NB: polls a condition, bounded: the thread's reads are the evidence
+    began = time.monotonic()
+    taken = timeline.stop()
+    assert time.monotonic() - began < 2.0  # the settling reads are bounded
+    points = taken.energy[0]
+    # several reads of the counter alone for one snapshot (0.5 s apart), each a change
+    assert len(points) >= 5 and len(points) > len(taken.rows)
+    assert all(b[0] > a[0] and b[1] > a[1] for a, b in zip(points, points[1:], strict=False))
+    assert taken.rows[0]["energy_total_mj"] is not None

@@ -143,11 +143,11 @@ class GpuTimeline:
         if not moving:
             return
         gap_s = max((p[-1][0] - p[0][0]) / (len(p) - 1) for p in moving.values())
-        asked = self._clock()
-        for _ in range(int(min(ENERGY_SETTLE_S, 2 * gap_s) / self.energy_interval_s) + 1):
+        asked, poll_s = self._clock(), min(self.energy_interval_s, ENERGY_INTERVAL_S)
+        for _ in range(int(min(ENERGY_SETTLE_S, 2 * gap_s) / poll_s) + 1):
             if all(p[-1][0] >= asked for p in moving.values()):
                 return
-            time.sleep(self.energy_interval_s)  # NB: a bounded poll of the driver's counter
+            time.sleep(poll_s)  # NB: a bounded poll of the driver's counter
             self.read_energy()
 
     def stop(self) -> TimelineSamples:
