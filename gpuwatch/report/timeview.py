@@ -114,7 +114,7 @@ def energy_line(r: Report) -> str | None:
     out = "energy:"
     if per is not None:
         within = max(float(k["uncertainty_j"]) for k in kept)
-        out += f" {per:.3g} J per step on {gpus} (median of {len(kept)} steps, ±{within:.2g} J)"
+        out += f" {per:.3g} J per step on {gpus} (median of {len(kept)} steps, ±{within:.2g} J at most)"
     if e.get("run_j") is not None:
         out += f"{',' if per is not None else ''} {fmt.energy(float(e['run_j']))} in all"
     update = e.get("counter_update_ms")
