@@ -87,8 +87,10 @@ def _profiled(batches: Callable[[], Any], **options: Any) -> Callable[[], tuple[
     return run
 
 
-def test_a_marked_generator_is_input_bound_at_the_for_line():
-    _input_bound_at(_profiled(lambda: profilers.input(_sleepy(STEPS))))
+@pytest.mark.parametrize("kernel_timing", [True, False], ids=["every-op", "fast-path"])
+def test_a_marked_generator_is_input_bound_at_the_for_line(kernel_timing: bool):
+    run = _profiled(lambda: profilers.input(_sleepy(STEPS)), kernel_timing=kernel_timing)
+    _input_bound_at(run)
 
 
 def test_a_marked_generator_function_times_every_generator_it_makes():
