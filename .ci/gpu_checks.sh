@@ -66,6 +66,9 @@ run() {
         step python3 -m gpuwatch top --once
         # GPM (SM activity) and the energy counter against nvidia-smi: idle, matmuls, tiny kernels
         step python3 .ci/check_gpm.py
+        # Energy per step (time.steps[].energy) against the counter read directly at each
+        # step's bounds, on steps of known GPU work (torch.cuda._sleep, ~1 s each)
+        step python3 .ci/check_energy.py
         python3 -m gpuwatch top --json >"$out/top.json"
         echo "top --json: exit $?, $(wc -c <"$out/top.json") bytes"
         step python3 benchmarks/top_cost.py --real --seconds 20 --interval 1 \

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from profilers.budgets import Budget, BudgetError
 from profilers.errors import (
     FakeCudaUnavailable,
+    InputNotFound,
     MeasuredNotPredicted,
     MissingTorchApi,
     NotSimulated,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from profilers.counting.ops import Transfer, classify, direction
     from profilers.guard import BudgetExceeded, Guard, budget, no_syncs
     from profilers.session import Profile, profile, step
+    from profilers.timing.inputs import mark_input as input  # noqa: F401 (lazy: _LAZY)
 
 #: What needs torch, imported on first use: reading and rendering a saved report never does.
 _LAZY = {
@@ -50,6 +52,7 @@ _LAZY = {
     "Profile": "profilers.session",
     "profile": "profilers.session",
     "step": "profilers.session",
+    "input": "profilers.timing.inputs",
 }
 
 
@@ -59,7 +62,8 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'profilers' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(module), name)
+    # NB: profilers.input is timing.inputs.mark_input (``input`` would shadow the builtin there)
+    value = getattr(importlib.import_module(module), "mark_input" if name == "input" else name)
     globals()[name] = value
     return value
 
@@ -75,6 +79,7 @@ __all__ = [
     "Counters",
     "FakeCudaRun",
     "FakeCudaUnavailable",
+    "InputNotFound",
     "MissingTorchApi",
     "MeasuredNotPredicted",
     "NotSimulated",
@@ -99,4 +104,5 @@ __all__ = [
     "no_syncs",
     "profile",
     "step",
+    # NB: not "input": a star import would hide the builtin; profilers.input is spelled whole.
 ]

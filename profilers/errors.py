@@ -90,6 +90,23 @@ class MeasuredNotPredicted(ProfilerError, RuntimeError):
         return (type(self), (self.gpu,))
 
 
+class InputNotFound(ProfilerError, ValueError):
+    """An input iterator named by its dotted name (``inputs=``) that a profile cannot time.
+
+    Attributes:
+        name: the name as given (``"mypkg.data.Batches"``).
+        reason: what is wrong, continuing the name (``"names no module that can be imported"``).
+    """
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"input {name!r} {reason}")
+        self.name = name
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.name, self.reason))
+
+
 class ProfilerWarning(UserWarning):
     """The category of every warning the profiler gives."""
 

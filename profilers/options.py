@@ -40,6 +40,10 @@ class Options:
     memory: bool | None = None
     """Which line made each tensor and holds which GPU bytes (profilers/memory/); None: on by
     itself on fake GPUs, where every op is counted anyway."""
+    inputs: tuple[str, ...] = ()
+    """Input iterators besides the DataLoader, by dotted name (``pkg.mod.Class``: its
+    ``__next__``, or the iterators its ``__iter__`` returns; ``pkg.mod.fn``: its results): the
+    time to get each item is an input wait (profilers/timing/inputs.py)."""
 
 
 _OPTION_TYPES: dict[str, tuple[type, ...]] = {
@@ -54,7 +58,7 @@ _OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "time_steps": (int,),
 }
 
-_LATER_OPTIONS: dict[str, type] = {"memory": bool, "gpu": str}
+_LATER_OPTIONS: dict[str, type] = {"memory": bool, "gpu": str, "inputs": list}
 """Options of :func:`profilers.profile` that came after the first reports: in the JSON only
 when asked."""
 
@@ -141,7 +145,7 @@ class RunOptions:
         if self.profile is not None:
             asked = dataclasses.asdict(self.profile)
             for name in _LATER_OPTIONS:
-                if asked[name] is None:
+                if asked[name] is None or asked[name] == ():
                     del asked[name]  # not asked: the JSON as before the option came
             out.update(_jsonable(asked))
         for name in (*_TEXT, "merged_ranks"):

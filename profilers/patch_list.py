@@ -137,6 +137,16 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         "profiler",
+        "",
+        ("input: *",),
+        "times each item of an input iterator named by dotted name (Options.inputs): a "
+        "class's __next__, the iterators its __iter__ returns, or a function's results",
+        "iterators other than the DataLoader (generators, DALI, webdataset, HF datasets) feed "
+        "steps too; the user names the ones that do",
+        "their waits: the step's time shows as host work at a library line",
+    ),
+    Entry(
+        "profiler",
         "torch.cuda",
         ("is_available", "device_count"),
         "notes the first line told 'no GPU'",

@@ -32,7 +32,7 @@ from profilers.stats import SiteStats
 from profilers.timing.calibrate import start_clock
 from profilers.timing.cuda_events import CudaApi
 from profilers.timing.gpu_time import start_gpu_time
-from profilers.timing.inputs import patch_input
+from profilers.timing.inputs import patch_input, resolve_inputs
 from profilers.timing.oplog import OpLog
 from profilers.timing.replayed import sections, simulated_gpus, start_log, time_view_on
 from profilers.timing.verdict import last_step
@@ -73,6 +73,13 @@ class Profile:
     @property
     def running(self) -> bool:
         return self._state == "running"
+
+    @property
+    def time_origin_ns(self) -> int | None:
+        """The ``time.perf_counter_ns()`` that the time view's ``start_ms``/``end_ms`` count
+        from (None: no time view), for joining other samples with the steps."""
+        clock = self._recorder.step_clock if self._recorder is not None else None
+        return None if clock is None else int(clock.start_ns)
 
     def __enter__(self) -> Profile:
         if self._state != "new":
@@ -124,8 +131,9 @@ class Profile:
             per_thread_kernel_flag(stack)
             timed = self.options.time_steps > 0 and self.options.steps is None
             timed = timed and time_view_on(self.options.gpu)
+            named = resolve_inputs(self.options.inputs)  # InputNotFound before any change
             if timed:
-                patch_input(stack, recorder, _patches.set_attr)
+                patch_input(stack, recorder, _patches.set_attr, named)
             # What this thread runs inside while it counts: the mode, or the fast path's key.
             counts = per_thread()
             if timed:
@@ -338,6 +346,7 @@ def profile(
     time_steps: int = 64,
     memory: bool | None = None,
     gpu: str | None = None,
+    inputs: Sequence[str] = (),
 ) -> Profile:
     """Count copies, syncs and kernel time of the code run inside ``with profile() as prof:``.
 
@@ -370,6 +379,10 @@ def profile(
         memory: which line made each tensor, holds which GPU bytes (None: on fake GPUs).
         gpu: under ``--fake-cuda``, the GPU (a name, e.g. ``"H100"``) whose times a model
             predicts: the time view's GPU half and the what-ifs, marked predicted.
+        inputs: input iterators besides the DataLoader, by dotted name (a class: its
+            ``__next__``, or its ``__iter__``'s iterators; a function: its results), each
+            item's wait charged to the line that pulls it; ``profilers.input(it)`` marks one in
+            the script. Raises :class:`InputNotFound` for a name that times nothing.
 
     A profile runs once; profiles cannot be nested. Leaving the block, also by an exception,
     restores every patch and the dispatch mode.
@@ -386,5 +399,6 @@ def profile(
         time_steps=time_steps,
         memory=memory,
         gpu=gpu,
+        inputs=tuple(inputs),
     )
     return Profile(opts, is_pinned=is_pinned, cuda=cuda)

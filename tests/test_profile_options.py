@@ -36,6 +36,7 @@ EVERY = ProfileOptions(
     kernel_timing=False,
     count_ops=True,
     user_code=("src", "lib"),
+    inputs=("json.JSONDecoder", "itertools.count"),
     timeline_capacity=123,
     checkpoint_s=5.0,
     gpu_interval_s=2.5,
@@ -183,6 +184,7 @@ def test_the_library_keywords_come_from_one_mapping():
         "steps": None,
         "memory": None,
         "gpu": None,
+        "inputs": (),
     }
     fast = profiler_keywords(ProfileOptions(kernel_timing=False))
     assert (fast["kernel_timing"], fast["count_ops"]) == (False, None)

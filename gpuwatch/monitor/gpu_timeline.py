@@ -15,6 +15,15 @@ from profilers.registry import OwnThread
 
 #: At 0.5 s a sample, 24 hours of samples per GPU before the oldest are dropped.
 MAX_SAMPLES = 172_800
+#: Seconds between two reads of the energy counter alone (cheap: one NVML call per GPU).
+#: NB: NVML's counter itself moves in steps (every 20-100 ms on the GPUs we know of): reading
+#: faster would not resolve shorter steps; reading at the stats' 0.5 s would blur every step
+#: shorter than that into the mean power around it.
+ENERGY_INTERVAL_S = 0.02
+#: Changes of the counter kept per GPU (the newest): 20 minutes at one change per 20 ms.
+MAX_ENERGY_POINTS = 60_000
+#: At the end, how long to wait at most for the counter to move past the run's end.
+ENERGY_SETTLE_S = 0.5
 
 
 def sample_row(t: float, g: GpuSample, pids: Collection[int] = ()) -> dict[str, Any]:
@@ -38,12 +47,15 @@ def sample_row(t: float, g: GpuSample, pids: Collection[int] = ()) -> dict[str, 
         "sm_active_pct": g.sm_active_pct,
         "tensor_active_pct": g.tensor_active_pct,
         "power_avg_w": g.power_avg_w,
+        "energy_total_mj": g.energy_total_mj,
     }
 
 
 class GpuTimeline:
-    """A daemon thread taking a snapshot every ``interval_s``; :meth:`samples` returns plain dicts
-    ``{"t", "gpu", "gpu_util_pct", "memory_used_bytes", "pcie_tx_bytes_per_s", ...}``."""
+    """A daemon thread taking a snapshot every ``interval_s`` (rows ``{"t", "gpu",
+    "gpu_util_pct", "memory_used_bytes", ...}``) and, where the backend reads the energy counter
+    alone (``energy_mj``), that counter every ``energy_interval_s``: its changes, on ``clock``,
+    for the energy of each step (gpuwatch/report/energy.py)."""
 
     def __init__(
         self,
@@ -51,13 +63,20 @@ class GpuTimeline:
         interval_s: float = 0.5,
         clock: Callable[[], float] = time.perf_counter,
         pids: Collection[int] | None = None,
+        energy_interval_s: float = ENERGY_INTERVAL_S,
     ) -> None:
         self.sampler = sampler
         self.pids = {os.getpid()} if pids is None else set(pids)
         self.interval_s = interval_s
+        self.energy_interval_s = energy_interval_s
         self._clock = clock
         self._t0 = clock()
         self._samples: deque[dict[str, Any]] = deque(maxlen=MAX_SAMPLES)
+        self._energy: dict[int, deque[tuple[float, int]]] = {}
+        self._energy_mj: Callable[[int], int | None] | None = getattr(
+            sampler.backend, "energy_mj", None
+        )
+        self._gpus = 0
         self.mig_gpus: dict[str, int] = {}
         """The GPU each MIG instance of ``CUDA_VISIBLE_DEVICES`` is part of (learned at start)."""
         self._stop = threading.Event()
@@ -70,29 +89,98 @@ class GpuTimeline:
         return self
 
     def _loop(self) -> None:
+        next_snapshot = self._clock()
         while not self._stop.is_set():
             try:
-                snap = self.sampler.snapshot()
+                if self._clock() >= next_snapshot:
+                    snap = self.sampler.snapshot()
+                    now = self._clock()
+                    next_snapshot = now + self.interval_s
+                    self._gpus = len(snap.gpus)
+                    self._samples.extend(
+                        sample_row(round(now - self._t0, 3), g, self.pids) for g in snap.gpus
+                    )
+                    if self._energy_mj is None:  # a backend without a cheap read: the rows'
+                        for g in snap.gpus:
+                            self.note_energy(g.index, now, g.energy_total_mj)
+                self.read_energy()
             except Exception:  # a failing driver must not take the profiled script down
                 return
-            t = round(self._clock() - self._t0, 3)
-            self._samples.extend(sample_row(t, g, self.pids) for g in snap.gpus)
-            self._stop.wait(self.interval_s)
+            wait = self.interval_s if self._energy_mj is None else self.energy_interval_s
+            self._stop.wait(max(0.0, min(wait, next_snapshot - self._clock())))
+
+    def note_energy(self, gpu: int, t: float, mj: int | None) -> None:
+        """Keeps ``(t, mj)`` when the counter moved (or was first read): its changes only, so
+        that the power between two is spread over the time the counter took to move."""
+        if mj is None:
+            return
+        points = self._energy.get(gpu)
+        if points is None:
+            points = self._energy[gpu] = deque(maxlen=MAX_ENERGY_POINTS)
+        if not points or points[-1][1] != mj:
+            points.append((t, mj))
+
+    def read_energy(self) -> None:
+        """Reads every GPU's energy counter once (where the backend reads it alone)."""
+        if self._energy_mj is None:
+            return
+        try:
+            if not self._gpus:
+                self._gpus = self.sampler.backend.device_count()
+            for gpu in range(self._gpus):
+                mj = self._energy_mj(gpu)
+                self.note_energy(gpu, self._clock(), mj)
+        except Exception:  # a driver that fails here: the stats go on, the energy stops
+            self._energy_mj = None
+
+    def _settle_energy(self) -> None:
+        """After the run: reads on until each moving counter has moved once more (the last
+        step's end then lies before a change), at most two of its update gaps or
+        ENERGY_SETTLE_S (a bounded number of reads, whatever the clock)."""
+        if self._energy_mj is None:
+            return
+        moving = {g: p for g, p in self._energy.items() if len(p) >= 2}
+        if not moving:
+            return
+        gap_s = max((p[-1][0] - p[0][0]) / (len(p) - 1) for p in moving.values())
+        asked, poll_s = self._clock(), min(self.energy_interval_s, ENERGY_INTERVAL_S)
+        for _ in range(int(min(ENERGY_SETTLE_S, 2 * gap_s) / poll_s) + 1):
+            if all(p[-1][0] >= asked for p in moving.values()):
+                return
+            time.sleep(poll_s)  # NB: a bounded poll of the driver's counter
+            self.read_energy()
 
     def stop(self) -> TimelineSamples:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=3)
+        try:
+            self._settle_energy()
+        except Exception:  # the report goes out without the last step's energy
+            pass
         self.sampler.close()
-        return TimelineSamples(list(self._samples), dict(self.mig_gpus))
+        energy = {gpu: [(t - self._t0, mj) for t, mj in p] for gpu, p in self._energy.items()}
+        return TimelineSamples(
+            list(self._samples), dict(self.mig_gpus), energy, self._t0, self._read_interval_ms()
+        )
+
+    def _read_interval_ms(self) -> float:
+        """How often the counter was read, ms (the stats' interval without a cheap read)."""
+        every = self.interval_s if self._energy_mj is None else self.energy_interval_s
+        return round(every * 1000, 3)
 
 
 class TimelineSamples(NamedTuple):
-    """What a :class:`GpuTimeline` took: its rows, and which GPU each MIG instance of
-    ``CUDA_VISIBLE_DEVICES`` is part of (for :func:`samples_of_used_gpus`)."""
+    """What a :class:`GpuTimeline` took: its rows, which GPU each MIG instance of
+    ``CUDA_VISIBLE_DEVICES`` is part of (for :func:`samples_of_used_gpus`), and each GPU's
+    energy counter changes ``(s since t0, mJ)`` (none for a GPU without the counter)."""
 
     rows: list[dict[str, Any]]
     mig_gpus: dict[str, int]
+    energy: dict[int, list[tuple[float, int]]] = {}
+    t0: float = 0.0
+    """When the timeline started, on its clock (``time.perf_counter`` unless injected)."""
+    energy_read_ms: float = 0.0
 
 
 def learn_mig_gpus(backend: Any) -> dict[str, int]:

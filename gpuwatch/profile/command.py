@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -113,6 +114,18 @@ def _target(args: argparse.Namespace) -> Any:
     return target
 
 
+def _check_inputs(options: ProfileOptions, target: Any) -> None:
+    """``--input`` naming the script's own module would import (run) the script a second time
+    before it starts: refused, pointing at ``profilers.input()``."""
+    stem = None if target.module else os.path.splitext(os.path.basename(target.name))[0]
+    for name in options.inputs:
+        if name.replace(":", ".").split(".")[0] == stem:
+            raise CliError(
+                f"--input {name} names the script itself, which has not run yet: mark it there "
+                "with profilers.input()"
+            )
+
+
 def _check_fake_cuda(devices: int) -> None:
     """Builds the fake GPU's C++ half (once per torch) and tries it before the script starts,
     so that whatever stops it here is one line and exit 2, not an error inside the run (nor
@@ -187,6 +200,7 @@ def profile(options: ProfileOptions, target: Any) -> int:
     wanted = outputs(options.json_path, options.html_path, options.trace_path)
     wanted += [output_for(path) for path in options.output_paths]
     _check_options(options)
+    _check_inputs(options, target)
     options = _checked_gpu(options)
     if options.nproc_per_node:
         from gpuwatch.profile.ranks import run_ranks

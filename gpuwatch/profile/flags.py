@@ -63,3 +63,17 @@ def declare(parser: argparse.ArgumentParser, cls: Any, magic: bool = False) -> N
             add_old_spelling(
                 parser, old, flag.names[-1], f.name, flag.store, flag.parse, flag.metavar
             )
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON holds it (tuples become lists); :func:`frozen` undoes it."""
+    if isinstance(value, tuple):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def frozen(value: Any) -> Any:
+    """``value`` with its lists made tuples again, so that options hash and compare."""
+    if isinstance(value, list):
+        return tuple(frozen(v) for v in value)
+    return value

@@ -27,7 +27,7 @@ from gpuwatch.argvalues import (
     step_window,
 )
 from gpuwatch.profile.budget import BUDGET_HELP
-from gpuwatch.profile.flags import Flag, declare
+from gpuwatch.profile.flags import Flag, declare, frozen, jsonable
 from gpuwatch.profile.flags import flag_field as _flag
 from gpuwatch.profile.sizes import fake_values, memory_size
 
@@ -121,6 +121,18 @@ class ProfileOptions:
             "only files under DIR count as your code (repeatable)",
             store="append",
             metavar="DIR",
+            magic=True,
+        ),
+    )
+    inputs: tuple[str, ...] = _flag(
+        (),
+        Flag(
+            ("--input",),
+            "time this iterator as input, like a DataLoader (repeatable): a class by dotted "
+            "name (its __next__, or its __iter__'s iterators) or a (generator) function (its "
+            "results); in the script itself, wrap it with profilers.input()",
+            store="append",
+            metavar="MODULE.NAME",
             magic=True,
         ),
     )
@@ -346,7 +358,7 @@ class ProfileOptions:
 
     def to_json(self) -> dict[str, Any]:
         """The options as JSON values (tuples become lists): :meth:`from_json` undoes it."""
-        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {f.name: jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ProfileOptions:
@@ -355,19 +367,7 @@ class ProfileOptions:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"not profile options: {', '.join(unknown)}")
-        return cls(**{name: _frozen(value) for name, value in data.items()})
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-def _frozen(value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(_frozen(v) for v in value)
-    return value
+        return cls(**{name: frozen(value) for name, value in data.items()})
 
 
 def profiler_keywords(options: ProfileOptions) -> dict[str, Any]:
@@ -386,6 +386,7 @@ def profiler_keywords(options: ProfileOptions) -> dict[str, Any]:
         "steps": options.steps,
         "memory": True if options.memory else None,
         "gpu": options.gpu,
+        "inputs": options.inputs,
     }
 
 

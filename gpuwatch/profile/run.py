@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpuwatch.profile.interrupts import Signals, Terminated
 from gpuwatch.profile.options import ProfileOptions
-from gpuwatch.profile.runner import Outcome, Target, run_target
+from gpuwatch.profile.runner import Outcome, Target, importable_beside, run_target
 from gpuwatch.profile.worded import warnings_worded
 from profilers.registry import OwnThread
 from profilers.report import Report, printable
@@ -115,9 +115,32 @@ class ProfiledRun:
             if self.stop_gpu_timeline is not None:
                 from gpuwatch.monitor.gpu_timeline import samples_of_used_gpus
 
-                rows, mig_gpus = self.stop_gpu_timeline()
-                samples_of_used_gpus(report, rows, mig_gpus)
+                taken = self.stop_gpu_timeline()
+                samples_of_used_gpus(report, taken.rows, taken.mig_gpus)
+                self._energy(report, taken)
             self.on_report(report)
+
+    def _energy(self, report: Report, taken: TimelineSamples) -> None:
+        """Energy per step and per run (gpuwatch/report/energy.py) on the GPUs the script used,
+        from the counter's changes moved onto the profile's clock (both ``perf_counter``)."""
+        origin = self.prof.time_origin_ns
+        if report.time is None or origin is None or self.fake is not None:
+            return  # no steps to join, or simulated GPUs (whose energy is nobody's)
+        from gpuwatch.monitor.gpu_timeline import used_gpu_indices
+        from gpuwatch.report.energy import add_energy
+
+        used = used_gpu_indices(report.devices, taken.rows, taken.mig_gpus)
+        scope = None
+        if used is None:
+            used, scope = set(taken.energy), "all GPUs (which ones the script used is unknown)"
+        if not used:
+            return  # the script used no GPU: the node's energy is not its own
+        shift_ms = taken.t0 * 1000.0 - origin / 1e6
+        points = {
+            gpu: [(t * 1000.0 + shift_ms, mj) for t, mj in changes]
+            for gpu, changes in taken.energy.items()
+        }
+        add_energy(report.time, points, used, taken.energy_read_ms, scope)
 
     def _checkpoints(self) -> None:
         assert self.checkpoint is not None
@@ -203,6 +226,11 @@ class ProfiledRun:
 
         return self.fake if self.fake is not None else nullcontext()
 
+    def _inputs_importable(self) -> Any:
+        from contextlib import nullcontext
+
+        return importable_beside(self.target) if self.options.inputs else nullcontext()
+
     def run(self) -> int:
         outcome = Outcome(1, False, "gpuwatch stopped before the script started")
         with warnings_worded(), self.signals.raising():
@@ -212,7 +240,7 @@ class ProfiledRun:
                         OwnThread(
                             target=self._checkpoints, name="gpuwatch-checkpoint", daemon=True
                         ).start()
-                    with self._fake_gpus(), self.prof:
+                    with self._fake_gpus(), self._inputs_importable(), self.prof:
                         self._started = True
                         try:
                             outcome = run_target(self.target)

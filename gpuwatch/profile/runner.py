@@ -10,7 +10,8 @@ import sys
 import threading
 import traceback
 import types
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -140,6 +141,20 @@ def _reopen_pools() -> None:
         module = sys.modules.get(name)
         if module is not None and getattr(module, flag, None) is True:
             setattr(module, flag, False)
+
+
+@contextmanager
+def importable_beside(target: Target) -> Iterator[None]:
+    """While inside, the folder the target's imports will start from (the script's, or the
+    working directory for ``-m``) is first on ``sys.path``: ``--input`` names a module beside
+    the script (``data.Batches``), resolved as the profile starts, before the script runs."""
+    folder = os.getcwd() if target.module else os.path.dirname(os.path.abspath(target.name))
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        if folder in sys.path:
+            sys.path.remove(folder)
 
 
 def _run_main(target: Target) -> Outcome:

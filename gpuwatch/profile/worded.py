@@ -14,6 +14,7 @@ from gpuwatch.errors import CliError
 from gpuwatch.profile.options import ProfileOptions
 from profilers.errors import (
     FakeCudaUnavailable,
+    InputNotFound,
     MeasuredNotPredicted,
     MissingTorchApi,
     ProfilerError,
@@ -36,6 +37,8 @@ def worded(exc: ProfilerError) -> str:
         return f"--fake-cuda {exc.reason}"
     if isinstance(exc, MeasuredNotPredicted):
         return "--gpu predicts a named GPU under --fake-cuda only (a run on real GPUs is measured)"
+    if isinstance(exc, InputNotFound):
+        return f"--input {exc.name} {exc.reason}"
     if isinstance(exc, MissingTorchApi):
         return f"{flag_of(exc.option)} needs {exc.api}, which this torch does not have"
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -94,6 +94,9 @@ def time_lines(r: Report) -> list[str]:
             f"time measured on the host; the profiler's own {fmt.duration_ms(own)} "
             f"({100 * own / wall:.0f}% of {fmt.duration_ms(wall)}) is taken out of every figure"
         )
+    energy = energy_line(r)
+    if energy is not None:
+        out.append(energy)
     costs = line_costs(r)
     if costs:
         site, (ms, share) = next(iter(costs.items()))
@@ -120,6 +123,48 @@ def gpu_line(run: dict[str, Any], steps: int) -> str:
     if taken > 0:
         text += f"; the profiler's own {fmt.duration_ms(taken / n)} taken out of host work"
     return text
+
+
+def energy_line(r: Report) -> str | None:
+    """``energy: 41.2 J per step on GPU 0 (median of 60 steps, within 3.1 J), 2.5 kJ in all;
+    idle: 12 J per step``, from NVML's energy counter; None where the run has no energy."""
+    e = (r.time or {}).get("energy")
+    if not e:
+        return None
+    gpus = "GPU " + ", ".join(str(g) for g in e.get("gpus", []))
+    missing = e.get("not_measured") or {}
+    per = e.get("step_j_median")
+    if per is None and e.get("run_j") is None:
+        steps = (r.time or {}).get("steps", [])
+        why = next(iter(missing.values()), None) or next(
+            (s["energy"].get("note") for s in steps if s.get("energy")), "not measured"
+        )
+        return f"energy: {why} ({gpus})"
+    steps = (r.time or {}).get("steps", [])
+    kept = [s["energy"] for s in steps if (s.get("energy") or {}).get("j") is not None]
+    out = "energy:"
+    if per is not None:
+        within = max(float(k["uncertainty_j"]) for k in kept)
+        out += f" {per:.3g} J per step on {gpus} (median of {len(kept)} steps, ±{within:.2g} J at most)"
+    if e.get("run_j") is not None:
+        out += f"{',' if per is not None else ''} {fmt.energy(float(e['run_j']))} in all"
+    update = e.get("counter_update_ms")
+    moves = f", moving every {fmt.duration_ms(update)}" if update is not None else ""
+    out += f" (NVML's energy counter{moves})"
+    idle = e.get("steps_idle_j")
+    if idle is not None:
+        measured = sum(1 for k in kept if k.get("idle_j") is not None)
+        out += f"; idle: {idle / max(1, measured):.3g} J per step"
+    else:
+        out += "; idle: not measured (GPU busy and idle not measured)"
+    if kept and all(k.get("shorter_than_counter") for k in kept):
+        out += (
+            "; each step is shorter than the counter's update: its joules are the mean power "
+            "around it times its length"
+        )
+    if missing:
+        out += f"; GPU {', '.join(missing)}: no energy counter"
+    return out
 
 
 def cost_words(r: Report) -> tuple[str, str]:
@@ -258,6 +303,18 @@ def time_charts(r: Report) -> dict[str, tuple[Any, str]]:
             customdata=[b["verdict"] for b in bars],
             hovertemplate="%{x}: %{y:.2f} ms " + cause + " (%{customdata})<extra></extra>",
         )
+    joules = [(s.get("energy") or {}).get("j") for s in r.time.get("steps", [])] if r.time else []
+    if any(j is not None for j in joules):
+        fig.add_scatter(
+            name="energy (J)",
+            x=xs,
+            y=joules,
+            yaxis="y2",
+            mode="lines+markers",
+            marker_color="#444",
+            hovertemplate="%{x}: %{y:.3g} J (NVML's energy counter)<extra></extra>",
+        )
+        fig.update_layout(yaxis2={"title": "J", "overlaying": "y", "side": "right"})
     where = "GPU busy and idle by cause" if bars and "busy" in bars[0]["ms"] else "host time"
     name = predicted_gpu(r.time["run"]) if r.time else None
     how = f"PREDICTED for {name}" if name else "measured"

@@ -205,6 +205,9 @@ def last_step(clock: StepClock | None) -> dict[str, Any]:
         "verdict": d["verdict"],
         "shares_pct": d["shares_pct"],
         "wall_unprofiled_ms": d["wall_unprofiled_ms"],
+        # its bounds on the profile's clock: the live view joins its GPU samples with them
+        "start_ms": _ms(step.start_ns - clock.start_ns),
+        "end_ms": _ms(step.end_ns - clock.start_ns),
     }
     if gpu is not None:
         out["gpu"] = gpu

@@ -239,6 +239,17 @@ class RealBackend:
             return "no permission to read per-process utilisation (NVML NoPermission)"
         return None
 
+    def energy_mj(self, index: int) -> int | None:
+        """NVML's total-energy counter alone (mJ since the driver loaded; None where the GPU has
+        none, NotSupported remembered): cheap, read every few ms for energy per step."""
+        if index in self._lost:
+            return None
+        try:
+            h = self._handle(index)
+        except (GpuLost, GpuUnavailable):
+            return None
+        return _int(self._query(index, "nvmlDeviceGetTotalEnergyConsumption", h))
+
     def pcie_throughput(self, index: int) -> tuple[int | None, int | None]:
         if index in self._lost:
             return None, None
@@ -382,11 +393,7 @@ class RealBackend:
 
 
 def _text(v: Any) -> str | None:
-    if v is None:
-        return None
-    if isinstance(v, bytes):
-        return v.decode(errors="replace")
-    return str(v)
+    return v.decode(errors="replace") if isinstance(v, bytes) else None if v is None else str(v)
 
 
 def _int(v: Any) -> int | None:

@@ -107,6 +107,10 @@ class FakeBackend:
     def device_count(self) -> int:
         return self._count
 
+    def energy_mj(self, index: int) -> int | None:
+        """The energy counter alone (as the real backend's): a steady 350 W, see :meth:`sample`."""
+        return int((1_000_000 + self._t()) * 350_000)
+
     def sample(self, index: int) -> GpuSample:
         t = self._t()
         phase = 1.3 * index

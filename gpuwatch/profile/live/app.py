@@ -295,7 +295,9 @@ class LiveApp(SamplingApp):
             line = self.query_one(StatusLine)
         except NoMatches:  # the clock ticked while the app shuts down: its widgets are going
             return
-        line.show(state, run.elapsed_s(), run.pid, run.last_snapshot, run.exit_code)
+        line.show(
+            state, run.elapsed_s(), run.pid, run.last_snapshot, run.exit_code, run.step_energy()
+        )
 
     # -- signals ------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ thread also changes (GPU samples) and reads.
 
 from __future__ import annotations
 
+import itertools
 import signal
 import threading
 import time
@@ -42,6 +43,7 @@ from gpuwatch.profile.live.protocol import (
 )
 from gpuwatch.profile.live.result import LiveResult
 from gpuwatch.profile.live.session import ChildSession
+from gpuwatch.report.energy import add_energy_from_rows, rows_energy
 from gpuwatch.report.write import Output, write_reports
 from profilers import Report
 from profilers.registry import OwnThread
@@ -138,6 +140,7 @@ class LiveRun:
         self.mig_gpus: dict[str, int] = {}
         """The MIG slices' parent GPUs, as the view's sampler learned them (learn_mig_gpus)."""
         self._kill_timer: threading.Timer | None = None
+        self._steps_seen: deque[tuple[int, float, float]] = deque([(-1, 0.0, 0.0)], maxlen=8)
 
     # -- what the run is now --------------------------------------------------------------------
 
@@ -182,6 +185,22 @@ class LiveRun:
         with self._lock:
             return used_gpu_indices(devices, self.gpu_samples, self.mig_gpus)
 
+    def step_energy(self) -> tuple[int, float, bool] | None:
+        """The newest step seen whose energy the view's GPU samples cover: (step, J on the GPUs
+        the script uses, whether it is shorter than the samples' gap: then the mean power
+        around it times its length); None before one is (gpuwatch/report/energy.py)."""
+        with self._lock:
+            snap = self.last_snapshot
+            used = used_gpu_indices(snap.devices, self.gpu_samples, self.mig_gpus) if snap else None
+            if not used:
+                return None
+            tail = list(itertools.islice(reversed(self.gpu_samples), 64 * len(used)))[::-1]
+            for step, a, b in reversed(self._steps_seen):
+                got = rows_energy((r for r in tail if r["gpu"] in used), used, a, b)
+                if step >= 0 and got is not None:
+                    return step, got[0], got[1]
+        return None
+
     # -- the child's messages -------------------------------------------------------------------
 
     def start(self, post: Callable[[Update], None] = _nowhere) -> None:
@@ -208,6 +227,10 @@ class LiveRun:
                         self.profile_t0 = self.clock() - msg.elapsed_s
                     self.last_snapshot = msg
                     self.snapshots_seen += 1
+                    if "end_ms" in msg.time and msg.time["step"] != self._steps_seen[-1][0]:
+                        self._steps_seen.append(
+                            (msg.time["step"], msg.time["start_ms"], msg.time["end_ms"])
+                        )
                 elif isinstance(msg, Done):
                     self.done = msg
                 elif isinstance(msg, Fatal):
@@ -282,6 +305,7 @@ class LiveRun:
                 name = signal.Signals(self.signalled).name
                 report.error = f"stopped: gpuwatch received {name} ({report.error})"
             samples_of_used_gpus(report, self.gpu_samples, self.mig_gpus)
+            self._energy(report)
             report.options = report.options.replace(gpu_stats=self.gpu_stats)
             self.report = report
             # NB: ended before the files are written, as a user sees it: once a report file
@@ -289,6 +313,15 @@ class LiveRun:
             self.exit_code = code
             self.written = write_reports(report, self.outputs)
             return Ended(code, report, list(self.written), None)
+
+    def _energy(self, report: Report) -> None:
+        """Energy per step from the view's samples (at the stats' interval: coarser than a
+        plain run's 20 ms reads of the counter, and said so by ``read_interval_ms``)."""
+        used = used_gpu_indices(report.devices, self.gpu_samples, self.mig_gpus)
+        if report.time is None or report.options.fake_cuda or not used:
+            return
+        rows = [r for r in self.gpu_samples if r["gpu"] in used]
+        add_energy_from_rows(report.time, rows, used, None)
 
     def result(self) -> LiveResult:
         """What the run left (exit code 1 if it never ended, 128 + N after signal N)."""

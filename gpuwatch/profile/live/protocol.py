@@ -52,8 +52,9 @@ class LiveSnapshot:
     counting: str
     """``"every_op"`` or ``"copies"`` (the fast path of --no-kernel-timing: no op counts)."""
     time: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """The last closed step's ``{"step", "verdict", "shares_pct", "wall_unprofiled_ms"}``
-    (profilers/timing/), empty before the first step or where not measured."""
+    """The last closed step's ``{"step", "verdict", "shares_pct", "wall_unprofiled_ms",
+    "start_ms", "end_ms"}`` (profilers/timing/), empty before the first step or where not
+    measured."""
     memory: dict[str, Any] = dataclasses.field(default_factory=dict)
     """GPU memory now (profilers/memory/section.py ``live_memory``): ``{"tracked", "source",
     "devices": [{"device", "live_bytes", "peak_bytes", "capacity_bytes"}], "lines": [{"file",
