@@ -161,6 +161,9 @@ def test_a_sync_after_gpu_work_is_sync_bound_at_the_syncs_line():
     assert gpu["idle_slices"] == [
         {"start_ms": 2.0, "ms": 6.0, "cause": "sync", "sync_cause": "item", "site": "train.py:9"}
     ]
+    # the busy intervals themselves, for the joules spent between them (gpuwatch/report/energy)
+    start = step["start_ms"]
+    assert [[a - start, b - start] for a, b in gpu["busy_spans_ms"]] == [[0.0, 2.0], [8.0, 10.0]]
     # one wait of the profiler's own for the device's first anchor, none per op
     assert run.gpu.synchronized == [0] and run.line.unplaced == 0
     # the .item() re-anchored the device: its end event, at the host time its sync returned
@@ -254,6 +257,8 @@ def test_a_steps_gpu_half_fills_in_once_its_events_complete():
         "verdict": "launch-bound",
         "shares_pct": {"input": 0.0, "sync": 0.0, "copy": 0.0, "comm": 0.0, "launch": 100.0},
         "wall_unprofiled_ms": 1.0,
+        "start_ms": 0.0,
+        "end_ms": 1.0,
     }
     run.python(5)  # now 6: the op is done; the open step has 1..5 busy and 5..6 idle
     run.close()

@@ -227,6 +227,12 @@ class GpuTimeline:
             }
             for a, b, kind, cause, site in r["idle_slices"]
         ]
+        spans = r.pop("busy_spans", None)
+        if spans is not None:
+            r["busy_spans_ms"] = [
+                [round((a - self.origin_ns) / 1e6, 6), round((b - self.origin_ns) / 1e6, 6)]
+                for a, b in spans
+            ]
         if len(self.ops) > 1:
             r["devices"] = sorted(self.ops)
         return r

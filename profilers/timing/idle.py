@@ -175,4 +175,6 @@ def charge(
     if slices:
         longest = sorted(pieces, key=lambda p: p[1] - p[0], reverse=True)[:slices]
         out["idle_slices"] = sorted(longest, key=lambda p: p[0])
+        if len(busy) <= slices:  # NB: whole or not at all (energy integrates the gaps between)
+            out["busy_spans"] = busy
     return out
