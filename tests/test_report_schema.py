@@ -20,7 +20,7 @@ from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.report.html import render_html
 from gpuwatch.report.load import load_report, parse, problem, schema
 from gpuwatch.report.text import summary
-from profilers import RunOptions, Site, SiteStats
+from profilers import OpCount, RunOptions, Site, SiteStats
 
 
 def rich_report() -> dict[str, Any]:
@@ -29,8 +29,8 @@ def rich_report() -> dict[str, Any]:
 
     site = SiteStats("train.py", 12, "main", ["train.py:40 <module>"])
     site.source = "loss.item()"
-    site.op_breakdown["_local_scalar_dense.default"] = [3, 0.5]
-    site.backward["mm.default"] = [2, 1.0]
+    site.op_breakdown["_local_scalar_dense.default"] = OpCount(3, 0.5)
+    site.backward["mm.default"] = OpCount(2, 1.0)
     site.syncs.add("item")
     site.h2d.add(4096, True, False)
     site.copy_dtypes["float32"] = 4096

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from profilers.counting.threads import ThreadState, ThreadStates
-from profilers.stats import SiteStats
+from profilers.stats import OpCount, SiteStats
 from profilers.torch_private import sequence_nr
 
 _STEMS: dict[type, str] = {}
@@ -75,7 +75,7 @@ def backward_ops_of(
     st: ThreadState,
     site: SiteStats,
     node: Any,
-) -> dict[str, list[float]] | None:
+) -> dict[str, OpCount] | None:
     """Where this thread counts the ops of autograd ``node`` run at ``site`` (the
     .backward() line): entries shared with the forward line whose op made the node, or
     None when no forward line is known (they then count at ``site`` alone).

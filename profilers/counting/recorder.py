@@ -20,7 +20,7 @@ from profilers.counting.sites import UNKNOWN, UserCode
 from profilers.counting.threads import ThreadState, ThreadStates
 from profilers.memory.tracker import MemoryTracker
 from profilers.names import OTHER, SYNCHRONIZE
-from profilers.stats import MAX_STACKS, Counters, SiteStats
+from profilers.stats import MAX_STACKS, Counters, OpCount, SiteStats
 from profilers.timing.cuda_events import CudaApi, CudaTimer, TimedOp, TorchCuda
 from profilers.timing.timeline import StepClock
 from profilers.torch_private import BACKWARD_NODES
@@ -240,7 +240,7 @@ class Recorder:
     def collective(
         self,
         site: SiteStats,
-        entry: list[Any],
+        entry: OpCount,
         rule: CommRule,
         call: Callable[..., Any],
         args: tuple[Any, ...],
@@ -253,7 +253,7 @@ class Recorder:
         ms = (time.perf_counter() - t) * 1000.0
         try:
             if self.host_timing:
-                entry[1] += ms
+                entry.ms += ms
             if rule.op is None:
                 site.comm.wait_ms += ms
             else:

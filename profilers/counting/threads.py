@@ -22,7 +22,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from profilers.stats import SiteStats
+from profilers.stats import OpCount, SiteStats
 
 
 class ThreadState:
@@ -70,13 +70,11 @@ class ThreadState:
         self.fwd_site: SiteStats | None = None
         # Backward ops of this thread that a forward line's op made the node of, by (id of the
         # line that ran them, id of the forward line): (that line, the forward line, {op:
-        # [count, ms]}); merged into both lines' counts when read.
-        self.backward: dict[
-            tuple[int, int], tuple[SiteStats, SiteStats, dict[str, list[float]]]
-        ] = {}
+        # entry}); merged into both lines' counts when read.
+        self.backward: dict[tuple[int, int], tuple[SiteStats, SiteStats, dict[str, OpCount]]] = {}
         self.bw_node: Any = None
         """The autograd node of the last backward op (its ops come one after another)."""
-        self.bw_ops: dict[str, list[float]] | None = None
+        self.bw_ops: dict[str, OpCount] | None = None
         self.bw_site: SiteStats | None = None
 
     def forget_frames(self) -> None:
