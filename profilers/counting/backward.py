@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from profilers.counting.threads import ThreadState, ThreadStates
+from profilers.counting.threads import BackwardOps, ThreadState, ThreadStates
 from profilers.stats import OpCount, SiteStats
 from profilers.torch_private import sequence_nr
 
@@ -110,8 +110,8 @@ def backward_ops_of(
     key = (id(site), id(forward))
     found = st.backward.get(key)
     if found is None:
-        found = st.backward[key] = (site, forward, {})
-    return found[2]
+        found = st.backward[key] = BackwardOps(site, forward)
+    return found.ops
 
 
 def _site_of_node(

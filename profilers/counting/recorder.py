@@ -366,11 +366,11 @@ class Recorder:
                 site.settle()
                 copy_of(site).merge(site)
         for backward in backwards:
-            for ran_at, forward, ops in list(backward.values()):
+            for entry in list(backward.values()):
                 # Ops run at the .backward() line for a node the forward line's op made: the
                 # one line's own ops, the other's backward.
-                copy_of(ran_at).add_ops(ops)
-                copy_of(forward).merge_backward(ops)
+                copy_of(entry.ran_at).add_ops(entry.ops)
+                copy_of(entry.forward).merge_backward(entry.ops)
         return list(merged.values())
 
     def forget_nodes(self) -> None:
