@@ -18,6 +18,7 @@ from profilers.counting.comm import CommRule
 from profilers.counting.ops import Classifier, IsPinned, Transfer, default_is_pinned
 from profilers.counting.sites import UNKNOWN, UserCode
 from profilers.counting.threads import ThreadState, ThreadStates
+from profilers.errors import OpFailure
 from profilers.memory.tracker import MemoryTracker
 from profilers.names import OTHER, SYNCHRONIZE
 from profilers.stats import MAX_STACKS, Counters, OpCount, SiteStats
@@ -94,8 +95,8 @@ class Recorder:
         """(step number, seconds since the start) of the newest step ends (the trace's slices)."""
         self.on_step: Callable[[], None] | None = None
         """Runs after each step (a --steps window opening or closing)."""
-        self.internal_errors: dict[str, list[Any]] = {}
-        """op -> [count, first error]: ops whose copies and syncs could not be counted."""
+        self.internal_errors: dict[str, OpFailure] = {}
+        """Ops whose copies and syncs could not be counted."""
         self.step_clock: StepClock | None = None
         """Where the time of each step goes, on the profile's own thread (None: not measured)."""
         self.memory: MemoryTracker | None = None  # who made each storage (profilers/memory/)
@@ -107,9 +108,9 @@ class Recorder:
             found = self.internal_errors.get(op)
             if found is None:
                 text = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-                self.internal_errors[op] = [1, text]
+                self.internal_errors[op] = OpFailure(1, text)
             else:
-                found[0] += 1
+                found.count += 1
 
     # -- sites --------------------------------------------------------------------------------
 
@@ -165,8 +166,6 @@ class Recorder:
                 site.source = origin.source
             table[key] = site
         return site
-
-    # -- backward ops charged to forward lines -------------------------------------------------
 
     # -- the hot path -------------------------------------------------------------------------
 
