@@ -35,7 +35,6 @@ from profilers.counting.recorder import Recorder
 from profilers.counting.threads import ThreadState
 from profilers.memory.failure import failed_here
 from profilers.registry import switch
-from profilers.stats import OpCount
 from profilers.timing.charge import timed_on_fast_path
 from profilers.torch_private import (
     OpOverload,
@@ -275,7 +274,7 @@ class CountingKernels:
             except Exception as exc:  # never into the user's code: the op runs uncounted
                 recorder.internal_error(name, exc)
                 return run(*args, **kwargs)
-            return recorder.collective(site, OpCount(), rule, run, args, kwargs)
+            return recorder.collective(site, None, rule, run, args, kwargs)
 
         return kernel
 

@@ -239,19 +239,19 @@ class Recorder:
     def collective(
         self,
         site: SiteStats,
-        entry: OpCount,
+        entry: OpCount | None,
         rule: CommRule,
         call: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
         """Runs a collective op (or a wait on one) and counts it at ``site``, with the host time
-        it took: the host's wait where the backend blocks."""
+        it took: the host's wait where the backend blocks (added to ``entry``, if any)."""
         t = time.perf_counter()
         out = call(*args, **kwargs)
         ms = (time.perf_counter() - t) * 1000.0
         try:
-            if self.host_timing:
+            if self.host_timing and entry is not None:
                 entry.ms += ms
             if rule.op is None:
                 site.comm.wait_ms += ms
