@@ -30,9 +30,9 @@ from profilers.errors import (
 )
 from profilers.names import CAUSES, DIRECTIONS
 from profilers.options import FakeCudaRun, Options, RunOptions
-from profilers.records import Site, Totals
+from profilers.records import OpTotal, Site, Totals
 from profilers.report import SCHEMA, Report, ReportFormatError
-from profilers.stats import Copies, Counters, SiteStats, Syncs
+from profilers.stats import CommOp, Copies, Counters, OpCount, SiteStats, Syncs
 
 if TYPE_CHECKING:
     from profilers.counting.ops import Transfer, classify, direction
@@ -75,6 +75,7 @@ __all__ = [
     "Budget",
     "BudgetError",
     "BudgetExceeded",
+    "CommOp",
     "Copies",
     "Counters",
     "FakeCudaRun",
@@ -83,6 +84,8 @@ __all__ = [
     "MissingTorchApi",
     "MeasuredNotPredicted",
     "NotSimulated",
+    "OpCount",
+    "OpTotal",
     "ProfileStateError",
     "ProfilerError",
     "ProfilerWarning",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from profilers.names import CAUSES, DIRECTIONS
-from profilers.stats import COMM_OPS, Counted
+from profilers.stats import COMM_OPS, CommOp, Counted
 
 __all__ = [
     "MEASURES",
@@ -49,8 +49,11 @@ def _copies(way: str, field: str) -> Callable[[Counted], float]:
     return lambda c: float(getattr(c.copies(way), field))
 
 
+_NO_COMM = CommOp()  # read only
+
+
 def _comm_op(op: str) -> Callable[[Counted], float]:
-    return lambda c: float(c.comm.by_op.get(op, [0, 0])[0])
+    return lambda c: float(c.comm.by_op.get(op, _NO_COMM).count)
 
 
 def _cause(cause: str) -> Callable[[Counted], float]:

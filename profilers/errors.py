@@ -10,6 +10,7 @@ Needs no torch.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -105,6 +106,16 @@ class InputNotFound(ProfilerError, ValueError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.name, self.reason))
+
+
+@dataclass(slots=True)
+class OpFailure:
+    """An op the profiler failed on (the op itself ran, untouched: only its copies and syncs
+    are missing): how many times, and the first error in one line. The report's
+    ``internal_errors[op]`` is ``{"count", "error"}``."""
+
+    count: int
+    error: str
 
 
 class ProfilerWarning(UserWarning):

@@ -109,8 +109,8 @@ def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report
                 into.add_stack(list(chain))
             into.merge_counts(site)
             into.steps_active = max(into.steps_active, site.steps_active)  # ranks step together
-            add_entries(into.op_breakdown, {k: [n, ms] for k, (n, ms) in site.op_breakdown.items()})
-            add_entries(into.backward, {k: [n, ms] for k, (n, ms) in site.backward.items()})
+            add_entries(into.op_breakdown, site.op_breakdown)
+            add_entries(into.backward, site.backward)
             for dtype, n in site.copy_dtypes.items():
                 into.copy_dtypes[dtype] = into.copy_dtypes.get(dtype, 0) + n
             per_rank.setdefault(site.key, {})[str(rank)] = site.counters_dict()

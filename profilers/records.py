@@ -19,12 +19,27 @@ from profilers.stats import (
     Counted,
     Counters,
     Lined,
+    OpCount,
     SiteStats,
     Syncs,
 )
 
-OpTimes = dict[str, tuple[int, float]]
-"""op name -> (count, kernel_time_ms)."""
+
+@dataclass(frozen=True, slots=True)
+class OpTotal:
+    """One op's entry at a line, frozen: the record of an :class:`~profilers.stats.OpCount`."""
+
+    count: int
+    ms: float
+    """Kernel time (``kernel_time_ms`` in ``top_ops``)."""
+
+
+OpTimes = dict[str, OpTotal]
+"""op name -> its count and kernel time."""
+
+
+def _frozen(ops: dict[str, OpCount]) -> OpTimes:
+    return {k: OpTotal(int(e.count), float(e.ms)) for k, e in list(ops.items())}
 
 
 def _counted(d: dict[str, Any]) -> dict[str, Any]:
@@ -77,16 +92,20 @@ class Totals(Counted):
 
 
 def _top(ops: OpTimes, n: int) -> list[dict[str, Any]]:
-    ranked = sorted(ops.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))[:n]
-    return [{"op": k, "count": int(c), "kernel_time_ms": round(ms, 6)} for k, (c, ms) in ranked]
+    ranked = sorted(ops.items(), key=lambda kv: (-kv[1].ms, -kv[1].count))[:n]
+    return [{"op": k, "count": int(e.count), "kernel_time_ms": round(e.ms, 6)} for k, e in ranked]
 
 
 def _with_rest(top: list[dict[str, Any]], count: int, ms: float) -> OpTimes:
     """The top ops read back, plus one ``(other ops)`` entry for what the cut left out."""
-    ops: OpTimes = {str(e["op"]): (int(e["count"]), float(e["kernel_time_ms"])) for e in top}
-    rest_n = count - sum(n for n, _ in ops.values())
+    ops: OpTimes = {str(e["op"]): OpTotal(int(e["count"]), float(e["kernel_time_ms"])) for e in top}
+    rest_n = count - sum(e.count for e in ops.values())
     if rest_n > 0:
-        ops[OTHER_OPS] = (rest_n, max(0.0, ms - sum(t for _, t in ops.values())))
+        rest_ms = max(0.0, ms - sum(e.ms for e in ops.values()))
+        # NB: a report read back and written again can list "(other ops)" among its top ones:
+        # what this cut left out adds to it.
+        shown = ops.get(OTHER_OPS, OpTotal(0, 0.0))
+        ops[OTHER_OPS] = OpTotal(shown.count + rest_n, shown.ms + rest_ms)
     return ops
 
 
@@ -132,9 +151,9 @@ class Site(Lined, Counted):
             stack=tuple(s.stack),
             stacks=tuple(tuple(c) for c in s.stacks),
             **_copied(s),
-            op_breakdown={k: (int(n), float(ms)) for k, (n, ms) in list(s.op_breakdown.items())},
+            op_breakdown=_frozen(s.op_breakdown),
             copy_dtypes=dict(s.copy_dtypes),
-            backward={k: (int(n), float(ms)) for k, (n, ms) in list(s.backward.items())},
+            backward=_frozen(s.backward),
             steps_active=s.steps_active,
         )
 

@@ -280,8 +280,8 @@ class Profile:
             ),
             started_at=self.started_at,
             internal_errors={
-                op: {"count": int(n), "error": str(text)}
-                for op, (n, text) in list(recorder.internal_errors.items())
+                op: {"count": e.count, "error": e.error}
+                for op, e in list(recorder.internal_errors.items())
             },
             steps=self._steps_seen(recorder),
             gpu_fallback=self._gpu_questions.fallback(devices)

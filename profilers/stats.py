@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from profilers.names import CAUSES, DIRECTIONS
 
@@ -69,6 +70,25 @@ class Copies:
 
 
 @dataclass(slots=True)
+class OpCount:
+    """One op's entry at a line: how many ran and their kernel time, added to in place (the hot
+    path counts, the host clock or the CUDA timer adds the time). The report's ``top_ops`` has it
+    as ``{"op", "count", "kernel_time_ms"}``; its frozen copy is ``records.OpTotal``."""
+
+    count: int = 0
+    ms: float = 0.0
+    """Kernel time (GPU time with CUDA events, else the op's host time); 0 if not timed."""
+
+
+@dataclass(slots=True)
+class CommOp:
+    """One collective's entry (``comm.by_op``): how many a rank issued and the bytes it gave."""
+
+    count: int = 0
+    bytes: int = 0
+
+
+@dataclass(slots=True)
 class Syncs:
     """``{"count", "by_cause": {cause: count}}`` of the report."""
 
@@ -118,8 +138,7 @@ class Comm:
 
     count: int = 0
     bytes: int = 0
-    by_op: dict[str, list[int]] = field(default_factory=dict)
-    """op -> [count, bytes]."""
+    by_op: dict[str, CommOp] = field(default_factory=dict)
     wait_ms: float = field(default=0.0, compare=False)
 
     def add(self, op: str, nbytes: int, wait_ms: float = 0.0) -> None:
@@ -127,23 +146,28 @@ class Comm:
         self.bytes += nbytes
         entry = self.by_op.get(op)
         if entry is None:
-            entry = self.by_op[op] = [0, 0]
-        entry[0] += 1
-        entry[1] += nbytes
+            entry = self.by_op[op] = CommOp()
+        entry.count += 1
+        entry.bytes += nbytes
         self.wait_ms += wait_ms
 
     def merge(self, other: Comm) -> None:
         self.count += other.count
         self.bytes += other.bytes
-        for op, (n, b) in list(other.by_op.items()):
-            entry = self.by_op.setdefault(op, [0, 0])
-            entry[0] += n
-            entry[1] += b
+        for op, e in list(other.by_op.items()):
+            entry = self.by_op.get(op)
+            if entry is None:
+                entry = self.by_op[op] = CommOp()
+            entry.count += e.count
+            entry.bytes += e.bytes
         self.wait_ms += other.wait_ms
 
     def copy(self) -> Comm:
         return Comm(
-            self.count, self.bytes, {k: list(v) for k, v in self.by_op.items()}, self.wait_ms
+            self.count,
+            self.bytes,
+            {k: CommOp(e.count, e.bytes) for k, e in self.by_op.items()},
+            self.wait_ms,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,7 +176,9 @@ class Comm:
         return {
             "count": self.count,
             "bytes": self.bytes,
-            "by_op": {op: {"count": self.by_op[op][0], "bytes": self.by_op[op][1]} for op in order},
+            "by_op": {
+                op: {"count": self.by_op[op].count, "bytes": self.by_op[op].bytes} for op in order
+            },
             "wait_ms": round(self.wait_ms, 6),
         }
 
@@ -161,20 +187,35 @@ class Comm:
         if not d:
             return cls()
         by_op = {
-            str(op): [int(e["count"]), int(e["bytes"])] for op, e in d.get("by_op", {}).items()
+            str(op): CommOp(int(e["count"]), int(e["bytes"]))
+            for op, e in d.get("by_op", {}).items()
         }
         return cls(int(d["count"]), int(d["bytes"]), by_op, float(d.get("wait_ms", 0.0)))
 
 
-def add_entries(into: dict[str, list[float]], ops: dict[str, list[float]]) -> tuple[int, float]:
-    """Adds ``{op: [count, ms]}`` entries into ``into`` (``ops`` may be growing on another
-    thread: its items are taken at once); returns the count and ms added."""
+class CountAndMs(Protocol):
+    """An op's entry, read-only: the accumulators' :class:`OpCount` or the report's frozen
+    ``records.OpTotal``."""
+
+    @property
+    def count(self) -> int: ...
+
+    @property
+    def ms(self) -> float: ...
+
+
+def add_entries(into: dict[str, OpCount], ops: Mapping[str, CountAndMs]) -> tuple[int, float]:
+    """Adds ``{op: entry}`` entries into ``into`` (``ops`` may be growing on another thread: its
+    items are taken at once); returns the count and ms added."""
     count, total = 0, 0.0
-    for name, (n, ms) in list(ops.items()):
-        mine = into.setdefault(name, [0, 0.0])
-        mine[0] += n
-        mine[1] += ms
-        count += int(n)
+    for name, e in list(ops.items()):
+        n, ms = e.count, e.ms  # NB: read once: the owner's thread may be adding to it
+        mine = into.get(name)
+        if mine is None:
+            mine = into[name] = OpCount()
+        mine.count += n
+        mine.ms += ms
+        count += n
         total += ms
     return count, total
 
@@ -217,7 +258,7 @@ class Lined:
     file: str
     line: int
     backward: Any
-    """op -> (count, ms) of the backward of the line's forward ops."""
+    """op -> entry (count, ms) of the backward of the line's forward ops."""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -225,11 +266,11 @@ class Lined:
 
     @property
     def backward_ops(self) -> int:
-        return int(sum(n for n, _ in self.backward.values()))
+        return int(sum(e.count for e in self.backward.values()))
 
     @property
     def backward_ms(self) -> float:
-        return float(sum(ms for _, ms in self.backward.values()))
+        return float(sum(e.ms for e in self.backward.values()))
 
 
 class Counters(Counted):
@@ -256,8 +297,8 @@ class Counters(Counted):
         self.comm = Comm()
         self.kernel_time_ms = 0.0
         self.ops = 0
-        self.op_breakdown: dict[str, list[float]] = {}
-        """op name -> [count, kernel_time_ms]."""
+        self.op_breakdown: dict[str, OpCount] = {}
+        """op name -> its count and kernel time."""
 
     def merge(self, other: Counters) -> None:
         self.merge_counts(other)
@@ -316,8 +357,8 @@ class SiteStats(Lined, Counters):
         self.source = ""
         self.copy_dtypes: dict[str, int] = {}
         """Bytes copied (any direction) per source dtype, e.g. ``{"float32": 262144}``."""
-        self.backward: dict[str, list[float]] = {}
-        """The backward of this line's forward ops: ``[count, ms]`` per op. These ops are also
+        self.backward: dict[str, OpCount] = {}
+        """The backward of this line's forward ops, per op. These ops are also
         counted, in full, at the line that called ``.backward()``."""
         self.node_stems: set[str] = set()
         """Kinds of autograd node this line's ops are known to make (the profiler's cache)."""
@@ -334,8 +375,8 @@ class SiteStats(Lined, Counters):
     def settle(self) -> None:
         """Sets ``ops`` and ``kernel_time_ms`` from the per-op entries (the recorder's hot path
         updates only those)."""
-        self.ops = int(sum(n for n, _ in self.op_breakdown.values()))
-        self.kernel_time_ms = float(sum(ms for _, ms in self.op_breakdown.values()))
+        self.ops = int(sum(e.count for e in self.op_breakdown.values()))
+        self.kernel_time_ms = float(sum(e.ms for e in self.op_breakdown.values()))
 
     def merge(self, other: Counters) -> None:
         super().merge(other)
@@ -349,11 +390,11 @@ class SiteStats(Lined, Counters):
                 self.copy_dtypes[dtype] = self.copy_dtypes.get(dtype, 0) + n
             self.merge_backward(other.backward)
 
-    def add_ops(self, ops: dict[str, list[float]]) -> None:
-        """Counts ``{op: [count, ms]}`` as this line's own ops."""
+    def add_ops(self, ops: Mapping[str, CountAndMs]) -> None:
+        """Counts ``{op: entry}`` as this line's own ops."""
         n, ms = add_entries(self.op_breakdown, ops)
         self.ops += n
         self.kernel_time_ms += ms
 
-    def merge_backward(self, ops: dict[str, list[float]]) -> None:
+    def merge_backward(self, ops: Mapping[str, CountAndMs]) -> None:
         add_entries(self.backward, ops)

@@ -75,15 +75,15 @@ def test_warmup_capture_and_replays_count_what_a_gpu_does(both_paths: str):
         capture = site_at(r, line_of("capture"))
         # one forward: 2 Linear (t + addmm each) + relu = 5 ops, and each replay runs them again
         per_step = {"t.default": 2, "addmm.default": 2, "relu.default": 1}
-        captured = {k: v[0] for k, v in capture.op_breakdown.items()}
+        captured = {k: v.count for k, v in capture.op_breakdown.items()}
         assert {k: captured[k] for k in per_step} == per_step
         # every op the capture dispatched runs again at each replay, nothing else
-        assert {k: v[0] for k, v in replay.op_breakdown.items()} == {
+        assert {k: v.count for k, v in replay.op_breakdown.items()} == {
             k: n * replays for k, n in captured.items()
         }
         warmup = site_at(r, line_of("warmup"))
         # the warmup forward is the captured one, three times
-        assert sum(v[0] for v in warmup.op_breakdown.values()) == 3 * sum(captured.values())
+        assert sum(v.count for v in warmup.op_breakdown.values()) == 3 * sum(captured.values())
     assert r.options.fake_cuda.graphs == {
         "captures": 1,
         "replays": replays,
@@ -115,7 +115,9 @@ def test_a_whole_training_step_captured_replays_its_backward_and_optimizer(both_
     assert replay.syncs.count == 0 and replay.d2h.counts() == copies()
     if both_paths == "every_op":
         captured = [site_at(r, line_of(m)) for m in ("fwd", "bwd", "step")]
-        once = sum(v[0] for s in captured for k, v in s.op_breakdown.items() if "profiler" not in k)
+        once = sum(
+            v.count for s in captured for k, v in s.op_breakdown.items() if "profiler" not in k
+        )
         assert replay.ops == 4 * once
 
 

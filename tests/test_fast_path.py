@@ -121,9 +121,15 @@ def test_collectives_are_counted_on_the_fast_path(tmp_path):
     finally:
         dist.destroy_process_group()
     assert counted(fast) == counted(mode)
-    assert site_at(fast, line_of("all_reduce")).comm.by_op == {"all_reduce": [1, 1024]}
-    assert site_at(fast, line_of("broadcast")).comm.by_op == {"broadcast": [1, 1024]}
-    assert site_at(fast, line_of("all_gather")).comm.by_op == {"all_gather": [1, 1024]}
+    assert site_at(fast, line_of("all_reduce")).comm.by_op == {
+        "all_reduce": profilers.CommOp(1, 1024)
+    }
+    assert site_at(fast, line_of("broadcast")).comm.by_op == {
+        "broadcast": profilers.CommOp(1, 1024)
+    }
+    assert site_at(fast, line_of("all_gather")).comm.by_op == {
+        "all_gather": profilers.CommOp(1, 1024)
+    }
 
 
 def test_compiled_code_is_counted_where_it_runs_never_while_traced(monkeypatch):

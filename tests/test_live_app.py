@@ -289,14 +289,14 @@ def test_demo_without_live_is_refused(tmp_path):
 async def test_hot_lines_show_the_time_of_a_lines_backward():
     from textual.app import App
 
-    from profilers import Site, SiteStats
+    from profilers import OpCount, Site, SiteStats
 
     fwd = SiteStats("model.py", 7, "forward")
-    fwd.op_breakdown["convolution.default"] = [10, 4.0]
-    fwd.backward["convolution_backward.default"] = [10, 9.5]
+    fwd.op_breakdown["convolution.default"] = OpCount(10, 4.0)
+    fwd.backward["convolution_backward.default"] = OpCount(10, 9.5)
     fwd.settle()
     other = SiteStats("train.py", 3, "main")
-    other.op_breakdown["add.Tensor"] = [1, 0.5]
+    other.op_breakdown["add.Tensor"] = OpCount(1, 0.5)
     other.settle()
 
     class One(App[None]):

@@ -17,7 +17,7 @@ from tests.test_cuda_timing import TICK_MS, StubCuda
 
 
 def counts(ops: dict[str, Any]) -> dict[str, int]:
-    return {name: int(n) for name, (n, _ms) in ops.items()}
+    return {name: int(e.count) for name, e in ops.items()}
 
 
 def test_each_forward_line_gets_the_backward_of_its_own_ops():
@@ -84,7 +84,7 @@ def test_a_node_no_line_made_is_not_given_to_a_neighbour():
     assert counts(site_at(r, line_of("custom_fwd")).op_breakdown) == {"mul.Tensor": 1}
     assert site_at(r, line_of("custom_fwd")).backward == {}
     assert counts(site_at(r, line_of("custom_bwd")).op_breakdown) == {"mul.Tensor": 1}
-    assert site_at(r, line_of("custom_backward")).op_breakdown["mul.Tensor"][0] == 1  # exp's
+    assert site_at(r, line_of("custom_backward")).op_breakdown["mul.Tensor"].count == 1  # exp's
 
 
 def test_several_forwards_then_one_backward_go_to_their_own_lines():
@@ -100,8 +100,8 @@ def test_several_forwards_then_one_backward_go_to_their_own_lines():
     step = site_at(r, line_of("step"))
     # Per micro-batch: TanhBackward0 (tanh_backward), AddmmBackward0 (t, mm, t, sum, view),
     # TBackward0 (t), SumBackward0 (expand), AddBackward0 (nothing: the grad passes through).
-    assert step.backward["tanh_backward.default"][0] == 3
-    assert step.backward["mm.default"][0] == 3  # the grad of the weight (x needs none)
+    assert step.backward["tanh_backward.default"].count == 3
+    assert step.backward["mm.default"].count == 3  # the grad of the weight (x needs none)
     assert counts(site_at(r, line_of("extra")).backward) == {
         "expand.default": 1,  # SumBackward0
         "pow.Tensor_Scalar": 1,  # PowBackward0: grad * 2 * w ...
@@ -132,8 +132,8 @@ def test_forward_on_threads_backward_on_main_like_dataparallel():
         loss.backward()
     r = prof.report()
     fwd = site_at(r, line_of("thread_fwd"))
-    assert fwd.backward["threshold_backward.default"][0] == 2  # one ReluBackward0 per thread
-    assert fwd.backward["mm.default"][0] == 2  # AddmmBackward0: the weight's grad
+    assert fwd.backward["threshold_backward.default"].count == 2  # one ReluBackward0 per thread
+    assert fwd.backward["mm.default"].count == 2  # AddmmBackward0: the weight's grad
     main = site_at(r, line_of("main_fwd"))
     # ExpBackward0 (detach of the saved result, a mul); AddBackward0 runs no op.
     assert counts(main.backward) == {"detach.default": 1, "mul.Tensor": 1}
@@ -153,7 +153,7 @@ def test_a_thread_per_step_reuses_states_and_counts_stay_exact():
     assert len(rec.threads.all()) == 2
     (unknown,) = [s for s in prof.report().sites if s.file == "<unknown>"]
     assert unknown.ops == 40 and unknown.op_breakdown == {
-        "mm.default": (40, unknown.kernel_time_ms)
+        "mm.default": profilers.OpTotal(40, unknown.kernel_time_ms)
     }
 
 
@@ -178,8 +178,8 @@ def test_backward_breakdown_round_trips_and_survives_a_top_ops_cut():
     assert "(other ops)" in again.backward
     # The line's own ops too: read back from a top-2 cut, its ops and time still add up.
     own = profilers.Site.from_dict(site.to_dict(top_ops=2))
-    assert sum(n for n, _ in own.op_breakdown.values()) == site.ops
-    assert sum(ms for _, ms in own.op_breakdown.values()) == pytest.approx(site.kernel_time_ms)
+    assert sum(e.count for e in own.op_breakdown.values()) == site.ops
+    assert sum(e.ms for e in own.op_breakdown.values()) == pytest.approx(site.kernel_time_ms)
 
 
 class EveryOpOnGpu0(StubCuda):
@@ -239,4 +239,4 @@ def test_forward_entries_are_trimmed_and_recent_graphs_still_resolve(monkeypatch
     r = prof.report()
     # The last round's graph is recent: still charged to its lines (SinBackward0: cos, mul).
     assert counts(site_at(r, line_of("trim_sin")).backward) == {"cos.default": 1, "mul.Tensor": 1}
-    assert site_at(r, line_of("trim_exp")).backward["mul.Tensor"][0] == 1
+    assert site_at(r, line_of("trim_exp")).backward["mul.Tensor"].count == 1

@@ -436,3 +436,23 @@ def test_waiting_for_the_scripts_threads_leaves_this_processs_pools_working():
     wait_for_threads()  # runs the pools' exit callbacks, as the interpreter would
     with ThreadPoolExecutor(1) as again:  # a pool made afterwards still takes work
         assert again.submit(lambda: 7).result(timeout=10) == 7
+
+
+def test_an_op_the_profiler_fails_on_runs_and_is_tallied_in_the_report():
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import profilers
+
+    def broken(t: torch.Tensor) -> bool:
+        raise RuntimeError("cannot tell\nsecond line")
+
+    with profilers.profile(is_pinned=broken) as prof, FakeTensorMode():
+        moved = [torch.randn(4).to("cuda:0") for _ in range(3)]
+    assert all(m.device.type == "cuda" for m in moved)  # the ops ran as they would have
+    doc = prof.report().to_dict()
+    # three copies the rule could not classify: one entry, the first error's first line
+    assert doc["internal_errors"] == {
+        "_to_copy.default": {"count": 3, "error": "RuntimeError: cannot tell"}
+    }
+    assert doc["totals"]["h2d"]["count"] == 0

@@ -10,7 +10,7 @@ from rich.console import Console
 from gpuwatch.report.hints import hints
 from gpuwatch.report.html import render_html
 from gpuwatch.report.text import summary
-from profilers import Report, Site, SiteStats
+from profilers import OpCount, Report, Site, SiteStats
 
 
 def report() -> Report:
@@ -67,8 +67,8 @@ def test_lines_show_the_time_of_their_backward():
     r = report()
     fwd = SiteStats("model.py", 7, "forward")
     fwd.source = "h = self.conv(x)"
-    fwd.op_breakdown["convolution.default"] = [10, 4.0]
-    fwd.backward["convolution_backward.default"] = [10, 9.5]
+    fwd.op_breakdown["convolution.default"] = OpCount(10, 4.0)
+    fwd.backward["convolution_backward.default"] = OpCount(10, 9.5)
     fwd.settle()
     r = r.with_sites([*r.sites, Site.of(fwd)])
     shown = text(summary(r))

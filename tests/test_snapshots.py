@@ -28,7 +28,7 @@ from gpuwatch.profile.live.protocol import Hello, LiveSnapshot
 from gpuwatch.profile.live.session import ChildSession
 from gpuwatch.profile.runner import Target
 from gpuwatch.report.text import summary
-from profilers import Report, Site, SiteStats
+from profilers import OpCount, Report, Site, SiteStats
 from tests.conftest import FakeClock, wait_until
 from tests.live_helpers import sh_child
 
@@ -71,7 +71,7 @@ def site(line: int, source: str, h2d: int, item: int, kernel_ms: float) -> dict[
     for _ in range(item):
         s.d2h.add(4, True, False)
         s.syncs.add("item")
-    s.op_breakdown["mm.default"] = [2 * (h2d + item), kernel_ms]
+    s.op_breakdown["mm.default"] = OpCount(2 * (h2d + item), kernel_ms)
     s.settle()
     return Site.of(s).to_dict(top_ops=3)
 
@@ -216,19 +216,19 @@ def fixed_report() -> Report:
     for _ in range(400):
         loader.h2d.add(2 << 20, True, False)  # 2 MiB, pageable
         loader.syncs.add("copy_to_device")
-    loader.op_breakdown["_to_copy.default"] = [400, 120.0]
+    loader.op_breakdown["_to_copy.default"] = OpCount(400, 120.0)
     logging = SiteStats("train.py", 36, "train", ["train.py:80 main"])
     logging.source = "losses.append(loss.item())"
     for _ in range(200):
         logging.d2h.add(4, True, False)
         logging.syncs.add("item")
-    logging.op_breakdown["_local_scalar_dense.default"] = [200, 1.0]
+    logging.op_breakdown["_local_scalar_dense.default"] = OpCount(200, 1.0)
     masks = SiteStats("model.py", 12, "forward", ["train.py:33 train", "train.py:80 main"])
     masks.source = "keep = scores[scores > 0.5]"
     for _ in range(200):
         masks.syncs.add("data_dependent_shape")
-    masks.op_breakdown["index.Tensor"] = [200, 40.0]
-    masks.op_breakdown["mm.default"] = [600, 2400.0]
+    masks.op_breakdown["index.Tensor"] = OpCount(200, 40.0)
+    masks.op_breakdown["mm.default"] = OpCount(600, 2400.0)
     sites = []
     for s in (loader, logging, masks):
         s.steps_active = 200

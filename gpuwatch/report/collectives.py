@@ -29,7 +29,7 @@ def rank_line(r: Report) -> str | None:
 
 def _per_op_rows(r: Report) -> list[tuple[str, str, str]]:
     c = r.totals.comm
-    return [(op, f"{n:,}", fmt.size(b)) for op, (n, b) in c.by_op.items()]
+    return [(op, f"{e.count:,}", fmt.size(e.bytes)) for op, e in c.by_op.items()]
 
 
 def comm_text(r: Report, top: int) -> list[RenderableType]:
@@ -67,7 +67,7 @@ def comm_text(r: Report, top: int) -> list[RenderableType]:
             lines.add_column(col, justify="right", no_wrap=True)
         lines.add_column("source", no_wrap=True, overflow="ellipsis", ratio=1)
         for s in sites:
-            ops = ", ".join(f"{op} {n:,}" for op, (n, _) in s.comm.by_op.items())
+            ops = ", ".join(f"{op} {e.count:,}" for op, e in s.comm.by_op.items())
             lines.add_row(
                 escape(f"{s.file}:{s.line}"),
                 escape(ops),
@@ -134,7 +134,7 @@ def comm_html(r: Report) -> str:
     if sites:
         rows = "".join(
             f"<tr><td class=l><code>{_e(s.file)}:{s.line}</code></td>"
-            f"<td class=l>{_e(', '.join(f'{op} {n:,}' for op, (n, _) in s.comm.by_op.items()))}</td>"
+            f"<td class=l>{_e(', '.join(f'{op} {e.count:,}' for op, e in s.comm.by_op.items()))}</td>"
             f"<td>{_e(fmt.size(s.comm.bytes))}</td><td>{_e(fmt.duration_ms(s.comm.wait_ms))}</td>"
             f"<td class=l><code>{_e((s.source or s.function)[:80])}</code></td></tr>"
             for s in sites

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from profilers.counting.threads import ThreadState, ThreadStates
-from profilers.stats import SiteStats
+from profilers.counting.threads import BackwardOps, ThreadState, ThreadStates
+from profilers.stats import OpCount, SiteStats
 from profilers.torch_private import sequence_nr
 
 _STEMS: dict[type, str] = {}
@@ -75,7 +75,7 @@ def backward_ops_of(
     st: ThreadState,
     site: SiteStats,
     node: Any,
-) -> dict[str, list[float]] | None:
+) -> dict[str, OpCount] | None:
     """Where this thread counts the ops of autograd ``node`` run at ``site`` (the
     .backward() line): entries shared with the forward line whose op made the node, or
     None when no forward line is known (they then count at ``site`` alone).
@@ -110,8 +110,8 @@ def backward_ops_of(
     key = (id(site), id(forward))
     found = st.backward.get(key)
     if found is None:
-        found = st.backward[key] = (site, forward, {})
-    return found[2]
+        found = st.backward[key] = BackwardOps(site, forward)
+    return found.ops
 
 
 def _site_of_node(

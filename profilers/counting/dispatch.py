@@ -21,7 +21,7 @@ from profilers.counting.ops import CLASSIFIERS, METADATA_OPS, Classifier
 from profilers.counting.recorder import Recorder
 from profilers.counting.threads import ThreadState
 from profilers.memory.failure import failed
-from profilers.stats import SiteStats
+from profilers.stats import OpCount, SiteStats
 from profilers.timing.charge import charge_transfer, settle_op
 from profilers.timing.cuda_events import TimedOp
 from profilers.timing.timeline import COMM, StepClock
@@ -220,8 +220,8 @@ def dispatch(
     # -- count it
     entry = ops.get(name)
     if entry is None:
-        entry = ops[name] = [0, 0.0]
-    entry[0] += 1
+        entry = ops[name] = OpCount()
+    entry.count += 1
     clock: StepClock | None = st.clock
     if facts.special is not None:  # COLLECTIVE (DECOMPOSE went its way above)
         return _collective(recorder, clock, site, entry, facts, args, kwargs, t_in)
@@ -240,7 +240,7 @@ def dispatch(
         raise failed(recorder, site, name, func, args, kwargs, exc)  # noqa: B904
     if recorder.host_timing:  # no GPU: the op's host time is its kernel time
         ms = (t_ret - t_call) / 1e6
-        entry[1] += ms
+        entry.ms += ms
     memory = recorder.memory
     if memory is not None:  # which line holds which GPU bytes (--memory, profilers/memory/)
         try:
@@ -277,7 +277,7 @@ def _collective(
     recorder: Recorder,
     clock: StepClock | None,
     site: SiteStats,
-    entry: list[Any],
+    entry: OpCount,
     facts: OpFacts,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -298,7 +298,7 @@ def _run_watched(
     st: ThreadState,
     func: Any,
     facts: OpFacts,
-    entry: list[Any],
+    entry: OpCount,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> tuple[Any, TimedOp | None, int, int]:

@@ -274,7 +274,7 @@ class CountingKernels:
             except Exception as exc:  # never into the user's code: the op runs uncounted
                 recorder.internal_error(name, exc)
                 return run(*args, **kwargs)
-            return recorder.collective(site, [0, 0.0], rule, run, args, kwargs)
+            return recorder.collective(site, None, rule, run, args, kwargs)
 
         return kernel
 

@@ -18,9 +18,10 @@ from profilers.counting.comm import CommRule
 from profilers.counting.ops import Classifier, IsPinned, Transfer, default_is_pinned
 from profilers.counting.sites import UNKNOWN, UserCode
 from profilers.counting.threads import ThreadState, ThreadStates
+from profilers.errors import OpFailure
 from profilers.memory.tracker import MemoryTracker
 from profilers.names import OTHER, SYNCHRONIZE
-from profilers.stats import MAX_STACKS, Counters, SiteStats
+from profilers.stats import MAX_STACKS, Counters, OpCount, SiteStats
 from profilers.timing.cuda_events import CudaApi, CudaTimer, TimedOp, TorchCuda
 from profilers.timing.timeline import StepClock
 from profilers.torch_private import BACKWARD_NODES
@@ -94,8 +95,8 @@ class Recorder:
         """(step number, seconds since the start) of the newest step ends (the trace's slices)."""
         self.on_step: Callable[[], None] | None = None
         """Runs after each step (a --steps window opening or closing)."""
-        self.internal_errors: dict[str, list[Any]] = {}
-        """op -> [count, first error]: ops whose copies and syncs could not be counted."""
+        self.internal_errors: dict[str, OpFailure] = {}
+        """Ops whose copies and syncs could not be counted."""
         self.step_clock: StepClock | None = None
         """Where the time of each step goes, on the profile's own thread (None: not measured)."""
         self.memory: MemoryTracker | None = None  # who made each storage (profilers/memory/)
@@ -107,9 +108,9 @@ class Recorder:
             found = self.internal_errors.get(op)
             if found is None:
                 text = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-                self.internal_errors[op] = [1, text]
+                self.internal_errors[op] = OpFailure(1, text)
             else:
-                found[0] += 1
+                found.count += 1
 
     # -- sites --------------------------------------------------------------------------------
 
@@ -165,8 +166,6 @@ class Recorder:
                 site.source = origin.source
             table[key] = site
         return site
-
-    # -- backward ops charged to forward lines -------------------------------------------------
 
     # -- the hot path -------------------------------------------------------------------------
 
@@ -240,20 +239,20 @@ class Recorder:
     def collective(
         self,
         site: SiteStats,
-        entry: list[Any],
+        entry: OpCount | None,
         rule: CommRule,
         call: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
         """Runs a collective op (or a wait on one) and counts it at ``site``, with the host time
-        it took: the host's wait where the backend blocks."""
+        it took: the host's wait where the backend blocks (added to ``entry``, if any)."""
         t = time.perf_counter()
         out = call(*args, **kwargs)
         ms = (time.perf_counter() - t) * 1000.0
         try:
-            if self.host_timing:
-                entry[1] += ms
+            if self.host_timing and entry is not None:
+                entry.ms += ms
             if rule.op is None:
                 site.comm.wait_ms += ms
             else:
@@ -366,11 +365,11 @@ class Recorder:
                 site.settle()
                 copy_of(site).merge(site)
         for backward in backwards:
-            for ran_at, forward, ops in list(backward.values()):
+            for entry in list(backward.values()):
                 # Ops run at the .backward() line for a node the forward line's op made: the
                 # one line's own ops, the other's backward.
-                copy_of(ran_at).add_ops(ops)
-                copy_of(forward).merge_backward(ops)
+                copy_of(entry.ran_at).add_ops(entry.ops)
+                copy_of(entry.forward).merge_backward(entry.ops)
         return list(merged.values())
 
     def forget_nodes(self) -> None:

@@ -22,7 +22,20 @@ import threading
 from types import FrameType
 from typing import Any
 
-from profilers.stats import SiteStats
+from profilers.stats import OpCount, SiteStats
+
+
+class BackwardOps:
+    """Backward ops one thread ran at ``ran_at`` (the ``.backward()`` line) for autograd nodes
+    that ops of ``forward`` made: counted in both lines when read (Recorder.merged_sites)."""
+
+    __slots__ = ("forward", "ops", "ran_at")
+
+    def __init__(self, ran_at: SiteStats, forward: SiteStats) -> None:
+        self.ran_at = ran_at
+        self.forward = forward
+        self.ops: dict[str, OpCount] = {}
+        """The hot path's entries of these ops (``ThreadState.bw_ops``)."""
 
 
 class ThreadState:
@@ -69,14 +82,11 @@ class ThreadState:
         self.fwd: tuple[list[int], list[SiteStats], list[str]] = ([], [], [])
         self.fwd_site: SiteStats | None = None
         # Backward ops of this thread that a forward line's op made the node of, by (id of the
-        # line that ran them, id of the forward line): (that line, the forward line, {op:
-        # [count, ms]}); merged into both lines' counts when read.
-        self.backward: dict[
-            tuple[int, int], tuple[SiteStats, SiteStats, dict[str, list[float]]]
-        ] = {}
+        # line that ran them, id of the forward line); merged into both lines' counts when read.
+        self.backward: dict[tuple[int, int], BackwardOps] = {}
         self.bw_node: Any = None
         """The autograd node of the last backward op (its ops come one after another)."""
-        self.bw_ops: dict[str, list[float]] | None = None
+        self.bw_ops: dict[str, OpCount] | None = None
         self.bw_site: SiteStats | None = None
 
     def forget_frames(self) -> None:

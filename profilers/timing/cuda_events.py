@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import torch
 
+from profilers.stats import OpCount
 from profilers.timing.gpu_time import Anchor, StepMark
 from profilers.timing.oplog import GPU_NS
 from profilers.torch_private import cuda_current_stream, cuda_event_base
@@ -97,8 +98,8 @@ def _record(event: Any, stream: Any) -> None:
 
 
 class TimedOp:
-    """One op timed on a GPU: its two events, its GPU, the ``[count, ms]`` entry its time goes
-    to, and the copies it made (set by the recorder when it counts one), credited too."""
+    """One op timed on a GPU: its two events, its GPU, the op's entry its time goes to, and the
+    copies it made (set by the recorder when it counts one), credited too."""
 
     __slots__ = (
         "anchor_ns",
@@ -112,7 +113,7 @@ class TimedOp:
         "stream",
     )
 
-    def __init__(self, start: Any, end: Any, device: int, entry: list[Any], stream: Any) -> None:
+    def __init__(self, start: Any, end: Any, device: int, entry: OpCount, stream: Any) -> None:
         self.start = start
         self.end = end
         self.device = device
@@ -132,7 +133,7 @@ class TimedOp:
 
 class CudaTimer:
     """Pairs of pooled events per op; each op's GPU milliseconds are added, once both events
-    have completed, to its ``[count, ms]`` entry and to the copies it made, if any.
+    have completed, to its ``OpCount`` entry and to the copies it made, if any.
 
     Use per op: ``began = begin(args)``, run the op, ``timed = end(began, entry)``, optionally
     ``timed.copies = copies``, then ``queue(timed)``.
@@ -172,7 +173,7 @@ class CudaTimer:
         self._record(start, stream)
         return stream, device, start
 
-    def end(self, began: tuple[Any, int, Any], entry: list[Any]) -> TimedOp:
+    def end(self, began: tuple[Any, int, Any], entry: OpCount) -> TimedOp:
         stream, device, start = began
         end = self._event()
         self._record(end, stream)
@@ -240,7 +241,7 @@ class CudaTimer:
                     break
                 pending.popleft()
                 ms = timed.start.elapsed_time(timed.end)
-                timed.entry[1] += ms
+                timed.entry.ms += ms
                 if timed.copies is not None:
                     timed.copies.time_ms += ms
                 if line is None:
