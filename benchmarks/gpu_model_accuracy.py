@@ -46,6 +46,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from benchmarks import accuracy_table as table  # noqa: E402
 from benchmarks import accuracy_workloads as workloads  # noqa: E402
+from profilers.stats import OpCount  # noqa: E402
 from profilers.timing.cuda_events import CudaTimer, TorchCuda  # noqa: E402
 from profilers.timing.gpu_model.rates import copy_ns  # noqa: E402
 from profilers.timing.gpu_model.roofline import kernel_ns, op_cost  # noqa: E402
@@ -142,7 +143,7 @@ class Measure(TorchDispatchMode):
         self.timer = timer
         self.backlog = backlog
         self.step = 0
-        self.ops: list[tuple[int, str, str, list[Any], int]] = []
+        self.ops: list[tuple[int, str, str, OpCount, int]] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -154,7 +155,7 @@ class Measure(TorchDispatchMode):
         if began is None:  # an op on the host
             return func(*args, **kwargs)
         out = func(*args, **kwargs)
-        entry: list[Any] = [0, 0.0]
+        entry = OpCount()
         self.timer.queue(self.timer.end(began, entry))
         found = predict(self.spec, func, args, kwargs, out)
         if found is not None:
@@ -275,7 +276,7 @@ def measure(
             run(total, step_done)
         timer.resolve(wait=True)
     ops = [
-        table.OpTime(step, cls, name, round(entry[1] * 1e6), predicted)
+        table.OpTime(step, cls, name, round(entry.ms * 1e6), predicted)
         for step, cls, name, entry, predicted in mode.ops
         if warmup <= step < total
     ]

@@ -82,9 +82,14 @@ class RealTimeGpu(TorchCuda):
         self.started = False
         self.hold_host = False
         self.hold_until_ns: int | None = None
+        self.drained = False
 
     def _record(self, event: TimedEvent, stream: Any) -> None:
         now = time.perf_counter_ns()
+        if self.drained:  # the time view's anchor, recorded on the stream it just drained
+            self.drained = False
+            event.at_ns = max(now, self.tail_ns)
+            return
         if not self.started:  # a start event: the stream reaches it when free
             event.at_ns = max(now, self.tail_ns)
             self.kernel_end_ns = event.at_ns + next(self.plan)
@@ -105,6 +110,7 @@ class RealTimeGpu(TorchCuda):
 
     def synchronize(self, device: int) -> None:
         _wait_until(self.tail_ns)
+        self.drained = True
 
 
 class HostWaits(TorchDispatchMode):

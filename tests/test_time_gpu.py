@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import profilers
+from profilers.stats import OpCount
 from profilers.timing.charge import charge_transfer
 from profilers.timing.cuda_events import CudaTimer
 from profilers.timing.gpu_time import COMPACT_AT, GpuTimeline, compact, start_gpu_time
@@ -98,7 +99,7 @@ class Run:
         if found is not None:  # the host waits until the stream has run it
             self.gpu.now = max(self.gpu.now, self.gpu.stream.free_ns)
         t_ret = self.gpu.now
-        timed = self.timer.end(began, [0, 0.0])
+        timed = self.timer.end(began, OpCount())
         clock = self.clock
         clock.line(site).launch_ns += t_in - clock.last_ns + t_ret - t_in
         clock.last_site, clock.ops, clock.last_ns = site, clock.ops + 1, t_ret
