@@ -153,14 +153,16 @@ def test_on_a_gpu_the_replay_gets_each_ops_event_time_and_gives_back_the_measure
         log = prof._log
         assert log is not None
         first = list(log.steps)[0]
-        assert [r[GPU_NS] > 0 for r in first.records] == [True] * 5  # before the profile's end
+        # before the profile's end; the last record is the host's time up to the step's end
+        assert [r[GPU_NS] > 0 for r in first.records] == [True] * 5 + [False]
     r = prof.report()
     assert r.time is not None and r.what_if is not None
     walls = {d["step"]: d["wall_ms"] for d in r.time["steps"]}
     kept = list(log.steps)
     assert [s.step for s in kept] == [1, 2, 3, 4]
     for step in kept:
-        ops = step.ops()
+        *ops, end = step.ops()
+        assert end.kind == "host"
         assert [(o.kind, o.sync) for o in ops] == [
             ("h2d", "copy_to_device"),
             ("kernel", None),
@@ -209,12 +211,6 @@ def test_the_gpu_check_fails_a_report_with_nothing_to_compare():
     assert lines[2].endswith("+20.0%   <-- off by more than 10%")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="timing/oplog.py does not cut the host's time at a step's end: what the host did "
-    "after a step's last op (in that step's wall) goes to the next step's first op (fix: "
-    "OpLog.close(step, now_ns) closing the step with a host record up to now_ns)",
-)
 def test_host_work_at_the_end_of_a_step_is_replayed_in_that_step(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(CudaTimer, "RESOLVE_EVERY", 1)
     gpu = RealTimeGpu(PLAN_NS)

@@ -44,7 +44,8 @@ def test_on_a_gpu_each_op_gets_its_event_time_and_the_what_ifs_are_replayed():
             profilers.step()
     r = prof.report()
     step = list(prof._log.steps)[-1]
-    ops = step.ops()
+    *ops, end = step.ops()
+    assert (end.kind, end.site, end.gpu_ns) == ("host", "(end of step)", 0)  # after the d2h
     # per step: the copy in (blocking, pageable), the multiply, the copy out (a sync)
     assert [(o.kind, o.site, o.sync) for o in ops] == [
         ("h2d", _site(line_of("h2d")), "copy_to_device"),
@@ -115,7 +116,8 @@ def test_under_the_fake_gpu_each_op_has_the_models_time():
             profilers.step()
 
     r, prof = _fake_run(work)
-    ops = list(prof._log.steps)[-1].ops()
+    *ops, end = list(prof._log.steps)[-1].ops()
+    assert (end.kind, end.site) == ("host", "(end of step)")
     assert [(o.kind, o.site) for o in ops] == [
         ("h2d", _site(line_of("to"))),
         ("kernel", _site(line_of("mm"))),

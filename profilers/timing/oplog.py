@@ -34,7 +34,8 @@ from typing import Any
 
 from profilers.timing.gpu_model.rates import HOST_LAUNCH_NS, MIN_KERNEL_NS, copy_ns
 from profilers.timing.gpu_model.specs import GpuSpec
-from profilers.timing.replay_ops import DEVICE, KERNEL, ReplayOp
+from profilers.timing.idle import END_OF_STEP
+from profilers.timing.replay_ops import DEVICE, HOST, KERNEL, ReplayOp
 from profilers.timing.timeline import COMM, INPUT, SYNC, site_key
 
 MAX_OPS = 20_000
@@ -285,8 +286,20 @@ class OpLog:
 
     # -- steps ----------------------------------------------------------------------------------
 
-    def close(self, step: int) -> None:
-        """The step ``step`` ended: its records are kept (the newest :data:`KEEP_STEPS`)."""
+    def close(self, step: int, now_ns: int | None = None) -> None:
+        """The step ``step`` ended (at ``now_ns``, the step clock's reading): its records are
+        kept (the newest :data:`KEEP_STEPS`). NB: the host's time after the step's last op
+        (logging, the loop's own Python) is in this step's wall: a last host record keeps it
+        here, not before the next step's first op."""
+        if now_ns is not None:
+            rec = [END_OF_STEP, HOST, 0, 0, 0, 0, 0, False, False, None, None, 0]
+            if self.gpu is not None:
+                self._simulated(rec, 0)
+            else:
+                self._measured(rec, now_ns - self.last_ns, self.carry_ns)
+                self.last_ns = now_ns
+                self.carry_ns = 0
+            self._add(rec)
         self.steps.append(LoggedStep(step, self.records, self.dropped))
         self.records = []
         self.dropped = 0

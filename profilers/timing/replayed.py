@@ -21,6 +21,7 @@ from profilers.timing.gpu_model.rates import memory_check
 from profilers.timing.gpu_model.specs import GpuSpec, gpu_spec
 from profilers.timing.oplog import HOST_NS, KIND, OVERHEAD_NS, SITE, LoggedStep, OpLog
 from profilers.timing.replay import ReplayOp, ReplayResult, replay
+from profilers.timing.replay_ops import HOST
 from profilers.timing.timeline import StepClock
 from profilers.timing.verdict import time_section, verdict_of
 from profilers.timing.whatif import HINT_WHATIFS, rank
@@ -212,7 +213,7 @@ def what_if(
         "gpu": spec.name if spec is not None else None,
         "step": step.step,
         "steps_median": over,
-        "ops": len(ops),
+        "ops": sum(1 for o in ops if o.kind != HOST),  # NB: not the step's closing host time
         "ops_dropped": step.dropped,
         "every": EVERY,
         "as_recorded_ms": round(as_recorded / 1e6, 6),

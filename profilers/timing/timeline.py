@@ -306,7 +306,7 @@ class StepClock:
         if self.gpu is not None:
             self.gpu.closed(step)
         if self.replay is not None:
-            self.replay.close(self.steps_closed)
+            self.replay.close(self.steps_closed, now_ns)
         self.steps_closed += 1
         self.run_own_ns += self.own_ns
         self.run_ops += self.ops
