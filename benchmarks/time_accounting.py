@@ -97,6 +97,7 @@ def _profiled(loop: Callable[[int, list[float]], None], steps: int, **kw: Any) -
     return {
         "step_ms": statistics.median(per_step[1:]),
         "quick_ms": quickest["wall_unprofiled_ms"] if quickest else None,
+        "quick_line_ms": quickest["lines"][0]["launch_ms"] if quickest else None,
         "cpu_ms": statistics.median(CPU[1:]) if CPU else None,
         "own_ms": statistics.median(s["own_ms"] for s in t["steps"][1:]) if t else None,
         "ops": ops / max(1, len(per_step) - 1),
@@ -152,9 +153,11 @@ def main() -> None:
         quick = {
             k: statistics.median(r["quick_ms"] for r in rows[k]) for k in ("plain", "counting+time")
         }
+        line = statistics.median(r["quick_line_ms"] for r in rows["counting+time"])
         print(
             f"  quickest step: plain {quick['plain']:.3f} ms, stated unprofiled "
-            f"{quick['counting+time']:.3f} ms ({quick['counting+time'] / quick['plain']:.2f}x plain)"
+            f"{quick['counting+time']:.3f} ms ({quick['counting+time'] / quick['plain']:.2f}x "
+            f"plain); its costliest line's launch {line:.3f} ms"
         )
         if name == "launch":
             # NB: on a machine shared with other work a longer loop is preempted more: the CPU

@@ -120,6 +120,8 @@ class Prober:
         self.recorder = recorder
         self.clock = StepClock(time.perf_counter_ns())
         self.probed = 0
+        self.backward_of: Any = None
+        """The profile's recorder (a backward under way: its ``backward_site``)."""
         self.scale = 1.0
         """What a probe reads is multiplied by (:meth:`scale_to`)."""
 
@@ -189,7 +191,11 @@ class Prober:
         self, clock: Any, entry: list[Any], site: Any, func: Any, call: Any, args: Any, kw: Any
     ) -> None:
         """The op ``func`` was first seen at ``site`` (its count is ``entry``): its cost
-        outside the hot path, probed, for :meth:`settle` (nothing raises)."""
+        outside the hot path, probed, for :meth:`settle` (nothing raises). NB: not inside a
+        backward (its ops keep the calibrated mean): with the probes, AccumulateGrad copied a
+        grad it steals otherwise (two more ops at the ``.backward()`` line)."""
+        if self.backward_of is not None and self.backward_of.backward_site is not None:
+            return
         try:
             ns = self.probe(func, call, args, kw)
         except Exception:  # NB: a probe that fails leaves the op at the calibrated mean
@@ -242,12 +248,15 @@ def probe_args(func: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
     """``(args, kwargs)`` to probe ``func`` with (written tensors cloned), or None: not safe."""
     if torch.Tag.nondeterministic_seeded in func.tags:
         return None  # NB: another draw would move the user's random stream
+    tensors = 0
     for value in (*args, *kwargs.values()):
         for t in value if isinstance(value, (list, tuple)) else (value,):
-            if isinstance(t, torch.Tensor) and (
-                type(t) is not torch.Tensor or t.device.type != "cpu" or t.numel() > BIG
-            ):
-                return None
+            if isinstance(t, torch.Tensor):
+                if type(t) is not torch.Tensor or t.device.type != "cpu" or t.numel() > BIG:
+                    return None
+                tensors += 1
+    if not tensors:
+        return None  # NB: a factory (no tensor in): run again, torch then detached its result
     schema = func._schema
     if not schema.is_mutable:
         return args, kwargs
@@ -283,8 +292,10 @@ def start_clock(recorder: Any, keep: int) -> Any:
             is_pinned=recorder.is_pinned,
         )
         outside = outside_cost_ns(ProfilerMode, lambda: scratch)
-        prober = Prober(ProfilerMode(scratch), scratch)
-        prober.scale_to(outside)
+        if recorder.host_timing:  # NB: on the CPU only: a GPU's ops are not run twice
+            prober = Prober(ProfilerMode(scratch), scratch)
+            prober.backward_of = recorder
+            prober.scale_to(outside)
     clock = StepClock(
         time.perf_counter_ns(), keep=keep, outside_ns=outside, lines_measured=every_op
     )
