@@ -76,6 +76,7 @@ WHAT_EACH_GIVES: dict[str, str] = {
     "torch._subclasses.fake_tensor.DynamicOutputShapeException": _FAKE,
     "torch.ops.aten._scaled_dot_product_attention_math.default": "attention on fake GPU tensors on the CUDA build (fake_cuda/apis.py); without it the CUDA build's attention fails under --fake-cuda",
     "torch.Tensor._make_wrapper_subclass": "--fake-values real: a GPU tensor that holds a host tensor; without it only placeholder values",
+    "torch._C._disabled_torch_function_impl": "--fake-values real: no Python __torch_function__ on each call of a GPU tensor (as FakeTensor); without it the fake GPU is slower and --gpu's host time holds it",
     "torch._subclasses.fake_tensor.FakeTensorDeviceMismatchError": "an op mixing devices on the fake GPU raised as a GPU raises it; without it the fake tensors' own error type reaches the script",
     "torch._C.Generator": _FAKE,
     "torch._C._AutoDispatchBelowADInplaceOrView": _FAKE,

@@ -219,10 +219,13 @@ def dispatch(
         return facts.call(*args, **kwargs)
     # -- count it
     entry = ops.get(name)
+    clock: StepClock | None = st.clock
     if entry is None:
         entry = ops[name] = OpCount()
+        if clock is not None and clock.prober is not None and facts.classifier is None:
+            # its cost outside this function, measured on its own arguments (timing/)
+            clock.prober.note(clock, entry, site, func, facts.call, args, kwargs)
     entry.count += 1
-    clock: StepClock | None = st.clock
     if facts.special is not None:  # COLLECTIVE (DECOMPOSE went its way above)
         return _collective(recorder, clock, site, entry, facts, args, kwargs, t_in)
     # -- run it, timed

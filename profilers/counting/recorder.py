@@ -266,7 +266,7 @@ class Recorder:
         clock = self.step_clock
         if clock is not None and getattr(self.local, "s", None) is not None:
             if self.local.s.clock is clock:  # a step ended by the profile's own thread
-                clock.close(time.perf_counter_ns())
+                clock.close(time.perf_counter_ns(), reopen=time.perf_counter_ns)
         with self._lock:
             self._steps[source] = self._steps.get(source, 0) + 1
             self.step_number += 1

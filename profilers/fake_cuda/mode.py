@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
 from profilers.memory.gpu_errors import list_mismatch, mismatch_message
-from profilers.timing.oplog import note_fake_op, sim_clock
+from profilers.timing.oplog import note_fake_op, note_harness, sim_clock
 
 _aten = torch.ops.aten
 
@@ -104,16 +104,22 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        self.t0 = sim_clock()  # NB: the simulation's time from here is no host time (--gpu)
-        kwargs = kwargs or {}
-        graphs = self.harness.graphs
-        if graphs.busy:  # a CUDA graph capture or replay under way (fake_cuda/graphs.py)
-            done, out = graphs.replayed(func)
-            out = self.replay(func, args, kwargs, out) if done else self.run(func, args, kwargs)
-            # NB: a graph replayed while another is captured is captured with it (a child graph)
-            graphs.recorded(func, args, kwargs, out, self.is_fake)
-            return out
-        return self.run(func, args, kwargs)
+        self.t0 = t0 = sim_clock()  # NB: the simulation's time from here is no host time (--gpu)
+        try:
+            kwargs = kwargs or {}
+            graphs = self.harness.graphs
+            if graphs.busy:  # a CUDA graph capture or replay under way (fake_cuda/graphs.py)
+                done, out = graphs.replayed(func)
+                if done:
+                    out = self.replay(func, args, kwargs, out)
+                else:
+                    out = self.run(func, args, kwargs)
+                # NB: a graph replayed while another is captured is captured with it
+                graphs.recorded(func, args, kwargs, out, self.is_fake)
+                return out
+            return self.run(func, args, kwargs)
+        finally:  # every op, on the fake GPU or not: the harness's time is not the script's
+            note_harness(t0, func, args)
 
     def replay(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
         """A CUDA graph's replay of an op: what it made at capture (placeholders: nothing to

@@ -5,22 +5,34 @@ cannot see is the work around it: the dispatcher entering Python for the mode, t
 the call and return. That part is measured here, once per profile: the same cheap op run bare and
 under the profiler's own mode (a scratch recorder with a clock of its own), the difference per op
 less what that clock saw as the hot path's own time. The least CPU time of a few rounds of each is
-kept.
+kept: that is the cost of an op that is not probed (below).
+
+NB: the cost outside the hot path is not one number: it depends on what the op's arguments are
+(a Python scalar in a tensor's place, ``y * 1.0001``, costs about twice a tensor operand, as the
+dispatcher makes a tensor of it again when the mode runs the op), and a launch-bound step is all
+such ops. So each op is also probed where it is first seen at a line (:class:`Prober`): its own
+arguments run bare and under a scratch mode, the difference less the scratch hot path's own time
+is that op's cost outside the hot path, and the step clock charges it to the profiler's own time
+for every run of that op at that line (:meth:`profilers.timing.timeline.StepClock.settle`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-ROUNDS = 5
-STEPS = 20
+if TYPE_CHECKING:
+    from profilers.stats import OpCount
+
+ROUNDS = 15
+STEPS = 10
 MIX_OPS = 5
-"""Rounds of the mix, and repeats of it per round (MIX_OPS ops each): 500 ops bare and as
-many profiled per round, 10-40 ms in all."""
+"""Rounds of the mix, and repeats of it per round (MIX_OPS ops each): 50 ops bare and as
+many profiled per round (under a millisecond each: most rounds run unpreempted), 10-30 ms in
+all."""
 
 
 def _mix(a: torch.Tensor, b: torch.Tensor, steps: int) -> None:
@@ -44,10 +56,11 @@ def outside_cost_ns(
 ) -> int:
     """Nanoseconds per op the mode costs outside its hot path (at least 0), over a mix of ops.
 
-    NB: timed in this thread's CPU time, not on the wall clock: on a machine busy with other
-    work a longer loop is preempted more often, and the profiled loop, several times longer
-    than the bare one, read up to 3x its true cost on the wall clock at a load of 8 on 2
-    cores. The least of the rounds of each kind is kept.
+    NB: on the wall clock, as the hot path's own time is (a CPU clock beside it read the
+    profiled loop's preemptions inside the hot path as its own time, and took them off the
+    cost outside it: a load of 5 on 2 cores gave 0 one start in four). Short rounds,
+    alternating bare and profiled, and the least of each kind: on a machine busy with other
+    work most rounds of a millisecond run unpreempted, and the least is one of them.
 
     Args:
         make_mode: the profiler's mode class, given a recorder.
@@ -55,7 +68,7 @@ def outside_cost_ns(
     """
     from profilers.timing.timeline import StepClock
 
-    cpu = time.thread_time_ns
+    now = time.perf_counter_ns
     recorder = make_recorder()
     mode = make_mode(recorder)
     a, b = torch.ones(8), torch.ones(8)
@@ -66,15 +79,15 @@ def outside_cost_ns(
     best_profiled: int | None = None
     seen = ops
     for _ in range(rounds):
-        t0 = cpu()
+        t0 = now()
         _mix(a, b, steps)
-        bare = cpu() - t0
+        bare = now() - t0
         clock = StepClock(time.perf_counter_ns())
         recorder.state().clock = clock
         with mode:
-            t0 = cpu()
+            t0 = now()
             _mix(a, b, steps)
-            profiled = cpu() - t0 - clock.own_ns
+            profiled = now() - t0 - clock.own_ns
         recorder.state().clock = None
         if clock.ops < ops:
             return 0  # the mode did not see every op (another mode above it): no estimate
@@ -84,6 +97,193 @@ def outside_cost_ns(
     if best_bare is None or best_profiled is None:
         return 0
     return max(0, (best_profiled - best_bare) // seen)
+
+
+PROBE_ROUNDS = 5
+PROBE_CALLS = 2
+"""Rounds of a probe, and calls of the op each way per round (the least of each is kept)."""
+
+BIG = 1 << 14
+"""Tensors of more elements are not probed (the op runs 20 more times): a small op is what a
+launch-bound step is made of, and on a large one the cost outside the hot path is a sliver."""
+
+
+class Prober:
+    """Measures an op's cost outside the hot path on its own arguments.
+
+    Args:
+        mode: a scratch profiler mode (its recorder's counts are thrown away).
+        recorder: that mode's recorder; its step clock on this thread measures its own time.
+    """
+
+    def __init__(self, mode: Any, recorder: Any) -> None:
+        from profilers.timing.timeline import StepClock
+
+        self.mode = mode
+        self.recorder = recorder
+        self.clock = StepClock(time.perf_counter_ns())
+        self.probed = 0
+        self.backward_of: Any = None
+        """The profile's recorder (a backward under way: its ``backward_site``)."""
+        self.scale = 1.0
+        """What a probe reads is multiplied by (:meth:`scale_to`)."""
+
+    def scale_to(self, mix_ns: int) -> float:
+        """Sets :attr:`scale` so that the probes of the calibration mix's ops average
+        ``mix_ns``, the mix's cost per op outside the hot path as a step runs it.
+
+        NB: a probe runs one op over and over from one frame, through ``OpOverload`` (its
+        caches warm, no user Python between); in a step the same ops cost more outside the hot
+        path (alternating ops and lines, the user's own Python between them, torch's Python
+        bindings), by about 1.3-1.6x on a loaded 2-core box. A probe says how ops differ
+        from each other; the mix, run as a step, says what they cost: both measured here."""
+        from profilers.counting.dispatch import op_facts
+
+        a, b = torch.ones(8), torch.ones(8)
+        aten = torch.ops.aten
+        mix = (
+            (aten.mul.Tensor, (a, 1.0001)),
+            (aten.add.Tensor, (a, b)),
+            (aten.add.Tensor, (a, 0.5)),
+            (aten.sum.default, (a,)),
+            (aten.view.default, (a, [2, 4])),
+        )
+        probes = [self.probe(f, op_facts(f).call, args, {}) for f, args in mix]
+        found = [p for p in probes if p]
+        if mix_ns > 0 and len(found) == len(mix):
+            self.scale = mix_ns / (sum(found) / len(found))
+        return self.scale
+
+    def probe(self, func: Any, call: Callable[..., Any], args: Any, kwargs: Any) -> int | None:
+        """Nanoseconds per run of ``func`` on ``args`` outside the hot path (at least 0), or
+        None where it cannot be probed safely (random ops, large or non-CPU tensors, tensor
+        subclasses). Mutated arguments are cloned first: the user's tensors are never written."""
+        ready = probe_args(func, args, kwargs)
+        if ready is None:
+            return None
+        args, kwargs = ready
+        clock = self.clock
+        state = self.recorder.state()
+        before, state.clock = state.clock, clock
+        ns = time.perf_counter_ns
+        best_bare = best_mode = None
+        try:
+            call(*args, **kwargs)
+            with self.mode:
+                call(*args, **kwargs)  # warms the scratch recorder (the op's facts, its site)
+            for _ in range(PROBE_ROUNDS):
+                t0 = ns()
+                for _ in range(PROBE_CALLS):
+                    call(*args, **kwargs)
+                bare = ns() - t0
+                own0 = clock.own_ns
+                with self.mode:
+                    t0 = ns()
+                    for _ in range(PROBE_CALLS):
+                        call(*args, **kwargs)
+                    moded = ns() - t0 - (clock.own_ns - own0)
+                best_bare = bare if best_bare is None else min(best_bare, bare)
+                best_mode = moded if best_mode is None else min(best_mode, moded)
+        finally:
+            state.clock = before
+        self.probed += 1
+        assert best_bare is not None and best_mode is not None
+        return max(0, int((best_mode - best_bare) * self.scale) // PROBE_CALLS)
+
+    def note(
+        self, clock: Any, entry: OpCount, site: Any, func: Any, call: Any, args: Any, kw: Any
+    ) -> None:
+        """The op ``func`` was first seen at ``site`` (its count is ``entry``): its cost
+        outside the hot path, probed, for :meth:`settle` (nothing raises). NB: not inside a
+        backward (its ops keep the calibrated mean): with the probes, AccumulateGrad copied a
+        grad it steals otherwise (two more ops at the ``.backward()`` line)."""
+        if self.backward_of is not None and self.backward_of.backward_site is not None:
+            return
+        try:
+            ns = self.probe(func, call, args, kw)
+        except Exception:  # NB: a probe that fails leaves the op at the calibrated mean
+            ns = None
+        if ns is not None:
+            clock.probes.append([entry, site, ns, entry.count])
+
+    def settle(self, clock: Any) -> int:
+        """:func:`settle`, the step clock's call when it closes a step."""
+        return settle(clock)
+
+
+def settle(clock: Any) -> int:
+    """On closing a step: the probed ops' cost outside the hot path, less the
+    ``outside_ns`` the hot path took for each, moves from their lines' launch time to the
+    profiler's own (the nanoseconds moved; negative: the calibrated mean was too much).
+
+    NB: an op's count is that of every thread; one that the clock's thread did not run (an
+    autograd device thread's) was not charged there either: at most the step's ``ops``
+    are settled (the rest scaled down)."""
+    runs: list[tuple[list[Any], int]] = []
+    seen = 0
+    for p in clock.probes:
+        n = p[0].count - p[3]
+        if n:
+            p[3] = p[0].count
+            runs.append((p, n))
+            seen += n
+    if not seen:
+        return 0
+    scale = min(1.0, clock.ops / seen)
+    lines = clock.lines
+    moved = 0
+    for p, n in runs:
+        ns = int(n * scale * (p[2] - clock.outside_ns))
+        rec = lines.get(p[1])
+        if rec is None or rec.launch_ns < ns:  # its line ran none of this step's ops
+            rec = max(lines.values(), key=lambda r: r.launch_ns, default=None)
+        if rec is None:
+            continue
+        ns = min(ns, rec.launch_ns)
+        rec.launch_ns -= ns
+        moved += ns
+    clock.own_ns += moved
+    clock.probed_ops += int(seen * scale)
+    return moved
+
+
+def _returns_tensor(func: Any) -> bool:
+    return any("Tensor" in str(r.type) for r in func._schema.returns)
+
+
+def probe_args(func: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+    """``(args, kwargs)`` to probe ``func`` with (written tensors cloned), or None: not safe."""
+    if func.namespace != "aten" or not _returns_tensor(func):
+        # NB: only ATen's own ops, and only those that make a tensor: a collective
+        # (c10d, _c10d_functional) run again on one rank would hang or corrupt the others; a
+        # user's custom op may write files; aten ops that return nothing (_print,
+        # _assert_async, record_stream) are run for their effect
+        return None
+    if torch.Tag.nondeterministic_seeded in func.tags:
+        return None  # NB: another draw would move the user's random stream
+    tensors = 0
+    for value in (*args, *kwargs.values()):
+        for t in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(t, torch.Tensor):
+                if type(t) is not torch.Tensor or t.device.type != "cpu" or t.numel() > BIG:
+                    return None
+                tensors += 1
+    if not tensors:
+        return None  # NB: a factory (no tensor in): run again, torch then detached its result
+    schema = func._schema
+    if not schema.is_mutable:
+        return args, kwargs
+    args, kwargs = list(args), dict(kwargs)
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        if i < len(args) and isinstance(args[i], torch.Tensor):
+            args[i] = args[i].clone()
+        elif isinstance(kwargs.get(arg.name), torch.Tensor):
+            kwargs[arg.name] = kwargs[arg.name].clone()
+        elif i < len(args) or arg.name in kwargs:
+            return None  # a list of written tensors (foreach ops): not probed
+    return tuple(args), kwargs
 
 
 def start_clock(recorder: Any, keep: int) -> Any:
@@ -96,18 +296,22 @@ def start_clock(recorder: Any, keep: int) -> Any:
 
     every_op = recorder.counting == "every_op"
     outside = 0
+    prober = None
     if every_op:
-        outside = outside_cost_ns(
-            ProfilerMode,
-            lambda: Recorder(
-                recorder.user,
-                kernel_timing=recorder.kernel_timing,
-                timeline_capacity=0,
-                is_pinned=recorder.is_pinned,
-            ),
+        scratch = Recorder(
+            recorder.user,
+            kernel_timing=recorder.kernel_timing,
+            timeline_capacity=0,
+            is_pinned=recorder.is_pinned,
         )
+        outside = outside_cost_ns(ProfilerMode, lambda: scratch)
+        if recorder.host_timing:  # NB: on the CPU only: a GPU's ops are not run twice
+            prober = Prober(ProfilerMode(scratch), scratch)
+            prober.backward_of = recorder
+            prober.scale_to(outside)
     clock = StepClock(
         time.perf_counter_ns(), keep=keep, outside_ns=outside, lines_measured=every_op
     )
+    clock.prober = prober
     recorder.state().clock = clock
     return clock

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from contextlib import suppress
 from time import perf_counter_ns as _ns
 from time import thread_time_ns
 from typing import Any
@@ -109,7 +110,13 @@ class OpLog:
         thread, ``clock_thread``: the profiler's own time there, under --fake-cuda."""
         self.clock_thread = 0
         self.fake_entry_ns = 0
-        """The fake GPU's cost per op outside what :meth:`fake_op` sees (calibrated)."""
+        """The fake GPU's cost per GPU op outside what :func:`note_harness` sees (calibrated):
+        the dispatcher's way into its mode and back, the GPU tensor of its result."""
+        self.entry_ns = [0, 0, 0, 0]
+        """That cost by kind of op (:data:`GPU_OP`, or'ed with :data:`SCALAR`; calibrated):
+        an op with no GPU tensor enters the fake GPU's mode all the same (the script's host
+        ops, the optimizer's profiler ranges...), and a Python number given for a tensor
+        (``y * 1.5``) is made a tensor again on each way through a mode."""
         self.harness: Any = None
         """The fake GPU's harness (its memory's peak, for the report), under --fake-cuda."""
         self._fake = threading.local()
@@ -228,17 +235,14 @@ class OpLog:
 
     def fake_op(self, func: Any, args: Any, kwargs: Any, out: Any, t0: int) -> None:
         """The fake GPU ran ``func`` (from ``t0`` on this thread's CPU clock): its predicted
-        time, for the op the dispatch mode is running, and the simulation's time, which is no
-        host time of the script."""
+        time, for the op the dispatch mode is running."""
         assert self.gpu is not None
         from profilers.timing.gpu_model.roofline import predict_op_ns
 
         ns = predict_op_ns(self.gpu, func, args, kwargs, out)
         tls = self._fake
-        # NB: the dispatcher's way into the fake mode's Python and back out (with the fake
-        # tensor made of its result) is outside ``t0`` and now: ``fake_entry_ns``, calibrated
-        tls.sim = getattr(tls, "sim", 0) + thread_time_ns() - t0 + self.fake_entry_ns
         tls.last = (func, ns)
+        tls.gpu_op = GPU_OP  # its way into the harness and out (:func:`note_harness`)
 
     def wait(
         self,
@@ -309,31 +313,62 @@ ACTIVE: OpLog | None = None
 """The log the fake GPU's mode hands its predictions to (``--fake-cuda --gpu``), else None."""
 
 
-def calibrate_fake_entry(log: OpLog, runs: int = 3, calls: int = 30) -> int:
+HOST_OP, GPU_OP, SCALAR = 0, 1, 2
+"""Kinds of op for the fake GPU's calibrated way in and out (:func:`note_harness`)."""
+
+_TENSOR_SLOTS: dict[Any, tuple[int, ...]] = {}
+
+
+def scalar_operand(func: Any, args: Any) -> bool:
+    """Whether a Python number stands for a tensor among ``func``'s arguments."""
+    slots = _TENSOR_SLOTS.get(func)
+    if slots is None:
+        schema = getattr(func, "_schema", None)  # NB: none on a higher-order operator
+        arguments = schema.arguments if schema is not None else ()
+        slots = tuple(i for i, a in enumerate(arguments) if str(a.type) == "Tensor")
+        _TENSOR_SLOTS[func] = slots
+    return any(i < len(args) and type(args[i]) in (float, int, bool) for i in slots)
+
+
+def calibrate_fake_entry(log: OpLog, runs: int = 5, calls: int = 20) -> int:
     """The fake GPU's CPU time per op that its mode's hook cannot see (the dispatcher's way
-    into its Python and back, the fake result wrapped): an op on a fake tensor run bare, less
-    what the hook measured, the best of ``runs`` (the harness must be on, the profile's mode
-    not yet)."""
+    into its Python and back, the fake result wrapped): an op run bare, less what the hook
+    measured, the least of ``runs`` (the harness must be on, the profile's mode not yet), by
+    kind into ``log.entry_ns``; returned for a GPU op (NB: the kinds differ by 2-3x: about
+    8, 20, 17 and 27 us for a host op, a GPU op, and each with a Python number, on a loaded
+    2-core box)."""
     import torch
 
-    relu = torch.ops.aten.relu.default
+    aten = torch.ops.aten
     x = torch.zeros(8, device="cuda:0")  # 32 bytes of fake memory: no peak anyone would see
+    h = torch.zeros(8)
+    kinds = (
+        (aten.relu.default, (h,)),
+        (aten.relu.default, (x,)),
+        (aten.mul.Tensor, (h, 1.5)),
+        (aten.mul.Tensor, (x, 1.5)),
+    )
     global ACTIVE
     before, ACTIVE = ACTIVE, log
-    best: int | None = None
+    best: list[int | None] = [None] * len(kinds)
+    log.entry_ns = [0] * len(kinds)
     try:
         for _ in range(runs):
-            log._fake.sim = 0
-            t = thread_time_ns()
-            for _ in range(calls):
-                relu(x)
-            spent = thread_time_ns() - t - log._fake.sim
-            best = spent if best is None else min(best, spent)
+            for i, (op, args) in enumerate(kinds):
+                log._fake.sim = 0
+                t0 = thread_time_ns()
+                for _ in range(calls):
+                    op(*args)
+                spent = thread_time_ns() - t0 - log._fake.sim
+                found = best[i]
+                best[i] = spent if found is None else min(found, spent)
     finally:
         ACTIVE = before
         log._fake.sim = 0
         log._fake.last = None
-    return max(0, (best or 0) // calls)
+        log._fake.gpu_op = HOST_OP
+    log.entry_ns = [max(0, (b or 0) // calls) for b in best]
+    return log.entry_ns[GPU_OP]
 
 
 sim_clock = thread_time_ns
@@ -345,8 +380,20 @@ def note_fake_op(func: Any, args: Any, kwargs: Any, out: Any, t0: int | None) ->
     with :data:`sim_clock`; None: not through the dispatcher, nothing to note)."""
     log = ACTIVE
     if log is not None and t0 is not None:
-        try:
+        with suppress(Exception):  # NB: a prediction never fails the user's op; it is 0 then
             log.fake_op(func, args, kwargs, out, t0)
-        except Exception:  # NB: a prediction never fails the user's op; it is 0 then
-            tls = log._fake
-            tls.sim = getattr(tls, "sim", 0) + thread_time_ns() - t0
+
+
+def note_harness(t0: int, func: Any, args: Any) -> None:
+    """Called by the fake GPU's mode as each op (``func`` on ``args``) leaves it (entered at
+    ``t0``, on :data:`sim_clock`): all of that time, and the calibrated way in and out of its
+    kind, is the simulation's, not the script's host time (``--gpu``: taken out of the next
+    record's)."""
+    log = ACTIVE
+    if log is not None:
+        tls = log._fake
+        kind = getattr(tls, "gpu_op", HOST_OP)
+        tls.gpu_op = HOST_OP
+        if scalar_operand(func, args):
+            kind |= SCALAR
+        tls.sim = getattr(tls, "sim", 0) + thread_time_ns() - t0 + log.entry_ns[kind]

@@ -21,6 +21,7 @@ a line's cause, or the profiler's own time. The parts add up to the step's wall 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 INPUT = "input"
@@ -176,6 +177,9 @@ class StepClock:
         "ops",
         "outside_ns",
         "own_ns",
+        "probed_ops",
+        "prober",
+        "probes",
         "replay",
         "run_lines",
         "run_ops",
@@ -207,6 +211,13 @@ class StepClock:
         self.run_lines: dict[str, LineTime] = {}
         self.run_own_ns = 0
         self.run_ops = 0
+        self.prober: Any = None
+        """Measures an op's cost outside the hot path on its own arguments
+        (:class:`profilers.timing.calibrate.Prober`), where it is first seen at a line."""
+        self.probes: list[list[Any]] = []
+        """``[entry, site, ns, counted]`` per probed op at a line (``Prober.settle``)."""
+        self.probed_ops = 0
+        """Ops whose cost outside the hot path was probed (the rest took ``outside_ns``)."""
         self.replay: Any = None
         """The step replay's records (:class:`profilers.timing.oplog.OpLog`), where the run
         has GPU times for them (CUDA events, or the model of ``--fake-cuda --gpu``)."""
@@ -279,12 +290,15 @@ class StepClock:
         key = site if isinstance(site, str) else site_key(site)
         self.waits.append(HostInterval(kind, cause, key, start_ns, end))
 
-    def close(self, now_ns: int) -> StepTime:
+    def close(self, now_ns: int, reopen: Callable[[], int] | None = None) -> StepTime:
         """Ends the open step at ``now_ns`` (the host work since the last event goes to the
-        last line), keeps it and adds it to the run's sums."""
+        last line), keeps it and adds it to the run's sums. ``reopen``: the clock, read once
+        closed; the closing is then the profiler's own time, in the next step."""
         gap = now_ns - self.last_ns
         if gap > 0:
             self.line(self.last_site).launch_ns += gap
+        if self.probes:
+            self.prober.settle(self)
         lines = _by_key(self.lines)
         for key, rec in lines.items():
             into = self.run_lines.get(key)
@@ -313,7 +327,8 @@ class StepClock:
         self.lines = {}
         self.own_ns = self.ops = self.waits_dropped = 0
         self.waits = deque(maxlen=MAX_WAITS)
-        self.last_ns = now_ns
+        self.last_ns = now_ns if reopen is None else reopen()
+        self.own_ns = self.last_ns - now_ns
         return step
 
     def last_step_end(self) -> int:

@@ -1,0 +1,170 @@
+"""The profiler's own time, taken out honestly (issue 30): each op's cost outside the hot path,
+probed on its own arguments where it is first seen, moves from the user's line to the profiler's
+own time when the step closes (exact on an injected clock); a probe never writes the user's
+tensors nor draws from their random stream; closing a step is the profiler's own time; and,
+bounded, the step a launch-bound loop is stated to take unprofiled is near a plain run's."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+import profilers
+from profilers.counting.mode import ProfilerMode
+from profilers.counting.recorder import Recorder
+from profilers.counting.sites import UserCode
+from profilers.stats import OpCount
+from profilers.timing.calibrate import BIG, Prober, probe_args, settle
+from profilers.timing.timeline import StepClock
+
+aten = torch.ops.aten
+
+
+class _Site:
+    def __init__(self, line: int) -> None:
+        self.file, self.line = "train.py", line
+
+
+def _op(clock: StepClock, site: Any, entry: OpCount, t_in: int, t_ret: int, t_out: int) -> None:
+    """One op as profilers/counting/dispatch.py charges it (its call at ``t_in + 10``)."""
+    entry.count += 1
+    clock.line(site).launch_ns += t_in - clock.last_ns - clock.outside_ns + t_ret - (t_in + 10)
+    clock.last_site = site
+    clock.own_ns += 10 + t_out - t_ret + clock.outside_ns
+    clock.ops += 1
+    clock.last_ns = t_out
+
+
+def test_a_probed_ops_cost_moves_from_its_line_to_the_profilers_own_time_at_step_close():
+    mul, add = _Site(12), _Site(13)
+    clock = StepClock(start_ns=0, outside_ns=100)
+    clock.prober = SimpleNamespace(settle=settle)  # what the probes' Prober does on close
+    mul_entry, add_entry = OpCount(), OpCount()
+    # mul was probed at 300 ns outside the hot path, add at 40 (less than the mean of 100)
+    clock.probes = [[mul_entry, mul, 300, 0], [add_entry, add, 40, 0]]
+    t = 0
+    for _ in range(3):  # 1000 ns of user Python before each op, the op runs 500 ns
+        for site, entry in ((mul, mul_entry), (add, add_entry)):
+            _op(clock, site, entry, t + 1000, t + 1510, t + 1530)
+            t += 1530
+    before = {k: clock.line(s).launch_ns for k, s in (("mul", mul), ("add", add))}
+    step = clock.close(t)
+    # mul: 3 runs x (300 - 100) more of the profiler's; add: 3 x (40 - 100) less
+    assert step.lines["train.py:12"].launch_ns == before["mul"] - 600
+    assert step.lines["train.py:13"].launch_ns == before["add"] + 180
+    assert step.own_ns == 6 * (10 + 20 + 100) + 600 - 180
+    assert sum(r.total_ns for r in step.lines.values()) + step.own_ns == step.wall_ns
+    assert clock.probed_ops == 6
+    # next step: only the runs since the last close are settled
+    _op(clock, mul, mul_entry, t + 1000, t + 1510, t + 1530)
+    assert settle(clock) == 200 and clock.probed_ops == 7
+    assert settle(clock) == 0
+
+
+def test_runs_of_an_op_on_threads_without_the_clock_are_not_settled_on_it():
+    site = _Site(5)
+    clock = StepClock(start_ns=0, outside_ns=100)
+    entry = OpCount()
+    clock.probes = [[entry, site, 600, 0]]
+    _op(clock, site, entry, 10_000, 10_510, 10_530)
+    _op(clock, site, entry, 20_000, 20_510, 20_530)
+    entry.count += 3  # three runs on an autograd device thread: counted, not on this clock
+    assert settle(clock) == 2 * 500  # the clock's two ops, not five
+    assert clock.probed_ops == 2
+
+
+def _prober() -> Prober:
+    scratch = Recorder(UserCode(), kernel_timing=True, timeline_capacity=0)
+    return Prober(ProfilerMode(scratch), scratch)
+
+
+def test_a_probe_never_writes_the_users_tensors_nor_draws_their_random_numbers():
+    prober = _prober()
+    x = torch.arange(4.0)
+    ns = prober.probe(aten.add_.Tensor, aten.add_.Tensor._op, (x, 1.0), {})
+    assert ns is not None and ns >= 0
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0]  # the probe wrote a clone, 22 times
+    # random ops, written lists (foreach), big or subclassed tensors: not probed, not run
+    state = torch.random.get_rng_state()
+    assert probe_args(aten.bernoulli.default, (torch.full((4,), 0.5),), {}) is None
+    assert torch.equal(torch.random.get_rng_state(), state)
+    xs = [torch.ones(2), torch.ones(2)]
+    assert probe_args(aten._foreach_add_.Scalar, (xs, 1.0), {}) is None
+    assert probe_args(aten.relu.default, (torch.ones(BIG + 1),), {}) is None
+    sub = torch.nn.Parameter(torch.ones(2))
+    assert probe_args(aten.relu.default, (sub,), {}) is None
+    assert probe_args(aten.relu.default, (torch.ones(2),), {}) is not None
+    assert prober.probed == 1
+
+
+def test_closing_a_step_is_the_profilers_own_time():
+    with profilers.profile() as prof:
+        torch.ones(4).add(1)
+        profilers.step()
+        clock = prof._recorder.step_clock  # type: ignore[union-attr]
+        assert clock is not None
+        # no op since the step closed: all of the new step's time so far is the closing
+        own, since = clock.own_ns, clock.last_ns - clock.steps[-1].end_ns
+    assert own == since > 0
+
+
+def _launch_steps(steps: int, wall: list[int]) -> None:
+    x = torch.ones(8)
+    for _ in range(steps):
+        t = time.perf_counter_ns()
+        y = x
+        for _ in range(50):
+            y = y * 1.0001 + 0.5
+        profilers.step()
+        wall.append(time.perf_counter_ns() - t)
+
+
+@pytest.mark.alone
+def test_a_launch_bound_loop_is_stated_near_its_plain_run():
+    # NB: a bound, not a benchmark (benchmarks/time_accounting.py measures the ratio). A
+    # shared machine preempts the longer profiled loop more, and preemption inside the hot
+    # path reads as the profiler's own time: each run's least preempted step (its shortest)
+    # is compared, the profiled one as stated (wall less the profiler's own), 12 steps each,
+    # within 0.6x-1.4x of the plain one (before the probes: 1.5-1.6x), best of 3 tries.
+    tries = []
+    for _ in range(3):
+        plain: list[int] = []
+        _launch_steps(12, plain)
+        with profilers.profile() as prof:
+            _launch_steps(13, [])
+        t = prof.report().time
+        assert t is not None
+        quickest = min(t["steps"][1:], key=lambda s: s["wall_ms"])
+        ratio = quickest["wall_unprofiled_ms"] * 1e6 / min(plain)
+        tries.append(round(ratio, 2))
+        if 0.6 <= ratio <= 1.4:
+            return
+    raise AssertionError(f"stated unprofiled step / plain, each try: {tries}")
+
+
+CALLS = {"n": 0}
+
+
+@torch.library.custom_op("gpuwatch_test::counted", mutates_args=())
+def _counted(x: torch.Tensor) -> torch.Tensor:
+    CALLS["n"] += 1  # a side effect a second run would repeat (a file written, a collective)
+    return x + 1
+
+
+def test_only_atens_own_ops_that_make_a_tensor_are_probed_the_users_run_once():
+    CALLS["n"] = 0
+    with profilers.profile() as prof:
+        x = torch.ones(4)
+        y = _counted(x)  # the user's own op, first seen at this line
+        z = x.mul(2.0)  # an ATen op first seen here: probed
+        profilers.step()
+    assert CALLS["n"] == 1 and y.tolist() == [2.0] * 4 and z.tolist() == [2.0] * 4
+    clock = prof._recorder.step_clock  # type: ignore[union-attr]
+    assert clock is not None and clock.prober is not None and clock.prober.probed >= 1
+    # run for their effect, or run on every rank at once: never again
+    assert probe_args(aten._print.default, ("hello",), {}) is None
+    assert probe_args(torch.ops.gpuwatch_test.counted.default, (torch.ones(2),), {}) is None
