@@ -1,5 +1,5 @@
 """--fake-cuda from the command line: an unmodified script runs in a process of its own and the
-summary and report say it was simulated; where the fake GPU cannot be built, one line says why.
+summary and report say it was simulated; its options are refused without it.
 
 NB: not in test_fake_cuda.py, whose tests all run on both counting paths (``both_paths``): that
 fixture switches ``profilers.profile()`` in this process, which a command run in a process of its
@@ -60,19 +60,11 @@ def test_profile_fake_cuda_runs_an_unmodified_script_and_says_it_was_simulated(t
     }
 
 
-def test_without_a_compiler_fake_cuda_says_so_in_one_line(tmp_path):
+def test_the_fake_gpus_options_go_with_fake_cuda(tmp_path):
+    # NB: without a compiler, --fake-cuda says so in one line: test_fake_cuda_builds.py's
+    # test_where_it_cannot_run_plain_and_live_say_one_line_and_exit_2, plain and --live.
+    # Refused before anything runs: the CLI's main() in this process says what a process would.
     (tmp_path / "train.py").write_text(TRAIN)
-    done = run_gpuwatch(
-        ["profile", "--fake-cuda", "train.py"],
-        tmp_path,
-        CXX=str(tmp_path / "no-such-c++"),
-        XDG_CACHE_HOME=str(tmp_path / "cache"),
-    )
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith("gpuwatch: error: --fake-cuda could not run ")
-    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
-    assert done.stdout == ""  # the script never started
-    # NB: refused before anything runs: the CLI's main() in this process says the same
     bad = gpuwatch_here(["profile", "--fake-gpus", "2", "train.py"], tmp_path)
     assert bad.returncode == 2 and "--fake-gpus goes with --fake-cuda" in bad.stderr
     bad = gpuwatch_here(["profile", "--fake-values", "real", "train.py"], tmp_path)
