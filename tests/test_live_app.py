@@ -276,18 +276,13 @@ def test_the_command_runs_in_a_terminal_and_quits_with_the_scripts_exit_code(tmp
 
 
 def test_demo_without_live_is_refused(tmp_path):
-    import subprocess
+    from tests.helpers import gpuwatch_here
 
     (tmp_path / "s.py").write_text("print('hi')\n")
-    done = subprocess.run(
-        ["gpuwatch", "profile", "--demo", "s.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert (done.returncode, done.stderr) == (
+    done = gpuwatch_here(["profile", "--demo", "s.py"], tmp_path)  # refused before it runs
+    assert (done.returncode, done.stdout, done.stderr) == (
         2,
+        "",
         "gpuwatch: error: --demo goes with --live (it simulates the GPU cards)\n",
     )
 
