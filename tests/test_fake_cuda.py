@@ -15,7 +15,6 @@ import torch.nn as nn
 
 import profilers
 from tests import conftest
-from tests.helpers import run_gpuwatch
 from tests.profiler_helpers import copies, line_of, site_at
 
 pytestmark = [
@@ -292,70 +291,6 @@ def test_an_optimizer_made_before_the_move_steps_the_moved_parameters():
     r, _ = profiled(work)
     # the shared weight moves once: 40 floats, + Linear's bias (10) = 2 copies
     assert site_at(r, line_of("move")).h2d.counts() == copies(count=2, bytes=200, pageable=2)
-
-
-# -- the command line ------------------------------------------------------------------------------
-
-TRAIN = """\
-import torch
-from torch import nn
-
-device = "cuda" if torch.cuda.is_available() else "cpu"
-model = nn.Linear(8, 2).to(device)
-opt = torch.optim.AdamW(model.parameters())
-for step in range(3):
-    loss = model(torch.randn(4, 8).to(device)).square().mean()
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-    print(f"loss {loss.item():.3f}")
-"""
-
-
-def test_profile_fake_cuda_runs_an_unmodified_script_and_says_it_was_simulated(tmp_path):
-    from gpuwatch.report.load import load_report
-
-    (tmp_path / "train.py").write_text(TRAIN)
-    done = run_gpuwatch(
-        ["profile", "--fake-cuda", "--fake-values", "placeholder", "--json", "run.json"]
-        + ["train.py"],
-        tmp_path,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["loss 0.000"] * 3  # the placeholders the script read
-    assert "SIMULATED: --fake-cuda, 1 fake GPU, placeholder values" in done.stderr
-    assert "kernel time: not measured (--fake-cuda" in done.stderr
-    assert "3 scalars (0)" in done.stderr
-    report = load_report(tmp_path / "run.json")  # validated against the published schema
-    assert report.options.fake_cuda.to_dict() == {
-        "devices": 1,
-        "values": "placeholder",
-        "placeholders": {"values": 3, "host_copies": 0, "sizes": 0},
-        "memory_bytes": 80 * 1024**3,  # each simulated GPU's (--fake-memory)
-    }
-    assert {"device": "cuda:0", "name": "gpuwatch fake CUDA device"} in report.devices
-    assert report.totals.h2d.count == 2 + 3 and report.totals.syncs.by_cause == {
-        "copy_to_device": 5,
-        "item": 3,
-    }
-
-
-def test_without_a_compiler_fake_cuda_says_so_in_one_line(tmp_path):
-    (tmp_path / "train.py").write_text(TRAIN)
-    done = run_gpuwatch(
-        ["profile", "--fake-cuda", "train.py"],
-        tmp_path,
-        CXX=str(tmp_path / "no-such-c++"),
-        XDG_CACHE_HOME=str(tmp_path / "cache"),
-    )
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith("gpuwatch: error: --fake-cuda could not run ")
-    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
-    assert done.stdout == ""  # the script never started
-    bad = run_gpuwatch(["profile", "--fake-gpus", "2", "train.py"], tmp_path)
-    assert bad.returncode == 2 and "--fake-gpus goes with --fake-cuda" in bad.stderr
-    bad = run_gpuwatch(["profile", "--fake-values", "real", "train.py"], tmp_path)
-    assert bad.returncode == 2 and "--fake-values goes with --fake-cuda" in bad.stderr
 
 
 def test_a_step_window_profiles_those_steps_only():

@@ -97,6 +97,10 @@ def _run_expecting_error(tmp_path):
 
 
 def test_fake_cuda_from_a_notebook_then_an_interrupted_cell_is_reported(tmp_path):
+    import asyncio
+    import threading
+    import time
+
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_code_cell(src)
@@ -105,19 +109,27 @@ def test_fake_cuda_from_a_notebook_then_an_interrupted_cell_is_reported(tmp_path
             "%%gpuwatch --fake-cuda --json fake.json\nimport torch\n"
             "x = torch.ones(4).to('cuda')\ny = (x * 2).sum().item()",
             "import torch\ntorch.cuda.is_available()",  # the fake GPU ended with its cell
-            "%%gpuwatch --json int.json\nimport time\ntorch.ones(2).sum()\ntime.sleep(60)",
+            "%%gpuwatch --json int.json\nimport time\ntorch.ones(2).sum()\n"
+            "open('sleeping', 'w').close()\ntime.sleep(60)",
         )
     ]
-    # NB: a real interrupt: nbclient sends the kernel SIGINT when the sleeping cell runs past
-    # 8 s (the others get 120 s: building the fake GPU's guard takes a while on a busy machine).
-    client = nbclient.NotebookClient(
-        nb,
-        timeout_func=lambda cell: 8 if "time.sleep(60)" in cell.source else 120,
-        kernel_name="python3",
-        interrupt_on_timeout=True,
-        allow_errors=True,
-    )
+    # NB: a real interrupt, as Jupyter's stop button sends it: the kernel manager signals the
+    # kernel (SIGINT) once the cell is in its sleep (the file says so), not after a timeout.
+    # The cells get 120 s: building the fake GPU's guard takes a while on a busy machine.
+    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True)
+
+    def interrupt_once_sleeping() -> None:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "sleeping").exists():
+            if time.monotonic() > deadline:
+                return  # the cell never got there: its assertions below say so
+            time.sleep(0.05)
+        asyncio.run(client.km.interrupt_kernel())
+
+    interrupter = threading.Thread(target=interrupt_once_sleeping, daemon=True)
+    interrupter.start()
     client.execute(cwd=str(tmp_path))
+    interrupter.join(5)
     fake, after, interrupted = (c.outputs for c in nb.cells[1:])
     doc = json.loads((tmp_path / "fake.json").read_text())
     assert doc["options"]["fake_cuda"] and not doc["partial"]

@@ -59,7 +59,7 @@ def make_app(tmp_path: Path, *args: str, sampler=None, **kw) -> LiveApp:
 
 async def test_counters_move_while_it_runs_then_the_summary_and_report(tmp_path):
     app = make_app(tmp_path, "60")
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=(120, 40)):
         await wait_until(
             lambda: (
                 app.model.snapshots_seen >= 2 and app.model.last_snapshot.totals["h2d"]["count"] > 0
@@ -71,10 +71,15 @@ async def test_counters_move_while_it_runs_then_the_summary_and_report(tmp_path)
         assert app.model.exit_code is None  # seen moving while the script runs
         table = app.query_one(HotLinesTable)
         assert table.sites and table.sites[0]["file"].endswith("loop.py")
-        await wait_until(lambda: app.ended is not None, 60)
-        await pilot.pause(0.2)
+        await wait_until(
+            lambda: (
+                isinstance(app.screen, SummaryScreen)
+                and bool(app.screen.query("#summary"))
+                and "Top lines by syncs" in plain(app.screen.query_one("#summary"))
+            ),
+            60,
+        )
         assert app.model.exit_code == 0
-        assert isinstance(app.screen, SummaryScreen)
         summary = plain(app.screen.query_one("#summary"))
         assert "Top lines by syncs" in summary and "loop.py:9" in summary
         assert "step 59" in "\n".join(str(line.text) for line in app.query_one("#log").lines)
@@ -86,7 +91,7 @@ async def test_counters_move_while_it_runs_then_the_summary_and_report(tmp_path)
     assert (doc["totals"]["h2d"]["count"], doc["totals"]["h2d"]["bytes"]) == (120, 60 * (1024 + 16))
     assert doc["totals"]["syncs"]["by_cause"] == {"item": 60, "copy_to_device": 120}
     assert doc["gpu_samples"] and {s["gpu"] for s in doc["gpu_samples"]} == {0}
-    # the samples share the profile's clock and stop with the script (pilot.pause above ran on)
+    # the samples share the profile's clock and stop with the script (the sampler ran on)
     times = [s["t"] for s in doc["gpu_samples"]]
     assert 0 <= min(times) and max(times) <= doc["duration_s"] + 0.5
 
@@ -106,8 +111,10 @@ async def test_quitting_mid_run_asks_then_keeps_a_partial_report(tmp_path):
         await pilot.press("q")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("n")
-        await pilot.pause(0.3)
-        assert app.model.exit_code is None and app.model.session.returncode is None  # still running
+        asked = app.model.last_snapshot.totals["h2d"]["count"]
+        # still running: copies made after the answer
+        await wait_until(lambda: app.model.last_snapshot.totals["h2d"]["count"] > asked, 30)
+        assert app.model.exit_code is None and app.model.session.returncode is None
         await pilot.press("q", "y")
         await wait_until(lambda: app.ended is not None, 30)
         assert app.model.exit_code == 130
@@ -190,7 +197,7 @@ async def test_d_shows_where_the_child_is_and_p_pauses_the_display(tmp_path):
         await pilot.press("p")
         assert app.paused and "display paused" in plain(app.query_one("#status"))
         shown = len(app.query_one("#log").lines)
-        await pilot.pause(0.5)
+        await wait_until(lambda: len(app.held_lines) > 0, 15)  # output came while paused
         assert len(app.query_one("#log").lines) == shown  # held, not shown
         await pilot.press("p")
         await wait_until(lambda: len(app.query_one("#log").lines) > shown, 15)
@@ -253,8 +260,7 @@ def test_the_command_runs_in_a_terminal_and_quits_with_the_scripts_exit_code(tmp
                 errors="replace"
             )
             screen += read_pty(master)
-        time.sleep(1.0)
-        os.write(master, b"q")
+        os.write(master, b"q")  # the report is out: q quits at once
         while proc.poll() is None:  # q quits from the summary screen the run ends on
             assert time.monotonic() < deadline, screen[-3000:].decode(errors="replace")
             screen += read_pty(master)
@@ -270,18 +276,13 @@ def test_the_command_runs_in_a_terminal_and_quits_with_the_scripts_exit_code(tmp
 
 
 def test_demo_without_live_is_refused(tmp_path):
-    import subprocess
+    from tests.helpers import gpuwatch_here
 
     (tmp_path / "s.py").write_text("print('hi')\n")
-    done = subprocess.run(
-        ["gpuwatch", "profile", "--demo", "s.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert (done.returncode, done.stderr) == (
+    done = gpuwatch_here(["profile", "--demo", "s.py"], tmp_path)  # refused before it runs
+    assert (done.returncode, done.stdout, done.stderr) == (
         2,
+        "",
         "gpuwatch: error: --demo goes with --live (it simulates the GPU cards)\n",
     )
 

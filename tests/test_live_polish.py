@@ -82,9 +82,8 @@ async def test_at_80x24_cards_follow_the_gpus_used_lines_fit_and_rates_stop(tmp_
         assert any(str(table.get_row_at(i)[col]).endswith("KiB") for i in range(table.row_count))
         await wait_until(lambda: app.ended is not None, 60)
         await pilot.press("escape")  # the summary screen the run ends on
-        await pilot.pause(0.2)
         rates = app.query_one(RatesPanel)
-        assert rates.border_title == "Rates (script ended)"
+        await wait_until(lambda: rates.border_title == "Rates (script ended)", 30)
         text = plain(rates)
         assert "the script has ended" in text and "/s" in text
         assert "MiB/s" not in text and "KiB/s" not in text  # no rate left standing
@@ -92,13 +91,18 @@ async def test_at_80x24_cards_follow_the_gpus_used_lines_fit_and_rates_stop(tmp_
 
 async def test_live_on_the_fast_path_counts_copies_and_says_ops_are_not_counted(tmp_path):
     app = make_app(tmp_path, "0", "30", options=ProfileOptions(kernel_timing=False))
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=(120, 40)):
         await wait_until(lambda: app.model.snapshots_seen >= 2, 30)
-        await pilot.pause(0.3)
         assert app.model.last_snapshot is not None and app.model.last_snapshot.counting == "copies"
-        assert "ops not counted, not timed (--no-kernel-timing)" in plain(app.query_one(RatesPanel))
-        status = plain(app.query_one(StatusLine))
-        assert " lines" in status and " ops" not in status
+        await wait_until(
+            lambda: (
+                "ops not counted, not timed (--no-kernel-timing)"
+                in plain(app.query_one(RatesPanel))
+            ),
+            30,
+        )
+        await wait_until(lambda: " lines" in plain(app.query_one(StatusLine)), 30)
+        assert " ops" not in plain(app.query_one(StatusLine))
         table = app.query_one(HotLinesTable)  # no time columns of 0 µs: it says why instead
         await wait_until(lambda: len(table.sites) >= 1, 30)
         assert table.shown_columns == ["line", "syncs", "bytes", "copies", "source"]

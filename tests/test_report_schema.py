@@ -150,7 +150,30 @@ JUNK = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def load_and_render_or_one_line(doc: Any) -> None:
+    """Whatever loads, renders; whatever does not gets one line."""
+    try:
+        report = parse(json.dumps(doc), "r.json")
+    except CliError as exc:
+        assert "\n" not in str(exc) and str(exc)
+        return
+    render_all(report)
+
+
+@pytest.mark.parametrize("field", ["gpu_util_pct", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s"])
+def test_a_gpu_sample_without_an_optional_field_renders(field):
+    # What the fuzzing below found: the HTML timeline read these fields of a sample as required.
+    doc = rich_report()
+    del doc["gpu_samples"][0][field]
+    parse(json.dumps(doc), "r.json")  # the schema allows it
+    load_and_render_or_one_line(doc)
+
+
+# NB: about 1 example in 10 loads, and each of those renders the HTML (plotly: about 0.2 s);
+# 100 examples are 3 s (300 took 21 s in the suite on a loaded machine). What it has found, the
+# fields above, are tests of their own; 1500 examples, run once when the count was lowered,
+# found nothing more.
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_fuzzed_reports_load_and_render_or_get_one_line(data):
     doc = rich_report()
@@ -168,12 +191,7 @@ def test_fuzzed_reports_load_and_render_or_get_one_line(data):
                 target[path[-1]] = data.draw(JUNK)
         except (KeyError, IndexError, TypeError):
             continue  # an earlier mutation removed the way there
-    try:
-        report = parse(json.dumps(doc), "r.json")
-    except CliError as exc:
-        assert "\n" not in str(exc) and str(exc)
-        return
-    render_all(report)  # whatever loads, renders
+    load_and_render_or_one_line(doc)
 
 
 def test_truncated_and_byte_flipped_files(tmp_path: Path):

@@ -264,7 +264,9 @@ async def test_a_sample_that_lands_while_widgets_go_is_kept_not_fatal(clock):
     async with app.run_test(size=(160, 48)) as pilot:
         await started(app, pilot)
         app.paused = True  # the worker waits at its gate from here on
-        await pilot.pause(0.3)  # a sample already on its way is dropped while paused
+        app.sample_now()
+        await wait_until(app.sampling_held.is_set)  # the thread waits at the closed gate
+        await pilot.pause()  # a sample already posted is handled (and dropped: paused)
         await app.query_one(ProcessTable).remove()
         app.set_reactive(TopApp.paused, False)  # unpaused, without waking the worker
         before = len(app.history.of(0).util_pct)

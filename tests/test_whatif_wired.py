@@ -95,10 +95,15 @@ def test_without_a_closed_step_or_gpu_times_there_is_no_what_if():
     ]
 
 
-def _fake_run(work, gpu: str = "H100") -> tuple[profilers.Report, object]:
+def _fake_run(
+    work, gpu: str = "H100", values: str | None = None
+) -> tuple[profilers.Report, object]:
     from profilers.fake_cuda.harness import fake_cuda
 
-    with fake_cuda(1), profilers.profile(kernel_timing=False, count_ops=True, gpu=gpu) as prof:
+    with (
+        fake_cuda(1, values=values),
+        profilers.profile(kernel_timing=False, count_ops=True, gpu=gpu) as prof,
+    ):
         work()
     return prof.report(), prof
 
@@ -164,7 +169,9 @@ def test_the_peak_of_gpu_memory_is_checked_against_the_gpus_size():
             big.add_(1)
             profilers.step()
 
-    r, _ = _fake_run(work, gpu="GTX 980")
+    # NB: placeholder values: 5 GiB really allocated and added to took seconds, and the check
+    # reads the sizes only
+    r, _ = _fake_run(work, gpu="GTX 980", values="placeholder")
     memory = r.predicted["memory"]
     assert memory["peak_bytes"] == 5 * GIB and memory["fits"] is False
     message = "would not fit on a GTX-980: 5.0 GiB (the GTX-980 has 4 GiB)"
