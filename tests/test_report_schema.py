@@ -146,7 +146,8 @@ JUNK = st.one_of(
     st.text(max_size=20),
     st.lists(st.integers(), max_size=3),
     st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
-    st.sampled_from([[], {}, [None], [{}], "cuda:x", "cuda:"]),
+    # NB: copied per draw: the one {} placed twice could end up inside itself (a cycle no file has)
+    st.sampled_from([[], {}, [None], [{}], "cuda:x", "cuda:"]).map(copy.deepcopy),
 )
 
 
