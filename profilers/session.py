@@ -21,7 +21,7 @@ from profilers.counting.ops import IsPinned
 from profilers.counting.recorder import Recorder, totals_of
 from profilers.counting.sites import UserCode
 from profilers.counting.user_fake import per_thread_kernel_flag
-from profilers.counting.window import StepWindow
+from profilers.counting.window import StepWindow, window_steps
 from profilers.errors import ProfileStateError, SlowerCounting
 from profilers.memory.failure import escaped
 from profilers.memory.section import live_memory, memory_section, start_memory
@@ -185,7 +185,7 @@ class Profile:
 
     def _steps_seen(self, recorder: Recorder) -> dict[str, Any] | None:
         seen = recorder.steps_seen()
-        return seen if self._window is None else _window_steps(self._window, seen)
+        return seen if self._window is None else window_steps(self._window, seen)
 
     def _sites(self) -> list[SiteStats]:
         if self._recorder is None:
@@ -292,16 +292,6 @@ class Profile:
             predicted=predicted,
             what_if=what_if,
         )
-
-
-def _window_steps(window: StepWindow, seen: dict[str, Any] | None) -> dict[str, Any]:
-    first, end = window.covered
-    return {
-        "count": end - first,
-        "source": seen["source"] if seen else "none",
-        "window": [first, end],
-        "seen": window.steps,
-    }
 
 
 def step() -> None:

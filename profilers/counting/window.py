@@ -62,3 +62,14 @@ class StepWindow:
             return [self.start, self.start]
         end = self.steps if self.stop is None else min(self.stop, self.steps)
         return [self.start, max(self.start, end)]
+
+
+def window_steps(window: StepWindow, seen: dict[str, Any] | None) -> dict[str, Any]:
+    """The report's ``steps`` of a windowed profile: the steps the window covered of those seen."""
+    first, end = window.covered
+    return {
+        "count": end - first,
+        "source": seen["source"] if seen else "none",
+        "window": [first, end],
+        "seen": window.steps,
+    }
