@@ -322,10 +322,12 @@ def time_charts(r: Report) -> dict[str, tuple[Any, str]]:
         how = "measured with CUDA events"
     fig.update_layout(
         barmode="stack",
-        title=f"Where each step's time went ({where}, {how}; the profiler's own time taken out)",
+        # NB: the detail on a second line: on one line it ran under plotly's toolbar
+        title=f"Where each step's time went<br><sub>{where}, {how}; the profiler's own time "
+        "taken out</sub>",
         yaxis_title="ms",
-        height=340,
-        margin={"l": 10, "r": 10, "t": 40, "b": 40},
+        height=360,
+        margin={"l": 10, "r": 10, "t": 60, "b": 40},
     )
     return {"time": (fig, "")}
 
