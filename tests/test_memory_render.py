@@ -111,3 +111,20 @@ def test_a_report_without_memory_has_no_section():
     assert "memory" not in r.to_dict()
     assert Report.from_dict(r.to_dict()).memory is None
     assert failure_lines(r) == []
+
+
+def test_the_gpus_size_takes_the_article_it_is_said_with():
+    from gpuwatch.report.memory import _a
+
+    said = {
+        s: _a(s) for s in ("24 GiB", "80 GiB", "8 GiB", "11 GiB", "18 GiB", "1.5 GiB", "180 GiB")
+    }
+    assert said == {
+        "24 GiB": "a",
+        "80 GiB": "an",
+        "8 GiB": "an",
+        "11 GiB": "an",
+        "18 GiB": "an",
+        "1.5 GiB": "a",
+        "180 GiB": "a",
+    }

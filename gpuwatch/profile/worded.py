@@ -36,7 +36,7 @@ def worded(exc: ProfilerError) -> str:
     if isinstance(exc, FakeCudaUnavailable):
         return f"--fake-cuda {exc.reason}"
     if isinstance(exc, MeasuredNotPredicted):
-        return "--gpu predicts a named GPU under --fake-cuda only (a run on real GPUs is measured)"
+        return "--gpu predicts a named GPU under --fake-cuda only: add --fake-cuda (a run on a real GPU is measured)"
     if isinstance(exc, InputNotFound):
         return f"--input {exc.name} {exc.reason}"
     if isinstance(exc, MissingTorchApi):

@@ -28,6 +28,12 @@ def _gpu_size(nbytes: int) -> str:
     return fmt.size(nbytes)
 
 
+def _a(size: str) -> str:
+    """``a 24 GiB`` but ``an 80 GiB``, ``an 8 GiB``, ``an 11 GiB``, ``an 18 GiB`` (as said)."""
+    whole = size.split(".")[0].split(" ")[0]
+    return "an" if whole.startswith("8") or whole in ("11", "18") else "a"
+
+
 def failure_lines(r: Report) -> list[str]:
     """What the failure was and what to do, as plain lines (the summary, the HTML, the live
     view); empty when no op failed with a device mismatch or out of memory."""
@@ -45,7 +51,8 @@ def failure_lines(r: Report) -> list[str]:
         wanted = f", asking for {fmt.size(asked)}" if asked else ""
         if simulated and cap:
             head = (
-                f"{prefix}OUT OF MEMORY: would run out of memory on a {_gpu_size(cap)} GPU at "
+                f"{prefix}OUT OF MEMORY: would run out of memory on {_a(_gpu_size(cap))} "
+                f"{_gpu_size(cap)} GPU at "
                 f"{_where(f)}{source}{wanted}"
             )
         else:
