@@ -253,16 +253,14 @@ def wait_slices(r: Report, pid: int, first_tid: int) -> list[dict[str, Any]]:
                     }
                 )
             events.append(
-                {
-                    "ph": "X",
-                    "pid": pid,
-                    "tid": tid,
-                    "ts": round(float(w["start_ms"]) * 1000, 3),
-                    "dur": round(float(w["ms"]) * 1000, 3),
-                    "cat": f"wait.{key[0]}",
-                    "name": f"{key[0]}{': ' + str(w['cause']) if w.get('cause') else ''}",
-                    "args": {"line": key[1], "step": step["step"], "measured": "host"},
-                }
+                _slice(
+                    pid,
+                    tid,
+                    w,
+                    f"wait.{key[0]}",
+                    f"{key[0]}{': ' + str(w['cause']) if w.get('cause') else ''}",
+                    {"line": key[1], "step": step["step"], "measured": "host"},
+                )
             )
     return events
 
@@ -353,15 +351,29 @@ def gpu_idle_slices(r: Report, pid: int, tid: int) -> list[dict[str, Any]]:
             cause = str(sl["cause"])
             why = f" ({sl['sync_cause']})" if sl.get("sync_cause") else ""
             events.append(
-                {
-                    "ph": "X",
-                    "pid": pid,
-                    "tid": tid,
-                    "ts": round(float(sl["start_ms"]) * 1000, 3),
-                    "dur": round(float(sl["ms"]) * 1000, 3),
-                    "cat": f"gpu_idle.{cause}",
-                    "name": f"{CAUSE_NAMES.get(cause, cause)}{why} {sl['site']}",
-                    "args": {"line": sl["site"], "step": step["step"], "measured": "measured"},
-                }
+                _slice(
+                    pid,
+                    tid,
+                    sl,
+                    f"gpu_idle.{cause}",
+                    f"{CAUSE_NAMES.get(cause, cause)}{why} {sl['site']}",
+                    {"line": sl["site"], "step": step["step"], "measured": "measured"},
+                )
             )
     return events
+
+
+def _slice(
+    pid: int, tid: int, span: dict[str, Any], cat: str, name: str, args: dict[str, Any]
+) -> dict[str, Any]:
+    """One Chrome-trace slice of ``span`` (``start_ms`` since the profile's start, ``ms``)."""
+    return {
+        "ph": "X",
+        "pid": pid,
+        "tid": tid,
+        "ts": round(float(span["start_ms"]) * 1000, 3),
+        "dur": round(float(span["ms"]) * 1000, 3),
+        "cat": cat,
+        "name": name,
+        "args": args,
+    }
