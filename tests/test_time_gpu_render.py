@@ -52,7 +52,10 @@ def test_the_summary_says_the_verdict_comes_from_the_gpus_measured_time():
     assert (
         "GPU measured (CUDA events): busy 4.0 ms, idle 6.0 ms per step (sync wait 6.0 ms)" in text
     )
-    assert "costliest line: train.py:9, 6.0 ms per step (60% of the step)" in text
+    assert (
+        "costliest line: train.py:9, 6.0 ms of GPU idle per step (60% of the step, measured "
+        "with CUDA events)" in text
+    )
     assert "GPU not measured" not in text and "PREDICTED" not in text
 
 

@@ -30,7 +30,7 @@ def test_on_a_fake_gpu_the_time_view_is_off_and_says_why():
         "the simulated GPU's own work, which is not your script's); --gpu NAME predicts it "
         "for a named GPU"
     ]
-    assert all("costs " not in h.evidence for h in hints(r))  # no made-up cost on a hint
+    assert all("the line costs " not in h.evidence for h in hints(r))  # no made-up cost on a hint
 
 
 def test_a_run_with_no_step_speaks_of_the_run_not_per_step():
@@ -43,5 +43,7 @@ def test_a_run_with_no_step_speaks_of_the_run_not_per_step():
     assert r.time is not None and r.time["steps_closed"] == 0
     assert cost_words(r) == ("in all", "of the run")
     costliest = [line for line in time_lines(r) if line.startswith("costliest line:")]
-    assert costliest and "per step" not in costliest[0] and "% of the run)" in costliest[0]
+    assert (
+        costliest and "per step" not in costliest[0] and "% of the run, measured)" in costliest[0]
+    )
     assert f":{line_of('busy')}," in costliest[0]

@@ -59,14 +59,19 @@ def test_the_summary_opens_with_the_verdict_and_the_costliest_line():
     # 10 ms a step: 7 ms of sync (70%), 3 ms of host work (30%).
     assert "sync-bound: 10.0 ms per step, sync wait 70%, host work (Python + launch) 30%" in text
     # Line 9: 6 ms waiting, 1 ms of Python before it and 1 ms after (its host work).
-    assert "costliest line: train.py:9, 8.0 ms per step (80% of the step)" in text
+    assert (
+        "costliest line: train.py:9, 8.0 ms of host time per step (80% of the step, measured)"
+        in text
+    )
 
 
 def test_hints_carry_their_lines_time_and_the_costliest_comes_first():
     found = hints(_report())
     assert [h.where for h in found] == ["train.py:9", "train.py:5"]
     assert found[0].cost_ms == 8.0 and found[1].cost_ms == 1.0
-    assert found[0].evidence.startswith("costs 8.0 ms per step (80% of the step); ")
+    assert found[0].evidence.startswith(
+        "the line costs 8.0 ms of host time per step (80% of the step, measured); "
+    )
     # Without the time view the same report ranks by counts (20 syncs each: line order kept).
     plain = _report()
     plain.time = None

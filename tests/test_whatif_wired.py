@@ -235,5 +235,12 @@ def test_report_what_if_prints_the_table(tmp_path, capsys):
     assert "<h2>What if</h2>" in page and "PREDICTED for H100-SXM" in page
     # each hint of a line with a what-if says what its fix saves, and they rank by it
     found = [h for h in hints(r) if h.saving_ms > 0]
-    assert found and all("saves about " in h.evidence for h in found)
+    assert found and all("the fix saves about " in h.evidence for h in found)
+    # the line's own cost is a predicted figure too, and says so apart from the saving
+    costed = [h for h in found if h.cost_ms > 0]
+    assert costed and all(
+        " of GPU idle per step (" in h.evidence
+        and "PREDICTED for H100-SXM)" in h.evidence.split("; ")[1]
+        for h in costed
+    )
     assert [h.saving_ms for h in hints(r)] == sorted((h.saving_ms for h in hints(r)), reverse=True)

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, replace
 
 from gpuwatch import _format as fmt
-from gpuwatch.report.timeview import cost_words, line_costs
+from gpuwatch.report.timeview import cost_text, line_costs
 from gpuwatch.report.whatif import saving_words, savings_by_hint
 from profilers import Report, Site
 
@@ -69,8 +69,7 @@ def hints(report: Report, hot: int = HOT) -> list[Hint]:
         out.extend(found)
     costs = line_costs(report)
     if costs:  # every hint carries its line's time, and the costliest line comes first
-        words = cost_words(report)
-        out = [_with_cost(h, costs.get(h.where), words) for h in out]
+        out = [_with_cost(h, costs.get(h.where), report) for h in out]
     saved = savings_by_hint(report)
     if saved and report.what_if:  # ranked by what fixing them would save, where replayed
         out = [_with_saving(h, saved.get((h.kind, h.where)), report.what_if) for h in out]
@@ -88,10 +87,9 @@ def _with_saving(h: Hint, saving: tuple[float, float] | None, w: dict[str, objec
     return replace(h, saving_ms=ms, evidence=f"{saving_words(ms, pct, w)}; {h.evidence}")
 
 
-def _with_cost(h: Hint, cost: tuple[float, float] | None, words: tuple[str, str]) -> Hint:
+def _with_cost(h: Hint, cost: tuple[float, float] | None, report: Report) -> Hint:
     ms, share = cost or (0.0, 0.0)
-    unit, of = words
-    text = f"costs {fmt.duration_ms(ms)} {unit} ({share:.0f}% {of})"
+    text = f"the line costs {cost_text(report, ms, share)}"
     return replace(h, cost_ms=ms, evidence=f"{text}; {h.evidence}")
 
 

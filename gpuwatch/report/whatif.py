@@ -47,8 +47,10 @@ def savings_by_hint(r: Report) -> dict[tuple[str, str], tuple[float, float]]:
 
 
 def saving_words(ms: float, pct: float, w: dict[str, Any]) -> str:
-    """``saves about 1.2 ms per step (31%, PREDICTED for H100-SXM)``."""
-    return f"saves about {fmt.duration_ms(ms)} per step ({pct:.0f}%, {label(w)})"
+    """``the fix saves about 1.2 ms per step (31%, PREDICTED for H100-SXM)``: what the step
+    gives back, not what the line costs (a sync in a busy GPU's shadow costs its wait and
+    saves nothing)."""
+    return f"the fix saves about {fmt.duration_ms(ms)} per step ({pct:.0f}%, {label(w)})"
 
 
 def what_if_lines(r: Report) -> list[str]:
