@@ -34,9 +34,11 @@ GLOBALS: tuple[tuple[str, str, Any], ...] = (
     ("profilers.fake_cuda.harness", "HARNESS", None),
     ("profilers.fake_cuda.graphs", "GRAPHS", None),
     ("profilers.fake_cuda.build", "_HOOKS_DEPTH", 0),
+    ("profilers.timing.fake_time", "ACTIVE", None),
 )
 """(module, name, value when off) of the globals that say something of ours is on: the running
-profile's recorder, the fake GPU's harness and CUDA graphs, ATen's CUDA hooks lent to it."""
+profile's recorder, the fake GPU's harness and CUDA graphs, ATen's CUDA hooks lent to it, the
+log the fake GPU hands its time to (``--gpu``)."""
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 import profilers
-from profilers.timing import oplog
+from profilers.timing import fake_time
+from profilers.timing.fake_time import note_harness, scalar_operand
 from profilers.timing.gpu_model.specs import gpu_spec
-from profilers.timing.oplog import OpLog, note_harness, scalar_operand
+from profilers.timing.oplog import OpLog
 from tests import conftest
 
 needs_fake_cuda = pytest.mark.skipif(
@@ -33,22 +34,22 @@ def test_every_op_leaving_the_fake_gpu_adds_its_time_and_its_kinds_way_in_to_the
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [1_000]
-    monkeypatch.setattr(oplog, "thread_time_ns", lambda: now[0])
+    monkeypatch.setattr(fake_time, "thread_time_ns", lambda: now[0])
     log = OpLog(gpu=gpu_spec("H100"))
     log.entry_ns = [70, 300, 90, 500]  # host, GPU, host with a number, GPU with one
-    monkeypatch.setattr(oplog, "ACTIVE", log)
+    monkeypatch.setattr(fake_time, "ACTIVE", log)
     x = torch.ones(4)
     # a host op (no GPU tensor): its 200 ns in the mode and the host way in, 70
     now[0] = 1_200
     note_harness(1_000, aten.relu.default, (x,))
     assert log._fake.sim == 270
     # a GPU op (the model predicted it inside the mode): 400 ns and the GPU way in, 300
-    log._fake.gpu_op = oplog.GPU_OP
+    log._fake.gpu_op = fake_time.GPU_OP
     now[0] = 1_600
     note_harness(1_200, aten.relu.default, (x,))
     assert log._fake.sim == 270 + 700
     # a GPU op given a Python number for a tensor: 100 and 500
-    log._fake.gpu_op = oplog.GPU_OP
+    log._fake.gpu_op = fake_time.GPU_OP
     now[0] = 1_700
     note_harness(1_600, aten.mul.Tensor, (x, 2.0))
     assert log._fake.sim == 970 + 600
@@ -56,7 +57,7 @@ def test_every_op_leaving_the_fake_gpu_adds_its_time_and_its_kinds_way_in_to_the
     now[0] = 1_750
     note_harness(1_700, aten.add.Tensor, (x, 1))
     assert log._fake.sim == 1_570 + 140
-    monkeypatch.setattr(oplog, "ACTIVE", None)
+    monkeypatch.setattr(fake_time, "ACTIVE", None)
     note_harness(0, aten.relu.default, (x,))  # no log: nothing to add to, nothing raised
     assert log._fake.sim == 1_710
 
@@ -78,5 +79,5 @@ def test_the_fake_gpus_time_on_the_scripts_host_ops_is_the_simulations() -> None
             h = h + 1  # a host op, with a Python number for a tensor
         host_ops = log._fake.sim  # (a GPU op's record takes what was noted before it)
     assert all(ns > 0 for ns in log.entry_ns)
-    assert host_ops >= 10 * log.entry_ns[oplog.HOST_OP | oplog.SCALAR]
+    assert host_ops >= 10 * log.entry_ns[fake_time.HOST_OP | fake_time.SCALAR]
     assert h.tolist() == [11.0] * 8

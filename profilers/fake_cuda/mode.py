@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
 from profilers.memory.gpu_errors import list_mismatch, mismatch_message
-from profilers.timing.oplog import note_fake_op, note_harness, sim_clock
+from profilers.timing.fake_time import note_fake_op, note_harness, sim_clock, wall_clock
 
 _aten = torch.ops.aten
 
@@ -105,6 +105,7 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         self.t0 = t0 = sim_clock()  # NB: the simulation's time from here is no host time (--gpu)
+        wall0 = wall_clock()
         try:
             kwargs = kwargs or {}
             graphs = self.harness.graphs
@@ -119,7 +120,7 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
                 return out
             return self.run(func, args, kwargs)
         finally:  # every op, on the fake GPU or not: the harness's time is not the script's
-            note_harness(t0, func, args)
+            note_harness(t0, func, args, wall0)
 
     def replay(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
         """A CUDA graph's replay of an op: what it made at capture (placeholders: nothing to

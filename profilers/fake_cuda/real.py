@@ -25,7 +25,7 @@ import torch
 
 from profilers.fake_cuda.mode import FakeCudaMode
 from profilers.memory.gpu_errors import mixed
-from profilers.timing.oplog import note_fake_op
+from profilers.timing.fake_time import note_fake_op
 
 _aten = torch.ops.aten
 

@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from contextlib import suppress
 from time import perf_counter_ns as _ns
 from time import thread_time_ns
 from typing import Any
 
+from profilers.timing.fake_time import GPU_OP
 from profilers.timing.gpu_model.rates import HOST_LAUNCH_NS, MIN_KERNEL_NS, copy_ns
 from profilers.timing.gpu_model.specs import GpuSpec
 from profilers.timing.idle import END_OF_STEP
+from profilers.timing.off_cpu import OffCpu
 from profilers.timing.replay_ops import DEVICE, HOST, KERNEL, ReplayOp
 from profilers.timing.timeline import COMM, INPUT, SYNC, site_key
 
@@ -121,8 +122,9 @@ class OpLog:
         """The fake GPU's harness (its memory's peak, for the report), under --fake-cuda."""
         self._fake = threading.local()
         self._streams: dict[Any, int] = {}
-
-    # -- the hot path ---------------------------------------------------------------------------
+        self._off = OffCpu()  # the profile's thread's time off the CPU (a sleep, a read)
+        self.sim_off_ns = 0
+        """The fake GPU's time off the CPU in its mode, on every thread (not the script's)."""
 
     def op(
         self,
@@ -205,20 +207,23 @@ class OpLog:
         autograd's device threads during a backward), which hand the GIL to each other: their
         wall clock between two ops has pauses of several ms that a real run does not have. CPU
         time has none; less the simulation's (:meth:`fake_op`) and the profiler's own, it is
-        the script's host work. The op's launch is :data:`HOST_LAUNCH_NS`."""
+        the script's host work, with its own time off the CPU on the profile's thread
+        (:mod:`profilers.timing.off_cpu`). The op's launch is :data:`HOST_LAUNCH_NS`."""
         tls = self._fake
         cpu = thread_time_ns()
         before = getattr(tls, "cpu", None)
         overhead = own + getattr(tls, "own", 0)
-        clock = self.clock
+        clock, off = self.clock, 0
         if clock is not None and threading.get_ident() == self.clock_thread:
+            seen, tls.sim_off = getattr(tls, "sim_off", self.sim_off_ns), self.sim_off_ns
+            off = max(0, self._off.since() - (tls.sim_off - seen))
             # NB: on the profile's thread the step clock sums the profiler's own time on every
             # op, those it skips here too (views, sizes: dozens a step under the fake GPU)
             spent = clock.run_own_ns + clock.own_ns
             if before is not None:
                 overhead = own + spent - getattr(tls, "spent", spent)
             tls.spent = spent + own  # this op's own goes to the clock after this call
-        user = 0 if before is None else cpu - before - getattr(tls, "sim", 0) - overhead
+        user = 0 if before is None else cpu - before + off - getattr(tls, "sim", 0) - overhead
         user -= waited
         native = getattr(tls, "native", None)
         if native is None:
@@ -264,8 +269,8 @@ class OpLog:
         else:
             return
         if self.gpu is not None:
-            # NB: the wait's own CPU (a loader's collate on this thread) is in wait_ns already;
-            # taken out at its wall length (a sleep's is less: then the Python before it is)
+            # NB: the wait's own time (a loader's collate on this thread, its sleep or its
+            # queue) is in wait_ns already: taken out at its wall length
             self._simulated(rec, start_ns - enter_ns + exit_ns - end_ns, end_ns - start_ns)
             rec[HOST_NS] -= HOST_LAUNCH_NS
         else:
@@ -288,8 +293,6 @@ class OpLog:
             found = self._streams[stream] = len(self._streams)
         return found
 
-    # -- steps ----------------------------------------------------------------------------------
-
     def close(self, step: int, now_ns: int | None = None) -> None:
         """The step ``step`` ended (at ``now_ns``, the step clock's reading): its records are
         kept (the newest :data:`KEEP_STEPS`). NB: the host's time after the step's last op
@@ -307,93 +310,3 @@ class OpLog:
         self.steps.append(LoggedStep(step, self.records, self.dropped))
         self.records = []
         self.dropped = 0
-
-
-ACTIVE: OpLog | None = None
-"""The log the fake GPU's mode hands its predictions to (``--fake-cuda --gpu``), else None."""
-
-
-HOST_OP, GPU_OP, SCALAR = 0, 1, 2
-"""Kinds of op for the fake GPU's calibrated way in and out (:func:`note_harness`)."""
-
-_TENSOR_SLOTS: dict[Any, tuple[int, ...]] = {}
-
-
-def scalar_operand(func: Any, args: Any) -> bool:
-    """Whether a Python number stands for a tensor among ``func``'s arguments."""
-    slots = _TENSOR_SLOTS.get(func)
-    if slots is None:
-        schema = getattr(func, "_schema", None)  # NB: none on a higher-order operator
-        arguments = schema.arguments if schema is not None else ()
-        slots = tuple(i for i, a in enumerate(arguments) if str(a.type) == "Tensor")
-        _TENSOR_SLOTS[func] = slots
-    return any(i < len(args) and type(args[i]) in (float, int, bool) for i in slots)
-
-
-def calibrate_fake_entry(log: OpLog, runs: int = 5, calls: int = 20) -> int:
-    """The fake GPU's CPU time per op that its mode's hook cannot see (the dispatcher's way
-    into its Python and back, the fake result wrapped): an op run bare, less what the hook
-    measured, the least of ``runs`` (the harness must be on, the profile's mode not yet), by
-    kind into ``log.entry_ns``; returned for a GPU op (NB: the kinds differ by 2-3x: about
-    8, 20, 17 and 27 us for a host op, a GPU op, and each with a Python number, on a loaded
-    2-core box)."""
-    import torch
-
-    aten = torch.ops.aten
-    x = torch.zeros(8, device="cuda:0")  # 32 bytes of fake memory: no peak anyone would see
-    h = torch.zeros(8)
-    kinds = (
-        (aten.relu.default, (h,)),
-        (aten.relu.default, (x,)),
-        (aten.mul.Tensor, (h, 1.5)),
-        (aten.mul.Tensor, (x, 1.5)),
-    )
-    global ACTIVE
-    before, ACTIVE = ACTIVE, log
-    best: list[int | None] = [None] * len(kinds)
-    log.entry_ns = [0] * len(kinds)
-    try:
-        for _ in range(runs):
-            for i, (op, args) in enumerate(kinds):
-                log._fake.sim = 0
-                t0 = thread_time_ns()
-                for _ in range(calls):
-                    op(*args)
-                spent = thread_time_ns() - t0 - log._fake.sim
-                found = best[i]
-                best[i] = spent if found is None else min(found, spent)
-    finally:
-        ACTIVE = before
-        log._fake.sim = 0
-        log._fake.last = None
-        log._fake.gpu_op = HOST_OP
-    log.entry_ns = [max(0, (b or 0) // calls) for b in best]
-    return log.entry_ns[GPU_OP]
-
-
-sim_clock = thread_time_ns
-"""The clock the fake GPU's mode reads before an op (the CPU time of its thread)."""
-
-
-def note_fake_op(func: Any, args: Any, kwargs: Any, out: Any, t0: int | None) -> None:
-    """Called by the fake GPU's mode after it ran an op on fake tensors (from ``t0``, read
-    with :data:`sim_clock`; None: not through the dispatcher, nothing to note)."""
-    log = ACTIVE
-    if log is not None and t0 is not None:
-        with suppress(Exception):  # NB: a prediction never fails the user's op; it is 0 then
-            log.fake_op(func, args, kwargs, out, t0)
-
-
-def note_harness(t0: int, func: Any, args: Any) -> None:
-    """Called by the fake GPU's mode as each op (``func`` on ``args``) leaves it (entered at
-    ``t0``, on :data:`sim_clock`): all of that time, and the calibrated way in and out of its
-    kind, is the simulation's, not the script's host time (``--gpu``: taken out of the next
-    record's)."""
-    log = ACTIVE
-    if log is not None:
-        tls = log._fake
-        kind = getattr(tls, "gpu_op", HOST_OP)
-        tls.gpu_op = HOST_OP
-        if scalar_operand(func, args):
-            kind |= SCALAR
-        tls.sim = getattr(tls, "sim", 0) + thread_time_ns() - t0 + log.entry_ns[kind]

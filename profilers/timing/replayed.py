@@ -16,7 +16,7 @@ from statistics import median
 from typing import Any
 
 from profilers.errors import MeasuredNotPredicted
-from profilers.timing import oplog as _oplog
+from profilers.timing import fake_time as _fake_time
 from profilers.timing.gpu_model.rates import memory_check
 from profilers.timing.gpu_model.specs import GpuSpec, gpu_spec
 from profilers.timing.oplog import HOST_NS, KIND, OVERHEAD_NS, SITE, LoggedStep, OpLog
@@ -71,11 +71,11 @@ def start_log(stack: ExitStack, recorder: Any, clock: Any, gpu: str | None) -> O
     log.clock, log.clock_thread = clock, threading.get_ident()
     clock.replay = log
     if spec is not None:
-        log.fake_entry_ns = _oplog.calibrate_fake_entry(log)
-        _oplog.ACTIVE = log
+        log.fake_entry_ns = _fake_time.calibrate_fake_entry(log)
+        _fake_time.ACTIVE = log
 
         def off() -> None:
-            _oplog.ACTIVE = None
+            _fake_time.ACTIVE = None
 
         stack.callback(off)
     return log
