@@ -31,6 +31,7 @@ from profilers.report import Report
 from profilers.stats import SiteStats
 from profilers.timing.calibrate import start_clock
 from profilers.timing.cuda_events import CudaApi
+from profilers.timing.gaps import sample_gaps
 from profilers.timing.gpu_time import start_gpu_time
 from profilers.timing.inputs import patch_input, resolve_inputs
 from profilers.timing.oplog import OpLog
@@ -138,6 +139,7 @@ class Profile:
             counts = per_thread()
             if timed:
                 recorder.step_clock = start_clock(recorder, self.options.time_steps)
+                sample_gaps(stack, recorder.step_clock, recorder.user)  # their lines named
                 self._log = start_log(stack, recorder, recorder.step_clock, self.options.gpu)
                 if self.options.gpu is None and simulated_gpus() is None:
                     start_gpu_time(recorder, recorder.step_clock)  # the GPU half, measured

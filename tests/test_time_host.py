@@ -173,10 +173,12 @@ def test_a_sleepy_loader_is_input_bound_at_the_for_line_and_the_stated_step_is_a
     raise AssertionError(f"stated vs plain median step (ms), each try: {errors}")
 
 
-SPIN_S = 0.02
+SPIN_S = 0.12
+"""Long enough for the gap sampler to name the spin's lines in every step (profilers/timing/
+gaps.py: a gap over 50-100 ms is named whole; a shorter one only when a reading falls in it)."""
 
 
-def _spin_steps(n: int) -> int:
+def _spin_steps(n: int) -> tuple[set[int], int]:
     x = torch.ones(8)
     for _ in range(n):
         end = time.perf_counter() + SPIN_S
@@ -184,19 +186,22 @@ def _spin_steps(n: int) -> int:
             pass
         x = x + 1  # the op whose launch that host work led up to
         profilers.step()
-    return _spin_steps.__code__.co_firstlineno + 6
+    first = _spin_steps.__code__.co_firstlineno
+    return {first + 3, first + 4, first + 5}, first + 6  # the spin's own lines; the op's
 
 
-def test_a_host_loop_of_known_cost_is_launch_bound_at_its_line():
+def test_a_host_loop_of_known_cost_is_launch_bound_at_its_lines():
     with profilers.profile(kernel_timing=True) as prof:
-        line = _spin_steps(4)
+        spin, op = _spin_steps(4)
     time_ = prof.report().time
     assert time_ is not None and time_["steps_closed"] == 4
     for step in time_["steps"][1:]:  # the first step also holds the profile's start
         assert step["verdict"] == "launch-bound"
-        top = step["lines"][0]
-        assert top["site"] == f"tests/test_time_host.py:{line}"
-        assert top["launch_ms"] >= SPIN_S * 1000
+        ms = {int(d["site"].rsplit(":", 1)[1]): d["launch_ms"] for d in step["lines"]}
+        assert max(ms, key=ms.__getitem__) in spin  # the stack sampled in the gap
+        # tolerance 10%: a reading's share of the gap may go to the op's line, not more
+        assert sum(ms.get(n, 0.0) for n in spin) >= 0.9 * SPIN_S * 1000
+        assert ms.get(op, 0.0) <= 0.1 * SPIN_S * 1000 + 1.0  # + the op's own launch
         assert step["shares_pct"]["launch"] >= 90.0
         assert step["graph_blockers"] == []
 

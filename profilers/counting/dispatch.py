@@ -24,33 +24,18 @@ from profilers.memory.failure import failed
 from profilers.stats import OpCount, SiteStats
 from profilers.timing.charge import charge_transfer, settle_op
 from profilers.timing.cuda_events import TimedOp
+from profilers.timing.gaps import LONG_GAP_NS
 from profilers.timing.timeline import COMM, StepClock
 from profilers.torch_private import (
     OP_OVERLOAD_HAS_OP,
     OpOverload,
     composite_implicit,
     current_node,
-    eval_frame,
-    set_code_exec_strategy,
     set_eval_frame,
 )
 
 _current_node = current_node
 _set_eval_frame = set_eval_frame
-
-
-def hide_from_dynamo() -> bool:
-    """Marks dispatch() for dynamo to skip; False where this torch cannot (see _mode.py), and
-    then torch's own wrapper around __torch_dispatch__ stays."""
-    mark = set_code_exec_strategy
-    if mark is None or eval_frame is None:
-        return False
-    skip = eval_frame._FrameExecStrategy(
-        eval_frame._FrameAction.SKIP, eval_frame._FrameAction.DEFAULT
-    )
-    mark(dispatch.__code__, skip)
-    mark(_under_compile.__code__, skip)
-    return True
 
 
 def _decomposed(mode: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -256,6 +241,8 @@ def dispatch(
         rec = clock.lines.get(site) or clock.line(site)
         rec.launch_ns += t_in - clock.last_ns - clock.outside_ns + t_ret - t_call
         clock.last_site = site
+        if t_in - clock.last_ns >= LONG_GAP_NS:  # named by samples (profilers/timing/gaps.py)
+            clock.long_gap(t_in, site)
     # -- what it copied or synced
     found = None
     if (facts.classifier is not None or st.synced) and not st.in_comm:
@@ -392,7 +379,8 @@ def _under_compile(
     args: tuple[Any, ...],
     kwargs: dict[str, Any] | None,
 ) -> Any:
-    """dispatch() with dynamo's callback ``prior`` cleared, restored after. The op's caller is
+    """dispatch() with dynamo's callback ``prior`` cleared, restored after (both are marked for
+    dynamo to skip: profilers/counting/mode.py). The op's caller is
     then two frames further up; the site lookup walks past these frames (profilers' own)."""
     try:
         return dispatch(mode, func, types, args, kwargs)

@@ -6,7 +6,22 @@ from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from profilers.counting.dispatch import dispatch, hide_from_dynamo
+from profilers.counting.dispatch import _under_compile, dispatch
+from profilers.torch_private import eval_frame, set_code_exec_strategy
+
+
+def hide_from_dynamo() -> bool:
+    """Marks dispatch() for dynamo to skip; False where this torch cannot, and then torch's own
+    wrapper around __torch_dispatch__ stays (see ``ProfilerMode._should_skip_dynamo``)."""
+    mark = set_code_exec_strategy
+    if mark is None or eval_frame is None:
+        return False
+    skip = eval_frame._FrameExecStrategy(
+        eval_frame._FrameAction.SKIP, eval_frame._FrameAction.DEFAULT
+    )
+    mark(dispatch.__code__, skip)
+    mark(_under_compile.__code__, skip)
+    return True
 
 
 class ProfilerMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's, untyped

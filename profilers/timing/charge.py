@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from profilers.timing.gaps import LONG_GAP_NS
 from profilers.timing.timeline import COPY, LAUNCH, SYNC, StepClock
 
 HOST_READS = frozenset(("item", "copy_to_host"))
@@ -53,6 +54,8 @@ def settle_op(clock: StepClock, site: Any, t_in: int, t_call: int, t_ret: int, k
     op's own time as ``kind``, the hot path's own time apart."""
     rec = clock.line(site)
     rec.launch_ns += t_in - clock.last_ns - clock.outside_ns
+    if t_in - clock.last_ns >= LONG_GAP_NS:
+        clock.long_gap(t_in, site)
     clock.charge(rec, kind, None, t_ret - t_call)
     clock.note_wait(kind, None, site, t_call, t_ret)
     t_out = time.perf_counter_ns()

@@ -3,7 +3,7 @@
 The clock is ``time.perf_counter_ns`` throughout (integers: no rounding drift over long runs).
 What one step holds, and what a later replay (issue 26) reads:
 
-* :class:`LineTime`: per line, nanoseconds by cause: ``launch`` (the user's Python and the ops it
+* :class:`~profilers.timing.line_time.LineTime`: per line, nanoseconds by cause: ``launch`` (the user's Python and the ops it
   ran, i.e. the host work between waits), ``input`` (inside a DataLoader iterator's
   ``__next__``), ``sync`` (blocked in a sync, also by sync cause), ``copy`` (in a blocking copy),
   ``comm`` (in a collective or ``work.wait()``); with the counts a CUDA-graph capture cares
@@ -23,6 +23,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from typing import Any
+
+from profilers.timing.gaps import LONG_GAP_NS, MAX_GAPS, name_gaps
+from profilers.timing.line_time import LineTime
 
 INPUT = "input"
 SYNC = "sync"
@@ -44,61 +47,6 @@ MAX_LINES = 12
 """Lines kept per closed step (the costliest; the rest summed as ``(other lines)``)."""
 
 OTHER_LINES = "(other lines)"
-
-
-class LineTime:
-    """Host nanoseconds of one line, by cause, and what would stop a CUDA graph capture there."""
-
-    __slots__ = (
-        "comm_ns",
-        "copy_ns",
-        "host_reads",
-        "input_ns",
-        "launch_ns",
-        "pageable",
-        "sync_causes",
-        "sync_ns",
-        "syncs",
-    )
-
-    def __init__(self) -> None:
-        self.launch_ns = 0
-        self.input_ns = 0
-        self.sync_ns = 0
-        self.copy_ns = 0
-        self.comm_ns = 0
-        self.sync_causes: dict[str, int] = {}
-        """Sync cause -> nanoseconds blocked."""
-        self.syncs = 0
-        self.host_reads = 0
-        """Syncs that read a value back to the host (``.item()``, a copy to the host)."""
-        self.pageable = 0
-        """Copies to or from pageable host memory."""
-
-    def ns(self, cause: str) -> int:
-        value: int = getattr(self, f"{cause}_ns")
-        return value
-
-    @property
-    def total_ns(self) -> int:
-        return self.launch_ns + self.input_ns + self.sync_ns + self.copy_ns + self.comm_ns
-
-    def merge(self, other: LineTime) -> None:
-        self.launch_ns += other.launch_ns
-        self.input_ns += other.input_ns
-        self.sync_ns += other.sync_ns
-        self.copy_ns += other.copy_ns
-        self.comm_ns += other.comm_ns
-        for cause, ns in other.sync_causes.items():
-            self.sync_causes[cause] = self.sync_causes.get(cause, 0) + ns
-        self.syncs += other.syncs
-        self.host_reads += other.host_reads
-        self.pageable += other.pageable
-
-    def copy(self) -> LineTime:
-        out = LineTime()
-        out.merge(self)
-        return out
 
 
 class HostInterval:
@@ -150,6 +98,8 @@ def site_key(site: Any) -> str:
     """``file:line`` of a line's accumulator (the key the report's timeline uses too)."""
     if site is None:
         return UNATTRIBUTED
+    if isinstance(site, str):  # a line named by a sample (profilers/timing/gaps.py)
+        return site
     return f"{site.file}:{site.line}"
 
 
@@ -169,6 +119,7 @@ class StepClock:
     """
 
     __slots__ = (
+        "gaps",
         "gpu",
         "last_ns",
         "last_site",
@@ -184,6 +135,7 @@ class StepClock:
         "run_lines",
         "run_ops",
         "run_own_ns",
+        "sampler",
         "start_ns",
         "steps",
         "steps_closed",
@@ -221,6 +173,10 @@ class StepClock:
         self.replay: Any = None
         """The step replay's records (:class:`profilers.timing.oplog.OpLog`), where the run
         has GPU times for them (CUDA events, or the model of ``--fake-cuda --gpu``)."""
+        self.gaps: list[tuple[int, int, Any]] = []
+        """The open step's long gaps (start, end, the site charged), to be named by samples."""
+        self.sampler: Any = None
+        """Samples of the profile thread's lines (:class:`profilers.timing.gaps.GapSampler`)."""
         self.gpu: Any = None
         """The GPU timeline (:class:`profilers.timing.gpu_time.GpuTimeline`) on a GPU with
         CUDA-event timing: each closed step is given its measured GPU half there."""
@@ -231,6 +187,12 @@ class StepClock:
         if found is None:
             found = self.lines[site] = LineTime()
         return found
+
+    def long_gap(self, end_ns: int, site: Any) -> None:
+        """The host's time from ``last_ns`` to ``end_ns``, charged to ``site``, was a long gap:
+        noted, for the samples of the profile thread's stack to name at the step's close."""
+        if len(self.gaps) < MAX_GAPS:
+            self.gaps.append((self.last_ns, end_ns, site))
 
     def wait(
         self,
@@ -249,6 +211,8 @@ class StepClock:
         launch_site = site if self.lines_measured else None
         if gap > 0:
             self.line(launch_site).launch_ns += gap
+            if gap >= LONG_GAP_NS:
+                self.long_gap(enter_ns, launch_site)
         rec = self.line(site)
         waited = end_ns - start_ns
         self.charge(rec, kind, cause, waited)
@@ -297,9 +261,14 @@ class StepClock:
         gap = now_ns - self.last_ns
         if gap > 0:
             self.line(self.last_site).launch_ns += gap
+            if gap >= LONG_GAP_NS:
+                self.long_gap(now_ns, self.last_site)
         if self.probes:
             self.prober.settle(self)
-        lines = _by_key(self.lines)
+        lines = self._named(_by_key(self.lines))
+        self.gaps = []
+        if self.sampler is not None:
+            self.sampler.forget(now_ns)
         for key, rec in lines.items():
             into = self.run_lines.get(key)
             if into is None:
@@ -331,6 +300,14 @@ class StepClock:
         self.own_ns = self.last_ns - now_ns
         return step
 
+    def _named(
+        self, lines: dict[str, LineTime], gaps: list[Any] | None = None
+    ) -> dict[str, LineTime]:
+        """``lines`` with the long gaps' time moved to the lines sampled in them."""
+        keyed = [(a, b, site_key(s)) for a, b, s in (self.gaps if gaps is None else gaps)]
+        name_gaps(keyed, self.sampler, lines, LineTime)
+        return lines
+
     def last_step_end(self) -> int:
         return self.steps[-1].end_ns if self.steps else self.start_ns
 
@@ -343,6 +320,8 @@ class StepClock:
         if tail > 0:
             key = site_key(self.last_site)
             open_lines.setdefault(key, LineTime()).launch_ns += tail
+        gaps = self.gaps + ([(self.last_ns, now_ns, self.last_site)] if tail > 0 else [])
+        open_lines = self._named(open_lines, gaps)
         for key, rec in open_lines.items():
             lines.setdefault(key, LineTime()).merge(rec)
         return StepTime(

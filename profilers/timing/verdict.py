@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from profilers.timing.timeline import CAUSES, LAUNCH, LineTime, StepClock, StepTime
+from profilers.timing.line_time import LineTime
+from profilers.timing.timeline import CAUSES, LAUNCH, StepClock, StepTime
 
 VERDICTS = {
     "input": "input-bound",

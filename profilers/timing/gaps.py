@@ -1,0 +1,171 @@
+"""The lines of the host's long gaps, named by samples of the profile thread's stack (issue 30).
+
+The step clock charges the host's time between two ops to the line of the op after it
+(:class:`~profilers.timing.timeline.StepClock`): right for the Python and dispatch that lead to
+an op, wrong for a long stretch with no op in it. A ``time.sleep`` at line 6 was charged to the
+forward at line 7; the optimizer built at line 3 (a second and more, importing what it needs)
+to the first ``torch.randn`` of the loop. So the dispatch mode notes each gap of the profile's
+thread longer than :data:`LONG_GAP_NS` (one comparison per op), and a sampler thread reads that
+thread's innermost user frame. When a step closes, each noted gap is split among the lines its
+readings saw, each reading standing for the time since the one before it (the last also for the
+rest of the gap); the line that was charged keeps its own readings' share, and a gap with no
+reading inside stays where it was.
+
+Cost: each reading holds the GIL for 4-22 µs (a deeper stack costs more), and the script waits
+for it when it wants the GIL meanwhile: read 200 times a second all along, that was 2-6% of a
+launch-bound loop's profiled time on a 2-core box, which the stated unprofiled step (4-5x
+shorter) would carry 4-5 times over. So the sampler reads every :data:`SLOW_S` while ops flow,
+and every :data:`INTERVAL_S` once a reading finds that no op has ended since the one before (a
+gap of 50-100 ms in progress). A long gap (the setup, a long read) is then named whole; a gap
+shorter than :data:`SLOW_S` is named when a reading falls in it (about gap/50 ms of the time),
+else stays with the op after it as before. Measured A/B: ``benchmarks/gap_sampler.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from bisect import bisect_left, bisect_right
+from collections import deque
+from contextlib import ExitStack
+from time import perf_counter_ns
+from typing import Any
+
+from profilers.registry import OwnThread
+
+LONG_GAP_NS = 5_000_000
+"""A gap between two ops of the profile's thread this long (or longer) is named by samples."""
+
+INTERVAL_S = 0.005
+"""How often the sampler reads the profile thread's stack inside a long gap."""
+
+SLOW_S = 0.05
+"""How often it reads it while ops flow (no gap in progress at its last two readings)."""
+
+MAX_GAPS = 1024
+"""Long gaps noted per step (the first; the rest stay charged to the op after them)."""
+
+MAX_SAMPLES = 1 << 15
+"""Samples kept (the newest: two and a half minutes at :data:`INTERVAL_S`)."""
+
+
+class GapSampler:
+    """Reads the innermost user frame of the thread ``ident`` every ``interval_s``, as
+    ``file:line`` (the step clock's keys), on a daemon thread of ours.
+
+    Args:
+        user: which frames are the user's (the recorder's :class:`~profilers.counting.sites.
+            UserCode`).
+        ident: the thread to sample (the profile's).
+    """
+
+    def __init__(
+        self, user: Any, ident: int, interval_s: float = INTERVAL_S, clock: Any = None
+    ) -> None:
+        self.user = user
+        self.ident = ident
+        self.interval_s = interval_s
+        self.clock = clock
+        """The step clock whose ``last_ns`` (the end of the last op or wait) says whether ops
+        flow: then the sampler reads every :data:`SLOW_S` only; None: always every
+        ``interval_s``."""
+        self.samples: deque[tuple[int, str]] = deque(maxlen=MAX_SAMPLES)
+        """(when, ``file:line``), oldest first (appended by the sampler only: atomic)."""
+        self._stop = threading.Event()
+        self._thread = OwnThread(target=self._run, name="gpuwatch-gap-sampler", daemon=True)
+
+    def start(self) -> GapSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        clock = self.clock
+        interval, seen = self.interval_s, None
+        while not self._stop.wait(interval):
+            self.sample()
+            if clock is not None:  # NB: a gap in progress: no op ended since the last reading
+                now = clock.last_ns
+                interval = self.interval_s if now == seen else SLOW_S
+                seen = now
+
+    def sample(self) -> None:
+        """One reading: the line the thread is at now (nothing when it runs no user code)."""
+        frame = sys._current_frames().get(self.ident)
+        user = self.user
+        f = user.first(frame)
+        # NB: code a library made with exec() (a dataclass's __init__, a namedtuple) is named
+        # "<string>" like code the user typed: the line is the user's that called the library
+        while f is not None and f.f_code.co_filename.startswith("<"):
+            up = f.f_back
+            if up is None or user(up.f_code.co_filename):
+                break
+            f = user.first(up)
+        if f is None:
+            return
+        key = f"{user.display(f.f_code.co_filename)}:{f.f_lineno}"
+        self.samples.append((perf_counter_ns(), key))
+
+    def forget(self, before_ns: int) -> None:
+        """Drops the samples taken before ``before_ns`` (a closed step's)."""
+        samples = self.samples
+        while samples and samples[0][0] < before_ns:
+            samples.popleft()
+
+
+def _between(samples: list[tuple[int, str]], start_ns: int, end_ns: int) -> list[tuple[int, str]]:
+    """The samples taken strictly inside ``(start_ns, end_ns)``."""
+    lo = bisect_right(samples, start_ns, key=_when)
+    hi = bisect_left(samples, end_ns, key=_when)
+    return samples[lo:hi]
+
+
+def _when(sample: tuple[int, str]) -> int:
+    return sample[0]
+
+
+def sample_gaps(stack: ExitStack, clock: Any, user: Any) -> None:
+    """Samples this thread's lines for ``clock`` (a step clock that measures lines: the
+    dispatch mode's) until ``stack`` closes."""
+    if clock.lines_measured:
+        clock.sampler = GapSampler(user, threading.get_ident(), INTERVAL_S, clock).start()
+        stack.callback(clock.sampler.stop)
+
+
+def name_gaps(
+    gaps: list[tuple[int, int, str]], sampler: GapSampler | None, lines: dict[str, Any], make: Any
+) -> None:
+    """Splits each long gap ``(start_ns, end_ns, file:line charged)`` among the lines sampled in
+    it: moves the others' shares of its time from the charged line's ``launch_ns`` to theirs
+    (in ``lines``, ``file:line`` -> :class:`~profilers.timing.timeline.LineTime`, made with
+    ``make()`` where missing)."""
+    if sampler is None or not gaps:
+        return
+    samples = list(sampler.samples)
+    for start, end, charged in gaps:
+        seen = _between(samples, start, end)
+        rec = lines.get(charged)
+        if not seen or rec is None:
+            continue
+        # each reading stands for the time since the one before (or since the gap began); the
+        # last also for the rest of the gap, where the thread went on from it to the next op
+        share: dict[str, int] = {}
+        before = start
+        for when, key in seen:
+            share[key] = share.get(key, 0) + when - before
+            before = when
+        last = seen[-1][1]
+        share[last] += end - before
+        for key, ns in share.items():
+            ns = min(ns, rec.launch_ns)
+            if key == charged or ns <= 0:
+                continue
+            rec.launch_ns -= ns
+            into = lines.get(key)
+            if into is None:
+                into = lines[key] = make()
+            into.launch_ns += ns

@@ -1,0 +1,59 @@
+"""One line's host time in a step, by cause (the records :mod:`profilers.timing.timeline`'s step
+clock keeps per line)."""
+
+from __future__ import annotations
+
+
+class LineTime:
+    """Host nanoseconds of one line, by cause, and what would stop a CUDA graph capture there."""
+
+    __slots__ = (
+        "comm_ns",
+        "copy_ns",
+        "host_reads",
+        "input_ns",
+        "launch_ns",
+        "pageable",
+        "sync_causes",
+        "sync_ns",
+        "syncs",
+    )
+
+    def __init__(self) -> None:
+        self.launch_ns = 0
+        self.input_ns = 0
+        self.sync_ns = 0
+        self.copy_ns = 0
+        self.comm_ns = 0
+        self.sync_causes: dict[str, int] = {}
+        """Sync cause -> nanoseconds blocked."""
+        self.syncs = 0
+        self.host_reads = 0
+        """Syncs that read a value back to the host (``.item()``, a copy to the host)."""
+        self.pageable = 0
+        """Copies to or from pageable host memory."""
+
+    def ns(self, cause: str) -> int:
+        value: int = getattr(self, f"{cause}_ns")
+        return value
+
+    @property
+    def total_ns(self) -> int:
+        return self.launch_ns + self.input_ns + self.sync_ns + self.copy_ns + self.comm_ns
+
+    def merge(self, other: LineTime) -> None:
+        self.launch_ns += other.launch_ns
+        self.input_ns += other.input_ns
+        self.sync_ns += other.sync_ns
+        self.copy_ns += other.copy_ns
+        self.comm_ns += other.comm_ns
+        for cause, ns in other.sync_causes.items():
+            self.sync_causes[cause] = self.sync_causes.get(cause, 0) + ns
+        self.syncs += other.syncs
+        self.host_reads += other.host_reads
+        self.pageable += other.pageable
+
+    def copy(self) -> LineTime:
+        out = LineTime()
+        out.merge(self)
+        return out

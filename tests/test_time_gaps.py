@@ -1,0 +1,118 @@
+"""A long stretch of the host with no op in it is charged to the line the profile's thread was
+at, read by a sampler of its stack (issue 30), not to the op after it: a ``time.sleep`` is the
+sleep's line, the setup before the first op is the setup's line."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import torch
+
+import profilers
+from profilers.counting.sites import UserCode
+from profilers.timing.gaps import GapSampler, name_gaps
+from profilers.timing.line_time import LineTime
+from tests.profiler_helpers import line_of
+
+
+class _Samples:
+    def __init__(self, samples: list[tuple[int, str]]) -> None:
+        self.samples = samples
+
+
+def _line(launch_ns: int) -> LineTime:
+    rec = LineTime()
+    rec.launch_ns = launch_ns
+    return rec
+
+
+def test_a_gap_goes_to_the_lines_sampled_in_it_each_reading_for_the_time_before_it() -> None:
+    lines = {"a.py:7": _line(12_000_000), "a.py:9": _line(1_000)}
+    samples = [
+        (500, "a.py:3"),  # before the gap: not its
+        (1_000_000, "a.py:6"),
+        (3_000_000, "a.py:6"),
+        (5_000_000, "a.py:6"),
+        (7_000_000, "a.py:7"),  # the charged line's own share stays
+        (11_000_000, "a.py:2"),  # after it
+    ]
+    # 10 ms from 0.5 ms, charged to line 7 (the op after it): line 6's readings stand for
+    # 0.5 + 2 + 2 ms; line 7's for 2 ms and the 3.5 ms left of the gap after it
+    gaps = [(500_000, 10_500_000, "a.py:7"), (20_000_000, 30_000_000, "a.py:9")]
+    name_gaps(gaps, _Samples(samples), lines, LineTime)  # type: ignore[arg-type]
+    assert lines["a.py:6"].launch_ns == 4_500_000
+    assert lines["a.py:7"].launch_ns == 12_000_000 - 4_500_000
+    assert lines["a.py:9"].launch_ns == 1_000  # no reading inside: it stays where it was
+    assert "a.py:3" not in lines and "a.py:2" not in lines
+    # one reading: the whole gap, but never more than the charged line holds (its probes may
+    # have taken some out)
+    lines = {"a.py:7": _line(2_000_000)}
+    name_gaps([(0, 10_000_000, "a.py:7")], _Samples([(5, "a.py:6")]), lines, LineTime)  # type: ignore[arg-type]
+    assert (lines["a.py:7"].launch_ns, lines["a.py:6"].launch_ns) == (0, 2_000_000)
+
+
+def test_the_sampler_reads_the_user_line_a_thread_is_blocked_at() -> None:
+    here = threading.Event()
+    go = threading.Event()
+
+    def blocked() -> None:
+        here.set()
+        go.wait()  # @blocked
+
+    t = threading.Thread(target=blocked)
+    t.start()
+    try:
+        assert here.wait(10)
+        assert t.ident is not None
+        sampler = GapSampler(UserCode(), t.ident)
+        for _ in range(100):  # NB: until it is inside go.wait(), not a fixed sleep
+            sampler.sample()
+            if sampler.samples and sampler.samples[-1][1].endswith(f":{line_of('blocked')}"):
+                break
+        assert sampler.samples[-1][1] == f"tests/test_time_gaps.py:{line_of('blocked')}"
+    finally:
+        go.set()
+        t.join()
+
+
+def _lines(r: profilers.Report) -> dict[str, float]:
+    assert r.time is not None
+    return {d["site"].rsplit(":", 1)[1]: float(d["total_ms"]) for d in r.time["run"]["lines"]}
+
+
+def test_a_sleep_and_the_setup_before_the_first_op_are_their_own_lines() -> None:
+    slept = 0
+    x = torch.ones(32, 32)
+    x @ x  # NB: its first run's own set-up (the CPU's matmul library) is not the gap's
+    with profilers.profile() as prof:
+        t0 = time.perf_counter_ns()
+        time.sleep(0.15)  # @setup
+        slept_setup = time.perf_counter_ns() - t0
+        for _ in range(3):
+            y = x @ x  # @mm
+            t0 = time.perf_counter_ns()
+            time.sleep(0.12)  # @sleep
+            slept += time.perf_counter_ns() - t0
+            y = y + 1  # @after
+            profilers.step()
+    by_line = _lines(prof.report())
+    # read every 50 ms while ops flow, every 5 ms once no op ended between two readings: a
+    # 120 ms sleep has several readings, all at its line, which then takes the whole gap;
+    # tolerance 10% (the Python around the sleep stays with its lines)
+    assert by_line[str(line_of("sleep"))] >= 0.9 * slept / 1e6, by_line
+    assert by_line[str(line_of("setup"))] >= 0.9 * slept_setup / 1e6, by_line
+    assert by_line.get(str(line_of("after")), 0.0) < 0.1 * slept / 1e6, by_line
+    assert by_line.get(str(line_of("mm")), 0.0) < 0.1 * slept_setup / 1e6, by_line
+
+
+def test_the_sampler_is_ours_and_ends_with_the_profile() -> None:
+    from profilers import registry
+
+    with profilers.profile() as prof:
+        torch.ones(2) + 1
+        found: Any = [t for t in registry.own_threads_alive() if t.name == "gpuwatch-gap-sampler"]
+        assert len(found) == 1
+    assert not found[0].is_alive()  # stopped and joined on exit
+    assert prof.report().time is not None
