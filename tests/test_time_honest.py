@@ -4,6 +4,8 @@ with no step speaks of the run, not of "per step"."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -47,3 +49,24 @@ def test_a_run_with_no_step_speaks_of_the_run_not_per_step():
         costliest and "per step" not in costliest[0] and "% of the run, measured)" in costliest[0]
     )
     assert f":{line_of('busy')}," in costliest[0]
+
+
+def test_a_first_step_that_holds_the_setup_is_said_to_weigh_on_the_per_step_figures():
+    x = torch.ones(16, 16)
+    with profilers.profile() as prof:
+        time.sleep(0.3)  # the setup: imports, a model built, a dataset read
+        for _ in range(4):
+            x = x @ x / 16
+            profilers.step()
+    r = prof.report()
+    lines = time_lines(r)
+    first = [line for line in lines if line.startswith("step 0 took ")]
+    assert len(first) == 1 and lines.index(first[0]) == 1  # right under the verdict
+    assert "x the median of the other steps kept (" in first[0]
+    assert "the per-step figures above include it" in first[0]
+    # a loop whose steps are alike says nothing of it
+    with profilers.profile() as prof:
+        for _ in range(4):
+            x = x @ x / 16
+            profilers.step()
+    assert not any(line.startswith("step 0 took ") for line in time_lines(prof.report()))

@@ -4,6 +4,7 @@ Reads ``report.time`` (profilers/timing/verdict.py); a report without it renders
 
 from __future__ import annotations
 
+from statistics import median
 from typing import Any
 
 from gpuwatch import _format as fmt
@@ -79,6 +80,9 @@ def time_lines(r: Report) -> list[str]:
     run = t["run"]
     steps = int(t.get("steps_closed", 0))
     out = [verdict_line(run, steps)]
+    first = first_step_line(t)
+    if first is not None:
+        out.append(first)
     unprofiled = unprofiled_line(r)
     if unprofiled is not None:
         out.append(unprofiled)
@@ -102,6 +106,27 @@ def time_lines(r: Report) -> list[str]:
         site, (ms, share) = next(iter(costs.items()))
         out.append(f"costliest line: {site}, {cost_text(r, ms, share)}")
     return out
+
+
+def first_step_line(t: dict[str, Any]) -> str | None:
+    """``step 0 took 1.33 s, 58x the median of the other steps (22.9 ms): ...``: where the
+    first step, which holds what ran before it (imports, building the model and optimizer),
+    weighs on the run's per-step figures. None where it does not (or was not kept)."""
+    if predicted_gpu(t["run"]) is not None:  # the figures there are a typical step's already
+        return None
+    steps = {int(s["step"]): float(s["wall_unprofiled_ms"]) for s in t.get("steps", [])}
+    if 0 not in steps or len(steps) < 3:
+        return None
+    first = steps.pop(0)
+    typical = median(steps.values())
+    if typical <= 0 or first < 3 * typical or first - typical < 50.0:
+        return None
+    return (
+        f"step 0 took {fmt.duration_ms(first)}, {first / typical:.0f}x the median of the other "
+        f"steps kept ({fmt.duration_ms(typical)}): it holds what ran before the first step "
+        "(imports, building the model and the optimizer), and the per-step figures above "
+        "include it"
+    )
 
 
 def gpu_line(run: dict[str, Any], steps: int) -> str:
