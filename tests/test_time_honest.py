@@ -11,7 +11,8 @@ import torch
 
 import profilers
 from gpuwatch.report.hints import hints
-from gpuwatch.report.timeview import cost_words, time_lines
+from gpuwatch.report.line_costs import cost_words
+from gpuwatch.report.timeview import time_lines
 from tests import conftest
 from tests.profiler_helpers import line_of
 

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, replace
 
 from gpuwatch import _format as fmt
-from gpuwatch.report.timeview import cost_text, line_costs
+from gpuwatch.report.line_costs import cost_text, line_costs
 from gpuwatch.report.whatif import saving_words, savings_by_hint
 from profilers import Report, Site
 

@@ -1,0 +1,72 @@
+"""What each line cost (issue 30): the time charged to it per step, the costliest first (it ranks
+the hints), and the words that say what that figure is and where it comes from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuwatch import _format as fmt
+from profilers import Report
+
+
+def measured_gpu(d: dict[str, Any]) -> bool:
+    """Whether a breakdown's GPU figures were measured on a GPU (CUDA events)."""
+    gpu = d.get("gpu")
+    return isinstance(gpu, dict) and gpu.get("measured") == "measured"
+
+
+def predicted_gpu(d: dict[str, Any]) -> str | None:
+    """The GPU a breakdown's GPU figures were predicted for (``--fake-cuda --gpu``), else None."""
+    gpu = d.get("gpu")
+    if gpu and gpu.get("measured") == "predicted":
+        return str(gpu.get("gpu"))
+    return None
+
+
+def cost_words(r: Report) -> tuple[str, str]:
+    """``("per step", "of the step")``, or ``("in all", "of the run")`` when no step ended."""
+    if r.time and int(r.time.get("steps_closed", 0)) > 0:
+        return "per step", "of the step"
+    return "in all", "of the run"
+
+
+def cost_text(r: Report, ms: float, share: float) -> str:
+    """What a line's figure of :func:`line_costs` is, with its source: ``6.0 ms of GPU idle per
+    step (60% of the step, PREDICTED for H100-SXM)``, ``454 µs of host time per step (12% of the
+    step, measured)``. NB: a line's cost is not what fixing it saves (the what-if says that)."""
+    unit, of = cost_words(r)
+    run = r.time["run"] if r.time else {}
+    name = predicted_gpu(run)
+    if name is not None:
+        what, how = "GPU idle", f"PREDICTED for {name}"
+    elif measured_gpu(run):
+        what, how = "GPU idle", "measured with CUDA events"
+    else:
+        what, how = "host time", "measured"
+    return f"{fmt.duration_ms(ms)} of {what} {unit} ({share:.0f}% {of}, {how})"
+
+
+def line_costs(r: Report) -> dict[str, tuple[float, float]]:
+    """``file:line`` -> (ms per step, % of the step) of the time charged to it (idle time on a
+    GPU, host time otherwise), costliest first."""
+    t = r.time
+    if not t:
+        return {}
+    run = t["run"]
+    steps = max(1, int(t.get("steps_closed", 0)))
+    total = float(run["wall_unprofiled_ms"])
+    gpu = run.get("gpu")
+    if gpu and gpu.get("per_step"):  # a typical step replayed: its figures are per step
+        steps, total = 1, float(gpu["wall_ms"])
+    if gpu:
+        charged: dict[str, float] = {}
+        for d in gpu.get("idle_lines", []):
+            charged[d["site"]] = charged.get(d["site"], 0.0) + float(d["ms"])
+    else:
+        charged = {d["site"]: float(d["total_ms"]) for d in run.get("lines", [])}
+    ranked = sorted(charged.items(), key=lambda kv: kv[1], reverse=True)
+    return {
+        site: (ms / steps, 100.0 * ms / total if total > 0 else 0.0)
+        for site, ms in ranked
+        if ms > 0
+    }
