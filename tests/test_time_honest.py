@@ -63,7 +63,7 @@ def test_a_first_step_that_holds_the_setup_is_said_to_weigh_on_the_per_step_figu
     lines = time_lines(r)
     first = [line for line in lines if line.startswith("step 0 took ")]
     assert len(first) == 1 and lines.index(first[0]) == 1  # right under the verdict
-    assert "x the median of the other steps kept (" in first[0]
+    assert " (measured), " in first[0] and "x the median of the other steps kept (" in first[0]
     assert "the per-step figures above include it" in first[0]
     # a loop whose steps are alike says nothing of it
     with profilers.profile() as prof:

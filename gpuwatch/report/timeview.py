@@ -109,7 +109,7 @@ def first_step_line(t: dict[str, Any]) -> str | None:
     if typical <= 0 or first < 3 * typical or first - typical < 50.0:
         return None
     return (
-        f"step 0 took {fmt.duration_ms(first)}, {first / typical:.0f}x the median of the other "
+        f"step 0 took {fmt.duration_ms(first)} (measured), {first / typical:.0f}x the median of the other "
         f"steps kept ({fmt.duration_ms(typical)}): it holds what ran before the first step "
         "(imports, building the model and the optimizer), and the per-step figures above "
         "include it"
