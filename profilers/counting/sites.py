@@ -74,6 +74,11 @@ class UserCode:
             return path.startswith(self._roots)
         return True
 
+    def decided(self, filename: str) -> bool:
+        """Whether ``filename`` is already known as the user's (False: not, or not yet
+        decided; nothing is looked up on disk)."""
+        return self._cache.get(filename) is True
+
     def first(self, frame: FrameType | None) -> FrameType | None:
         """The innermost user frame at or above ``frame``."""
         cache = self._cache

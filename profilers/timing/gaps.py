@@ -95,26 +95,53 @@ class GapSampler:
 
     def sample(self) -> None:
         """One reading: the line the thread is at now (nothing when it runs no user code)."""
-        frame = sys._current_frames().get(self.ident)
+        stack = _stack_of(self.ident, self.user.decided)
         user = self.user
-        f = user.first(frame)
+        i = _first_user(stack, 0, user)
         # NB: code a library made with exec() (a dataclass's __init__, a namedtuple) is named
         # "<string>" like code the user typed: the line is the user's that called the library
-        while f is not None and f.f_code.co_filename.startswith("<"):
-            up = f.f_back
-            if up is None or user(up.f_code.co_filename):
+        while i is not None and stack[i][0].startswith("<"):
+            if i + 1 == len(stack) or user(stack[i + 1][0]):
                 break
-            f = user.first(up)
-        if f is None:
+            i = _first_user(stack, i + 1, user)
+        if i is None:
             return
-        key = f"{user.display(f.f_code.co_filename)}:{f.f_lineno}"
-        self.samples.append((perf_counter_ns(), key))
+        filename, line = stack[i]
+        self.samples.append((perf_counter_ns(), f"{user.display(filename)}:{line}"))
 
     def forget(self, before_ns: int) -> None:
         """Drops the samples taken before ``before_ns`` (a closed step's)."""
         samples = self.samples
         while samples and samples[0][0] < before_ns:
             samples.popleft()
+
+
+def _stack_of(ident: int, decided: Any) -> list[tuple[str, int]]:
+    """``(file, line)`` of the thread ``ident``'s frames, innermost first, up to its first
+    frame that ``decided(file)`` already knows as the user's (and not ``<string>``).
+
+    NB: no frame object is held once this returns, and nothing in it lets go of the GIL (no
+    stat of a new file name: :meth:`UserCode.decided` only reads what is known). A frame
+    object held while the thread went on would outlive its frame and keep its locals: an op's
+    output kept alive that way makes torch detach it when it wraps it (``make_variable``),
+    one ``detach`` op more in the profile than the script ran (seen: a flaky op count)."""
+    frame = sys._current_frames().get(ident)
+    stack: list[tuple[str, int]] = []
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        stack.append((filename, frame.f_lineno))
+        if decided(filename) and not filename.startswith("<"):
+            break
+        frame = frame.f_back
+    return stack
+
+
+def _first_user(stack: list[tuple[str, int]], start: int, user: Any) -> int | None:
+    """The index of the first user frame in ``stack`` from ``start`` (None: none)."""
+    for i in range(start, len(stack)):
+        if user(stack[i][0]):
+            return i
+    return None
 
 
 def _between(samples: list[tuple[int, str]], start_ns: int, end_ns: int) -> list[tuple[int, str]]:
