@@ -124,7 +124,9 @@ def _stack_of(ident: int, decided: Any) -> list[tuple[str, int]]:
     stat of a new file name: :meth:`UserCode.decided` only reads what is known). A frame
     object held while the thread went on would outlive its frame and keep its locals: an op's
     output kept alive that way makes torch detach it when it wraps it (``make_variable``),
-    one ``detach`` op more in the profile than the script ran (seen: a flaky op count)."""
+    one ``detach`` op more in the profile than the script ran (seen: a flaky op count). What
+    is left: the interpreter's forced switch (the thread waited 5 ms for the GIL) landing in
+    this walk of a few microseconds, where a stat was a sure switch."""
     frame = sys._current_frames().get(ident)
     stack: list[tuple[str, int]] = []
     while frame is not None:
