@@ -38,6 +38,7 @@ from profilers.names import CAUSES, DIRECTIONS
 from profilers.records import Site
 from profilers.report import Report
 from profilers.stats import COMM_OPS, Counted
+from profilers.timing.verdict import per_step
 
 __all__ = ["DIFF_SCHEMA", "LineDiff", "RunDiff", "check_growth", "diff_reports"]
 
@@ -202,8 +203,7 @@ def run_time(report: Report) -> dict[str, Any] | None:
     t = report.time
     if not t:
         return None
-    run = t["run"]
-    steps = int(t.get("steps_closed", 0))
+    run, steps = per_step(t)
     wall = float(run["wall_unprofiled_ms"])
     return {
         "verdict": str(run["verdict"]),
@@ -219,14 +219,13 @@ def line_time_ms(report: Report, site: Site | None) -> float | None:
     t = report.time
     if not t or site is None:
         return None
-    run = t["run"]
+    run, steps = per_step(t)
     key = f"{site.file}:{site.line}"
     gpu = run.get("gpu")
     if gpu:
         ms = sum(float(d["ms"]) for d in gpu.get("idle_lines", []) if d["site"] == key)
     else:
         ms = sum(float(d["total_ms"]) for d in run.get("lines", []) if d["site"] == key)
-    steps = int(t.get("steps_closed", 0))
     return round(ms / steps if steps else ms, 6)
 
 

@@ -46,11 +46,12 @@ def test_the_summary_says_the_verdict_comes_from_the_gpus_measured_time():
     Console(width=200, file=out).print(summary(_report(_run())))
     text = out.getvalue()
     assert (
-        "sync-bound: 10.0 ms per step, sync wait 60%, GPU busy 40% of the GPU's time "
-        "(measured with CUDA events)" in text
+        "sync-bound: 10.0 ms per step over the step after the first, sync wait 60%, GPU busy "
+        "40% of the GPU's time (measured with CUDA events)" in text
     )
     assert (
-        "GPU measured (CUDA events): busy 4.0 ms, idle 6.0 ms per step (sync wait 6.0 ms)" in text
+        "GPU measured (CUDA events): busy 4.0 ms, idle 6.0 ms per step after the first (sync "
+        "wait 6.0 ms)" in text
     )
     assert (
         "costliest line: train.py:9, 6.0 ms of GPU idle per step (60% of the step, measured "

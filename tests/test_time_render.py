@@ -57,7 +57,10 @@ def test_the_summary_opens_with_the_verdict_and_the_costliest_line():
     Console(width=200, file=out).print(summary(_report()))
     text = out.getvalue()
     # 10 ms a step: 7 ms of sync (70%), 3 ms of host work (30%).
-    assert "sync-bound: 10.0 ms per step, sync wait 70%, host work (Python + launch) 30%" in text
+    assert (
+        "sync-bound: 10.0 ms per step over the step after the first, sync wait 70%, host work "
+        "(Python + launch) 30%" in text
+    )
     # Line 9: 6 ms waiting, 1 ms of Python before it and 1 ms after (its host work).
     assert (
         "costliest line: train.py:9, 8.0 ms of host time per step (80% of the step, measured)"

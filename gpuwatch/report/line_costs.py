@@ -7,6 +7,7 @@ from typing import Any
 
 from gpuwatch import _format as fmt
 from profilers import Report
+from profilers.timing.verdict import per_step
 
 
 def measured_gpu(d: dict[str, Any]) -> bool:
@@ -35,7 +36,7 @@ def cost_text(r: Report, ms: float, share: float) -> str:
     step (60% of the step, PREDICTED for H100-SXM)``, ``454 µs of host time per step (12% of the
     step, measured)``. NB: a line's cost is not what fixing it saves (the what-if says that)."""
     unit, of = cost_words(r)
-    run = r.time["run"] if r.time else {}
+    run = per_step(r.time)[0] if r.time else {}
     name = predicted_gpu(run)
     if name is not None:
         what, how = "GPU idle", f"PREDICTED for {name}"
@@ -48,16 +49,19 @@ def cost_text(r: Report, ms: float, share: float) -> str:
 
 def line_costs(r: Report) -> dict[str, tuple[float, float]]:
     """``file:line`` -> (ms per step, % of the step) of the time charged to it (idle time on a
-    GPU, host time otherwise), costliest first."""
+    GPU, host time otherwise), costliest first, over the steps after the first where two or
+    more ended (:func:`~profilers.timing.verdict.per_step`)."""
     t = r.time
     if not t:
         return {}
-    run = t["run"]
-    steps = max(1, int(t.get("steps_closed", 0)))
+    run, steps = per_step(t)
+    steps = max(1, steps)
     total = float(run["wall_unprofiled_ms"])
     gpu = run.get("gpu")
     if gpu and gpu.get("per_step"):  # a typical step replayed: its figures are per step
         steps, total = 1, float(gpu["wall_ms"])
+    elif gpu and run is not t["run"]:  # the steps whose GPU half has come
+        steps = max(1, int(gpu.get("steps") or steps))
     if gpu:
         charged: dict[str, float] = {}
         for d in gpu.get("idle_lines", []):

@@ -4,13 +4,13 @@ Reads ``report.time`` (profilers/timing/verdict.py); a report without it renders
 
 from __future__ import annotations
 
-from statistics import median
 from typing import Any
 
 from gpuwatch import _format as fmt
 from gpuwatch.report.line_costs import cost_text, line_costs, measured_gpu, predicted_gpu
 from gpuwatch.report.whatif import unprofiled_line
 from profilers import Report
+from profilers.timing.verdict import per_step
 
 CAUSE_NAMES = {
     "busy": "GPU busy",
@@ -28,9 +28,10 @@ def _split(d: dict[str, Any]) -> str:
     return ", ".join(f"{CAUSE_NAMES.get(k, k)} {v:.0f}%" for k, v in shares if v >= 0.5)
 
 
-def verdict_line(d: dict[str, Any], steps: int) -> str:
+def verdict_line(d: dict[str, Any], steps: int, after_first: bool = False) -> str:
     """``input-bound: 31.2 ms per step (input wait 92%, ...)``, over the host's time on a CPU;
-    ``PREDICTED for H100-SXM: launch-bound: ...`` from a model of a GPU."""
+    ``PREDICTED for H100-SXM: launch-bound: ...`` from a model of a GPU. ``after_first``: ``d``
+    holds the ``steps`` after the first (:func:`~profilers.timing.verdict.per_step`)."""
     name = predicted_gpu(d)
     if name is not None:  # a typical step, replayed: per step already, every figure predicted
         return (
@@ -43,12 +44,18 @@ def verdict_line(d: dict[str, Any], steps: int) -> str:
     else:
         where = "of the host's time (GPU not measured)"
     unit = "per step" if steps else "in all"
+    if after_first:
+        unit += (
+            " over the step after the first"
+            if steps == 1
+            else f" over the {steps} steps after the first"
+        )
     return f"{d['verdict']}: {fmt.duration_ms(per)} {unit}, {_split(d)} {where}"
 
 
 def time_lines(r: Report) -> list[str]:
-    """The summary's first lines: the run's verdict, the profiler's own time taken out, and
-    the line that cost most."""
+    """The summary's first lines: the verdict per step, step 0 where it held the setup, the
+    profiler's own time taken out, and the line that cost most."""
     t = r.time
     if not t:
         if r.options.fake_cuda:
@@ -65,8 +72,9 @@ def time_lines(r: Report) -> list[str]:
             ]
         return []
     run = t["run"]
-    steps = int(t.get("steps_closed", 0))
-    out = [verdict_line(run, steps)]
+    basis, steps = per_step(t)
+    after_first = basis is not run
+    out = [verdict_line(basis, steps, after_first)]
     first = first_step_line(t)
     if first is not None:
         out.append(first)
@@ -78,8 +86,9 @@ def time_lines(r: Report) -> list[str]:
     memory = (r.predicted or {}).get("memory") or {}
     if memory.get("message"):
         out.append(f"PREDICTED: {memory['message']}")
-    if measured_gpu(run):
-        out.append(gpu_line(run, steps))
+    if measured_gpu(basis):
+        gpu_steps = int(basis["gpu"].get("steps") or steps) if after_first else steps
+        out.append(gpu_line(basis, gpu_steps, after_first))
     elif predicted_gpu(run) is None and wall > 0:
         out.append(
             f"time measured on the host; the profiler's own {fmt.duration_ms(own)} "
@@ -96,27 +105,32 @@ def time_lines(r: Report) -> list[str]:
 
 
 def first_step_line(t: dict[str, Any]) -> str | None:
-    """``step 0 took 1.33 s, 58x the median of the other steps (22.9 ms): ...``: where the
-    first step, which holds what ran before it (imports, building the model and optimizer),
-    weighs on the run's per-step figures. None where it does not (or was not kept)."""
-    if predicted_gpu(t["run"]) is not None:  # the figures there are a typical step's already
+    """``step 0 took 1.33 s, 58x a step after it: ...``: the first step, which holds what ran
+    before it (imports, building the model and optimizer), and the line that cost it most;
+    left out of the per-step figures. None where it was not long (3x a step after it and
+    50 ms longer, or more), or not measured."""
+    first = t.get("first_step")
+    basis, steps = per_step(t)
+    if first is None or basis is t["run"] or not steps or predicted_gpu(basis) is not None:
+        return None  # NB: predicted, the per-step figures are a typical step's already
+    took = float(first["wall_unprofiled_ms"])
+    typical = float(basis["wall_unprofiled_ms"]) / steps
+    if typical <= 0 or took < 3 * typical or took - typical < 50.0:
         return None
-    steps = {int(s["step"]): float(s["wall_unprofiled_ms"]) for s in t.get("steps", [])}
-    if 0 not in steps or len(steps) < 3:
-        return None
-    first = steps.pop(0)
-    typical = median(steps.values())
-    if typical <= 0 or first < 3 * typical or first - typical < 50.0:
-        return None
-    return (
-        f"step 0 took {fmt.duration_ms(first)} (measured), {first / typical:.0f}x the median of the other "
-        f"steps kept ({fmt.duration_ms(typical)}): it holds what ran before the first step "
-        "(imports, building the model and the optimizer), and the per-step figures above "
-        "include it"
+    text = (
+        f"step 0 took {fmt.duration_ms(took)} (measured), {took / typical:.0f}x a step after "
+        "it: it holds what ran before the first step (imports, building the model and the "
+        "optimizer), left out of the per-step figures"
     )
+    lines = first.get("lines") or []
+    if lines and float(lines[0]["total_ms"]) > 0:
+        text += (
+            f"; most of it at {lines[0]['site']} ({fmt.duration_ms(float(lines[0]['total_ms']))})"
+        )
+    return text
 
 
-def gpu_line(run: dict[str, Any], steps: int) -> str:
+def gpu_line(run: dict[str, Any], steps: int, after_first: bool = False) -> str:
     """``GPU measured (CUDA events): busy 4.0 ms, idle 6.0 ms per step (sync wait 6.0 ms)``."""
     gpu = run["gpu"]
     n = max(1, steps)
@@ -125,6 +139,8 @@ def gpu_line(run: dict[str, Any], steps: int) -> str:
         f"{CAUSE_NAMES.get(k, k)} {fmt.duration_ms(float(v) / n)}" for k, v in idle if v > 0
     )
     unit = "per step" if steps else "in all"
+    if after_first:
+        unit += " after the first"
     text = (
         f"GPU measured (CUDA events): busy {fmt.duration_ms(float(gpu['busy_ms']) / n)}, idle "
         f"{fmt.duration_ms(float(gpu['idle_total_ms']) / n)} {unit}"
@@ -198,12 +214,15 @@ def step_bars(r: Report) -> list[dict[str, Any]]:
 def graph_lines(r: Report) -> list[str]:
     """What stops a launch-bound run being captured as a CUDA graph, one line per site."""
     t = r.time
-    if not t or t["run"].get("verdict") != "launch-bound":
+    if not t:
+        return []
+    basis, _ = per_step(t)
+    if basis.get("verdict") != "launch-bound":
         return []
     return [
         f"{b['site']}: {b['syncs']} syncs, {b['host_reads']} host reads, "
         f"{b['pageable']} pageable copies"
-        for b in t["run"].get("graph_blockers", [])
+        for b in basis.get("graph_blockers", [])
     ]
 
 

@@ -111,9 +111,9 @@ class GpuTimeline:
         self.charged_to_ns = origin_ns
         """The end of the last charged step: the run's figures cover the time before it."""
         self.steps_charged = 0
-        self._busy_ns = 0
-        self._idle_ns = dict.fromkeys((*WAITS, LAUNCH), 0)
-        self._lines: dict[tuple[str, str, str | None], int] = {}
+        self._run = _Sums()
+        self._later = _Sums()
+        """The steps after the first (:attr:`StepClock.later`)."""
         self._keys: dict[int, str] = {}
         self._compact_at: dict[int, int] = {}
         self._stream_end: dict[int, int] = {}
@@ -192,7 +192,9 @@ class GpuTimeline:
         self.steps_charged += 1
         if result is None:
             return
-        self._add(result)
+        self._run.add(result)
+        if step.step:
+            self._later.add(result)
         self.results[step.step] = result
         while len(self.results) > self.keep:
             self.results.popitem(last=False)
@@ -237,43 +239,28 @@ class GpuTimeline:
             r["devices"] = sorted(self.ops)
         return r
 
-    def _add(self, r: dict[str, Any]) -> None:
-        self._busy_ns += round(float(r["busy_ms"]) * 1e6)
-        for cause, ms in r["idle_ms"].items():
-            self._idle_ns[cause] += round(float(ms) * 1e6)
-        for d in r["idle_lines"]:
-            key = (d["cause"], d["site"], d["sync_cause"])
-            self._lines[key] = self._lines.get(key, 0) + round(float(d["ms"]) * 1e6)
-
     def run(self, now_ns: int, open_waits: list[HostInterval], settled: bool) -> dict[str, Any]:
         """The run's figures: every charged step, and when ``settled`` (no op left to place)
         the time since the last one too (the open step, up to ``now_ns``)."""
-        busy, idle, lines = self._busy_ns, dict(self._idle_ns), dict(self._lines)
-        end = self.charged_to_ns
+        sums, end = self._run.copy(), self.charged_to_ns
         if settled and now_ns > end:
             tail = self.charge(end, now_ns, open_waits)
             if tail is not None:
-                busy += round(float(tail["busy_ms"]) * 1e6)
-                for cause, ms in tail["idle_ms"].items():
-                    idle[cause] += round(float(ms) * 1e6)
-                for d in tail["idle_lines"]:
-                    key = (d["cause"], d["site"], d["sync_cause"])
-                    lines[key] = lines.get(key, 0) + round(float(d["ms"]) * 1e6)
+                sums.add(tail)
             end = now_ns
-        ranked = sorted(lines.items(), key=lambda kv: kv[1], reverse=True)
-        return {
-            "measured": "measured",
-            "wall_ms": (end - self.origin_ns) / 1e6,
-            "busy_ms": busy / 1e6,
-            "idle_total_ms": sum(idle.values()) / 1e6,
-            "idle_ms": {k: v / 1e6 for k, v in idle.items()},
-            "idle_lines": [
-                {"site": site, "cause": kind, "sync_cause": cause, "ms": ns / 1e6}
-                for (kind, site, cause), ns in ranked
-            ],
-            "steps": self.steps_charged,
-            "covers_open_step": settled,
-        }
+        d = sums.figures(end - self.origin_ns)
+        d["steps"] = self.steps_charged
+        d["covers_open_step"] = settled
+        return d
+
+    def later(self, later: StepTime) -> dict[str, Any] | None:
+        """The figures of the charged steps after the first (None: none is charged yet):
+        ``steps`` says how many, of the ``later.step`` closed."""
+        if not self._later.steps:
+            return None
+        d = self._later.figures(later.wall_ns)
+        d["steps"] = self._later.steps
+        return d
 
     def brief(self, step: int) -> dict[str, Any] | None:
         """A step's busy and idle ms by cause, without its lines (the live view's)."""
@@ -281,6 +268,46 @@ class GpuTimeline:
         if r is None:
             return None
         return {"measured": "measured", "busy_ms": r["busy_ms"], "idle_ms": dict(r["idle_ms"])}
+
+
+class _Sums:
+    """Busy and idle time by cause and line, summed over charged steps."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.busy_ns = 0
+        self.idle_ns = dict.fromkeys((*WAITS, LAUNCH), 0)
+        self.lines: dict[tuple[str, str, str | None], int] = {}
+
+    def copy(self) -> _Sums:
+        out = _Sums()
+        out.steps, out.busy_ns = self.steps, self.busy_ns
+        out.idle_ns, out.lines = dict(self.idle_ns), dict(self.lines)
+        return out
+
+    def add(self, r: dict[str, Any]) -> None:
+        """Adds a span's figures (:meth:`GpuTimeline.charge`)."""
+        self.steps += 1
+        self.busy_ns += round(float(r["busy_ms"]) * 1e6)
+        for cause, ms in r["idle_ms"].items():
+            self.idle_ns[cause] += round(float(ms) * 1e6)
+        for d in r["idle_lines"]:
+            key = (d["cause"], d["site"], d["sync_cause"])
+            self.lines[key] = self.lines.get(key, 0) + round(float(d["ms"]) * 1e6)
+
+    def figures(self, wall_ns: int) -> dict[str, Any]:
+        ranked = sorted(self.lines.items(), key=lambda kv: kv[1], reverse=True)
+        return {
+            "measured": "measured",
+            "wall_ms": wall_ns / 1e6,
+            "busy_ms": self.busy_ns / 1e6,
+            "idle_total_ms": sum(self.idle_ns.values()) / 1e6,
+            "idle_ms": {k: v / 1e6 for k, v in self.idle_ns.items()},
+            "idle_lines": [
+                {"site": site, "cause": kind, "sync_cause": cause, "ms": ns / 1e6}
+                for (kind, site, cause), ns in ranked
+            ],
+        }
 
 
 def compact(ops: list[GpuInterval]) -> list[GpuInterval]:

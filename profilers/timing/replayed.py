@@ -168,6 +168,8 @@ def apply(
         run = _gpu_dict(replay(chosen[1], drop_overhead=True), measured, gpu)
         run["steps_median"] = chosen[2]
         _with_gpu(time["run"], run)
+        if "after_first" in time:  # the per-step figures' basis: a typical step too
+            _with_gpu(time["after_first"], run)
         time["gpu"] = (
             f"PREDICTED for {gpu} (--fake-cuda --gpu): the GPU's times come from a model of "
             f"it, replayed from the newest {len(steps)} steps' records (the run's figures: a "

@@ -119,10 +119,12 @@ class StepClock:
     """
 
     __slots__ = (
+        "first",
         "gaps",
         "gpu",
         "last_ns",
         "last_site",
+        "later",
         "lines",
         "lines_measured",
         "ops",
@@ -163,6 +165,12 @@ class StepClock:
         self.run_lines: dict[str, LineTime] = {}
         self.run_own_ns = 0
         self.run_ops = 0
+        self.first: StepTime | None = None
+        """Step 0 once closed (it is also among :attr:`steps` while kept)."""
+        self.later: StepTime | None = None
+        """The closed steps after the first, summed (``step``: how many): what a step of the
+        loop costs, without what ran before the first step (imports, building the model) that
+        step 0 holds, nor the open tail after the last."""
         self.prober: Any = None
         """Measures an op's cost outside the hot path on its own arguments
         (:class:`profilers.timing.calibrate.Prober`), where it is first seen at a line."""
@@ -269,12 +277,7 @@ class StepClock:
         self.gaps = []
         if self.sampler is not None:
             self.sampler.forget(now_ns)
-        for key, rec in lines.items():
-            into = self.run_lines.get(key)
-            if into is None:
-                self.run_lines[key] = rec.copy()
-            else:
-                into.merge(rec)
+        _merge(self.run_lines, lines)
         step = StepTime(
             self.steps_closed,
             self.last_step_end(),
@@ -286,6 +289,10 @@ class StepClock:
             self.waits_dropped,
         )
         self.steps.append(step)
+        if self.steps_closed:
+            self._add_later(step, lines)
+        else:
+            self.first = step
         if self.gpu is not None:
             self.gpu.closed(step)
         if self.replay is not None:
@@ -299,6 +306,17 @@ class StepClock:
         self.last_ns = now_ns if reopen is None else reopen()
         self.own_ns = self.last_ns - now_ns
         return step
+
+    def _add_later(self, step: StepTime, lines: dict[str, LineTime]) -> None:
+        """Adds the closed ``step`` (``lines``: all of them) to :attr:`later`."""
+        later = self.later
+        if later is None:
+            later = self.later = StepTime(0, step.start_ns, step.end_ns, {}, 0, 0, [])
+        later.step += 1
+        later.end_ns = step.end_ns
+        later.own_ns += step.own_ns
+        later.ops += step.ops
+        _merge(later.lines, lines)
 
     def _named(
         self, lines: dict[str, LineTime], gaps: list[Any] | None = None
@@ -333,6 +351,16 @@ class StepClock:
             self.run_ops + self.ops,
             [],
         )
+
+
+def _merge(into: dict[str, LineTime], lines: dict[str, LineTime]) -> None:
+    """Adds ``lines`` to ``into`` (copies where new)."""
+    for key, rec in lines.items():
+        found = into.get(key)
+        if found is None:
+            into[key] = rec.copy()
+        else:
+            found.merge(rec)
 
 
 def _by_key(lines: dict[Any, LineTime]) -> dict[str, LineTime]:

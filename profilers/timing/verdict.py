@@ -35,6 +35,9 @@ MEASURED = "measured"
 RUN_LINES = 30
 """Lines listed for the run (the costliest)."""
 
+FIRST_LINES = 5
+"""Lines listed for step 0 (``first_step``: what ran before the first step, mostly)."""
+
 
 def _ms(ns: float) -> float:
     return round(ns / 1e6, 6)
@@ -155,6 +158,7 @@ def time_section(clock: StepClock, now_ns: int, gpu_note: str = GPU_NOT_MEASURED
     their measured GPU half where the run has a GPU timeline (``clock.gpu``)."""
     steps = list(clock.steps)
     line = clock.gpu
+    later_gpu = None
     if line is None or not line.anchors:  # no op ran on a GPU: nothing measured there
         run = breakdown(clock.run(now_ns))
         kept = [step_dict(s, clock.start_ns) for s in steps]
@@ -169,6 +173,14 @@ def time_section(clock: StepClock, now_ns: int, gpu_note: str = GPU_NOT_MEASURED
             step_dict(s, clock.start_ns, line.results.get(s.step), pending=s.step >= done)
             for s in steps
         ]
+        if clock.later is not None:
+            later_gpu = line.later(clock.later)
+    extra = {}
+    if clock.later is not None and clock.first is not None:
+        # the per-step figures: step 0 holds the setup before it, apart
+        first_gpu = line.results.get(0) if line is not None else None
+        extra["first_step"] = breakdown(clock.first, first_gpu, max_lines=FIRST_LINES)
+        extra["after_first"] = {"steps": clock.later.step, **breakdown(clock.later, later_gpu)}
     return {
         "clock": "host",
         "gpu": gpu_note,
@@ -177,8 +189,23 @@ def time_section(clock: StepClock, now_ns: int, gpu_note: str = GPU_NOT_MEASURED
         "steps_closed": clock.steps_closed,
         "steps_kept": len(steps),
         "run": run,
+        **extra,
         "steps": kept,
     }
+
+
+def per_step(t: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The breakdown a report's per-step figures come from, and the steps it holds: the
+    steps after the first (``after_first``) where two or more closed, as step 0 also holds
+    what ran before it (imports, building the model) and no step holds the open tail after
+    the last; else the run (0 steps: no step ended, its figures are for the whole run). NB
+    GPU figures predicted for a typical step (``--fake-cuda --gpu``, ``gpu.per_step``) are
+    per step already."""
+    run: dict[str, Any] = t["run"]
+    after = t.get("after_first")
+    if after is not None and int(after.get("steps", 0)) > 0:
+        return after, int(after["steps"])
+    return run, int(t.get("steps_closed", 0))
 
 
 def launch_share(d: dict[str, Any]) -> float:
