@@ -15,7 +15,7 @@ import profilers
 from gpuwatch.report.hints import hints
 from gpuwatch.report.line_costs import cost_words
 from gpuwatch.report.load import problem
-from gpuwatch.report.timeview import time_lines
+from gpuwatch.report.timeview import time_charts, time_lines
 from profilers import Report
 from profilers.diff import run_time
 from profilers.timing.timeline import StepClock
@@ -126,6 +126,12 @@ def test_a_real_setup_before_the_first_step_is_named_and_left_out():
     first = [line for line in lines if line.startswith("step 0 took ")]
     assert len(first) == 1 and lines.index(first[0]) == 1  # right under the verdict
     assert f"; most of it at tests/test_time_honest.py:{line_of('setup')} (" in first[0]
+    # the HTML's bars leave it out too: drawn, it would flatten the later steps' bars
+    fig = time_charts(r)["time"][0]
+    assert list(fig.data[0].x) == ["step 1", "step 2", "step 3"]
+    assert "; step 0 (" in fig.layout.title.text and "with the setup before it) left out" in (
+        fig.layout.title.text
+    )
     # each later step sleeps 20 ms; the per-step figure is one of them, not the setup's share
     # (tolerance: 20 ms of Python and scheduling on a loaded box)
     per = float(r.time["after_first"]["wall_unprofiled_ms"]) / 3

@@ -96,10 +96,14 @@ def test_the_trace_has_a_track_per_cause_and_line_with_each_wait():
     assert len(slices) == 4
 
 
-def test_the_html_draws_a_stacked_bar_per_step():
+def test_the_html_says_the_verdict_and_draws_a_stacked_bar_per_step():
     page = render_html(_report())
     assert '<div id="fig-time"></div>' in page
     assert "Where each step" in page and '"barmode":"stack"' in page
+    # the summary's first lines above the bars, the verdict first
+    verdict = page.index("<div class=verdict><p>sync-bound: 10.0 ms per step over the step after")
+    assert verdict < page.index('<div id="fig-time"></div>')
+    assert "<p>costliest line: train.py:9, 8.0 ms of host time per step" in page[verdict:]
 
 
 def test_the_live_status_line_says_the_last_steps_verdict():

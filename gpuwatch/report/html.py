@@ -21,6 +21,7 @@ from gpuwatch.report.text import (
     simulated_lines,
     used_no_gpu,
 )
+from gpuwatch.report.timeview import time_lines
 from gpuwatch.report.whatif import what_if_html
 from profilers import DIRECTIONS, Report
 
@@ -44,6 +45,7 @@ table{border-collapse:collapse;margin:8px 0 20px;font-size:13px}
 th,td{border-bottom:1px solid #eee;padding:4px 10px;text-align:right;vertical-align:top}
 th{background:#fafafa} td.l,th.l{text-align:left} code{font-family:ui-monospace,monospace;font-size:12px}
 .empty{color:#666;font-style:italic} .hint{color:#8a4b00} .partial{background:#fff3cd;border:1px solid #e0c36c;padding:8px;border-radius:6px}
+.verdict p{margin:4px 0} .verdict p:first-child{font-size:16px;font-weight:600}
 """
 
 
@@ -182,10 +184,19 @@ def kernel_measured(r: Report) -> bool:
     return not r.options.fake_cuda and r.options.kernel_timing_source != "off"
 
 
+def _time_text(r: Report) -> str:
+    """The summary's first lines (the verdict per step, step 0, the costliest line), above the
+    stacked bars."""
+    lines = time_lines(r)
+    if not lines:
+        return ""
+    return "<div class=verdict>" + "".join(f"<p>{_e(line)}</p>" for line in lines) + "</div>"
+
+
 def _body(r: Report, places: dict[str, str]) -> str:
     found = hints(r)
     return f"""{_header(r)}
-{_cards(r)}{places["time"]}
+{_cards(r)}{_time_text(r)}{places["time"]}
 {memory_html(r)}{places["memory"] if memory_title(r) else ""}
 {_copies(r)}
 {comm_html(r)}

@@ -286,9 +286,15 @@ def time_charts(r: Report) -> dict[str, tuple[Any, str]]:
         return {"time": (None, why)}
     import plotly.graph_objects as go
 
+    apart = ""
+    if r.time and first_step_line(r.time) is not None and len(bars) > 1 and bars[0]["step"] == 0:
+        # NB: drawn, its setup would flatten every later step's bar to nothing
+        took = float(r.time["first_step"]["wall_unprofiled_ms"])
+        apart = f"; step 0 ({fmt.duration_ms(took)}, with the setup before it) left out"
+        bars = bars[1:]
     fig = go.Figure()
     xs = [f"step {b['step']}" for b in bars]
-    causes = [c for c in COLORS if any(c in b["ms"] for b in bars)]
+    causes = [c for c in COLORS if any(float(b["ms"].get(c, 0.0)) > 0 for b in bars)]
     for cause in causes:
         fig.add_bar(
             name=CAUSE_NAMES[cause],
@@ -298,7 +304,8 @@ def time_charts(r: Report) -> dict[str, tuple[Any, str]]:
             customdata=[b["verdict"] for b in bars],
             hovertemplate="%{x}: %{y:.2f} ms " + cause + " (%{customdata})<extra></extra>",
         )
-    joules = [(s.get("energy") or {}).get("j") for s in r.time.get("steps", [])] if r.time else []
+    energy = {s["step"]: (s.get("energy") or {}).get("j") for s in (r.time or {}).get("steps", [])}
+    joules = [energy.get(b["step"]) for b in bars]
     if any(j is not None for j in joules):
         fig.add_scatter(
             name="energy (J)",
@@ -319,7 +326,7 @@ def time_charts(r: Report) -> dict[str, tuple[Any, str]]:
         barmode="stack",
         # NB: the detail on a second line: on one line it ran under plotly's toolbar
         title=f"Where each step's time went<br><sub>{where}, {how}; the profiler's own time "
-        "taken out</sub>",
+        f"taken out{apart}</sub>",
         yaxis_title="ms",
         height=360,
         margin={"l": 10, "r": 10, "t": 60, "b": 40},
