@@ -21,6 +21,7 @@ from tests.profiler_helpers import line_of
 class _Samples:
     def __init__(self, samples: list[tuple[int, str]]) -> None:
         self.samples = samples
+        self.learned: dict[tuple[str, str], dict[str, int]] = {}
 
 
 def _line(launch_ns: int) -> LineTime:
@@ -41,7 +42,7 @@ def test_a_gap_goes_to_the_lines_sampled_in_it_each_reading_for_the_time_before_
     ]
     # 10 ms from 0.5 ms, charged to line 7 (the op after it): line 6's readings stand for
     # 0.5 + 2 + 2 ms; line 7's for 2 ms and the 3.5 ms left of the gap after it
-    gaps = [(500_000, 10_500_000, "a.py:7"), (20_000_000, 30_000_000, "a.py:9")]
+    gaps = [(500_000, 10_500_000, "a.py:7", "a.py:5"), (20_000_000, 30_000_000, "a.py:9", "a.py:7")]
     name_gaps(gaps, _Samples(samples), lines, LineTime)  # type: ignore[arg-type]
     assert lines["a.py:6"].launch_ns == 4_500_000
     assert lines["a.py:7"].launch_ns == 12_000_000 - 4_500_000
@@ -50,8 +51,34 @@ def test_a_gap_goes_to_the_lines_sampled_in_it_each_reading_for_the_time_before_
     # one reading: the whole gap, but never more than the charged line holds (its probes may
     # have taken some out)
     lines = {"a.py:7": _line(2_000_000)}
-    name_gaps([(0, 10_000_000, "a.py:7")], _Samples([(5, "a.py:6")]), lines, LineTime)  # type: ignore[arg-type]
+    gap = [(0, 10_000_000, "a.py:7", "a.py:5")]
+    name_gaps(gap, _Samples([(5, "a.py:6")]), lines, LineTime)  # type: ignore[arg-type]
     assert (lines["a.py:7"].launch_ns, lines["a.py:6"].launch_ns) == (0, 2_000_000)
+
+
+def test_a_gap_no_reading_fell_in_takes_the_split_the_same_gap_had_in_earlier_steps() -> None:
+    # a loop: the op at line 5, a 20 ms sleep at line 6, the op at line 7; a reading every
+    # 50 ms falls in the gap of one step in two or three
+    sampler = _Samples([(15_000_000, "a.py:6")])
+    step1 = {"a.py:7": _line(20_000_000)}
+    name_gaps([(10_000_000, 30_000_000, "a.py:7", "a.py:5")], sampler, step1, LineTime)  # type: ignore[arg-type]
+    assert step1["a.py:6"].launch_ns == 20_000_000 and step1["a.py:7"].launch_ns == 0
+    # the next step: no reading in the same gap (24 ms this time), nor in another gap before
+    # line 7 that follows another op (line 3): only the same pair of ops takes the split
+    step2 = {"a.py:7": _line(30_000_000)}
+    gaps = [
+        (60_000_000, 84_000_000, "a.py:7", "a.py:5"),
+        (90_000_000, 96_000_000, "a.py:7", "a.py:3"),
+    ]
+    name_gaps(gaps, sampler, step2, LineTime)  # type: ignore[arg-type]
+    assert step2["a.py:6"].launch_ns == 24_000_000
+    assert step2["a.py:7"].launch_ns == 6_000_000  # the other gap stays where it was
+    # a snapshot (learn=False) uses the splits but adds none
+    fresh = _Samples([(100, "a.py:9")])
+    name_gaps(
+        [(0, 1_000, "a.py:7", "a.py:5")], fresh, {"a.py:7": _line(1_000)}, LineTime, learn=False
+    )  # type: ignore[arg-type]
+    assert fresh.learned == {}
 
 
 def test_the_sampler_reads_the_user_line_a_thread_is_blocked_at() -> None:
@@ -162,3 +189,25 @@ def test_the_sampler_is_ours_and_ends_with_the_profile() -> None:
         assert len(found) == 1
     assert not found[0].is_alive()  # stopped and joined on exit
     assert prof.report().time is not None
+
+
+def test_a_short_sleep_in_a_loop_goes_to_its_line_though_few_readings_fall_in_it() -> None:
+    x = torch.ones(8)
+    slept = 0
+    with profilers.profile() as prof:
+        for _ in range(30):
+            y = x * 2
+            t0 = time.perf_counter_ns()
+            time.sleep(0.02)  # @short
+            slept += time.perf_counter_ns() - t0
+            y = y + 1  # @next_op
+            profilers.step()
+    r = prof.report()
+    assert r.time is not None
+    lines = {d["site"].rsplit(":", 1)[1]: float(d["total_ms"]) for d in r.time["run"]["lines"]}
+    # read every 50 ms while ops flow, so a reading falls in three gaps of 20 ms in five; the
+    # others take the split the same gap had: all but the gaps before the first reading in one.
+    # Tolerance: half the sleeps (fails only where no reading fell in the first 15 gaps, about
+    # 0.6 ** 15 = 0.05% of runs)
+    assert lines.get(str(line_of("short")), 0.0) >= 0.5 * slept / 1e6, lines
+    assert lines.get(str(line_of("next_op")), 0.0) < 0.5 * slept / 1e6, lines

@@ -181,8 +181,9 @@ class StepClock:
         self.replay: Any = None
         """The step replay's records (:class:`profilers.timing.oplog.OpLog`), where the run
         has GPU times for them (CUDA events, or the model of ``--fake-cuda --gpu``)."""
-        self.gaps: list[tuple[int, int, Any]] = []
-        """The open step's long gaps (start, end, the site charged), to be named by samples."""
+        self.gaps: list[tuple[int, int, Any, Any]] = []
+        """The open step's long gaps (start, end, the site charged, the site of the op before
+        it), to be named by samples."""
         self.sampler: Any = None
         """Samples of the profile thread's lines (:class:`profilers.timing.gaps.GapSampler`)."""
         self.gpu: Any = None
@@ -200,7 +201,7 @@ class StepClock:
         """The host's time from ``last_ns`` to ``end_ns``, charged to ``site``, was a long gap:
         noted, for the samples of the profile thread's stack to name at the step's close."""
         if len(self.gaps) < MAX_GAPS:
-            self.gaps.append((self.last_ns, end_ns, site))
+            self.gaps.append((self.last_ns, end_ns, site, self.last_site))
 
     def wait(
         self,
@@ -321,9 +322,12 @@ class StepClock:
     def _named(
         self, lines: dict[str, LineTime], gaps: list[Any] | None = None
     ) -> dict[str, LineTime]:
-        """``lines`` with the long gaps' time moved to the lines sampled in them."""
-        keyed = [(a, b, site_key(s)) for a, b, s in (self.gaps if gaps is None else gaps)]
-        name_gaps(keyed, self.sampler, lines, LineTime)
+        """``lines`` with the long gaps' time moved to the lines sampled in them (``gaps``
+        given: a snapshot, which learns nothing)."""
+        keyed = [
+            (a, b, site_key(s), site_key(p)) for a, b, s, p in (self.gaps if gaps is None else gaps)
+        ]
+        name_gaps(keyed, self.sampler, lines, LineTime, learn=gaps is None)
         return lines
 
     def last_step_end(self) -> int:
@@ -338,7 +342,8 @@ class StepClock:
         if tail > 0:
             key = site_key(self.last_site)
             open_lines.setdefault(key, LineTime()).launch_ns += tail
-        gaps = self.gaps + ([(self.last_ns, now_ns, self.last_site)] if tail > 0 else [])
+        tail_gap = (self.last_ns, now_ns, self.last_site, self.last_site)
+        gaps = self.gaps + ([tail_gap] if tail > 0 else [])
         open_lines = self._named(open_lines, gaps)
         for key, rec in open_lines.items():
             lines.setdefault(key, LineTime()).merge(rec)
