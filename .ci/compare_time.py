@@ -24,11 +24,13 @@ def view(path: str) -> dict[str, Any] | None:
         return None
     idle = statistics.median(s["gpu"]["idle_total_ms"] for s in steps)
     busy = statistics.median(s["gpu"]["busy_ms"] for s in steps)
-    run = t.get("after_first") or t["run"]  # the per-step figures' basis (the summary's)
+    after = t.get("after_first")
+    run = after or t["run"]  # the per-step figures' basis (the summary's)
+    over = "over the steps after the first" if after else "over the run"
     causes = ", ".join(f"{k} {v:.2f} ms" for k, v in run["gpu"]["idle_ms"].items() if v > 0)
     print(
         f"{path}: {run['verdict']}; a step: busy {busy:.3f} ms, idle {idle:.3f} ms "
-        f"(median of {len(steps)}); idle by cause over the steps after the first: {causes}"
+        f"(median of {len(steps)}); idle by cause {over}: {causes}"
     )
     for line in run["gpu"]["idle_lines"][:3]:
         print(f"    {line['ms']:9.2f} ms  {line['cause']:6s} {line['site']}")

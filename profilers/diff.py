@@ -34,11 +34,11 @@ from profilers.budgets import (
     site_label,
     steps_of,
 )
+from profilers.diff_time import line_time_ms, run_time
 from profilers.names import CAUSES, DIRECTIONS
 from profilers.records import Site
 from profilers.report import Report
 from profilers.stats import COMM_OPS, Counted
-from profilers.timing.verdict import per_step
 
 __all__ = ["DIFF_SCHEMA", "LineDiff", "RunDiff", "check_growth", "diff_reports"]
 
@@ -122,6 +122,22 @@ class RunDiff:
     def per_step(self) -> bool:
         return self.before_steps is not None and self.after_steps is not None
 
+    @property
+    def after_first(self) -> bool:
+        """Whether the time figures compared are over the steps after the first: only where
+        both reports have them (an older report's are over its whole run, setup included;
+        the other is then read over its run too)."""
+        return all(r.time is None or "after_first" in r.time for r in (self.before, self.after))
+
+    def run_time(self, side: str) -> dict[str, Any] | None:
+        """:func:`run_time` of one side, over the basis both share."""
+        return run_time(self.before if side == "before" else self.after, self.after_first)
+
+    def line_time_ms(self, side: str, site: Site | None) -> float | None:
+        """:func:`line_time_ms` of one side, over the basis both share."""
+        report = self.before if side == "before" else self.after
+        return line_time_ms(report, site, self.after_first)
+
     def value(
         self, item: LineDiff | None, side: str, name: str, per_step: bool | None = None
     ) -> float:
@@ -167,8 +183,8 @@ class RunDiff:
         return {
             "schema": DIFF_SCHEMA,
             "per_step": self.per_step,
-            "before": _run(self.before, before_path),
-            "after": _run(self.after, after_path),
+            "before": _run(self.before, before_path, self.after_first),
+            "after": _run(self.after, after_path, self.after_first),
             "totals": self.figures(None),
             "lines": [
                 {
@@ -182,8 +198,8 @@ class RunDiff:
                     "before_function": d.before.function if d.before is not None else None,
                     "before_source": d.before.source if d.before is not None else None,
                     "time_ms": {
-                        "before": line_time_ms(self.before, d.before),
-                        "after": line_time_ms(self.after, d.after),
+                        "before": self.line_time_ms("before", d.before),
+                        "after": self.line_time_ms("after", d.after),
                     },
                     **self.figures(d),
                 }
@@ -196,43 +212,10 @@ def _round(v: float) -> float | int:
     return int(v) if v == int(v) and abs(v) < 2**53 else round(v, 6)
 
 
-def run_time(report: Report) -> dict[str, Any] | None:
-    """Where the run's time went, as its report measured it (issue 30's ``time``): the verdict
-    and the step an unprofiled run would take (per step where steps ended, else the whole run);
-    None where it was not measured."""
-    t = report.time
-    if not t:
-        return None
-    run, steps = per_step(t)
-    wall = float(run["wall_unprofiled_ms"])
-    return {
-        "verdict": str(run["verdict"]),
-        "per_step": steps > 0,
-        "ms": round(wall / steps if steps else wall, 6),
-        "measured_on": "gpu" if run.get("gpu") else "host",
-    }
-
-
-def line_time_ms(report: Report, site: Site | None) -> float | None:
-    """The time charged to ``site`` in ``report`` (idle GPU time on a GPU, host time otherwise),
-    per step where steps ended; None where time was not measured."""
-    t = report.time
-    if not t or site is None:
-        return None
-    run, steps = per_step(t)
-    key = f"{site.file}:{site.line}"
-    gpu = run.get("gpu")
-    if gpu:
-        ms = sum(float(d["ms"]) for d in gpu.get("idle_lines", []) if d["site"] == key)
-    else:
-        ms = sum(float(d["total_ms"]) for d in run.get("lines", []) if d["site"] == key)
-    return round(ms / steps if steps else ms, 6)
-
-
-def _run(report: Report, path: str) -> dict[str, Any]:
+def _run(report: Report, path: str, after_first: bool) -> dict[str, Any]:
     fake = report.options.fake_cuda
     return {
-        "time": run_time(report),
+        "time": run_time(report, after_first),
         "path": path,
         "command": list(report.command),
         "started_at": report.started_at,

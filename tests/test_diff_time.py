@@ -57,8 +57,26 @@ def test_a_diff_carries_each_runs_verdict_and_each_lines_time():
     out = io.StringIO()
     Console(file=out, width=200).print(render(diff_reports(slow, fast)))
     said = " ".join(out.getvalue().split())
-    assert "where the time goes (measured on the host): input-bound, " in said
+    assert (
+        "where the time goes (measured on the host, over the steps after the first): "
+        "input-bound, " in said
+    )
     assert "per step → " in said
+    assert before["over"] == after["over"] == "steps after the first"
+    # a report from before after_first (over its whole run) is compared with the other's run
+    older = profilers.Report.from_dict(slow.to_dict())
+    assert older.time is not None
+    older.time.pop("after_first")
+    older.time.pop("first_step")
+    d = diff_reports(older, fast).to_dict()
+    assert d["before"]["time"]["over"] == d["after"]["time"]["over"] == "the run"
+    assert d["after"]["time"]["ms"] == round(
+        float(fast.time["run"]["wall_unprofiled_ms"]) / fast.time["steps_closed"], 6
+    )
+    out = io.StringIO()
+    Console(file=out, width=200).print(render(diff_reports(older, fast)))
+    said = " ".join(out.getvalue().split())
+    assert "where the time goes (measured on the host): input-bound, " in said
 
 
 def test_a_run_that_did_not_measure_time_says_so():

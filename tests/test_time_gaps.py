@@ -13,7 +13,7 @@ import torch
 
 import profilers
 from profilers.counting.sites import UserCode
-from profilers.timing.gaps import GapSampler, name_gaps
+from profilers.timing.gaps import STEP_END, GapSampler, name_gaps
 from profilers.timing.line_time import LineTime
 from tests.profiler_helpers import line_of
 
@@ -21,7 +21,7 @@ from tests.profiler_helpers import line_of
 class _Samples:
     def __init__(self, samples: list[tuple[int, str]]) -> None:
         self.samples = samples
-        self.learned: dict[tuple[str, str], dict[str, int]] = {}
+        self.learned: dict[tuple[str, str, int], tuple[int, dict[str, float]]] = {}
 
 
 def _line(launch_ns: int) -> LineTime:
@@ -56,29 +56,62 @@ def test_a_gap_goes_to_the_lines_sampled_in_it_each_reading_for_the_time_before_
     assert (lines["a.py:7"].launch_ns, lines["a.py:6"].launch_ns) == (0, 2_000_000)
 
 
-def test_a_gap_no_reading_fell_in_takes_the_split_the_same_gap_had_in_earlier_steps() -> None:
+def test_a_gap_no_reading_fell_in_takes_the_split_the_same_gap_had_in_other_steps() -> None:
     # a loop: the op at line 5, a 20 ms sleep at line 6, the op at line 7; a reading every
     # 50 ms falls in the gap of one step in two or three
-    sampler = _Samples([(15_000_000, "a.py:6")])
+    sampler = _Samples([(15_000_000, "a.py:6"), (65_000_000, "a.py:6"), (75_000_000, "a.py:4")])
     step1 = {"a.py:7": _line(20_000_000)}
     name_gaps([(10_000_000, 30_000_000, "a.py:7", "a.py:5")], sampler, step1, LineTime)  # type: ignore[arg-type]
     assert step1["a.py:6"].launch_ns == 20_000_000 and step1["a.py:7"].launch_ns == 0
-    # the next step: no reading in the same gap (24 ms this time), nor in another gap before
-    # line 7 that follows another op (line 3): only the same pair of ops takes the split
-    step2 = {"a.py:7": _line(30_000_000)}
+    # another step's gap: 5 ms to the reading at line 6, 15 ms to and after the one at line 4
+    # (each reading stands for the time since the one before): the mean split is 5/8, 3/8
+    step2 = {"a.py:7": _line(20_000_000)}
+    name_gaps([(60_000_000, 80_000_000, "a.py:7", "a.py:5")], sampler, step2, LineTime)  # type: ignore[arg-type]
+    # the next step: no reading in the same gap (24 ms this time), in a gap before line 7
+    # that follows another op (line 3), in one that ends the step, nor in a 300 ms gap
+    # between the same ops (a checkpoint every tenth step): only the first takes the split
+    step3 = {"a.py:7": _line(400_000_000)}
     gaps = [
-        (60_000_000, 84_000_000, "a.py:7", "a.py:5"),
-        (90_000_000, 96_000_000, "a.py:7", "a.py:3"),
+        (100_000_000, 124_000_000, "a.py:7", "a.py:5"),
+        (130_000_000, 136_000_000, "a.py:7", "a.py:3"),
+        (140_000_000, 146_000_000, "a.py:7", STEP_END),
+        (150_000_000, 450_000_000, "a.py:7", "a.py:5"),
     ]
-    name_gaps(gaps, sampler, step2, LineTime)  # type: ignore[arg-type]
-    assert step2["a.py:6"].launch_ns == 24_000_000
-    assert step2["a.py:7"].launch_ns == 6_000_000  # the other gap stays where it was
+    name_gaps(gaps, sampler, step3, LineTime)  # type: ignore[arg-type]
+    assert step3["a.py:6"].launch_ns == 15_000_000 and step3["a.py:4"].launch_ns == 9_000_000
+    assert step3["a.py:7"].launch_ns == 400_000_000 - 24_000_000
     # a snapshot (learn=False) uses the splits but adds none
     fresh = _Samples([(100, "a.py:9")])
     name_gaps(
         [(0, 1_000, "a.py:7", "a.py:5")], fresh, {"a.py:7": _line(1_000)}, LineTime, learn=False
     )  # type: ignore[arg-type]
     assert fresh.learned == {}
+
+
+def test_a_setup_gap_and_the_loops_gaps_before_the_same_op_are_told_apart() -> None:
+    x = torch.ones(8)
+    slept = 0
+    with profilers.profile() as prof:
+        # read at 5 ms (the sampler's first reading); with the first loop sleep, the first
+        # op's gap is as long as a loop's gap (within a power of two)
+        time.sleep(0.008)  # @setup_sleep
+        for _ in range(40):
+            t0 = time.perf_counter_ns()
+            time.sleep(0.02)  # @loop_sleep
+            slept += time.perf_counter_ns() - t0
+            y = x * 2  # @first_in_loop
+            y = y + 1
+            profilers.step()
+    r = prof.report()
+    assert r.time is not None
+    after = r.time["after_first"]
+    lines = {d["site"].rsplit(":", 1)[1]: float(d["total_ms"]) for d in after["lines"]}
+    # the gap before the loop's first op follows the last op of the step before; the setup's,
+    # as long, followed nothing: its line never runs after step 0, and its split is its own
+    assert str(line_of("setup_sleep")) not in lines, lines
+    # readings fall in a 20 ms gap two steps in five; tolerance: 30% of the sleeps (fails
+    # where no reading fell in the first 28 gaps, about 0.6 ** 28 = 6e-7 of runs)
+    assert lines.get(str(line_of("loop_sleep")), 0.0) >= 0.3 * slept / 1e6, lines
 
 
 def test_the_sampler_reads_the_user_line_a_thread_is_blocked_at() -> None:

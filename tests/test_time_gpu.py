@@ -326,3 +326,37 @@ def test_a_long_step_is_compacted_as_it_resolves_and_stays_exact():
     gpu = run.section()["steps"][0]["gpu"]
     assert round(gpu["busy_ms"], 6) == n * 0.001
     assert round(gpu["idle_ms"]["launch"], 6) == n * 0.001
+
+
+def test_the_per_step_figures_cover_the_same_later_steps_on_host_and_gpu():
+    run = Run()
+    run.op(8, gpu_ms=5, host_ms=1)
+    run.close()  # step 0: 0..1, its GPU work runs to 5
+    run.op(9, gpu_ms=1, host_ms=1)
+    run.close()  # step 1: 1..2, pending too
+    t = run.section()
+    # no step after the first has its GPU half yet: the per-step figures are the run's
+    assert "after_first" not in t and "first_step" not in t
+    run.python(5)  # now 7: steps 0 and 1 are done
+    run.op(10, gpu_ms=50, host_ms=1)
+    run.close()  # step 2: 7..8, its GPU work runs to 57
+    t = run.section()
+    after = t["after_first"]
+    # step 1 only, host and GPU alike (step 2, 2..8, is pending): 1..2, the GPU busy all along
+    # with step 0's work
+    assert after["steps"] == after["gpu"]["steps"] == 1
+    assert after["wall_ms"] == after["gpu"]["wall_ms"] == 1.0 and after["gpu"]["busy_ms"] == 1.0
+    assert t["first_step"]["gpu"]["busy_ms"] == 1.0  # step 0: 0..1, all busy
+    run.python(60)
+    run.close()
+    assert run.section()["after_first"]["steps"] == 3
+
+
+def test_step_0s_gpu_half_outlives_the_newest_steps_kept():
+    run = Run()
+    for _ in range(70):  # more than the 64 steps' figures kept
+        run.op(8, gpu_ms=1, host_ms=2)
+        run.close()
+    t = run.section()
+    assert 0 not in {s["step"] for s in t["steps"]}
+    assert t["first_step"]["gpu"]["busy_ms"] == 1.0 and t["after_first"]["steps"] == 69

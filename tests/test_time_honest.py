@@ -17,7 +17,7 @@ from gpuwatch.report.line_costs import cost_words
 from gpuwatch.report.load import problem
 from gpuwatch.report.timeview import time_charts, time_lines
 from profilers import Report
-from profilers.diff import run_time
+from profilers.diff_time import run_time
 from profilers.timing.timeline import StepClock
 from profilers.timing.verdict import time_section
 from tests import conftest
@@ -93,13 +93,14 @@ def test_the_per_step_figures_leave_out_step_0_and_the_tail_after_the_last_step(
     assert lines[1] == (
         "step 0 took 310.0 ms (measured), 31x a step after it: it holds what ran before the "
         "first step (imports, building the model and the optimizer), left out of the per-step "
-        "figures; most of it at train.py:3 (300.0 ms)"
+        "figures; its costliest line: train.py:3 (300.0 ms, 97%)"
     )
     assert lines[-1] == (
         "costliest line: train.py:7, 10.0 ms of host time per step (100% of the step, measured)"
     )
     assert run_time(r) == {"verdict": "launch-bound", "per_step": True, "ms": 10.0,
-                           "measured_on": "host"}  # fmt: skip
+                           "over": "steps after the first", "measured_on": "host"}  # fmt: skip
+    assert run_time(r, after_first=False)["ms"] == 97.5  # the run: 390 ms over 4 steps
     # a first step like the others: nothing said of it; one step: the run is the only figure
     clock = StepClock(start_ns=0)
     _steps(clock, loop, 10, 3)
@@ -125,7 +126,7 @@ def test_a_real_setup_before_the_first_step_is_named_and_left_out():
     lines = time_lines(r)
     first = [line for line in lines if line.startswith("step 0 took ")]
     assert len(first) == 1 and lines.index(first[0]) == 1  # right under the verdict
-    assert f"; most of it at tests/test_time_honest.py:{line_of('setup')} (" in first[0]
+    assert f"; its costliest line: tests/test_time_honest.py:{line_of('setup')} (" in first[0]
     # the HTML's bars leave it out too: drawn, it would flatten the later steps' bars
     fig = time_charts(r)["time"][0]
     assert list(fig.data[0].x) == ["step 1", "step 2", "step 3"]

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from gpuwatch import _format as fmt
 from profilers.budgets import fmt as count
-from profilers.diff import LineDiff, RunDiff, line_time_ms, run_time
+from profilers.diff import LineDiff, RunDiff
 
 #: Total rows: (measure, label); a row shows when either run has any of it (syncs, copies and
 #: bytes always do).
@@ -201,7 +201,7 @@ def render(diff: RunDiff, paths: tuple[str, str] = ("", ""), top: int = 20) -> R
 def time_line(diff: RunDiff) -> Text | None:
     """``where the time goes: launch-bound, 12.0 ms per step -> input-bound, 8.1 ms per step``
     (measured, as each report says), or None when neither run measured it."""
-    sides = [run_time(diff.before), run_time(diff.after)]
+    sides = [diff.run_time("before"), diff.run_time("after")]
     if sides == [None, None]:
         return None
 
@@ -212,13 +212,22 @@ def time_line(diff: RunDiff) -> Text | None:
         return f"{t['verdict']}, {fmt.duration_ms(float(t['ms']))} {unit}"
 
     where = {t["measured_on"] for t in sides if t is not None}
-    on = "on the GPU" if where == {"gpu"} else "on the host"
-    return Text(f"where the time goes (measured {on}): {said(sides[0])} → {said(sides[1])}")
+    named = sorted({str(t.get("predicted_for")) for t in sides if t and t.get("predicted_for")})
+    if where == {"predicted"}:
+        on = f"PREDICTED for {', '.join(named)}"
+    elif "predicted" in where:
+        on = f"measured on one side, PREDICTED for {', '.join(named)} on the other"
+    else:
+        on = "measured on the GPU" if where == {"gpu"} else "measured on the host"
+    over = {t.get("over") for t in sides if t is not None and t["per_step"]}
+    if over == {"steps after the first"}:
+        on += ", over the steps after the first"
+    return Text(f"where the time goes ({on}): {said(sides[0])} → {said(sides[1])}")
 
 
 def line_time(diff: RunDiff, d: LineDiff) -> Text:
     """The line's time before and after (``-`` where not measured)."""
-    b, a = line_time_ms(diff.before, d.before), line_time_ms(diff.after, d.after)
+    b, a = diff.line_time_ms("before", d.before), diff.line_time_ms("after", d.after)
 
     def ms(v: float | None) -> str:
         return "-" if v is None else fmt.duration_ms(v)

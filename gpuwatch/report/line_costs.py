@@ -60,8 +60,6 @@ def line_costs(r: Report) -> dict[str, tuple[float, float]]:
     gpu = run.get("gpu")
     if gpu and gpu.get("per_step"):  # a typical step replayed: its figures are per step
         steps, total = 1, float(gpu["wall_ms"])
-    elif gpu and run is not t["run"]:  # the steps whose GPU half has come
-        steps = max(1, int(gpu.get("steps") or steps))
     if gpu:
         charged: dict[str, float] = {}
         for d in gpu.get("idle_lines", []):

@@ -4,12 +4,14 @@ Reads ``report.time`` (profilers/timing/verdict.py); a report without it renders
 
 from __future__ import annotations
 
+from statistics import median
 from typing import Any
 
 from gpuwatch import _format as fmt
 from gpuwatch.report.line_costs import cost_text, line_costs, measured_gpu, predicted_gpu
 from gpuwatch.report.whatif import unprofiled_line
 from profilers import Report
+from profilers.timing.timeline import OTHER_LINES
 from profilers.timing.verdict import per_step
 
 CAUSE_NAMES = {
@@ -107,14 +109,15 @@ def time_lines(r: Report) -> list[str]:
 def first_step_line(t: dict[str, Any]) -> str | None:
     """``step 0 took 1.33 s, 58x a step after it: ...``: the first step, which holds what ran
     before it (imports, building the model and optimizer), and the line that cost it most;
-    left out of the per-step figures. None where it was not long (3x a step after it and
-    50 ms longer, or more), or not measured."""
+    left out of the per-step figures. None where it was not long (3x the median later step
+    kept, and 50 ms longer, or more), or not measured."""
     first = t.get("first_step")
     basis, steps = per_step(t)
     if first is None or basis is t["run"] or not steps or predicted_gpu(basis) is not None:
         return None  # NB: predicted, the per-step figures are a typical step's already
     took = float(first["wall_unprofiled_ms"])
-    typical = float(basis["wall_unprofiled_ms"]) / steps
+    kept = [float(s["wall_unprofiled_ms"]) for s in t.get("steps", []) if int(s["step"]) > 0]
+    typical = median(kept) if len(kept) >= 2 else float(basis["wall_unprofiled_ms"]) / steps
     if typical <= 0 or took < 3 * typical or took - typical < 50.0:
         return None
     text = (
@@ -122,10 +125,12 @@ def first_step_line(t: dict[str, Any]) -> str | None:
         "it: it holds what ran before the first step (imports, building the model and the "
         "optimizer), left out of the per-step figures"
     )
-    lines = first.get("lines") or []
-    if lines and float(lines[0]["total_ms"]) > 0:
+    named = [d for d in first.get("lines") or [] if d["site"] != OTHER_LINES]
+    if named and float(named[0]["total_ms"]) > 0:
+        costliest = float(named[0]["total_ms"])
         text += (
-            f"; most of it at {lines[0]['site']} ({fmt.duration_ms(float(lines[0]['total_ms']))})"
+            f"; its costliest line: {named[0]['site']} ({fmt.duration_ms(costliest)}, "
+            f"{100 * costliest / took:.0f}%)"
         )
     return text
 

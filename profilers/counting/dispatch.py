@@ -240,9 +240,9 @@ def dispatch(
         # function) and the op's own run are the line's host work (profilers/timing/).
         rec = clock.lines.get(site) or clock.line(site)
         rec.launch_ns += t_in - clock.last_ns - clock.outside_ns + t_ret - t_call
-        clock.last_site = site
         if t_in - clock.last_ns >= LONG_GAP_NS:  # named by samples (profilers/timing/gaps.py)
-            clock.long_gap(t_in, site)
+            clock.long_gap(t_in, site)  # NB: before last_site moves on (the gap's op before)
+        clock.last_site = site
     # -- what it copied or synced
     found = None
     if (facts.classifier is not None or st.synced) and not st.in_comm:

@@ -50,8 +50,11 @@ MAX_GAPS = 1024
 """Long gaps noted per step (the first; the rest stay charged to the op after them)."""
 
 MAX_LEARNED = 4096
-"""Gaps (a pair of ops) whose split among lines is kept for the steps where no reading fell in
-them (:func:`name_gaps`)."""
+"""Gaps (a pair of ops, a length) whose split among lines is kept for the steps where no
+reading fell in them (:func:`name_gaps`)."""
+
+STEP_END = "<step end>"
+"""What comes before a gap that ends a step (not an op: its line may run ops too)."""
 
 MAX_SAMPLES = 1 << 15
 """Samples kept (the newest: two and a half minutes at :data:`INTERVAL_S`)."""
@@ -77,9 +80,10 @@ class GapSampler:
         """The step clock whose ``last_ns`` (the end of the last op or wait) says whether ops
         flow: then the sampler reads every :data:`SLOW_S` only; None: always every
         ``interval_s``."""
-        self.learned: dict[tuple[str, str], dict[str, int]] = {}
-        """(line of the op before a gap, line charged) -> ns by the lines read in it, summed
-        over the gaps with readings (:func:`name_gaps`)."""
+        self.learned: dict[tuple[str, str, int], tuple[int, dict[str, float]]] = {}
+        """(what came before a gap, the line charged, its length's power of two) -> (gaps
+        with readings, the sum of their splits: the fraction of each gap by line read in it)
+        (:func:`name_gaps`)."""
         self.samples: deque[tuple[int, str]] = deque(maxlen=MAX_SAMPLES)
         """(when, ``file:line``), oldest first (appended by the sampler only: atomic)."""
         self._stop = threading.Event()
@@ -183,37 +187,41 @@ def name_gaps(
     make: Any,
     learn: bool = True,
 ) -> None:
-    """Splits each long gap ``(start_ns, end_ns, file:line charged, file:line of the op before
-    it)`` among the lines sampled in it: moves the others' shares of its time from the charged
-    line's ``launch_ns`` to theirs (in ``lines``, ``file:line`` ->
+    """Splits each long gap ``(start_ns, end_ns, file:line charged, what came before it: the
+    op's line, or STEP_END)`` among the lines sampled in it: moves the others' shares of its
+    time from the charged line's ``launch_ns`` to theirs (in ``lines``, ``file:line`` ->
     :class:`~profilers.timing.timeline.LineTime`, made with ``make()`` where missing).
 
-    A gap no reading fell in takes the split that readings gave the same gap (between the same
-    two ops) in earlier steps, where there is one: a loop's gap recurs each step, and a reading
-    every 50 ms falls in a 20 ms gap two steps in five. ``learn``: the gaps with readings add
-    to those splits (not for a snapshot of the open step)."""
+    A gap no reading fell in takes the split that readings gave the same gap in other steps:
+    between the same two ops and of about its length (within a power of two), the mean of
+    their splits. A loop's gap recurs each step, and a reading every 50 ms falls in a 20 ms
+    gap two steps in five; a branch taken every tenth step (a checkpoint) makes a gap of
+    another length, learned apart. ``learn``: the gaps with readings add to those splits (not
+    for a snapshot of the open step)."""
     if sampler is None or not gaps:
         return
     samples = list(sampler.samples)
     learned = sampler.learned
-    for start, end, charged, before_op in gaps:
+    for start, end, charged, before in gaps:
         rec = lines.get(charged)
         if rec is None:
             continue
         seen = _between(samples, start, end)
-        where = (before_op, charged)
+        where = (before, charged, (end - start).bit_length())
         if seen:
             share = _split(seen, start, end)
             if learn and (where in learned or len(learned) < MAX_LEARNED):
-                into = learned.setdefault(where, {})
+                count, fractions = learned.get(where, (0, {}))
+                fractions = dict(fractions)  # NB: a snapshot on another thread may read it
                 for key, ns in share.items():
-                    into[key] = into.get(key, 0) + ns
+                    fractions[key] = fractions.get(key, 0.0) + ns / (end - start)
+                learned[where] = (count + 1, fractions)
         else:
             known = learned.get(where)
-            if not known:
+            if known is None:
                 continue
-            total = sum(known.values())
-            share = {key: (end - start) * ns // total for key, ns in known.items()}
+            count, fractions = known
+            share = {key: int((end - start) * f / count) for key, f in fractions.items()}
         _move(share, charged, rec, lines, make)
 
 

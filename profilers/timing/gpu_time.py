@@ -40,7 +40,7 @@ from typing import Any
 
 from profilers.timing.idle import GpuInterval, busy_intervals, charge
 from profilers.timing.oplog import KIND, NON_BLOCKING, PINNED, SITE
-from profilers.timing.timeline import LAUNCH, WAITS, HostInterval, StepTime, site_key
+from profilers.timing.timeline import LAUNCH, WAITS, HostInterval, StepTime, merge_lines, site_key
 
 _HELD = frozenset(("h2d", "p2p"))
 """Copies to a GPU (the oplog's kinds) whose interval is copy time when they block the host."""
@@ -113,7 +113,12 @@ class GpuTimeline:
         self.steps_charged = 0
         self._run = _Sums()
         self._later = _Sums()
-        """The steps after the first (:attr:`StepClock.later`)."""
+        """The charged steps after the first with GPU figures (:attr:`StepClock.later`)."""
+        self._later_host: StepTime = StepTime(0, 0, 0, {}, 0, 0, [])
+        """Those same steps' host figures, summed (``step``: how many; ``end_ns``: their
+        walls' sum): a GPU half and its host half always cover the same steps."""
+        self.first_result: dict[str, Any] | None = None
+        """Step 0's GPU figures (kept whatever :attr:`keep` drops)."""
         self._keys: dict[int, str] = {}
         self._compact_at: dict[int, int] = {}
         self._stream_end: dict[int, int] = {}
@@ -195,6 +200,14 @@ class GpuTimeline:
         self._run.add(result)
         if step.step:
             self._later.add(result)
+            host = self._later_host
+            host.step += 1
+            host.end_ns += step.wall_ns
+            host.own_ns += step.own_ns
+            host.ops += step.ops
+            merge_lines(host.lines, step.lines)
+        else:
+            self.first_result = result
         self.results[step.step] = result
         while len(self.results) > self.keep:
             self.results.popitem(last=False)
@@ -253,14 +266,16 @@ class GpuTimeline:
         d["covers_open_step"] = settled
         return d
 
-    def later(self, later: StepTime) -> dict[str, Any] | None:
-        """The figures of the charged steps after the first (None: none is charged yet):
-        ``steps`` says how many, of the ``later.step`` closed."""
+    def later(self) -> tuple[StepTime, dict[str, Any]] | None:
+        """The host and GPU figures of the charged steps after the first that have GPU
+        figures (None: none yet), over the same steps: ``StepTime.step`` says how many."""
         if not self._later.steps:
             return None
-        d = self._later.figures(later.wall_ns)
-        d["steps"] = self._later.steps
-        return d
+        host = self._later_host
+        snapshot = StepTime(host.step, 0, host.end_ns, dict(host.lines), host.own_ns, host.ops, [])
+        d = self._later.figures(host.end_ns)
+        d["steps"] = host.step
+        return snapshot, d
 
     def brief(self, step: int) -> dict[str, Any] | None:
         """A step's busy and idle ms by cause, without its lines (the live view's)."""

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from profilers.timing.gaps import LONG_GAP_NS, MAX_GAPS, name_gaps
+from profilers.timing.gaps import LONG_GAP_NS, MAX_GAPS, STEP_END, name_gaps
 from profilers.timing.line_time import LineTime
 
 INPUT = "input"
@@ -197,11 +197,13 @@ class StepClock:
             found = self.lines[site] = LineTime()
         return found
 
-    def long_gap(self, end_ns: int, site: Any) -> None:
+    def long_gap(self, end_ns: int, site: Any, before: Any = None) -> None:
         """The host's time from ``last_ns`` to ``end_ns``, charged to ``site``, was a long gap:
-        noted, for the samples of the profile thread's stack to name at the step's close."""
+        noted, for the samples of the profile thread's stack to name at the step's close.
+        ``before``: what came before it (default: the last op's site, ``last_site``)."""
         if len(self.gaps) < MAX_GAPS:
-            self.gaps.append((self.last_ns, end_ns, site, self.last_site))
+            where = self.last_site if before is None else before
+            self.gaps.append((self.last_ns, end_ns, site, where))
 
     def wait(
         self,
@@ -271,14 +273,14 @@ class StepClock:
         if gap > 0:
             self.line(self.last_site).launch_ns += gap
             if gap >= LONG_GAP_NS:
-                self.long_gap(now_ns, self.last_site)
+                self.long_gap(now_ns, self.last_site, STEP_END)
         if self.probes:
             self.prober.settle(self)
         lines = self._named(_by_key(self.lines))
         self.gaps = []
         if self.sampler is not None:
             self.sampler.forget(now_ns)
-        _merge(self.run_lines, lines)
+        merge_lines(self.run_lines, lines)
         step = StepTime(
             self.steps_closed,
             self.last_step_end(),
@@ -317,7 +319,7 @@ class StepClock:
         later.end_ns = step.end_ns
         later.own_ns += step.own_ns
         later.ops += step.ops
-        _merge(later.lines, lines)
+        merge_lines(later.lines, lines)
 
     def _named(
         self, lines: dict[str, LineTime], gaps: list[Any] | None = None
@@ -342,7 +344,7 @@ class StepClock:
         if tail > 0:
             key = site_key(self.last_site)
             open_lines.setdefault(key, LineTime()).launch_ns += tail
-        tail_gap = (self.last_ns, now_ns, self.last_site, self.last_site)
+        tail_gap = (self.last_ns, now_ns, self.last_site, STEP_END)
         gaps = self.gaps + ([tail_gap] if tail > 0 else [])
         open_lines = self._named(open_lines, gaps)
         for key, rec in open_lines.items():
@@ -358,9 +360,9 @@ class StepClock:
         )
 
 
-def _merge(into: dict[str, LineTime], lines: dict[str, LineTime]) -> None:
+def merge_lines(into: dict[str, LineTime], lines: dict[str, LineTime]) -> None:
     """Adds ``lines`` to ``into`` (copies where new)."""
-    for key, rec in lines.items():
+    for key, rec in list(lines.items()):
         found = into.get(key)
         if found is None:
             into[key] = rec.copy()

@@ -84,7 +84,8 @@ def breakdown(
     """A step's (or the run's) figures, as the report's JSON holds them. ``gpu``: busy and
     idle by cause from :func:`profilers.timing.idle.charge`, None where not measured."""
     host = dict.fromkeys(CAUSES, 0)
-    for rec in step.lines.values():
+    items = list(step.lines.items())  # NB: a checkpoint's thread may read it while it grows
+    for _key, rec in items:
         for cause in CAUSES:
             host[cause] += rec.ns(cause)
     wall = step.wall_ns
@@ -98,7 +99,7 @@ def breakdown(
     else:
         parts = {cause: ns / 1e6 for cause, ns in host.items()}
     verdict, shares = verdict_of(parts)
-    ranked = sorted(step.lines.items(), key=lambda kv: kv[1].total_ns, reverse=True)
+    ranked = sorted(items, key=lambda kv: kv[1].total_ns, reverse=True)
     d: dict[str, Any] = {
         "measured": MEASURED,
         "wall_ms": _ms(wall),
@@ -114,7 +115,7 @@ def breakdown(
     if taken:
         d["gpu_profiler_ms"] = round(taken, 6)
     if verdict == "launch-bound":
-        d["graph_blockers"] = graph_blockers(step.lines)
+        d["graph_blockers"] = graph_blockers(dict(items))
     return d
 
 
@@ -158,10 +159,13 @@ def time_section(clock: StepClock, now_ns: int, gpu_note: str = GPU_NOT_MEASURED
     their measured GPU half where the run has a GPU timeline (``clock.gpu``)."""
     steps = list(clock.steps)
     line = clock.gpu
-    later_gpu = None
+    later = first = None  # the per-step figures: step 0 holds the setup before it, apart
     if line is None or not line.anchors:  # no op ran on a GPU: nothing measured there
         run = breakdown(clock.run(now_ns))
         kept = [step_dict(s, clock.start_ns) for s in steps]
+        if clock.later is not None and clock.first is not None:
+            later = {"steps": clock.later.step, **breakdown(clock.later)}
+            first = breakdown(clock.first, max_lines=FIRST_LINES)
     else:
         settled = bool(line.settled)
         gpu_note = GPU_MEASURED
@@ -173,14 +177,12 @@ def time_section(clock: StepClock, now_ns: int, gpu_note: str = GPU_NOT_MEASURED
             step_dict(s, clock.start_ns, line.results.get(s.step), pending=s.step >= done)
             for s in steps
         ]
-        if clock.later is not None:
-            later_gpu = line.later(clock.later)
-    extra = {}
-    if clock.later is not None and clock.first is not None:
-        # the per-step figures: step 0 holds the setup before it, apart
-        first_gpu = line.results.get(0) if line is not None else None
-        extra["first_step"] = breakdown(clock.first, first_gpu, max_lines=FIRST_LINES)
-        extra["after_first"] = {"steps": clock.later.step, **breakdown(clock.later, later_gpu)}
+        charged = line.later()
+        if charged is not None and clock.first is not None:
+            # NB: the steps whose GPU half has come, host and GPU alike (none yet: the run)
+            later = {"steps": charged[0].step, **breakdown(*charged)}
+            first = breakdown(clock.first, line.first_result, max_lines=FIRST_LINES)
+    extra = {} if later is None else {"after_first": later, "first_step": first}
     return {
         "clock": "host",
         "gpu": gpu_note,
@@ -194,15 +196,16 @@ def time_section(clock: StepClock, now_ns: int, gpu_note: str = GPU_NOT_MEASURED
     }
 
 
-def per_step(t: dict[str, Any]) -> tuple[dict[str, Any], int]:
+def per_step(t: dict[str, Any], after_first: bool = True) -> tuple[dict[str, Any], int]:
     """The breakdown a report's per-step figures come from, and the steps it holds: the
     steps after the first (``after_first``) where two or more closed, as step 0 also holds
     what ran before it (imports, building the model) and no step holds the open tail after
     the last; else the run (0 steps: no step ended, its figures are for the whole run). NB
     GPU figures predicted for a typical step (``--fake-cuda --gpu``, ``gpu.per_step``) are
-    per step already."""
+    per step already. ``after_first=False``: the run (to compare with an older report, which
+    has no ``after_first``)."""
     run: dict[str, Any] = t["run"]
-    after = t.get("after_first")
+    after = t.get("after_first") if after_first else None
     if after is not None and int(after.get("steps", 0)) > 0:
         return after, int(after["steps"])
     return run, int(t.get("steps_closed", 0))

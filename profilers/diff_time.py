@@ -1,0 +1,57 @@
+"""Where the time went, as a diff compares it (issue 30's ``time`` of each report): the
+verdict and the unprofiled step, and each line's time, per step over the same basis on both
+sides (:attr:`profilers.diff.RunDiff.after_first`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from profilers.records import Site
+from profilers.report import Report
+from profilers.timing.verdict import per_step
+
+
+def run_time(report: Report, after_first: bool = True) -> dict[str, Any] | None:
+    """Where the run's time went, as its report measured it (issue 30's ``time``): the verdict
+    and the step an unprofiled run would take (per step where steps ended, over the steps
+    after the first where ``after_first`` and the report has them, else the whole run); None
+    where it was not measured. Under ``--fake-cuda --gpu`` the GPU's predicted step."""
+    t = report.time
+    if not t:
+        return None
+    run, steps = per_step(t, after_first)
+    gpu = run.get("gpu") or {}
+    if gpu.get("per_step"):  # a typical step, predicted for a named GPU
+        return {
+            "verdict": str(run["verdict"]),
+            "per_step": True,
+            "ms": round(float(gpu["wall_ms"]), 6),
+            "measured_on": "predicted",
+            "predicted_for": str(gpu.get("gpu")),
+        }
+    wall = float(run["wall_unprofiled_ms"])
+    return {
+        "verdict": str(run["verdict"]),
+        "per_step": steps > 0,
+        "over": "steps after the first" if run is not t["run"] else "the run",
+        "ms": round(wall / steps if steps else wall, 6),
+        "measured_on": "gpu" if gpu else "host",
+    }
+
+
+def line_time_ms(report: Report, site: Site | None, after_first: bool = True) -> float | None:
+    """The time charged to ``site`` in ``report`` (idle GPU time on a GPU, host time otherwise),
+    per step where steps ended (see :func:`run_time`); None where time was not measured."""
+    t = report.time
+    if not t or site is None:
+        return None
+    run, steps = per_step(t, after_first)
+    key = f"{site.file}:{site.line}"
+    gpu = run.get("gpu")
+    if gpu:
+        ms = sum(float(d["ms"]) for d in gpu.get("idle_lines", []) if d["site"] == key)
+        if gpu.get("per_step"):  # a typical step's already
+            return round(ms, 6)
+    else:
+        ms = sum(float(d["total_ms"]) for d in run.get("lines", []) if d["site"] == key)
+    return round(ms / steps if steps else ms, 6)
