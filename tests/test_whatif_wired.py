@@ -149,6 +149,9 @@ def test_under_the_fake_gpu_each_op_has_the_models_time():
     # only the replayed steps: the others' host time is the simulation's
     assert r.time["steps"] and all(s["gpu"]["measured"] == "predicted" for s in r.time["steps"])
     assert r.time["gpu"].startswith("PREDICTED for H100-SXM")
+    # the per-step figures' basis, the steps after the first, is the same typical step
+    assert r.time["after_first"]["gpu"] == run["gpu"]
+    assert r.time["after_first"]["verdict"] == run["verdict"]
     first = time_lines(r)[0]
     assert first.startswith(f"PREDICTED for H100-SXM: {run['verdict']}: ")
     w = r.what_if
