@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -114,6 +116,21 @@ def test_a_setup_gap_and_the_loops_gaps_before_the_same_op_are_told_apart() -> N
     assert lines.get(str(line_of("loop_sleep")), 0.0) >= 0.3 * slept / 1e6, lines
 
 
+@contextmanager
+def _thread(target: Any, here: threading.Event, go: threading.Event) -> Iterator[int]:
+    """``target`` on a thread of its own, once it has set ``here``: its ident; ``go`` is set
+    and the thread joined when the block ends."""
+    t = threading.Thread(target=target)
+    t.start()
+    try:
+        assert here.wait(10)
+        assert t.ident is not None
+        yield t.ident
+    finally:
+        go.set()
+        t.join()
+
+
 def test_the_sampler_reads_the_user_line_a_thread_is_blocked_at() -> None:
     here = threading.Event()
     go = threading.Event()
@@ -122,20 +139,13 @@ def test_the_sampler_reads_the_user_line_a_thread_is_blocked_at() -> None:
         here.set()
         go.wait()  # @blocked
 
-    t = threading.Thread(target=blocked)
-    t.start()
-    try:
-        assert here.wait(10)
-        assert t.ident is not None
-        sampler = GapSampler(UserCode(), t.ident)
+    with _thread(blocked, here, go) as ident:
+        sampler = GapSampler(UserCode(), ident)
         for _ in range(100):  # NB: until it is inside go.wait(), not a fixed sleep
             sampler.sample()
             if sampler.samples and sampler.samples[-1][1].endswith(f":{line_of('blocked')}"):
                 break
         assert sampler.samples[-1][1] == f"tests/test_time_gaps.py:{line_of('blocked')}"
-    finally:
-        go.set()
-        t.join()
 
 
 class _Kept:
@@ -168,18 +178,11 @@ def test_a_reading_keeps_no_frame_of_the_thread_alive_while_it_looks_up_a_file()
                 returned.wait(10)
             return super()._decide(filename)
 
-    t = threading.Thread(target=thread)
-    t.start()
-    try:
-        assert here.wait(10)
-        assert t.ident is not None
-        sampler = GapSampler(SlowUser(), t.ident)
+    with _thread(thread, here, go) as ident:
+        sampler = GapSampler(SlowUser(), ident)
         sampler.sample()
         assert returned.is_set() and freed == [True]
         assert sampler.samples[-1][1] == f"tests/test_time_gaps.py:{line_of('held')}"
-    finally:
-        go.set()
-        t.join()
 
 
 def _lines(r: profilers.Report) -> dict[str, float]:
