@@ -302,7 +302,7 @@ def _rewrap(args: tuple[Any, ...], positions: tuple[int, ...]) -> tuple[Any, ...
     out = list(args)
     base = args[0] if isinstance(args[0], torch.Tensor) else None
     for i in positions:
-        v = out[i] if i < len(out) else None
+        v: Any = out[i] if i < len(out) else None
         if type(v) in _WRAPPED_DTYPES:
             dtype = base.dtype if base is not None and i > 0 else _WRAPPED_DTYPES[type(v)]
             # NB: scalar_tensor, 2.3x cheaper than torch.tensor (which our factory patch
