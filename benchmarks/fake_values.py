@@ -45,7 +45,7 @@ def plain() -> Iterator[None]:
 
 @contextlib.contextmanager
 def simulated(values: str) -> Iterator[None]:
-    with fake_cuda(1, values), profilers.profile(kernel_timing=False, count_ops=True):
+    with fake_cuda(1, values=values), profilers.profile(kernel_timing=False, count_ops=True):
         yield
 
 
