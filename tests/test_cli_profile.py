@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -288,6 +289,7 @@ def test_html_report_renders_offline_in_a_real_browser(tmp_path):
             bars = page.query_selector_all("#fig-bytes .bars .point")
             pwned = page.evaluate("window.__pwned === 1")
             title = page.title()
+            verdict = page.inner_text(".verdict p")  # the summary's first time line, shown
             page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         finally:
             browser.close()
@@ -295,6 +297,8 @@ def test_html_report_renders_offline_in_a_real_browser(tmp_path):
     assert requests == [(tmp_path / "r.html").as_uri()]  # self-contained: nothing fetched
     assert problems == [] and not pwned
     assert title == "gpuwatch profile: train.py"
+    assert re.match(r"(input|sync|copy|comm|launch)-bound: \S+ \S+ (per step|in all), ", verdict)
+    assert verdict.endswith("of the host's time (GPU not measured)"), verdict
 
 
 def test_gpu_stats_follow_the_gpus_the_script_used(monkeypatch):
