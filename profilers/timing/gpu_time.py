@@ -40,7 +40,7 @@ from typing import Any
 
 from profilers.timing.idle import GpuInterval, busy_intervals, charge
 from profilers.timing.oplog import KIND, NON_BLOCKING, PINNED, SITE
-from profilers.timing.timeline import LAUNCH, WAITS, HostInterval, StepTime, merge_lines, site_key
+from profilers.timing.timeline import LAUNCH, WAITS, HostInterval, StepTime, site_key
 
 _HELD = frozenset(("h2d", "p2p"))
 """Copies to a GPU (the oplog's kinds) whose interval is copy time when they block the host."""
@@ -200,12 +200,7 @@ class GpuTimeline:
         self._run.add(result)
         if step.step:
             self._later.add(result)
-            host = self._later_host
-            host.step += 1
-            host.end_ns += step.wall_ns
-            host.own_ns += step.own_ns
-            host.ops += step.ops
-            merge_lines(host.lines, step.lines)
+            self._later_host.add(step, step.lines)
         else:
             self.first_result = result
         self.results[step.step] = result

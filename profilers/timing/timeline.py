@@ -93,6 +93,15 @@ class StepTime:
     def wall_ns(self) -> int:
         return self.end_ns - self.start_ns
 
+    def add(self, step: StepTime, lines: dict[str, LineTime]) -> None:
+        """Adds a closed ``step`` (``lines``: its lines) to this sum of steps: ``step`` counts
+        them, ``end_ns`` moves on by their walls."""
+        self.step += 1
+        self.end_ns += step.wall_ns
+        self.own_ns += step.own_ns
+        self.ops += step.ops
+        merge_lines(self.lines, lines)
+
 
 def site_key(site: Any) -> str:
     """``file:line`` of a line's accumulator (the key the report's timeline uses too)."""
@@ -293,7 +302,9 @@ class StepClock:
         )
         self.steps.append(step)
         if self.steps_closed:
-            self._add_later(step, lines)
+            if self.later is None:
+                self.later = StepTime(0, step.start_ns, step.start_ns, {}, 0, 0, [])
+            self.later.add(step, lines)
         else:
             self.first = step
         if self.gpu is not None:
@@ -309,17 +320,6 @@ class StepClock:
         self.last_ns = now_ns if reopen is None else reopen()
         self.own_ns = self.last_ns - now_ns
         return step
-
-    def _add_later(self, step: StepTime, lines: dict[str, LineTime]) -> None:
-        """Adds the closed ``step`` (``lines``: all of them) to :attr:`later`."""
-        later = self.later
-        if later is None:
-            later = self.later = StepTime(0, step.start_ns, step.end_ns, {}, 0, 0, [])
-        later.step += 1
-        later.end_ns = step.end_ns
-        later.own_ns += step.own_ns
-        later.ops += step.ops
-        merge_lines(later.lines, lines)
 
     def _named(
         self, lines: dict[str, LineTime], gaps: list[Any] | None = None
