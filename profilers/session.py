@@ -138,7 +138,9 @@ class Profile:
             # What this thread runs inside while it counts: the mode, or the fast path's key.
             counts = per_thread()
             if timed:
-                recorder.step_clock = start_clock(recorder, self.options.time_steps)
+                recorder.step_clock = start_clock(
+                    recorder, self.options.time_steps, per_thread if counting == "copies" else None
+                )
                 sample_gaps(stack, recorder.step_clock, recorder.user)  # their lines named
                 self._log = start_log(stack, recorder, recorder.step_clock, self.options.gpu)
                 if self.options.gpu is None and simulated_gpus() is None:

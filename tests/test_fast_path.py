@@ -218,3 +218,67 @@ def test_the_cli_says_ops_were_not_counted_and_counts_them_with_count_ops(tmp_pa
             assert "ops: not counted    kernel time: not timed" in proc.stderr
         else:
             assert report.totals.ops >= 4  # randn, mm, sum, _local_scalar_dense
+
+
+# A Python number in CPU arithmetic reaches the fast path as a cast (``_to_copy``) of a wrapped
+# number to the tensor's dtype; most are made at once (no redispatch), the rest run as the op.
+NUMBERS = [
+    (torch.float32, 1),
+    (torch.float32, 0.1),
+    (torch.float32, True),
+    (torch.float32, 1e39),  # the cast gives inf, making the number would raise: the op runs
+    (torch.float32, float("nan")),
+    (torch.float32, float("inf")),
+    (torch.float32, 1j),
+    (torch.float64, 0.1),
+    (torch.float16, 1e6),
+    (torch.bfloat16, 0.1),
+    (torch.uint8, 300),  # wraps to 44 in the cast
+    (torch.uint8, -1),
+    (torch.int8, -129),
+    (torch.int16, 5),
+    (torch.int32, 2**40),
+    (torch.int32, True),
+    (torch.int64, 2**62),
+    (torch.bool, 1),
+    (torch.complex64, 1.5),
+    (torch.complex64, 1j),
+]
+
+
+def test_arithmetic_with_python_numbers_gives_what_it_gives_without_the_profiler():
+    def run() -> list[object]:
+        out: list[object] = []
+        for dtype, number in NUMBERS:
+            for op in (torch.add, torch.mul, torch.sub, torch.div):
+                try:
+                    r = op(torch.ones(2, dtype=dtype), number)
+                    out.append((r.dtype, r.tolist()))
+                except RuntimeError as exc:  # torch's own refusal, the same with us
+                    out.append(str(exc))
+        return out
+
+    plain = run()
+    with profilers.profile(kernel_timing=False) as prof:
+        fast = run()
+    assert prof.report().options.counting == "copies"
+    assert repr(fast) == repr(plain)  # NB: repr: NaN != NaN
+
+
+def test_a_number_cast_is_made_directly_only_where_that_is_the_casts_exact_result():
+    cast = _kernels._cast_number
+    made = cast(0.1, {"dtype": torch.float32})
+    assert (
+        made is not None and made.dtype == torch.float32 and made.item() == torch.tensor(0.1).item()
+    )
+    assert cast(7, {"dtype": torch.int32}).item() == 7  # type: ignore[union-attr]
+    assert cast(2.5, {}).dtype == torch.float64  # type: ignore[union-attr]  # its own dtype
+    for number, kwargs in [
+        (300, {"dtype": torch.uint8}),  # the cast wraps it
+        (1e39, {"dtype": torch.float32}),  # the cast rounds it to inf
+        (float("nan"), {"dtype": torch.float32}),
+        (0.1, {"dtype": torch.float16}),
+        (1, {"dtype": torch.float32, "device": torch.device("meta")}),
+        (1, {"dtype": torch.float32, "pin_memory": True}),
+    ]:
+        assert cast(number, kwargs) is None, (number, kwargs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import ExitStack
 from typing import Any
 
 import torch
@@ -15,7 +16,11 @@ from torch.utils.data import DataLoader, Dataset
 import profilers
 from gpuwatch.report.load import problem
 from profilers import Report
-from profilers.timing.charge import charge_transfer, timed_on_fast_path
+from profilers.counting.kernels import CountingKernels
+from profilers.counting.recorder import Recorder
+from profilers.counting.sites import UserCode
+from profilers.timing.calibrate import start_clock
+from profilers.timing.charge import charge_transfer, timed_on_fast_path, untimed
 from profilers.timing.timeline import COPY, INPUT, SYNC, UNATTRIBUTED, StepClock
 from profilers.timing.verdict import breakdown, step_dict
 
@@ -241,3 +246,51 @@ def test_on_the_fast_path_a_counted_wait_keeps_its_line_and_the_rest_has_none():
     # The host work before and after it has no line there: 1000 + 380.
     assert step.lines[UNATTRIBUTED].launch_ns == 1380 and step.own_ns == 20
     assert [w.kind for w in step.waits] == [COPY]
+
+
+def test_on_the_fast_path_calls_it_takes_and_does_not_count_are_the_profilers_own_time():
+    clock = StepClock(start_ns=0, lines_measured=False, outside_ns=50)
+    # A Python number's cast entered the kernel at 1000 and left at 1200: its 200 ns and the
+    # 50 around the kernel are ours; a copy then reached its kernel at 2000 (ran to 2600).
+    untimed(clock, 200, 1200)
+    copy = profilers.Transfer("h2d", 64, True, False, None, "cpu", "cuda:0")
+    timed_on_fast_path(clock, _Site(21), copy, 2000, 2010, 2600, 2620)
+    # Never more than the whole gap: a call of 900 ns and 50 around it, 400 ns after the last.
+    untimed(clock, 900, 3020)
+    step = clock.close(4000)
+    # ours: 250 + (50 around the copy's kernel + 10 + 20) + 400
+    assert step.own_ns == 730
+    # the script's host work with no line: 2000 - 250 - 50 before the copy, 4000 - 3020 after
+    assert step.lines[UNATTRIBUTED].launch_ns == 1700 + 980
+    assert step.lines["train.py:21"].copy_ns == 590
+
+
+def test_the_fast_paths_calls_on_python_numbers_are_taken_out_of_the_stated_step(monkeypatch):
+    from profilers.timing import calibrate
+
+    # The cost around each call, as calibrated, fixed at a known 2 µs (of about 10 on this
+    # box, the rest timed in the kernel): 100 calls a step
+    monkeypatch.setattr(calibrate, "fast_path_outside_ns", lambda *a, **k: 2_000)
+    with profilers.profile(kernel_timing=False) as prof:
+        for _ in range(3):
+            y = torch.ones(8)
+            for _ in range(100):
+                y = y + 1  # the cast of 1 to float32: a call the fast path takes
+            profilers.step()
+    time_ = prof.report().time
+    assert time_ is not None
+    for step in time_["steps"][1:]:
+        # at least the 0.2 ms known; the rest is the kernel's own timed run (a few µs a call)
+        assert 0.2 <= step["wall_ms"] - step["wall_unprofiled_ms"] < step["wall_ms"]
+
+
+def test_the_fast_paths_cost_around_a_call_is_calibrated_where_it_runs():
+    recorder = Recorder(UserCode(), kernel_timing=False)
+    recorder.counting = "copies"
+    kernels = CountingKernels(recorder)
+    with ExitStack() as stack:
+        kernels.install(stack)
+        clock = start_clock(recorder, 4, kernels.on_thread)
+        off = start_clock(recorder, 4)  # the key never on: nothing reached the kernel
+    # a call boxed into Python and back: more than nothing, less than a sleep (2-core box: ~5 µs)
+    assert 100 < clock.outside_ns < 200_000 and off.outside_ns == 0

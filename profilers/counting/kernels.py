@@ -35,7 +35,7 @@ from profilers.counting.recorder import Recorder
 from profilers.counting.threads import ThreadState
 from profilers.memory.failure import failed_here
 from profilers.registry import switch
-from profilers.timing.charge import timed_on_fast_path
+from profilers.timing.charge import timed_on_fast_path, untimed
 from profilers.torch_private import (
     OpOverload,
     composite_implicit,
@@ -198,6 +198,7 @@ class CountingKernels:
         exclude = exclude_dispatch_key_guard
         getframe = sys._getframe
         is_item = name == "_local_scalar_dense.default"
+        is_cast = name == "_to_copy.default"
 
         def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
             enter = _ns()
@@ -207,10 +208,19 @@ class CountingKernels:
                     # A Python number torch made a tensor (CPU arithmetic casting its scalar):
                     # never a transfer, so run, uncounted, as the mode never sees it either.
                     if is_item:
-                        return args[0]  # a number's .item(): the number itself
-                    with exclude(key):
+                        out = args[0]  # a number's .item(): the number itself
+                    elif is_cast and i == 0:
+                        out = _cast_number(args[0], kwargs)
+                    else:
+                        out = None
+                    if out is None:
                         args = _rewrap(args, tensor_args)
-                        return redispatch(ks, *args, **kwargs)
+                        start = _ns()
+                        with exclude(key):
+                            out = redispatch(ks, *args, **kwargs)
+                        enter += _ns() - start  # NB: the op's own run is the script's time
+                    _untimed(recorder, enter)
+                    return out
             start = _ns()
             with exclude(key):  # what the op calls inside is its own business
                 try:
@@ -226,6 +236,7 @@ class CountingKernels:
             try:
                 found = rule(args, kwargs, out, recorder.is_pinned)
                 if found is None:
+                    _untimed(recorder, enter + end - start)
                     return out
                 try:
                     st: ThreadState = recorder.local.s
@@ -309,6 +320,49 @@ def _rewrap(args: tuple[Any, ...], positions: tuple[int, ...]) -> tuple[Any, ...
             # wraps too); on the CPU whatever the default device (a wrapped number's place)
             out[i] = torch.scalar_tensor(v, dtype=dtype, device=_CPU)
     return tuple(out)
+
+
+def _untimed(recorder: Recorder, enter_ns: int) -> None:
+    """The calling thread's step clock, if it has one, takes the time since ``enter_ns`` (and
+    the cost around the kernel) out of its gap: an intercepted call that counted nothing."""
+    st: ThreadState | None = getattr(recorder.local, "s", None)
+    clock = None if st is None else st.clock
+    if clock is not None:
+        now = _ns()
+        untimed(clock, now - enter_ns, now)
+
+
+_INT_RANGES: dict[torch.dtype, tuple[int, int]] = {
+    dt: (torch.iinfo(dt).min, torch.iinfo(dt).max)
+    for dt in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+}
+
+_FLOAT32_MAX = torch.finfo(torch.float32).max
+
+
+def _cast_number(v: Any, kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """The 0-dim CPU tensor that ``_to_copy`` makes of the wrapped number ``v`` (CPU arithmetic
+    casting a Python number to its tensor's dtype: ``y + 1`` on float32), made at once where
+    that is exactly the cast's result: the op's redispatch and the rewrap cost 12 µs of the
+    20 µs such a call spent here. None: anywhere else (another device, a pinned result, a
+    value the cast wraps or rounds to infinity, where making the number checks for overflow
+    and raises), where the op runs."""
+    device = kwargs.get("device")
+    if (device is not None and device.type != "cpu") or kwargs.get("pin_memory"):
+        return None
+    kind = type(v)
+    dtype = kwargs.get("dtype") or _WRAPPED_DTYPES[kind]
+    if kind is complex:
+        exact = dtype == torch.complex128
+    elif dtype == torch.float64:
+        exact = True
+    elif dtype == torch.float32:
+        exact = kind is not float or -_FLOAT32_MAX <= v <= _FLOAT32_MAX  # NB: False for NaN
+    else:
+        bounds = _INT_RANGES.get(dtype)
+        exact = kind is not float and bounds is not None and bounds[0] <= v <= bounds[1]
+        exact = exact or (dtype == torch.bool and kind is bool)
+    return torch.scalar_tensor(v, dtype=dtype, device=_CPU) if exact else None
 
 
 def _tracing() -> bool:

@@ -14,6 +14,10 @@ such ops. So each op is also probed where it is first seen at a line (:class:`Pr
 arguments run bare and under a scratch mode, the difference less the scratch hot path's own time
 is that op's cost outside the hot path, and the step clock charges it to the profiler's own time
 for every run of that op at that line (:meth:`profilers.timing.timeline.StepClock.settle`).
+
+The fast path (profilers/counting/kernels.py) times its kernels too, and has the same blind spot
+around each call it takes: :func:`fast_path_outside_ns` measures it on a Python number's cast,
+the call it takes most often without counting anything.
 """
 
 from __future__ import annotations
@@ -97,6 +101,53 @@ def outside_cost_ns(
     if best_bare is None or best_profiled is None:
         return 0
     return max(0, (best_profiled - best_bare) // seen)
+
+
+CASTS = 50
+"""Python numbers added per round of the fast path's calibration (a millisecond or less)."""
+
+
+def fast_path_outside_ns(
+    recorder: Any, key_on: Callable[[], Any], rounds: int = ROUNDS, casts: int = CASTS
+) -> int:
+    """Nanoseconds per call the fast path takes (profilers/counting/kernels.py) that its kernel
+    cannot time itself: the dispatcher boxing the call into Python and back. Measured as the
+    mode's is (:func:`outside_cost_ns`): a float32 tensor plus a Python int, whose cast of the
+    number is a call the fast path takes and does not count, run bare and with the key on
+    (``key_on()``) in short alternating rounds, less what the kernel timed of itself (on a
+    scratch clock on this thread), the least of each kind. 0 where no call reached it."""
+    from profilers.timing.timeline import StepClock
+
+    now = time.perf_counter_ns
+    a = torch.ones(4)
+
+    def add_numbers() -> None:
+        for _ in range(casts):
+            a + 1
+
+    state = recorder.state()
+    with key_on():
+        add_numbers()  # warms the kernel's first call
+    best_bare: int | None = None
+    best_keyed: int | None = None
+    for _ in range(rounds):
+        t0 = now()
+        add_numbers()
+        bare = now() - t0
+        clock = StepClock(now())
+        state.clock = clock
+        with key_on():
+            t0 = now()
+            add_numbers()
+            keyed = now() - t0 - clock.own_ns
+        state.clock = None
+        if clock.own_ns == 0:
+            return 0  # the calls never reached the kernel (a Python mode above the key)
+        best_bare = bare if best_bare is None else min(best_bare, bare)
+        best_keyed = keyed if best_keyed is None else min(best_keyed, keyed)
+    if best_bare is None or best_keyed is None:
+        return 0
+    return max(0, (best_keyed - best_bare) // casts)
 
 
 PROBE_ROUNDS = 5
@@ -286,10 +337,11 @@ def probe_args(func: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
     return tuple(args), kwargs
 
 
-def start_clock(recorder: Any, keep: int) -> Any:
+def start_clock(recorder: Any, keep: int, key_on: Callable[[], Any] | None = None) -> Any:
     """The step clock of a profile about to start on this thread: calibrated (the dispatch
-    mode only: the fast path's own time is all measured where it runs), set on this thread's
-    state. Call it before the profile's mode is entered."""
+    mode's cost outside its hot path, with each op probed on the CPU; the fast path's cost
+    around each call it takes, ``key_on`` switching its key on), set on this thread's state.
+    Call it before the profile's mode is entered (or the fast path's key switched on)."""
     from profilers.counting.mode import ProfilerMode
     from profilers.counting.recorder import Recorder
     from profilers.timing.timeline import StepClock
@@ -309,6 +361,8 @@ def start_clock(recorder: Any, keep: int) -> Any:
             prober = Prober(ProfilerMode(scratch), scratch)
             prober.backward_of = recorder
             prober.scale_to(outside)
+    elif key_on is not None:
+        outside = fast_path_outside_ns(recorder, key_on)
     clock = StepClock(
         time.perf_counter_ns(), keep=keep, outside_ns=outside, lines_measured=every_op
     )
