@@ -32,7 +32,7 @@ def _line(launch_ns: int) -> LineTime:
     return rec
 
 
-def test_a_gap_goes_to_the_lines_sampled_in_it_each_reading_for_the_time_before_it() -> None:
+def test_a_gap_goes_to_the_lines_sampled_in_it_each_reading_for_the_time_nearest_it() -> None:
     lines = {"a.py:7": _line(12_000_000), "a.py:9": _line(1_000)}
     samples = [
         (500, "a.py:3"),  # before the gap: not its
@@ -42,12 +42,13 @@ def test_a_gap_goes_to_the_lines_sampled_in_it_each_reading_for_the_time_before_
         (7_000_000, "a.py:7"),  # the charged line's own share stays
         (11_000_000, "a.py:2"),  # after it
     ]
-    # 10 ms from 0.5 ms, charged to line 7 (the op after it): line 6's readings stand for
-    # 0.5 + 2 + 2 ms; line 7's for 2 ms and the 3.5 ms left of the gap after it
+    # 10 ms from 0.5 ms, charged to line 7 (the op after it): each reading stands for the
+    # time nearer to it: line 6's from the gap's start to 6 ms (midway to line 7's reading),
+    # line 7's from there to the gap's end
     gaps = [(500_000, 10_500_000, "a.py:7", "a.py:5"), (20_000_000, 30_000_000, "a.py:9", "a.py:7")]
     name_gaps(gaps, _Samples(samples), lines, LineTime)  # type: ignore[arg-type]
-    assert lines["a.py:6"].launch_ns == 4_500_000
-    assert lines["a.py:7"].launch_ns == 12_000_000 - 4_500_000
+    assert lines["a.py:6"].launch_ns == 5_500_000
+    assert lines["a.py:7"].launch_ns == 12_000_000 - 5_500_000
     assert lines["a.py:9"].launch_ns == 1_000  # no reading inside: it stays where it was
     assert "a.py:3" not in lines and "a.py:2" not in lines
     # one reading: the whole gap, but never more than the charged line holds (its probes may
@@ -65,8 +66,8 @@ def test_a_gap_no_reading_fell_in_takes_the_split_the_same_gap_had_in_other_step
     step1 = {"a.py:7": _line(20_000_000)}
     name_gaps([(10_000_000, 30_000_000, "a.py:7", "a.py:5")], sampler, step1, LineTime)  # type: ignore[arg-type]
     assert step1["a.py:6"].launch_ns == 20_000_000 and step1["a.py:7"].launch_ns == 0
-    # another step's gap: 5 ms to the reading at line 6, 15 ms to and after the one at line 4
-    # (each reading stands for the time since the one before): the mean split is 5/8, 3/8
+    # another step's gap: its first 10 ms nearer the reading at line 6, its last 10 ms nearer
+    # the one at line 4: the mean split of the two gaps is 3/4, 1/4
     step2 = {"a.py:7": _line(20_000_000)}
     name_gaps([(60_000_000, 80_000_000, "a.py:7", "a.py:5")], sampler, step2, LineTime)  # type: ignore[arg-type]
     # the next step: no reading in the same gap (24 ms this time), in a gap before line 7
@@ -80,7 +81,7 @@ def test_a_gap_no_reading_fell_in_takes_the_split_the_same_gap_had_in_other_step
         (150_000_000, 450_000_000, "a.py:7", "a.py:5"),
     ]
     name_gaps(gaps, sampler, step3, LineTime)  # type: ignore[arg-type]
-    assert step3["a.py:6"].launch_ns == 15_000_000 and step3["a.py:4"].launch_ns == 9_000_000
+    assert step3["a.py:6"].launch_ns == 18_000_000 and step3["a.py:4"].launch_ns == 6_000_000
     assert step3["a.py:7"].launch_ns == 400_000_000 - 24_000_000
     # a snapshot (learn=False) uses the splits but adds none
     fresh = _Samples([(100, "a.py:9")])

@@ -211,6 +211,20 @@ def test_a_host_loop_of_known_cost_is_launch_bound_at_its_lines():
         assert step["graph_blockers"] == []
 
 
+def test_on_the_fast_path_the_lines_of_host_work_come_from_the_stack_sampler():
+    with profilers.profile(kernel_timing=False) as prof:
+        spin, op = _spin_steps(4)
+    time_ = prof.report().time
+    assert time_ is not None and time_["lines_measured"] is False
+    for step in time_["steps"][1:]:  # the first step also holds the profile's start
+        assert step["verdict"] == "launch-bound"
+        ms = {d["site"].rsplit(":", 1)[-1]: d["launch_ms"] for d in step["lines"]}
+        # tolerance 10%: the stretch from the last reading to the op may go elsewhere (the
+        # readings come every 10 ms), as may the op's cast of 1 (ours) and its launch
+        assert sum(ms.get(str(n), 0.0) for n in spin) >= 0.9 * SPIN_S * 1000, (ms, spin, op)
+        assert ms.get("(between counted ops)", 0.0) <= 0.1 * SPIN_S * 1000
+
+
 def test_the_fast_path_keeps_the_host_half():
     loader = DataLoader(_Sleepy(3, SLEEP_S), batch_size=1)
     model = torch.nn.Linear(4, 4)

@@ -7,8 +7,8 @@ forward at line 7; the optimizer built at line 3 (a second and more, importing w
 to the first ``torch.randn`` of the loop. So the dispatch mode notes each gap of the profile's
 thread longer than :data:`LONG_GAP_NS` (one comparison per op), and a sampler thread reads that
 thread's innermost user frame. When a step closes, each noted gap is split among the lines its
-readings saw, each reading standing for the time since the one before it (the last also for the
-rest of the gap); the line that was charged keeps its own readings' share, and a gap with no
+readings saw, each reading standing for the time nearer to it than to the others (the first
+from the gap's start, the last to its end); the line that was charged keeps its own readings' share, and a gap with no
 reading inside stays where it was.
 
 Cost: each reading holds the GIL for 4-22 µs (a deeper stack costs more), and the script waits
@@ -23,6 +23,12 @@ gap recurs each step. Without such a step it stays with the op after it. Waking 
 to check whether an op ended costs as much as a reading (the GIL handed over each time: 1.08x
 against 1.02x for the 50 ms rate, one run of 8 rounds). Measured A/B:
 ``benchmarks/gap_sampler.py``.
+
+On the fast path (profilers/counting/kernels.py) only the counted ops reach Python, so the clock
+has no line for the host work between them: every such stretch is a gap, and the sampler reads
+at a steady :data:`FAST_PATH_S` (ops flowing or not: it cannot tell). The lines are then a
+sampling profiler's: exact for a long stretch, and over many steps for short ones (a gap with no
+reading takes the split learned from gaps of its length).
 """
 
 from __future__ import annotations
@@ -45,6 +51,10 @@ INTERVAL_S = 0.005
 
 SLOW_S = 0.05
 """How often it reads it while ops flow (no gap in progress at its last two readings)."""
+
+FAST_PATH_S = 0.01
+"""How often it reads it on the fast path (profilers/counting/kernels.py), where the host's work
+between counted ops has no line but the readings': 100 a second, py-spy's default rate."""
 
 MAX_GAPS = 1024
 """Long gaps noted per step (the first; the rest stay charged to the op after them)."""
@@ -173,11 +183,15 @@ def _when(sample: tuple[int, str]) -> int:
 
 
 def sample_gaps(stack: ExitStack, clock: Any, user: Any) -> None:
-    """Samples this thread's lines for ``clock`` (a step clock that measures lines: the
-    dispatch mode's) until ``stack`` closes."""
+    """Samples this thread's lines for ``clock`` until ``stack`` closes: for the dispatch
+    mode's, in its long gaps; on the fast path, every :data:`FAST_PATH_S` (its clock sees only
+    the counted ops: every stretch between them is a gap to name)."""
+    ident = threading.get_ident()
     if clock.lines_measured:
-        clock.sampler = GapSampler(user, threading.get_ident(), INTERVAL_S, clock).start()
-        stack.callback(clock.sampler.stop)
+        clock.sampler = GapSampler(user, ident, INTERVAL_S, clock).start()
+    else:
+        clock.sampler = GapSampler(user, ident, FAST_PATH_S).start()
+    stack.callback(clock.sampler.stop)
 
 
 def name_gaps(
@@ -226,16 +240,23 @@ def name_gaps(
 
 
 def _split(seen: list[tuple[int, str]], start: int, end: int) -> dict[str, int]:
-    """A gap's ns by line from the readings inside it: each reading stands for the time since
-    the one before (or since the gap began); the last also for the rest of the gap, where the
-    thread went on from it to the next op."""
+    """A gap's ns by line from the readings inside it: each reading stands for the time nearer
+    to it than to the readings beside it (the first also from the gap's start, the last to its
+    end).
+
+    NB: nearest, not "since the reading before": a reading waits for the GIL, up to the
+    interpreter's switch interval (5 ms) while the thread runs Python, and is served at once
+    where the thread lets the GIL go: the op after a stretch of pure Python. Standing for the
+    whole time since the one before, that late reading gave the op's line 12% of a 120 ms spin
+    (the fast path's 10 ms readings); standing for the half nearer it, it gets half of that."""
     share: dict[str, int] = {}
     before = start
-    for when, key in seen:
-        share[key] = share.get(key, 0) + when - before
-        before = when
+    for (when, key), (after, _) in zip(seen, seen[1:], strict=False):
+        middle = (when + after) // 2
+        share[key] = share.get(key, 0) + middle - before
+        before = middle
     last = seen[-1][1]
-    share[last] += end - before
+    share[last] = share.get(last, 0) + end - before
     return share
 
 

@@ -124,7 +124,8 @@ class StepClock:
         start_ns: when the first step began (the profile's start).
         keep: closed steps kept (the newest); older ones are in the run's sums only.
         outside_ns: the profiler's cost per op that its hot path cannot see (calibrated).
-        lines_measured: False on the fast path: host work between counted ops has no line.
+        lines_measured: False on the fast path: host work between counted ops has no line of
+            its own; each such gap is noted for the sampler's readings to name.
     """
 
     __slots__ = (
@@ -231,7 +232,7 @@ class StepClock:
         launch_site = site if self.lines_measured else None
         if gap > 0:
             self.line(launch_site).launch_ns += gap
-            if gap >= LONG_GAP_NS:
+            if gap >= LONG_GAP_NS or launch_site is None:  # NB: the fast path names them all
                 self.long_gap(enter_ns, launch_site)
         rec = self.line(site)
         waited = end_ns - start_ns
@@ -281,7 +282,7 @@ class StepClock:
         gap = now_ns - self.last_ns
         if gap > 0:
             self.line(self.last_site).launch_ns += gap
-            if gap >= LONG_GAP_NS:
+            if gap >= LONG_GAP_NS or not self.lines_measured:
                 self.long_gap(now_ns, self.last_site, STEP_END)
         if self.probes:
             self.prober.settle(self)
