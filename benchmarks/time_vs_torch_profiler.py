@@ -7,13 +7,16 @@ on the same steps, and what each says about them.
 Workloads (each step ended by ``profilers.step()``, which torch.profiler ignores):
 * ``launch``: 100 small ops a step (200 op calls), launch-bound: the worst case for any per-op
   profiler; on a GPU the step ends with an ``.item()``;
+* ``launch_tensors``: the same with tensors in the numbers' place (``y * s + b``): on the CPU,
+  a Python number's cast is a call the fast path takes (it is not, on a GPU);
 * ``gpu`` (``--device cuda`` only): a 4096x4096 matmul chain and an ``.item()``: GPU-bound.
 
 Per round every variant runs once, in turn; the median round counts. NB: on a machine shared
 with other work the wall clock is preempted; the CPU time (this thread's per step, the process's
 for the run) is the fair measure of what each tool costs, and is printed beside it. Variants: the plain loop;
 gpuwatch's time view (``profilers.profile()``: counting, host timeline and, on a GPU, the GPU
-half from CUDA events); torch.profiler with the activities of the device. Reported per variant:
+half from CUDA events); the same on the fast path (``kernel_timing=False``: the counted ops'
+waits, the other lines from the stack sampler; no GPU half); torch.profiler with the activities of the device. Reported per variant:
 the median step while the loop runs, and the run's total with the end of the profile (gpuwatch's
 report, torch.profiler's ``key_averages()``, which is where it processes its events); then
 gpuwatch's cost over torch.profiler's, as ratios (the issue's aim: about 1x), and each tool's
@@ -42,15 +45,17 @@ CPU: list[float] = []
 """This thread's CPU ms per step, of the last run."""
 
 
-def _launch(device: str) -> Loop:
+def _launch(device: str, tensors: bool = False) -> Loop:
     def loop(steps: int, per_step: list[float]) -> None:
         x = torch.ones(8, device=device)
+        s: Any = torch.full((8,), 1.0001, device=device) if tensors else 1.0001
+        b: Any = torch.full((8,), 0.5, device=device) if tensors else 0.5
         CPU.clear()
         for _ in range(steps):
             t, c = time.perf_counter_ns(), time.thread_time_ns()
             y = x
             for _ in range(100):
-                y = y * 1.0001 + 0.5
+                y = y * s + b
             if device == "cuda":
                 y.sum().item()
             profilers.step()
@@ -90,10 +95,10 @@ def _plain(loop: Loop, steps: int) -> dict[str, Any]:
     return _measured(per_step, t, c)
 
 
-def _gpuwatch(loop: Loop, steps: int) -> dict[str, Any]:
+def _gpuwatch(loop: Loop, steps: int, fast: bool = False) -> dict[str, Any]:
     per_step: list[float] = []
     t, c = time.perf_counter(), time.process_time()
-    with profilers.profile() as prof:
+    with profilers.profile(kernel_timing=not fast) as prof:
         loop(steps, per_step)
     report = prof.report()
     tv = report.time or {}
@@ -133,7 +138,10 @@ def main() -> None:
     device = args.device
     name = torch.cuda.get_device_name(0) if device == "cuda" else "CPU"
     print(f"torch {torch.__version__} on {name}, {args.rounds} rounds of {args.steps} steps")
-    workloads: list[tuple[str, Loop]] = [("launch", _launch(device))]
+    workloads: list[tuple[str, Loop]] = [
+        ("launch", _launch(device)),
+        ("launch_tensors", _launch(device, tensors=True)),
+    ]
     if device == "cuda":
         workloads.append(("gpu", _gpu_bound))
     for label, loop in workloads:
@@ -141,6 +149,7 @@ def main() -> None:
         for _ in range(args.rounds):
             rows.setdefault("plain", []).append(_plain(loop, args.steps))
             rows.setdefault("gpuwatch", []).append(_gpuwatch(loop, args.steps))
+            rows.setdefault("fast path", []).append(_gpuwatch(loop, args.steps, fast=True))
             rows.setdefault("torch.profiler", []).append(_torch_profiler(loop, args.steps, device))
         med = {k: {f: _median(v, f) for f in v[0]} for k, v in rows.items()}
         plain = med["plain"]
@@ -152,16 +161,19 @@ def main() -> None:
                 f"{m['total_s']:7.3f} s wall, {m['total_cpu_s']:7.3f} s CPU "
                 f"({m['total_cpu_s'] / plain['total_cpu_s']:.2f}x plain)"
             )
-        gw, tp = med["gpuwatch"], med["torch.profiler"]
-        in_loop = (gw["cpu_ms"] - plain["cpu_ms"]) / max(1e-9, tp["cpu_ms"] - plain["cpu_ms"])
-        print(
-            f"  gpuwatch / torch.profiler (CPU time): step {gw['cpu_ms'] / tp['cpu_ms']:.2f}x, "
-            f"run with its end {gw['total_cpu_s'] / tp['total_cpu_s']:.2f}x; "
-            f"added cost in the loop {in_loop:.2f}x"
-        )
+        tp = med["torch.profiler"]
+        for variant in ("gpuwatch", "fast path"):
+            gw = med[variant]
+            in_loop = (gw["cpu_ms"] - plain["cpu_ms"]) / max(1e-9, tp["cpu_ms"] - plain["cpu_ms"])
+            print(
+                f"  {variant} / torch.profiler (CPU time): step {gw['cpu_ms'] / tp['cpu_ms']:.2f}x, "
+                f"run with its end {gw['total_cpu_s'] / tp['total_cpu_s']:.2f}x; "
+                f"added cost in the loop {in_loop:.2f}x; "
+                f"stated unprofiled step {gw['stated_ms']:.3f} ms "
+                f"({gw['stated_ms'] / plain['step_ms']:.2f}x plain)"
+            )
+        gw = med["gpuwatch"]
         said = f"  gpuwatch says {rows['gpuwatch'][0]['verdict']}"
-        if gw.get("stated_ms") is not None:
-            said += f", unprofiled step {gw['stated_ms']:.3f} ms"
         if gw.get("busy_ms") is not None:
             said += f", GPU busy {gw['busy_ms']:.3f} ms, idle {gw['idle_ms']:.3f} ms a step"
         if device == "cuda":
