@@ -68,6 +68,18 @@ def test_the_summary_opens_with_the_verdict_and_the_costliest_line():
     )
 
 
+def test_on_the_fast_path_a_lines_host_work_is_said_to_be_sampled():
+    r = _report()
+    assert r.time is not None
+    r.time["lines_measured"] = False  # the fast path: host work named by the stack sampler
+    out = io.StringIO()
+    Console(width=200, file=out).print(summary(r))
+    assert (
+        "costliest line: train.py:9, 8.0 ms of host time per step (80% of the step, measured, "
+        "host work by line sampled)" in out.getvalue()
+    )
+
+
 def test_hints_carry_their_lines_time_and_the_costliest_comes_first():
     found = hints(_report())
     assert [h.where for h in found] == ["train.py:9", "train.py:5"]

@@ -42,6 +42,10 @@ def cost_text(r: Report, ms: float, share: float) -> str:
         what, how = "GPU idle", f"PREDICTED for {name}"
     elif measured_gpu(run):
         what, how = "GPU idle", "measured with CUDA events"
+    elif r.time and r.time.get("lines_measured") is False:
+        # NB: the fast path: the waits are measured at their lines, the host work between
+        # counted ops is charged to the lines a sampler of the stack read (profilers/timing/gaps.py)
+        what, how = "host time", "measured, host work by line sampled"
     else:
         what, how = "host time", "measured"
     return f"{fmt.duration_ms(ms)} of {what} {unit} ({share:.0f}% {of}, {how})"
