@@ -144,3 +144,17 @@ def test_a_scripts_own_chained_exceptions_are_shown_whole(tmp_path, monkeypatch,
     assert "KeyError: 'missing'" in err and "During handling of the above exception" in err
     assert "RuntimeError: The size of tensor a (2) must match" in err
     assert "profilers" not in err and "gpuwatch" not in err
+
+
+def test_a_scripts_traceback_keeps_pythons_carets(tmp_path, monkeypatch, capfd):
+    # Python 3.11 marks the failing expression of each frame with ^^^^: under gpuwatch the
+    # script's traceback is byte for byte the one plain python prints.
+    (tmp_path / "carets.py").write_text(
+        "import torch\n\ndef load(cfg):\n    return cfg['lr'] * 2\n\n"
+        "torch.ones(2).sum()\nx = load({'epochs': 1}) + 1\n"
+    )
+    plain = run([sys.executable, "carets.py"], tmp_path)
+    assert plain.returncode == 1 and "~~~^^^^^^\n" in plain.stderr  # under cfg["lr"]
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["profile", "-q", "carets.py"]) == 1
+    assert capfd.readouterr().err == plain.stderr

@@ -14,7 +14,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from gpuwatch.profile.interrupts import Terminated
 from profilers.registry import is_own
@@ -295,11 +294,10 @@ def users_exception(exc: BaseException) -> BaseException:
     return exc
 
 
-def _users_frames(tb: TracebackType | None) -> list[traceback.FrameSummary]:
-    """The frames of ``tb`` from the script's first frame down to where it entered gpuwatch's
-    or the profiler's code (an op reaching the profiler's dispatch mode): those below are the
-    profiler's machinery, which plain ``python`` would not have run."""
-    frames = traceback.StackSummary.extract(traceback.walk_tb(tb))
+def _users_frames(frames: traceback.StackSummary) -> list[traceback.FrameSummary]:
+    """The ``frames`` of a traceback from the script's first frame down to where it entered
+    gpuwatch's or the profiler's code (an op reaching the profiler's dispatch mode): those below
+    are the profiler's machinery, which plain ``python`` would not have run."""
     start = 0
     while start < len(frames) and _is_ours(frames[start].filename):
         start += 1  # gpuwatch's and runpy's frames above the script's first
@@ -313,12 +311,14 @@ def _print_user_traceback(exc: BaseException, raised: BaseException | None = Non
     """Prints ``exc`` as Python would, without gpuwatch's or the profiler's frames; ``raised``
     is what reached gpuwatch when ``exc`` is an earlier error in its context (its frames down
     to the profiler are the script's frames of ``exc`` too)."""
+    # NB: frames from TracebackException keep their column positions, so Python's carets
+    # (^^^^ under the failing expression) show; StackSummary.extract(walk_tb(...)) drops them.
     shown = traceback.TracebackException.from_exception(exc)
-    own = _users_frames(exc.__traceback__)
+    own = _users_frames(shown.stack)
     if raised is not None and raised is not exc:
         # NB: the earlier error's own traceback starts where the profiler caught it: the
         # script's frames are those of what was raised, down to the profiler.
-        own = _users_frames(raised.__traceback__)
+        own = _users_frames(traceback.TracebackException.from_exception(raised).stack)
         shown.__context__ = None
     shown.stack = traceback.StackSummary.from_list(own)
     for chained in (shown.__cause__, shown.__context__):
