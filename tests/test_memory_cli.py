@@ -57,6 +57,7 @@ def test_a_device_mismatch_shows_the_scripts_traceback_then_the_lines_and_the_fi
     assert traceback.rstrip().endswith(
         '  File "' + str(tmp_path / "model.py") + '", line 13, in forward\n'
         "    return h * mask\n"
+        "           ~~^~~~~~\n"  # Python's own carets
         "RuntimeError: Expected all tensors to be on the same device, but found at least two "
         "devices, cuda:0 and cpu!"
     )
