@@ -183,6 +183,20 @@ def test_the_peak_of_gpu_memory_is_checked_against_the_gpus_size():
 
 
 @needs_fake_cuda
+def test_the_memory_check_is_said_when_no_step_ended():
+    # A script that never steps (inference, an allocation test) gets no time prediction, but
+    # its peak was still counted: the summary says it would not fit.
+    def work():
+        torch.empty(5 * GIB // 4, device="cuda:0")
+
+    r, _ = _fake_run(work, gpu="GTX 980", values="placeholder")
+    assert r.time is None
+    assert time_lines(r)[1:] == [
+        "PREDICTED: would not fit on a GTX-980: 5.0 GiB (the GTX-980 has 4 GiB)"
+    ]
+
+
+@needs_fake_cuda
 def test_without_gpu_the_fake_gpus_time_view_stays_off():
     from profilers.fake_cuda.harness import fake_cuda
 

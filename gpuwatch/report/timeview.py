@@ -59,14 +59,18 @@ def time_lines(r: Report) -> list[str]:
     """The summary's first lines: the verdict per step, step 0 where it held the setup, the
     profiler's own time taken out, and the line that cost most."""
     t = r.time
+    memory = (r.predicted or {}).get("memory") or {}
+    fit = [f"PREDICTED: {memory['message']}"] if memory.get("message") else []
     if not t:
+        gpu = (r.predicted or {}).get("gpu")
+        if gpu is not None:  # --gpu NAME (the fake GPU's only), but no step ended to replay
+            # NB: the memory check needs no step: the fake GPU counted the peak anyway
+            return [
+                f"where the time goes: not predicted for {gpu}: no step ended (the model "
+                "replays steps: end each with optimizer.step() or profilers.step())",
+                *fit,
+            ]
         if r.options.fake_cuda:
-            gpu = (r.predicted or {}).get("gpu")
-            if gpu is not None:  # --gpu NAME, but no step ended to replay
-                return [
-                    f"where the time goes: not predicted for {gpu}: no step ended (the model "
-                    "replays steps: end each with optimizer.step() or profilers.step())"
-                ]
             return [
                 "where the time goes: not measured under --fake-cuda (the host's time there is "
                 "mostly the simulated GPU's own work, which is not your script's); "
@@ -85,9 +89,7 @@ def time_lines(r: Report) -> list[str]:
         out.append(unprofiled)
     own = float(run["own_ms"])
     wall = float(run["wall_ms"])
-    memory = (r.predicted or {}).get("memory") or {}
-    if memory.get("message"):
-        out.append(f"PREDICTED: {memory['message']}")
+    out.extend(fit)
     if measured_gpu(basis):
         gpu_steps = int(basis["gpu"].get("steps") or steps) if after_first else steps
         out.append(gpu_line(basis, gpu_steps, after_first))
