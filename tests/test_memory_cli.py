@@ -136,3 +136,18 @@ def test_a_gpu_of_a_few_bytes_is_refused() -> None:
 def test_memory_is_an_option_of_profile(tmp_path: Path) -> None:
     args = cli.build_parser().parse_args(["profile", "--memory", "s.py"])
     assert args.memory is True
+
+
+@needs_fake_cuda
+def test_gpu_memory_at_end_is_what_the_script_still_held(tmp_path, monkeypatch, capsys):
+    # A global the script holds when it ends is held "at end", cycle or not (no function here
+    # keeps the module's globals alive): as under python, __main__ lives until the process ends.
+    (tmp_path / "held.py").write_text(
+        'import torch\nkeep = torch.empty(256, 1024, device="cuda:0")\n'
+        'tmp = torch.empty(1024, device="cuda:0")\ndel tmp\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    argv = ["profile", "-q", "--fake-cuda", "--no-gpu-stats", "--json", "r.json", "held.py"]
+    assert cli.main(argv) == 0
+    lines = json.loads((tmp_path / "r.json").read_text())["memory"]["lines"]
+    assert [(r["line"], r["live_bytes"]) for r in lines] == [(2, 1024**2), (3, 0)]

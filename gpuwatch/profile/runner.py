@@ -166,7 +166,7 @@ def _run_main(target: Target) -> Outcome:
                 sys.argv = ["-m", *target.args]  # runpy puts the module's path in argv[0]
                 sys.path.insert(0, os.getcwd())
                 try:
-                    runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+                    _KEPT.append(runpy.run_module(target.name, run_name="__main__", alter_sys=True))
                 except ImportError as exc:
                     if not _is_the_target_missing(exc, target.name):
                         raise
@@ -260,7 +260,14 @@ def _exec_script(path: str) -> None:
     main.__builtins__ = builtins  # type: ignore[attr-defined]
     main.__spec__ = None
     sys.modules["__main__"] = main
+    _KEPT.append(main)
     exec(code, main.__dict__)
+
+
+#: NB: the script's ``__main__`` (its globals, for ``-m``) lives until the process ends, as
+#: under plain python: dropped when the run ends, a global the script holds (its model) would
+#: be freed before the report reads GPU memory "at end", or not, as reference cycles decide.
+_KEPT: list[object] = []
 
 
 #: gpuwatch's and the profiler's own code: never part of the script's traceback.
