@@ -211,3 +211,12 @@ def test_report_options_are_typed_with_the_same_json():
     assert (odd.profile, odd.counting, odd.fake_cuda, odd.counts_ops) == (None, None, None, True)
     assert odd.to_dict() == {"counting": 3, "fake_cuda": "yes", "kernel_timing": True}
     assert RunOptions.from_dict(None) == RunOptions() and RunOptions().to_dict() == {}
+
+
+def test_diff_o_with_no_known_ending_names_only_what_diff_writes(saved, capsys):
+    # diff writes JSON and HTML, no trace: its error must not point at --trace, which it refuses
+    assert cli.main(["diff", str(saved), str(saved), "-o", "d.txt"]) == 2
+    assert capsys.readouterr().err == (
+        "gpuwatch: error: -o d.txt: the file name says no report kind; end it in .json or "
+        ".html (or use --json, --html)\n"
+    )

@@ -60,7 +60,7 @@ def run_diff(args: argparse.Namespace) -> int:
         for kind, path in (("json", args.json_path), ("html", args.html_path))
         if path is not None
     ]
-    wanted += [output_for(path) for path in args.output_paths]
+    wanted += [output_for(path, trace=False) for path in args.output_paths]
     if any(out.kind == "trace" for out in wanted):
         raise CliError("a diff has no Chrome trace: -o takes .json or .html here")
     check_outputs(wanted, inputs=[args.before, args.after])

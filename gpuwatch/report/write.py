@@ -60,15 +60,20 @@ def outputs(
 ENDINGS = ((".trace.json", "trace"), (".json", "json"), (".html", "html"), (".htm", "html"))
 
 
-def output_for(path: str) -> Output:
-    """The output ``-o PATH`` asks for, by the file's ending; :class:`CliError` for others."""
+def output_for(path: str, trace: bool = True) -> Output:
+    """The output ``-o PATH`` asks for, by the file's ending; :class:`CliError` for others
+    (naming only the kinds the command writes: ``trace=False`` for one with no trace)."""
     lower = path.lower()
     for ending, kind in ENDINGS:
         if lower.endswith(ending):
             return Output(kind, path)
+    endings, options = (
+        (".json, .html or .trace.json", "--json, --html, --trace")
+        if trace
+        else (".json or .html", "--json, --html")
+    )
     raise CliError(
-        f"-o {path}: the file name says no report kind; end it in .json, .html or .trace.json "
-        "(or use --json, --html, --trace)"
+        f"-o {path}: the file name says no report kind; end it in {endings} (or use {options})"
     )
 
 
