@@ -21,6 +21,9 @@ _FAKE = "--fake-cuda"
 _MODE = "the profiler itself (its dispatch mode)"
 _PRINT = "printing a CUDA tensor counted as a sync"
 
+NATIVE_REQUIRES_INIT = "libtorch_python: torch::utils::set_requires_device_init"
+"""A C++ function, not a Python name: called through ctypes (:func:`require_cuda_init`)."""
+
 #: Hook name -> what is lost without it.
 WHAT_EACH_GIVES: dict[str, str] = {
     "torch._C._dynamo.eval_frame.set_eval_frame": "the profiler's own frames hidden from dynamo "
@@ -91,6 +94,10 @@ WHAT_EACH_GIVES: dict[str, str] = {
     "torch.cuda._lazy_init": _FAKE,
     "torch.cuda.memory._lazy_init": _FAKE,
     "torch.cuda.nvtx._nvtx": _FAKE,
+    NATIVE_REQUIRES_INIT: "--fake-cuda leaving CUDA uninitialized for the C++ side when it "
+    "ends: without it a later CUDA call in the same process (a pytest session's next test) "
+    "skips torch's lazy init and fails on a CPU build with a dispatcher dump instead of "
+    "'Torch not compiled with CUDA enabled'",
 }
 
 MISSING: list[str] = []
@@ -189,9 +196,47 @@ def unresolved() -> set[str]:
     above do not (the fake GPU's, the printing's: NB: not at import, as some import heavy
     parts of torch that a profile without them never needs)."""
     for path in WHAT_EACH_GIVES:
-        if path not in MISSING and not path.startswith("torch._ops.OpOverload._"):
+        if path == NATIVE_REQUIRES_INIT:
+            _native_requires_init()
+        elif path not in MISSING and not path.startswith("torch._ops.OpOverload._"):
             _find(path)
     return set(MISSING)
+
+
+_MANGLED_REQUIRES_INIT = "_ZN5torch5utils24set_requires_device_initEN3c1010DeviceTypeEb"
+_CUDA_DEVICE_TYPE = 1  # NB: c10::DeviceType::CUDA, an int8 enum
+_requires_init: list[Any] = []
+
+
+def _native_requires_init() -> Any:
+    """``torch::utils::set_requires_device_init`` of libtorch_python (exported, Itanium C++
+    names: Linux and macOS), found once; None (and noted missing) where it is not there."""
+    if not _requires_init:
+        import ctypes
+        import os
+
+        found: Any = None
+        lib_dir = os.path.join(os.path.dirname(torch.__file__), "lib")
+        for name in ("libtorch_python.so", "libtorch_python.dylib"):
+            try:
+                found = getattr(ctypes.CDLL(os.path.join(lib_dir, name)), _MANGLED_REQUIRES_INIT)
+            except (OSError, AttributeError):
+                continue
+            found.argtypes, found.restype = [ctypes.c_int8, ctypes.c_bool], None
+            break
+        if found is None and NATIVE_REQUIRES_INIT not in MISSING:
+            MISSING.append(NATIVE_REQUIRES_INIT)
+        _requires_init.append(found)
+    return _requires_init[0]
+
+
+def require_cuda_init() -> None:
+    """Tells torch's C++ side that CUDA is not initialized: the next tensor made on or moved to
+    a GPU runs ``torch.cuda._lazy_init`` again. NB: that C++ flag is set once for good by the
+    first such call, and under --fake-cuda that call ran the fake's lazy init (a no-op)."""
+    fn = _native_requires_init()
+    if fn is not None:
+        fn(_CUDA_DEVICE_TYPE, True)
 
 
 # -- inference mode: composite ops reach the mode whole (profilers/counting/dispatch.py) ----------------

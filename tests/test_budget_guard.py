@@ -148,6 +148,11 @@ def test_step_never_syncs(model):
 """
 
 
+#: The inner sessions' plugins: not the snapshot plugin, whose session end (in this process)
+#: removes the folder the outer session's own end then reads (a crash there without xdist).
+INNER = ("-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:textual-snapshot")
+
+
 def test_pytest_plugin_fails_a_test_when_an_item_is_added_naming_that_line(pytester, monkeypatch):
     # NB: in this process (pytester restores sys.modules after each run); no -p: the plugin
     # comes from gpuwatch's pytest11 entry point. torch's own modules that the fake GPU imports
@@ -155,7 +160,7 @@ def test_pytest_plugin_fails_a_test_when_an_item_is_added_naming_that_line(pytes
     # copy in a folder of its own: one process sees each source file once, as a user's would.
     import torch._inductor.test_operators  # noqa: F401
 
-    args = ["-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--gpuwatch-fake-cuda"]
+    args = [*INNER, "--gpuwatch-fake-cuda"]
     for folder, steps, ret, said in (
         ("clean", GUARDED, 0, "1 passed"),
         ("synced", GUARDED.replace("    return loss", "    print(loss.item())\n    return loss"), 1,
@@ -171,3 +176,46 @@ def test_pytest_plugin_fails_a_test_when_an_item_is_added_naming_that_line(pytes
         assert said in out
     assert "over budget (syncs<=0) in test_steps.py::test_step_never_syncs:" in out
     assert "1  steps.py:6 (train_step) print(loss.item())" in out
+
+
+AFTER_THE_FAKE = """
+import pytest, torch
+
+SEEN = []
+
+
+def attempt():
+    try:
+        torch.ones(2).cuda()
+    except Exception as exc:  # no GPU here: what torch says
+        return type(exc).__name__, str(exc).splitlines()[0]
+    return None
+
+
+def test_a_before():
+    SEEN.append(attempt())
+    assert SEEN[0] is not None
+
+
+@pytest.mark.gpuwatch_budget(syncs=1)
+def test_b_on_the_fake_gpu():
+    torch.ones(2).cuda()
+
+
+def test_c_after():
+    assert attempt() == SEEN[0]
+"""
+
+
+def test_after_a_test_on_the_fake_gpu_cuda_fails_as_it_did_before_it(pytester, monkeypatch):
+    # NB: the fake GPU's first tensor on it sets torch's C++ "CUDA initialized" flag for good
+    # (through the fake's lazy init): a later test's .cuda() then skipped torch's own check and
+    # died in the dispatcher with a 100-line dump, not "Torch not compiled with CUDA enabled".
+    import torch._inductor.test_operators  # noqa: F401  (as above)
+
+    project = pytester.mkdir("after")
+    (project / "test_after.py").write_text(AFTER_THE_FAKE)
+    monkeypatch.chdir(project)
+    done = pytester.runpytest_inprocess(*INNER, "--gpuwatch-fake-cuda")
+    assert done.ret == 0, done.stdout.str()
+    assert "3 passed" in done.stdout.str()

@@ -66,7 +66,7 @@ from profilers.fake_cuda.torch_api import (
 from profilers.options import FakeCudaRun
 from profilers.patches import lift_on_the_host
 from profilers.registry import patcher
-from profilers.torch_private import THREAD_BOOTSTRAP
+from profilers.torch_private import THREAD_BOOTSTRAP, require_cuda_init
 
 __all__ = [
     "DEVICE_NAME",
@@ -179,6 +179,8 @@ class FakeCuda:
             raise ProfileStateError("the fake GPU is already on in this process", "nested")
         stack = ExitStack()
         try:
+            # NB: last on the way out: CUDA uninitialized again for torch's C++ side, as before
+            stack.callback(require_cuda_init)
             stack.enter_context(cuda_hooks(self.devices))
             self._patch_cuda(stack)
             # every run starts on GPU 0, as a new process does (the fake guard's device)
