@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -158,3 +159,20 @@ def test_a_scripts_traceback_keeps_pythons_carets(tmp_path, monkeypatch, capfd):
     monkeypatch.chdir(tmp_path)
     assert cli.main(["profile", "-q", "carets.py"]) == 1
     assert capfd.readouterr().err == plain.stderr
+
+
+def test_a_keyboard_interrupt_shows_where_the_script_was_as_python_does(
+    tmp_path, monkeypatch, capfd
+):
+    # Ctrl-C in a function: plain python prints the traceback to it (then dies of SIGINT, which
+    # a shell reads as 130); gpuwatch prints the same lines and exits 130 with its report.
+    (tmp_path / "kbi.py").write_text(
+        "import torch\n\ndef train():\n    torch.ones(2).sum()\n    raise KeyboardInterrupt\n\n"
+        "train()\n"
+    )
+    plain = run([sys.executable, "kbi.py"], tmp_path)
+    assert plain.returncode == -signal.SIGINT and "line 5, in train" in plain.stderr
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["profile", "-q", "--json", "r.json", "kbi.py"]) == 130
+    assert capfd.readouterr().err == plain.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["error"] == "KeyboardInterrupt"

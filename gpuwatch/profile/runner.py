@@ -190,8 +190,8 @@ def _run_main(target: Target) -> Outcome:
             return Outcome(code, True)
         print(code, file=sys.stderr)
         return Outcome(1, True)
-    except KeyboardInterrupt:
-        print("KeyboardInterrupt", file=sys.stderr)
+    except KeyboardInterrupt as raised:  # Ctrl-C: where the script was, as Python shows it
+        _print_user_traceback(users_exception(raised), raised)
         return Outcome(130, False, "KeyboardInterrupt")
     except BaseException as raised:  # the script's own error: show it as Python would
         error = users_exception(raised)
