@@ -137,3 +137,18 @@ def test_a_real_setup_before_the_first_step_is_named_and_left_out():
     # (tolerance: 20 ms of Python and scheduling on a loaded box)
     per = float(r.time["after_first"]["wall_unprofiled_ms"]) / 3
     assert 20.0 <= per < 40.0, per
+
+
+def test_step_0s_ratio_is_to_the_per_step_figure_the_verdict_states():
+    setup, loop = _Site(3), _Site(7)
+    clock = StepClock(start_ns=0)
+    clock.line(setup).launch_ns += 300_000_000
+    clock.last_site = setup
+    clock.last_ns = 300_000_000
+    _steps(clock, loop, 10, 3)  # step 0 ends 10 ms into the loop, then two steps of 10 ms
+    _steps(clock, loop, 40, 1)  # and a slow one: the mean of the three is 20 ms, the median 10
+    r = Report(command=["train.py"], duration_s=0.37, steps={"count": 4, "source": "manual"})
+    r.time = time_section(clock, 370_000_000)
+    lines = time_lines(r)
+    assert lines[0].startswith("launch-bound: 20.0 ms per step over the 3 steps after the first")
+    assert lines[1].startswith("step 0 took 310.0 ms (measured), 16x a step after it")
