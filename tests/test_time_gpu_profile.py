@@ -101,3 +101,21 @@ def test_a_profile_measures_each_steps_gpu_half_and_its_anchor_wait_is_its_own(m
     timer = prof._recorder.timer  # type: ignore[union-attr]
     assert timer is not None and timer.timeline.unplaced == 0
     assert timer.timeline.anchored == 1 + 3  # the first op's, then each .item()'s
+
+
+def test_the_gpus_idle_over_a_long_pause_is_the_pauses_line(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    with profilers.profile(cuda=ClockGpu(), is_pinned=never_pinned) as prof, fake_mode():
+        w = torch.ones(8, device="cuda:0")
+        for _ in range(4):
+            time.sleep(0.12)  # @pause
+            (w * 2).sum().item()  # @op
+            profilers.step()
+    t = prof.report().time
+    assert t is not None
+    for step in t["steps"][1:]:
+        top = step["gpu"]["idle_lines"][0]
+        # the sampler names a pause of 50-100 ms or more whole; tolerance 10%: a reading's
+        # share of the stretch after the pause may stay with the op's line
+        assert top["cause"] == "launch" and top["site"].endswith(f":{line_of('pause')}"), step
+        assert top["ms"] >= 0.9 * 120

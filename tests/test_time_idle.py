@@ -4,7 +4,8 @@ union of the ops on all streams, and every idle nanosecond goes to one cause and
 
 from __future__ import annotations
 
-from profilers.timing.idle import END_OF_STEP, GpuInterval, busy_intervals, charge
+from profilers.timing.idle import END_OF_STEP, GpuInterval, busy_intervals, charge, follow_named
+from profilers.timing.line_time import LineTime
 from profilers.timing.timeline import HostInterval, StepTime
 from profilers.timing.verdict import breakdown
 
@@ -100,3 +101,39 @@ def test_a_gpu_bound_step():
     r = charge(0, 1000, ops, [])
     d = breakdown(StepTime(0, 0, 1000, {}, 0, 1, []), r)
     assert d["verdict"] == "GPU-bound" and d["shares_pct"]["busy"] == 95.0
+
+
+def _named(launch_ms: int, out_ms: dict[str, int] | None = None) -> LineTime:
+    rec = LineTime()
+    rec.launch_ns = launch_ms * 1_000_000
+    rec.named_out = {k: v * 1_000_000 for k, v in (out_ms or {}).items()}
+    return rec
+
+
+def test_launch_idle_follows_the_lines_the_sampler_named_in_its_host_work():
+    # Line 7's op came after a 9 ms sleep at line 6 (named by the sampler: moved there on the
+    # host) and 1 ms of its own Python; the GPU idled 10 ms before the op, charged to line 7.
+    lines = {"a.py:7": _named(1, {"a.py:6": 9})}
+    idle = [
+        {"site": "a.py:7", "cause": "launch", "sync_cause": None, "ms": 10.0},
+        {"site": "a.py:9", "cause": "sync", "sync_cause": "item", "ms": 2.0},
+    ]
+    assert follow_named(idle, lines) == [
+        {"site": "a.py:6", "cause": "launch", "sync_cause": None, "ms": 9.0},
+        {"site": "a.py:9", "cause": "sync", "sync_cause": "item", "ms": 2.0},
+        {"site": "a.py:7", "cause": "launch", "sync_cause": None, "ms": 1.0},
+    ]
+    # GPU-bound: the queue ran dry 3 ms before the op, inside the sleep: all of it is line 6's
+    three = [{"site": "a.py:7", "cause": "launch", "sync_cause": None, "ms": 3.0}]
+    assert follow_named(three, lines) == [
+        {"site": "a.py:6", "cause": "launch", "sync_cause": None, "ms": 3.0}
+    ]
+    # two named lines share in their proportions; lines summed over 3 steps, one step's idle
+    lines = {"a.py:7": _named(3, {"a.py:5": 9, "a.py:6": 18})}
+    assert follow_named(idle[:1], lines, steps=3) == [
+        {"site": "a.py:6", "cause": "launch", "sync_cause": None, "ms": 6.0},
+        {"site": "a.py:5", "cause": "launch", "sync_cause": None, "ms": 3.0},
+        {"site": "a.py:7", "cause": "launch", "sync_cause": None, "ms": 1.0},
+    ]
+    # nothing named, or not launch idle: unchanged
+    assert follow_named(idle, {"a.py:7": _named(10)}) == idle

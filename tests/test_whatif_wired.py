@@ -197,6 +197,27 @@ def test_the_memory_check_is_said_when_no_step_ended():
 
 
 @needs_fake_cuda
+def test_the_gpus_idle_over_a_long_pause_is_the_pauses_line_not_the_next_ops():
+    import time
+
+    def work():
+        x = torch.ones(64, 64, device="cuda:0")
+        for _ in range(4):
+            time.sleep(0.12)  # @pause
+            x = x * 2  # @after_pause
+            profilers.step()
+
+    r, _ = _fake_run(work, gpu="A10", values="placeholder")
+    assert r.time is not None
+    idle = r.time["after_first"]["gpu"]["idle_lines"]
+    # 120 ms a step (the sampler names a pause of 50-100 ms or more whole): tolerance 10%,
+    # a reading's share of the stretch after the pause may stay with the op's line
+    assert idle[0]["site"] == _site(line_of("pause")) and idle[0]["cause"] == "launch"
+    assert idle[0]["ms"] >= 0.9 * 120
+    assert time_lines(r)[-1].startswith(f"costliest line: {_site(line_of('pause'))}, ")
+
+
+@needs_fake_cuda
 def test_without_gpu_the_fake_gpus_time_view_stays_off():
     from profilers.fake_cuda.harness import fake_cuda
 

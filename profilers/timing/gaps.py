@@ -267,6 +267,7 @@ def _move(share: dict[str, int], charged: str, rec: Any, lines: dict[str, Any], 
         if key == charged or ns <= 0:
             continue
         rec.launch_ns -= ns
+        rec.named_out[key] = rec.named_out.get(key, 0) + ns
         into = lines.get(key)
         if into is None:
             into = lines[key] = make()

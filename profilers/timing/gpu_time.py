@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from profilers.timing.idle import GpuInterval, busy_intervals, charge
+from profilers.timing.idle import GpuInterval, busy_intervals, charge, follow_named
 from profilers.timing.oplog import KIND, NON_BLOCKING, PINNED, SITE
 from profilers.timing.timeline import LAUNCH, WAITS, HostInterval, StepTime, site_key
 
@@ -197,6 +197,7 @@ class GpuTimeline:
         self.steps_charged += 1
         if result is None:
             return
+        result["idle_lines"] = follow_named(result["idle_lines"], step.lines)
         self._run.add(result)
         if step.step:
             self._later.add(result)

@@ -178,3 +178,40 @@ def charge(
         if len(busy) <= slices:  # NB: whole or not at all (energy integrates the gaps between)
             out["busy_spans"] = busy
     return out
+
+
+def follow_named(
+    idle_lines: list[dict[str, Any]], lines: dict[str, Any], steps: int = 1
+) -> list[dict[str, Any]]:
+    """``idle_lines`` (:func:`charge`'s, costliest first) with the GPU's launch idle at each
+    line split as the stack sampler split that line's host work (``lines``: ``file:line`` ->
+    :class:`~profilers.timing.line_time.LineTime`, its ``named_out``).
+
+    NB: launch idle goes to the op that ended the idle stretch; a stretch of 5 ms or more with
+    no op (a ``time.sleep``, a file read) is the line the sampler read there, not that op's: the
+    host half moved that time already, and the GPU's idle follows it, first: the GPU idled
+    through such a stretch (or its end, once the queue ran dry), where the op's own Python
+    after it is short. So up to the time named, the idle goes to the named lines in their
+    shares; the op's line keeps the rest. ``steps``: how many steps ``lines`` sum (the idle
+    lines being one step's: a typical step's, replayed)."""
+    out: dict[tuple[str, str, str | None], float] = {}
+    for d in idle_lines:
+        key = (d["cause"], d["site"], d["sync_cause"])
+        ms = float(d["ms"])
+        rec = lines.get(d["site"]) if d["cause"] == LAUNCH else None
+        named: dict[str, int] = rec.named_out if rec is not None else {}
+        whole = sum(named.values()) / 1e6 / max(1, steps)
+        if whole <= 0:
+            out[key] = out.get(key, 0.0) + ms
+            continue
+        moved = min(ms, whole)
+        out[key] = out.get(key, 0.0) + ms - moved
+        for other, ns in named.items():
+            k = (LAUNCH, other, None)
+            out[k] = out.get(k, 0.0) + moved * ns / 1e6 / max(1, steps) / whole
+    ranked = sorted(out.items(), key=lambda kv: kv[1], reverse=True)
+    return [
+        {"site": site, "cause": kind, "sync_cause": cause, "ms": ms}
+        for (kind, site, cause), ms in ranked
+        if ms > 0
+    ]

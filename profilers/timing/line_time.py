@@ -13,6 +13,7 @@ class LineTime:
         "host_reads",
         "input_ns",
         "launch_ns",
+        "named_out",
         "pageable",
         "sync_causes",
         "sync_ns",
@@ -32,6 +33,10 @@ class LineTime:
         """Syncs that read a value back to the host (``.item()``, a copy to the host)."""
         self.pageable = 0
         """Copies to or from pageable host memory."""
+        self.named_out: dict[str, int] = {}
+        """``file:line`` -> nanoseconds of this line's host work (``launch``) that the stack
+        sampler named as that line's (profilers/timing/gaps.py): already moved there; the
+        GPU's launch idle charged here follows it (:func:`profilers.timing.idle.follow_named`)."""
 
     def ns(self, cause: str) -> int:
         value: int = getattr(self, f"{cause}_ns")
@@ -52,6 +57,8 @@ class LineTime:
         self.syncs += other.syncs
         self.host_reads += other.host_reads
         self.pageable += other.pageable
+        for key, ns in other.named_out.items():
+            self.named_out[key] = self.named_out.get(key, 0) + ns
 
     def copy(self) -> LineTime:
         out = LineTime()

@@ -19,6 +19,7 @@ from profilers.errors import MeasuredNotPredicted
 from profilers.timing import fake_time as _fake_time
 from profilers.timing.gpu_model.rates import memory_check
 from profilers.timing.gpu_model.specs import GpuSpec, gpu_spec
+from profilers.timing.idle import follow_named
 from profilers.timing.oplog import HOST_NS, KIND, OVERHEAD_NS, SITE, LoggedStep, OpLog
 from profilers.timing.replay import ReplayOp, ReplayResult, replay
 from profilers.timing.replay_ops import HOST
@@ -106,8 +107,13 @@ def typical(steps: list[LoggedStep]) -> tuple[LoggedStep, list[ReplayOp], int] |
     return newest, ops, len(best)
 
 
-def _gpu_dict(result: ReplayResult, measured: str, gpu: str | None) -> dict[str, Any]:
+def _gpu_dict(
+    result: ReplayResult, measured: str, gpu: str | None, lines: dict[str, Any], over: int = 1
+) -> dict[str, Any]:
+    """A replay's figures (one step's); its launch idle split as the host's stack sampler
+    split the host work of ``lines`` (summed over ``over`` steps)."""
     d = result.to_dict(measured)
+    d["idle_lines"] = follow_named(d["idle_lines"], lines, over)
     d["per_step"] = True
     if gpu is not None:
         d["gpu"] = gpu
@@ -160,12 +166,17 @@ def apply(
     predicted = _predicted(log.gpu, log.harness) if log.gpu is not None else None
     chosen = typical(steps)
     if gpu is not None and time is not None and chosen is not None:
+        clock = log.clock
+        host = {t.step: t.lines for t in clock.steps} if clock is not None else {}
         for d in time.get("steps", []):
             found = next((s for s in steps if s.step == d.get("step")), None)
             if found is not None:
                 result = replay(found.ops(), drop_overhead=True)
-                _with_gpu(d, _gpu_dict(result, measured, gpu))
-        run = _gpu_dict(replay(chosen[1], drop_overhead=True), measured, gpu)
+                _with_gpu(d, _gpu_dict(result, measured, gpu, host.get(found.step, {})))
+        later = None if clock is None else clock.later
+        lines = later.lines if later is not None else getattr(clock, "run_lines", {})
+        over = later.step if later is not None else getattr(clock, "steps_closed", 1)
+        run = _gpu_dict(replay(chosen[1], drop_overhead=True), measured, gpu, lines, over)
         run["steps_median"] = chosen[2]
         _with_gpu(time["run"], run)
         if "after_first" in time:  # the per-step figures' basis: a typical step too
