@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from gpuwatch.report.html import render_html
-from gpuwatch.report.memory import failure_lines
+from gpuwatch.report.memory import failure_lines, memory_title
 from gpuwatch.report.text import summary
 from profilers import Report
 
@@ -88,6 +88,15 @@ def test_the_summary_has_the_failure_and_the_lines_by_memory():
                                     "opt.step()"]  # fmt: skip
     assert rows[at + 5].split() == ["train.py:4", "32.0", "MiB", "0", "B", "32.0", "MiB",
                                     "model.to(dev)"]  # fmt: skip
+
+
+def test_under_gpu_name_the_peak_is_of_that_gpus_size_not_the_fake_devices():
+    r = report()  # the fake device has 24 GiB; the run was predicted for a T4 (16 GiB)
+    r.predicted = {"gpu": "T4", "memory": {"peak_bytes": 96 << 20, "gpu_bytes": 16 << 30}}
+    assert memory_title(r) == (
+        "GPU memory by line (predicted on the simulated GPU): peak 96.0 MiB of 16 GiB "
+        "(PREDICTED for T4) on cuda:0 in step 2"
+    )
 
 
 def test_a_caught_failure_says_so():

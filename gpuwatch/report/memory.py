@@ -101,6 +101,10 @@ def memory_title(r: Report) -> str | None:
     kind = "predicted on the simulated GPU" if mem.get("source") == "simulated" else "measured"
     cap = peak.get("capacity_bytes")
     of = f" of {_gpu_size(cap)}" if cap else ""
+    predicted = r.predicted or {}
+    named = (predicted.get("memory") or {}).get("gpu_bytes")
+    if named and predicted.get("gpu"):  # --gpu NAME: that GPU's size, not the fake device's
+        of = f" of {_gpu_size(int(named))} (PREDICTED for {predicted['gpu']})"
     return (
         f"GPU memory by line ({kind}): peak {fmt.size(peak['bytes'])}{of} on {peak['device']}"
         f" in step {peak.get('step', 0)}"
