@@ -222,7 +222,7 @@ class Profile:
         return {
             "elapsed_s": round(time.perf_counter() - self._started, 3),
             "totals": totals.counters_dict(),
-            "devices": describe_devices(recorder.devices),
+            "devices": describe_devices(recorder.devices, recorder.memory),
             "sites": [Site.of(s).to_dict(top_ops=3) for s in sites[:top]],
             "site_count": len(sites),
             "events_recorded": recorder.events_recorded,
@@ -248,7 +248,7 @@ class Profile:
             if self._duration_s is not None
             else time.perf_counter() - self._started
         )
-        devices = describe_devices(recorder.devices)
+        devices = describe_devices(recorder.devices, recorder.memory)
         now = self._ended_ns if self._ended_ns is not None else time.perf_counter_ns()
         time_view, predicted, what_if = sections(recorder.step_clock, now, self._log, sites)
         return Report(

@@ -69,6 +69,15 @@ def test_parameters_activations_gradients_and_optimizer_state_exact():
     assert seen["views"] == seen["step"]
 
 
+def test_a_gpu_used_only_for_memory_is_among_the_runs_devices():
+    # no copy to or from it: the devices seen in copies alone said "none"
+    from profilers.fake_cuda.harness import fake_cuda
+
+    with fake_cuda(), profilers.profile(kernel_timing=False, count_ops=True) as prof:
+        torch.empty(1024, device="cuda:0").fill_(1.0)
+    assert [d["device"] for d in prof.report().devices] == ["cuda:0"]
+
+
 def test_the_peak_and_the_lines_holding_it():
     from profilers.fake_cuda.harness import fake_cuda
 

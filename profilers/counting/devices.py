@@ -7,7 +7,13 @@ from typing import Any
 import torch
 
 
-def describe_devices(seen: set[str]) -> list[dict[str, Any]]:
+def describe_devices(seen: set[str], memory: Any = None) -> list[dict[str, Any]]:
+    """The devices copies were seen on (``seen``), and the GPUs ``memory`` (the run's
+    :class:`~profilers.memory.tracker.MemoryTracker`, if any) saw memory made on: a script
+    that only computes on a GPU copies nothing there."""
+    seen = set(seen)
+    if memory is not None:
+        seen.update(f"cuda:{index}" for index in list(memory.peak))
     out = []
     for dev in sorted(seen):
         entry: dict[str, Any] = {"device": dev, "name": None}
