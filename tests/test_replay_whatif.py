@@ -166,3 +166,21 @@ def test_every_hint_that_names_a_fix_maps_to_a_what_if_that_exists():
     with pytest.raises(ValueError, match="unknown what-if"):
         WhatIf("faster_gpu")
     assert WhatIf(DEFER_SYNC, "t.py:1", every=10).describe() == "read the value once per 10 steps"
+
+
+def test_the_typical_step_waits_for_input_as_long_as_the_steps_did_on_average():
+    from profilers.timing.oplog import LoggedStep
+    from profilers.timing.replayed import typical
+
+    def step(n: int, wait_ms: float) -> LoggedStep:
+        # a loader's wait, then a kernel: the fields of profilers/timing/oplog.py's records
+        wait = ["t.py:4", INPUT, 0, 0, 0, 0, 0, False, False, None, None, int(wait_ms * 1e6)]
+        kernel = ["t.py:5", KERNEL, 100_000, 0, 0, 50_000, 0, False, False, None, None, 0]
+        return LoggedStep(n, [wait, kernel], 0)
+
+    # a loader with workers that keeps pace every other step: 8, 0, 8, 0 ms of waiting
+    found = typical([step(n, 8.0 if n % 2 else 0.0) for n in range(1, 5)])
+    assert found is not None
+    _, ops, over = found
+    assert over == 4 and ops[0].kind == INPUT and ops[0].wait_ns == 4_000_000
+    assert ops[1].host_ns == 100_000
