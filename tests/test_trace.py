@@ -143,7 +143,11 @@ def test_dash_o_takes_the_kind_from_the_ending_and_dash_q_is_quiet(tmp_path, mon
     ("args", "message"),
     [
         (["-o", "r.txt"], "-o r.txt: the file name says no report kind"),
-        (["-o", "r.json", "--json", "r.json"], "r.json is given twice"),
+        (
+            ["-o", "r.json", "--json", "r.json"],
+            "r.json is given twice for the JSON report (-o or --json): give it once",
+        ),
+        (["-o", "r.json", "--html", "r.json"], "r.json is given twice (--html and --json)"),
     ],
 )
 def test_dash_o_refusals_are_one_line(tmp_path, monkeypatch, capsys, args, message):

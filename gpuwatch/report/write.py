@@ -133,6 +133,11 @@ def check_outputs(wanted: Sequence[Output], inputs: Iterable[str] = ()) -> None:
         for other in wanted[:i]:
             # NB: /dev/null (or /dev/stdout) for two reports is fine: nothing is replaced.
             if other.path and not through and _same_file(out.where, other.where):
+                if other.kind == out.kind:  # NB: -o x.json -o x.json, or -o and --json
+                    raise CliError(
+                        f"{out.path} is given twice for the {out.kind.upper()} report "
+                        f"(-o or --{out.kind}): give it once"
+                    )
                 raise CliError(
                     f"{out.path} is given twice (--{other.kind} and --{out.kind}); "
                     "each report needs its own file"
