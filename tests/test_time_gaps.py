@@ -15,8 +15,10 @@ import torch
 
 import profilers
 from profilers.counting.sites import UserCode
+from profilers.timing.charge import untimed
 from profilers.timing.gaps import STEP_END, GapSampler, name_gaps
 from profilers.timing.line_time import LineTime
+from profilers.timing.timeline import StepClock
 from tests.profiler_helpers import line_of
 
 
@@ -147,6 +149,39 @@ def test_the_sampler_reads_the_user_line_a_thread_is_blocked_at() -> None:
             if sampler.samples and sampler.samples[-1][1].endswith(f":{line_of('blocked')}"):
                 break
         assert sampler.samples[-1][1] == f"tests/test_time_gaps.py:{line_of('blocked')}"
+
+
+def _spin(ns: int) -> int:
+    end = time.perf_counter_ns() + ns
+    while (now := time.perf_counter_ns()) < end:
+        pass
+    return now
+
+
+def test_on_the_fast_path_a_gap_is_named_over_the_scripts_time_not_the_wall_clocks() -> None:
+    # The fast path takes its own time out of a gap as it goes (a Python number's cast: most of
+    # each call in a loop of ``y + 1``). Here one gap: 20 ms of the script's Python at one
+    # line, then 20 ms at another of which 16 ms are ours (0.8 ms of each 1). On the wall clock
+    # the 24 ms charged were read from its last 24 ms: 4 ms to the first line, 20 to the second.
+    clock = StepClock(time.perf_counter_ns(), lines_measured=False)
+    sampler = GapSampler(UserCode(), threading.get_ident(), clock=clock, steady=True)
+    clock.sampler = sampler
+    for _ in range(20):
+        sampler.sample()  # @python
+        _spin(1_000_000)
+    half = time.perf_counter_ns()
+    for _ in range(20):
+        untimed(clock, 800_000, _spin(1_000_000))
+        sampler.sample()  # @casts
+    end = time.perf_counter_ns()
+    step = clock.close(end)
+    ms = {key: rec.launch_ns / 1e6 for key, rec in step.lines.items()}
+    python, casts = (f"tests/test_time_gaps.py:{line_of(m)}" for m in ("python", "casts"))
+    assert step.own_ns == 20 * 800_000
+    # each line its script's time, as measured here (a loaded box stretches either half);
+    # tolerance 1.5 ms: the readings are 1 ms apart
+    expected = {python: (half - step.start_ns) / 1e6, casts: (end - half) / 1e6 - 16}
+    assert all(abs(ms[key] - want) <= 1.5 for key, want in expected.items()), (ms, expected)
 
 
 class _Kept:

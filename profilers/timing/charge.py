@@ -53,11 +53,17 @@ def untimed(clock: StepClock, own_ns: int, now_ns: int) -> None:
     """A call the fast path took and did not count (a cast of a Python number, a copy within a
     device, the calls ops make inside themselves): its time in our kernel (``own_ns``) and the
     calibrated cost around it (``clock.outside_ns``: the dispatcher boxing it into Python and
-    back) are the profiler's own, taken out of the gap they fell in (at most all of it)."""
+    back) are the profiler's own, taken out of the gap they fell in (at most all of it).
+
+    NB: counted in ``untimed_ns`` too: the gap's start moves on here, so the gaps and the
+    stack sampler's readings are placed on the script's time, the wall clock less that total
+    (:meth:`StepClock.long_gap`); on the wall clock a gap whose end was mostly our time (a
+    loop of ``y + 1``) was named by the readings of its last stretch only."""
     shift = min(own_ns + clock.outside_ns, now_ns - clock.last_ns)
     if shift > 0:
         clock.last_ns += shift
         clock.own_ns += shift
+        clock.untimed_ns += shift
 
 
 def settle_op(clock: StepClock, site: Any, t_in: int, t_call: int, t_ret: int, kind: str) -> None:

@@ -81,21 +81,29 @@ class GapSampler:
     """
 
     def __init__(
-        self, user: Any, ident: int, interval_s: float = INTERVAL_S, clock: Any = None
+        self,
+        user: Any,
+        ident: int,
+        interval_s: float = INTERVAL_S,
+        clock: Any = None,
+        steady: bool = False,
     ) -> None:
         self.user = user
         self.ident = ident
         self.interval_s = interval_s
         self.clock = clock
         """The step clock whose ``last_ns`` (the end of the last op or wait) says whether ops
-        flow: then the sampler reads every :data:`SLOW_S` only; None: always every
-        ``interval_s``."""
+        flow: then the sampler reads every :data:`SLOW_S` only (``steady``: always every
+        ``interval_s``, as with none); its ``untimed_ns`` puts each reading on the script's
+        time, as the clock's gaps are (:meth:`~profilers.timing.timeline.StepClock.long_gap`)."""
+        self.steady = steady or clock is None
         self.learned: dict[tuple[str, str, int], tuple[int, dict[str, float]]] = {}
         """(what came before a gap, the line charged, its length's power of two) -> (gaps
         with readings, the sum of their splits: the fraction of each gap by line read in it)
         (:func:`name_gaps`)."""
         self.samples: deque[tuple[int, str]] = deque(maxlen=MAX_SAMPLES)
-        """(when, ``file:line``), oldest first (appended by the sampler only: atomic)."""
+        """(when: on the script's time, with a clock; ``file:line``), oldest first (appended by
+        the sampler only: atomic)."""
         self._stop = threading.Event()
         self._thread = OwnThread(target=self._run, name="gpuwatch-gap-sampler", daemon=True)
 
@@ -109,7 +117,7 @@ class GapSampler:
             self._thread.join()
 
     def _run(self) -> None:
-        clock = self.clock
+        clock = None if self.steady else self.clock
         interval, seen = self.interval_s, None
         while not self._stop.wait(interval):
             self.sample()
@@ -132,10 +140,15 @@ class GapSampler:
         if i is None:
             return
         filename, line = stack[i]
-        self.samples.append((perf_counter_ns(), f"{user.display(filename)}:{line}"))
+        when = perf_counter_ns() - (0 if self.clock is None else self.clock.untimed_ns)
+        samples = self.samples
+        if samples and when < samples[-1][0]:  # NB: in order (the calibrated part is a guess)
+            when = samples[-1][0]
+        samples.append((when, f"{user.display(filename)}:{line}"))
 
     def forget(self, before_ns: int) -> None:
-        """Drops the samples taken before ``before_ns`` (a closed step's)."""
+        """Drops the samples taken before ``before_ns`` (a closed step's; on the script's time,
+        as the samples are)."""
         samples = self.samples
         while samples and samples[0][0] < before_ns:
             samples.popleft()
@@ -190,7 +203,7 @@ def sample_gaps(stack: ExitStack, clock: Any, user: Any) -> None:
     if clock.lines_measured:
         clock.sampler = GapSampler(user, ident, INTERVAL_S, clock).start()
     else:
-        clock.sampler = GapSampler(user, ident, FAST_PATH_S).start()
+        clock.sampler = GapSampler(user, ident, FAST_PATH_S, clock, steady=True).start()
     stack.callback(clock.sampler.stop)
 
 

@@ -3,11 +3,11 @@
 The clock is ``time.perf_counter_ns`` throughout (integers: no rounding drift over long runs).
 What one step holds, and what a later replay (issue 26) reads:
 
-* :class:`~profilers.timing.line_time.LineTime`: per line, nanoseconds by cause: ``launch`` (the user's Python and the ops it
-  ran, i.e. the host work between waits), ``input`` (inside a DataLoader iterator's
-  ``__next__``), ``sync`` (blocked in a sync, also by sync cause), ``copy`` (in a blocking copy),
-  ``comm`` (in a collective or ``work.wait()``); with the counts a CUDA-graph capture cares
-  about (syncs, host reads, pageable copies);
+* :class:`~profilers.timing.line_time.LineTime`: per line, nanoseconds by cause: ``launch`` (the
+  user's Python and the ops it ran, i.e. the host work between waits), ``input`` (inside a
+  DataLoader iterator's ``__next__``), ``sync`` (blocked in a sync, also by sync cause), ``copy``
+  (in a blocking copy), ``comm`` (in a collective or ``work.wait()``); with the counts a
+  CUDA-graph capture cares about (syncs, host reads, pageable copies);
 * :class:`HostInterval`: each wait as an interval on the host clock, with its cause and line (the
   newest :data:`MAX_WAITS` per step: the replay's blocking points, and the trace's slices);
 * :class:`StepTime`: one closed step: its bounds, its lines, its waits, the profiler's own time
@@ -56,11 +56,8 @@ class HostInterval:
     __slots__ = ("cause", "end_ns", "kind", "site", "start_ns")
 
     def __init__(self, kind: str, cause: str | None, site: str, start_ns: int, end_ns: int):
-        self.kind = kind
-        self.cause = cause
-        self.site = site
-        self.start_ns = start_ns
-        self.end_ns = end_ns
+        self.kind, self.cause, self.site = kind, cause, site
+        self.start_ns, self.end_ns = start_ns, end_ns
 
 
 class StepTime:
@@ -80,14 +77,8 @@ class StepTime:
         waits: list[HostInterval],
         waits_dropped: int = 0,
     ) -> None:
-        self.step = step
-        self.start_ns = start_ns
-        self.end_ns = end_ns
-        self.lines = lines
-        self.own_ns = own_ns
-        self.ops = ops
-        self.waits = waits
-        self.waits_dropped = waits_dropped
+        self.step, self.start_ns, self.end_ns, self.lines = step, start_ns, end_ns, lines
+        self.own_ns, self.ops, self.waits, self.waits_dropped = own_ns, ops, waits, waits_dropped
 
     @property
     def wall_ns(self) -> int:
@@ -151,6 +142,7 @@ class StepClock:
         "start_ns",
         "steps",
         "steps_closed",
+        "untimed_ns",
         "waits",
         "waits_dropped",
     )
@@ -166,8 +158,9 @@ class StepClock:
         self.lines_measured = lines_measured
         self.lines: dict[Any, LineTime] = {}
         """The open step's lines, keyed by the line's accumulator (identity: no string per op)."""
-        self.own_ns = 0
-        self.ops = 0
+        self.own_ns = self.ops = self.untimed_ns = 0
+        """``untimed_ns``: the fast path's own time taken out of gaps so far (never reset:
+        :func:`profilers.timing.charge.untimed`)."""
         self.waits: deque[HostInterval] = deque(maxlen=MAX_WAITS)
         self.waits_dropped = 0
         self.steps: deque[StepTime] = deque(maxlen=max(1, keep))
@@ -192,8 +185,8 @@ class StepClock:
         """The step replay's records (:class:`profilers.timing.oplog.OpLog`), where the run
         has GPU times for them (CUDA events, or the model of ``--fake-cuda --gpu``)."""
         self.gaps: list[tuple[int, int, Any, Any]] = []
-        """The open step's long gaps (start, end, the site charged, the site of the op before
-        it), to be named by samples."""
+        """The open step's long gaps (start, end: on the script's time; the site charged, the
+        site of the op before it), to be named by samples."""
         self.sampler: Any = None
         """Samples of the profile thread's lines (:class:`profilers.timing.gaps.GapSampler`)."""
         self.gpu: Any = None
@@ -210,10 +203,12 @@ class StepClock:
     def long_gap(self, end_ns: int, site: Any, before: Any = None) -> None:
         """The host's time from ``last_ns`` to ``end_ns``, charged to ``site``, was a long gap:
         noted, for the samples of the profile thread's stack to name at the step's close.
-        ``before``: what came before it (default: the last op's site, ``last_site``)."""
+        ``before``: what came before it (default: the last op's site, ``last_site``). NB: on the
+        script's time (less :attr:`untimed_ns`), as the sampler's readings are."""
         if len(self.gaps) < MAX_GAPS:
             where = self.last_site if before is None else before
-            self.gaps.append((self.last_ns, end_ns, site, where))
+            u = self.untimed_ns
+            self.gaps.append((self.last_ns - u, end_ns - u, site, where))
 
     def wait(
         self,
@@ -289,7 +284,7 @@ class StepClock:
         lines = self._named(_by_key(self.lines))
         self.gaps = []
         if self.sampler is not None:
-            self.sampler.forget(now_ns)
+            self.sampler.forget(now_ns - self.untimed_ns)
         merge_lines(self.run_lines, lines)
         step = StepTime(
             self.steps_closed,
@@ -345,7 +340,8 @@ class StepClock:
         if tail > 0:
             key = site_key(self.last_site)
             open_lines.setdefault(key, LineTime()).launch_ns += tail
-        tail_gap = (self.last_ns, now_ns, self.last_site, STEP_END)
+        u = self.untimed_ns
+        tail_gap = (self.last_ns - u, now_ns - u, self.last_site, STEP_END)
         gaps = self.gaps + ([tail_gap] if tail > 0 else [])
         open_lines = self._named(open_lines, gaps)
         for key, rec in open_lines.items():
