@@ -152,3 +152,19 @@ def test_step_0s_ratio_is_to_the_per_step_figure_the_verdict_states():
     lines = time_lines(r)
     assert lines[0].startswith("launch-bound: 20.0 ms per step over the 3 steps after the first")
     assert lines[1].startswith("step 0 took 310.0 ms (measured), 16x a step after it")
+
+
+def test_step_0s_ratio_to_a_mean_a_slow_later_step_swelled_is_the_medians():
+    setup, loop = _Site(3), _Site(7)
+    clock = StepClock(start_ns=0)
+    clock.line(setup).launch_ns += 300_000_000
+    clock.last_site = setup
+    clock.last_ns = 300_000_000
+    _steps(clock, loop, 10, 3)  # step 0 ends 10 ms into the loop, then two steps of 10 ms
+    _steps(clock, loop, 2000, 1)  # and a 2 s one (a checkpoint): the mean of three is 673 ms
+    r = Report(command=["train.py"], duration_s=2.33, steps={"count": 4, "source": "manual"})
+    r.time = time_section(clock, 2_330_000_000)
+    lines = time_lines(r)
+    assert lines[0].startswith("launch-bound: 673.3 ms per step over the 3 steps after the first")
+    # step 0 is long beside most steps (31x their median), not "0x a step after it"
+    assert lines[1].startswith("step 0 took 310.0 ms (measured), 31x the median step after it")

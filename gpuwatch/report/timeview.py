@@ -123,11 +123,14 @@ def first_step_line(t: dict[str, Any]) -> str | None:
     if typical <= 0 or took < 3 * typical or took - typical < 50.0:
         return None
     # NB: the median tells a long step 0 (a slow step later does not hide it); the ratio said
-    # is to the per-step figure the verdict states (their mean), so the two lines agree
-    per = float(basis["wall_unprofiled_ms"]) / steps
+    # is to the per-step figure the verdict states (their mean), so the two lines agree, but
+    # where a slow step swelled that mean past a third of step 0 (it said "0x"): the median's
+    ratio, of = took / max(float(basis["wall_unprofiled_ms"]) / steps, 1e-9), "a step"
+    if ratio < 3:
+        ratio, of = took / typical, "the median step"
     text = (
-        f"step 0 took {fmt.duration_ms(took)} (measured), {took / max(per, 1e-9):.0f}x a step after "
-        "it: it holds what ran before the first step (imports, building the model and the "
+        f"step 0 took {fmt.duration_ms(took)} (measured), {ratio:.0f}x {of} after it: it "
+        "holds what ran before the first step (imports, building the model and the "
         "optimizer), left out of the per-step figures"
     )
     named = [d for d in first.get("lines") or [] if d["site"] != OTHER_LINES]
