@@ -151,3 +151,20 @@ def test_gpu_memory_at_end_is_what_the_script_still_held(tmp_path, monkeypatch, 
     assert cli.main(argv) == 0
     lines = json.loads((tmp_path / "r.json").read_text())["memory"]["lines"]
     assert [(r["line"], r["live_bytes"]) for r in lines] == [(2, 1024**2), (3, 0)]
+
+
+@needs_fake_cuda
+def test_gpu_memory_at_end_is_what_a_module_still_held_when_it_called_sys_exit(
+    tmp_path, monkeypatch
+):
+    # -m: runpy hands the module's globals back only when it returns; sys.exit() at the end
+    # (the usual ``sys.exit(main())``) raises through it, and python keeps __main__ all the same.
+    (tmp_path / "held.py").write_text(
+        'import sys, torch\nkeep = torch.empty(256, 1024, device="cuda:0")\n'
+        'tmp = torch.empty(1024, device="cuda:0")\ndel tmp\nsys.exit(0)\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    argv = ["profile", "-q", "--fake-cuda", "--no-gpu-stats", "--json", "r.json", "-m", "held"]
+    assert cli.main(argv) == 0
+    lines = json.loads((tmp_path / "r.json").read_text())["memory"]["lines"]
+    assert [(r["line"], r["live_bytes"]) for r in lines] == [(2, 1024**2), (3, 0)]

@@ -166,7 +166,13 @@ def _run_main(target: Target) -> Outcome:
                 sys.argv = ["-m", *target.args]  # runpy puts the module's path in argv[0]
                 sys.path.insert(0, os.getcwd())
                 try:
-                    _KEPT.append(runpy.run_module(target.name, run_name="__main__", alter_sys=True))
+                    try:
+                        _KEPT.append(
+                            runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+                        )
+                    except BaseException as exc:  # sys.exit() at its end, an error
+                        _keep_main_of(exc)
+                        raise
                 except ImportError as exc:
                     if not _is_the_target_missing(exc, target.name):
                         raise
@@ -268,6 +274,19 @@ def _exec_script(path: str) -> None:
 #: under plain python: dropped when the run ends, a global the script holds (its model) would
 #: be freed before the report reads GPU memory "at end", or not, as reference cycles decide.
 _KEPT: list[object] = []
+
+
+def _keep_main_of(exc: BaseException) -> None:
+    """Keeps (:data:`_KEPT`) the globals of the ``__main__`` module whose run ``exc`` ended:
+    ``runpy.run_module`` hands them back only when the module returns (NB: read off the
+    module's frame in the traceback, the one place left that has them)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__":
+            _KEPT.append(frame.f_globals)
+            return
+        tb = tb.tb_next
 
 
 #: gpuwatch's and the profiler's own code: never part of the script's traceback.
