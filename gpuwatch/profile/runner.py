@@ -160,6 +160,7 @@ def _run_main(target: Target) -> Outcome:
     saved_argv = sys.argv[:]
     saved_path_list, saved_path = sys.path, sys.path[:]
     main_module = sys.modules.get("__main__")
+    _KEPT.clear()  # NB: a run in this process before (a notebook's, a test's) is over
     try:
         try:
             if target.module:
@@ -270,9 +271,10 @@ def _exec_script(path: str) -> None:
     exec(code, main.__dict__)
 
 
-#: NB: the script's ``__main__`` (its globals, for ``-m``) lives until the process ends, as
-#: under plain python: dropped when the run ends, a global the script holds (its model) would
-#: be freed before the report reads GPU memory "at end", or not, as reference cycles decide.
+#: NB: the script's ``__main__`` (its globals, for ``-m``) lives until the process ends (or the
+#: next run in it starts), as under plain python: dropped when the run ends, a global the script
+#: holds (its model) would be freed before the report reads GPU memory "at end", or not, as
+#: reference cycles decide.
 _KEPT: list[object] = []
 
 

@@ -57,7 +57,8 @@ FAST_PATH_S = 0.01
 between counted ops has no line but the readings': 100 a second, py-spy's default rate."""
 
 MAX_GAPS = 1024
-"""Long gaps noted per step (the first; the rest stay charged to the op after them)."""
+"""Gaps noted per step (the first; the rest stay charged to the op after them, or on the fast
+path, where every gap between counted ops is noted, to ``(between counted ops)``)."""
 
 MAX_LEARNED = 4096
 """Gaps (a pair of ops, a length) whose split among lines is kept for the steps where no
