@@ -139,32 +139,32 @@ def test_a_real_setup_before_the_first_step_is_named_and_left_out():
     assert 20.0 <= per < 40.0, per
 
 
-def test_step_0s_ratio_is_to_the_per_step_figure_the_verdict_states():
+def _setup_then_steps(slow_ms: int) -> list[str]:
+    """The summary's lines for a 300 ms setup, a step 0 ending 10 ms into the loop, two steps
+    of 10 ms and one of ``slow_ms``."""
     setup, loop = _Site(3), _Site(7)
     clock = StepClock(start_ns=0)
     clock.line(setup).launch_ns += 300_000_000
     clock.last_site = setup
     clock.last_ns = 300_000_000
-    _steps(clock, loop, 10, 3)  # step 0 ends 10 ms into the loop, then two steps of 10 ms
-    _steps(clock, loop, 40, 1)  # and a slow one: the mean of the three is 20 ms, the median 10
-    r = Report(command=["train.py"], duration_s=0.37, steps={"count": 4, "source": "manual"})
-    r.time = time_section(clock, 370_000_000)
-    lines = time_lines(r)
+    _steps(clock, loop, 10, 3)
+    _steps(clock, loop, slow_ms, 1)
+    wall_ms = 330 + slow_ms
+    r = Report(
+        command=["train.py"], duration_s=wall_ms / 1000, steps={"count": 4, "source": "manual"}
+    )
+    r.time = time_section(clock, wall_ms * 1_000_000)
+    return time_lines(r)
+
+
+def test_step_0s_ratio_is_to_the_per_step_figure_the_verdict_states():
+    lines = _setup_then_steps(40)  # the mean of the three later steps is 20 ms, the median 10
     assert lines[0].startswith("launch-bound: 20.0 ms per step over the 3 steps after the first")
     assert lines[1].startswith("step 0 took 310.0 ms (measured), 16x a step after it")
 
 
 def test_step_0s_ratio_to_a_mean_a_slow_later_step_swelled_is_the_medians():
-    setup, loop = _Site(3), _Site(7)
-    clock = StepClock(start_ns=0)
-    clock.line(setup).launch_ns += 300_000_000
-    clock.last_site = setup
-    clock.last_ns = 300_000_000
-    _steps(clock, loop, 10, 3)  # step 0 ends 10 ms into the loop, then two steps of 10 ms
-    _steps(clock, loop, 2000, 1)  # and a 2 s one (a checkpoint): the mean of three is 673 ms
-    r = Report(command=["train.py"], duration_s=2.33, steps={"count": 4, "source": "manual"})
-    r.time = time_section(clock, 2_330_000_000)
-    lines = time_lines(r)
+    lines = _setup_then_steps(2000)  # a 2 s step (a checkpoint): the mean of three is 673 ms
     assert lines[0].startswith("launch-bound: 673.3 ms per step over the 3 steps after the first")
     # step 0 is long beside most steps (31x their median), not "0x a step after it"
     assert lines[1].startswith("step 0 took 310.0 ms (measured), 31x the median step after it")
