@@ -119,3 +119,6 @@ def test_the_gpus_idle_over_a_long_pause_is_the_pauses_line(monkeypatch):
         # share of the stretch after the pause may stay with the op's line
         assert top["cause"] == "launch" and top["site"].endswith(f":{line_of('pause')}"), step
         assert top["ms"] >= 0.9 * 120
+        # the trace's idle slices say the same: most of the step's idle time at the pause
+        at_pause = [s for s in step["gpu"]["idle_slices"] if s["site"] == top["site"]]
+        assert sum(s["ms"] for s in at_pause) >= 0.9 * 120

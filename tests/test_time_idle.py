@@ -4,7 +4,14 @@ union of the ops on all streams, and every idle nanosecond goes to one cause and
 
 from __future__ import annotations
 
-from profilers.timing.idle import END_OF_STEP, GpuInterval, busy_intervals, charge, follow_named
+from profilers.timing.idle import (
+    END_OF_STEP,
+    GpuInterval,
+    busy_intervals,
+    charge,
+    follow_named,
+    name_slices,
+)
 from profilers.timing.line_time import LineTime
 from profilers.timing.timeline import HostInterval, StepTime
 from profilers.timing.verdict import breakdown
@@ -137,3 +144,25 @@ def test_launch_idle_follows_the_lines_the_sampler_named_in_its_host_work():
     ]
     # nothing named, or not launch idle: unchanged
     assert follow_named(idle, {"a.py:7": _named(10)}) == idle
+
+
+def test_a_launch_slice_inside_a_named_gap_takes_that_gaps_line():
+    # Idle 100..400 charged to line 7 (the op after it); the sampler named 150..350 as line 6's
+    # (a sleep); a sync's slice and another line's launch slice stay as they were.
+    slices = [
+        (100, 400, "launch", None, "a.py:7"),
+        (500, 600, "sync", "item", "a.py:7"),
+        (700, 800, "launch", None, "a.py:9"),
+    ]
+    named = [(150, 350, "a.py:7", "a.py:6"), (650, 900, "a.py:8", "a.py:5")]
+    assert name_slices(slices, named) == [
+        (100, 150, "launch", None, "a.py:7"),
+        (150, 350, "launch", None, "a.py:6"),
+        (350, 400, "launch", None, "a.py:7"),
+        (500, 600, "sync", "item", "a.py:7"),
+        (700, 800, "launch", None, "a.py:9"),
+    ]
+    # a gap covering the whole slice renames all of it
+    assert name_slices(slices[:1], [(0, 1000, "a.py:7", "a.py:6")]) == [
+        (100, 400, "launch", None, "a.py:6")
+    ]

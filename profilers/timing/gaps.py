@@ -214,6 +214,7 @@ def name_gaps(
     lines: dict[str, Any],
     make: Any,
     learn: bool = True,
+    spans: list[tuple[int, int, str, str]] | None = None,
 ) -> None:
     """Splits each long gap ``(start_ns, end_ns, file:line charged, what came before it: the
     op's line, or STEP_END)`` among the lines sampled in it: moves the others' shares of its
@@ -225,7 +226,9 @@ def name_gaps(
     their splits. A loop's gap recurs each step, and a reading every 50 ms falls in a 20 ms
     gap two steps in five; a branch taken every tenth step (a checkpoint) makes a gap of
     another length, learned apart. ``learn``: the gaps with readings add to those splits (not
-    for a snapshot of the open step)."""
+    for a snapshot of the open step). ``spans``: gets ``(start_ns, end_ns, the line charged,
+    the line that took most of it)`` of each gap that another line took most of (the trace's
+    GPU-idle slices are named by it)."""
     if sampler is None or not gaps:
         return
     samples = list(sampler.samples)
@@ -251,6 +254,9 @@ def name_gaps(
             count, fractions = known
             share = {key: int((end - start) * f / count) for key, f in fractions.items()}
         _move(share, charged, rec, lines, make)
+        top = max(share, key=share.__getitem__, default=charged)
+        if spans is not None and top != charged:
+            spans.append((start, end, charged, top))
 
 
 def _split(seen: list[tuple[int, str]], start: int, end: int) -> dict[str, int]:

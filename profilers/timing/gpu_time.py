@@ -36,9 +36,10 @@ all: the timer waits for the GPUs there.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
-from profilers.timing.idle import GpuInterval, busy_intervals, charge, follow_named
+from profilers.timing.idle import GpuInterval, busy_intervals, charge, follow_named, name_slices
 from profilers.timing.oplog import KIND, NON_BLOCKING, PINNED, SITE
 from profilers.timing.timeline import LAUNCH, WAITS, HostInterval, StepTime, site_key
 
@@ -75,10 +76,13 @@ class Anchor:
 class StepMark:
     """A closed step in the timer's queue: reached once every op queued before it is placed."""
 
-    __slots__ = ("step",)
+    __slots__ = ("named", "step")
 
-    def __init__(self, step: StepTime) -> None:
+    def __init__(self, step: StepTime, named: Sequence[tuple[int, int, str, str]] = ()) -> None:
         self.step = step
+        self.named = named
+        """The step's gaps another line took most of (:func:`~profilers.timing.gaps.
+        name_gaps`): its GPU-idle slices there are named by that line."""
 
     def ready(self) -> bool:
         return True
@@ -127,9 +131,10 @@ class GpuTimeline:
         self.timer: Any = None
         """The CUDA timer (:class:`profilers.timing.cuda_events.CudaTimer`) that feeds it."""
 
-    def closed(self, step: StepTime) -> None:
-        """The step clock closed ``step``: its figures come when the timer reaches this."""
-        self.timer.mark(StepMark(step))
+    def closed(self, step: StepTime, named: list[tuple[int, int, str, str]]) -> None:
+        """The step clock closed ``step`` (``named``: :attr:`StepMark.named`): its figures come
+        when the timer reaches this."""
+        self.timer.mark(StepMark(step, named))
 
     @property
     def settled(self) -> bool:
@@ -192,7 +197,7 @@ class GpuTimeline:
     def reached(self, mark: StepMark) -> None:
         """Every op queued before ``mark``'s step ended is placed: its figures, and the run's."""
         step = mark.step
-        result = self.charge(step.start_ns, step.end_ns, step.waits)
+        result = self.charge(step.start_ns, step.end_ns, step.waits, mark.named)
         self.charged_to_ns = step.end_ns
         self.steps_charged += 1
         if result is None:
@@ -213,10 +218,15 @@ class GpuTimeline:
     # -- figures ---------------------------------------------------------------------------------
 
     def charge(
-        self, start_ns: int, end_ns: int, waits: list[HostInterval]
+        self,
+        start_ns: int,
+        end_ns: int,
+        waits: list[HostInterval],
+        named: Sequence[tuple[int, int, str, str]] = (),
     ) -> dict[str, Any] | None:
         """``[start_ns, end_ns)`` on the GPU that was busiest in it (None: no device placed an
-        op yet), with its idle slices in ms since the profile's start."""
+        op yet), with its idle slices in ms since the profile's start (launch idle inside a
+        gap of ``named`` named by the line that took the gap)."""
         best: tuple[int, int, dict[str, Any]] | None = None
         for device, ops in sorted(self.ops.items()):
             r = charge(start_ns, end_ns, ops, waits, self.slack_ns, slices=MAX_SLICES)
@@ -236,7 +246,7 @@ class GpuTimeline:
                 "sync_cause": cause,
                 "site": site,
             }
-            for a, b, kind, cause, site in r["idle_slices"]
+            for a, b, kind, cause, site in name_slices(r["idle_slices"], named)
         ]
         spans = r.pop("busy_spans", None)
         if spans is not None:

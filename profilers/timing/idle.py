@@ -29,6 +29,7 @@ host half counts as a sync, ``copy_to_device``): the fix is the copy's (pin, ``n
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Sequence
 from typing import Any
 
 from profilers.timing.timeline import COPY, LAUNCH, WAITS, HostInterval
@@ -215,3 +216,26 @@ def follow_named(
         for (kind, site, cause), ms in ranked
         if ms > 0
     ]
+
+
+Slice = tuple[int, int, str, str | None, str]
+
+
+def name_slices(slices: list[Slice], named: Sequence[tuple[int, int, str, str]]) -> list[Slice]:
+    """``slices`` (:func:`charge`'s ``idle_slices``) with each launch slice's part inside a gap
+    of ``named`` (``(start_ns, end_ns, the line charged, the line that took most of it)``, the
+    stack sampler's) named by that line: the trace agrees with :func:`follow_named`."""
+    out: list[Slice] = []
+    for a, b, kind, cause, site in slices:
+        for start, end, charged, top in sorted(named):
+            if kind != LAUNCH or charged != site or end <= a or start >= b:
+                continue
+            if start > a:
+                out.append((a, start, kind, cause, site))
+            out.append((max(a, start), min(b, end), kind, cause, top))
+            a = min(b, end)
+            if a >= b:
+                break
+        if a < b:
+            out.append((a, b, kind, cause, site))
+    return out

@@ -281,7 +281,8 @@ class StepClock:
                 self.long_gap(now_ns, self.last_site, STEP_END)
         if self.probes:
             self.prober.settle(self)
-        lines = self._named(_by_key(self.lines))
+        named: list[tuple[int, int, str, str]] = []
+        lines = self._named(_by_key(self.lines), spans=named)
         self.gaps = []
         if self.sampler is not None:
             self.sampler.forget(now_ns - self.untimed_ns)
@@ -304,7 +305,7 @@ class StepClock:
         else:
             self.first = step
         if self.gpu is not None:
-            self.gpu.closed(step)
+            self.gpu.closed(step, named)
         if self.replay is not None:
             self.replay.close(self.steps_closed, now_ns)
         self.steps_closed += 1
@@ -318,14 +319,14 @@ class StepClock:
         return step
 
     def _named(
-        self, lines: dict[str, LineTime], gaps: list[Any] | None = None
+        self, lines: dict[str, LineTime], gaps: list[Any] | None = None, spans: Any = None
     ) -> dict[str, LineTime]:
         """``lines`` with the long gaps' time moved to the lines sampled in them (``gaps``
-        given: a snapshot, which learns nothing)."""
+        given: a snapshot, which learns nothing; ``spans``: see :func:`name_gaps`)."""
         keyed = [
             (a, b, site_key(s), site_key(p)) for a, b, s, p in (self.gaps if gaps is None else gaps)
         ]
-        name_gaps(keyed, self.sampler, lines, LineTime, learn=gaps is None)
+        name_gaps(keyed, self.sampler, lines, LineTime, learn=gaps is None, spans=spans)
         return lines
 
     def last_step_end(self) -> int:
