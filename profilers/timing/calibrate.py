@@ -30,6 +30,7 @@ import torch
 
 if TYPE_CHECKING:
     from profilers.stats import OpCount
+    from profilers.timing.timeline import StepClock
 
 ROUNDS = 15
 STEPS = 10
@@ -52,55 +53,72 @@ def _mix(a: torch.Tensor, b: torch.Tensor, steps: int) -> None:
         y.view(2, 4)
 
 
+def _rounds(
+    state: Any, work: Callable[[], None], inside: Callable[[], Any], rounds: int, ok: Any
+) -> tuple[int, int, StepClock] | None:
+    """``work()`` bare, then inside ``inside()`` with a scratch step clock on ``state`` (the
+    thread's), in ``rounds`` alternating rounds: the least bare time, the least profiled time
+    less what that clock saw as the profiler's own, and the last round's clock; None where
+    ``ok(clock)`` says a round's calls did not all reach the profiler (no estimate).
+
+    NB: on the wall clock, as the hot path's own time is (a CPU clock beside it read the
+    profiled loop's preemptions inside the hot path as its own time, and took them off the
+    cost outside it: a load of 5 on 2 cores gave 0 one start in four). Short rounds,
+    alternating bare and profiled, and the least of each kind: on a machine busy with other
+    work most rounds of a millisecond run unpreempted, and the least is one of them."""
+    from profilers.timing.timeline import StepClock as Clock
+
+    now = time.perf_counter_ns
+    best_bare: int | None = None
+    best_profiled: int | None = None
+    clock: StepClock | None = None
+    for _ in range(rounds):
+        t0 = now()
+        work()
+        bare = now() - t0
+        clock = Clock(now())
+        state.clock = clock
+        with inside():
+            t0 = now()
+            work()
+            profiled = now() - t0 - clock.own_ns
+        state.clock = None
+        if not ok(clock):
+            return None
+        best_bare = bare if best_bare is None else min(best_bare, bare)
+        best_profiled = profiled if best_profiled is None else min(best_profiled, profiled)
+    if best_bare is None or best_profiled is None or clock is None:
+        return None
+    return best_bare, best_profiled, clock
+
+
 def outside_cost_ns(
     make_mode: Callable[[Any], Any],
     make_recorder: Callable[[], Any],
     rounds: int = ROUNDS,
     steps: int = STEPS,
 ) -> int:
-    """Nanoseconds per op the mode costs outside its hot path (at least 0), over a mix of ops.
-
-    NB: on the wall clock, as the hot path's own time is (a CPU clock beside it read the
-    profiled loop's preemptions inside the hot path as its own time, and took them off the
-    cost outside it: a load of 5 on 2 cores gave 0 one start in four). Short rounds,
-    alternating bare and profiled, and the least of each kind: on a machine busy with other
-    work most rounds of a millisecond run unpreempted, and the least is one of them.
+    """Nanoseconds per op the mode costs outside its hot path (at least 0), over a mix of ops
+    (:func:`_rounds`).
 
     Args:
         make_mode: the profiler's mode class, given a recorder.
         make_recorder: a scratch recorder (its counts are thrown away), made as the profile's is.
     """
-    from profilers.timing.timeline import StepClock
-
-    now = time.perf_counter_ns
     recorder = make_recorder()
     mode = make_mode(recorder)
     a, b = torch.ones(8), torch.ones(8)
     with mode:
         _mix(a, b, 1)  # warms the scratch recorder's caches (its lines, the ops' facts)
     ops = steps * MIX_OPS
-    best_bare: int | None = None
-    best_profiled: int | None = None
-    seen = ops
-    for _ in range(rounds):
-        t0 = now()
-        _mix(a, b, steps)
-        bare = now() - t0
-        clock = StepClock(time.perf_counter_ns())
-        recorder.state().clock = clock
-        with mode:
-            t0 = now()
-            _mix(a, b, steps)
-            profiled = now() - t0 - clock.own_ns
-        recorder.state().clock = None
-        if clock.ops < ops:
-            return 0  # the mode did not see every op (another mode above it): no estimate
-        seen = clock.ops  # NB: ops as the mode sees them (metadata ops included)
-        best_bare = bare if best_bare is None else min(best_bare, bare)
-        best_profiled = profiled if best_profiled is None else min(best_profiled, profiled)
-    if best_bare is None or best_profiled is None:
+    # NB: the mode did not see every op where another mode sits above it: no estimate
+    found = _rounds(
+        recorder.state(), lambda: _mix(a, b, steps), lambda: mode, rounds, lambda c: c.ops >= ops
+    )
+    if found is None:
         return 0
-    return max(0, (best_profiled - best_bare) // seen)
+    bare, profiled, clock = found
+    return max(0, (profiled - bare) // clock.ops)  # NB: ops as the mode sees them (views too)
 
 
 CASTS = 50
@@ -112,42 +130,23 @@ def fast_path_outside_ns(
 ) -> int:
     """Nanoseconds per call the fast path takes (profilers/counting/kernels.py) that its kernel
     cannot time itself: the dispatcher boxing the call into Python and back. Measured as the
-    mode's is (:func:`outside_cost_ns`): a float32 tensor plus a Python int, whose cast of the
-    number is a call the fast path takes and does not count, run bare and with the key on
-    (``key_on()``) in short alternating rounds, less what the kernel timed of itself (on a
-    scratch clock on this thread), the least of each kind. 0 where no call reached it."""
-    from profilers.timing.timeline import StepClock
-
-    now = time.perf_counter_ns
+    mode's is (:func:`_rounds`): a float32 tensor plus a Python int, whose cast of the number
+    is a call the fast path takes and does not count, run bare and with the key on
+    (``key_on()``), less what the kernel timed of itself. 0 where no call reached it."""
     a = torch.ones(4)
 
     def add_numbers() -> None:
         for _ in range(casts):
             a + 1
 
-    state = recorder.state()
     with key_on():
         add_numbers()  # warms the kernel's first call
-    best_bare: int | None = None
-    best_keyed: int | None = None
-    for _ in range(rounds):
-        t0 = now()
-        add_numbers()
-        bare = now() - t0
-        clock = StepClock(now())
-        state.clock = clock
-        with key_on():
-            t0 = now()
-            add_numbers()
-            keyed = now() - t0 - clock.own_ns
-        state.clock = None
-        if clock.own_ns == 0:
-            return 0  # the calls never reached the kernel (a Python mode above the key)
-        best_bare = bare if best_bare is None else min(best_bare, bare)
-        best_keyed = keyed if best_keyed is None else min(best_keyed, keyed)
-    if best_bare is None or best_keyed is None:
+    # NB: own time 0: the calls never reached the kernel (a Python mode above the key)
+    found = _rounds(recorder.state(), add_numbers, key_on, rounds, lambda c: c.own_ns > 0)
+    if found is None:
         return 0
-    return max(0, (best_keyed - best_bare) // casts)
+    bare, keyed, _ = found
+    return max(0, (keyed - bare) // casts)
 
 
 PROBE_ROUNDS = 5

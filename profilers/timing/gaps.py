@@ -254,9 +254,10 @@ def name_gaps(
             count, fractions = known
             share = {key: int((end - start) * f / count) for key, f in fractions.items()}
         _move(share, charged, rec, lines, make)
-        top = max(share, key=share.__getitem__, default=charged)
-        if spans is not None and top != charged:
-            spans.append((start, end, charged, top))
+        if spans is not None:
+            top = max(share, key=share.__getitem__, default=charged)
+            if top != charged:
+                spans.append((start, end, charged, top))
 
 
 def _split(seen: list[tuple[int, str]], start: int, end: int) -> dict[str, int]:

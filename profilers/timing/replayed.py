@@ -153,6 +153,20 @@ def sections(
     return time, predicted, what
 
 
+def _named_lines(
+    clock: StepClock | None,
+) -> tuple[dict[int, dict[str, Any]], dict[str, Any], int]:
+    """The host's lines, with what the stack sampler named out of each (``named_out``), for
+    the replayed GPU idle to follow: per kept step; and over the steps after the first (else
+    the run), with how many steps those sum."""
+    if clock is None:
+        return {}, {}, 1
+    per_step = {t.step: t.lines for t in clock.steps}
+    if clock.later is not None:
+        return per_step, clock.later.lines, clock.later.step
+    return per_step, clock.run_lines, max(1, clock.steps_closed)
+
+
 def _predicted_step(d: dict[str, Any]) -> bool:
     gpu = d.get("gpu")
     return isinstance(gpu, dict) and gpu.get("measured") == PREDICTED
@@ -171,16 +185,12 @@ def apply(
     predicted = _predicted(log.gpu, log.harness) if log.gpu is not None else None
     chosen = typical(steps)
     if gpu is not None and time is not None and chosen is not None:
-        clock = log.clock
-        host = {t.step: t.lines for t in clock.steps} if clock is not None else {}
+        host, lines, over = _named_lines(log.clock)
         for d in time.get("steps", []):
             found = next((s for s in steps if s.step == d.get("step")), None)
             if found is not None:
                 result = replay(found.ops(), drop_overhead=True)
                 _with_gpu(d, _gpu_dict(result, measured, gpu, host.get(found.step, {})))
-        later = None if clock is None else clock.later
-        lines = later.lines if later is not None else getattr(clock, "run_lines", {})
-        over = later.step if later is not None else getattr(clock, "steps_closed", 1)
         run = _gpu_dict(replay(chosen[1], drop_overhead=True), measured, gpu, lines, over)
         run["steps_median"] = chosen[2]
         _with_gpu(time["run"], run)
