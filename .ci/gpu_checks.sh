@@ -2,6 +2,7 @@
 # Every check that needs a real NVIDIA GPU, in one run (CI has no GPU; these run on a lent one).
 #
 #   bash .ci/gpu_checks.sh prepare   # here, with network: wheels the GPU machine lacks -> .whl/
+#   bash .ci/gpu_checks.sh selfcheck # here, on torch 2.11 and Python 3.12: what needs no GPU
 #   bash .ci/gpu_checks.sh run OUT [gpu] [suite] [bench] [demos]   # there -> OUT/ (all parts
 #       when none is named; one part per call on a lent machine)
 #
@@ -130,6 +131,35 @@ part_demos() {
     step python3 demos/exercises.py matmul
 }
 
+# What the parts above need that a machine without a GPU can check, on the lent machine's torch
+# (2.11) and Python (3.12) with the same carried wheels: CI runs it (.ci/torch_matrix.sh), so a
+# lent GPU's minutes go to GPU answers, not to import errors. Exits non-zero on the first failure.
+selfcheck() {
+    prepare >/dev/null || return 1
+    setup
+    local failed=0 f
+    python3 -c 'import sys, torch; print("selfcheck: Python", sys.version.split()[0], "torch",
+        torch.__version__)' || failed=1
+    # every -m gpu test collects (its module imports, its fixtures resolve; it skips here)
+    python3 -m pytest -q --collect-only -m gpu -p no:cacheprovider tests >/dev/null || {
+        echo "selfcheck: the gpu tests do not collect"
+        failed=1
+    }
+    for f in .ci/*.py benchmarks/*.py; do
+        python3 -m py_compile "$f" || failed=1
+    done
+    # the demos part's runs, on the fake GPU: the same commands, the same comparison script
+    for variant in naive fixed; do
+        python3 -m gpuwatch profile -q --fake-cuda --json "/tmp/selfcheck-$variant.json" \
+            demos/single_gpu_training.py --variant "$variant" --steps 20 || failed=1
+    done
+    python3 .ci/compare_fake_cuda.py /tmp/selfcheck-naive.json /tmp/selfcheck-naive.json \
+        /tmp/selfcheck-fixed.json /tmp/selfcheck-fixed.json >/dev/null || failed=1
+    python3 -m gpuwatch top --demo --once >/dev/null || failed=1
+    echo "selfcheck: exit $failed"
+    return $failed
+}
+
 run() {
     local out=${1:?usage: gpu_checks.sh run OUT [gpu] [suite] [bench] [demos]}
     shift
@@ -155,12 +185,13 @@ run() {
 
 case "${1:-}" in
 prepare) prepare ;;
+selfcheck) selfcheck ;;
 run)
     shift
     run "$@"
     ;;
 *)
-    echo "usage: bash .ci/gpu_checks.sh prepare | run OUT [gpu] [suite] [bench] [demos]" >&2
+    echo "usage: bash .ci/gpu_checks.sh prepare | selfcheck | run OUT [gpu] [suite] [bench] [demos]" >&2
     exit 2
     ;;
 esac

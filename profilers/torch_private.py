@@ -80,7 +80,9 @@ WHAT_EACH_GIVES: dict[str, str] = {
     "torch.ops.aten._scaled_dot_product_attention_math.default": "attention on fake GPU tensors on the CUDA build (fake_cuda/apis.py); without it the CUDA build's attention fails under --fake-cuda",
     "torch.Tensor._make_wrapper_subclass": "--fake-values real: a GPU tensor that holds a host tensor; without it only placeholder values",
     "torch._C._disabled_torch_function_impl": "--fake-values real: no Python __torch_function__ on each call of a GPU tensor (as FakeTensor); without it the fake GPU is slower and --gpu's host time holds it",
-    "torch._subclasses.fake_tensor.FakeTensorDeviceMismatchError": "an op mixing devices on the fake GPU raised as a GPU raises it; without it the fake tensors' own error type reaches the script",
+    "torch._subclasses.fake_tensor.FakeTensorDeviceMismatchError": "an op mixing devices on the "
+    "fake GPU told by its type (torch 2.13 on); without it, by the text of FakeTensorMode's "
+    "RuntimeError (torch 2.9-2.12)",
     "torch._C.Generator": _FAKE,
     "torch._C._AutoDispatchBelowADInplaceOrView": _FAKE,
     "torch._C._GLIBCXX_USE_CXX11_ABI": f"{_FAKE} (its device guard's build)",
@@ -98,6 +100,13 @@ WHAT_EACH_GIVES: dict[str, str] = {
     "ends: without it a later CUDA call in the same process (a pytest session's next test) "
     "skips torch's lazy init and fails on a CPU build with a dispatcher dump instead of "
     "'Torch not compiled with CUDA enabled'",
+}
+
+#: Hooks an older release spells otherwise, with what stands in for them there: their absence
+#: loses nothing, so it is never said as a loss.
+STANDS_IN: dict[str, str] = {
+    "torch._subclasses.fake_tensor.FakeTensorDeviceMismatchError": "torch 2.9-2.12: the text of "
+    "FakeTensorMode's RuntimeError (fake_device_mismatch below)",
 }
 
 MISSING: list[str] = []
@@ -254,3 +263,23 @@ def composite_implicit(func: Any) -> bool:
         return bool(_has_kernel(func.name(), _implicit_key))
     except (RuntimeError, AttributeError):
         return False
+
+
+# -- the fake GPU: an op mixing devices -----------------------------------------------------------
+_MISMATCH_TEXT = "Unhandled FakeTensor Device Propagation"
+_mismatch_type: list[Any] = []
+
+
+def fake_device_mismatch(exc: BaseException) -> bool:
+    """Whether ``exc`` is FakeTensorMode's refusal of an op whose tensors are on two devices.
+
+    NB: torch 2.13 raises ``FakeTensorDeviceMismatchError`` (a RuntimeError); torch 2.9-2.12
+    raise a plain RuntimeError whose text begins "Unhandled FakeTensor Device Propagation for
+    {func}, found two different devices" (torch/_subclasses/fake_tensor.py,
+    ``_find_common_device``)."""
+    if not _mismatch_type:  # NB: resolved at first use: fake_tensor imports much of torch
+        _mismatch_type.append(_find("torch._subclasses.fake_tensor.FakeTensorDeviceMismatchError"))
+    cls = _mismatch_type[0]
+    if cls is not None:
+        return isinstance(exc, cls)
+    return isinstance(exc, RuntimeError) and str(exc).startswith(_MISMATCH_TEXT)

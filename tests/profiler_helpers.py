@@ -13,6 +13,20 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 import profilers
 
 
+def torch_release() -> tuple[int, int]:
+    """``(2, 13)`` of this torch."""
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+#: Detaches each AccumulateGrad adds to a backward beyond 2.11's one: torch 2.9 and 2.10 store a
+#: leaf's first gradient through one more ``detach`` (NB: its "stealable grad" check in
+#: torch/csrc/autograd/functions/accumulate_grad.h counted uses with
+#: ``at::caching::adjusted_use_count``; 2.11 asks ``impl::is_tensor_stealable``). Op totals
+#: only: no copy, sync or byte differs.
+EXTRA_DETACHES = 1 if torch_release() < (2, 11) else 0
+
+
 def fake_mode() -> FakeTensorMode:
     """Tensors that say cuda:0/cuda:1 on a CPU-only torch; .item() and nonzero can run."""
     return FakeTensorMode(shape_env=ShapeEnv())

@@ -10,7 +10,7 @@ from torch import nn
 
 import profilers
 from tests import conftest
-from tests.profiler_helpers import copies, line_of, site_at
+from tests.profiler_helpers import EXTRA_DETACHES, copies, line_of, site_at
 
 pytestmark = [
     pytest.mark.skipif(
@@ -78,9 +78,14 @@ def test_warmup_capture_and_replays_count_what_a_gpu_does(both_paths: str):
         captured = {k: v.count for k, v in capture.op_breakdown.items()}
         assert {k: captured[k] for k in per_step} == per_step
         # every op the capture dispatched runs again at each replay, nothing else
-        assert {k: v.count for k, v in replay.op_breakdown.items()} == {
-            k: n * replays for k, n in captured.items()
-        }
+        replayed = {k: v.count for k, v in replay.op_breakdown.items()}
+        once = dict(captured)
+        if EXTRA_DETACHES:
+            # NB: torch 2.9/2.10 dispatch one more detach below the profiler at capture (the
+            # op-total difference of EXTRA_DETACHES), which the fake graph replays: no kernel
+            # runs for a detach on a GPU, and no copy, sync or byte differs
+            assert replayed.pop("detach.default") == (once.pop("detach.default") + 1) * replays
+        assert replayed == {k: n * replays for k, n in once.items()}
         warmup = site_at(r, line_of("warmup"))
         # the warmup forward is the captured one, three times
         assert sum(v.count for v in warmup.op_breakdown.values()) == 3 * sum(captured.values())

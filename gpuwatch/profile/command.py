@@ -191,17 +191,17 @@ def profile(options: ProfileOptions, target: Any) -> int:
         write_reports,
     )
 
-    if not options.quiet:
-        from gpuwatch.profile.torch_range import check_installed
-
-        untested = check_installed()
-        if untested is not None:
-            print(untested, file=sys.stderr)
     wanted = outputs(options.json_path, options.html_path, options.trace_path)
     wanted += [output_for(path) for path in options.output_paths]
     _check_options(options)
     _check_inputs(options, target)
     options = _checked_gpu(options)
+    if not options.quiet:  # NB: after the option checks: a usage error stays one line
+        from gpuwatch.profile.torch_range import check_installed
+
+        untested = check_installed()
+        if untested is not None:
+            print(untested, file=sys.stderr)
     if options.nproc_per_node:
         from gpuwatch.profile.ranks import run_ranks
 

@@ -1,26 +1,39 @@
-"""The torch versions gpuwatch is tested on, and the one line it says on any other.
+"""The torch releases gpuwatch is tested on, and the one line it says where that matters.
 
-``pyproject.toml`` declares the same range (``torch>=2.13,<2.14``): the profiler leans on private
-torch hooks (``profilers/torch_private.py``) and ``--fake-cuda`` on a C++ guard built against
-torch's headers, and only 2.13 is run by the suite. Outside the range gpuwatch still runs (pip
-can be told to ignore the pin); what it loses there is what did not resolve.
+``pyproject.toml`` declares the range's lower end only (``torch>=2.9``), so that installing
+gpuwatch never changes the torch a user has: the profiler leans on private torch hooks
+(``profilers/torch_private.py``, feature-detected) and ``--fake-cuda`` on a C++ guard built
+against the installed torch's headers. CI runs the profiler's tests on the oldest release, the lent
+GPU machine's (2.11) and the newest (``.ci/torch_matrix.sh``), and the whole suite on 2.13.
+
+On a release outside the range gpuwatch still runs and says so in one line, with what it loses
+there (the private hooks that do not resolve); ``GPUWATCH_NO_TORCH_WARNING=1`` hides that line.
 """
 
 from __future__ import annotations
 
-#: torch's (major, minor) releases the test suite runs on; the oldest is the range's lower end.
-TESTED = ((2, 13),)
+import os
+
+#: torch's (major, minor) releases gpuwatch is tested on, oldest first: every minor release in
+#: between was run through the profiler's tests (README.md, "Supported torch").
+TESTED = ((2, 9), (2, 10), (2, 11), (2, 12), (2, 13), (2, 14), (2, 15))
 
 #: Hooks only a CUDA build of torch has: their absence on a CPU build loses nothing.
 CUDA_BUILD_ONLY = frozenset({"torch._C._cuda_getCurrentStream"})
 
+#: The environment variable that hides the line (any value but "" or "0").
+QUIET_VARIABLE = "GPUWATCH_NO_TORCH_WARNING"
+
 
 def tested_text() -> str:
-    return ", ".join(f"{major}.{minor}" for major, minor in TESTED)
+    """``2.9-2.15``: the tested range as the line says it."""
+    (o_major, o_minor), (n_major, n_minor) = TESTED[0], TESTED[-1]
+    return f"{o_major}.{o_minor}-{n_major}.{n_minor}"
 
 
 def release(version: str) -> tuple[int, int] | None:
-    """``(2, 13)`` of ``"2.13.0+cpu"``; None for a version string that is not numbered so."""
+    """``(2, 13)`` of ``"2.13.0+cpu"`` (and of ``"2.16.0a0+git1234"``); None for a version string
+    that is not numbered so."""
     parts = version.split("+", 1)[0].split(".")
     try:
         return int(parts[0]), int(parts[1])
@@ -28,27 +41,51 @@ def release(version: str) -> tuple[int, int] | None:
         return None
 
 
+def _losses(missing: list[str], lost: dict[str, str]) -> str | None:
+    found = sorted({lost.get(name, name) for name in missing})
+    return "; ".join(found) if found else None
+
+
 def untested_line(version: str, missing: list[str], lost: dict[str, str]) -> str | None:
-    """The warning for a torch outside :data:`TESTED` (None inside it): which version, and what
-    is lost on it (the private hooks that did not resolve), in one line."""
-    if release(version) in TESTED:
-        return None
-    losses = sorted({lost.get(name, name) for name in missing})
+    """The line for torch ``version`` given the private hooks ``missing`` on it (None where
+    there is nothing to say: a tested release that lost nothing)."""
+    rel = release(version)
+    losses = _losses(missing, lost)
+    hide = f"({QUIET_VARIABLE}=1 hides this line)"
+    if rel in TESTED:
+        if losses is None:
+            return None
+        return f"gpuwatch: warning: on torch {version} gpuwatch loses: {losses} {hide}"
+    if rel is None:
+        where = f"torch {version} is not a numbered release"
+    elif rel > TESTED[-1]:
+        where = f"torch {version} is newer than gpuwatch is tested on"
+    else:
+        where = f"torch {version} is older than gpuwatch is tested on"
     what = (
-        f"lost on it: {'; '.join(losses)}"
+        f"lost on it: {losses}"
         if losses
-        else "every private hook it uses resolves, but counts are not checked on it"
+        else "every private hook it uses resolves, but its counts are not checked there"
     )
-    return f"gpuwatch: warning: torch {version} is untested (gpuwatch is tested on torch {tested_text()}.x); {what}"
+    return f"gpuwatch: warning: {where} (torch {tested_text()}); {what} {hide}"
 
 
 def check_installed() -> str | None:
-    """:func:`untested_line` for the torch installed here (imports torch)."""
+    """:func:`untested_line` for the torch installed here (imports torch), or None when the
+    user hid it.
+
+    NB: on a tested release only the hooks resolved at import are looked at (the matrix checks
+    that the rest resolve there); on any other release every hook is resolved now, the fake
+    GPU's included, so that the line names everything that is lost."""
+    if os.environ.get(QUIET_VARIABLE, "") not in ("", "0"):
+        return None
     import torch
 
     from profilers import torch_private as private
 
-    missing = list(private.MISSING)
+    version = str(torch.__version__)
+    missing = list(private.MISSING) if release(version) in TESTED else sorted(private.unresolved())
+    missing = [m for m in missing if m not in private.STANDS_IN]
     if not torch.backends.cuda.is_built():  # type: ignore[no-untyped-call]  # a CPU build has no CUDA hooks to lose
         missing = [m for m in missing if m not in CUDA_BUILD_ONLY]
-    return untested_line(str(torch.__version__), missing, private.WHAT_EACH_GIVES)
+    return untested_line(version, missing, private.WHAT_EACH_GIVES)

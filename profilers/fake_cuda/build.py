@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -42,6 +43,27 @@ def _build_key() -> str:
     return h.hexdigest()[:16]
 
 
+_STANDARDS = {201703: "c++17", 202002: "c++20", 202302: "c++23"}
+
+
+def cxx_standard(include: Path) -> str:
+    """The C++ standard torch's headers ask for: the newest ``__cplusplus`` their entry header
+    requires (torch 2.9-2.13: C++17, 2.14 on: C++20), so the guard builds as torch's own
+    extensions do; C++17 where the header says nothing.
+
+    NB: torch/csrc/api/include/torch/all.h opens with ``#error C++NN or later ... is required``
+    under ``__cplusplus < NNNNNNL``; 2.14's c10/util/intrusive_ptr.h uses std::strong_ordering."""
+    needed = 201703
+    try:
+        text = (include / "torch" / "csrc" / "api" / "include" / "torch" / "all.h").read_text()
+    except OSError:
+        return _STANDARDS[needed]
+    for found in re.findall(r"__cplusplus\s*<\s*(\d{6})L", text):
+        if int(found) in _STANDARDS:
+            needed = max(needed, int(found))
+    return _STANDARDS[needed]
+
+
 def guard_library(cache: Path | None = None) -> Path:
     """The compiled guard library for this torch, built on first use (about a second)."""
     cache = cache or _cache_dir()
@@ -73,7 +95,7 @@ def guard_library(cache: Path | None = None) -> Path:
         "-O1",
         "-shared",
         "-fPIC",
-        "-std=c++17",
+        f"-std={cxx_standard(include)}",
         f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
         f"-I{include}",
         str(_GUARD_SOURCE),

@@ -13,6 +13,7 @@ from torch.utils._pytree import tree_map_only
 
 from profilers.memory.gpu_errors import list_mismatch, mismatch_message
 from profilers.timing.fake_time import note_fake_op, note_harness, sim_clock, wall_clock
+from profilers.torch_private import fake_device_mismatch
 
 _aten = torch.ops.aten
 
@@ -145,7 +146,6 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         from torch._subclasses.fake_tensor import (
             DataDependentOutputException,
             DynamicOutputShapeException,
-            FakeTensorDeviceMismatchError,
         )
 
         # NB: FakeTensor lets lists of tensors on two devices through; a GPU does not.
@@ -170,15 +170,17 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
             raise NotImplementedError(
                 f"the fake GPU: {func} reads GPU values, which a fake GPU does not have"
             ) from None
-        except FakeTensorDeviceMismatchError as exc:
-            # NB: the RuntimeError a GPU raises, with its text, and no fake-tensor frames
-            text = mismatch_message(func, args, kwargs) or str(exc)
-            raise RuntimeError(text).with_traceback(None) from None
         except DynamicOutputShapeException:
             raise NotImplementedError(
                 f"the fake GPU: the size of {func}'s output depends on GPU values, "
                 "which a fake GPU does not have"
             ) from None
+        except RuntimeError as exc:
+            if not fake_device_mismatch(exc):
+                raise
+            # NB: the RuntimeError a GPU raises, with its text, and no fake-tensor frames
+            text = mismatch_message(func, args, kwargs) or str(exc)
+            raise RuntimeError(text).with_traceback(None) from None
 
     def to_fake(self, t: torch.Tensor) -> Any:
         if isinstance(t, self.harness.fake_type):
