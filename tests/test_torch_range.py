@@ -5,6 +5,7 @@ error, what it loses on a torch outside that range."""
 from __future__ import annotations
 
 import re
+import sys
 import tomllib
 from pathlib import Path
 
@@ -95,6 +96,19 @@ def test_a_usage_error_on_an_untested_torch_stays_one_line(tmp_path, monkeypatch
     assert cli.main(["profile", "--fake-gpus", "2", str(script)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["gpuwatch: error: --fake-gpus goes with --fake-cuda"]
+
+
+def test_a_torch_the_profiler_cannot_load_on_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    # NB: None in sys.modules makes the import fail as a torch that moved a name would
+    monkeypatch.setitem(sys.modules, "gpuwatch.profile.run", None)
+    script = tmp_path / "s.py"
+    script.write_text("x = 1\n")
+    assert cli.main(["profile", "-q", str(script)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(
+        f"gpuwatch: error: the profiler cannot load on torch {torch.__version__} (gpuwatch is "
+        "tested on torch 2.9-2.15): ModuleNotFoundError: "
+    )
 
 
 @pytest.mark.parametrize(

@@ -179,7 +179,12 @@ def _check_options(options: ProfileOptions) -> None:
 
 def profile(options: ProfileOptions, target: Any) -> int:
     """``gpuwatch profile``: runs ``target`` under ``options`` (here, as ranks, or live)."""
-    from gpuwatch.profile.run import run_profiled
+    try:
+        from gpuwatch.profile.run import run_profiled
+    except (ImportError, AttributeError) as exc:  # NB: a torch that moved a name we import
+        from gpuwatch.profile.torch_range import cannot_load
+
+        raise CliError(cannot_load(exc)) from None
     from gpuwatch.report.write import (
         check_outputs,
         distributed_rank,

@@ -89,3 +89,16 @@ def check_installed() -> str | None:
     if not torch.backends.cuda.is_built():  # type: ignore[no-untyped-call]  # a CPU build has no CUDA hooks to lose
         missing = [m for m in missing if m not in CUDA_BUILD_ONLY]
     return untested_line(version, missing, private.WHAT_EACH_GIVES)
+
+
+def cannot_load(exc: BaseException) -> str:
+    """The one line for a profiler that cannot be imported: no torch at all, or a torch (newer
+    than tested, say) that moved a name the profiler imports."""
+    try:
+        import torch
+    except ImportError:
+        return "gpuwatch profile needs PyTorch, which is not installed here (pip install torch)"
+    return (
+        f"the profiler cannot load on torch {torch.__version__} (gpuwatch is tested on torch "
+        f"{tested_text()}): {type(exc).__name__}: {exc}"
+    )
