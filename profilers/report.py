@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profilers.finite import dumps_finite, restore_not_finite
 from profilers.options import RunOptions
 from profilers.records import Site, Totals
 from profilers.stats import Counters
@@ -137,7 +138,7 @@ class Report:
     def to_json(self) -> str:
         """The ``gpuwatch.profile/1`` document as text (ASCII: any byte of a non-UTF-8 name
         survives as an escape)."""
-        return json.dumps(self.to_dict(), indent=1) + "\n"
+        return dumps_finite(self.to_dict(), indent=1) + "\n"
 
     @classmethod
     def from_dict(cls, d: Any) -> Report:
@@ -200,6 +201,9 @@ class Report:
             raise ReportFormatError(
                 f"not a gpuwatch profile: {path} is not valid JSON ({exc.msg} at line {exc.lineno})"
             ) from exc
+        wrong = restore_not_finite(data, limit=len(text))
+        if wrong is not None:
+            raise ReportFormatError(f"damaged gpuwatch profile {path}: {wrong}")
         return cls.from_dict(data)
 
 
