@@ -148,7 +148,9 @@ def _poison(node: Any, cycle: Iterator[float]) -> None:
 
 @pytest.mark.fake_cuda
 @pytest.mark.skipif(conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING))
-def test_every_figure_not_finite_is_written_null_and_read_back_by_every_writer(tmp_path: Path):
+def test_every_figure_not_finite_is_written_null_and_read_back_by_every_writer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
     import torch
 
     import profilers
@@ -182,7 +184,10 @@ def test_every_figure_not_finite_is_written_null_and_read_back_by_every_writer(t
     again = json.loads(Path(out[".json"]).read_text(), parse_constant=_refuse)
     assert problem(again) is None and set(again["not_finite"]) == expected
     json.loads(Path(out[".trace.json"]).read_text(), parse_constant=_refuse)
+    capsys.readouterr()
     assert main(["report", str(r0)]) == 0 and main(["report", str(r0), "--what-if"]) == 0
+    shown = capsys.readouterr().out
+    assert "not finite" in shown and not re.search(r"\b(nan|inf)\b", shown, re.IGNORECASE)
     assert main(["report", out[".json"], "-q", "--json", str(tmp_path / "twice.json")]) == 0
     assert json.loads((tmp_path / "twice.json").read_text())["not_finite"] == again["not_finite"]
     # the merge of two ranks, and a diff of two runs, as JSON
