@@ -207,6 +207,39 @@ def test_slow_or_idle_clients_past_the_cap_never_hold_up_a_scrape(kind: str, cou
         server.close()
 
 
+def test_room_is_made_by_closing_the_oldest_client_still_waiting_after_its_grace():
+    from gpuwatch.monitor.export_server import _Connections
+
+    now = [100.0]
+    conns = _Connections(clock=lambda: now[0])
+    pairs = [socket.socketpair() for _ in range(4)]
+    try:
+        keys = []
+        for served, _client in pairs:  # accepted 0.1 s apart
+            keys.append(conns.watch(served, deadline=now[0] + 60))
+            now[0] += 0.1
+        assert conns.request_in(keys[0])  # the oldest sent its request: being answered
+        # now = 100.4: the second-oldest (100.1) has waited 0.3 s, within a grace of 0.35 s
+        assert not conns.shed(0.35)
+        now[0] += 0.1
+        assert conns.shed(0.35)  # 0.4 s: it is closed, the answered one never
+        assert pairs[1][1].recv(10) == b"" and not conns.request_in(keys[1])
+        assert conns.shed(0.35)  # still ending (its thread has not forgotten it): no second
+        assert pairs[2][1].gettimeout() is None
+        pairs[2][1].settimeout(0)
+        with pytest.raises(BlockingIOError):
+            pairs[2][1].recv(10)  # the third is untouched
+        conns.forget(keys[1])
+        assert not conns.shed(0.35)  # the third (100.2) has waited 0.3 s only
+        now[0] += 0.1
+        assert conns.shed(0.35) and pairs[2][1].recv(10) == b""  # now it is the oldest waiting
+    finally:
+        conns.close()
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+
 def prometheus_value(port: int, query: str, at_s: float) -> float | None:
     """The one value of ``query`` at unix time ``at_s`` on the session's Prometheus."""
     url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode(
