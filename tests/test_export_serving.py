@@ -95,6 +95,21 @@ def test_idle_and_dripping_clients_are_cut_off_and_block_no_one():
         server.close()
 
 
+def test_a_silent_client_is_cut_off_at_the_idle_timeout_long_before_its_deadline():
+    server, port = serve(deadline_s=30, idle_s=0.3)
+    silent = socket.create_connection(("127.0.0.1", port))
+    half = socket.create_connection(("127.0.0.1", port))
+    try:
+        half.sendall(SLOWLORIS)  # half a request, then silence
+        assert closed_by_server(silent, within_s=10) < 3  # 0.3 s, not 30
+        assert closed_by_server(half, within_s=10) < 3
+        assert "DCGM_FI_DEV_GPU_UTIL" in get(port, timeout=5)  # a scrape is no silent client
+    finally:
+        silent.close()
+        half.close()
+        server.close()
+
+
 def test_many_simultaneous_scrapers_are_all_answered():
     # NB: prometheus_client's server listens with a backlog of 5: SYNs beyond it are dropped and
     # retried after 1, 3, 7 s... Here all 400 connect at once and must all be answered.

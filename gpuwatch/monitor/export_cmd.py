@@ -79,7 +79,7 @@ def add_parser(sub: Any, bounded_int: Any, interval: Any) -> None:
         f"included (default {CONNECTION_DEADLINE_S:g}); slower and idle clients are cut off",
     )
     e.add_argument(
-        "--idle-timeout",
+        "--client-idle-timeout",
         type=interval,
         default=IDLE_TIMEOUT_S,
         metavar="SECONDS",
@@ -198,7 +198,7 @@ def run_export(args: argparse.Namespace) -> int:
             registry,
             tls=tls,
             deadline_s=args.client_timeout,
-            idle_s=args.idle_timeout,
+            idle_s=args.client_idle_timeout,
         )
     except OSError as exc:
         _close_within(sampler.close, 1.0)
