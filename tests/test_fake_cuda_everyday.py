@@ -163,6 +163,8 @@ def test_torch_save_copies_a_storage_shared_by_tied_weights_once(tmp_path, zipfi
     site = site_at(r, line_of("tied"))
     assert site.d2h.counts() == copies(count=1, bytes=512, pageable=1)
     assert site.syncs.by_cause == {"copy_to_host": 1}
+    # as bytes, as on a GPU (storage.cpu() copies a uint8 view): no hint to send it as bf16
+    assert site.copy_dtypes == {"uint8": 512}
     loaded = torch.load(path, map_location="cpu")
     assert loaded["wte.weight"].shape == (16, 8) and loaded["wte.weight"].dtype == torch.float32
     # tied once loaded too, as a GPU's checkpoint loads

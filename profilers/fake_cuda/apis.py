@@ -70,9 +70,10 @@ def patch_save(stack: ExitStack, harness: Any) -> None:
         storage = None if copies is None else copies.get(fake_storage._cdata)
         if storage is None:
             whole = fake_storage.nbytes() // self.element_size()
-            host = torch.empty(whole, dtype=self.dtype)
-            # the copy to the host a GPU makes, of the whole storage: counted by the profiler
-            host.copy_(self.detach().as_strided((whole,), (1,), 0))
+            host = torch.empty(whole * self.element_size(), dtype=torch.uint8)
+            # NB: the copy to the host a GPU makes, counted by the profiler as a GPU's is: the
+            # whole storage as bytes (storage.cpu() -> at::storage_copy: a uint8 copy_).
+            host.copy_(self.detach().as_strided((whole,), (1,), 0).view(torch.uint8))
             storage = host.untyped_storage()
             if copies is not None:  # NB: None: pickled outside torch.save, each on its own
                 copies[fake_storage._cdata] = storage
