@@ -431,6 +431,20 @@ def test_https_exporter_with_an_idle_client_under_a_low_descriptor_limit(certifi
             s.close()
 
 
+@pytest.mark.slow
+def test_client_idle_timeout_reaches_the_server(exporters):
+    e = Exporter(["--demo", "--client-idle-timeout", "0.3"])  # --client-timeout stays 10 s
+    exporters.append(e)
+    e.wait_for("gpuwatch export:")
+    silent = socket.create_connection(("127.0.0.1", e.port))
+    try:
+        assert closed_by_server(silent, within_s=8) < 3
+    finally:
+        silent.close()
+    code, _ = e.stop(timeout_s=5)
+    assert code == 0
+
+
 HANGING_NVML = """
 import sys, threading
 import gpuwatch.monitor.nvml as nvml
