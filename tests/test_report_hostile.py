@@ -228,3 +228,13 @@ def test_a_null_figure_not_listed_or_a_listing_that_lies_is_one_line():
     # listed and null: read as not finite
     r = parse(json.dumps({**doc, "not_finite": ["/sites/0/kernel_time_ms"]}), "r.json")
     assert math.isnan(r.sites[0].kernel_time_ms)
+
+
+def test_the_library_reads_back_what_it_writes():
+    doc = rich_report()
+    doc["sites"][0]["kernel_time_ms"] = math.inf
+    doc["duration_s"] = math.nan
+    text = Report.from_dict(doc).to_json()
+    again = Report.from_dict(json.loads(text, parse_constant=_refuse))
+    assert math.isnan(again.sites[0].kernel_time_ms) and math.isnan(again.duration_s)
+    assert json.loads(again.to_json())["not_finite"] == ["/duration_s", "/sites/0/kernel_time_ms"]
