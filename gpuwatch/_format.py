@@ -1,4 +1,5 @@
-"""Small formatters shared by the text, TUI and HTML renderers. ``None`` always shows as N/A.
+"""Small formatters shared by the text, TUI and HTML renderers. ``None`` always shows as N/A; a
+figure that is not finite (NaN or infinite: a report's ``not_finite`` figures) as "not finite".
 
 One convention for amounts of data everywhere (the summary, the HTML report, ``top``, ``--once``):
 binary IEC units, as nvidia-smi's MiB and PyTorch's memory figures are: ``B, KiB, MiB, GiB``
@@ -8,15 +9,27 @@ places drop the space (``660MiB/s``) but never the unit.
 
 from __future__ import annotations
 
+import math
+
 NA = "N/A"
+NOT_FINITE = "not finite"
+
+
+def _odd(value: float | None) -> str | None:
+    """What a figure shows as when it is no number to format (None, NaN, infinite), else None."""
+    if value is None:
+        return NA
+    return None if math.isfinite(value) else NOT_FINITE
+
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
 def size(n_bytes: float | None, precision: int = 1) -> str:
     """``1536`` -> ``'1.5 KiB'``; binary units, like nvidia-smi's MiB."""
-    if n_bytes is None:
-        return NA
+    if (odd := _odd(n_bytes)) is not None:
+        return odd
+    assert n_bytes is not None
     value = float(n_bytes)
     for unit in _UNITS:
         if abs(value) < 1024 or unit == _UNITS[-1]:
@@ -28,13 +41,15 @@ def size(n_bytes: float | None, precision: int = 1) -> str:
 
 
 def rate(bytes_per_s: float | None) -> str:
-    return NA if bytes_per_s is None else f"{size(bytes_per_s)}/s"
+    odd = _odd(bytes_per_s)
+    return odd if odd is not None else f"{size(bytes_per_s)}/s"
 
 
 def rate_short(bytes_per_s: float | None) -> str:
     """``'660MiB/s'``, ``'1.5GiB/s'``: :func:`rate` without the space, for narrow places."""
-    if bytes_per_s is None:
-        return NA
+    if (odd := _odd(bytes_per_s)) is not None:
+        return odd
+    assert bytes_per_s is not None
     value = float(bytes_per_s)
     for unit in _UNITS:
         if abs(value) < 1024 or unit == _UNITS[-1]:
@@ -45,25 +60,29 @@ def rate_short(bytes_per_s: float | None) -> str:
 
 
 def pct(value: float | None) -> str:
-    return NA if value is None else f"{value:.0f}%"
+    odd = _odd(value)
+    return odd if odd is not None else f"{value:.0f}%"
 
 
 def num(value: float | None, unit: str = "", precision: int = 0) -> str:
-    if value is None:
-        return NA
+    if (odd := _odd(value)) is not None:
+        return odd
     return f"{value:.{precision}f}{unit}"
 
 
 def throughput(n_bytes: int, seconds: float | None) -> str:
     """Effective throughput of ``n_bytes`` moved in ``seconds``: ``'11.2 GiB/s'``."""
+    if (odd := _odd(seconds)) is not None:
+        return odd
     if not seconds or seconds <= 0:
         return NA
     return rate(n_bytes / seconds)
 
 
 def duration_ms(ms: float | None) -> str:
-    if ms is None:
-        return NA
+    if (odd := _odd(ms)) is not None:
+        return odd
+    assert ms is not None
     if ms >= 1000:
         return f"{ms / 1000:.2f} s"
     if ms >= 1:
@@ -91,8 +110,9 @@ def local_time(iso: str | None) -> str:
 
 def energy(joules: float | None) -> str:
     """``850 J``, ``12.3 kJ``, ``4.56 MJ``; N/A for None."""
-    if joules is None:
-        return NA
+    if (odd := _odd(joules)) is not None:
+        return odd
+    assert joules is not None
     for unit, scale in (("MJ", 1e6), ("kJ", 1e3)):
         if joules >= scale:
             return f"{joules / scale:.3g} {unit}"
@@ -101,8 +121,9 @@ def energy(joules: float | None) -> str:
 
 def span(seconds: float | None) -> str:
     """``45s``, ``12m``, ``3h05m``, ``2d04h``: how long, in the two largest units."""
-    if seconds is None:
-        return NA
+    if (odd := _odd(seconds)) is not None:
+        return odd
+    assert seconds is not None
     s = int(seconds)
     if s < 60:
         return f"{s}s"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import io
+import math
 import tokenize
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -209,6 +210,8 @@ class RunDiff:
 
 
 def _round(v: float) -> float | int:
+    if not math.isfinite(v):
+        return v  # a figure that was not finite stays so (written null)
     return int(v) if v == int(v) and abs(v) < 2**53 else round(v, 6)
 
 

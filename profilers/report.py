@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profilers.finite import NOT_FINITE, dumps_finite, restore_not_finite
 from profilers.options import RunOptions
 from profilers.records import Site, Totals
 from profilers.stats import Counters
@@ -137,7 +139,7 @@ class Report:
     def to_json(self) -> str:
         """The ``gpuwatch.profile/1`` document as text (ASCII: any byte of a non-UTF-8 name
         survives as an escape)."""
-        return json.dumps(self.to_dict(), indent=1) + "\n"
+        return dumps_finite(self.to_dict(), indent=1) + "\n"
 
     @classmethod
     def from_dict(cls, d: Any) -> Report:
@@ -148,6 +150,11 @@ class Report:
             raise ReportFormatError(
                 f"not a gpuwatch profile: schema is {schema!r}, expected {SCHEMA!r}"
             )
+        if NOT_FINITE in d:  # the parsed JSON of to_json(): NaN back where it wrote null
+            d = copy.deepcopy(d)
+            wrong = restore_not_finite(d, limit=_count_values(d))
+            if wrong is not None:
+                raise ReportFormatError(f"damaged gpuwatch profile: {wrong}")
         try:
             return cls(
                 command=[str(c) for c in d.get("command", [])],
@@ -200,7 +207,19 @@ class Report:
             raise ReportFormatError(
                 f"not a gpuwatch profile: {path} is not valid JSON ({exc.msg} at line {exc.lineno})"
             ) from exc
+        wrong = restore_not_finite(data, limit=len(text))
+        if wrong is not None:
+            raise ReportFormatError(f"damaged gpuwatch profile {path}: {wrong}")
         return cls.from_dict(data)
+
+
+def _count_values(node: Any) -> int:
+    """How many values ``node`` holds, nested ones included (a bound on ``not_finite``)."""
+    if isinstance(node, dict):
+        return len(node) + sum(_count_values(v) for v in node.values())
+    if isinstance(node, list):
+        return len(node) + sum(_count_values(v) for v in node)
+    return 0
 
 
 def _steps(v: Any) -> dict[str, Any] | None:

@@ -243,7 +243,8 @@ class _Prometheus:
                 s.bind(("127.0.0.1", 0))
                 return int(s.getsockname()[1])
 
-        exporter_port, self.port = free_port(), free_port()
+        self.exporter_port, self.port = free_port(), free_port()
+        exporter_port = self.exporter_port
         self.exporter = subprocess.Popen(
             [sys.executable, "-m", "gpuwatch", "export", "--demo", "--address", "127.0.0.1",
              "--port", str(exporter_port), "--interval", "0.5", "--process-jobs"],

@@ -134,6 +134,69 @@ def test_torch_save_copies_each_tensor_to_the_host_and_loads_back(tmp_path):
         torch.load(path)
 
 
+class TiedLM(nn.Module):
+    """nanoGPT's weight tying: the output layer is the token embedding."""
+
+    def __init__(self, vocab: int = 16, width: int = 8) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.lm_head = nn.Linear(width, vocab, bias=False)
+        self.wte.weight = self.lm_head.weight
+
+
+@pytest.mark.parametrize("zipfile", [True, False], ids=["zip", "legacy"])
+def test_torch_save_copies_a_storage_shared_by_tied_weights_once(tmp_path, zipfile):
+    path = tmp_path / "ckpt.pt"
+    seen: dict[str, object] = {}
+
+    def work():
+        model = TiedLM().to("cuda")
+        state = model.state_dict()
+        seen["keys"] = sorted(state)
+        # NB: state_dict() detaches: two tensor objects, one storage (torch/serialization.py
+        # saves it once: _save's id_map and _legacy_save's serialized_storages, by _cdata)
+        torch.save(state, path, _use_new_zipfile_serialization=zipfile)  # @tied
+
+    r, _ = profiled(work, values="placeholder")
+    assert seen["keys"] == ["lm_head.weight", "wte.weight"]
+    # one copy of the shared 16 x 8 floats: 16 * 8 * 4 = 512 bytes, not two
+    site = site_at(r, line_of("tied"))
+    assert site.d2h.counts() == copies(count=1, bytes=512, pageable=1)
+    assert site.syncs.by_cause == {"copy_to_host": 1}
+    # as bytes, as on a GPU (storage.cpu() copies a uint8 view): no hint to send it as bf16
+    assert site.copy_dtypes == {"uint8": 512}
+    loaded = torch.load(path, map_location="cpu")
+    assert loaded["wte.weight"].shape == (16, 8) and loaded["wte.weight"].dtype == torch.float32
+    # tied once loaded too, as a GPU's checkpoint loads
+    assert loaded["wte.weight"].data_ptr() == loaded["lm_head.weight"].data_ptr()
+
+
+def test_torch_save_of_views_copies_their_whole_storage_once_per_save(tmp_path):
+    path = tmp_path / "views.pt"
+
+    def work():
+        t = torch.arange(10.0).to("cuda")  # one storage of 10 floats: 40 bytes
+        torch.save({"head": t[:2], "tail": t[2:], "mid": t[4:6]}, path)  # @views
+        torch.save(t[4:6], tmp_path / "slice.pt")  # @slice
+        torch.save(t[4:6], tmp_path / "again.pt")  # @again
+        torch.save([t, torch.zeros(3, device="cuda:1")], tmp_path / "two.pt")  # @two
+
+    r, _ = profiled(work, devices=2, values="real")
+    # three views at three offsets of one storage: one copy of all 40 bytes
+    assert site_at(r, line_of("views")).d2h.counts() == copies(count=1, bytes=40, pageable=1)
+    # a slice alone: the whole storage still (storage.cpu() copies all of it), each save anew
+    for marker in ("slice", "again"):
+        assert site_at(r, line_of(marker)).d2h.counts() == copies(count=1, bytes=40, pageable=1)
+    # two storages on two GPUs: two copies, 40 + 12 bytes
+    assert site_at(r, line_of("two")).d2h.counts() == copies(count=2, bytes=52, pageable=2)
+    views = torch.load(path, map_location="cpu")
+    assert views["head"].tolist() == [0.0, 1.0] and views["mid"].tolist() == [4.0, 5.0]
+    assert views["tail"].tolist() == [float(i) for i in range(2, 10)]
+    assert [v.storage_offset() for v in views.values()] == [0, 2, 4]
+    assert len({v.untyped_storage().data_ptr() for v in views.values()}) == 1
+    assert torch.load(tmp_path / "slice.pt", map_location="cpu").tolist() == [4.0, 5.0]
+
+
 def test_memory_statistics_answer_from_the_fake_gpu():
     seen: dict[str, object] = {}
 

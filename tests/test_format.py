@@ -40,3 +40,12 @@ def test_short_rates():
     assert fmt.rate_short(1.5 * 1024**3) == "1.5GiB/s"
     assert fmt.rate_short(100 * 1024) == "100KiB/s"
     assert fmt.rate_short(512) == "512B/s"
+
+
+def test_a_figure_that_is_not_finite_says_so_and_none_stays_na():
+    for value in (float("nan"), float("inf"), float("-inf")):
+        shown = [fmt.size(value), fmt.rate(value), fmt.rate_short(value), fmt.pct(value),
+                 fmt.num(value, " W"), fmt.throughput(10, value), fmt.duration_ms(value),
+                 fmt.energy(value), fmt.span(value)]  # fmt: skip
+        assert shown == ["not finite"] * len(shown)
+    assert fmt.duration_ms(None) == fmt.span(None) == "N/A"

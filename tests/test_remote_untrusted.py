@@ -223,3 +223,50 @@ def test_remote_without_local_nvml_says_the_local_gpus_are_missing(
     )
     assert main(["top", "--remote", url, "--once"]) == 0
     assert "! no local GPUs (NVML is not available" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        (
+            "javascript:alert(1)",
+            "neither an http(s):// URL nor HOST:PORT (e.g. http://node-a:9400)",
+        ),
+        ("JavaScript://alert(1)", "only http:// and https:// are read"),
+        ("ftp://node-a/metrics", "only http:// and https:// are read"),
+        ("file:///etc/passwd", "only http:// and https:// are read"),
+        ("mailto:ops@node-a", "neither an http(s):// URL nor HOST:PORT (e.g. http://node-a:9400)"),
+        ("data:text/plain,x", "neither an http(s):// URL nor HOST:PORT (e.g. http://node-a:9400)"),
+        ("http://", "no host, or a port that is not a number"),
+        ("http://node-a:99999", "no host, or a port that is not a number"),
+    ],
+)
+def test_a_url_that_is_not_http_is_refused_before_anything_is_opened(
+    url: str, why: str, capsys, monkeypatch
+):
+    import gpuwatch.monitor.nvml as nvml
+    import gpuwatch.monitor.nvml.remote as remote
+
+    opened: list[str] = []
+    monkeypatch.setattr(nvml, "open_backend", lambda **kw: opened.append("nvml"))
+    monkeypatch.setattr(remote, "RemoteHost", lambda url, *a, **kw: opened.append(url))
+    assert main(["top", "--remote", url, "--once"]) == 2
+    assert opened == []  # neither the local GPUs nor any host was tried
+    assert capsys.readouterr().err == f"gpuwatch: error: --remote {url}: {why}\n"
+
+
+def test_host_port_and_a_bare_host_still_work(page_server, capsys):
+    from gpuwatch.monitor.nvml.remote import checked_url, metrics_url
+
+    url = page_server('DCGM_FI_DEV_GPU_UTIL{gpu="0",modelName="A"} 5\n')
+    host_port = url.removeprefix("http://")
+    assert main(["top", "--remote-only", "--remote", host_port, "--once"]) == 0
+    assert "A" in capsys.readouterr().out
+    for bare, fetched in [
+        ("node-a", "http://node-a/metrics"),
+        ("node-a:9400", "http://node-a:9400/metrics"),
+        ("10.0.0.7:9400/gpu", "http://10.0.0.7:9400/gpu"),
+        ("[::1]:9400", "http://[::1]:9400/metrics"),
+        ("HTTPS://node-a", "https://node-a/metrics"),
+    ]:
+        assert metrics_url(checked_url(bare)) == fetched

@@ -73,9 +73,9 @@ def run_diff(args: argparse.Namespace) -> int:
         print_diff(diff, paths, args.top)
     for out in wanted:
         if out.kind == "json":
-            import json
+            from profilers.finite import dumps_finite
 
-            text = json.dumps(diff.to_dict(*paths), indent=1) + "\n"
+            text = dumps_finite(diff.to_dict(*paths), indent=1) + "\n"
         else:
             from gpuwatch.report.diff_html import render_html
 

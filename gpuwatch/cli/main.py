@@ -187,9 +187,15 @@ def _chosen(args: argparse.Namespace, backend: Any) -> Any:
 
 def run_top(args: argparse.Namespace) -> int:
     from gpuwatch.monitor.nvml import NvmlUnavailable, Sampler, open_backend
+    from gpuwatch.monitor.nvml.remote import checked_url
 
     if args.remote_only and not args.remote:
         raise CliError("--remote-only goes with --remote URL")
+    for url in args.remote:  # NB: before anything is opened or fetched
+        try:
+            checked_url(url)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
     if args.demo_gpus is not None and not args.demo:
         raise CliError("--fake-gpus goes with --demo")
     local_problem = None

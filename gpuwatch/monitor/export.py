@@ -21,6 +21,9 @@ MIB = 1024 * 1024
 #: How long one scrape's connection may take, accept to last byte (TLS handshake, request,
 #: answer): Prometheus' own scrape timeout is 10 s by default.
 CONNECTION_DEADLINE_S = 10.0
+#: The longest one read or write of a connection may wait (``--client-idle-timeout``): a
+#: scraper sends its request as soon as it connects and reads the answer as it comes.
+IDLE_TIMEOUT_S = 3.0
 #: The shortest staleness limit (see :func:`_stale_after_s`).
 STALE_FLOOR_S = 2.0
 

@@ -12,7 +12,12 @@ from typing import Any
 
 from gpuwatch.argvalues import add_old_spelling
 from gpuwatch.errors import CliError
-from gpuwatch.monitor.export import CONNECTION_DEADLINE_S, STALE_FLOOR_S, GpuCollector
+from gpuwatch.monitor.export import (
+    CONNECTION_DEADLINE_S,
+    IDLE_TIMEOUT_S,
+    STALE_FLOOR_S,
+    GpuCollector,
+)
 from gpuwatch.monitor.nvml.activity import IdlePolicy
 from profilers.registry import OwnThread
 
@@ -72,6 +77,14 @@ def add_parser(sub: Any, bounded_int: Any, interval: Any) -> None:
         metavar="SECONDS",
         help="longest a client may take to send its request and read the answer, TLS handshake "
         f"included (default {CONNECTION_DEADLINE_S:g}); slower and idle clients are cut off",
+    )
+    e.add_argument(
+        "--client-idle-timeout",
+        type=interval,
+        default=IDLE_TIMEOUT_S,
+        metavar="SECONDS",
+        help="longest a client may leave the connection silent, before or during its request "
+        f"or while its answer is sent (default {IDLE_TIMEOUT_S:g}; at most --client-timeout)",
     )
     e.set_defaults(handler=run_export)
 
@@ -180,7 +193,12 @@ def run_export(args: argparse.Namespace) -> int:
     registry.register(collector)
     try:
         server = MetricsServer(
-            args.address, args.port, registry, tls=tls, deadline_s=args.client_timeout
+            args.address,
+            args.port,
+            registry,
+            tls=tls,
+            deadline_s=args.client_timeout,
+            idle_s=args.client_idle_timeout,
         )
     except OSError as exc:
         _close_within(sampler.close, 1.0)

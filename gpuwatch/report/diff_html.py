@@ -4,10 +4,10 @@ before and after, and every line that changed, with the diff's JSON embedded for
 from __future__ import annotations
 
 import html
-import json
 
 from gpuwatch.report.diff_text import STATUS, TOTAL_ROWS, amount, columns, quiet_lines, signed
 from profilers.diff import LineDiff, RunDiff
+from profilers.finite import dumps_finite
 
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
@@ -83,7 +83,7 @@ def render_html(diff: RunDiff, paths: tuple[str, str] = ("", "")) -> str:
     )
     rest = quiet_lines(diff, changed)
     # NB: "</" would end the script element early; JSON allows "<\/".
-    data = json.dumps(diff.to_dict(*paths)).replace("</", "<\\/")
+    data = dumps_finite(diff.to_dict(*paths)).replace("</", "<\\/")  # JSON.parse: no NaN
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>gpuwatch diff</title><style>{STYLE}</style></head><body>"

@@ -19,6 +19,7 @@ from importlib import resources
 from typing import Any
 
 from gpuwatch.errors import CliError
+from profilers.finite import restore_not_finite
 from profilers.report import SCHEMA, Report, ReportFormatError
 
 #: A report is bounded by design (capped timeline and samples); anything far larger is not one.
@@ -42,11 +43,37 @@ def schema(name: str) -> dict[str, Any]:
     return loaded
 
 
-def problem(doc: Any, name: str = SCHEMA) -> str | None:
-    """What makes ``doc`` not a valid ``name`` document, in one line; None if it is valid."""
+#: How the published schemas mark a figure that may be written null for not being finite.
+NOT_FINITE_MARK = (
+    "null: a figure that was not finite (NaN, infinite) when written, listed in not_finite"
+)
+
+
+def _strict(node: Any) -> Any:
+    """The schema with every figure a number again (once ``not_finite`` has put NaN back)."""
+    if isinstance(node, dict):
+        if node.get("$comment") == NOT_FINITE_MARK and node.get("type") == ["number", "null"]:
+            node = {**node, "type": "number"}
+        return {k: _strict(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_strict(v) for v in node]
+    return node
+
+
+@cache
+def strict_schema(name: str) -> dict[str, Any]:
+    """``name``'s schema as a reader checks a document after :func:`restore_not_finite`: a null
+    figure that ``not_finite`` does not list is an error there, not a number."""
+    strict: dict[str, Any] = _strict(schema(name))
+    return strict
+
+
+def problem(doc: Any, name: str = SCHEMA, strict: bool = False) -> str | None:
+    """What makes ``doc`` not a valid ``name`` document, in one line; None if it is valid
+    (``strict``: against :func:`strict_schema`)."""
     from jsonschema import Draft202012Validator
 
-    validator = Draft202012Validator(schema(name))
+    validator = Draft202012Validator(strict_schema(name) if strict else schema(name))
     error = min(validator.iter_errors(doc), key=lambda e: len(e.absolute_path), default=None)
     if error is None:
         return None
@@ -83,7 +110,7 @@ def parse(text: str, path: str) -> Report:
             f"not a gpuwatch profile: schema is {str(doc.get('schema'))[:80]!r}, expected "
             f"{SCHEMA!r} ({path})"
         )
-    wrong = problem(doc)
+    wrong = restore_not_finite(doc, limit=len(text)) or problem(doc, strict=True)
     if wrong is not None:
         raise CliError(f"damaged gpuwatch profile {path}: {wrong}")
     try:

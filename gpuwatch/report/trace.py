@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuwatch.report.timeview import gpu_idle_slices, wait_slices
 from profilers import Report
+from profilers.finite import finite_or_null
 
 #: The process and track ids the events are drawn on.
 PID = 1
@@ -143,4 +144,5 @@ def render_trace(report: Report) -> str:
             "events_dropped": report.timeline.get("dropped", 0),
         },
     }
-    return json.dumps(doc, separators=(",", ":")) + "\n"
+    # NB: JSON has no NaN or Infinity (chrome://tracing and Perfetto refuse them): null.
+    return json.dumps(finite_or_null(doc, []), separators=(",", ":"), allow_nan=False) + "\n"

@@ -8,6 +8,7 @@ Every figure here is replayed (from the run's recorded steps), or predicted unde
 from __future__ import annotations
 
 import html
+import math
 import sys
 from typing import Any
 
@@ -50,7 +51,7 @@ def saving_words(ms: float, pct: float, w: dict[str, Any]) -> str:
     """``the fix saves about 1.2 ms per step (31%, PREDICTED for H100-SXM)``: what the step
     gives back, not what the line costs (a sync in a busy GPU's shadow costs its wait and
     saves nothing)."""
-    return f"the fix saves about {fmt.duration_ms(ms)} per step ({pct:.0f}%, {label(w)})"
+    return f"the fix saves about {fmt.duration_ms(ms)} per step ({fmt.pct(pct)}, {label(w)})"
 
 
 def what_if_lines(r: Report) -> list[str]:
@@ -78,12 +79,12 @@ def what_if_lines(r: Report) -> list[str]:
     for s in savings:
         alternative = "" if s.get("together", True) else " (the other fix of this copy saves more)"
         out.append(
-            f"  {fmt.duration_ms(float(s['saving_ms'])):>10}  {float(s['share_pct']):>4.0f}%  "
+            f"  {fmt.duration_ms(float(s['saving_ms'])):>10}  {fmt.pct(float(s['share_pct'])):>5}  "
             f"{str(s['site']):<{width}}  {s['fix']}{alternative}"
         )
     out.append(
         f"  all together: saves {fmt.duration_ms(float(w['combined_ms']))} per step "
-        f"({float(w['combined_pct']):.0f}%): a step of "
+        f"({fmt.pct(float(w['combined_pct']))}): a step of "
         f"{fmt.duration_ms(base - float(w['combined_ms']))}; their savings add up to "
         f"{fmt.duration_ms(float(w['sum_ms']))}, " + _overlap(float(w["interaction_ms"]))
     )
@@ -91,6 +92,8 @@ def what_if_lines(r: Report) -> list[str]:
 
 
 def _overlap(ms: float) -> str:
+    if not math.isfinite(ms):
+        return f"an overlap between them that is {fmt.NOT_FINITE}"
     if ms > 0:
         return f"{fmt.duration_ms(ms)} of it saved twice (fixes that free the same idle time)"
     if ms < 0:

@@ -4,6 +4,7 @@ one line naming the API for what cannot be simulated."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import types
 from contextlib import ExitStack
@@ -38,12 +39,18 @@ def patch_printing(stack: ExitStack, harness: Any) -> None:
 def patch_save(stack: ExitStack, harness: Any) -> None:
     """``torch.save`` of the fake GPU's tensors (a state_dict, a model, an optimizer's state).
 
-    NB: on a GPU, torch.save copies each tensor's storage to the host (blocking) and tags it
-    with its device (torch/serialization.py, ``location_tag``), so the file loads back only onto
-    a GPU or with ``map_location``. Here each tensor is copied to a host placeholder by a
-    ``copy_`` the profiler counts as that copy, and the placeholder's storage is tagged with the
-    fake tensor's device: the file holds zeros of the right shapes and dtypes, as a GPU's
-    checkpoint of those tensors would load (``map_location="cpu"``)."""
+    NB: on a GPU, torch.save copies each *storage* to the host once, whole, however many
+    tensors view it (tied weights, a slice, a ``detach()``): its pickler keeps one entry per
+    storage (``_save``'s ``id_map``, keyed by ``storage._cdata``) and writes each with
+    ``storage.cpu()`` after pickling (torch/serialization.py), and tags it with its device
+    (``location_tag``), so the file loads back only onto a GPU or with ``map_location``. Here
+    each fake GPU storage is copied once per save to a host placeholder storage, by a ``copy_``
+    of all its bytes that the profiler counts as that copy; each tensor is saved as a view of
+    that host storage at its own offset, size and stride, and the storage is tagged with the
+    fake tensor's device: the file holds zeros (or ``--fake-values real``'s values) of the right
+    shapes and dtypes, and tensors that shared a storage share it again once loaded, as a GPU's
+    checkpoint loads (``map_location="cpu"``). ``torch.save`` is wrapped only to know where one
+    save begins and ends (a second save copies again, as on a GPU)."""
     import collections
     import weakref
 
@@ -53,14 +60,42 @@ def patch_save(stack: ExitStack, harness: Any) -> None:
     fake = harness.fake_type
     devices: dict[int, tuple[int, weakref.ref[Any]]] = {}
     """Placeholder host storages (by address) -> the fake GPU they stand for."""
+    saving = threading.local()
+    """``copies``: while a torch.save runs on this thread, its fake GPU storages (by
+    ``_cdata``) -> their host copies (one per storage per save, as torch's ``id_map``)."""
+
+    def host_storage(self: Any) -> Any:
+        copies: dict[int, Any] | None = getattr(saving, "copies", None)
+        fake_storage = self.untyped_storage()
+        storage = None if copies is None else copies.get(fake_storage._cdata)
+        if storage is None:
+            whole = fake_storage.nbytes() // self.element_size()
+            host = torch.empty(whole * self.element_size(), dtype=torch.uint8)
+            # NB: the copy to the host a GPU makes, counted by the profiler as a GPU's is: the
+            # whole storage as bytes (storage.cpu() -> at::storage_copy: a uint8 copy_).
+            host.copy_(self.detach().as_strided((whole,), (1,), 0).view(torch.uint8))
+            storage = host.untyped_storage()
+            if copies is not None:  # NB: None: pickled outside torch.save, each on its own
+                copies[fake_storage._cdata] = storage
+            devices[storage.data_ptr()] = (self.fake_device.index or 0, weakref.ref(storage))
+        return storage
+
+    original_save = torch.save
+
+    @functools.wraps(original_save)
+    def save(*args: Any, **kwargs: Any) -> None:
+        outer = getattr(saving, "copies", None)
+        saving.copies = {}
+        try:
+            original_save(*args, **kwargs)
+        finally:
+            saving.copies = outer
 
     def __reduce_ex__(self: Any, protocol: Any) -> Any:
         if getattr(self, "fake_mode", None) is not harness.fake_mode:
             return original_reduce(self, protocol)
-        host = torch.empty(tuple(self.shape), dtype=self.dtype)
-        host.copy_(self.detach())  # the copy to the host a GPU makes, counted by the profiler
-        storage = host.untyped_storage()
-        devices[storage.data_ptr()] = (self.fake_device.index or 0, weakref.ref(storage))
+        host = torch.empty(0, dtype=self.dtype)
+        host.set_(host_storage(self), self.storage_offset(), tuple(self.shape), self.stride())
         if getattr(self, "_is_param", False):
             return (
                 torch._utils._rebuild_parameter,
@@ -81,6 +116,8 @@ def patch_save(stack: ExitStack, harness: Any) -> None:
     original_reduce = fake.__reduce_ex__
     set_attr(stack, fake, "__reduce_ex__", __reduce_ex__)
     set_attr(stack, serialization, "location_tag", location_tag)
+    set_attr(stack, torch, "save", save)
+    set_attr(stack, serialization, "save", save)
 
 
 # -- memory, RNG, NVTX, and what is not simulated ------------------------------------------------

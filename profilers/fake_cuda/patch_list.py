@@ -185,6 +185,22 @@ FAKE_CUDA: tuple[Entry, ...] = (
     ),
     Entry(
         "fake_cuda",
+        "torch",
+        ("save",),
+        "torch.save marks where one save begins and ends (then calls torch's own)",
+        "torch.save copies a storage to the host once per save, however many tensors share it",
+        "tied weights and views would count one device-to-host copy per tensor",
+    ),
+    Entry(
+        "fake_cuda",
+        "torch.serialization",
+        ("save",),
+        "as torch.save (the same function)",
+        "as torch.save",
+        "as torch.save",
+    ),
+    Entry(
+        "fake_cuda",
         "torch._C",
         (
             "_cuda_memoryStats",

@@ -33,6 +33,34 @@ def host_of(url: str) -> str:
     return printable(urllib.parse.urlsplit(url).netloc or url)
 
 
+def checked_url(url: str) -> str:
+    """``url`` if ``--remote`` takes it (``http(s)://HOST[:PORT][/PATH]`` or a bare
+    ``HOST[:PORT][/PATH]``), else ValueError saying why in one line.
+
+    NB: a bare value is read as ``http://`` + value, so a URL of another scheme written without
+    ``//`` (``javascript:alert(1)``, ``mailto:a@b``, ``data:...``) would become a host
+    ``javascript`` with a port ``alert(1)``: a bare value must be a host and, after a colon,
+    a port number, with no user part.
+    """
+    shown = printable(url)
+    bare = "://" not in url
+    parts = urllib.parse.urlsplit(f"http://{url}" if bare else url)
+    if not bare and parts.scheme.lower() not in ("http", "https"):
+        raise ValueError(f"--remote {shown}: only http:// and https:// are read")
+    try:
+        _ = parts.port  # ValueError for a port that is not a number up to 65535
+        reachable = bool(parts.hostname) and not any(c.isspace() for c in url)
+    except ValueError:
+        reachable = False
+    if bare and (not reachable or "@" in parts.netloc):
+        raise ValueError(
+            f"--remote {shown}: neither an http(s):// URL nor HOST:PORT (e.g. http://node-a:9400)"
+        )
+    if not reachable:
+        raise ValueError(f"--remote {shown}: no host, or a port that is not a number")
+    return url
+
+
 def metrics_url(url: str) -> str:
     """``http://host:9400`` -> ``http://host:9400/metrics`` (a path given is kept)."""
     parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
@@ -152,9 +180,7 @@ class RemoteHost:
     def __init__(
         self, url: str, interval_s: float = 1.0, timeout_s: float = TIMEOUT_S, wait: bool = True
     ) -> None:
-        if urllib.parse.urlsplit(metrics_url(url)).scheme not in ("http", "https"):
-            raise ValueError(f"--remote {printable(url)}: only http:// and https:// are read")
-        self.url = metrics_url(url)
+        self.url = metrics_url(checked_url(url))
         self.host = host_of(self.url)
         self.interval_s = interval_s
         self.timeout_s = timeout_s
