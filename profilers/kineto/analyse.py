@@ -1,0 +1,368 @@
+"""A rank's trace analysed: per step and device, busy time and the idle time charged to a cause
+and a place (the rule in :data:`profilers.kineto.result.DEFINITIONS`, DESIGN.md's "charging idle
+time" read off a trace).
+
+Each gap between a device's busy runs ends when its next activity K starts. Until K's launch
+call began, the GPU waited for the host, and the gap is charged to what the host was doing at
+each moment (in a DataLoader's ``__next__``: input; blocked in a sync or a blocking copy: sync or
+copy; in a collective call: comm). The host's remaining time is the tail of the wait the GPU ran
+dry in (the sync that drained it) or, when there was none, launch, charged to K's op: the work
+that was queued too late. From K's launch to its start the work was queued: comm when K is an
+NCCL kernel (it waits for other ranks), else the host's wait then (the driver staging a pageable
+copy holds both) or launch (the launch's own latency).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from profilers.kineto.events import KERNEL, MEMCPY, Activity, HostSpan, RankTrace, Where
+from profilers.kineto.intervals import Segments, Union
+from profilers.kineto.result import (
+    CAUSES,
+    ActiveWindow,
+    Charge,
+    CopyStat,
+    DeviceTime,
+    KernelStat,
+    RankResult,
+    StepTime,
+    StreamIdle,
+    TraceAnalysis,
+    ms,
+)
+from profilers.kineto.stacks import op_of, where_of
+from profilers.timing.verdict import VERDICTS, verdict_of
+
+#: Which host wait wins where two overlap: the outermost reason the user can act on first.
+RANKS = {"input": 4, "copy": 3, "sync": 2, "comm": 1}
+#: HTA's default ``consecutive_kernel_delay`` (30, in the trace's microseconds).
+KERNEL_WAIT_NS = 30_000
+GPU_BOUND_PCT = 80
+"""Busy share of a window at and above which it is GPU-bound."""
+STEP_TOP = 3
+RUN_TOP = 30
+KERNELS_TOP = 30
+COPY_LINES_TOP = 20
+NOTHING_NEXT = Where("(no later GPU work in the trace)")
+
+
+def verdict_for(wall_ns: int, busy_ns: int, idle_ns: dict[str, int]) -> str:
+    """GPU-bound when the GPU was busy for at least GPU_BOUND_PCT of the window, else the
+    largest idle cause (``input-bound``...): a GPU idle a fifth of the time is held back by
+    something, however large busy is beside each cause alone."""
+    if wall_ns <= 0:
+        return "none"
+    if 100 * busy_ns >= GPU_BOUND_PCT * wall_ns or not any(idle_ns.values()):
+        return VERDICTS["busy"]
+    return VERDICTS[max(CAUSES, key=lambda c: idle_ns.get(c, 0))]
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    name: str
+    number: int | None
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A part of a gap, charged."""
+
+    start_ns: int
+    end_ns: int
+    cause: str
+    where: Where
+
+
+class _Places:
+    """The place of each GPU activity's launch (cached: many share an op)."""
+
+    def __init__(self, trace: RankTrace) -> None:
+        self.trace = trace
+        self.cache: dict[int, Where] = {}
+
+    def of(self, a: Activity) -> Where:
+        found = self.cache.get(a.correlation)
+        if found is None:
+            call = self.trace.launches.get(a.correlation)
+            if call is None:
+                found = Where(f"(launch not in trace: {a.name[:60]})")
+            else:
+                op = op_of(self.trace, call)
+                found = where_of(self.trace, op) if op is not None else where_of(self.trace, call)
+            self.cache[a.correlation] = found
+        return found
+
+
+def windows_of(trace: RankTrace) -> list[Window]:
+    if trace.steps:
+        return [Window(s.name, s.number, s.start_ns, s.end_ns) for s in trace.steps]
+    return [Window("whole trace", None, *trace.span_ns)]
+
+
+def _charge_gap(
+    start: int,
+    end: int,
+    nxt: Activity | None,
+    trace: RankTrace,
+    host: Segments[HostSpan],
+    blocked: Segments[HostSpan],
+    places: _Places,
+) -> list[Piece]:
+    launch = trace.launches.get(nxt.correlation) if nxt is not None else None
+    where_next = places.of(nxt) if nxt is not None else NOTHING_NEXT
+    cut = end if launch is None else min(max(launch.start_ns, start), end)
+    pieces: list[Piece] = []
+    if cut > start:
+        drained = blocked.at(start)
+        rest = (drained.cause, drained.where) if drained else ("launch", where_next)
+        pieces += _by_host(start, cut, host, rest)
+    if end > cut:
+        if nxt is not None and nxt.nccl:
+            pieces.append(Piece(cut, end, "comm", where_next))
+        else:
+            pieces += _by_host(cut, end, host, ("launch", where_next))
+    return pieces
+
+
+def _by_host(
+    start: int, end: int, host: Segments[HostSpan], rest: tuple[str, Where]
+) -> list[Piece]:
+    """``[start, end)`` charged to the host's wait at each moment, ``rest`` where it had none."""
+    pieces = []
+    t = start
+    for s, e, span in host.overlapping(start, end):
+        if s > t:
+            pieces.append(Piece(t, s, *rest))
+        pieces.append(Piece(s, e, span.cause, span.where))
+        t = e
+    if end > t:
+        pieces.append(Piece(t, end, *rest))
+    return pieces
+
+
+def charge_device(
+    acts: list[Activity],
+    span: tuple[int, int],
+    trace: RankTrace,
+    host: Segments[HostSpan],
+    blocked: Segments[HostSpan],
+    places: _Places,
+) -> list[Piece]:
+    """Every idle moment of one device inside ``span``, charged (``acts`` sorted by start)."""
+    pieces: list[Piece] = []
+    busy_until = span[0]
+    for a in acts:
+        if a.start_ns > busy_until and a.end_ns > span[0]:
+            gap_end = min(a.start_ns, span[1])
+            if gap_end > busy_until:
+                pieces += _charge_gap(busy_until, gap_end, a, trace, host, blocked, places)
+        busy_until = max(busy_until, a.end_ns)
+        if busy_until >= span[1]:
+            return pieces
+    if span[1] > busy_until:
+        pieces += _charge_gap(busy_until, span[1], None, trace, host, blocked, places)
+    return pieces
+
+
+def _pieces_in(pieces: Sequence[Piece], w: Window) -> dict[tuple[str, Where], int]:
+    out: dict[tuple[str, Where], int] = defaultdict(int)
+    for p in pieces:  # NB: pieces are sorted and disjoint; a window takes a run of them
+        if p.end_ns <= w.start_ns:
+            continue
+        if p.start_ns >= w.end_ns:
+            break
+        out[(p.cause, p.where)] += min(p.end_ns, w.end_ns) - max(p.start_ns, w.start_ns)
+    return out
+
+
+def _device_time(
+    device: int,
+    wall_ns: int,
+    busy: Sequence[int],
+    charged: dict[tuple[str, Where], int],
+    top: int,
+) -> DeviceTime:
+    """``busy``: all, compute, all kernels (compute or NCCL), in ns; ``charged``: idle ns by
+    (cause, where)."""
+    everything, compute, kernels = busy
+    by_cause = dict.fromkeys(CAUSES, 0)
+    for (cause, _where), ns in charged.items():
+        by_cause[cause] += ns
+    parts = {"busy": everything / 1e6, **{c: ns / 1e6 for c, ns in by_cause.items()}}
+    _, shares = verdict_of(parts)
+    verdict = verdict_for(wall_ns, everything, by_cause)
+    ranked = sorted(charged.items(), key=lambda kv: kv[1], reverse=True)[:top]
+    return DeviceTime(
+        device=device,
+        wall_ms=ms(wall_ns),
+        busy_ms=ms(everything),
+        compute_ms=ms(compute),
+        comm_ms=ms(kernels - compute),
+        copy_ms=ms(everything - kernels),
+        idle_ms=ms(wall_ns - everything),
+        idle_by_cause_ms={c: ms(ns) for c, ns in by_cause.items()},
+        verdict=verdict,
+        shares_pct=shares,
+        top=tuple(Charge(cause, where, ms(ns)) for (cause, where), ns in ranked if ns > 0),
+    )
+
+
+def _kernels(acts: Sequence[Activity]) -> tuple[KernelStat, ...]:
+    stats: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for a in acts:
+        if a.kind == KERNEL:
+            s = stats[(a.device, a.name)]
+            d = a.end_ns - a.start_ns
+            s[0] += 1
+            s[1] += d
+            s[2] = max(s[2], d)
+    ranked = sorted(stats.items(), key=lambda kv: kv[1][1], reverse=True)[:KERNELS_TOP]
+    return tuple(KernelStat(n, dev, c, ms(t), ms(m)) for (dev, n), (c, t, m) in ranked)
+
+
+def _copies(acts: Sequence[Activity], places: _Places) -> tuple[tuple[CopyStat, ...], ...]:
+    kinds: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    lines: dict[tuple[str, str, Where], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for a in acts:
+        if a.kind != MEMCPY:
+            continue
+        for s in (kinds[(a.direction, a.memory)], lines[(a.direction, a.memory, places.of(a))]):
+            s[0] += 1
+            s[1] += a.bytes
+            s[2] += a.end_ns - a.start_ns
+    by_kind = tuple(
+        CopyStat(d, m, c, b, ms(t)) for (d, m), (c, b, t) in sorted(kinds.items(), key=str)
+    )
+    ranked = sorted(lines.items(), key=lambda kv: (kv[1][1], kv[1][0]), reverse=True)
+    by_line = tuple(CopyStat(d, m, c, b, ms(t), w) for (d, m, w), (c, b, t) in ranked)
+    return by_kind, by_line[:COPY_LINES_TOP]
+
+
+def hta_views(
+    by_device: dict[int, list[Activity]], trace: RankTrace
+) -> tuple[tuple[ActiveWindow, ...], tuple[StreamIdle, ...]]:
+    """The figures HTA's temporal breakdown and idle time breakdown give, on their definitions
+    (``DEFINITIONS["active_window"]``, ``["stream_idle"]``), to compare with."""
+    base = trace.span_ns[0]
+    active, streams = [], []
+    for device, acts in sorted(by_device.items()):
+        busy = Union((a.start_ns, a.end_ns) for a in acts)
+        compute = Union((a.start_ns, a.end_ns) for a in acts if a.kind == KERNEL and not a.nccl)
+        first, last = busy.starts[0], busy.ends[-1]
+        active.append(
+            ActiveWindow(
+                device,
+                ms(first - base),
+                ms(last - base),
+                ms(busy.total()),
+                ms(compute.total()),
+                ms(last - first - busy.total()),
+            )
+        )
+        per_stream: dict[int, list[Activity]] = defaultdict(list)
+        for a in acts:
+            per_stream[a.stream].append(a)
+        for stream, run in sorted(per_stream.items()):
+            waits = [0, 0, 0]
+            for prev, a in zip(run, run[1:], strict=False):
+                gap = a.start_ns - prev.end_ns
+                call = trace.launches.get(a.correlation)
+                kind = (
+                    0
+                    if call is not None and call.start_ns > prev.end_ns
+                    else (1 if gap < KERNEL_WAIT_NS else 2)
+                )
+                waits[kind] += gap
+            streams.append(StreamIdle(device, stream, *(ms(w) for w in waits)))
+    return tuple(active), tuple(streams)
+
+
+def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
+    """Steps, busy and idle by cause per device, the costliest places, kernels and copies."""
+    windows = windows_of(trace)
+    span = (windows[0].start_ns, max(w.end_ns for w in windows))
+    host = Segments([(s.start_ns, s.end_ns, RANKS[s.cause], s) for s in trace.spans])
+    blocked = Segments(
+        [
+            (s.start_ns, s.end_ns, RANKS[s.cause], s)
+            for s in trace.spans
+            if s.cause in ("sync", "copy")
+        ]
+    )
+    inputs = Union((s.start_ns, s.end_ns) for s in trace.spans if s.cause == "input")
+    places = _Places(trace)
+    by_device: dict[int, list[Activity]] = defaultdict(list)
+    for a in sorted(trace.activities, key=lambda a: (a.start_ns, a.end_ns)):
+        by_device[a.device].append(a)
+    steps: list[list[DeviceTime]] = [[] for _ in windows]
+    run: list[DeviceTime] = []
+    lines: dict[tuple[str, Where], int] = defaultdict(int)
+    for device, acts in sorted(by_device.items()):
+        unions = (
+            Union((a.start_ns, a.end_ns) for a in acts),
+            Union((a.start_ns, a.end_ns) for a in acts if a.kind == KERNEL and not a.nccl),
+            Union((a.start_ns, a.end_ns) for a in acts if a.kind == KERNEL),
+        )
+        pieces = charge_device(acts, span, trace, host, blocked, places)
+        totals = [0, 0, 0]
+        wall = 0
+        charged_run: dict[tuple[str, Where], int] = defaultdict(int)
+        for i, w in enumerate(windows):
+            busy = [u.within(w.start_ns, w.end_ns) for u in unions]
+            charged = _pieces_in(pieces, w)
+            for key, ns in charged.items():
+                charged_run[key] += ns
+            steps[i].append(_device_time(device, w.end_ns - w.start_ns, busy, charged, STEP_TOP))
+            totals = [t + b for t, b in zip(totals, busy, strict=True)]
+            wall += w.end_ns - w.start_ns
+        run.append(_device_time(device, wall, totals, charged_run, STEP_TOP))
+        for key, ns in charged_run.items():
+            lines[key] += ns
+    in_span = [a for a in trace.activities if span[0] <= a.start_ns < span[1]]
+    copies, copy_lines = _copies(in_span, places)
+    active, streams = hta_views(by_device, trace)
+    base = trace.span_ns[0]
+    notes = list(trace.notes)
+    if not trace.steps:
+        notes.append("no ProfilerStep#N in the trace: one window, the whole trace")
+    if not trace.has_stacks:
+        notes.append("no Python stacks (profile with with_stack=True for lines): CPU ops named")
+    return RankResult(
+        rank=trace.rank,
+        path=trace.path,
+        gpus={d: trace.gpus.get(d, "") for d in by_device},
+        steps=tuple(
+            StepTime(
+                w.name,
+                w.number,
+                ms(w.start_ns - base),
+                ms(w.end_ns - w.start_ns),
+                ms(inputs.within(w.start_ns, w.end_ns)),
+                tuple(devs),
+            )
+            for w, devs in zip(windows, steps, strict=True)
+        ),
+        run=tuple(run),
+        lines=tuple(
+            Charge(c, w, ms(ns))
+            for (c, w), ns in sorted(lines.items(), key=lambda kv: kv[1], reverse=True)[:top]
+            if ns > 0
+        ),
+        kernels=_kernels(in_span),
+        copies=copies,
+        copy_lines=copy_lines,
+        active=active,
+        streams=streams,
+        has_stacks=trace.has_stacks,
+        has_steps=bool(trace.steps),
+        notes=tuple(notes),
+    )
+
+
+def analyse(traces: Sequence[RankTrace], paths: Sequence[str] = ()) -> TraceAnalysis:
+    return TraceAnalysis(tuple(paths), tuple(analyse_rank(t) for t in traces))
