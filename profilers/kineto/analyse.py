@@ -28,6 +28,7 @@ from profilers.kineto.result import (
     DeviceTime,
     KernelStat,
     RankResult,
+    Slice,
     StepTime,
     StreamIdle,
     TraceAnalysis,
@@ -282,6 +283,40 @@ def hta_views(
     return tuple(active), tuple(streams)
 
 
+def _timeline(
+    device: int, busy: Union, pieces: Sequence[Piece], span: tuple[int, int], base: int
+) -> list[Slice]:
+    """The device's busy runs and idle pieces in ``span``, neighbours with one cause and place
+    joined."""
+    out: list[Slice] = []
+    for s, e in zip(busy.starts, busy.ends, strict=True):
+        if e > span[0] and s < span[1]:
+            out.append(
+                Slice(device, ms(max(s, span[0]) - base), ms(min(e, span[1]) - base), "busy")
+            )
+    last: Piece | None = None
+    for p in pieces:
+        if last is not None and (p.cause, p.where, p.start_ns) == (
+            last.cause,
+            last.where,
+            last.end_ns,
+        ):
+            last = Piece(last.start_ns, p.end_ns, p.cause, p.where)
+            continue
+        if last is not None:
+            out.append(
+                Slice(
+                    device, ms(last.start_ns - base), ms(last.end_ns - base), last.cause, last.where
+                )
+            )
+        last = p
+    if last is not None:
+        out.append(
+            Slice(device, ms(last.start_ns - base), ms(last.end_ns - base), last.cause, last.where)
+        )
+    return out
+
+
 def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
     """Steps, busy and idle by cause per device, the costliest places, kernels and copies."""
     windows = windows_of(trace)
@@ -302,6 +337,7 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
     steps: list[list[DeviceTime]] = [[] for _ in windows]
     run: list[DeviceTime] = []
     lines: dict[tuple[str, Where], int] = defaultdict(int)
+    timeline: list[Slice] = []
     for device, acts in sorted(by_device.items()):
         unions = (
             Union((a.start_ns, a.end_ns) for a in acts),
@@ -309,6 +345,7 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
             Union((a.start_ns, a.end_ns) for a in acts if a.kind == KERNEL),
         )
         pieces = charge_device(acts, span, trace, host, blocked, places)
+        timeline += _timeline(device, unions[0], pieces, span, trace.span_ns[0])
         totals = [0, 0, 0]
         wall = 0
         charged_run: dict[tuple[str, Where], int] = defaultdict(int)
@@ -361,6 +398,8 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
         has_stacks=trace.has_stacks,
         has_steps=bool(trace.steps),
         notes=tuple(notes),
+        timeline=tuple(timeline),
+        base_us=trace.base_us + trace.span_ns[0] / 1000,
     )
 
 

@@ -115,6 +115,8 @@ def events_of(doc: Any, path: str) -> tuple[list[Any], dict[str, Any]]:
         return doc, {}
     if isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
         return doc["traceEvents"], doc
+    if isinstance(doc, dict) and str(doc.get("schema", "")).startswith("gpuwatch."):
+        raise TraceError(f"{path} is a gpuwatch report, compressed: gunzip it first")
     raise TraceError(f"{path} is JSON but not a Chrome trace (no traceEvents)")
 
 

@@ -224,6 +224,18 @@ class StreamIdle:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Slice:
+    """A stretch of one device's timeline: ``busy``, or idle charged to a cause and place
+    (times in ms from the trace's first event; not in the JSON, which stays small)."""
+
+    device: int
+    start_ms: float
+    end_ms: float
+    cause: str
+    where: Where | None = None
+
+
 @dataclass(frozen=True)
 class RankResult:
     rank: int
@@ -242,6 +254,10 @@ class RankResult:
     has_stacks: bool
     has_steps: bool
     notes: tuple[str, ...] = ()
+    timeline: tuple[Slice, ...] = ()
+    """Busy runs and charged idle, per device, inside the windows (for the Perfetto trace)."""
+    base_us: float = 0.0
+    """The trace's own clock (us) at 0 ms here."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
