@@ -12,6 +12,8 @@ from profilers.kineto.result import CAUSES, DeviceTime, RankResult, TraceAnalysi
 #: Steps listed in the summary (all of them are in the JSON).
 MAX_STEPS = 20
 NAME_WIDTH = 90
+PIN_WORTH_BYTES = 64 * 1024
+"""A pageable copy this large (on average) is worth pinning; a scalar read back is not."""
 
 ADVICE = {
     "input-bound": "the GPU waits for batches: DataLoader(num_workers=N, pin_memory=True, "
@@ -109,7 +111,8 @@ def _copies(r: RankResult, top: int) -> list[str]:
         )
     for c in r.copy_lines[:top]:
         assert c.where is not None
-        fix = "  <- pageable: pin_memory()/pin_memory=True" if c.memory == "pageable" else ""
+        pin = c.memory == "pageable" and c.bytes >= PIN_WORTH_BYTES * c.count
+        fix = "  <- pageable: pin_memory()/pin_memory=True" if pin else ""
         out.append(
             f"    {c.direction} {c.count:,}x {fmt.size(c.bytes)} from {_short(c.where.key(), 70)}"
             f"{fix}"
@@ -145,11 +148,12 @@ def rank_lines(r: RankResult, top: int, ranks: int) -> list[str]:
     title = f"gpuwatch report: torch.profiler trace {where}"
     if ranks > 1:
         title += f" (rank {r.rank})"
-    steps = (
-        f"{len(r.steps)} steps ({r.steps[0].name} to {r.steps[-1].name})"
-        if r.has_steps
-        else "no ProfilerStep: the whole trace is one window"
-    )
+    if not r.has_steps:
+        steps = "no ProfilerStep: the whole trace is one window"
+    elif len(r.steps) == 1:
+        steps = f"1 step ({r.steps[0].name})"
+    else:
+        steps = f"{len(r.steps)} steps ({r.steps[0].name} to {r.steps[-1].name})"
     wall = sum(s.wall_ms for s in r.steps)
     out = [title, f"{steps}, {fmt.duration_ms(wall)}; measured from the trace"]
     for d in r.run:

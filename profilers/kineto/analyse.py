@@ -18,35 +18,28 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from profilers.kineto.events import KERNEL, MEMCPY, Activity, HostSpan, RankTrace, Where
+from profilers.kineto.events import KERNEL, Activity, HostSpan, RankTrace, Where
 from profilers.kineto.intervals import Segments, Union
 from profilers.kineto.result import (
     CAUSES,
-    ActiveWindow,
     Charge,
-    CopyStat,
     DeviceTime,
-    KernelStat,
     RankResult,
     Slice,
     StepTime,
-    StreamIdle,
     TraceAnalysis,
     ms,
 )
 from profilers.kineto.stacks import op_of, where_of
+from profilers.kineto.tables import copy_tables, hta_views, kernel_table
 from profilers.timing.verdict import VERDICTS, verdict_of
 
 #: Which host wait wins where two overlap: the outermost reason the user can act on first.
 RANKS = {"input": 4, "copy": 3, "sync": 2, "comm": 1}
-#: HTA's default ``consecutive_kernel_delay`` (30, in the trace's microseconds).
-KERNEL_WAIT_NS = 30_000
 GPU_BOUND_PCT = 80
 """Busy share of a window at and above which it is GPU-bound."""
 STEP_TOP = 3
 RUN_TOP = 30
-KERNELS_TOP = 30
-COPY_LINES_TOP = 20
 NOTHING_NEXT = Where("(no later GPU work in the trace)")
 
 
@@ -213,76 +206,6 @@ def _device_time(
     )
 
 
-def _kernels(acts: Sequence[Activity]) -> tuple[KernelStat, ...]:
-    stats: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0, 0])
-    for a in acts:
-        if a.kind == KERNEL:
-            s = stats[(a.device, a.name)]
-            d = a.end_ns - a.start_ns
-            s[0] += 1
-            s[1] += d
-            s[2] = max(s[2], d)
-    ranked = sorted(stats.items(), key=lambda kv: kv[1][1], reverse=True)[:KERNELS_TOP]
-    return tuple(KernelStat(n, dev, c, ms(t), ms(m)) for (dev, n), (c, t, m) in ranked)
-
-
-def _copies(acts: Sequence[Activity], places: _Places) -> tuple[tuple[CopyStat, ...], ...]:
-    kinds: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
-    lines: dict[tuple[str, str, Where], list[int]] = defaultdict(lambda: [0, 0, 0])
-    for a in acts:
-        if a.kind != MEMCPY:
-            continue
-        for s in (kinds[(a.direction, a.memory)], lines[(a.direction, a.memory, places.of(a))]):
-            s[0] += 1
-            s[1] += a.bytes
-            s[2] += a.end_ns - a.start_ns
-    by_kind = tuple(
-        CopyStat(d, m, c, b, ms(t)) for (d, m), (c, b, t) in sorted(kinds.items(), key=str)
-    )
-    ranked = sorted(lines.items(), key=lambda kv: (kv[1][1], kv[1][0]), reverse=True)
-    by_line = tuple(CopyStat(d, m, c, b, ms(t), w) for (d, m, w), (c, b, t) in ranked)
-    return by_kind, by_line[:COPY_LINES_TOP]
-
-
-def hta_views(
-    by_device: dict[int, list[Activity]], trace: RankTrace
-) -> tuple[tuple[ActiveWindow, ...], tuple[StreamIdle, ...]]:
-    """The figures HTA's temporal breakdown and idle time breakdown give, on their definitions
-    (``DEFINITIONS["active_window"]``, ``["stream_idle"]``), to compare with."""
-    base = trace.span_ns[0]
-    active, streams = [], []
-    for device, acts in sorted(by_device.items()):
-        busy = Union((a.start_ns, a.end_ns) for a in acts)
-        compute = Union((a.start_ns, a.end_ns) for a in acts if a.kind == KERNEL and not a.nccl)
-        first, last = busy.starts[0], busy.ends[-1]
-        active.append(
-            ActiveWindow(
-                device,
-                ms(first - base),
-                ms(last - base),
-                ms(busy.total()),
-                ms(compute.total()),
-                ms(last - first - busy.total()),
-            )
-        )
-        per_stream: dict[int, list[Activity]] = defaultdict(list)
-        for a in acts:
-            per_stream[a.stream].append(a)
-        for stream, run in sorted(per_stream.items()):
-            waits = [0, 0, 0]
-            for prev, a in zip(run, run[1:], strict=False):
-                gap = a.start_ns - prev.end_ns
-                call = trace.launches.get(a.correlation)
-                kind = (
-                    0
-                    if call is not None and call.start_ns > prev.end_ns
-                    else (1 if gap < KERNEL_WAIT_NS else 2)
-                )
-                waits[kind] += gap
-            streams.append(StreamIdle(device, stream, *(ms(w) for w in waits)))
-    return tuple(active), tuple(streams)
-
-
 def _timeline(
     device: int, busy: Union, pieces: Sequence[Piece], span: tuple[int, int], base: int
 ) -> list[Slice]:
@@ -361,7 +284,7 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
         for key, ns in charged_run.items():
             lines[key] += ns
     in_span = [a for a in trace.activities if span[0] <= a.start_ns < span[1]]
-    copies, copy_lines = _copies(in_span, places)
+    copies, copy_lines = copy_tables(in_span, places.of)
     active, streams = hta_views(by_device, trace)
     base = trace.span_ns[0]
     notes = list(trace.notes)
@@ -390,7 +313,7 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
             for (c, w), ns in sorted(lines.items(), key=lambda kv: kv[1], reverse=True)[:top]
             if ns > 0
         ),
-        kernels=_kernels(in_span),
+        kernels=kernel_table(in_span),
         copies=copies,
         copy_lines=copy_lines,
         active=active,
