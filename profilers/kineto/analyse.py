@@ -14,6 +14,7 @@ copy holds both) or launch (the launch's own latency).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -163,11 +164,14 @@ def charge_device(
     return pieces
 
 
-def _pieces_in(pieces: Sequence[Piece], w: Window) -> dict[tuple[str, Where], int]:
+def _pieces_in(
+    pieces: Sequence[Piece], ends: Sequence[int], w: Window
+) -> dict[tuple[str, Where], int]:
+    """The pieces' time inside ``w`` by cause and place (``ends``: each piece's end, sorted)."""
     out: dict[tuple[str, Where], int] = defaultdict(int)
-    for p in pieces:  # NB: pieces are sorted and disjoint; a window takes a run of them
-        if p.end_ns <= w.start_ns:
-            continue
+    # NB: pieces are sorted and disjoint: a window takes a run of them, found by bisection
+    for i in range(bisect_right(ends, w.start_ns), len(pieces)):
+        p = pieces[i]
         if p.start_ns >= w.end_ns:
             break
         out[(p.cause, p.where)] += min(p.end_ns, w.end_ns) - max(p.start_ns, w.start_ns)
@@ -268,13 +272,14 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
             Union((a.start_ns, a.end_ns) for a in acts if a.kind == KERNEL),
         )
         pieces = charge_device(acts, span, trace, host, blocked, places)
+        ends = [p.end_ns for p in pieces]
         timeline += _timeline(device, unions[0], pieces, span, trace.span_ns[0])
         totals = [0, 0, 0]
         wall = 0
         charged_run: dict[tuple[str, Where], int] = defaultdict(int)
         for i, w in enumerate(windows):
             busy = [u.within(w.start_ns, w.end_ns) for u in unions]
-            charged = _pieces_in(pieces, w)
+            charged = _pieces_in(pieces, ends, w)
             for key, ns in charged.items():
                 charged_run[key] += ns
             steps[i].append(_device_time(device, w.end_ns - w.start_ns, busy, charged, STEP_TOP))

@@ -20,6 +20,7 @@ from typing import Any
 
 from profilers.kineto.events import (
     ASYNC_COPY_CALLS,
+    COMM_PREFIXES,
     COPY_OPS,
     CPU_CATS,
     GPU_CATS,
@@ -43,6 +44,8 @@ from profilers.kineto.stacks import Frame, flatten, op_of, where_of
 #: Larger than any trace worth reading in one process (json holds ~10x the bytes in memory).
 MAX_TRACE_BYTES = 4 * 1024**3
 TRACE_ENDINGS = (".json", ".json.gz")
+#: How the names of the CPU spans the analysis needs begin (steps, DataLoader, collectives).
+MARKS = ("ProfilerStep#", "enumerate(DataLoader)", *COMM_PREFIXES)
 
 
 class TraceError(Exception):
@@ -199,31 +202,31 @@ class _Collect:
         self.last = -math.inf
         self.own = False
 
-    def ns(self, ts_us: float) -> int:
-        return round((ts_us - self.base_us) * 1000)
-
     def add(self, e: Any) -> None:
-        if not isinstance(e, dict):
-            return
-        if e.get("ph") != "X":
-            if e.get("ph") == "M" and e.get("name") == "process_name":
+        # NB: the hot loop of a large trace (a million events): one dict lookup per field
+        ph = e.get("ph") if isinstance(e, dict) else None
+        if ph != "X":
+            if ph == "M" and e.get("name") == "process_name":
                 name = (e.get("args") or {}).get("name")
                 self.own = self.own or (isinstance(name, str) and name.startswith("gpuwatch:"))
             return
         ts, dur = e.get("ts"), e.get("dur", 0)
         if not isinstance(ts, int | float) or not isinstance(dur, int | float):
             return
-        cat = str(e.get("cat", "")).lower()
+        cat = e.get("cat", "")
+        cat = cat.lower() if isinstance(cat, str) else str(cat)
+        if cat == "trace":
+            return
         self.cats.add(cat)
         name = str(e.get("name", ""))
         raw = e.get("args")
         args: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        start = self.ns(ts)
+        start = round((ts - self.base_us) * 1000)
         end = start + max(0, round(dur * 1000))
-        if cat == "trace":
-            return
-        self.first = min(self.first, start)
-        self.last = max(self.last, end)
+        if start < self.first:
+            self.first = start
+        if end > self.last:
+            self.last = end
         kind = GPU_CATS.get(cat)
         if kind is not None:
             self._activity(kind, name, e, args, start, end)
@@ -279,7 +282,7 @@ class _Collect:
             self.cpu_ops += 1
             self.ops.setdefault(call.ext_id, call)
             self.by_tid.setdefault(call.tid, []).append((start, end, call))
-        if name.startswith("ProfilerStep#") or is_input(name) or is_comm(name):
+        if name.startswith(MARKS) and (name[0] == "P" or is_input(name) or is_comm(name)):
             self.marks.append(call)
 
 
