@@ -264,3 +264,61 @@ def test_library_frames_are_not_the_users_line(frame):
 
     assert user_frame(frame) is None
     assert user_frame("/home/me/train.py(42): main") == ("/home/me/train.py", 42, "main")
+
+
+def _values() -> object:
+    from hypothesis import strategies as st
+
+    awkward = st.sampled_from(
+        [float("inf"), -float("inf"), 1e300, -1, 0, 2**64, True, None, "", "stream 7", [], {}]
+    )
+    scalars = st.one_of(
+        awkward,
+        st.none(),
+        st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=False),
+        st.text(max_size=12),
+    )
+    return st.recursive(
+        scalars,
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+        ),
+        max_leaves=6,
+    )
+
+
+def test_any_damage_to_a_trace_is_analysed_or_one_trace_error(tmp_path):
+    """Each field of each event (and of its args) replaced by any JSON value: an analysis or a
+    TraceError, never another exception (the CLI turns a TraceError into one line)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from profilers.kineto.read import TraceError, trace_from_doc
+
+    base = _sync_step().doc()
+    fields = [(i, k, None) for i, e in enumerate(base["traceEvents"]) for k in e]
+    fields += [(i, "args", k) for i, e in enumerate(base["traceEvents"]) for k in e.get("args", {})]
+
+    @settings(
+        max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    @given(st.lists(st.tuples(st.sampled_from(fields), _values()), min_size=1, max_size=6))
+    def check(damage: list[tuple[tuple[int, str, str | None], object]]) -> None:
+        doc = {
+            **base,
+            "traceEvents": [dict(e, args=dict(e.get("args", {}))) for e in base["traceEvents"]],
+        }
+        for (i, key, sub), value in damage:
+            event = doc["traceEvents"][i]
+            if sub is None:
+                event[key] = value
+            elif isinstance(event.get(key), dict):
+                event[key][sub] = value
+        try:
+            result = analyse([trace_from_doc(doc, "t.json", 0)])
+        except TraceError:
+            return
+        result.to_json()
+
+    check()

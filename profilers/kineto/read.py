@@ -213,6 +213,8 @@ class _Collect:
         ts, dur = e.get("ts"), e.get("dur", 0)
         if not isinstance(ts, int | float) or not isinstance(dur, int | float):
             return
+        if not (math.isfinite(ts) and math.isfinite(dur)):  # 1e999 parses as inf
+            return
         cat = e.get("cat", "")
         cat = cat.lower() if isinstance(cat, str) else str(cat)
         if cat == "trace":
@@ -341,7 +343,10 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
         (
             float(e["ts"])
             for e in events
-            if isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("ts"), int | float)
+            if isinstance(e, dict)
+            and e.get("ph") == "X"
+            and isinstance(e.get("ts"), int | float)
+            and math.isfinite(e["ts"])
         ),
         0.0,
     )
@@ -355,7 +360,7 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
     if problem is not None:
         raise TraceError(problem)
     info = meta.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+    if isinstance(info, dict) and type(info.get("rank")) is int:
         rank = info["rank"]
     python = {tid: flatten(ivs) for tid, ivs in got.python.items()}
     steps = _steps(got.marks)
