@@ -249,3 +249,18 @@ def test_a_trace_is_analysed_without_importing_torch(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_ranks_side_by_side_name_the_slowest(tmp_path, capsys):
+    for rank, step_us in ((0, 100), (1, 150)):
+        t = TraceBuilder(rank=rank)
+        t.step(1, 0, step_us)
+        t.launch("aten::mm", 0, 10, 90)  # busy 90 of 100 (90%) and of 150 (60%)
+        t.write(tmp_path / f"rank{rank}.json")
+    assert cli.main(["report", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[:4] == [
+        "2 ranks (mean step; busy share; verdict, per GPU)",
+        "  rank 0    GPU 0        100 µs   90.0%  GPU-bound",
+        "  rank 1    GPU 0        150 µs   60.0%  launch-bound",
+        "  slowest: rank 1, 50.0% longer steps than rank 0",
+    ]

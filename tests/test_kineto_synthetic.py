@@ -257,6 +257,9 @@ def test_no_profiler_step_makes_the_whole_trace_one_window(tmp_path):
         "/x/site-packages/foo.py(3): f",
         "<built-in method mm>",
         "nn.Module: Linear_0",
+        "threading.py(1016): _bootstrap_inner",
+        "vllm/model_executor/models/llama.py(245): forward",
+        "contextlib.py(81): inner",
     ],
 )
 def test_library_frames_are_not_the_users_line(frame):
@@ -264,6 +267,8 @@ def test_library_frames_are_not_the_users_line(frame):
 
     assert user_frame(frame) is None
     assert user_frame("/home/me/train.py(42): main") == ("/home/me/train.py", 42, "main")
+    assert user_frame("trace.py(7): step") == ("trace.py", 7, "step")  # a script, not stdlib's
+    assert user_frame("mypkg/model.py(3): forward") == ("mypkg/model.py", 3, "forward")
 
 
 def _values() -> object:

@@ -167,8 +167,31 @@ def rank_lines(r: RankResult, top: int, ranks: int) -> list[str]:
     return out
 
 
+def ranks_lines(analysis: TraceAnalysis) -> list[str]:
+    """Several ranks side by side: each one's mean step, busy share and verdict, per GPU, and
+    the slowest (the one the others wait for at each collective)."""
+    out = [f"{len(analysis.ranks)} ranks (mean step; busy share; verdict, per GPU)"]
+    means: dict[int, float] = {}
+    for r in analysis.ranks:
+        mean = sum(s.wall_ms for s in r.steps) / len(r.steps) if r.steps else 0.0
+        means[r.rank] = mean
+        for d in r.run:
+            out.append(
+                f"  rank {r.rank:<4} GPU {d.device:<3}{fmt.duration_ms(mean):>10}"
+                f"{_pct(d.busy_ms, d.wall_ms):>8}  {d.verdict}"
+            )
+    slowest = max(means, key=lambda k: means[k])
+    fastest = min(means, key=lambda k: means[k])
+    if means[slowest] > means[fastest]:
+        out.append(
+            f"  slowest: rank {slowest}, {_pct(means[slowest] - means[fastest], means[fastest])} "
+            f"longer steps than rank {fastest}"
+        )
+    return out
+
+
 def summary_lines(analysis: TraceAnalysis, top: int = 5) -> list[str]:
-    out: list[str] = []
+    out: list[str] = ranks_lines(analysis) if len(analysis.ranks) > 1 else []
     for r in analysis.ranks:
         if out:
             out.append("")

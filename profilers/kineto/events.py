@@ -10,6 +10,7 @@ figure's resolution, as it does HTA's).
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -120,6 +121,24 @@ class Where:
         return self.label() if self.file is None else f"{self.label()} [{self.op}]"
 
 
+#: The packages a training step's stack passes through that are never the line to fix.
+#: NB: torch's Python tracer writes a frame's path relative to the ``sys.path`` entry it was
+#: found under (``torch/nn/modules/module.py``, ``vllm/engine/llm_engine.py``,
+#: ``threading.py``), so an installed package is known by its first component, not a folder.
+LIBRARIES = frozenset(
+    {
+        "torch", "torchvision", "torchaudio", "torchtext", "torchdata", "torchrec", "torch_xla",
+        "functorch", "tensordict", "triton", "numpy", "transformers", "accelerate", "datasets",
+        "tokenizers", "safetensors", "peft", "diffusers", "timm", "lightning", "pytorch_lightning",
+        "lightning_fabric", "deepspeed", "apex", "fairscale", "xformers", "flash_attn", "megatron",
+        "vllm", "sglang", "einops", "tqdm", "PIL", "hydra", "omegaconf", "wandb", "tensorboard",
+        "fbgemm_gpu", "ray", "gpuwatch", "profilers",
+    }
+)  # fmt: skip
+#: Standard-library modules, less the names a user's own script is often given.
+_STDLIB = frozenset(sys.stdlib_module_names) - {"code", "trace", "profile", "test", "this"}
+
+
 def user_frame(frame: str) -> tuple[str, int, str] | None:
     """``(file, line, function)`` of a frame written ``path/to/file.py(123): fn`` when it is the
     user's own code (not torch, not an installed package, not the standard library)."""
@@ -127,9 +146,12 @@ def user_frame(frame: str) -> tuple[str, int, str] | None:
     if m is None:
         return None
     path = m.group(1)
-    if path.startswith(("torch/", "<built-in", "nn.Module", "<")) or "(" in path:
+    if path.startswith(("<built-in", "nn.Module", "<")) or "(" in path:
         return None
-    if any(mark in path for mark in _LIBRARY_MARKS) or path.endswith("threading.py"):
+    if any(mark in path for mark in _LIBRARY_MARKS):
+        return None
+    top = path.split("/", 1)[0].removesuffix(".py")
+    if not path.startswith("/") and (top in LIBRARIES or top in _STDLIB):
         return None
     return path, int(m.group(2)), m.group(3)
 
