@@ -260,7 +260,7 @@ def test_ranks_side_by_side_name_the_slowest(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path)]) == 0
     assert capsys.readouterr().out.splitlines()[:4] == [
         "2 ranks (mean step; busy share; verdict, per GPU)",
-        "  rank 0    GPU 0        100 µs   90.0%  GPU-bound",
-        "  rank 1    GPU 0        150 µs   60.0%  launch-bound",
+        "  rank 0    GPU 0      100 µs   90.0%  GPU-bound",
+        "  rank 1    GPU 0      150 µs   60.0%  launch-bound",
         "  slowest: rank 1, 50.0% longer steps than rank 0",
     ]
