@@ -264,3 +264,18 @@ def test_ranks_side_by_side_name_the_slowest(tmp_path, capsys):
         "  rank 1    GPU 0      150 µs   60.0%  launch-bound",
         "  slowest: rank 1, 50.0% longer steps than rank 0",
     ]
+
+
+def test_a_report_written_into_the_trace_folder_is_passed_over(tmp_path, capsys):
+    folder = tmp_path / "log"
+    folder.mkdir()
+    _trace(folder, "worker0.pt.trace.json")
+    assert cli.main(["report", "-q", str(folder), "--json", str(folder / "analysis.json")]) == 0
+    assert cli.main(["report", str(folder)]) == 0  # again: analysis.json is no trace
+    out = capsys.readouterr().out
+    assert "input-bound" in out
+    assert "note: passed over (JSON, not a Chrome trace): analysis.json" in out
+    (folder / "worker0.pt.trace.json").unlink()
+    assert _one_line_error(capsys, [str(folder)]) == (
+        f"{folder} holds no torch.profiler trace (only analysis.json)"
+    )

@@ -52,6 +52,10 @@ class TraceError(Exception):
     """A file that is not a torch.profiler trace this reader can analyse (one line)."""
 
 
+class NotATrace(TraceError):
+    """JSON that is no Chrome trace: refused when named, passed over inside a folder."""
+
+
 def trace_files(path: str) -> list[str]:
     """The traces in a folder (``*.json``, ``*.json.gz``, sorted), or ``[path]`` for a file."""
     if not os.path.isdir(path):
@@ -119,8 +123,8 @@ def events_of(doc: Any, path: str) -> tuple[list[Any], dict[str, Any]]:
     if isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
         return doc["traceEvents"], doc
     if isinstance(doc, dict) and str(doc.get("schema", "")).startswith("gpuwatch."):
-        raise TraceError(f"{path} is a gpuwatch report, compressed: gunzip it first")
-    raise TraceError(f"{path} is JSON but not a Chrome trace (no traceEvents)")
+        raise NotATrace(f"{path} is a gpuwatch report, compressed: gunzip it first")
+    raise NotATrace(f"{path} is JSON but not a Chrome trace (no traceEvents)")
 
 
 def _num(value: Any, default: int = -1) -> int:
@@ -387,12 +391,29 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
 
 
 def read_traces(paths: Sequence[str]) -> list[RankTrace]:
-    """The ranks of ``paths`` (files, or folders of one file per rank), in rank order."""
-    files = [f for p in paths for f in trace_files(p)]
-    traces = []
-    for i, path in enumerate(files):
-        traces.append(trace_from_doc(parse_json(read_bytes(path), path), path, i))
+    """The ranks of ``paths`` (files, or folders of one file per rank), in rank order. Inside a
+    folder, a JSON file that is no Chrome trace (a report written there, a config) is passed
+    over and named in the first rank's notes."""
+    traces: list[RankTrace] = []
+    skipped: list[str] = []
+    for given in paths:
+        in_folder = os.path.isdir(given)
+        before = len(traces)
+        for path in trace_files(given):
+            try:
+                doc = parse_json(read_bytes(path), path)
+                traces.append(trace_from_doc(doc, path, len(traces)))
+            except NotATrace:
+                if not in_folder:
+                    raise
+                skipped.append(os.path.basename(path))
+        if in_folder and len(traces) == before:
+            raise TraceError(f"{given} holds no torch.profiler trace (only {', '.join(skipped)})")
     ranks = [t.rank for t in traces]
     if len(set(ranks)) != len(ranks):  # two files say the same rank: keep the files' order
         traces = [dataclasses.replace(t, rank=i) for i, t in enumerate(traces)]
-    return sorted(traces, key=lambda t: t.rank)
+    traces.sort(key=lambda t: t.rank)
+    if skipped:
+        note = f"passed over (JSON, not a Chrome trace): {', '.join(skipped)}"
+        traces[0] = dataclasses.replace(traces[0], notes=(*traces[0].notes, note))
+    return traces
