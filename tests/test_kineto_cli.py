@@ -183,7 +183,7 @@ def _mtia(tmp_path: Path) -> Path:
         (lambda p: DATA / "amd_mi250.json.gz", "is an AMD (ROCm/HIP) trace"),
         (_mtia, "is a trace of another accelerator (mtia_ccp_events events)"),
         (_runtime_only, "has CUDA runtime calls but no GPU activity"),
-        (_gpuwatch_trace, "is a Chrome trace gpuwatch wrote (--trace)"),
+        (_gpuwatch_trace, "is a Chrome trace gpuwatch wrote (its own trace output)"),
         (lambda p: p, "is a folder with no .json or .json.gz trace in it"),
         (
             lambda p: _write(p, "r.json.gz", gzip.compress(json.dumps(rich_report()).encode())),
