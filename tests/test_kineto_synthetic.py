@@ -219,6 +219,18 @@ def test_a_queued_nccl_kernel_waits_on_comm(tmp_path):
     assert d.verdict == "comm-bound"
 
 
+def test_a_step_busy_with_exposed_nccl_only_is_comm_bound(tmp_path):
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    t.launch("aten::mm", 0, 5, 85)  # compute [5, 90): 85%
+    t.step(2, 100, 100)
+    t.launch("nccl:all_reduce", 100, 105, 90, stream=20, name="ncclKernel_AllReduce")
+    first, second = (s.devices[0] for s in _one(tmp_path, t).steps)
+    assert (first.busy_ms, first.verdict) == (0.085, "GPU-bound")
+    # busy 90% but all of it NCCL alone (waiting for the other ranks): comm 90 + 0 idle
+    assert (second.busy_ms, second.comm_ms, second.verdict) == (0.09, 0.09, "comm-bound")
+
+
 def test_gzip_reads_as_the_json_does(tmp_path):
     plain = _one(tmp_path, _overlapping_streams())
     packed = _one(tmp_path, _overlapping_streams(), gz=True)

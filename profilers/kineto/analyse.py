@@ -44,15 +44,17 @@ RUN_TOP = 30
 NOTHING_NEXT = Where("(no later GPU work in the trace)")
 
 
-def verdict_for(wall_ns: int, busy_ns: int, idle_ns: dict[str, int]) -> str:
-    """GPU-bound when the GPU was busy for at least GPU_BOUND_PCT of the window, else the
-    largest idle cause (``input-bound``...): a GPU idle a fifth of the time is held back by
-    something, however large busy is beside each cause alone."""
+def verdict_for(wall_ns: int, busy_ns: int, comm_only_ns: int, idle_ns: dict[str, int]) -> str:
+    """GPU-bound when the GPU was busy with its own work (anything but NCCL kernels running
+    alone) for at least GPU_BOUND_PCT of the window, else the largest of the idle causes, comm
+    counting the exposed NCCL time too (``input-bound``...): a GPU held back a fifth of the
+    time is held back by something, however large busy is beside each cause alone."""
     if wall_ns <= 0:
         return "none"
-    if 100 * busy_ns >= GPU_BOUND_PCT * wall_ns or not any(idle_ns.values()):
+    held = dict(idle_ns, comm=idle_ns.get("comm", 0) + comm_only_ns)
+    if 100 * (busy_ns - comm_only_ns) >= GPU_BOUND_PCT * wall_ns or not any(held.values()):
         return VERDICTS["busy"]
-    return VERDICTS[max(CAUSES, key=lambda c: idle_ns.get(c, 0))]
+    return VERDICTS[max(CAUSES, key=lambda c: held.get(c, 0))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +195,7 @@ def _device_time(
         by_cause[cause] += ns
     parts = {"busy": everything / 1e6, **{c: ns / 1e6 for c, ns in by_cause.items()}}
     _, shares = verdict_of(parts)
-    verdict = verdict_for(wall_ns, everything, by_cause)
+    verdict = verdict_for(wall_ns, everything, kernels - compute, by_cause)
     ranked = sorted(charged.items(), key=lambda kv: kv[1], reverse=True)[:top]
     return DeviceTime(
         device=device,

@@ -36,9 +36,10 @@ DEFINITIONS = {
     "next GPU work queued but waiting on an NCCL kernel (another rank, another stream)",
     "launch": "the rest: the host running Python and queuing work slower than the GPU ran it "
     "(the next GPU work not yet launched, or launched and not yet started)",
-    "verdict": "GPU-bound when the GPU was busy for at least 80% of the window, else "
-    "<cause>-bound for the largest idle cause (input-bound, sync-bound, copy-bound, comm-bound, "
-    "launch-bound)",
+    "verdict": "GPU-bound when the GPU was busy with anything but NCCL kernels alone for at "
+    "least 80% of the window, else <cause>-bound for the largest idle cause (input-bound, "
+    "sync-bound, copy-bound, comm-bound, launch-bound), comm counting the time NCCL kernels ran "
+    "alone (exposed communication) too",
     "active_window": "HTA's temporal breakdown window: from the device's first GPU activity to "
     "its last, over the whole trace; compute = non-NCCL kernels, non_compute = the rest of busy",
     "stream_idle": "HTA's idle time breakdown, per stream: the gap before each activity on the "
