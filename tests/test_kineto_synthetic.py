@@ -339,3 +339,24 @@ def test_any_damage_to_a_trace_is_analysed_or_one_trace_error(tmp_path):
         result.to_json()
 
     check()
+
+
+def test_each_device_has_its_own_busy_and_idle(tmp_path):
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    t.launch("aten::mm", 0, 10, 80)  # GPU 0: [10, 90)
+    ext = t.op("aten::add", 20, 4)
+    corr = t.runtime("cudaLaunchKernel", 21, 2, ext)
+    t._gpu("kernel", "add_kernel", 30, 20, corr, 7)
+    t.events[-1]["args"]["device"] = 1  # GPU 1: [30, 50)
+    r = _one(tmp_path, t)
+    assert [(d.device, d.busy_ms, d.idle_ms, d.verdict) for d in r.run] == [
+        (0, 0.08, 0.02, "GPU-bound"),
+        (1, 0.02, 0.08, "launch-bound"),
+    ]
+    # GPU 1 waited [0, 30) for aten::add (launched at 21) and [50, 100) for nothing after it
+    assert {c.where.op: c.idle_ms for c in r.lines if c.cause == "launch"} == {
+        "aten::mm": 0.01,  # GPU 0 [0, 10)
+        "(no later GPU work in the trace)": 0.06,  # GPU 0 [90, 100), GPU 1 [50, 100)
+        "aten::add": 0.03,  # GPU 1 [0, 30)
+    }
