@@ -1,5 +1,6 @@
 """``gpuwatch report``: a saved run (or the ranks of one distributed run) shown again, written
-again in other formats, and checked against a budget."""
+again in other formats, and checked against a budget; or a torch.profiler trace (or a folder of
+ranks) analysed: where each step's GPU idle time went."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from gpuwatch.profile.budget import budget_for, check_run
 
 
 def run_report(args: argparse.Namespace) -> int:
+    from gpuwatch.report.kineto_load import is_trace
+
+    if any(is_trace(p) for p in args.paths):
+        return run_trace_report(args)
     from gpuwatch.report.load import load_report
     from gpuwatch.report.text import print_summary
     from gpuwatch.report.write import check_outputs, output_for, outputs, write_outputs
@@ -40,3 +45,24 @@ def run_report(args: argparse.Namespace) -> int:
         print_summary(report, args.top, file=sys.stdout)
     failed = write_outputs(report, wanted, quiet=args.quiet)
     return check_run(limits, report, 2 if failed else 0, args.quiet)
+
+
+def run_trace_report(args: argparse.Namespace) -> int:
+    """``gpuwatch report TRACE``: a torch.profiler trace (or a folder of ranks) analysed."""
+    from gpuwatch.report.kineto_load import load_analysis
+    from gpuwatch.report.kineto_render import render
+    from gpuwatch.report.kineto_text import print_summary
+    from gpuwatch.report.write import check_outputs, output_for, outputs, say, write_rendered
+
+    if args.what_if:
+        raise CliError("--what-if replays a gpuwatch run; a torch.profiler trace has no replay")
+    if args.budget is not None:
+        raise CliError("--budget checks a gpuwatch run's copies and syncs; a trace has no counts")
+    wanted = outputs(args.json_path, args.html_path, args.trace_path)
+    wanted += [output_for(path) for path in args.output_paths]
+    check_outputs(wanted, inputs=args.paths)
+    analysis = load_analysis(args.paths)
+    if not args.quiet:
+        print_summary(analysis, args.top, file=sys.stdout)
+    failed = say(write_rendered(wanted, lambda kind: render(analysis, kind)), quiet=args.quiet)
+    return 2 if failed else 0

@@ -38,15 +38,19 @@ def add_parsers(sub: Any) -> None:
     r = sub.add_parser(
         "report",
         allow_abbrev=False,
-        help="re-render a saved gpuwatch profile JSON",
+        help="re-render a saved gpuwatch profile JSON, or analyse a torch.profiler trace",
         description="Print the summary of a saved run (gpuwatch profile --json), optionally "
-        "writing its HTML report.",
+        "writing its HTML report. Given a torch.profiler trace instead (.json or .json.gz from "
+        "export_chrome_trace() or tensorboard_trace_handler, or a folder of one per rank), "
+        "print where each step's GPU idle time went: busy, and idle by input, sync, copy, comm "
+        "and launch, with the lines charged (docs/trace.md).",
     )
     r.add_argument(
         "paths",
         nargs="+",
-        metavar="RUN.json",
-        help="a saved run; several: the reports of a distributed run's ranks, merged",
+        metavar="RUN.json|TRACE",
+        help="a saved run; several: the reports of a distributed run's ranks, merged. Or a "
+        "torch.profiler trace, several, or a folder of them (one per rank)",
     )
     r.add_argument(
         "-o",

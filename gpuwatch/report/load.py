@@ -32,6 +32,7 @@ SCHEMA_FILES = {
     SCHEMA: "profile-1.schema.json",
     "gpuwatch.snapshot/1": "snapshot-1.schema.json",
     "gpuwatch.diff/1": "diff-1.schema.json",
+    "gpuwatch.kineto/1": "kineto-1.schema.json",
 }
 
 

@@ -24,7 +24,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -268,10 +268,17 @@ def render(report: Report, kind: str) -> str:
 def write_reports(report: Report, wanted: Sequence[Output]) -> list[tuple[bool, str]]:
     """Writes each output whole or not at all; ``(ok, message)`` for each, for the caller to
     show. A failing renderer costs its own file only, never the others."""
+    return write_rendered(wanted, lambda kind: render(report, kind))
+
+
+def write_rendered(
+    wanted: Sequence[Output], render_kind: Callable[[str], str]
+) -> list[tuple[bool, str]]:
+    """:func:`write_reports` for any data: ``render_kind(kind)`` makes each output's text."""
     results: list[tuple[bool, str]] = []
     for out in wanted:
         try:
-            text = render(report, out.kind)
+            text = render_kind(out.kind)
         except Exception as exc:  # a renderer bug must not cost the other reports
             results.append((False, f"could not render {out.path}: {type(exc).__name__}: {exc}"))
             continue

@@ -1,0 +1,100 @@
+"""What ``gpuwatch report TRACE`` costs on a large torch.profiler trace.
+
+    python benchmarks/kineto_read.py [--mb 100] [--gzip]
+
+The trace: a sample of tests/data/kineto (``--sample resnet``: the ResNet-50 run on a V100, 6 steps,
+35 MB of JSON, torch 1.9's spelling with a Python stack string on every op; ``modern``: one rank of
+the two-rank A100 run, torch 2.x's spelling, 1.3 MB) repeated end to end, each copy's times shifted past the last and its steps, correlation and external ids
+renumbered, until the JSON reaches ``--mb`` megabytes. Reported: its size, events, steps and
+kernels, and the seconds to read it (gunzip and JSON included) and to analyse it, with the peak
+memory of the process (ru_maxrss).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from profilers.kineto.analyse import analyse  # noqa: E402
+from profilers.kineto.read import read_traces  # noqa: E402
+
+DATA = Path(__file__).resolve().parent.parent / "tests/data/kineto"
+SAMPLES = {
+    "resnet": DATA / "resnet50_num_workers_0.pt.trace.json.gz",  # torch 1.9, Call stack strings
+    "modern": DATA / "two_ranks/sampled_rank-0.json.gz",  # torch 2.x spelling, no stacks
+}
+
+
+def _shifted(events: list[dict[str, Any]], i: int, span_us: float) -> list[dict[str, Any]]:
+    out = []
+    for e in events:
+        if e.get("ph") not in ("X", "s", "f") or e.get("cat") == "Trace":
+            continue
+        e = dict(e, ts=e["ts"] + i * span_us)
+        if str(e.get("name", "")).startswith("ProfilerStep#"):
+            e["name"] = f"ProfilerStep#{int(e['name'][13:]) + 1000 * i}"
+        args = e.get("args")
+        if isinstance(args, dict):
+            args = dict(args)
+            for key in ("correlation", "External id", "external id"):
+                if isinstance(args.get(key), int) and args[key] > 0:
+                    args[key] += i * 10_000_000
+            e["args"] = args
+        if "id" in e and isinstance(e["id"], int):
+            e["id"] += i * 10_000_000
+        out.append(e)
+    return out
+
+
+def build(mb: float, sample: str = "resnet") -> dict[str, Any]:
+    doc = json.loads(gzip.decompress(SAMPLES[sample].read_bytes()))
+    events = doc["traceEvents"]
+    xs = [e for e in events if e.get("ph") == "X" and e.get("cat") != "Trace"]
+    span = max(e["ts"] + e.get("dur", 0) for e in xs) - min(e["ts"] for e in xs) + 1000
+    one = len(json.dumps(events))
+    copies = max(1, round(mb * 1e6 / one))
+    merged = [e for e in events if e.get("ph") == "M"]
+    for i in range(copies):
+        merged += _shifted(events, i, span)
+    return {k: v for k, v in doc.items() if k != "traceEvents"} | {"traceEvents": merged}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--mb", type=float, default=100)
+    parser.add_argument("--gzip", action="store_true", help="write the trace gzipped")
+    parser.add_argument("--sample", choices=sorted(SAMPLES), default="resnet")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / ("big.json.gz" if args.gzip else "big.json")
+        text = json.dumps(build(args.mb, args.sample)).encode()
+        path.write_bytes(gzip.compress(text, 6) if args.gzip else text)
+        del text
+        start = time.perf_counter()
+        traces = read_traces([str(path)])
+        read_s = time.perf_counter() - start
+        start = time.perf_counter()
+        analysis = analyse(traces, [str(path)])
+        analyse_s = time.perf_counter() - start
+        (r,) = analysis.ranks
+        size_mb = path.stat().st_size / 1e6
+    kernels = sum(k.count for k in r.kernels)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        f"{args.sample}: {size_mb:.1f} MB {'gzip' if args.gzip else 'JSON'}, {len(r.steps)} steps, "
+        f"{len(traces[0].activities):,} GPU activities (top kernels {kernels:,}): "
+        f"read {read_s:.2f} s, analyse {analyse_s:.2f} s, peak memory {peak_mb:,.0f} MB"
+    )
+
+
+if __name__ == "__main__":
+    main()

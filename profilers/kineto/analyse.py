@@ -1,0 +1,337 @@
+"""A rank's trace analysed: per step and device, busy time and the idle time charged to a cause
+and a place (the rule in :data:`profilers.kineto.result.DEFINITIONS`, DESIGN.md's "charging idle
+time" read off a trace).
+
+Each gap between a device's busy runs ends when its next activity K starts. Until K's launch
+call began, the GPU waited for the host, and the gap is charged to what the host was doing at
+each moment (in a DataLoader's ``__next__``: input; blocked in a sync or a blocking copy: sync or
+copy; in a collective call: comm). The host's remaining time is the tail of the wait the GPU ran
+dry in (the sync that drained it) or, when there was none, launch, charged to K's op: the work
+that was queued too late. From K's launch to its start the work was queued: comm when K is an
+NCCL kernel (it waits for other ranks), else the host's wait then (the driver staging a pageable
+copy holds both) or launch (the launch's own latency).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from profilers.kineto.events import KERNEL, Activity, HostSpan, RankTrace, Where
+from profilers.kineto.intervals import Segments, Union
+from profilers.kineto.result import (
+    CAUSES,
+    Charge,
+    DeviceTime,
+    RankResult,
+    Slice,
+    StepTime,
+    TraceAnalysis,
+    ms,
+)
+from profilers.kineto.stacks import op_of, where_of
+from profilers.kineto.tables import copy_tables, hta_views, kernel_table
+from profilers.timing.verdict import VERDICTS, verdict_of
+
+#: Which host wait wins where two overlap: the outermost reason the user can act on first.
+RANKS = {"input": 4, "copy": 3, "sync": 2, "comm": 1}
+GPU_BOUND_PCT = 80
+"""Busy share of a window at and above which it is GPU-bound."""
+STEP_TOP = 3
+RUN_TOP = 30
+NOTHING_NEXT = Where("(no later GPU work in the trace)")
+
+
+def verdict_for(wall_ns: int, busy_ns: int, comm_only_ns: int, idle_ns: dict[str, int]) -> str:
+    """GPU-bound when the GPU was busy with its own work (anything but NCCL kernels running
+    alone) for at least GPU_BOUND_PCT of the window, else the largest of the idle causes, comm
+    counting the exposed NCCL time too (``input-bound``...): a GPU held back a fifth of the
+    time is held back by something, however large busy is beside each cause alone."""
+    if wall_ns <= 0:
+        return "none"
+    held = dict(idle_ns, comm=idle_ns.get("comm", 0) + comm_only_ns)
+    if 100 * (busy_ns - comm_only_ns) >= GPU_BOUND_PCT * wall_ns or not any(held.values()):
+        return VERDICTS["busy"]
+    return VERDICTS[max(CAUSES, key=lambda c: held.get(c, 0))]
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    name: str
+    number: int | None
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A part of a gap, charged."""
+
+    start_ns: int
+    end_ns: int
+    cause: str
+    where: Where
+
+
+class _Places:
+    """The place of each GPU activity's launch (cached: many share an op)."""
+
+    def __init__(self, trace: RankTrace) -> None:
+        self.trace = trace
+        self.cache: dict[int, Where] = {}
+
+    def of(self, a: Activity) -> Where:
+        found = self.cache.get(a.correlation)
+        if found is None:
+            call = self.trace.launches.get(a.correlation)
+            if call is None:
+                found = Where(f"(launch not in trace: {a.name[:60]})")
+            else:
+                op = op_of(self.trace, call)
+                found = where_of(self.trace, op) if op is not None else where_of(self.trace, call)
+            self.cache[a.correlation] = found
+        return found
+
+
+def windows_of(trace: RankTrace) -> list[Window]:
+    if trace.steps:
+        return [Window(s.name, s.number, s.start_ns, s.end_ns) for s in trace.steps]
+    return [Window("whole trace", None, *trace.span_ns)]
+
+
+def _charge_gap(
+    start: int,
+    end: int,
+    nxt: Activity | None,
+    trace: RankTrace,
+    host: Segments[HostSpan],
+    blocked: Segments[HostSpan],
+    places: _Places,
+) -> list[Piece]:
+    launch = trace.launches.get(nxt.correlation) if nxt is not None else None
+    where_next = places.of(nxt) if nxt is not None else NOTHING_NEXT
+    cut = end if launch is None else min(max(launch.start_ns, start), end)
+    pieces: list[Piece] = []
+    if cut > start:
+        drained = blocked.at(start)
+        rest = (drained.cause, drained.where) if drained else ("launch", where_next)
+        pieces += _by_host(start, cut, host, rest)
+    if end > cut:
+        if nxt is not None and nxt.nccl:
+            pieces.append(Piece(cut, end, "comm", where_next))
+        else:
+            pieces += _by_host(cut, end, host, ("launch", where_next))
+    return pieces
+
+
+def _by_host(
+    start: int, end: int, host: Segments[HostSpan], rest: tuple[str, Where]
+) -> list[Piece]:
+    """``[start, end)`` charged to the host's wait at each moment, ``rest`` where it had none."""
+    pieces = []
+    t = start
+    for s, e, span in host.overlapping(start, end):
+        if s > t:
+            pieces.append(Piece(t, s, *rest))
+        pieces.append(Piece(s, e, span.cause, span.where))
+        t = e
+    if end > t:
+        pieces.append(Piece(t, end, *rest))
+    return pieces
+
+
+def charge_device(
+    acts: list[Activity],
+    span: tuple[int, int],
+    trace: RankTrace,
+    host: Segments[HostSpan],
+    blocked: Segments[HostSpan],
+    places: _Places,
+) -> list[Piece]:
+    """Every idle moment of one device inside ``span``, charged (``acts`` sorted by start)."""
+    pieces: list[Piece] = []
+    busy_until = span[0]
+    for a in acts:
+        if a.start_ns > busy_until and a.end_ns > span[0]:
+            gap_end = min(a.start_ns, span[1])
+            if gap_end > busy_until:
+                pieces += _charge_gap(busy_until, gap_end, a, trace, host, blocked, places)
+        busy_until = max(busy_until, a.end_ns)
+        if busy_until >= span[1]:
+            return pieces
+    if span[1] > busy_until:
+        pieces += _charge_gap(busy_until, span[1], None, trace, host, blocked, places)
+    return pieces
+
+
+def _pieces_in(
+    pieces: Sequence[Piece], ends: Sequence[int], w: Window
+) -> dict[tuple[str, Where], int]:
+    """The pieces' time inside ``w`` by cause and place (``ends``: each piece's end, sorted)."""
+    out: dict[tuple[str, Where], int] = defaultdict(int)
+    # NB: pieces are sorted and disjoint: a window takes a run of them, found by bisection
+    for i in range(bisect_right(ends, w.start_ns), len(pieces)):
+        p = pieces[i]
+        if p.start_ns >= w.end_ns:
+            break
+        out[(p.cause, p.where)] += min(p.end_ns, w.end_ns) - max(p.start_ns, w.start_ns)
+    return out
+
+
+def _device_time(
+    device: int,
+    wall_ns: int,
+    busy: Sequence[int],
+    charged: dict[tuple[str, Where], int],
+    top: int,
+) -> DeviceTime:
+    """``busy``: all, compute, all kernels (compute or NCCL), in ns; ``charged``: idle ns by
+    (cause, where)."""
+    everything, compute, kernels = busy
+    by_cause = dict.fromkeys(CAUSES, 0)
+    for (cause, _where), ns in charged.items():
+        by_cause[cause] += ns
+    parts = {"busy": everything / 1e6, **{c: ns / 1e6 for c, ns in by_cause.items()}}
+    _, shares = verdict_of(parts)
+    verdict = verdict_for(wall_ns, everything, kernels - compute, by_cause)
+    ranked = sorted(charged.items(), key=lambda kv: kv[1], reverse=True)[:top]
+    return DeviceTime(
+        device=device,
+        wall_ms=ms(wall_ns),
+        busy_ms=ms(everything),
+        compute_ms=ms(compute),
+        comm_ms=ms(kernels - compute),
+        copy_ms=ms(everything - kernels),
+        idle_ms=ms(wall_ns - everything),
+        idle_by_cause_ms={c: ms(ns) for c, ns in by_cause.items()},
+        verdict=verdict,
+        shares_pct=shares,
+        top=tuple(Charge(cause, where, ms(ns)) for (cause, where), ns in ranked if ns > 0),
+    )
+
+
+def _timeline(
+    device: int, busy: Union, pieces: Sequence[Piece], span: tuple[int, int], base: int
+) -> list[Slice]:
+    """The device's busy runs and idle pieces in ``span``, neighbours with one cause and place
+    joined."""
+    out: list[Slice] = []
+    for s, e in zip(busy.starts, busy.ends, strict=True):
+        if e > span[0] and s < span[1]:
+            out.append(
+                Slice(device, ms(max(s, span[0]) - base), ms(min(e, span[1]) - base), "busy")
+            )
+    last: Piece | None = None
+    for p in pieces:
+        if last is not None and (p.cause, p.where, p.start_ns) == (
+            last.cause,
+            last.where,
+            last.end_ns,
+        ):
+            last = Piece(last.start_ns, p.end_ns, p.cause, p.where)
+            continue
+        if last is not None:
+            out.append(
+                Slice(
+                    device, ms(last.start_ns - base), ms(last.end_ns - base), last.cause, last.where
+                )
+            )
+        last = p
+    if last is not None:
+        out.append(
+            Slice(device, ms(last.start_ns - base), ms(last.end_ns - base), last.cause, last.where)
+        )
+    return out
+
+
+def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
+    """Steps, busy and idle by cause per device, the costliest places, kernels and copies."""
+    windows = windows_of(trace)
+    span = (windows[0].start_ns, max(w.end_ns for w in windows))
+    host = Segments([(s.start_ns, s.end_ns, RANKS[s.cause], s) for s in trace.spans])
+    blocked = Segments(
+        [
+            (s.start_ns, s.end_ns, RANKS[s.cause], s)
+            for s in trace.spans
+            if s.cause in ("sync", "copy")
+        ]
+    )
+    inputs = Union((s.start_ns, s.end_ns) for s in trace.spans if s.cause == "input")
+    places = _Places(trace)
+    by_device: dict[int, list[Activity]] = defaultdict(list)
+    for a in sorted(trace.activities, key=lambda a: (a.start_ns, a.end_ns)):
+        by_device[a.device].append(a)
+    steps: list[list[DeviceTime]] = [[] for _ in windows]
+    run: list[DeviceTime] = []
+    lines: dict[tuple[str, Where], int] = defaultdict(int)
+    timeline: list[Slice] = []
+    for device, acts in sorted(by_device.items()):
+        unions = (
+            Union((a.start_ns, a.end_ns) for a in acts),
+            Union((a.start_ns, a.end_ns) for a in acts if a.kind == KERNEL and not a.nccl),
+            Union((a.start_ns, a.end_ns) for a in acts if a.kind == KERNEL),
+        )
+        pieces = charge_device(acts, span, trace, host, blocked, places)
+        ends = [p.end_ns for p in pieces]
+        timeline += _timeline(device, unions[0], pieces, span, trace.span_ns[0])
+        totals = [0, 0, 0]
+        wall = 0
+        charged_run: dict[tuple[str, Where], int] = defaultdict(int)
+        for i, w in enumerate(windows):
+            busy = [u.within(w.start_ns, w.end_ns) for u in unions]
+            charged = _pieces_in(pieces, ends, w)
+            for key, ns in charged.items():
+                charged_run[key] += ns
+            steps[i].append(_device_time(device, w.end_ns - w.start_ns, busy, charged, STEP_TOP))
+            totals = [t + b for t, b in zip(totals, busy, strict=True)]
+            wall += w.end_ns - w.start_ns
+        run.append(_device_time(device, wall, totals, charged_run, STEP_TOP))
+        for key, ns in charged_run.items():
+            lines[key] += ns
+    in_span = [a for a in trace.activities if span[0] <= a.start_ns < span[1]]
+    copies, copy_lines = copy_tables(in_span, places.of)
+    active, streams = hta_views(by_device, trace)
+    base = trace.span_ns[0]
+    notes = list(trace.notes)
+    if not trace.steps:
+        notes.append("no ProfilerStep#N in the trace: one window, the whole trace")
+    if not trace.has_stacks:
+        notes.append("no Python stacks (profile with with_stack=True for lines): CPU ops named")
+    return RankResult(
+        rank=trace.rank,
+        path=trace.path,
+        gpus={d: trace.gpus.get(d, "") for d in by_device},
+        steps=tuple(
+            StepTime(
+                w.name,
+                w.number,
+                ms(w.start_ns - base),
+                ms(w.end_ns - w.start_ns),
+                ms(inputs.within(w.start_ns, w.end_ns)),
+                tuple(devs),
+            )
+            for w, devs in zip(windows, steps, strict=True)
+        ),
+        run=tuple(run),
+        lines=tuple(
+            Charge(c, w, ms(ns))
+            for (c, w), ns in sorted(lines.items(), key=lambda kv: kv[1], reverse=True)[:top]
+            if ns > 0
+        ),
+        kernels=kernel_table(in_span),
+        copies=copies,
+        copy_lines=copy_lines,
+        active=active,
+        streams=streams,
+        has_stacks=trace.has_stacks,
+        has_steps=bool(trace.steps),
+        notes=tuple(notes),
+        timeline=tuple(timeline),
+        base_us=trace.base_us + trace.span_ns[0] / 1000,
+    )
+
+
+def analyse(traces: Sequence[RankTrace], paths: Sequence[str] = ()) -> TraceAnalysis:
+    return TraceAnalysis(tuple(paths), tuple(analyse_rank(t) for t in traces))

@@ -1,0 +1,235 @@
+"""A torch.profiler trace as typed events: GPU activities, the host's runtime calls and CPU ops,
+the steps, and what the names in a trace mean (which calls block the host, which copies are
+pageable, which Python frames are the user's).
+
+Times are integer nanoseconds from the trace's first event (Kineto writes microseconds, as floats
+since torch 2.0; a float of an epoch-based microsecond keeps about 0.25 us, which bounds every
+figure's resolution, as it does HTA's).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+KERNEL = "kernel"
+MEMCPY = "memcpy"
+MEMSET = "memset"
+
+#: Kineto's category of each GPU activity, old (torch 1.8/1.9) and new spellings, lower-cased.
+GPU_CATS = {
+    "kernel": KERNEL,
+    "gpu_memcpy": MEMCPY,
+    "memcpy": MEMCPY,
+    "gpu_memset": MEMSET,
+    "memset": MEMSET,
+}
+RUNTIME_CATS = frozenset({"cuda_runtime", "runtime", "cuda_driver", "driver"})
+CPU_CATS = frozenset({"cpu_op", "operator", "user_annotation"})
+PYTHON_CATS = frozenset({"python_function", "python"})
+
+#: Runtime and driver calls that hold the host until the GPU has done something (the CUDA
+#: runtime API's synchronous calls). NB: cudaMemcpy (no Async) is synchronous for every
+#: direction; cudaMemcpyAsync holds the host only when host memory is pageable (handled apart).
+SYNC_CALLS = frozenset(
+    {
+        "cudaDeviceSynchronize",
+        "cudaStreamSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cudaMemcpy2D",
+        "cudaMemcpyFromSymbol",
+        "cudaMemcpyToSymbol",
+        "cudaMemcpyPeer",
+        "cudaMemset",
+        "cuCtxSynchronize",
+        "cuStreamSynchronize",
+        "cuEventSynchronize",
+        "cuMemcpyDtoH_v2",
+        "cuMemcpyHtoD_v2",
+        "cuMemcpy",
+    }
+)
+ASYNC_COPY_CALLS = frozenset({"cudaMemcpyAsync", "cudaMemcpy2DAsync", "cuMemcpyAsync"})
+
+#: CPU ops whose host wait is a copy (a blocking ``.to()``/``.cpu()``/``copy_``), not a sync.
+COPY_OPS = frozenset({"aten::copy_", "aten::_to_copy", "aten::to", "aten::_copy_from"})
+
+#: Host spans of a collective (the CPU side of NCCL or gloo calls).
+COMM_PREFIXES = ("nccl:", "c10d::", "gloo:", "record_param_comms", "c10d:")
+
+_MEMCPY_KIND = {"htod": "h2d", "dtoh": "d2h", "dtod": "d2d", "ptop": "p2p", "htoh": "h2h"}
+_MEMCPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*(?:\((\w+)\s*->\s*(\w+)\))?", re.IGNORECASE)
+_FRAME = re.compile(r"^(.*)\((\d+)\):\s*(.*)$")
+
+#: Paths that are never the user's own code (a frame there is the library's, not a line to fix).
+_LIBRARY_MARKS = (
+    "site-packages",
+    "dist-packages",
+    "/torch/",
+    "/lib/python3",
+    "<frozen",
+    "<string>",
+)
+
+
+def memcpy_kind(name: str) -> tuple[str, str]:
+    """``(direction, memory)`` of a Memcpy activity's name: ``"Memcpy HtoD (Pageable -> Device)"``
+    is ``("h2d", "pageable")``; memory is ``""`` where the trace does not say (old CUPTI, ROCm)."""
+    m = _MEMCPY_NAME.match(name)
+    if m is None:
+        return "", ""
+    direction = _MEMCPY_KIND.get(m.group(1).lower(), "")
+    host = {"h2d": m.group(2), "d2h": m.group(3)}.get(direction) or ""
+    memory = host.lower() if host.lower() in ("pageable", "pinned") else ""
+    return direction, memory
+
+
+def is_nccl(name: str) -> bool:
+    """A collective's kernel (NCCL names every kernel ``ncclKernel_*``/``ncclDevKernel_*``)."""
+    return name.startswith(("nccl", "void nccl")) or "ncclKernel" in name
+
+
+def is_input(name: str) -> bool:
+    """The host fetching a batch: torch.profiler names each ``__next__`` of a DataLoader's
+    iterator ``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`` (or Multi...)."""
+    return name.startswith("enumerate(DataLoader)") and "__next__" in name
+
+
+def is_comm(name: str) -> bool:
+    return name.startswith(COMM_PREFIXES)
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """Where a cost belongs: the user's line when the trace has Python stacks, and always the
+    CPU op (or runtime call) that was running."""
+
+    op: str
+    file: str | None = None
+    line: int | None = None
+    function: str | None = None
+
+    def label(self) -> str:
+        if self.file is None:
+            return self.op
+        return f"{self.file}:{self.line} ({self.function})"
+
+    def key(self) -> str:
+        return self.label() if self.file is None else f"{self.label()} [{self.op}]"
+
+
+#: The packages a training step's stack passes through that are never the line to fix.
+#: NB: torch's Python tracer writes a frame's path relative to the ``sys.path`` entry it was
+#: found under (``torch/nn/modules/module.py``, ``vllm/engine/llm_engine.py``,
+#: ``threading.py``), so an installed package is known by its first component, not a folder.
+LIBRARIES = frozenset(
+    {
+        "torch", "torchvision", "torchaudio", "torchtext", "torchdata", "torchrec", "torch_xla",
+        "functorch", "tensordict", "triton", "numpy", "transformers", "accelerate", "datasets",
+        "tokenizers", "safetensors", "peft", "diffusers", "timm", "lightning", "pytorch_lightning",
+        "lightning_fabric", "deepspeed", "apex", "fairscale", "xformers", "flash_attn", "megatron",
+        "vllm", "sglang", "einops", "tqdm", "PIL", "hydra", "omegaconf", "wandb", "tensorboard",
+        "fbgemm_gpu", "ray", "gpuwatch", "profilers",
+    }
+)  # fmt: skip
+#: Standard-library modules, less the names a user's own script is often given.
+_STDLIB = frozenset(sys.stdlib_module_names) - {"code", "trace", "profile", "test", "this"}
+
+
+def user_frame(frame: str) -> tuple[str, int, str] | None:
+    """``(file, line, function)`` of a frame written ``path/to/file.py(123): fn`` when it is the
+    user's own code (not torch, not an installed package, not the standard library)."""
+    m = _FRAME.match(frame.strip())
+    if m is None:
+        return None
+    path = m.group(1)
+    if path.startswith(("<built-in", "nn.Module", "<")) or "(" in path:
+        return None
+    if any(mark in path for mark in _LIBRARY_MARKS):
+        return None
+    top = path.split("/", 1)[0].removesuffix(".py")
+    if not path.startswith("/") and (top in LIBRARIES or top in _STDLIB):
+        return None
+    return path, int(m.group(2)), m.group(3)
+
+
+class Activity(NamedTuple):
+    """One kernel, memcpy or memset on a GPU stream (a NamedTuple: a large trace makes a
+    million of them, and a frozen dataclass takes three times as long to build)."""
+
+    kind: str
+    name: str
+    device: int
+    stream: int
+    start_ns: int
+    end_ns: int
+    correlation: int
+    bytes: int = 0
+    direction: str = ""
+    memory: str = ""
+    nccl: bool = False
+
+
+class Call(NamedTuple):
+    """A host runtime call (``cudaLaunchKernel``, ``cudaStreamSynchronize``...) or CPU op."""
+
+    name: str
+    tid: str
+    start_ns: int
+    end_ns: int
+    ext_id: int
+    stack: str = ""
+    """The old traces' ``Call stack`` (innermost frame first, ``;`` between frames)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    name: str
+    number: int | None
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class HostSpan:
+    """A stretch of host time with a cause: ``input``, ``sync``, ``copy`` or ``comm``."""
+
+    cause: str
+    start_ns: int
+    end_ns: int
+    where: Where
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class RankTrace:
+    """One rank's trace, read: every GPU activity, the host calls that launched them, the host's
+    waits, the steps, and where the user's code was (``lines_at``)."""
+
+    path: str
+    rank: int
+    gpus: dict[int, str]
+    base_us: float
+    """The trace's first timestamp (us): times here count from it."""
+    activities: list[Activity]
+    launches: dict[int, Call]
+    """Runtime calls by correlation id."""
+    ops: dict[int, Call]
+    """CPU ops by external id (the runtime call's op)."""
+    steps: list[Step]
+    spans: list[HostSpan]
+    span_ns: tuple[int, int]
+    """The first and last moment of anything in the trace."""
+    python: dict[str, tuple[list[int], list[tuple[str, int, str] | None]]] = field(
+        default_factory=dict
+    )
+    """Per thread, the user's innermost Python frame over time: segment starts and frames."""
+    op_segments: dict[str, tuple[list[int], list[Call | None]]] = field(default_factory=dict)
+    """Per thread, the innermost CPU op over time."""
+    main_tid: str = ""
+    """The thread that records the steps (or launches the most)."""
+    notes: tuple[str, ...] = ()
+    has_stacks: bool = False

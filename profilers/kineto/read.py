@@ -1,0 +1,232 @@
+"""Reading torch.profiler traces: a ``.json`` or ``.json.gz`` file (``prof.export_chrome_trace()``,
+``tensorboard_trace_handler``), or a folder of them (one file per rank), into :class:`RankTrace`.
+
+Every way a file can be wrong ends in one :class:`TraceError` with a one-line message: not JSON,
+a truncated gzip, no events, no GPU activity (a CPU-only trace, or CUPTI recorded nothing), an AMD
+(ROCm) or other vendor's trace. Both the torch 1.8/1.9 spellings (``Kernel``, ``Runtime``,
+``Operator``, ``Call stack``) and today's (``kernel``, ``cuda_runtime``, ``cpu_op``,
+``python_function``) are read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+from profilers.kineto.collect import Collect, blocked_spans, marked_spans, number, steps_of
+from profilers.kineto.events import RankTrace
+from profilers.kineto.stacks import flatten
+
+#: Larger than any trace worth reading in one process (json holds ~10x the bytes in memory).
+MAX_TRACE_BYTES = 4 * 1024**3
+TRACE_ENDINGS = (".json", ".json.gz")
+
+
+class TraceError(Exception):
+    """A file that is not a torch.profiler trace this reader can analyse (one line)."""
+
+
+class NotATrace(TraceError):
+    """JSON that is no Chrome trace: refused when named, passed over inside a folder."""
+
+
+def trace_files(path: str) -> list[str]:
+    """The traces in a folder (``*.json``, ``*.json.gz``, sorted), or ``[path]`` for a file."""
+    if not os.path.isdir(path):
+        return [path]
+    found = sorted(
+        os.path.join(path, n)
+        for n in os.listdir(path)
+        if n.endswith(TRACE_ENDINGS) and os.path.isfile(os.path.join(path, n))
+    )
+    if not found:
+        raise TraceError(f"{path} is a folder with no .json or .json.gz trace in it")
+    return found
+
+
+def read_bytes(path: str) -> bytes:
+    """The file's bytes, gunzipped when they are gzip (by content, whatever the name)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_TRACE_BYTES + 1)
+    except FileNotFoundError:
+        raise TraceError(f"no such file: {path}") from None
+    except OSError as exc:
+        raise TraceError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gunzip(data)
+        except (EOFError, OSError, zlib.error) as exc:
+            raise TraceError(f"{path} is a damaged or truncated gzip file ({exc})") from None
+    if len(data) > MAX_TRACE_BYTES:
+        raise TraceError(f"{path} is over 4 GiB: too large to analyse in one process")
+    return data
+
+
+def gunzip(data: bytes) -> bytes:
+    """``data`` decompressed, at most MAX_TRACE_BYTES + 1 of it (a gzip bomb stops there);
+    EOFError when the compressed stream ends early (a truncated download or copy)."""
+    stream = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    out = stream.decompress(data, MAX_TRACE_BYTES + 1)
+    if len(out) <= MAX_TRACE_BYTES and not stream.eof:
+        raise EOFError("it ends before the end of its compressed stream")
+    return out
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_json(data: bytes, path: str) -> Any:
+    try:
+        return json.loads(data, parse_constant=_no_constant)
+    except UnicodeDecodeError:
+        raise TraceError(f"{path} is not text (neither JSON nor gzip)") from None
+    except json.JSONDecodeError as exc:
+        raise TraceError(
+            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}): truncated?"
+        ) from None
+    except (ValueError, RecursionError) as exc:
+        raise TraceError(f"{path}: {exc}") from None
+
+
+def events_of(doc: Any, path: str) -> tuple[list[Any], dict[str, Any]]:
+    """The trace's events and its other keys; :class:`TraceError` when it is no Chrome trace."""
+    if isinstance(doc, list):
+        return doc, {}
+    if isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
+        return doc["traceEvents"], doc
+    if isinstance(doc, dict) and str(doc.get("schema", "")).startswith("gpuwatch."):
+        raise NotATrace(f"{path} is a gpuwatch report, compressed: gunzip it first")
+    raise NotATrace(f"{path} is JSON but not a Chrome trace (no traceEvents)")
+
+
+def _gpus(meta: dict[str, Any]) -> dict[int, str]:
+    props = meta.get("deviceProperties")
+    if not isinstance(props, list):
+        return {}
+    return {
+        number(p.get("id"), i): str(p.get("name", ""))
+        for i, p in enumerate(props)
+        if isinstance(p, dict)
+    }
+
+
+def _vendor_problem(
+    path: str, gpus: dict[int, str], cats: set[str], runtime: set[str]
+) -> str | None:
+    names = " ".join(gpus.values())
+    if any(w in names for w in ("AMD", "Radeon", "Instinct")) or any(
+        n.startswith("hip") for n in runtime
+    ):
+        return (
+            f"{path} is an AMD (ROCm/HIP) trace; gpuwatch reads NVIDIA CUDA traces only "
+            "(HTA reads ROCm traces)"
+        )
+    other = sorted(c for c in cats if c.startswith(("mtia", "xpu", "hpu", "privateuse")))
+    if other:
+        return f"{path} is a trace of another accelerator ({other[0]} events); gpuwatch reads NVIDIA CUDA traces only"
+    return None
+
+
+def _gpu_problem(path: str, own: bool, cpu_ops: int, runtime_calls: int) -> str:
+    if own:
+        return (
+            f"{path} is a Chrome trace gpuwatch wrote (its own trace output), not a "
+            "torch.profiler trace; report the run's JSON instead"
+        )
+    if runtime_calls:
+        return (
+            f"{path} has CUDA runtime calls but no GPU activity: CUPTI recorded no kernel or copy "
+            "(another profiler such as nsys or ncu holding CUPTI?)"
+        )
+    if cpu_ops:
+        return (
+            f"{path} is a CPU-only trace: no GPU activity was recorded (profile with "
+            "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU)"
+        )
+    return f"{path} is a Chrome trace with no torch.profiler events (no CPU op, no GPU activity)"
+
+
+def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
+    """One rank's :class:`RankTrace` from a parsed trace document."""
+    events, meta = events_of(doc, path)
+    base = next(
+        (
+            float(e["ts"])
+            for e in events
+            if isinstance(e, dict)
+            and e.get("ph") == "X"
+            and isinstance(e.get("ts"), int | float)
+            and math.isfinite(e["ts"])
+        ),
+        0.0,
+    )
+    got = Collect(math.floor(base))
+    for e in events:
+        got.add(e)
+    gpus = _gpus(meta)
+    problem = _vendor_problem(path, gpus, got.cats, got.runtime_names)
+    if problem is None and not got.activities:
+        problem = _gpu_problem(path, got.own, got.cpu_ops, len(got.launches))
+    if problem is not None:
+        raise TraceError(problem)
+    info = meta.get("distributedInfo")
+    if isinstance(info, dict) and type(info.get("rank")) is int:
+        rank = info["rank"]
+    python = {tid: flatten(ivs) for tid, ivs in got.python.items()}
+    steps = steps_of(got.marks)
+    main = next((c.tid for c in got.marks if c.name.startswith("ProfilerStep#")), None)
+    if main is None:
+        main = max(got.launching, key=lambda t: got.launching[t], default="")
+    trace = RankTrace(
+        path=path,
+        rank=rank,
+        gpus=gpus,
+        base_us=got.base_us,
+        activities=got.activities,
+        launches=got.launches,
+        ops=got.ops,
+        steps=steps,
+        spans=[],
+        span_ns=(int(got.first), int(got.last)),
+        python=python,
+        op_segments={tid: flatten(ivs) for tid, ivs in got.by_tid.items()},
+        main_tid=main,
+        has_stacks=bool(python) or any(c.stack for c in got.ops.values()),
+    )
+    return dataclasses.replace(trace, spans=marked_spans(trace, got.marks) + blocked_spans(trace))
+
+
+def read_traces(paths: Sequence[str]) -> list[RankTrace]:
+    """The ranks of ``paths`` (files, or folders of one file per rank), in rank order. Inside a
+    folder, a JSON file that is no Chrome trace (a report written there, a config) is passed
+    over and named in the first rank's notes."""
+    traces: list[RankTrace] = []
+    skipped: list[str] = []
+    for given in paths:
+        in_folder = os.path.isdir(given)
+        before = len(traces)
+        for path in trace_files(given):
+            try:
+                doc = parse_json(read_bytes(path), path)
+                traces.append(trace_from_doc(doc, path, len(traces)))
+            except NotATrace:
+                if not in_folder:
+                    raise
+                skipped.append(os.path.basename(path))
+        if in_folder and len(traces) == before:
+            raise TraceError(f"{given} holds no torch.profiler trace (only {', '.join(skipped)})")
+    ranks = [t.rank for t in traces]
+    if len(set(ranks)) != len(ranks):  # two files say the same rank: keep the files' order
+        traces = [dataclasses.replace(t, rank=i) for i, t in enumerate(traces)]
+    traces.sort(key=lambda t: t.rank)
+    if skipped:
+        note = f"passed over (JSON, not a Chrome trace): {', '.join(skipped)}"
+        traces[0] = dataclasses.replace(traces[0], notes=(*traces[0].notes, note))
+    return traces

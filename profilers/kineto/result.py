@@ -1,0 +1,302 @@
+"""What a torch.profiler trace says about GPU idle time: typed, frozen, torch-free, and written as
+the ``gpuwatch.kineto/1`` document (``gpuwatch/schemas/kineto-1.schema.json``).
+
+Figures are measured (read from the trace), in milliseconds; nothing here is predicted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from profilers.kineto.events import Where
+
+SCHEMA = "gpuwatch.kineto/1"
+
+CAUSES = ("input", "sync", "copy", "comm", "launch")
+"""Every idle ms is charged to exactly one of these (see DEFINITIONS)."""
+
+DEFINITIONS = {
+    "window": "each ProfilerStep#N's host interval [ts, ts+dur] on the thread that records the "
+    "steps (the whole trace, first to last event, when it has no ProfilerStep); GPU work is "
+    "clipped to it, so a step's GPU work that runs on after its host interval counts in the next",
+    "busy": "the union, per device, of every kernel, memcpy and memset interval on all streams "
+    "(CUPTI's sync records are the host's wait, not GPU work: not busy)",
+    "idle": "the window's wall time less busy",
+    "input": "idle while the host was inside a DataLoader's __next__ "
+    "(enumerate(DataLoader)#...__next__)",
+    "sync": "idle while the host was blocked in cudaDeviceSynchronize, cudaStreamSynchronize, "
+    "cudaEventSynchronize, a blocking cudaMemcpy or aten::item/_local_scalar_dense, and the idle "
+    "that follows until the next GPU work starts when the GPU ran dry during that wait",
+    "copy": "as sync, for a wait inside a copy op (aten::copy_, _to_copy, to) or a copy from or "
+    "to pageable memory, which the host stages",
+    "comm": "idle while the host was inside a collective call (nccl:*, c10d::*), or with the "
+    "next GPU work queued but waiting on an NCCL kernel (another rank, another stream)",
+    "launch": "the rest: the host running Python and queuing work slower than the GPU ran it "
+    "(the next GPU work not yet launched, or launched and not yet started)",
+    "verdict": "GPU-bound when the GPU was busy with anything but NCCL kernels alone for at "
+    "least 80% of the window, else <cause>-bound for the largest idle cause (input-bound, "
+    "sync-bound, copy-bound, comm-bound, launch-bound), comm counting the time NCCL kernels ran "
+    "alone (exposed communication) too",
+    "active_window": "HTA's temporal breakdown window: from the device's first GPU activity to "
+    "its last, over the whole trace; compute = non-NCCL kernels, non_compute = the rest of busy",
+    "stream_idle": "HTA's idle time breakdown, per stream: the gap before each activity on the "
+    "stream is host_wait when its launch call began after the previous activity ended, "
+    "kernel_wait when shorter than 30 us, else other",
+}
+
+
+def ms(ns: float) -> float:
+    return round(ns / 1e6, 6)
+
+
+@dataclass(frozen=True)
+class Charge:
+    """Idle time charged to one cause at one place (the user's line, or the CPU op)."""
+
+    cause: str
+    where: Where
+    idle_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        w = self.where
+        return {
+            "cause": self.cause,
+            "op": w.op,
+            "file": w.file,
+            "line": w.line,
+            "function": w.function,
+            "idle_ms": self.idle_ms,
+        }
+
+
+@dataclass(frozen=True)
+class DeviceTime:
+    """One device over one window (a step, or the run: the sum of its steps)."""
+
+    device: int
+    wall_ms: float
+    busy_ms: float
+    compute_ms: float
+    """Busy with a non-NCCL kernel."""
+    comm_ms: float
+    """Busy with NCCL kernels only."""
+    copy_ms: float
+    """Busy with memcpy/memset only."""
+    idle_ms: float
+    idle_by_cause_ms: Mapping[str, float]
+    verdict: str
+    shares_pct: Mapping[str, float]
+    top: tuple[Charge, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "wall_ms": self.wall_ms,
+            "busy_ms": self.busy_ms,
+            "busy_pct": round(100 * self.busy_ms / self.wall_ms, 2) if self.wall_ms else 0.0,
+            "busy_split_ms": {
+                "compute": self.compute_ms,
+                "comm": self.comm_ms,
+                "copy": self.copy_ms,
+            },
+            "idle_ms": self.idle_ms,
+            "idle_by_cause_ms": dict(self.idle_by_cause_ms),
+            "verdict": self.verdict,
+            "shares_pct": dict(self.shares_pct),
+            "top": [c.to_dict() for c in self.top],
+        }
+
+
+@dataclass(frozen=True)
+class StepTime:
+    name: str
+    number: int | None
+    start_ms: float
+    """From the trace's first event."""
+    wall_ms: float
+    input_ms: float
+    """Host time inside the DataLoader's __next__ in this window (overlapped or not)."""
+    devices: tuple[DeviceTime, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "number": self.number,
+            "start_ms": self.start_ms,
+            "wall_ms": self.wall_ms,
+            "input_ms": self.input_ms,
+            "input_pct": round(100 * self.input_ms / self.wall_ms, 2) if self.wall_ms else 0.0,
+            "devices": [d.to_dict() for d in self.devices],
+        }
+
+
+@dataclass(frozen=True)
+class KernelStat:
+    name: str
+    device: int
+    count: int
+    total_ms: float
+    max_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "device": self.device,
+            "count": self.count,
+            "total_ms": self.total_ms,
+            "max_ms": self.max_ms,
+        }
+
+
+@dataclass(frozen=True)
+class CopyStat:
+    """Copies of one direction and host memory kind, from one place (or all: where None)."""
+
+    direction: str
+    memory: str
+    """``pageable``, ``pinned``, or ``""`` where the trace does not say."""
+    count: int
+    bytes: int
+    gpu_ms: float
+    where: Where | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "direction": self.direction,
+            "memory": self.memory or None,
+            "count": self.count,
+            "bytes": self.bytes,
+            "gpu_ms": self.gpu_ms,
+        }
+        if self.where is not None:
+            d.update(op=self.where.op, file=self.where.file, line=self.where.line)
+        return d
+
+
+@dataclass(frozen=True)
+class ActiveWindow:
+    """A device's figures over HTA's temporal-breakdown window (see DEFINITIONS)."""
+
+    device: int
+    start_ms: float
+    end_ms: float
+    busy_ms: float
+    compute_ms: float
+    idle_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        span = self.end_ms - self.start_ms
+
+        def pct(v: float) -> float:
+            return round(100 * v / span, 2) if span > 0 else 0.0
+
+        return {
+            "device": self.device,
+            "start_ms": self.start_ms,
+            "end_ms": self.end_ms,
+            "busy_ms": self.busy_ms,
+            "idle_ms": self.idle_ms,
+            "compute_ms": self.compute_ms,
+            "non_compute_ms": round(self.busy_ms - self.compute_ms, 6),
+            "busy_pct": pct(self.busy_ms),
+            "idle_pct": pct(self.idle_ms),
+            "compute_pct": pct(self.compute_ms),
+        }
+
+
+@dataclass(frozen=True)
+class StreamIdle:
+    device: int
+    stream: int
+    host_wait_ms: float
+    kernel_wait_ms: float
+    other_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "stream": self.stream,
+            "host_wait_ms": self.host_wait_ms,
+            "kernel_wait_ms": self.kernel_wait_ms,
+            "other_ms": self.other_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    """A stretch of one device's timeline: ``busy``, or idle charged to a cause and place
+    (times in ms from the trace's first event; not in the JSON, which stays small)."""
+
+    device: int
+    start_ms: float
+    end_ms: float
+    cause: str
+    where: Where | None = None
+
+
+@dataclass(frozen=True)
+class RankResult:
+    rank: int
+    path: str
+    gpus: Mapping[int, str]
+    steps: tuple[StepTime, ...]
+    run: tuple[DeviceTime, ...]
+    """Per device, over all the steps together."""
+    lines: tuple[Charge, ...]
+    """The run's idle by cause and place, costliest first."""
+    kernels: tuple[KernelStat, ...]
+    copies: tuple[CopyStat, ...]
+    copy_lines: tuple[CopyStat, ...]
+    active: tuple[ActiveWindow, ...]
+    streams: tuple[StreamIdle, ...]
+    has_stacks: bool
+    has_steps: bool
+    notes: tuple[str, ...] = ()
+    timeline: tuple[Slice, ...] = ()
+    """Busy runs and charged idle, per device, inside the windows (for the Perfetto trace)."""
+    base_us: float = 0.0
+    """The trace's own clock (us) at 0 ms here."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "path": self.path,
+            "gpus": {str(k): v for k, v in sorted(self.gpus.items())},
+            "has_stacks": self.has_stacks,
+            "has_steps": self.has_steps,
+            "run": [d.to_dict() for d in self.run],
+            "steps": [s.to_dict() for s in self.steps],
+            "idle_by_line": [c.to_dict() for c in self.lines],
+            "kernels": [k.to_dict() for k in self.kernels],
+            "copies": [c.to_dict() for c in self.copies],
+            "copy_lines": [c.to_dict() for c in self.copy_lines],
+            "hta": {
+                "active_window": [a.to_dict() for a in self.active],
+                "stream_idle": [s.to_dict() for s in self.streams],
+            },
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class TraceAnalysis:
+    """The analysis of one trace, or of a run's ranks (one file each)."""
+
+    paths: tuple[str, ...]
+    ranks: tuple[RankResult, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "measured": "measured",
+            "source": "torch.profiler trace (Kineto)",
+            "paths": list(self.paths),
+            "definitions": dict(DEFINITIONS),
+            "ranks": [r.to_dict() for r in self.ranks],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1) + "\n"

@@ -1,0 +1,93 @@
+"""The user's line at a moment of a host thread, from what ``with_stack=True`` recorded.
+
+torch >= 1.10 writes each Python call as a ``python_function`` event named ``file.py(123): fn``,
+nested on its thread; torch 1.8/1.9 wrote the stack into each op's ``Call stack`` argument,
+innermost frame first. Either way the user's line is the innermost frame that is the user's own
+code (:func:`profilers.kineto.events.user_frame`).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import TypeVar
+
+from profilers.kineto.events import Call, RankTrace, Where, user_frame
+
+Frame = tuple[str, int, str]
+T = TypeVar("T")
+
+
+def flatten(intervals: list[tuple[int, int, T]]) -> tuple[list[int], list[T | None]]:
+    """Nested intervals as disjoint segments labelled by the innermost one: ``(starts, labels)``,
+    a segment running from its start to the next one's. O(n log n)."""
+    intervals.sort(key=lambda iv: (iv[0], -iv[1]))
+    starts: list[int] = []
+    labels: list[T | None] = []
+
+    def emit(t: int, label: T | None) -> None:
+        if starts and starts[-1] == t:
+            labels[-1] = label
+        else:
+            starts.append(t)
+            labels.append(label)
+
+    stack: list[tuple[int, T]] = []
+    for start, end, frame in intervals:
+        while stack and stack[-1][0] <= start:
+            ended = stack.pop()[0]
+            emit(ended, stack[-1][1] if stack else None)
+        stack.append((max(end, start), frame))
+        emit(start, frame)
+    while stack:
+        ended = stack.pop()[0]
+        emit(ended, stack[-1][1] if stack else None)
+    return starts, labels
+
+
+def at(segments: tuple[list[int], list[T | None]] | None, t_ns: int) -> T | None:
+    """The label of flattened ``segments`` at ``t_ns``."""
+    if segments is None:
+        return None
+    starts, labels = segments
+    i = bisect_right(starts, t_ns) - 1
+    return labels[i] if i >= 0 else None
+
+
+def frame_at(trace: RankTrace, tid: str, t_ns: int) -> Frame | None:
+    """The user's innermost frame on thread ``tid`` at ``t_ns``, from ``python_function`` events;
+    on a thread with no Python (autograd's, running backward), the main thread's: the line that
+    called ``.backward()``."""
+    found = at(trace.python.get(tid), t_ns)
+    if found is None and tid != trace.main_tid:
+        found = at(trace.python.get(trace.main_tid), t_ns)
+    return found
+
+
+def op_of(trace: RankTrace, call: Call) -> Call | None:
+    """The CPU op a runtime call was made in: by external id where the trace links them, else
+    the innermost op running on the call's thread at the time."""
+    op = trace.ops.get(call.ext_id) if call.ext_id else None
+    if op is not None and op.tid == call.tid and op.start_ns <= call.start_ns <= op.end_ns:
+        return op
+    return at(trace.op_segments.get(call.tid), call.start_ns)
+
+
+def frame_in_stack(stack: str) -> Frame | None:
+    """The innermost user frame of an old trace's ``Call stack`` (innermost first, ``;``)."""
+    for frame in stack.split(";"):
+        found = user_frame(frame)
+        if found is not None:
+            return found
+    return None
+
+
+def where_of(trace: RankTrace, call: Call, op: str | None = None) -> Where:
+    """Where ``call`` was made: its user line when the trace has stacks, and ``op`` (its CPU
+    op's name by default)."""
+    frame = frame_in_stack(call.stack) if call.stack else None
+    if frame is None:
+        frame = frame_at(trace, call.tid, call.start_ns)
+    name = op if op is not None else call.name
+    if frame is None:
+        return Where(name)
+    return Where(name, frame[0], frame[1], frame[2])

@@ -1,0 +1,152 @@
+"""``gpuwatch report TRACE`` on traces torch.profiler wrote on real NVIDIA GPUs
+(tests/data/kineto/README.md: ResNet-50 on a V100 with 0 and 4 DataLoader workers, two ranks of
+a model with NCCL on A100s, a step of syncs on an A100). Where a figure can be read straight off
+the raw JSON (a DataLoader event's duration, a copy's bytes, the union of the GPU intervals),
+the test reads it so, apart from gpuwatch's reader."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profilers.kineto.analyse import analyse
+from profilers.kineto.read import read_traces
+from profilers.kineto.result import RankResult, TraceAnalysis
+
+DATA = Path(__file__).parent / "data" / "kineto"
+WORKERS_0 = DATA / "resnet50_num_workers_0.pt.trace.json.gz"
+WORKERS_4 = DATA / "resnet50_num_workers_4.pt.trace.json.gz"
+TWO_RANKS = DATA / "two_ranks"
+EVENT_SYNC = DATA / "event_sync_trace.json.gz"
+
+
+@cache
+def analysed(path: Path) -> TraceAnalysis:
+    return analyse(read_traces([str(path)]), [str(path)])
+
+
+def rank0(path: Path) -> RankResult:
+    return analysed(path).ranks[0]
+
+
+def raw_events(path: Path) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    return events
+
+
+def _union_us(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
+    total, end = 0.0, lo
+    for s, e in sorted(intervals):
+        s, e = max(s, end), min(e, hi)
+        if e > s:
+            total += e - s
+            end = e
+    return total
+
+
+def test_resnet50_with_no_workers_is_input_bound_with_the_loaders_share_of_each_step():
+    r = rank0(WORKERS_0)
+    assert r.run[0].verdict == "input-bound"
+    assert [d.verdict for s in r.steps for d in s.devices] == ["input-bound"] * 6
+    # the loader's share of each step, read off the raw events: __next__ took 62.6-73.4 ms of
+    # each 164-181 ms step (38-42%)
+    raw = raw_events(WORKERS_0)
+    loads = {
+        step["name"]: sum(
+            e["dur"]
+            for e in raw
+            if "DataLoader" in e.get("name", "")
+            and step["ts"] <= e["ts"] < step["ts"] + step["dur"]
+        )
+        / 1000
+        for step in raw
+        if e_is_step(step)
+    }
+    assert {s.name: s.input_ms for s in r.steps} == loads
+    assert all(35 < 100 * s.input_ms / s.wall_ms < 45 for s in r.steps)
+    # most of each step's idle time is the loader's
+    assert all(s.devices[0].idle_by_cause_ms["input"] > 0.6 * s.devices[0].idle_ms for s in r.steps)
+    top = r.lines[0]
+    assert (top.cause, top.where.file, top.where.line) == ("input", "resnet50_profiler_api.py", 42)
+
+
+def e_is_step(e: dict[str, Any]) -> bool:
+    return str(e.get("name", "")).startswith("ProfilerStep#")
+
+
+def test_resnet50_with_four_workers_is_not_input_bound():
+    r = rank0(WORKERS_4)
+    verdicts = {d.verdict for s in r.steps for d in s.devices} | {r.run[0].verdict}
+    assert "input-bound" not in verdicts
+    assert r.run[0].idle_by_cause_ms["input"] < 0.01 * r.run[0].wall_ms
+    assert all(s.input_ms < 5 for s in r.steps)
+
+
+@pytest.mark.parametrize("path", [WORKERS_0, WORKERS_4], ids=["workers0", "workers4"])
+def test_busy_per_step_is_the_union_of_the_raw_gpu_intervals(path):
+    raw = raw_events(path)
+    gpu = [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in raw
+        if e.get("ph") == "X" and e.get("cat") in ("Kernel", "Memcpy", "Memset")
+    ]
+    expected = {
+        e["name"]: round(_union_us(gpu, e["ts"], e["ts"] + e["dur"]) / 1000, 3)
+        for e in raw
+        if e_is_step(e)
+    }
+    got = {s.name: round(s.devices[0].busy_ms, 3) for s in rank0(path).steps}
+    assert got == expected
+
+
+def test_copies_and_their_line_on_the_resnet_trace():
+    r = rank0(WORKERS_0)
+    raw = [e for e in raw_events(WORKERS_0) if e.get("cat") == "Memcpy"]
+    assert [c.to_dict() for c in r.copies] == [
+        {
+            "direction": "h2d",
+            "memory": "pageable",
+            "count": len(raw),  # 12: images and labels, 6 steps
+            "bytes": sum(e["args"]["bytes"] for e in raw),  # 115,607,040
+            "gpu_ms": round(sum(e["dur"] for e in raw) / 1000, 6),
+        }
+    ]
+    (line,) = r.copy_lines
+    assert (line.where.file, line.where.line, line.where.op) == (
+        "resnet50_profiler_api.py",
+        44,
+        "aten::copy_",
+    )
+
+
+def test_a_folder_of_two_ranks_with_nccl():
+    analysis = analysed(TWO_RANKS)
+    assert [(r.rank, len(r.steps)) for r in analysis.ranks] == [(0, 2), (1, 2)]
+    for r in analysis.ranks:
+        (d,) = r.run
+        assert d.comm_ms > 0  # NCCL SendRecv kernels alone on the GPU
+        assert sum(d.idle_by_cause_ms.values()) == pytest.approx(d.idle_ms, abs=1e-5)
+        assert not r.has_stacks and r.lines[0].where.file is None  # CPU ops named instead
+
+
+def test_the_syncs_of_a_real_trace_are_charged_to_their_ops():
+    r = rank0(EVENT_SYNC)
+    sync = {c.where.op for c in r.lines if c.cause == "sync"}
+    assert {"aten::_local_scalar_dense", "cudaEventSynchronize"} <= sync
+    (d,) = r.run
+    assert d.idle_by_cause_ms["sync"] > 0
+
+
+@pytest.mark.parametrize("path", [WORKERS_0, WORKERS_4, TWO_RANKS, EVENT_SYNC])
+def test_every_idle_ms_is_charged_once(path):
+    for r in analysed(path).ranks:
+        for s in r.steps:
+            for d in s.devices:
+                assert d.busy_ms + sum(d.idle_by_cause_ms.values()) == pytest.approx(
+                    d.wall_ms, abs=1e-5
+                )

@@ -1,0 +1,362 @@
+"""Exact figures of ``gpuwatch report TRACE`` on small traces written by hand, each worked out
+in its comments (times in microseconds, as Kineto writes them; figures in ms)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from profilers.kineto.analyse import analyse
+from profilers.kineto.read import read_traces
+from profilers.kineto.result import RankResult
+from tests.kineto_helpers import TraceBuilder
+
+
+def _one(tmp_path: Path, t: TraceBuilder, gz: bool = False) -> RankResult:
+    path = t.write(tmp_path / ("t.json.gz" if gz else "t.json"), gz=gz)
+    (rank,) = analyse(read_traces([str(path)])).ranks
+    return rank
+
+
+def _overlapping_streams() -> TraceBuilder:
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    t.launch("aten::mm", 4, 10, 30, stream=7)  # launched at 5, runs [10, 40) on stream 7
+    t.launch("aten::add", 19, 30, 30, stream=8)  # launched at 20, runs [30, 60) on stream 8
+    t.loader(62, 6)  # the host fetches a batch over [62, 68)
+    t.launch("aten::relu", 69, 80, 10, stream=7)  # launched at 70, runs [80, 90)
+    return t
+
+
+def test_busy_is_the_union_of_all_streams_and_idle_is_charged_by_cause(tmp_path):
+    r = _one(tmp_path, _overlapping_streams())
+    (d,) = r.run
+    # busy: [10, 40) U [30, 60) U [80, 90) = 50 + 10 = 60 us of 100
+    assert (d.wall_ms, d.busy_ms, d.idle_ms) == (0.1, 0.06, 0.04)
+    assert d.compute_ms == 0.06 and d.comm_ms == 0 and d.copy_ms == 0
+    # idle: [0, 10) launch (mm not queued until 5, started at 10); [60, 80): the host in the
+    # loader [62, 68) is input (6), the rest launch (14); [90, 100) launch (nothing after)
+    assert dict(d.idle_by_cause_ms) == {
+        "input": 0.006,
+        "sync": 0.0,
+        "copy": 0.0,
+        "comm": 0.0,
+        "launch": 0.034,
+    }
+    assert d.verdict == "launch-bound"  # busy 60% < 80%; launch is the largest idle cause
+    charged = {(c.cause, c.where.op): c.idle_ms for c in r.lines}
+    # [0, 10) waits for mm; [60, 62) + [68, 80) wait for relu; [90, 100) for nothing
+    assert charged == {
+        ("launch", "aten::mm"): 0.01,
+        ("launch", "aten::relu"): 0.014,
+        ("launch", "(no later GPU work in the trace)"): 0.01,
+        ("input", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"): 0.006,
+    }
+
+
+def test_hta_views_of_the_same_trace(tmp_path):
+    r = _one(tmp_path, _overlapping_streams())
+    (a,) = r.active
+    # HTA's window: first activity 10 to last 90; busy 60 of 80 (75%), idle 20
+    assert a.to_dict() | {} == {
+        "device": 0,
+        "start_ms": 0.01,
+        "end_ms": 0.09,
+        "busy_ms": 0.06,
+        "idle_ms": 0.02,
+        "compute_ms": 0.06,
+        "non_compute_ms": 0.0,
+        "busy_pct": 75.0,
+        "idle_pct": 25.0,
+        "compute_pct": 75.0,
+    }
+    # stream 7: mm ends at 40, relu launched at 70 (after 40) -> host_wait 40; stream 8 alone
+    assert [s.to_dict() for s in r.streams] == [
+        {"device": 0, "stream": 7, "host_wait_ms": 0.04, "kernel_wait_ms": 0.0, "other_ms": 0.0},
+        {"device": 0, "stream": 8, "host_wait_ms": 0.0, "kernel_wait_ms": 0.0, "other_ms": 0.0},
+    ]
+
+
+def _sync_step() -> TraceBuilder:
+    t = TraceBuilder()
+    t.step(1, 0, 180)
+    t.python("train.py(12): <module>", 0, 180)
+    t.python("train.py(7): log", 15, 103)  # [15, 118): the line that reads the loss
+    t.launch("aten::mm", 4, 10, 100)  # runs [10, 110)
+    t.op("aten::item", 20, 96)
+    ext = t.op("aten::_local_scalar_dense", 20, 95)
+    corr = t.runtime("cudaMemcpyAsync", 21, 2, ext)
+    t.memcpy("DtoH (Device -> Pageable)", 110, 2, corr, 4)  # [110, 112)
+    t.runtime("cudaStreamSynchronize", 23, 90, ext)  # the host waits over [23, 113]
+    t.launch("aten::add", 149, 155, 20)  # launched at 150, runs [155, 175)
+    return t
+
+
+def test_a_step_with_a_sync(tmp_path):
+    r = _one(tmp_path, _sync_step())
+    (d,) = r.run
+    # busy: [10, 112) (mm, then the copy) + [155, 175) = 122 of 180
+    assert (d.busy_ms, d.copy_ms) == (0.122, 0.002)
+    # idle: [0, 10) launch; [112, 150): in the sync to 113, then the host runs on from the
+    # wait the GPU ran dry in: sync 38; [150, 155) add queued: launch 5; [175, 180) launch 5
+    assert dict(d.idle_by_cause_ms) == {
+        "input": 0.0,
+        "sync": 0.038,
+        "copy": 0.0,
+        "comm": 0.0,
+        "launch": 0.02,
+    }
+    assert d.verdict == "sync-bound"  # busy 67.8% < 80%; sync 38 > launch 20
+    sync = [c for c in r.lines if c.cause == "sync"]
+    assert [(c.where.op, c.where.file, c.where.line, c.where.function) for c in sync] == [
+        ("aten::_local_scalar_dense", "train.py", 7, "log")
+    ]
+    assert r.has_stacks
+
+
+def test_a_step_waiting_for_the_dataloader_is_input_bound(tmp_path):
+    t = TraceBuilder()
+    t.step(3, 0, 100)
+    t.loader(0, 60)
+    t.launch("aten::conv2d", 61, 65, 30)  # launched at 62, runs [65, 95)
+    (s,) = _one(tmp_path, t).steps
+    (d,) = s.devices
+    # idle [0, 65): input [0, 60), launch [60, 65); [95, 100) launch
+    assert dict(d.idle_by_cause_ms) == {
+        "input": 0.06,
+        "sync": 0.0,
+        "copy": 0.0,
+        "comm": 0.0,
+        "launch": 0.01,
+    }
+    assert (s.name, s.number, s.input_ms, s.to_dict()["input_pct"]) == (
+        "ProfilerStep#3",
+        3,
+        0.06,
+        60.0,
+    )
+    assert d.verdict == "input-bound"
+
+
+def test_launch_bound_and_gpu_bound_steps(tmp_path):
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    for i in range(10):  # ten 2 us kernels, each queued 8 us after the last: the host is slow
+        t.launch("aten::add", 10 * i, 10 * i + 4, 2)
+    t.step(2, 100, 100)
+    t.launch("aten::mm", 100, 105, 90)  # [105, 195): busy 90%
+    r = _one(tmp_path, t)
+    first, second = (s.devices[0] for s in r.steps)
+    assert (first.busy_ms, first.idle_by_cause_ms["launch"], first.verdict) == (
+        0.02,
+        0.08,
+        "launch-bound",
+    )
+    assert (second.busy_ms, second.idle_by_cause_ms["launch"], second.verdict) == (
+        0.09,
+        0.01,
+        "GPU-bound",
+    )
+    (run,) = r.run  # the run: 110 busy of 200 (55%) -> launch-bound
+    assert (run.wall_ms, run.busy_ms, run.verdict) == (0.2, 0.11, "launch-bound")
+
+
+def test_a_blocking_pageable_copy_is_copy_time(tmp_path):
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    t.python("train.py(20): <module>", 0, 100)
+    ext = t.op("aten::copy_", 9, 42)
+    corr = t.runtime("cudaMemcpyAsync", 10, 40, ext)  # the host stages it over [10, 50]
+    t.memcpy("HtoD (Pageable -> Device)", 45, 5, corr, 1 << 20)  # [45, 50)
+    t.launch("aten::mm", 54, 58, 40)  # launched at 55, runs [58, 98)
+    (d,) = _one(tmp_path, t).run
+    # busy 5 + 40; idle [0, 10) launch (copy_ not yet called); [10, 45) the host in the copy;
+    # [50, 55) the tail of the copy the GPU ran dry in; [55, 58) mm queued; [98, 100) launch
+    assert (d.busy_ms, d.idle_by_cause_ms["copy"], d.idle_by_cause_ms["launch"]) == (
+        0.045,
+        0.04,
+        0.015,
+    )
+    assert d.verdict == "copy-bound"
+
+
+def test_copies_have_direction_bytes_and_memory(tmp_path):
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    for i, kind in enumerate(
+        ["HtoD (Pageable -> Device)", "HtoD (Pinned -> Device)", "HtoD (Pinned -> Device)"]
+    ):
+        ext = t.op("aten::copy_", 10 * i, 5)
+        t.memcpy(
+            kind, 10 * i + 3, 2, t.runtime("cudaMemcpyAsync", 10 * i + 1, 1, ext), 1000 * (i + 1)
+        )
+    ext = t.op("aten::copy_", 50, 5)
+    t.memcpy("DtoD (Device -> Device)", 53, 1, t.runtime("cudaMemcpyAsync", 51, 1, ext), 64)
+    r = _one(tmp_path, t)
+    assert [c.to_dict() for c in r.copies] == [
+        {"direction": "d2d", "memory": None, "count": 1, "bytes": 64, "gpu_ms": 0.001},
+        {"direction": "h2d", "memory": "pageable", "count": 1, "bytes": 1000, "gpu_ms": 0.002},
+        {"direction": "h2d", "memory": "pinned", "count": 2, "bytes": 5000, "gpu_ms": 0.004},
+    ]
+
+
+def test_a_queued_nccl_kernel_waits_on_comm(tmp_path):
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    t.launch("nccl:all_reduce", 9, 40, 50, stream=20, name="ncclKernel_AllReduce_RING_LL_Sum_float")
+    (d,) = _one(tmp_path, t).run
+    # busy [40, 90) NCCL only; idle [0, 10) launch, [10, 40) queued behind other ranks: comm;
+    # [90, 100) launch. (The host's own nccl:all_reduce op [9, 13) is comm too: [9, 10).)
+    assert (d.busy_ms, d.comm_ms, d.compute_ms) == (0.05, 0.05, 0.0)
+    assert dict(d.idle_by_cause_ms) == {
+        "input": 0.0,
+        "sync": 0.0,
+        "copy": 0.0,
+        "comm": 0.031,
+        "launch": 0.019,
+    }
+    assert d.verdict == "comm-bound"
+
+
+def test_a_step_busy_with_exposed_nccl_only_is_comm_bound(tmp_path):
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    t.launch("aten::mm", 0, 5, 85)  # compute [5, 90): 85%
+    t.step(2, 100, 100)
+    t.launch("nccl:all_reduce", 100, 105, 90, stream=20, name="ncclKernel_AllReduce")
+    first, second = (s.devices[0] for s in _one(tmp_path, t).steps)
+    assert (first.busy_ms, first.verdict) == (0.085, "GPU-bound")
+    # busy 90% but all of it NCCL alone (waiting for the other ranks): comm 90 + 0 idle
+    assert (second.busy_ms, second.comm_ms, second.verdict) == (0.09, 0.09, "comm-bound")
+
+
+def test_gzip_reads_as_the_json_does(tmp_path):
+    plain = _one(tmp_path, _overlapping_streams())
+    packed = _one(tmp_path, _overlapping_streams(), gz=True)
+    assert packed.to_dict() | {"path": ""} == plain.to_dict() | {"path": ""}
+
+
+def test_a_folder_of_two_ranks_is_read_in_rank_order(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for rank, name in ((1, "a_first_by_name.json"), (0, "b_second.json.gz")):
+        t = TraceBuilder(rank=rank)
+        t.step(1, 0, 100)
+        t.launch("aten::mm", 0, 10, 40 + 20 * rank)  # rank 0 busy 40, rank 1 busy 60
+        t.write(folder / name, gz=name.endswith(".gz"))
+    analysis = analyse(read_traces([str(folder)]), [str(folder)])
+    assert [(r.rank, Path(r.path).name, r.run[0].busy_ms) for r in analysis.ranks] == [
+        (0, "b_second.json.gz", 0.04),
+        (1, "a_first_by_name.json", 0.06),
+    ]
+
+
+def test_no_profiler_step_makes_the_whole_trace_one_window(tmp_path):
+    t = TraceBuilder()
+    t.launch("aten::mm", 0, 10, 40)  # the op starts at 0; the kernel ends at 50
+    r = _one(tmp_path, t)
+    (s,) = r.steps
+    assert (s.name, s.number, s.wall_ms, s.devices[0].busy_ms) == ("whole trace", None, 0.05, 0.04)
+    assert not r.has_steps and any("no ProfilerStep" in n for n in r.notes)
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        "/usr/lib/python3.11/threading.py(1002): run",
+        "torch/nn/modules/module.py(1501): _call_impl",
+        "/x/site-packages/foo.py(3): f",
+        "<built-in method mm>",
+        "nn.Module: Linear_0",
+        "threading.py(1016): _bootstrap_inner",
+        "vllm/model_executor/models/llama.py(245): forward",
+        "contextlib.py(81): inner",
+    ],
+)
+def test_library_frames_are_not_the_users_line(frame):
+    from profilers.kineto.events import user_frame
+
+    assert user_frame(frame) is None
+    assert user_frame("/home/me/train.py(42): main") == ("/home/me/train.py", 42, "main")
+    assert user_frame("trace.py(7): step") == ("trace.py", 7, "step")  # a script, not stdlib's
+    assert user_frame("mypkg/model.py(3): forward") == ("mypkg/model.py", 3, "forward")
+
+
+def _values() -> object:
+    from hypothesis import strategies as st
+
+    awkward = st.sampled_from(
+        [float("inf"), -float("inf"), 1e300, -1, 0, 2**64, True, None, "", "stream 7", [], {}]
+    )
+    scalars = st.one_of(
+        awkward,
+        st.none(),
+        st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=False),
+        st.text(max_size=12),
+    )
+    return st.recursive(
+        scalars,
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+        ),
+        max_leaves=6,
+    )
+
+
+def test_any_damage_to_a_trace_is_analysed_or_one_trace_error(tmp_path):
+    """Each field of each event (and of its args) replaced by any JSON value: an analysis or a
+    TraceError, never another exception (the CLI turns a TraceError into one line)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from profilers.kineto.read import TraceError, trace_from_doc
+
+    base = _sync_step().doc()
+    fields = [(i, k, None) for i, e in enumerate(base["traceEvents"]) for k in e]
+    fields += [(i, "args", k) for i, e in enumerate(base["traceEvents"]) for k in e.get("args", {})]
+
+    @settings(
+        max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    @given(st.lists(st.tuples(st.sampled_from(fields), _values()), min_size=1, max_size=6))
+    def check(damage: list[tuple[tuple[int, str, str | None], object]]) -> None:
+        doc = {
+            **base,
+            "traceEvents": [dict(e, args=dict(e.get("args", {}))) for e in base["traceEvents"]],
+        }
+        for (i, key, sub), value in damage:
+            event = doc["traceEvents"][i]
+            if sub is None:
+                event[key] = value
+            elif isinstance(event.get(key), dict):
+                event[key][sub] = value
+        try:
+            result = analyse([trace_from_doc(doc, "t.json", 0)])
+        except TraceError:
+            return
+        result.to_json()
+
+    check()
+
+
+def test_each_device_has_its_own_busy_and_idle(tmp_path):
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    t.launch("aten::mm", 0, 10, 80)  # GPU 0: [10, 90)
+    ext = t.op("aten::add", 20, 4)
+    corr = t.runtime("cudaLaunchKernel", 21, 2, ext)
+    t._gpu("kernel", "add_kernel", 30, 20, corr, 7)
+    t.events[-1]["args"]["device"] = 1  # GPU 1: [30, 50)
+    r = _one(tmp_path, t)
+    assert [(d.device, d.busy_ms, d.idle_ms, d.verdict) for d in r.run] == [
+        (0, 0.08, 0.02, "GPU-bound"),
+        (1, 0.02, 0.08, "launch-bound"),
+    ]
+    # GPU 1 waited [0, 30) for aten::add (launched at 21) and [50, 100) for nothing after it
+    assert {c.where.op: c.idle_ms for c in r.lines if c.cause == "launch"} == {
+        "aten::mm": 0.01,  # GPU 0 [0, 10)
+        "(no later GPU work in the trace)": 0.06,  # GPU 0 [90, 100), GPU 1 [50, 100)
+        "aten::add": 0.03,  # GPU 1 [0, 30)
+    }
