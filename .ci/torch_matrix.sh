@@ -84,6 +84,8 @@ make_env() { # VERSION PYTHON -> the environment's path on stdout; non-zero if i
         diff <(echo "$before") <(echo "$after") >&2
         return 1
     fi
+    echo "ci: torch $version: installing gpuwatch's wheel left torch and its" \
+        "$(echo "$before" | wc -l) torch/nvidia/cuda packages as they were" >&2
     echo "$env"
 }
 
