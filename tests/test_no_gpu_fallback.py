@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import profilers
+from gpuwatch.report.text import NO_GPU_ERRORS
 from tests import conftest
-from tests.helpers import run_gpuwatch
+from tests.helpers import gpuwatch_here, run_gpuwatch
 from tests.profiler_helpers import line_of
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch with no GPU")
@@ -83,3 +84,52 @@ def test_the_summary_and_json_say_it_ran_on_the_cpu_and_suggest_fake_cuda(tmp_pa
         "line": 2,
     }
     assert report.gpu_fallback is not None
+
+
+NEEDS_A_GPU = """\
+import torch
+x = torch.randn(3, device="cuda")
+print(x.sum().item())
+"""
+
+
+def test_a_script_that_stops_for_want_of_a_gpu_gets_no_verdict_and_a_pointer_to_fake_cuda(
+    tmp_path,
+):
+    (tmp_path / "train.py").write_text(NEEDS_A_GPU)
+    done = gpuwatch_here(["profile", "--no-gpu-stats", "--json", "r.json", "train.py"], tmp_path)
+    assert done.returncode == 1  # the script's own exit: torch raised
+    said = " ".join(done.stderr.replace("│", " ").split())  # the summary unwrapped, no borders
+    # NB: the CPU build raises "Torch not compiled with CUDA enabled", a CUDA build with no
+    # driver "Found no NVIDIA driver on your system": both are named as the reason
+    error = json.loads((tmp_path / "r.json").read_text())["error"]
+    assert any(text in error for text in NO_GPU_ERRORS), error
+    assert f"NO GPU: the script stopped for want of a CUDA GPU ({error})" in said
+    assert "Run it with --fake-cuda" in said
+    assert "where the time goes: no verdict: the script ran no torch op before it stopped" in said
+    assert "-bound" not in said  # no verdict on a run that never reached a GPU
+    assert "No hints: the script stopped for want of a GPU (see NO GPU above)." in said
+
+
+def test_no_verdict_without_a_step_or_a_gpu(tmp_path):
+    (tmp_path / "syntax.py").write_text("x = (\n")
+    (tmp_path / "cpu.py").write_text(
+        "import torch\nx = torch.ones(64)\nfor _ in range(50):\n    x = x * 1.0\n"
+    )
+    (tmp_path / "steps.py").write_text(
+        "import torch\nw = torch.nn.Linear(4, 4)\nopt = torch.optim.SGD(w.parameters(), lr=0.1)\n"
+        "for _ in range(4):\n    w(torch.ones(2, 4)).sum().backward()\n    opt.step()\n"
+    )
+    said = {}
+    for name in ("syntax", "cpu", "steps"):
+        done = gpuwatch_here(["profile", "--no-gpu-stats", f"{name}.py"], tmp_path)
+        said[name] = " ".join(done.stderr.replace("│", " ").split())
+    assert (
+        "where the time goes: no verdict: the script ran no torch op before it stopped "
+        "(SyntaxError: '(' was never closed" in said["syntax"]
+    )
+    assert "no verdict: no step ended and no GPU ran" in said["cpu"]
+    assert "costliest line" in said["cpu"]  # the host's time by line is still told
+    for name in ("syntax", "cpu"):
+        assert "-bound" not in said[name], name
+    assert "no verdict" not in said["steps"] and "-bound: " in said["steps"]

@@ -53,6 +53,12 @@ def summary(report: Report, top: int = 5) -> RenderableType:
     found = hints(report)
     if found:
         parts.append(_hints(found[:12]))
+    elif no_gpu_error(report):
+        parts.append(
+            Text(
+                "No hints: the script stopped for want of a GPU (see NO GPU above).", style="yellow"
+            )
+        )
     elif report.gpu_fallback:
         parts.append(
             Text("No hints: the script ran on the CPU (see NO GPU above).", style="yellow")
@@ -185,9 +191,37 @@ def simulated_lines(r: Report) -> list[str]:
     return out
 
 
+#: What torch raises when a script asks for a GPU the machine does not have: the CPU build
+#: (torch/cuda/__init__.py ``_lazy_init``), a CUDA build with no driver or no device
+#: (c10/cuda/CUDAFunctions.cpp, torch/csrc/cuda/Module.cpp), and the CUDA runtime's own texts.
+NO_GPU_ERRORS = (
+    "Torch not compiled with CUDA enabled",
+    "Found no NVIDIA driver on your system",
+    "No CUDA GPUs are available",
+    "no CUDA-capable device is detected",
+    "CUDA driver initialization failed",
+    "found no NVIDIA driver",
+)
+
+
+def no_gpu_error(r: Report) -> bool:
+    """The script stopped because this machine has no GPU for it (never under --fake-cuda)."""
+    error = r.error or ""
+    return not r.options.fake_cuda and any(e in error for e in NO_GPU_ERRORS)
+
+
 def fallback_lines(r: Report) -> list[str]:
-    """A script that found no GPU and ran on the CPU: its report is no verdict on its GPU run."""
+    """A script that found no GPU and ran on the CPU, or stopped for want of one: its report is
+    no verdict on its GPU run; --fake-cuda counts what it does on one."""
     fb = r.gpu_fallback
+    # NB: before the question's line: torch's own lazy init asks device_count() at the
+    # script's line, which would read as the script having asked
+    if no_gpu_error(r):
+        return [
+            f"NO GPU: the script stopped for want of a CUDA GPU ({r.error}), which this machine "
+            "does not have. Run it with --fake-cuda to count its copies and syncs on a simulated "
+            "GPU (gpuwatch profile --fake-cuda ...)."
+        ]
     if not fb:
         return []
     return [

@@ -80,7 +80,14 @@ def time_lines(r: Report) -> list[str]:
     run = t["run"]
     basis, steps = per_step(t)
     after_first = basis is not run
-    out = [verdict_line(basis, steps, after_first)]
+    why_not = no_verdict(r)
+    if why_not is not None and not r.totals.ops:
+        return [f"where the time goes: no verdict: {why_not}", *fit]
+    out = [
+        verdict_line(basis, steps, after_first)
+        if why_not is None
+        else f"where the time goes: no verdict: {why_not}"
+    ]
     first = first_step_line(t)
     if first is not None:
         out.append(first)
@@ -106,6 +113,25 @@ def time_lines(r: Report) -> list[str]:
         site, (ms, share) = next(iter(costs.items()))
         out.append(f"costliest line: {site}, {cost_text(r, ms, share)}")
     return out
+
+
+def no_verdict(r: Report) -> str | None:
+    """Why the run gets no verdict, or None when it gets one. A verdict says what held the GPU's
+    steps up, so it needs a step that ended or a GPU that ran (measured or predicted): a script
+    that stopped before its first op (a syntax error, no GPU to start on) or that only ran on the
+    CPU without steps has none, whatever its host time was spent on."""
+    t = r.time or {}
+    if int(t.get("steps_closed", 0)) or predicted_gpu(t.get("run") or {}) is not None:
+        return None
+    if any(str(d.get("device", "")).startswith("cuda") for d in r.devices):
+        return None
+    if not r.totals.ops:
+        stopped = f" before it stopped ({r.error})" if r.error else ""
+        return f"the script ran no torch op{stopped}"
+    return (
+        "no step ended and no GPU ran (end each step with optimizer.step() or "
+        "profilers.step() for a verdict per step)"
+    )
 
 
 def first_step_line(t: dict[str, Any]) -> str | None:
