@@ -317,3 +317,30 @@ def test_a_step_window_profiles_those_steps_only():
     from gpuwatch.report.text import step_lines
 
     assert "no step was seen" in step_lines(r)[0]
+
+
+@pytest.mark.usefixtures("both_values")
+def test_tensors_of_no_elements_cross_without_a_copy_or_a_sync():
+    # NB: copy_impl (aten/src/ATen/native/Copy.cpp) returns before CUDA's copy kernel when the
+    # copy has no elements; torch.tensor(data, device=) and .to() copy through it.
+    got: list[object] = []
+
+    def work():
+        a = torch.tensor([], device="cuda")  # @none_tensor
+        b = torch.empty(0).to("cuda:0")  # @none_to
+        got.append(a.cpu().tolist())  # @none_cpu
+        got.append(b.tolist())  # @none_tolist
+        torch.empty(0, device="cuda").copy_(torch.empty(0))  # @none_copy_
+        x = torch.arange(4.0).to("cuda")  # @four_floats
+        got.append(x[torch.tensor([], dtype=torch.long)].shape)  # @none_index
+
+    r, harness = profiled(work)
+    assert got == [[], [], torch.Size([0])]
+    assert r.totals.h2d.counts() == copies(count=1, bytes=16, pageable=1)  # 4 floats
+    assert r.totals.d2h.counts() == copies()
+    assert r.totals.syncs.to_dict() == {"count": 1, "by_cause": {"copy_to_device": 1}}
+    assert site_at(r, line_of("four_floats")).h2d.count == 1
+    for marker in ("none_tensor", "none_to", "none_cpu", "none_tolist", "none_copy_", "none_index"):
+        line = line_of(marker)
+        assert not [s for s in r.sites if s.line == line and (s.syncs.count or s.h2d.count)]
+    assert harness.placeholders.to_dict() == {"values": 0, "host_copies": 0, "sizes": 0}
