@@ -344,3 +344,45 @@ def test_tensors_of_no_elements_cross_without_a_copy_or_a_sync():
         line = line_of(marker)
         assert not [s for s in r.sites if s.line == line and (s.syncs.count or s.h2d.count)]
     assert harness.placeholders.to_dict() == {"values": 0, "host_copies": 0, "sizes": 0}
+
+
+HF_LIKE = """\
+import dataclasses
+
+import torch
+
+
+@dataclasses.dataclass
+class TrainingArguments:
+    output_dir: str = "out"
+
+    def __post_init__(self):
+        self.scale = torch.ones(3).to("cuda")
+"""
+
+
+def test_a_dataclass_made_init_is_never_named_the_users_line(tmp_path, monkeypatch):
+    # NB: dataclasses.py exec()s the __init__ it writes: its frames say "<string>", between the
+    # library's __post_init__ and the user's call (HF's TrainingArguments)
+    import importlib.util
+
+    from profilers.counting import sites
+
+    lib = tmp_path / "site-packages"
+    lib.mkdir()
+    (lib / "hf_like.py").write_text(HF_LIKE)
+    roots = sites._library_roots()
+    monkeypatch.setattr(sites, "_library_roots", lambda: (*roots, f"{lib}/"))
+    spec = importlib.util.spec_from_file_location("hf_like", lib / "hf_like.py")
+    assert spec is not None and spec.loader is not None
+    hf_like = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hf_like)
+
+    def work():
+        hf_like.TrainingArguments()  # @args
+        exec(compile("torch.zeros(2).to('cuda')", "<string>", "exec"))  # @exec
+
+    r, _ = profiled(work)
+    assert not [s.file for s in r.sites if s.file.startswith("<")]
+    assert site_at(r, line_of("args")).h2d.counts() == copies(count=1, bytes=12, pageable=1)
+    assert site_at(r, line_of("exec")).h2d.counts() == copies(count=1, bytes=8, pageable=1)

@@ -40,6 +40,20 @@ def _library_roots() -> tuple[str, ...]:
     return tuple(sorted({os.path.realpath(r) + os.sep for r in roots if r}))
 
 
+#: Code the user typed, with no file of its own: its lines are the user's wherever it runs.
+_TYPED = ("<stdin>", "<ipython-input-", "<console>")
+
+
+def generated(filename: str) -> bool:
+    """Whether ``filename`` names code made at run time with ``exec()``: a dataclass's
+    ``__init__`` (``<string>``; HF's ``TrainingArguments``), a namedtuple's ``__new__``,
+    attrs' ``<attrs generated init ...>``. NB: CPython's dataclasses.py builds each method's
+    text and ``exec``s it, so its frames say ``<string>`` wherever the class was written: such
+    a frame is the user's line only when no user frame with a file of its own called it
+    (``python -c``, code exec'd by hand)."""
+    return filename.startswith("<") and not filename.startswith(_TYPED)
+
+
 class UserCode:
     """Decides, once per file name, whether frames in it are the user's code.
 
@@ -80,17 +94,22 @@ class UserCode:
         return self._cache.get(filename) is True
 
     def first(self, frame: FrameType | None) -> FrameType | None:
-        """The innermost user frame at or above ``frame``."""
+        """The innermost user frame at or above ``frame`` that has a source file of its own,
+        else the innermost user frame of code made at run time (see :func:`generated`)."""
         cache = self._cache
+        made: FrameType | None = None
         while frame is not None:
             filename = frame.f_code.co_filename
             known = cache.get(filename)
             if known is None:
                 known = self(filename)
             if known:
-                return frame
+                if not filename.startswith("<") or filename.startswith(_TYPED):
+                    return frame
+                if made is None:
+                    made = frame
             frame = frame.f_back
-        return None
+        return made
 
     def caller_key(self, frame: FrameType) -> tuple[str, int] | None:
         """Where the next user frame above ``frame`` is (which caller reached this line)."""
