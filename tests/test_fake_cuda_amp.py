@@ -314,3 +314,9 @@ def test_a_timm_like_amp_script_runs_under_fake_cuda_with_a_gpus_counts(tmp_path
     assert r["totals"]["syncs"] == {"count": 13, "by_cause": {"copy_to_device": 9, "item": 4}}
     assert r["totals"]["h2d"]["non_blocking"] == 8
     assert r["totals"]["steps"]["count"] == 4
+    # made inside torch/amp/grad_scaler.py (its found_inf read first), and a valid report
+    assert [f["file"] for f in lines[stepped]["library"]] == ["torch/amp/grad_scaler.py"] * 2
+    assert lines[stepped]["library"][0]["syncs"] == {"count": 4, "by_cause": {"item": 4}}
+    from gpuwatch.report.load import problem
+
+    assert problem(r) is None
