@@ -36,6 +36,10 @@ def log_loss(loss):
 
 def clip(model):
     return torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, error_if_nonfinite=True)
+
+
+def wait():
+    torch.cuda.synchronize()
 """
 
 
@@ -109,6 +113,7 @@ def test_a_third_party_librarys_own_line_is_named_before_torchs(tmp_path, monkey
         loss.backward()
         trainer.log_loss(loss)  # @log
         trainer.clip(model)  # @clip
+        trainer.wait()  # @wait
 
     r = profiled(work)
     log = site_at(r, line_of("log"))
@@ -118,6 +123,10 @@ def test_a_third_party_librarys_own_line_is_named_before_torchs(tmp_path, monkey
     clip = site_at(r, line_of("clip"))
     assert clip.syncs.count == 1
     assert frames(clip) == [("trainer_like.py", 9, "clip", 1, 1)]
+    # an explicit synchronize (caught at its Python entry point, not by the dispatcher)
+    wait = site_at(r, line_of("wait"))
+    assert frames(wait) == [("trainer_like.py", 13, "wait", 1, 0)]
+    assert wait.library[0].by_cause == {"synchronize": 1}
 
     # in the JSON, read back, and valid by the published schema
     from gpuwatch.report.load import problem
