@@ -157,6 +157,12 @@ def test_a_third_party_librarys_own_line_is_named_before_torchs(tmp_path, monkey
     assert "Made inside libraries" in text
     assert "trainer_like.py:5 log_loss" in text and "trainer_like.py:9 clip" in text
 
+    # and in the HTML report's table of lines
+    from gpuwatch.report.html import render_html
+
+    page = render_html(r)
+    assert "made at <code>trainer_like.py:5</code> log_loss: 1 syncs, 1 copies" in page
+
 
 def test_library_frames_merge_by_file_and_line():
     a, b = LibraryFrame("x.py", 3, "f"), LibraryFrame("x.py", 3, "f")
