@@ -320,3 +320,31 @@ def test_a_timm_like_amp_script_runs_under_fake_cuda_with_a_gpus_counts(tmp_path
     from gpuwatch.report.load import problem
 
     assert problem(r) is None
+
+
+@pytest.mark.usefixtures("both_paths")
+def test_gradscaler_skips_a_step_with_inf_gradients_and_backs_off_with_real_values():
+    # NB: grad_scaler.py: _amp_foreach_non_finite_check_and_unscale_ sets found_inf, the
+    # step is skipped (_maybe_opt_step), _amp_update_scale_ halves the scale (backoff 0.5)
+    from profilers.fake_cuda.harness import fake_cuda
+
+    got: list[object] = []
+
+    def work():
+        model = nn.Linear(2, 1).to("cuda")
+        before = model.weight.detach().clone()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cuda")
+        loss = model(torch.ones(1, 2).to("cuda")).sum() * float("inf")
+        scaler.scale(loss).backward()
+        scaler.step(opt)  # @inf_step
+        scaler.update()
+        got.append(bool(torch.equal(model.weight, before)))  # @unchanged
+        got.append(scaler.get_scale())  # @scale
+
+    with fake_cuda(1, values="real"), profilers.profile(kernel_timing=False) as prof:
+        work()
+    assert got == [True, 65536.0 * 0.5]
+    r = prof.report()
+    assert site_at(r, line_of("inf_step")).syncs.to_dict() == {"count": 1, "by_cause": {"item": 1}}
+    assert site_at(r, line_of("scale")).syncs.to_dict() == {"count": 1, "by_cause": {"item": 1}}
