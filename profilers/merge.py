@@ -11,6 +11,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
+from profilers.libraries import merge_frames
 from profilers.records import Site, Totals
 from profilers.report import Report
 from profilers.stats import Counters, SiteStats, add_entries
@@ -112,6 +113,7 @@ def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report
             add_entries(into.backward, site.backward)
             for dtype, n in site.copy_dtypes.items():
                 into.copy_dtypes[dtype] = into.copy_dtypes.get(dtype, 0) + n
+            merge_frames(into.libraries, site.library)
             per_rank.setdefault(site.key, {})[str(rank)] = site.counters_dict()
     sites = [replace(Site.of(s), by_rank=per_rank[key]) for key, s in acc.items()]
     sites.sort(key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms, s.ops), reverse=True)

@@ -288,7 +288,8 @@ def wrap_comm(name: str, fn: Callable[..., Any], recorder: Recorder) -> Callable
         finally:
             st.in_comm -= 1
         try:
-            site = recorder.site_for(sys._getframe(1))
+            caller = sys._getframe(1)
+            site = recorder.site_for(caller)
             for src, dst, nbytes in count(args, kwargs, out):
                 way = direction(src.device, dst.device)
                 if way is not None:
@@ -298,6 +299,7 @@ def wrap_comm(name: str, fn: Callable[..., Any], recorder: Recorder) -> Callable
                         Transfer(
                             way, nbytes, pageable, True, None, str(src.device), str(dst.device)
                         ),
+                        frame=caller,
                     )
         except Exception as exc:  # never into user code: the result is returned uncounted
             recorder.internal_error(f"comm.{name}", exc)
@@ -332,8 +334,9 @@ def patch_explicit_syncs(stack: ExitStack, recorder: Recorder) -> None:
             enter, clock, site = time.perf_counter_ns(), None, None
             try:
                 if recorder.active and not recorder.own_sync:
-                    site = recorder.site_for(sys._getframe(1))
-                    recorder.apply(site, Transfer(None, sync=cause))
+                    caller = sys._getframe(1)
+                    site = recorder.site_for(caller)
+                    recorder.apply(site, Transfer(None, sync=cause), frame=caller)
                     clock = recorder.clock_here()
             except Exception as exc:  # never into user code: the call goes ahead uncounted
                 recorder.internal_error(fn.__qualname__, exc)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from profilers.libraries import LibraryFrame, top_frames
 from profilers.names import DIRECTIONS
 from profilers.stats import (
     OTHER_OPS,
@@ -139,6 +140,9 @@ class Site(Lined, Counted):
     the line that called ``.backward()``."""
     steps_active: int = 0
     """In how many steps the line copied or synced (see ``SiteStats.steps_active``)."""
+    library: tuple[LibraryFrame, ...] = ()
+    """The library frames that made the line's copies and syncs, most syncs first (at most
+    MAX_LIBRARY_FRAMES): ``transformers/trainer.py:2410`` beside ``train.py:31``."""
 
     @classmethod
     def of(cls, s: SiteStats) -> Site:
@@ -155,6 +159,7 @@ class Site(Lined, Counted):
             copy_dtypes=dict(s.copy_dtypes),
             backward=_frozen(s.backward),
             steps_active=s.steps_active,
+            library=tuple(top_frames(s.libraries.values())),
         )
 
     def to_dict(self, top_ops: int = 8) -> dict[str, Any]:
@@ -169,6 +174,7 @@ class Site(Lined, Counted):
             "top_ops": _top(self.op_breakdown, top_ops),
             "copy_dtypes": dict(self.copy_dtypes),
             "steps_active": self.steps_active,
+            "library": [f.to_dict() for f in self.library],
         }
         if self.by_rank:
             d["by_rank"] = self.by_rank
@@ -201,6 +207,7 @@ class Site(Lined, Counted):
             copy_dtypes={str(k): int(v) for k, v in d.get("copy_dtypes", {}).items()},
             by_rank={str(k): dict(v) for k, v in (d.get("by_rank") or {}).items()},
             steps_active=int(d.get("steps_active", 0)),
+            library=tuple(LibraryFrame.from_dict(f) for f in d.get("library") or []),
             backward=_with_rest(
                 backward.get("top_ops", []),
                 int(backward.get("ops", 0)),

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from profilers.libraries import LibraryFrame, merge_frames
 from profilers.names import CAUSES, DIRECTIONS
 
 
@@ -331,6 +332,7 @@ class SiteStats(Lined, Counters):
         "copy_dtypes",
         "file",
         "function",
+        "libraries",
         "line",
         "node_stems",
         "source",
@@ -342,26 +344,23 @@ class SiteStats(Lined, Counters):
     def __init__(self, file: str, line: int, function: str, stack: list[str] | None = None):
         super().__init__()
         self.steps_active = 0
-        """In how many steps this line copied or synced (events before the first step's end
-        are in step 0): a line that did so in one step only ran once, not in a loop."""
+        """In how many steps it copied or synced (step 0: before the first's end); 1: no loop."""
         self.last_step = -1
         """The step of its latest copy or sync (the recorder's, for counting steps_active)."""
-        self.file = file
-        self.line = line
-        self.function = function
+        self.file, self.line, self.function = file, line, function
         self.stacks: list[list[str]] = [stack] if stack else []
-        """Each distinct chain of user callers this line was reached from (innermost first),
-        at most MAX_STACKS: a helper called from two lines has two."""
+        """Each distinct chain of user callers it was reached from (innermost first; MAX_STACKS)."""
         self.callers: set[tuple[str, int] | None] = set()
         """The recorder's keys of the chains in ``stacks`` (the next user frame up)."""
         self.source = ""
         self.copy_dtypes: dict[str, int] = {}
         """Bytes copied (any direction) per source dtype, e.g. ``{"float32": 262144}``."""
         self.backward: dict[str, OpCount] = {}
-        """The backward of this line's forward ops, per op. These ops are also
-        counted, in full, at the line that called ``.backward()``."""
+        """The backward of this line's forward ops, per op (also counted at ``.backward()``'s)."""
         self.node_stems: set[str] = set()
         """Kinds of autograd node this line's ops are known to make (the profiler's cache)."""
+        self.libraries: dict[tuple[str, int], LibraryFrame] = {}
+        """The library frames that made this line's copies and syncs (profilers/libraries.py)."""
 
     @property
     def stack(self) -> list[str]:
@@ -388,6 +387,7 @@ class SiteStats(Lined, Counters):
                 self.add_stack(chain)
             for dtype, n in other.copy_dtypes.items():
                 self.copy_dtypes[dtype] = self.copy_dtypes.get(dtype, 0) + n
+            merge_frames(self.libraries, other.libraries.values())
             self.merge_backward(other.backward)
 
     def add_ops(self, ops: Mapping[str, CountAndMs]) -> None:

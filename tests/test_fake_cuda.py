@@ -317,3 +317,72 @@ def test_a_step_window_profiles_those_steps_only():
     from gpuwatch.report.text import step_lines
 
     assert "no step was seen" in step_lines(r)[0]
+
+
+@pytest.mark.usefixtures("both_values")
+def test_tensors_of_no_elements_cross_without_a_copy_or_a_sync():
+    # NB: copy_impl (aten/src/ATen/native/Copy.cpp) returns before CUDA's copy kernel when the
+    # copy has no elements; torch.tensor(data, device=) and .to() copy through it.
+    got: list[object] = []
+
+    def work():
+        a = torch.tensor([], device="cuda")  # @none_tensor
+        b = torch.empty(0).to("cuda:0")  # @none_to
+        got.append(a.cpu().tolist())  # @none_cpu
+        got.append(b.tolist())  # @none_tolist
+        torch.empty(0, device="cuda").copy_(torch.empty(0))  # @none_copy_
+        x = torch.arange(4.0).to("cuda")  # @four_floats
+        got.append(x[torch.tensor([], dtype=torch.long)].shape)  # @none_index
+
+    r, harness = profiled(work)
+    assert got == [[], [], torch.Size([0])]
+    assert r.totals.h2d.counts() == copies(count=1, bytes=16, pageable=1)  # 4 floats
+    assert r.totals.d2h.counts() == copies()
+    assert r.totals.syncs.to_dict() == {"count": 1, "by_cause": {"copy_to_device": 1}}
+    assert site_at(r, line_of("four_floats")).h2d.count == 1
+    for marker in ("none_tensor", "none_to", "none_cpu", "none_tolist", "none_copy_", "none_index"):
+        line = line_of(marker)
+        assert not [s for s in r.sites if s.line == line and (s.syncs.count or s.h2d.count)]
+    assert harness.placeholders.to_dict() == {"values": 0, "host_copies": 0, "sizes": 0}
+
+
+HF_LIKE = """\
+import dataclasses
+
+import torch
+
+
+@dataclasses.dataclass
+class TrainingArguments:
+    output_dir: str = "out"
+
+    def __post_init__(self):
+        self.scale = torch.ones(3).to("cuda")
+"""
+
+
+def test_a_dataclass_made_init_is_never_named_the_users_line(tmp_path, monkeypatch):
+    # NB: dataclasses.py exec()s the __init__ it writes: its frames say "<string>", between the
+    # library's __post_init__ and the user's call (HF's TrainingArguments)
+    import importlib.util
+
+    from profilers.counting import sites
+
+    lib = tmp_path / "site-packages"
+    lib.mkdir()
+    (lib / "hf_like.py").write_text(HF_LIKE)
+    roots = sites._library_roots()
+    monkeypatch.setattr(sites, "_library_roots", lambda: (*roots, f"{lib}/"))
+    spec = importlib.util.spec_from_file_location("hf_like", lib / "hf_like.py")
+    assert spec is not None and spec.loader is not None
+    hf_like = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hf_like)
+
+    def work():
+        hf_like.TrainingArguments()  # @args
+        exec(compile("torch.zeros(2).to('cuda')", "<string>", "exec"))  # @exec
+
+    r, _ = profiled(work)
+    assert not [s.file for s in r.sites if s.file.startswith("<")]
+    assert site_at(r, line_of("args")).h2d.counts() == copies(count=1, bytes=12, pageable=1)
+    assert site_at(r, line_of("exec")).h2d.counts() == copies(count=1, bytes=8, pageable=1)

@@ -113,6 +113,27 @@ def test_copy_into_pinned_host_tensor_non_blocking_does_not_wait():
 
 
 @pytest.mark.usefixtures("both_paths")
+def test_a_copy_of_no_elements_moves_nothing_and_waits_for_nothing():
+    # NB: copy_impl (aten/src/ATen/native/Copy.cpp) returns before CUDA's copy kernel when the
+    # copy has no elements: no cudaMemcpy, no stream sync; _to_copy copies through copy_.
+    def work():
+        empty = torch.empty(0).to("cuda:0")  # @none_h2d
+        empty.cpu()  # @none_d2h
+        torch.empty(0, 3).to("cuda:0", non_blocking=True)
+        torch.empty(0).copy_(empty)  # @none_copy_
+        empty.to("cuda:1")
+        torch.randn(2).to("cuda:0")  # @two_floats
+
+    r = run(work)
+    assert r.totals.h2d.counts() == copies(count=1, bytes=8, pageable=1)  # 2 floats: 8 bytes
+    assert r.totals.d2h.counts() == copies() and r.totals.p2p.counts() == copies()
+    assert r.totals.syncs.to_dict() == {"count": 1, "by_cause": {"copy_to_device": 1}}
+    assert site_at(r, line_of("two_floats")).syncs.count == 1
+    for marker in ("none_h2d", "none_d2h", "none_copy_"):
+        assert not [s for s in r.sites if s.line == line_of(marker) and s.syncs.count]
+
+
+@pytest.mark.usefixtures("both_paths")
 def test_gpu_to_gpu_is_p2p_and_same_gpu_copy_is_d2d_but_a_cast_is_neither():
     def work():
         y = torch.randn(N, N).to("cuda:0", non_blocking=True)

@@ -4,6 +4,7 @@ sleep's line, the setup before the first op is the setup's line."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import weakref
@@ -149,6 +150,30 @@ def test_the_sampler_reads_the_user_line_a_thread_is_blocked_at() -> None:
             if sampler.samples and sampler.samples[-1][1].endswith(f":{line_of('blocked')}"):
                 break
         assert sampler.samples[-1][1] == f"tests/test_time_gaps.py:{line_of('blocked')}"
+
+
+def test_the_sampler_names_the_users_line_not_a_dataclass_made_init() -> None:
+    # NB: dataclasses.py exec()s the __init__ it writes: its frame says "<string>"
+    here = threading.Event()
+    go = threading.Event()
+
+    @dataclasses.dataclass
+    class Waits:
+        done: bool = dataclasses.field(default_factory=go.wait)
+
+    def blocked() -> None:
+        here.set()
+        Waits()  # @made_init
+
+    before = f"tests/test_time_gaps.py:{line_of('made_init') - 1}"  # here.set()
+    with _thread(blocked, here, go) as ident:
+        sampler = GapSampler(UserCode(), ident)
+        for _ in range(1000):  # NB: until it is past here.set(), polled, not a fixed sleep
+            sampler.sample()
+            if sampler.samples and sampler.samples[-1][1] != before:
+                break
+            time.sleep(0.001)
+        assert sampler.samples[-1][1] == f"tests/test_time_gaps.py:{line_of('made_init')}"
 
 
 def _spin(ns: int) -> int:

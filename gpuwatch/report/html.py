@@ -23,7 +23,7 @@ from gpuwatch.report.text import (
 )
 from gpuwatch.report.timeview import time_lines
 from gpuwatch.report.whatif import what_if_html
-from profilers import DIRECTIONS, Report
+from profilers import DIRECTIONS, Report, Site
 
 
 def _e(text: object) -> str:
@@ -160,7 +160,8 @@ def _top_lines(r: Report, found: list[Hint]) -> str:
     )[:30]
     timed = kernel_measured(r)
     rows = "".join(
-        f"<tr><td class=l><code>{_e(s.file)}:{s.line}</code><br><small>{_e(s.function)}</small></td>"
+        f"<tr><td class=l><code>{_e(s.file)}:{s.line}</code><br><small>{_e(s.function)}</small>"
+        f"{_made_at(s)}</td>"
         f"<td class=l><code>{_e(s.source)}</code></td><td>{_e(fmt.size(s.bytes_moved))}</td>"
         f"<td>{s.syncs.count:,}</td><td>{_e(', '.join(f'{k} {v:,}' for k, v in s.syncs.by_cause.items()))}</td>"
         f"<td>{_e(fmt.duration_ms(s.kernel_time_ms)) if timed else 'not measured'}</td>"
@@ -175,6 +176,15 @@ def _top_lines(r: Report, found: list[Hint]) -> str:
         "<th title=\"the time of the backward of this line's forward ops (also counted at the "
         '.backward() line)">its backward</th><th class=l>hints</th></tr>'
         f"{rows}</table>"
+    )
+
+
+def _made_at(s: Site) -> str:
+    """Where inside a library the line's copies and syncs were made (at most three frames)."""
+    return "".join(
+        f"<br><small>made at <code>{_e(f.file)}:{f.line}</code> {_e(f.function)}: "
+        f"{f.syncs:,} syncs, {f.copies:,} copies</small>"
+        for f in s.library[:3]
     )
 
 

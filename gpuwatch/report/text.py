@@ -50,6 +50,9 @@ def summary(report: Report, top: int = 5) -> RenderableType:
         sites = report.top_sites(key, top)
         if sites:
             parts.append(_sites_table(title, sites, value))
+    inside = _library_table(report, top)
+    if inside is not None:
+        parts.append(inside)
     found = hints(report)
     if found:
         parts.append(_hints(found[:12]))
@@ -342,6 +345,40 @@ def _sites_table(title: str, sites: list[Site], value: Callable[[Site], str]) ->
     t.add_column("source", no_wrap=True, overflow="ellipsis", ratio=1)
     for w, v, s in zip(where, values, sites, strict=True):
         t.add_row(escape(w), escape(v), escape(s.source or s.function))
+    return t
+
+
+def _library_table(report: Report, top: int) -> Table | None:
+    """Where inside a library the top lines' copies and syncs were made (at most three frames
+    a line): ``train.py:31`` and ``transformers/trainer.py:2410``; None when no library made
+    any (the lines' own code did)."""
+    lines: list[Site] = []
+    for key in ("syncs", "bytes"):
+        lines += [s for s in report.top_sites(key, top) if s.library and s not in lines]
+    if not lines:
+        return None
+    t = Table(
+        title="Made inside libraries (your line, then the library's line that made it)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        expand=True,
+    )
+    rows = [
+        (
+            f"{s.file}:{s.line}" if i == 0 else "",
+            f"{f.file}:{f.line} {f.function}",
+            f"{f.syncs:,}",
+            f"{f.copies:,} ({fmt.size(f.copy_bytes)})" if f.copies else "0",
+        )
+        for s in lines
+        for i, f in enumerate(s.library[:3])
+    ]
+    t.add_column("line", style="cyan", no_wrap=True)
+    t.add_column("made at", no_wrap=True, min_width=max(len(r[1]) for r in rows), ratio=1)
+    t.add_column("syncs", justify="right", no_wrap=True)
+    t.add_column("copies", justify="right", no_wrap=True)
+    for row in rows:
+        t.add_row(*map(escape, row))
     return t
 
 

@@ -247,7 +247,7 @@ def dispatch(
     found = None
     if (facts.classifier is not None or st.synced) and not st.in_comm:
         found = _account(
-            recorder, clock, site, facts, args, kwargs, out, ms, timed, st, t_call, t_ret
+            recorder, clock, site, facts, args, kwargs, out, ms, timed, st, t_call, t_ret, frame
         )
     step_clock = recorder.step_clock  # NB: every thread's ops (autograd's run the backward)
     replay = step_clock.replay if step_clock is not None else None
@@ -338,12 +338,15 @@ def _account(
     st: ThreadState,
     t_call: int,
     t_ret: int,
+    frame: FrameType | None,
 ) -> Any:
     """An op with a copy/sync rule (or one the GPU trace saw sync): counted, and on the step
     clock its time moved to the wait it made; what it copied or synced (None: nothing)."""
     found = None
     try:
-        found = recorder.account(site, facts.classifier, args, kwargs, out, ms, timed, st.synced)
+        found = recorder.account(
+            site, facts.classifier, args, kwargs, out, ms, timed, st.synced, frame
+        )
         if found is not None and clock is not None:
             charge_transfer(clock, site, found, t_ret - t_call, t_call, timed)
     except Exception as exc:

@@ -119,6 +119,16 @@ def nbytes_of(t: torch.Tensor) -> int | None:
     return int(t.nbytes)
 
 
+def _empty(t: torch.Tensor) -> bool:
+    """Whether ``t`` has no elements (a size known to be 0; a symbolic size is not).
+
+    NB: a copy of no elements moves nothing and waits for nothing: ``copy_impl``
+    (aten/src/ATen/native/Copy.cpp) returns before ``copy_stub`` when the TensorIterator over
+    the destination has ``numel() == 0``, so CUDA's copy kernel (and the stream sync of
+    ``at::cuda::memcpy_and_sync``) never runs; ``_to_copy`` copies through ``copy_``."""
+    return any(isinstance(s, int) and s == 0 for s in t.shape)
+
+
 def direction(src: torch.device, dst: torch.device) -> str | None:
     """``h2d``, ``d2h``, ``p2p`` (two GPUs), ``d2d`` (one GPU), or None (host to host)."""
     if src.type == "meta" or dst.type == "meta":
@@ -136,7 +146,7 @@ def _copy(
 ) -> Transfer | None:
     src_device, dst_device = device_of(src), device_of(dst)
     way = direction(src_device, dst_device)
-    if way is None:
+    if way is None or _empty(dst):
         return None
     if way == "d2d" and src.dtype != dst.dtype:
         return None  # a cast on one GPU, not a copy
@@ -276,10 +286,12 @@ def _indices_moved(
                 gpu_mask = True
                 continue
             n = _mask_count(i, pos, indices, out)
+            if n == 0:
+                continue  # no index selected: nothing to copy (see _empty)
             moved.append(
                 Transfer("h2d", n * 8 * max(i.dim(), 1), False, True, None, "cpu", dst, "int64")
             )
-        elif _is_host(device_of(i)):
+        elif _is_host(device_of(i)) and not _empty(i):
             dt = str(i.dtype).removeprefix("torch.")
             moved.append(
                 Transfer(

@@ -16,7 +16,7 @@ import torch
 
 from profilers.counting.comm import CommRule
 from profilers.counting.ops import Classifier, IsPinned, Transfer, default_is_pinned
-from profilers.counting.sites import UNKNOWN, UserCode
+from profilers.counting.sites import UNKNOWN, UserCode, inside_tensor_printing
 from profilers.counting.threads import ThreadState, ThreadStates
 from profilers.errors import OpFailure
 from profilers.memory.tracker import MemoryTracker
@@ -179,6 +179,7 @@ class Recorder:
         ms: float,
         timed: TimedOp | None,
         synced: bool,
+        frame: FrameType | None = None,
     ) -> Transfer | list[Transfer] | None:
         """An op that may copy or sync: what its rule finds, else ``other`` when the GPU trace
         saw it make the host wait (``synced``) and no rule explains why. Returns what it
@@ -187,25 +188,33 @@ class Recorder:
             transfer = classifier(args, kwargs, out, self.is_pinned)
             if isinstance(transfer, list):
                 for i, t in enumerate(transfer):  # the op's time goes with its first part
-                    self.apply(site, t, ms if i == 0 else 0.0, timed if i == 0 else None)
+                    self.apply(site, t, ms if i == 0 else 0.0, timed if i == 0 else None, frame)
                 return transfer
             if transfer is not None:
-                self.apply(site, transfer, ms, timed)
+                self.apply(site, transfer, ms, timed, frame)
                 return transfer
         if synced:
             found = Transfer(None, sync=OTHER)
-            self.apply(site, found)
+            self.apply(site, found, frame=frame)
             return found
         return None
 
     def apply(
-        self, site: SiteStats, t: Transfer, ms: float = 0.0, timed: TimedOp | None = None
+        self,
+        site: SiteStats,
+        t: Transfer,
+        ms: float = 0.0,
+        timed: TimedOp | None = None,
+        frame: FrameType | None = None,
     ) -> None:
         """Counts ``t`` at ``site``; ``ms`` is the op's host time, or ``timed`` its CUDA timing
-        record (credited when the events complete)."""
+        record (credited when the events complete); ``frame``, the Python frame that called
+        the op, names the library frame that made it (:meth:`UserCode.library_frame`)."""
         # NB: a copy of symbolic size (nbytes None) counts, its bytes apart (Copies.unknown_bytes);
         # the byte sums and the timeline take it as 0.
         nbytes = t.nbytes or 0
+        if frame is not None:  # the library frame that made it (here only: never per op)
+            self.user.note_library(site.libraries, frame, t.direction is not None, nbytes, t.sync)
         if t.direction is not None:
             copies = site.copies(t.direction)
             copies.add(t.nbytes, t.pageable, t.non_blocking)
@@ -320,13 +329,13 @@ class Recorder:
         if st.in_comm:
             return
         cause = SYNCHRONIZE
-        if kind == "stream" and _inside_tensor_printing(frame):
+        if kind == "stream" and inside_tensor_printing(frame):
             # NB: printing a CUDA tensor copies it to the host with every mode disabled
             # (torch/_tensor_str.py), so only this stream synchronisation shows it.
             from profilers.names import COPY_TO_HOST
 
             cause = COPY_TO_HOST
-        self.apply(self.site_for(frame), Transfer(None, sync=cause))
+        self.apply(self.site_for(frame), Transfer(None, sync=cause), frame=frame)
 
     # -- CUDA event timing ----------------------------------------------------------------------
 
@@ -389,11 +398,3 @@ def totals_of(sites: list[SiteStats]) -> Counters:
     for s in sites:
         total.merge(s)
     return total
-
-
-def _inside_tensor_printing(frame: FrameType | None) -> bool:
-    while frame is not None:
-        if frame.f_code.co_filename.endswith(("_tensor_str.py",)):
-            return True
-        frame = frame.f_back
-    return False

@@ -10,6 +10,7 @@ import sysconfig
 from collections.abc import Sequence
 from types import FrameType
 
+from profilers.libraries import LibraryFrame
 from profilers.text import printable
 
 #: Where ops with no user frame on their thread go when no .backward() call is under way.
@@ -40,6 +41,63 @@ def _library_roots() -> tuple[str, ...]:
     return tuple(sorted({os.path.realpath(r) + os.sep for r in roots if r}))
 
 
+@functools.cache
+def _library_places() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], str]:
+    """(gpuwatch's and profilers' directories; the site-packages directories, longest first;
+    the standard library's; torch's), for naming the library frame of a copy or sync.
+    NB: a venv's sysconfig "stdlib" is the venv's lib/ (site-packages inside it), and a
+    system Python's site-packages lie inside its standard library: each is told apart."""
+    paths = sysconfig.get_paths()
+    sites = {paths.get("purelib"), paths.get("platlib")}
+    try:
+        sites.update(site.getsitepackages())
+    except AttributeError:  # pragma: no cover
+        pass
+    if site.ENABLE_USER_SITE and site.USER_SITE:
+        sites.add(site.USER_SITE)
+
+    def dirs(found: set[str | None]) -> tuple[str, ...]:
+        return tuple(sorted({os.path.realpath(d) + os.sep for d in found if d}, key=len)[::-1])
+
+    ours = dirs({_package_dir("profilers"), _package_dir("gpuwatch")})
+    stdlib = dirs({os.path.dirname(os.__file__)})
+    return ours, dirs(sites), stdlib, os.path.realpath(os.path.dirname(torch_file())) + os.sep
+
+
+def torch_file() -> str:
+    """torch's ``__init__.py`` (found without importing torch)."""
+    spec = importlib.util.find_spec("torch")
+    return spec.origin if spec is not None and spec.origin else os.devnull
+
+
+#: torch's files that only pass an op on (dispatch, modes, decorators): never the library's line.
+_TORCH_PLUMBING = (
+    "_ops.py",
+    "_compile.py",
+    "overrides.py",
+    os.path.join("utils", "_python_dispatch.py"),
+    os.path.join("utils", "_contextlib.py"),
+    os.path.join("utils", "_device.py"),
+    os.path.join("_dynamo", ""),
+    os.path.join("_subclasses", ""),
+)
+
+_OTHER, _TORCH, _LIBRARY = 0, 1, 2
+
+#: Code the user typed, with no file of its own: its lines are the user's wherever it runs.
+_TYPED = ("<stdin>", "<ipython-input-", "<console>")
+
+
+def generated(filename: str) -> bool:
+    """Whether ``filename`` names code made at run time with ``exec()``: a dataclass's
+    ``__init__`` (``<string>``; HF's ``TrainingArguments``), a namedtuple's ``__new__``,
+    attrs' ``<attrs generated init ...>``. NB: CPython's dataclasses.py builds each method's
+    text and ``exec``s it, so its frames say ``<string>`` wherever the class was written: such
+    a frame is the user's line only when no user frame with a file of its own called it
+    (``python -c``, code exec'd by hand)."""
+    return filename.startswith("<") and not filename.startswith(_TYPED)
+
+
 class UserCode:
     """Decides, once per file name, whether frames in it are the user's code.
 
@@ -53,6 +111,7 @@ class UserCode:
         self._roots = tuple(os.path.realpath(r) + os.sep for r in roots) if roots else None
         self._cache: dict[str, bool] = {}
         self._cwd = os.getcwd() + os.sep
+        self._kinds: dict[str, tuple[int, str]] = {}
 
     def __call__(self, filename: str) -> bool:
         known = self._cache.get(filename)
@@ -80,17 +139,22 @@ class UserCode:
         return self._cache.get(filename) is True
 
     def first(self, frame: FrameType | None) -> FrameType | None:
-        """The innermost user frame at or above ``frame``."""
+        """The innermost user frame at or above ``frame`` that has a source file of its own,
+        else the innermost user frame of code made at run time (see :func:`generated`)."""
         cache = self._cache
+        made: FrameType | None = None
         while frame is not None:
             filename = frame.f_code.co_filename
             known = cache.get(filename)
             if known is None:
                 known = self(filename)
             if known:
-                return frame
+                if not filename.startswith("<") or filename.startswith(_TYPED):
+                    return frame
+                if made is None:
+                    made = frame
             frame = frame.f_back
-        return None
+        return made
 
     def caller_key(self, frame: FrameType) -> tuple[str, int] | None:
         """Where the next user frame above ``frame`` is (which caller reached this line)."""
@@ -117,3 +181,78 @@ class UserCode:
         if filename.startswith(self._cwd):
             filename = filename[len(self._cwd) :]
         return printable(filename)
+
+    def library_frame(self, frame: FrameType | None) -> tuple[str, int, str] | None:
+        """``(file, line, function)`` of the library code that made an op called from
+        ``frame``, below the user's line: the innermost frame of a library outside torch
+        (``transformers/trainer.py``), else torch's own innermost (``torch/amp/grad_scaler.py``),
+        past torch's dispatch plumbing; None when the user's line called the op itself.
+
+        NB: walked only where a copy or sync is counted, never per op (the file's kind is
+        cached by name); ``file`` is relative to its site-packages (or the working directory)."""
+        user = self.first(frame)
+        found: FrameType | None = None
+        while frame is not None and frame is not user:
+            kind = self._kind(frame.f_code.co_filename)[0]
+            if kind == _LIBRARY:
+                found = frame
+                break
+            if kind == _TORCH and found is None:
+                found = frame
+            frame = frame.f_back
+        if found is None:
+            return None
+        code = found.f_code
+        return self._kind(code.co_filename)[1], found.f_lineno, code.co_name
+
+    def note_library(
+        self,
+        libraries: dict[tuple[str, int], LibraryFrame],
+        frame: FrameType,
+        copied: bool,
+        nbytes: int,
+        sync: str | None,
+    ) -> None:
+        """Counts a copy (``copied``, of ``nbytes``) and/or a sync (``sync``'s cause) at the
+        library frame that made the op ``frame`` called, in a line's ``libraries``."""
+        found = self.library_frame(frame)
+        if found is None:
+            return
+        lib = libraries.get(found[:2])
+        if lib is None:
+            lib = libraries[found[:2]] = LibraryFrame(*found)
+        lib.add(copied, nbytes, sync)
+
+    def _kind(self, filename: str) -> tuple[int, str]:
+        known = self._kinds.get(filename)
+        if known is None:
+            known = self._kinds[filename] = self._decide_kind(filename)
+        return known
+
+    def _decide_kind(self, filename: str) -> tuple[int, str]:
+        if filename.startswith("<") or self(filename):
+            return _OTHER, filename
+        path = os.path.realpath(filename)
+        ours, sites, stdlib, torch_dir = _library_places()
+        if path.startswith(ours):
+            return _OTHER, filename
+        if path.startswith(torch_dir):
+            inside = path[len(torch_dir) :]
+            if inside.startswith(_TORCH_PLUMBING):
+                return _OTHER, filename
+            return _TORCH, os.path.join("torch", inside)
+        for root in sites:
+            if path.startswith(root):
+                return _LIBRARY, printable(path[len(root) :])
+        if path.startswith(stdlib):
+            return _OTHER, filename
+        return _LIBRARY, self.display(filename)  # outside user_code's roots: a library too
+
+
+def inside_tensor_printing(frame: FrameType | None) -> bool:
+    """Whether ``frame`` or a caller is torch's tensor printing (torch/_tensor_str.py)."""
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(("_tensor_str.py",)):
+            return True
+        frame = frame.f_back
+    return False

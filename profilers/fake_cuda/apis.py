@@ -266,12 +266,73 @@ def patch_attention(stack: ExitStack) -> None:
                 scale=scale,
                 enable_gqa=enable_gqa,
             )
+        if torch.is_autocast_enabled("cuda"):
+            query, key, value, attn_mask = _autocast_cuda(query, key, value, attn_mask)
+            with torch.autocast("cuda", enabled=False):
+                attn_mask = _additive(attn_mask, query.dtype)
+                out, _ = math(
+                    query,
+                    key,
+                    value,
+                    attn_mask,
+                    dropout_p,
+                    is_causal,
+                    scale=scale,
+                    enable_gqa=enable_gqa,
+                )
+            return out
+        attn_mask = _additive(attn_mask, query.dtype)
         out, _ = math(
             query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
         )
         return out
 
     set_attr(stack, F, "scaled_dot_product_attention", scaled_dot_product_attention)
+
+
+def _additive(mask: Any, dtype: Any) -> Any:
+    """A boolean attention mask as the additive one attention uses (0 where kept, -inf where
+    masked), in the query's dtype; any other mask as it is.
+
+    NB: aten/src/ATen/native/transformers/attention.cpp: ``scaled_dot_product_attention``
+    converts a boolean mask (``convert_boolean_attn_mask``: ``where(mask, 0, -inf)``) before
+    it calls the kernel it chose; the math kernel itself adds the mask it is given (a boolean
+    one passed straight to it added 1 and 0: wrong values under real values)."""
+    import torch
+
+    if not isinstance(mask, torch.Tensor) or mask.dtype is not torch.bool:
+        return mask
+    masked = torch.scalar_tensor(float("-inf"), dtype=dtype, device=mask.device)
+    return torch.where(mask, 0.0, masked)
+
+
+def _autocast_cuda(*args: Any) -> list[Any]:
+    """``args`` as ``autocast("cuda")`` hands them to attention: each floating-point CUDA
+    tensor but a double in the autocast dtype, the rest as they are.
+
+    NB: aten/src/ATen/autocast_mode.cpp lists ``scaled_dot_product_attention`` as
+    ``lower_precision_fp`` for CUDA (``cached_cast`` of every eligible argument, then the op
+    with autocast excluded): on a GPU its output under ``autocast(dtype=float16)`` is half
+    whatever its inputs were. The math op it stands for here is not listed."""
+    import torch
+
+    dtype = torch.get_autocast_dtype("cuda")
+    done: dict[int, Any] = {}  # self-attention's one tensor, cast once
+
+    def cast(t: Any) -> Any:
+        eligible = (
+            isinstance(t, torch.Tensor)
+            and t.is_floating_point()
+            and t.device.type == "cuda"
+            and t.dtype not in (dtype, torch.float64)
+        )
+        if not eligible:
+            return t
+        if id(t) not in done:
+            done[id(t)] = t.to(dtype)
+        return done[id(t)]
+
+    return [cast(a) for a in args]
 
 
 class FakeNvtx:

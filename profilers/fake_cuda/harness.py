@@ -36,6 +36,10 @@ import torch
 from torch import nn
 
 from profilers.errors import ProfileStateError
+
+# NB: imported for its handlers, which it registers with both modes (what only CUDA's
+# kernels do: softmax from half to float, fused optimizer steps)
+from profilers.fake_cuda import cuda_kernels as cuda_kernels
 from profilers.fake_cuda.apis import (
     patch_attention,
     patch_memory,

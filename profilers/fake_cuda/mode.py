@@ -194,7 +194,8 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         return out
 
     def host_placeholder(self, src: torch.Tensor, dtype: Any, pinned: bool) -> torch.Tensor:
-        self.harness.placeholders.note("host_copies")
+        if src.numel():  # no elements: nothing that a GPU would give differently
+            self.harness.placeholders.note("host_copies")
         out = torch.zeros(tuple(src.shape), dtype=dtype or src.dtype)
         return self.harness.pinned.add(out) if pinned else out
 
@@ -238,7 +239,8 @@ def _copy_(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[st
     if mode.is_fake(src):  # to a real host tensor: the values are placeholders
         if not (non_blocking and dst in mode.harness.pinned):
             mode.harness.graphs.forbid("a copy to the host")
-        mode.harness.placeholders.note("host_copies")
+        if dst.numel():
+            mode.harness.placeholders.note("host_copies")
         return dst.zero_()
     return func(*args, **kwargs)
 

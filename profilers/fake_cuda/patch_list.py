@@ -171,7 +171,8 @@ FAKE_CUDA: tuple[Entry, ...] = (
         "fake_cuda",
         "torch.nn.functional",
         ("scaled_dot_product_attention",),
-        "attention on fake GPU tensors runs PyTorch's math path, on both builds of torch",
+        "attention on fake GPU tensors runs PyTorch's math path, on both builds of torch "
+        "(its inputs cast as autocast casts them, a boolean mask made additive as sdpa does)",
         "a CUDA build picks a fused kernel by asking the real cuDNN's version first",
         "every attention layer on the CUDA build (nanoGPT, transformers)",
     ),

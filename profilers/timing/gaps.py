@@ -41,6 +41,7 @@ from contextlib import ExitStack
 from time import perf_counter_ns
 from typing import Any
 
+from profilers.counting.sites import generated
 from profilers.registry import OwnThread
 
 LONG_GAP_NS = 5_000_000
@@ -131,13 +132,14 @@ class GapSampler:
         """One reading: the line the thread is at now (nothing when it runs no user code)."""
         stack = _stack_of(self.ident, self.user.decided)
         user = self.user
-        i = _first_user(stack, 0, user)
-        # NB: code a library made with exec() (a dataclass's __init__, a namedtuple) is named
-        # "<string>" like code the user typed: the line is the user's that called the library
-        while i is not None and stack[i][0].startswith("<"):
-            if i + 1 == len(stack) or user(stack[i + 1][0]):
-                break
+        i = first = _first_user(stack, 0, user)
+        # NB: code made with exec() (a dataclass's __init__, a namedtuple) is named "<string>"
+        # like code typed with -c: the line is the user's with a file that called it, if any
+        # (as the counting's: UserCode.first)
+        while i is not None and generated(stack[i][0]):
             i = _first_user(stack, i + 1, user)
+        if i is None:
+            i = first
         if i is None:
             return
         filename, line = stack[i]

@@ -1,0 +1,77 @@
+"""The library frames beside a user's line: for each copy and sync a library made (HF's
+Trainer, Lightning, torch's own GradScaler), the frame in that library that made it, so that
+``train.py:31: 69 syncs`` can say ``transformers/trainer.py:2410`` too. No torch here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_LIBRARY_FRAMES = 8
+"""Library frames kept per line in a report (those with the most syncs, then copies)."""
+
+
+class LibraryFrame:
+    """The copies and syncs one library frame made for one user line."""
+
+    __slots__ = ("by_cause", "copies", "copy_bytes", "file", "function", "line")
+
+    def __init__(self, file: str, line: int, function: str) -> None:
+        self.file = file
+        self.line = line
+        self.function = function
+        self.copies = 0
+        self.copy_bytes = 0
+        self.by_cause: dict[str, int] = {}
+        """Syncs by cause (``item``, ``copy_to_host``, ...)."""
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.file, self.line)
+
+    @property
+    def syncs(self) -> int:
+        return sum(self.by_cause.values())
+
+    def add(self, copied: bool, nbytes: int, sync: str | None) -> None:
+        if copied:
+            self.copies += 1
+            self.copy_bytes += nbytes
+        if sync is not None:
+            self.by_cause[sync] = self.by_cause.get(sync, 0) + 1
+
+    def merge(self, other: LibraryFrame) -> None:
+        self.copies += other.copies
+        self.copy_bytes += other.copy_bytes
+        for cause, n in other.by_cause.items():
+            self.by_cause[cause] = self.by_cause.get(cause, 0) + n
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "function": self.function,
+            "copies": {"count": self.copies, "bytes": self.copy_bytes},
+            "syncs": {"count": self.syncs, "by_cause": dict(self.by_cause)},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LibraryFrame:
+        out = cls(str(d["file"]), int(d["line"]), str(d.get("function", "")))
+        out.copies = int(d["copies"]["count"])
+        out.copy_bytes = int(d["copies"]["bytes"])
+        out.by_cause = {str(k): int(v) for k, v in d["syncs"]["by_cause"].items()}
+        return out
+
+
+def merge_frames(into: dict[tuple[str, int], LibraryFrame], frames: Any) -> None:
+    """Adds ``frames`` (LibraryFrame objects) to ``into``, by file and line, copied."""
+    for f in frames:
+        mine = into.get(f.key)
+        if mine is None:
+            mine = into[f.key] = LibraryFrame(f.file, f.line, f.function)
+        mine.merge(f)
+
+
+def top_frames(frames: Any, n: int = MAX_LIBRARY_FRAMES) -> list[LibraryFrame]:
+    """The ``n`` frames with the most syncs, then copies (then by place, for a stable order)."""
+    return sorted(frames, key=lambda f: (-f.syncs, -f.copies, f.file, f.line))[:n]

@@ -1,0 +1,179 @@
+"""The library frame beside the user's line: each copy and sync a library made is counted at
+the user's line, as always, and at the frame inside the library that made it (the innermost
+outside torch, else torch's own), in the JSON (``library`` of each line) and the summary."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import io
+
+import pytest
+import torch
+from torch import nn
+
+import profilers
+from profilers.libraries import LibraryFrame
+from profilers.records import Site
+from tests import conftest
+from tests.profiler_helpers import line_of, site_at
+
+pytestmark = [
+    pytest.mark.skipif(
+        conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
+    ),
+    pytest.mark.fake_cuda,
+    pytest.mark.usefixtures("both_paths"),  # the same frames on both counting paths
+]
+
+TRAINER = """\
+import torch
+
+
+def log_loss(loss):
+    return loss.item()
+
+
+def clip(model):
+    return torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, error_if_nonfinite=True)
+
+
+def wait():
+    torch.cuda.synchronize()
+"""
+
+
+def profiled(fn) -> profilers.Report:
+    from profilers.fake_cuda.harness import fake_cuda
+
+    with fake_cuda(1), profilers.profile(kernel_timing=False) as prof:
+        fn()
+    return prof.report()
+
+
+def source_line(fn, text: str) -> int:
+    """The line of ``fn``'s source (in the installed file) that holds ``text``."""
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, t in enumerate(lines) if text in t)
+
+
+def frames(site: Site) -> list[tuple[str, int, str, int, int]]:
+    return [(f.file, f.line, f.function, f.syncs, f.copies) for f in site.library]
+
+
+def test_gradscalers_read_and_copies_are_named_inside_grad_scaler_py():
+    steps = 2
+
+    def work():
+        model = nn.Linear(4, 2).to("cuda")  # @model
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cuda")
+        for _ in range(steps):
+            scaler.scale(model(torch.ones(3, 4).to("cuda")).sum()).backward()  # @own
+            scaler.step(opt)  # @step
+            scaler.update()
+
+    r = profiled(work)
+    scaler = torch.amp.grad_scaler
+    # the found_inf read (GradScaler._maybe_opt_step) and the replicas of inv_scale and
+    # found_inf (_MultiDeviceReplicator.get: .to(copy=True)), in the installed torch's lines
+    read = source_line(scaler.GradScaler._maybe_opt_step, ".item()")
+    replica = source_line(scaler._MultiDeviceReplicator.get, "copy=True")
+    assert frames(site_at(r, line_of("step"))) == [
+        ("torch/amp/grad_scaler.py", read, "<genexpr>", steps, steps),
+        ("torch/amp/grad_scaler.py", replica, "get", 0, 2 * steps),
+    ]
+    moved = site_at(r, line_of("model")).library
+    assert [(f.file, f.function, f.syncs, f.copies) for f in moved] == [
+        ("torch/nn/modules/module.py", "convert", 2, 2)
+    ]
+    assert site_at(r, line_of("own")).library == ()  # the line's own .to("cuda")
+
+
+def test_a_third_party_librarys_own_line_is_named_before_torchs(tmp_path, monkeypatch):
+    from profilers.counting import sites
+
+    lib = tmp_path / "site-packages"
+    lib.mkdir()
+    (lib / "trainer_like.py").write_text(TRAINER)
+    roots, places = sites._library_roots(), sites._library_places()
+    monkeypatch.setattr(sites, "_library_roots", lambda: (*roots, f"{lib}/"))
+    ours, site_dirs, stdlib, torch_dir = places
+    monkeypatch.setattr(
+        sites, "_library_places", lambda: (ours, (f"{lib}/", *site_dirs), stdlib, torch_dir)
+    )
+    spec = importlib.util.spec_from_file_location("trainer_like", lib / "trainer_like.py")
+    assert spec is not None and spec.loader is not None
+    trainer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trainer)
+
+    def work():
+        model = nn.Linear(4, 2).to("cuda")
+        loss = model(torch.ones(3, 4).to("cuda")).sum()
+        loss.backward()
+        trainer.log_loss(loss)  # @log
+        trainer.clip(model)  # @clip
+        trainer.wait()  # @wait
+
+    r = profiled(work)
+    log = site_at(r, line_of("log"))
+    assert frames(log) == [("trainer_like.py", 5, "log_loss", 1, 1)]
+    assert log.library[0].by_cause == {"item": 1}
+    # clip_grad_norm_'s own check of the norm syncs inside torch: the library's line is named
+    clip = site_at(r, line_of("clip"))
+    assert clip.syncs.count == 1
+    assert frames(clip) == [("trainer_like.py", 9, "clip", 1, 1)]
+    # an explicit synchronize (caught at its Python entry point, not by the dispatcher)
+    wait = site_at(r, line_of("wait"))
+    assert frames(wait) == [("trainer_like.py", 13, "wait", 1, 0)]
+    assert wait.library[0].by_cause == {"synchronize": 1}
+
+    # in the JSON, read back, and valid by the published schema
+    from gpuwatch.report.load import problem
+
+    doc = r.to_dict()
+    assert problem(doc) is None
+    entry = next(s for s in doc["sites"] if s["line"] == line_of("log"))
+    assert entry["library"] == [
+        {
+            "file": "trainer_like.py",
+            "line": 5,
+            "function": "log_loss",
+            "copies": {"count": 1, "bytes": 4},
+            "syncs": {"count": 1, "by_cause": {"item": 1}},
+        }
+    ]
+    back = Site.from_dict(entry)
+    assert [f.to_dict() for f in back.library] == entry["library"]
+
+    # and in the summary, beside the user's line
+    from rich.console import Console
+
+    from gpuwatch.report.text import summary
+
+    out = io.StringIO()
+    Console(file=out, width=160, color_system=None).print(summary(r))
+    text = out.getvalue()
+    assert "Made inside libraries" in text
+    assert "trainer_like.py:5 log_loss" in text and "trainer_like.py:9 clip" in text
+
+    # and in the HTML report's table of lines
+    from gpuwatch.report.html import render_html
+
+    page = render_html(r)
+    assert "made at <code>trainer_like.py:5</code> log_loss: 1 syncs, 1 copies" in page
+
+
+def test_library_frames_merge_by_file_and_line():
+    a, b = LibraryFrame("x.py", 3, "f"), LibraryFrame("x.py", 3, "f")
+    a.add(True, 4, "item")
+    b.add(False, 0, "item")
+    b.add(True, 8, None)
+    a.merge(b)
+    assert a.to_dict() == {
+        "file": "x.py",
+        "line": 3,
+        "function": "f",
+        "copies": {"count": 2, "bytes": 12},
+        "syncs": {"count": 2, "by_cause": {"item": 2}},
+    }
