@@ -19,12 +19,12 @@ def torch_release() -> tuple[int, int]:
     return int(major), int(minor)
 
 
-#: Detaches each AccumulateGrad adds to a backward beyond 2.11's one: torch 2.9 and 2.10 store a
+#: Detaches each AccumulateGrad adds to a backward beyond 2.10's one: torch 2.9 stores a
 #: leaf's first gradient through one more ``detach`` (NB: its "stealable grad" check in
 #: torch/csrc/autograd/functions/accumulate_grad.h counted uses with
-#: ``at::caching::adjusted_use_count``; 2.11 asks ``impl::is_tensor_stealable``). Op totals
+#: ``at::caching::adjusted_use_count``; 2.10 on ask ``impl::is_tensor_stealable``). Op totals
 #: only: no copy, sync or byte differs.
-EXTRA_DETACHES = 1 if torch_release() < (2, 11) else 0
+EXTRA_DETACHES = 1 if torch_release() < (2, 10) else 0
 
 
 def fake_mode() -> FakeTensorMode:

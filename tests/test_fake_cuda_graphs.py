@@ -81,7 +81,7 @@ def test_warmup_capture_and_replays_count_what_a_gpu_does(both_paths: str):
         replayed = {k: v.count for k, v in replay.op_breakdown.items()}
         once = dict(captured)
         if EXTRA_DETACHES:
-            # NB: torch 2.9/2.10 dispatch one more detach below the profiler at capture (the
+            # NB: torch 2.9 dispatches one more detach below the profiler at capture (the
             # op-total difference of EXTRA_DETACHES), which the fake graph replays: no kernel
             # runs for a detach on a GPU, and no copy, sync or byte differs
             assert replayed.pop("detach.default") == (once.pop("detach.default") + 1) * replays

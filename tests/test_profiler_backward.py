@@ -41,7 +41,7 @@ def test_each_forward_line_gets_the_backward_of_its_own_ops():
     # The .backward() line keeps every backward op: the 5 above, plus ones_like (the first
     # grad, made before any node runs) and AccumulateGrad's detach of w's grad: no forward op
     # made those, so no forward line gets them.
-    # (torch 2.9/2.10: AccumulateGrad's extra detach, EXTRA_DETACHES)
+    # (torch 2.9: AccumulateGrad's extra detach, EXTRA_DETACHES)
     bwd = site_at(r, line_of("backward"))
     assert bwd.ops == 7 + EXTRA_DETACHES and bwd.backward == {}
     assert counts(bwd.op_breakdown) == {
