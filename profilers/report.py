@@ -76,6 +76,10 @@ class Report:
     predicted: dict[str, Any] | None = None
     """``--fake-cuda --gpu NAME``: ``{"gpu": NAME, "source", "memory": {...}}``: the GPU figures
     of ``time`` and ``what_if`` come from a model of that GPU (profilers/timing/replayed.py)."""
+    compiled: dict[str, Any] | None = None
+    """What torch.compile did while the profile ran (profilers/compiled.py): frames dynamo was
+    handed, graphs it compiled, graph breaks with its reasons, and ``ran_eager`` (the dispatch
+    mode under which it compiled nothing); None where nothing was compiled."""
     what_if: dict[str, Any] | None = None
     """Every fix the representative step allows, with its saving per step, replayed
     (profilers/timing/replayed.py ``what_if``); None where the run has no GPU times."""
@@ -134,6 +138,7 @@ class Report:
             **({"memory": self.memory} if self.memory is not None else {}),
             **({"predicted": self.predicted} if self.predicted is not None else {}),
             **({"what_if": self.what_if} if self.what_if is not None else {}),
+            **({"compiled": self.compiled} if self.compiled is not None else {}),
         }
 
     def to_json(self) -> str:
@@ -185,6 +190,7 @@ class Report:
                 memory=_memory(d.get("memory")),
                 predicted=_section(d.get("predicted"), "predicted", "gpu"),
                 what_if=_section(d.get("what_if"), "what_if", "savings"),
+                compiled=_section(d.get("compiled"), "compiled", "graphs"),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ReportFormatError(

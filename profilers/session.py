@@ -9,9 +9,11 @@ import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from functools import partial
+from operator import attrgetter
 from typing import Any
 
 from profilers import patches as _patches
+from profilers.compiled import DynamoMark, compiled_section, dynamo_mark
 from profilers.counting import kernels as _kernels
 from profilers.counting.devices import describe_devices
 from profilers.counting.kernels import CountingKernels
@@ -39,6 +41,7 @@ from profilers.timing.replayed import sections, simulated_gpus, start_log, time_
 from profilers.timing.verdict import last_step
 
 _ENTER_LOCK = threading.Lock()
+_BUSIEST = attrgetter("syncs.count", "bytes_moved", "kernel_time_ms", "ops")  # the sites' order
 
 
 def explain_escaped(exc: BaseException) -> None:
@@ -64,6 +67,7 @@ class Profile:
         self._stack: ExitStack | None = None
         self._gpu_questions: GpuQuestions | None = None
         self._log: OpLog | None = None
+        self._dynamo = DynamoMark()
         self._state = "new"
         self._thread: int | None = None
         self._started = 0.0
@@ -113,6 +117,7 @@ class Profile:
             counting, why = _counting(self.options)
             start_memory(recorder, self.options.memory, counting)
             recorder.counting = counting
+            self._dynamo = dynamo_mark(counting)
             if why:
                 warnings.warn(SlowerCounting.of(why), stacklevel=2)
             per_thread: Callable[[], AbstractContextManager[Any]] = partial(ProfilerMode, recorder)
@@ -206,9 +211,8 @@ class Profile:
         return self.report(partial=self.running).to_dict()
 
     def live_snapshot(self, top: int = 30) -> dict[str, Any]:
-        """A compact view of the run so far for a live display in another process: elapsed
-        seconds, totals, devices and the ``top`` busiest sites (no timeline). Cheap enough to
-        take several times a second; never waits for the GPU."""
+        """The run so far for a live display in another process: elapsed seconds, totals,
+        devices, the ``top`` busiest sites (no timeline); cheap, never waits for the GPU."""
         recorder = self._recorder
         if recorder is None:
             raise ProfileStateError("this profile has not started", "not_started")
@@ -216,9 +220,7 @@ class Profile:
             recorder.resolve(wait=False)
         sites = self._sites()
         totals = totals_of(sites)
-        sites.sort(
-            key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms, s.ops), reverse=True
-        )
+        sites.sort(key=_BUSIEST, reverse=True)
         return {
             "elapsed_s": round(time.perf_counter() - self._started, 3),
             "totals": totals.counters_dict(),
@@ -239,9 +241,7 @@ class Profile:
         if recorder is None:
             raise ProfileStateError("this profile has not started", "not_started")
         sites = self._sites()
-        sites.sort(
-            key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms, s.ops), reverse=True
-        )
+        sites.sort(key=_BUSIEST, reverse=True)
         events = list(recorder.timeline)
         duration = (
             self._duration_s
@@ -295,6 +295,7 @@ class Profile:
             memory=memory_section(recorder),
             predicted=predicted,
             what_if=what_if,
+            compiled=compiled_section(self._dynamo),
         )
 
 

@@ -9,6 +9,7 @@ with the loss said in each entry below.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -51,6 +52,11 @@ WHAT_EACH_GIVES: dict[str, str] = {
     "torch.library.fallthrough_kernel": _FAST,
     "torch._guards.TracingContext.try_get": "torch.compile's tracing told from running code on "
     "the fast path (copies of code being compiled would be counted)",
+    "torch._dynamo.utils.counters": "what dynamo did while the profile ran (report.compiled: "
+    "graphs compiled, graph breaks with dynamo's reasons); without it the report says nothing "
+    "of torch.compile",
+    "torch._dynamo.convert_frame.input_codes": "compiled code that ran eager under a dispatch "
+    "mode told apart (report.compiled.ran_eager); without it only graphs and breaks are said",
     "torch._C._dispatch_get_all_op_names": _FAST,
     "torch._C.DispatchKeySet": _FAST,
     "torch._C.DispatchKey.CompositeImplicitAutograd": "to, item, cpu counted by their parts "
@@ -283,3 +289,14 @@ def fake_device_mismatch(exc: BaseException) -> bool:
     if cls is not None:
         return isinstance(exc, cls)
     return isinstance(exc, RuntimeError) and str(exc).startswith(_MISMATCH_TEXT)
+
+
+# -- torch.compile: what dynamo did while the profile ran (profilers/compiled.py) -------------------
+
+
+def dynamo_loaded(path: str) -> Any:
+    """The object at ``path`` (under ``torch._dynamo``) where the script has imported dynamo,
+    else None. NB: never imports it (3 s): a script that compiled anything has."""
+    if "torch._dynamo" not in sys.modules:
+        return None
+    return _find(path)

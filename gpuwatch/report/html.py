@@ -8,6 +8,7 @@ from typing import Any
 
 from gpuwatch import _format as fmt
 from gpuwatch.report.collectives import comm_html, rank_line
+from gpuwatch.report.compiled import compiled_lines
 from gpuwatch.report.hints import Hint, hints
 from gpuwatch.report.html_charts import charts, figure_json
 from gpuwatch.report.memory import memory_html, memory_title
@@ -74,7 +75,10 @@ def _header(r: Report) -> str:
         else ""
     ) + "".join(
         f"<p class=partial>{_e(line)}</p>"
-        for line in simulated_lines(r) + fallback_lines(r) + internal_error_lines(r)
+        for line in compiled_lines(r)
+        + simulated_lines(r)
+        + fallback_lines(r)
+        + internal_error_lines(r)
     )
     return (
         f"<h1>gpuwatch profile <code>{_e(' '.join(r.command))}</code></h1>\n"

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from gpuwatch import _format as fmt
 from gpuwatch.report.collectives import rank_line, summary_parts
+from gpuwatch.report.compiled import compiled_lines
 from gpuwatch.report.hints import Hint, hints
 from gpuwatch.report.memory import failure_part, memory_part
 from gpuwatch.report.timeview import time_lines
@@ -103,6 +104,8 @@ def _header(r: Report) -> RenderableType:
     lines.append(f"\n{fmt.duration_ms(r.duration_s * 1000)}, exit code {r.exit_code}, {status}")
     ops = f"{r.totals.ops:,}" if r.counts_ops else "not counted"
     lines.append(f"\ndevices: {devices}    ops: {ops}    kernel time: {kernel_time(r)}")
+    for line in compiled_lines(r):  # NB: before the time: it is of the code that ran
+        lines.append(f"\n{line}", style="yellow")
     for line in time_lines(r):
         lines.append(f"\n{line}", style="bold")
     for line in step_lines(r):

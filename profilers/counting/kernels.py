@@ -42,11 +42,13 @@ from profilers.torch_private import (
     dispatch_get_all_op_names,
     dispatch_key_pre_dispatch,
     dispatch_key_set,
+    eval_frame,
     exclude_dispatch_key_guard,
     fallthrough_kernel,
     implicit_key,
     include_dispatch_key_guard,
     keyset_full_after,
+    set_code_exec_strategy,
     tracing_context,
 )
 
@@ -155,12 +157,14 @@ class CountingKernels:
                         if isinstance(rule, CommRule)
                         else self._kernel(op, rule)
                     )
+                    _hidden_from_dynamo(kernel)
                     lib.impl(name.partition("::")[2], kernel, KEY, with_keyset=True)
                     continue
                 if name.partition(".")[0] in DECOMPOSED:
                     op = _overload(name)
                     if op is not None and composite_implicit(op):  # and, as any other op,
                         kernel = self._decomposing_kernel(op)  # a fallthrough at the key
+                        _hidden_from_dynamo(kernel)
                         lib.impl(name.partition("::")[2], kernel, "Python", with_keyset=True)
                 try:
                     lib.impl(name.partition("::")[2], fallthrough_kernel, KEY)
@@ -363,6 +367,19 @@ def _cast_number(v: Any, kwargs: dict[str, Any]) -> torch.Tensor | None:
         exact = kind is not float and bounds is not None and bounds[0] <= v <= bounds[1]
         exact = exact or (dtype == torch.bool and kind is bool)
     return torch.scalar_tensor(v, dtype=dtype, device=_CPU) if exact else None
+
+
+def _hidden_from_dynamo(kernel: Callable[..., Any]) -> None:
+    """Marks ``kernel`` (its code, shared by every op's closure) for dynamo to skip, with all it
+    calls. NB: between a compiled function's graphs its ops run eagerly with dynamo's frame
+    callback on, so an op there that reaches the key hands our kernel's frame to dynamo, which
+    compiled it and broke the user's graph at our ``perf_counter_ns`` ("Attempted to call
+    function marked as skipped", a graph break the run without gpuwatch does not have). Where
+    this torch cannot mark code, dynamo still traces it: the run is slower, its counts the
+    same."""
+    if set_code_exec_strategy is not None and eval_frame is not None:
+        skip = eval_frame._FrameAction.SKIP
+        set_code_exec_strategy(kernel.__code__, eval_frame._FrameExecStrategy(skip, skip))
 
 
 def _tracing() -> bool:

@@ -1,0 +1,95 @@
+"""torch.compile under the profiler: what dynamo did while the profile ran.
+
+Read from dynamo's own records when the profile starts and when its report is built, never per
+op. NB: dynamo will not trace a frame while a ``TorchDispatchMode`` that does not set
+``ignore_compile_internals`` is on the stack (torch/_dynamo/convert_frame.py, "non-infra torch
+dispatch mode present"): the code runs eager, every op through the mode. gpuwatch's dispatch
+mode (kernel timing, ``--count-ops``, ``--memory``) and ``--fake-cuda``'s keep that default on
+purpose, so that every copy and sync inside compiled code is still seen: the counts are of the
+eager code, and the report says so. The fast path of ``--no-kernel-timing`` is no mode:
+dynamo compiles under it, and the report says what it compiled and where its graphs broke.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from profilers.timing.replayed import simulated_gpus
+from profilers.torch_private import dynamo_loaded
+
+REASON_CHARS = 300
+"""A graph break's reason is dynamo's first line of it, cut at this many characters."""
+
+MAX_REASONS = 20
+"""The most frequent reasons kept in a report (a run's reasons are few; a bound all the same)."""
+
+
+@dataclass(frozen=True)
+class DynamoMark:
+    """Dynamo's records when the profile started (all 0 where dynamo was not loaded yet)."""
+
+    frames: int = 0
+    graphs: int = 0
+    breaks: Counter[str] = field(default_factory=Counter)
+    eager_under: str | None = None
+    """The dispatch mode that keeps dynamo from compiling while the profile runs; None on the
+    fast path of ``--no-kernel-timing`` (no mode)."""
+
+
+def _counters() -> Any:
+    return dynamo_loaded("torch._dynamo.utils.counters")
+
+
+def _frames_seen() -> int:
+    """How many code objects dynamo has been handed (its ``input_codes``: once per code, not
+    per call; a frame it skipped under a mode included)."""
+    codes = dynamo_loaded("torch._dynamo.convert_frame.input_codes")
+    seen = getattr(codes, "seen_ids", None)
+    return len(seen) if seen is not None else 0
+
+
+def dynamo_mark(counting: str) -> DynamoMark:
+    """Dynamo's records now (the profile's start), and which dispatch mode the profile runs
+    under: ``--fake-cuda``'s (on for the whole run, whatever the counting path) or
+    gpuwatch's own (``counting`` is ``"every_op"``)."""
+    if simulated_gpus() is not None:
+        under: str | None = "--fake-cuda's dispatch mode"
+    else:
+        under = "gpuwatch's dispatch mode" if counting == "every_op" else None
+    counters = _counters()
+    if counters is None:
+        return DynamoMark(eager_under=under)
+    return DynamoMark(
+        frames=_frames_seen(),
+        graphs=int(counters["stats"]["unique_graphs"]),
+        breaks=Counter(counters["graph_break"]),
+        eager_under=under,
+    )
+
+
+def compiled_section(start: DynamoMark) -> dict[str, Any] | None:
+    """What dynamo did since ``start``: ``{"frames", "graphs", "graph_breaks", "ran_eager"}``,
+    or None where the script compiled nothing (dynamo was handed no frame). ``ran_eager``
+    names the dispatch mode under which dynamo compiled no graph of the frames it was handed
+    (they ran eager), else None."""
+    counters = _counters()
+    if counters is None:
+        return None
+    frames = _frames_seen() - start.frames
+    graphs = int(counters["stats"]["unique_graphs"]) - start.graphs
+    if frames <= 0 and graphs <= 0:
+        return None
+    breaks: Counter[str] = Counter()
+    for reason, count in (Counter(counters["graph_break"]) - start.breaks).items():
+        text = str(reason).strip().splitlines()
+        breaks[text[0][:REASON_CHARS] if text else "(no reason given)"] += int(count)
+    return {
+        "frames": max(frames, 0),
+        "graphs": max(graphs, 0),
+        "graph_breaks": [
+            {"reason": reason, "count": count} for reason, count in breaks.most_common(MAX_REASONS)
+        ],
+        "ran_eager": start.eager_under if graphs <= 0 else None,
+    }

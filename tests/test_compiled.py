@@ -1,0 +1,192 @@
+"""torch.compile under gpuwatch: where dynamo compiles (the fast path of --no-kernel-timing) the
+report says what it compiled and where its graphs broke, in dynamo's words, and gpuwatch adds no
+break of its own; where a dispatch mode keeps it from compiling (kernel timing, --fake-cuda) the
+report's first lines say the code ran eager, and its copies and syncs are counted at their
+lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import profilers
+from gpuwatch.report.compiled import compiled_lines
+from gpuwatch.report.html import render_html
+from profilers import Report
+from tests.helpers import gpuwatch_here
+
+ITEM_BREAK = "Unsupported Tensor.item() call with capture_scalar_outputs=False"
+"""Dynamo's own first line for the graph break of ``.item()`` (torch 2.9 to 2.15)."""
+
+
+def _with_item(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    s = y.sum().item()  # a graph break: dynamo runs it eagerly, between two graphs
+    return y + s
+
+
+def _breaks_without_gpuwatch() -> list[dict[str, object]]:
+    """The graph breaks of _with_item compiled and run without any profile (a fresh compile:
+    dynamo.reset forgets the code compiled before)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    before = dict(counters["graph_break"])
+    f = torch.compile(_with_item, backend="eager")
+    for _ in range(3):
+        f(torch.ones(4))
+    return [
+        {"reason": str(k).splitlines()[0], "count": v - before.get(k, 0)}
+        for k, v in counters["graph_break"].items()
+        if v - before.get(k, 0)
+    ]
+
+
+def test_the_fast_path_lets_dynamo_compile_and_reports_its_graphs_and_breaks():
+    assert _breaks_without_gpuwatch() == [{"reason": ITEM_BREAK, "count": 1}]
+    torch._dynamo.reset()
+    f = torch.compile(_with_item, backend="eager")
+    with profilers.profile(kernel_timing=False) as prof:
+        for _ in range(3):
+            assert torch.equal(f(torch.ones(4)), torch.full((4,), 10.0))  # 2 + 8
+    c = prof.report().compiled
+    assert c is not None
+    # Two graphs: x * 2 and its sum before the .item(), y + s after it (its resume function).
+    # NB: gpuwatch's own kernel (the .item() runs eagerly through it between the graphs) is
+    # hidden from dynamo: before, dynamo compiled it too and broke at its perf_counter_ns, a
+    # second graph break the run without gpuwatch does not have.
+    assert c["graphs"] == 2
+    assert c["graph_breaks"] == [{"reason": ITEM_BREAK, "count": 1}]
+    assert c["ran_eager"] is None
+    assert c["frames"] >= 2  # _with_item and its resume function, at least
+    assert compiled_lines(prof.report()) == [
+        f"torch.compile: dynamo compiled 2 graphs, 1 graph break: {ITEM_BREAK} (x1)"
+    ]
+
+
+def test_on_the_fast_path_the_item_of_a_graph_break_is_a_sync_at_its_line(monkeypatch):
+    from profilers.counting import ops as _ops
+
+    # A rule that takes every .item() for a GPU's (a 4-byte read back and a sync): CPU code
+    # to count with, as on a GPU where the fast path's kernel sees the same op.
+    def every_item_syncs(args, kwargs, out, is_pinned):
+        return _ops.Transfer("d2h", 4, True, False, _ops.ITEM, "cuda:0", "cpu")
+
+    monkeypatch.setitem(
+        _ops.CLASSIFIERS, torch.ops.aten._local_scalar_dense.default, every_item_syncs
+    )
+    torch._dynamo.reset()
+    f = torch.compile(_with_item, backend="eager")
+    with profilers.profile(kernel_timing=False) as prof:
+        for _ in range(3):
+            f(torch.ones(4))
+    r = prof.report()
+    assert r.compiled is not None and r.compiled["graphs"] == 2  # it ran compiled
+    first = _with_item.__code__.co_firstlineno
+    # dynamo runs the .item() eagerly between its two graphs, once a call, at its own line
+    syncs = {s.line - first: (s.syncs.count, s.d2h.count) for s in r.sites if s.syncs.count}
+    assert syncs == {2: (3, 3)}
+
+
+def test_under_the_dispatch_mode_the_compiled_code_runs_eager_and_the_report_says_so():
+    torch._dynamo.reset()
+    f = torch.compile(_with_item, backend="eager")
+    with profilers.profile() as prof:  # kernel timing: the dispatch mode
+        for _ in range(3):
+            f(torch.ones(4))
+    r = prof.report()
+    c = r.compiled
+    assert c is not None
+    assert (c["graphs"], c["graph_breaks"], c["ran_eager"]) == (0, [], "gpuwatch's dispatch mode")
+    # the eager code's ops, each at its own line of _with_item, 3 calls: mul; sum and
+    # _local_scalar_dense; add
+    first = _with_item.__code__.co_firstlineno
+    ops = {s.line - first: s.ops for s in r.sites if s.function == "_with_item"}
+    assert ops == {1: 3, 2: 6, 3: 3}
+    assert compiled_lines(r) == [
+        "torch.compile ran eager: dynamo compiled no graph under gpuwatch's dispatch mode (it "
+        "skips every frame while a dispatch mode is on), so these counts are of the eager "
+        "code; --no-kernel-timing runs it compiled"
+    ]
+
+
+def test_a_run_that_compiles_nothing_has_no_compiled_section():
+    with profilers.profile(kernel_timing=False) as prof:
+        _with_item(torch.ones(4))
+    r = prof.report()
+    assert r.compiled is None and "compiled" not in r.to_dict()
+    assert compiled_lines(r) == []
+
+
+def _report(compiled: dict[str, object]) -> Report:
+    with profilers.profile(kernel_timing=False) as prof:
+        pass
+    d = prof.report().to_dict()
+    d["compiled"] = compiled
+    return Report.from_dict(json.loads(json.dumps(d)))
+
+
+def test_the_section_round_trips_through_the_json_and_shows_in_the_html_and_schema():
+    from jsonschema import Draft202012Validator
+
+    from gpuwatch.report.load import schema
+
+    breaks = [{"reason": f"reason {i}", "count": i + 1} for i in range(5)]
+    r = _report({"frames": 9, "graphs": 3, "graph_breaks": breaks, "ran_eager": None})
+    Draft202012Validator(schema("gpuwatch.profile/1")).validate(r.to_dict())
+    assert r.compiled == {"frames": 9, "graphs": 3, "graph_breaks": breaks, "ran_eager": None}
+    # the three most frequent come first in the JSON (dynamo's counts); the summary names
+    # those three and says where the rest are: 1 + 2 + 3 + 4 + 5 = 15 breaks
+    line = (
+        "torch.compile: dynamo compiled 3 graphs, 15 graph breaks: reason 0 (x1); reason 1 "
+        "(x2); reason 2 (x3); 2 more in the JSON"
+    )
+    assert compiled_lines(r) == [line]
+    assert line in render_html(r)
+    eager = _report({"frames": 4, "graphs": 0, "graph_breaks": [], "ran_eager": "x's mode"})
+    assert "torch.compile ran eager: dynamo compiled no graph under x&#x27;s mode" in (
+        render_html(eager)
+    )
+    bad = eager.to_dict()
+    bad["compiled"]["graphs"] = -1
+    assert not Draft202012Validator(schema("gpuwatch.profile/1")).is_valid(bad)
+
+
+# -- the CLI, under --fake-cuda: compiled code runs eager, its .item() a sync at its line --------
+
+ITEM_SCRIPT = """\
+import torch
+
+@torch.compile(backend="eager")
+def f(x):
+    y = x * 2
+    s = y.sum().item()
+    return y + s
+
+x = torch.ones(4, device="cuda")
+for _ in range(3):
+    f(x)
+"""
+
+
+@pytest.mark.fake_cuda
+def test_fake_cuda_runs_compiled_code_eager_counts_its_item_and_says_so(tmp_path: Path):
+    (tmp_path / "train.py").write_text(ITEM_SCRIPT)
+    done = gpuwatch_here(["profile", "--fake-cuda", "--json", "r.json", "train.py"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    syncs = {s["line"]: s["syncs"] for s in doc["sites"] if s["syncs"]["count"]}
+    assert syncs == {6: {"count": 3, "by_cause": {"item": 3}}}  # one .item() per call
+    assert doc["compiled"]["ran_eager"] == "--fake-cuda's dispatch mode"
+    assert doc["compiled"]["graphs"] == 0
+    # in the header, before the time and the SIMULATED line
+    header = " ".join(done.stderr.split("╰")[0].replace("│", " ").split())
+    assert (
+        "torch.compile ran eager: dynamo compiled no graph under --fake-cuda's dispatch mode "
+        "(it skips every frame while a dispatch mode is on), so these counts are of the eager "
+        "code; no simulated GPU runs it compiled" in header
+    )
+    assert header.index("torch.compile ran eager") < header.index("SIMULATED")
