@@ -2,11 +2,12 @@
 report says what it compiled and where its graphs broke, in dynamo's words, and gpuwatch adds no
 break of its own; where a dispatch mode keeps it from compiling (kernel timing, --fake-cuda) the
 report's first lines say the code ran eager, and its copies and syncs are counted at their
-lines."""
+lines. fullgraph=True refused in one line that is true of the options given."""
 
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,78 @@ def test_fake_cuda_runs_compiled_code_eager_counts_its_item_and_says_so(tmp_path
         "code; no simulated GPU runs it compiled" in header
     )
     assert header.index("torch.compile ran eager") < header.index("SIMULATED")
+
+
+def _refuses_fullgraph_under_a_mode() -> bool:
+    """Whether this torch raises for fullgraph=True under a dispatch mode (2.13 and 2.15 do;
+    2.9 runs the function eager, silently: then gpuwatch's report says it ran eager)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Plain(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: x + 1, backend="eager", fullgraph=True)
+    try:
+        with Plain():
+            f(torch.ones(1))
+    except RuntimeError:
+        return True
+    return False
+
+
+FULLGRAPH = """\
+import torch
+model = torch.nn.Linear(8, 8).cuda()
+f = torch.compile(model, backend="eager", fullgraph=True)
+print(f(torch.ones(2, 8, device="cuda")).sum().item())
+"""
+
+
+@pytest.mark.fake_cuda
+@pytest.mark.parametrize("timing", [[], ["--no-kernel-timing"]])
+def test_fullgraph_under_fake_cuda_is_refused_in_one_true_line(tmp_path: Path, timing: list[str]):
+    (tmp_path / "train.py").write_text(FULLGRAPH)
+    args = ["profile", "-q", "--fake-cuda", *timing, "--json", "r.json", "train.py"]
+    done = gpuwatch_here(args, tmp_path)
+    if not _refuses_fullgraph_under_a_mode():
+        assert (done.returncode, done.stderr) == (0, "")
+        compiled = json.loads((tmp_path / "r.json").read_text())["compiled"]
+        assert compiled["ran_eager"] == "--fake-cuda's dispatch mode"
+        return
+    assert done.returncode == 1
+    # NB: not "add --no-kernel-timing": with --fake-cuda its simulated GPU is a dispatch
+    # mode whatever the counting path, and no option lets dynamo trace under it
+    assert done.stderr == (
+        "gpuwatch: train.py:4: torch.compile(fullgraph=True) cannot run under --fake-cuda, "
+        "whose simulated GPU is a dispatch mode (dynamo traces no frame under one, with or "
+        "without --no-kernel-timing); profile it with fullgraph=False (its code then runs "
+        "eager, counted), or on a GPU with --no-kernel-timing\n"
+    )
+
+
+def test_fullgraph_with_an_option_that_keeps_the_mode_is_not_told_to_add_what_it_has(
+    tmp_path: Path,
+):
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent("""
+            import torch
+            f = torch.compile(lambda x: (x * 2).sum(), backend="eager", fullgraph=True)
+            print(f(torch.ones(4)).item())
+        """)
+    )
+    args = ["profile", "-q", "--no-kernel-timing", "--count-ops", "train.py"]
+    done = gpuwatch_here(args, tmp_path)
+    if not _refuses_fullgraph_under_a_mode():
+        assert (done.returncode, done.stdout, done.stderr) == (0, "8.0\n", "")
+        return
+    assert done.returncode == 1
+    assert done.stderr == (
+        "gpuwatch: train.py:4: torch.compile(fullgraph=True) cannot run under the profiler's "
+        "dispatch mode, which --no-kernel-timing leaves on here (--count-ops, --memory and "
+        "--trace-syncs need it, as does a torch without the fast path's hooks); without those "
+        "it runs compiled, or profile it with fullgraph=False\n"
+    )
+    done = gpuwatch_here(["profile", "-q", "--no-kernel-timing", "train.py"], tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "8.0\n", "")

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuwatch.profile.fullgraph import fullgraph_refused
 from gpuwatch.profile.interrupts import Terminated
 from profilers.registry import is_own
 
@@ -78,10 +79,6 @@ def check_target(target: Target) -> None:
         raise TargetError(f"{target.name} is a directory, not a script")
     if not os.access(path, os.R_OK):
         raise TargetError(f"script not readable: {target.name} (permission denied)")
-
-
-_FULLGRAPH_REFUSED = "torch dispatch mode present"
-"""In the error torch.compile(fullgraph=True) raises when a dispatch mode is active."""
 
 
 def run_target(target: Target) -> Outcome:
@@ -207,10 +204,11 @@ def _run_main(target: Target) -> Outcome:
         session = sys.modules.get("profilers.session")
         if session is not None:
             session.explain_escaped(error)
-        if _FULLGRAPH_REFUSED in str(error):
+        refused = fullgraph_refused(error)
+        if refused is not None:
             # NB: not the traceback: dynamo's message lists every frame it skipped (15 lines
             # and more), none of which the user can act on. What they can do is one option.
-            print(_fullgraph_refused(error), file=sys.stderr)
+            print(refused, file=sys.stderr)
         else:
             _print_user_traceback(error, raised)
         return Outcome(1, False, f"{type(error).__name__}: {error}".splitlines()[0][:500])
@@ -222,23 +220,6 @@ def _run_main(target: Target) -> Outcome:
         sys.path = saved_path_list
         if main_module is not None:
             sys.modules["__main__"] = main_module
-
-
-def _fullgraph_refused(exc: BaseException) -> str:
-    """One line for torch.compile(fullgraph=True) refused under the dispatch mode, at the
-    script's line that called the compiled function."""
-    where = ""
-    stdlib_parent = os.path.dirname(os.path.dirname(runpy.__file__))
-    for frame, line in traceback.walk_tb(exc.__traceback__):
-        name = frame.f_code.co_filename
-        if "site-packages" not in name and not name.startswith((stdlib_parent, _PACKAGE)):
-            where = f"{os.path.relpath(name) if name.startswith(os.getcwd()) else name}:{line}: "
-    return (
-        f"gpuwatch: {where}torch.compile(fullgraph=True) cannot run under the profiler's "
-        "dispatch mode (kernel timing); the same script runs unmodified with "
-        "--no-kernel-timing (copies, syncs and collectives counted, compiled code run "
-        "compiled), or profile it with fullgraph=False"
-    )
 
 
 #: gpuwatch's own package (this module is in gpuwatch/profile/).
