@@ -12,7 +12,9 @@ dynamo compiles under it, and the report says what it compiled and where its gra
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +33,7 @@ class DynamoMark:
     """Dynamo's records when the profile started (all 0 where dynamo was not loaded yet)."""
 
     frames: int = 0
+    """How many code objects dynamo had been handed (its ``input_codes``, in order)."""
     graphs: int = 0
     breaks: Counter[str] = field(default_factory=Counter)
     eager_under: str | None = None
@@ -42,12 +45,59 @@ def _counters() -> Any:
     return dynamo_loaded("torch._dynamo.utils.counters")
 
 
-def _frames_seen() -> int:
-    """How many code objects dynamo has been handed (its ``input_codes``: once per code, not
-    per call; a frame it skipped under a mode included)."""
+def _handed() -> list[Any]:
+    """Weak references to the code objects dynamo has been handed, in order (its
+    ``input_codes``: once per code, not per call; a frame it skipped under a mode included;
+    NB: append-only, so the codes since a mark are those after its count)."""
     codes = dynamo_loaded("torch._dynamo.convert_frame.input_codes")
-    seen = getattr(codes, "seen_ids", None)
-    return len(seen) if seen is not None else 0
+    seen = getattr(codes, "seen", None)
+    return list(seen) if isinstance(seen, list) else []
+
+
+def _frames_seen() -> int:
+    return len(_handed())
+
+
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<function>.+?)_at_(?P<line>\d+)$")
+"""The name of the function dynamo makes for the code after a graph break: the broken
+function's name and the break's line (torch/_dynamo/resume_execution.py)."""
+
+
+def breaks_in(name: str) -> str:
+    """The user's function a resume function is of (a resume of a resume names it too)."""
+    inner = _RESUME.match(name)
+    return breaks_in(inner["function"]) if inner is not None else name
+
+
+def _by_line(
+    codes: list[Any], user: Callable[[str], bool], display: Callable[[str], str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(graph-break lines, recompiled functions)`` of the user's code among ``codes``: each
+    break where dynamo resumed after it (its resume function's name gives the line), each
+    function or resume dynamo holds more than one compiled version of (cache entries: one
+    per set of guards, the first compile and each recompile)."""
+    entries = dynamo_loaded("torch._C._dynamo.eval_frame._debug_get_cache_entry_list")
+    breaks: Counter[tuple[str, int, str]] = Counter()
+    recompiled: list[dict[str, Any]] = []
+    for ref in codes:
+        code = ref()
+        if code is None or not user(code.co_filename):
+            continue
+        file = display(code.co_filename)
+        resumed = _RESUME.match(code.co_name)
+        if resumed is not None:
+            breaks[(file, int(resumed["line"]), breaks_in(resumed["function"]))] += 1
+        versions = len(entries(code)) if entries is not None else 0
+        if versions > 1:
+            line = int(resumed["line"]) if resumed is not None else code.co_firstlineno
+            function = code.co_name
+            if resumed is not None:
+                function = f"{breaks_in(resumed['function'])} after its graph break"
+            recompiled.append(
+                {"file": file, "line": line, "function": function, "compiles": versions}
+            )
+    lines = [{"file": f, "line": n, "function": fn} for (f, n, fn) in sorted(breaks)]
+    return lines[:MAX_REASONS], recompiled[:MAX_REASONS]
 
 
 def dynamo_mark(counting: str) -> DynamoMark:
@@ -69,7 +119,9 @@ def dynamo_mark(counting: str) -> DynamoMark:
     )
 
 
-def compiled_section(start: DynamoMark) -> dict[str, Any] | None:
+def compiled_section(
+    start: DynamoMark, user: Callable[[str], bool], display: Callable[[str], str]
+) -> dict[str, Any] | None:
     """What dynamo did since ``start``: ``{"frames", "graphs", "graph_breaks", "ran_eager"}``,
     or None where the script compiled nothing (dynamo was handed no frame). ``ran_eager``
     names the dispatch mode under which dynamo compiled no graph of the frames it was handed
@@ -77,7 +129,8 @@ def compiled_section(start: DynamoMark) -> dict[str, Any] | None:
     counters = _counters()
     if counters is None:
         return None
-    frames = _frames_seen() - start.frames
+    handed = _handed()[start.frames :]
+    frames = len(handed)
     graphs = int(counters["stats"]["unique_graphs"]) - start.graphs
     if frames <= 0 and graphs <= 0:
         return None
@@ -85,11 +138,14 @@ def compiled_section(start: DynamoMark) -> dict[str, Any] | None:
     for reason, count in (Counter(counters["graph_break"]) - start.breaks).items():
         text = str(reason).strip().splitlines()
         breaks[text[0][:REASON_CHARS] if text else "(no reason given)"] += int(count)
+    lines, recompiled = _by_line(handed, user, display)
     return {
-        "frames": max(frames, 0),
+        "frames": frames,
         "graphs": max(graphs, 0),
         "graph_breaks": [
             {"reason": reason, "count": count} for reason, count in breaks.most_common(MAX_REASONS)
         ],
+        "graph_break_lines": lines,
+        "recompiled": recompiled,
         "ran_eager": start.eager_under if graphs <= 0 else None,
     }

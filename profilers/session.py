@@ -295,7 +295,7 @@ class Profile:
             memory=memory_section(recorder),
             predicted=predicted,
             what_if=what_if,
-            compiled=compiled_section(self._dynamo),
+            compiled=compiled_section(self._dynamo, recorder.user, recorder.user.display),
         )
 
 

@@ -56,7 +56,10 @@ WHAT_EACH_GIVES: dict[str, str] = {
     "graphs compiled, graph breaks with dynamo's reasons); without it the report says nothing "
     "of torch.compile",
     "torch._dynamo.convert_frame.input_codes": "compiled code that ran eager under a dispatch "
-    "mode told apart (report.compiled.ran_eager); without it only graphs and breaks are said",
+    "mode told apart (report.compiled.ran_eager), graph breaks by line, recompiled functions; "
+    "without it only graphs and breaks by reason are said",
+    "torch._C._dynamo.eval_frame._debug_get_cache_entry_list": "recompiled functions "
+    "(report.compiled.recompiled: one cache entry per compiled version); without it none said",
     "torch._C._dispatch_get_all_op_names": _FAST,
     "torch._C.DispatchKeySet": _FAST,
     "torch._C.DispatchKey.CompositeImplicitAutograd": "to, item, cpu counted by their parts "

@@ -19,6 +19,9 @@ from gpuwatch.report.html import render_html
 from profilers import Report
 from tests.helpers import gpuwatch_here
 
+HERE = "tests/test_compiled.py"
+"""This file as the report names it (relative to the working directory, the repository's)."""
+
 ITEM_BREAK = "Unsupported Tensor.item() call with capture_scalar_outputs=False"
 """Dynamo's own first line for the graph break of ``.item()`` (torch 2.9 to 2.15)."""
 
@@ -61,10 +64,37 @@ def test_the_fast_path_lets_dynamo_compile_and_reports_its_graphs_and_breaks():
     # second graph break the run without gpuwatch does not have.
     assert c["graphs"] == 2
     assert c["graph_breaks"] == [{"reason": ITEM_BREAK, "count": 1}]
-    assert c["ran_eager"] is None
+    # the break's line: where dynamo resumed after it, the .item() line
+    line = _with_item.__code__.co_firstlineno + 2
+    assert c["graph_break_lines"] == [{"file": HERE, "line": line, "function": "_with_item"}]
+    assert (c["recompiled"], c["ran_eager"]) == ([], None)
     assert c["frames"] >= 2  # _with_item and its resume function, at least
     assert compiled_lines(prof.report()) == [
-        f"torch.compile: dynamo compiled 2 graphs, 1 graph break: {ITEM_BREAK} (x1)"
+        f"torch.compile: dynamo compiled 2 graphs, 1 graph break (at {HERE}:{line}): "
+        f"{ITEM_BREAK} (x1)"
+    ]
+
+
+def _scaled(x: torch.Tensor, n: int) -> torch.Tensor:
+    return x * n
+
+
+def test_a_function_dynamo_compiles_again_is_named_with_its_versions():
+    torch._dynamo.reset()
+    f = torch.compile(_scaled, backend="eager")
+    with profilers.profile(kernel_timing=False) as prof:
+        for n in (1, 2, 3):  # 1: specialised on n; 2: recompiled with n dynamic; 3: reused
+            f(torch.ones(4), n)
+    r = prof.report()
+    assert r.compiled is not None
+    line = _scaled.__code__.co_firstlineno
+    assert r.compiled["graphs"] == 2 and r.compiled["graph_breaks"] == []
+    assert r.compiled["recompiled"] == [
+        {"file": HERE, "line": line, "function": "_scaled", "compiles": 2}
+    ]
+    assert compiled_lines(r) == [
+        "torch.compile: dynamo compiled 2 graphs",
+        f"torch.compile recompiled: {HERE}:{line} _scaled (2 versions)",
     ]
 
 
@@ -136,14 +166,22 @@ def test_the_section_round_trips_through_the_json_and_shows_in_the_html_and_sche
     from gpuwatch.report.load import schema
 
     breaks = [{"reason": f"reason {i}", "count": i + 1} for i in range(5)]
-    r = _report({"frames": 9, "graphs": 3, "graph_breaks": breaks, "ran_eager": None})
+    section = {
+        "frames": 9,
+        "graphs": 3,
+        "graph_breaks": breaks,
+        "graph_break_lines": [{"file": "t.py", "line": 4, "function": "f"}],
+        "recompiled": [],
+        "ran_eager": None,
+    }
+    r = _report(section)
     Draft202012Validator(schema("gpuwatch.profile/1")).validate(r.to_dict())
-    assert r.compiled == {"frames": 9, "graphs": 3, "graph_breaks": breaks, "ran_eager": None}
+    assert r.compiled == section
     # the three most frequent come first in the JSON (dynamo's counts); the summary names
     # those three and says where the rest are: 1 + 2 + 3 + 4 + 5 = 15 breaks
     line = (
-        "torch.compile: dynamo compiled 3 graphs, 15 graph breaks: reason 0 (x1); reason 1 "
-        "(x2); reason 2 (x3); 2 more in the JSON"
+        "torch.compile: dynamo compiled 3 graphs, 15 graph breaks (at t.py:4): reason 0 (x1); "
+        "reason 1 (x2); reason 2 (x3); 2 more in the JSON"
     )
     assert compiled_lines(r) == [line]
     assert line in render_html(r)

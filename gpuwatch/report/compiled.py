@@ -11,9 +11,9 @@ SHOWN_REASONS = 3
 
 
 def compiled_lines(r: Report) -> list[str]:
-    """One line: the compiled code ran eager under a dispatch mode (and why), or what dynamo
-    compiled and where its graphs broke, in dynamo's own words; none where nothing was
-    compiled."""
+    """One line: the compiled code ran eager under a dispatch mode (and why); or what dynamo
+    compiled and where its graphs broke (lines, and reasons in dynamo's own words), and a
+    second naming the functions it recompiled; none where nothing was compiled."""
     c = r.compiled
     if not c:
         return []
@@ -42,8 +42,24 @@ def compiled_lines(r: Report) -> list[str]:
             if len(breaks) > SHOWN_REASONS
             else ""
         )
-        line += f", {_n(total, 'graph break')}: {named}{more}"
-    return [line]
+        at = ", ".join(f"{b['file']}:{b['line']}" for b in c.get("graph_break_lines") or [])
+        line += f", {_n(total, 'graph break')}{f' (at {at})' if at else ''}: {named}{more}"
+    out = [line]
+    recompiled = c.get("recompiled") or []
+    if recompiled:
+        out.append(
+            "torch.compile recompiled: "
+            + ", ".join(
+                f"{r['file']}:{r['line']} {r['function']} ({int(r['compiles'])} versions)"
+                for r in recompiled[:SHOWN_REASONS]
+            )
+            + (
+                f"; {len(recompiled) - SHOWN_REASONS} more in the JSON"
+                if len(recompiled) > SHOWN_REASONS
+                else ""
+            )
+        )
+    return out
 
 
 def _n(count: int, noun: str) -> str:
