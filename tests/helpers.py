@@ -145,3 +145,23 @@ def script_here(path: Path, args: list[str], cwd: Path | str) -> subprocess.Comp
             if (getattr(sys.modules[name], "__file__", None) or "").startswith(folder):
                 del sys.modules[name]
     return subprocess.CompletedProcess([str(path), *args], 0, *texts)
+
+
+def refuses_fullgraph_under_a_mode() -> bool:
+    """Whether this torch raises for fullgraph=True under a dispatch mode (2.13 and 2.15 do;
+    2.9 runs the function eager, silently: then gpuwatch's report says it ran eager)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Plain(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: x + 1, backend="eager", fullgraph=True)
+    try:
+        with Plain():
+            f(torch.ones(1))
+    except RuntimeError:
+        return True
+    return False

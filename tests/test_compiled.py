@@ -17,7 +17,7 @@ import profilers
 from gpuwatch.report.compiled import compiled_lines
 from gpuwatch.report.html import render_html
 from profilers import Report
-from tests.helpers import gpuwatch_here
+from tests.helpers import gpuwatch_here, refuses_fullgraph_under_a_mode
 
 HERE = "tests/test_compiled.py"
 """This file as the report names it (relative to the working directory, the repository's)."""
@@ -231,25 +231,6 @@ def test_fake_cuda_runs_compiled_code_eager_counts_its_item_and_says_so(tmp_path
     assert header.index("torch.compile ran eager") < header.index("SIMULATED")
 
 
-def _refuses_fullgraph_under_a_mode() -> bool:
-    """Whether this torch raises for fullgraph=True under a dispatch mode (2.13 and 2.15 do;
-    2.9 runs the function eager, silently: then gpuwatch's report says it ran eager)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Plain(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            return func(*args, **(kwargs or {}))
-
-    torch._dynamo.reset()
-    f = torch.compile(lambda x: x + 1, backend="eager", fullgraph=True)
-    try:
-        with Plain():
-            f(torch.ones(1))
-    except RuntimeError:
-        return True
-    return False
-
-
 FULLGRAPH = """\
 import torch
 model = torch.nn.Linear(8, 8).cuda()
@@ -264,7 +245,7 @@ def test_fullgraph_under_fake_cuda_is_refused_in_one_true_line(tmp_path: Path, t
     (tmp_path / "train.py").write_text(FULLGRAPH)
     args = ["profile", "-q", "--fake-cuda", *timing, "--json", "r.json", "train.py"]
     done = gpuwatch_here(args, tmp_path)
-    if not _refuses_fullgraph_under_a_mode():
+    if not refuses_fullgraph_under_a_mode():
         assert (done.returncode, done.stderr) == (0, "")
         compiled = json.loads((tmp_path / "r.json").read_text())["compiled"]
         assert compiled["ran_eager"] == "--fake-cuda's dispatch mode"
@@ -292,7 +273,7 @@ def test_fullgraph_with_an_option_that_keeps_the_mode_is_not_told_to_add_what_it
     )
     args = ["profile", "-q", "--no-kernel-timing", "--count-ops", "train.py"]
     done = gpuwatch_here(args, tmp_path)
-    if not _refuses_fullgraph_under_a_mode():
+    if not refuses_fullgraph_under_a_mode():
         assert (done.returncode, done.stdout, done.stderr) == (0, "8.0\n", "")
         return
     assert done.returncode == 1
