@@ -7,6 +7,8 @@ lines. fullgraph=True refused in one line that is true of the options given."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 import textwrap
 from pathlib import Path
 
@@ -142,6 +144,27 @@ def test_under_the_dispatch_mode_the_compiled_code_runs_eager_and_the_report_say
         "skips every frame while a dispatch mode is on), so these counts are of the eager "
         "code; --no-kernel-timing runs it compiled"
     ]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the question is watched with no GPU only")
+def test_a_compilers_own_gpu_question_is_not_the_script_asking():
+    # Inductor asks torch.cuda.is_available() while it compiles, under the user's call of the
+    # compiled model (seen: "NO GPU: the script asked torch.cuda.is_available() at
+    # train.py:11" of a script that never asked). Code in torch/_inductor/ asks here.
+    asker = os.path.join(os.path.dirname(torch.__file__), "_inductor", "gpuwatch_asker.py")
+    ns = {"torch": torch}
+    exec(compile("def ask():\n    return torch.cuda.is_available()\n", asker, "exec"), ns)
+    with profilers.profile(kernel_timing=False) as prof:
+        ns["ask"]()
+    assert prof.report().gpu_fallback is None
+    with profilers.profile(kernel_timing=False) as prof:
+        torch.cuda.is_available()  # the script's own question is kept, at its line
+    assert prof.report().gpu_fallback == {
+        "asked": "torch.cuda.is_available()",
+        "answer": False,
+        "file": HERE,
+        "line": sys._getframe().f_lineno - 5,
+    }
 
 
 def test_a_run_that_compiles_nothing_has_no_compiled_section():

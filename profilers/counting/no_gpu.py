@@ -6,6 +6,7 @@ the first that was answered "no GPU" is kept with its line, for the report to sa
 
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import ExitStack
 from typing import Any
@@ -22,6 +23,11 @@ QUESTIONS = (
     ("torch.accelerator", "is_available", "torch.accelerator.is_available()"),
     ("torch.accelerator", "device_count", "torch.accelerator.device_count()"),
 )
+
+
+COMPILERS = tuple(os.sep + os.path.join("torch", part, "") for part in ("_inductor", "_dynamo"))
+"""torch.compile's own code: inductor asks ``torch.cuda.is_available()`` while it compiles
+under the user's call of a compiled model, which is no question of the script's."""
 
 
 class GpuQuestions:
@@ -58,6 +64,10 @@ class GpuQuestions:
         f = user.first(frame)
         if f is None:  # torch or a library asked, not the script
             return
+        while frame is not f:  # NB: a compiler's own question is not the script's
+            if any(part in frame.f_code.co_filename for part in COMPILERS):
+                return
+            frame = frame.f_back
         self.asked = {
             "asked": shown,
             "answer": answer,
