@@ -32,7 +32,7 @@ class ProfilerMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
 
     # NB: False (the default) on purpose: under this mode torch.compile'd code runs eagerly, so
     # every copy and sync inside compiled regions is still seen. Kernel time then reflects eager
-    # execution; the README says so.
+    # execution; the report says so (profilers/compiled.py: report.compiled.ran_eager).
     @classmethod
     def ignore_compile_internals(cls) -> bool:
         return False
