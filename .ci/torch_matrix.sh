@@ -26,7 +26,7 @@ TESTS=(
     tests/test_user_fake_mode.py tests/test_thread_counts.py tests/test_cuda_timing.py
     tests/test_no_gpu_fallback.py tests/test_replay.py tests/test_replay_whatif.py
     tests/test_whatif_wired.py tests/test_demos.py tests/test_distributed.py
-    tests/test_release_counts.py
+    tests/test_release_counts.py tests/test_library_frames.py
 )
 
 cache=${GPUWATCH_CI_CACHE:-$HOME/.cache/gpuwatch-ci}
