@@ -76,6 +76,31 @@ def _rank_of(report: Report, index: int) -> int:
     return report.rank if report.rank is not None else index
 
 
+def _merged_sites(by_rank: dict[int, Report], ranks: list[int]) -> list[Site]:
+    """Each line's counts summed over ``ranks``, with each rank's own counts kept in
+    ``by_rank``; the lines that cost most first."""
+    acc: dict[tuple[str, int], SiteStats] = {}
+    per_rank: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    for rank in ranks:
+        for site in by_rank[rank].sites:
+            into = acc.get(site.key)
+            if into is None:
+                into = acc[site.key] = SiteStats(site.file, site.line, site.function)
+                into.source = site.source
+            for chain in site.stacks:
+                into.add_stack(list(chain))
+            into.merge_counts(site)
+            into.steps_active = max(into.steps_active, site.steps_active)  # ranks step together
+            add_entries(into.op_breakdown, site.op_breakdown)
+            add_entries(into.backward, site.backward)
+            for dtype, n in site.copy_dtypes.items():
+                into.copy_dtypes[dtype] = into.copy_dtypes.get(dtype, 0) + n
+            per_rank.setdefault(site.key, {})[str(rank)] = site.counters_dict()
+    sites = [replace(Site.of(s), by_rank=per_rank[key]) for key, s in acc.items()]
+    sites.sort(key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms, s.ops), reverse=True)
+    return sites
+
+
 def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report:
     """The merged report of ``reports`` (one per rank, any order; ``names`` for messages)."""
     if not reports:
@@ -96,25 +121,7 @@ def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report
     missing = [k for k in range(world) if k not in by_rank]
     first = by_rank[ranks[0]]
 
-    acc: dict[tuple[str, int], SiteStats] = {}
-    per_rank: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
-    for rank in ranks:
-        for site in by_rank[rank].sites:
-            into = acc.get(site.key)
-            if into is None:
-                into = acc[site.key] = SiteStats(site.file, site.line, site.function)
-                into.source = site.source
-            for chain in site.stacks:
-                into.add_stack(list(chain))
-            into.merge_counts(site)
-            into.steps_active = max(into.steps_active, site.steps_active)  # ranks step together
-            add_entries(into.op_breakdown, site.op_breakdown)
-            add_entries(into.backward, site.backward)
-            for dtype, n in site.copy_dtypes.items():
-                into.copy_dtypes[dtype] = into.copy_dtypes.get(dtype, 0) + n
-            per_rank.setdefault(site.key, {})[str(rank)] = site.counters_dict()
-    sites = [replace(Site.of(s), by_rank=per_rank[key]) for key, s in acc.items()]
-    sites.sort(key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms, s.ops), reverse=True)
+    sites = _merged_sites(by_rank, ranks)
     totals = Counters()
     for rank in ranks:
         totals.merge_counts(by_rank[rank].totals)

@@ -123,7 +123,7 @@ def _current_caller(recorder: Recorder, base: int) -> FrameType | None:
         return None
 
 
-def dispatch(
+def dispatch(  # noqa: C901 - the hot path kept in one frame: a call per branch costs every op
     mode: Any,
     func: Any,
     types: Any,
