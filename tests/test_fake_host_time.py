@@ -1,4 +1,4 @@
-"""Under ``--fake-cuda --gpu NAME`` the host half is measured for real (issue 26): the fake GPU's
+"""Under ``--fake-cuda --gpu NAME`` the host half is measured for real: the fake GPU's
 own time on every op that enters its mode (GPU or not) is the simulation's, not the script's,
 with its way in and out calibrated per kind of op (exact on an injected clock), and every op that
 enters its mode is noted (benchmarks/fake_host_time.py measures the demo's host time)."""

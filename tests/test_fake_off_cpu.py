@@ -1,4 +1,4 @@
-"""Under ``--fake-cuda --gpu NAME`` the script's own time off the CPU is host time (issue 26): a
+"""Under ``--fake-cuda --gpu NAME`` the script's own time off the CPU is host time: a
 ``time.sleep`` between two ops is in the predicted step, while the time the profile's thread
 waits for the process's other threads (the backward's simulated ops, the GIL) and a preemption
 are not the script's."""

@@ -1,4 +1,4 @@
-"""The import boundaries of DESIGN.md, enforced by ruff's banned-api rule (mypy --strict runs in
+"""The import boundaries between the layers (ARCHITECTURE.md), enforced by ruff's banned-api rule (mypy --strict runs in
 .ci/run). A violation (pynvml outside gpuwatch/monitor/nvml/_real.py, UI imports in profilers/) fails here."""
 
 from __future__ import annotations

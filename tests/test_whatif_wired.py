@@ -1,4 +1,4 @@
-"""The what-if wired into runs (issue 26): the step replay's records taken from the hot path
+"""The what-if wired into runs: the step replay's records taken from the hot path
 (CUDA-event times on a GPU, stand-in events here; the model's under ``--fake-cuda --gpu``),
 ``report.what_if`` and ``report.predicted``, ``--gpu`` and ``report --what-if`` on the command
 line, the time view's GPU half PREDICTED under the fake GPU."""

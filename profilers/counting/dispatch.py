@@ -321,10 +321,6 @@ def _run_watched(
     return out, timed, t_call, t_ret
 
 
-def entry_name(facts: OpFacts) -> str:
-    return facts.name or "?"
-
-
 def _account(
     recorder: Recorder,
     clock: StepClock | None,

@@ -1,4 +1,4 @@
-"""A replay of one step: the host and each stream simulated from what a run recorded (issue 26).
+"""A replay of one step: the host and each stream simulated from what a run recorded.
 
 The step is a list of :class:`ReplayOp` in the host's program order. One pass queues them:
 
