@@ -81,6 +81,8 @@ def test_the_threads_watched_are_autograds_device_threads_and_ours_not_the_scrip
         ours.join()
 
 
+@pytest.mark.fake_cuda
+@pytest.mark.slow
 @needs_fake_cuda
 @needs_thread_usage
 def test_a_sleep_between_two_ops_is_in_the_predicted_step() -> None:

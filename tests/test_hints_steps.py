@@ -4,6 +4,7 @@ which the line ran."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import profilers
@@ -27,6 +28,7 @@ def _train() -> profilers.Report:
     return prof.report()
 
 
+@pytest.mark.slow
 def test_a_one_time_move_is_not_a_loop_and_per_step_counts_only_its_steps():
     r = _train()
     assert r.steps == {"count": 10, "source": "optimizer"}

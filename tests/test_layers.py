@@ -19,11 +19,13 @@ def _tool(name: str) -> list[str]:
     return [sys.executable, "-m", name]
 
 
+@pytest.mark.slow
 def test_ruff_lint_and_import_boundaries():
     done = subprocess.run([*_tool("ruff"), "check", "."], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("where", "line", "banned"),
     [
