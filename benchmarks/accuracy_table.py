@@ -1,4 +1,4 @@
-"""The GPU model's accuracy as tables (issue 26), for ``gpu_model_accuracy.py``: which class an
+"""The GPU model's accuracy as tables, for ``gpu_model_accuracy.py``: which class an
 op belongs to, and per workload and op class the count, the measured and predicted totals and
 the ratio predicted/measured (median, p90); per step the error. No torch, no CUDA: the tables
 are tested on hand-built records (tests/test_gpu_model_accuracy.py).

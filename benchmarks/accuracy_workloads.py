@@ -1,4 +1,4 @@
-"""The workloads ``gpu_model_accuracy.py`` measures (issue 26): the single-GPU demo (naive and
+"""The workloads ``gpu_model_accuracy.py`` measures: the single-GPU demo (naive and
 fixed), a small ResNet-ish convolutional net on 64x64 images, a small transformer encoder (4
 layers, sequence 256, width 512) in bfloat16 and float32, and the stand-in's fixed ops (run on
 fake ``cuda:0`` tensors on a machine without a GPU).

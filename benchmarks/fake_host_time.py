@@ -15,7 +15,7 @@ measured host time the script's own, or the fake GPU's? Side by side, in one pro
   tried with a timing dispatch mode and with torch.profiler; both time an op with their own
   per-op cost inside, which on this loop is as large as the host's Python itself.
 
-The goal (issue 26, "the host half is measured for real"): the predicted host time per op
+The goal (under the fake GPU the host half is measured for real): the predicted host time per op
 within a stated factor of the plain one. Medians over rounds; the load average is printed (a
 shared 2-core machine moves every figure here by tens of percent).
 """

@@ -1,4 +1,4 @@
-"""How good the GPU model is, measured (issue 26): each op's GPU time and each step's, measured
+"""How good the GPU model is, measured: each op's GPU time and each step's, measured
 on the GPU this runs on, against what the model (profilers/timing/gpu_model/) predicts for it.
 
     python benchmarks/gpu_model_accuracy.py [--json OUT.json] [--markdown OUT.md]

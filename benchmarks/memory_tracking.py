@@ -1,5 +1,5 @@
-"""What tracking memory per line costs beside the counting it rides on (issue 28: "if tracking
-every tensor costs more than the counting path, make it an option").
+"""What tracking memory per line costs beside the counting it rides on (were
+tracking every tensor to cost more than the counting path, it would have to be an option).
 
     python benchmarks/memory_tracking.py [--steps 50] [--rounds 11] [--device cpu|cuda] [--fake]
 

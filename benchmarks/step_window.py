@@ -3,7 +3,7 @@ against the plain loop and against profiling every step, side by side in one pro
 
     python benchmarks/step_window.py [--steps 3000] [--rounds 3]
 
-Goal (issue 13): the window costs at most 10% over the plain loop. Outside the window the
+Goal: the window costs at most 10% over the plain loop. Outside the window the
 dispatch mode is off the stack; what remains is the optimizer step hook and the patched entry
 points (a Python call each).
 """

@@ -1,4 +1,4 @@
-"""What the time view (issue 30) adds, and whether the step time it states for an unprofiled run
+"""What the time view adds, and whether the step time it states for an unprofiled run
 agrees with a plain run, side by side in one process.
 
     python benchmarks/time_accounting.py [--steps 30] [--rounds 5]

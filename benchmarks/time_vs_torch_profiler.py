@@ -1,4 +1,4 @@
-"""The time view (issue 30) against torch.profiler, side by side in one process: what each costs
+"""The time view against torch.profiler, side by side in one process: what each costs
 on the same steps, and what each says about them.
 
     python benchmarks/time_vs_torch_profiler.py --device cpu   # CPU activities

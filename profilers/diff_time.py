@@ -1,4 +1,4 @@
-"""Where the time went, as a diff compares it (issue 30's ``time`` of each report): the
+"""Where the time went, as a diff compares it (each report's ``time``): the
 verdict and the unprofiled step, and each line's time, per step over the same basis on both
 sides (:attr:`profilers.diff.RunDiff.after_first`)."""
 
@@ -12,7 +12,7 @@ from profilers.timing.verdict import per_step
 
 
 def run_time(report: Report, after_first: bool = True) -> dict[str, Any] | None:
-    """Where the run's time went, as its report measured it (issue 30's ``time``): the verdict
+    """Where the run's time went, as its report measured it (its ``time``): the verdict
     and the step an unprofiled run would take (per step where steps ended, over the steps
     after the first where ``after_first`` and the report has them, else the whole run); None
     where it was not measured. Under ``--fake-cuda --gpu`` the GPU's predicted step."""

@@ -77,26 +77,9 @@ def _rank_of(report: Report, index: int) -> int:
     return report.rank if report.rank is not None else index
 
 
-def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report:
-    """The merged report of ``reports`` (one per rank, any order; ``names`` for messages)."""
-    if not reports:
-        raise MergeError("no reports to merge")
-    check_one_run(reports, names)
-    by_rank: dict[int, Report] = {}
-    for i, r in enumerate(reports):
-        rank = _rank_of(r, i)
-        if rank in by_rank:
-            raise MergeError(f"two reports of rank {rank}: give each rank's report once")
-        by_rank[rank] = r
-    ranks = sorted(by_rank)
-    world = max([r.world_size or 0 for r in reports] + [ranks[-1] + 1])
-    if world > MAX_WORLD_SIZE or ranks[0] < 0:
-        raise MergeError(
-            f"a world of {world:,} ranks: gpuwatch merges at most {MAX_WORLD_SIZE:,} ranks"
-        )
-    missing = [k for k in range(world) if k not in by_rank]
-    first = by_rank[ranks[0]]
-
+def _merged_sites(by_rank: dict[int, Report], ranks: list[int]) -> list[Site]:
+    """Each line's counts summed over ``ranks``, with each rank's own counts kept in
+    ``by_rank``; the lines that cost most first."""
     acc: dict[tuple[str, int], SiteStats] = {}
     per_rank: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
     for rank in ranks:
@@ -117,6 +100,30 @@ def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report
             per_rank.setdefault(site.key, {})[str(rank)] = site.counters_dict()
     sites = [replace(Site.of(s), by_rank=per_rank[key]) for key, s in acc.items()]
     sites.sort(key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms, s.ops), reverse=True)
+    return sites
+
+
+def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report:
+    """The merged report of ``reports`` (one per rank, any order; ``names`` for messages)."""
+    if not reports:
+        raise MergeError("no reports to merge")
+    check_one_run(reports, names)
+    by_rank: dict[int, Report] = {}
+    for i, r in enumerate(reports):
+        rank = _rank_of(r, i)
+        if rank in by_rank:
+            raise MergeError(f"two reports of rank {rank}: give each rank's report once")
+        by_rank[rank] = r
+    ranks = sorted(by_rank)
+    world = max([r.world_size or 0 for r in reports] + [ranks[-1] + 1])
+    if world > MAX_WORLD_SIZE or ranks[0] < 0:
+        raise MergeError(
+            f"a world of {world:,} ranks: gpuwatch merges at most {MAX_WORLD_SIZE:,} ranks"
+        )
+    missing = [k for k in range(world) if k not in by_rank]
+    first = by_rank[ranks[0]]
+
+    sites = _merged_sites(by_rank, ranks)
     totals = Counters()
     for rank in ranks:
         totals.merge_counts(by_rank[rank].totals)

@@ -36,7 +36,7 @@ class Options:
     """Where each step's time goes (profilers/timing/): the newest steps kept in full (the run's
     sums cover all of them); 0: not measured. Not with ``steps`` (a window)."""
     gpu: str | None = None
-    """Under ``--fake-cuda``: the GPU whose times the model predicts (issue 26), by name."""
+    """Under ``--fake-cuda``: the GPU whose times the model predicts, by name."""
     memory: bool | None = None
     """Which line made each tensor and holds which GPU bytes (profilers/memory/); None: on by
     itself on fake GPUs, where every op is counted anyway."""

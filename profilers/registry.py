@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import weakref
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -197,29 +196,24 @@ def records() -> list[Record]:
 
 # -- our own threads -------------------------------------------------------------------------------
 
-_OURS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+OWN_THREAD_FLAG = "gpuwatch_own_thread"
+"""The class attribute that makes a thread one of ours. A flag, not this module's class alone:
+``gpuwatch top`` and ``gpuwatch export`` declare their threads with it (gpuwatch/monitor/threads.py)
+without importing the profiler, and the profiler still knows them as ours."""
 
 
 class OwnThread(threading.Thread):
     """A thread of gpuwatch's own (sampling, the live view's pipes, checkpoints): a profile does
     not count its ops, and a run does not wait for it as it waits for the script's threads."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        _OURS.add(self)
-
-
-def adopt(thread: threading.Thread) -> threading.Thread:
-    """Marks ``thread`` (made by a library: an HTTP server's) as one of ours."""
-    _OURS.add(thread)
-    return thread
+    gpuwatch_own_thread = True
 
 
 def is_own(thread: threading.Thread) -> bool:
-    """Whether ``thread`` is one of ours (an :class:`OwnThread`, or adopted)."""
-    return thread in _OURS
+    """Whether ``thread`` is one of ours (its class declares :data:`OWN_THREAD_FLAG`)."""
+    return getattr(type(thread), OWN_THREAD_FLAG, False) is True
 
 
 def own_threads_alive() -> list[threading.Thread]:
     """Our threads still running."""
-    return [t for t in list(_OURS) if t.is_alive()]
+    return [t for t in threading.enumerate() if is_own(t)]

@@ -179,6 +179,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # GPU's device guard goes in before any test runs one (see profilers/fake_cuda/harness.py).
     global FAKE_CUDA_MISSING
     _start_prometheus(config)
+    _watch_processes_and_the_fake_gpu()
     try:
         from profilers.fake_cuda.harness import FakeCudaUnavailable, install_guard
     except ImportError as exc:  # pragma: no cover - torch missing
@@ -199,11 +200,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks every test that uses the fake GPU ``fake_cuda``: the whole of a module named for
-    it, and elsewhere each test whose own source enters it. .ci/run runs them again on the CUDA
-    build of torch (``-m fake_cuda``)."""
-    import inspect
-
+    """Skips the ``alone`` measurements beside another xdist worker."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or "1")
     for item in items:
         if workers > 1 and item.get_closest_marker("alone") is not None:
@@ -213,21 +210,94 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     "worker it measures the other worker too (run: python -m pytest -m alone)"
                 )
             )
-    words = ("fake_cuda", "fake-cuda", "FakeCuda")
-    for item in items:
-        module = getattr(item, "module", None)
-        fn = getattr(item, "function", None)
-        if module is None or fn is None:
-            continue
-        if "fake_cuda" in module.__name__:
-            item.add_marker(pytest.mark.fake_cuda)
-            continue
-        try:
-            source = inspect.getsource(fn)
-        except (OSError, TypeError):
-            continue
-        if any(w in source for w in words):
-            item.add_marker(pytest.mark.fake_cuda)
+
+
+# -- the markers say what a test does ------------------------------------------------------------
+#
+# ``slow`` (the tests that start processes: ``-m "not slow"`` is the fast tier) and ``fake_cuda``
+# (the tests that use the fake GPU: .ci/run runs them again on the CUDA build of torch) are set
+# by hand on each test or module. While a test sets up and runs, every process started in this
+# process (subprocess, asyncio, a pty's child, a fork) and every entry into the fake GPU is noted;
+# a test that did either without its marker fails, naming what it did.
+
+#: What the running test did (None between tests): ("process", argv) and ("fake_cuda", how).
+_DID: list[tuple[str, str]] | None = None
+
+
+def _note(kind: str, what: str) -> None:
+    if _DID is not None:
+        _DID.append((kind, what))
+
+
+def _watch_processes_and_the_fake_gpu() -> None:
+    """Wraps, for the session, what every process start and the fake GPU's entry go through."""
+    import subprocess
+
+    execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+    def _execute_child(self: subprocess.Popen[bytes], args: object, *rest: object, **kw: object):
+        argv = [args] if isinstance(args, str | bytes) else list(args)  # type: ignore[call-overload]
+        _note("process", " ".join(str(a) for a in argv)[:200])
+        if any(str(a) in ("--fake-cuda", "--fake-cuda=1") for a in argv):
+            _note("fake_cuda", "a process run with --fake-cuda")
+        return execute_child(self, args, *rest, **kw)
+
+    subprocess.Popen._execute_child = _execute_child  # type: ignore[attr-defined]
+    fork = os.fork
+
+    def _fork() -> int:
+        _note("process", "os.fork()")
+        return fork()
+
+    os.fork = _fork
+    try:
+        from profilers.fake_cuda.harness import FakeCuda
+    except ImportError:  # pragma: no cover - torch missing
+        return
+    enter = FakeCuda.__enter__
+
+    def _enter(self: FakeCuda) -> FakeCuda:
+        _note("fake_cuda", "profilers.fake_cuda entered")
+        return enter(self)
+
+    FakeCuda.__enter__ = _enter  # type: ignore[method-assign]
+
+
+def _check_markers(item: pytest.Item, did: list[tuple[str, str]]) -> None:
+    problems = []
+    processes = [what for kind, what in did if kind == "process"]
+    if processes and item.get_closest_marker("slow") is None:
+        problems.append(f"it starts a process ({processes[0]}) but is not marked slow")
+    fake = [what for kind, what in did if kind == "fake_cuda"]
+    if fake and item.get_closest_marker("fake_cuda") is None:
+        problems.append(f"it uses the fake GPU ({fake[0]}) but is not marked fake_cuda")
+    if problems:
+        raise AssertionError(
+            "; ".join(problems) + " (pytestmark = pytest.mark.X in its module, or @pytest.mark.X)"
+        )
+
+
+_DID_KEY = pytest.StashKey[list[tuple[str, str]]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):  # type: ignore[no-untyped-def]
+    global _DID
+    _DID = []
+    item.stash[_DID_KEY] = _DID
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):  # type: ignore[no-untyped-def]
+    global _DID
+    try:
+        result = yield
+    finally:
+        did = item.stash.get(_DID_KEY, [])
+        _DID = None
+    _check_markers(item, did)
+    return result
 
 
 class _Prometheus:
@@ -280,6 +350,8 @@ def _start_prometheus(config: pytest.Config) -> None:
     global PROMETHEUS, _PROMETHEUS_DIR
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         return  # pytest-xdist's controller runs no test; its workers start their own
+    if "not slow" in (config.getoption("markexpr", "") or ""):
+        return  # its tests are slow ones
     if shutil.which("prometheus") is None or not any(
         "test_export" in str(a) or str(a).rstrip("/").endswith("tests") or a == "."
         for a in (config.args or ["tests"])

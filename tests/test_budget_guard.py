@@ -13,7 +13,10 @@ import profilers
 from profilers.fake_cuda.harness import fake_cuda
 from tests.conftest import FAKE_CUDA_MISSING
 
-pytestmark = pytest.mark.skipif(FAKE_CUDA_MISSING is not None, reason=str(FAKE_CUDA_MISSING))
+pytestmark = [
+    pytest.mark.fake_cuda,
+    pytest.mark.skipif(FAKE_CUDA_MISSING is not None, reason=str(FAKE_CUDA_MISSING)),
+]
 HERE = Path(__file__).name
 
 
@@ -21,6 +24,7 @@ def _line(marker: str) -> int:
     return next(i for i, t in enumerate(Path(__file__).read_text().splitlines(), 1) if marker in t)
 
 
+@pytest.mark.slow
 def test_a_block_over_budget_names_each_line_its_backward_and_its_thread_included():
     with fake_cuda():
         w = torch.ones(4, device="cuda:0", requires_grad=True)

@@ -6,6 +6,10 @@ from __future__ import annotations
 import signal
 import subprocess
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 
 def test_a_closed_pipe_ends_top_json_quietly():
     # NB: 64 GPUs make about 100 KB of JSON, more than a pipe holds (64 KiB), so gpuwatch is

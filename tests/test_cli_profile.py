@@ -46,6 +46,7 @@ def script(tmp_path: Path, text: str, name: str = "train.py") -> Path:
 
 # NB: both entry points (the console script, python -m gpuwatch) are run by test_cli_top's
 # test_version_and_help; a full profile through one of them is enough here.
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ENTRY_POINTS[:1], ids=["script"])
 def test_counts_in_the_json_are_exact_and_argv_passes_through(tmp_path, entry):
     script(tmp_path, COPIES)

@@ -40,6 +40,7 @@ def run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str
     return helpers.run(args, timeout=timeout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ENTRY_POINTS, ids=["script", "module"])
 def test_json_snapshot_has_the_contract_fields(entry):
     done = run([*entry, "top", "--demo", "--demo-gpus", "3", "--json"])
@@ -56,6 +57,7 @@ def test_json_snapshot_has_the_contract_fields(entry):
             assert PROC_KEYS <= p.keys()
 
 
+@pytest.mark.slow
 def test_once_prints_gpus_and_processes():
     import os
 
@@ -90,6 +92,7 @@ def test_once_text_lists_a_lost_gpu_and_no_processes():
     assert "no processes are using the GPUs" in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ENTRY_POINTS, ids=["script", "module"])
 def test_version_and_help(entry):
     assert run([*entry, "--version"]).stdout.strip() == f"gpuwatch {__version__}"
@@ -99,6 +102,7 @@ def test_version_and_help(entry):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -140,6 +144,7 @@ def _nvml_loadable() -> bool:
     return True
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_nvml_loadable(), reason="this machine has a working NVML")
 def test_real_machine_without_nvml_gets_one_line_not_a_traceback():
     done = run(["gpuwatch", "top", "--json"])

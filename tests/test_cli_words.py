@@ -121,6 +121,7 @@ def test_count_ops_says_when_it_changes_nothing(tmp_path, capsys):
         assert capsys.readouterr().err == ""
 
 
+@pytest.mark.fake_cuda
 def test_the_cli_words_the_librarys_errors_with_its_flags():
     fake = FakeCudaUnavailable("could not run c++: no such file")
     assert str(fake) == "the fake GPU could not run c++: no such file"
@@ -185,6 +186,7 @@ def test_the_library_neither_prints_nor_names_cli_flags_in_what_it_raises_or_war
     assert found == []
 
 
+@pytest.mark.fake_cuda
 def test_report_options_are_typed_with_the_same_json():
     doc = {
         **{"kernel_timing": False, "user_code": ["src"], "timeline_capacity": 9},

@@ -3,6 +3,7 @@ streams, and fake CUDA tensors. What a GPU adds (real events) is in test_gpu_pro
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
@@ -141,6 +142,7 @@ def test_pending_ops_are_waited_for_once_per_gpu_at_the_end_only():
     assert r.totals.syncs.count == 0  # the profiler's own wait is not the user's sync
 
 
+@pytest.mark.slow
 def test_events_are_reused_once_read():
     gpu = StubCuda()
     gpu.done = True

@@ -48,6 +48,7 @@ def final_loss(out: str) -> float:
     return float(match.group(1))
 
 
+@pytest.mark.slow
 def test_naive_and_fixed_reach_the_same_loss():
     naive, fixed = together(
         *(["demos/single_gpu_training.py", "--variant", v, *TINY] for v in ("naive", "fixed"))
@@ -111,6 +112,7 @@ def test_exercises_print_their_tables():
         assert "two GPUs at once" in two
 
 
+@pytest.mark.slow
 def test_minibatch_benchmark_table():
     out = demo(
         "demos/minibatch_benchmark.py",
@@ -159,6 +161,8 @@ def _profile_both(tmp_path: Path, *flags: str) -> list[tuple[dict, str]]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow
+@pytest.mark.fake_cuda
 def test_without_a_gpu_fake_cuda_teaches_the_naive_and_fixed_lesson(tmp_path):
     (naive, said), (fixed, fixed_said) = _profile_both(tmp_path, "--fake-cuda")
     # 20 steps: .item() each, two .cpu() each, a blocking label copy and a constant moved each,
@@ -202,6 +206,7 @@ def test_on_a_gpu_the_naive_variant_copies_and_syncs_more_at_its_mistake_lines(t
     assert site["syncs"]["by_cause"].get("item") == 20
 
 
+@pytest.mark.fake_cuda
 def test_fake_gpu_walkthrough_profile_counts_and_hints_point_at_the_mistakes(tmp_path):
     doc, summary = profiled(
         tmp_path / "w.json",

@@ -153,6 +153,7 @@ DEMO = [
 ]
 
 
+@pytest.mark.fake_cuda
 @pytest.mark.skipif(FAKE_CUDA_MISSING is not None, reason=str(FAKE_CUDA_MISSING))
 def test_demos_budget_naive_fails_fixed_passes_and_their_diff(tmp_path, capsys, monkeypatch):
     from pathlib import Path

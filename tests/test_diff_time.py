@@ -1,4 +1,4 @@
-"""``gpuwatch diff`` speaks of time where the runs measured it (issue 30's ``time``): each run's
+"""``gpuwatch diff`` speaks of time where the runs measured it (each report's ``time``): each run's
 verdict and step, and each line's time before and after, in the JSON (published schema) and the
 text; "not measured" where a run did not measure it (--fake-cuda)."""
 

@@ -71,6 +71,7 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 
 # NB: "--no-kernel-timing" is the fast path (only the ops that copy, sync or communicate reach
 # Python): the collectives of DDP, torch.distributed and FSDP2 must count the same there.
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", [[], ["--no-kernel-timing"]], ids=["every_op", "fast_path"])
 def test_nproc_per_node_launches_ranks_and_merges_their_collectives_per_line(tmp_path, flags):
     (tmp_path / "train.py").write_text(TRAIN)
@@ -118,6 +119,7 @@ def test_nproc_per_node_launches_ranks_and_merges_their_collectives_per_line(tmp
     assert "<h2>Collectives</h2>" in (tmp_path / "merged.html").read_text()
 
 
+@pytest.mark.slow
 def test_torchrun_ranks_write_their_own_files_and_a_crashed_rank_still_reports(tmp_path, capsys):
     (tmp_path / "crash.py").write_text(CRASH)
     done = run(

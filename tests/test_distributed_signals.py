@@ -13,8 +13,11 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from tests.helpers import default_signals
+
+pytestmark = pytest.mark.slow
 
 # Both ranks all-reduce once (40 bytes each); then rank 1 hangs where no signal reaches it (as in
 # a wedged driver call: the stopping signals blocked), while rank 0 copies 64 bytes to a (fake)

@@ -1,4 +1,4 @@
-"""Energy per step and per run (issue 30), from NVML's total-energy counter joined with the time
+"""Energy per step and per run, from NVML's total-energy counter joined with the time
 view's steps (gpuwatch/report/energy.py): exact on injected counters and clocks; the counter read
 alone by the real backend (stub NVML) and the fake one; a GPU without the counter says "not
 measured"; joules while idle only where the GPU half is measured; the join on the profile's clock

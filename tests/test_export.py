@@ -148,6 +148,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.fake_cuda
+@pytest.mark.slow
 def test_a_port_in_use_is_one_line_and_exit_2():
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -164,6 +166,7 @@ def test_a_port_in_use_is_one_line_and_exit_2():
     )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="needs Debian's prometheus")
 def test_a_real_prometheus_scrapes_both_demo_gpus():
     # NB: the exporter and the Prometheus server were started when the session began

@@ -110,6 +110,7 @@ def test_a_silent_client_is_cut_off_at_the_idle_timeout_long_before_its_deadline
         server.close()
 
 
+@pytest.mark.slow
 def test_many_simultaneous_scrapers_are_all_answered():
     # NB: prometheus_client's server listens with a backlog of 5: SYNs beyond it are dropped and
     # retried after 1, 3, 7 s... Here all 400 connect at once and must all be answered.
@@ -193,6 +194,7 @@ def scrape_s(port: int, timeout_s: float = 15.0) -> float:
     return time.perf_counter() - started
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("kind", "count"), [("slowloris", 200), ("idle", 150)])
 def test_slow_or_idle_clients_past_the_cap_never_hold_up_a_scrape(kind: str, count: int):
     # NB: deadline and idle timeout of 30 s: only making room helps here (a client that drips
@@ -332,6 +334,7 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     return cert, key
 
 
+@pytest.mark.slow
 def test_a_tls_client_that_never_handshakes_blocks_neither_scrapes_nor_close(certificate):
     from gpuwatch.monitor.export_server import tls_context
 
@@ -411,6 +414,7 @@ def exporters() -> Iterator[list[Exporter]]:
             e.proc.wait(10)
 
 
+@pytest.mark.slow
 def test_https_exporter_with_an_idle_client_under_a_low_descriptor_limit(certificate, exporters):
     cert, key = certificate
     # 64 descriptors: 32 connections at once; 80 idle ones must neither exhaust them nor
@@ -469,6 +473,7 @@ def families(text: str) -> dict[str, list]:
     return {f.name: f.samples for f in text_string_to_metric_families(text)}
 
 
+@pytest.mark.slow
 def test_nvml_that_hangs_withdraws_the_series_and_leaves_sigterm_working(exporters):
     e = Exporter(["--interval", "0.1"], code=HANGING_NVML)
     exporters.append(e)
@@ -503,6 +508,7 @@ def test_stale_series_are_withdrawn_and_come_back(monkeypatch):
     assert len(scrape(c)["DCGM_FI_DEV_GPU_UTIL"]) == 2
 
 
+@pytest.mark.slow
 def test_an_argv0_that_carries_arguments_never_reaches_the_command_label(tmp_path: Path):
     import psutil
 

@@ -18,6 +18,7 @@ from tests import conftest
 from tests.profiler_helpers import copies, line_of, site_at
 
 pytestmark = [
+    pytest.mark.fake_cuda,
     pytest.mark.skipif(
         conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
     ),
@@ -42,6 +43,7 @@ def profiled(
     return prof.report(), harness
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("both_values")
 def test_an_ordinary_training_loop_counts_what_a_gpu_run_would():
     steps, batch = 5, 16
@@ -234,6 +236,7 @@ def _sync_cases():
     return no_sync, sync
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("both_values")
 def test_syncs_agree_with_pytorchs_sync_debug_mode_test():
     found: dict[str, int] = {}
@@ -247,6 +250,7 @@ def test_syncs_agree_with_pytorchs_sync_debug_mode_test():
     assert {n: found[n] for n in sync} == dict.fromkeys(sync, 1)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("both_values")
 def test_indexing_with_host_indices_counts_their_copies():
     def work():

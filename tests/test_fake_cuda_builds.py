@@ -11,9 +11,12 @@ import torch
 from tests import conftest
 from tests.helpers import run_gpuwatch
 
-pytestmark = pytest.mark.skipif(
-    conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
-)
+pytestmark = [
+    pytest.mark.fake_cuda,
+    pytest.mark.skipif(
+        conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
+    ),
+]
 
 SCRIPT = """\
 import torch
@@ -75,6 +78,7 @@ def test_a_harness_that_cannot_start_is_one_error_with_no_report(monkeypatch, tm
     assert fc.HARNESS is None
 
 
+@pytest.mark.slow
 def test_where_it_cannot_run_plain_and_live_say_one_line_and_exit_2(tmp_path):
     (tmp_path / "train.py").write_text(SCRIPT)
     for live in ([], ["--live"]):
@@ -91,6 +95,7 @@ def test_where_it_cannot_run_plain_and_live_say_one_line_and_exit_2(tmp_path):
         assert done.stdout == ""  # the script never started
 
 
+@pytest.mark.slow
 def test_this_torch_build_runs_an_unmodified_cuda_script(tmp_path):
     (tmp_path / "train.py").write_text(SCRIPT)
     done = run_gpuwatch(["profile", "--fake-cuda", "--fake-gpus", "2", "train.py"], tmp_path)
@@ -117,6 +122,7 @@ def test_on_a_machine_with_gpus_the_fake_ones_never_touch_the_real_ones():
     assert y.sum().item() == 16.0
 
 
+@pytest.mark.slow
 def test_dataparallel_runs_on_fake_gpus_with_the_copies_a_gpu_makes():
     import profilers
     from profilers.fake_cuda.harness import fake_cuda

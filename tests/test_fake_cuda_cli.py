@@ -12,9 +12,12 @@ import pytest
 from tests import conftest
 from tests.helpers import gpuwatch_here, run_gpuwatch
 
-pytestmark = pytest.mark.skipif(
-    conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
-)
+pytestmark = [
+    pytest.mark.fake_cuda,
+    pytest.mark.skipif(
+        conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
+    ),
+]
 
 TRAIN = """\
 import torch
@@ -32,6 +35,7 @@ for step in range(3):
 """
 
 
+@pytest.mark.slow
 def test_profile_fake_cuda_runs_an_unmodified_script_and_says_it_was_simulated(tmp_path):
     from gpuwatch.report.load import load_report
 

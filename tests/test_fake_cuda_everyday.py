@@ -13,6 +13,7 @@ from tests import conftest
 from tests.profiler_helpers import copies, line_of, site_at
 
 pytestmark = [
+    pytest.mark.fake_cuda,
     pytest.mark.skipif(
         conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
     ),

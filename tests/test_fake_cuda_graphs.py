@@ -13,6 +13,7 @@ from tests import conftest
 from tests.profiler_helpers import EXTRA_DETACHES, copies, line_of, site_at
 
 pytestmark = [
+    pytest.mark.fake_cuda,
     pytest.mark.skipif(
         conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
     ),
@@ -30,6 +31,7 @@ def profiled(fn, devices: int = 1):
     return r, harness
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("both_values")  # the same counts with real values and placeholders
 def test_warmup_capture_and_replays_count_what_a_gpu_does(both_paths: str):
     seen: dict[str, object] = {}

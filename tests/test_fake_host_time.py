@@ -1,4 +1,4 @@
-"""Under ``--fake-cuda --gpu NAME`` the host half is measured for real (issue 26): the fake GPU's
+"""Under ``--fake-cuda --gpu NAME`` the host half is measured for real: the fake GPU's
 own time on every op that enters its mode (GPU or not) is the simulation's, not the script's,
 with its way in and out calibrated per kind of op (exact on an injected clock), and every op that
 enters its mode is noted (benchmarks/fake_host_time.py measures the demo's host time)."""
@@ -62,6 +62,7 @@ def test_every_op_leaving_the_fake_gpu_adds_its_time_and_its_kinds_way_in_to_the
     assert log._fake.sim == 1_710
 
 
+@pytest.mark.fake_cuda
 @needs_fake_cuda
 def test_the_fake_gpus_time_on_the_scripts_host_ops_is_the_simulations() -> None:
     # the wiring: each op entering the fake GPU's mode, on its GPU or not, is noted on the

@@ -1,4 +1,4 @@
-"""Under ``--fake-cuda --gpu NAME`` the script's own time off the CPU is host time (issue 26): a
+"""Under ``--fake-cuda --gpu NAME`` the script's own time off the CPU is host time: a
 ``time.sleep`` between two ops is in the predicted step, while the time the profile's thread
 waits for the process's other threads (the backward's simulated ops, the GIL) and a preemption
 are not the script's."""
@@ -81,6 +81,8 @@ def test_the_threads_watched_are_autograds_device_threads_and_ours_not_the_scrip
         ours.join()
 
 
+@pytest.mark.fake_cuda
+@pytest.mark.slow
 @needs_fake_cuda
 @needs_thread_usage
 def test_a_sleep_between_two_ops_is_in_the_predicted_step() -> None:

@@ -19,9 +19,12 @@ from tests import conftest
 from tests.helpers import run_gpuwatch
 from tests.profiler_helpers import copies, line_of, site_at
 
-pytestmark = pytest.mark.skipif(
-    conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
-)
+pytestmark = [
+    pytest.mark.fake_cuda,
+    pytest.mark.skipif(
+        conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
+    ),
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,6 +70,7 @@ def train_with_branches(path: Path) -> list[tuple[str, int]]:
     return events
 
 
+@pytest.mark.slow
 def test_a_script_branching_on_gpu_values_takes_its_cpu_path_and_counts_its_copies(tmp_path):
     on_cpu = train_with_branches(tmp_path / "cpu.pt")  # the same script, no gpuwatch
     kinds = [kind for kind, _ in on_cpu]
@@ -160,6 +164,7 @@ def test_a_cuda_graph_replay_computes_from_its_static_input():
         assert out.tolist() == [3.0, 5.0, 7.0]
 
 
+@pytest.mark.slow
 def test_tiny_gpt_trains_under_fake_cuda_with_decreasing_losses(tmp_path, capsys):
     sys.path.insert(0, str(ROOT / "demos"))
     try:
@@ -198,6 +203,7 @@ print(t[t > 2].sum().item(), torch.cuda.is_available())
 """
 
 
+@pytest.mark.slow
 def test_the_cli_computes_real_values_by_default_and_says_so(tmp_path):
     (tmp_path / "s.py").write_text(SCRIPT)
     done = run_gpuwatch(["profile", "--fake-cuda", "--json", "run.json", "s.py"], tmp_path)

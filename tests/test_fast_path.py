@@ -57,6 +57,7 @@ def both(work, fake_gpus: int = 0) -> tuple[profilers.Report, profilers.Report]:
     return fast, mode
 
 
+@pytest.mark.fake_cuda
 @needs_fake_cuda
 def test_a_backward_copy_on_autograd_device_thread_is_counted_on_the_fast_path():
     seen: list[int] = []
@@ -78,6 +79,7 @@ def test_a_backward_copy_on_autograd_device_thread_is_counted_on_the_fast_path()
     )
 
 
+@pytest.mark.fake_cuda
 @needs_fake_cuda
 def test_inference_mode_copies_and_syncs_are_counted_on_both_paths():
     # NB: in inference mode autograd (which makes ``to`` and ``item`` of ``_to_copy`` and
@@ -132,6 +134,7 @@ def test_collectives_are_counted_on_the_fast_path(tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_compiled_code_is_counted_where_it_runs_never_while_traced(monkeypatch):
     import torch._dynamo
 

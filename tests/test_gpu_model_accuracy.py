@@ -1,4 +1,4 @@
-"""benchmarks/gpu_model_accuracy.py on a machine without a GPU (issue 26): the op classes, the
+"""benchmarks/gpu_model_accuracy.py on a machine without a GPU: the op classes, the
 tables from hand-built records, and the whole pipeline run with ``--stand-in`` (fake ``cuda:0``
 tensors, every op exactly 10 µs), whose table is exact."""
 

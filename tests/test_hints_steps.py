@@ -4,6 +4,7 @@ which the line ran."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import profilers
@@ -27,6 +28,7 @@ def _train() -> profilers.Report:
     return prof.report()
 
 
+@pytest.mark.slow
 def test_a_one_time_move_is_not_a_loop_and_per_step_counts_only_its_steps():
     r = _train()
     assert r.steps == {"count": 10, "source": "optimizer"}
@@ -41,7 +43,7 @@ def test_a_one_time_move_is_not_a_loop_and_per_step_counts_only_its_steps():
     found = {h.site.line: h for h in hints(r)}
     assert line_of("once") not in found  # 15 blocking copies, but once: no "in a loop"
     assert found[line_of("every")].kind == "item_in_loop"
-    # the line's measured time comes first (issue 30), then the counts over its steps
+    # the line's measured time comes first, then the counts over its steps
     cost, counts = found[line_of("every")].evidence.split("; ", 1)
     assert cost.startswith("the line costs ") and " of host time per step (" in cost
     assert cost.endswith("% of the step, measured)")

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 nbformat = pytest.importorskip("nbformat", reason="needs nbformat (pip install -e '.[test]')")
 nbclient = pytest.importorskip("nbclient", reason="needs nbclient (pip install -e '.[test]')")
 
@@ -96,6 +98,7 @@ def _run_expecting_error(tmp_path):
     return nb, [c.outputs for c in nb.cells[1:]]
 
 
+@pytest.mark.fake_cuda
 def test_fake_cuda_from_a_notebook_then_an_interrupted_cell_is_reported(tmp_path):
     import asyncio
     import threading

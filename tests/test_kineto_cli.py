@@ -104,6 +104,7 @@ def test_the_json_schema_rejects_what_the_writer_must_not_write(tmp_path):
     assert problem(doc, "gpuwatch.kineto/1") is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "path", ["resnet50_num_workers_0.pt.trace.json.gz", "two_ranks", "event_sync_trace.json.gz"]
 )

@@ -50,6 +50,7 @@ def _hta(files: list[Path], tmp_path: Path) -> Any:
         logging.disable(logging.NOTSET)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(TRACES))
 def test_busy_and_idle_match_htas_temporal_breakdown(tmp_path, name):
     files = TRACES[name]
@@ -64,6 +65,7 @@ def test_busy_and_idle_match_htas_temporal_breakdown(tmp_path, name):
         assert abs(a["compute_pct"] - row["compute_time_pctg"]) <= 2.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(TRACES))
 def test_the_idle_split_matches_htas_idle_time_breakdown(tmp_path, name):
     files = TRACES[name]

@@ -49,6 +49,7 @@ def _union_us(intervals: list[tuple[float, float]], lo: float, hi: float) -> flo
     return total
 
 
+@pytest.mark.slow
 def test_resnet50_with_no_workers_is_input_bound_with_the_loaders_share_of_each_step():
     r = rank0(WORKERS_0)
     assert r.run[0].verdict == "input-bound"
@@ -79,6 +80,7 @@ def e_is_step(e: dict[str, Any]) -> bool:
     return str(e.get("name", "")).startswith("ProfilerStep#")
 
 
+@pytest.mark.slow
 def test_resnet50_with_four_workers_is_not_input_bound():
     r = rank0(WORKERS_4)
     verdicts = {d.verdict for s in r.steps for d in s.devices} | {r.run[0].verdict}
@@ -87,6 +89,7 @@ def test_resnet50_with_four_workers_is_not_input_bound():
     assert all(s.input_ms < 5 for s in r.steps)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", [WORKERS_0, WORKERS_4], ids=["workers0", "workers4"])
 def test_busy_per_step_is_the_union_of_the_raw_gpu_intervals(path):
     raw = raw_events(path)
@@ -104,6 +107,7 @@ def test_busy_per_step_is_the_union_of_the_raw_gpu_intervals(path):
     assert got == expected
 
 
+@pytest.mark.slow
 def test_copies_and_their_line_on_the_resnet_trace():
     r = rank0(WORKERS_0)
     raw = [e for e in raw_events(WORKERS_0) if e.get("cat") == "Memcpy"]

@@ -305,6 +305,7 @@ def _values() -> object:
     )
 
 
+@pytest.mark.slow
 def test_any_damage_to_a_trace_is_analysed_or_one_trace_error(tmp_path):
     """Each field of each event (and of its args) replaced by any JSON value: an analysis or a
     TraceError, never another exception (the CLI turns a TraceError into one line)."""

@@ -1,4 +1,4 @@
-"""The import boundaries of DESIGN.md, enforced by ruff's banned-api rule (mypy --strict runs in
+"""The import boundaries between the layers (ARCHITECTURE.md), enforced by ruff's banned-api rule (mypy --strict runs in
 .ci/run). A violation (pynvml outside gpuwatch/monitor/nvml/_real.py, UI imports in profilers/) fails here."""
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ def _tool(name: str) -> list[str]:
     return [sys.executable, "-m", name]
 
 
+@pytest.mark.slow
 def test_ruff_lint_and_import_boundaries():
     done = subprocess.run([*_tool("ruff"), "check", "."], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("where", "line", "banned"),
     [
@@ -37,6 +39,7 @@ def test_ruff_lint_and_import_boundaries():
         ("gpuwatch/report", "from gpuwatch.profile.live.app import LiveApp", "gpuwatch.profile"),
         ("gpuwatch/monitor", "import torch", "torch"),
         ("gpuwatch/monitor", "from gpuwatch.profile import run", "gpuwatch.profile"),
+        ("gpuwatch/monitor", "from profilers.registry import OwnThread", "profilers"),
     ],
 )
 def test_each_layer_bans_what_sits_above_it(where, line, banned):
@@ -64,9 +67,51 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def test_no_module_over_400_lines():
-    long = {n: c for n, p in _modules().items() if (c := len(p.read_text().splitlines())) > 400}
-    assert long == {}
+#: What ``gpuwatch top`` must never load: the profiler, torch, the profile run and its reports.
+PROFILE_HALF = ("profilers", "torch", "gpuwatch.profile", "gpuwatch.report")
+
+#: Run in a fresh interpreter: imports the top app; builds the CLI's parser; then runs
+#: ``gpuwatch top --demo`` through the CLI's ``main()`` up to where the app would start. Prints the
+#: modules loaded after each of the three.
+_TOP_PROBE = """
+import json, sys
+seen = {}
+import gpuwatch.monitor.top
+from gpuwatch.app import signals
+seen["top"] = sorted(sys.modules)
+from gpuwatch.cli.main import build_parser, main
+build_parser()
+seen["parser"] = sorted(sys.modules)
+def started(app):
+    seen["app"] = type(app).__name__
+    seen["entry"] = sorted(sys.modules)
+signals.run_restoring_signals = started
+seen["code"] = main(["top", "--demo"])
+print(json.dumps(seen))
+"""
+
+
+def _profile_half(modules: list[str]) -> list[str]:
+    return [m for m in modules if any(m == p or m.startswith(p + ".") for p in PROFILE_HALF)]
+
+
+@pytest.mark.slow
+def test_the_top_app_loads_nothing_of_the_profile_half():
+    """The ruff bans see direct imports only; this sees what the top app loads round about, in
+    a fresh interpreter (a shared widget package once pulled in 23 profile modules). The
+    ``gpuwatch top`` command loads no more of it than the CLI's parser does: the parser declares
+    every subcommand's options, ``profile``'s among them (torch-free)."""
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-c", _TOP_PROBE], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["app"] == "TopApp" and seen["code"] == 0
+    assert _profile_half(seen["top"]) == []
+    assert _profile_half(seen["entry"]) == _profile_half(seen["parser"])
+    assert "torch" not in seen["entry"]
 
 
 def test_no_import_cycles():

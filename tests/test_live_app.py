@@ -57,6 +57,7 @@ def make_app(tmp_path: Path, *args: str, sampler=None, **kw) -> LiveApp:
     return LiveApp(LiveRun(session, outputs, gpu_stats), sampler, gpu_interval_s=0.2, **kw)
 
 
+@pytest.mark.slow
 async def test_counters_move_while_it_runs_then_the_summary_and_report(tmp_path):
     app = make_app(tmp_path, "60")
     async with app.run_test(size=(120, 40)):
@@ -96,6 +97,7 @@ async def test_counters_move_while_it_runs_then_the_summary_and_report(tmp_path)
     assert 0 <= min(times) and max(times) <= doc["duration_s"] + 0.5
 
 
+@pytest.mark.slow
 async def test_quitting_mid_run_asks_then_keeps_a_partial_report(tmp_path):
     app = make_app(tmp_path, "-1")
     async with app.run_test(size=(120, 40)) as pilot:
@@ -126,6 +128,7 @@ async def test_quitting_mid_run_asks_then_keeps_a_partial_report(tmp_path):
     assert doc["totals"]["h2d"]["count"] >= 2
 
 
+@pytest.mark.slow
 async def test_a_child_that_dies_leaves_a_partial_report_from_the_last_snapshot(tmp_path):
     app = make_app(tmp_path, "30", "die")
     async with app.run_test(size=(120, 40)):
@@ -139,6 +142,7 @@ async def test_a_child_that_dies_leaves_a_partial_report_from_the_last_snapshot(
     assert 0 < doc["totals"]["h2d"]["count"] == last <= 60
 
 
+@pytest.mark.slow
 async def test_closing_the_app_ends_the_child_and_writes_the_report(tmp_path):
     app = make_app(tmp_path, "-1")
     async with app.run_test(size=(120, 40)):
@@ -152,6 +156,7 @@ async def test_closing_the_app_ends_the_child_and_writes_the_report(tmp_path):
     assert doc["partial"] is True and doc["exit_code"] == 130
 
 
+@pytest.mark.slow
 async def test_a_chatty_child_neither_hangs_nor_floods_the_app(tmp_path):
     app = make_app(tmp_path, "5", "chatty")
     async with app.run_test(size=(120, 40)):
@@ -162,6 +167,7 @@ async def test_a_chatty_child_neither_hangs_nor_floods_the_app(tmp_path):
     assert json.loads((tmp_path / "run.json").read_text())["totals"]["h2d"]["count"] == 10
 
 
+@pytest.mark.slow
 async def test_without_nvml_it_says_no_gpu_stats(tmp_path):
     app = make_app(tmp_path, "3", no_gpu_reason="NVML library (libnvidia-ml.so) not found")
     async with app.run_test(size=(100, 30)):
@@ -171,6 +177,7 @@ async def test_without_nvml_it_says_no_gpu_stats(tmp_path):
         assert app.model.exit_code == 0
 
 
+@pytest.mark.slow
 async def test_d_shows_where_the_child_is_and_p_pauses_the_display(tmp_path):
     seen = []
 
@@ -204,6 +211,7 @@ async def test_d_shows_where_the_child_is_and_p_pauses_the_display(tmp_path):
         app.model.session.stop()
 
 
+@pytest.mark.slow
 async def test_a_script_that_cannot_start_is_reported(tmp_path):
     session = ChildSession(
         Target(str(tmp_path / "missing.py"), []), ProfileOptions(), cwd=str(tmp_path)
@@ -245,6 +253,7 @@ def test_protocol_is_versioned_and_malformed_lines_are_reported():
     ]
 
 
+@pytest.mark.slow
 def test_the_command_runs_in_a_terminal_and_quits_with_the_scripts_exit_code(tmp_path):
     import time
 

@@ -36,6 +36,7 @@ HERE = __file__.rsplit("/", 1)[-1]
 MiB = 1 << 20
 
 
+@pytest.mark.fake_cuda
 @needs_fake_cuda
 def test_a_snapshot_carries_each_gpus_bytes_and_the_top_lines_now_exact(both_values):
     from profilers.fake_cuda.harness import fake_cuda
@@ -66,6 +67,7 @@ def test_a_snapshot_carries_each_gpus_bytes_and_the_top_lines_now_exact(both_val
     assert live["line_count"] == 1 and len(held) == 12
 
 
+@pytest.mark.fake_cuda
 @needs_fake_cuda
 def test_only_the_top_lines_travel(both_values):
     from profilers.fake_cuda.harness import fake_cuda
@@ -165,6 +167,8 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.fake_cuda
+@pytest.mark.slow
 @needs_fake_cuda
 async def test_a_fake_cuda_child_shows_memory_by_line_then_its_mismatch_explained(tmp_path: Path):
     (tmp_path / "train.py").write_text(SCRIPT)

@@ -10,6 +10,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from gpuwatch.monitor.nvml import FakeBackend
 from gpuwatch.profile.live.model import Ended, LiveRun, Update
 from gpuwatch.profile.live.protocol import Done, Fatal, Hello, LiveSnapshot
@@ -75,6 +77,7 @@ def run_to_the_end(run: LiveRun, timeout_s: float = 20.0) -> list[Update | Ended
     return [*seen, ended]
 
 
+@pytest.mark.slow
 def test_the_childs_own_report_and_exit_code_are_kept_and_written(tmp_path: Path) -> None:
     doc = finished_report().to_dict()
     session = child(
@@ -103,6 +106,7 @@ def test_the_childs_own_report_and_exit_code_are_kept_and_written(tmp_path: Path
     assert written["totals"]["d2h"]["count"] == 25 and written["sites"][0]["line"] == 42
 
 
+@pytest.mark.slow
 def test_a_child_killed_without_a_report_leaves_one_from_its_last_snapshot(tmp_path: Path) -> None:
     session = child("kill -9 $$", [Hello(7, ["train.py"]), snapshot(0.25, 2), snapshot(0.5, 5)])
     run = LiveRun(session, [Output("json", str(tmp_path / "r.json"))])
@@ -118,6 +122,7 @@ def test_a_child_killed_without_a_report_leaves_one_from_its_last_snapshot(tmp_p
     assert (written["totals"]["h2d"]["count"], written["totals"]["h2d"]["bytes"]) == (5, 5120)
 
 
+@pytest.mark.slow
 def test_a_script_that_cannot_start_ends_with_2_and_no_report(tmp_path: Path) -> None:
     session = child("exit 2", [Fatal("script not found: train.py")])
     run = LiveRun(session, [Output("json", str(tmp_path / "r.json"))])
@@ -128,6 +133,7 @@ def test_a_script_that_cannot_start_ends_with_2_and_no_report(tmp_path: Path) ->
     assert not (tmp_path / "r.json").exists()
 
 
+@pytest.mark.slow
 def test_a_signal_to_gpuwatch_is_its_exit_code_and_the_reports_error() -> None:
     run = LiveRun(child("kill -9 $$", [snapshot(0.5, 1)]))
     run.note_signal(signal.SIGTERM)
@@ -140,6 +146,7 @@ def test_a_signal_to_gpuwatch_is_its_exit_code_and_the_reports_error() -> None:
     )
 
 
+@pytest.mark.slow
 def test_closing_a_running_child_stops_it_and_keeps_the_report_it_sends(tmp_path: Path) -> None:
     doc = finished_report().to_dict() | {
         "partial": True,
@@ -170,6 +177,7 @@ def test_closing_a_running_child_stops_it_and_keeps_the_report_it_sends(tmp_path
     )
 
 
+@pytest.mark.slow
 def test_a_stopped_script_that_ignores_ctrl_c_is_killed_after_the_grace() -> None:
     run = LiveRun(child("trap '' INT; echo ready; while :; do sleep 0.05; done"), stop_grace_s=0.2)
     events = start_when_ready(run)
@@ -195,6 +203,7 @@ def test_gpu_samples_are_on_the_profiles_clock_and_stop_with_the_script(clock: F
     assert run.used_gpus(DEVICES) == {1}
 
 
+@pytest.mark.slow
 def test_elapsed_time_runs_with_the_run_and_stops_at_its_end(clock: FakeClock) -> None:
     run = LiveRun(child("trap 'exit 0' INT; echo ready; while :; do sleep 0.05; done"), clock=clock)
     assert run.elapsed_s() == 0.0  # not started
@@ -209,6 +218,7 @@ def test_elapsed_time_runs_with_the_run_and_stops_at_its_end(clock: FakeClock) -
     assert run.exit_code == 0 and run.report is not None and run.report.partial
 
 
+@pytest.mark.slow
 def test_the_model_imports_no_textual_rich_or_torch() -> None:
     import sys
 

@@ -60,6 +60,7 @@ def shown_cards(app: LiveApp) -> list[int]:
     return [c.index for c in app.query(GpuCard) if c.display and app.query_one("#cards").display]
 
 
+@pytest.mark.slow
 async def test_at_80x24_cards_follow_the_gpus_used_lines_fit_and_rates_stop(tmp_path):
     app = make_app(tmp_path, "0.8", "20")
     async with app.run_test(size=(80, 24)) as pilot:
@@ -89,6 +90,7 @@ async def test_at_80x24_cards_follow_the_gpus_used_lines_fit_and_rates_stop(tmp_
         assert "MiB/s" not in text and "KiB/s" not in text  # no rate left standing
 
 
+@pytest.mark.slow
 async def test_live_on_the_fast_path_counts_copies_and_says_ops_are_not_counted(tmp_path):
     app = make_app(tmp_path, "0", "30", options=ProfileOptions(kernel_timing=False))
     async with app.run_test(size=(120, 40)):
@@ -116,6 +118,7 @@ async def test_live_on_the_fast_path_counts_copies_and_says_ops_are_not_counted(
     assert doc["totals"]["syncs"]["by_cause"] == {"copy_to_device": 60, "item": 30}
 
 
+@pytest.mark.slow
 async def test_at_160x45_the_source_gets_the_room_the_path_gave_back(tmp_path):
     app = make_app(tmp_path, "0", "30")
     async with app.run_test(size=(160, 45)):

@@ -63,6 +63,7 @@ def _start_live(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, bytearray
     return proc, master, screen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_a_signal_to_live_stops_the_child_writes_the_report_and_restores_the_terminal(
     tmp_path, signum
@@ -90,6 +91,7 @@ def test_a_signal_to_live_stops_the_child_writes_the_report_and_restores_the_ter
     assert b"\x1b[?1049l" in screen  # the alternate screen was left: the terminal is back
 
 
+@pytest.mark.slow
 def test_the_child_ends_with_a_killed_parent_and_writes_the_report_itself(tmp_path):
     proc, master, _ = _start_live(tmp_path)
     child = int((tmp_path / "pid").read_text())
@@ -128,6 +130,7 @@ def log_text(app: LiveApp) -> str:
     return "\n".join(str(line.text) for line in app.query_one("#log").lines)
 
 
+@pytest.mark.slow
 async def test_a_50_mb_line_of_output_does_not_freeze_the_view(tmp_path):
     app = make_app(
         tmp_path,
@@ -147,6 +150,7 @@ async def test_a_50_mb_line_of_output_does_not_freeze_the_view(tmp_path):
     assert "after the long line" in text
 
 
+@pytest.mark.slow
 async def test_carriage_return_progress_bars_show_while_they_run(tmp_path):
     app = make_app(
         tmp_path,
@@ -180,6 +184,7 @@ def test_progress_text_then_a_newline_becomes_one_log_line():
     assert session.progress() == ""
 
 
+@pytest.mark.slow
 async def test_a_lingering_grandchild_does_not_keep_the_run_running(tmp_path):
     app = make_app(
         tmp_path,
@@ -205,6 +210,7 @@ async def test_a_lingering_grandchild_does_not_keep_the_run_running(tmp_path):
             os.kill(int(pid.read_text()), signal.SIGKILL)
 
 
+@pytest.mark.slow
 async def test_demo_stats_are_labelled_simulated_everywhere(tmp_path):
     app = make_app(
         tmp_path,
@@ -230,6 +236,7 @@ async def test_demo_stats_are_labelled_simulated_everywhere(tmp_path):
     assert "simulated by --demo, not measured" in render_html(result.report)
 
 
+@pytest.mark.slow
 async def test_a_script_that_uses_no_gpu_is_charged_with_none(tmp_path):
     app = make_app(tmp_path, "import torch\ntorch.ones(3).sum()\nimport time; time.sleep(0.5)\n")
     async with app.run_test(size=(120, 40)):

@@ -17,6 +17,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from gpuwatch.app.signals import SHUTDOWN_S
 from tests.conftest import read_pty
 
@@ -65,6 +67,7 @@ def _report_written(path: Path) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_closing_the_terminal_during_shutdown_many_times_under_load_always_exits(tmp_path):
     runs = []
     burner = None
@@ -119,6 +122,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_a_writer_thread_that_never_stops_cannot_keep_gpuwatch_from_exiting(tmp_path):
     (tmp_path / "s.py").write_text(SCRIPT)
     proc, master = start([sys.executable, "-c", WEDGED, *LIVE], tmp_path)

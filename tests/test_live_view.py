@@ -7,6 +7,8 @@ import json
 import os
 import signal
 
+import pytest
+
 from gpuwatch.app.screens import ConfirmScreen, SummaryScreen
 from gpuwatch.profile.live.app import LiveApp
 from gpuwatch.profile.live.model import LiveRun
@@ -16,6 +18,8 @@ from tests.conftest import plain, wait_until
 from tests.live_helpers import sh_child
 from tests.test_live_model import snapshot
 from tests.test_report_render import report as finished_report
+
+pytestmark = pytest.mark.slow
 
 
 def log_lines(app: LiveApp) -> list[str]:

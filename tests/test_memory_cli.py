@@ -43,6 +43,8 @@ MISMATCH = textwrap.dedent(
 )
 
 
+@pytest.mark.fake_cuda
+@pytest.mark.slow
 @needs_fake_cuda
 def test_a_device_mismatch_shows_the_scripts_traceback_then_the_lines_and_the_fix(tmp_path):
     (tmp_path / "model.py").write_text(MISMATCH)
@@ -74,6 +76,8 @@ def test_a_device_mismatch_shows_the_scripts_traceback_then_the_lines_and_the_fi
     assert report["options"]["fake_cuda"]["memory_bytes"] == 80 * 1024**3
 
 
+@pytest.mark.fake_cuda
+@pytest.mark.slow
 @needs_fake_cuda
 def test_out_of_memory_on_a_simulated_gpu_names_the_line_and_what_holds_the_memory(
     tmp_path, capsys, monkeypatch
@@ -109,6 +113,7 @@ def test_out_of_memory_on_a_simulated_gpu_names_the_line_and_what_holds_the_memo
     assert report["memory"]["failure"]["held_bytes"] == 3 * 1024**2
 
 
+@pytest.mark.fake_cuda
 def test_fake_memory_needs_fake_cuda_and_a_size(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.py").write_text("")
@@ -138,6 +143,7 @@ def test_memory_is_an_option_of_profile(tmp_path: Path) -> None:
     assert args.memory is True
 
 
+@pytest.mark.fake_cuda
 @needs_fake_cuda
 def test_gpu_memory_at_end_is_what_the_script_still_held(tmp_path, monkeypatch, capsys):
     # A global the script holds when it ends is held "at end", cycle or not (no function here
@@ -153,6 +159,7 @@ def test_gpu_memory_at_end_is_what_the_script_still_held(tmp_path, monkeypatch, 
     assert [(r["line"], r["live_bytes"]) for r in lines] == [(2, 1024**2), (3, 0)]
 
 
+@pytest.mark.fake_cuda
 @needs_fake_cuda
 def test_gpu_memory_at_end_is_what_a_module_still_held_when_it_called_sys_exit(
     tmp_path, monkeypatch

@@ -92,6 +92,8 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
+@pytest.mark.fake_cuda
 @pytest.mark.parametrize(("make", "op", "text", "states"), CASES)
 def test_the_optimizers_default_path_fails_as_on_a_gpu_and_is_explained(
     both_values: str, make: Any, op: str, text: str, states: list[str]
@@ -116,6 +118,7 @@ def test_the_optimizers_default_path_fails_as_on_a_gpu_and_is_explained(
     assert moved and all(t["made_by"]["line"] == line_of("moved") for t in moved)
 
 
+@pytest.mark.fake_cuda
 def test_a_state_left_on_another_gpu_fails_in_torchs_grouping_and_is_explained(
     both_values: str,
 ) -> None:
@@ -173,6 +176,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.fake_cuda
 def test_the_cli_explains_the_grouping_error_the_script_lets_out(both_values: str, tmp_path):
     (tmp_path / "train.py").write_text(SCRIPT)
     done = gpuwatch_here(

@@ -25,6 +25,7 @@ def by_line(rows: list[dict[str, Any]], key: str) -> dict[int, int]:
     return {r["line"]: r[key] for r in rows if r["file"].endswith(HERE) and r[key]}
 
 
+@pytest.mark.fake_cuda
 def test_parameters_activations_gradients_and_optimizer_state_exact():
     from profilers.fake_cuda.harness import fake_cuda
 
@@ -69,6 +70,7 @@ def test_parameters_activations_gradients_and_optimizer_state_exact():
     assert seen["views"] == seen["step"]
 
 
+@pytest.mark.fake_cuda
 def test_a_gpu_used_only_for_memory_is_among_the_runs_devices():
     # no copy to or from it: the devices seen in copies alone said "none"
     from profilers.fake_cuda.harness import fake_cuda
@@ -78,6 +80,7 @@ def test_a_gpu_used_only_for_memory_is_among_the_runs_devices():
     assert [d["device"] for d in prof.report().devices] == ["cuda:0"]
 
 
+@pytest.mark.fake_cuda
 def test_the_peak_and_the_lines_holding_it():
     from profilers.fake_cuda.harness import fake_cuda
 
@@ -112,6 +115,7 @@ def test_the_peak_and_the_lines_holding_it():
     ]
 
 
+@pytest.mark.fake_cuda
 def test_out_of_memory_on_a_small_simulated_gpu_names_the_lines_holding_it():
     from profilers.fake_cuda.harness import fake_cuda
 
@@ -160,6 +164,7 @@ def test_memory_is_not_tracked_on_the_fast_path_unless_asked():
     assert prof.report().counts_ops is True  # every op entered Python
 
 
+@pytest.mark.fake_cuda
 @pytest.mark.parametrize("tracked", [False, None])  # the fast path; every op, as --fake-cuda
 def test_an_oom_moving_a_batch_names_its_line_on_either_counting_path(tracked):
     import traceback
@@ -222,6 +227,7 @@ def test_on_a_gpu_the_peak_is_the_allocators_less_its_rounding():
     assert 0.95 * allocated <= peak <= allocated, (peak, allocated)
 
 
+@pytest.mark.fake_cuda
 def test_an_allocation_bigger_than_the_host_raises_the_gpus_oom_in_both_value_modes(both_values):
     """Real values keep a GPU tensor in the host's memory: a request no 80 GiB GPU could hold
     fails there first, and must still read as CUDA's out-of-memory error (4 PiB asked)."""
@@ -233,6 +239,7 @@ def test_an_allocation_bigger_than_the_host_raises_the_gpus_oom_in_both_value_mo
     assert "GPU 0 has a total capacity of 80.00 GiB" in str(raised.value)
 
 
+@pytest.mark.fake_cuda
 def test_real_values_say_when_the_host_cannot_hold_what_the_simulated_gpu_could():
     from profilers.fake_cuda.harness import fake_cuda
 

@@ -16,9 +16,12 @@ import profilers
 from tests import conftest
 from tests.profiler_helpers import line_of
 
-pytestmark = pytest.mark.skipif(
-    conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
-)
+pytestmark = [
+    pytest.mark.fake_cuda,
+    pytest.mark.skipif(
+        conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
+    ),
+]
 
 HERE = __file__.rsplit("/", 1)[-1]
 

@@ -52,6 +52,7 @@ def test_a_script_that_never_asks_says_nothing_of_it():
     assert "gpu_fallback" not in prof.report().to_dict()
 
 
+@pytest.mark.fake_cuda
 @pytest.mark.skipif(conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING))
 def test_on_a_fake_gpu_the_answer_is_yes_and_nothing_is_said():
     from profilers.fake_cuda.harness import fake_cuda
@@ -62,6 +63,8 @@ def test_on_a_fake_gpu_the_answer_is_yes_and_nothing_is_said():
     assert prof.report().gpu_fallback is None
 
 
+@pytest.mark.fake_cuda
+@pytest.mark.slow
 def test_the_summary_and_json_say_it_ran_on_the_cpu_and_suggest_fake_cuda(tmp_path):
     from gpuwatch.report.load import load_report
 

@@ -147,6 +147,7 @@ async def test_q_quits_within_a_second_while_an_nvml_call_hangs(clock):
         nvml.release.set()
 
 
+@pytest.mark.slow
 def test_the_top_command_quits_while_nvml_hangs():
     # The whole process, as a user runs it: q must end it though a sampling thread is stuck.
     code = (
@@ -172,6 +173,7 @@ def test_the_top_command_quits_while_nvml_hangs():
     assert time.monotonic() - began < 20  # the interpreter did not wait on the hung thread
 
 
+@pytest.mark.slow
 async def test_kill_rechecks_the_process_before_signalling(clock):
     from gpuwatch.app.screens import KillScreen
     from gpuwatch.monitor.nvml import FakeBackend
@@ -192,6 +194,7 @@ async def test_kill_rechecks_the_process_before_signalling(clock):
         assert app.query_one("#gpu-0", GpuCard).sample is not None
 
 
+@pytest.mark.slow
 def test_signal_reaches_only_the_process_that_started_then():
     import psutil
 

@@ -138,6 +138,7 @@ def test_processes_merge_compute_and_graphics_with_host_info(clock):
     assert nvml.proc_util_since == [0, 10]
 
 
+@pytest.mark.slow
 def test_process_that_exits_between_listing_and_lookup_is_dropped(clock):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -185,6 +186,7 @@ def test_no_nvlink_probes_once(clock):
     assert nvml.calls["fields"] == 0
 
 
+@pytest.mark.slow
 def test_send_signal_reaches_a_real_process(clock):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

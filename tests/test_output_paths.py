@@ -59,6 +59,7 @@ def test_dev_full_says_no_space_in_one_line_and_exits_2(tmp_path):
     assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
 
 
+@pytest.mark.slow
 def test_trace_to_dev_stdout_follows_the_scripts_output_in_the_same_file(tmp_path):
     (tmp_path / "s.py").write_text(SCRIPT)
     with open(tmp_path / "out.txt", "w") as out:  # the shell's `> out.txt`

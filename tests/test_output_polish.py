@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
 import torch
 import torch.distributed as dist
 from rich.console import Console
@@ -17,6 +18,8 @@ from gpuwatch.report.html import render_html
 from gpuwatch.report.html_charts import _bytes_per_line
 from gpuwatch.report.text import summary
 from tests.profiler_helpers import fake_mode, line_of
+
+pytestmark = pytest.mark.slow
 
 
 def _collectives() -> profilers.Report:

@@ -22,6 +22,7 @@ def _changes() -> set[tuple[str, str]]:
     return {(r.by, r.target) for r in registry.records()}
 
 
+@pytest.mark.fake_cuda
 def test_every_change_of_ours_is_documented():
     seen: dict[str, set[tuple[str, str]]] = {}
     with profilers.profile(count_ops=True):
@@ -55,6 +56,7 @@ def test_every_change_of_ours_is_documented():
     assert registry.installed() == []
 
 
+@pytest.mark.fake_cuda
 def test_each_entry_says_what_why_and_what_is_lost():
     for entry in patch_list.ENTRIES:
         assert entry.by in ("profiler", "fake_cuda", "guard"), entry
@@ -85,6 +87,7 @@ def test_two_patches_of_one_attribute_undo_in_either_order(lower_leaves_first):
     assert owner.f is _orig and registry.installed() == []
 
 
+@pytest.mark.fake_cuda
 def test_an_inherited_attribute_shows_through_again():
     class Base:
         def f(self) -> str:
@@ -107,6 +110,7 @@ def test_someone_elses_patch_over_ours_is_left_alone():
     assert owner.f == "theirs" and registry.installed() == []
 
 
+@pytest.mark.fake_cuda
 def test_hide_and_switch_undo_with_the_stack():
     owner = SimpleNamespace(g=1)
     undone: list[str] = []

@@ -131,6 +131,7 @@ def test_the_rank_command_line_gives_back_the_ranks_options():
     ]
 
 
+@pytest.mark.fake_cuda
 def test_the_notebook_magic_builds_the_same_options():
     pytest.importorskip("IPython")
     from gpuwatch.profile.notebook import parse_options
@@ -164,6 +165,7 @@ def test_the_notebook_magic_builds_the_same_options():
     ]
 
 
+@pytest.mark.fake_cuda
 def test_the_library_keywords_come_from_one_mapping():
     import profilers
     from profilers.session import Options
@@ -213,6 +215,8 @@ for i in range(5):
 """
 
 
+@pytest.mark.fake_cuda
+@pytest.mark.slow
 def test_steps_reach_the_live_child(tmp_path: Path):
     (tmp_path / "s.py").write_text(STEPS)
     session = ChildSession(
@@ -239,6 +243,7 @@ def test_steps_reach_the_live_child(tmp_path: Path):
     assert (steps["window"], steps["count"], steps["seen"]) == ([1, 3], 2, 5)
 
 
+@pytest.mark.slow
 def test_steps_reach_a_rank(tmp_path: Path):
     (tmp_path / "s.py").write_text(STEPS)
     cmd = rank_command(

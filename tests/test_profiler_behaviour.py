@@ -379,6 +379,7 @@ OPS = [
 
 
 # NB: both_paths only swaps profilers.profile for the test: the same for every example.
+@pytest.mark.slow
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -406,6 +407,7 @@ def test_results_are_bit_for_bit_the_same_with_the_profiler(seed, program, both_
 # -- the report ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_memory_stays_bounded_one_site_per_line_and_a_capped_timeline():
     with profilers.profile(is_pinned=never_pinned, timeline_capacity=5) as prof, fake_mode():
         x = torch.randn(4)

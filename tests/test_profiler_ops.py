@@ -1,4 +1,4 @@
-"""Every row of DESIGN.md's dispatcher table that runs on a CPU-only torch, counted exactly.
+"""Every op kind the profiler classifies (profilers/counting/ops.py) that runs on a CPU-only torch, counted exactly.
 
 Fake tensors report cuda:0/cuda:1 devices without a GPU; pinned memory is injected."""
 

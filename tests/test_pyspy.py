@@ -30,6 +30,7 @@ def sleeper(tmp_path):
     proc.wait()
 
 
+@pytest.mark.slow
 def test_dump_of_a_python_process_shows_its_function(sleeper):
     try:
         text = dump_stack(sleeper.pid)
@@ -39,6 +40,7 @@ def test_dump_of_a_python_process_shows_its_function(sleeper):
     assert "waiting_for_godot" in text and "sleeper.py" in text
 
 
+@pytest.mark.slow
 def test_a_process_that_is_not_python():
     proc = subprocess.Popen(["sleep", "30"])
     try:
@@ -49,6 +51,7 @@ def test_a_process_that_is_not_python():
         proc.wait()
 
 
+@pytest.mark.slow
 def test_a_process_that_has_exited():
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()

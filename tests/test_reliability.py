@@ -63,6 +63,7 @@ def wait_for_line(proc: subprocess.Popen[str], text: str, timeout_s: float = 60)
 # -- the ways a run ends --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_sigterm_and_sighup_leave_every_report_and_exit_128_plus_the_signal(tmp_path, signum):
     (tmp_path / "loop.py").write_text(LOOP)
@@ -82,6 +83,7 @@ def test_sigterm_and_sighup_leave_every_report_and_exit_128_plus_the_signal(tmp_
     assert problem(doc) is None  # what the CLI writes holds to the published schema
 
 
+@pytest.mark.slow
 def test_ctrl_c_twice_never_loses_the_report(tmp_path):
     # 5 copies of 64 bytes, then a wait with no op: the counts up to Ctrl-C are exact.
     (tmp_path / "loop.py").write_text(
@@ -121,6 +123,7 @@ def _h2d_in(path: Path) -> int:
         return -1
 
 
+@pytest.mark.slow
 def test_a_sigkilled_run_leaves_its_last_checkpoint(tmp_path):
     (tmp_path / "loop.py").write_text(LOOP)
     proc = start(
@@ -140,6 +143,7 @@ def test_a_sigkilled_run_leaves_its_last_checkpoint(tmp_path):
     assert "last checkpoint" in doc["error"] and doc["totals"]["h2d"]["count"] >= 4
 
 
+@pytest.mark.slow
 def test_os_exit_in_the_script_still_writes_the_report(tmp_path):
     (tmp_path / "quit.py").write_text(
         FAKE
@@ -187,6 +191,7 @@ def test_work_in_non_daemon_threads_after_main_returns_is_counted(tmp_path):
     assert (doc["totals"]["h2d"]["count"], doc["totals"]["h2d"]["bytes"]) == (7, 7 * 64)
 
 
+@pytest.mark.slow
 def test_sigint_ignored_at_start_stays_ignored_for_the_script(tmp_path):
     (tmp_path / "probe.py").write_text(
         "import signal\nprint(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)\n"
@@ -222,6 +227,7 @@ def test_a_script_that_clears_sys_path_still_gets_every_report(tmp_path):
     assert "plotly" in (tmp_path / "r.html").read_text()[:200_000].lower()
 
 
+@pytest.mark.slow
 def test_names_and_arguments_that_are_not_utf8(tmp_path):
     name = os.fsencode(tmp_path) + b"/caf\xe9.py"
     Path(os.fsdecode(name)).write_text("import sys\nprint(len(sys.argv[1]))\n")
@@ -287,6 +293,7 @@ def test_the_profiler_never_raises_into_user_code():
 # -- outputs: never over the user's files, always checked first -------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -127,6 +127,7 @@ def test_parse_keeps_label_values_short():
     assert g.gpu_util_pct == 7 and len(g.name or "") < 300
 
 
+@pytest.mark.slow
 async def test_top_shows_remote_cards_grouped_by_host(clock):
     url, server, _ = exporter(2, clock)
     backend = HostsBackend([RemoteHost(url, interval_s=60)])

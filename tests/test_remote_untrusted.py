@@ -123,6 +123,7 @@ class DripServer:
         self.sock.close()
 
 
+@pytest.mark.slow
 def test_a_server_that_drips_its_headers_is_cut_off_and_remote_only_says_why(capsys):
     drip = DripServer()
     try:
@@ -178,6 +179,7 @@ def test_nan_infinities_and_absurd_values_cost_one_value_each(page_server, capsy
     assert max(len(line) for line in out.splitlines()) <= 200  # no 300-digit figure
 
 
+@pytest.mark.slow
 def test_thousands_of_gpus_and_a_hundred_thousand_processes_are_cut_and_said(
     page_server, capsys, monkeypatch
 ):

@@ -1,5 +1,5 @@
-"""The replay on a GPU, end to end without one (issue 26: "replayed as recorded, it must
-reproduce the measured step time"): the profiler's real path (the hot path's records in
+"""The replay on a GPU, end to end without one (replayed as recorded, a step must take
+its measured time): the profiler's real path (the hot path's records in
 timing/oplog.py, the CUDA timer of timing/cuda_events.py writing each op's event time into its
 record, timing/replayed.py replaying the kept steps) over a stand-in CudaApi that behaves as a
 GPU does in real time: one stream runs the ops in order, each for its planned time; an event

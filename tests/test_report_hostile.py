@@ -146,6 +146,7 @@ def _poison(node: Any, cycle: Iterator[float]) -> None:
             _poison(value, cycle)
 
 
+@pytest.mark.slow
 @pytest.mark.fake_cuda
 @pytest.mark.skipif(conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING))
 def test_every_figure_not_finite_is_written_null_and_read_back_by_every_writer(

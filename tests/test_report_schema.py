@@ -174,6 +174,7 @@ def test_a_gpu_sample_without_an_optional_field_renders(field):
 # 100 examples are 3 s (300 took 21 s in the suite on a loaded machine). What it has found, the
 # fields above, are tests of their own; 1500 examples, run once when the count was lowered,
 # found nothing more.
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_fuzzed_reports_load_and_render_or_get_one_line(data):
@@ -240,6 +241,7 @@ def test_a_saved_report_round_trips_through_the_reader(tmp_path):
     assert again["totals"] == doc["totals"] and copy.deepcopy(again["sites"]) == doc["sites"]
 
 
+@pytest.mark.slow
 def test_rendering_a_saved_report_never_imports_torch(tmp_path):
     import subprocess
     import sys

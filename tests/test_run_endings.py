@@ -27,6 +27,7 @@ COPIES = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("call", "shown"),
     [
@@ -84,6 +85,7 @@ def test_an_exec_that_fails_leaves_the_run_going(tmp_path, monkeypatch, capfd):
     assert os.execv.__module__ in ("posix", "os") and os.execve.__module__ in ("posix", "os")
 
 
+@pytest.mark.slow
 def test_a_script_that_closes_stderr_exits_0_as_python_does(tmp_path):
     (tmp_path / "quiet.py").write_text(
         'import sys\nprint("done", flush=True)\nsys.stderr.close()\n'
@@ -96,6 +98,7 @@ def test_a_script_that_closes_stderr_exits_0_as_python_does(tmp_path):
     assert json.loads((tmp_path / "r.json").read_text())["partial"] is False
 
 
+@pytest.mark.slow
 def test_a_script_that_closes_stderr_and_then_raises_exits_1_with_its_traceback(tmp_path):
     (tmp_path / "raises.py").write_text(
         "import sys\nsys.stderr.close()\nraise ValueError('after closing stderr')\n"
@@ -147,6 +150,7 @@ def test_a_scripts_own_chained_exceptions_are_shown_whole(tmp_path, monkeypatch,
     assert "profilers" not in err and "gpuwatch" not in err
 
 
+@pytest.mark.slow
 def test_a_scripts_traceback_keeps_pythons_carets(tmp_path, monkeypatch, capfd):
     # Python 3.11 marks the failing expression of each frame with ^^^^: under gpuwatch the
     # script's traceback is byte for byte the one plain python prints.
@@ -161,6 +165,7 @@ def test_a_scripts_traceback_keeps_pythons_carets(tmp_path, monkeypatch, capfd):
     assert capfd.readouterr().err == plain.stderr
 
 
+@pytest.mark.slow
 def test_a_keyboard_interrupt_shows_where_the_script_was_as_python_does(
     tmp_path, monkeypatch, capfd
 ):

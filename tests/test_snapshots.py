@@ -153,6 +153,7 @@ def speaking_child() -> Iterator[ChildSession]:
     session.process.wait(10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_live_view(snap_compare, speaking_child: ChildSession, size: tuple[int, int]) -> None:
     run = LiveRun(speaking_child, gpu_stats="demo", clock=FakeClock(), stop_grace_s=0.5)
@@ -173,6 +174,7 @@ def test_live_view(snap_compare, speaking_child: ChildSession, size: tuple[int, 
     assert snap_compare(app, terminal_size=size, run_before=everything_in)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_live_view_memory_by_line(
     snap_compare, speaking_child: ChildSession, size: tuple[int, int]

@@ -18,6 +18,7 @@ from tests import conftest
 from tests.profiler_helpers import line_of, site_at
 
 pytestmark = [
+    pytest.mark.fake_cuda,
     pytest.mark.skipif(
         conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
     ),
@@ -74,6 +75,7 @@ def _check(r: profilers.Report) -> None:
     assert r.totals.d2h.count == n + STEPS and r.totals.d2h.bytes == 4 * (n + STEPS)
 
 
+@pytest.mark.slow
 def test_threads_and_backward_at_once_count_exactly_every_time():
     from profilers.fake_cuda.harness import fake_cuda
 

@@ -1,4 +1,4 @@
-"""The profiler's own time, taken out honestly (issue 30): each op's cost outside the hot path,
+"""The profiler's own time, taken out honestly: each op's cost outside the hot path,
 probed on its own arguments where it is first seen, moves from the user's line to the profiler's
 own time when the step closes (exact on an injected clock); a probe never writes the user's
 tensors nor draws from their random stream; closing a step is the profiler's own time; and,

@@ -1,5 +1,5 @@
 """A long stretch of the host with no op in it is charged to the line the profile's thread was
-at, read by a sampler of its stack (issue 30), not to the op after it: a ``time.sleep`` is the
+at, read by a sampler of its stack, not to the op after it: a ``time.sleep`` is the
 sleep's line, the setup before the first op is the setup's line."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The GPU half of the time view measured with CUDA events (issue 30), exact on the CPU: a
+"""The GPU half of the time view measured with CUDA events, exact on the CPU: a
 stand-in GPU runs each op for a duration the test decides, on the host clock the test moves,
 and its events say when. The real CUDA timer, step clock, op log and GPU timeline place each op
 on the host's clock and charge each step's idle time to its cause and line, as the profiler's

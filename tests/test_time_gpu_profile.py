@@ -1,4 +1,4 @@
-"""The measured GPU half through a whole ``profilers.profile()`` (issue 30): a stand-in GPU on the
+"""The measured GPU half through a whole ``profilers.profile()``: a stand-in GPU on the
 host's real clock (its events run when recorded, after what its stream already holds) under fake
 CUDA tensors, so the session's wiring is what is tested: the timeline set up, the device's one
 anchor wait not counted as the script's sync, every step's figures in the report at the end.

@@ -1,4 +1,4 @@
-"""The GPU half of the time view on a real GPU (issue 30): ``torch.cuda._sleep`` gives GPU work of
+"""The GPU half of the time view on a real GPU: ``torch.cuda._sleep`` gives GPU work of
 known length; a step with an ``.item()`` after it, a step with a pageable copy and a step fed by
 a slow loader must each get their verdict at their line, with busy and idle time within 5% of
 what CUDA events around the whole step (and around each sleep) say.

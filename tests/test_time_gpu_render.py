@@ -1,4 +1,4 @@
-"""The measured GPU half in every renderer (issue 30): the summary's first lines, the JSON and
+"""The measured GPU half in every renderer: the summary's first lines, the JSON and
 its schema, the HTML's stacked bar, the trace's GPU idle track, the live status line; figures
 measured on the GPU say so, and steps whose GPU half is still to come never show host bars."""
 

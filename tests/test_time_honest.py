@@ -24,6 +24,7 @@ from tests import conftest
 from tests.profiler_helpers import line_of
 
 
+@pytest.mark.fake_cuda
 @pytest.mark.skipif(conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING))
 def test_on_a_fake_gpu_the_time_view_is_off_and_says_why():
     from profilers.fake_cuda.harness import fake_cuda

@@ -1,4 +1,4 @@
-"""Where each step's time goes, on the host (issue 30): the step clock's arithmetic exact on an
+"""Where each step's time goes, on the host: the step clock's arithmetic exact on an
 injected timeline, and real runs on the CPU: a loader that sleeps a known time is input-bound with
 that time at the ``for`` line; a host loop of known cost is launch-bound at its line; the step
 time stated for an unprofiled run agrees with a plain run."""

@@ -1,4 +1,4 @@
-"""Input iterators other than the DataLoader (issue 30): ``profilers.input()`` in the script,
+"""Input iterators other than the DataLoader: ``profilers.input()`` in the script,
 ``inputs=`` / ``--input`` by dotted name (a class's ``__next__``, an iterable class's iterators,
 a generator function's results), each wait charged to the line that pulls the item, exactly as
 a DataLoader's batches are; nested inputs counted once; names that time nothing refused in one

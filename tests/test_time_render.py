@@ -52,6 +52,60 @@ def _report() -> Report:
     return r
 
 
+def _launch_bound(blocked: int) -> Report:
+    """Three steps of 10 ms: line 2's Python runs 8 ms, then ``blocked`` lines (from line 20 on)
+    each wait 0.25 ms in .item() and make one pageable copy (as profilers/timing/charge.py notes
+    them); steps 1 and 2 are the per-step basis, so each count is 2."""
+    clock = StepClock(start_ns=0)
+    for k in range(3):
+        t = k * 10_000_000
+        clock.line(_Site(2)).launch_ns += 8_000_000
+        clock.last_ns = t + 8_000_000
+        for i in range(blocked):
+            at = t + 8_000_000 + i * 250_000
+            rec = clock.wait(_Site(20 + i), SYNC, "item", at, at, at + 250_000, at + 250_000)
+            rec.syncs += 1
+            rec.host_reads += 1
+            rec.pageable += 1
+        clock.close(t + 10_000_000)
+    r = Report(command=["train.py"], duration_s=0.03, steps={"count": 3, "source": "manual"})
+    r.time = time_section(clock, 30_000_000)
+    return r
+
+
+def _summary_text(r: Report) -> str:
+    out = io.StringIO()
+    Console(width=200, file=out, color_system=None).print(summary(r))
+    return out.getvalue()
+
+
+def test_a_launch_bound_step_names_what_stops_a_cuda_graph_capture():
+    r = _launch_bound(blocked=2)
+    assert r.time is not None and r.time["after_first"]["verdict"] == "launch-bound"
+    text = _summary_text(r)
+    assert (
+        "what stops capturing the step as a CUDA graph (one launch for its kernels), over the 2 "
+        "steps after the first:" in text
+    )
+    for line in (20, 21):
+        assert (
+            f"train.py:{line}: 2 syncs (2 of them reads to the host) and 2 pageable copies" in text
+        )
+    html = render_html(r)
+    assert "what stops capturing the step as a CUDA graph" in html
+    assert "train.py:21: 2 syncs (2 of them reads to the host) and 2 pageable copies" in html
+
+
+def test_past_five_blockers_the_summary_says_how_many_more():
+    text = _summary_text(_launch_bound(blocked=7))
+    assert text.count("2 syncs (2 of them reads to the host)") == 5
+    assert "and 2 lines more (the JSON's graph_blockers)" in text
+
+
+def test_a_step_that_is_not_launch_bound_names_no_graph_blockers():
+    assert "CUDA graph" not in _summary_text(_report())  # sync-bound: 7 ms of 10 waiting
+
+
 def test_the_summary_opens_with_the_verdict_and_the_costliest_line():
     out = io.StringIO()
     Console(width=200, file=out).print(summary(_report()))

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import re
 
+import pytest
 from textual.widgets import Input
 
 from gpuwatch.app.widgets import GpuCard, ProcessTable
@@ -30,6 +31,7 @@ async def started(app: TopApp, pilot) -> None:
     await pilot.pause()
 
 
+@pytest.mark.slow
 async def test_held_idle_and_low_sm_activity_show_on_cards_and_table(clock):
     backend = FakeBackend(gpu_count=3, clock=clock, idle_gpus={1}, stuck_gpus={2})
     app = TopApp(backend, interval_s=0.1, idle=IdlePolicy(after_s=0))

@@ -63,6 +63,7 @@ async def test_values_move_with_time_and_history_grows(clock):
         assert len(app.history.of(0).util_pct) >= 3
 
 
+@pytest.mark.slow
 async def test_process_table_sorts_by_gpu_memory_then_cycles(clock):
     app, backend = make_app(clock)
     async with app.run_test(size=(160, 48)) as pilot:
@@ -80,6 +81,7 @@ async def test_process_table_sorts_by_gpu_memory_then_cycles(clock):
         assert [p.gpu_index for p in table.shown_processes] == [1, 1, 0, 0]
 
 
+@pytest.mark.slow
 async def test_clicking_a_header_sorts_by_that_column(clock):
     app, _ = make_app(clock)
     async with app.run_test(size=(160, 48)) as pilot:
@@ -91,6 +93,7 @@ async def test_clicking_a_header_sorts_by_that_column(clock):
         assert pids == sorted(pids, reverse=True)
 
 
+@pytest.mark.slow
 async def test_filter_narrows_the_table_and_escape_clears(clock):
     app, _ = make_app(clock)
     async with app.run_test(size=(160, 48)) as pilot:
@@ -137,6 +140,7 @@ async def test_pause_stops_updates(clock):
         assert app.query_one("#gpu-0", GpuCard).sample != frozen
 
 
+@pytest.mark.slow
 async def test_help_lists_every_binding(clock):
     app, _ = make_app(clock)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -156,6 +160,7 @@ async def test_help_lists_every_binding(clock):
         assert not isinstance(app.screen, HelpScreen)
 
 
+@pytest.mark.slow
 async def test_kill_asks_first_then_sends_the_chosen_signal(clock):
     app, backend = make_app(clock)
     async with app.run_test(size=(160, 48)) as pilot:
@@ -174,6 +179,7 @@ async def test_kill_asks_first_then_sends_the_chosen_signal(clock):
         )
 
 
+@pytest.mark.slow
 async def test_kill_is_refused_when_readonly(clock):
     app, backend = make_app(clock, readonly=True)
     async with app.run_test(size=(160, 48)) as pilot:
@@ -185,6 +191,7 @@ async def test_kill_is_refused_when_readonly(clock):
         assert any("read-only" in n.message for n in app._notifications)
 
 
+@pytest.mark.slow
 async def test_kill_of_a_process_that_already_exited_says_so(clock):
     app, backend = make_app(clock)
     async with app.run_test(size=(160, 48)) as pilot:
@@ -218,6 +225,7 @@ async def test_stack_view_shows_the_dump(clock, key):
         await wait_until(lambda: "train_step (train.py:42)" in str(stack.render()))
 
 
+@pytest.mark.slow
 async def test_stack_view_shows_a_clear_error(clock):
     def dumper(pid: int) -> str:
         raise StackDumpError(f"process {pid} is not a Python process")
@@ -276,6 +284,7 @@ async def test_a_sample_that_lands_while_widgets_go_is_kept_not_fatal(clock):
         assert app.query_one("#gpu-0", GpuCard).sample is not snap.gpus[0]
 
 
+@pytest.mark.slow
 async def test_cards_stay_current_under_the_help_screen(clock):
     app, backend = make_app(clock, gpus=1)
     async with app.run_test(size=(160, 48)) as pilot:
@@ -322,6 +331,7 @@ async def test_a_gpu_lost_mid_run_is_shown_not_fatal(clock):
         assert {p.gpu_index for p in app.query_one(ProcessTable).shown_processes} == {1}
 
 
+@pytest.mark.slow
 async def test_stack_of_a_simulated_process_says_so(clock):
     app, _ = make_app(clock)  # the default dumper is py-spy; demo processes are not real
     async with app.run_test(size=(160, 48)) as pilot:
@@ -333,6 +343,7 @@ async def test_stack_of_a_simulated_process_says_so(clock):
         assert f"process {pid} is simulated by --demo" in plain(stack)
 
 
+@pytest.mark.slow
 async def test_the_mouse_sorts_by_header_and_selects_rows(clock):
     app, _ = make_app(clock)
     async with app.run_test(size=(160, 48)) as pilot:

@@ -3,6 +3,7 @@ open at the first GPU with the process table reachable."""
 
 from __future__ import annotations
 
+import pytest
 from textual import events
 from textual.widgets import Input
 
@@ -27,6 +28,7 @@ async def test_keys_typed_at_once_after_slash_go_to_the_filter(clock):
         assert app.query_one("#filter", Input).value == "car/bin"
 
 
+@pytest.mark.slow
 async def test_64_gpus_at_80x24_open_at_gpu_0_with_the_processes_reachable(clock):
     app, _ = make_app(clock, gpus=64)
     async with app.run_test(size=(80, 24)) as pilot:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from gpuwatch.app.widgets import GpuCard, ProcessTable
 from gpuwatch.app.widgets.gpu_card import CardBody, stats_text, transfer_text
 from gpuwatch.app.widgets.process_table import COLUMNS
@@ -13,6 +15,7 @@ from tests.conftest import screen_lines, wait_until
 from tests.test_top_app import make_app, started
 
 
+@pytest.mark.slow
 async def test_the_sorted_column_shows_its_arrow_whichever_it_is(clock):
     app, _ = make_app(clock)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -53,6 +56,7 @@ async def test_a_tick_updates_cells_in_place_and_rebuilds_only_when_rows_change(
         assert {p.user for p in table.shown_processes} == {"bob"}
 
 
+@pytest.mark.slow
 async def test_80x24_keeps_title_and_footer_whole_and_fills_its_rows(clock):
     app, _ = make_app(clock, gpus=2)
     async with app.run_test(size=(80, 24)) as pilot:

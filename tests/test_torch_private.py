@@ -3,6 +3,7 @@ that drops or renames one fails here, loudly, instead of the profiler silently c
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from profilers import torch_private as private
@@ -77,6 +78,7 @@ def private_module_file() -> str:
     return private.__file__
 
 
+@pytest.mark.fake_cuda
 def test_every_private_torch_name_profilers_uses_is_listed():
     listed = set(private.WHAT_EACH_GIVES)
     # A module that is only a way to a listed name (torch._C of torch._C._foo) is not a hook.

@@ -87,6 +87,7 @@ def test_the_user_can_hide_the_line(monkeypatch):
     assert torch_range.check_installed() is not None
 
 
+@pytest.mark.fake_cuda
 def test_a_usage_error_on_an_untested_torch_stays_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(torch, "__version__", "2.16.0")
     monkeypatch.setattr(private, "unresolved", lambda: set())
@@ -111,6 +112,7 @@ def test_a_torch_the_profiler_cannot_load_on_is_one_line_and_exit_2(tmp_path, mo
     )
 
 
+@pytest.mark.fake_cuda
 @pytest.mark.parametrize(
     ("header", "standard"),
     [
@@ -135,6 +137,7 @@ def test_the_fake_gpus_guard_builds_with_the_standard_torchs_headers_ask_for(
     assert cxx_standard(tmp_path) == standard
 
 
+@pytest.mark.fake_cuda
 def test_the_installed_torchs_headers_name_a_standard_the_guard_builds_with():
     from profilers.fake_cuda.build import cxx_standard
 

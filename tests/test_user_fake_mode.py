@@ -43,6 +43,7 @@ def _train_with_a_logger_thread(steps: int) -> None:
         t.join()
 
 
+@pytest.mark.slow
 def test_a_logger_threads_syncs_are_exact_every_run(monkeypatch):
     failed: list[BaseException | None] = []
     monkeypatch.setattr(threading, "excepthook", lambda a: failed.append(a.exc_value))

@@ -1,4 +1,4 @@
-"""The what-if checked against the fix itself (issue 26): the single-GPU demo's naive and fixed
+"""The what-if checked against the fix itself: the single-GPU demo's naive and fixed
 variants under ``--fake-cuda --gpu H100``. The savings the naive run predicts for its hints,
 applied together (their overlap taken out), must come to the gap between the two runs'
 predicted steps, within 15%; the fixed run's predicted idle time is smaller.
@@ -6,7 +6,7 @@ predicted steps, within 15%; the fixed run's predicted idle time is smaller.
 NB: sized so that the H100's work is not dwarfed by the host's: a batch of 512 images of
 96 x 96. At the demo's default size a step is a few µs of GPU work per op on an H100 and the
 host decides everything; under the fake GPU the host's time is measured with the simulation's
-work taken out, which leaves several times a real host's (see the report of issue 26)."""
+work taken out, which leaves several times a real host's."""
 
 from __future__ import annotations
 

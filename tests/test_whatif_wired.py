@@ -1,4 +1,4 @@
-"""The what-if wired into runs (issue 26): the step replay's records taken from the hot path
+"""The what-if wired into runs: the step replay's records taken from the hot path
 (CUDA-event times on a GPU, stand-in events here; the model's under ``--fake-cuda --gpu``),
 ``report.what_if`` and ``report.predicted``, ``--gpu`` and ``report --what-if`` on the command
 line, the time view's GPU half PREDICTED under the fake GPU."""
@@ -77,6 +77,7 @@ def test_on_a_gpu_each_op_gets_its_event_time_and_the_what_ifs_are_replayed():
     assert profilers.Report.from_dict(json.loads(r.to_json())).what_if == w
 
 
+@pytest.mark.fake_cuda
 def test_without_a_closed_step_or_gpu_times_there_is_no_what_if():
     gpu = StubCuda()
     with profilers.profile(cuda=gpu, is_pinned=never_pinned) as prof, fake_mode():
@@ -108,6 +109,8 @@ def _fake_run(
     return prof.report(), prof
 
 
+@pytest.mark.fake_cuda
+@pytest.mark.slow
 @needs_fake_cuda
 def test_under_the_fake_gpu_each_op_has_the_models_time():
     spec = gpu_spec("H100")
@@ -164,6 +167,7 @@ def test_under_the_fake_gpu_each_op_has_the_models_time():
     assert "(PREDICTED for H100-SXM, step 3 replayed" in time_lines(r)[1]
 
 
+@pytest.mark.fake_cuda
 @needs_fake_cuda
 def test_the_peak_of_gpu_memory_is_checked_against_the_gpus_size():
     def work():
@@ -182,6 +186,7 @@ def test_the_peak_of_gpu_memory_is_checked_against_the_gpus_size():
     assert f"PREDICTED: {message}" in time_lines(r)
 
 
+@pytest.mark.fake_cuda
 @needs_fake_cuda
 def test_the_memory_check_is_said_when_no_step_ended():
     # A script that never steps (inference, an allocation test) gets no time prediction, but
@@ -196,6 +201,8 @@ def test_the_memory_check_is_said_when_no_step_ended():
     ]
 
 
+@pytest.mark.fake_cuda
+@pytest.mark.slow
 @needs_fake_cuda
 def test_the_gpus_idle_over_a_long_pause_is_the_pauses_line_not_the_next_ops():
     import time
@@ -217,6 +224,7 @@ def test_the_gpus_idle_over_a_long_pause_is_the_pauses_line_not_the_next_ops():
     assert time_lines(r)[-1].startswith(f"costliest line: {_site(line_of('pause'))}, ")
 
 
+@pytest.mark.fake_cuda
 @needs_fake_cuda
 def test_without_gpu_the_fake_gpus_time_view_stays_off():
     from profilers.fake_cuda.harness import fake_cuda
@@ -231,6 +239,7 @@ def test_without_gpu_the_fake_gpus_time_view_stays_off():
             pass
 
 
+@pytest.mark.fake_cuda
 def test_gpu_names_a_known_gpu_and_goes_with_fake_cuda(tmp_path, capsys):
     script = tmp_path / "s.py"
     script.write_text("raise SystemExit('must not run')\n")
@@ -246,6 +255,7 @@ def test_gpu_names_a_known_gpu_and_goes_with_fake_cuda(tmp_path, capsys):
     assert err.count("\n") == 1 and "GTX-980" in err
 
 
+@pytest.mark.fake_cuda
 @needs_fake_cuda
 def test_report_what_if_prints_the_table(tmp_path, capsys):
     def work():

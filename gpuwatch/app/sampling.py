@@ -12,7 +12,7 @@ from textual.message import Message
 from gpuwatch.monitor.gpu_timeline import learn_mig_gpus
 from gpuwatch.monitor.nvml.sampler import Sampler
 from gpuwatch.monitor.nvml.samples import Snapshot
-from profilers.registry import OwnThread
+from gpuwatch.monitor.threads import OwnThread
 
 #: Height of a full card, borders included; a brief card has no graphs; a compact card is one line.
 FULL_CARD_HEIGHT = 11

@@ -14,8 +14,12 @@ from typing import Any
 
 from textual.app import App
 
-from gpuwatch.profile.interrupts import ENDING
-from profilers.registry import OwnThread
+from gpuwatch.monitor.threads import OwnThread
+
+#: The signals that end an app as they end a profiled run (SIGINT is the app's own key):
+#: the same pair as gpuwatch/profile/interrupts.py's, named here so ``gpuwatch top`` loads
+#: nothing of the profile half.
+ENDING = (signal.SIGTERM, signal.SIGHUP)
 
 #: Signals whose handlers Textual's driver sets (and never puts back).
 _TEXTUAL_SIGNALS = (signal.SIGCONT, signal.SIGTSTP)

@@ -10,7 +10,6 @@ from typing import Any
 from gpuwatch import __version__
 from gpuwatch.argvalues import add_old_spelling, bounded_int, interval
 from gpuwatch.errors import CliError
-from gpuwatch.profile.interrupts import Terminated
 
 #: NVML addresses at most 64 devices on a node (NVML_MAX_DEVICES is smaller still in practice).
 MAX_DEMO_GPUS = 64
@@ -276,10 +275,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code
     except KeyboardInterrupt:
         return 130
-    except Terminated as exc:  # SIGTERM/SIGHUP before the script started
-        return exc.exit_code
     except BrokenPipeError:  # `gpuwatch top --json | head`: the reader is gone
         return _pipe_closed()
+    except BaseException as exc:
+        code = _terminated_code(exc)
+        if code is None:
+            raise
+        return code  # SIGTERM/SIGHUP before the script started
+
+
+def _terminated_code(exc: BaseException) -> int | None:
+    """The exit code of a run ended by SIGTERM/SIGHUP (gpuwatch/profile/interrupts.py's
+    ``Terminated``), else None. Only that module's handlers raise it, so it is looked up among
+    the modules already loaded: ``gpuwatch top`` never imports the profile half."""
+    interrupts = sys.modules.get("gpuwatch.profile.interrupts")
+    if interrupts is not None and isinstance(exc, interrupts.Terminated):
+        return int(exc.exit_code)
+    return None
 
 
 def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:

@@ -19,7 +19,7 @@ from gpuwatch.monitor.export import (
     GpuCollector,
 )
 from gpuwatch.monitor.nvml.activity import IdlePolicy
-from profilers.registry import OwnThread
+from gpuwatch.monitor.threads import OwnThread
 
 
 def add_parser(sub: Any, bounded_int: Any, interval: Any) -> None:

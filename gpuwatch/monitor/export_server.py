@@ -35,7 +35,7 @@ from typing import Any
 from prometheus_client.exposition import MetricsHandler
 
 from gpuwatch.monitor.export import IDLE_TIMEOUT_S
-from profilers.registry import OwnThread
+from gpuwatch.monitor.threads import OwnThread
 
 #: Connections served at once (a scrape takes milliseconds: more wait in the backlog).
 MAX_CONNECTIONS = 128

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from gpuwatch.monitor.nvml.sampler import Sampler
 from gpuwatch.monitor.nvml.samples import GpuSample
-from profilers.registry import OwnThread
+from gpuwatch.monitor.threads import OwnThread
 
 #: At 0.5 s a sample, 24 hours of samples per GPU before the oldest are dropped.
 MAX_SAMPLES = 172_800

@@ -60,13 +60,6 @@ def show(report: Report, top: int = 5) -> None:
         display(bundle, raw=True)  # type: ignore[no-untyped-call]
 
 
-def html_of(report: Report) -> str:
-    """The self-contained page (as ``--html`` writes it)."""
-    from gpuwatch.report.html import render_html
-
-    return render_html(report)
-
-
 def text_of(report: Report, top: int = 5) -> str:
     from rich.console import Console
 

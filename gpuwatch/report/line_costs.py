@@ -1,4 +1,4 @@
-"""What each line cost (issue 30): the time charged to it per step, the costliest first (it ranks
+"""What each line cost: the time charged to it per step, the costliest first (it ranks
 the hints), and the words that say what that figure is and where it comes from."""
 
 from __future__ import annotations

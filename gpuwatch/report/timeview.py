@@ -86,7 +86,8 @@ def time_lines(r: Report) -> list[str]:
     out = [
         verdict_line(basis, steps, after_first)
         if why_not is None
-        else f"where the time goes: no verdict: {why_not}"
+        else f"where the time goes: no verdict: {why_not}",
+        *graph_lines(r),
     ]
     first = first_step_line(t)
     if first is not None:
@@ -250,19 +251,40 @@ def step_bars(r: Report) -> list[dict[str, Any]]:
     return out
 
 
+#: Blocker lines the summary names before it says how many more there are.
+GRAPH_LINES_SHOWN = 5
+
+
+def _counted(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
 def graph_lines(r: Report) -> list[str]:
-    """What stops a launch-bound run being captured as a CUDA graph, one line per site."""
+    """Where the per-step verdict is launch-bound (the host's launches, not the GPU, set the
+    pace), the lines that would stop capturing the step as a CUDA graph, costliest to capture
+    first: a capture fails on a sync, a read back to the host or a pageable copy. The first
+    line says what the list is; none where the step is not launch-bound or nothing blocks."""
     t = r.time
     if not t:
         return []
-    basis, _ = per_step(t)
-    if basis.get("verdict") != "launch-bound":
+    basis, steps = per_step(t)
+    blockers = basis.get("graph_blockers") or []
+    if basis.get("verdict") != "launch-bound" or not blockers:
         return []
-    return [
-        f"{b['site']}: {b['syncs']} syncs, {b['host_reads']} host reads, "
-        f"{b['pageable']} pageable copies"
-        for b in basis.get("graph_blockers", [])
-    ]
+    over = f"over the {steps} steps after the first" if basis is not t["run"] else "in the run"
+    out = [f"what stops capturing the step as a CUDA graph (one launch for its kernels), {over}:"]
+    for b in blockers[:GRAPH_LINES_SHOWN]:
+        parts = []
+        if b["syncs"]:  # NB: a read to the host (.item(), .cpu()) is one of the syncs
+            reads = f" ({b['host_reads']} of them reads to the host)" if b["host_reads"] else ""
+            parts.append(_counted(b["syncs"], "sync", "syncs") + reads)
+        if b["pageable"]:
+            parts.append(_counted(b["pageable"], "pageable copy", "pageable copies"))
+        out.append(f"  {b['site']}: {' and '.join(parts)}")
+    if len(blockers) > GRAPH_LINES_SHOWN:
+        more = len(blockers) - GRAPH_LINES_SHOWN
+        out.append(f"  and {_counted(more, 'line more', 'lines more')} (the JSON's graph_blockers)")
+    return out
 
 
 def wait_slices(r: Report, pid: int, first_tid: int) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
 """Collectives: which ``c10d``/``_c10d_functional`` op is which collective, and the bytes this rank
-contributes to it (DESIGN.md, "Collectives").
+contributes to it (ARCHITECTURE.md, "Ranks and collectives").
 
 Both families reach the dispatch mode: ``c10d.*`` from ``torch.distributed`` and DDP's reducer,
 ``_c10d_functional.*`` from FSDP2 and DTensor. Bytes are this rank's share: the tensor for

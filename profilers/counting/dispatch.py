@@ -123,7 +123,7 @@ def _current_caller(recorder: Recorder, base: int) -> FrameType | None:
         return None
 
 
-def dispatch(
+def dispatch(  # noqa: C901 - the hot path kept in one frame: a call per branch costs every op
     mode: Any,
     func: Any,
     types: Any,
@@ -319,10 +319,6 @@ def _run_watched(
         if traced:
             st.op = None
     return out, timed, t_call, t_ret
-
-
-def entry_name(facts: OpFacts) -> str:
-    return facts.name or "?"
 
 
 def _account(

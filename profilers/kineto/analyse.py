@@ -1,6 +1,6 @@
 """A rank's trace analysed: per step and device, busy time and the idle time charged to a cause
-and a place (the rule in :data:`profilers.kineto.result.DEFINITIONS`, DESIGN.md's "charging idle
-time" read off a trace).
+and a place (the rule in :data:`profilers.kineto.result.DEFINITIONS`, the rule of
+:func:`profilers.timing.idle.charge` read off a trace).
 
 Each gap between a device's busy runs ends when its next activity K starts. Until K's launch
 call began, the GPU waited for the host, and the gap is charged to what the host was doing at

@@ -1,5 +1,5 @@
-"""The fake GPU's own time, kept out of the script's host time under ``--fake-cuda --gpu NAME``
-(issue 26): the fake GPU's mode reads :data:`sim_clock` as an op enters it and calls
+"""The fake GPU's own time, kept out of the script's host time under ``--fake-cuda --gpu NAME``:
+the fake GPU's mode reads :data:`sim_clock` as an op enters it and calls
 :func:`note_harness` as it leaves (and :func:`note_fake_op` with the model's prediction for a GPU
 op); the way into the mode and back, which no hook sees, is calibrated per kind of op
 (:func:`calibrate_fake_entry`). The :class:`~profilers.timing.oplog.OpLog` that takes them is

@@ -1,4 +1,4 @@
-"""The lines of the host's long gaps, named by samples of the profile thread's stack (issue 30).
+"""The lines of the host's long gaps, named by samples of the profile thread's stack.
 
 The step clock charges the host's time between two ops to the line of the op after it
 (:class:`~profilers.timing.timeline.StepClock`): right for the Python and dispatch that lead to

@@ -1,4 +1,4 @@
-"""The GPU half of each step, measured with CUDA events (issue 30): every timed op's interval
+"""The GPU half of each step, measured with CUDA events: every timed op's interval
 placed on the host's clock, and every closed step (and the run) given its busy time and its idle
 time by cause and line (:func:`profilers.timing.idle.charge`), as the events resolve.
 

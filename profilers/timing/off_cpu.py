@@ -1,4 +1,4 @@
-"""The script's time off the CPU between two ops, under ``--fake-cuda --gpu NAME`` (issue 26).
+"""The script's time off the CPU between two ops, under ``--fake-cuda --gpu NAME``.
 
 There the host half is the script thread's CPU time (:meth:`profilers.timing.oplog.OpLog.
 _simulated`): its wall clock holds the simulation's pauses, which a real run does not have. CPU

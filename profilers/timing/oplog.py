@@ -1,4 +1,4 @@
-"""What a replay of a step needs, recorded while the run goes (issue 26): per op that runs on a
+"""What a replay of a step needs, recorded while the run goes: per op that runs on a
 GPU, the host time before it was queued (and the profiler's share of that time), its stream, its
 GPU time, what it copied and whether the host waited for it; per wait outside an op (input,
 collectives, an explicit synchronize), its length. :mod:`profilers.timing.replay` replays them.

@@ -1,4 +1,4 @@
-"""The report's replayed figures (issue 26): each kept step replayed from its records
+"""The report's replayed figures: each kept step replayed from its records
 (:mod:`profilers.timing.oplog`), the GPU half of the time view under ``--fake-cuda --gpu NAME``
 (PREDICTED, never mixed with the host's measured figures), and ``what_if``: every fix the
 representative step allows, ranked by its saving (:func:`profilers.timing.whatif.rank`).

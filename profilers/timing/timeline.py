@@ -1,7 +1,7 @@
 """The host timeline of a profiled run: per step, where the host's time went, per line and cause.
 
 The clock is ``time.perf_counter_ns`` throughout (integers: no rounding drift over long runs).
-What one step holds, and what a later replay (issue 26) reads:
+What one step holds, and what a later replay of the step reads:
 
 * :class:`~profilers.timing.line_time.LineTime`: per line, nanoseconds by cause: ``launch`` (the
   user's Python and the ops it ran, i.e. the host work between waits), ``input`` (inside a

@@ -211,11 +211,6 @@ def per_step(t: dict[str, Any], after_first: bool = True) -> tuple[dict[str, Any
     return run, int(t.get("steps_closed", 0))
 
 
-def launch_share(d: dict[str, Any]) -> float:
-    """The share of a breakdown that is host work (launch), percent."""
-    return float(d.get("shares_pct", {}).get(LAUNCH, 0.0))
-
-
 def last_step(clock: StepClock | None) -> dict[str, Any]:
     """The live view's line: the newest closed step's verdict and shares (cheap: one step).
     With a GPU timeline, the newest step whose GPU half has come (a step or so behind), its

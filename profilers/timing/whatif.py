@@ -1,5 +1,5 @@
-"""What each fix would save: a step replayed with one fix applied, against the step as it ran
-(issue 26). One what-if per kind of hint; each changes the ops of one line (``site``; None:
+"""What each fix would save: a step replayed with one fix applied, against the step as it ran.
+One what-if per kind of hint; each changes the ops of one line (``site``; None:
 every line it applies to), never the recording.
 
 * :data:`DEFER_SYNC` (hints ``item_in_loop``, ``log_every_step``, ``d2h_in_loop``,

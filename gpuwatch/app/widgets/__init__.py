@@ -1,12 +1,35 @@
-"""Widgets of the gpuwatch apps, one per module."""
+"""Widgets of the gpuwatch apps, one per module.
 
-from gpuwatch.app.widgets.gpu_card import GpuCard
-from gpuwatch.app.widgets.gpu_cards import GpuCards
-from gpuwatch.app.widgets.hot_lines import HotLinesTable
-from gpuwatch.app.widgets.process_table import ProcessTable
-from gpuwatch.app.widgets.progress_line import ProgressLine
-from gpuwatch.app.widgets.rates import RatesPanel, RateWindow
-from gpuwatch.app.widgets.status_line import StatusLine
+The live profile's widgets (copy rates, the status line) read the profiler's names and the
+report's time view; ``gpuwatch top`` must load neither, so each name here is imported from its
+module on first use, not when this package is (tests/test_layers.py checks in a fresh
+interpreter that importing the top app loads nothing of the profile half).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuwatch.app.widgets.gpu_card import GpuCard
+    from gpuwatch.app.widgets.gpu_cards import GpuCards
+    from gpuwatch.app.widgets.hot_lines import HotLinesTable
+    from gpuwatch.app.widgets.process_table import ProcessTable
+    from gpuwatch.app.widgets.progress_line import ProgressLine
+    from gpuwatch.app.widgets.rates import RatesPanel, RateWindow
+    from gpuwatch.app.widgets.status_line import StatusLine
+
+_MODULES = {
+    "GpuCard": "gpu_card",
+    "GpuCards": "gpu_cards",
+    "HotLinesTable": "hot_lines",
+    "ProcessTable": "process_table",
+    "ProgressLine": "progress_line",
+    "RateWindow": "rates",
+    "RatesPanel": "rates",
+    "StatusLine": "status_line",
+}
 
 __all__ = [
     "GpuCard",
@@ -18,3 +41,10 @@ __all__ = [
     "RatesPanel",
     "StatusLine",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -186,7 +186,7 @@ class Snapshot:
     """A problem of the whole driver (``"... reboot or reload the driver"``), else None."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``gpuwatch.snapshot/1`` document of DESIGN.md."""
+        """The ``gpuwatch.snapshot/1`` document (``gpuwatch top --json``; gpuwatch/schemas/snapshot-1.schema.json)."""
         return {
             "schema": SNAPSHOT_SCHEMA,
             "time": self.time.isoformat(),

@@ -1,4 +1,4 @@
-"""A model of a named GPU, for machines without one (``--fake-cuda --gpu NAME``, issue 26).
+"""A model of a named GPU, for machines without one (``--fake-cuda --gpu NAME``).
 
 * :mod:`~profilers.timing.gpu_model.specs`: published figures per GPU (:class:`GpuSpec`),
   looked up forgivingly by name (:func:`gpu_spec`); no torch;

@@ -1,4 +1,4 @@
-"""An op's predicted time on a named GPU: a roofline over its published peaks (issue 26).
+"""An op's predicted time on a named GPU: a roofline over its published peaks.
 
 ``time = max(MIN_KERNEL_NS, FLOPs / (peak × waves), bytes / (bandwidth × MEMORY_FRACTION))``
 

@@ -1,4 +1,4 @@
-"""Published specifications of the GPUs users have: the model's only inputs (issue 26).
+"""Published specifications of the GPUs users have: the model's only inputs.
 
 Every figure comes from the vendor's datasheet or architecture whitepaper named beside it, never
 from a measurement: the model is checked against published measurements it was not tuned on.
