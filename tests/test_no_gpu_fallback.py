@@ -128,6 +128,11 @@ def test_no_verdict_without_a_step_or_a_gpu(tmp_path):
     for name in ("syntax", "cpu", "steps"):
         done = gpuwatch_here(["profile", "--no-gpu-stats", f"{name}.py"], tmp_path)
         said[name] = " ".join(done.stderr.replace("│", " ").split())
+    # the fast path counts no ops: a script that ran some is not said to have run none
+    done = gpuwatch_here(["profile", "--no-gpu-stats", "--no-kernel-timing", "cpu.py"], tmp_path)
+    fast = " ".join(done.stderr.replace("│", " ").split())
+    assert "no verdict: no step ended and no GPU ran" in fast and "-bound" not in fast
+    assert "ran no torch op" not in fast
     assert (
         "where the time goes: no verdict: the script ran no torch op before it stopped "
         "(SyntaxError: '(' was never closed" in said["syntax"]

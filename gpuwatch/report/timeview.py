@@ -81,7 +81,7 @@ def time_lines(r: Report) -> list[str]:
     basis, steps = per_step(t)
     after_first = basis is not run
     why_not = no_verdict(r)
-    if why_not is not None and not r.totals.ops:
+    if why_not is not None and r.counts_ops and not r.totals.ops:
         return [f"where the time goes: no verdict: {why_not}", *fit]
     out = [
         verdict_line(basis, steps, after_first)
@@ -126,11 +126,13 @@ def no_verdict(r: Report) -> str | None:
         return None
     if any(str(d.get("device", "")).startswith("cuda") for d in r.devices):
         return None
-    if not r.totals.ops:
+    if r.counts_ops and not r.totals.ops:
         stopped = f" before it stopped ({r.error})" if r.error else ""
         return f"the script ran no torch op{stopped}"
+    # NB: the fast path counts no ops: it cannot tell a script that ran none from one that did
+    stopped = f"; it stopped: {r.error}" if r.error else ""
     return (
-        "no step ended and no GPU ran (end each step with optimizer.step() or "
+        f"no step ended and no GPU ran{stopped} (end each step with optimizer.step() or "
         "profilers.step() for a verdict per step)"
     )
 
