@@ -26,7 +26,7 @@ TESTS=(
     tests/test_user_fake_mode.py tests/test_thread_counts.py tests/test_cuda_timing.py
     tests/test_no_gpu_fallback.py tests/test_replay.py tests/test_replay_whatif.py
     tests/test_whatif_wired.py tests/test_demos.py tests/test_distributed.py
-    tests/test_release_counts.py tests/test_library_frames.py
+    tests/test_release_counts.py tests/test_library_frames.py tests/test_compiled.py
 )
 
 cache=${GPUWATCH_CI_CACHE:-$HOME/.cache/gpuwatch-ci}
@@ -106,10 +106,16 @@ print(torch.__version__, "CUDA", torch.version.cuda, "Python", sys.version.split
     # NB: the gap sampler's sleep-at-start test reads Python stacks on a thread of its own, the
     # same on every release; beside a second worker on a loaded box its 10% tolerance is the
     # main thread's scheduling, not torch's. It runs in the full suite.
+    # The in-process tests of those files (-m "not slow": the counting, the fake GPU, time and
+    # memory, the demos' counts), then the collectives under a real torchrun with gloo (slow,
+    # but what c10d dispatches differs by release); the rest of the slow tier drives the same
+    # code through processes and runs in the full suite.
     PATH="$env/bin:$PATH" GPUWATCH_REQUIRE_FAKE_CUDA=1 "$env/bin/python" -m pytest -q -n 2 \
-        -p no:cacheprovider "${TESTS[@]}" --deselect \
+        -p no:cacheprovider -m "not slow" "${TESTS[@]}" --deselect \
         tests/test_time_gaps.py::test_a_sleep_and_the_setup_before_the_first_op_are_their_own_lines \
         || status=1
+    PATH="$env/bin:$PATH" "$env/bin/python" -m pytest -q -n 2 -p no:cacheprovider \
+        tests/test_distributed.py || status=1
     # The GPU tests and the GPU checks' own imports, on the lent machine's release: collected
     # (their modules import and their fixtures resolve here; the tests skip without a GPU).
     if [ "$version" = 2.11.0 ]; then
