@@ -262,6 +262,7 @@ def _browser():
     return pw, exe
 
 
+@pytest.mark.slow  # a headless Chromium and its driver
 def test_html_report_renders_offline_in_a_real_browser(tmp_path):
     pw, exe = _browser()
     text = COPIES.replace("loss = (x @ w)", f"loss = (x @ w)  # {EVIL}\n        loss = (x @ w)")
