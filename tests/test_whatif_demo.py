@@ -31,6 +31,7 @@ pytestmark = [
         conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
     ),
     pytest.mark.alone,
+    pytest.mark.fake_cuda,
 ]
 
 
