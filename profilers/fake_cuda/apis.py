@@ -4,6 +4,7 @@ one line naming the API for what cannot be simulated."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import types
@@ -266,25 +267,22 @@ def patch_attention(stack: ExitStack) -> None:
                 scale=scale,
                 enable_gqa=enable_gqa,
             )
-        if torch.is_autocast_enabled("cuda"):
+        autocast = torch.is_autocast_enabled("cuda")
+        if autocast:
             query, key, value, attn_mask = _autocast_cuda(query, key, value, attn_mask)
-            with torch.autocast("cuda", enabled=False):
-                attn_mask = _additive(attn_mask, query.dtype)
-                out, _ = math(
-                    query,
-                    key,
-                    value,
-                    attn_mask,
-                    dropout_p,
-                    is_causal,
-                    scale=scale,
-                    enable_gqa=enable_gqa,
-                )
-            return out
-        attn_mask = _additive(attn_mask, query.dtype)
-        out, _ = math(
-            query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
-        )
+        # NB: once cast, the math runs in the inputs' dtype, as the GPU's kernel does
+        with torch.autocast("cuda", enabled=False) if autocast else contextlib.nullcontext():
+            attn_mask = _additive(attn_mask, query.dtype)
+            out, _ = math(
+                query,
+                key,
+                value,
+                attn_mask,
+                dropout_p,
+                is_causal,
+                scale=scale,
+                enable_gqa=enable_gqa,
+            )
         return out
 
     set_attr(stack, F, "scaled_dot_product_attention", scaled_dot_product_attention)
