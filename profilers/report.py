@@ -27,9 +27,11 @@ class ReportFormatError(ValueError):
     """A file that is not a gpuwatch profile, or a damaged one. The message is one line."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Report:
-    """One profiled run. Everything a renderer needs; nothing that needs torch."""
+    """One profiled run. Everything a renderer needs; nothing that needs torch. Frozen: built
+    once (``Profiler.report``), finished once (gpuwatch/profile/finish.py), then only read;
+    :meth:`replace` makes a changed copy."""
 
     command: list[str] = field(default_factory=list)
     exit_code: int = 0
@@ -102,6 +104,10 @@ class Report:
         }
         get = getters[key]
         return [s for s in sorted(self.sites, key=get, reverse=True) if get(s)][:n]
+
+    def replace(self, **changes: Any) -> Report:
+        """A copy of this report with ``changes`` (fields by name)."""
+        return dataclasses.replace(self, **changes)
 
     def with_sites(self, sites: list[Site]) -> Report:
         """This report with ``sites`` instead, the totals summed from them."""

@@ -17,13 +17,14 @@ import profilers
 from gpuwatch.monitor.gpu_timeline import GpuTimeline, TimelineSamples
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.monitor.nvml._real import RealBackend
+from gpuwatch.profile.finish import finish
 from gpuwatch.report.energy import (
     IDLE_NOT_MEASURED,
     NOT_COVERED,
     NOT_SUPPORTED,
     Counter,
-    add_energy,
     points_from_rows,
+    with_energy,
 )
 from gpuwatch.report.load import problem
 from tests.stub_nvml import StubNvml, default_device
@@ -74,7 +75,7 @@ def test_steps_get_joules_and_idle_joules_only_where_the_gpu_half_is_measured():
     spans = {**measured, "gpu": {**measured["gpu"], "busy_spans_ms": [[100, 130], [150, 180]]}}
     points = {0: [(0.0, 0), (50.0, 5_000), (100.0, 10_000), (150.0, 25_000), (200.0, 40_000)]}
     t = _time(host_only, measured, json.loads(json.dumps(spans)))
-    add_energy(t, points, {0}, read_interval_ms=20.0)
+    t = with_energy(t, points, {0}, read_interval_ms=20.0)
     first, second, third = (s["energy"] for s in t["steps"])
     # 100 W for 100 ms; the GPU half not measured: no idle joules, and why
     assert first == {
@@ -108,25 +109,25 @@ def test_idle_joules_over_the_idle_intervals_differ_from_the_mean_when_power_doe
         "gpu": {"measured": "measured", "idle_total_ms": 50.0, "busy_spans_ms": [[150, 200]]},
     }
     t = _time(step)
-    add_energy(t, {0: [(100.0, 0), (150.0, 5_000), (200.0, 20_000)]}, {0}, 20.0)
+    t = with_energy(t, {0: [(100.0, 0), (150.0, 5_000), (200.0, 20_000)]}, {0}, 20.0)
     assert (t["steps"][0]["energy"]["j"], t["steps"][0]["energy"]["idle_j"]) == (20.0, 5.0)
 
 
 def test_a_gpu_without_the_counter_is_not_measured_and_a_short_step_says_so():
     step = {"step": 0, "start_ms": 10.0, "end_ms": 12.0, "gpu": None}
     t = _time(dict(step))
-    add_energy(t, {}, {0}, 20.0)
+    t = with_energy(t, {}, {0}, 20.0)
     assert t["energy"]["not_measured"] == {"0": NOT_SUPPORTED} and t["energy"]["run_j"] is None
     assert t["steps"][0]["energy"] == {"j": None, "note": NOT_SUPPORTED}
     # two GPUs used, one without the counter: the other's joules, the first listed
     t = _time(dict(step))
-    add_energy(t, {1: _ramp(300, 10, 200)}, {0, 1}, 20.0)
+    t = with_energy(t, {1: _ramp(300, 10, 200)}, {0, 1}, 20.0)
     e = t["steps"][0]["energy"]
     assert (e["j"], e["by_gpu_j"], e["shorter_than_counter"]) == (0.6, {"1": 0.6}, True)
     assert t["energy"]["not_measured"] == {"0": NOT_SUPPORTED}
     # a step past the counter's last change: not measured, not guessed
     t = _time({"step": 0, "start_ms": 150.0, "end_ms": 250.0, "gpu": None}, wall_ms=250.0)
-    add_energy(t, {0: _ramp(300, 10, 200)}, {0}, 20.0)
+    t = with_energy(t, {0: _ramp(300, 10, 200)}, {0}, 20.0)
     assert t["steps"][0]["energy"] == {"j": None, "note": NOT_COVERED}
     assert t["energy"]["run_j"] is None and t["energy"]["steps_measured"] == 0
 
@@ -186,7 +187,7 @@ def _profiled_steps(n: int) -> Any:
 
 def test_the_run_path_joins_the_counter_with_the_steps_on_the_profiles_clock():
     run, report, t0 = _profiled_steps(4)
-    report.devices = [{"device": "cuda:0", "name": "GPU"}]
+    report = report.replace(devices=[{"device": "cuda:0", "name": "GPU"}])
     origin_ms = run.prof.time_origin_ns / 1e6
     steps = report.time["steps"]
     # A counter that draws (k + 1) x 100 W in step k, with a change at every step's bounds
@@ -199,7 +200,8 @@ def test_the_run_path_joins_the_counter_with_the_steps_on_the_profiles_clock():
         mj += (k + 1) * 100 * (s["end_ms"] - s["start_ms"])
         changes.append((b, round(mj)))
     changes.append((changes[-1][0] + 1.0, round(mj) + 1))
-    run._energy(report, TimelineSamples([], {}, {0: changes}, t0, 20.0))
+    report = finish(report, run._measures(TimelineSamples([], {}, {0: changes}, t0, 20.0)))
+    steps = report.time["steps"]
     for k, s in enumerate(steps):
         expected = (k + 1) * 100 * (s["end_ms"] - s["start_ms"]) / 1000
         assert s["energy"]["j"] == pytest.approx(expected, abs=0.002)
@@ -208,7 +210,7 @@ def test_the_run_path_joins_the_counter_with_the_steps_on_the_profiles_clock():
     assert problem(report.to_dict()) is None  # the schema takes it
     # the script used no GPU: no energy of its own (the node's is someone else's)
     _, cpu, t0 = _profiled_steps(1)
-    run._energy(cpu, TimelineSamples([], {}, {0: changes}, t0, 20.0))
+    cpu = finish(cpu, run._measures(TimelineSamples([], {}, {0: changes}, t0, 20.0)))
     assert "energy" not in cpu.time
 
 
@@ -217,12 +219,13 @@ def test_the_summary_and_the_html_show_joules_per_step():
     from gpuwatch.report.timeview import energy_line
 
     run, report, t0 = _profiled_steps(3)
-    report.devices = [{"device": "cuda:0", "name": "GPU"}]
+    report = report.replace(devices=[{"device": "cuda:0", "name": "GPU"}])
     origin_s = run.prof.time_origin_ns / 1e9
     # 250 W throughout, seen every 1 ms from before the profile to after it
     span = report.time["run"]["wall_ms"] / 1000 + 0.01
     changes = [(k / 1000, round(250 * k)) for k in range(int(span * 1000) + 20)]
-    run._energy(report, TimelineSamples([], {}, {0: changes}, origin_s - 0.005, 1.0))
+    taken = TimelineSamples([], {}, {0: changes}, origin_s - 0.005, 1.0)
+    report = finish(report, run._measures(taken))
     line = energy_line(report)
     per_step = report.time["energy"]["step_j_median"]
     assert per_step == pytest.approx(0.25 * statistics_median_ms(report), abs=0.01)
@@ -245,7 +248,7 @@ def test_the_live_view_shows_the_newest_step_its_samples_cover(clock: Any) -> No
     from gpuwatch.profile.live.session import ChildSession
     from gpuwatch.profile.options import ProfileOptions
     from gpuwatch.profile.runner import Target
-    from gpuwatch.report.energy import add_energy_from_rows
+    from gpuwatch.report.energy import points_from_rows, rows_read_interval_ms
 
     run = LiveRun(ChildSession(Target("train.py", []), ProfileOptions()), clock=clock)
     backend = FakeBackend(gpu_count=2, clock=clock)  # a steady 350 W on each
@@ -267,7 +270,8 @@ def test_the_live_view_shows_the_newest_step_its_samples_cover(clock: Any) -> No
     assert status_text("running", 1.0, 42, snap, got).endswith(" · step 3: ≈35 J")
     # the report's energy, from the same rows: 350 W over the 500 ms they cover
     t = _time({**step, "gpu": None}, wall_ms=500.0)
-    add_energy_from_rows(t, [r for r in run.gpu_samples if r["gpu"] == 1], {1}, None)
+    rows = [r for r in run.gpu_samples if r["gpu"] == 1]
+    t = with_energy(t, points_from_rows(rows), {1}, rows_read_interval_ms(rows))
     assert t["energy"]["read_interval_ms"] == 250.0
     assert t["energy"]["run_j"] == pytest.approx(175.0) and t["steps"][0]["energy"]["j"] == 35.0
 

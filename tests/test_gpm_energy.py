@@ -190,10 +190,10 @@ def test_the_profile_timeline_and_html_carry_sm_activity(clock):
     row = sample_row(0.5, g)
     assert (row["gpu_util_pct"], row["sm_active_pct"], row["tensor_active_pct"]) == (100, 12.0, 7.2)
     r = Report(command=["train.py"], duration_s=1.0)
-    r.gpu_samples = [row, {**row, "t": 1.0}]
+    r = r.replace(gpu_samples=[row, {**row, "t": 1.0}])
     names = [trace.name for trace in _timeline(r).data]
     assert "GPU 0 util %" in names and "GPU 0 SM active %" in names
     counters = [e for e in trace_events(r) if e.get("ph") == "C"]
     assert counters[0]["args"]["sm_active_pct"] == 12.0
-    r.gpu_samples = [{**row, "sm_active_pct": None}]  # no GPM: no empty SM line
+    r = r.replace(gpu_samples=[{**row, "sm_active_pct": None}])  # no GPM: no empty SM line
     assert "GPU 0 SM active %" not in [trace.name for trace in _timeline(r).data]

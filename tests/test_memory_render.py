@@ -59,7 +59,7 @@ MEMORY = {
 
 def report() -> Report:
     r = Report(command=["train.py"], exit_code=1, partial=True, memory=MEMORY)
-    r.error = MEMORY["failure"]["error"]
+    r = r.replace(error=MEMORY["failure"]["error"])
     return r
 
 
@@ -92,7 +92,9 @@ def test_the_summary_has_the_failure_and_the_lines_by_memory():
 
 def test_under_gpu_name_the_peak_is_of_that_gpus_size_not_the_fake_devices():
     r = report()  # the fake device has 24 GiB; the run was predicted for a T4 (16 GiB)
-    r.predicted = {"gpu": "T4", "memory": {"peak_bytes": 96 << 20, "gpu_bytes": 16 << 30}}
+    r = r.replace(
+        predicted={"gpu": "T4", "memory": {"peak_bytes": 96 << 20, "gpu_bytes": 16 << 30}}
+    )
     assert memory_title(r) == (
         "GPU memory by line (predicted on the simulated GPU): peak 96.0 MiB of 16 GiB "
         "(PREDICTED for T4) on cuda:0 in step 2"
@@ -101,9 +103,9 @@ def test_under_gpu_name_the_peak_is_of_that_gpus_size_not_the_fake_devices():
 
 def test_a_caught_failure_says_so():
     r = report()
-    r.error = None
-    r.exit_code = 0
-    r.error = "ValueError: later"
+    r = r.replace(error=None)
+    r = r.replace(exit_code=0)
+    r = r.replace(error="ValueError: later")
     assert failure_lines(r)[0].startswith("earlier, caught by the script: OUT OF MEMORY")
 
 

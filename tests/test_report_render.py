@@ -21,7 +21,7 @@ def report() -> Report:
         site.syncs.add("item")
     site.ops = 50
     r = Report(command=["train.py"], duration_s=10.0).with_sites([Site.of(site)])
-    r.gpu_samples = [
+    samples = [
         {
             "t": t,
             "gpu": 0,
@@ -33,6 +33,7 @@ def report() -> Report:
         }
         for t, u, m in ((0.5, 20, 1 << 30), (1.0, 40, 3 << 30), (1.5, 30, 2 << 30))
     ]
+    r = r.replace(gpu_samples=samples)
     return r
 
 
@@ -103,7 +104,9 @@ def test_pcie_line_has_its_own_axis_range():
     from gpuwatch.report.html_charts import _timeline
 
     r = report()
-    r.gpu_samples = [{**s, "pcie_rx_bytes_per_s": 3e9} for s in r.gpu_samples]  # 3000 MB/s
+    r = r.replace(
+        gpu_samples=[{**s, "pcie_rx_bytes_per_s": 3e9} for s in r.gpu_samples]
+    )  # 3000 MB/s
     fig = _timeline(r)
     util_axis, pcie_axis = fig.layout.yaxis2, fig.layout.yaxis3
     assert tuple(util_axis.range) == (0, 100) and util_axis.title.text == "util %"

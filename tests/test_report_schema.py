@@ -60,14 +60,16 @@ def rich_report() -> dict[str, Any]:
         internal_errors={"_to_copy.default": {"count": 2, "error": "RuntimeError: x"}},
     )
     report = report.with_sites([Site.of(site)])
-    report.timeline = {
-        "capacity": 10,
-        "recorded": 1,
-        "dropped": 0,
-        "events": [
-            {"t": 0.1, "direction": "h2d", "bytes": 4096, "sync": None, "site": "train.py:12"}
-        ],
-    }
+    report = report.replace(
+        timeline={
+            "capacity": 10,
+            "recorded": 1,
+            "dropped": 0,
+            "events": [
+                {"t": 0.1, "direction": "h2d", "bytes": 4096, "sync": None, "site": "train.py:12"}
+            ],
+        }
+    )
     return report.to_dict()
 
 

@@ -237,8 +237,8 @@ def fixed_report() -> Report:
         s.settle()
         sites.append(Site.of(s))
     r = Report(command=["train.py", "--epochs", "3"], duration_s=12.5).with_sites(sites)
-    r.devices = [{"device": "cuda:0", "name": "NVIDIA H100 80GB HBM3"}]
-    r.steps = {"count": 200, "source": "optimizer"}
+    r = r.replace(devices=[{"device": "cuda:0", "name": "NVIDIA H100 80GB HBM3"}])
+    r = r.replace(steps={"count": 200, "source": "optimizer"})
     return r
 
 

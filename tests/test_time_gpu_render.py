@@ -37,7 +37,7 @@ def _run() -> Run:
 
 def _report(run: Run) -> Report:
     r = Report(command=["train.py"], duration_s=0.02, steps={"count": 2, "source": "manual"})
-    r.time = run.section()
+    r = r.replace(time=run.section())
     return Report.from_dict(json.loads(r.to_json()))
 
 

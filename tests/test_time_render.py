@@ -48,7 +48,7 @@ def _report() -> Report:
         sites.append(Site.of(s))
     r = Report(command=["train.py"], duration_s=0.02, steps={"count": 2, "source": "manual"})
     r = r.with_sites(sites)
-    r.time = time_section(clock, 20_000_000)
+    r = r.replace(time=time_section(clock, 20_000_000))
     return r
 
 
@@ -69,7 +69,7 @@ def _launch_bound(blocked: int) -> Report:
             rec.pageable += 1
         clock.close(t + 10_000_000)
     r = Report(command=["train.py"], duration_s=0.03, steps={"count": 3, "source": "manual"})
-    r.time = time_section(clock, 30_000_000)
+    r = r.replace(time=time_section(clock, 30_000_000))
     return r
 
 
@@ -143,7 +143,7 @@ def test_hints_carry_their_lines_time_and_the_costliest_comes_first():
     )
     # Without the time view the same report ranks by counts (20 syncs each: line order kept).
     plain = _report()
-    plain.time = None
+    plain = plain.replace(time=None)
     assert [(h.where, h.cost_ms) for h in hints(plain)] == [
         ("train.py:5", 0.0),
         ("train.py:9", 0.0),

@@ -226,16 +226,14 @@ def used_gpu_indices(
 
 
 def samples_of_used_gpus(
-    report: Any, samples: Sequence[dict[str, Any]], mig_gpus: Mapping[str, int] | None = None
-) -> None:
-    """Keeps in ``report.gpu_samples`` the samples of the GPUs the script used, none when it
-    used none (the node's load is someone else's), all of them, said so in
-    ``options.gpu_samples_scope``, when they cannot be told apart (``mig_gpus``: see
-    :func:`used_gpu_indices`)."""
-    used = used_gpu_indices(report.devices, samples, mig_gpus)
+    devices: list[dict[str, Any]],
+    samples: Sequence[dict[str, Any]],
+    mig_gpus: Mapping[str, int] | None = None,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The samples of the GPUs the script used (``devices``: the report's), none when it used
+    none (the node's load is someone else's), and all of them when they cannot be told apart,
+    with the scope that says so (else None; ``mig_gpus``: see :func:`used_gpu_indices`)."""
+    used = used_gpu_indices(devices, samples, mig_gpus)
     if used is None:
-        scope = "all GPUs (which ones the script used is unknown)"
-        report.options = report.options.replace(gpu_samples_scope=scope)
-        report.gpu_samples = list(samples)
-    else:
-        report.gpu_samples = [s for s in samples if s["gpu"] in used]
+        return list(samples), "all GPUs (which ones the script used is unknown)"
+    return [s for s in samples if s["gpu"] in used], None

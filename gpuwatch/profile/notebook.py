@@ -173,9 +173,9 @@ def profile_cell(shell: Any, line: str, cell: str, magic: str = "%%gpuwatch") ->
     )
     if failure is not None:
         name, said = type(failure).__name__, str(failure)
-        report.error = (f"{name}: {said}" if said else name).splitlines()[0][:500]
+        report = report.replace(error=(f"{name}: {said}" if said else name).splitlines()[0][:500])
     if options.fake_cuda:
-        fake.mark(report)
+        report = fake.mark(report)
     if wanted:
         write_outputs(report, wanted)
     shown = ShownReport(report, options.top)

@@ -92,8 +92,8 @@ def run_ranks(options: ProfileOptions, target: Any, wanted: list[Any]) -> int:
                 "see the ranks' output above"
             )
         merged = merge_ranks([load_report(str(p)) for p in found])
-        merged.world_size = n
-        merged.missing_ranks = [k for k in range(n) if k not in (merged.ranks or [])] or None
+        missing = [k for k in range(n) if k not in (merged.ranks or [])] or None
+        merged = merged.replace(world_size=n, missing_ranks=missing)
         failed = write_outputs(merged, wanted, quiet=options.quiet)
         if not options.quiet:
             print_summary(merged, options.top)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from gpuwatch.profile.finish import GpuMeasures, finish
 from gpuwatch.profile.interrupts import Signals, Terminated
 from gpuwatch.profile.options import ProfileOptions
 from gpuwatch.profile.runner import Outcome, Target, importable_beside, run_target
@@ -91,18 +92,20 @@ class ProfiledRun:
         self._stop = threading.Event()
         self.signals = Signals()
 
-    def report(self, outcome: Outcome, note: str | None = None) -> Report:
+    def report(self, exit_code: int, partial: bool, error: str | None) -> Report:
+        """The report as the profiler has it now, with what this run knows of itself."""
         report = self.prof.report(
             command=[printable(c) for c in self.target.command],
-            exit_code=outcome.exit_code,
-            partial=not outcome.finished,
+            exit_code=exit_code,
+            partial=partial,
         )
-        report.error = outcome.error if note is None else note
-        report.options = report.options.replace(gpu_stats=self.gpu_stats)
-        report.rank, report.world_size = self.rank
-        if self.fake is not None:
-            self.fake.mark(report)
-        return report
+        report = report.replace(
+            error=error,
+            options=report.options.replace(gpu_stats=self.gpu_stats),
+            rank=self.rank[0],
+            world_size=self.rank[1],
+        )
+        return report if self.fake is None else self.fake.mark(report)
 
     def end(self, outcome: Outcome, note: str | None = None) -> None:
         """Builds the report and hands it on, once; later callers wait for the first."""
@@ -111,55 +114,39 @@ class ProfiledRun:
                 return  # already done, or a forked child: the report is the parent's
             self._ended = True
             self._stop.set()
-            report = self.report(outcome, note)
+            report = self.report(
+                outcome.exit_code, not outcome.finished, outcome.error if note is None else note
+            )
+            measures = None
             if self.stop_gpu_timeline is not None:
-                from gpuwatch.monitor.gpu_timeline import samples_of_used_gpus
+                measures = self._measures(self.stop_gpu_timeline())
+            self.on_report(finish(report, measures))
 
-                taken = self.stop_gpu_timeline()
-                samples_of_used_gpus(report, taken.rows, taken.mig_gpus)
-                self._energy(report, taken)
-            self.on_report(report)
-
-    def _energy(self, report: Report, taken: TimelineSamples) -> None:
-        """Energy per step and per run (gpuwatch/report/energy.py) on the GPUs the script used,
-        from the counter's changes moved onto the profile's clock (both ``perf_counter``)."""
+    def _measures(self, taken: TimelineSamples) -> GpuMeasures:
+        """The GPU timeline's samples, its energy counter's changes moved onto the profile's
+        clock (both ``perf_counter``)."""
         origin = self.prof.time_origin_ns
-        if report.time is None or origin is None or self.fake is not None:
-            return  # no steps to join, or simulated GPUs (whose energy is nobody's)
-        from gpuwatch.monitor.gpu_timeline import used_gpu_indices
-        from gpuwatch.report.energy import add_energy
-
-        used = used_gpu_indices(report.devices, taken.rows, taken.mig_gpus)
-        scope = None
-        if used is None:
-            used, scope = set(taken.energy), "all GPUs (which ones the script used is unknown)"
-        if not used:
-            return  # the script used no GPU: the node's energy is not its own
-        shift_ms = taken.t0 * 1000.0 - origin / 1e6
-        points = {
-            gpu: [(t * 1000.0 + shift_ms, mj) for t, mj in changes]
-            for gpu, changes in taken.energy.items()
-        }
-        add_energy(report.time, points, used, taken.energy_read_ms, scope)
+        energy = None
+        if origin is not None and self.fake is None:  # simulated GPUs' energy is nobody's
+            shift_ms = taken.t0 * 1000.0 - origin / 1e6
+            energy = {
+                gpu: [(t * 1000.0 + shift_ms, mj) for t, mj in changes]
+                for gpu, changes in taken.energy.items()
+            }
+        return GpuMeasures(self.gpu_stats, taken.rows, taken.mig_gpus, energy, taken.energy_read_ms)
 
     def _checkpoints(self) -> None:
         assert self.checkpoint is not None
         started = time.monotonic()
         while not self._stop.wait(self.options.checkpoint_s):
             elapsed = time.monotonic() - started
-            report = self.prof.report(
-                command=[printable(c) for c in self.target.command], partial=True
-            )
-            report.error = (
+            report = self.report(
+                137,
+                True,
                 f"the run did not end normally: this is its last checkpoint, {elapsed:.0f} s "
                 "in; the process was killed before it could write more (exit code 137 assumes "
-                "SIGKILL, as the OOM killer sends)"
+                "SIGKILL, as the OOM killer sends)",
             )
-            report.exit_code = 137
-            report.options = report.options.replace(gpu_stats=self.gpu_stats)
-            report.rank, report.world_size = self.rank
-            if self.fake is not None:
-                self.fake.mark(report)
             with self._end_lock:
                 if self._ended:
                     return

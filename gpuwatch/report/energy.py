@@ -144,16 +144,18 @@ def step_energy(
     return out
 
 
-def add_energy(
-    time: dict[str, Any],
+def with_energy(
+    view: Mapping[str, Any],
     points: Mapping[int, Sequence[Point]],
     gpus: Iterable[int],
     read_interval_ms: float,
     scope: str | None = None,
-) -> None:
-    """Adds ``energy`` to the time view (``report.time``, in place): to the run and to each kept
-    step, for the GPUs ``gpus`` (those the script used) from their counter changes ``points``
-    (ms on the profile's clock). ``scope``: said when which GPUs were used is unknown."""
+) -> dict[str, Any]:
+    """The time view (``report.time``) with ``energy`` added to the run and to each kept step,
+    for the GPUs ``gpus`` (those the script used) from their counter changes ``points`` (ms on
+    the profile's clock); ``view`` itself is left as it was. ``scope``: said when which GPUs
+    were used is unknown."""
+    time = {**view, "steps": [dict(step) for step in view.get("steps", [])]}
     used = sorted(set(gpus))
     counters = {g: Counter(points[g]) for g in used if points.get(g)}
     missing = {str(g): NOT_SUPPORTED for g in used if not points.get(g)}
@@ -174,7 +176,7 @@ def add_energy(
         for step in steps:
             step["energy"] = {"j": None, "note": NOT_SUPPORTED}
         time["energy"] = run
-        return
+        return time
     for step in steps:
         step["energy"] = step_energy(step, counters, update_ms)
     wall = float(time["run"]["wall_ms"])
@@ -186,6 +188,7 @@ def add_energy(
     run["steps_idle_j"] = round(sum(idle), 3) if idle else None
     run["steps_measured"] = len(kept)
     time["energy"] = run
+    return time
 
 
 def points_from_rows(rows: Iterable[Mapping[str, Any]]) -> dict[int, list[Point]]:
@@ -221,12 +224,9 @@ def rows_energy(
     return total, short
 
 
-def add_energy_from_rows(
-    time: dict[str, Any], rows: Sequence[Mapping[str, Any]], gpus: Iterable[int], scope: str | None
-) -> None:
-    """:func:`add_energy` from GPU sample rows (the ``--live`` view's, taken by the view at the
-    stats' interval on the profile's clock as the view knows it: its start, to a few ms)."""
+def rows_read_interval_ms(rows: Sequence[Mapping[str, Any]]) -> float:
+    """How often GPU sample rows were taken (the ``--live`` view's: at the stats' interval),
+    ms: the median gap between their times."""
     ts = sorted({float(r["t"]) for r in rows})
     gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
-    read_ms = round(statistics.median(gaps) * 1000, 3) if gaps else 0.0
-    add_energy(time, points_from_rows(rows), gpus, read_ms, scope)
+    return round(statistics.median(gaps) * 1000, 3) if gaps else 0.0

@@ -158,8 +158,8 @@ class FakeCuda:
                 f"{self.devices} GPU{'s' if self.devices != 1 else ''}; simulate more to use it)"
             )
 
-    def mark(self, report: Any) -> None:
-        """Says in ``report`` that its GPUs were simulated, and what the script got back that
+    def mark(self, report: Any) -> Any:
+        """``report`` saying that its GPUs were simulated, and what the script got back that
         was a placeholder (``options.fake_cuda``; the devices' names)."""
         # CUDA graphs: what they did, and where (when the script made any)
         graphs = self.graphs.to_dict() if self.graphs.captures or self.graphs.errors else None
@@ -170,10 +170,13 @@ class FakeCuda:
             self.memory.capacity_bytes,
             self.values,
         )
-        report.options = report.options.replace(fake_cuda=fake)
-        for entry in report.devices:
-            if str(entry.get("device", "")).startswith("cuda"):
-                entry["name"] = DEVICE_NAME
+        devices = [
+            {**entry, "name": DEVICE_NAME}
+            if str(entry.get("device", "")).startswith("cuda")
+            else entry
+            for entry in report.devices
+        ]
+        return report.replace(options=report.options.replace(fake_cuda=fake), devices=devices)
 
     # -- entering -----------------------------------------------------------------------------
 

@@ -31,8 +31,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.monitor.gpu_timeline import sample_row, samples_of_used_gpus, used_gpu_indices
+from gpuwatch.monitor.gpu_timeline import sample_row, used_gpu_indices
 from gpuwatch.monitor.nvml.samples import GpuSample
+from gpuwatch.profile.finish import GpuMeasures, finish
 from gpuwatch.profile.live.protocol import (
     Done,
     Fatal,
@@ -43,7 +44,7 @@ from gpuwatch.profile.live.protocol import (
 )
 from gpuwatch.profile.live.result import LiveResult
 from gpuwatch.profile.live.session import ChildSession
-from gpuwatch.report.energy import add_energy_from_rows, rows_energy
+from gpuwatch.report.energy import points_from_rows, rows_energy, rows_read_interval_ms
 from gpuwatch.report.write import Output, write_reports
 from profilers import Report
 from profilers.registry import OwnThread
@@ -303,10 +304,8 @@ class LiveRun:
                 )
             if self.signalled is not None and report.partial:
                 name = signal.Signals(self.signalled).name
-                report.error = f"stopped: gpuwatch received {name} ({report.error})"
-            samples_of_used_gpus(report, self.gpu_samples, self.mig_gpus)
-            self._energy(report)
-            report.options = report.options.replace(gpu_stats=self.gpu_stats)
+                report = report.replace(error=f"stopped: gpuwatch received {name} ({report.error})")
+            report = finish(report, self._measures())
             self.report = report
             # NB: ended before the files are written, as a user sees it: once a report file
             # exists, q quits at once (close() waits on this lock for the writing to finish).
@@ -314,14 +313,18 @@ class LiveRun:
             self.written = write_reports(report, self.outputs)
             return Ended(code, report, list(self.written), None)
 
-    def _energy(self, report: Report) -> None:
-        """Energy per step from the view's samples (at the stats' interval: coarser than a
-        plain run's 20 ms reads of the counter, and said so by ``read_interval_ms``)."""
-        used = used_gpu_indices(report.devices, self.gpu_samples, self.mig_gpus)
-        if report.time is None or report.options.fake_cuda or not used:
-            return
-        rows = [r for r in self.gpu_samples if r["gpu"] in used]
-        add_energy_from_rows(report.time, rows, used, None)
+    def _measures(self) -> GpuMeasures:
+        """The view's GPU samples, and the energy per step from them (at the stats' interval:
+        coarser than a plain run's 20 ms reads of the counter, and said so by
+        ``read_interval_ms``)."""
+        rows = self.gpu_samples
+        return GpuMeasures(
+            self.gpu_stats,
+            rows,
+            self.mig_gpus,
+            points_from_rows(rows),
+            rows_read_interval_ms(rows),
+        )
 
     def result(self) -> LiveResult:
         """What the run left (exit code 1 if it never ended, 128 + N after signal N)."""
