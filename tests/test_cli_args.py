@@ -60,7 +60,7 @@ def test_the_parsed_command_line_gives_the_module_its_options(monkeypatch):
         seen.update(module=args.module, args=args.args, json=args.json_path, quiet=args.quiet)
         return 0
 
-    monkeypatch.setattr("gpuwatch.profile.command.run_profile", fake_run)
+    monkeypatch.setattr("gpuwatch.cli.profile.run_profile", fake_run)
     parser = cli.build_parser()
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
     for action in parser._actions:  # the handler was bound when the parser was built

@@ -106,7 +106,7 @@ def test_top_json_prints_or_writes_one_snapshot(tmp_path, capsys):
 
 
 def test_count_ops_says_when_it_changes_nothing(tmp_path, capsys):
-    from gpuwatch.profile.command import _check_options
+    from gpuwatch.cli.profile import _check_options
 
     _check_options(ProfileOptions(count_ops=True))
     assert capsys.readouterr().err == (

@@ -8,10 +8,21 @@ import sys
 from typing import Any
 
 from gpuwatch.errors import CliError
+from gpuwatch.flags import Outputs
 from gpuwatch.profile.budget import add_budget_args, budget_for, enforce
 
+OUTPUTS = Outputs(
+    json_doc="the gpuwatch.diff/1 JSON",
+    html_doc="an HTML page",
+    trace_doc=None,
+    what="the diff",
+    quiet_help="no terminal table",
+    top_default=20,
+    top_help="lines shown in the terminal; the JSON and HTML have every line",
+)
 
-def add_parser(sub: Any, bounded_int: Any) -> None:
+
+def add_parser(sub: Any) -> None:
     d = sub.add_parser(
         "diff",
         allow_abbrev=False,
@@ -23,28 +34,7 @@ def add_parser(sub: Any, bounded_int: Any) -> None:
     )
     d.add_argument("before", metavar="BEFORE.json", help="the run before the change")
     d.add_argument("after", metavar="AFTER.json", help="the run after it")
-    d.add_argument(
-        "-o",
-        "--output",
-        dest="output_paths",
-        action="append",
-        default=[],
-        metavar="PATH",
-        help="write the diff here, its kind from the ending: .json or .html (repeatable)",
-    )
-    d.add_argument(
-        "--json", dest="json_path", metavar="PATH", help="write the gpuwatch.diff/1 JSON here"
-    )
-    d.add_argument("--html", dest="html_path", metavar="PATH", help="write an HTML page here")
-    d.add_argument(
-        "-n",
-        "--top",
-        type=bounded_int(1, 1_000_000),
-        default=20,
-        metavar="N",
-        help="lines shown in the terminal (default 20; the JSON and HTML have every line)",
-    )
-    d.add_argument("-q", "--quiet", action="store_true", help="no terminal table")
+    OUTPUTS.declare(d)
     add_budget_args(d, growth=True)
     d.set_defaults(handler=run_diff)
 

@@ -6,9 +6,47 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from gpuwatch.errors import CliError
-from gpuwatch.profile.budget import budget_for, check_run
+from gpuwatch.flags import Outputs
+from gpuwatch.profile.budget import add_budget_args, budget_for, check_run
+
+OUTPUTS = Outputs(
+    json_doc="the (merged) gpuwatch.profile/1 JSON",
+    html_doc="the HTML report",
+    trace_doc="a Chrome trace (Perfetto opens it)",
+    quiet_help="quiet: no summary, no 'wrote' lines",
+)
+
+
+def add_parser(sub: Any) -> None:
+    r = sub.add_parser(
+        "report",
+        allow_abbrev=False,
+        help="re-render a saved gpuwatch profile JSON, or analyse a torch.profiler trace",
+        description="Print the summary of a saved run (gpuwatch profile --json), optionally "
+        "writing its HTML report. Given a torch.profiler trace instead (.json or .json.gz from "
+        "export_chrome_trace() or tensorboard_trace_handler, or a folder of one per rank), "
+        "print where each step's GPU idle time went: busy, and idle by input, sync, copy, comm "
+        "and launch, with the lines charged (docs/trace.md).",
+    )
+    r.add_argument(
+        "paths",
+        nargs="+",
+        metavar="RUN.json|TRACE",
+        help="a saved run; several: the reports of a distributed run's ranks, merged. Or a "
+        "torch.profiler trace, several, or a folder of them (one per rank)",
+    )
+    OUTPUTS.declare(r)
+    r.add_argument(
+        "--what-if",
+        action="store_true",
+        help="print what each fix would save per step instead of the summary (the run's "
+        "replayed or predicted what-ifs, their combined saving and overlap)",
+    )
+    add_budget_args(r)
+    r.set_defaults(handler=run_report)
 
 
 def run_report(args: argparse.Namespace) -> int:

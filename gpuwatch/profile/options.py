@@ -26,9 +26,9 @@ from gpuwatch.argvalues import (
     interval,
     step_window,
 )
+from gpuwatch.flags import PROFILE_OUTPUTS, Flag, declare, frozen, jsonable
+from gpuwatch.flags import flag_field as _flag
 from gpuwatch.profile.budget import BUDGET_HELP
-from gpuwatch.profile.flags import Flag, declare, frozen, jsonable
-from gpuwatch.profile.flags import flag_field as _flag
 from gpuwatch.profile.sizes import fake_values, memory_size
 
 if TYPE_CHECKING:
@@ -52,48 +52,12 @@ class ProfileOptions:
 
     Defaults are the command line's; tuples, never lists, so that options hash and compare."""
 
-    output_paths: tuple[str, ...] = _flag(
-        (),
-        Flag(
-            ("-o", "--output"),
-            "write a report here, its kind from the ending: .json, .html or .trace.json "
-            "(repeatable)",
-            store="append",
-            metavar="PATH",
-            magic=True,
-        ),
-    )
-    json_path: str | None = _flag(
-        None,
-        Flag(("--json",), "write the gpuwatch.profile/1 JSON here", metavar="PATH", magic=True),
-    )
-    html_path: str | None = _flag(
-        None,
-        Flag(("--html",), "write a self-contained HTML report here", metavar="PATH", magic=True),
-    )
-    trace_path: str | None = _flag(
-        None,
-        Flag(
-            ("--trace",),
-            "write the copies, syncs and GPU samples as a Chrome trace (Perfetto opens it)",
-            metavar="PATH",
-            magic=True,
-        ),
-    )
-    quiet: bool = _flag(
-        False,
-        Flag(("-q", "--quiet"), "quiet: no summary, no 'wrote' lines (errors only)", "true"),
-    )
-    top: int = _flag(
-        5,
-        Flag(
-            ("-n", "--top"),
-            "lines per top list (default 5)",
-            parse=bounded_int(1, 1_000_000),
-            metavar="N",
-            magic=True,
-        ),
-    )
+    output_paths: tuple[str, ...] = PROFILE_OUTPUTS.field("output_paths")
+    json_path: str | None = PROFILE_OUTPUTS.field("json_path")
+    html_path: str | None = PROFILE_OUTPUTS.field("html_path")
+    trace_path: str | None = PROFILE_OUTPUTS.field("trace_path")
+    quiet: bool = PROFILE_OUTPUTS.field("quiet")
+    top: int = PROFILE_OUTPUTS.field("top")
     kernel_timing: bool = _flag(
         True,
         Flag(

@@ -1,4 +1,5 @@
-"""``gpuwatch profile`` and ``gpuwatch report``: run a script under the profiler, render reports."""
+"""``gpuwatch profile``: run a script under the profiler (here, as ranks, or live) and write
+its reports."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ import os
 import sys
 from typing import Any
 
-from gpuwatch.argvalues import bounded_int, note
+from gpuwatch.argvalues import note
 from gpuwatch.errors import CliError
-from gpuwatch.profile.budget import add_budget_args, budget_for, check_run
+from gpuwatch.profile.budget import budget_for, check_run
 from gpuwatch.profile.options import ProfileOptions, add_arguments
 from gpuwatch.profile.worded import library_errors
 
 
-def add_parsers(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "profile",
         allow_abbrev=False,
@@ -34,58 +35,6 @@ def add_parsers(sub: Any) -> None:
         help="the script and its arguments",
     )
     p.set_defaults(handler=run_profile)
-
-    r = sub.add_parser(
-        "report",
-        allow_abbrev=False,
-        help="re-render a saved gpuwatch profile JSON, or analyse a torch.profiler trace",
-        description="Print the summary of a saved run (gpuwatch profile --json), optionally "
-        "writing its HTML report. Given a torch.profiler trace instead (.json or .json.gz from "
-        "export_chrome_trace() or tensorboard_trace_handler, or a folder of one per rank), "
-        "print where each step's GPU idle time went: busy, and idle by input, sync, copy, comm "
-        "and launch, with the lines charged (docs/trace.md).",
-    )
-    r.add_argument(
-        "paths",
-        nargs="+",
-        metavar="RUN.json|TRACE",
-        help="a saved run; several: the reports of a distributed run's ranks, merged. Or a "
-        "torch.profiler trace, several, or a folder of them (one per rank)",
-    )
-    r.add_argument(
-        "-o",
-        "--output",
-        dest="output_paths",
-        action="append",
-        default=[],
-        metavar="PATH",
-        help="write the (merged) report here, its kind from the ending: .json, .html or "
-        ".trace.json (repeatable)",
-    )
-    r.add_argument(
-        "--json", dest="json_path", metavar="PATH", help="write the (merged) JSON report here"
-    )
-    r.add_argument("--html", dest="html_path", metavar="PATH", help="write the HTML report here")
-    r.add_argument(
-        "--trace", dest="trace_path", metavar="PATH", help="write a Chrome trace (Perfetto) here"
-    )
-    r.add_argument("-q", "--quiet", action="store_true", help="quiet: no summary, no 'wrote' lines")
-    r.add_argument(
-        "-n",
-        "--top",
-        type=bounded_int(1, 1_000_000),
-        default=5,
-        metavar="N",
-        help="lines per top list (default 5)",
-    )
-    r.add_argument(
-        "--what-if",
-        action="store_true",
-        help="print what each fix would save per step instead of the summary (the run's "
-        "replayed or predicted what-ifs, their combined saving and overlap)",
-    )
-    add_budget_args(r)
-    r.set_defaults(handler=_run_report)
 
 
 def _gpu_timeline(options: ProfileOptions) -> tuple[Any, str]:
@@ -314,9 +263,3 @@ def print_what_if(report: Any) -> None:
     from gpuwatch.report.whatif import print_what_if as show
 
     show(report)
-
-
-def _run_report(args: argparse.Namespace) -> int:
-    from gpuwatch.cli.report import run_report
-
-    return run_report(args)

@@ -1,4 +1,4 @@
-"""``gpuwatch export``'s command: its options, the sampling thread and the server's lifetime
+"""``gpuwatch export``: its options, the sampling thread and the server's lifetime
 (the metrics themselves are gpuwatch/monitor/export.py's collector)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from gpuwatch.argvalues import add_old_spelling
+from gpuwatch.argvalues import add_old_spelling, bounded_int, interval
 from gpuwatch.errors import CliError
 from gpuwatch.monitor.export import (
     CONNECTION_DEADLINE_S,
@@ -22,7 +22,7 @@ from gpuwatch.monitor.nvml.activity import IdlePolicy
 from gpuwatch.monitor.threads import OwnThread
 
 
-def add_parser(sub: Any, bounded_int: Any, interval: Any) -> None:
+def add_parser(sub: Any) -> None:
     e = sub.add_parser(
         "export",
         allow_abbrev=False,
