@@ -13,6 +13,7 @@ import torch.distributed as dist
 from rich.console import Console
 
 import profilers
+from gpuwatch.report.analysis import analyze
 from gpuwatch.report.collectives import comm_html, comm_text
 from gpuwatch.report.html import render_html
 from gpuwatch.report.html_charts import _bytes_per_line
@@ -50,7 +51,7 @@ def test_collectives_per_line_in_the_summary_at_80_columns_and_in_the_html():
     # the line number stays whole at 80 columns (it was cut to "tests/test_output_polish.py…")
     assert f"{here}:{line_of('all_reduce')}" in text and f"{here}:{line_of('broadcast')}" in text
     assert "all_reduce 1,200" in text  # one thousands separator, as in every table
-    page = comm_html(r)
+    page = comm_html(r, analyze(r).spreads)
     assert "<h3>Collectives per line</h3>" in page
     row = page[page.index(f"<code>{here}:{line_of('all_reduce')}</code>") :]
     # 1,200 all-reduces of 1000 float32: 4,800,000 bytes

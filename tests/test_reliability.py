@@ -331,7 +331,7 @@ def test_a_failing_renderer_leaves_the_old_file_and_writes_the_rest(tmp_path, mo
 
     (tmp_path / "r.html").write_text("the previous report")
 
-    def broken(report: Report) -> str:
+    def broken(report: Report, findings: object = None) -> str:
         raise RuntimeError("renderer bug")
 
     monkeypatch.setattr(html, "render_html", broken)

@@ -138,6 +138,7 @@ def profile(options: ProfileOptions, target: Any) -> int:
         from gpuwatch.profile.torch_range import cannot_load
 
         raise CliError(cannot_load(exc)) from None
+    from gpuwatch.report.deliver import deliver
     from gpuwatch.report.write import (
         check_outputs,
         distributed_rank,
@@ -145,7 +146,6 @@ def profile(options: ProfileOptions, target: Any) -> int:
         output_for,
         outputs,
         streams_through,
-        write_outputs,
         write_reports,
     )
 
@@ -197,11 +197,7 @@ def profile(options: ProfileOptions, target: Any) -> int:
     def on_report(report: Any) -> None:
         nonlocal failed, final
         final = report
-        failed = write_outputs(report, wanted, quiet=quiet)
-        if not quiet:
-            print_summary(report, options.top)
-            if options.what_if:
-                print_what_if(report)
+        failed = deliver(report, wanted, top=options.top, quiet=quiet, what_if=options.what_if)
 
     # NB: checkpoints rewrite a file; a device or stream (/dev/stdout) gets the final report only.
     json_out = [o for o in wanted if o.kind == "json" and not streams_through(o.where)]
@@ -227,6 +223,7 @@ def run_live(options: ProfileOptions, target: Any, wanted: list[Any], limits: An
     from gpuwatch.profile.live.app import LiveApp
     from gpuwatch.profile.live.model import LiveRun
     from gpuwatch.profile.live.session import ChildSession
+    from gpuwatch.report.deliver import deliver
     from gpuwatch.report.write import say
 
     sampler, reason = None, "off (--no-gpu-stats)"
@@ -244,22 +241,8 @@ def run_live(options: ProfileOptions, target: Any, wanted: list[Any], limits: An
     if result.fatal is not None:
         raise CliError(result.fatal)
     failed = say(result.written, quiet=options.quiet)
-    if result.report is not None and not options.quiet:
-        print_summary(result.report, options.top)
-        if options.what_if:
-            print_what_if(result.report)
+    if result.report is not None:  # NB: its files are written: by the view, as the run ended
+        deliver(result.report, [], top=options.top, quiet=options.quiet, what_if=options.what_if)
     code = result.exit_code
     code = 2 if failed and code == 0 else code
     return check_run(limits, result.report, code, options.quiet)
-
-
-def print_summary(report: Any, top: int, file: Any = None) -> None:
-    from gpuwatch.report.text import print_summary as show
-
-    show(report, top, file)
-
-
-def print_what_if(report: Any) -> None:
-    from gpuwatch.report.whatif import print_what_if as show
-
-    show(report)

@@ -54,9 +54,9 @@ def run_report(args: argparse.Namespace) -> int:
 
     if any(is_trace(p) for p in args.paths):
         return run_trace_report(args)
+    from gpuwatch.report.deliver import deliver
     from gpuwatch.report.load import load_report
-    from gpuwatch.report.text import print_summary
-    from gpuwatch.report.write import check_outputs, output_for, outputs, write_outputs
+    from gpuwatch.report.write import check_outputs, output_for, outputs
 
     wanted = outputs(args.json_path, args.html_path, args.trace_path)
     wanted += [output_for(path) for path in args.output_paths]
@@ -75,13 +75,15 @@ def run_report(args: argparse.Namespace) -> int:
             ) from None
         except MergeError as exc:
             raise CliError(str(exc)) from None
-    if args.what_if:
-        from gpuwatch.report.whatif import print_what_if
-
-        print_what_if(report, file=sys.stdout)
-    elif not args.quiet:
-        print_summary(report, args.top, file=sys.stdout)
-    failed = write_outputs(report, wanted, quiet=args.quiet)
+    failed = deliver(
+        report,
+        wanted,
+        top=args.top,
+        quiet=args.quiet,
+        summary=not args.what_if,
+        what_if=args.what_if,
+        file=sys.stdout,
+    )
     return check_run(limits, report, 2 if failed else 0, args.quiet)
 
 

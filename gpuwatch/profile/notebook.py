@@ -18,10 +18,13 @@ from __future__ import annotations
 import argparse
 import io
 import shlex
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpuwatch.profile.options import ProfileOptions
 from profilers import Report
+
+if TYPE_CHECKING:
+    from gpuwatch.report.analysis import Findings
 
 #: The exit code a report records for an interrupted cell, as the CLI's Ctrl-C.
 INTERRUPTED = 130
@@ -45,10 +48,13 @@ def show(report: Report, top: int = 5) -> None:
     """Displays ``report``: its tables with the text summary, then each chart."""
     from IPython.display import display
 
+    from gpuwatch.report.analysis import analyze
     from gpuwatch.report.html import render_fragment
 
-    page, figures = render_fragment(report)
-    display({"text/html": page, "text/plain": text_of(report, top)}, raw=True)  # type: ignore[no-untyped-call]
+    findings = analyze(report)
+    page, figures = render_fragment(report, findings)
+    text = text_of(report, top, findings)
+    display({"text/html": page, "text/plain": text}, raw=True)  # type: ignore[no-untyped-call]
     for _, fig in figures:
         title = fig.layout.title.text or "chart"
         # NB: plotly's own MIME type, not fig.show(): the output holds the figure's data only,
@@ -60,14 +66,14 @@ def show(report: Report, top: int = 5) -> None:
         display(bundle, raw=True)  # type: ignore[no-untyped-call]
 
 
-def text_of(report: Report, top: int = 5) -> str:
+def text_of(report: Report, top: int = 5, findings: Findings | None = None) -> str:
     from rich.console import Console
 
     from gpuwatch.report.text import summary
 
     out = io.StringIO()
     Console(file=out, width=100, color_system=None, force_jupyter=False).print(
-        summary(report, top=top)
+        summary(report, top=top, findings=findings)
     )
     return out.getvalue()
 

@@ -62,9 +62,8 @@ def rank_command(options: ProfileOptions, target: Any, json_pattern: str) -> lis
 
 
 def run_ranks(options: ProfileOptions, target: Any, wanted: list[Any]) -> int:
+    from gpuwatch.report.deliver import deliver
     from gpuwatch.report.load import load_report
-    from gpuwatch.report.text import print_summary
-    from gpuwatch.report.write import write_outputs
     from profilers.merge import merge_ranks
 
     if options.live:
@@ -94,9 +93,7 @@ def run_ranks(options: ProfileOptions, target: Any, wanted: list[Any]) -> int:
         merged = merge_ranks([load_report(str(p)) for p in found])
         missing = [k for k in range(n) if k not in (merged.ranks or [])] or None
         merged = merged.replace(world_size=n, missing_ranks=missing)
-        failed = write_outputs(merged, wanted, quiet=options.quiet)
-        if not options.quiet:
-            print_summary(merged, options.top)
+        failed = deliver(merged, wanted, top=options.top, quiet=options.quiet)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         signals.restore()

@@ -4,6 +4,7 @@ and, in a report merged from ranks, the spread of each line's time across them (
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -12,7 +13,7 @@ from rich.table import Table
 
 from gpuwatch import _format as fmt
 from profilers import Report
-from profilers.merge import spreads
+from profilers.merge import Spread
 
 
 def rank_line(r: Report) -> str | None:
@@ -79,9 +80,10 @@ def comm_text(r: Report, top: int) -> list[RenderableType]:
     return parts
 
 
-def spread_text(r: Report, top: int) -> list[RenderableType]:
-    """Per line, the slowest rank and how far behind the median rank it is."""
-    found = spreads(r, top)
+def spread_text(found: Sequence[Spread], top: int) -> list[RenderableType]:
+    """Per line, the slowest rank and how far behind the median rank it is (``found``: the
+    findings' spreads, slowest first)."""
+    found = found[:top]
     if not found:
         return []
     t = Table(
@@ -107,8 +109,8 @@ def spread_text(r: Report, top: int) -> list[RenderableType]:
     return [t]
 
 
-def summary_parts(r: Report, top: int) -> RenderableType | None:
-    parts = comm_text(r, top) + spread_text(r, top)
+def summary_parts(r: Report, top: int, found: Sequence[Spread]) -> RenderableType | None:
+    parts = comm_text(r, top) + spread_text(found, top)
     return Group(*parts) if parts else None
 
 
@@ -116,8 +118,9 @@ def _e(x: object) -> str:
     return html.escape(str(x))
 
 
-def comm_html(r: Report) -> str:
-    """The HTML's collectives and rank-spread tables ('' when there are none)."""
+def comm_html(r: Report, spread: Sequence[Spread]) -> str:
+    """The HTML's collectives and rank-spread tables ('' when there are none; ``spread``: the
+    findings' spreads, slowest first)."""
     out = []
     c = r.totals.comm
     if c.count or c.wait_ms:
@@ -144,7 +147,7 @@ def comm_html(r: Report) -> str:
             "<th class=l>collectives</th><th>bytes</th><th>host wait</th>"
             f"<th class=l>source</th></tr>{rows}</table>"
         )
-    found = spreads(r, 10)
+    found = spread[:10]
     if found:
         rows = "".join(
             f"<tr><td class=l><code>{_e(sp.site.file)}:{sp.site.line}</code></td>"

@@ -6,6 +6,7 @@ Pure functions of a :class:`profilers.Report`: the same report always gives the 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from gpuwatch import _format as fmt
@@ -52,9 +53,12 @@ class Hint:
         return f"{self.site.file}:{self.site.line}"
 
 
-def hints(report: Report, hot: int = HOT) -> list[Hint]:
+def hints(
+    report: Report, hot: int = HOT, costs: Mapping[str, tuple[float, float]] | None = None
+) -> list[Hint]:
     """Every hint for every site, the costliest first: its line's time per step where measured,
-    then syncs, then bytes."""
+    then syncs, then bytes (``costs``: the report's :func:`line_costs`, worked out here when
+    not given)."""
     out: list[Hint] = []
     steps = int(report.steps["count"]) if report.steps else 0
     for site in report.sites:
@@ -67,7 +71,7 @@ def hints(report: Report, hot: int = HOT) -> list[Hint]:
         if steps:  # people think in steps: "syncs once every step"
             found = [replace(h, evidence=f"{h.evidence}; {in_steps(h.site, steps)}") for h in found]
         out.extend(found)
-    costs = line_costs(report)
+    costs = line_costs(report) if costs is None else costs
     if costs:  # every hint carries its line's time, and the costliest line comes first
         out = [_with_cost(h, costs.get(h.where), report) for h in out]
     saved = savings_by_hint(report)

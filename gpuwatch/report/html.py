@@ -4,12 +4,14 @@ from the user's code escaped."""
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from typing import Any
 
 from gpuwatch import _format as fmt
+from gpuwatch.report.analysis import Findings, analyze
 from gpuwatch.report.collectives import comm_html, rank_line
 from gpuwatch.report.compiled import compiled_lines
-from gpuwatch.report.hints import Hint, hints
+from gpuwatch.report.hints import Hint
 from gpuwatch.report.html_charts import charts, figure_json
 from gpuwatch.report.memory import memory_html, memory_title
 from gpuwatch.report.text import (
@@ -22,7 +24,6 @@ from gpuwatch.report.text import (
     simulated_lines,
     used_no_gpu,
 )
-from gpuwatch.report.timeview import time_lines
 from gpuwatch.report.whatif import what_if_html
 from profilers import DIRECTIONS, Report, Site
 
@@ -122,7 +123,7 @@ def _copies(r: Report) -> str:
     )
 
 
-def _hints(found: list[Hint]) -> str:
+def _hints(found: Sequence[Hint]) -> str:
     rows = (
         "".join(
             f"<tr><td class=l><code>{_e(h.where)}</code></td><td class=l>{_e(h.message)}</td>"
@@ -155,7 +156,7 @@ def _gpu_notes(r: Report) -> str:
     return capped + gpu
 
 
-def _top_lines(r: Report, found: list[Hint]) -> str:
+def _top_lines(r: Report, found: Sequence[Hint]) -> str:
     by_site: dict[tuple[str, int], list[str]] = {}
     for h in found:
         by_site.setdefault((h.site.file, h.site.line), []).append(h.message)
@@ -198,24 +199,24 @@ def kernel_measured(r: Report) -> bool:
     return not r.options.fake_cuda and r.options.kernel_timing_source != "off"
 
 
-def _time_text(r: Report) -> str:
+def _time_text(f: Findings) -> str:
     """The summary's first lines (the verdict per step, step 0, the costliest line), above the
     stacked bars."""
-    lines = time_lines(r)
+    lines = f.verdict_lines
     if not lines:
         return ""
     return "<div class=verdict>" + "".join(f"<p>{_e(line)}</p>" for line in lines) + "</div>"
 
 
-def _body(r: Report, places: dict[str, str]) -> str:
-    found = hints(r)
+def _body(r: Report, places: dict[str, str], f: Findings) -> str:
+    found = f.hints
     return f"""{_header(r)}
-{_cards(r)}{_time_text(r)}{places["time"]}
+{_cards(r)}{_time_text(f)}{places["time"]}
 {memory_html(r)}{places["memory"] if memory_title(r) else ""}
 {_copies(r)}
-{comm_html(r)}
+{comm_html(r, f.spreads)}
 {_hints(found)}
-{what_if_html(r)}
+{what_if_html(r, f.what_if_lines)}
 {places["timeline"]}{_gpu_notes(r)}
 {places["bytes"]}
 {places["kernel"]}
@@ -223,12 +224,14 @@ def _body(r: Report, places: dict[str, str]) -> str:
 {_top_lines(r, found)}"""
 
 
-def render_html(report: Report) -> str:
+def render_html(report: Report, findings: Findings | None = None) -> str:
     """The whole page as a string: one small function per section, the figures' data inlined
-    with plotly.js itself (the file opens offline)."""
+    with plotly.js itself (the file opens offline); ``findings``: the report's :func:`analyze`,
+    worked out here when not given."""
     from plotly.offline import get_plotlyjs
 
     r = report
+    found = analyze(r) if findings is None else findings
     figures = charts(r)
     places = {
         name: f'<div id="fig-{name}"></div>' if fig is not None else f"<p class=empty>{_e(why)}</p>"
@@ -247,18 +250,21 @@ def render_html(report: Report) -> str:
 <style>{PAGE_CSS}{RULES}</style>
 <script>{get_plotlyjs()}</script>
 </head><body>
-{_body(r, places)}
+{_body(r, places, found)}
 <script>
 {plots}</script>
 </body></html>
 """
 
 
-def render_fragment(report: Report) -> tuple[str, list[tuple[str, Any]]]:
+def render_fragment(
+    report: Report, findings: Findings | None = None
+) -> tuple[str, list[tuple[str, Any]]]:
     """The report for a notebook: the page's sections as one element with its own scoped style
     and no plotly.js (a few KiB, not 4.8 MB), and the figures, which the notebook shows through
     plotly's own renderer; each chart's place says where it went."""
     r = report
+    found = analyze(r) if findings is None else findings
     figures = charts(r)
     places = {
         name: f"<p class=empty>{_e(why if fig is None else 'The chart ' + title + ' is below.')}</p>"
@@ -267,7 +273,7 @@ def render_fragment(report: Report) -> tuple[str, list[tuple[str, Any]]]:
     }
     page = (
         f"<div class=gpuwatch-report><style>{scoped_css('.gpuwatch-report')}</style>\n"
-        f"{_body(r, places)}\n</div>"
+        f"{_body(r, places, found)}\n</div>"
     )
     return page, [(name, fig) for name, (fig, _) in figures.items() if fig is not None]
 

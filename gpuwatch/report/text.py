@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich import box
@@ -15,11 +15,11 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuwatch import _format as fmt
+from gpuwatch.report.analysis import Findings, analyze
 from gpuwatch.report.collectives import rank_line, summary_parts
 from gpuwatch.report.compiled import compiled_lines
-from gpuwatch.report.hints import Hint, hints
+from gpuwatch.report.hints import Hint
 from gpuwatch.report.memory import failure_part, memory_part
-from gpuwatch.report.timeview import time_lines
 from profilers import DIRECTIONS, Report, Site
 
 DIRECTION_NAMES = {
@@ -30,12 +30,14 @@ DIRECTION_NAMES = {
 }
 
 
-def summary(report: Report, top: int = 5) -> RenderableType:
-    """Totals, syncs by cause, top lines by bytes, syncs and kernel time, then hints."""
+def summary(report: Report, top: int = 5, findings: Findings | None = None) -> RenderableType:
+    """Totals, syncs by cause, top lines by bytes, syncs and kernel time, then hints
+    (``findings``: the report's :func:`analyze`, worked out here when not given)."""
+    found = analyze(report) if findings is None else findings
     failure = failure_part(report)  # a device mismatch or OOM, right under the header
-    parts: list[RenderableType] = [_header(report), *([failure] if failure else [])]
+    parts: list[RenderableType] = [_header(report, found), *([failure] if failure else [])]
     parts += [_totals(report), _syncs(report)]
-    for part in (summary_parts(report, top), memory_part(report, top)):
+    for part in (summary_parts(report, top, found.spreads), memory_part(report, top)):
         if part is not None:
             parts.append(part)
     for title, key, value in (
@@ -54,9 +56,8 @@ def summary(report: Report, top: int = 5) -> RenderableType:
     inside = _library_table(report, top)
     if inside is not None:
         parts.append(inside)
-    found = hints(report)
-    if found:
-        parts.append(_hints(found[:12]))
+    if found.hints:
+        parts.append(_hints(found.hints[:12]))
     elif no_gpu_error(report):
         parts.append(
             Text(
@@ -72,7 +73,7 @@ def summary(report: Report, top: int = 5) -> RenderableType:
     return Group(*parts)
 
 
-def _hints(found: list[Hint]) -> RenderableType:
+def _hints(found: Sequence[Hint]) -> RenderableType:
     """Each hint as a short paragraph under its line: advice wraps at any width, never cut
     (a table cut it at 80 columns, or whenever stderr was not a terminal)."""
     parts: list[RenderableType] = [Text("Hints", style="italic")]
@@ -83,7 +84,7 @@ def _hints(found: list[Hint]) -> RenderableType:
     return Group(*parts)
 
 
-def _header(r: Report) -> RenderableType:
+def _header(r: Report, found: Findings) -> RenderableType:
     status = "finished" if not r.partial else "did not finish (partial report)"
     if r.error:
         status += f": {r.error}"
@@ -106,7 +107,7 @@ def _header(r: Report) -> RenderableType:
     lines.append(f"\ndevices: {devices}    ops: {ops}    kernel time: {kernel_time(r)}")
     for line in compiled_lines(r):  # NB: before the time: it is of the code that ran
         lines.append(f"\n{line}", style="yellow")
-    for line in time_lines(r):
+    for line in found.verdict_lines:
         lines.append(f"\n{line}", style="bold")
     for line in step_lines(r):
         lines.append(f"\n{line}", style="bold")
@@ -389,11 +390,14 @@ def _causes(s: Site) -> str:
     return ", ".join(f"{k} {v:,}" for k, v in s.syncs.by_cause.items())
 
 
-def print_summary(report: Report, top: int, file: Any = None) -> None:
+def print_summary(
+    report: Report, top: int, file: Any = None, findings: Findings | None = None
+) -> None:
     """The summary on ``file`` (stderr by default); a terminal that went away is no error."""
     from rich.console import Console
 
     try:
-        Console(file=file or sys.stderr, soft_wrap=False).print(summary(report, top=top))
+        shown = summary(report, top=top, findings=findings)
+        Console(file=file or sys.stderr, soft_wrap=False).print(shown)
     except OSError:
         pass  # the terminal went away (SIGHUP): the report files are what is left to give

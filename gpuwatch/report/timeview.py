@@ -4,6 +4,7 @@ Reads ``report.time`` (profilers/timing/verdict.py); a report without it renders
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from statistics import median
 from typing import Any
 
@@ -55,9 +56,10 @@ def verdict_line(d: dict[str, Any], steps: int, after_first: bool = False) -> st
     return f"{d['verdict']}: {fmt.duration_ms(per)} {unit}, {_split(d)} {where}"
 
 
-def time_lines(r: Report) -> list[str]:
+def time_lines(r: Report, costs: Mapping[str, tuple[float, float]] | None = None) -> list[str]:
     """The summary's first lines: the verdict per step, step 0 where it held the setup, the
-    profiler's own time taken out, and the line that cost most."""
+    profiler's own time taken out, and the line that cost most (``costs``: the report's
+    :func:`line_costs`, worked out here when not given)."""
     t = r.time
     memory = (r.predicted or {}).get("memory") or {}
     fit = [f"PREDICTED: {memory['message']}"] if memory.get("message") else []
@@ -109,7 +111,7 @@ def time_lines(r: Report) -> list[str]:
     energy = energy_line(r)
     if energy is not None:
         out.append(energy)
-    costs = line_costs(r)
+    costs = line_costs(r) if costs is None else costs
     if costs:
         site, (ms, share) = next(iter(costs.items()))
         out.append(f"costliest line: {site}, {cost_text(r, ms, share)}")

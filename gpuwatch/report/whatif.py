@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import math
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from gpuwatch import _format as fmt
@@ -101,15 +102,16 @@ def _overlap(ms: float) -> str:
     return "no overlap between them"
 
 
-def print_what_if(r: Report, file: Any = None) -> None:
-    print("\n".join(what_if_lines(r)), file=file or sys.stderr)
+def print_what_if(lines: Sequence[str], file: Any = None) -> None:
+    """The what-if table (the findings' ``what_if_lines``) on ``file``, stderr by default."""
+    print("\n".join(lines), file=file or sys.stderr)
 
 
-def what_if_html(r: Report) -> str:
-    """The HTML report's section: the same table, escaped (empty without ``what_if``)."""
+def what_if_html(r: Report, lines: Sequence[str]) -> str:
+    """The HTML report's section: the table (the findings' ``what_if_lines``), escaped; empty
+    without ``what_if``."""
     if not r.what_if:
         return ""
-    lines = what_if_lines(r)
     return (
         f"<h2>What if</h2><p>{html.escape(lines[0])}</p>"
         f"<pre>{html.escape(chr(10).join(lines[1:]))}</pre>"

@@ -27,10 +27,14 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from gpuwatch.errors import CliError
+from gpuwatch.report.renderers import endings
 from profilers.report import Report, write_text_atomic
+
+if TYPE_CHECKING:
+    from gpuwatch.report.analysis import Findings
 
 
 @dataclass(frozen=True)
@@ -56,8 +60,9 @@ def outputs(
     return [Output(k, p) for k, p in asked if p is not None]
 
 
-#: ``-o PATH``: the kind of report each file ending asks for (longest ending first).
-ENDINGS = ((".trace.json", "trace"), (".json", "json"), (".html", "html"), (".htm", "html"))
+#: ``-o PATH``: the kind of report each file ending asks for (longest ending first): the
+#: renderers' own (gpuwatch/report/renderers.py).
+ENDINGS = endings()
 
 
 def output_for(path: str, trace: bool = True) -> Output:
@@ -250,25 +255,27 @@ def write_file(path: str, text: str) -> None:
         os.close(fd)
 
 
-def render(report: Report, kind: str) -> str:
-    """The text of one output; may raise anything a renderer raises."""
-    if kind == "json":
-        return report.to_json()
-    if kind == "html":
-        from gpuwatch.report.html import render_html
+def write_reports(
+    report: Report, wanted: Sequence[Output], findings: Findings | None = None
+) -> list[tuple[bool, str]]:
+    """Writes each output whole or not at all, by the renderer of its kind; ``(ok, message)``
+    for each, for the caller to show. A failing renderer costs its own file only, never the
+    others. ``findings``: the report's :func:`analyze`, worked out here (once) when not
+    given."""
+    if not wanted:
+        return []
+    from gpuwatch.report.renderers import renderer
 
-        return render_html(report)
-    if kind == "trace":
-        from gpuwatch.report.trace import render_trace
+    found: list[Findings] = [] if findings is None else [findings]
 
-        return render_trace(report)
-    raise ValueError(f"unknown report kind {kind!r}")
+    def render(kind: str) -> str:
+        if not found:  # NB: inside the guarded render: an analysis that fails costs its files
+            from gpuwatch.report.analysis import analyze
 
+            found.append(analyze(report))
+        return renderer(kind).render(report, found[0])
 
-def write_reports(report: Report, wanted: Sequence[Output]) -> list[tuple[bool, str]]:
-    """Writes each output whole or not at all; ``(ok, message)`` for each, for the caller to
-    show. A failing renderer costs its own file only, never the others."""
-    return write_rendered(wanted, lambda kind: render(report, kind))
+    return write_rendered(wanted, render)
 
 
 def write_rendered(
@@ -306,6 +313,11 @@ def say(
     return not all(ok for ok, _ in results)
 
 
-def write_outputs(report: Report, wanted: Sequence[Output], quiet: bool = False) -> bool:
+def write_outputs(
+    report: Report,
+    wanted: Sequence[Output],
+    quiet: bool = False,
+    findings: Findings | None = None,
+) -> bool:
     """Writes the reports and says so on stderr. True if any write failed."""
-    return say(write_reports(report, wanted), quiet=quiet)
+    return say(write_reports(report, wanted, findings), quiet=quiet)

@@ -1,0 +1,38 @@
+"""A finished report handed to the user: analysed once (:func:`~gpuwatch.report.analysis.analyze`),
+its files written by their renderers, then the summary (or the what-if table) printed from the
+same findings, so that every output says the same."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gpuwatch.report.analysis import analyze
+from gpuwatch.report.write import Output, write_outputs
+from profilers import Report
+
+
+def deliver(
+    report: Report,
+    wanted: Sequence[Output],
+    *,
+    top: int,
+    quiet: bool,
+    summary: bool = True,
+    what_if: bool = False,
+    file: Any = None,
+) -> bool:
+    """Writes ``wanted`` and, unless ``quiet``, prints the summary (``summary``) and the what-if
+    table (``what_if``) on ``file`` (stderr by default). True if any file failed."""
+    findings = analyze(report)
+    failed = write_outputs(report, wanted, quiet=quiet, findings=findings)
+    if not quiet:
+        if summary:
+            from gpuwatch.report.text import print_summary
+
+            print_summary(report, top, file, findings)
+        if what_if:
+            from gpuwatch.report.whatif import print_what_if
+
+            print_what_if(findings.what_if_lines, file)
+    return failed
