@@ -14,6 +14,7 @@ from typing import Any
 from profilers.libraries import merge_frames
 from profilers.records import Site, Totals
 from profilers.report import Report
+from profilers.sections import Timeline
 from profilers.stats import Counters, SiteStats, add_entries
 
 #: The largest world merged (the published schema's ``world_size`` maximum): ranks are listed
@@ -152,12 +153,12 @@ def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report
         devices=devices,
         totals=Totals.of(totals),
         sites=sites,
-        timeline={
-            "capacity": capacity,
-            "recorded": sum(int(by_rank[k].timeline.get("recorded", 0)) for k in ranks),
-            "dropped": sum(int(by_rank[k].timeline.get("dropped", 0)) for k in ranks),
-            "events": events,
-        },
+        timeline=Timeline(
+            capacity=capacity,
+            recorded=sum(int(by_rank[k].timeline.recorded) for k in ranks),
+            dropped=sum(int(by_rank[k].timeline.dropped) for k in ranks),
+            events=events,
+        ),
         partial=bool(missing) or any(by_rank[k].partial for k in ranks),
         options=first.options.replace(merged_ranks=len(ranks)),
         gpu_samples=[{**g, "rank": k} for k in ranks for g in by_rank[k].gpu_samples],

@@ -10,17 +10,39 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from profilers.finite import NOT_FINITE, dumps_finite, restore_not_finite
 from profilers.options import RunOptions
 from profilers.records import Site, Totals
+from profilers.sections import (
+    Compiled,
+    MemoryView,
+    Predicted,
+    Section,
+    Timeline,
+    TimeView,
+    WhatIf,
+)
 from profilers.stats import Counters
 from profilers.text import printable
 
 __all__ = ["SCHEMA", "Report", "ReportFormatError", "printable", "write_text_atomic"]
 
 SCHEMA = "gpuwatch.profile/1"
+
+
+S = TypeVar("S", bound=Section)
+
+#: The report's typed sections, by field (each also its JSON key).
+_SECTIONS: dict[str, type[Section]] = {
+    "timeline": Timeline,
+    "time": TimeView,
+    "memory": MemoryView,
+    "predicted": Predicted,
+    "what_if": WhatIf,
+    "compiled": Compiled,
+}
 
 
 class ReportFormatError(ValueError):
@@ -39,9 +61,7 @@ class Report:
     devices: list[dict[str, Any]] = field(default_factory=list)
     totals: Totals = field(default_factory=Totals)
     sites: list[Site] = field(default_factory=list)
-    timeline: dict[str, Any] = field(
-        default_factory=lambda: {"capacity": 0, "recorded": 0, "dropped": 0, "events": []}
-    )
+    timeline: Timeline = field(default_factory=Timeline)
     """Copy and sync events, newest ``capacity`` kept: ``{"t", "direction", "bytes", "sync", "site"}``."""
     partial: bool = False
     """True when the run did not finish (an exception, Ctrl-C, a killed child)."""
@@ -68,23 +88,31 @@ class Report:
     (``answer``) and ran no op on one: the run says nothing of what it does on a GPU."""
     missing_ranks: list[int] | None = None
     """In a merged report: ranks of the world with no report (a rank that crashed unseen)."""
-    time: dict[str, Any] | None = None
+    time: TimeView | None = None
     """Where each step's time went (profilers/timing/verdict.py ``time_section``): the run's
     and the newest steps' wall time, host time by cause and line, the profiler's own time taken
     out, and the verdict; None where not measured (a merged report, a --steps window)."""
-    memory: dict[str, Any] | None = None
+    memory: MemoryView | None = None
     """GPU bytes per line (now, at the peak), each GPU's peak and the lines holding it, and a
     device mismatch or out-of-memory error explained (profilers/memory/); None: not tracked."""
-    predicted: dict[str, Any] | None = None
+    predicted: Predicted | None = None
     """``--fake-cuda --gpu NAME``: ``{"gpu": NAME, "source", "memory": {...}}``: the GPU figures
     of ``time`` and ``what_if`` come from a model of that GPU (profilers/timing/replayed.py)."""
-    compiled: dict[str, Any] | None = None
+    compiled: Compiled | None = None
     """What torch.compile did while the profile ran (profilers/compiled.py): frames dynamo was
     handed, graphs it compiled, graph breaks with its reasons, and ``ran_eager`` (the dispatch
     mode under which it compiled nothing); None where nothing was compiled."""
-    what_if: dict[str, Any] | None = None
+    what_if: WhatIf | None = None
     """Every fix the representative step allows, with its saving per step, replayed
     (profilers/timing/replayed.py ``what_if``); None where the run has no GPU times."""
+
+    def __post_init__(self) -> None:
+        # NB: a section given as its JSON object (a builder's dict, an edited copy) is made the
+        # typed, frozen record here, so that every report holds its sections one way.
+        for name, kind in _SECTIONS.items():
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, kind):
+                object.__setattr__(self, name, kind.from_dict(value))
 
     @property
     def counts_ops(self) -> bool:
@@ -131,7 +159,7 @@ class Report:
                 **({"steps": self.steps} if self.steps else {}),
             },
             "sites": [s.to_dict() for s in self.sites],
-            "timeline": self.timeline,
+            "timeline": self.timeline.to_dict(),
             "gpu_samples": self.gpu_samples,
             "options": self.options.to_dict(),
             "internal_errors": self.internal_errors,
@@ -140,11 +168,11 @@ class Report:
             **({"ranks": self.ranks} if self.ranks is not None else {}),
             **({"missing_ranks": self.missing_ranks} if self.missing_ranks else {}),
             **({"gpu_fallback": self.gpu_fallback} if self.gpu_fallback else {}),
-            **({"time": self.time} if self.time is not None else {}),
-            **({"memory": self.memory} if self.memory is not None else {}),
-            **({"predicted": self.predicted} if self.predicted is not None else {}),
-            **({"what_if": self.what_if} if self.what_if is not None else {}),
-            **({"compiled": self.compiled} if self.compiled is not None else {}),
+            **{
+                name: section.to_dict()
+                for name in _SECTIONS
+                if (section := getattr(self, name)) is not None
+            },
         }
 
     def to_json(self) -> str:
@@ -174,9 +202,7 @@ class Report:
                 devices=list(d.get("devices", [])),
                 totals=Totals.from_dict(d["totals"]),
                 sites=[Site.from_dict(s) for s in d.get("sites", [])],
-                timeline=dict(
-                    d.get("timeline") or {"capacity": 0, "recorded": 0, "dropped": 0, "events": []}
-                ),
+                timeline=Timeline.from_dict(d["timeline"]) if d.get("timeline") else Timeline(),
                 partial=_bool(d.get("partial", False), "partial"),
                 options=RunOptions.from_dict(d.get("options")),
                 gpu_samples=list(d.get("gpu_samples", [])),
@@ -192,11 +218,11 @@ class Report:
                 ranks=[int(r) for r in d["ranks"]] if d.get("ranks") is not None else None,
                 missing_ranks=[int(r) for r in d.get("missing_ranks") or []] or None,
                 gpu_fallback=dict(d["gpu_fallback"]) if d.get("gpu_fallback") else None,
-                time=_time(d.get("time")),
-                memory=_memory(d.get("memory")),
-                predicted=_section(d.get("predicted"), "predicted", "gpu"),
-                what_if=_section(d.get("what_if"), "what_if", "savings"),
-                compiled=_section(d.get("compiled"), "compiled", "graphs"),
+                time=_section(d.get("time"), TimeView),
+                memory=_section(d.get("memory"), MemoryView),
+                predicted=_section(d.get("predicted"), Predicted),
+                what_if=_section(d.get("what_if"), WhatIf),
+                compiled=_section(d.get("compiled"), Compiled),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ReportFormatError(
@@ -244,28 +270,16 @@ def _steps(v: Any) -> dict[str, Any] | None:
     return out
 
 
-def _time(v: Any) -> dict[str, Any] | None:
+def _section(v: Any, kind: type[S]) -> S | None:
+    """The section ``kind`` of the JSON value ``v`` (None: absent); ValueError if damaged."""
     if v is None:
         return None
-    if not isinstance(v, dict) or not isinstance(v.get("run"), dict):
+    section = kind.from_dict(v)
+    if isinstance(section, TimeView) and not isinstance(section.run, dict):
         raise ValueError("time must be an object with a run")
-    return dict(v)
-
-
-def _memory(v: Any) -> dict[str, Any] | None:
-    if v is None:
-        return None
-    if not isinstance(v, dict) or not isinstance(v.get("lines", []), list):
+    if isinstance(section, MemoryView) and not isinstance(section.lines, list):
         raise ValueError("memory must be an object with a list of lines")
-    return dict(v)
-
-
-def _section(v: Any, name: str, key: str) -> dict[str, Any] | None:
-    if v is None:
-        return None
-    if not isinstance(v, dict) or key not in v:
-        raise ValueError(f"{name} must be an object with {key}")
-    return dict(v)
+    return section
 
 
 def _opt_int(v: Any) -> int | None:

@@ -30,6 +30,7 @@ from profilers.memory.section import live_memory, memory_section, start_memory
 from profilers.options import Options, RunOptions
 from profilers.records import Site, Totals
 from profilers.report import Report
+from profilers.sections import Compiled, MemoryView, Predicted, Timeline, TimeView, WhatIf, typed
 from profilers.stats import SiteStats
 from profilers.timing.calibrate import start_clock
 from profilers.timing.cuda_events import CudaApi
@@ -258,11 +259,11 @@ class Profile:
             devices=devices,
             totals=Totals.of(totals_of(sites)),
             sites=[Site.of(s) for s in sites],
-            timeline={
-                "capacity": recorder.timeline_capacity,
-                "recorded": recorder.events_recorded,
-                "dropped": recorder.events_recorded - len(events),
-                "events": [
+            timeline=Timeline(
+                capacity=recorder.timeline_capacity,
+                recorded=recorder.events_recorded,
+                dropped=recorder.events_recorded - len(events),
+                events=[
                     {
                         "t": round(t, 6),
                         "direction": way,
@@ -274,8 +275,8 @@ class Profile:
                     }
                     for t, way, nbytes, sync, site, pageable, non_blocking in events
                 ],
-                "step_ends": [{"step": n, "t": round(t, 6)} for n, t in list(recorder.step_ends)],
-            },
+                step_ends=[{"step": n, "t": round(t, 6)} for n, t in list(recorder.step_ends)],
+            ),
             partial=self.running if partial is None else partial,
             options=RunOptions(
                 profile=self.options,
@@ -291,11 +292,13 @@ class Profile:
             gpu_fallback=self._gpu_questions.fallback(devices)
             if self._gpu_questions is not None
             else None,
-            time=time_view,
-            memory=memory_section(recorder),
-            predicted=predicted,
-            what_if=what_if,
-            compiled=compiled_section(self._dynamo, recorder.user, recorder.user.display),
+            time=typed(TimeView, time_view),
+            memory=typed(MemoryView, memory_section(recorder)),
+            predicted=typed(Predicted, predicted),
+            what_if=typed(WhatIf, what_if),
+            compiled=typed(
+                Compiled, compiled_section(self._dynamo, recorder.user, recorder.user.display)
+            ),
         )
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from profilers.report import Report
+from profilers.sections import TimeView
 
 ENERGY_SCOPE_UNKNOWN = "all GPUs (which ones the script used is unknown)"
 
@@ -52,7 +53,7 @@ def finish(report: Report, measures: GpuMeasures | None) -> Report:
         if used:  # NB: a script that used no GPU: the node's energy is not its own
             from gpuwatch.report.energy import with_energy
 
-            time = with_energy(
-                time, measures.energy_ms, used, measures.energy_read_ms, energy_scope
+            time = TimeView.from_dict(
+                with_energy(time, measures.energy_ms, used, measures.energy_read_ms, energy_scope)
             )
     return report.replace(gpu_samples=samples, options=options, time=time)

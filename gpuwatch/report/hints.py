@@ -84,7 +84,7 @@ def hints(
     return out
 
 
-def _with_saving(h: Hint, saving: tuple[float, float] | None, w: dict[str, object]) -> Hint:
+def _with_saving(h: Hint, saving: tuple[float, float] | None, w: Mapping[str, object]) -> Hint:
     if saving is None:
         return h
     ms, pct = saving

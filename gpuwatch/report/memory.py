@@ -4,6 +4,7 @@ out-of-memory error), and GPU memory by line, for the summary (rich) and the HTM
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from typing import Any
 
 from rich import box
@@ -37,7 +38,7 @@ def _a(size: str) -> str:
 def failure_lines(r: Report) -> list[str]:
     """What the failure was and what to do, as plain lines (the summary, the HTML, the live
     view); empty when no op failed with a device mismatch or out of memory."""
-    mem = r.memory or {}
+    mem: Mapping[str, Any] = r.memory or {}
     f = mem.get("failure")
     if not f:
         return []
@@ -94,14 +95,14 @@ def failure_part(r: Report) -> RenderableType | None:
 
 
 def memory_title(r: Report) -> str | None:
-    mem = r.memory or {}
+    mem: Mapping[str, Any] = r.memory or {}
     peak = mem.get("peak")
     if not mem.get("tracked") or not peak:
         return None
     kind = "predicted on the simulated GPU" if mem.get("source") == "simulated" else "measured"
     cap = peak.get("capacity_bytes")
     of = f" of {_gpu_size(cap)}" if cap else ""
-    predicted = r.predicted or {}
+    predicted: Mapping[str, Any] = r.predicted or {}
     named = (predicted.get("memory") or {}).get("gpu_bytes")
     if named and predicted.get("gpu"):  # --gpu NAME: that GPU's size, not the fake device's
         of = f" of {_gpu_size(int(named))} (PREDICTED for {predicted['gpu']})"
@@ -114,7 +115,7 @@ def memory_title(r: Report) -> str | None:
 def memory_part(r: Report, top: int) -> RenderableType | None:
     """The lines holding the most at the run's peak: bytes then, at the end, at most."""
     title = memory_title(r)
-    rows = (r.memory or {}).get("lines") or []
+    rows = (r.memory.lines if r.memory else None) or []
     if title is None or not rows:
         return None
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, expand=True)
@@ -141,7 +142,7 @@ def memory_html(r: Report) -> str:
     if lines:
         parts.append(f'<pre class="failure">{html.escape(chr(10).join(lines))}</pre>')
     title = memory_title(r)
-    rows = (r.memory or {}).get("lines") or []
+    rows = (r.memory.lines if r.memory else None) or []
     if title is not None and rows:
         body = "".join(
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>".format(
@@ -163,7 +164,7 @@ def memory_html(r: Report) -> str:
 def memory_charts(r: Report) -> dict[str, tuple[Any, str]]:
     """``"memory"``: GPU bytes per line at the run's peak and at most (plotly, lazily), or the
     sentence that stands in for it."""
-    rows = (r.memory or {}).get("lines") or []
+    rows = (r.memory.lines if r.memory else None) or []
     title = memory_title(r)
     if title is None or not rows:
         return {"memory": (None, "GPU memory per line was not tracked (--memory).")}

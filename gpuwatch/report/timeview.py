@@ -61,10 +61,10 @@ def time_lines(r: Report, costs: Mapping[str, tuple[float, float]] | None = None
     profiler's own time taken out, and the line that cost most (``costs``: the report's
     :func:`line_costs`, worked out here when not given)."""
     t = r.time
-    memory = (r.predicted or {}).get("memory") or {}
+    memory = (r.predicted.memory if r.predicted else None) or {}
     fit = [f"PREDICTED: {memory['message']}"] if memory.get("message") else []
     if not t:
-        gpu = (r.predicted or {}).get("gpu")
+        gpu = r.predicted.gpu if r.predicted else None
         if gpu is not None:  # --gpu NAME (the fake GPU's only), but no step ended to replay
             # NB: the memory check needs no step: the fake GPU counted the peak anyway
             return [
@@ -123,7 +123,7 @@ def no_verdict(r: Report) -> str | None:
     steps up, so it needs a step that ended or a GPU that ran (measured or predicted): a script
     that stopped before its first op (a syntax error, no GPU to start on) or that only ran on the
     CPU without steps has none, whatever its host time was spent on."""
-    t = r.time or {}
+    t: Mapping[str, Any] = r.time or {}
     if int(t.get("steps_closed", 0)) or predicted_gpu(t.get("run") or {}) is not None:
         return None
     if any(str(d.get("device", "")).startswith("cuda") for d in r.devices):
@@ -139,7 +139,7 @@ def no_verdict(r: Report) -> str | None:
     )
 
 
-def first_step_line(t: dict[str, Any]) -> str | None:
+def first_step_line(t: Mapping[str, Any]) -> str | None:
     """``step 0 took 1.33 s, 58x a step after it: ...``: the first step, which holds what ran
     before it (imports, building the model and optimizer), and the line that cost it most;
     left out of the per-step figures. None where it was not long (3x the median later step
@@ -199,19 +199,19 @@ def gpu_line(run: dict[str, Any], steps: int, after_first: bool = False) -> str:
 def energy_line(r: Report) -> str | None:
     """``energy: 41.2 J per step on GPU 0 (median of 60 steps, within 3.1 J), 2.5 kJ in all;
     idle: 12 J per step``, from NVML's energy counter; None where the run has no energy."""
-    e = (r.time or {}).get("energy")
+    e = r.time.energy if r.time else None
     if not e:
         return None
     gpus = "GPU " + ", ".join(str(g) for g in e.get("gpus", []))
     missing = e.get("not_measured") or {}
     per = e.get("step_j_median")
     if per is None and e.get("run_j") is None:
-        steps = (r.time or {}).get("steps", [])
+        steps = r.time.steps if r.time else []
         why = next(iter(missing.values()), None) or next(
             (s["energy"].get("note") for s in steps if s.get("energy")), "not measured"
         )
         return f"energy: {why} ({gpus})"
-    steps = (r.time or {}).get("steps", [])
+    steps = r.time.steps if r.time else []
     kept = [s["energy"] for s in steps if (s.get("energy") or {}).get("j") is not None]
     out = "energy:"
     if per is not None:
@@ -369,7 +369,7 @@ def time_charts(r: Report) -> dict[str, tuple[Any, str]]:
             customdata=[b["verdict"] for b in bars],
             hovertemplate="%{x}: %{y:.2f} ms " + cause + " (%{customdata})<extra></extra>",
         )
-    energy = {s["step"]: (s.get("energy") or {}).get("j") for s in (r.time or {}).get("steps", [])}
+    energy = {s["step"]: (s.get("energy") or {}).get("j") for s in (r.time.steps if r.time else [])}
     joules = [energy.get(b["step"]) for b in bars]
     if any(j is not None for j in joules):
         fig.add_scatter(
@@ -403,7 +403,7 @@ def gpu_idle_slices(r: Report, pid: int, tid: int) -> list[dict[str, Any]]:
     """Chrome-trace slices of the kept steps' measured GPU idle time, on one GPU track, each
     named by its cause and line (``sync wait train.py:9``); µs since the profile's start."""
     t = r.time
-    steps = [s for s in (t or {}).get("steps", []) if measured_gpu(s)]
+    steps = [s for s in (t.steps if t else []) if measured_gpu(s)]
     if not steps:
         return []
     events: list[dict[str, Any]] = [

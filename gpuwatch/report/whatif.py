@@ -10,14 +10,14 @@ from __future__ import annotations
 import html
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuwatch import _format as fmt
 from profilers import Report
 
 
-def label(w: dict[str, Any]) -> str:
+def label(w: Mapping[str, Any]) -> str:
     """``PREDICTED for H100-SXM`` or ``replayed``: where the figures come from."""
     if w.get("measured") == "predicted":
         return f"PREDICTED for {w.get('gpu')}"
@@ -48,7 +48,7 @@ def savings_by_hint(r: Report) -> dict[tuple[str, str], tuple[float, float]]:
     return out
 
 
-def saving_words(ms: float, pct: float, w: dict[str, Any]) -> str:
+def saving_words(ms: float, pct: float, w: Mapping[str, Any]) -> str:
     """``the fix saves about 1.2 ms per step (31%, PREDICTED for H100-SXM)``: what the step
     gives back, not what the line costs (a sync in a busy GPU's shadow costs its wait and
     saves nothing)."""

@@ -15,6 +15,7 @@ figures themselves stay as measured.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from profilers.timing.line_time import LineTime
@@ -196,7 +197,7 @@ def time_section(clock: StepClock, now_ns: int, gpu_note: str = GPU_NOT_MEASURED
     }
 
 
-def per_step(t: dict[str, Any], after_first: bool = True) -> tuple[dict[str, Any], int]:
+def per_step(t: Mapping[str, Any], after_first: bool = True) -> tuple[dict[str, Any], int]:
     """The breakdown a report's per-step figures come from, and the steps it holds: the
     steps after the first (``after_first``) where two or more closed, as step 0 also holds
     what ran before it (imports, building the model) and no step holds the open tail after
