@@ -210,7 +210,7 @@ def _ordinal(n: int) -> str:
 
 
 def how_often(active: int, steps: int) -> str:
-    """``every step``, ``every 10th step`` (152 of 1,513 steps: within a tenth of every 10th),
+    """``every step``, ``every 10th step`` (152 of 1,513 steps: within 3% of every 10th),
     ``in 4 of 50 steps``: how often a line did something, from the steps it did it in."""
     if steps <= 0 or active <= 0:
         return "each time the line runs"
@@ -218,7 +218,7 @@ def how_often(active: int, steps: int) -> str:
         return "every step"
     every = steps / active
     k = round(every)
-    if active >= 2 and k >= 2 and abs(every - k) <= 0.1 * k:
+    if active >= 2 and k >= 2 and abs(every - k) <= 0.03 * k:
         return f"every {_ordinal(k)} step"
     return f"in {active:,} of {steps:,} steps"
 
@@ -366,6 +366,10 @@ def _copy_hints(s: Site, steps: int, hot: int) -> list[Hint]:
     if not s.h2d.count or _once(s, steps, s.h2d.count, hot):
         return []
     origins = origins_of(s)
+    if PARAMETER in origins and (steps < 2 or s.steps_active < 2):
+        # NB: a module moved to the GPU is moved once (Module.to is a no-op for what is there
+        # already): "in a loop" is said only where steps show it moved in two or more
+        del origins[PARAMETER]
     often = _when(how_often(s.steps_active, steps), steps)
     ranked = sorted(origins.items(), key=lambda kv: (kv[1].count, kv[1].bytes), reverse=True)
     for origin, c in ranked:

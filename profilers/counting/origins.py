@@ -198,9 +198,10 @@ def origin_of(
     frame: FrameType | None,
     provenance: Provenance | None,
     memory: Any,
+    site: Any = None,
 ) -> tuple[str, Any, str | None]:
     """``(origin, the maker's line or None, the maker's op or None)`` of a host-to-GPU copy of
-    ``src``, which read pageable memory or not, called from ``frame``."""
+    ``src``, which read pageable memory or not, called from ``frame`` at ``site``."""
     if isinstance(src, torch.nn.Parameter) or (
         frame is not None and frame.f_code.co_filename.endswith(_MODULE_FILE)
     ):
@@ -214,10 +215,24 @@ def origin_of(
         return LOADER, maker.site, maker.op
     if not pageable:
         return PINNED, None, None
-    if maker is None and memory is not None:
-        maker = memory.of(src)  # the memory tracker saw every op make its storage
-        if maker is not None and not is_factory(maker.op):
-            return HOST, maker.site, maker.op
     if maker is not None:
         return FACTORY, maker.site, maker.op
-    return HOST, None, None
+    made = memory.of(src) if memory is not None else None  # it saw every op's storages
+    if made is not None and is_factory(made.op):
+        return FACTORY, made.site, made.op
+    # NB: made on the host from a factory's tensor by other ops (torch.randn(n) * 2, at its
+    # line or another): the fix is the factory's, on the device, and the rest with it; the
+    # line that made it (else the copy's own) ran a factory op
+    line = made.site if made is not None else site
+    factory = _factory_at(line)
+    if factory is not None:
+        return FACTORY, line, factory
+    return HOST, None if made is None else made.site, None if made is None else made.op
+
+
+def _factory_at(site: Any) -> str | None:
+    """The first factory op ``site`` (a ``SiteStats``) ran, by name (``randn``), if any."""
+    for name in list(getattr(site, "op_breakdown", ())):
+        if is_factory(name):
+            return str(name).split(".", 1)[0]
+    return None

@@ -259,7 +259,7 @@ class Recorder:
         """Where the tensor of the host-to-GPU copy ``t`` came from (profilers/origins.py),
         counted at ``site``; at copies only, so it costs the loop nothing else."""
         origin, maker, op = origin_of(
-            source_of(args), t.pageable, frame, self.provenance, self.memory
+            source_of(args), t.pageable, frame, self.provenance, self.memory, site
         )
         found = site.origins.get(origin)
         if found is None:
