@@ -145,7 +145,8 @@ def merge_loader(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str
     """Two records of one line's loader (two threads, two ranks): the settings of either, the
     iterators and batches summed."""
     if a is None or b is None:
-        return dict(a or b) if (a or b) else None
+        either = a if a is not None else b
+        return dict(either) if either else None
     out = dict(a)
     for k in ("iterators", "batches"):
         out[k] = int(a.get(k) or 0) + int(b.get(k) or 0)

@@ -54,8 +54,9 @@ def _model() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
 def test_a_loader_batch_copy_is_told_to_pin_never_register_buffer():
     def work():
         model, opt = _model()
-        for x, y in _loader():
-            x = x.to(DEV); _ = torch.empty(0)  # noqa: E702  # @copy
+        for x, _y in _loader():
+            x = x.to(DEV)
+            _ = torch.empty(0)  # noqa: E702  # @copy
             model(x).sum().backward()
             opt.step()
 
@@ -231,8 +232,9 @@ def test_an_input_bound_loop_gets_the_loaders_hint_first_with_its_time():
     assert 19.0 <= first.cost_ms <= 60.0
     assert first.evidence.startswith("it costs ") and "of host time per step (" in first.evidence
     assert "% of the step, measured)" in first.evidence
-    assert "DataLoader(num_workers=0, pin_memory=False, persistent_workers=False, batch_size=2)" in (
-        first.evidence
+    assert (
+        "DataLoader(num_workers=0, pin_memory=False, persistent_workers=False, batch_size=2)"
+        in (first.evidence)
     )
 
 

@@ -533,14 +533,18 @@ def loader_hint(site: Site, sites: dict[str, Site]) -> Hint:
             fixes.append(
                 f"persistent_workers=True: each of the {iterators} epochs started its workers anew"
             )
-    pageable = sum(
-        s.origins[LOADER].pageable for s in sites.values() if LOADER in s.origins
-    )
+    pageable = sum(s.origins[LOADER].pageable for s in sites.values() if LOADER in s.origins)
     if not ld.get("pin_memory") and pageable:
         fixes.append("pin_memory=True, with .to(device, non_blocking=True) for its batches")
     settings = ", ".join(
         f"{k}={ld[k]}"
-        for k in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size")
+        for k in (
+            "num_workers",
+            "pin_memory",
+            "persistent_workers",
+            "prefetch_factor",
+            "batch_size",
+        )
         if ld.get(k) is not None
     )
     batches, epochs = int(ld.get("batches") or 0), int(ld.get("iterators") or 0)

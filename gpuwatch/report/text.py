@@ -81,7 +81,9 @@ def _hints(found: list[Hint], total: int | None = None) -> RenderableType:
     """Each hint as a short paragraph under its line, the largest saving first: advice wraps
     at any width, never cut (a table cut it at 80 columns, or whenever stderr was not a
     terminal)."""
-    more = f" ({total - len(found)} more in the HTML report)" if total and total > len(found) else ""
+    more = (
+        f" ({total - len(found)} more in the HTML report)" if total and total > len(found) else ""
+    )
     parts: list[RenderableType] = [Text(f"Hints, the largest saving first{more}", style="italic")]
     for h in found:
         parts.append(Padding(Text(h.where, style="cyan"), (0, 0, 0, 2)))

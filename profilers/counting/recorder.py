@@ -253,6 +253,20 @@ class Recorder:
             )
         )
 
+    def apply_found(
+        self,
+        site: SiteStats,
+        found: Transfer | list[Transfer],
+        args: tuple[Any, ...],
+        frame: FrameType | None,
+    ) -> None:
+        """Counts what an op's rule found (the fast path's: no time here), each host-to-GPU
+        copy with its tensor's origin."""
+        for t in found if isinstance(found, list) else (found,):
+            self.apply(site, t, frame=frame)
+            if t.direction == "h2d":
+                self.note_origin(site, t, args, frame)
+
     def note_origin(
         self, site: SiteStats, t: Transfer, args: tuple[Any, ...], frame: FrameType | None
     ) -> None:
