@@ -55,8 +55,7 @@ def test_a_loader_batch_copy_is_told_to_pin_never_register_buffer():
     def work():
         model, opt = _model()
         for x, _y in _loader():
-            x = x.to(DEV)
-            _ = torch.empty(0)  # noqa: E702  # @copy
+            x, _ = x.to(DEV), torch.empty(0)  # @copy
             model(x).sum().backward()
             opt.step()
 
