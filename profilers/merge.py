@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from profilers.libraries import merge_frames
+from profilers.origins import merge_origins
 from profilers.records import Site, Totals
 from profilers.report import Report
 from profilers.sections import Timeline
@@ -98,6 +99,8 @@ def _merged_sites(by_rank: dict[int, Report], ranks: list[int]) -> list[Site]:
             for dtype, n in site.copy_dtypes.items():
                 into.copy_dtypes[dtype] = into.copy_dtypes.get(dtype, 0) + n
             merge_frames(into.libraries, site.library)
+            merge_origins(into.origins, site.origins)
+            into.loader = into.loader or (dict(site.loader) if site.loader else None)  # rank's own
             per_rank.setdefault(site.key, {})[str(rank)] = site.counters_dict()
     sites = [replace(Site.of(s), by_rank=per_rank[key]) for key, s in acc.items()]
     sites.sort(key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms, s.ops), reverse=True)

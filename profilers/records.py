@@ -13,6 +13,7 @@ from typing import Any
 
 from profilers.libraries import LibraryFrame, top_frames
 from profilers.names import DIRECTIONS
+from profilers.origins import OriginCount, loader_from, origins_dict, origins_from
 from profilers.stats import (
     OTHER_OPS,
     Comm,
@@ -143,6 +144,11 @@ class Site(Lined, Counted):
     library: tuple[LibraryFrame, ...] = ()
     """The library frames that made the line's copies and syncs, most syncs first (at most
     MAX_LIBRARY_FRAMES): ``transformers/trainer.py:2410`` beside ``train.py:31``."""
+    origins: dict[str, OriginCount] = field(default_factory=dict)
+    """Its host-to-GPU copies by where the tensor came from (profilers/origins.py): the fix a
+    copy needs follows from it."""
+    loader: dict[str, Any] | None = None
+    """The settings of the DataLoader whose batches this line pulled (profilers/origins.py)."""
 
     @classmethod
     def of(cls, s: SiteStats) -> Site:
@@ -160,6 +166,8 @@ class Site(Lined, Counted):
             backward=_frozen(s.backward),
             steps_active=s.steps_active,
             library=tuple(top_frames(s.libraries.values())),
+            origins={k: c.copy() for k, c in s.origins.items()},
+            loader=dict(s.loader) if s.loader else None,
         )
 
     def to_dict(self, top_ops: int = 8) -> dict[str, Any]:
@@ -176,6 +184,10 @@ class Site(Lined, Counted):
             "steps_active": self.steps_active,
             "library": [f.to_dict() for f in self.library],
         }
+        if self.origins:  # additive: absent where the line copied nothing to a GPU
+            d["origins"] = origins_dict(self.origins)
+        if self.loader:
+            d["loader"] = dict(self.loader)
         if self.by_rank:
             d["by_rank"] = self.by_rank
         if self.backward:
@@ -208,6 +220,8 @@ class Site(Lined, Counted):
             by_rank={str(k): dict(v) for k, v in (d.get("by_rank") or {}).items()},
             steps_active=int(d.get("steps_active", 0)),
             library=tuple(LibraryFrame.from_dict(f) for f in d.get("library") or []),
+            origins=origins_from(d.get("origins")),
+            loader=loader_from(d.get("loader")),
             backward=_with_rest(
                 backward.get("top_ops", []),
                 int(backward.get("ops", 0)),

@@ -139,8 +139,9 @@ class Profile:
             timed = self.options.time_steps > 0 and self.options.steps is None
             timed = timed and time_view_on(self.options.gpu)
             named = resolve_inputs(self.options.inputs)  # InputNotFound before any change
-            if timed:
-                patch_input(stack, recorder, _patches.set_attr, named)
+            # NB: the DataLoader's always (its batches are the origin of their copies); the
+            # named inputs only where their waits are timed
+            patch_input(stack, recorder, _patches.set_attr, named if timed else ())
             # What this thread runs inside while it counts: the mode, or the fast path's key.
             counts = per_thread()
             if timed:

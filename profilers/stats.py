@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from profilers.libraries import LibraryFrame, merge_frames
 from profilers.names import CAUSES, DIRECTIONS
+from profilers.origins import OriginCount, merge_loader, merge_origins
 
 
 @dataclass(slots=True)
@@ -334,7 +335,9 @@ class SiteStats(Lined, Counters):
         "function",
         "libraries",
         "line",
+        "loader",
         "node_stems",
+        "origins",
         "source",
         "stacks",
         "steps_active",
@@ -361,6 +364,10 @@ class SiteStats(Lined, Counters):
         """Kinds of autograd node this line's ops are known to make (the profiler's cache)."""
         self.libraries: dict[tuple[str, int], LibraryFrame] = {}
         """The library frames that made this line's copies and syncs (profilers/libraries.py)."""
+        self.origins: dict[str, OriginCount] = {}
+        """Its host-to-GPU copies by where the tensor came from (profilers/origins.py)."""
+        self.loader: dict[str, Any] | None = None
+        """The settings of the DataLoader this line pulls batches from (profilers/origins.py)."""
 
     @property
     def stack(self) -> list[str]:
@@ -389,6 +396,8 @@ class SiteStats(Lined, Counters):
                 self.copy_dtypes[dtype] = self.copy_dtypes.get(dtype, 0) + n
             merge_frames(self.libraries, other.libraries.values())
             self.merge_backward(other.backward)
+            merge_origins(self.origins, other.origins)
+            self.loader = merge_loader(self.loader, other.loader)
 
     def add_ops(self, ops: Mapping[str, CountAndMs]) -> None:
         """Counts ``{op: entry}`` as this line's own ops."""

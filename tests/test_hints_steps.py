@@ -45,7 +45,7 @@ def test_a_one_time_move_is_not_a_loop_and_per_step_counts_only_its_steps():
     assert found[line_of("every")].kind == "item_in_loop"
     # the line's measured time comes first, then the counts over its steps
     cost, counts = found[line_of("every")].evidence.split("; ", 1)
-    assert cost.startswith("the line costs ") and " of host time per step (" in cost
+    assert cost.startswith("it costs ") and " of host time per step (" in cost
     assert cost.endswith("% of the step, measured)")
     assert counts == "10 syncs at this line; 1 sync and 1 copy per step"
     assert step_lines(r)[1] == f"lines that copy or sync every step: {every.file}:{every.line}"

@@ -47,7 +47,7 @@ def analyze(report: Report) -> Findings:
         verdict_lines=tuple(time_lines(report, costs)),
         no_verdict=no_verdict(report),
         line_costs=costs,
-        hints=tuple(hints(report, costs=costs)),
+        hints=tuple(hints(report)),
         what_if_lines=tuple(what_if_lines(report)) if report.what_if else (),
         spreads=tuple(spreads(report, MAX_SPREAD_LINES)),
     )

@@ -1,23 +1,37 @@
 """Advice a user can act on, each tied to one line of their code and the numbers behind it.
 
-Pure functions of a :class:`profilers.Report`: the same report always gives the same hints.
+Pure functions of a :class:`profilers.Report`, and of what its JSON keeps: the same report
+always gives the same hints, so ``gpuwatch report run.json`` prints what the run printed.
+
+One hint per cause per line. The fix a copy needs follows from where its tensor came from (the
+site's ``origins``: a loader's batch, a tensor a factory made on the host, a parameter moved
+once, a pinned buffer), never from the ops the line happened to run; how often a line copied or
+synced is said from its steps (``every 10th step``), and a line that did so in one step only
+(``model.to(device)``) is never "in a loop". Where the run has time, every hint carries the time
+its cause cost at its line, and the hints are ranked by what their fix saves (the what-if's
+replayed saving where there is one, else the line's cost: the most a fix there can save); a
+step that waits for its input gets the loader's hint, chosen by the loader's own settings.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from gpuwatch import _format as fmt
-from gpuwatch.report.line_costs import cost_text, line_costs
-from gpuwatch.report.whatif import saving_words, savings_by_hint
+from gpuwatch.report.line_costs import cause_costs, cost_text, measured_gpu, predicted_gpu
+from gpuwatch.report.whatif import saving_words
 from profilers import Report, Site
+from profilers.origins import FACTORY, HOST, LOADER, PARAMETER, PINNED, OriginCount
+from profilers.sections import WhatIf
+from profilers.timing.verdict import per_step as basis_of
 
-#: A line that ran this many times is "in a hot loop".
+#: A line that ran this many times, where no step ended, is "in a hot loop".
 HOT = 10
 #: Bytes of float32 copies at one line worth suggesting half precision for.
 HALF_PRECISION_BYTES = 64 * 1024 * 1024
+#: A line whose input wait or launches take this share of the step gets a hint for it.
+TIME_SHARE_PCT = 5.0
 
 _LOGGING = re.compile(
     r"\b(print|log|logger|logging|writer|wandb|tqdm|append|add_scalar|set_postfix)\b"
@@ -35,6 +49,41 @@ _FACTORY_OPS = (
     "linspace",
     "tensor",
 )
+"""Reports written before ``origins`` existed: a line that ran one of these made a tensor."""
+
+#: The causes of the step's time each hint's fix removes (its cost at its line).
+CAUSES_OF = {
+    "log_every_step": ("sync",),
+    "item_in_loop": ("sync",),
+    "d2h_in_loop": ("sync", "copy"),
+    "data_dependent": ("sync",),
+    "created_on_cpu": ("sync", "copy"),
+    "blocking_h2d": ("sync", "copy"),
+    "non_blocking_pageable": ("sync", "copy"),
+    "loader_pin": ("sync", "copy"),
+    "loader_non_blocking": ("sync", "copy"),
+    "pinned_non_blocking": ("sync", "copy"),
+    "model_moved_in_loop": ("sync", "copy"),
+    "float32_copies": ("copy",),
+    "input_bound": ("input",),
+    "launch_bound": ("launch",),
+}
+
+#: Hint kind -> the what-if (profilers/timing/whatif.py) whose replay states its saving.
+WHATIF_OF = {
+    "item_in_loop": "defer_sync",
+    "log_every_step": "defer_sync",
+    "d2h_in_loop": "defer_sync",
+    "data_dependent": "defer_sync",
+    "blocking_h2d": "pinned_non_blocking",
+    "non_blocking_pageable": "pinned_non_blocking",
+    "loader_pin": "pinned_non_blocking",
+    "loader_non_blocking": "pinned_non_blocking",
+    "pinned_non_blocking": "pinned_non_blocking",
+    "created_on_cpu": "create_on_device",
+    "float32_copies": "bfloat16_copies",
+    "input_bound": "overlap_input",
+}
 
 
 @dataclass(frozen=True)
@@ -44,61 +93,135 @@ class Hint:
     message: str
     evidence: str
     cost_ms: float = 0.0
-    """The time charged to the hint's line, per step (``report.time``; 0 where not measured)."""
+    """The time its cause cost at its line, per step (``report.time``; 0 where not measured)."""
     saving_ms: float = 0.0
     """What the hint's fix would save per step, replayed (``report.what_if``; 0: no what-if)."""
+    lines: tuple[int, ...] = ()
+    """Neighbouring lines of one file given the same advice, merged into this hint (``31-33``);
+    empty: the site's line alone."""
+    saved: bool = False
+    """Whether ``saving_ms`` was replayed (the what-if had this fix at this line)."""
 
     @property
     def where(self) -> str:
+        if len(self.lines) > 1:
+            return f"{self.site.file}:{self.lines[0]}-{self.lines[-1]}"
         return f"{self.site.file}:{self.site.line}"
 
+    @property
+    def rank_ms(self) -> float:
+        """What it is ranked by: the replayed saving where there is one, else its cost."""
+        return self.saving_ms if self.saved else self.cost_ms
 
-def hints(
-    report: Report, hot: int = HOT, costs: Mapping[str, tuple[float, float]] | None = None
-) -> list[Hint]:
-    """Every hint for every site, the costliest first: its line's time per step where measured,
-    then syncs, then bytes (``costs``: the report's :func:`line_costs`, worked out here when
-    not given)."""
-    out: list[Hint] = []
+
+def hints(report: Report, hot: int = HOT) -> list[Hint]:
+    """Every hint for every line, the largest saving first (then syncs, then bytes);
+    neighbouring lines with the same advice merged into one."""
     steps = int(report.steps["count"]) if report.steps else 0
+    out: list[Hint] = []
     for site in report.sites:
-        found = _site_hints(site, hot)
-        if steps >= 2 and site.steps_active == 1:
-            # NB: a line that copied or synced in one step only (model.to(device) before the
-            # loop: 15 parameters, 15 copies) ran once: none of the "in a loop" hints is true
-            # of it, however high its count.
-            found = [h for h in found if h.kind in ONCE_IS_ENOUGH]
-        if steps:  # people think in steps: "syncs once every step"
-            found = [replace(h, evidence=f"{h.evidence}; {in_steps(h.site, steps)}") for h in found]
-        out.extend(found)
-    costs = line_costs(report) if costs is None else costs
-    if costs:  # every hint carries its line's time, and the costliest line comes first
-        out = [_with_cost(h, costs.get(h.where), report) for h in out]
-    saved = savings_by_hint(report)
-    if saved and report.what_if:  # ranked by what fixing them would save, where replayed
-        out = [_with_saving(h, saved.get((h.kind, h.where)), report.what_if) for h in out]
-    out.sort(
-        key=lambda h: (h.saving_ms, h.cost_ms, h.site.syncs.count, h.site.bytes_moved),
-        reverse=True,
-    )
+        out.extend(_site_hints(site, steps, hot))
+    out.extend(_time_hints(report))
+    costs = cause_costs(report)
+    if costs:
+        out = [_with_cost(h, costs.get(h.where, {}), report) for h in out]
+    w = report.what_if
+    if w:
+        saved = _savings(w)
+        out = [_with_saving(h, saved.get((WHATIF_OF.get(h.kind, ""), h.where)), w) for h in out]
+    out.sort(key=_rank, reverse=True)
+    merged = merge_neighbours(out)
+    merged.sort(key=_rank, reverse=True)
+    return merged
+
+
+def _rank(h: Hint) -> tuple[float, int, int, str, int]:
+    return (h.rank_ms, h.site.syncs.count, h.site.bytes_moved, h.site.file, -h.site.line)
+
+
+def _savings(w: WhatIf) -> dict[tuple[str, str], tuple[float, float]]:
+    out: dict[tuple[str, str], tuple[float, float]] = {}
+    for s in w.savings:
+        key = (str(s["kind"]), str(s["site"]))
+        if key not in out:  # NB: the what-if lists each fix once a line; the first is its own
+            out[key] = (float(s["saving_ms"]), float(s["share_pct"]))
     return out
 
 
-def _with_saving(h: Hint, saving: tuple[float, float] | None, w: Mapping[str, object]) -> Hint:
+def _with_saving(h: Hint, saving: tuple[float, float] | None, w: WhatIf) -> Hint:
     if saving is None:
         return h
     ms, pct = saving
-    return replace(h, saving_ms=ms, evidence=f"{saving_words(ms, pct, w)}; {h.evidence}")
+    return replace(
+        h, saving_ms=ms, saved=True, evidence=f"{saving_words(ms, pct, w)}; {h.evidence}"
+    )
 
 
-def _with_cost(h: Hint, cost: tuple[float, float] | None, report: Report) -> Hint:
-    ms, share = cost or (0.0, 0.0)
-    text = f"the line costs {cost_text(report, ms, share)}"
-    return replace(h, cost_ms=ms, evidence=f"{text}; {h.evidence}")
+def _with_cost(h: Hint, costs: dict[str, tuple[float, float]], report: Report) -> Hint:
+    mine = [costs[c] for c in CAUSES_OF.get(h.kind, ()) if c in costs]
+    if not mine:
+        return h
+    ms, share = sum(c[0] for c in mine), sum(c[1] for c in mine)
+    if ms <= 0:
+        return h
+    return replace(h, cost_ms=ms, evidence=f"it costs {cost_text(report, ms, share)}; {h.evidence}")
 
 
-#: Hints true of a line however often it ran.
-ONCE_IS_ENOUGH = frozenset({"non_blocking_pageable"})
+def merge_neighbours(found: list[Hint]) -> list[Hint]:
+    """Hints of the same kind and words on consecutive lines of one file, as one (``31-33``):
+    the costs and savings summed, each line's counts kept in the evidence."""
+    groups: dict[tuple[str, str, str], list[Hint]] = {}
+    for h in found:
+        groups.setdefault((h.kind, h.message, h.site.file), []).append(h)
+    out: list[Hint] = []
+    for group in groups.values():
+        group.sort(key=lambda h: h.site.line)
+        run: list[Hint] = [group[0]]
+        for h in group[1:]:
+            if h.site.line == run[-1].site.line + 1:
+                run.append(h)
+            else:
+                out.append(_merged(run))
+                run = [h]
+        out.append(_merged(run))
+    return out
+
+
+def _merged(run: list[Hint]) -> Hint:
+    if len(run) == 1:
+        return run[0]
+    first = max(run, key=_rank)
+    evidence = "; ".join(f"line {h.site.line}: {h.evidence}" for h in run)
+    return replace(
+        first,
+        cost_ms=sum(h.cost_ms for h in run),
+        saving_ms=sum(h.saving_ms for h in run),
+        evidence=evidence,
+        lines=tuple(h.site.line for h in run),
+    )
+
+
+# -- how often ------------------------------------------------------------------------------
+
+
+def _ordinal(n: int) -> str:
+    if 10 <= n % 100 <= 20:
+        return f"{n}th"
+    return f"{n}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th') }"
+
+
+def how_often(active: int, steps: int) -> str:
+    """``every step``, ``every 10th step`` (152 of 1,513 steps: within 3% of every 10th),
+    ``in 4 of 50 steps``: how often a line did something, from the steps it did it in."""
+    if steps <= 0 or active <= 0:
+        return "each time the line runs"
+    if active >= steps:
+        return "every step"
+    every = steps / active
+    k = round(every)
+    if active >= 2 and k >= 2 and abs(every - k) <= 0.03 * k:
+        return f"every {_ordinal(k)} step"
+    return f"in {active:,} of {steps:,} steps"
 
 
 def in_steps(s: Site, steps: int) -> str:
@@ -121,79 +244,22 @@ def per_step(s: Site, steps: int) -> str:
     return " and ".join(parts) + " per step" if parts else "nothing per step"
 
 
-def _site_hints(s: Site, hot: int) -> list[Hint]:
-    found: list[Hint] = []
-    causes = s.syncs.by_cause
-    source = s.source
-    fetches = causes.get("item", 0) + causes.get("copy_to_host", 0)
-    if fetches >= hot and _LOGGING.search(source):
-        found.append(
-            Hint(
-                "log_every_step",
-                s,
-                "logging fetches a value from the GPU every step, and each fetch waits for all "
-                "queued GPU work: accumulate on the device (e.g. total += loss.detach()) and fetch "
-                "once every N steps or per epoch",
-                f"{fetches:,} syncs ({_causes(causes)})",
-            )
-        )
-    elif causes.get("item", 0) >= hot:
-        found.append(
-            Hint(
-                "item_in_loop",
-                s,
-                ".item()/float()/bool() on a GPU tensor in a loop: each call waits for the GPU to "
-                "finish everything queued; keep the value on the device and read it once",
-                f"{causes['item']:,} syncs at this line",
-            )
-        )
-    elif causes.get("copy_to_host", 0) >= hot:
-        found.append(
-            Hint(
-                "d2h_in_loop",
-                s,
-                ".cpu()/.numpy()/.tolist() in a loop copies to the host and waits each time: "
-                "compute the metric on the GPU and copy once, or copy with non_blocking=True into "
-                "pinned memory",
-                f"{causes['copy_to_host']:,} syncs, {s.d2h.count:,} copies, "
-                f"{fmt.size(s.d2h.bytes)} in all",
-            )
-        )
-    if s.h2d.non_blocking and s.h2d.pageable >= s.h2d.non_blocking:
-        found.append(
-            Hint(
-                "non_blocking_pageable",
-                s,
-                "non_blocking=True has no effect when the source is pageable memory: pin it "
-                "(DataLoader(pin_memory=True) or tensor.pin_memory()) so the copy can overlap compute",
-                f"{s.h2d.non_blocking:,} non_blocking copies, {s.h2d.pageable:,} from pageable memory",
-            )
-        )
-    blocking_h2d = causes.get("copy_to_device", 0)
-    created_here = any(op.startswith(_FACTORY_OPS) for op in s.op_breakdown)
-    if s.h2d.count >= hot and created_here:
-        found.append(
-            Hint(
-                "created_on_cpu",
-                s,
-                "a tensor is created on the CPU and moved to the GPU every time this line runs: "
-                "create it on the device (device=...), or once before the loop (register_buffer "
-                "for module constants)",
-                f"{s.h2d.count:,} host->GPU copies, {fmt.size(s.h2d.bytes)} in all",
-            )
-        )
-    elif blocking_h2d >= hot:
-        found.append(
-            Hint(
-                "blocking_h2d",
-                s,
-                "blocking host->GPU copies in a loop: the host waits for each; use pinned memory "
-                "(DataLoader(pin_memory=True)) and .to(device, non_blocking=True)",
-                f"{blocking_h2d:,} blocking copies, {fmt.size(s.h2d.bytes)} in all",
-            )
-        )
+def _once(s: Site, steps: int, count: int, hot: int) -> bool:
+    """Whether the line did it once rather than in a loop: in one step only where steps
+    ended (``model.to(device)`` before the loop: 15 copies, one step), else fewer than
+    ``hot`` times."""
+    if steps >= 2 and s.steps_active:
+        return s.steps_active < 2
+    return count < hot
+
+
+# -- one line's hints -------------------------------------------------------------------------
+
+
+def _site_hints(s: Site, steps: int, hot: int) -> list[Hint]:
+    found = _sync_hints(s, steps, hot) + _copy_hints(s, steps, hot)
     float32 = s.copy_dtypes.get("float32", 0)
-    if float32 >= HALF_PRECISION_BYTES and (s.h2d.count + s.d2h.count) >= hot:
+    if float32 >= HALF_PRECISION_BYTES and not _once(s, steps, s.h2d.count + s.d2h.count, hot):
         found.append(
             Hint(
                 "float32_copies",
@@ -203,19 +269,290 @@ def _site_hints(s: Site, hot: int) -> list[Hint]:
                 f"{fmt.size(float32)} of float32 copied",
             )
         )
-    if causes.get("data_dependent_shape", 0) >= hot:
+    if steps:  # people think in steps: "syncs once every step"
+        found = [replace(h, evidence=f"{h.evidence}; {in_steps(h.site, steps)}") for h in found]
+    return found
+
+
+def _sync_hints(s: Site, steps: int, hot: int) -> list[Hint]:
+    causes = s.syncs.by_cause
+    often = how_often(s.steps_active, steps)
+    every = often == "every step" or not steps
+    fetches = causes.get("item", 0) + causes.get("copy_to_host", 0)
+    found: list[Hint] = []
+    if fetches and not _once(s, steps, fetches, hot) and _LOGGING.search(s.source):
+        if every:
+            fix = "fetch once every N steps or per epoch"
+        else:
+            fix = "fetch less often still, or copy it with non_blocking=True and read it later"
+        found.append(
+            Hint(
+                "log_every_step",
+                s,
+                f"logging fetches a value from the GPU {_when(often, steps)}, and each fetch waits "
+                "for all queued GPU work: accumulate on the device (e.g. total += loss.detach()) "
+                f"and {fix}",
+                f"{fetches:,} syncs ({_causes(causes)})",
+            )
+        )
+    elif causes.get("item", 0) and not _once(s, steps, causes["item"], hot):
+        found.append(
+            Hint(
+                "item_in_loop",
+                s,
+                f".item()/float()/bool() on a GPU tensor {_when(often, steps)}: each call waits for "
+                "the GPU to finish everything queued; keep the value on the device and read it "
+                + ("once" if every else "less often, or not at all inside the loop"),
+                f"{causes['item']:,} syncs at this line",
+            )
+        )
+    elif causes.get("copy_to_host", 0) and not _once(s, steps, causes["copy_to_host"], hot):
+        found.append(
+            Hint(
+                "d2h_in_loop",
+                s,
+                f".cpu()/.numpy()/.tolist() {_when(often, steps)} copies to the host and waits each "
+                "time: compute the metric on the GPU and copy once, or copy with "
+                "non_blocking=True into pinned memory",
+                f"{causes['copy_to_host']:,} syncs, {s.d2h.count:,} copies, "
+                f"{fmt.size(s.d2h.bytes)} in all",
+            )
+        )
+    dependent = causes.get("data_dependent_shape", 0)
+    if dependent and not _once(s, steps, dependent, hot):
         found.append(
             Hint(
                 "data_dependent",
                 s,
                 "an op whose output size depends on the values (nonzero, boolean masks, unique, "
-                "masked_select) waits for the GPU each time: use torch.where / masked_fill with a "
-                "fixed shape where you can",
-                f"{causes['data_dependent_shape']:,} syncs",
+                f"masked_select) waits for the GPU {_when(often, steps)}: use torch.where / "
+                "masked_fill with a fixed shape where you can",
+                f"{dependent:,} syncs",
             )
         )
     return found
 
 
+def _when(often: str, steps: int) -> str:
+    """``every step`` / ``every 10th step`` / ``in 4 of 50 steps`` / ``in a loop``."""
+    return often if steps else "in a loop"
+
+
+def origins_of(s: Site) -> dict[str, OriginCount]:
+    """The line's host-to-GPU copies by origin; a report from before origins were recorded
+    reads its copies as made at the line where a factory op ran there, else as ``host``."""
+    found = dict(s.origins)
+    rest = s.h2d.count - sum(c.count for c in found.values())
+    if rest > 0:  # copies no origin was recorded for (older reports, comm functions)
+        made = FACTORY if any(op.startswith(_FACTORY_OPS) for op in s.op_breakdown) else HOST
+        share = rest / s.h2d.count
+        extra = OriginCount(
+            rest,
+            round(s.h2d.bytes * share),
+            min(rest, s.h2d.pageable),
+            min(rest, s.h2d.non_blocking),
+            f"{s.file}:{s.line}" if made == FACTORY else None,
+        )
+        if made in found:
+            found[made] = found[made].copy()
+            found[made].merge(extra)
+        else:
+            found[made] = extra
+    return found
+
+
+def _copy_hints(s: Site, steps: int, hot: int) -> list[Hint]:
+    """At most one hint for the line's host-to-GPU copies: the fix of its largest origin (by
+    copies), none for a copy made once (a one-time move is never "in a loop")."""
+    if not s.h2d.count or _once(s, steps, s.h2d.count, hot):
+        return []
+    origins = origins_of(s)
+    if PARAMETER in origins and (steps < 2 or s.steps_active < 2):
+        # NB: a module moved to the GPU is moved once (Module.to is a no-op for what is there
+        # already): "in a loop" is said only where steps show it moved in two or more
+        del origins[PARAMETER]
+    often = _when(how_often(s.steps_active, steps), steps)
+    ranked = sorted(origins.items(), key=lambda kv: (kv[1].count, kv[1].bytes), reverse=True)
+    for origin, c in ranked:
+        made = _copy_hint(s, origin, c, often)
+        if made is not None:
+            return [made]
+    return []
+
+
+def _copy_hint(s: Site, origin: str, c: OriginCount, often: str) -> Hint | None:
+    counts = f"{c.count:,} host->GPU copies, {fmt.size(c.bytes)} in all"
+    pageable = f"{c.pageable:,} from pageable memory" if c.pageable else "all from pinned memory"
+    blocking = c.count - c.non_blocking
+    if origin == PARAMETER:
+        return Hint(
+            "model_moved_in_loop",
+            s,
+            f"a module's parameters or buffers are moved to the GPU {often} (Module.to/.cuda "
+            "inside the loop, on a model that is back on the CPU each time): move the model "
+            "once, before the loop, and keep it there",
+            counts,
+        )
+    if origin == LOADER:
+        if c.pageable:
+            return Hint(
+                "loader_pin",
+                s,
+                f"the DataLoader's batch is copied to the GPU {often} from pageable memory, so the "
+                "host waits for each copy: DataLoader(pin_memory=True), then "
+                ".to(device, non_blocking=True) so the copy overlaps the step",
+                f"{counts} of loader batches; {pageable}",
+            )
+        if blocking:
+            return Hint(
+                "loader_non_blocking",
+                s,
+                "the DataLoader's batch is pinned already, but copied without non_blocking: "
+                ".to(device, non_blocking=True) lets the copy overlap the step (the GPU, not the "
+                "host, waits for it)",
+                f"{counts} of pinned loader batches; {blocking:,} blocking",
+            )
+        return None
+    if origin == FACTORY:
+        here = c.made_at is None or c.made_at == f"{s.file}:{s.line}"
+        op = f"torch.{c.op}" if c.op and c.op != "DataLoader" else "a factory"
+        where = "at this line" if here else f"at {c.made_at}"
+        return Hint(
+            "created_on_cpu",
+            s,
+            f"a tensor made on the CPU {where} is copied to the GPU {often}: make it on the GPU "
+            f"({'' if here else 'there, '}device=...), or, if it never changes, once before the "
+            "loop (register_buffer for a module's constant)",
+            f"{counts}, made by {op}" + ("" if here else f" at {c.made_at}"),
+        )
+    if origin == PINNED:
+        if not blocking:
+            return None
+        return Hint(
+            "pinned_non_blocking",
+            s,
+            "the source is in pinned memory already, but copied without non_blocking: "
+            ".to(device, non_blocking=True) lets the copy overlap the GPU's work",
+            f"{counts}, all from pinned memory; {blocking:,} blocking",
+        )
+    made = f" (made by {c.op} at {c.made_at})" if c.made_at else ""
+    if c.non_blocking and c.pageable >= c.non_blocking:
+        return Hint(
+            "non_blocking_pageable",
+            s,
+            "non_blocking=True has no effect when the source is pageable memory: pin it "
+            "(tensor.pin_memory(), into a buffer reused each step) so the copy can overlap compute",
+            f"{c.non_blocking:,} non_blocking copies, {c.pageable:,} from pageable memory{made}",
+        )
+    if blocking:
+        return Hint(
+            "blocking_h2d",
+            s,
+            f"a host tensor{made} is copied to the GPU {often} and the host waits for each "
+            "copy: if it is the same each time, keep it on the GPU; otherwise copy from pinned "
+            "memory (a buffer pinned once) with .to(device, non_blocking=True)",
+            f"{blocking:,} blocking copies, {fmt.size(c.bytes)} in all",
+        )
+    return None
+
+
 def _causes(causes: dict[str, int]) -> str:
     return ", ".join(f"{k} {v:,}" for k, v in causes.items())
+
+
+# -- lines that cost time without a copy or a sync ---------------------------------------------
+
+
+def _time_hints(r: Report) -> list[Hint]:
+    """The loader's hint at each line whose input wait is a share of the step worth one, and
+    where the GPU waits for launches (launch-bound, on a GPU measured or predicted), the launch
+    hint at each line whose launches are."""
+    t = r.time
+    if not t:
+        return []
+    run, _ = basis_of(t)
+    costs = cause_costs(r)
+    sites = {f"{s.file}:{s.line}": s for s in r.sites}
+    on_gpu = measured_gpu(run) or predicted_gpu(run) is not None
+    out: list[Hint] = []
+    for where, causes in costs.items():
+        site = sites.get(where)
+        if site is None:
+            continue
+        input_ms, input_pct = causes.get("input", (0.0, 0.0))  # per step, % of the step
+        if input_pct >= TIME_SHARE_PCT or (run.get("verdict") == "input-bound" and input_ms > 0):
+            out.append(loader_hint(site, sites))
+        launch_pct = causes.get("launch", (0.0, 0.0))[1]
+        if on_gpu and run.get("verdict") == "launch-bound" and launch_pct >= TIME_SHARE_PCT:
+            out.append(
+                Hint(
+                    "launch_bound",
+                    site,
+                    "the GPU waits while this line's ops are launched one by one from Python: "
+                    "fewer, larger kernels help (torch.compile the model or this function; "
+                    "CUDA graphs: torch.compile(mode='reduce-overhead'); a larger batch gives "
+                    "each launch more work)",
+                    f"{site.ops:,} ops at this line in the run",
+                )
+            )
+    return out
+
+
+def loader_hint(site: Site, sites: dict[str, Site]) -> Hint:
+    """What to change in the loader the step waits for at ``site``, chosen from the settings
+    it has (``site.loader``); a source that is not a DataLoader gets the general fix."""
+    ld = site.loader
+    if not ld:
+        return Hint(
+            "input_bound",
+            site,
+            "the step waits here for its next batch: prepare batches while the step runs (a "
+            "DataLoader with num_workers > 0, or a background thread that prefetches), and move "
+            "decoding and augmentation off the training thread",
+            "input waits at this line (not a DataLoader: no settings to read)",
+        )
+    workers = int(ld.get("num_workers") or 0)
+    fixes: list[str] = []
+    if workers == 0:
+        fixes.append(
+            "load batches in worker processes while the step runs: DataLoader(num_workers=N) "
+            "with N up to the CPU cores per GPU (4-8 is a common start), "
+            "persistent_workers=True so each epoch does not start them anew"
+        )
+    else:
+        more = f"raise num_workers (now {workers})"
+        prefetch = ld.get("prefetch_factor")
+        if prefetch is not None:
+            more += f" and prefetch_factor (now {prefetch})"
+        fixes.append(
+            f"the {workers} worker{'s' if workers != 1 else ''} cannot keep up: {more}, or make "
+            "each item cheaper: decode and augment on the GPU (torchvision.transforms.v2 on "
+            "GPU tensors, NVIDIA DALI), or store the data preprocessed"
+        )
+        iterators = int(ld.get("iterators") or 0)
+        if not ld.get("persistent_workers") and iterators > 1:
+            fixes.append(
+                f"persistent_workers=True: each of the {iterators} epochs started its workers anew"
+            )
+    pageable = sum(s.origins[LOADER].pageable for s in sites.values() if LOADER in s.origins)
+    if not ld.get("pin_memory") and pageable:
+        fixes.append("pin_memory=True, with .to(device, non_blocking=True) for its batches")
+    settings = ", ".join(
+        f"{k}={ld[k]}"
+        for k in (
+            "num_workers",
+            "pin_memory",
+            "persistent_workers",
+            "prefetch_factor",
+            "batch_size",
+        )
+        if ld.get(k) is not None
+    )
+    batches, epochs = int(ld.get("batches") or 0), int(ld.get("iterators") or 0)
+    return Hint(
+        "input_bound",
+        site,
+        "the step waits here for the DataLoader's next batch: " + "; ".join(fixes),
+        f"DataLoader({settings}); {batches:,} batches in {epochs:,} "
+        f"epoch{'s' if epochs != 1 else ''}",
+    )

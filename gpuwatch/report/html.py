@@ -133,7 +133,8 @@ def _hints(found: Sequence[Hint]) -> str:
         or "<tr><td class=l colspan=3>No line copies or syncs often enough to flag.</td></tr>"
     )
     return (
-        "<h2>Hints</h2>\n<table><tr><th class=l>line</th><th class=l>what to change</th>"
+        "<h2>Hints, the largest saving first</h2>\n<table><tr><th class=l>line</th>"
+        "<th class=l>what to change</th>"
         f"<th class=l>evidence</th></tr>{rows}</table>"
     )
 
@@ -159,7 +160,8 @@ def _gpu_notes(r: Report) -> str:
 def _top_lines(r: Report, found: Sequence[Hint]) -> str:
     by_site: dict[tuple[str, int], list[str]] = {}
     for h in found:
-        by_site.setdefault((h.site.file, h.site.line), []).append(h.message)
+        for line in h.lines or (h.site.line,):  # a merged hint: each of its lines
+            by_site.setdefault((h.site.file, line), []).append(h.message)
     top = sorted(
         r.sites, key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms), reverse=True
     )[:30]
@@ -211,11 +213,12 @@ def _time_text(f: Findings) -> str:
 def _body(r: Report, places: dict[str, str], f: Findings) -> str:
     found = f.hints
     return f"""{_header(r)}
-{_cards(r)}{_time_text(f)}{places["time"]}
+{_cards(r)}{_time_text(f)}
+{_hints(found)}
+{places["time"]}
 {memory_html(r)}{places["memory"] if memory_title(r) else ""}
 {_copies(r)}
 {comm_html(r, f.spreads)}
-{_hints(found)}
 {what_if_html(r, f.what_if_lines)}
 {places["timeline"]}{_gpu_notes(r)}
 {places["bytes"]}

@@ -76,3 +76,39 @@ def line_costs(r: Report) -> dict[str, tuple[float, float]]:
         for site, ms in ranked
         if ms > 0
     }
+
+
+def cause_costs(r: Report) -> dict[str, dict[str, tuple[float, float]]]:
+    """``file:line`` -> cause (``input``, ``sync``, ``copy``, ``comm``, ``launch``) -> (ms per
+    step, % of the step): :func:`line_costs` split by what the time went to, so that a hint is
+    charged the time of its own cause only (a line's launches are not its sync's cost)."""
+    t = r.time
+    if not t:
+        return {}
+    run, steps = per_step(t)
+    steps = max(1, steps)
+    total = float(run["wall_unprofiled_ms"])
+    gpu = run.get("gpu")
+    if gpu and gpu.get("per_step"):
+        steps, total = 1, float(gpu["wall_ms"])
+    charged: dict[str, dict[str, float]] = {}
+    if gpu:
+        for d in gpu.get("idle_lines", []):
+            causes = charged.setdefault(str(d["site"]), {})
+            cause = str(d.get("cause") or "launch")
+            causes[cause] = causes.get(cause, 0.0) + float(d["ms"])
+    else:
+        for d in run.get("lines", []):
+            charged[str(d["site"])] = {
+                k.removesuffix("_ms"): float(v)
+                for k, v in d.items()
+                if k.endswith("_ms") and k != "total_ms" and isinstance(v, (int, float))
+            }
+    return {
+        site: {
+            cause: (ms / steps, 100.0 * ms / total if total > 0 else 0.0)
+            for cause, ms in causes.items()
+            if ms > 0
+        }
+        for site, causes in charged.items()
+    }

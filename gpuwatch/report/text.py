@@ -36,6 +36,9 @@ def summary(report: Report, top: int = 5, findings: Findings | None = None) -> R
     found = analyze(report) if findings is None else findings
     failure = failure_part(report)  # a device mismatch or OOM, right under the header
     parts: list[RenderableType] = [_header(report, found), *([failure] if failure else [])]
+    # NB: the verdict (in the header) and the top fixes first, on the first screen; the
+    # memory and the tables after them
+    parts.append(_hints_part(report, found.hints))
     parts += [_totals(report), _syncs(report)]
     for part in (summary_parts(report, top, found.spreads), memory_part(report, top)):
         if part is not None:
@@ -56,27 +59,33 @@ def summary(report: Report, top: int = 5, findings: Findings | None = None) -> R
     inside = _library_table(report, top)
     if inside is not None:
         parts.append(inside)
-    if found.hints:
-        parts.append(_hints(found.hints[:12]))
-    elif no_gpu_error(report):
-        parts.append(
-            Text(
-                "No hints: the script stopped for want of a GPU (see NO GPU above).", style="yellow"
-            )
-        )
-    elif report.gpu_fallback:
-        parts.append(
-            Text("No hints: the script ran on the CPU (see NO GPU above).", style="yellow")
-        )
-    else:
-        parts.append(Text("No hints: no line copies or syncs often enough to flag.", style="green"))
     return Group(*parts)
 
 
-def _hints(found: Sequence[Hint]) -> RenderableType:
-    """Each hint as a short paragraph under its line: advice wraps at any width, never cut
-    (a table cut it at 80 columns, or whenever stderr was not a terminal)."""
-    parts: list[RenderableType] = [Text("Hints", style="italic")]
+#: Hints the summary shows (the JSON and ``gpuwatch report`` give the same, in the same order).
+HINTS_SHOWN = 12
+
+
+def _hints_part(report: Report, found: Sequence[Hint]) -> RenderableType:
+    if found:
+        return _hints(found[:HINTS_SHOWN], len(found))
+    if no_gpu_error(report):
+        return Text(
+            "No hints: the script stopped for want of a GPU (see NO GPU above).", style="yellow"
+        )
+    if report.gpu_fallback:
+        return Text("No hints: the script ran on the CPU (see NO GPU above).", style="yellow")
+    return Text("No hints: no line copies or syncs often enough to flag.", style="green")
+
+
+def _hints(found: Sequence[Hint], total: int | None = None) -> RenderableType:
+    """Each hint as a short paragraph under its line, the largest saving first: advice wraps
+    at any width, never cut (a table cut it at 80 columns, or whenever stderr was not a
+    terminal)."""
+    more = (
+        f" ({total - len(found)} more in the HTML report)" if total and total > len(found) else ""
+    )
+    parts: list[RenderableType] = [Text(f"Hints, the largest saving first{more}", style="italic")]
     for h in found:
         parts.append(Padding(Text(h.where, style="cyan"), (0, 0, 0, 2)))
         parts.append(Padding(Text(h.message), (0, 0, 0, 4)))

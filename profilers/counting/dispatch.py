@@ -18,6 +18,7 @@ from typing import Any
 from profilers.counting.backward import backward_ops_of, note_forward
 from profilers.counting.comm import comm_rule
 from profilers.counting.ops import CLASSIFIERS, METADATA_OPS, Classifier
+from profilers.counting.origins import is_factory, note_made
 from profilers.counting.recorder import Recorder
 from profilers.counting.threads import ThreadState
 from profilers.memory.failure import failed
@@ -53,6 +54,7 @@ def _decomposed(mode: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, A
 
 DECOMPOSE = "decompose"
 COLLECTIVE = "collective"
+FACTORY = "factory"
 
 
 class OpFacts:
@@ -90,7 +92,10 @@ def op_facts(func: Any) -> OpFacts:
     rule = comm_rule(func)
     if rule is not None:
         return OpFacts(name, rule, call, COLLECTIVE)
-    return OpFacts(name, CLASSIFIERS.get(func), call)
+    classifier = CLASSIFIERS.get(func)
+    if classifier is None and is_factory(name):
+        return OpFacts(name, None, call, FACTORY)
+    return OpFacts(name, classifier, call)
 
 
 _SHIM_FILES = (
@@ -211,7 +216,8 @@ def dispatch(  # noqa: C901 - the hot path kept in one frame: a call per branch 
             # its cost outside this function, measured on its own arguments (timing/)
             clock.prober.note(clock, entry, site, func, facts.call, args, kwargs)
     entry.count += 1
-    if facts.special is not None:  # COLLECTIVE (DECOMPOSE went its way above)
+    special = facts.special
+    if special is COLLECTIVE:  # (DECOMPOSE went its way above)
         return _collective(recorder, clock, site, entry, facts, args, kwargs, t_in)
     # -- run it, timed
     ms = 0.0
@@ -229,6 +235,11 @@ def dispatch(  # noqa: C901 - the hot path kept in one frame: a call per branch 
     if recorder.host_timing:  # no GPU: the op's host time is its kernel time
         ms = (t_ret - t_call) / 1e6
         entry.ms += ms
+    if special is FACTORY:  # where a tensor copied later came from (counting/origins.py)
+        try:
+            note_made(recorder.provenance, site, name, out)
+        except Exception as exc:
+            recorder.internal_error(name, exc)
     memory = recorder.memory
     if memory is not None:  # which line holds which GPU bytes (--memory, profilers/memory/)
         try:

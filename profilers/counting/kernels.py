@@ -253,8 +253,7 @@ class CountingKernels:
                 except ValueError:  # a C++ thread with no Python frames (autograd's device threads)
                     frame = None
                 site = recorder.site_in(st, frame)
-                for transfer in found if isinstance(found, list) else (found,):
-                    recorder.apply(site, transfer, frame=frame)
+                recorder.apply_found(site, found, args, frame)
                 if st.clock is not None:  # the host half of the time view (a wait, if any)
                     timed_on_fast_path(st.clock, site, found, enter, start, end)
             except Exception as exc:  # never into the user's code: the op ran, uncounted

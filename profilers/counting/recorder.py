@@ -16,11 +16,13 @@ import torch
 
 from profilers.counting.comm import CommRule
 from profilers.counting.ops import Classifier, IsPinned, Transfer, default_is_pinned
+from profilers.counting.origins import Provenance, note_batch, origin_of, source_of
 from profilers.counting.sites import UNKNOWN, UserCode, inside_tensor_printing
 from profilers.counting.threads import ThreadState, ThreadStates
 from profilers.errors import OpFailure
 from profilers.memory.tracker import MemoryTracker
 from profilers.names import OTHER, SYNCHRONIZE
+from profilers.origins import OriginCount
 from profilers.stats import MAX_STACKS, Counters, OpCount, SiteStats
 from profilers.timing.cuda_events import CudaApi, CudaTimer, TimedOp, TorchCuda
 from profilers.timing.timeline import StepClock
@@ -101,6 +103,8 @@ class Recorder:
         """Where the time of each step goes, on the profile's own thread (None: not measured)."""
         self.memory: MemoryTracker | None = None  # who made each storage (profilers/memory/)
         self.failure: dict[str, Any] | None = None  # the latest device mismatch/OOM, explained
+        self.provenance = Provenance()
+        """The host storages factory ops made and loaders returned (the copies' origins)."""
 
     def internal_error(self, op: str, exc: BaseException) -> None:
         """Notes that the profiler failed on ``op`` (the op itself still ran, untouched)."""
@@ -189,9 +193,13 @@ class Recorder:
             if isinstance(transfer, list):
                 for i, t in enumerate(transfer):  # the op's time goes with its first part
                     self.apply(site, t, ms if i == 0 else 0.0, timed if i == 0 else None, frame)
+                    if t.direction == "h2d":
+                        self.note_origin(site, t, args, frame)
                 return transfer
             if transfer is not None:
                 self.apply(site, transfer, ms, timed, frame)
+                if transfer.direction == "h2d":
+                    self.note_origin(site, transfer, args, frame)
                 return transfer
         if synced:
             found = Transfer(None, sync=OTHER)
@@ -244,6 +252,44 @@ class Recorder:
                 t.non_blocking,
             )
         )
+
+    def apply_found(
+        self,
+        site: SiteStats,
+        found: Transfer | list[Transfer],
+        args: tuple[Any, ...],
+        frame: FrameType | None,
+    ) -> None:
+        """Counts what an op's rule found (the fast path's: no time here), each host-to-GPU
+        copy with its tensor's origin."""
+        for t in found if isinstance(found, list) else (found,):
+            self.apply(site, t, frame=frame)
+            if t.direction == "h2d":
+                self.note_origin(site, t, args, frame)
+
+    def note_origin(
+        self, site: SiteStats, t: Transfer, args: tuple[Any, ...], frame: FrameType | None
+    ) -> None:
+        """Where the tensor of the host-to-GPU copy ``t`` came from (profilers/origins.py),
+        counted at ``site``; at copies only, so it costs the loop nothing else."""
+        origin, maker, op = origin_of(
+            source_of(args), t.pageable, frame, self.provenance, self.memory, site
+        )
+        found = site.origins.get(origin)
+        if found is None:
+            found = site.origins[origin] = OriginCount()
+        made_at = None if maker is None else f"{maker.file}:{maker.line}"
+        found.add(t.nbytes or 0, t.pageable, t.non_blocking, made_at, op)
+
+    def loader_batch(self, it: Any, batch: Any, frame: FrameType | None) -> None:
+        """The DataLoader iterator ``it`` returned ``batch`` to the line of ``frame``: its
+        tensors are a loader's (their copies' origin), the line keeps the loader's settings."""
+        if not self.active:
+            return
+        try:
+            note_batch(self.provenance, self.site_for(frame), it, batch)
+        except Exception as exc:  # never into user code: the batch goes back as it came
+            self.internal_error("DataLoader.__next__", exc)
 
     def collective(
         self,

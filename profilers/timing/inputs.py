@@ -236,8 +236,9 @@ def patch_input(
     set_attr: Callable[..., None],
     named: Sequence[tuple[str, Any, str, Any]] = (),
 ) -> None:
-    """Times ``__next__`` of every DataLoader iterator on the profile's own thread, and the
-    inputs ``named`` (:func:`resolve_inputs`)."""
+    """Times ``__next__`` of every DataLoader iterator on the profile's own thread (when its
+    clock runs), notes each batch's tensors and the loader's settings at the line that pulls
+    them (profilers/counting/origins.py), and times the inputs ``named`` (:func:`resolve_inputs`)."""
     for name, owner, attr, obj in named:
         _patch_named(stack, recorder, name, owner, attr, obj)
     try:
@@ -248,6 +249,9 @@ def patch_input(
 
     @functools.wraps(original)
     def __next__(self: Any) -> Any:
-        return timed_next(recorder, original, self, sys._getframe(1), "DataLoader.__next__")
+        frame = sys._getframe(1)
+        batch = timed_next(recorder, original, self, frame, "DataLoader.__next__")
+        recorder.loader_batch(self, batch, frame)  # the origin of its copies, the settings
+        return batch
 
     set_attr(stack, _BaseDataLoaderIter, "__next__", __next__)

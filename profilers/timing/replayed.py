@@ -208,10 +208,12 @@ def apply(
 
 
 def _made_on_host(sites: list[Any]) -> set[str]:
-    """Lines that make a tensor on the host (a factory, ``torch.tensor``) and copy to a GPU."""
+    """Lines that copy to a GPU a tensor made on the host by a factory (``torch.randn``,
+    ``torch.tensor``), at that line or another (the copies' ``origins``)."""
     out = set()
     for s in sites:
-        if s.h2d.count and any(op.startswith(FACTORY_OPS) for op in s.op_breakdown):
+        made = "factory" in getattr(s, "origins", {})
+        if s.h2d.count and (made or any(op.startswith(FACTORY_OPS) for op in s.op_breakdown)):
             out.add(f"{s.file}:{s.line}")
     return out
 

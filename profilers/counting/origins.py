@@ -1,0 +1,238 @@
+"""Where each host-to-GPU copy's tensor came from (profilers/origins.py names the origins), decided
+at the copy only: the fix a copy needs follows from it (a loader's batch: pin it; a tensor made
+by ``torch.randn`` on the host: make it on the GPU; a parameter moved by ``model.to``: nothing).
+
+Two cheap records feed it: the storages the factory ops made on the host (``note_made``: the
+hot path calls it for factory ops only, every other op pays one comparison) and the storages of
+the batches a DataLoader returned (``note_batch``: once per batch). Each is a weak reference to
+the storage, dropped when torch frees it, so an address used again is never mistaken for the
+old tensor; with the memory tracker on (``--memory``, ``--fake-cuda``) its record of every op's
+storages answers too.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Mapping
+from types import FrameType
+from typing import Any
+
+import torch
+
+from profilers.origins import FACTORY, HOST, LOADER, PARAMETER, PINNED
+
+Tensor = torch.Tensor
+
+FACTORY_OPS = frozenset(
+    {
+        "arange",
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "eye",
+        "full",
+        "full_like",
+        "lift_fresh",
+        "lift_fresh_copy",
+        "linspace",
+        "logspace",
+        "new_empty",
+        "new_full",
+        "new_ones",
+        "new_zeros",
+        "ones",
+        "ones_like",
+        "rand",
+        "rand_like",
+        "randint",
+        "randint_like",
+        "randn",
+        "randn_like",
+        "randperm",
+        "scalar_tensor",
+        "tensor",
+        "zeros",
+        "zeros_like",
+    }
+)
+"""Ops that make a tensor from nothing but their arguments (by their name before the overload:
+``randn`` of ``randn.default``): made on the host, such a tensor could have been made on the GPU."""
+
+MAX_KEPT = 100_000
+"""Live storages remembered at most (a script that keeps a million small host tensors alive
+stops being recorded, its copies' origins then read ``host``)."""
+
+MAX_BATCH_TENSORS = 256
+"""Tensors of one batch remembered at most (nested dicts, lists and tuples are walked)."""
+
+_MODULE_FILE = os.path.join("torch", "nn", "modules", "module.py")
+
+
+def is_factory(name: str) -> bool:
+    """Whether the op named ``name`` (``randn.default``) is a factory op."""
+    return name.split(".", 1)[0] in FACTORY_OPS
+
+
+class Maker(weakref.ref):  # type: ignore[type-arg]  # of an UntypedStorage
+    """One storage's maker: the line (``SiteStats``), the op and the origin."""
+
+    __slots__ = ("key", "op", "origin", "site")
+
+    site: Any
+    op: str
+    origin: str
+    key: int
+
+
+class Provenance:
+    """Storages of the host tensors the factory ops made and the loaders returned, live ones
+    only (a weak reference each, whose callback forgets it when torch frees the storage)."""
+
+    def __init__(self) -> None:
+        self.storages: dict[int, Maker] = {}
+
+    def _forget(self, made: Maker) -> None:
+        if self.storages.get(made.key) is made:
+            self.storages.pop(made.key, None)
+
+    def note(self, site: Any, op: str, origin: str, t: Tensor) -> None:
+        """Notes that ``site``'s ``op`` made ``t`` (a host tensor), of ``origin``."""
+        if len(self.storages) >= MAX_KEPT:
+            return
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError, TypeError):
+            return  # sparse, nested or functional tensors: no storage of their own
+        key = storage._cdata
+        made = Maker(storage, self._forget)
+        made.site, made.op, made.origin, made.key = site, op, origin, key
+        self.storages[key] = made  # NB: a batch's tensor made by a factory is the batch's now
+
+    def of(self, t: Tensor) -> Maker | None:
+        try:
+            return self.storages.get(t.untyped_storage()._cdata)
+        except (RuntimeError, NotImplementedError, TypeError):
+            return None
+
+
+def note_made(provenance: Provenance, site: Any, name: str, out: Any) -> None:
+    """A factory op's output, where it is on the host (one on a GPU needs no fix)."""
+    if isinstance(out, Tensor) and out.device.type == "cpu":
+        provenance.note(site, name.split(".", 1)[0], FACTORY, out)
+
+
+def batch_tensors(batch: Any, limit: int = MAX_BATCH_TENSORS) -> list[Tensor]:
+    """The tensors of a batch: a tensor, or nested mappings (a dict, HF's ``BatchEncoding``),
+    lists and tuples (named ones too) of them; at most ``limit``, four levels deep."""
+    found: list[Tensor] = []
+
+    def walk(x: Any, depth: int) -> None:
+        if len(found) >= limit:
+            return
+        if isinstance(x, Tensor):
+            found.append(x)
+        elif depth < 4 and isinstance(x, Mapping):
+            for v in list(x.values()):
+                walk(v, depth + 1)
+        elif depth < 4 and isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v, depth + 1)
+
+    walk(batch, 0)
+    return found
+
+
+def loader_settings(it: Any) -> dict[str, Any]:
+    """The settings of the DataLoader behind the iterator ``it`` (``_BaseDataLoaderIter`` keeps
+    the loader's own, torch/utils/data/dataloader.py), None where it has none."""
+    workers = getattr(it, "_num_workers", None)
+    prefetch = getattr(it, "_prefetch_factor", None)
+    batch_size = getattr(getattr(it, "_index_sampler", None), "batch_size", None)
+    return {
+        "num_workers": int(workers) if isinstance(workers, int) else None,
+        "pin_memory": bool(getattr(it, "_pin_memory", False)),
+        "persistent_workers": bool(getattr(it, "_persistent_workers", False)),
+        "prefetch_factor": int(prefetch) if isinstance(prefetch, int) and workers else None,
+        "batch_size": int(batch_size) if isinstance(batch_size, int) else None,
+    }
+
+
+def note_batch(provenance: Provenance, site: Any, it: Any, batch: Any) -> None:
+    """A batch the loader iterator ``it`` returned at ``site`` (the ``for`` line): its tensors'
+    storages are the loader's, and the line keeps the loader's settings."""
+    for t in batch_tensors(batch):
+        if t.device.type == "cpu":
+            provenance.note(site, "DataLoader", LOADER, t)
+    found = site.loader
+    if found is None:
+        found = site.loader = {**loader_settings(it), "iterators": 0, "batches": 0}
+    if getattr(it, "_gpuwatch_seen", False) is not True:
+        # NB: one mark per iterator (an epoch): a new one starts the workers anew unless
+        # persistent_workers; an attribute of our own on the loader's iterator, not the batch
+        try:
+            it._gpuwatch_seen = True
+            found["iterators"] += 1
+        except AttributeError:
+            pass  # an iterator with __slots__: its epochs go uncounted
+    found["batches"] += 1
+
+
+def source_of(args: tuple[Any, ...]) -> Tensor | None:
+    """The host tensor a host-to-GPU copy read: the first host tensor among ``args`` (``_to_copy``'s
+    ``self``; ``copy_``'s ``src``; an index moved by ``index``)."""
+    for a in args:
+        if isinstance(a, Tensor):
+            if a.device.type == "cpu":
+                return a
+        elif isinstance(a, (list, tuple)):
+            for b in a:
+                if isinstance(b, Tensor) and b.device.type == "cpu":
+                    return b
+    return None
+
+
+def origin_of(
+    src: Tensor | None,
+    pageable: bool,
+    frame: FrameType | None,
+    provenance: Provenance | None,
+    memory: Any,
+    site: Any = None,
+) -> tuple[str, Any, str | None]:
+    """``(origin, the maker's line or None, the maker's op or None)`` of a host-to-GPU copy of
+    ``src``, which read pageable memory or not, called from ``frame`` at ``site``."""
+    if isinstance(src, torch.nn.Parameter) or (
+        frame is not None and frame.f_code.co_filename.endswith(_MODULE_FILE)
+    ):
+        # NB: Module.to/cuda/_apply move each parameter and buffer from a function defined in
+        # torch/nn/modules/module.py (convert, a lambda); buffers are not Parameters
+        return PARAMETER, None, None
+    if src is None:
+        return HOST, None, None
+    maker = provenance.of(src) if provenance is not None else None
+    if maker is not None and maker.origin == LOADER:
+        return LOADER, maker.site, maker.op
+    if not pageable:
+        return PINNED, None, None
+    if maker is not None:
+        return FACTORY, maker.site, maker.op
+    made = memory.of(src) if memory is not None else None  # it saw every op's storages
+    if made is not None and is_factory(made.op):
+        return FACTORY, made.site, made.op
+    # NB: made on the host from a factory's tensor by other ops (torch.randn(n) * 2, at its
+    # line or another): the fix is the factory's, on the device, and the rest with it; the
+    # line that made it (else the copy's own) ran a factory op
+    line = made.site if made is not None else site
+    factory = _factory_at(line)
+    if factory is not None:
+        return FACTORY, line, factory
+    return HOST, None if made is None else made.site, None if made is None else made.op
+
+
+def _factory_at(site: Any) -> str | None:
+    """The first factory op ``site`` (a ``SiteStats``) ran, by name (``randn``), if any."""
+    for name in list(getattr(site, "op_breakdown", ())):
+        if is_factory(name):
+            return str(name).split(".", 1)[0]
+    return None
