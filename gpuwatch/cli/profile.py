@@ -141,7 +141,6 @@ def profile(options: ProfileOptions, target: Any) -> int:
     from gpuwatch.report.deliver import deliver
     from gpuwatch.report.write import (
         check_outputs,
-        distributed_rank,
         for_rank,
         output_for,
         outputs,
@@ -168,6 +167,8 @@ def profile(options: ProfileOptions, target: Any) -> int:
 
         check_outputs(wanted, inputs=[] if target.module else [target.name])
         return run_ranks(options, target, wanted)
+    from gpuwatch.profile.ranks import distributed_rank
+
     ranked = distributed_rank()
     if ranked is not None:  # each rank writes its own files; rank 0 prints the summary
         rank, world = ranked

@@ -33,6 +33,16 @@ RANK_GRACE_S = 10.0
 LAUNCHER_GRACE_S = 2.0
 
 
+def distributed_rank() -> tuple[int, int] | None:
+    """``(rank, world_size)`` from the launcher's environment (torchrun, torch.distributed.run,
+    SLURM through torchrun), or None when this process is not one rank of several."""
+    try:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return None
+    return (rank, world) if world >= 1 and 0 <= rank < world else None
+
+
 def rank_options(options: ProfileOptions, json_pattern: str) -> ProfileOptions:
     """What each rank is given: the user's options, quiet, its one output the JSON at
     ``json_pattern`` (``{rank}`` replaced by the rank), launching nothing itself, no screen;

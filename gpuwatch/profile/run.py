@@ -71,7 +71,7 @@ class ProfiledRun:
         self.stop_gpu_timeline = stop_gpu_timeline
         self.gpu_stats = gpu_stats
         self.pid = os.getpid()
-        from gpuwatch.report.write import distributed_rank
+        from gpuwatch.profile.ranks import distributed_rank
 
         self.rank: tuple[int | None, int | None] = distributed_rank() or (None, None)
         """(rank, world size) of a distributed run (RANK, WORLD_SIZE), else (None, None)."""

@@ -99,16 +99,6 @@ def _ranked(path: str, rank: int) -> str:
     return f"{path}.rank{rank}"
 
 
-def distributed_rank() -> tuple[int, int] | None:
-    """``(rank, world_size)`` from the launcher's environment (torchrun, torch.distributed.run,
-    SLURM through torchrun), or None when this process is not one rank of several."""
-    try:
-        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    except (KeyError, ValueError):
-        return None
-    return (rank, world) if world >= 1 and 0 <= rank < world else None
-
-
 def _same_file(a: str, b: str) -> bool:
     try:
         return os.path.samefile(a, b)
