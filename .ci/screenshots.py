@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
-from gpuwatch.monitor.top import TopApp
+from gpuwatch.ui.top.app import TopApp
 
 
 class _Clock:
@@ -49,10 +49,10 @@ async def _top(out: Path, name: str, gpus: int, size: tuple[int, int]) -> Path:
 
 
 async def _live(out: Path) -> Path:
-    from gpuwatch.profile.live.app import LiveApp
     from gpuwatch.profile.live.session import ChildSession
     from gpuwatch.profile.run import ProfileOptions
     from gpuwatch.profile.runner import Target
+    from gpuwatch.ui.live.app import LiveApp
 
     root = Path(__file__).resolve().parent.parent
     session = ChildSession(

@@ -242,13 +242,13 @@ def statistics_median_ms(report: Any) -> float:
 
 
 def test_the_live_view_shows_the_newest_step_its_samples_cover(clock: Any) -> None:
-    from gpuwatch.app.widgets.status_line import status_text
     from gpuwatch.profile.live.model import LiveRun
     from gpuwatch.profile.live.protocol import LiveSnapshot
     from gpuwatch.profile.live.session import ChildSession
     from gpuwatch.profile.options import ProfileOptions
     from gpuwatch.profile.runner import Target
     from gpuwatch.report.energy import points_from_rows, rows_read_interval_ms
+    from gpuwatch.ui.widgets.status_line import status_text
 
     run = LiveRun(ChildSession(Target("train.py", []), ProfileOptions()), clock=clock)
     backend = FakeBackend(gpu_count=2, clock=clock)  # a steady 350 W on each

@@ -1,5 +1,5 @@
 from gpuwatch import _format as fmt
-from gpuwatch.app.widgets._style import bar, level_style
+from gpuwatch.ui.widgets._style import bar, level_style
 
 
 def test_sizes_use_binary_units():

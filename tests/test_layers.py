@@ -32,14 +32,18 @@ def test_ruff_lint_and_import_boundaries():
         ("profilers", "import textual", "textual"),
         ("profilers", "from gpuwatch import cli", "gpuwatch"),
         ("gpuwatch/monitor/nvml", "import torch", "torch"),
-        ("gpuwatch/monitor/nvml", "from gpuwatch.app import top", "gpuwatch.app"),
+        ("gpuwatch/monitor/nvml", "from gpuwatch.ui import top", "gpuwatch.ui"),
         ("gpuwatch/report", "import textual", "textual"),
         ("gpuwatch/report", "import torch", "torch"),
-        ("gpuwatch/report", "from gpuwatch.app.widgets import GpuCard", "gpuwatch.app"),
-        ("gpuwatch/report", "from gpuwatch.profile.live.app import LiveApp", "gpuwatch.profile"),
+        ("gpuwatch/report", "from gpuwatch.ui.widgets import GpuCard", "gpuwatch.ui"),
+        ("gpuwatch/report", "from gpuwatch.ui.live.app import LiveApp", "gpuwatch.ui"),
         ("gpuwatch/monitor", "import torch", "torch"),
         ("gpuwatch/monitor", "from gpuwatch.profile import run", "gpuwatch.profile"),
         ("gpuwatch/monitor", "from profilers.registry import OwnThread", "profilers"),
+        ("gpuwatch/monitor", "from gpuwatch.ui.widgets import GpuCard", "gpuwatch.ui"),
+        ("gpuwatch/ui/top", "from gpuwatch.profile.live.model import LiveRun", "gpuwatch.profile"),
+        ("gpuwatch/ui/top", "from gpuwatch.ui.live.app import LiveApp", "gpuwatch.ui.live"),
+        ("gpuwatch/ui/top", "import torch", "torch"),
     ],
 )
 def test_each_layer_bans_what_sits_above_it(where, line, banned):
@@ -76,8 +80,8 @@ PROFILE_HALF = ("profilers", "torch", "gpuwatch.profile", "gpuwatch.report")
 _TOP_PROBE = """
 import json, sys
 seen = {}
-import gpuwatch.monitor.top
-from gpuwatch.app import signals
+import gpuwatch.ui.top.app
+from gpuwatch.ui import signals
 seen["top"] = sorted(sys.modules)
 from gpuwatch.cli.main import build_parser, main
 build_parser()

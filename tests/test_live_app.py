@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.app.screens import ConfirmScreen, StackScreen, SummaryScreen
-from gpuwatch.app.widgets import GpuCard, HotLinesTable
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
-from gpuwatch.profile.live.app import LiveApp
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import Done, Hello, ProtocolError, decode, encode
 from gpuwatch.profile.live.session import ChildSession
 from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
 from gpuwatch.report.write import Output
+from gpuwatch.ui.live.app import LiveApp
+from gpuwatch.ui.screens import ConfirmScreen, StackScreen, SummaryScreen
+from gpuwatch.ui.widgets import GpuCard, HotLinesTable
 from tests.conftest import plain, read_pty, start_in_pty, wait_until
 
 LOOP = textwrap.dedent("""

@@ -15,8 +15,6 @@ import torch
 from rich.console import Console
 
 import profilers
-from gpuwatch.profile.live.app import LiveApp
-from gpuwatch.profile.live.memory_table import MemoryLinesTable, memory_words
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import LiveSnapshot, report_from_snapshot
 from gpuwatch.profile.live.session import ChildSession
@@ -24,6 +22,8 @@ from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
 from gpuwatch.report.text import summary
 from gpuwatch.report.write import Output
+from gpuwatch.ui.live.app import LiveApp
+from gpuwatch.ui.live.memory_table import MemoryLinesTable, memory_words
 from profilers.memory.section import LIVE_LINES
 from tests import conftest
 from tests.conftest import plain, wait_until

@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from gpuwatch.app.screens import HelpScreen
-from gpuwatch.app.widgets import GpuCard, HotLinesTable, RatesPanel, StatusLine
-from gpuwatch.app.widgets.hot_lines import layout, short_path
 from gpuwatch.cli import main as cli
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
-from gpuwatch.profile.live.app import LiveApp
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.session import ChildSession
 from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
 from gpuwatch.report.write import Output
+from gpuwatch.ui.live.app import LiveApp
+from gpuwatch.ui.screens import HelpScreen
+from gpuwatch.ui.widgets import GpuCard, HotLinesTable, RatesPanel, StatusLine
+from gpuwatch.ui.widgets.hot_lines import layout, short_path
 from tests.conftest import plain, wait_until
 
 # Copies from a deep folder, so the line column has a long path to shorten.

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
-from gpuwatch.profile.live.app import LiveApp
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.session import ChildSession
 from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
 from gpuwatch.report.write import Output
+from gpuwatch.ui.live.app import LiveApp
 from tests.conftest import plain, read_pty, start_in_pty, wait_until
 
 LOOP = textwrap.dedent("""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.app.signals import SHUTDOWN_S
+from gpuwatch.ui.signals import SHUTDOWN_S
 from tests.conftest import read_pty
 
 # Two copies to a (fake) GPU, then the script ends: the live view shows its summary.
@@ -114,7 +114,7 @@ BOUND_S = 1.0
 WEDGED = f"""
 import sys, threading
 from textual.drivers import _writer_thread
-from gpuwatch.app.signals import ShutdownGuard
+from gpuwatch.ui.signals import ShutdownGuard
 _writer_thread.WriterThread.stop = lambda self: threading.Event().wait()
 ShutdownGuard.__init__.__defaults__ = ({BOUND_S},)
 from gpuwatch.cli.main import main
@@ -150,7 +150,7 @@ def test_a_writer_thread_that_never_stops_cannot_keep_gpuwatch_from_exiting(tmp_
 def test_the_guard_ends_only_a_real_run_never_a_test_runners_process(monkeypatch):
     import threading
 
-    from gpuwatch.app import signals
+    from gpuwatch.ui import signals
 
     exits: list[int] = []
     monkeypatch.setattr(signals.os, "_exit", exits.append)

@@ -9,11 +9,11 @@ import signal
 
 import pytest
 
-from gpuwatch.app.screens import ConfirmScreen, SummaryScreen
-from gpuwatch.profile.live.app import LiveApp
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import Done, Hello
 from gpuwatch.report.write import Output
+from gpuwatch.ui.live.app import LiveApp
+from gpuwatch.ui.screens import ConfirmScreen, SummaryScreen
 from tests.conftest import plain, wait_until
 from tests.live_helpers import sh_child
 from tests.test_live_model import snapshot

@@ -11,11 +11,11 @@ import time
 import pynvml
 import pytest
 
-from gpuwatch.app.widgets import GpuCard, ProcessTable
 from gpuwatch.cli import main as cli
 from gpuwatch.monitor.nvml import NvmlUnavailable, Sampler
 from gpuwatch.monitor.nvml._real import RealBackend, send_signal_checked
-from gpuwatch.monitor.top import TopApp
+from gpuwatch.ui.top.app import TopApp
+from gpuwatch.ui.widgets import GpuCard, ProcessTable
 from tests.conftest import wait_until
 from tests.stub_nvml import StubNvml, default_device, proc
 
@@ -153,7 +153,7 @@ def test_the_top_command_quits_while_nvml_hangs():
     code = (
         "import threading, time\n"
         "from tests.test_nvml_faults import HangingNvml\n"
-        "from gpuwatch.monitor.top import TopApp\n"
+        "from gpuwatch.ui.top.app import TopApp\n"
         "from gpuwatch.monitor.nvml._real import RealBackend\n"
         "nvml = HangingNvml()\n"
         "app = TopApp(RealBackend(nvml=nvml), interval_s=0.1)\n"
@@ -175,8 +175,8 @@ def test_the_top_command_quits_while_nvml_hangs():
 
 @pytest.mark.slow
 async def test_kill_rechecks_the_process_before_signalling(clock):
-    from gpuwatch.app.screens import KillScreen
     from gpuwatch.monitor.nvml import FakeBackend
+    from gpuwatch.ui.screens import KillScreen
 
     backend = FakeBackend(gpu_count=1, clock=clock)
     app = TopApp(backend, interval_s=0.1)

@@ -11,12 +11,12 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry, start_http_server
 
-from gpuwatch.app.widgets import GpuCard
 from gpuwatch.monitor.export import GpuCollector
 from gpuwatch.monitor.nvml import FakeBackend
 from gpuwatch.monitor.nvml.remote import HostsBackend, RemoteHost, parse_metrics
 from gpuwatch.monitor.nvml.sampler import Sampler
-from gpuwatch.monitor.top import TopApp
+from gpuwatch.ui.top.app import TopApp
+from gpuwatch.ui.widgets import GpuCard
 from tests.conftest import plain, wait_until
 
 

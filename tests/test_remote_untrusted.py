@@ -77,8 +77,8 @@ def test_escape_codes_newlines_and_markup_in_labels_never_reach_the_terminal(
 
 
 async def test_the_tui_shows_a_markup_label_as_text(page_server):
-    from gpuwatch.app.widgets import GpuCard
-    from gpuwatch.monitor.top import TopApp
+    from gpuwatch.ui.top.app import TopApp
+    from gpuwatch.ui.widgets import GpuCard
     from tests.conftest import wait_until
 
     url = page_server(EVIL)

@@ -21,13 +21,13 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from textual.pilot import Pilot
 
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
-from gpuwatch.monitor.top import TopApp
-from gpuwatch.profile.live.app import LiveApp
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import Hello, LiveSnapshot
 from gpuwatch.profile.live.session import ChildSession
 from gpuwatch.profile.runner import Target
 from gpuwatch.report.text import summary
+from gpuwatch.ui.live.app import LiveApp
+from gpuwatch.ui.top.app import TopApp
 from profilers import OpCount, Report, Site, SiteStats
 from tests.conftest import FakeClock, wait_until
 from tests.live_helpers import sh_child

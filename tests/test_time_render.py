@@ -9,12 +9,12 @@ import json
 
 from rich.console import Console
 
-from gpuwatch.app.widgets.status_line import status_text
 from gpuwatch.profile.live.protocol import LiveSnapshot, decode, encode
 from gpuwatch.report.hints import hints
 from gpuwatch.report.html import render_html
 from gpuwatch.report.text import summary
 from gpuwatch.report.trace import render_trace
+from gpuwatch.ui.widgets.status_line import status_text
 from profilers import Report, Site, SiteStats
 from profilers.timing.timeline import SYNC, StepClock
 from profilers.timing.verdict import last_step, time_section

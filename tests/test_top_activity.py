@@ -11,16 +11,16 @@ import re
 import pytest
 from textual.widgets import Input
 
-from gpuwatch.app.widgets import GpuCard, ProcessTable
-from gpuwatch.app.widgets.fleet_line import FleetLine
-from gpuwatch.app.widgets.gpu_card import CardBody
 from gpuwatch.cli.main import main
 from gpuwatch.monitor.export import GpuCollector
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.monitor.nvml.activity import Activity, Fleet, IdlePolicy, fleet, held_idle_since
 from gpuwatch.monitor.nvml.remote import HostsBackend, RemoteHost, parse_metrics
-from gpuwatch.monitor.top import TopApp
 from gpuwatch.report.snapshot import snapshot_text
+from gpuwatch.ui.top.app import TopApp
+from gpuwatch.ui.widgets import GpuCard, ProcessTable
+from gpuwatch.ui.widgets.fleet_line import FleetLine
+from gpuwatch.ui.widgets.gpu_card import CardBody
 from tests.conftest import wait_until
 from tests.test_export import scrape
 from tests.test_remote import exporter
@@ -177,8 +177,8 @@ def test_bad_idle_options_are_one_line(capsys):
 
 
 def test_the_compact_line_keeps_its_flags_within_the_narrowest_width(clock):
-    from gpuwatch.app.sampling import COMPACT_CARD_MIN_WIDTH
-    from gpuwatch.app.widgets.gpu_card import compact_line
+    from gpuwatch.ui.sampling import COMPACT_CARD_MIN_WIDTH
+    from gpuwatch.ui.widgets.gpu_card import compact_line
 
     snap = Sampler(
         FakeBackend(gpu_count=3, clock=clock, idle_gpus={1}, stuck_gpus={2}),

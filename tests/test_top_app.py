@@ -7,14 +7,14 @@ import signal
 import pytest
 from textual.widgets import Input
 
-from gpuwatch.app.screens import HelpScreen, KillScreen, StackScreen
-from gpuwatch.app.widgets import GpuCard, ProcessTable
-from gpuwatch.app.widgets.gpu_card import CardBody
 from gpuwatch.monitor.nvml import FakeBackend
 from gpuwatch.monitor.nvml.sampler import Sampler
 from gpuwatch.monitor.nvml.samples import GpuSample
 from gpuwatch.monitor.pyspy import StackDumpError
-from gpuwatch.monitor.top import TopApp
+from gpuwatch.ui.screens import HelpScreen, KillScreen, StackScreen
+from gpuwatch.ui.top.app import TopApp
+from gpuwatch.ui.widgets import GpuCard, ProcessTable
+from gpuwatch.ui.widgets.gpu_card import CardBody
 from tests.conftest import plain, wait_until
 
 
@@ -378,7 +378,7 @@ def test_one_history_store_keeps_five_minutes_at_any_interval():
 
 
 def test_a_card_says_why_the_clocks_are_held_down():
-    from gpuwatch.app.widgets.gpu_card import stats_text
+    from gpuwatch.ui.widgets.gpu_card import stats_text
 
     def gpu(reasons: int) -> GpuSample:
         return GpuSample(

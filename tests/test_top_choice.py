@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.app.widgets import GpuCard, ProcessTable
 from gpuwatch.monitor.nvml import FakeBackend
 from gpuwatch.monitor.nvml.chosen import (
     ChoiceError,
@@ -13,7 +12,8 @@ from gpuwatch.monitor.nvml.chosen import (
     parse_only,
     visible_indices,
 )
-from gpuwatch.monitor.top import TopApp
+from gpuwatch.ui.top.app import TopApp
+from gpuwatch.ui.widgets import GpuCard, ProcessTable
 from tests.conftest import wait_until
 
 

@@ -7,7 +7,7 @@ import pytest
 from textual import events
 from textual.widgets import Input
 
-from gpuwatch.app.widgets import GpuCards, ProcessTable
+from gpuwatch.ui.widgets import GpuCards, ProcessTable
 from tests.conftest import wait_until
 from tests.test_top_app import make_app, started
 

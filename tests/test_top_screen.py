@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from gpuwatch.app.widgets import GpuCard, ProcessTable
-from gpuwatch.app.widgets.gpu_card import CardBody, stats_text, transfer_text
-from gpuwatch.app.widgets.process_table import COLUMNS
 from gpuwatch.monitor.nvml import FakeBackend
+from gpuwatch.ui.widgets import GpuCard, ProcessTable
+from gpuwatch.ui.widgets.gpu_card import CardBody, stats_text, transfer_text
+from gpuwatch.ui.widgets.process_table import COLUMNS
 from tests.conftest import screen_lines, wait_until
 from tests.test_top_app import make_app, started
 

@@ -221,11 +221,11 @@ def profile(options: ProfileOptions, target: Any) -> int:
 
 def run_live(options: ProfileOptions, target: Any, wanted: list[Any], limits: Any = None) -> int:
     from gpuwatch.monitor.nvml import NvmlUnavailable, Sampler, open_backend
-    from gpuwatch.profile.live.app import LiveApp
     from gpuwatch.profile.live.model import LiveRun
     from gpuwatch.profile.live.session import ChildSession
     from gpuwatch.report.deliver import deliver
     from gpuwatch.report.write import say
+    from gpuwatch.ui.live.app import LiveApp
 
     sampler, reason = None, "off (--no-gpu-stats)"
     if options.gpu_stats:

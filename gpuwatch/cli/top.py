@@ -217,8 +217,8 @@ def run_top(args: argparse.Namespace) -> int:
             sys.stdout.write(snapshot_text(snap, width=width, color=sys.stdout.isatty()))
             sys.stdout.flush()
         return 0
-    from gpuwatch.app.signals import run_restoring_signals
-    from gpuwatch.monitor.top import TopApp
+    from gpuwatch.ui.signals import run_restoring_signals
+    from gpuwatch.ui.top.app import TopApp
 
     app = TopApp(backend, interval_s=args.interval, readonly=args.readonly, idle=idle_policy(args))
     run_restoring_signals(app)

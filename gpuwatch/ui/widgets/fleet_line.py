@@ -6,8 +6,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.reactive import var
 
-from gpuwatch.app.widgets.lines import LinesWidget
 from gpuwatch.monitor.nvml.activity import Fleet
+from gpuwatch.ui.widgets.lines import LinesWidget
 
 
 class FleetLine(LinesWidget):

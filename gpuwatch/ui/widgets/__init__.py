@@ -12,13 +12,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpuwatch.app.widgets.gpu_card import GpuCard
-    from gpuwatch.app.widgets.gpu_cards import GpuCards
-    from gpuwatch.app.widgets.hot_lines import HotLinesTable
-    from gpuwatch.app.widgets.process_table import ProcessTable
-    from gpuwatch.app.widgets.progress_line import ProgressLine
-    from gpuwatch.app.widgets.rates import RatesPanel, RateWindow
-    from gpuwatch.app.widgets.status_line import StatusLine
+    from gpuwatch.ui.widgets.gpu_card import GpuCard
+    from gpuwatch.ui.widgets.gpu_cards import GpuCards
+    from gpuwatch.ui.widgets.hot_lines import HotLinesTable
+    from gpuwatch.ui.widgets.process_table import ProcessTable
+    from gpuwatch.ui.widgets.progress_line import ProgressLine
+    from gpuwatch.ui.widgets.rates import RatesPanel, RateWindow
+    from gpuwatch.ui.widgets.status_line import StatusLine
 
 _MODULES = {
     "GpuCard": "gpu_card",

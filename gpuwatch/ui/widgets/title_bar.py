@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.reactive import var
 
-from gpuwatch.app.widgets.lines import LinesWidget
+from gpuwatch.ui.widgets.lines import LinesWidget
 
 
 class TitleBar(LinesWidget):

@@ -8,8 +8,8 @@ from collections.abc import Collection, Iterator, Sequence
 from textual.app import ComposeResult
 from textual.containers import Grid
 
-from gpuwatch.app.sampling import CardLayout, card_layout
-from gpuwatch.app.widgets.gpu_card import GpuCard
+from gpuwatch.ui.sampling import CardLayout, card_layout
+from gpuwatch.ui.widgets.gpu_card import GpuCard
 
 
 class GpuCards(Grid):

@@ -12,18 +12,18 @@ from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.widgets import DataTable, Footer, Input
 
-from gpuwatch.app.sampling import CardLayout, SamplingApp
-from gpuwatch.app.screens import HelpScreen, KillScreen, StackScreen
-from gpuwatch.app.signals import close_on_signals
-from gpuwatch.app.widgets import GpuCard, GpuCards, ProcessTable
-from gpuwatch.app.widgets.fleet_line import FleetLine
-from gpuwatch.app.widgets.title_bar import TitleBar
 from gpuwatch.monitor.nvml.activity import IdlePolicy, fleet, held_idle_since
 from gpuwatch.monitor.nvml.backend import Backend
 from gpuwatch.monitor.nvml.history import History
 from gpuwatch.monitor.nvml.sampler import Sampler
 from gpuwatch.monitor.nvml.samples import Snapshot
 from gpuwatch.monitor.pyspy import StackDumpError, dump_stack
+from gpuwatch.ui.sampling import CardLayout, SamplingApp
+from gpuwatch.ui.screens import HelpScreen, KillScreen, StackScreen
+from gpuwatch.ui.signals import close_on_signals
+from gpuwatch.ui.widgets import GpuCard, GpuCards, ProcessTable
+from gpuwatch.ui.widgets.fleet_line import FleetLine
+from gpuwatch.ui.widgets.title_bar import TitleBar
 
 #: Rows kept for the process table (with header, footer) before cards go compact.
 MIN_TABLE_ROWS = 8

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from gpuwatch.app.widgets._style import level_style
+from gpuwatch.ui.widgets._style import level_style
 
 _TICKS = " ▁▂▃▄▅▆▇█"
 

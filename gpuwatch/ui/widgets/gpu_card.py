@@ -11,12 +11,12 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from gpuwatch import _format as fmt
-from gpuwatch.app.widgets._style import TEMP_LEVELS, bar, level_style
-from gpuwatch.app.widgets.history import history_line
-from gpuwatch.app.widgets.lines import LinesWidget, TextLines
-from gpuwatch.app.widgets.meter import meter_line
 from gpuwatch.monitor.nvml.history import GpuHistory
 from gpuwatch.monitor.nvml.samples import GpuSample, throttle_names
+from gpuwatch.ui.widgets._style import TEMP_LEVELS, bar, level_style
+from gpuwatch.ui.widgets.history import history_line
+from gpuwatch.ui.widgets.lines import LinesWidget, TextLines
+from gpuwatch.ui.widgets.meter import meter_line
 
 
 class CardBody(LinesWidget):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from gpuwatch.app.widgets._style import bar
+from gpuwatch.ui.widgets._style import bar
 
 
 def meter_line(label: str, pct: float | None, text: str, width: int) -> Text:

@@ -11,7 +11,7 @@ from textual import events
 from textual.widgets import DataTable
 
 from gpuwatch import _format as fmt
-from gpuwatch.app.widgets.hot_lines import short_path
+from gpuwatch.ui.widgets.hot_lines import short_path
 
 #: Widths of the figure columns ("160.0 MiB").
 FIGURE_WIDTH = 9

@@ -21,10 +21,16 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import Footer, Header, RichLog, Static
 
-from gpuwatch.app.sampling import SamplingApp
-from gpuwatch.app.screens import ConfirmScreen, HelpScreen, StackScreen, SummaryScreen
-from gpuwatch.app.signals import ShutdownGuard, close_on_signals, run_restoring_signals
-from gpuwatch.app.widgets import (
+from gpuwatch.monitor.nvml.history import History
+from gpuwatch.monitor.nvml.sampler import Sampler
+from gpuwatch.monitor.pyspy import dump_stack, users_dumper
+from gpuwatch.profile.live.model import Ended, LiveRun, Update
+from gpuwatch.profile.live.result import LiveResult
+from gpuwatch.ui.live.memory_table import NOT_TRACKED, MemoryLinesTable, memory_words
+from gpuwatch.ui.sampling import SamplingApp
+from gpuwatch.ui.screens import ConfirmScreen, HelpScreen, StackScreen, SummaryScreen
+from gpuwatch.ui.signals import ShutdownGuard, close_on_signals, run_restoring_signals
+from gpuwatch.ui.widgets import (
     GpuCard,
     GpuCards,
     HotLinesTable,
@@ -33,12 +39,6 @@ from gpuwatch.app.widgets import (
     RateWindow,
     StatusLine,
 )
-from gpuwatch.monitor.nvml.history import History
-from gpuwatch.monitor.nvml.sampler import Sampler
-from gpuwatch.monitor.pyspy import dump_stack, users_dumper
-from gpuwatch.profile.live.memory_table import NOT_TRACKED, MemoryLinesTable, memory_words
-from gpuwatch.profile.live.model import Ended, LiveRun, Update
-from gpuwatch.profile.live.result import LiveResult
 
 #: Rows the middle, the log and the status line need before GPU cards fold to one line each.
 ROWS_FOR_THE_REST = 2 + 10 + 8 + 1

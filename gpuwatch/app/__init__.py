@@ -1,1 +1,0 @@
-"""Textual apps: ``gpuwatch top`` (and, later, the live profile view)."""
