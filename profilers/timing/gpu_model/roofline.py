@@ -8,6 +8,10 @@
   bytes it reads anyway).
 * **bytes** are the op's tensors read and written, each once (inputs + outputs): shapes and
   dtypes only, so fake and meta tensors do. Views and ``empty`` launch no kernel: 0 ns.
+  NB: a batch norm in training reads its input twice (:data:`TWO_PASS`): one pass for the
+  batch's statistics, one to normalize (its backward likewise: the gradient's sums first);
+  the mean and variance must be known before the first output element can be written, and a
+  batch's activations do not fit in the caches.
 * **peak**: the tensor cores' rate for ops in the formula registry when the GPU has tensor cores
   for the type (float32 matmuls only when TF32 is allowed: ``torch.backends.cuda.matmul``
   for matmuls, ``torch.backends.cudnn`` for convolutions), else the CUDA cores'.
@@ -36,6 +40,20 @@ tile), for wave quantization."""
 
 _NO_KERNEL = frozenset(("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"))
 _MATMULS = frozenset(("mm", "addmm", "bmm", "baddbmm", "_scaled_mm"))
+
+TWO_PASS = {
+    "native_batch_norm": (0,),
+    "_native_batch_norm_legit": (0,),
+    "cudnn_batch_norm": (0,),
+    "miopen_batch_norm": (0,),
+    "native_batch_norm_backward": (0, 1),
+    "cudnn_batch_norm_backward": (0, 1),
+    "miopen_batch_norm_backward": (0, 1),
+    "batch_norm_backward": (0, 1),
+}
+"""Batch norm's kernels in training, and which of their arguments they read twice (a
+reduction pass, then an elementwise pass); forward ops only when ``training`` (argument 5 of
+each forward schema, or 3 of ``_native_batch_norm_legit.no_stats``)."""
 
 
 class OpCost:
@@ -98,7 +116,7 @@ def op_cost(
     is_view = any(r.alias_info is not None and not r.alias_info.is_write for r in returns)
     if is_view or name in _NO_KERNEL:
         return OpCost(0, 0, "float32", False, 0)
-    nbytes = sum(t.numel() * t.element_size() for t in (*ins, *outs))
+    nbytes = sum(t.numel() * t.element_size() for t in (*ins, *outs)) + _second_pass(name, args)
     first = ins[0] if ins else (outs[0] if outs else None)
     dtype = spec_dtype(first.dtype) if first is not None else "float32"
     formula = _flop_registry().get(packet)
@@ -108,6 +126,19 @@ def op_cost(
     if dtype == "float32" and _tf32(name, allow_tf32):
         dtype = "tf32"
     return OpCost(flops, nbytes, dtype, True, _tiles(name, outs))
+
+
+def _second_pass(name: str, args: Any) -> int:
+    """Bytes a batch norm in training reads a second time (0 for any other op)."""
+    again = TWO_PASS.get(name)
+    if again is None or not isinstance(args, (tuple, list)):
+        return 0
+    if "backward" not in name:
+        flag = next((a for a in args[3:6] if isinstance(a, bool)), True)
+        if not flag:  # eval: the running statistics, one pass
+            return 0
+    picked = [args[i] for i in again if i < len(args) and isinstance(args[i], torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in picked)
 
 
 def _tiles(name: str, outs: list[torch.Tensor]) -> int:
