@@ -151,11 +151,12 @@ def predict_s(row: Published) -> float:
     return replay(mode.ops).step_ns / 1e9
 
 
-def compare(rows: Iterable[Published] = PUBLISHED) -> list[dict[str, Any]]:
-    """Each row predicted: the published range, the prediction, the factors
-    ``published / predicted`` at the range's ends, and whether it is within LOW-HIGH."""
+def compare(rows: Iterable[Published] | None = None) -> list[dict[str, Any]]:
+    """Each row (all of :data:`PUBLISHED` by default) predicted: the published range, the
+    prediction, the factors ``published / predicted`` at the range's ends, and whether it is
+    within LOW-HIGH."""
     out = []
-    for r in rows:
+    for r in PUBLISHED if rows is None else rows:
         p = predict_s(r)
         out.append({
             "gpu": r.gpu, "model": r.model, "batch": r.batch, "dtype": r.dtype, "mode": r.mode,

@@ -237,3 +237,28 @@ def test_fake_gpu_walkthrough_profile_counts_and_hints_point_at_the_mistakes(tmp
         re.findall(r"^  (demos/fake_gpu_walkthrough\.py:\d+)\s*$", summary.split("Hints")[-1], re.M)
     )
     assert hinted == mistakes and len(mistakes) == 5
+
+
+@pytest.mark.fake_cuda
+def test_the_readmes_first_command_predicted_for_a_gpu_ends_in_steps_and_ranks_its_fixes(tmp_path):
+    doc, summary = profiled(
+        tmp_path / "w.json",
+        "--fake-cuda",
+        "--gpu",
+        "H100",
+        "--what-if",
+        "demos/fake_gpu_walkthrough.py",
+        "--steps",
+        "12",
+        "--batch",
+        "8",
+        quiet=False,
+    )
+    assert doc["time"]["steps_closed"] == 12  # each opt.step() ends one
+    p = doc["predicted"]
+    assert p["gpu"] == "H100-SXM" and p["host"]["basis"] == "p10-p90 of 10 steps"
+    for part in (p["host"], p["gpu_model"], p["step"]):
+        assert 0 < part["low_ms"] <= part["ms"] <= part["high_ms"], part
+    assert doc["what_if"]["savings"] and "no step ended" not in summary
+    assert "PREDICTED step on the H100-SXM: " in summary and "MEASURED on this CPU" in summary
+    assert "What if (PREDICTED for H100-SXM;" in summary

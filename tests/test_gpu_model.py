@@ -198,3 +198,21 @@ def test_the_table_covers_the_gpus_users_have_with_dense_peaks():
     assert gpu_spec("a100").tensor_flops["bfloat16"] == 312e12
     assert gpu_spec("h100").peak_flops("float8", tensor_cores=True) == 1978.9e12
     assert gpu_spec("t4").peak_flops("bfloat16", tensor_cores=True) == 8.1e12  # no bf16 cores
+
+
+def test_a_training_batch_norm_reads_its_input_twice_and_its_backward_both_inputs_twice():
+    x, w = meta(8, 16, 4, 4), meta(16)
+    n = 8 * 16 * 4 * 4 * 4  # bytes of x (and of y, dy, dx)
+    train = (x, w, w, w, w, True, 0.1, 1e-5)
+    out = aten.native_batch_norm.default(*train)
+    once = sum(t.numel() * t.element_size() for t in (x, w, w, w, w, *out))
+    # statistics first, then normalize: x read twice
+    assert op_cost(aten.native_batch_norm.default, train, {}, out).nbytes == once + n
+    evaluation = (x, w, w, w, w, False, 0.1, 1e-5)
+    out = aten.native_batch_norm.default(*evaluation)
+    assert op_cost(aten.native_batch_norm.default, evaluation, {}, out).nbytes == once
+    back = (x, x, w, w, w, w, w, True, 1e-5, [True, True, True])
+    grads = aten.native_batch_norm_backward.default(*back)
+    once = sum(t.numel() * t.element_size() for t in (x, x, w, w, w, w, w, *grads))
+    # the gradient's sums first, then dx: dy and x read twice
+    assert op_cost(aten.native_batch_norm_backward.default, back, {}, grads).nbytes == once + 2 * n

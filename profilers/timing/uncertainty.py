@@ -44,7 +44,7 @@ maximum."""
 
 def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str:
     """This machine's CPU as its vendor names it (``/proc/cpuinfo``'s ``model name`` on Linux,
-    else what :mod:`platform` says), with its logical CPU count."""
+    else its architecture), with its logical CPU count."""
     name = ""
     try:
         for line in Path(cpuinfo).read_text(errors="replace").splitlines():
@@ -54,7 +54,8 @@ def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str:
                 break
     except OSError:
         pass
-    name = name or platform.processor() or platform.machine() or "unknown CPU"
+    # NB: not platform.processor(): on Linux it starts ``uname -p``
+    name = name or f"a {platform.machine() or 'unknown'} CPU"
     count = os.cpu_count()
     return f"{name} ({count} logical CPUs)" if count else name
 
