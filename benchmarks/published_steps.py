@@ -140,11 +140,12 @@ class _Predict(TorchDispatchMode):
 
 
 def predict_s(row: Published) -> float:
-    """The model's step for ``row``, in seconds (the second step: the first makes the
-    optimizer's state)."""
+    """The model's step for ``row``, in seconds (in training, the second step: the first
+    makes the optimizer's state)."""
     dtype = torch.float16 if row.dtype == "float16" else torch.float32
     step = model_step(row.model, row.batch, dtype, row.mode)
-    step()
+    if row.mode == TRAIN:
+        step()  # NB: the optimizer's state (momentum buffers) is made by the first step
     mode = _Predict(row.gpu, tf32=row.dtype == "tf32")
     with mode:
         step()

@@ -15,7 +15,15 @@ from profilers.timing.gpu_model.validation import Checked, error_of
 from profilers.timing.oplog import LoggedStep
 from profilers.timing.replay import INPUT, KERNEL, SYNC, replay
 from profilers.timing.replayed import _parts, _prediction, typical, what_if
-from profilers.timing.uncertainty import Parts, cpu_name, host_ns, overlaps, scaled, spread
+from profilers.timing.uncertainty import (
+    Parts,
+    cpu_name,
+    host_ns,
+    overlaps,
+    scaled,
+    spread,
+    tiers,
+)
 
 MS = 1_000_000
 
@@ -95,11 +103,19 @@ def test_the_parts_and_the_step_range_on_injected_host_times(monkeypatch):
     assert d["step"] == {"ms": 1.95, "low_ms": 1.5, "high_ms": 2.55}
 
 
-def test_a_gpu_without_published_figures_takes_the_widest_error_and_says_so(monkeypatch):
-    monkeypatch.setattr(validation, "UNKNOWN", (0.9, 3.0))
+def test_a_gpu_without_published_figures_takes_the_widest_error_of_its_kind(monkeypatch):
+    monkeypatch.setattr(validation, "CHECKED", {
+        "V100": Checked(1.1, 1.4, 2, False),
+        "T4": Checked(0.9, 1.3, 1, False),
+        "K80": Checked(3.0, 5.0, 1, False),  # no tensor cores: not the H200's kind
+    })  # fmt: skip
     e = error_of("H200")
-    assert (e.low, e.high, e.rows, e.validated) == (0.9, 3.0, 0, False)
-    assert e.words().startswith("unvalidated: no published step time of the H200 compared yet")
+    assert (e.low, e.high, e.rows, e.validated, e.like) == (0.9, 1.4, 0, False, ("V100", "T4"))
+    assert e.words() == (
+        "unvalidated: no published step time of the H200 compared yet; true/predicted "
+        "x0.90-1.40, the widest on the GPUs of its kind compared (V100, T4)"
+    )
+    assert error_of("P100").like == ("K80",) and error_of("P100").high == 5.0
     monkeypatch.setitem(validation.CHECKED, "H200", Checked(0.95, 1.1, 2, True))
     assert error_of("H200").words() == (
         "validated against 2 published step times (true/predicted x0.95-1.10)"
@@ -150,8 +166,16 @@ def test_close_savings_with_wide_ranges_cannot_be_ranked(monkeypatch):
     assert rows == [("t.py:6", 0.225, 0.225, 0.45, False), ("t.py:4", 0.18, 0.18, 0.36, False)]
     assert w["ranked"] is False
     text = "\n".join(what_if_lines(report(w)))
-    assert "these fixes cannot be ranked: their savings' ranges overlap" in text
-    assert " ~    225 µs  225-450 µs" in text and " ~    180 µs  180-360 µs" in text
+    assert "none of these fixes can be ranked against the others: their savings' ranges" in text
+    assert [s["rank"] for s in w["savings"]] == [1, 1]
+    assert (
+        "\n  1=        225 µs  225-450 µs     9%  t.py:6  read the value once per 10 steps\n"
+        in text
+    )
+    assert (
+        "\n  1=        180 µs  180-360 µs     7%  t.py:4  read the value once per 10 steps\n"
+        in text
+    )
     assert text.startswith("What if (PREDICTED for T4; ")
 
 
@@ -159,9 +183,10 @@ def test_savings_far_apart_are_ranked(monkeypatch):
     # the same step, the model's error x1.0-1.1: 0.225-0.2475 and 0.18-0.198 do not overlap
     w = ranked_what_if([1.0] * 4, (1.0, 1.1), monkeypatch)
     assert [s["ranked"] for s in w["savings"]] == [True, True] and w["ranked"] is True
+    assert [s["rank"] for s in w["savings"]] == [1, 2]
     text = "\n".join(what_if_lines(report(w)))
-    assert "cannot be ranked" not in text and "~" not in text
-    assert "     225 µs  225-2" in text and "     180 µs  180-198 µs" in text
+    assert "cannot be ranked" not in text and "=" not in text
+    assert "\n  1         225 µs  225-2" in text and "\n  2         180 µs  180-198 µs" in text
 
 
 def test_the_hosts_spread_widens_the_step_not_a_wait_that_is_all_gpu_time(monkeypatch):
@@ -174,6 +199,17 @@ def test_the_hosts_spread_widens_the_step_not_a_wait_that_is_all_gpu_time(monkey
     # 1.5 + 0.2 + 1.5 + 0.25 slow
     assert (w["unprofiled_low_ms"], w["unprofiled_high_ms"]) == (1.45, 3.45)
     assert overlaps((1.0, 2.0), (2.0, 3.0)) and not overlaps((1.0, 1.9), (2.0, 3.0))
+
+
+def test_ranks_are_shared_only_by_figures_that_cannot_be_told_apart():
+    # largest first: A 50-60 and B 45-55 overlap; C 10-40 is below both; D 30-35 overlaps C;
+    # E 1-2 is below everything
+    spans = [(50.0, 60.0), (45.0, 55.0), (10.0, 40.0), (30.0, 35.0), (1.0, 2.0)]
+    assert tiers(spans) == [1, 1, 3, 3, 5]
+    # a wide range across a cut keeps the figures on both sides together: B's 5-100 overlaps
+    # every one (C, though not B's neighbour, overlaps A)
+    assert tiers([(50.0, 60.0), (5.0, 100.0), (40.0, 45.0)]) == [1, 1, 1]
+    assert tiers([(1.0, 1.0), (1.0, 1.0)]) == [1, 1] and tiers([]) == []
 
 
 def test_the_summary_states_both_parts_and_always_says_predicted(monkeypatch):

@@ -111,6 +111,15 @@ def _not_available(r: Report) -> str:
     )
 
 
+def _rank(s: dict[str, Any], savings: list[dict[str, Any]]) -> str:
+    """``2``, or ``2=`` for a rank shared with another fix (their ranges overlap)."""
+    place = s.get("rank")
+    if place is None:
+        return ""
+    shared = sum(1 for o in savings if o.get("rank") == place) > 1
+    return f"{place}{'=' if shared else ''}"
+
+
 def what_if_lines(r: Report) -> list[str]:
     """The ``--what-if`` table: every fix, its saving (with its range, where predicted), the
     combined saving, the overlap; savings whose ranges overlap are marked as not ranked."""
@@ -133,25 +142,27 @@ def what_if_lines(r: Report) -> list[str]:
     ranged = any("saving_low_ms" in s for s in savings)
     spans = [_range(s, "saving_low_ms", "saving_high_ms").strip(" ()") for s in savings]
     wide = max((len(x) for x in spans), default=0)
-    head = f"  {'saves/step':>10}  " + (f"{'range':<{wide}}  " if ranged else "")
+    ranks = [_rank(s, savings) for s in savings]
+    head = "  " + ("rank  " if ranged else "") + f"{'saves/step':>10}  "
+    head += f"{'range':<{wide}}  " if ranged else ""
     out.append(f"{head}{'%':>5}  {'line':<{width}}  fix")
-    for s, sp in zip(savings, spans, strict=True):
+    for s, sp, place in zip(savings, spans, ranks, strict=True):
         alternative = "" if s.get("together", True) else " (the other fix of this copy saves more)"
-        mark = "~" if s.get("ranked") is False else " "
         rng = f"{sp:<{wide}}  " if ranged else ""
         out.append(
-            f" {mark}{fmt.duration_ms(float(s['saving_ms'])):>10}  {rng}"
+            "  "
+            + (f"{place:<4}  " if ranged else "")
+            + f"{fmt.duration_ms(float(s['saving_ms'])):>10}  {rng}"
             f"{fmt.pct(float(s['share_pct'])):>5}  {str(s['site']):<{width}}  {s['fix']}{alternative}"
         )
-    unranked = sum(1 for s in savings if s.get("ranked") is False)
-    if unranked:
+    if any(s.get("ranked") is False for s in savings):
         which = (
-            "these fixes cannot be ranked"
-            if unranked == len(savings)
-            else "the fixes marked ~ cannot be ranked against their neighbours"
+            "none of these fixes can be ranked against the others"
+            if len({s.get("rank") for s in savings}) == 1
+            else "fixes that share a rank (=) cannot be ranked against each other"
         )
         out.append(
-            f"  ~ {which}: their savings' ranges overlap (the host's spread on this CPU and the "
+            f"  {which}: their savings' ranges overlap (the host's spread on this CPU and the "
             "GPU model's error are wider than the differences), so which saves more is not known"
         )
     out.append(

@@ -25,7 +25,7 @@ from profilers.timing.oplog import HOST_NS, KIND, OVERHEAD_NS, SITE, WAIT_NS, Lo
 from profilers.timing.replay import ReplayOp, ReplayResult, replay
 from profilers.timing.replay_ops import HOST
 from profilers.timing.timeline import COMM, INPUT, StepClock
-from profilers.timing.uncertainty import Parts, cpu_name, host_values, overlaps, scaled
+from profilers.timing.uncertainty import Parts, cpu_name, host_values, scaled, tiers
 from profilers.timing.verdict import time_section, verdict_of
 from profilers.timing.whatif import HINT_WHATIFS, Ranking, rank
 
@@ -320,8 +320,9 @@ def _ranges(
 ) -> None:
     """Each saving's range over the prediction's four corners (the host's part and the GPU
     model's at either end of their ranges, :mod:`profilers.timing.uncertainty`) and the
-    prediction itself; ``ranked`` false where a saving's range overlaps a neighbour's (which
-    saves more is unknown), and the unprofiled step's range."""
+    prediction itself; its ``rank`` (shared by savings that cannot be told apart:
+    :func:`~profilers.timing.uncertainty.tiers`), ``ranked`` false where it shares it; and
+    the unprofiled step's range."""
     found: dict[tuple[str, str | None], list[float]] = {}
     for s in ranking.savings:
         found[(s.whatif.kind, s.whatif.site)] = [s.saving_ns]
@@ -340,9 +341,10 @@ def _ranges(
         row["saving_low_ms"] = round(min(values) / 1e6, 6)
         row["saving_high_ms"] = round(max(values) / 1e6, 6)
         spans.append((row["saving_low_ms"], row["saving_high_ms"]))
-    for i, row in enumerate(rows):
-        near = [spans[j] for j in (i - 1, i + 1) if 0 <= j < len(spans)]
-        row["ranked"] = not any(overlaps(spans[i], other) for other in near)
+    for row, place in zip(rows, tiers(spans), strict=True):
+        row["rank"] = place
+    for row in rows:
+        row["ranked"] = sum(1 for r in rows if r["rank"] == row["rank"]) == 1
     out["ranked"] = all(row["ranked"] for row in rows)
 
 

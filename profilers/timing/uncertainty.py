@@ -170,3 +170,23 @@ def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
 def host_values(group: Sequence[LoggedStep]) -> list[int]:
     """Each step's host part (:func:`host_ns`)."""
     return [host_ns(s.records) for s in group]
+
+
+def tiers(spans: Sequence[tuple[float, float]]) -> list[int]:
+    """Ranks (1-based) of figures listed largest first, each with its range ``(low, high)``:
+    figures that cannot be told apart share the rank of the first of them. A new rank starts
+    at figure ``i`` only where every figure before it is surely larger than every one from it
+    on (the least low end before ``i`` above the greatest high end from ``i``): a range that
+    overlaps any figure across the cut keeps them together."""
+    n = len(spans)
+    least_before = [math.inf] * (n + 1)
+    for i, (low, _) in enumerate(spans):
+        least_before[i + 1] = min(least_before[i], low)
+    most_after = [-math.inf] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        most_after[i] = max(most_after[i + 1], spans[i][1])
+    out: list[int] = []
+    for i in range(n):
+        cut = i == 0 or least_before[i] > most_after[i]
+        out.append(i + 1 if cut else out[-1])
+    return out

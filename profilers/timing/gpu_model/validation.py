@@ -5,13 +5,16 @@ of ``published / predicted`` over each GPU's rows. No torch: a saved report's ra
 A GPU is *validated* when every one of its predictions lies within :data:`WITHIN` of the
 published range; any other GPU's predictions are labelled "unvalidated", with the error
 measured (:func:`error_of`), or, for a GPU nobody's figures were compared with, the widest
-error seen on any GPU (:data:`UNKNOWN`): the model is the same physics on every GPU, and a GPU
-it was never checked on is no better known than the worst one it was.
+error seen on the GPUs compared of its kind (with tensor cores or without: :func:`widest`):
+the model is the same physics on every GPU of a kind, and a GPU it was never checked on is no
+better known than the worst one it was.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from profilers.timing.gpu_model.specs import UnknownGpuError, gpu_spec
 
 WITHIN = (0.8, 1.2)
 """A prediction is good when it lies within 0.8 x the published range's low end and 1.2 x its
@@ -53,14 +56,17 @@ class ModelError:
     high: float
     rows: int
     validated: bool
+    like: tuple[str, ...] = ()
+    """For a GPU not compared (``rows`` 0): the GPUs of its kind whose widest error it takes."""
 
     def words(self) -> str:
         """``validated against 2 published step times (x0.93-1.12)`` or ``unvalidated: ...``."""
         span = f"x{self.low:.2f}-{self.high:.2f}"
         if self.rows == 0:
+            kind = f" ({', '.join(self.like)})" if self.like else ""
             return (
                 f"unvalidated: no published step time of the {self.gpu} compared yet; "
-                f"the widest error on the GPUs compared is {span}"
+                f"true/predicted {span}, the widest on the GPUs of its kind compared{kind}"
             )
         figures = f"{self.rows} published step time{'s' if self.rows != 1 else ''}"
         if self.validated:
@@ -68,19 +74,28 @@ class ModelError:
         return f"unvalidated: off by {span} (true/predicted) against {figures}"
 
 
-def _unknown() -> tuple[float, float]:
-    if not CHECKED:
-        return (1.0, 1.0)
-    return (min(c.low for c in CHECKED.values()), max(c.high for c in CHECKED.values()))
+def _tensor_cores(gpu: str) -> bool:
+    try:
+        return bool(gpu_spec(gpu).tensor_flops)
+    except UnknownGpuError:
+        return True
 
 
-UNKNOWN = _unknown()
-"""The error assumed for a GPU without published figures: the widest over all GPUs checked."""
+def widest(tensor_cores: bool) -> tuple[float, float, tuple[str, ...]]:
+    """The widest error over the GPUs checked with (or without) tensor cores, and which they
+    are; over every GPU checked when none is of that kind (x1.0 when none was checked)."""
+    like = {g: c for g, c in CHECKED.items() if _tensor_cores(g) == tensor_cores} or CHECKED
+    if not like:
+        return (1.0, 1.0, ())
+    lows = min(c.low for c in like.values())
+    highs = max(c.high for c in like.values())
+    return (lows, highs, tuple(like))
 
 
 def error_of(gpu: str) -> ModelError:
     """The model's error for the spec named ``gpu``."""
     found = CHECKED.get(gpu)
     if found is None:
-        return ModelError(gpu, UNKNOWN[0], UNKNOWN[1], 0, False)
+        low, high, like = widest(_tensor_cores(gpu))
+        return ModelError(gpu, low, high, 0, False, like)
     return ModelError(gpu, found.low, found.high, found.rows, found.validated)
