@@ -15,20 +15,28 @@ def run_time(report: Report, after_first: bool = True) -> dict[str, Any] | None:
     """Where the run's time went, as its report measured it (its ``time``): the verdict
     and the step an unprofiled run would take (per step where steps ended, over the steps
     after the first where ``after_first`` and the report has them, else the whole run); None
-    where it was not measured. Under ``--fake-cuda --gpu`` the GPU's predicted step."""
+    where it was not measured. Under ``--fake-cuda --gpu`` the GPU's predicted step, with its
+    range (``low_ms``-``high_ms``) where the report has one."""
     t = report.time
     if not t:
         return None
     run, steps = per_step(t, after_first)
     gpu = run.get("gpu") or {}
     if gpu.get("per_step"):  # a typical step, predicted for a named GPU
-        return {
+        out: dict[str, Any] = {
             "verdict": str(run["verdict"]),
             "per_step": True,
             "ms": round(float(gpu["wall_ms"]), 6),
             "measured_on": "predicted",
             "predicted_for": str(gpu.get("gpu")),
         }
+        step = (report.predicted or {}).get("step")
+        if isinstance(step, dict) and step.get("low_ms") is not None:
+            # the prediction's range (profilers/timing/uncertainty.py): two runs whose ranges
+            # overlap cannot be ranked
+            out["low_ms"] = round(float(step["low_ms"]), 6)
+            out["high_ms"] = round(float(step["high_ms"]), 6)
+        return out
     wall = float(run["wall_unprofiled_ms"])
     return {
         "verdict": str(run["verdict"]),

@@ -262,3 +262,19 @@ def test_the_readmes_first_command_predicted_for_a_gpu_ends_in_steps_and_ranks_i
     assert doc["what_if"]["savings"] and "no step ended" not in summary
     assert "PREDICTED step on the H100-SXM: " in summary and "MEASURED on this CPU" in summary
     assert "What if (PREDICTED for H100-SXM;" in summary
+    # every field written is in the published schema (strict: no field it does not name)
+    from gpuwatch.report.load import parse, problem
+
+    assert problem(doc, strict=True) is None
+    # the same prediction twice: the two runs' ranges overlap, so the diff does not rank them
+    from gpuwatch.report.diff_text import time_line
+    from profilers.diff import diff_reports
+
+    report = parse(json.dumps(doc), "w.json")
+    line = time_line(diff_reports(report, report))
+    assert line is not None and "cannot rank the two: their predicted ranges overlap" in line.plain
+    # one far below the other's range: ranked (no such words)
+    doc["predicted"]["step"] = {"ms": 1e-3, "low_ms": 1e-3, "high_ms": 1e-3}
+    faster = parse(json.dumps(doc), "faster.json")
+    line = time_line(diff_reports(report, faster))
+    assert line is not None and "cannot rank" not in line.plain and "(1 µs)" in line.plain

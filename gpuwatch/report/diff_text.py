@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuwatch import _format as fmt
+from gpuwatch.report.whatif import span_ms
 from profilers.budgets import fmt as count
 from profilers.diff import LineDiff, RunDiff
 
@@ -209,7 +210,10 @@ def time_line(diff: RunDiff) -> Text | None:
         if t is None:
             return "not measured"
         unit = "per step" if t["per_step"] else "in all"
-        return f"{t['verdict']}, {fmt.duration_ms(float(t['ms']))} {unit}"
+        ms = fmt.duration_ms(float(t["ms"]))
+        if t.get("low_ms") is not None and t.get("high_ms") is not None:
+            ms += f" ({span_ms(float(t['low_ms']), float(t['high_ms']))})"
+        return f"{t['verdict']}, {ms} {unit}"
 
     where = {t["measured_on"] for t in sides if t is not None}
     named = sorted({str(t.get("predicted_for")) for t in sides if t and t.get("predicted_for")})
@@ -222,7 +226,16 @@ def time_line(diff: RunDiff) -> Text | None:
     over = {t.get("over") for t in sides if t is not None and t["per_step"]}
     if over == {"steps after the first"}:
         on += ", over the steps after the first"
-    return Text(f"where the time goes ({on}): {said(sides[0])} → {said(sides[1])}")
+    text = f"where the time goes ({on}): {said(sides[0])} → {said(sides[1])}"
+    b, a = sides
+    if b and a and all(t.get("low_ms") is not None for t in (b, a)):
+        spans = [(float(t["low_ms"]), float(t["high_ms"])) for t in (b, a)]
+        if spans[0][0] <= spans[1][1] and spans[1][0] <= spans[0][1]:
+            text += (
+                "; cannot rank the two: their predicted ranges overlap (the host's spread and "
+                "the GPU model's error are wider than the difference)"
+            )
+    return Text(text)
 
 
 def line_time(diff: RunDiff, d: LineDiff) -> Text:
