@@ -100,7 +100,24 @@ def test_the_parts_and_the_step_range_on_injected_host_times(monkeypatch):
     )
     # the step: the host launches, then the kernel runs: 1.45 + 0.5; fast host and model's
     # own GPU time 1.0 + 0.5; slow host and GPU at its error's high end 1.8 + 0.75
-    assert d["step"] == {"ms": 1.95, "low_ms": 1.5, "high_ms": 2.55}
+    assert d["step"] == {"ms": 1.95, "low_ms": 1.5, "high_ms": 2.55, "verdicts": ["launch-bound"]}
+
+
+def test_a_verdict_that_flips_inside_the_ranges_is_not_given_as_known(monkeypatch):
+    # host 1.0 ms (0.9-1.1) before a 0.9 ms kernel: launch-bound as predicted; with the GPU at
+    # its error's high end (x1.5: 1.35 ms busy) the GPU is busy longer than the host works
+    monkeypatch.setitem(validation.CHECKED, "T4", Checked(1.0, 1.5, 2, False))
+    steps = steps_with_host([0.9, 1.0, 1.1], gpu_ms=0.9)
+    chosen = typical(steps)
+    assert chosen is not None
+    parts = _parts(steps, chosen[1], gpu_spec("T4"))
+    d = _prediction(parts, chosen[1])
+    assert d["step"]["verdicts"] == ["launch-bound", "GPU-bound"]
+    r = report({}, {"gpu": "T4", **d})
+    assert prediction_lines(r)[0] == (
+        "PREDICTED step on the T4: 1.9 ms (1.8-2.5 ms) (the verdict is not known: launch-bound "
+        "as predicted, GPU-bound elsewhere in the ranges), in two parts:"
+    )
 
 
 def test_a_gpu_without_published_figures_takes_the_widest_error_of_its_kind(monkeypatch):

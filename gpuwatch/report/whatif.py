@@ -52,9 +52,16 @@ def prediction_lines(r: Report) -> list[str]:
     if not (isinstance(host, dict) and isinstance(model, dict) and isinstance(step, dict)):
         return []
     gpu = p.get("gpu")
+    verdicts = [str(v) for v in step.get("verdicts") or []]
+    hedge = ""
+    if len(verdicts) > 1:
+        hedge = (
+            f" (the verdict is not known: {verdicts[0]} as predicted, "
+            f"{' or '.join(verdicts[1:])} elsewhere in the ranges)"
+        )
     return [
         f"PREDICTED step on the {gpu}: {fmt.duration_ms(float(step['ms']))}"
-        f"{_range(step, 'low_ms', 'high_ms')}, in two parts:",
+        f"{_range(step, 'low_ms', 'high_ms')}{hedge}, in two parts:",
         f"  host: {fmt.duration_ms(float(host['ms']))} per step"
         f"{_range(host, 'low_ms', 'high_ms')[:-1]}, {host['basis']}), MEASURED on this CPU, "
         f"{host['measured_on']}, not on the {gpu}'s host",

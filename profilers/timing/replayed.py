@@ -230,18 +230,33 @@ def _parts(group: list[LoggedStep], ops: list[ReplayOp], spec: GpuSpec) -> Parts
 
 def _prediction(parts: Parts, ops: list[ReplayOp]) -> dict[str, Any]:
     """The ``predicted`` section's parts and the step's range: the typical step replayed with
-    both parts at their low ends, and at their high ends."""
+    both parts at their low ends, and at their high ends; ``verdicts``: the step's verdict,
+    then any other it gets at a corner of the two ranges (the verdict is not known where
+    there are several)."""
     ends = [
         replay(scaled(ops, h, g), drop_overhead=True).step_ns
         for h, g in ((parts.host_low, parts.gpu_low), (parts.host_high, parts.gpu_high))
     ]
     out = parts.to_dict(cpu_name())
+    nominal = replay(ops, drop_overhead=True)
+    verdicts = [_verdict(nominal)]
+    for h, g in parts.corners():
+        found = _verdict(replay(scaled(ops, h, g), drop_overhead=True))
+        if found not in verdicts:
+            verdicts.append(found)
     out["step"] = {
-        "ms": round(replay(ops, drop_overhead=True).step_ns / 1e6, 6),
+        "ms": round(nominal.step_ns / 1e6, 6),
         "low_ms": round(ends[0] / 1e6, 6),
         "high_ms": round(ends[1] / 1e6, 6),
+        "verdicts": verdicts,
     }
     return out
+
+
+def _verdict(result: ReplayResult) -> str:
+    """A replayed step's verdict, as the time view gives it (:func:`verdict_of`)."""
+    d = result.to_dict()
+    return verdict_of({"busy": d["busy_ms"], **d["idle_ms"]})[0]
 
 
 def _made_on_host(sites: list[Any]) -> set[str]:
