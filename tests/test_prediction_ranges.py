@@ -272,3 +272,21 @@ def test_parts_corners_are_the_four_ends():
 
     p = Parts([1.0, 2.0, 3.0], 10.0, ModelError("T4", 0.9, 1.3, 1, False))
     assert p.corners() == [(0.5, 0.9), (0.5, 1.3), (1.5, 0.9), (1.5, 1.3)]
+
+
+def test_the_host_part_is_the_typical_steps_so_the_parts_add_up_as_the_step(monkeypatch):
+    monkeypatch.setitem(validation.CHECKED, "T4", Checked(1.0, 1.0, 1, True))
+
+    def step(n: int, a_ms: float, b_ms: float) -> LoggedStep:
+        return LoggedStep(n, [rec("t.py:3", KERNEL, round(a_ms * MS), 1_000),
+                              rec("t.py:4", KERNEL, round(b_ms * MS), 1_000)], 0)  # fmt: skip
+
+    # each op's median host time is 1 ms (the typical step: 2 ms of host work), while the
+    # steps' sums are 2, 4 and 4 ms (median 4): the part is the typical step's 2 ms, its range
+    # the sums' spread around their median (x0.5-1.0): 1-2 ms
+    steps = [step(1, 1.0, 1.0), step(2, 3.0, 1.0), step(3, 1.0, 3.0)]
+    chosen = typical(steps)
+    assert chosen is not None
+    d = _prediction(_parts(steps, chosen[1], gpu_spec("T4")), chosen[1])
+    assert (d["host"]["ms"], d["host"]["low_ms"], d["host"]["high_ms"]) == (2.0, 1.0, 2.0)
+    assert d["step"]["ms"] == 2.001  # the host's 2 ms, then the last 1 µs kernel

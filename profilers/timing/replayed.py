@@ -25,7 +25,14 @@ from profilers.timing.oplog import HOST_NS, KIND, OVERHEAD_NS, SITE, WAIT_NS, Lo
 from profilers.timing.replay import ReplayOp, ReplayResult, replay
 from profilers.timing.replay_ops import HOST
 from profilers.timing.timeline import COMM, INPUT, StepClock
-from profilers.timing.uncertainty import Parts, cpu_name, host_values, scaled, tiers
+from profilers.timing.uncertainty import (
+    Parts,
+    cpu_name,
+    host_values,
+    ops_host_ns,
+    scaled,
+    tiers,
+)
 from profilers.timing.verdict import time_section, verdict_of
 from profilers.timing.whatif import HINT_WHATIFS, Ranking, rank
 
@@ -225,7 +232,7 @@ def _parts(group: list[LoggedStep], ops: list[ReplayOp], spec: GpuSpec) -> Parts
     """The typical step's parts: the host's over the steps of its group, the GPU model's busy
     time with the model's error for ``spec``."""
     busy = replay(ops, drop_overhead=True).busy_ns
-    return Parts(host_values(group) or [0], busy, error_of(spec.name))
+    return Parts(host_values(group) or [0], busy, error_of(spec.name), ops_host_ns(ops))
 
 
 def _prediction(parts: Parts, ops: list[ReplayOp]) -> dict[str, Any]:

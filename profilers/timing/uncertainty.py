@@ -106,9 +106,10 @@ def scaled(ops: Sequence[ReplayOp], host: float, gpu: float) -> list[ReplayOp]:
 
 
 class Parts:
-    """A prediction's parts: the host's per step (``host_ms``, ``host_low_ms``-``host_high_ms``
-    over ``basis``) and the GPU model's (``gpu_ms`` busy, ``gpu_low_ms``-``gpu_high_ms`` from
-    ``error``); the factors that scale a typical step to either end."""
+    """A prediction's parts: the host's per step (``host_ms``: the typical step's, else the
+    steps' median; ``host_low``-``host_high``: the factors of their spread over ``basis``)
+    and the GPU model's (``gpu_ms`` busy, ``gpu_low``-``gpu_high`` from ``error``): the
+    factors that scale a typical step to either end."""
 
     __slots__ = (
         "basis",
@@ -122,10 +123,18 @@ class Parts:
         "host_values_ms",
     )
 
-    def __init__(self, host_values_ns: Sequence[float], gpu_busy_ns: float, error: ModelError):
+    def __init__(
+        self,
+        host_values_ns: Sequence[float],
+        gpu_busy_ns: float,
+        error: ModelError,
+        typical_host_ns: float | None = None,
+    ):
         mid, low, high, self.basis = spread(host_values_ns)
         self.host_values_ms = [v / 1e6 for v in host_values_ns]
-        self.host_ms = mid / 1e6
+        # NB: the typical step's own host part where given (its ops' medians, what the step
+        # replays), scaled to the steps' spread: the parts then add up as the step does
+        self.host_ms = (mid if typical_host_ns is None else typical_host_ns) / 1e6
         self.host_low = low / mid if mid > 0 else 1.0
         self.host_high = high / mid if mid > 0 else 1.0
         self.error = error
@@ -165,6 +174,12 @@ class Parts:
 def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
     """Whether two ranges ``(low, high)`` share any value: then which is larger is unknown."""
     return a[0] <= b[1] and b[0] <= a[1]
+
+
+def ops_host_ns(ops: Sequence[ReplayOp]) -> int:
+    """:func:`host_ns` of a step given as ops (the typical step's medians)."""
+    return sum(max(0, op.host_ns - op.overhead_ns) + (op.wait_ns if op.kind == INPUT else 0)
+               for op in ops)  # fmt: skip
 
 
 def host_values(group: Sequence[LoggedStep]) -> list[int]:
