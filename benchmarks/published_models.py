@@ -116,15 +116,23 @@ forward and backward passes only, or inference (the model in eval mode, no gradi
 
 
 def model_step(
-    name: str, batch: int, dtype: torch.dtype, mode: str, device: str = "meta"
+    name: str,
+    batch: int,
+    dtype: torch.dtype,
+    mode: str,
+    device: str = "meta",
+    channels_last: bool = False,
 ) -> Callable[[], None]:
-    """One step of model ``name`` on ``batch`` 224x224 images in ``dtype``, as ``mode`` says.
-    Meta tensors by default: shapes and dtypes only, no arithmetic."""
+    """One step of model ``name`` on ``batch`` 224x224 images in ``dtype``, as ``mode`` says
+    (``channels_last``: the model and its input in NHWC order). Meta tensors by default:
+    shapes and dtypes only, no arithmetic."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r} (one of {', '.join(MODES)})")
     torch.manual_seed(0)
-    model = MODELS[name]().to(device=device, dtype=dtype)
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    model = MODELS[name]().to(device=device, dtype=dtype, memory_format=layout)
     x = torch.empty(batch, 3, 224, 224, device=device, dtype=dtype)
+    x = x.contiguous(memory_format=layout)
     y = torch.zeros(batch, dtype=torch.long, device=device)
     opt = None
     if mode == TRAIN:

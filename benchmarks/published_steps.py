@@ -71,7 +71,7 @@ class Published:
     """One published figure: ``gpu`` (our spec's name), ``model``, ``batch``, ``dtype``
     (``float32``; ``float16`` for mixed precision; ``tf32``: float32 on tensor cores),
     ``mode`` (what was timed), the step's time in seconds (``low_s``-``high_s``), the
-    ``source`` and its ``url``."""
+    ``source`` and its ``url``; ``channels_last``: the run laid activations out NHWC."""
 
     gpu: str
     model: str
@@ -81,6 +81,7 @@ class Published:
     low_s: float
     high_s: float
     source: tuple[str, str]
+    channels_last: bool = False
 
     @property
     def label(self) -> str:
@@ -103,19 +104,22 @@ PUBLISHED: tuple[Published, ...] = (
     Published("GTX-1080", "resnet50-v1.5", 16, "float32", FORWARD_BACKWARD, 0.15390, 0.15390,
               JOHNSON),
     Published("GTX-1080", "vgg16", 16, "float32", FORWARD_BACKWARD, 0.23255, 0.23255, JOHNSON),
-    # NVIDIA: training throughput, 1 GPU (DGX A100 80GB, DGX-1 16GB); inference, batch 256
+    # NVIDIA: training throughput, 1 GPU (DGX A100 80GB, DGX-1 16GB); inference, batch 256;
+    # mixed precision runs channels-last (configs.yml: memory_format nhwc), the rest NCHW
     Published("A100-80GB", "resnet50-v1.5", 256, "tf32", TRAIN, _img_s(938, 256),
               _img_s(938, 256), DLE),
     Published("A100-80GB", "resnet50-v1.5", 256, "float16", TRAIN, _img_s(2470, 256),
-              _img_s(2470, 256), DLE),
+              _img_s(2470, 256), DLE, channels_last=True),
     Published("V100", "resnet50-v1.5", 112, "float32", TRAIN, _img_s(367, 112),
               _img_s(367, 112), DLE),
     Published("V100", "resnet50-v1.5", 256, "float16", TRAIN, _img_s(1200, 256),
-              _img_s(1200, 256), DLE),
+              _img_s(1200, 256), DLE, channels_last=True),
     Published("V100", "resnet50-v1.5", 256, "float32", INFER, 0.21448, 0.21448, DLE),
-    Published("V100", "resnet50-v1.5", 256, "float16", INFER, 0.08414, 0.08414, DLE),
+    Published("V100", "resnet50-v1.5", 256, "float16", INFER, 0.08414, 0.08414, DLE,
+              channels_last=True),
     Published("T4", "resnet50-v1.5", 256, "float32", INFER, 0.63598, 0.63598, DLE),
-    Published("T4", "resnet50-v1.5", 256, "float16", INFER, 0.22595, 0.22595, DLE),
+    Published("T4", "resnet50-v1.5", 256, "float16", INFER, 0.22595, 0.22595, DLE,
+              channels_last=True),
 )  # fmt: skip
 
 
@@ -143,7 +147,7 @@ def predict_s(row: Published) -> float:
     """The model's step for ``row``, in seconds (in training, the second step: the first
     makes the optimizer's state)."""
     dtype = torch.float16 if row.dtype == "float16" else torch.float32
-    step = model_step(row.model, row.batch, dtype, row.mode)
+    step = model_step(row.model, row.batch, dtype, row.mode, channels_last=row.channels_last)
     if row.mode == TRAIN:
         step()  # NB: the optimizer's state (momentum buffers) is made by the first step
     mode = _Predict(row.gpu, tf32=row.dtype == "tf32")
@@ -161,6 +165,7 @@ def compare(rows: Iterable[Published] | None = None) -> list[dict[str, Any]]:
         p = predict_s(r)
         out.append({
             "gpu": r.gpu, "model": r.model, "batch": r.batch, "dtype": r.dtype, "mode": r.mode,
+            "channels_last": r.channels_last,
             "published_s": [r.low_s, r.high_s], "predicted_s": round(p, 5),
             "factor": [round(r.low_s / p, 2), round(r.high_s / p, 2)],
             "within": LOW * r.low_s <= p <= HIGH * r.high_s,
@@ -208,7 +213,8 @@ def render_markdown(rows: list[dict[str, Any]]) -> str:
         f = r["factor"]
         factor = f"{f[0]:.2f}" if f[0] == f[1] else f"{f[0]:.2f}-{f[1]:.2f}"
         lines.append(
-            f"| {r['gpu']} | {r['model']} b{r['batch']} {r['dtype']} {r['mode']} | {pub} | "
+            f"| {r['gpu']} | {r['model']} b{r['batch']} {r['dtype']}"
+            f"{' NHWC' if r['channels_last'] else ''} {r['mode']} | {pub} | "
             f"{_ms(r['predicted_s'])} | {factor} | {'yes' if r['within'] else 'no'} | "
             f"[{r['source'].split(',')[0]}]({r['url']}) |"
         )

@@ -37,7 +37,7 @@ CHECKED: dict[str, Checked] = {
     "GTX-1080": Checked(1.2, 2.74, 5, False),
     "GTX-980": Checked(1.56, 2.46, 1, False),
     "K80": Checked(3.24, 5.06, 1, False),
-    "A100-80GB": Checked(1.41, 1.86, 2, False),
+    "A100-80GB": Checked(1.32, 1.41, 2, False),
     "V100": Checked(1.02, 1.42, 4, False),
     "T4": Checked(1.34, 1.45, 2, False),
 }
