@@ -273,8 +273,13 @@ def test_the_readmes_first_command_predicted_for_a_gpu_ends_in_steps_and_ranks_i
     report = parse(json.dumps(doc), "w.json")
     line = time_line(diff_reports(report, report))
     assert line is not None and "cannot rank the two: their predicted ranges overlap" in line.plain
-    # one far below the other's range: ranked (no such words)
+    assert "; the GPU model's part: " in line.plain and line.plain.endswith("(cannot rank)")
+    # one far below the other's range, its GPU part too: ranked (no such words)
     doc["predicted"]["step"] = {"ms": 1e-3, "low_ms": 1e-3, "high_ms": 1e-3}
+    doc["predicted"]["gpu_model"].update(ms=1e-3, low_ms=1e-3, high_ms=2e-3)
     faster = parse(json.dumps(doc), "faster.json")
-    line = time_line(diff_reports(report, faster))
-    assert line is not None and "cannot rank" not in line.plain and "(1 µs)" in line.plain
+    d = diff_reports(report, faster)
+    line = time_line(d)
+    assert line is not None and "the two" not in line.plain and "(1 µs)" in line.plain
+    assert "→ 1 µs (1-2 µs) (ranked)" in line.plain
+    assert problem(d.to_dict("w.json", "faster.json"), "gpuwatch.diff/1") is None

@@ -229,13 +229,38 @@ def time_line(diff: RunDiff) -> Text | None:
     text = f"where the time goes ({on}): {said(sides[0])} → {said(sides[1])}"
     b, a = sides
     if b and a and all(t.get("low_ms") is not None for t in (b, a)):
-        spans = [(float(t["low_ms"]), float(t["high_ms"])) for t in (b, a)]
-        if spans[0][0] <= spans[1][1] and spans[1][0] <= spans[0][1]:
+        if _overlap(b, a):
             text += (
                 "; cannot rank the two: their predicted ranges overlap (the host's spread and "
                 "the GPU model's error are wider than the difference)"
             )
+        text += _parts_said(b, a)
     return Text(text)
+
+
+def _overlap(b: dict[str, Any], a: dict[str, Any]) -> bool:
+    return float(b["low_ms"]) <= float(a["high_ms"]) and float(a["low_ms"]) <= float(b["high_ms"])
+
+
+def _parts_said(b: dict[str, Any], a: dict[str, Any]) -> str:
+    """Two predictions' parts apart: the GPU model's (what tells two GPUs apart), ranked or
+    not by their ranges, and the host's, measured on the CPU each run had."""
+    out = ""
+    for key, what in (("gpu_part", "the GPU model's part"), ("host_part", "the host's part")):
+        p, q = b.get(key), a.get(key)
+        if not (isinstance(p, dict) and isinstance(q, dict)):
+            continue
+
+        def one(d: dict[str, Any]) -> str:
+            return (
+                f"{fmt.duration_ms(float(d['ms']))} "
+                f"({span_ms(float(d['low_ms']), float(d['high_ms']))})"
+            )
+
+        verdict = "cannot rank" if _overlap(p, q) else "ranked"
+        where = ", measured on the CPU that ran each" if key == "host_part" else ""
+        out += f"; {what}{where}: {one(p)} → {one(q)} ({verdict})"
+    return out
 
 
 def line_time(diff: RunDiff, d: LineDiff) -> Text:
