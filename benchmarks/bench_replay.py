@@ -7,8 +7,9 @@ The step: an input wait, then ops over 40 lines in the mix of a training step: k
 streams (one event between them every 100 ops), a blocking pageable copy and a float32 pinned
 copy every 500 ops, an ``.item()`` every 1,000, a device sync at the end. Reported: the median
 of ``--rounds`` for one replay (goal: under 50 ms for 10,000 ops), for the unprofiled replay,
-and for ranking every what-if the step allows (each one replayed, sync deferrals over 10
-chained steps, then all of them together).
+for ranking every what-if the step allows (each one replayed, sync deferrals over 10
+chained steps, then all of them together), and for a prediction's ranges (that ranking again
+at the four corners of the host's and the GPU model's ranges: profilers/timing/uncertainty.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from profilers.timing.gpu_model.specs import gpu_spec  # noqa: E402
+from profilers.timing.gpu_model.validation import error_of  # noqa: E402
 from profilers.timing.replay import (  # noqa: E402
     D2H,
     DEVICE,
@@ -34,6 +37,7 @@ from profilers.timing.replay import (  # noqa: E402
     ReplayOp,
     replay,
 )
+from profilers.timing.uncertainty import Parts, scaled  # noqa: E402
 from profilers.timing.whatif import rank  # noqa: E402
 
 
@@ -90,6 +94,16 @@ def main() -> None:
     bare = timed(lambda: replay(ops, drop_overhead=True), args.rounds)
     ranking = rank(ops)
     ranked = timed(lambda: rank(ops), max(1, args.rounds // 2))
+    # a prediction's ranges (issue 44): every what-if again at the four corners of the host's
+    # range (x0.8-1.5 here) and the GPU model's (the H100's stated error)
+    spec = gpu_spec("H100")
+    parts = Parts([0.8, 1.0, 1.5], replay(ops).busy_ns, error_of(spec.name))
+
+    def corners() -> None:
+        for h, g in parts.corners():
+            rank(scaled(ops, h, g), gpu=spec)
+
+    ranged = timed(corners, max(1, args.rounds // 2))
     r = replay(ops)
     print(f"ops per step:                 {len(ops):,}")
     print(f"step replayed:                {r.wall_ns / 1e6:.3f} ms (busy {r.busy_ns / 1e6:.3f})")
@@ -100,6 +114,7 @@ def main() -> None:
         w = s.whatif
         print(f"  {w.kind:20} {w.site:14} saves {s.saving_ns / 1e6:8.3f} ms ({s.share:6.1%})")
     print(f"  sum {ranking.sum_ns / 1e6:.3f} ms, all together {ranking.combined_ns / 1e6:.3f} ms")
+    print(f"a prediction's ranges:        {ranged:.1f} ms  (the ranking at 4 corners)")
 
 
 if __name__ == "__main__":

@@ -15,20 +15,35 @@ def run_time(report: Report, after_first: bool = True) -> dict[str, Any] | None:
     """Where the run's time went, as its report measured it (its ``time``): the verdict
     and the step an unprofiled run would take (per step where steps ended, over the steps
     after the first where ``after_first`` and the report has them, else the whole run); None
-    where it was not measured. Under ``--fake-cuda --gpu`` the GPU's predicted step."""
+    where it was not measured. Under ``--fake-cuda --gpu`` the GPU's predicted step, with its
+    range (``low_ms``-``high_ms``) and its two parts (``host_part``: measured on the CPU
+    that ran it; ``gpu_part``: the GPU model's) where the report has them: two GPUs compare
+    by their GPU parts, the host's being the same script's on whatever CPU ran it."""
     t = report.time
     if not t:
         return None
     run, steps = per_step(t, after_first)
     gpu = run.get("gpu") or {}
     if gpu.get("per_step"):  # a typical step, predicted for a named GPU
-        return {
+        out: dict[str, Any] = {
             "verdict": str(run["verdict"]),
             "per_step": True,
             "ms": round(float(gpu["wall_ms"]), 6),
             "measured_on": "predicted",
             "predicted_for": str(gpu.get("gpu")),
         }
+        predicted = report.predicted or {}
+        step = predicted.get("step")
+        if isinstance(step, dict) and step.get("low_ms") is not None:
+            # the prediction's range (profilers/timing/uncertainty.py): two runs whose ranges
+            # overlap cannot be ranked
+            out["low_ms"] = round(float(step["low_ms"]), 6)
+            out["high_ms"] = round(float(step["high_ms"]), 6)
+        for key, part in (("host_part", "host"), ("gpu_part", "gpu_model")):
+            found = predicted.get(part)
+            if isinstance(found, dict) and found.get("low_ms") is not None:
+                out[key] = {k: round(float(found[k]), 6) for k in ("ms", "low_ms", "high_ms")}
+        return out
     wall = float(run["wall_unprofiled_ms"])
     return {
         "verdict": str(run["verdict"]),

@@ -237,3 +237,49 @@ def test_fake_gpu_walkthrough_profile_counts_and_hints_point_at_the_mistakes(tmp
         re.findall(r"^  (demos/fake_gpu_walkthrough\.py:\d+)\s*$", summary.split("Hints")[-1], re.M)
     )
     assert hinted == mistakes and len(mistakes) == 5
+
+
+@pytest.mark.fake_cuda
+def test_the_readmes_first_command_predicted_for_a_gpu_ends_in_steps_and_ranks_its_fixes(tmp_path):
+    doc, summary = profiled(
+        tmp_path / "w.json",
+        "--fake-cuda",
+        "--gpu",
+        "H100",
+        "--what-if",
+        "demos/fake_gpu_walkthrough.py",
+        "--steps",
+        "12",
+        "--batch",
+        "8",
+        quiet=False,
+    )
+    assert doc["time"]["steps_closed"] == 12  # each opt.step() ends one
+    p = doc["predicted"]
+    assert p["gpu"] == "H100-SXM" and p["host"]["basis"] == "p10-p90 of 10 steps"
+    for part in (p["host"], p["gpu_model"], p["step"]):
+        assert 0 < part["low_ms"] <= part["ms"] <= part["high_ms"], part
+    assert doc["what_if"]["savings"] and "no step ended" not in summary
+    assert "PREDICTED step on the H100-SXM: " in summary and "MEASURED on this CPU" in summary
+    assert "What if (PREDICTED for H100-SXM;" in summary
+    # every field written is in the published schema (strict: no field it does not name)
+    from gpuwatch.report.load import parse, problem
+
+    assert problem(doc, strict=True) is None
+    # the same prediction twice: the two runs' ranges overlap, so the diff does not rank them
+    from gpuwatch.report.diff_text import time_line
+    from profilers.diff import diff_reports
+
+    report = parse(json.dumps(doc), "w.json")
+    line = time_line(diff_reports(report, report))
+    assert line is not None and "cannot rank the two: their predicted ranges overlap" in line.plain
+    assert "; the GPU model's part: " in line.plain and line.plain.endswith("(cannot rank)")
+    # one far below the other's range, its GPU part too: ranked (no such words)
+    doc["predicted"]["step"] = {"ms": 1e-3, "low_ms": 1e-3, "high_ms": 1e-3}
+    doc["predicted"]["gpu_model"].update(ms=1e-3, low_ms=1e-3, high_ms=2e-3)
+    faster = parse(json.dumps(doc), "faster.json")
+    d = diff_reports(report, faster)
+    line = time_line(d)
+    assert line is not None and "the two" not in line.plain and "(1 µs)" in line.plain
+    assert "→ 1 µs (1-2 µs) (ranked)" in line.plain
+    assert problem(d.to_dict("w.json", "faster.json"), "gpuwatch.diff/1") is None

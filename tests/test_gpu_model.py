@@ -198,3 +198,55 @@ def test_the_table_covers_the_gpus_users_have_with_dense_peaks():
     assert gpu_spec("a100").tensor_flops["bfloat16"] == 312e12
     assert gpu_spec("h100").peak_flops("float8", tensor_cores=True) == 1978.9e12
     assert gpu_spec("t4").peak_flops("bfloat16", tensor_cores=True) == 8.1e12  # no bf16 cores
+
+
+def test_a_training_batch_norm_reads_its_input_twice_and_its_backward_both_inputs_twice():
+    x, w = meta(8, 16, 4, 4), meta(16)
+    n = 8 * 16 * 4 * 4 * 4  # bytes of x (and of y, dy, dx)
+    train = (x, w, w, w, w, True, 0.1, 1e-5)
+    out = aten.native_batch_norm.default(*train)
+    once = sum(t.numel() * t.element_size() for t in (x, w, w, w, w, *out))
+    # statistics first, then normalize: x read twice
+    assert op_cost(aten.native_batch_norm.default, train, {}, out).nbytes == once + n
+    evaluation = (x, w, w, w, w, False, 0.1, 1e-5)
+    out = aten.native_batch_norm.default(*evaluation)
+    assert op_cost(aten.native_batch_norm.default, evaluation, {}, out).nbytes == once
+    back = (x, x, w, w, w, w, w, True, 1e-5, [True, True, True])
+    grads = aten.native_batch_norm_backward.default(*back)
+    once = sum(t.numel() * t.element_size() for t in (x, x, w, w, w, w, w, *grads))
+    # the gradient's sums first, then dx: dy and x read twice
+    assert op_cost(aten.native_batch_norm_backward.default, back, {}, grads).nbytes == once + 2 * n
+
+
+def test_a_tensor_core_convolution_over_nchw_pays_the_transposes_and_over_nhwc_does_not():
+    # big enough to be far above the shortest kernel: 64 x 64 x 56 x 56 halves, 25.7 MB
+    x, w = meta(64, 64, 56, 56, dtype=torch.float16), meta(64, 64, 1, 1, dtype=torch.float16)
+    args = (x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    out = aten.convolution.default(*args)
+    nchw = op_cost(aten.convolution.default, args, {}, out)
+    # input and output read and written once more in the other layout (the 1x1 weight too)
+    moved = 2 * (x.numel() + w.numel() + out.numel()) * 2
+    assert nchw.transpose_bytes == moved
+    a100, v100_fp32 = gpu_spec("A100"), gpu_spec("V100")
+    no_transpose = op_cost(aten.convolution.default, args, {}, out)
+    no_transpose.transpose_bytes = 0
+    extra_ns = round(moved / (a100.memory_bytes_per_s * MEMORY_FRACTION) * 1e9)
+    from profilers.timing.gpu_model.roofline import kernel_ns
+
+    assert kernel_ns(a100, nchw) - kernel_ns(a100, no_transpose) == pytest.approx(extra_ns, abs=1)
+    # laid out channels-last (a model moved with memory_format=torch.channels_last: its 1x1
+    # weight too, told by its strides): cuDNN runs NHWC, nothing to transpose
+    xl, wl = (t.contiguous(memory_format=torch.channels_last) for t in (x, w))
+    args = (xl, wl, *args[2:])
+    assert (
+        op_cost(aten.convolution.default, args, {}, aten.convolution.default(*args)).transpose_bytes
+        == 0
+    )
+    # float32 on a GPU without TF32 runs on the CUDA cores: no transposes charged there
+    x32, w32 = meta(64, 64, 56, 56), meta(64, 64, 1, 1)
+    args = (x32, w32, *args[2:])
+    out32 = aten.convolution.default(*args)
+    cost = op_cost(aten.convolution.default, args, {}, out32, allow_tf32=True)
+    plain = op_cost(aten.convolution.default, args, {}, out32, allow_tf32=True)
+    plain.transpose_bytes = 0
+    assert cost.transpose_bytes > 0 and kernel_ns(v100_fp32, cost) == kernel_ns(v100_fp32, plain)

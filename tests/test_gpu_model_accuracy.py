@@ -148,7 +148,7 @@ def test_the_stand_in_pipeline_gives_the_exact_table(tmp_path, capsys):
     assert rows["reduction"]["predicted_ms"] == 2 * MIN_KERNEL_NS / 1e6
     assert [(c, rows[c]["ratio_median"], rows[c]["ratio_p90"]) for c in t.CLASSES] == [
         ("matmul", 6.621, 6.621),
-        ("conv", 2.231, 2.231),
+        ("conv", 6.692, 6.692),  # TF32 on tensor cores over NCHW: cuDNN's transposes in
         ("attention", 3.473, 3.473),
         ("elementwise", 0.278, 0.278),
         ("reduction", 0.2, 0.2),
@@ -170,7 +170,8 @@ def test_the_stand_in_pipeline_gives_the_exact_table(tmp_path, capsys):
     predicted_step = sum(r["predicted_ms"] for r in result["classes"]) / 2
     # (each row rounded to 0.1 µs)
     assert step["gpu_predicted_ms"] == pytest.approx(predicted_step, abs=5e-4)
-    assert step["error_pct"] == round(100 * (step["gpu_predicted_ms"] / 0.09 - 1), 1)
+    # NB: the table's error is from the unrounded prediction: 0.1 point either way
+    assert step["error_pct"] == pytest.approx(100 * (step["gpu_predicted_ms"] / 0.09 - 1), abs=0.1)
     printed = capsys.readouterr().out
     assert printed == t.render_text(result)
     assert md.read_text() == t.render_markdown(result)

@@ -163,8 +163,13 @@ def test_under_the_fake_gpu_each_op_has_the_models_time():
         ("pinned_non_blocking", _site(line_of("to"))),
         ("defer_sync", _site(line_of("item"))),
     }
-    assert time_lines(r)[1].startswith("an unprofiled step would take about ")
-    assert "(PREDICTED for H100-SXM, step 3 replayed" in time_lines(r)[1]
+    lines = time_lines(r)
+    # the verdict, then the prediction's two parts with their ranges, then the unprofiled step
+    assert lines[1].startswith("PREDICTED step on the H100-SXM: ")
+    assert lines[2].startswith("  host: ") and "MEASURED on this CPU" in lines[2]
+    assert lines[3].startswith("  GPU model: ")
+    assert lines[4].startswith("an unprofiled step would take about ")
+    assert "(PREDICTED for H100-SXM, step 3 replayed" in lines[4]
 
 
 @pytest.mark.fake_cuda
@@ -272,8 +277,11 @@ def test_report_what_if_prints_the_table(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     w = r.what_if
     assert out[0].startswith(f"What if (PREDICTED for H100-SXM; step 3, {w['ops']} ops): ")
-    assert out[1].split() == ["saves/step", "%", "line", "fix"]
-    assert len(out) == 2 + len(w["savings"]) + 1
+    assert out[1].split() == ["rank", "saves/step", "range", "%", "line", "fix"]
+    # a line more where some fixes cannot be ranked against each other
+    tied = any(not s["ranked"] for s in w["savings"])
+    assert len(out) == 2 + len(w["savings"]) + 1 + tied
+    assert tied == any("cannot be ranked" in x for x in out)
     assert out[-1].startswith("  all together: saves ")
     doc = json.loads(path.read_text())
     assert problem(doc, "gpuwatch.profile/1") is None  # the published schema holds them

@@ -203,7 +203,8 @@ class ProfileOptions:
         Flag(
             ("--gpu",),
             "with --fake-cuda: predict the run on the GPU NAME (H100, A100, L4, T4, ...): "
-            "GPU busy and idle time, verdicts and what-ifs from a model of it, marked PREDICTED",
+            "GPU busy and idle time, verdicts and what-ifs from a model of it, marked PREDICTED, "
+            "each with its range (the host's part measured on this CPU, the model's error)",
             metavar="NAME",
         ),
     )

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuwatch import _format as fmt
+from gpuwatch.report.whatif import span_ms
 from profilers.budgets import fmt as count
 from profilers.diff import LineDiff, RunDiff
 
@@ -209,7 +210,10 @@ def time_line(diff: RunDiff) -> Text | None:
         if t is None:
             return "not measured"
         unit = "per step" if t["per_step"] else "in all"
-        return f"{t['verdict']}, {fmt.duration_ms(float(t['ms']))} {unit}"
+        ms = fmt.duration_ms(float(t["ms"]))
+        if t.get("low_ms") is not None and t.get("high_ms") is not None:
+            ms += f" ({span_ms(float(t['low_ms']), float(t['high_ms']))})"
+        return f"{t['verdict']}, {ms} {unit}"
 
     where = {t["measured_on"] for t in sides if t is not None}
     named = sorted({str(t.get("predicted_for")) for t in sides if t and t.get("predicted_for")})
@@ -222,7 +226,41 @@ def time_line(diff: RunDiff) -> Text | None:
     over = {t.get("over") for t in sides if t is not None and t["per_step"]}
     if over == {"steps after the first"}:
         on += ", over the steps after the first"
-    return Text(f"where the time goes ({on}): {said(sides[0])} → {said(sides[1])}")
+    text = f"where the time goes ({on}): {said(sides[0])} → {said(sides[1])}"
+    b, a = sides
+    if b and a and all(t.get("low_ms") is not None for t in (b, a)):
+        if _overlap(b, a):
+            text += (
+                "; cannot rank the two: their predicted ranges overlap (the host's spread and "
+                "the GPU model's error are wider than the difference)"
+            )
+        text += _parts_said(b, a)
+    return Text(text)
+
+
+def _overlap(b: dict[str, Any], a: dict[str, Any]) -> bool:
+    return float(b["low_ms"]) <= float(a["high_ms"]) and float(a["low_ms"]) <= float(b["high_ms"])
+
+
+def _parts_said(b: dict[str, Any], a: dict[str, Any]) -> str:
+    """Two predictions' parts apart: the GPU model's (what tells two GPUs apart), ranked or
+    not by their ranges, and the host's, measured on the CPU each run had."""
+    out = ""
+    for key, what in (("gpu_part", "the GPU model's part"), ("host_part", "the host's part")):
+        p, q = b.get(key), a.get(key)
+        if not (isinstance(p, dict) and isinstance(q, dict)):
+            continue
+
+        def one(d: dict[str, Any]) -> str:
+            return (
+                f"{fmt.duration_ms(float(d['ms']))} "
+                f"({span_ms(float(d['low_ms']), float(d['high_ms']))})"
+            )
+
+        verdict = "cannot rank" if _overlap(p, q) else "ranked"
+        where = ", measured on the CPU that ran each" if key == "host_part" else ""
+        out += f"; {what}{where}: {one(p)} → {one(q)} ({verdict})"
+    return out
 
 
 def line_time(diff: RunDiff, d: LineDiff) -> Text:

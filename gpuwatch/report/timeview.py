@@ -10,7 +10,7 @@ from typing import Any
 
 from gpuwatch import _format as fmt
 from gpuwatch.report.line_costs import cost_text, line_costs, measured_gpu, predicted_gpu
-from gpuwatch.report.whatif import unprofiled_line
+from gpuwatch.report.whatif import prediction_lines, unprofiled_line
 from profilers import Report
 from profilers.timing.timeline import OTHER_LINES
 from profilers.timing.verdict import per_step
@@ -89,6 +89,7 @@ def time_lines(r: Report, costs: Mapping[str, tuple[float, float]] | None = None
         verdict_line(basis, steps, after_first)
         if why_not is None
         else f"where the time goes: no verdict: {why_not}",
+        *prediction_lines(r),
         *graph_lines(r),
     ]
     first = first_step_line(t)

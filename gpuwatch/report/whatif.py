@@ -24,13 +24,62 @@ def label(w: Mapping[str, Any]) -> str:
     return "replayed"
 
 
+def span_ms(low: float, high: float) -> str:
+    """``1.1-3.3 ms``, ``79-362 µs``, ``850 µs-1.2 ms``: a range, its unit said once where the
+    two ends share it."""
+    a, b = fmt.duration_ms(low), fmt.duration_ms(high)
+    unit_a, unit_b = a.rpartition(" ")[2], b.rpartition(" ")[2]
+    if a == b:
+        return a
+    if unit_a == unit_b:
+        return f"{a.rpartition(' ')[0]}-{b}"
+    return f"{a}-{b}"
+
+
+def _range(d: dict[str, Any], low: str, high: str) -> str:
+    """`` (1.1-3.3 ms)`` where ``d`` holds a range, else nothing."""
+    if d.get(low) is None or d.get(high) is None:
+        return ""
+    return f" ({span_ms(float(d[low]), float(d[high]))})"
+
+
+def prediction_lines(r: Report) -> list[str]:
+    """A prediction's two parts, each with its range (profilers/timing/uncertainty.py): the
+    host's, measured on this CPU (named), and the GPU model's, with the model's measured error;
+    then the step's range. Empty for a run that predicted nothing (or saved before the parts
+    were written)."""
+    p = r.predicted or {}
+    host, model, step = p.get("host"), p.get("gpu_model"), p.get("step")
+    if not (isinstance(host, dict) and isinstance(model, dict) and isinstance(step, dict)):
+        return []
+    gpu = p.get("gpu")
+    verdicts = [str(v) for v in step.get("verdicts") or []]
+    hedge = ""
+    if len(verdicts) > 1:
+        hedge = (
+            f" (the verdict is not known: {verdicts[0]} as predicted, "
+            f"{' or '.join(verdicts[1:])} elsewhere in the ranges)"
+        )
+    return [
+        f"PREDICTED step on the {gpu}: {fmt.duration_ms(float(step['ms']))}"
+        f"{_range(step, 'low_ms', 'high_ms')}{hedge}, in two parts:",
+        f"  host: {fmt.duration_ms(float(host['ms']))} per step"
+        f"{_range(host, 'low_ms', 'high_ms')[:-1]}, {host['basis']}), MEASURED on this CPU, "
+        f"{host['measured_on']}, not on the {gpu}'s host",
+        f"  GPU model: {fmt.duration_ms(float(model['ms']))} busy per step"
+        f"{_range(model, 'low_ms', 'high_ms')}; {model['words']}",
+    ]
+
+
 def unprofiled_line(r: Report) -> str | None:
-    """``an unprofiled step would take about 3.2 ms (PREDICTED for H100-SXM)``."""
+    """``an unprofiled step would take about 3.2 ms (PREDICTED for H100-SXM)``; with the
+    prediction's range where it has one (``3.2 ms (2.9-4.1 ms) ...``)."""
     w = r.what_if
     if not w:
         return None
     return (
-        f"an unprofiled step would take about {fmt.duration_ms(float(w['unprofiled_ms']))} "
+        f"an unprofiled step would take about {fmt.duration_ms(float(w['unprofiled_ms']))}"
+        f"{_range(w, 'unprofiled_low_ms', 'unprofiled_high_ms')} "
         f"({label(w)}, step {w['step']} replayed without the profiler's own time)"
     )
 
@@ -55,20 +104,42 @@ def saving_words(ms: float, pct: float, w: Mapping[str, Any]) -> str:
     return f"the fix saves about {fmt.duration_ms(ms)} per step ({fmt.pct(pct)}, {label(w)})"
 
 
+def _not_available(r: Report) -> str:
+    """Why there is no what-if, and what would give one (never the flags the run was given)."""
+    if (r.predicted or {}).get("gpu") is not None:
+        return (
+            "no step ended to replay: the model replays steps (end each with optimizer.step(), "
+            "or call profilers.step() where a step ends)"
+        )
+    if r.options.fake_cuda:
+        return "no GPU times to replay: add --gpu NAME to predict them for a named GPU"
+    return (
+        "no GPU times to replay: run on a GPU with kernel timing, or with --fake-cuda --gpu "
+        "NAME for a prediction"
+    )
+
+
+def _rank(s: dict[str, Any], savings: list[dict[str, Any]]) -> str:
+    """``2``, or ``2=`` for a rank shared with another fix (their ranges overlap)."""
+    place = s.get("rank")
+    if place is None:
+        return ""
+    shared = sum(1 for o in savings if o.get("rank") == place) > 1
+    return f"{place}{'=' if shared else ''}"
+
+
 def what_if_lines(r: Report) -> list[str]:
-    """The ``--what-if`` table: every fix, its saving, the combined saving, the overlap."""
+    """The ``--what-if`` table: every fix, its saving (with its range, where predicted), the
+    combined saving, the overlap; savings whose ranges overlap are marked as not ranked."""
     w = r.what_if
     if not w:
-        why = (
-            "no GPU times to replay: run on a GPU with kernel timing, or with --fake-cuda --gpu "
-            "NAME for a prediction"
-        )
-        return [f"What if: not available ({why})."]
+        return [f"What if: not available ({_not_available(r)})."]
     base = float(w["unprofiled_ms"])
     out = [
         f"What if ({label(w)}; step {w['step']}, {w['ops']:,} ops"
         + (f", {w['ops_dropped']:,} past the cap not replayed" if w.get("ops_dropped") else "")
-        + f"): a step takes {fmt.duration_ms(base)} unprofiled "
+        + f"): a step takes {fmt.duration_ms(base)}"
+        f"{_range(w, 'unprofiled_low_ms', 'unprofiled_high_ms')} unprofiled "
         f"({fmt.duration_ms(float(w['as_recorded_ms']))} as recorded, the profiler's time in)",
     ]
     savings = w.get("savings", [])
@@ -76,12 +147,31 @@ def what_if_lines(r: Report) -> list[str]:
         out.append("  no fix applies: no sync, blocking copy or input wait to remove")
         return out
     width = max(len(str(s["site"])) for s in savings)
-    out.append(f"  {'saves/step':>10}  {'%':>5}  {'line':<{width}}  fix")
-    for s in savings:
+    ranged = any("saving_low_ms" in s for s in savings)
+    spans = [_range(s, "saving_low_ms", "saving_high_ms").strip(" ()") for s in savings]
+    wide = max((len(x) for x in spans), default=0)
+    ranks = [_rank(s, savings) for s in savings]
+    head = "  " + ("rank  " if ranged else "") + f"{'saves/step':>10}  "
+    head += f"{'range':<{wide}}  " if ranged else ""
+    out.append(f"{head}{'%':>5}  {'line':<{width}}  fix")
+    for s, sp, place in zip(savings, spans, ranks, strict=True):
         alternative = "" if s.get("together", True) else " (the other fix of this copy saves more)"
+        rng = f"{sp:<{wide}}  " if ranged else ""
         out.append(
-            f"  {fmt.duration_ms(float(s['saving_ms'])):>10}  {fmt.pct(float(s['share_pct'])):>5}  "
-            f"{str(s['site']):<{width}}  {s['fix']}{alternative}"
+            "  "
+            + (f"{place:<4}  " if ranged else "")
+            + f"{fmt.duration_ms(float(s['saving_ms'])):>10}  {rng}"
+            f"{fmt.pct(float(s['share_pct'])):>5}  {str(s['site']):<{width}}  {s['fix']}{alternative}"
+        )
+    if any(s.get("ranked") is False for s in savings):
+        which = (
+            "none of these fixes can be ranked against the others"
+            if len({s.get("rank") for s in savings}) == 1
+            else "fixes that share a rank (=) cannot be ranked against each other"
+        )
+        out.append(
+            f"  {which}: their savings' ranges overlap (the host's spread on this CPU and the "
+            "GPU model's error are wider than the differences), so which saves more is not known"
         )
     out.append(
         f"  all together: saves {fmt.duration_ms(float(w['combined_ms']))} per step "

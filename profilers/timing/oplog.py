@@ -43,8 +43,10 @@ from profilers.timing.timeline import COMM, INPUT, SYNC, site_key
 MAX_OPS = 20_000
 """Records kept per step (the first ones; a step over it is replayed as far as recorded)."""
 
-KEEP_STEPS = 4
-"""Closed steps whose records are kept (the newest)."""
+KEEP_STEPS = 10
+"""Closed steps whose records are kept (the newest). NB: ten, so that a prediction's host
+range is the 10th-90th percentile of as many steps (profilers/timing/uncertainty.py), not the
+extremes of a few: at 20,000 records a step at most, a bounded few MB."""
 
 _COPY_WAYS = frozenset(("h2d", "d2h", "d2d", "p2p"))
 

@@ -19,13 +19,22 @@ from profilers.errors import MeasuredNotPredicted
 from profilers.timing import fake_time as _fake_time
 from profilers.timing.gpu_model.rates import memory_check
 from profilers.timing.gpu_model.specs import GpuSpec, gpu_spec
+from profilers.timing.gpu_model.validation import error_of
 from profilers.timing.idle import follow_named
 from profilers.timing.oplog import HOST_NS, KIND, OVERHEAD_NS, SITE, WAIT_NS, LoggedStep, OpLog
 from profilers.timing.replay import ReplayOp, ReplayResult, replay
 from profilers.timing.replay_ops import HOST
 from profilers.timing.timeline import COMM, INPUT, StepClock
+from profilers.timing.uncertainty import (
+    Parts,
+    cpu_name,
+    host_values,
+    ops_host_ns,
+    scaled,
+    tiers,
+)
 from profilers.timing.verdict import time_section, verdict_of
-from profilers.timing.whatif import HINT_WHATIFS, rank
+from profilers.timing.whatif import HINT_WHATIFS, Ranking, rank
 
 PREDICTED = "predicted"
 REPLAYED = "replayed"
@@ -82,22 +91,30 @@ def start_log(stack: ExitStack, recorder: Any, clock: Any, gpu: str | None) -> O
     return log
 
 
-def typical(steps: list[LoggedStep]) -> tuple[LoggedStep, list[ReplayOp], int] | None:
-    """The step the what-ifs are worked out on, as ops: of the kept steps after the first
-    (which pays for the run's start: the model moved, the allocator grown), those that ran
-    the same ops from the same lines; each op's host time the median of theirs. NB: a shared
-    machine preempts the host now and then (and the garbage collector runs): one step's host
-    times carry those pauses, the median over steps does not. Returns the newest such step,
-    its ops with the median host times, and how many steps the medians are over."""
+def _group(steps: list[LoggedStep]) -> list[LoggedStep]:
+    """Of the kept steps after the first (which pays for the run's start: the model moved, the
+    allocator grown), those that ran the same ops from the same lines (the largest such group;
+    the newest on a tie), oldest first; empty without a step with records."""
     whole = [s for s in steps if s.records and s.step > 0] or [s for s in steps if s.records]
     if not whole:
-        return None
+        return []
     groups: dict[tuple[Any, ...], list[LoggedStep]] = {}
     for s in whole:
         shape = tuple((r[KIND], id(r[SITE]) if not isinstance(r[SITE], str) else r[SITE])
                       for r in s.records)  # fmt: skip
         groups.setdefault(shape, []).append(s)
-    best = max(groups.values(), key=lambda g: (len(g), g[-1].step))
+    return max(groups.values(), key=lambda g: (len(g), g[-1].step))
+
+
+def typical(steps: list[LoggedStep]) -> tuple[LoggedStep, list[ReplayOp], int] | None:
+    """The step the what-ifs are worked out on, as ops: the steps of :func:`_group`, each op's
+    host time the median of theirs. NB: a shared machine preempts the host now and then (and
+    the garbage collector runs): one step's host times carry those pauses, the median over
+    steps does not. Returns the newest such step, its ops with the median host times, and how
+    many steps the medians are over."""
+    best = _group(steps)
+    if not best:
+        return None
     newest = best[-1]
     ops = newest.ops()
     if len(best) > 1:
@@ -184,6 +201,10 @@ def apply(
     steps = [s for s in list(log.steps) if s.records]
     predicted = _predicted(log.gpu, log.harness) if log.gpu is not None else None
     chosen = typical(steps)
+    parts = None
+    if log.gpu is not None and predicted is not None and chosen is not None:
+        parts = _parts(_group(steps), chosen[1], log.gpu)
+        predicted.update(_prediction(parts, chosen[1]))
     if gpu is not None and time is not None and chosen is not None:
         host, lines, over = _named_lines(log.clock)
         for d in time.get("steps", []):
@@ -204,7 +225,45 @@ def apply(
         )
     if chosen is None:
         return predicted, None
-    return predicted, what_if(*chosen, log.gpu, measured, sites)
+    return predicted, what_if(*chosen, log.gpu, measured, sites, parts)
+
+
+def _parts(group: list[LoggedStep], ops: list[ReplayOp], spec: GpuSpec) -> Parts:
+    """The typical step's parts: the host's over the steps of its group, the GPU model's busy
+    time with the model's error for ``spec``."""
+    busy = replay(ops, drop_overhead=True).busy_ns
+    return Parts(host_values(group) or [0], busy, error_of(spec.name), ops_host_ns(ops))
+
+
+def _prediction(parts: Parts, ops: list[ReplayOp]) -> dict[str, Any]:
+    """The ``predicted`` section's parts and the step's range: the typical step replayed with
+    both parts at their low ends, and at their high ends; ``verdicts``: the step's verdict,
+    then any other it gets at a corner of the two ranges (the verdict is not known where
+    there are several)."""
+    ends = [
+        replay(scaled(ops, h, g), drop_overhead=True).step_ns
+        for h, g in ((parts.host_low, parts.gpu_low), (parts.host_high, parts.gpu_high))
+    ]
+    out = parts.to_dict(cpu_name())
+    nominal = replay(ops, drop_overhead=True)
+    verdicts = [_verdict(nominal)]
+    for h, g in parts.corners():
+        found = _verdict(replay(scaled(ops, h, g), drop_overhead=True))
+        if found not in verdicts:
+            verdicts.append(found)
+    out["step"] = {
+        "ms": round(nominal.step_ns / 1e6, 6),
+        "low_ms": round(ends[0] / 1e6, 6),
+        "high_ms": round(ends[1] / 1e6, 6),
+        "verdicts": verdicts,
+    }
+    return out
+
+
+def _verdict(result: ReplayResult) -> str:
+    """A replayed step's verdict, as the time view gives it (:func:`verdict_of`)."""
+    d = result.to_dict()
+    return verdict_of({"busy": d["busy_ms"], **d["idle_ms"]})[0]
 
 
 def _made_on_host(sites: list[Any]) -> set[str]:
@@ -225,11 +284,14 @@ def what_if(
     spec: GpuSpec | None,
     measured: str,
     sites: list[Any],
+    parts: Parts | None = None,
 ) -> dict[str, Any]:
     """The report's ``what_if``: the ``step`` (``ops``: its host times the medians ``over``
-    that many steps) as recorded and unprofiled, and every fix's saving."""
+    that many steps) as recorded and unprofiled, and every fix's saving; with the prediction's
+    ``parts``, each saving's range and whether it can be ranked (:func:`_ranges`)."""
     as_recorded = replay(ops).step_ns
-    ranking = rank(ops, gpu=spec, every=EVERY, on_device=_made_on_host(sites))
+    on_device = _made_on_host(sites)
+    ranking = rank(ops, gpu=spec, every=EVERY, on_device=on_device)
     hint_kinds: dict[str, list[str]] = {}
     for hint, kind in HINT_WHATIFS.items():
         hint_kinds.setdefault(kind, []).append(hint)
@@ -238,7 +300,7 @@ def what_if(
     # are alternatives, the better one counts (Ranking.sum_ns adds both)
     together = {id(w) for w in ranking.combined}
     summed = sum(s.saving_ns for s in ranking.savings if id(s.whatif) in together)
-    return {
+    out = {
         "measured": measured,
         "gpu": spec.name if spec is not None else None,
         "step": step.step,
@@ -267,6 +329,47 @@ def what_if(
         "combined_pct": round(100 * ranking.combined_ns / base, 2) if base > 0 else 0.0,
         "interaction_ms": round((summed - ranking.combined_ns) / 1e6, 6),
     }
+    if parts is not None:
+        _ranges(out, ranking, ops, parts, spec, on_device)
+    return out
+
+
+def _ranges(
+    out: dict[str, Any],
+    ranking: Ranking,
+    ops: list[ReplayOp],
+    parts: Parts,
+    spec: GpuSpec | None,
+    on_device: set[str],
+) -> None:
+    """Each saving's range over the prediction's four corners (the host's part and the GPU
+    model's at either end of their ranges, :mod:`profilers.timing.uncertainty`) and the
+    prediction itself; its ``rank`` (shared by savings that cannot be told apart:
+    :func:`~profilers.timing.uncertainty.tiers`), ``ranked`` false where it shares it; and
+    the unprofiled step's range."""
+    found: dict[tuple[str, str | None], list[float]] = {}
+    for s in ranking.savings:
+        found[(s.whatif.kind, s.whatif.site)] = [s.saving_ns]
+    bases = [ranking.base_ns]
+    for h, g in parts.corners():
+        corner = rank(scaled(ops, h, g), gpu=spec, every=EVERY, on_device=on_device)
+        bases.append(corner.base_ns)
+        for s in corner.savings:
+            found.setdefault((s.whatif.kind, s.whatif.site), []).append(s.saving_ns)
+    out["unprofiled_low_ms"] = round(min(bases) / 1e6, 6)
+    out["unprofiled_high_ms"] = round(max(bases) / 1e6, 6)
+    rows = out["savings"]
+    spans = []
+    for row in rows:
+        values = found.get((row["kind"], row["site"]), [row["saving_ms"] * 1e6])
+        row["saving_low_ms"] = round(min(values) / 1e6, 6)
+        row["saving_high_ms"] = round(max(values) / 1e6, 6)
+        spans.append((row["saving_low_ms"], row["saving_high_ms"]))
+    for row, place in zip(rows, tiers(spans), strict=True):
+        row["rank"] = place
+    for row in rows:
+        row["ranked"] = sum(1 for r in rows if r["rank"] == row["rank"]) == 1
+    out["ranked"] = all(row["ranked"] for row in rows)
 
 
 def _predicted(spec: GpuSpec, harness: Any) -> dict[str, Any]:

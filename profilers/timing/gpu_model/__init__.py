@@ -4,7 +4,9 @@
   looked up forgivingly by name (:func:`gpu_spec`); no torch;
 * :mod:`~profilers.timing.gpu_model.roofline`: an op's predicted time (FLOPs from torch's own
   formulas, bytes from its tensors, a roofline over the spec), a copy's over the bus, and
-  whether a peak of memory fits (imports torch).
+  whether a peak of memory fits (imports torch);
+* :mod:`~profilers.timing.gpu_model.validation`: how far the model is off per GPU, against
+  published step times (benchmarks/published_steps.py); no torch.
 """
 
 from __future__ import annotations

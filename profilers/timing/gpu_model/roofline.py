@@ -8,9 +8,19 @@
   bytes it reads anyway).
 * **bytes** are the op's tensors read and written, each once (inputs + outputs): shapes and
   dtypes only, so fake and meta tensors do. Views and ``empty`` launch no kernel: 0 ns.
+  NB: a batch norm in training reads its input twice (:data:`TWO_PASS`): one pass for the
+  batch's statistics, one to normalize (its backward likewise: the gradient's sums first);
+  the mean and variance must be known before the first output element can be written, and a
+  batch's activations do not fit in the caches.
 * **peak**: the tensor cores' rate for ops in the formula registry when the GPU has tensor cores
   for the type (float32 matmuls only when TF32 is allowed: ``torch.backends.cuda.matmul``
   for matmuls, ``torch.backends.cudnn`` for convolutions), else the CUDA cores'.
+* **layout**: tensor cores read their operands channels-last (NHWC); a convolution over
+  channels-first (NCHW, PyTorch's default) activations on tensor cores has cuDNN transpose
+  them and its result, kernels of their own: each activation read and written once more,
+  added to the convolution's time (:func:`_transposed`). Basis: NVIDIA's tensor-core layout
+  rule, as MosaicML's channels-last method card describes it
+  (https://docs.mosaicml.com/projects/composer/en/stable/method_cards/channels_last.html).
 * **waves**: a GEMM's output is cut into :data:`TILE` × :data:`TILE` tiles, one per SM at a
   time; the last wave of tiles leaves SMs idle. ``waves = tiles / (ceil(tiles / SMs) × SMs)``
   (wave quantization, from the SM count alone).
@@ -37,20 +47,44 @@ tile), for wave quantization."""
 _NO_KERNEL = frozenset(("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"))
 _MATMULS = frozenset(("mm", "addmm", "bmm", "baddbmm", "_scaled_mm"))
 
+TWO_PASS = {
+    "native_batch_norm": (0,),
+    "_native_batch_norm_legit": (0,),
+    "cudnn_batch_norm": (0,),
+    "miopen_batch_norm": (0,),
+    "native_batch_norm_backward": (0, 1),
+    "cudnn_batch_norm_backward": (0, 1),
+    "miopen_batch_norm_backward": (0, 1),
+    "batch_norm_backward": (0, 1),
+}
+"""Batch norm's kernels in training, and which of their arguments they read twice (a
+reduction pass, then an elementwise pass); forward ops only when ``training`` (argument 5 of
+each forward schema, or 3 of ``_native_batch_norm_legit.no_stats``)."""
+
 
 class OpCost:
     """What an op asks of the GPU: ``flops``, ``nbytes`` read and written, the spec ``dtype``
-    it computes in, whether it runs on tensor cores when the GPU has them, and its GEMM
-    ``tiles`` (0: not a GEMM)."""
+    it computes in, whether it runs on tensor cores when the GPU has them, its GEMM ``tiles``
+    (0: not a GEMM), and ``transpose_bytes``: what a convolution on channels-first tensors
+    moves to lay them out for the tensor cores and back (paid only where it runs on them)."""
 
-    __slots__ = ("dtype", "flops", "nbytes", "tensor_cores", "tiles")
+    __slots__ = ("dtype", "flops", "nbytes", "tensor_cores", "tiles", "transpose_bytes")
 
-    def __init__(self, flops: int, nbytes: int, dtype: str, tensor_cores: bool, tiles: int):
+    def __init__(
+        self,
+        flops: int,
+        nbytes: int,
+        dtype: str,
+        tensor_cores: bool,
+        tiles: int,
+        transpose_bytes: int = 0,
+    ):
         self.flops = flops
         self.nbytes = nbytes
         self.dtype = dtype
         self.tensor_cores = tensor_cores
         self.tiles = tiles
+        self.transpose_bytes = transpose_bytes
 
 
 def _flop_registry() -> dict[Any, Any]:
@@ -98,7 +132,7 @@ def op_cost(
     is_view = any(r.alias_info is not None and not r.alias_info.is_write for r in returns)
     if is_view or name in _NO_KERNEL:
         return OpCost(0, 0, "float32", False, 0)
-    nbytes = sum(t.numel() * t.element_size() for t in (*ins, *outs))
+    nbytes = sum(t.numel() * t.element_size() for t in (*ins, *outs)) + _second_pass(name, args)
     first = ins[0] if ins else (outs[0] if outs else None)
     dtype = spec_dtype(first.dtype) if first is not None else "float32"
     formula = _flop_registry().get(packet)
@@ -107,7 +141,45 @@ def op_cost(
     flops = int(formula(*args, **(kwargs or {}), out_val=out))
     if dtype == "float32" and _tf32(name, allow_tf32):
         dtype = "tf32"
-    return OpCost(flops, nbytes, dtype, True, _tiles(name, outs))
+    return OpCost(flops, nbytes, dtype, True, _tiles(name, outs), _transposed(name, ins, outs))
+
+
+def _transposed(name: str, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> int:
+    """Bytes a convolution over channels-first (NCHW) tensors moves to run on tensor cores:
+    each 4-D (or 5-D) tensor read and written once more in channels-last order before the
+    kernel, and its results back after. 0 for other ops, and where an input is laid out
+    channels-last: then cuDNN runs NHWC throughout (PyTorch asks for channels-last when the
+    input or the weight is; the weight decides in practice, a model moved with
+    ``memory_format=torch.channels_last`` has every one so)."""
+    if "conv" not in name:
+        return 0
+    shaped = [t for t in ins if t.dim() in (4, 5)]
+    if not shaped or any(_channels_last(t) for t in shaped):
+        return 0
+    return 2 * sum(t.numel() * t.element_size() for t in (*shaped, *outs) if t.dim() in (4, 5))
+
+
+def _channels_last(t: torch.Tensor) -> bool:
+    """Laid out channels-last by its strides: channels adjacent (stride 1) and the last spatial
+    dimension a whole pixel of channels apart. NB: by strides, not ``is_contiguous``: a 1x1
+    kernel is contiguous both ways, its strides still say which way it was laid out."""
+    try:
+        return t.shape[1] > 1 and t.stride(1) == 1 and t.stride(-1) == t.shape[1]
+    except RuntimeError:  # NB: a tensor subclass without strides: as PyTorch makes it
+        return False
+
+
+def _second_pass(name: str, args: Any) -> int:
+    """Bytes a batch norm in training reads a second time (0 for any other op)."""
+    again = TWO_PASS.get(name)
+    if again is None or not isinstance(args, (tuple, list)):
+        return 0
+    if "backward" not in name:
+        flag = next((a for a in args[3:6] if isinstance(a, bool)), True)
+        if not flag:  # eval: the running statistics, one pass
+            return 0
+    picked = [args[i] for i in again if i < len(args) and isinstance(args[i], torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in picked)
 
 
 def _tiles(name: str, outs: list[torch.Tensor]) -> int:
@@ -139,8 +211,12 @@ def kernel_ns(spec: GpuSpec, cost: OpCost) -> int:
         return 0
     peak = spec.peak_flops(cost.dtype, cost.tensor_cores) * wave_efficiency(spec, cost.tiles)
     compute_s = cost.flops / peak
-    memory_s = cost.nbytes / (spec.memory_bytes_per_s * MEMORY_FRACTION)
-    return max(MIN_KERNEL_NS, round(max(compute_s, memory_s) * 1e9))
+    bandwidth = spec.memory_bytes_per_s * MEMORY_FRACTION
+    memory_s = cost.nbytes / bandwidth
+    # NB: the layout's transposes are kernels of their own, before and after: they add
+    on_tensor_cores = cost.tensor_cores and cost.dtype in spec.tensor_flops
+    transpose_s = cost.transpose_bytes / bandwidth if on_tensor_cores else 0.0
+    return max(MIN_KERNEL_NS, round((max(compute_s, memory_s) + transpose_s) * 1e9))
 
 
 def predict_op_ns(
