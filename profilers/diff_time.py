@@ -4,6 +4,7 @@ sides (:attr:`profilers.diff.RunDiff.after_first`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from profilers.records import Site
@@ -32,7 +33,7 @@ def run_time(report: Report, after_first: bool = True) -> dict[str, Any] | None:
             "measured_on": "predicted",
             "predicted_for": str(gpu.get("gpu")),
         }
-        predicted = report.predicted or {}
+        predicted: Mapping[str, Any] = report.predicted or {}
         step = predicted.get("step")
         if isinstance(step, dict) and step.get("low_ms") is not None:
             # the prediction's range (profilers/timing/uncertainty.py): two runs whose ranges

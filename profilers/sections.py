@@ -182,6 +182,13 @@ class Predicted(Section):
     source: str | None = _optional()
     """Where the GPU's figures come from (its datasheet)."""
     memory: dict[str, Any] | None = _optional()
+    host: dict[str, Any] | None = _optional()
+    """The host's part of a step, measured on this machine's CPU (named), with its range from
+    the steps' spread."""
+    gpu_model: dict[str, Any] | None = _optional()
+    """The GPU model's part of a step, with its range from the model's published error."""
+    step: dict[str, Any] | None = _optional()
+    """The predicted step (``ms``, ``low_ms``, ``high_ms``) and the verdicts inside it."""
 
     required = ("gpu",)
 
@@ -205,6 +212,11 @@ class WhatIf(Section):
     combined_ms: float = 0.0
     combined_pct: float | None = _optional()
     interaction_ms: float = 0.0
+    unprofiled_low_ms: float | None = _optional()
+    unprofiled_high_ms: float | None = _optional()
+    """A PREDICTED step's range (the host's spread and the GPU model's error)."""
+    ranked: bool | None = _optional()
+    """False where two fixes' saving ranges overlap: they share a rank."""
 
     required = ("savings",)
 

@@ -36,7 +36,7 @@ def span_ms(low: float, high: float) -> str:
     return f"{a}-{b}"
 
 
-def _range(d: dict[str, Any], low: str, high: str) -> str:
+def _range(d: Mapping[str, Any], low: str, high: str) -> str:
     """`` (1.1-3.3 ms)`` where ``d`` holds a range, else nothing."""
     if d.get(low) is None or d.get(high) is None:
         return ""
@@ -48,11 +48,13 @@ def prediction_lines(r: Report) -> list[str]:
     host's, measured on this CPU (named), and the GPU model's, with the model's measured error;
     then the step's range. Empty for a run that predicted nothing (or saved before the parts
     were written)."""
-    p = r.predicted or {}
-    host, model, step = p.get("host"), p.get("gpu_model"), p.get("step")
-    if not (isinstance(host, dict) and isinstance(model, dict) and isinstance(step, dict)):
+    p = r.predicted
+    host, model, step = (p.host, p.gpu_model, p.step) if p else (None, None, None)
+    if p is None or not (
+        isinstance(host, dict) and isinstance(model, dict) and isinstance(step, dict)
+    ):
         return []
-    gpu = p.get("gpu")
+    gpu = p.gpu
     verdicts = [str(v) for v in step.get("verdicts") or []]
     hedge = ""
     if len(verdicts) > 1:
@@ -106,7 +108,7 @@ def saving_words(ms: float, pct: float, w: Mapping[str, Any]) -> str:
 
 def _not_available(r: Report) -> str:
     """Why there is no what-if, and what would give one (never the flags the run was given)."""
-    if (r.predicted or {}).get("gpu") is not None:
+    if r.predicted is not None and r.predicted.gpu:
         return (
             "no step ended to replay: the model replays steps (end each with optimizer.step(), "
             "or call profilers.step() where a step ends)"
