@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from gpuwatch.report.whatif import prediction_lines, span_ms, unprofiled_line, what_if_lines
+from profilers.sections import Predicted, WhatIf
 from profilers.timing.gpu_model import gpu_spec, validation
 from profilers.timing.gpu_model.validation import Checked, error_of
 from profilers.timing.oplog import LoggedStep
@@ -161,7 +162,12 @@ def sync_step(n: int, host_scale: float) -> LoggedStep:
 
 
 def report(w: dict[str, Any], predicted: dict[str, Any] | None = None) -> Any:
-    return SimpleNamespace(what_if=w, predicted=predicted, options=SimpleNamespace(fake_cuda=True))
+    """The parts of a report the prediction's lines read, its sections typed as a Report's."""
+    return SimpleNamespace(
+        what_if=WhatIf.from_dict(w) if w else None,
+        predicted=Predicted.from_dict(predicted) if predicted else None,
+        options=SimpleNamespace(fake_cuda=True),
+    )
 
 
 def ranked_what_if(hosts: list[float], error: tuple[float, float], monkeypatch) -> dict[str, Any]:
@@ -258,8 +264,7 @@ def test_a_report_without_parts_renders_as_before():
 
 
 def test_with_the_gpu_named_and_no_step_the_what_if_says_why_not_which_flags():
-    r = SimpleNamespace(what_if=None, predicted={"gpu": "H100-SXM"},
-                        options=SimpleNamespace(fake_cuda=True))  # fmt: skip
+    r = report({}, {"gpu": "H100-SXM"})
     (line,) = what_if_lines(r)
     assert "no step ended" in line and "optimizer.step()" in line and "--gpu" not in line
     r.predicted = None
