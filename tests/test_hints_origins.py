@@ -129,6 +129,23 @@ def test_a_factory_on_the_host_then_moved_on_the_next_line_is_told_to_create_on_
 
 @pytest.mark.fake_cuda
 @needs_fake_cuda
+def test_a_constant_made_with_torch_tensor_is_named_as_the_user_wrote_it():
+    def work():
+        model, opt = _model()
+        for _ in range(12):
+            scale = torch.tensor(1 / 255).to(DEV)  # @constant
+            (model(torch.ones(4, 8, device=DEV)) * scale).sum().backward()
+            opt.step()
+
+    r = _run(work)
+    (h,) = _at(r, "constant")
+    assert h.kind == "created_on_cpu" and "made on the CPU at this line" in h.message
+    # NB: torch.tensor(0.5) reaches the dispatcher as lift_fresh: the user never wrote that
+    assert "made by torch.tensor" in h.evidence and "lift_fresh" not in h.evidence
+
+
+@pytest.mark.fake_cuda
+@needs_fake_cuda
 def test_a_24_byte_one_time_copy_is_not_told_to_pin():
     def work():
         model, opt = _model()

@@ -415,7 +415,7 @@ def _copy_hint(s: Site, origin: str, c: OriginCount, often: str) -> Hint | None:
         return None
     if origin == FACTORY:
         here = c.made_at is None or c.made_at == f"{s.file}:{s.line}"
-        op = f"torch.{c.op}" if c.op and c.op != "DataLoader" else "a factory"
+        op = _factory_name(c.op)
         where = "at this line" if here else f"at {c.made_at}"
         return Hint(
             "created_on_cpu",
@@ -435,7 +435,7 @@ def _copy_hint(s: Site, origin: str, c: OriginCount, often: str) -> Hint | None:
             ".to(device, non_blocking=True) lets the copy overlap the GPU's work",
             f"{counts}, all from pinned memory; {blocking:,} blocking",
         )
-    made = f" (made by {c.op} at {c.made_at})" if c.made_at else ""
+    made = f" (made by {_factory_name(c.op)} at {c.made_at})" if c.made_at else ""
     if c.non_blocking and c.pageable >= c.non_blocking:
         return Hint(
             "non_blocking_pageable",
@@ -556,3 +556,21 @@ def loader_hint(site: Site, sites: dict[str, Site]) -> Hint:
         f"DataLoader({settings}); {batches:,} batches in {epochs:,} "
         f"epoch{'s' if epochs != 1 else ''}",
     )
+
+
+#: The ATen ops that only the Python functions users write make (``torch.tensor(0.5)`` lifts a
+#: fresh constant): named as the user wrote them.
+_CALLED_AS = {
+    "lift_fresh": "torch.tensor",
+    "lift_fresh_copy": "torch.tensor",
+    "scalar_tensor": "torch.tensor",
+}
+
+
+def _factory_name(op: str | None) -> str:
+    """The factory a user called to make a tensor (``torch.randn``), from its op's name."""
+    if not op or op == "DataLoader":
+        return "a factory"
+    if op.startswith("torch."):
+        return op
+    return _CALLED_AS.get(op, f"torch.{op}")
