@@ -16,7 +16,7 @@ import torch
 
 from profilers.counting.comm import CommRule
 from profilers.counting.ops import Classifier, IsPinned, Transfer, default_is_pinned
-from profilers.counting.sites import UNKNOWN, UserCode, inside_tensor_printing
+from profilers.counting.sites import UNKNOWN, UserCode, inside_tensor_printing, statement
 from profilers.counting.threads import ThreadState, ThreadStates
 from profilers.errors import OpFailure
 from profilers.memory.tracker import MemoryTracker
@@ -185,7 +185,7 @@ class Recorder:
         lib = table.get(key)
         if lib is None:
             lib = SiteStats(self.user.library_name(code.co_filename), line, code.co_name, chain)
-            lib.source = linecache.getline(code.co_filename, line).strip()
+            lib.source = statement(code.co_filename, line)
             lib.callers = {site.key}
             table[key] = lib
         elif len(lib.callers) < MAX_STACKS and site.key not in lib.callers:

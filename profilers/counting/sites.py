@@ -252,7 +252,7 @@ class UserCode:
         key = (self._kind(code.co_filename)[1], found.f_lineno)
         lib = libraries.get(key)
         if lib is None:
-            text = linecache.getline(code.co_filename, found.f_lineno).strip()
+            text = statement(code.co_filename, found.f_lineno)
             lib = libraries[key] = LibraryFrame(*key, code.co_name, text)
         lib.add(copied, nbytes, sync, pageable)
 
@@ -281,6 +281,27 @@ class UserCode:
         if path.startswith(stdlib):
             return _OTHER, filename
         return _LIBRARY, self.display(filename)  # outside user_code's roots: a library too
+
+
+#: Lines of one statement read for a library frame's source (``if (`` spread over lines).
+STATEMENT_LINES = 8
+
+
+def statement(filename: str, line: int) -> str:
+    """The statement that starts at ``line`` of ``filename``, its lines joined (at most
+    :data:`STATEMENT_LINES`, until its brackets close): a frame of ``if (`` names the whole
+    condition, e.g. HF's ``if (self.args.logging_nan_inf_filter and ... torch.isnan(...)``."""
+    parts: list[str] = []
+    depth = 0
+    for n in range(line, line + STATEMENT_LINES):
+        text = linecache.getline(filename, n).strip()
+        if not text:
+            break
+        parts.append(text)
+        depth += sum(text.count(c) for c in "([{") - sum(text.count(c) for c in ")]}")
+        if depth <= 0:
+            break
+    return " ".join(parts)
 
 
 def inside_tensor_printing(frame: FrameType | None) -> bool:
