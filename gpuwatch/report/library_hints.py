@@ -62,6 +62,9 @@ class Knob:
     source: str = ""
     """A regular expression its line of code matches (any line, when empty)."""
     advice: Callable[[Frame], str] = lambda f: ""
+    when: Callable[[Frame], bool] = lambda f: True
+    """Whether the frame's counts call for the knob (batches copied from pinned memory
+    without a wait need nothing)."""
 
     def matches(self, f: Frame) -> bool:
         return (
@@ -166,6 +169,7 @@ KNOBS: tuple[Knob, ...] = (
         ("accelerate/data_loader.py",),
         source=r"send_to_device",
         advice=_pin_and_overlap,
+        when=lambda f: bool(f.pageable or f.syncs),
     ),
     # accelerate/accelerator.py Accelerator.gather_for_metrics: `use_gather_object or not
     # all_tensors` goes through gather_object (torch's all_gather_object: each object
@@ -202,6 +206,7 @@ KNOBS: tuple[Knob, ...] = (
         ("lightning/pytorch/core/hooks.py", "pytorch_lightning/core/hooks.py"),
         ("transfer_batch_to_device",),
         advice=_lightning_transfer,
+        when=lambda f: bool(f.pageable or f.syncs),
     ),
     # lightning/pytorch/trainer/connectors/logger_connector/result.py
     # _ResultCollection.metrics: `metrics["pbar"][forked_name] =
@@ -300,6 +305,8 @@ def library_hints(report: Report, steps: int) -> list[LibraryHint]:
     for f, knob in _grouped(frames):
         site = max(f.sites, key=lambda s: (s.syncs.count, s.bytes_moved))
         if knob is not None:
+            if not knob.when(f):
+                continue
             kind, message = knob.kind, knob.advice(f)
         elif generic and _repeated_reads(f, site, steps):
             kind = "library_syncs"
