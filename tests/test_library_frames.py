@@ -262,3 +262,57 @@ def test_lib_lines_on_the_command_line_is_saved_in_the_report(tmp_path):
     for s in doc["sites"]:
         if (s["file"], s["line"]) == ("s.py", 7):
             assert s["syncs"]["count"] == 0 and s["d2h"]["count"] == 0
+    # the knob is found on the library's line as it is on a library frame
+    from gpuwatch.report.hints import hints
+    from gpuwatch.report.load import load_report
+
+    found = [h for h in hints(load_report(str(tmp_path / "r.json"))) if h.kind.startswith("grad")]
+    assert [h.kind for h in found] == ["gradscaler_found_inf"]
+    assert found[0].where.startswith("torch/amp/grad_scaler.py:")
+
+
+LOOPING = """\
+def read_every(values):
+    return [v.item() for v in values]
+"""
+
+
+def test_an_unknown_librarys_frame_that_waits_often_is_named_in_a_hint(tmp_path, monkeypatch):
+    """No knob is known for it: the hint names the frame and its line of code, and the user's
+    line, whose every sync the library made, loses its '.item() in a loop' advice."""
+    from gpuwatch.report.hints import hints
+    from gpuwatch.report.library_hints import HOT, LibraryHint
+    from profilers.counting import sites
+
+    lib = tmp_path / "site-packages"
+    lib.mkdir()
+    (lib / "looping_lib.py").write_text(LOOPING)
+    roots, places = sites._library_roots(), sites._library_places()
+    monkeypatch.setattr(sites, "_library_roots", lambda: (*roots, f"{lib}/"))
+    ours, site_dirs, stdlib, torch_dir = places
+    monkeypatch.setattr(
+        sites, "_library_places", lambda: (ours, (f"{lib}/", *site_dirs), stdlib, torch_dir)
+    )
+    spec = importlib.util.spec_from_file_location("looping_lib", lib / "looping_lib.py")
+    assert spec is not None and spec.loader is not None
+    looping = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(looping)
+
+    def work():
+        values = torch.ones(HOT, device="cuda").unbind()
+        looping.read_every(values)  # @reads
+        for v in values[:HOT]:
+            v.item()  # @own_reads
+
+    r = profiled(work)
+    found = [h for h in hints(r) if h.site.line == line_of("reads")]
+    assert [(type(h), h.kind) for h in found] == [(LibraryHint, "library_syncs")]
+    assert (
+        found[0].where
+        == f"looping_lib.py:2 <listcomp> (inside {found[0].site.file}:{line_of('reads')})"
+    )
+    assert "return [v.item() for v in values]" in found[0].message
+    assert found[0].evidence.startswith(f"{HOT} syncs (item {HOT}) and {HOT} copies made at")
+    # the user's own .item() loop keeps its hint
+    own = [h.kind for h in hints(r) if h.site.line == line_of("own_reads")]
+    assert own == ["item_in_loop"]
