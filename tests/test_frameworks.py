@@ -23,8 +23,8 @@ from types import ModuleType
 import pytest
 
 import profilers
-from gpuwatch.report.hints import Hint, hints
-from gpuwatch.report.library_hints import LibraryHint
+from gpuwatch.report.hints import Hint
+from gpuwatch.report.library_hints import LibraryHint, all_hints
 from profilers.libraries import LibraryFrame
 from profilers.records import Site
 from tests import conftest
@@ -105,7 +105,7 @@ def lines_of(fn: object) -> range:
 
 def knob_hints(report: profilers.Report) -> dict[str, LibraryHint]:
     out: dict[str, LibraryHint] = {}
-    for h in hints(report):
+    for h in all_hints(report):
         if isinstance(h, LibraryHint):
             assert h.kind not in out, f"{h.kind} twice"
             out[h.kind] = h
@@ -113,7 +113,7 @@ def knob_hints(report: profilers.Report) -> dict[str, LibraryHint]:
 
 
 def line_hints(report: profilers.Report, line: int) -> list[Hint]:
-    return [h for h in hints(report) if not isinstance(h, LibraryHint) and h.site.line == line]
+    return [h for h in all_hints(report) if not isinstance(h, LibraryHint) and h.site.line == line]
 
 
 # -- HF Trainer ---------------------------------------------------------------------------------

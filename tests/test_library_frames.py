@@ -263,10 +263,12 @@ def test_lib_lines_on_the_command_line_is_saved_in_the_report(tmp_path):
         if (s["file"], s["line"]) == ("s.py", 7):
             assert s["syncs"]["count"] == 0 and s["d2h"]["count"] == 0
     # the knob is found on the library's line as it is on a library frame
-    from gpuwatch.report.hints import hints
+    from gpuwatch.report.library_hints import all_hints
     from gpuwatch.report.load import load_report
 
-    found = [h for h in hints(load_report(str(tmp_path / "r.json"))) if h.kind.startswith("grad")]
+    found = [
+        h for h in all_hints(load_report(str(tmp_path / "r.json"))) if h.kind.startswith("grad")
+    ]
     assert [h.kind for h in found] == ["gradscaler_found_inf"]
     assert found[0].where.startswith("torch/amp/grad_scaler.py:")
 
@@ -280,8 +282,8 @@ def read_every(values):
 def test_an_unknown_librarys_frame_that_waits_often_is_named_in_a_hint(tmp_path, monkeypatch):
     """No knob is known for it: the hint names the frame and its line of code, and the user's
     line, whose every sync the library made, loses its '.item() in a loop' advice."""
-    from gpuwatch.report.hints import hints
     from gpuwatch.report.library_hints import HOT, LibraryHint
+    from gpuwatch.report.library_hints import all_hints as hints
     from profilers.counting import sites
 
     lib = tmp_path / "site-packages"

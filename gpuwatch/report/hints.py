@@ -77,9 +77,7 @@ def hints(report: Report, hot: int = HOT) -> list[Hint]:
         key=lambda h: (h.saving_ms, h.cost_ms, h.site.syncs.count, h.site.bytes_moved),
         reverse=True,
     )
-    from gpuwatch.report.library_hints import with_library_hints  # it imports Hint from here
-
-    return with_library_hints(report, out, steps)  # the knobs of the library frames
+    return out
 
 
 def _with_saving(h: Hint, saving: tuple[float, float] | None, w: dict[str, object]) -> Hint:

@@ -9,8 +9,9 @@ from typing import Any
 from gpuwatch import _format as fmt
 from gpuwatch.report.collectives import comm_html, rank_line
 from gpuwatch.report.compiled import compiled_lines
-from gpuwatch.report.hints import Hint, hints
+from gpuwatch.report.hints import Hint
 from gpuwatch.report.html_charts import charts, figure_json
+from gpuwatch.report.library_hints import all_hints
 from gpuwatch.report.memory import memory_html, memory_title
 from gpuwatch.report.text import (
     DIRECTION_NAMES,
@@ -208,7 +209,7 @@ def _time_text(r: Report) -> str:
 
 
 def _body(r: Report, places: dict[str, str]) -> str:
-    found = hints(r)
+    found = all_hints(r)
     return f"""{_header(r)}
 {_cards(r)}{_time_text(r)}{places["time"]}
 {memory_html(r)}{places["memory"] if memory_title(r) else ""}

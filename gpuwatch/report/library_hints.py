@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from gpuwatch.report.hints import Hint
+from gpuwatch.report.hints import Hint, hints
 from profilers import Report, Site
 
 #: An unknown library frame is worth a hint from this many syncs on.
@@ -368,8 +368,15 @@ def owned_by_libraries(s: Site) -> bool:
     return syncs == s.syncs.count and copies == _copies(s)
 
 
+def all_hints(report: Report) -> list[Hint]:
+    """The report's hints (:func:`gpuwatch.report.hints.hints`) with the library frames' (the
+    summary's and the HTML's)."""
+    steps = int(report.steps["count"]) if report.steps else 0
+    return with_library_hints(report, hints(report), steps)
+
+
 def with_library_hints(report: Report, found: list[Hint], steps: int) -> list[Hint]:
-    """``found`` (the lines' hints, ranked) with the library frames' hints, which come where
+    """``found`` (:func:`hints`' hints of the lines, ranked) with the library frames' hints, which come where
     their line's first hint was (the rest after, most syncs first). A line whose every copy
     and sync a library made keeps only its library frames' hints."""
     extra = library_hints(report, steps)

@@ -17,7 +17,8 @@ from rich.text import Text
 from gpuwatch import _format as fmt
 from gpuwatch.report.collectives import rank_line, summary_parts
 from gpuwatch.report.compiled import compiled_lines
-from gpuwatch.report.hints import Hint, hints
+from gpuwatch.report.hints import Hint
+from gpuwatch.report.library_hints import all_hints
 from gpuwatch.report.memory import failure_part, memory_part
 from gpuwatch.report.timeview import time_lines
 from profilers import DIRECTIONS, Report, Site
@@ -54,7 +55,7 @@ def summary(report: Report, top: int = 5) -> RenderableType:
     inside = _library_table(report, top)
     if inside is not None:
         parts.append(inside)
-    found = hints(report)
+    found = all_hints(report)
     if found:
         parts.append(_hints(found[:12]))
     elif no_gpu_error(report):
