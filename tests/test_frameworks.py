@@ -13,6 +13,7 @@ test skips, saying why, where its framework does not import."""
 from __future__ import annotations
 
 import inspect
+import io
 import json
 import os
 import sys
@@ -326,9 +327,11 @@ trainer.fit(Tiny(), DataLoader(data, batch_size=4, pin_memory={pin}))  # @fit
 """
 
 
-def lightning_program(prog_bar: bool = True, refresh: int = 1, pin: bool = False) -> str:
+def lightning_program(
+    prog_bar: str = "True", refresh: int = 1, pin: bool = False, steps: int = STEPS
+) -> str:
     return LIGHTNING.format(
-        prog_bar=prog_bar, refresh=refresh, pin=pin, steps=STEPS, samples=4 * STEPS
+        prog_bar=prog_bar, refresh=refresh, pin=pin, steps=steps, samples=4 * steps
     )
 
 
@@ -363,6 +366,17 @@ def test_lightning_progress_bar_reads_and_batch_copies_each_at_its_frame(tmp_pat
         found["lightning_batches"].message
     )
     assert line_hints(r, fit.line) == []  # every copy and sync was Lightning's
+    # in the summary and the HTML, under the frame that made it
+    from rich.console import Console
+
+    from gpuwatch.report.html import render_html
+    from gpuwatch.report.text import summary
+
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(summary(r))
+    where = f"{RESULT}:{pbar.line} metrics (inside prog.py:{fit.line})"
+    assert where in out.getvalue() and "TQDMProgressBar(refresh_rate=N)" in out.getvalue()
+    assert f"<code>{where}</code>" in render_html(r)
 
 
 def test_lightning_with_a_slower_bar_and_pinned_batches(tmp_path):
@@ -382,11 +396,25 @@ def test_lightning_with_a_slower_bar_and_pinned_batches(tmp_path):
 
 def test_lightning_without_prog_bar_reads_no_metric_per_batch(tmp_path):
     framework("lightning")
-    program = lightning_program(prog_bar=False)
+    program = lightning_program(prog_bar="False")
     r = profiled(tmp_path, program)
     fit = next(s for s in r.sites if s.line == line_with(program, "# @fit"))
     assert frames(fit, RESULT, "metrics") == []
     assert "lightning_progress_bar" not in knob_hints(r)
+
+
+def test_lightning_an_epoch_metric_is_read_once_an_epoch_whatever_its_steps(tmp_path):
+    """``on_step=False, on_epoch=True``: _ResultCollection._get_cache (result.py) has no value
+    for it at a batch end (`on_step and result_metric.meta.on_step`), so nothing is read per
+    batch; what the epoch's end reads is the same in one epoch of 4 steps as of 8."""
+    framework("lightning")
+    reads = []
+    for steps in (STEPS, 2 * STEPS):
+        program = lightning_program(prog_bar="True, on_step=False, on_epoch=True", steps=steps)
+        r = profiled(tmp_path, program)
+        fit = next(s for s in r.sites if s.line == line_with(program, "# @fit"))
+        reads.append(one_frame(fit, RESULT, "metrics", "convert_tensors_to_scalars").syncs)
+    assert reads[0] == reads[1] < STEPS
 
 
 # -- accelerate ---------------------------------------------------------------------------------
