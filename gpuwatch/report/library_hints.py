@@ -376,9 +376,10 @@ def all_hints(report: Report) -> list[Hint]:
 
 
 def with_library_hints(report: Report, found: list[Hint], steps: int) -> list[Hint]:
-    """``found`` (:func:`hints`' hints of the lines, ranked) with the library frames' hints, which come where
-    their line's first hint was (the rest after, most syncs first). A line whose every copy
-    and sync a library made keeps only its library frames' hints."""
+    """``found`` (:func:`hints`' hints of the lines, ranked) with the library frames' hints,
+    which come where their line's first hint was (the rest after, most syncs first). A line
+    whose every copy and sync a library made keeps only its library frames' hints, and so does
+    a known frame's line under ``--lib-lines``."""
     extra = library_hints(report, steps)
     if not extra:
         return found
@@ -386,11 +387,15 @@ def with_library_hints(report: Report, found: list[Hint], steps: int) -> list[Hi
     for lh in extra:
         by_site.setdefault(lh.site.key, []).append(lh)
     covered = {s.key for lh in extra for s in report.sites if f"{s.file}:{s.line}" in lh.callers}
+    # NB: under --lib-lines a known frame is a line: its ".item() in a loop" is the library's
+    asked = report.options.profile
+    known = {lh.site.key for lh in extra} if asked is not None and asked.lib_lines else set()
     out: list[Hint] = []
     for h in found:
         out += by_site.pop(h.site.key, [])
-        if not (h.site.key in covered and owned_by_libraries(h.site)):
-            out.append(h)
+        if h.site.key in known or (h.site.key in covered and owned_by_libraries(h.site)):
+            continue
+        out.append(h)
     for rest in by_site.values():
         out += rest
     return out

@@ -283,8 +283,10 @@ class UserCode:
         return _LIBRARY, self.display(filename)  # outside user_code's roots: a library too
 
 
-#: Lines of one statement read for a library frame's source (``if (`` spread over lines).
+#: Lines of one statement read for a library frame's source (``if (`` spread over lines), and
+#: the characters kept of it.
 STATEMENT_LINES = 8
+STATEMENT_CHARS = 400
 
 
 def statement(filename: str, line: int) -> str:
@@ -301,7 +303,7 @@ def statement(filename: str, line: int) -> str:
         depth += sum(text.count(c) for c in "([{") - sum(text.count(c) for c in ")]}")
         if depth <= 0:
             break
-    return " ".join(parts)
+    return " ".join(parts)[:STATEMENT_CHARS]
 
 
 def inside_tensor_printing(frame: FrameType | None) -> bool:
