@@ -12,6 +12,7 @@ test skips, saying why, where its framework does not import."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import io
 import json
@@ -60,11 +61,11 @@ def framework(name: str) -> ModuleType:
     e.g. a torchvision built for CUDA beside a CPU-only torch stops timm's import)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded: configs in code
     try:
-        return pytest.importorskip(name, reason=f"{name} is not installed (the frameworks extra)")
-    except pytest.skip.Exception:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any import failure is a reason to skip
-        pytest.skip(f"{name} does not import here: {type(exc).__name__}: {exc}")
+        return importlib.import_module(name)
+    except ImportError as exc:
+        pytest.skip(f"{name} does not import ({exc}): pip install -e '.[frameworks]'")
+    except Exception as exc:  # noqa: BLE001 - a broken install is a reason to skip, said
+        pytest.skip(f"{name} is installed but does not import: {type(exc).__name__}: {exc}")
 
 
 def profiled(tmp_path: Path, program: str, *options: str) -> profilers.Report:
