@@ -433,12 +433,13 @@ def loader(n):
 train, evals = loader({train}), loader({evals})
 model = torch.nn.Linear(8, 2)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(non_blocking={pin}))
+config = DataLoaderConfiguration(non_blocking={pin})
+accelerator = Accelerator(dataloader_config=config, mixed_precision="{mixed}")
 model, opt, train, evals = accelerator.prepare(model, opt, train, evals)
 for x, y in train:  # @train
     loss = torch.nn.functional.cross_entropy(model(x), y)
     accelerator.backward(loss)
-    opt.step()
+    opt.step()  # @step
     opt.zero_grad()
 correct = torch.zeros((), device=accelerator.device)
 for x, y in evals:  # @evals
@@ -455,7 +456,7 @@ print(correct.item())
 def test_accelerate_batch_copies_and_gather_for_metrics_on_one_process(tmp_path):
     framework("accelerate")
     eval_batches = 2
-    program = ACCELERATE.format(pin=False, train=4 * STEPS, evals=4 * eval_batches)
+    program = ACCELERATE.format(pin=False, train=4 * STEPS, evals=4 * eval_batches, mixed="no")
     r = profiled(tmp_path, program)
     # accelerate/data_loader.py:596 DataLoaderShard.__iter__'s send_to_device: x and y of each
     # batch, pageable (DataLoader's pin_memory=False), blocking (DataLoaderConfiguration's
@@ -481,12 +482,29 @@ def test_accelerate_batch_copies_and_gather_for_metrics_on_one_process(tmp_path)
 @pytest.mark.usefixtures("accelerate_state")
 def test_accelerate_pinned_and_non_blocking_batches_wait_for_nothing(tmp_path):
     framework("accelerate")
-    program = ACCELERATE.format(pin=True, train=4 * STEPS, evals=8)
+    program = ACCELERATE.format(pin=True, train=4 * STEPS, evals=8, mixed="no")
     r = profiled(tmp_path, program)
     site = next(s for s in r.sites if s.line == line_with(program, "# @train"))
     f = one_frame(site, "accelerate/data_loader.py", "__iter__", "send_to_device")
     assert counts(f) == (0, {}, 2 * STEPS, 0)
     assert "accelerate_batches" not in knob_hints(r)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("accelerate_state")
+def test_accelerate_float16_steps_read_gradscalers_found_inf_once_a_step(tmp_path):
+    framework("accelerate")
+    program = ACCELERATE.format(pin=False, train=4 * STEPS, evals=8, mixed="fp16")
+    r = profiled(tmp_path, program)
+    step = next(s for s in r.sites if s.line == line_with(program, "# @step"))
+    # accelerate/optimizer.py:173 AcceleratedOptimizer.step: `self.scaler.step(self.optimizer,
+    # closure)`: GradScaler's found_inf read (torch/amp/grad_scaler.py:371, a sync and a copy)
+    # and its replicas of inv_scale and found_inf (:33, two device copies), once a step.
+    f = one_frame(step, "accelerate/optimizer.py", "step", "scaler.step")
+    assert counts(f) == (STEPS, {"item": STEPS}, 3 * STEPS, STEPS)
+    hint = knob_hints(r)["gradscaler_found_inf"]
+    assert hint.where == f"accelerate/optimizer.py:{f.line} step (inside prog.py:{step.line})"
+    assert "mixed_precision 'bf16'" in hint.message
 
 
 def test_gather_for_metrics_of_objects_is_named_with_its_knob():

@@ -235,7 +235,7 @@ class Recorder:
     ) -> None:
         """Counts ``t`` at ``site``; ``ms`` is the op's host time, or ``timed`` its CUDA timing
         record (credited when the events complete); ``frame``, the Python frame that called
-        the op, names the library frame that made it (:meth:`UserCode.library_frame`)."""
+        the op, names the library frame that made it (:meth:`UserCode.library_code`)."""
         # NB: a copy of symbolic size (nbytes None) counts, its bytes apart (Copies.unknown_bytes);
         # the byte sums and the timeline take it as 0.
         nbytes = t.nbytes or 0

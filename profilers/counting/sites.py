@@ -196,24 +196,15 @@ class UserCode:
             filename = filename[len(self._cwd) :]
         return printable(filename)
 
-    def library_frame(self, frame: FrameType | None) -> tuple[str, int, str] | None:
-        """``(file, line, function)`` of the library code that made an op called from
-        ``frame``, below the user's line: the innermost frame of a library outside torch
-        (``transformers/trainer.py``), else torch's own innermost (``torch/amp/grad_scaler.py``),
+    def library_code(self, frame: FrameType | None) -> FrameType | None:
+        """The frame of the library code that made an op called from ``frame``, below the
+        user's line: the innermost frame of a library outside torch (``transformers/
+        trainer.py``) past the libraries' pass-through helpers (:data:`LIBRARY_PLUMBING`), else
+        the innermost such helper, else torch's own innermost (``torch/amp/grad_scaler.py``)
         past torch's dispatch plumbing; None when the user's line called the op itself.
 
         NB: walked only where a copy or sync is counted, never per op (the file's kind is
-        cached by name); ``file`` is relative to its site-packages (or the working directory)."""
-        found = self.library_code(frame)
-        if found is None:
-            return None
-        code = found.f_code
-        return self._kind(code.co_filename)[1], found.f_lineno, code.co_name
-
-    def library_code(self, frame: FrameType | None) -> FrameType | None:
-        """The frame :meth:`library_frame` names: the innermost library frame outside torch
-        that is not one of :data:`LIBRARY_PLUMBING`, else the innermost such helper, else
-        torch's innermost."""
+        cached by name)."""
         user = self.first(frame)
         found: FrameType | None = None
         helper: FrameType | None = None
