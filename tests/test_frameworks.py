@@ -588,6 +588,9 @@ def test_timm_float16_autocast_and_gradscaler_read_found_inf_once_a_step(tmp_pat
     replicas = one_frame(step, "torch/amp/grad_scaler.py", "get", "copy=True")
     assert counts(replicas) == (0, {}, 2 * STEPS, 0)
     assert (step.syncs.count, step.d2h.count, step.d2d.count) == (STEPS, STEPS, 2 * STEPS)
+    # timm's model itself (a ViT: attention, layer norms, under float16) copies and waits for
+    # nothing: no frame of timm's anywhere
+    assert [f for s in r.sites for f in s.library if f.file.startswith("timm/")] == []
     hint = knob_hints(r)["gradscaler_found_inf"]
     assert "once per optimizer step" in hint.message and "bfloat16" in hint.message
 
