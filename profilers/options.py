@@ -44,6 +44,9 @@ class Options:
     """Input iterators besides the DataLoader, by dotted name (``pkg.mod.Class``: its
     ``__next__``, or the iterators its ``__iter__`` returns; ``pkg.mod.fn``: its results): the
     time to get each item is an input wait (profilers/timing/inputs.py)."""
+    lib_lines: bool = False
+    """Each copy and sync a library made is charged to the library's line (its callers: the
+    user's lines) rather than to the user's line that called the library (``--lib-lines``)."""
 
 
 _OPTION_TYPES: dict[str, tuple[type, ...]] = {
@@ -58,9 +61,14 @@ _OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "time_steps": (int,),
 }
 
-_LATER_OPTIONS: dict[str, type] = {"memory": bool, "gpu": str, "inputs": list}
+_LATER_OPTIONS: dict[str, type] = {"memory": bool, "gpu": str, "inputs": list, "lib_lines": bool}
 """Options of :func:`profilers.profile` that came after the first reports: in the JSON only
-when asked."""
+when asked (not at their default)."""
+
+
+_LATER_DEFAULTS: dict[str, Any] = {
+    f.name: f.default for f in dataclasses.fields(Options) if f.name in _LATER_OPTIONS
+}
 
 
 @dataclass(frozen=True)
@@ -145,7 +153,7 @@ class RunOptions:
         if self.profile is not None:
             asked = dataclasses.asdict(self.profile)
             for name in _LATER_OPTIONS:
-                if asked[name] is None or asked[name] == ():
+                if asked[name] == _LATER_DEFAULTS[name]:
                     del asked[name]  # not asked: the JSON as before the option came
             out.update(_jsonable(asked))
         for name in (*_TEXT, "merged_ranks"):

@@ -111,6 +111,7 @@ class Profile:
         stack = ExitStack()
         try:
             recorder.trace_syncs = self.options.trace_syncs
+            recorder.lib_lines = self.options.lib_lines
             if self.options.trace_syncs:
                 _patches.hook_gpu_trace()
             else:
@@ -346,6 +347,7 @@ def profile(
     memory: bool | None = None,
     gpu: str | None = None,
     inputs: Sequence[str] = (),
+    lib_lines: bool = False,
 ) -> Profile:
     """Count copies, syncs and kernel time of the code run inside ``with profile() as prof:``.
 
@@ -382,6 +384,9 @@ def profile(
             ``__next__``, or its ``__iter__``'s iterators; a function: its results), each
             item's wait charged to the line that pulls it; ``profilers.input(it)`` marks one in
             the script. Raises :class:`InputNotFound` for a name that times nothing.
+        lib_lines: charge each copy and sync a library made (HF's Trainer, Lightning,
+            GradScaler) to the library's line, with the user's lines as its callers, rather
+            than to the user's line that called into the library (``Site.library``).
 
     A profile runs once; profiles cannot be nested. Leaving the block, also by an exception,
     restores every patch and the dispatch mode.
@@ -399,5 +404,6 @@ def profile(
         memory=memory,
         gpu=gpu,
         inputs=tuple(inputs),
+        lib_lines=lib_lines,
     )
     return Profile(opts, is_pinned=is_pinned, cuda=cuda)

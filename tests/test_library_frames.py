@@ -139,7 +139,8 @@ def test_a_third_party_librarys_own_line_is_named_before_torchs(tmp_path, monkey
             "file": "trainer_like.py",
             "line": 5,
             "function": "log_loss",
-            "copies": {"count": 1, "bytes": 4},
+            "source": "return loss.item()",
+            "copies": {"count": 1, "bytes": 4, "pageable": 1},  # into pageable memory
             "syncs": {"count": 1, "by_cause": {"item": 1}},
         }
     ]
@@ -165,15 +166,158 @@ def test_a_third_party_librarys_own_line_is_named_before_torchs(tmp_path, monkey
 
 
 def test_library_frames_merge_by_file_and_line():
-    a, b = LibraryFrame("x.py", 3, "f"), LibraryFrame("x.py", 3, "f")
+    a, b = LibraryFrame("x.py", 3, "f"), LibraryFrame("x.py", 3, "f", "x.to(d)")
     a.add(True, 4, "item")
     b.add(False, 0, "item")
-    b.add(True, 8, None)
+    b.add(True, 8, None, pageable=True)
     a.merge(b)
     assert a.to_dict() == {
         "file": "x.py",
         "line": 3,
         "function": "f",
-        "copies": {"count": 2, "bytes": 12},
+        "source": "x.to(d)",
+        "copies": {"count": 2, "bytes": 12, "pageable": 1},
         "syncs": {"count": 2, "by_cause": {"item": 2}},
     }
+    assert LibraryFrame.from_dict(a.to_dict()).to_dict() == a.to_dict()
+
+
+def test_lib_lines_charges_each_copy_and_sync_to_the_library_line():
+    """``--lib-lines``: GradScaler's found_inf read is a line of its own (its caller the user's
+    ``scaler.step`` line), and that line keeps none of it."""
+    steps = 2
+
+    def work():
+        model = nn.Linear(4, 2).to("cuda")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cuda")
+        for _ in range(steps):
+            scaler.scale(model(torch.ones(3, 4).to("cuda")).sum()).backward()  # @own2
+            scaler.step(opt)  # @step2
+            scaler.update()
+
+    from profilers.fake_cuda.harness import fake_cuda
+
+    with fake_cuda(1), profilers.profile(kernel_timing=False, lib_lines=True) as prof:
+        work()
+    r = prof.report()
+    scaler = torch.amp.grad_scaler
+    read = source_line(scaler.GradScaler._maybe_opt_step, ".item()")
+    replica = source_line(scaler._MultiDeviceReplicator.get, "copy=True")
+    found = site_at(r, read, "torch/amp/grad_scaler.py")
+    assert (found.file, found.function, found.syncs.count) == (
+        "torch/amp/grad_scaler.py",
+        "<genexpr>",
+        steps,
+    )
+    assert found.syncs.by_cause == {"item": steps}
+    assert found.d2h.count == steps  # found_inf, one float, read each step
+    assert ".item()" in found.source
+    step_line = f"{site_at(r, line_of('own2')).file}:{line_of('step2')} work"
+    assert found.stack[0] == step_line  # its caller: the user's line
+    assert site_at(r, replica, "torch/amp/grad_scaler.py").d2d.count == 2 * steps
+    # the user's line keeps only what it made itself
+    for s in r.sites:
+        if s.line == line_of("step2"):  # its ops may be counted; none of the copies or syncs
+            assert (s.syncs.count, s.bytes_moved, s.d2h.count, s.d2d.count) == (0, 0, 0, 0)
+    own = site_at(r, line_of("own2"))
+    assert (own.h2d.count, own.library) == (steps, ())
+    assert r.options.profile is not None and r.options.profile.lib_lines
+    assert r.to_dict()["options"]["lib_lines"] is True
+
+
+def test_lib_lines_is_off_by_default_and_absent_from_the_json():
+    def work():
+        torch.ones(2).to("cuda").sum().item()
+
+    doc = profiled(work).to_dict()
+    assert "lib_lines" not in doc["options"]
+
+
+def test_lib_lines_on_the_command_line_is_saved_in_the_report(tmp_path):
+    import json
+
+    from tests.helpers import gpuwatch_here
+
+    (tmp_path / "s.py").write_text(
+        "import torch\n"
+        "m = torch.nn.Linear(2, 2).to('cuda')\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "scaler = torch.amp.GradScaler('cuda')\n"
+        "for _ in range(10):\n"
+        "    scaler.scale(m(torch.ones(1, 2, device='cuda')).sum()).backward()\n"
+        "    scaler.step(opt)\n"
+        "    scaler.update()\n"
+    )
+    done = gpuwatch_here(
+        ["profile", "--fake-cuda", "--lib-lines", "-q", "--json", "r.json", "s.py"], tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["options"]["lib_lines"] is True
+    lines = {(s["file"], s["function"]): s for s in doc["sites"]}
+    read = lines[("torch/amp/grad_scaler.py", "<genexpr>")]
+    assert read["syncs"]["by_cause"] == {"item": 10}
+    assert read["stack"][0] == "s.py:7 <module>"
+    for s in doc["sites"]:
+        if (s["file"], s["line"]) == ("s.py", 7):
+            assert s["syncs"]["count"] == 0 and s["d2h"]["count"] == 0
+    # the knob is found on the library's line as it is on a library frame
+    from gpuwatch.report.library_hints import all_hints
+    from gpuwatch.report.load import load_report
+
+    at_read = [
+        h
+        for h in all_hints(load_report(str(tmp_path / "r.json")))
+        if h.site.file == "torch/amp/grad_scaler.py" and h.site.function == "<genexpr>"
+    ]
+    # the knob only: 10 reads would be ".item() in a loop", advice about torch's own code
+    assert [h.kind for h in at_read] == ["gradscaler_found_inf"]
+    assert at_read[0].where == f"torch/amp/grad_scaler.py:{read['line']} <genexpr>"
+
+
+LOOPING = """\
+def read_every(values):
+    return [v.item() for v in values]
+"""
+
+
+def test_an_unknown_librarys_frame_that_waits_often_is_named_in_a_hint(tmp_path, monkeypatch):
+    """No knob is known for it: the hint names the frame and its line of code, and the user's
+    line, whose every sync the library made, loses its '.item() in a loop' advice."""
+    from gpuwatch.report.library_hints import HOT, LibraryHint
+    from gpuwatch.report.library_hints import all_hints as hints
+    from profilers.counting import sites
+
+    lib = tmp_path / "site-packages"
+    lib.mkdir()
+    (lib / "looping_lib.py").write_text(LOOPING)
+    roots, places = sites._library_roots(), sites._library_places()
+    monkeypatch.setattr(sites, "_library_roots", lambda: (*roots, f"{lib}/"))
+    ours, site_dirs, stdlib, torch_dir = places
+    monkeypatch.setattr(
+        sites, "_library_places", lambda: (ours, (f"{lib}/", *site_dirs), stdlib, torch_dir)
+    )
+    spec = importlib.util.spec_from_file_location("looping_lib", lib / "looping_lib.py")
+    assert spec is not None and spec.loader is not None
+    looping = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(looping)
+
+    def work():
+        values = torch.ones(HOT, device="cuda").unbind()
+        looping.read_every(values)  # @reads
+        for v in values[:HOT]:
+            v.item()  # @own_reads
+
+    r = profiled(work)
+    found = [h for h in hints(r) if h.site.line == line_of("reads")]
+    assert [(type(h), h.kind) for h in found] == [(LibraryHint, "library_syncs")]
+    assert (
+        found[0].where
+        == f"looping_lib.py:2 <listcomp> (inside {found[0].site.file}:{line_of('reads')})"
+    )
+    assert "return [v.item() for v in values]" in found[0].message
+    assert found[0].evidence.startswith(f"{HOT} syncs (item {HOT}) and {HOT} copies made at")
+    # the user's own .item() loop keeps its hint
+    own = [h.kind for h in hints(r) if h.site.line == line_of("own_reads")]
+    assert own == ["item_in_loop"]

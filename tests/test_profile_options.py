@@ -37,6 +37,7 @@ EVERY = ProfileOptions(
     count_ops=True,
     user_code=("src", "lib"),
     inputs=("json.JSONDecoder", "itertools.count"),
+    lib_lines=True,
     timeline_capacity=123,
     checkpoint_s=5.0,
     gpu_interval_s=2.5,
@@ -187,6 +188,7 @@ def test_the_library_keywords_come_from_one_mapping():
         "memory": None,
         "gpu": None,
         "inputs": (),
+        "lib_lines": False,
     }
     fast = profiler_keywords(ProfileOptions(kernel_timing=False))
     assert (fast["kernel_timing"], fast["count_ops"]) == (False, None)
@@ -201,7 +203,7 @@ def test_the_library_keywords_come_from_one_mapping():
         ("src", "lib"),
         (2, 9),
     )
-    assert (built.timeline_capacity, built.trace_syncs) == (123, True)
+    assert (built.timeline_capacity, built.trace_syncs, built.lib_lines) == (123, True, True)
 
 
 STEPS = """\

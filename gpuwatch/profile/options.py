@@ -100,6 +100,16 @@ class ProfileOptions:
             magic=True,
         ),
     )
+    lib_lines: bool = _flag(
+        False,
+        Flag(
+            ("--lib-lines",),
+            "charge each copy and sync a library made (HF Trainer, Lightning, GradScaler) to "
+            "the library's line, your lines as its callers, not to your line that called it",
+            "true",
+            magic=True,
+        ),
+    )
     timeline_capacity: int = _flag(
         10_000,
         Flag(
@@ -352,6 +362,7 @@ def profiler_keywords(options: ProfileOptions) -> dict[str, Any]:
         "memory": True if options.memory else None,
         "gpu": options.gpu,
         "inputs": options.inputs,
+        "lib_lines": options.lib_lines,
     }
 
 

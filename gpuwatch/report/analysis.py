@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuwatch.report.hints import Hint, hints
+from gpuwatch.report.hints import Hint
+from gpuwatch.report.library_hints import all_hints
 from gpuwatch.report.line_costs import line_costs
 from gpuwatch.report.timeview import no_verdict, time_lines
 from gpuwatch.report.whatif import what_if_lines
@@ -32,7 +33,8 @@ class Findings:
     line_costs: Mapping[str, tuple[float, float]]
     """``file:line`` -> (ms per step, % of the step) charged to it, costliest first."""
     hints: tuple[Hint, ...]
-    """Every hint, the largest saving (or cost) first."""
+    """Every hint, the largest saving (or cost) first, with the knob of each well-known
+    library frame (library_hints.py)."""
     what_if_lines: tuple[str, ...]
     """The what-if table's lines (each fix's saving per step, replayed or PREDICTED); empty
     where the run has none."""
@@ -47,7 +49,7 @@ def analyze(report: Report) -> Findings:
         verdict_lines=tuple(time_lines(report, costs)),
         no_verdict=no_verdict(report),
         line_costs=costs,
-        hints=tuple(hints(report)),
+        hints=tuple(all_hints(report)),
         what_if_lines=tuple(what_if_lines(report)) if report.what_if else (),
         spreads=tuple(spreads(report, MAX_SPREAD_LINES)),
     )

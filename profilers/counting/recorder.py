@@ -17,7 +17,7 @@ import torch
 from profilers.counting.comm import CommRule
 from profilers.counting.ops import Classifier, IsPinned, Transfer, default_is_pinned
 from profilers.counting.origins import Provenance, note_batch, origin_of, source_of
-from profilers.counting.sites import UNKNOWN, UserCode, inside_tensor_printing
+from profilers.counting.sites import UNKNOWN, UserCode, inside_tensor_printing, statement
 from profilers.counting.threads import ThreadState, ThreadStates
 from profilers.errors import OpFailure
 from profilers.memory.tracker import MemoryTracker
@@ -105,6 +105,9 @@ class Recorder:
         self.failure: dict[str, Any] | None = None  # the latest device mismatch/OOM, explained
         self.provenance = Provenance()
         """The host storages factory ops made and loaders returned (the copies' origins)."""
+        self.lib_lines = False
+        """``--lib-lines``: a copy or sync a library made is charged to the library's line (its
+        callers: the user's lines), not to the user's line that called the library."""
 
     def internal_error(self, op: str, exc: BaseException) -> None:
         """Notes that the profiler failed on ``op`` (the op itself still ran, untouched)."""
@@ -171,6 +174,29 @@ class Recorder:
             table[key] = site
         return site
 
+    def _library_site(self, site: SiteStats, frame: FrameType) -> SiteStats:
+        """``--lib-lines``: the site of the library frame that made the op ``frame`` called
+        (:meth:`UserCode.library_code`), its callers the user's lines; ``site`` itself when the
+        user's line made the op. Looked up per copy or sync only, never per op."""
+        found = self.user.library_code(frame)
+        if found is None:
+            return site
+        code = found.f_code
+        line = found.f_lineno
+        table = self.state().table
+        key = (code.co_filename, line)
+        chain = [f"{site.file}:{site.line} {site.function}", *site.stack]
+        lib = table.get(key)
+        if lib is None:
+            lib = SiteStats(self.user.library_name(code.co_filename), line, code.co_name, chain)
+            lib.source = statement(code.co_filename, line)
+            lib.callers = {site.key}
+            table[key] = lib
+        elif len(lib.callers) < MAX_STACKS and site.key not in lib.callers:
+            lib.callers.add(site.key)
+            lib.add_stack(chain)
+        return lib
+
     # -- the hot path -------------------------------------------------------------------------
 
     def account(
@@ -217,12 +243,17 @@ class Recorder:
     ) -> None:
         """Counts ``t`` at ``site``; ``ms`` is the op's host time, or ``timed`` its CUDA timing
         record (credited when the events complete); ``frame``, the Python frame that called
-        the op, names the library frame that made it (:meth:`UserCode.library_frame`)."""
+        the op, names the library frame that made it (:meth:`UserCode.library_code`)."""
         # NB: a copy of symbolic size (nbytes None) counts, its bytes apart (Copies.unknown_bytes);
         # the byte sums and the timeline take it as 0.
         nbytes = t.nbytes or 0
         if frame is not None:  # the library frame that made it (here only: never per op)
-            self.user.note_library(site.libraries, frame, t.direction is not None, nbytes, t.sync)
+            if self.lib_lines:
+                site = self._library_site(site, frame)
+            else:
+                self.user.note_library(
+                    site.libraries, frame, t.direction is not None, nbytes, t.sync, t.pageable
+                )
         if t.direction is not None:
             copies = site.copies(t.direction)
             copies.add(t.nbytes, t.pageable, t.non_blocking)

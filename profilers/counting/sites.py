@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import linecache
 import os
 import site
 import sysconfig
@@ -82,7 +83,20 @@ _TORCH_PLUMBING = (
     os.path.join("_subclasses", ""),
 )
 
-_OTHER, _TORCH, _LIBRARY = 0, 1, 2
+#: Libraries' files that only pass a tensor on (apply a function over a collection, move a
+#: batch, wrap ``.to()``): the frame named is the library's caller of them, where the knob is
+#: (Lightning's progress bar, accelerate's DataLoader); a helper called straight from the
+#: user's line is still named. Suffixes of the path inside site-packages.
+LIBRARY_PLUMBING = (
+    "lightning_utilities/core/apply_func.py",
+    "lightning/fabric/utilities/apply_func.py",
+    "lightning_fabric/utilities/apply_func.py",
+    "lightning/fabric/utilities/device_dtype_mixin.py",
+    "lightning_fabric/utilities/device_dtype_mixin.py",
+    "accelerate/utils/operations.py",
+)
+
+_OTHER, _TORCH, _LIBRARY, _PLUMBING = 0, 1, 2, 3
 
 #: Code the user typed, with no file of its own: its lines are the user's wherever it runs.
 _TYPED = ("<stdin>", "<ipython-input-", "<console>")
@@ -182,28 +196,33 @@ class UserCode:
             filename = filename[len(self._cwd) :]
         return printable(filename)
 
-    def library_frame(self, frame: FrameType | None) -> tuple[str, int, str] | None:
-        """``(file, line, function)`` of the library code that made an op called from
-        ``frame``, below the user's line: the innermost frame of a library outside torch
-        (``transformers/trainer.py``), else torch's own innermost (``torch/amp/grad_scaler.py``),
+    def library_code(self, frame: FrameType | None) -> FrameType | None:
+        """The frame of the library code that made an op called from ``frame``, below the
+        user's line: the innermost frame of a library outside torch (``transformers/
+        trainer.py``) past the libraries' pass-through helpers (:data:`LIBRARY_PLUMBING`), else
+        the innermost such helper, else torch's own innermost (``torch/amp/grad_scaler.py``)
         past torch's dispatch plumbing; None when the user's line called the op itself.
 
         NB: walked only where a copy or sync is counted, never per op (the file's kind is
-        cached by name); ``file`` is relative to its site-packages (or the working directory)."""
+        cached by name)."""
         user = self.first(frame)
         found: FrameType | None = None
+        helper: FrameType | None = None
         while frame is not None and frame is not user:
             kind = self._kind(frame.f_code.co_filename)[0]
             if kind == _LIBRARY:
-                found = frame
-                break
-            if kind == _TORCH and found is None:
+                return frame
+            if kind == _PLUMBING and helper is None:
+                helper = frame
+            elif kind == _TORCH and found is None:
                 found = frame
             frame = frame.f_back
-        if found is None:
-            return None
-        code = found.f_code
-        return self._kind(code.co_filename)[1], found.f_lineno, code.co_name
+        return helper or found
+
+    def library_name(self, filename: str) -> str:
+        """How a library's file is shown: relative to its site-packages (``transformers/
+        trainer.py``), torch's as ``torch/...``."""
+        return self._kind(filename)[1]
 
     def note_library(
         self,
@@ -212,16 +231,21 @@ class UserCode:
         copied: bool,
         nbytes: int,
         sync: str | None,
+        pageable: bool = False,
     ) -> None:
-        """Counts a copy (``copied``, of ``nbytes``) and/or a sync (``sync``'s cause) at the
-        library frame that made the op ``frame`` called, in a line's ``libraries``."""
-        found = self.library_frame(frame)
+        """Counts a copy (``copied``, of ``nbytes``; ``pageable``: from or to pageable host
+        memory) and/or a sync (``sync``'s cause) at the library frame that made the op
+        ``frame`` called, in a line's ``libraries``."""
+        found = self.library_code(frame)
         if found is None:
             return
-        lib = libraries.get(found[:2])
+        code = found.f_code
+        key = (self._kind(code.co_filename)[1], found.f_lineno)
+        lib = libraries.get(key)
         if lib is None:
-            lib = libraries[found[:2]] = LibraryFrame(*found)
-        lib.add(copied, nbytes, sync)
+            text = statement(code.co_filename, found.f_lineno)
+            lib = libraries[key] = LibraryFrame(*key, code.co_name, text)
+        lib.add(copied, nbytes, sync, pageable)
 
     def _kind(self, filename: str) -> tuple[int, str]:
         known = self._kinds.get(filename)
@@ -243,10 +267,34 @@ class UserCode:
             return _TORCH, os.path.join("torch", inside)
         for root in sites:
             if path.startswith(root):
-                return _LIBRARY, printable(path[len(root) :])
+                inside = printable(path[len(root) :])
+                return (_PLUMBING if inside.endswith(LIBRARY_PLUMBING) else _LIBRARY), inside
         if path.startswith(stdlib):
             return _OTHER, filename
         return _LIBRARY, self.display(filename)  # outside user_code's roots: a library too
+
+
+#: Lines of one statement read for a library frame's source (``if (`` spread over lines), and
+#: the characters kept of it.
+STATEMENT_LINES = 8
+STATEMENT_CHARS = 400
+
+
+def statement(filename: str, line: int) -> str:
+    """The statement that starts at ``line`` of ``filename``, its lines joined (at most
+    :data:`STATEMENT_LINES`, until its brackets close): a frame of ``if (`` names the whole
+    condition, e.g. HF's ``if (self.args.logging_nan_inf_filter and ... torch.isnan(...)``."""
+    parts: list[str] = []
+    depth = 0
+    for n in range(line, line + STATEMENT_LINES):
+        text = linecache.getline(filename, n).strip()
+        if not text:
+            break
+        parts.append(text)
+        depth += sum(text.count(c) for c in "([{") - sum(text.count(c) for c in ")]}")
+        if depth <= 0:
+            break
+    return " ".join(parts)[:STATEMENT_CHARS]
 
 
 def inside_tensor_printing(frame: FrameType | None) -> bool:

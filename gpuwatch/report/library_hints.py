@@ -1,0 +1,444 @@
+"""Hints for the copies and syncs made inside libraries, one per library frame: for the frames
+of well-known frameworks (HF's Trainer and ``generate()``, Lightning, accelerate, torch's
+GradScaler) the setting that turns the cost off or down; for any other, the frame that made it.
+
+A frame is known by the end of its file's path and its function, or by its line of code, never
+by its line number: the knob is found wherever a release moved the line. Each knob was read in
+the source of the release named beside it (transformers 5.24.0, lightning 2.6.6, accelerate
+1.15.0, torch 2.13.0). Pure functions of a :class:`profilers.Report`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from gpuwatch.report.hints import Hint, hints
+from profilers import Report, Site
+
+#: An unknown library frame is worth a hint from this many syncs on.
+HOT = 10
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What one library frame made, summed over the user's lines that reached it."""
+
+    file: str
+    line: int
+    function: str
+    source: str
+    syncs: int
+    by_cause: dict[str, int]
+    copies: int
+    copy_bytes: int
+    pageable: int
+    sites: tuple[Site, ...]
+    """The user's lines that reached it (under ``--lib-lines``: the library line itself)."""
+    lines: tuple[int, ...] = ()
+    """Every line of the function it stands for, where frames with one knob were grouped."""
+
+    @property
+    def where(self) -> str:
+        lines = ",".join(str(n) for n in self.lines or (self.line,))
+        return f"{self.file}:{lines} {self.function}"
+
+    @property
+    def library(self) -> str:
+        """The package, from the path: ``transformers``, ``lightning``, ``torch``."""
+        return self.file.split("/", 1)[0]
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A well-known library frame and what to set there."""
+
+    kind: str
+    files: tuple[str, ...]
+    """Path endings inside site-packages (either namespace of a package: lightning's two)."""
+    functions: tuple[str, ...] = ()
+    """The frame's function (any, when empty)."""
+    source: str = ""
+    """A regular expression its line of code matches (any line, when empty)."""
+    advice: Callable[[Frame], str] = lambda f: ""
+    when: Callable[[Frame], bool] = lambda f: True
+    """Whether the frame's counts call for the knob (batches copied from pinned memory
+    without a wait need nothing)."""
+
+    def matches(self, f: Frame) -> bool:
+        return (
+            f.file.endswith(self.files)
+            and (not self.functions or f.function in self.functions)
+            and (not self.source or re.search(self.source, f.source) is not None)
+        )
+
+
+def _pin_and_overlap(f: Frame) -> str:
+    """accelerate's DataLoader (HF's Trainer's too) copies each batch with send_to_device."""
+    parts = ["accelerate copies each batch to the GPU here"]
+    if f.pageable:
+        parts.append(
+            f"{f.pageable:,} of the {f.copies:,} copies came from pageable memory, which cannot "
+            "overlap: pin the batches (HF Trainer: TrainingArguments(dataloader_pin_memory=True), "
+            "its default; accelerate: DataLoader(..., pin_memory=True))"
+        )
+    if f.by_cause.get("copy_to_device", 0):
+        parts.append(
+            "the host waits for each copy: let accelerate copy without waiting (HF Trainer: "
+            "TrainingArguments(accelerator_config={'non_blocking': True}); accelerate: "
+            "Accelerator(dataloader_config=DataLoaderConfiguration(non_blocking=True))), "
+            "which needs pinned batches"
+        )
+    parts.append(
+        "dataloader_num_workers=N (HF) / DataLoader(num_workers=N) loads and pins the next "
+        "batches beside the step"
+    )
+    return "; ".join(parts)
+
+
+def _lightning_transfer(f: Frame) -> str:
+    pinned = (
+        f"{f.pageable:,} of the {f.copies:,} copies came from pageable memory: "
+        if f.pageable
+        else ""
+    )
+    return (
+        "Lightning copies each batch to the GPU here (transfer_batch_to_device, "
+        f"non_blocking=True); {pinned}build your DataLoaders with pin_memory=True, so the "
+        "copy overlaps the step, and num_workers=N, so batches are loaded beside it"
+    )
+
+
+KNOBS: tuple[Knob, ...] = (
+    # transformers/trainer.py (5.24.0) Trainer._run_epoch: `if self.args.logging_nan_inf_filter
+    # and ... (torch.isnan(tr_loss_step) or torch.isinf(tr_loss_step))`: two bool() reads of
+    # the loss per batch (one where it is NaN).
+    Knob(
+        "hf_nan_inf_filter",
+        ("transformers/trainer.py",),
+        source=r"\bisnan\b|\bisinf\b",
+        advice=lambda f: (
+            "HF's Trainer checks every batch's loss for NaN/inf on the host (isnan, then "
+            "isinf: each waits for the GPU): TrainingArguments(logging_nan_inf_filter=False) "
+            "turns the check off (a NaN loss then reaches the logged average)"
+        ),
+    ),
+    # transformers/trainer.py Trainer._maybe_log_save_evaluate: `tr_loss_scalar =
+    # nested_gather(tr_loss, ...).mean().item()` and `grad_norm.item()`, each time it logs.
+    Knob(
+        "hf_logging_steps",
+        ("transformers/trainer.py",),
+        ("_maybe_log_save_evaluate",),
+        r"\.item\(\)",
+        lambda f: (
+            "HF's Trainer reads the loss and the gradient norm with .item() each time it logs: "
+            "TrainingArguments(logging_steps=N) logs every N steps (default 500), fewer reads"
+        ),
+    ),
+    # transformers/masking_utils.py find_packed_sequence_indices, reached from
+    # _preprocess_mask_arguments only `if position_ids is not None and attention_mask is None
+    # and cache is None`: `(packed_sequence_mask[:, -1] == 0).all()` read on the host.
+    Knob(
+        "hf_packed_sequences",
+        ("transformers/masking_utils.py",),
+        ("find_packed_sequence_indices",),
+        advice=lambda f: (
+            "with no attention_mask, the model checks on the host whether each batch packs "
+            "several sequences (a sync every forward): pass attention_mask with each batch "
+            "(the check runs only without one)"
+        ),
+    ),
+    # transformers/generation/utils.py StopCheck.__call__: `return
+    # bool(unfinished_sequences.max() == 0)` after every new token (DeferredStopCheck, which
+    # reads it a step late, is used on "mps" only in 5.24.0).
+    Knob(
+        "hf_generate_stop",
+        ("transformers/generation/utils.py",),
+        source=r"unfinished_sequences\.max\(\)",
+        advice=lambda f: (
+            "generate() asks the GPU after every new token whether all sequences are finished "
+            "(its stopping criteria, read on the host: one sync per token, whatever the batch "
+            "size): generate for many prompts in one call, bound the length with "
+            "max_new_tokens, and keep custom StoppingCriteria on the device (return a tensor, "
+            "never .item())"
+        ),
+    ),
+    Knob(
+        "accelerate_batches",
+        ("accelerate/data_loader.py",),
+        source=r"send_to_device",
+        advice=_pin_and_overlap,
+        when=lambda f: bool(f.pageable or f.syncs),
+    ),
+    # accelerate/accelerator.py Accelerator.gather_for_metrics: `use_gather_object or not
+    # all_tensors` goes through gather_object (torch's all_gather_object: each object
+    # pickled into a GPU tensor, its size and bytes read back).
+    Knob(
+        "accelerate_gather_for_metrics",
+        ("accelerate/accelerator.py",),
+        ("gather_for_metrics", "gather"),
+        advice=lambda f: (
+            "accelerate's gather_for_metrics copies and waits here: gather tensors, not Python "
+            "objects (use_gather_object=True and non-tensor inputs pickle each object through "
+            "the GPU), and gather once per evaluation (accumulate predictions on the device) "
+            "rather than once per batch"
+        ),
+    ),
+    # accelerate/optimizer.py AcceleratedOptimizer.step: `self.scaler.step(self.optimizer,
+    # closure)` under mixed_precision="fp16": GradScaler's found_inf read.
+    Knob(
+        "gradscaler_found_inf",
+        ("torch/amp/grad_scaler.py", "torch/cuda/amp/grad_scaler.py", "accelerate/optimizer.py"),
+        source=r"found_inf|scaler\.step",
+        advice=lambda f: (
+            "GradScaler reads found_inf once per optimizer step (one sync per step: normal for "
+            "float16, it skips steps whose gradients overflowed, and waits for the backward "
+            "before the optimizer runs); bfloat16 autocast (torch.autocast('cuda', "
+            "dtype=torch.bfloat16); accelerate/Lightning: mixed_precision 'bf16') needs no "
+            "GradScaler and no such sync"
+        ),
+    ),
+    # lightning/pytorch/core/hooks.py DataHooks.transfer_batch_to_device: move_data_to_device
+    # (lightning/fabric/utilities/apply_func.py batch_to: non_blocking=True on CUDA).
+    Knob(
+        "lightning_batches",
+        ("lightning/pytorch/core/hooks.py", "pytorch_lightning/core/hooks.py"),
+        ("transfer_batch_to_device",),
+        advice=_lightning_transfer,
+        when=lambda f: bool(f.pageable or f.syncs),
+    ),
+    # lightning/pytorch/trainer/connectors/logger_connector/result.py
+    # _ResultCollection.metrics: `metrics["pbar"][forked_name] =
+    # convert_tensors_to_scalars(value)` for each metric logged with prog_bar=True, read at
+    # every batch end (LoggerConnector.on_batch_end) and by the progress bar at each refresh
+    # (TQDMProgressBar.on_train_batch_end: `current % self.refresh_rate == 0`).
+    Knob(
+        "lightning_progress_bar",
+        ("logger_connector/result.py",),
+        ("metrics",),
+        r"convert_tensors_to_scalars|pbar",
+        lambda f: (
+            "Lightning turns each metric logged with prog_bar=True into a Python number at "
+            "every batch end and again at every progress-bar refresh (each a sync): "
+            "self.log(..., prog_bar=False) for what you need not watch, self.log(..., "
+            "on_step=False, on_epoch=True) to read it once an epoch, or refresh the bar less "
+            "often: Trainer(callbacks=[TQDMProgressBar(refresh_rate=N)])"
+        ),
+    ),
+)
+
+
+def library_frames(report: Report) -> list[Frame]:
+    """Every library frame of the report, summed over the user's lines that reached it, most
+    syncs first."""
+    found: dict[tuple[str, int], list[Frame]] = {}
+    for s in report.sites:
+        for lf in s.library:
+            frame = Frame(
+                lf.file,
+                lf.line,
+                lf.function,
+                lf.source,
+                lf.syncs,
+                dict(lf.by_cause),
+                lf.copies,
+                lf.copy_bytes,
+                lf.pageable,
+                (s,),
+            )
+            found.setdefault((lf.file, lf.line), []).append(frame)
+    merged = [_merge(frames) for frames in found.values()]
+    return sorted(merged, key=lambda f: (-f.syncs, -f.copies, f.file, f.line))
+
+
+def lib_lines(report: Report) -> list[Frame]:
+    """Under ``--lib-lines`` the lines are the library frames themselves: each line as a
+    frame (only a known one gets a hint: a user's file and a library's look alike here)."""
+    return [
+        Frame(
+            s.file,
+            s.line,
+            s.function,
+            s.source,
+            s.syncs.count,
+            dict(s.syncs.by_cause),
+            _copies(s),
+            s.bytes_moved,
+            sum(s.copies(w).pageable for w in ("h2d", "d2h")),
+            (s,),
+        )
+        for s in report.sites
+    ]
+
+
+def knob_for(frame: Frame) -> Knob | None:
+    """The well-known frame ``frame`` is, if any."""
+    return next((k for k in KNOBS if k.matches(frame)), None)
+
+
+@dataclass(frozen=True)
+class LibraryHint(Hint):
+    """A hint about a library frame: ``where`` names the frame, then the user's lines."""
+
+    frame: str = ""
+    """``transformers/trainer.py:1919 _run_epoch``."""
+    callers: tuple[str, ...] = ()
+    """The user's lines that reached it (``train.py:31``)."""
+
+    @property
+    def where(self) -> str:
+        if not self.callers or self.callers == (self.frame.split(" ", 1)[0],):
+            return self.frame
+        return f"{self.frame} (inside {', '.join(self.callers)})"
+
+
+def library_hints(report: Report, steps: int) -> list[LibraryHint]:
+    """One hint per library frame: the knob of a known one, whatever its count; any other
+    where it waited often (:func:`_repeated_reads`)."""
+    out: list[LibraryHint] = []
+    asked = report.options.profile
+    if asked is not None and asked.lib_lines:
+        frames, generic = lib_lines(report), False
+    else:
+        frames, generic = library_frames(report), True
+    for f, knob in _grouped(frames):
+        site = max(f.sites, key=lambda s: (s.syncs.count, s.bytes_moved))
+        if knob is not None:
+            if not knob.when(f):
+                continue
+            kind, message = knob.kind, knob.advice(f)
+        elif generic and _repeated_reads(f, site, steps):
+            kind = "library_syncs"
+            message = (
+                f"{f.library} waits for the GPU here, inside your line {site.file}:{site.line}: "
+                f"look for a setting of {f.library} that controls `{f.source or f.function}` "
+                "(gpuwatch knows no knob for this frame)"
+            )
+        else:
+            continue
+        callers = tuple(dict.fromkeys(f"{s.file}:{s.line}" for s in f.sites))
+        out.append(
+            LibraryHint(kind, site, message, _evidence(f, steps), frame=f.where, callers=callers)
+        )
+    return out
+
+
+def _grouped(frames: list[Frame]) -> list[tuple[Frame, Knob | None]]:
+    """The frames that made anything, each with its knob; the frames of one function with
+    one knob as one (HF's two ``.item()`` lines of ``_maybe_log_save_evaluate``: one hint)."""
+    out: list[tuple[Frame, Knob | None]] = []
+    by_knob: dict[tuple[str, str, str], list[Frame]] = {}
+    for f in frames:
+        if not (f.syncs or f.copies):
+            continue
+        knob = knob_for(f)
+        if knob is None:
+            out.append((f, None))
+            continue
+        key = (knob.kind, f.file, f.function)
+        if key not in by_knob:
+            by_knob[key] = []
+            out.append((f, knob))  # its place: the group's first (most syncs) frame
+        by_knob[key].append(f)
+    return [
+        (_merge(by_knob[(k.kind, f.file, f.function)]), k) if k is not None else (f, None)
+        for f, k in out
+    ]
+
+
+def _repeated_reads(f: Frame, site: Site, steps: int) -> bool:
+    """Whether an unknown frame is worth a hint: :data:`HOT` syncs or more, in more than one
+    step where steps were counted, and not only blocking copies to the GPU where none were
+    (a model's ``.to(device)`` inside a library, once)."""
+    if f.syncs < HOT:
+        return False
+    if steps >= 2:
+        return site.steps_active != 1
+    return any(cause != "copy_to_device" for cause in f.by_cause)
+
+
+def owned_by_libraries(s: Site) -> bool:
+    """Whether every copy and sync of the user's line ``s`` was made inside libraries (its
+    own hints, "keep the value on the device", would be about code the user did not write)."""
+    if not s.library:
+        return False
+    syncs = sum(f.syncs for f in s.library)
+    copies = sum(f.copies for f in s.library)
+    return syncs == s.syncs.count and copies == _copies(s)
+
+
+def all_hints(report: Report) -> list[Hint]:
+    """The report's hints (:func:`gpuwatch.report.hints.hints`) with the library frames' (the
+    summary's and the HTML's)."""
+    steps = int(report.steps["count"]) if report.steps else 0
+    return with_library_hints(report, hints(report), steps)
+
+
+def with_library_hints(report: Report, found: list[Hint], steps: int) -> list[Hint]:
+    """``found`` (:func:`hints`' hints of the lines, ranked) with the library frames' hints,
+    which come where their line's first hint was (the rest after, most syncs first). A line
+    whose every copy and sync a library made keeps only its library frames' hints, and so does
+    a known frame's line under ``--lib-lines``."""
+    extra = library_hints(report, steps)
+    if not extra:
+        return found
+    by_site: dict[tuple[str, int], list[Hint]] = {}
+    for lh in extra:
+        by_site.setdefault(lh.site.key, []).append(lh)
+    covered = {s.key for lh in extra for s in report.sites if f"{s.file}:{s.line}" in lh.callers}
+    # NB: under --lib-lines a known frame is a line: its ".item() in a loop" is the library's
+    asked = report.options.profile
+    known = {lh.site.key for lh in extra} if asked is not None and asked.lib_lines else set()
+    out: list[Hint] = []
+    for h in found:
+        out += by_site.pop(h.site.key, [])
+        if h.site.key in known or (h.site.key in covered and owned_by_libraries(h.site)):
+            continue
+        out.append(h)
+    for rest in by_site.values():
+        out += rest
+    return out
+
+
+def _evidence(f: Frame, steps: int) -> str:
+    parts = []
+    if f.syncs:
+        causes = ", ".join(f"{k} {v:,}" for k, v in f.by_cause.items())
+        parts.append(f"{f.syncs:,} syncs ({causes})")
+    if f.copies:
+        parts.append(f"{f.copies:,} copies")
+    text = " and ".join(parts) + f" made at {f.where}"
+    if steps >= 2:
+        text += f"; {_rate(f.syncs, steps, 'sync', 'syncs')} and "
+        text += f"{_rate(f.copies, steps, 'copy', 'copies')} per step"
+    lines = ", ".join(dict.fromkeys(f"{s.file}:{s.line}" for s in f.sites))
+    return f"{text}; from {lines}"
+
+
+def _rate(n: int, steps: int, one: str, many: str) -> str:
+    rate = n / steps
+    text = f"{rate:.0f}" if rate == int(rate) else f"{rate:.2g}"
+    return f"{text} {one if rate == 1 else many}"
+
+
+def _copies(s: Site) -> int:
+    return sum(s.copies(way).count for way in ("h2d", "d2h", "d2d", "p2p"))
+
+
+def _merge(frames: list[Frame]) -> Frame:
+    first = frames[0]
+    by_cause: dict[str, int] = {}
+    for f in frames:
+        for k, v in f.by_cause.items():
+            by_cause[k] = by_cause.get(k, 0) + v
+    return replace(
+        first,
+        syncs=sum(f.syncs for f in frames),
+        by_cause=by_cause,
+        copies=sum(f.copies for f in frames),
+        copy_bytes=sum(f.copy_bytes for f in frames),
+        pageable=sum(f.pageable for f in frames),
+        sites=tuple({s.key: s for f in frames for s in f.sites}.values()),
+        lines=tuple(sorted({n for f in frames for n in f.lines or (f.line,)})),
+    )
