@@ -104,7 +104,7 @@ def test_the_counts_compared_are_not_empty():
     # accuracy .cpu() each step
     assert walk["totals"]["syncs"]["item"] == 6
     assert walk["totals"]["syncs"]["copy_to_host"] == 6
-    assert walk["lines"]["demos/fake_gpu_walkthrough.py:35"]["h2d"][0] == 6
+    assert walk["lines"]["demos/fake_gpu_walkthrough.py:41"]["h2d"][0] == 6
     for name in WORKLOADS:
         fast, mode = recorded[f"{name}/fast"], recorded[f"{name}/mode"]
         assert fast["lines"] and fast == mode, f"{name}: the two counting paths disagree"
