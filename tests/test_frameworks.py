@@ -13,6 +13,7 @@ test skips, saying why, where its framework does not import."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import io
 import json
@@ -60,12 +61,27 @@ def framework(name: str) -> ModuleType:
     """``import name``, or the test skips saying why (not installed, or installed but broken:
     e.g. a torchvision built for CUDA beside a CPU-only torch stops timm's import)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded: configs in code
+    broken = _broken_torchvision()
+    if broken is not None:  # NB: each framework imports it where it is installed
+        pytest.skip(f"torchvision is installed but does not import beside this torch: {broken}")
     try:
         return importlib.import_module(name)
     except ImportError as exc:
         pytest.skip(f"{name} does not import ({exc}): pip install -e '.[frameworks]'")
     except Exception as exc:  # noqa: BLE001 - a broken install is a reason to skip, said
         pytest.skip(f"{name} is installed but does not import: {type(exc).__name__}: {exc}")
+
+
+def _broken_torchvision() -> str | None:
+    """Why an installed torchvision does not import (PyPI's, built for CUDA, beside a CPU-only
+    torch: "operator torchvision::nms does not exist"), None where it imports or is absent."""
+    if importlib.util.find_spec("torchvision") is None:
+        return None
+    try:
+        importlib.import_module("torchvision")
+    except Exception as exc:  # noqa: BLE001 - what stops it is the reason given
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def profiled(tmp_path: Path, program: str, *options: str) -> profilers.Report:
