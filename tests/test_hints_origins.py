@@ -1,4 +1,4 @@
-"""The right fix on the right line (issue 44): a copy's hint follows where its tensor came from
+"""The right fix on the right line: a copy's hint follows where its tensor came from
 (a loader's batch, a factory on the host, a parameter moved once, a pinned buffer), how often
 is said from the steps, neighbours with one fix are one hint, and the hints are ranked by time,
 the loader's included.
