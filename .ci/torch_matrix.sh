@@ -16,6 +16,8 @@ cd "$(dirname "$0")/.."
 
 # release, Python (2.11 runs on 3.12: the lent GPU machine's)
 MATRIX=("2.9.1 python3.11" "2.11.0 python3.12" "2.15.0 python3.11")
+# The entry that also runs the real frameworks' tests (tests/test_frameworks.py).
+FRAMEWORKS_ON=2.15.0
 
 # The tests that depend on the torch release: the counting paths, the fake GPU, time, memory,
 # the private hooks and the demos. The monitor, the TUI, the exporter and the renderers do not
@@ -116,6 +118,16 @@ print(torch.__version__, "CUDA", torch.version.cuda, "Python", sys.version.split
         || status=1
     PATH="$env/bin:$PATH" "$env/bin/python" -m pytest -q -n 2 -p no:cacheprovider \
         tests/test_distributed.py || status=1
+    # The real frameworks (HF Trainer and generate(), Lightning, accelerate, timm), their current
+    # releases, on the newest torch: its CUDA build is what their users have, and PyPI's
+    # torchvision (timm's) imports beside it (beside the CPU build of the full suite it cannot,
+    # and timm's tests skip there).
+    if [ "$version" = "$FRAMEWORKS_ON" ]; then
+        "${pypi[@]}" "$env/bin/python" -m pip install -q -e '.[frameworks]' "torch==$version" \
+            >&2 || status=1
+        PATH="$env/bin:$PATH" "$env/bin/python" -m pytest -q -n 2 -p no:cacheprovider -rs \
+            tests/test_frameworks.py || status=1
+    fi
     # The GPU tests and the GPU checks' own imports, on the lent machine's release: collected
     # (their modules import and their fixtures resolve here; the tests skip without a GPU).
     if [ "$version" = 2.11.0 ]; then
