@@ -44,6 +44,9 @@ class Options:
     """Input iterators besides the DataLoader, by dotted name (``pkg.mod.Class``: its
     ``__next__``, or the iterators its ``__iter__`` returns; ``pkg.mod.fn``: its results): the
     time to get each item is an input wait (profilers/timing/inputs.py)."""
+    what_if: bool = False
+    """On a GPU, record every op for a replay of the steps: the report's ``what_if`` (each
+    fix's saving). Off, the hot path keeps no record; ``gpu`` replays in any case."""
 
 
 _OPTION_TYPES: dict[str, tuple[type, ...]] = {
@@ -58,7 +61,7 @@ _OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "time_steps": (int,),
 }
 
-_LATER_OPTIONS: dict[str, type] = {"memory": bool, "gpu": str, "inputs": list}
+_LATER_OPTIONS: dict[str, type] = {"memory": bool, "gpu": str, "inputs": list, "what_if": bool}
 """Options of :func:`profilers.profile` that came after the first reports: in the JSON only
 when asked."""
 
@@ -145,7 +148,7 @@ class RunOptions:
         if self.profile is not None:
             asked = dataclasses.asdict(self.profile)
             for name in _LATER_OPTIONS:
-                if asked[name] is None or asked[name] == ():
+                if asked[name] in (None, ()) or (name == "what_if" and not asked[name]):
                     del asked[name]  # not asked: the JSON as before the option came
             out.update(_jsonable(asked))
         for name in (*_TEXT, "merged_ranks"):

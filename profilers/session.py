@@ -147,7 +147,9 @@ class Profile:
                     recorder, self.options.time_steps, per_thread if counting == "copies" else None
                 )
                 sample_gaps(stack, recorder.step_clock, recorder.user)  # their lines named
-                self._log = start_log(stack, recorder, recorder.step_clock, self.options.gpu)
+                self._log = start_log(
+                    stack, recorder, recorder.step_clock, self.options.gpu, self.options.what_if
+                )
                 if self.options.gpu is None and simulated_gpus() is None:
                     start_gpu_time(recorder, recorder.step_clock)  # the GPU half, measured
             if self.options.steps is None:
@@ -342,6 +344,7 @@ def profile(
     memory: bool | None = None,
     gpu: str | None = None,
     inputs: Sequence[str] = (),
+    what_if: bool = False,
 ) -> Profile:
     """Count copies, syncs and kernel time of the code run inside ``with profile() as prof:``.
 
@@ -378,6 +381,9 @@ def profile(
             ``__next__``, or its ``__iter__``'s iterators; a function: its results), each
             item's wait charged to the line that pulls it; ``profilers.input(it)`` marks one in
             the script. Raises :class:`InputNotFound` for a name that times nothing.
+        what_if: on a GPU, record each op for a replay of the steps: ``report.what_if``,
+            every fix's saving per step, replayed (``gpu`` always does). Off, the hot path
+            keeps no record and the report has no ``what_if``.
 
     A profile runs once; profiles cannot be nested. Leaving the block, also by an exception,
     restores every patch and the dispatch mode.
@@ -395,5 +401,6 @@ def profile(
         memory=memory,
         gpu=gpu,
         inputs=tuple(inputs),
+        what_if=what_if,
     )
     return Profile(opts, is_pinned=is_pinned, cuda=cuda)

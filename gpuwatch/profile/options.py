@@ -387,6 +387,8 @@ def profiler_keywords(options: ProfileOptions) -> dict[str, Any]:
         "memory": True if options.memory else None,
         "gpu": options.gpu,
         "inputs": options.inputs,
+        # NB: the replay's record of every op costs the hot path: kept only when asked for
+        "what_if": options.what_if,
     }
 
 

@@ -58,11 +58,7 @@ def what_if_lines(r: Report) -> list[str]:
     """The ``--what-if`` table: every fix, its saving, the combined saving, the overlap."""
     w = r.what_if
     if not w:
-        why = (
-            "no GPU times to replay: run on a GPU with kernel timing, or with --fake-cuda --gpu "
-            "NAME for a prediction"
-        )
-        return [f"What if: not available ({why})."]
+        return [f"What if: not available ({_why_none(r)})."]
     base = float(w["unprofiled_ms"])
     out = [
         f"What if ({label(w)}; step {w['step']}, {w['ops']:,} ops"
@@ -89,6 +85,23 @@ def what_if_lines(r: Report) -> list[str]:
         f"{fmt.duration_ms(float(w['sum_ms']))}, " + _overlap(float(w["interaction_ms"]))
     )
     return out
+
+
+def _why_none(r: Report) -> str:
+    """Why a report has no ``what_if``: a GPU run records its steps for a replay only when
+    asked (the record of every op costs the hot path), other runs have no GPU times."""
+    asked = r.options.profile
+    if r.options.timing_source == "cuda_events" and asked is not None:
+        if not asked.what_if:
+            return "the run did not record its steps for a replay: profile it with --what-if"
+        return (
+            "no whole step was recorded to replay: the replay needs the run's steps timed "
+            "(no --steps window), each ended by optimizer.step() or profilers.step()"
+        )
+    return (
+        "no GPU times to replay: run on a GPU with kernel timing, or with --fake-cuda --gpu "
+        "NAME for a prediction"
+    )
 
 
 def _overlap(ms: float) -> str:
