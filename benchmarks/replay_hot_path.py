@@ -23,7 +23,9 @@ and bytecodes run in ``profilers/``), for the CPU and stand-in GPU profiles: fig
 machine does not move.
 
 Each round runs every variant once, in turn, so drift hits all alike; the median round counts.
-Overhead per op = (variant - its family's plain run) / ops. Run it on two trees (before and after
+Times are the process's CPU time (every thread's: autograd's device threads run the fake GPU's
+backward), not the wall clock: on a shared machine a wall clock counts the time the process
+waited for a core. Overhead per op = (variant - its family's plain run) / ops. Run it on two trees (before and after
 a change) and compare the ratios to the bare mode: on a shared 2-core machine the absolute
 figures move by tens of percent, the ratios much less. The load average is printed.
 """
@@ -31,10 +33,12 @@ figures move by tens of percent, the ratios much less. The load average is print
 from __future__ import annotations
 
 import argparse
+import gc
 import inspect
 import os
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hot_path_work import _count  # noqa: E402
-from profiler_overhead import BareMode, make_step, timed, warmed_loop  # noqa: E402
+from profiler_overhead import BareMode, make_step, warmed_loop  # noqa: E402
 
 import profilers  # noqa: E402
 from gpuwatch.profile.options import ProfileOptions, profiler_keywords  # noqa: E402
@@ -90,6 +94,16 @@ class StandInGpu(TorchCuda):
 
     def synchronize(self, device: int) -> None:
         pass
+
+
+def timed(run: Callable[[], None]) -> float:
+    """Seconds of the process's CPU time ``run`` takes, from a collected heap (as
+    profiler_overhead.py's ``timed``: a collection of earlier runs' graphs lands in no one
+    variant's figure)."""
+    gc.collect()
+    t = time.process_time_ns()
+    run()
+    return (time.process_time_ns() - t) / 1e9
 
 
 def _family(loop: Callable[[], None], profiles: dict[str, Callable[[], Any]]) -> dict[str, Any]:
@@ -152,7 +166,7 @@ def main() -> None:
         ftimes: dict[str, list[float]] = {k: [] for k in fake}
         for _ in range(args.rounds):
             for name, fn in fake.items():
-                ftimes[name].append(timed(fn, "cpu"))
+                ftimes[name].append(timed(fn))
     _report("fake GPU (--fake-cuda)", fops, ftimes)
     loop, ops = warmed_loop(make_step("cpu", "small"), args.steps)
     gpu_default: Callable[[], Any] = lambda: profilers.profile(cuda=StandInGpu())  # noqa: E731
@@ -171,7 +185,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for title, family in families.items():
             for name, fn in family.items():
-                results[title][name].append(timed(fn, "cpu"))
+                results[title][name].append(timed(fn))
     for title in families:
         _report(title, ops, results[title])
 
