@@ -136,6 +136,10 @@ def test_what_if_true_keeps_the_replay_and_its_option_goes_to_the_json(monkeypat
     assert r.what_if is not None and r.what_if["ops"] == 3
     doc = json.loads(r.to_json())
     assert doc["options"]["what_if"] is True
+    assert problem(doc, "gpuwatch.profile/1") is None  # the published schema holds it
+    doc["options"]["what_if"] = "yes"
+    assert "what_if" in str(problem(doc, "gpuwatch.profile/1"))
+    doc["options"]["what_if"] = True
     back = profilers.Report.from_dict(doc)
     assert back.options.profile is not None and back.options.profile.what_if is True
     assert back.what_if == r.what_if
