@@ -47,6 +47,9 @@ class Options:
     lib_lines: bool = False
     """Each copy and sync a library made is charged to the library's line (its callers: the
     user's lines) rather than to the user's line that called the library (``--lib-lines``)."""
+    what_if: bool = False
+    """On a GPU, record every op for a replay of the steps: the report's ``what_if`` (each
+    fix's saving). Off, the hot path keeps no record; ``gpu`` replays in any case."""
 
 
 _OPTION_TYPES: dict[str, tuple[type, ...]] = {
@@ -61,7 +64,13 @@ _OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "time_steps": (int,),
 }
 
-_LATER_OPTIONS: dict[str, type] = {"memory": bool, "gpu": str, "inputs": list, "lib_lines": bool}
+_LATER_OPTIONS: dict[str, type] = {
+    "memory": bool,
+    "gpu": str,
+    "inputs": list,
+    "lib_lines": bool,
+    "what_if": bool,
+}
 """Options of :func:`profilers.profile` that came after the first reports: in the JSON only
 when asked (not at their default)."""
 

@@ -150,7 +150,9 @@ class Profile:
                     recorder, self.options.time_steps, per_thread if counting == "copies" else None
                 )
                 sample_gaps(stack, recorder.step_clock, recorder.user)  # their lines named
-                self._log = start_log(stack, recorder, recorder.step_clock, self.options.gpu)
+                self._log = start_log(
+                    stack, recorder, recorder.step_clock, self.options.gpu, self.options.what_if
+                )
                 if self.options.gpu is None and simulated_gpus() is None:
                     start_gpu_time(recorder, recorder.step_clock)  # the GPU half, measured
             if self.options.steps is None:
@@ -348,6 +350,7 @@ def profile(
     gpu: str | None = None,
     inputs: Sequence[str] = (),
     lib_lines: bool = False,
+    what_if: bool = False,
 ) -> Profile:
     """Count copies, syncs and kernel time of the code run inside ``with profile() as prof:``.
 
@@ -387,6 +390,9 @@ def profile(
         lib_lines: charge each copy and sync a library made (HF's Trainer, Lightning,
             GradScaler) to the library's line, with the user's lines as its callers, rather
             than to the user's line that called into the library (``Site.library``).
+        what_if: on a GPU, record each op for a replay of the steps: ``report.what_if``,
+            every fix's saving per step, replayed (``gpu`` always does). Off, the hot path
+            keeps no record and the report has no ``what_if``.
 
     A profile runs once; profiles cannot be nested. Leaving the block, also by an exception,
     restores every patch and the dispatch mode.
@@ -405,5 +411,6 @@ def profile(
         gpu=gpu,
         inputs=tuple(inputs),
         lib_lines=lib_lines,
+        what_if=what_if,
     )
     return Profile(opts, is_pinned=is_pinned, cuda=cuda)

@@ -14,7 +14,7 @@ import pytest
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import Done, Hello, ProtocolError, decode, encode
-from gpuwatch.profile.live.session import ChildSession
+from gpuwatch.profile.live.session import ChildSession, InMemorySource
 from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
 from gpuwatch.report.write import Output
@@ -22,6 +22,7 @@ from gpuwatch.ui.live.app import LiveApp
 from gpuwatch.ui.screens import ConfirmScreen, StackScreen, SummaryScreen
 from gpuwatch.ui.widgets import GpuCard, HotLinesTable
 from tests.conftest import plain, read_pty, start_in_pty, wait_until
+from tests.live_helpers import copies_report, finished, snapshot_of
 
 LOOP = textwrap.dedent("""
     import os, signal, sys, time, torch
@@ -167,13 +168,19 @@ async def test_a_chatty_child_neither_hangs_nor_floods_the_app(tmp_path):
     assert json.loads((tmp_path / "run.json").read_text())["totals"]["h2d"]["count"] == 10
 
 
-@pytest.mark.slow
-async def test_without_nvml_it_says_no_gpu_stats(tmp_path):
-    app = make_app(tmp_path, "3", no_gpu_reason="NVML library (libnvidia-ml.so) not found")
+async def test_without_nvml_it_says_no_gpu_stats():
+    why = "NVML library (libnvidia-ml.so) not found"
+    report = copies_report("loop.py", 3)
+    script = InMemorySource(Target("loop.py", ["3"]))  # no process: the view is what is tested
+    script.send(Hello(7, ["loop.py", "3"]), snapshot_of(report, 0.5))
+    app = LiveApp(LiveRun(script, [], why), None, gpu_interval_s=0.2, no_gpu_reason=why)
     async with app.run_test(size=(100, 30)):
+        await wait_until(lambda: app.model.snapshots_seen == 1, 20)
         assert "no GPU stats: NVML library" in plain(app.query_one("#no-gpu"))
         assert not list(app.query(GpuCard))
-        await wait_until(lambda: app.ended is not None, 60)
+        script.send(finished(report))
+        script.exit(0)
+        await wait_until(lambda: app.ended is not None, 20)
         assert app.model.exit_code == 0
 
 

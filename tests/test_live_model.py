@@ -1,6 +1,8 @@
-"""The live run's model without its view (gpuwatch/profile/live/model.py): a real process (a few
-lines of ``sh``) speaks the protocol on a pipe, the run keeps what it said, decides the exit
-code, builds and writes the report, and posts its events; no Textual, no torch child."""
+"""The live run's model without its view (gpuwatch/profile/live/model.py): a script speaks the
+protocol, the run keeps what it said, decides the exit code, builds and writes the report, and
+posts its events; no Textual, no torch child. The script is held in memory
+(:class:`InMemorySource`: no process) but for the tests of the pipes themselves, where a real
+process (a few lines of ``sh``) writes them (slow)."""
 
 from __future__ import annotations
 
@@ -9,13 +11,14 @@ import queue
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpuwatch.monitor.nvml import FakeBackend
 from gpuwatch.profile.live.model import Ended, LiveRun, Update
-from gpuwatch.profile.live.protocol import Done, Fatal, Hello, LiveSnapshot
-from gpuwatch.profile.live.session import ChildSession
+from gpuwatch.profile.live.protocol import Done, Fatal, Hello, LiveSnapshot, Message
+from gpuwatch.profile.live.session import ChildSession, InMemorySource
 from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
 from gpuwatch.report.write import Output
@@ -79,6 +82,7 @@ def run_to_the_end(run: LiveRun, timeout_s: float = 20.0) -> list[Update | Ended
 
 @pytest.mark.slow
 def test_the_childs_own_report_and_exit_code_are_kept_and_written(tmp_path: Path) -> None:
+    """End to end through a real process's pipes: its messages, its two streams, its exit."""
     doc = finished_report().to_dict()
     session = child(
         'echo "epoch 1"; echo "warning: slow" >&2; exit 3',
@@ -106,9 +110,16 @@ def test_the_childs_own_report_and_exit_code_are_kept_and_written(tmp_path: Path
     assert written["totals"]["d2h"]["count"] == 25 and written["sites"][0]["line"] == 42
 
 
-@pytest.mark.slow
+def script(*messages: Message, **kw: Any) -> InMemorySource:
+    """A script in memory that has sent ``messages``: train.py --steps 3."""
+    source = InMemorySource(Target("train.py", ["--steps", "3"]), **kw)
+    source.send(*messages)
+    return source
+
+
 def test_a_child_killed_without_a_report_leaves_one_from_its_last_snapshot(tmp_path: Path) -> None:
-    session = child("kill -9 $$", [Hello(7, ["train.py"]), snapshot(0.25, 2), snapshot(0.5, 5)])
+    session = script(Hello(7, ["train.py"]), snapshot(0.25, 2), snapshot(0.5, 5))
+    session.kill()
     run = LiveRun(session, [Output("json", str(tmp_path / "r.json"))])
     ended = run_to_the_end(run)[-1]
     assert isinstance(ended, Ended) and ended.exit_code == 137  # 128 + SIGKILL
@@ -122,9 +133,9 @@ def test_a_child_killed_without_a_report_leaves_one_from_its_last_snapshot(tmp_p
     assert (written["totals"]["h2d"]["count"], written["totals"]["h2d"]["bytes"]) == (5, 5120)
 
 
-@pytest.mark.slow
 def test_a_script_that_cannot_start_ends_with_2_and_no_report(tmp_path: Path) -> None:
-    session = child("exit 2", [Fatal("script not found: train.py")])
+    session = script(Fatal("script not found: train.py"))
+    session.exit(2)
     run = LiveRun(session, [Output("json", str(tmp_path / "r.json"))])
     ended = run_to_the_end(run)[-1]
     assert ended == Ended(2, None, [], "script not found: train.py")
@@ -133,9 +144,10 @@ def test_a_script_that_cannot_start_ends_with_2_and_no_report(tmp_path: Path) ->
     assert not (tmp_path / "r.json").exists()
 
 
-@pytest.mark.slow
 def test_a_signal_to_gpuwatch_is_its_exit_code_and_the_reports_error() -> None:
-    run = LiveRun(child("kill -9 $$", [snapshot(0.5, 1)]))
+    session = script(snapshot(0.5, 1))
+    session.kill()
+    run = LiveRun(session)
     run.note_signal(signal.SIGTERM)
     run.note_signal(signal.SIGHUP)  # the first one counts
     run_to_the_end(run)
@@ -146,18 +158,18 @@ def test_a_signal_to_gpuwatch_is_its_exit_code_and_the_reports_error() -> None:
     )
 
 
-@pytest.mark.slow
 def test_closing_a_running_child_stops_it_and_keeps_the_report_it_sends(tmp_path: Path) -> None:
     doc = finished_report().to_dict() | {
         "partial": True,
         "error": "KeyboardInterrupt",
         "exit_code": 130,
     }
-    session = child(
-        "while :; do sleep 0.05; done",
-        [Hello(1, ["train.py"]), snapshot(0.5, 2)],
-        on_int=[Done(130, False, "KeyboardInterrupt", doc)],
-    )
+
+    def on_ctrl_c(source: InMemorySource) -> None:  # the child's report, sent as it stops
+        source.send(Done(130, False, "KeyboardInterrupt", doc))
+        source.exit(130)
+
+    session = script(Hello(1, ["train.py"]), snapshot(0.5, 2), on_interrupt=on_ctrl_c)
     run = LiveRun(session, [Output("json", str(tmp_path / "r.json"))])
     events: queue.Queue[Update] = queue.Queue()
     run.start(events.put)
@@ -179,6 +191,7 @@ def test_closing_a_running_child_stops_it_and_keeps_the_report_it_sends(tmp_path
 
 @pytest.mark.slow
 def test_a_stopped_script_that_ignores_ctrl_c_is_killed_after_the_grace() -> None:
+    """End to end: a real process that ignores SIGINT, killed by the run's timer."""
     run = LiveRun(child("trap '' INT; echo ready; while :; do sleep 0.05; done"), stop_grace_s=0.2)
     events = start_when_ready(run)
     run.stop()
@@ -203,9 +216,10 @@ def test_gpu_samples_are_on_the_profiles_clock_and_stop_with_the_script(clock: F
     assert run.used_gpus(DEVICES) == {1}
 
 
-@pytest.mark.slow
 def test_elapsed_time_runs_with_the_run_and_stops_at_its_end(clock: FakeClock) -> None:
-    run = LiveRun(child("trap 'exit 0' INT; echo ready; while :; do sleep 0.05; done"), clock=clock)
+    session = script(on_interrupt=lambda source: source.exit(0))
+    session.print("ready")
+    run = LiveRun(session, clock=clock)
     assert run.elapsed_s() == 0.0  # not started
     events = start_when_ready(run)
     clock.advance(65.0)

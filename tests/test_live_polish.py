@@ -14,7 +14,8 @@ from rich.console import Console
 from gpuwatch.cli import main as cli
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.profile.live.model import LiveRun
-from gpuwatch.profile.live.session import ChildSession
+from gpuwatch.profile.live.protocol import Hello
+from gpuwatch.profile.live.session import ChildSession, InMemorySource
 from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
 from gpuwatch.report.write import Output
@@ -23,6 +24,7 @@ from gpuwatch.ui.screens import HelpScreen
 from gpuwatch.ui.widgets import GpuCard, HotLinesTable, RatesPanel, StatusLine
 from gpuwatch.ui.widgets.hot_lines import layout, short_path
 from tests.conftest import plain, wait_until
+from tests.live_helpers import copies_report, finished, snapshot_of
 
 # Copies from a deep folder, so the line column has a long path to shorten.
 SCRIPT = textwrap.dedent("""
@@ -56,13 +58,28 @@ def make_app(tmp_path: Path, *args: str, options: ProfileOptions | None = None) 
     )
 
 
+LOOP_PATH = "experiments/2026/resnet_baseline/train_loop.py"
+
+
+def in_memory_app(script: InMemorySource) -> LiveApp:
+    """The live view over a script held in memory (what SCRIPT's child sends, without one)."""
+    return LiveApp(
+        LiveRun(script, [], gpu_stats="demo"),
+        Sampler(FakeBackend(gpu_count=2), interval_s=0.2),
+        gpu_interval_s=0.2,
+    )
+
+
 def shown_cards(app: LiveApp) -> list[int]:
     return [c.index for c in app.query(GpuCard) if c.display and app.query_one("#cards").display]
 
 
-@pytest.mark.slow
-async def test_at_80x24_cards_follow_the_gpus_used_lines_fit_and_rates_stop(tmp_path):
-    app = make_app(tmp_path, "0.8", "20")
+async def test_at_80x24_cards_follow_the_gpus_used_lines_fit_and_rates_stop():
+    script = InMemorySource(Target(LOOP_PATH, ["0.8", "20"]))
+    script.send(
+        Hello(7, [LOOP_PATH, "0.8", "20"]), snapshot_of(copies_report(LOOP_PATH, 0, None), 0.5)
+    )
+    app = in_memory_app(script)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(lambda: app.model.snapshots_seen >= 1, 30)
         # Before the script touches a GPU: no card is the script's, a line says so.
@@ -71,6 +88,8 @@ async def test_at_80x24_cards_follow_the_gpus_used_lines_fit_and_rates_stop(tmp_
         await pilot.pause()
         assert shown_cards(app) == [0, 1]
         await pilot.press("a")
+        for i, steps in enumerate((5, 10, 20)):  # then its copies to cuda:1, step by step
+            script.send(snapshot_of(copies_report(LOOP_PATH, steps, "cuda:1"), 1.0 + 0.2 * i))
         await wait_until(lambda: shown_cards(app) == [1], 30)  # it used cuda:1 only
         table = app.query_one(HotLinesTable)
         await wait_until(lambda: len(table.sites) >= 2, 30)
@@ -81,7 +100,9 @@ async def test_at_80x24_cards_follow_the_gpus_used_lines_fit_and_rates_stop(tmp_
         assert labels and all(label.startswith("…/train_loop.py:") for label in labels), labels
         col = table.shown_columns.index("bytes")
         assert any(str(table.get_row_at(i)[col]).endswith("KiB") for i in range(table.row_count))
-        await wait_until(lambda: app.ended is not None, 60)
+        script.send(finished(copies_report(LOOP_PATH, 20, "cuda:1")))
+        script.exit(0)
+        await wait_until(lambda: app.ended is not None, 30)
         await pilot.press("escape")  # the summary screen the run ends on
         rates = app.query_one(RatesPanel)
         await wait_until(lambda: rates.border_title == "Rates (script ended)", 30)
@@ -118,9 +139,10 @@ async def test_live_on_the_fast_path_counts_copies_and_says_ops_are_not_counted(
     assert doc["totals"]["syncs"]["by_cause"] == {"copy_to_device": 60, "item": 30}
 
 
-@pytest.mark.slow
-async def test_at_160x45_the_source_gets_the_room_the_path_gave_back(tmp_path):
-    app = make_app(tmp_path, "0", "30")
+async def test_at_160x45_the_source_gets_the_room_the_path_gave_back():
+    script = InMemorySource(Target(LOOP_PATH, ["0", "30"]))
+    script.send(Hello(7, [LOOP_PATH, "0", "30"]), snapshot_of(copies_report(LOOP_PATH, 30), 0.5))
+    app = in_memory_app(script)
     async with app.run_test(size=(160, 45)):
         table = app.query_one(HotLinesTable)
         await wait_until(lambda: len(table.sites) >= 2, 60)
@@ -138,7 +160,6 @@ async def test_at_160x45_the_source_gets_the_room_the_path_gave_back(tmp_path):
         # The line holds "…/train_loop.py:9" (17), not the 47-character path: the source gets
         # 34 columns where it had about 25.
         assert line.width == 17 and source.width == 34
-        app.model.session.stop()
 
 
 def test_the_line_column_shortens_paths_and_the_source_goes_first():

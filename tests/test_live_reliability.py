@@ -16,12 +16,14 @@ import pytest
 
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.profile.live.model import LiveRun
-from gpuwatch.profile.live.session import ChildSession
+from gpuwatch.profile.live.protocol import Hello
+from gpuwatch.profile.live.session import ChildSession, InMemorySource
 from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
 from gpuwatch.report.write import Output
 from gpuwatch.ui.live.app import LiveApp
 from tests.conftest import plain, read_pty, start_in_pty, wait_until
+from tests.live_helpers import copies_report, finished, snapshot_of
 
 LOOP = textwrap.dedent("""
     import os, sys, time, torch
@@ -210,20 +212,26 @@ async def test_a_lingering_grandchild_does_not_keep_the_run_running(tmp_path):
             os.kill(int(pid.read_text()), signal.SIGKILL)
 
 
-@pytest.mark.slow
-async def test_demo_stats_are_labelled_simulated_everywhere(tmp_path):
-    app = make_app(
-        tmp_path,
-        """
-        import time, torch
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        with FakeTensorMode():
-            torch.randn(4).to("cuda:0")
-        time.sleep(0.4)
-        """,
+def in_memory_app(script: InMemorySource) -> LiveApp:
+    """The live view over a script held in memory, with two simulated GPUs (--demo)."""
+    return LiveApp(
+        LiveRun(script, [], gpu_stats="demo"),
+        Sampler(FakeBackend(gpu_count=2), interval_s=0.2),
+        gpu_interval_s=0.2,
     )
+
+
+async def test_demo_stats_are_labelled_simulated_everywhere():
+    report = copies_report("s.py", 1, "cuda:0")
+    script = InMemorySource(Target("s.py", []))
+    script.send(Hello(7, ["s.py"]), snapshot_of(report, 0.1))
+    app = in_memory_app(script)
     async with app.run_test(size=(120, 40)):
-        await wait_until(lambda: app.ended is not None, 60)
+        # the script ends once the view has sampled its GPU while it ran
+        await wait_until(lambda: any(s["gpu"] == 0 for s in app.model.gpu_samples), 20)
+        script.send(finished(report))
+        script.exit(0)
+        await wait_until(lambda: app.ended is not None, 20)
     result = app.model.result()
     assert result.report is not None
     assert result.report.options.gpu_stats == "demo"
@@ -236,11 +244,17 @@ async def test_demo_stats_are_labelled_simulated_everywhere(tmp_path):
     assert "simulated by --demo, not measured" in render_html(result.report)
 
 
-@pytest.mark.slow
-async def test_a_script_that_uses_no_gpu_is_charged_with_none(tmp_path):
-    app = make_app(tmp_path, "import torch\ntorch.ones(3).sum()\nimport time; time.sleep(0.5)\n")
+async def test_a_script_that_uses_no_gpu_is_charged_with_none():
+    report = copies_report("s.py", 1, device=None)
+    script = InMemorySource(Target("s.py", []))
+    script.send(Hello(7, ["s.py"]), snapshot_of(report, 0.1))
+    app = in_memory_app(script)
     async with app.run_test(size=(120, 40)):
-        await wait_until(lambda: app.ended is not None, 60)
+        # the view samples both GPUs while it runs: none of them is the script's
+        await wait_until(lambda: len(app.model.gpu_samples) >= 2, 20)
+        script.send(finished(report))
+        script.exit(0)
+        await wait_until(lambda: app.ended is not None, 20)
     report = app.model.result().report
     assert report is not None and report.gpu_samples == []
     from gpuwatch.report.text import gpu_lines

@@ -1,25 +1,21 @@
-"""The live view drawing a run and turning keys into the run's intents, fed by a few lines of
-``sh`` speaking the protocol (tests/live_helpers.py): no torch child, a second or less each."""
+"""The live view drawing a run and turning keys into the run's intents, fed by a script in
+memory (:class:`InMemorySource`: the protocol's messages and output lines handed in, no process):
+a second or less each. The same with real children: tests/test_live_app.py (slow)."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-
-import pytest
 
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import Done, Hello
+from gpuwatch.profile.live.session import InMemorySource
+from gpuwatch.profile.runner import Target
 from gpuwatch.report.write import Output
 from gpuwatch.ui.live.app import LiveApp
 from gpuwatch.ui.screens import ConfirmScreen, SummaryScreen
 from tests.conftest import plain, wait_until
-from tests.live_helpers import sh_child
 from tests.test_live_model import snapshot
 from tests.test_report_render import report as finished_report
-
-pytestmark = pytest.mark.slow
 
 
 def log_lines(app: LiveApp) -> list[str]:
@@ -28,10 +24,11 @@ def log_lines(app: LiveApp) -> list[str]:
 
 async def test_the_end_shows_the_summary_the_status_and_the_last_output(tmp_path):
     doc = finished_report().to_dict() | {"exit_code": 3}
-    session = sh_child(
-        'echo "epoch 1"; printf "\\r 50%%" >&2; exit 3',
-        [Hello(4242, ["train.py"]), snapshot(0.5, 2), Done(3, True, None, doc)],
-    )
+    session = InMemorySource(Target("train.py", ["--steps", "3"]))
+    session.send(Hello(4242, ["train.py"]), snapshot(0.5, 2), Done(3, True, None, doc))
+    session.print("epoch 1")
+    session.show_progress(" 50%")
+    session.exit(3)
     run = LiveRun(session, [Output("json", str(tmp_path / "r.json"))], gpu_stats="off")
     app = LiveApp(run, None, no_gpu_reason="off", header_clock=False)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -55,11 +52,13 @@ async def test_q_asks_then_stops_the_script_and_keeps_the_report_it_sends(tmp_pa
         "error": "KeyboardInterrupt",
         "exit_code": 130,
     }
-    session = sh_child(
-        "while :; do sleep 0.05; done",
-        [Hello(7, ["train.py"]), snapshot(0.5, 2)],
-        on_int=[Done(130, False, "KeyboardInterrupt", doc)],
-    )
+
+    def on_ctrl_c(script: InMemorySource) -> None:  # the child's report, sent as it stops
+        script.send(Done(130, False, "KeyboardInterrupt", doc))
+        script.exit(130)
+
+    session = InMemorySource(Target("train.py", []), on_interrupt=on_ctrl_c)
+    session.send(Hello(7, ["train.py"]), snapshot(0.5, 2))
     run = LiveRun(session, [Output("json", str(tmp_path / "r.json"))])
     app = LiveApp(run, None, no_gpu_reason="off", header_clock=False)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -81,15 +80,14 @@ async def test_q_asks_then_stops_the_script_and_keeps_the_report_it_sends(tmp_pa
 
 
 async def test_pause_holds_the_output_until_resumed():
-    # NB: the trap is set before "first" is printed: the signal below finds it
-    session = sh_child("trap 'echo more' USR1; echo first; while :; do sleep 0.05; done")
+    session = InMemorySource(Target("train.py", []))
+    session.print("first")
     app = LiveApp(LiveRun(session), None, no_gpu_reason="off", header_clock=False)
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_until(lambda: log_lines(app) == ["first"], 20)
         await pilot.press("p")
         assert "running (display paused: p resumes)" in plain(app.query_one("#status"))
-        assert session.pid is not None
-        os.kill(session.pid, signal.SIGUSR1)
+        session.print("more")
         await wait_until(lambda: list(app.held_lines) == [("stdout", "more")], 20)
         assert log_lines(app) == ["first"]  # held, not shown
         await pilot.press("p")

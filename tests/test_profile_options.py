@@ -189,6 +189,7 @@ def test_the_library_keywords_come_from_one_mapping():
         "gpu": None,
         "inputs": (),
         "lib_lines": False,
+        "what_if": False,
     }
     fast = profiler_keywords(ProfileOptions(kernel_timing=False))
     assert (fast["kernel_timing"], fast["count_ops"]) == (False, None)
@@ -204,6 +205,8 @@ def test_the_library_keywords_come_from_one_mapping():
         (2, 9),
     )
     assert (built.timeline_capacity, built.trace_syncs, built.lib_lines) == (123, True, True)
+    assert (built.timeline_capacity, built.trace_syncs) == (123, True)
+    assert built.what_if is True  # --what-if: the replay's records kept (off the hot path else)
 
 
 STEPS = """\

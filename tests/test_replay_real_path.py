@@ -139,7 +139,7 @@ def test_on_a_gpu_the_replay_gets_each_ops_event_time_and_gives_back_the_measure
     gpu = RealTimeGpu(PLAN_NS)
     with (
         HostWaits(gpu),
-        profilers.profile(cuda=gpu, is_pinned=never_pinned) as prof,
+        profilers.profile(cuda=gpu, is_pinned=never_pinned, what_if=True) as prof,
         fake_mode(),
     ):
         host = torch.randn(256, 256)
@@ -217,7 +217,7 @@ def test_host_work_at_the_end_of_a_step_is_replayed_in_that_step(monkeypatch: py
     gpu = RealTimeGpu(PLAN_NS)
     with (
         HostWaits(gpu),
-        profilers.profile(cuda=gpu, is_pinned=never_pinned) as prof,
+        profilers.profile(cuda=gpu, is_pinned=never_pinned, what_if=True) as prof,
         fake_mode(),
     ):
         host = torch.randn(256, 256)

@@ -3,8 +3,8 @@
 summary of a fixed report (a golden text file beside them).
 
 Every frame is deterministic: the fake GPUs and the sampler run on a fixed clock and take one
-sample, the live view is fed by a real process that says fixed things, and nothing shows a wall
-clock, a host name, a pid or a path of this machine. After a change that is meant to alter what
+sample, the live view is fed by a script in memory that says fixed things (no process), and
+nothing shows a wall clock, a host name, a pid or a path of this machine. After a change that is meant to alter what
 users see, look at the report pytest writes for a failing snapshot, then accept the new frames
 with ``pytest tests/test_snapshots.py --snapshot-update`` and commit them.
 """
@@ -23,14 +23,13 @@ from textual.pilot import Pilot
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import Hello, LiveSnapshot
-from gpuwatch.profile.live.session import ChildSession
+from gpuwatch.profile.live.session import InMemorySource
 from gpuwatch.profile.runner import Target
 from gpuwatch.report.text import summary
 from gpuwatch.ui.live.app import LiveApp
 from gpuwatch.ui.top.app import TopApp
 from profilers import OpCount, Report, Site, SiteStats
 from tests.conftest import FakeClock, wait_until
-from tests.live_helpers import sh_child
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]
 #: The time every sample says it was taken (shown by top's title line).
@@ -136,26 +135,22 @@ def memory() -> dict[str, object]:
 
 
 @pytest.fixture
-def speaking_child() -> Iterator[ChildSession]:
-    """A process that says hello, sends two snapshots, prints two lines and a progress bar,
-    then runs until the view closes."""
-    messages = [Hello(4242, ["train.py", "--epochs", "3"])]
-    messages += [live_snapshot(1.0, 20), live_snapshot(2.0, 40)]
-    session = sh_child(
-        'printf "epoch 1 loss 0.931\\nepoch 2 loss 0.877\\n"; '
-        'printf "\\r 40%%|####      | 4/10" >&2; exec sleep 600',
-        messages,
-        target=Target("train.py", ["--epochs", "3"]),
-    )
-    yield session
-    session.kill()
-    assert session.process is not None
-    session.process.wait(10)
+def speaking_child() -> Iterator[InMemorySource]:
+    """A script (in memory: no process) that says hello, sends two snapshots, prints two lines
+    and a progress bar, then runs until the view closes."""
+    source = InMemorySource(Target("train.py", ["--epochs", "3"]))
+    source.send(Hello(4242, ["train.py", "--epochs", "3"]))
+    source.send(live_snapshot(1.0, 20), live_snapshot(2.0, 40))
+    source.print("epoch 1 loss 0.931")
+    source.print("epoch 2 loss 0.877")
+    source.show_progress(" 40%|####      | 4/10")
+    yield source
+    source.kill()
+    assert source.returncode is not None
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
-def test_live_view(snap_compare, speaking_child: ChildSession, size: tuple[int, int]) -> None:
+def test_live_view(snap_compare, speaking_child: InMemorySource, size: tuple[int, int]) -> None:
     run = LiveRun(speaking_child, gpu_stats="demo", clock=FakeClock(), stop_grace_s=0.5)
     app = LiveApp(run, fixed_sampler(2, interval_s=60.0), gpu_interval_s=60.0, header_clock=False)
 
@@ -174,10 +169,9 @@ def test_live_view(snap_compare, speaking_child: ChildSession, size: tuple[int, 
     assert snap_compare(app, terminal_size=size, run_before=everything_in)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_live_view_memory_by_line(
-    snap_compare, speaking_child: ChildSession, size: tuple[int, int]
+    snap_compare, speaking_child: InMemorySource, size: tuple[int, int]
 ) -> None:
     """Key m: the lines holding the most GPU memory now, in place of the hottest lines."""
     run = LiveRun(speaking_child, gpu_stats="demo", clock=FakeClock(), stop_grace_s=0.5)

@@ -20,6 +20,7 @@ from gpuwatch.report.whatif import what_if_lines
 from profilers.timing.gpu_model.rates import HOST_LAUNCH_NS, copy_ns
 from profilers.timing.gpu_model.roofline import predict_op_ns
 from profilers.timing.gpu_model.specs import GIB, gpu_spec
+from profilers.timing.oplog import OpLog
 from tests import conftest
 from tests.profiler_helpers import fake_mode, line_of, never_pinned
 from tests.test_cuda_timing import TICK_MS, StubCuda
@@ -35,7 +36,7 @@ def _site(line: int) -> str:
 
 def test_on_a_gpu_each_op_gets_its_event_time_and_the_what_ifs_are_replayed():
     gpu = StubCuda()
-    with profilers.profile(cuda=gpu, is_pinned=never_pinned) as prof, fake_mode():
+    with profilers.profile(cuda=gpu, is_pinned=never_pinned, what_if=True) as prof, fake_mode():
         host = torch.randn(64, 64)
         for _ in range(4):
             x = host.to("cuda:0")  # @h2d
@@ -77,13 +78,90 @@ def test_on_a_gpu_each_op_gets_its_event_time_and_the_what_ifs_are_replayed():
     assert profilers.Report.from_dict(json.loads(r.to_json())).what_if == w
 
 
+def _gpu_steps(**asked: object) -> profilers.Profile:
+    """Four steps of a copy in, a multiply and a copy out on the stand-in GPU."""
+    with profilers.profile(cuda=StubCuda(), is_pinned=never_pinned, **asked) as prof, fake_mode():
+        host = torch.randn(64, 64)
+        for _ in range(4):
+            x = host.to("cuda:0")  # @h2d_steps
+            y = x * 2  # @mul_steps
+            y.cpu()  # @d2h_steps
+            profilers.step()
+    return prof
+
+
+def test_a_gpu_run_that_asks_for_no_what_if_keeps_no_replay_and_says_how_to_get_one(
+    monkeypatch, tmp_path, capsys
+):
+    made = []
+    real_init = OpLog.__init__
+
+    def counted(self, *args, **kwargs):
+        made.append(args)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(OpLog, "__init__", counted)
+    prof = _gpu_steps()
+    r = prof.report()
+    # the hot path made no record: no log was made for it to fill, nothing to replay
+    assert made == [] and prof._log is None and prof._recorder.replay is None
+    assert r.what_if is None and r.options.profile is not None and not r.options.profile.what_if
+    doc = json.loads(r.to_json())
+    assert "what_if" not in doc and "what_if" not in doc["options"]  # the JSON as before
+    # the time view's GPU half is measured without it: each timed op placed at its own line
+    # (the hot path hands the GPU timeline its line and copy; how a blocking copy is charged:
+    # tests/test_time_gpu.py)
+    assert r.time is not None and r.time["run"]["gpu"]["measured"] == "measured"
+    timeline = prof._recorder.timer.timeline
+    assert (timeline.placed, timeline.unplaced) == (4 * 3, 0)
+    steps = {_site(line_of(n)) for n in ("h2d_steps", "mul_steps", "d2h_steps")}
+    assert set(timeline._keys.values()) == steps
+    idle_sites = {d["site"] for d in r.time["run"]["gpu"]["idle_lines"]}
+    assert idle_sites <= steps | {"(end of step)"}
+    # no empty table anywhere: the summary's line and the HTML section are absent, the hints
+    # carry no saving, and report --what-if says how to get one
+    assert not any("unprofiled step" in line for line in time_lines(r))
+    assert "<h2>What if</h2>" not in render_html(r)
+    assert all(h.saving_ms == 0 and "the fix saves" not in h.evidence for h in hints(r))
+    path = tmp_path / "run.json"
+    r.save(path)
+    assert main(["report", str(path), "--what-if"]) == 0
+    assert capsys.readouterr().out == (
+        "What if: not available (the run did not record its steps for a replay: profile it "
+        "with --what-if).\n"
+    )
+
+
+def test_what_if_true_keeps_the_replay_and_its_option_goes_to_the_json(monkeypatch):
+    prof = _gpu_steps(what_if=True)
+    r = prof.report()
+    assert prof._log is not None and prof._recorder.replay is prof._log
+    assert [s.step for s in prof._log.steps] == [0, 1, 2, 3]
+    assert r.what_if is not None and r.what_if["ops"] == 3
+    doc = json.loads(r.to_json())
+    assert doc["options"]["what_if"] is True
+    assert problem(doc, "gpuwatch.profile/1") is None  # the published schema holds it
+    doc["options"]["what_if"] = "yes"
+    assert "what_if" in str(problem(doc, "gpuwatch.profile/1"))
+    doc["options"]["what_if"] = True
+    back = profilers.Report.from_dict(doc)
+    assert back.options.profile is not None and back.options.profile.what_if is True
+    assert back.what_if == r.what_if
+
+
 @pytest.mark.fake_cuda
 def test_without_a_closed_step_or_gpu_times_there_is_no_what_if():
     gpu = StubCuda()
-    with profilers.profile(cuda=gpu, is_pinned=never_pinned) as prof, fake_mode():
+    with profilers.profile(cuda=gpu, is_pinned=never_pinned, what_if=True) as prof, fake_mode():
         x = torch.ones(8, device="cuda:0")
         x + 1
-    assert prof.report().what_if is None
+    r = prof.report()
+    assert r.what_if is None
+    assert what_if_lines(r) == [
+        "What if: not available (no whole step was recorded to replay: the replay needs the "
+        "run's steps timed (no --steps window), each ended by optimizer.step() or "
+        "profilers.step())."
+    ]
     with profilers.profile(is_pinned=never_pinned) as cpu_only:
         for _ in range(3):
             torch.ones(8) + 1

@@ -363,6 +363,8 @@ def profiler_keywords(options: ProfileOptions) -> dict[str, Any]:
         "gpu": options.gpu,
         "inputs": options.inputs,
         "lib_lines": options.lib_lines,
+        # NB: the replay's record of every op costs the hot path: kept only when asked for
+        "what_if": options.what_if,
     }
 
 

@@ -113,6 +113,16 @@ def _not_available(r: Report) -> str:
             "no step ended to replay: the model replays steps (end each with optimizer.step(), "
             "or call profilers.step() where a step ends)"
         )
+    asked = r.options.profile
+    if r.options.timing_source == "cuda_events" and asked is not None:
+        # NB: a GPU run records its steps for a replay only when asked (the record of every op
+        # costs the hot path)
+        if not asked.what_if:
+            return "the run did not record its steps for a replay: profile it with --what-if"
+        return (
+            "no whole step was recorded to replay: the replay needs the run's steps timed "
+            "(no --steps window), each ended by optimizer.step() or profilers.step()"
+        )
     if r.options.fake_cuda:
         return "no GPU times to replay: add --gpu NAME to predict them for a named GPU"
     return (

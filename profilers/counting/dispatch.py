@@ -260,12 +260,18 @@ def dispatch(  # noqa: C901 - the hot path kept in one frame: a call per branch 
         found = _account(
             recorder, clock, site, facts, args, kwargs, out, ms, timed, st, t_call, t_ret, frame
         )
-    step_clock = recorder.step_clock  # NB: every thread's ops (autograd's run the backward)
-    replay = step_clock.replay if step_clock is not None else None
-    if replay is not None:  # the step replay's record of the op (profilers/timing/oplog.py)
-        replay.op(site, func, t_in, t_call, t_ret, found, timed)
+    # The step replay's record of the op (profilers/timing/oplog.py), only where the run asked
+    # for a replay (--what-if, --gpu NAME): every thread's ops (autograd's run the backward).
     if timed is not None:
+        # what the GPU timeline places it by (profilers/timing/gpu_time.py)
+        timed.site = site
+        timed.found = found
+        timed.queued_ns = t_call
+        if recorder.replay is not None:
+            recorder.replay.op(site, func, t_in, t_call, t_ret, found, timed)
         timer.queue(timed)  # type: ignore[union-attr]
+    elif recorder.replay is not None:
+        recorder.replay.op(site, func, t_in, t_call, t_ret, found, timed)
     if clock is not None:
         t_out = _ns()
         clock.own_ns += t_call - t_in + t_out - t_ret + clock.outside_ns

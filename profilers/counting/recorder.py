@@ -10,7 +10,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -27,6 +27,9 @@ from profilers.stats import MAX_STACKS, Counters, OpCount, SiteStats
 from profilers.timing.cuda_events import CudaApi, CudaTimer, TimedOp, TorchCuda
 from profilers.timing.timeline import StepClock
 from profilers.torch_private import BACKWARD_NODES
+
+if TYPE_CHECKING:
+    from profilers.timing.oplog import OpLog
 
 
 class Recorder:
@@ -101,6 +104,9 @@ class Recorder:
         """Ops whose copies and syncs could not be counted."""
         self.step_clock: StepClock | None = None
         """Where the time of each step goes, on the profile's own thread (None: not measured)."""
+        self.replay: OpLog | None = None
+        """The step replay's records (profilers/timing/oplog.py): only where the run asked for
+        what a replay gives (``what_if``, ``gpu``); None keeps its work off the hot path."""
         self.memory: MemoryTracker | None = None  # who made each storage (profilers/memory/)
         self.failure: dict[str, Any] | None = None  # the latest device mismatch/OOM, explained
         self.provenance = Provenance()

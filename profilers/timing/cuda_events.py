@@ -107,8 +107,10 @@ class TimedOp:
         "device",
         "end",
         "entry",
+        "found",
         "queued_ns",
         "replay",
+        "site",
         "start",
         "stream",
     )
@@ -121,7 +123,12 @@ class TimedOp:
         self.stream = stream
         self.anchor_ns = 0
         self.queued_ns = 0
-        """When the host queued it (set by the op log; 0: not known)."""
+        """When the host queued it (set by the hot path; 0: not known)."""
+        self.site: Any = None
+        """The line it ran at (a ``SiteStats``; set by the hot path, for the GPU timeline)."""
+        self.found: Any = None
+        """What it copied or synced (a ``Transfer``, a list of them, or None; set by the hot
+        path): a copy the host is blocked in is copy time on the GPU timeline."""
         """Set for a host read (profilers/timing/charge.py): the host time its sync returned,
         when its stream was empty; its end event is then an anchor (gpu_time.py)."""
         """The CUDA stream it ran on (the step replay's records tell streams apart by it)."""

@@ -40,11 +40,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from profilers.timing.idle import GpuInterval, busy_intervals, charge, follow_named, name_slices
-from profilers.timing.oplog import KIND, NON_BLOCKING, PINNED, SITE
 from profilers.timing.timeline import LAUNCH, WAITS, HostInterval, StepTime, site_key
 
 _HELD = frozenset(("h2d", "p2p"))
-"""Copies to a GPU (the oplog's kinds) whose interval is copy time when they block the host."""
+"""Copies to a GPU (a ``Transfer``'s directions) whose interval is copy time when they block the host."""
 
 SLACK_NS = 50_000
 """How long before an idle interval a sync may have returned and still be what the GPU drained
@@ -164,10 +163,11 @@ class GpuTimeline:
         except RuntimeError:  # NB: an anchor not complete yet (another thread's op raced it)
             self.unplaced += 1
             return timed.end
-        rec = timed.replay
-        site = rec[SITE] if rec is not None else None
+        site = timed.site
         # NB: a copy to the GPU the host is blocked in is the copy's time, not busy (idle.py)
-        held = rec is not None and rec[KIND] in _HELD and not (rec[PINNED] and rec[NON_BLOCKING])
+        found = timed.found
+        t = found[0] if type(found) is list else found
+        held = t is not None and t.direction in _HELD and (t.pageable or not t.non_blocking)
         key = site if isinstance(site, str) else self._keys.get(id(site))
         if key is None:
             key = self._keys[id(site)] = site_key(site)

@@ -189,7 +189,6 @@ class OpLog:
                 stream = self._streams.get(timed.stream)
                 rec[STREAM] = self._stream(timed) if stream is None else stream
                 timed.replay = rec  # the timer writes GPU_NS when its events complete
-                timed.queued_ns = t_call  # the GPU timeline's (profilers/timing/gpu_time.py)
         records = self.records
         if len(records) < MAX_OPS:
             records.append(rec)

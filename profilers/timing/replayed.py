@@ -69,17 +69,21 @@ def time_view_on(gpu: str | None) -> bool:
     return gpu is not None
 
 
-def start_log(stack: ExitStack, recorder: Any, clock: Any, gpu: str | None) -> OpLog | None:
+def start_log(
+    stack: ExitStack, recorder: Any, clock: Any, gpu: str | None, what_if: bool = False
+) -> OpLog | None:
     """The step replay's records for a profile whose step clock is ``clock``: under
-    ``--fake-cuda`` with ``gpu`` (a name: the model's GPU), on a GPU with CUDA-event timing;
-    None otherwise (no GPU times to replay)."""
+    ``--fake-cuda`` with ``gpu`` (a name: the model's GPU, whose predicted time view is the
+    replay's), or on a GPU with CUDA-event timing where the run asked for ``what_if``; None
+    otherwise (no replay asked for, or no GPU times to replay), and the hot path then makes no
+    record at all (profilers/counting/dispatch.py)."""
     spec = gpu_spec(gpu) if gpu is not None else None
-    if spec is None and not recorder.cuda_timing:
+    if spec is None and not (what_if and recorder.cuda_timing):
         return None
     log = OpLog(clock.outside_ns, spec)
     log.harness = simulated_gpus()
     log.clock, log.clock_thread = clock, threading.get_ident()
-    clock.replay = log
+    clock.replay = recorder.replay = log
     if spec is not None:
         log.fake_entry_ns = _fake_time.calibrate_fake_entry(log)
         _fake_time.ACTIVE = log

@@ -1,6 +1,6 @@
 """The state of one ``gpuwatch profile --live`` run, apart from its view.
 
-:class:`LiveRun` owns the child (:class:`ChildSession`) and what it said (the last snapshot, its
+:class:`LiveRun` owns the child (a :class:`LiveSource`) and what it said (the last snapshot, its
 done or fatal message), keeps the GPU samples of the run, decides the exit code, and builds the
 report (the child's own, or a partial one from the last snapshot) and writes it exactly once.
 What arrives goes to the view as :class:`Update` events through the ``post`` callback given to
@@ -43,7 +43,7 @@ from gpuwatch.profile.live.protocol import (
     report_from_snapshot,
 )
 from gpuwatch.profile.live.result import LiveResult
-from gpuwatch.profile.live.session import ChildSession
+from gpuwatch.profile.live.session import LiveSource
 from gpuwatch.report.energy import points_from_rows, rows_energy, rows_read_interval_ms
 from gpuwatch.report.write import Output, write_reports
 from profilers import Report
@@ -95,7 +95,9 @@ class LiveRun:
     """One profiled child seen live: its state, its end, its report.
 
     Args:
-        session: the child (started by :meth:`start` unless already started).
+        session: the script: a child process (:class:`~gpuwatch.profile.live.session.ChildSession`,
+            started by :meth:`start` unless already started), or one in memory
+            (:class:`~gpuwatch.profile.live.session.InMemorySource`).
         outputs: reports to write when the run ends (or is stopped, or dies).
         gpu_stats: what the GPU samples are, for the report's ``options.gpu_stats``
             (``Sampler.source``, or why there are none).
@@ -105,7 +107,7 @@ class LiveRun:
 
     def __init__(
         self,
-        session: ChildSession,
+        session: LiveSource,
         outputs: Sequence[Output] = (),
         gpu_stats: str = "off",
         clock: Callable[[], float] = time.monotonic,
@@ -167,7 +169,7 @@ class LiveRun:
 
     def how_it_ended(self) -> str:
         """``exited with 3``, ``killed by SIGKILL``, ... (``running`` until it has)."""
-        return ChildSession.describe_exit(self.session.returncode)
+        return LiveSource.describe_exit(self.session.returncode)
 
     def state(self) -> str:
         """``running``, ``stopping…``, ``ended: exited with 0 (partial report)``, ..."""
@@ -208,7 +210,7 @@ class LiveRun:
         """Starts the child (unless already started) and the pump that posts to ``post``
         (from its own thread)."""
         self._post = post
-        if self.session.process is None:
+        if not self.session.started:
             self.session.start()
         self.started_at = self.clock()
         self._pump_thread = OwnThread(target=self._pump, name="gpuwatch-live-pump", daemon=True)

@@ -1,7 +1,10 @@
-"""The parent side of ``--live``: starts the child, reads its messages and output on threads.
+"""What a ``--live`` run reads: the script's messages, its output by line, its progress line and
+its end (:class:`LiveSource`), from a child process (:class:`ChildSession`: it starts the child and
+reads its pipes on threads) or from memory (:class:`InMemorySource`: a script whose messages and
+output are handed in by calls, for a view driven without a process).
 
-Nothing here blocks the caller: :meth:`ChildSession.drain` returns whatever arrived since the
-last call, and :attr:`ChildSession.arrived` is set whenever something did (a message, a line,
+Nothing here blocks the caller: :meth:`LiveSource.drain` returns whatever arrived since the
+last call, and :attr:`LiveSource.arrived` is set whenever something did (a message, a line,
 a new progress line, the end), so a reader waits on it instead of polling. A child that prints
 a lot cannot stall (its pipes are always read), and one that dies or sends garbage is reported,
 never fatal.
@@ -9,6 +12,7 @@ never fatal.
 
 from __future__ import annotations
 
+import abc
 import json
 import os
 import queue
@@ -17,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -39,7 +43,7 @@ PIPE_GRACE_S = 1.0
 
 @dataclass
 class Drained:
-    """What arrived since the last :meth:`ChildSession.drain`."""
+    """What arrived since the last :meth:`LiveSource.drain`."""
 
     messages: list[Message] = field(default_factory=list)
     lines: list[tuple[str, str]] = field(default_factory=list)
@@ -48,7 +52,221 @@ class Drained:
     dropped_lines: int = 0
 
 
-class ChildSession:
+class LiveSource(abc.ABC):
+    """The script a live run watches, as the run reads it (gpuwatch/profile/live/model.py):
+    queues its feeder fills (:meth:`post`, :meth:`_put`, :meth:`_show_progress`,
+    :meth:`_finish`) from any thread, and the script's own controls (start, Ctrl-C, kill)."""
+
+    def __init__(self, target: Target, options: ProfileOptions) -> None:
+        self.target = target
+        self.options = options
+        self.pid: int | None = None
+        """The script's process (the child's pid, as it reported in its hello)."""
+        self.stop_requested = False
+        self.arrived = threading.Event()
+        """Set by the feeders when anything arrives or the run ends; cleared by the reader
+        (gpuwatch/profile/live/model.py) before it drains."""
+        self._finished = threading.Event()
+        self._messages: queue.SimpleQueue[Message | str] = queue.SimpleQueue()
+        self._lines: queue.Queue[tuple[str, str]] = queue.Queue(maxsize=MAX_PENDING_LINES)
+        self._dropped = 0
+        self._progress: dict[str, str] = {}
+
+    # -- fed (by the readers of a child's pipes, or by an in-memory script) ---------------------
+
+    def post(self, item: Message | str) -> None:
+        """A message of the script, or (a string) a malformed one, said as a problem."""
+        self._messages.put(item)
+        self.arrived.set()
+
+    def _put(self, name: str, text: str) -> None:
+        try:
+            self._lines.put_nowait((name, text))
+        except queue.Full:
+            self._dropped += 1  # the display is behind: keep the newest lines coming
+        self.arrived.set()
+
+    def _show_progress(self, name: str, text: str) -> None:
+        self._progress[name] = text
+        self.arrived.set()
+
+    def _finish(self) -> None:
+        """Everything the script will say has arrived."""
+        self._finished.set()
+        self.arrived.set()
+
+    # -- read by the live run -------------------------------------------------------------------
+
+    @property
+    def lines_pending(self) -> bool:
+        """Lines of output wait to be drained (more than one drain takes)."""
+        return not self._lines.empty()
+
+    def progress(self) -> str:
+        """The child's current progress line (text after its last carriage return, before any
+        newline), or ``""``."""
+        return self._progress.get("stderr") or self._progress.get("stdout") or ""
+
+    def drain(self, max_lines: int = 500) -> Drained:
+        out = Drained()
+        while True:
+            try:
+                item = self._messages.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, str):
+                out.problems.append(item)
+            else:
+                out.messages.append(item)
+        for _ in range(max_lines):
+            try:
+                out.lines.append(self._lines.get_nowait())
+            except queue.Empty:
+                break
+        out.dropped_lines, self._dropped = self._dropped, 0
+        if out.dropped_lines:
+            note = f"[gpuwatch: {out.dropped_lines} lines of output skipped to keep up]"
+            out.lines.append(("stderr", note))
+        return out
+
+    @property
+    def finished_reading(self) -> bool:
+        """The script has ended and everything it said has arrived."""
+        return self._finished.is_set()
+
+    @property
+    def exit_code(self) -> int | None:
+        """The status a shell would report: 128+N for a script killed by signal N."""
+        code = self.returncode
+        if code is None:
+            return None
+        return 128 - code if code < 0 else code
+
+    @staticmethod
+    def describe_exit(code: int | None) -> str:
+        """``code`` as Popen gives it: negative for a signal."""
+        if code is None:
+            return "running"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        if code == 130:
+            return "stopped by Ctrl-C (exit code 130)"
+        return f"exited with {code}"
+
+    # -- the script -----------------------------------------------------------------------------
+
+    @property
+    @abc.abstractmethod
+    def started(self) -> bool:
+        """Whether the script runs (or ran) already: :meth:`start` is not to be called."""
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Starts the script."""
+
+    @property
+    @abc.abstractmethod
+    def returncode(self) -> int | None:
+        """None while the script runs; then its exit status as Popen gives it (-N: signal N)."""
+
+    @abc.abstractmethod
+    def interrupt(self) -> None:
+        """Ctrl-C for the script (it stops, and still sends its report)."""
+
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """Ends the script at once (it sends nothing more)."""
+
+    @abc.abstractmethod
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Interrupt, wait up to ``grace_s`` for the report, then kill."""
+
+
+class InMemorySource(LiveSource):
+    """A script held in memory: what it says is handed in by calls (:meth:`send`,
+    :meth:`print`, :meth:`show_progress`, :meth:`exit`), into the same queues a child's pipes
+    fill, so a live run and its view are driven with no process (the view's tests).
+    ``on_interrupt`` is what the script does on Ctrl-C (send its report and exit 130, or
+    nothing: one that ignores it, which ``stop`` kills after the grace); without it the script
+    dies of the signal, as a process with no handler does."""
+
+    def __init__(
+        self,
+        target: Target,
+        options: ProfileOptions | None = None,
+        pid: int | None = None,
+        on_interrupt: Callable[[InMemorySource], None] | None = None,
+    ) -> None:
+        super().__init__(target, options or ProfileOptions())
+        self.pid = pid
+        self.on_interrupt = on_interrupt
+        self._code: int | None = None
+        self._exited = threading.Event()
+        self._lock = threading.Lock()
+
+    def send(self, *messages: Message) -> None:
+        """Messages of the script, in order (as its message pipe carries them)."""
+        for m in messages:
+            self.post(m)
+
+    def print(self, text: str, stream: str = "stdout") -> None:
+        """A line of the script's output (a progress line on that stream ends with it)."""
+        self._progress.pop(stream, None)
+        self._put(stream, text)
+
+    def show_progress(self, text: str, stream: str = "stderr") -> None:
+        """The stream's current progress line (what follows a carriage return)."""
+        self._show_progress(stream, text)
+
+    def exit(self, code: int) -> None:
+        """The script ends with ``code`` (-N: killed by signal N); a progress line left
+        without a newline becomes the stream's last line, as at a pipe's end."""
+        with self._lock:
+            if self._code is not None:
+                return
+            for stream in ("stdout", "stderr"):
+                text = self._progress.pop(stream, None)
+                if text is not None:
+                    self._put(stream, text)
+            self._code = code
+            self._exited.set()
+        self._finish()
+
+    @property
+    def started(self) -> bool:
+        return True  # it is there from the start: its feeder says what it does
+
+    def start(self) -> None:
+        """Nothing to start: what the script says comes from its feeder."""
+
+    @property
+    def returncode(self) -> int | None:
+        return self._code
+
+    def interrupt(self) -> None:
+        self.stop_requested = True
+        if self._code is None:
+            if self.on_interrupt is None:
+                self.exit(-signal.SIGINT)
+            else:
+                self.on_interrupt(self)
+
+    def kill(self) -> None:
+        self.exit(-signal.SIGKILL)
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        self.interrupt()
+        if not self._exited.wait(grace_s):
+            self.kill()
+
+
+class ChildSession(LiveSource):
+    """The script in a child process (``python -m gpuwatch.profile.live.child``), its messages
+    read from a pipe of their own and its output from its stdout and stderr, on threads."""
+
     def __init__(
         self,
         target: Target,
@@ -59,26 +277,18 @@ class ChildSession:
         python: str = sys.executable,
         cwd: str | None = None,
     ) -> None:
-        self.target = target
-        self.options = options
+        super().__init__(target, options)
         self.interval_s = interval_s
         self.outputs = list(outputs)
         self.gpu_stats = gpu_stats
         self.python = python
         self.cwd = cwd
         self.process: subprocess.Popen[bytes] | None = None
-        self.pid: int | None = None
-        """The script's process (the child's pid, as it reported in its hello)."""
-        self.stop_requested = False
-        self.arrived = threading.Event()
-        """Set by the reading threads when anything arrives or the run ends; cleared by the
-        reader (gpuwatch/profile/live/model.py) before it drains."""
-        self._finished = threading.Event()
-        self._messages: queue.SimpleQueue[Message | str] = queue.SimpleQueue()
-        self._lines: queue.Queue[tuple[str, str]] = queue.Queue(maxsize=MAX_PENDING_LINES)
-        self._dropped = 0
         self._threads: list[threading.Thread] = []
-        self._progress: dict[str, str] = {}
+
+    @property
+    def started(self) -> bool:
+        return self.process is not None
 
     def start(self) -> None:
         read_fd, write_fd = os.pipe()
@@ -136,8 +346,7 @@ class ChildSession:
         deadline = time.monotonic() + PIPE_GRACE_S
         for t in readers:
             t.join(max(0.0, deadline - time.monotonic()))
-        self._finished.set()
-        self.arrived.set()
+        self._finish()
 
     def _read_messages(self, pipe: IO[bytes]) -> None:
         with pipe:
@@ -146,10 +355,9 @@ class ChildSession:
                 if not text:
                     continue
                 try:
-                    self._messages.put(decode(text))
+                    self.post(decode(text))
                 except ProtocolError as exc:
-                    self._messages.put(f"malformed message from the child: {exc}")
-                self.arrived.set()
+                    self.post(f"malformed message from the child: {exc}")
 
     def _read_output(self, pipe: IO[bytes], name: str) -> None:
         """Splits the child's output into lines as it comes (not only at newlines): text after a
@@ -179,13 +387,11 @@ class ChildSession:
                     if stop == len(chunk):
                         # No end of line yet: what there is so far shows as progress.
                         if head:
-                            self._progress[name] = self._text(head, extra)
-                            self.arrived.set()
+                            self._show_progress(name, self._text(head, extra))
                         break
                     if chunk[stop : stop + 1] == b"\r" and chunk[stop + 1 : stop + 2] != b"\n":
                         if head:  # a progress bar redrawing its line
-                            self._progress[name] = self._text(head, extra)
-                            self.arrived.set()
+                            self._show_progress(name, self._text(head, extra))
                         head, extra = bytearray(), 0
                         start = stop + 1
                         continue
@@ -209,65 +415,12 @@ class ChildSession:
             text += f" … [{extra:,} more bytes of this line not shown]"
         return text
 
-    def _put(self, name: str, text: str) -> None:
-        try:
-            self._lines.put_nowait((name, text))
-        except queue.Full:
-            self._dropped += 1  # the display is behind: keep the newest lines coming
-        self.arrived.set()
-
-    @property
-    def lines_pending(self) -> bool:
-        """Lines of output wait to be drained (more than one drain takes)."""
-        return not self._lines.empty()
-
-    def progress(self) -> str:
-        """The child's current progress line (text after its last carriage return, before any
-        newline), or ``""``."""
-        return self._progress.get("stderr") or self._progress.get("stdout") or ""
-
-    def drain(self, max_lines: int = 500) -> Drained:
-        out = Drained()
-        while True:
-            try:
-                item = self._messages.get_nowait()
-            except queue.Empty:
-                break
-            if isinstance(item, str):
-                out.problems.append(item)
-            else:
-                out.messages.append(item)
-        for _ in range(max_lines):
-            try:
-                out.lines.append(self._lines.get_nowait())
-            except queue.Empty:
-                break
-        out.dropped_lines, self._dropped = self._dropped, 0
-        if out.dropped_lines:
-            note = f"[gpuwatch: {out.dropped_lines} lines of output skipped to keep up]"
-            out.lines.append(("stderr", note))
-        return out
-
     @property
     def returncode(self) -> int | None:
         """None while the child runs; then its exit status as Popen gives it (-N: signal N)."""
         if self.process is None:
             return None
         return self.process.poll()
-
-    @property
-    def exit_code(self) -> int | None:
-        """The status a shell would report: 128+N for a child killed by signal N."""
-        code = self.returncode
-        if code is None:
-            return None
-        return 128 - code if code < 0 else code
-
-    @property
-    def finished_reading(self) -> bool:
-        """The child has exited and every pipe has been read to its end, or PIPE_GRACE_S has
-        passed since it exited (see :meth:`_watch_exit`)."""
-        return self._finished.is_set()
 
     def interrupt(self) -> None:
         """Ctrl-C for the script (it stops, and the child still sends its report)."""
@@ -291,17 +444,3 @@ class ChildSession:
             self.process.wait(timeout=5)
         for t in self._threads:
             t.join(timeout=2)
-
-    @staticmethod
-    def describe_exit(code: int | None) -> str:
-        """``code`` as Popen gives it: negative for a signal."""
-        if code is None:
-            return "running"
-        if code < 0:
-            try:
-                return f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                return f"killed by signal {-code}"
-        if code == 130:
-            return "stopped by Ctrl-C (exit code 130)"
-        return f"exited with {code}"
