@@ -69,8 +69,7 @@ def copies_report(path: str, steps: int, device: str | None = "cuda:0") -> Repor
             s.settle()
             sites.append(Site.of(s))
     r = Report(command=[path], duration_s=1.0).with_sites(sites)
-    r.devices = [{"device": device}] if device is not None else []
-    return r
+    return r.replace(devices=[{"device": device}] if device is not None else [])
 
 
 def snapshot_of(report: Report, elapsed_s: float) -> LiveSnapshot:

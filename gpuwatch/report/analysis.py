@@ -36,8 +36,8 @@ class Findings:
     """Every hint, the largest saving (or cost) first, with the knob of each well-known
     library frame (library_hints.py)."""
     what_if_lines: tuple[str, ...]
-    """The what-if table's lines (each fix's saving per step, replayed or PREDICTED); empty
-    where the run has none."""
+    """The what-if table's lines (each fix's saving per step, replayed or PREDICTED), or the
+    one line that says why the run has none and what would give one."""
     spreads: tuple[Spread, ...]
     """In a report merged from ranks: per line, the slowest rank and how far behind it is."""
 
@@ -50,6 +50,6 @@ def analyze(report: Report) -> Findings:
         no_verdict=no_verdict(report),
         line_costs=costs,
         hints=tuple(all_hints(report)),
-        what_if_lines=tuple(what_if_lines(report)) if report.what_if else (),
+        what_if_lines=tuple(what_if_lines(report)),
         spreads=tuple(spreads(report, MAX_SPREAD_LINES)),
     )
