@@ -2,8 +2,8 @@
 
 Plain CUDA code (``device = "cuda" if torch.cuda.is_available() else "cpu"``): under
 ``gpuwatch profile --fake-cuda`` it runs against a simulated GPU, and every copy and host wait it
-would make on a real one is counted, per line. The values it reads back are placeholders (the
-losses print as 0), and no kernel time is measured. On a GPU, drop ``--fake-cuda``.
+would make on a real one is counted, per line. The values are computed on the CPU (the losses it
+prints are real), and no kernel time is measured. On a GPU, drop ``--fake-cuda``.
 
     gpuwatch profile --fake-cuda demos/fake_gpu_walkthrough.py --steps 50
     gpuwatch profile --fake-cuda --gpu H100 --what-if demos/fake_gpu_walkthrough.py --steps 50

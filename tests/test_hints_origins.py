@@ -129,6 +129,26 @@ def test_a_factory_on_the_host_then_moved_on_the_next_line_is_told_to_create_on_
 
 @pytest.mark.fake_cuda
 @needs_fake_cuda
+def test_a_data_set_on_the_host_sliced_non_blocking_every_step_is_told_to_pin_it_where_made():
+    def work():
+        model, opt = _model()
+        data = torch.randn(12 * 4, 8)  # @dataset
+        for i in range(12):
+            x = data[4 * i : 4 * i + 4].to(DEV, non_blocking=True)  # @slice
+            model(x).sum().backward()
+            opt.step()
+
+    r = _run(work)
+    (h,) = _at(r, "slice")
+    made = f"{h.site.file}:{line_of('dataset')}"
+    assert h.kind == "non_blocking_pageable"
+    assert "no effect from pageable memory" in h.message and f".pin_memory() at {made}" in h.message
+    assert "12 non_blocking from pageable memory, made by torch.randn" in h.evidence
+    assert "register_buffer" not in h.message  # not a constant: a data set, read in pieces
+
+
+@pytest.mark.fake_cuda
+@needs_fake_cuda
 def test_a_constant_made_with_torch_tensor_is_named_as_the_user_wrote_it():
     def work():
         model, opt = _model()

@@ -53,7 +53,7 @@ for step, (x, y) in enumerate(DataLoader(Slow(), batch_size=2)):
 
 def _hints_block(text: str) -> list[str]:
     lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("Hints, the largest"))
+    start = next(i for i, line in enumerate(lines) if line.startswith("Hints, "))
     end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("  "))
     return lines[start:end]
 

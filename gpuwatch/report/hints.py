@@ -16,6 +16,7 @@ step that waits for its input gets the loader's hint, chosen by the loader's own
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from gpuwatch import _format as fmt
@@ -82,8 +83,10 @@ WHATIF_OF = {
     "pinned_non_blocking": "pinned_non_blocking",
     "created_on_cpu": "create_on_device",
     "float32_copies": "bfloat16_copies",
-    "input_bound": "overlap_input",
 }
+"""The what-if fix whose replayed saving a hint of each kind carries. NB: not the loader's hint:
+the what-if overlaps loading with one worker, while the hint recommends several (and the other
+settings the loader lacks); it is ranked by the input wait it costs, the most those can save."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,13 @@ def hints(report: Report, hot: int = HOT) -> list[Hint]:
     merged = merge_neighbours(out)
     merged.sort(key=_rank, reverse=True)
     return merged
+
+
+def hints_order(found: Sequence[Hint]) -> str:
+    """How ``found`` is ordered, in words: by time where any hint has one, else by counts."""
+    if any(h.rank_ms > 0 for h in found):
+        return "the largest saving first"
+    return "the most syncs, then bytes, first (no time measured)"
 
 
 def _rank(h: Hint) -> tuple[float, int, int, str, int]:
@@ -417,6 +427,21 @@ def _copy_hint(s: Site, origin: str, c: OriginCount, often: str) -> Hint | None:
         here = c.made_at is None or c.made_at == f"{s.file}:{s.line}"
         op = _factory_name(c.op)
         where = "at this line" if here else f"at {c.made_at}"
+        if not here and c.non_blocking and c.pageable >= c.non_blocking:
+            # NB: a tensor made once elsewhere and copied in pieces every step with
+            # non_blocking=True is a data set held on the host: its copies cannot overlap the
+            # step from pageable memory; pinning it once where it is made is the fix (or keeping
+            # it on the GPU whole, where it fits)
+            return Hint(
+                "non_blocking_pageable",
+                s,
+                f"a tensor made on the CPU {where} is copied to the GPU {often} with "
+                "non_blocking=True, which has no effect from pageable memory: pin it once where "
+                f"it is made (.pin_memory() at {c.made_at}) so each copy overlaps the step, or, "
+                "if it fits, move it to the GPU whole once, before the loop",
+                f"{counts}, {c.non_blocking:,} non_blocking from pageable memory, made by {op} "
+                f"at {c.made_at}",
+            )
         return Hint(
             "created_on_cpu",
             s,

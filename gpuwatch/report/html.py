@@ -11,7 +11,7 @@ from gpuwatch import _format as fmt
 from gpuwatch.report.analysis import Findings, analyze
 from gpuwatch.report.collectives import comm_html, rank_line
 from gpuwatch.report.compiled import compiled_lines
-from gpuwatch.report.hints import Hint
+from gpuwatch.report.hints import Hint, hints_order
 from gpuwatch.report.html_charts import charts, figure_json
 from gpuwatch.report.memory import memory_html, memory_title
 from gpuwatch.report.text import (
@@ -133,7 +133,7 @@ def _hints(found: Sequence[Hint]) -> str:
         or "<tr><td class=l colspan=3>No line copies or syncs often enough to flag.</td></tr>"
     )
     return (
-        "<h2>Hints, the largest saving first</h2>\n<table><tr><th class=l>line</th>"
+        f"<h2>Hints, {hints_order(found)}</h2>\n<table><tr><th class=l>line</th>"
         "<th class=l>what to change</th>"
         f"<th class=l>evidence</th></tr>{rows}</table>"
     )

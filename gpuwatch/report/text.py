@@ -18,7 +18,7 @@ from gpuwatch import _format as fmt
 from gpuwatch.report.analysis import Findings, analyze
 from gpuwatch.report.collectives import rank_line, summary_parts
 from gpuwatch.report.compiled import compiled_lines
-from gpuwatch.report.hints import Hint
+from gpuwatch.report.hints import Hint, hints_order
 from gpuwatch.report.memory import failure_part, memory_part
 from profilers import DIRECTIONS, Report, Site
 
@@ -85,7 +85,7 @@ def _hints(found: Sequence[Hint], total: int | None = None) -> RenderableType:
     more = (
         f" ({total - len(found)} more in the HTML report)" if total and total > len(found) else ""
     )
-    parts: list[RenderableType] = [Text(f"Hints, the largest saving first{more}", style="italic")]
+    parts: list[RenderableType] = [Text(f"Hints, {hints_order(found)}{more}", style="italic")]
     for h in found:
         parts.append(Padding(Text(h.where, style="cyan"), (0, 0, 0, 2)))
         parts.append(Padding(Text(h.message), (0, 0, 0, 4)))

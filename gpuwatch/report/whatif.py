@@ -167,7 +167,9 @@ def what_if_lines(r: Report) -> list[str]:
     head += f"{'range':<{wide}}  " if ranged else ""
     out.append(f"{head}{'%':>5}  {'line':<{width}}  fix")
     for s, sp, place in zip(savings, spans, ranks, strict=True):
-        alternative = "" if s.get("together", True) else " (the other fix of this copy saves more)"
+        alternative = (
+            "" if s.get("together", True) else " (instead of the other fix of this copy: not both)"
+        )
         rng = f"{sp:<{wide}}  " if ranged else ""
         out.append(
             "  "
