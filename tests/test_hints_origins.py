@@ -149,6 +149,26 @@ def test_a_data_set_on_the_host_sliced_non_blocking_every_step_is_told_to_pin_it
 
 @pytest.mark.fake_cuda
 @needs_fake_cuda
+def test_labels_made_once_and_sliced_blocking_every_step_are_told_to_pin_not_to_make_on_gpu():
+    def work():
+        model, opt = _model()
+        labels = torch.randint(0, 2, (12 * 4,))  # @labels_made
+        for i in range(12):
+            y = labels[4 * i : 4 * i + 4].to(DEV)  # @labels_sliced
+            (model(torch.ones(4, 8, device=DEV)).sum() + y.sum()).backward()
+            opt.step()
+
+    r = _run(work)
+    (h,) = _at(r, "labels_sliced")
+    made = f"{h.site.file}:{line_of('labels_made')}"
+    assert h.kind == "blocking_h2d" and f"made once on the CPU at {made}" in h.message
+    assert ".pin_memory() at" in h.message and "non_blocking=True" in h.message
+    assert "12 blocking, from a tensor torch.randint made 1 time at" in h.evidence
+    assert "register_buffer" not in h.message and "device=..." not in h.message
+
+
+@pytest.mark.fake_cuda
+@needs_fake_cuda
 def test_a_constant_made_with_torch_tensor_is_named_as_the_user_wrote_it():
     def work():
         model, opt = _model()

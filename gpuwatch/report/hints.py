@@ -16,7 +16,7 @@ step that waits for its input gets the loader's hint, chosen by the loader's own
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from gpuwatch import _format as fmt
@@ -122,8 +122,9 @@ def hints(report: Report, hot: int = HOT) -> list[Hint]:
     neighbouring lines with the same advice merged into one."""
     steps = int(report.steps["count"]) if report.steps else 0
     out: list[Hint] = []
+    runs = factory_runs(report)
     for site in report.sites:
-        out.extend(_site_hints(site, steps, hot))
+        out.extend(_site_hints(site, steps, hot, runs))
     out.extend(_time_hints(report))
     costs = cause_costs(report)
     if costs:
@@ -136,6 +137,31 @@ def hints(report: Report, hot: int = HOT) -> list[Hint]:
     merged = merge_neighbours(out)
     merged.sort(key=_rank, reverse=True)
     return merged
+
+
+#: The ops a line keeps in the JSON (``Site.to_dict``'s ``top_ops``).
+TOP_OPS_KEPT = 8
+
+FactoryRuns = Callable[[str | None, str | None], int | None]
+"""``(made_at, op)`` -> how many times that op ran at that line, None where not counted."""
+
+
+def factory_runs(report: Report) -> FactoryRuns:
+    """How often a factory op ran at a line, from the lines' op counts (the dispatch mode's;
+    the fast path counts no ops: None there, and the JSON keeps a line's most frequent ops)."""
+    places = {f"{s.file}:{s.line}": s for s in report.sites}
+
+    def runs(made_at: str | None, op: str | None) -> int | None:
+        site = places.get(made_at or "")
+        if site is None or not op or not report.counts_ops:
+            return None
+        # NB: among the ops the JSON keeps of a line (its top 8 by time, then count), so that
+        # gpuwatch report run.json gives the hint the run gave
+        kept = sorted(site.op_breakdown.items(), key=lambda kv: (-kv[1].ms, -kv[1].count))
+        found = [n.count for name, n in kept[:TOP_OPS_KEPT] if name.split(".")[0] == op]
+        return sum(found) if found else None
+
+    return runs
 
 
 def hints_order(found: Sequence[Hint]) -> str:
@@ -266,8 +292,8 @@ def _once(s: Site, steps: int, count: int, hot: int) -> bool:
 # -- one line's hints -------------------------------------------------------------------------
 
 
-def _site_hints(s: Site, steps: int, hot: int) -> list[Hint]:
-    found = _sync_hints(s, steps, hot) + _copy_hints(s, steps, hot)
+def _site_hints(s: Site, steps: int, hot: int, runs: FactoryRuns) -> list[Hint]:
+    found = _sync_hints(s, steps, hot) + _copy_hints(s, steps, hot, runs)
     float32 = s.copy_dtypes.get("float32", 0)
     if float32 >= HALF_PRECISION_BYTES and not _once(s, steps, s.h2d.count + s.d2h.count, hot):
         found.append(
@@ -371,7 +397,7 @@ def origins_of(s: Site) -> dict[str, OriginCount]:
     return found
 
 
-def _copy_hints(s: Site, steps: int, hot: int) -> list[Hint]:
+def _copy_hints(s: Site, steps: int, hot: int, runs: FactoryRuns) -> list[Hint]:
     """At most one hint for the line's host-to-GPU copies: the fix of its largest origin (by
     copies), none for a copy made once (a one-time move is never "in a loop")."""
     if not s.h2d.count or _once(s, steps, s.h2d.count, hot):
@@ -384,13 +410,17 @@ def _copy_hints(s: Site, steps: int, hot: int) -> list[Hint]:
     often = _when(how_often(s.steps_active, steps), steps)
     ranked = sorted(origins.items(), key=lambda kv: (kv[1].count, kv[1].bytes), reverse=True)
     for origin, c in ranked:
-        made = _copy_hint(s, origin, c, often)
+        made = _copy_hint(s, origin, c, often, runs(c.made_at, c.op))
         if made is not None:
             return [made]
     return []
 
 
-def _copy_hint(s: Site, origin: str, c: OriginCount, often: str) -> Hint | None:
+def _copy_hint(
+    s: Site, origin: str, c: OriginCount, often: str, made_runs: int | None = None
+) -> Hint | None:
+    """The fix of one origin's copies at ``s``; ``made_runs``: how often the op that made the
+    tensor ran at its line (None: not counted, as on the fast path)."""
     counts = f"{c.count:,} host->GPU copies, {fmt.size(c.bytes)} in all"
     pageable = f"{c.pageable:,} from pageable memory" if c.pageable else "all from pinned memory"
     blocking = c.count - c.non_blocking
@@ -441,6 +471,20 @@ def _copy_hint(s: Site, origin: str, c: OriginCount, often: str) -> Hint | None:
                 "if it fits, move it to the GPU whole once, before the loop",
                 f"{counts}, {c.non_blocking:,} non_blocking from pageable memory, made by {op} "
                 f"at {c.made_at}",
+            )
+        if not here and made_runs is not None and made_runs < c.count and c.pageable:
+            # NB: made fewer times than it is copied: one tensor kept on the host (a data set,
+            # its labels) and copied, whole or a slice, every step: making it on the GPU each
+            # step is not the fix; pinning it once (or moving it whole once) is
+            return Hint(
+                "blocking_h2d",
+                s,
+                f"a tensor made once on the CPU {where} is copied to the GPU {often} from pageable "
+                f"memory, and the host waits for each copy: pin it once where it is made "
+                f"(.pin_memory() at {c.made_at}) and copy with .to(device, non_blocking=True), "
+                "or, if it fits, move it to the GPU whole once, before the loop",
+                f"{counts}, {c.count - c.non_blocking:,} blocking, from a tensor {op} made "
+                f"{made_runs:,} time{'s' if made_runs != 1 else ''} at {c.made_at}",
             )
         return Hint(
             "created_on_cpu",
