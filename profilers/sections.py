@@ -55,10 +55,11 @@ class Section(Mapping[str, Any]):
             if f.metadata.get("optional") and getattr(self, f.name) is None:
                 continue
             out.append(f.name)
-        return out + [k for k in self.extra if not hasattr(self, k)]
+        fields = self._names() - {"extra"}
+        return out + [k for k in self.extra if k not in fields]
 
     def __getitem__(self, key: str) -> Any:
-        if key != "extra" and key in self._names():
+        if key != "extra" and key in self._names():  # NB: a JSON key "extra" is in extra
             value = getattr(self, key)
             if value is None and self._is_optional(key):
                 raise KeyError(key)

@@ -179,9 +179,33 @@ def test_a_constant_made_with_torch_tensor_is_named_as_the_user_wrote_it():
 
     r = _run(work)
     (h,) = _at(r, "constant")
-    assert h.kind == "created_on_cpu" and "made on the CPU at this line" in h.message
+    assert h.kind == "created_on_cpu" and "made from Python data at this line" in h.message
+    # NB: torch.tensor(x, device=...) copies from the host all the same: the fix is to make a
+    # constant once, never "device=..."
+    assert "make it once before the loop" in h.message and "device=..." not in h.message
     # NB: torch.tensor(0.5) reaches the dispatcher as lift_fresh: the user never wrote that
     assert "made by torch.tensor" in h.evidence and "lift_fresh" not in h.evidence
+
+
+@pytest.mark.fake_cuda
+@needs_fake_cuda
+def test_numpy_data_copied_every_step_is_no_factory_of_the_host():
+    import numpy as np
+
+    def work():
+        model, opt = _model()
+        for i in range(12):
+            batch = np.full((4, 8), float(i), dtype=np.float32)  # new data every step
+            x = torch.from_numpy(batch).to(DEV)  # @numpy
+            model(x).sum().backward()
+            opt.step()
+
+    r = _run(work)
+    (h,) = _at(r, "numpy")
+    site = h.site
+    assert set(site.origins) == {"host"}  # NumPy's memory: made by no factory of torch's
+    assert h.kind == "blocking_h2d" and "pinned" in h.message
+    assert "torch.tensor" not in h.message + h.evidence and "device=..." not in h.message
 
 
 @pytest.mark.fake_cuda

@@ -463,3 +463,26 @@ def test_an_op_the_profiler_fails_on_runs_and_is_tallied_in_the_report():
         "_to_copy.default": {"count": 3, "error": "RuntimeError: cannot tell"}
     }
     assert doc["totals"]["h2d"]["count"] == 0
+
+
+def test_an_analysis_that_fails_costs_the_summary_and_html_never_the_json(
+    tmp_path, monkeypatch, capsys
+):
+    from gpuwatch.report import analysis, deliver
+    from gpuwatch.report.write import Output
+    from profilers import Report
+
+    def broken(report: Report) -> object:
+        raise RuntimeError("analysis bug")
+
+    monkeypatch.setattr(deliver, "analyze", broken)
+    monkeypatch.setattr(analysis, "analyze", broken)
+    wanted = [Output("json", str(tmp_path / "r.json")), Output("html", str(tmp_path / "r.html"))]
+    failed = deliver.deliver(Report(command=["x.py"]), wanted, top=5, quiet=False)
+    err = capsys.readouterr().err
+    assert failed is True
+    assert json.loads((tmp_path / "r.json").read_text())["command"] == ["x.py"]
+    assert f"gpuwatch: wrote {tmp_path}/r.json" in err
+    assert f"could not render {tmp_path}/r.html: RuntimeError: analysis bug" in err
+    assert "gpuwatch: error: could not analyse the run (RuntimeError: analysis bug)" in err
+    assert not (tmp_path / "r.html").exists() and "Traceback" not in err

@@ -243,7 +243,14 @@ def run_live(options: ProfileOptions, target: Any, wanted: list[Any], limits: An
         raise CliError(result.fatal)
     failed = say(result.written, quiet=options.quiet)
     if result.report is not None:  # NB: its files are written: by the view, as the run ended
-        deliver(result.report, [], top=options.top, quiet=options.quiet, what_if=options.what_if)
+        deliver(
+            result.report,
+            [],
+            top=options.top,
+            quiet=options.quiet,
+            what_if=options.what_if,
+            findings=result.findings,
+        )
     code = result.exit_code
     code = 2 if failed and code == 0 else code
     return check_run(limits, result.report, code, options.quiet)

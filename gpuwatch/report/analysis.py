@@ -53,3 +53,12 @@ def analyze(report: Report) -> Findings:
         what_if_lines=tuple(what_if_lines(report)),
         spreads=tuple(spreads(report, MAX_SPREAD_LINES)),
     )
+
+
+def analysed(report: Report) -> Findings | None:
+    """:func:`analyze`, or None where it fails (a bug of ours): the outputs that show the
+    analysis then say so, and those of the report's data alone are written all the same."""
+    try:
+        return analyze(report)
+    except Exception:  # noqa: BLE001 - said by each output that needs it (write_reports)
+        return None

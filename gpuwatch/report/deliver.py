@@ -4,10 +4,11 @@ same findings, so that every output says the same."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
-from gpuwatch.report.analysis import analyze
+from gpuwatch.report.analysis import Findings, analyze
 from gpuwatch.report.write import Output, write_outputs
 from profilers import Report
 
@@ -21,10 +22,22 @@ def deliver(
     summary: bool = True,
     what_if: bool = False,
     file: Any = None,
+    findings: Findings | None = None,
 ) -> bool:
     """Writes ``wanted`` and, unless ``quiet``, prints the summary (``summary``) and the what-if
-    table (``what_if``) on ``file`` (stderr by default). True if any file failed."""
-    findings = analyze(report)
+    table (``what_if``) on ``file`` (stderr by default), all from one analysis (``findings``,
+    worked out here when not given). True if any file failed."""
+    try:
+        if findings is None:
+            findings = analyze(report)
+    except Exception as exc:  # a bug of ours must not cost the report's files: said, in a line
+        write_outputs(report, wanted, quiet=quiet)  # the JSON and trace; the HTML says why not
+        print(
+            f"gpuwatch: error: could not analyse the run ({type(exc).__name__}: {exc}); the "
+            "summary is not shown",
+            file=sys.stderr,
+        )
+        return True
     failed = write_outputs(report, wanted, quiet=quiet, findings=findings)
     if not quiet:
         if summary:

@@ -486,6 +486,18 @@ def _copy_hint(
                 f"{counts}, {c.count - c.non_blocking:,} blocking, from a tensor {op} made "
                 f"{made_runs:,} time{'s' if made_runs != 1 else ''} at {c.made_at}",
             )
+        if c.op in _FROM_DATA:
+            # NB: torch.tensor(data, device=...) copies from the host all the same: a constant
+            # is made once; data that changes is copied from a pinned buffer
+            return Hint(
+                "created_on_cpu",
+                s,
+                f"a tensor made from Python data {where} (torch.tensor) is copied to the GPU "
+                f"{often}: if its values never change, make it once before the loop "
+                "(register_buffer for a module's constant); if they do, write them into a pinned "
+                "buffer made once and copy with .to(device, non_blocking=True)",
+                f"{counts}, made by {op}" + ("" if here else f" at {c.made_at}"),
+            )
         return Hint(
             "created_on_cpu",
             s,
@@ -504,7 +516,11 @@ def _copy_hint(
             ".to(device, non_blocking=True) lets the copy overlap the GPU's work",
             f"{counts}, all from pinned memory; {blocking:,} blocking",
         )
-    made = f" (made by {_factory_name(c.op)} at {c.made_at})" if c.made_at else ""
+    made = ""
+    if c.made_at:
+        # NB: a host tensor lifted from NumPy (torch.from_numpy) is no torch factory's
+        maker = "NumPy or Python data" if c.op in _FROM_DATA else f"made by {_factory_name(c.op)}"
+        made = f" ({maker} at {c.made_at})"
     if c.non_blocking and c.pageable >= c.non_blocking:
         return Hint(
             "non_blocking_pageable",
@@ -626,6 +642,9 @@ def loader_hint(site: Site, sites: dict[str, Site]) -> Hint:
         f"epoch{'s' if epochs != 1 else ''}",
     )
 
+
+#: The ops a tensor made from Python data reaches the dispatcher as (``torch.tensor(0.5)``).
+_FROM_DATA = frozenset({"lift_fresh", "lift_fresh_copy", "scalar_tensor", "tensor"})
 
 #: The ATen ops that only the Python functions users write make (``torch.tensor(0.5)`` lifts a
 #: fresh constant): named as the user wrote them.

@@ -19,8 +19,11 @@ class Renderer:
     """``json``, ``html`` or ``trace``: what ``--json``/``--html``/``--trace`` ask for."""
     endings: ClassVar[tuple[str, ...]]
     """The file endings that ask for this kind with ``-o``, lower case."""
+    needs_findings: ClassVar[bool] = False
+    """Whether it shows the analysis (a file of the report's data alone is written even where
+    the analysis fails)."""
 
-    def render(self, report: Report, findings: Findings) -> str:
+    def render(self, report: Report, findings: Findings | None) -> str:
         raise NotImplementedError
 
 
@@ -32,7 +35,7 @@ class JsonRenderer(Renderer):
     kind = "json"
     endings = (".json",)
 
-    def render(self, report: Report, findings: Findings) -> str:
+    def render(self, report: Report, findings: Findings | None) -> str:
         return report.to_json()
 
 
@@ -42,8 +45,9 @@ class HtmlRenderer(Renderer):
 
     kind = "html"
     endings = (".html", ".htm")
+    needs_findings = True
 
-    def render(self, report: Report, findings: Findings) -> str:
+    def render(self, report: Report, findings: Findings | None) -> str:
         from gpuwatch.report.html import render_html
 
         return render_html(report, findings)
@@ -56,7 +60,7 @@ class TraceRenderer(Renderer):
     kind = "trace"
     endings = (".trace.json",)
 
-    def render(self, report: Report, findings: Findings) -> str:
+    def render(self, report: Report, findings: Findings | None) -> str:
         from gpuwatch.report.trace import render_trace
 
         return render_trace(report)

@@ -147,12 +147,19 @@ def what_if_lines(r: Report) -> list[str]:
     if not w:
         return [f"What if: not available ({_not_available(r)})."]
     base = float(w["unprofiled_ms"])
+    # NB: ops and as_recorded_ms are optional in the schema (a report may lack them)
+    ops = f", {int(w['ops']):,} ops" if w.get("ops") is not None else ""
+    recorded = w.get("as_recorded_ms")
+    as_recorded = (
+        f" ({fmt.duration_ms(float(recorded))} as recorded, the profiler's time in)"
+        if recorded is not None
+        else ""
+    )
     out = [
-        f"What if ({label(w)}; step {w['step']}, {w['ops']:,} ops"
+        f"What if ({label(w)}; step {w['step']}{ops}"
         + (f", {w['ops_dropped']:,} past the cap not replayed" if w.get("ops_dropped") else "")
         + f"): a step takes {fmt.duration_ms(base)}"
-        f"{_range(w, 'unprofiled_low_ms', 'unprofiled_high_ms')} unprofiled "
-        f"({fmt.duration_ms(float(w['as_recorded_ms']))} as recorded, the profiler's time in)",
+        f"{_range(w, 'unprofiled_low_ms', 'unprofiled_high_ms')} unprofiled{as_recorded}",
     ]
     savings = w.get("savings", [])
     if not savings:

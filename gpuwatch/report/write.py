@@ -259,11 +259,14 @@ def write_reports(
     found: list[Findings] = [] if findings is None else [findings]
 
     def render(kind: str) -> str:
-        if not found:  # NB: inside the guarded render: an analysis that fails costs its files
+        chosen = renderer(kind)
+        if chosen.needs_findings and not found:
+            # NB: inside the guarded render: an analysis that fails costs the files that show
+            # it, never the JSON or the trace (the report's data alone)
             from gpuwatch.report.analysis import analyze
 
             found.append(analyze(report))
-        return renderer(kind).render(report, found[0])
+        return chosen.render(report, found[0] if found else None)
 
     return write_rendered(wanted, render)
 

@@ -117,9 +117,26 @@ class Provenance:
 
 
 def note_made(provenance: Provenance, site: Any, name: str, out: Any) -> None:
-    """A factory op's output, where it is on the host (one on a GPU needs no fix)."""
+    """A factory op's output, where it is on the host (one on a GPU needs no fix). NB: a NumPy
+    array's data (``torch.from_numpy``, ``torch.as_tensor``) reaches the dispatcher as
+    ``lift_fresh`` too, in memory NumPy owns (not resizable): not made by a factory, its origin
+    stays ``host``."""
     if isinstance(out, Tensor) and out.device.type == "cpu":
-        provenance.note(site, name.split(".", 1)[0], FACTORY, out)
+        op = name.split(".", 1)[0]
+        if op in LIFTED and not _resizable(out):
+            return
+        provenance.note(site, op, FACTORY, out)
+
+
+#: The ops Python data (``torch.tensor(0.5)``, a list) and NumPy arrays reach the dispatcher as.
+LIFTED = frozenset({"lift_fresh", "lift_fresh_copy"})
+
+
+def _resizable(t: Tensor) -> bool:
+    try:
+        return bool(t.untyped_storage().resizable())
+    except (RuntimeError, NotImplementedError, TypeError):
+        return True
 
 
 def batch_tensors(batch: Any, limit: int = MAX_BATCH_TENSORS) -> list[Tensor]:
@@ -218,7 +235,9 @@ def origin_of(
     if maker is not None:
         return FACTORY, maker.site, maker.op
     made = memory.of(src) if memory is not None else None  # it saw every op's storages
-    if made is not None and is_factory(made.op):
+    # NB: past the provenance, a lifted tensor (lift_fresh) may be NumPy's data as well as
+    # torch.tensor's: only the provenance, which saw its memory, tells; here it is a host's
+    if made is not None and is_factory(made.op) and not _lifted(made.op):
         return FACTORY, made.site, made.op
     # NB: made on the host from a factory's tensor by other ops (torch.randn(n) * 2, at its
     # line or another): the fix is the factory's, on the device, and the rest with it; the
@@ -233,6 +252,10 @@ def origin_of(
 def _factory_at(site: Any) -> str | None:
     """The first factory op ``site`` (a ``SiteStats``) ran, by name (``randn``), if any."""
     for name in list(getattr(site, "op_breakdown", ())):
-        if is_factory(name):
+        if is_factory(name) and not _lifted(name):
             return str(name).split(".", 1)[0]
     return None
+
+
+def _lifted(name: str) -> bool:
+    return str(name).split(".", 1)[0] in LIFTED

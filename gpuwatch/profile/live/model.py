@@ -44,6 +44,7 @@ from gpuwatch.profile.live.protocol import (
 )
 from gpuwatch.profile.live.result import LiveResult
 from gpuwatch.profile.live.session import LiveSource
+from gpuwatch.report.analysis import Findings, analysed
 from gpuwatch.report.energy import points_from_rows, rows_energy, rows_read_interval_ms
 from gpuwatch.report.write import Output, write_reports
 from profilers import Report
@@ -131,6 +132,8 @@ class LiveRun:
         self.signalled: int | None = None
         """SIGTERM or SIGHUP that closed gpuwatch (the exit code is then 128 + it)."""
         self.report: Report | None = None
+        self.findings: Findings | None = None
+        """The report's analysis, worked out once when it ends (None: it failed, or no end)."""
         self.written: list[tuple[bool, str]] = []
         self.exit_code: int | None = None
         """Not None once the run is over and its report built (its files are written under the
@@ -312,7 +315,8 @@ class LiveRun:
             # NB: ended before the files are written, as a user sees it: once a report file
             # exists, q quits at once (close() waits on this lock for the writing to finish).
             self.exit_code = code
-            self.written = write_reports(report, self.outputs)
+            self.findings = analysed(report)
+            self.written = write_reports(report, self.outputs, self.findings)
             return Ended(code, report, list(self.written), None)
 
     def _measures(self) -> GpuMeasures:
@@ -333,7 +337,9 @@ class LiveRun:
         code = self.exit_code if self.exit_code is not None else 1
         if self.signalled is not None:
             code = 128 + self.signalled  # gpuwatch itself was stopped: say so, as a shell expects
-        return LiveResult(code, self.report, list(self.written), self.fatal, self.signalled)
+        return LiveResult(
+            code, self.report, list(self.written), self.fatal, self.signalled, self.findings
+        )
 
     # -- intents --------------------------------------------------------------------------------
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from profilers.report import Report
+
+if TYPE_CHECKING:
+    from gpuwatch.report.analysis import Findings
 
 
 @dataclass(frozen=True)
@@ -19,3 +23,5 @@ class LiveResult:
     fatal: str | None
     """Why the script could not start at all."""
     signalled: int | None
+    findings: Findings | None = None
+    """The report's analysis (gpuwatch/report/analysis.py), worked out once as the run ended."""

@@ -306,7 +306,7 @@ class LiveApp(SamplingApp):
         self.action_quit_or_stop() if self.model.ended else self.exit()
 
     def run_guarded(self) -> LiveResult:
-        """Runs the app; SIGTERM/SIGHUP end it with the report written (gpuwatch/app/signals.py)."""
+        """Runs the app; SIGTERM/SIGHUP end it with the report written (gpuwatch/ui/signals.py)."""
         run_restoring_signals(self, self.guard)
         return self.model.result()
 
@@ -360,7 +360,8 @@ class LiveApp(SamplingApp):
         from gpuwatch.report.text import summary
 
         title = f"Summary: {self.model.how_it_ended()}"
-        self.push_screen(SummaryScreen(summary(report, top=self.top), title))
+        shown = summary(report, top=self.top, findings=self.model.findings)
+        self.push_screen(SummaryScreen(shown, title))
 
     def action_help(self) -> None:
         about = (
