@@ -39,6 +39,9 @@ class DynamoMark:
     eager_under: str | None = None
     """The dispatch mode that keeps dynamo from compiling while the profile runs; None on the
     fast path of ``--no-kernel-timing`` (no mode)."""
+    cudagraph_skips: int = 0
+    """How many compiled graphs inductor had run without CUDA graphs (``mode="reduce-overhead"``
+    on a CPU tensor, a mutated input, ...): its ``cudagraph_skips`` counter."""
 
 
 def _counters() -> Any:
@@ -116,14 +119,21 @@ def dynamo_mark(counting: str) -> DynamoMark:
         graphs=int(counters["stats"]["unique_graphs"]),
         breaks=Counter(counters["graph_break"]),
         eager_under=under,
+        cudagraph_skips=_cudagraph_skips(counters),
     )
+
+
+def _cudagraph_skips(counters: Any) -> int:
+    """Inductor's count of graphs it compiled for CUDA graphs and ran without them (NB: it
+    logs the reason only where ``TORCH_LOGS=cudagraphs`` is on; the count is kept always)."""
+    return int(counters["inductor"].get("cudagraph_skips", 0))
 
 
 def compiled_section(
     start: DynamoMark, user: Callable[[str], bool], display: Callable[[str], str]
 ) -> dict[str, Any] | None:
-    """What dynamo did since ``start``: ``{"frames", "graphs", "graph_breaks", "ran_eager"}``,
-    or None where the script compiled nothing (dynamo was handed no frame). ``ran_eager``
+    """What dynamo did since ``start``: ``{"frames", "graphs", "graph_breaks", "ran_eager",
+    "graph_break_lines", "recompiled", "cudagraph_skips"}``, or None where the script compiled nothing (dynamo was handed no frame). ``ran_eager``
     names the dispatch mode under which dynamo compiled no graph of the frames it was handed
     (they ran eager), else None."""
     counters = _counters()
@@ -148,4 +158,5 @@ def compiled_section(
         "graph_break_lines": lines,
         "recompiled": recompiled,
         "ran_eager": start.eager_under if graphs <= 0 else None,
+        "cudagraph_skips": max(_cudagraph_skips(counters) - start.cudagraph_skips, 0),
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -122,6 +123,97 @@ def test_on_the_fast_path_the_item_of_a_graph_break_is_a_sync_at_its_line(monkey
     # dynamo runs the .item() eagerly between its two graphs, once a call, at its own line
     syncs = {s.line - first: (s.syncs.count, s.d2h.count) for s in r.sites if s.syncs.count}
     assert syncs == {2: (3, 3)}
+
+
+def _widened(y: torch.Tensor) -> torch.Tensor:
+    return y.to(torch.float64) + 1  # the copy (a GPU's would leave the device)
+
+
+def _with_copy(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    z = _widened(y)
+    return z.sum()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_on_the_fast_path_a_copy_inside_a_compiled_graph_is_at_its_own_line(
+    monkeypatch, backend: str
+):
+    from profilers.counting import ops as _ops
+
+    # A rule that takes every cast to float64 for a copy to the host (8 bytes an element, a
+    # sync): CPU code to count with, as a GPU's .to("cpu") inside the graph would be.
+    def widening_is_a_copy(args, kwargs, out, is_pinned):
+        if out.dtype != torch.float64:
+            return None
+        return _ops.Transfer(
+            "d2h", out.numel() * 8, True, False, _ops.COPY_TO_HOST, "cuda:0", "cpu"
+        )
+
+    monkeypatch.setitem(_ops.CLASSIFIERS, torch.ops.aten._to_copy.default, widening_is_a_copy)
+    torch._dynamo.reset()
+    f = torch.compile(_with_copy, backend=backend)
+    with profilers.profile(kernel_timing=False) as prof:
+        for _ in range(3):
+            f(torch.ones(4))
+    r = prof.report()
+    assert r.compiled is not None and r.compiled["graphs"] == 1  # one graph, no break
+    assert r.compiled["graph_breaks"] == []
+    # NB: the graph runs in _with_copy's frame, whose line is its def while it runs: the
+    # copy's own line is the graph's record of where dynamo traced it (in _widened, inlined)
+    (site,) = [s for s in r.sites if s.d2h.count]
+    line = _widened.__code__.co_firstlineno + 1
+    assert (site.file, site.line, site.function) == (HERE, line, "_widened")
+    assert (site.d2h.count, site.d2h.bytes, site.syncs.by_cause) == (3, 96, {"copy_to_host": 3})
+    assert (
+        site.source == "return y.to(torch.float64) + 1  # the copy (a GPU's would leave the device)"
+    )
+    # its caller: the line of _with_copy that called _widened, then this test
+    called_at = _with_copy.__code__.co_firstlineno + 2
+    assert site.stack[0] == f"{HERE}:{called_at} _with_copy"
+
+
+def test_code_inductor_wrote_is_never_the_users_line(tmp_path: Path, monkeypatch):
+    # Inductor's wrapper code (its cache folder, outside site-packages) calls the ops a graph
+    # could not fuse: a device copy, an .item() kept in the graph. Those belong to the user's
+    # line that ran the graph, never to a line of generated code.
+    from torch._inductor.runtime import cache_dir_utils
+
+    from profilers.counting.sites import UserCode
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    assert cache_dir_utils.default_cache_dir()  # loaded: what a compiled run has
+    user = UserCode()
+    assert not user(str(tmp_path / "inductor" / "ab" / "cabcdef.py"))
+    assert user(str(tmp_path / "train.py"))
+
+
+@pytest.mark.slow  # inductor starts the C++ compiler on a cold cache
+@pytest.mark.skipif(
+    not any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++", "c++")),
+    reason="inductor compiles CPU graphs with a C++ compiler, and none is installed",
+)
+def test_reduce_overhead_on_a_cpu_tensor_runs_compiled_without_cuda_graphs_and_says_so():
+    # mode="reduce-overhead" asks inductor for CUDA graphs; a graph on a CPU tensor (all there
+    # is on a torch without CUDA) is compiled and run without them, which inductor only logs
+    # under TORCH_LOGS=cudagraphs: the report says it
+    torch._dynamo.reset()
+    model = torch.nn.Linear(8, 8)
+    f = torch.compile(model, mode="reduce-overhead")
+    with profilers.profile(kernel_timing=False) as prof:
+        for _ in range(3):  # CUDA graph trees: a warm-up call, a recording, then replays
+            out = f(torch.ones(2, 8))
+    assert torch.allclose(out, model(torch.ones(2, 8)))
+    r = prof.report()
+    c = r.compiled
+    assert c is not None
+    assert (c["graphs"], c["ran_eager"], c["cudagraph_skips"]) == (1, None, 1)
+    assert compiled_lines(r) == [
+        "torch.compile: dynamo compiled 1 graph",
+        'torch.compile: inductor ran 1 graph without CUDA graphs (mode="reduce-overhead" asked '
+        "for them; a graph on a CPU device, one that mutates its input or has dynamic shapes "
+        "is skipped: TORCH_LOGS=cudagraphs says which)",
+    ]
 
 
 def test_under_the_dispatch_mode_the_compiled_code_runs_eager_and_the_report_says_so():
@@ -252,6 +344,52 @@ def test_fake_cuda_runs_compiled_code_eager_counts_its_item_and_says_so(tmp_path
         "code; no simulated GPU runs it compiled" in header
     )
     assert header.index("torch.compile ran eager") < header.index("SIMULATED")
+
+
+MODE_SCRIPT = """\
+import sys
+import torch
+
+@torch.compile(mode=sys.argv[1])
+def f(x):
+    y = x * 2
+    s = y.sum().item()
+    return y + s
+
+x = torch.ones(4, device="cuda")
+for _ in range(3):
+    f(x)
+"""
+
+
+@pytest.mark.fake_cuda
+@pytest.mark.parametrize(
+    ("mode", "timing"),
+    [
+        ("reduce-overhead", []),
+        ("reduce-overhead", ["--no-kernel-timing"]),
+        ("max-autotune-no-cudagraphs", ["--no-kernel-timing"]),
+    ],
+)
+def test_fake_cuda_runs_every_compile_mode_eager_counted_and_says_so(
+    tmp_path: Path, mode: str, timing: list[str]
+):
+    # NB: the simulated GPU is a dispatch mode whatever the counting path: dynamo compiles
+    # nothing under it, so no CUDA graph is recorded (the fake GPU's own CUDA graphs are for
+    # torch.cuda.graph in the script) and inductor never runs: the code runs eager, counted
+    (tmp_path / "train.py").write_text(MODE_SCRIPT)
+    args = ["profile", "-q", "--fake-cuda", *timing, "--json", "r.json", "train.py", mode]
+    done = gpuwatch_here(args, tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
+    doc = json.loads((tmp_path / "r.json").read_text())
+    syncs = {s["line"]: s["syncs"] for s in doc["sites"] if s["syncs"]["count"]}
+    assert syncs == {7: {"count": 3, "by_cause": {"item": 3}}}  # the .item(), once a call
+    c = doc["compiled"]
+    assert (c["graphs"], c["ran_eager"], c["cudagraph_skips"]) == (
+        0,
+        "--fake-cuda's dispatch mode",
+        0,
+    )
 
 
 FULLGRAPH = """\

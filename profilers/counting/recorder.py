@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from profilers.counting.comm import CommRule
+from profilers.counting.graph_lines import GraphLines, GraphPlace
 from profilers.counting.ops import Classifier, IsPinned, Transfer, default_is_pinned
 from profilers.counting.sites import UNKNOWN, UserCode, inside_tensor_printing
 from profilers.counting.threads import ThreadState, ThreadStates
@@ -48,6 +49,8 @@ class Recorder:
         cuda: CudaApi | None = None,
     ) -> None:
         self.user = user
+        self.graph_lines = GraphLines(user)
+        """The lines of copies and syncs made inside compiled graphs (the fast path's)."""
         self.kernel_timing = kernel_timing
         self.timer: CudaTimer | None = None
         """Times ops with CUDA events when there is a GPU (``cuda``: stand-ins for tests)."""
@@ -152,6 +155,38 @@ class Recorder:
         st.last_frame, st.last_user, st.last_lasti, st.last_site = frame, f, f.f_lasti, site
         return site
 
+    def counted_site(
+        self, st: ThreadState, frame: FrameType | None
+    ) -> tuple[SiteStats, tuple[str, int, str] | None]:
+        """The site of a copy or sync the fast path counted, and the library frame that made
+        it where a compiled graph's record names it (else None: ``apply`` walks ``frame``)."""
+        in_graph = self.graph_site(st, frame)
+        if in_graph is None:
+            return self.site_in(st, frame), None
+        return in_graph[0], in_graph[1].library
+
+    def graph_site(
+        self, st: ThreadState, frame: FrameType | None
+    ) -> tuple[SiteStats, GraphPlace] | None:
+        """The site of a copy or sync a compiled graph made (its op's own line, as dynamo
+        traced it: profilers/counting/graph_lines.py), or None where no graph's generated code
+        called the op. Only where a copy or sync is counted, never per op."""
+        place = self.graph_lines.place(frame)
+        if place is None:
+            return None
+        key = (place.file, place.line)
+        site = st.table.get(key)
+        if site is None:
+            user = self.user
+            ran_in = user.first(frame)  # the compiled function's frame, running the graph
+            callers = [f"{user.display(f)}:{n} {fn}" for f, n, fn in place.callers]
+            callers += user.chain(ran_in) if ran_in is not None else []
+            site = SiteStats(user.display(place.file), place.line, place.function, callers[:8])
+            site.source = linecache.getline(place.file, place.line).strip()
+            site.callers = {user.caller_key(ran_in) if ran_in is not None else None}
+            st.table[key] = site
+        return site, place
+
     def _borrowed_site(self, table: dict[tuple[str, int], SiteStats]) -> SiteStats:
         # NB: autograd's device threads run backward ops with no Python frame of the user's on
         # their stack; they belong to the .backward() call the user is blocked in.
@@ -206,15 +241,18 @@ class Recorder:
         ms: float = 0.0,
         timed: TimedOp | None = None,
         frame: FrameType | None = None,
+        made_at: tuple[str, int, str] | None = None,
     ) -> None:
         """Counts ``t`` at ``site``; ``ms`` is the op's host time, or ``timed`` its CUDA timing
         record (credited when the events complete); ``frame``, the Python frame that called
-        the op, names the library frame that made it (:meth:`UserCode.library_frame`)."""
+        the op, names the library frame that made it (:meth:`UserCode.library_frame`), or
+        ``made_at`` does (a compiled graph's record of it)."""
         # NB: a copy of symbolic size (nbytes None) counts, its bytes apart (Copies.unknown_bytes);
         # the byte sums and the timeline take it as 0.
         nbytes = t.nbytes or 0
-        if frame is not None:  # the library frame that made it (here only: never per op)
-            self.user.note_library(site.libraries, frame, t.direction is not None, nbytes, t.sync)
+        if made_at is not None or frame is not None:  # here only: never per op
+            copied = t.direction is not None
+            self.user.note_library(site.libraries, frame, copied, nbytes, t.sync, made_at)
         if t.direction is not None:
             copies = site.copies(t.direction)
             copies.add(t.nbytes, t.pageable, t.non_blocking)
