@@ -20,7 +20,7 @@ import profilers
 from gpuwatch.report.compiled import compiled_lines
 from gpuwatch.report.html import render_html
 from profilers import Report
-from tests.helpers import gpuwatch_here, refuses_fullgraph_under_a_mode
+from tests.helpers import gpuwatch_here
 
 HERE = "tests/test_compiled.py"
 """This file as the report names it (relative to the working directory, the repository's)."""
@@ -226,11 +226,20 @@ def test_under_the_dispatch_mode_the_compiled_code_runs_eager_and_the_report_say
     c = r.compiled
     assert c is not None
     assert (c["graphs"], c["graph_breaks"], c["ran_eager"]) == (0, [], "gpuwatch's dispatch mode")
+    # by torch.compiler's force_eager stance, set while the profile's mode is on: dynamo is
+    # handed no frame (no check per frame per call), and each call of f is counted
+    assert (c["frames"], c["eager_calls"]) == (0, 3)
     # the eager code's ops, each at its own line of _with_item, 3 calls: mul; sum and
     # _local_scalar_dense; add
     first = _with_item.__code__.co_firstlineno
     ops = {s.line - first: s.ops for s in r.sites if s.function == "_with_item"}
     assert ops == {1: 3, 2: 6, 3: 3}
+    # the stance is the script's again: f compiles now
+    from torch._dynamo.utils import counters
+
+    graphs = counters["stats"]["unique_graphs"]
+    f(torch.ones(4))
+    assert counters["stats"]["unique_graphs"] == graphs + 2
     assert compiled_lines(r) == [
         "torch.compile ran eager: dynamo compiled no graph under gpuwatch's dispatch mode (it "
         "skips every frame while a dispatch mode is on), so these counts are of the eager "
@@ -402,29 +411,25 @@ print(f(torch.ones(2, 8, device="cuda")).sum().item())
 
 @pytest.mark.fake_cuda
 @pytest.mark.parametrize("timing", [[], ["--no-kernel-timing"]])
-def test_fullgraph_under_fake_cuda_is_refused_in_one_true_line(tmp_path: Path, timing: list[str]):
+def test_fullgraph_under_fake_cuda_runs_eager_counted_and_says_so(
+    tmp_path: Path, timing: list[str]
+):
+    # NB: the simulated GPU is a dispatch mode whatever the counting path: dynamo compiles
+    # nothing under it. fullgraph=True raised for that ("found no compiled frames"); under
+    # the profile's force_eager stance the model runs as plain Python, counted
     (tmp_path / "train.py").write_text(FULLGRAPH)
     args = ["profile", "-q", "--fake-cuda", *timing, "--json", "r.json", "train.py"]
     done = gpuwatch_here(args, tmp_path)
-    if not refuses_fullgraph_under_a_mode():
-        assert (done.returncode, done.stderr) == (0, "")
-        compiled = json.loads((tmp_path / "r.json").read_text())["compiled"]
-        assert compiled["ran_eager"] == "--fake-cuda's dispatch mode"
-        return
-    assert done.returncode == 1
-    # NB: not "add --no-kernel-timing": with --fake-cuda its simulated GPU is a dispatch
-    # mode whatever the counting path, and no option lets dynamo trace under it
-    assert done.stderr == (
-        "gpuwatch: train.py:4: torch.compile(fullgraph=True) cannot run under --fake-cuda, "
-        "whose simulated GPU is a dispatch mode (dynamo traces no frame under one, with or "
-        "without --no-kernel-timing); profile it with fullgraph=False (its code then runs "
-        "eager, counted), or on a GPU with --no-kernel-timing\n"
-    )
+    assert (done.returncode, done.stderr) == (0, "")
+    doc = json.loads((tmp_path / "r.json").read_text())
+    c = doc["compiled"]
+    assert (c["graphs"], c["ran_eager"], c["eager_calls"]) == (0, "--fake-cuda's dispatch mode", 1)
+    syncs = {s["line"]: s["syncs"]["by_cause"] for s in doc["sites"] if s["syncs"]["count"]}
+    # the Linear's weight and bias to the GPU (pageable: a sync each), the .item()
+    assert syncs == {2: {"copy_to_device": 2}, 4: {"item": 1}}
 
 
-def test_fullgraph_with_an_option_that_keeps_the_mode_is_not_told_to_add_what_it_has(
-    tmp_path: Path,
-):
+def test_fullgraph_with_an_option_that_keeps_the_mode_runs_eager(tmp_path: Path):
     (tmp_path / "train.py").write_text(
         textwrap.dedent("""
             import torch
@@ -432,17 +437,14 @@ def test_fullgraph_with_an_option_that_keeps_the_mode_is_not_told_to_add_what_it
             print(f(torch.ones(4)).item())
         """)
     )
-    args = ["profile", "-q", "--no-kernel-timing", "--count-ops", "train.py"]
+    args = ["profile", "-q", "--no-kernel-timing", "--count-ops", "--json", "r.json", "train.py"]
     done = gpuwatch_here(args, tmp_path)
-    if not refuses_fullgraph_under_a_mode():
-        assert (done.returncode, done.stdout, done.stderr) == (0, "8.0\n", "")
-        return
-    assert done.returncode == 1
-    assert done.stderr == (
-        "gpuwatch: train.py:4: torch.compile(fullgraph=True) cannot run under the profiler's "
-        "dispatch mode, which --no-kernel-timing leaves on here (--count-ops, --memory and "
-        "--trace-syncs need it, as does a torch without the fast path's hooks); without those "
-        "it runs compiled, or profile it with fullgraph=False\n"
-    )
-    done = gpuwatch_here(["profile", "-q", "--no-kernel-timing", "train.py"], tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (0, "8.0\n", "")
+    compiled = json.loads((tmp_path / "r.json").read_text())["compiled"]
+    assert (compiled["ran_eager"], compiled["eager_calls"]) == ("gpuwatch's dispatch mode", 1)
+    done = gpuwatch_here(
+        ["profile", "-q", "--no-kernel-timing", "--json", "r.json", "train.py"], tmp_path
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "8.0\n", "")
+    compiled = json.loads((tmp_path / "r.json").read_text())["compiled"]
+    assert (compiled["graphs"], compiled["ran_eager"], compiled["eager_calls"]) == (1, None, 0)
