@@ -19,6 +19,7 @@ counted for the report.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from collections import Counter
@@ -139,8 +140,12 @@ class EagerCalls:
             return
 
         def put_back() -> None:
-            if _stance_now() == "force_eager":
+            if _stance_now() != "force_eager":
+                return  # the script set its own meanwhile: kept
+            try:
                 stance.__exit__(None, None, None)
+            except RuntimeError:  # left inside a compiled region: torch refuses the change there
+                pass
 
         switch("profiler", stack, "torch.compiler.set_stance('force_eager')", put_back)
 
@@ -174,6 +179,7 @@ def run_eager(stack: ExitStack, mark: DynamoMark) -> EagerCalls | None:
 
     compile_ = torch.compile
 
+    @functools.wraps(compile_)
     def compile_then_force(*args: Any, **kwargs: Any) -> Any:
         out = compile_(*args, **kwargs)  # dynamo loaded now
         calls.force(stack)

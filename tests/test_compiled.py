@@ -448,3 +448,27 @@ def test_fullgraph_with_an_option_that_keeps_the_mode_runs_eager(tmp_path: Path)
     assert (done.returncode, done.stdout, done.stderr) == (0, "8.0\n", "")
     compiled = json.loads((tmp_path / "r.json").read_text())["compiled"]
     assert (compiled["graphs"], compiled["ran_eager"], compiled["eager_calls"]) == (1, None, 0)
+
+
+@pytest.mark.slow
+def test_in_a_fresh_process_the_first_torch_compile_sets_the_stance(tmp_path: Path):
+    # gpuwatch never imports dynamo (3 s) for a script that compiles nothing: where it is not
+    # loaded when the profile starts, the stance is set at the script's first torch.compile
+    from tests.helpers import run
+
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent("""
+            import sys
+            import torch
+            assert "torch._dynamo" not in sys.modules
+            f = torch.compile(lambda x: (x * 2).sum(), backend="eager", fullgraph=True)
+            for _ in range(2):
+                print(f(torch.ones(4)).item())
+            print(torch._dynamo.eval_frame._stance.stance)
+        """)
+    )
+    gpuwatch = os.path.join(os.path.dirname(sys.executable), "gpuwatch")
+    done = run([gpuwatch, "profile", "-q", "--json", "r.json", "train.py"], tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "8.0\n8.0\nforce_eager\n", "")
+    compiled = json.loads((tmp_path / "r.json").read_text())["compiled"]
+    assert (compiled["ran_eager"], compiled["eager_calls"]) == ("gpuwatch's dispatch mode", 2)
