@@ -171,6 +171,8 @@ def test_on_the_fast_path_a_copy_inside_a_compiled_graph_is_at_its_own_line(
     # its caller: the line of _with_copy that called _widened, then this test
     called_at = _with_copy.__code__.co_firstlineno + 2
     assert site.stack[0] == f"{HERE}:{called_at} _with_copy"
+    # made by the user's own code: no library frame (never torch.fx's or dynamo's plumbing)
+    assert site.library == ()
 
 
 def test_code_inductor_wrote_is_never_the_users_line(tmp_path: Path, monkeypatch):
@@ -214,6 +216,62 @@ def test_reduce_overhead_on_a_cpu_tensor_runs_compiled_without_cuda_graphs_and_s
         "for them; a graph on a CPU device, one that mutates its input or has dynamic shapes "
         "is skipped: TORCH_LOGS=cudagraphs says which)",
     ]
+
+
+LIBRARY = """\
+import torch
+
+
+def widen(y):
+    return y.to(torch.float64)
+"""
+
+
+def test_a_copy_a_library_made_inside_a_compiled_graph_names_its_frame(tmp_path, monkeypatch):
+    import importlib.util
+
+    from profilers.counting import ops as _ops
+    from profilers.counting import sites
+
+    # a library of its own (its folder a site-packages), called from the compiled function:
+    # dynamo inlines it, and the graph's node keeps both frames
+    lib = tmp_path / "site-packages"
+    lib.mkdir()
+    (lib / "widening.py").write_text(LIBRARY)
+    roots, (ours, site_dirs, stdlib, torch_dir) = sites._library_roots(), sites._library_places()
+    monkeypatch.setattr(sites, "_library_roots", lambda: (*roots, f"{lib}/"))
+    monkeypatch.setattr(
+        sites, "_library_places", lambda: (ours, (f"{lib}/", *site_dirs), stdlib, torch_dir)
+    )
+    spec = importlib.util.spec_from_file_location("widening", lib / "widening.py")
+    assert spec is not None and spec.loader is not None
+    widening = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(widening)
+    monkeypatch.setitem(sys.modules, "widening", widening)  # dynamo guards its globals by name
+
+    def widening_is_a_copy(args, kwargs, out, is_pinned):
+        if out.dtype != torch.float64:
+            return None
+        return _ops.Transfer(
+            "d2h", out.numel() * 8, True, False, _ops.COPY_TO_HOST, "cuda:0", "cpu"
+        )
+
+    monkeypatch.setitem(_ops.CLASSIFIERS, torch.ops.aten._to_copy.default, widening_is_a_copy)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return widening.widen(x * 2).sum()  # @widen
+
+    torch._dynamo.reset()
+    f = torch.compile(step, backend="aot_eager")
+    with profilers.profile(kernel_timing=False) as prof:
+        for _ in range(2):
+            f(torch.ones(4))
+    r = prof.report()
+    (site,) = [s for s in r.sites if s.d2h.count]
+    assert (site.file, site.line) == (HERE, step.__code__.co_firstlineno + 1)
+    made = [(f.file, f.line, f.function, f.copies, f.syncs) for f in site.library]
+    assert made == [("widening.py", 5, "widen", 2, 2)]
+    assert r.compiled is not None and r.compiled["graph_breaks"] == []  # one graph, inlined
 
 
 def test_under_the_dispatch_mode_the_compiled_code_runs_eager_and_the_report_says_so():

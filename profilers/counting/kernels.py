@@ -252,9 +252,9 @@ class CountingKernels:
                     frame: Any = getframe(1)
                 except ValueError:  # a C++ thread with no Python frames (autograd's device threads)
                     frame = None
-                site, made_at = recorder.counted_site(st, frame)
+                site, walk, made_at = recorder.counted_site(st, frame)
                 for transfer in found if isinstance(found, list) else (found,):
-                    recorder.apply(site, transfer, frame=frame, made_at=made_at)
+                    recorder.apply(site, transfer, frame=walk, made_at=made_at)
                 if st.clock is not None:  # the host half of the time view (a wait, if any)
                     timed_on_fast_path(st.clock, site, found, enter, start, end)
             except Exception as exc:  # never into the user's code: the op ran, uncounted

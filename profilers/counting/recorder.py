@@ -157,13 +157,15 @@ class Recorder:
 
     def counted_site(
         self, st: ThreadState, frame: FrameType | None
-    ) -> tuple[SiteStats, tuple[str, int, str] | None]:
-        """The site of a copy or sync the fast path counted, and the library frame that made
-        it where a compiled graph's record names it (else None: ``apply`` walks ``frame``)."""
+    ) -> tuple[SiteStats, FrameType | None, tuple[str, int, str] | None]:
+        """The site of a copy or sync the fast path counted, the frame ``apply`` looks for
+        its library frame from, and the library frame a compiled graph's record names (the
+        frames between a graph's op and the user's are torch.fx's and dynamo's plumbing,
+        never the library that made it: no frame is walked there)."""
         in_graph = self.graph_site(st, frame)
         if in_graph is None:
-            return self.site_in(st, frame), None
-        return in_graph[0], in_graph[1].library
+            return self.site_in(st, frame), frame, None
+        return in_graph[0], None, in_graph[1].library
 
     def graph_site(
         self, st: ThreadState, frame: FrameType | None
