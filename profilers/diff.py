@@ -12,6 +12,11 @@ Source text is compared without its comment and spacing.
    another; the most alike pairs first;
 4. the rest appeared (only after) or disappeared (only before).
 
+Within a matched line, the library frames that made its copies and syncs
+(``transformers/trainer.py:2410`` beside ``train.py:31``) are compared too, matched by file and
+line, then (the library upgraded, its lines moved) by file and function: a frame whose syncs went
+from 69 to 0 is what a knob turned off.
+
 Figures are per step where both runs counted steps (runs of different lengths compare), else
 for the whole run.
 """
@@ -22,7 +27,7 @@ import difflib
 import io
 import math
 import tokenize
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,12 +41,13 @@ from profilers.budgets import (
     steps_of,
 )
 from profilers.diff_time import line_time_ms, run_time
+from profilers.libraries import LibraryFrame
 from profilers.names import CAUSES, DIRECTIONS
 from profilers.records import Site
 from profilers.report import Report
 from profilers.stats import COMM_OPS, Counted
 
-__all__ = ["DIFF_SCHEMA", "LineDiff", "RunDiff", "check_growth", "diff_reports"]
+__all__ = ["DIFF_SCHEMA", "FrameDiff", "LineDiff", "RunDiff", "check_growth", "diff_reports"]
 
 DIFF_SCHEMA = "gpuwatch.diff/1"
 
@@ -61,6 +67,73 @@ CORE = (
     "ops",
 )
 OPTIONAL = (*[f"syncs.{c}" for c in CAUSES], *[f"comm.{op}" for op in COMM_OPS])
+
+#: What a library frame holds (profilers/libraries.py), compared per frame.
+FRAME_MEASURES = ("syncs", "copies", "bytes")
+
+
+def _frame_value(frame: LibraryFrame | None, name: str) -> int:
+    if frame is None:
+        return 0
+    return {"syncs": frame.syncs, "copies": frame.copies, "bytes": frame.copy_bytes}[name]
+
+
+@dataclass(frozen=True)
+class FrameDiff:
+    """One library frame of a line, before and after (None on the side that has none: the frame
+    made no copy or sync there)."""
+
+    before: LibraryFrame | None
+    after: LibraryFrame | None
+
+    @property
+    def frame(self) -> LibraryFrame:
+        """The frame as it is after (as it was, for a frame that made nothing after)."""
+        frame = self.after if self.after is not None else self.before
+        assert frame is not None
+        return frame
+
+    @property
+    def status(self) -> str:
+        if self.before is None:
+            return "appeared"
+        if self.after is None:
+            return "disappeared"
+        return "matched"
+
+    @property
+    def label(self) -> str:
+        """``transformers/trainer.py:2410 _inner_training_loop`` (``(was 2402)`` where the
+        library's line moved)."""
+        f, was = self.frame, ""
+        if self.before is not None and self.before.line != f.line:
+            was = f" (was {self.before.line})"
+        return f"{f.file}:{f.line}{was} {f.function}".rstrip()
+
+
+def match_frames(before: Iterable[LibraryFrame], after: Iterable[LibraryFrame]) -> list[FrameDiff]:
+    """A line's library frames paired: by file and line, then by file and function (a library
+    whose lines moved between the runs), one to one; the rest on one side only."""
+    b, a = list(before), list(after)
+    out: list[FrameDiff] = []
+    keys: tuple[Callable[[LibraryFrame], tuple[str, object]], ...] = (
+        lambda f: (f.file, f.line),
+        lambda f: (f.file, f.function),
+    )
+    for key in keys:
+        after_by: dict[tuple[str, object], list[LibraryFrame]] = {}
+        for f in a:
+            after_by.setdefault(key(f), []).append(f)
+        left = []
+        for f in b:
+            mates = after_by.get(key(f))
+            if mates:
+                out.append(FrameDiff(f, mates.pop(0)))
+            else:
+                left.append(f)
+        paired = {id(d.after) for d in out}
+        b, a = left, [f for f in a if id(f) not in paired]
+    return out + [FrameDiff(f, None) for f in b] + [FrameDiff(None, f) for f in a]
 
 
 @dataclass(frozen=True)
@@ -94,6 +167,14 @@ class LineDiff:
             return f"{site_label(self.site)} (was line {self.before.line}, {self.before.function})"
         return site_label(self.site) + {"appeared": " (new)", "disappeared": " (gone)"}.get(
             self.status, ""
+        )
+
+    def frames(self) -> list[FrameDiff]:
+        """The library frames that made the line's copies and syncs, on either side, paired
+        (:func:`match_frames`)."""
+        return match_frames(
+            self.before.library if self.before is not None else (),
+            self.after.library if self.after is not None else (),
         )
 
 
@@ -163,13 +244,54 @@ class RunDiff:
         ]
         return [*CORE, *extra]
 
+    def frame_value(self, frame: LibraryFrame | None, side: str, name: str) -> float:
+        """A library frame's figure (one of FRAME_MEASURES) on one side, per step like the
+        lines' (:meth:`value`)."""
+        report = self.before if side == "before" else self.after
+        return _frame_value(frame, name) / ((steps_of(report) if self.per_step else None) or 1)
+
+    def frame_delta(self, frame: FrameDiff, name: str) -> float:
+        return self.frame_value(frame.after, "after", name) - self.frame_value(
+            frame.before, "before", name
+        )
+
+    def changed_frames(self, item: LineDiff) -> list[FrameDiff]:
+        """The line's library frames whose syncs, copies or bytes differ, most changed syncs
+        first."""
+        frames = [f for f in item.frames() if any(self.frame_delta(f, n) for n in FRAME_MEASURES)]
+        return sorted(frames, key=lambda f: [-abs(self.frame_delta(f, n)) for n in FRAME_MEASURES])
+
     def changed(self) -> list[LineDiff]:
-        """Lines whose copies, bytes, syncs or collectives differ. NB: kernel time and op
-        counts alone do not make a line changed: on a GPU, times differ on every run."""
+        """Lines whose copies, bytes, syncs or collectives differ, or whose library frames'
+        do (the line's own total may stay when the syncs moved from one frame to another).
+        NB: kernel time and op counts alone do not make a line changed: on a GPU, times
+        differ on every run."""
         return [
             d
             for d in self.lines
             if any(self.delta(d, n) for n in self.names(d) if n not in ("kernel_ms", "ops"))
+            or self.changed_frames(d)
+        ]
+
+    def frame_dicts(self, item: LineDiff) -> list[dict[str, Any]]:
+        """The line's library frames in the JSON: each with its figures before, after and the
+        change (every frame either side has; changed ones first)."""
+        frames = item.frames()
+        frames.sort(key=lambda f: [-abs(self.frame_delta(f, n)) for n in FRAME_MEASURES])
+        return [
+            {
+                "status": f.status,
+                "file": f.frame.file,
+                "function": f.frame.function,
+                "before_line": f.before.line if f.before is not None else None,
+                "after_line": f.after.line if f.after is not None else None,
+                "before": {
+                    n: _round(self.frame_value(f.before, "before", n)) for n in FRAME_MEASURES
+                },
+                "after": {n: _round(self.frame_value(f.after, "after", n)) for n in FRAME_MEASURES},
+                "delta": {n: _round(self.frame_delta(f, n)) for n in FRAME_MEASURES},
+            }
+            for f in frames
         ]
 
     def figures(self, item: LineDiff | None) -> dict[str, Any]:
@@ -203,6 +325,7 @@ class RunDiff:
                         "after": self.line_time_ms("after", d.after),
                     },
                     **self.figures(d),
+                    "library": self.frame_dicts(d),
                 }
                 for d in self.lines
             ],

@@ -14,6 +14,36 @@ _SYNCS = "explicit synchronize calls: the dispatcher never sees them"
 
 ENTRIES: tuple[Entry, ...] = (
     *FAKE_CUDA,
+    # -- torch.compile under a dispatch mode of ours (profilers/compiled.py) ------------------
+    Entry(
+        "profiler",
+        "",
+        ("torch.compiler.set_stance('force_eager')",),
+        "compiled functions run as plain Python while a dispatch mode of ours is on (the "
+        "script's own stance put back at the end)",
+        "dynamo compiles nothing under a dispatch mode: it checked and skipped each frame of "
+        "every call (a small MLP's forward at 1.30-1.37x the eager model's counting, "
+        "1.16-1.21x with the stance), and fullgraph=True raised",
+        "compiled models counted nearer the eager model's cost; fullgraph=True runs under kernel "
+        "timing, --count-ops, --memory and --fake-cuda",
+    ),
+    Entry(
+        "profiler",
+        "torch._dynamo.eval_frame",
+        ("_callback_from_stance",),
+        "counts the calls of compiled functions that ran eager by that stance",
+        "with the stance dynamo is handed no frame: nothing else says a compiled function ran",
+        "the report's 'torch.compile ran eager' line (compiled.eager_calls)",
+    ),
+    Entry(
+        "profiler",
+        "torch",
+        ("compile",),
+        "sets that stance at the script's first torch.compile, where dynamo was not loaded "
+        "when the profile started",
+        "dynamo takes 3 s to import: a profile never loads it for a script that compiles nothing",
+        "as the stance: compiled functions made during the run would be checked frame by frame",
+    ),
     # -- the profiler (profilers/patches.py, profilers/counting/, profilers/timing/) ----------
     Entry(
         "profiler",

@@ -232,5 +232,10 @@ class Compiled(Section):
     ran_eager: Any = None
     graph_break_lines: list[dict[str, Any]] | None = _optional()
     recompiled: list[dict[str, Any]] | None = _optional()
+    eager_calls: int | None = _optional()
+    """Calls of compiled code that ran eager (the profile's force_eager stance)."""
+    cudagraph_skips: int | None = _optional()
+    """How many times inductor compiled without the CUDA graphs mode="reduce-overhead" asked
+    for (on CPU tensors it skips them silently)."""
 
     required = ("graphs",)

@@ -13,7 +13,7 @@ from operator import attrgetter
 from typing import Any
 
 from profilers import patches as _patches
-from profilers.compiled import DynamoMark, compiled_section, dynamo_mark
+from profilers.compiled import DynamoMark, EagerCalls, compiled_section, dynamo_mark, run_eager
 from profilers.counting import kernels as _kernels
 from profilers.counting.devices import describe_devices
 from profilers.counting.kernels import CountingKernels
@@ -69,6 +69,7 @@ class Profile:
         self._gpu_questions: GpuQuestions | None = None
         self._log: OpLog | None = None
         self._dynamo = DynamoMark()
+        self._eager_calls: EagerCalls | None = None
         self._state = "new"
         self._thread: int | None = None
         self._started = 0.0
@@ -120,6 +121,7 @@ class Profile:
             start_memory(recorder, self.options.memory, counting)
             recorder.counting = counting
             self._dynamo = dynamo_mark(counting)
+            self._eager_calls = run_eager(stack, self._dynamo)
             if why:
                 warnings.warn(SlowerCounting.of(why), stacklevel=2)
             per_thread: Callable[[], AbstractContextManager[Any]] = partial(ProfilerMode, recorder)
@@ -301,7 +303,10 @@ class Profile:
             predicted=typed(Predicted, predicted),
             what_if=typed(WhatIf, what_if),
             compiled=typed(
-                Compiled, compiled_section(self._dynamo, recorder.user, recorder.user.display)
+                Compiled,
+                compiled_section(
+                    self._dynamo, recorder.user, recorder.user.display, self._eager_calls
+                ),
             ),
         )
 

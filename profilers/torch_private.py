@@ -58,6 +58,12 @@ WHAT_EACH_GIVES: dict[str, str] = {
     "torch._dynamo.convert_frame.input_codes": "compiled code that ran eager under a dispatch "
     "mode told apart (report.compiled.ran_eager), graph breaks by line, recompiled functions; "
     "without it only graphs and breaks by reason are said",
+    "torch._dynamo.eval_frame._callback_from_stance": "compiled functions run eager under "
+    "a dispatch mode of ours counted (report.compiled.eager_calls); without it torch.compile "
+    "runs as before the stance: each frame checked and skipped by dynamo, fullgraph=True "
+    "refused",
+    "torch._dynamo.eval_frame._stance": "the script's own torch.compiler stance kept when it "
+    "sets one during the profile",
     "torch._C._dynamo.eval_frame._debug_get_cache_entry_list": "recompiled functions "
     "(report.compiled.recompiled: one cache entry per compiled version); without it none said",
     "torch._C._dispatch_get_all_op_names": _FAST,

@@ -108,11 +108,29 @@ def test_an_exception_shows_the_scripts_traceback_and_a_partial_report(tmp_path)
     assert (tmp_path / "r.html").stat().st_size > 1_000_000
 
 
-def test_fullgraph_compile_refused_under_the_profiler_gets_a_hint(tmp_path):
+def test_fullgraph_compile_runs_eager_under_the_profiler_and_says_so(tmp_path):
     script(
         tmp_path,
         textwrap.dedent("""
             import torch
+            f = torch.compile(lambda x: (x * 2).sum(), backend="eager", fullgraph=True)
+            print(f(torch.ones(4)).item())
+        """),
+    )
+    # kernel timing is a dispatch mode: the profile runs compiled code eager by torch's own
+    # force_eager stance, so fullgraph=True, which finds no compiled frame, does not raise
+    done = gpuwatch_here(["profile", "-q", "--json", "r.json", "train.py"], tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "8.0\n", "")
+    compiled = json.loads((tmp_path / "r.json").read_text())["compiled"]
+    assert (compiled["ran_eager"], compiled["eager_calls"]) == ("gpuwatch's dispatch mode", 1)
+
+
+def test_fullgraph_refused_where_the_script_sets_its_own_stance_gets_one_line(tmp_path):
+    script(
+        tmp_path,
+        textwrap.dedent("""
+            import torch
+            torch.compiler.set_stance("default")  # the script's own: the profile keeps it
             f = torch.compile(lambda x: (x * 2).sum(), backend="eager", fullgraph=True)
             print(f(torch.ones(4)).item())
         """),
@@ -126,7 +144,7 @@ def test_fullgraph_compile_refused_under_the_profiler_gets_a_hint(tmp_path):
     assert done.returncode == 1
     # one line, no dynamo dump of skipped frames, and the option that runs it unmodified
     assert done.stderr == (
-        "gpuwatch: train.py:4: torch.compile(fullgraph=True) cannot run under the profiler's "
+        "gpuwatch: train.py:5: torch.compile(fullgraph=True) cannot run under the profiler's "
         "dispatch mode (kernel timing); the same script runs unmodified with "
         "--no-kernel-timing (copies, syncs and collectives counted, compiled code run "
         "compiled), or profile it with fullgraph=False\n"

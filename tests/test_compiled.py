@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -19,7 +20,7 @@ import profilers
 from gpuwatch.report.compiled import compiled_lines
 from gpuwatch.report.html import render_html
 from profilers import Report
-from tests.helpers import gpuwatch_here, refuses_fullgraph_under_a_mode
+from tests.helpers import gpuwatch_here
 
 HERE = "tests/test_compiled.py"
 """This file as the report names it (relative to the working directory, the repository's)."""
@@ -124,6 +125,155 @@ def test_on_the_fast_path_the_item_of_a_graph_break_is_a_sync_at_its_line(monkey
     assert syncs == {2: (3, 3)}
 
 
+def _widened(y: torch.Tensor) -> torch.Tensor:
+    return y.to(torch.float64) + 1  # the copy (a GPU's would leave the device)
+
+
+def _with_copy(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    z = _widened(y)
+    return z.sum()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_on_the_fast_path_a_copy_inside_a_compiled_graph_is_at_its_own_line(
+    monkeypatch, backend: str
+):
+    from profilers.counting import ops as _ops
+
+    # A rule that takes every cast to float64 for a copy to the host (8 bytes an element, a
+    # sync): CPU code to count with, as a GPU's .to("cpu") inside the graph would be.
+    def widening_is_a_copy(args, kwargs, out, is_pinned):
+        if out.dtype != torch.float64:
+            return None
+        return _ops.Transfer(
+            "d2h", out.numel() * 8, True, False, _ops.COPY_TO_HOST, "cuda:0", "cpu"
+        )
+
+    monkeypatch.setitem(_ops.CLASSIFIERS, torch.ops.aten._to_copy.default, widening_is_a_copy)
+    torch._dynamo.reset()
+    f = torch.compile(_with_copy, backend=backend)
+    with profilers.profile(kernel_timing=False) as prof:
+        for _ in range(3):
+            f(torch.ones(4))
+    r = prof.report()
+    assert r.compiled is not None and r.compiled["graphs"] == 1  # one graph, no break
+    assert r.compiled["graph_breaks"] == []
+    # NB: the graph runs in _with_copy's frame, whose line is its def while it runs: the
+    # copy's own line is the graph's record of where dynamo traced it (in _widened, inlined)
+    (site,) = [s for s in r.sites if s.d2h.count]
+    line = _widened.__code__.co_firstlineno + 1
+    assert (site.file, site.line, site.function) == (HERE, line, "_widened")
+    assert (site.d2h.count, site.d2h.bytes, site.syncs.by_cause) == (3, 96, {"copy_to_host": 3})
+    assert (
+        site.source == "return y.to(torch.float64) + 1  # the copy (a GPU's would leave the device)"
+    )
+    # its caller: the line of _with_copy that called _widened, then this test
+    called_at = _with_copy.__code__.co_firstlineno + 2
+    assert site.stack[0] == f"{HERE}:{called_at} _with_copy"
+    # made by the user's own code: no library frame (never torch.fx's or dynamo's plumbing)
+    assert site.library == ()
+
+
+def test_code_inductor_wrote_is_never_the_users_line(tmp_path: Path, monkeypatch):
+    # Inductor's wrapper code (its cache folder, outside site-packages) calls the ops a graph
+    # could not fuse: a device copy, an .item() kept in the graph. Those belong to the user's
+    # line that ran the graph, never to a line of generated code.
+    from torch._inductor.runtime import cache_dir_utils
+
+    from profilers.counting.sites import UserCode
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    assert cache_dir_utils.default_cache_dir()  # loaded: what a compiled run has
+    user = UserCode()
+    assert not user(str(tmp_path / "inductor" / "ab" / "cabcdef.py"))
+    assert user(str(tmp_path / "train.py"))
+
+
+@pytest.mark.slow  # inductor starts the C++ compiler on a cold cache
+@pytest.mark.skipif(
+    not any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++", "c++")),
+    reason="inductor compiles CPU graphs with a C++ compiler, and none is installed",
+)
+def test_reduce_overhead_on_a_cpu_tensor_runs_compiled_without_cuda_graphs_and_says_so():
+    # mode="reduce-overhead" asks inductor for CUDA graphs; a graph on a CPU tensor (all there
+    # is on a torch without CUDA) is compiled and run without them, which inductor only logs
+    # under TORCH_LOGS=cudagraphs: the report says it
+    torch._dynamo.reset()
+    model = torch.nn.Linear(8, 8)
+    f = torch.compile(model, mode="reduce-overhead")
+    with profilers.profile(kernel_timing=False) as prof:
+        for _ in range(3):  # CUDA graph trees: a warm-up call, a recording, then replays
+            out = f(torch.ones(2, 8))
+    assert torch.allclose(out, model(torch.ones(2, 8)))
+    r = prof.report()
+    c = r.compiled
+    assert c is not None
+    assert (c["graphs"], c["ran_eager"], c["cudagraph_skips"]) == (1, None, 1)
+    assert compiled_lines(r) == [
+        "torch.compile: dynamo compiled 1 graph",
+        'torch.compile: inductor ran 1 graph without CUDA graphs (mode="reduce-overhead" asked '
+        "for them; a graph on a CPU device, one that mutates its input or has dynamic shapes "
+        "is skipped: TORCH_LOGS=cudagraphs says which)",
+    ]
+
+
+LIBRARY = """\
+import torch
+
+
+def widen(y):
+    return y.to(torch.float64)
+"""
+
+
+def test_a_copy_a_library_made_inside_a_compiled_graph_names_its_frame(tmp_path, monkeypatch):
+    import importlib.util
+
+    from profilers.counting import ops as _ops
+    from profilers.counting import sites
+
+    # a library of its own (its folder a site-packages), called from the compiled function:
+    # dynamo inlines it, and the graph's node keeps both frames
+    lib = tmp_path / "site-packages"
+    lib.mkdir()
+    (lib / "widening.py").write_text(LIBRARY)
+    roots, (ours, site_dirs, stdlib, torch_dir) = sites._library_roots(), sites._library_places()
+    monkeypatch.setattr(sites, "_library_roots", lambda: (*roots, f"{lib}/"))
+    monkeypatch.setattr(
+        sites, "_library_places", lambda: (ours, (f"{lib}/", *site_dirs), stdlib, torch_dir)
+    )
+    spec = importlib.util.spec_from_file_location("widening", lib / "widening.py")
+    assert spec is not None and spec.loader is not None
+    widening = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(widening)
+    monkeypatch.setitem(sys.modules, "widening", widening)  # dynamo guards its globals by name
+
+    def widening_is_a_copy(args, kwargs, out, is_pinned):
+        if out.dtype != torch.float64:
+            return None
+        return _ops.Transfer(
+            "d2h", out.numel() * 8, True, False, _ops.COPY_TO_HOST, "cuda:0", "cpu"
+        )
+
+    monkeypatch.setitem(_ops.CLASSIFIERS, torch.ops.aten._to_copy.default, widening_is_a_copy)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return widening.widen(x * 2).sum()  # @widen
+
+    torch._dynamo.reset()
+    f = torch.compile(step, backend="aot_eager")
+    with profilers.profile(kernel_timing=False) as prof:
+        for _ in range(2):
+            f(torch.ones(4))
+    r = prof.report()
+    (site,) = [s for s in r.sites if s.d2h.count]
+    assert (site.file, site.line) == (HERE, step.__code__.co_firstlineno + 1)
+    made = [(f.file, f.line, f.function, f.copies, f.syncs) for f in site.library]
+    assert made == [("widening.py", 5, "widen", 2, 2)]
+    assert r.compiled is not None and r.compiled["graph_breaks"] == []  # one graph, inlined
+
+
 def test_under_the_dispatch_mode_the_compiled_code_runs_eager_and_the_report_says_so():
     torch._dynamo.reset()
     f = torch.compile(_with_item, backend="eager")
@@ -134,11 +284,20 @@ def test_under_the_dispatch_mode_the_compiled_code_runs_eager_and_the_report_say
     c = r.compiled
     assert c is not None
     assert (c["graphs"], c["graph_breaks"], c["ran_eager"]) == (0, [], "gpuwatch's dispatch mode")
+    # by torch.compiler's force_eager stance, set while the profile's mode is on: dynamo is
+    # handed no frame (no check per frame per call), and each call of f is counted
+    assert (c["frames"], c["eager_calls"]) == (0, 3)
     # the eager code's ops, each at its own line of _with_item, 3 calls: mul; sum and
     # _local_scalar_dense; add
     first = _with_item.__code__.co_firstlineno
     ops = {s.line - first: s.ops for s in r.sites if s.function == "_with_item"}
     assert ops == {1: 3, 2: 6, 3: 3}
+    # the stance is the script's again: f compiles now
+    from torch._dynamo.utils import counters
+
+    graphs = counters["stats"]["unique_graphs"]
+    f(torch.ones(4))
+    assert counters["stats"]["unique_graphs"] == graphs + 2
     assert compiled_lines(r) == [
         "torch.compile ran eager: dynamo compiled no graph under gpuwatch's dispatch mode (it "
         "skips every frame while a dispatch mode is on), so these counts are of the eager "
@@ -254,6 +413,52 @@ def test_fake_cuda_runs_compiled_code_eager_counts_its_item_and_says_so(tmp_path
     assert header.index("torch.compile ran eager") < header.index("SIMULATED")
 
 
+MODE_SCRIPT = """\
+import sys
+import torch
+
+@torch.compile(mode=sys.argv[1])
+def f(x):
+    y = x * 2
+    s = y.sum().item()
+    return y + s
+
+x = torch.ones(4, device="cuda")
+for _ in range(3):
+    f(x)
+"""
+
+
+@pytest.mark.fake_cuda
+@pytest.mark.parametrize(
+    ("mode", "timing"),
+    [
+        ("reduce-overhead", []),
+        ("reduce-overhead", ["--no-kernel-timing"]),
+        ("max-autotune-no-cudagraphs", ["--no-kernel-timing"]),
+    ],
+)
+def test_fake_cuda_runs_every_compile_mode_eager_counted_and_says_so(
+    tmp_path: Path, mode: str, timing: list[str]
+):
+    # NB: the simulated GPU is a dispatch mode whatever the counting path: dynamo compiles
+    # nothing under it, so no CUDA graph is recorded (the fake GPU's own CUDA graphs are for
+    # torch.cuda.graph in the script) and inductor never runs: the code runs eager, counted
+    (tmp_path / "train.py").write_text(MODE_SCRIPT)
+    args = ["profile", "-q", "--fake-cuda", *timing, "--json", "r.json", "train.py", mode]
+    done = gpuwatch_here(args, tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
+    doc = json.loads((tmp_path / "r.json").read_text())
+    syncs = {s["line"]: s["syncs"] for s in doc["sites"] if s["syncs"]["count"]}
+    assert syncs == {7: {"count": 3, "by_cause": {"item": 3}}}  # the .item(), once a call
+    c = doc["compiled"]
+    assert (c["graphs"], c["ran_eager"], c["cudagraph_skips"]) == (
+        0,
+        "--fake-cuda's dispatch mode",
+        0,
+    )
+
+
 FULLGRAPH = """\
 import torch
 model = torch.nn.Linear(8, 8).cuda()
@@ -264,29 +469,25 @@ print(f(torch.ones(2, 8, device="cuda")).sum().item())
 
 @pytest.mark.fake_cuda
 @pytest.mark.parametrize("timing", [[], ["--no-kernel-timing"]])
-def test_fullgraph_under_fake_cuda_is_refused_in_one_true_line(tmp_path: Path, timing: list[str]):
+def test_fullgraph_under_fake_cuda_runs_eager_counted_and_says_so(
+    tmp_path: Path, timing: list[str]
+):
+    # NB: the simulated GPU is a dispatch mode whatever the counting path: dynamo compiles
+    # nothing under it. fullgraph=True raised for that ("found no compiled frames"); under
+    # the profile's force_eager stance the model runs as plain Python, counted
     (tmp_path / "train.py").write_text(FULLGRAPH)
     args = ["profile", "-q", "--fake-cuda", *timing, "--json", "r.json", "train.py"]
     done = gpuwatch_here(args, tmp_path)
-    if not refuses_fullgraph_under_a_mode():
-        assert (done.returncode, done.stderr) == (0, "")
-        compiled = json.loads((tmp_path / "r.json").read_text())["compiled"]
-        assert compiled["ran_eager"] == "--fake-cuda's dispatch mode"
-        return
-    assert done.returncode == 1
-    # NB: not "add --no-kernel-timing": with --fake-cuda its simulated GPU is a dispatch
-    # mode whatever the counting path, and no option lets dynamo trace under it
-    assert done.stderr == (
-        "gpuwatch: train.py:4: torch.compile(fullgraph=True) cannot run under --fake-cuda, "
-        "whose simulated GPU is a dispatch mode (dynamo traces no frame under one, with or "
-        "without --no-kernel-timing); profile it with fullgraph=False (its code then runs "
-        "eager, counted), or on a GPU with --no-kernel-timing\n"
-    )
+    assert (done.returncode, done.stderr) == (0, "")
+    doc = json.loads((tmp_path / "r.json").read_text())
+    c = doc["compiled"]
+    assert (c["graphs"], c["ran_eager"], c["eager_calls"]) == (0, "--fake-cuda's dispatch mode", 1)
+    syncs = {s["line"]: s["syncs"]["by_cause"] for s in doc["sites"] if s["syncs"]["count"]}
+    # the Linear's weight and bias to the GPU (pageable: a sync each), the .item()
+    assert syncs == {2: {"copy_to_device": 2}, 4: {"item": 1}}
 
 
-def test_fullgraph_with_an_option_that_keeps_the_mode_is_not_told_to_add_what_it_has(
-    tmp_path: Path,
-):
+def test_fullgraph_with_an_option_that_keeps_the_mode_runs_eager(tmp_path: Path):
     (tmp_path / "train.py").write_text(
         textwrap.dedent("""
             import torch
@@ -294,17 +495,38 @@ def test_fullgraph_with_an_option_that_keeps_the_mode_is_not_told_to_add_what_it
             print(f(torch.ones(4)).item())
         """)
     )
-    args = ["profile", "-q", "--no-kernel-timing", "--count-ops", "train.py"]
+    args = ["profile", "-q", "--no-kernel-timing", "--count-ops", "--json", "r.json", "train.py"]
     done = gpuwatch_here(args, tmp_path)
-    if not refuses_fullgraph_under_a_mode():
-        assert (done.returncode, done.stdout, done.stderr) == (0, "8.0\n", "")
-        return
-    assert done.returncode == 1
-    assert done.stderr == (
-        "gpuwatch: train.py:4: torch.compile(fullgraph=True) cannot run under the profiler's "
-        "dispatch mode, which --no-kernel-timing leaves on here (--count-ops, --memory and "
-        "--trace-syncs need it, as does a torch without the fast path's hooks); without those "
-        "it runs compiled, or profile it with fullgraph=False\n"
-    )
-    done = gpuwatch_here(["profile", "-q", "--no-kernel-timing", "train.py"], tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (0, "8.0\n", "")
+    compiled = json.loads((tmp_path / "r.json").read_text())["compiled"]
+    assert (compiled["ran_eager"], compiled["eager_calls"]) == ("gpuwatch's dispatch mode", 1)
+    done = gpuwatch_here(
+        ["profile", "-q", "--no-kernel-timing", "--json", "r.json", "train.py"], tmp_path
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "8.0\n", "")
+    compiled = json.loads((tmp_path / "r.json").read_text())["compiled"]
+    assert (compiled["graphs"], compiled["ran_eager"], compiled["eager_calls"]) == (1, None, 0)
+
+
+@pytest.mark.slow
+def test_in_a_fresh_process_the_first_torch_compile_sets_the_stance(tmp_path: Path):
+    # gpuwatch never imports dynamo (3 s) for a script that compiles nothing: where it is not
+    # loaded when the profile starts, the stance is set at the script's first torch.compile
+    from tests.helpers import run
+
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent("""
+            import sys
+            import torch
+            assert "torch._dynamo" not in sys.modules
+            f = torch.compile(lambda x: (x * 2).sum(), backend="eager", fullgraph=True)
+            for _ in range(2):
+                print(f(torch.ones(4)).item())
+            print(torch._dynamo.eval_frame._stance.stance)
+        """)
+    )
+    gpuwatch = os.path.join(os.path.dirname(sys.executable), "gpuwatch")
+    done = run([gpuwatch, "profile", "-q", "--json", "r.json", "train.py"], tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "8.0\n8.0\nforce_eager\n", "")
+    compiled = json.loads((tmp_path / "r.json").read_text())["compiled"]
+    assert (compiled["ran_eager"], compiled["eager_calls"]) == ("gpuwatch's dispatch mode", 2)

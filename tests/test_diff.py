@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -11,6 +12,7 @@ from gpuwatch.cli import main as cli
 from gpuwatch.report.load import problem
 from profilers import Copies, Report, Site, Syncs
 from profilers.diff import diff_reports
+from profilers.libraries import LibraryFrame
 from tests.conftest import FAKE_CUDA_MISSING
 
 
@@ -194,3 +196,115 @@ def test_demos_budget_naive_fails_fixed_passes_and_their_diff(tmp_path, capsys, 
     assert gone == {36, 77, 78}  # the mean copy, loss.item(), the .cpu() metrics
     totals = next(line for line in out.splitlines() if line.strip().startswith("syncs "))
     assert totals.split() == ["syncs", "5.43", "0.57", "-4.86"]  # 38/7 and 4/7 (4 .item())
+
+
+# -- library frames per line: the frame whose syncs went from 69 to 0 is the news -------------
+
+
+def _frame(file: str, line: int, function: str, items: int, copies: int = 0) -> LibraryFrame:
+    f = LibraryFrame(file, line, function)
+    for _ in range(copies):
+        f.add(True, 1024, None)
+    for _ in range(items):
+        f.add(False, 0, "item")
+    return f
+
+
+TRAINER = "transformers/trainer.py"
+
+
+def _fit(line: int, frames: list[LibraryFrame], steps: int) -> Report:
+    items, copies = sum(f.syncs for f in frames), sum(f.copies for f in frames)
+    site = _site(line, "main", "trainer.train()", items=items, h2d=copies)
+    return _run([replace(site, library=tuple(frames))], steps, "train.py")
+
+
+def test_library_frames_of_a_line_are_compared_frame_by_frame(tmp_path, capsys):
+    # before: the NaN filter's isnan().item() 69 times and the log's .item() 10 times, in 10
+    # steps; after (the filter turned off, transformers upgraded: the log's line moved from
+    # 2410 to 2416): the filter's frame made nothing, the log's the same
+    before = _fit(
+        31,
+        [
+            _frame(TRAINER, 2502, "_inner_training_loop", 69),
+            _frame(TRAINER, 2410, "_maybe_log_save_evaluate", 10, copies=10),
+        ],
+        10,
+    )
+    after = _fit(33, [_frame(TRAINER, 2416, "_maybe_log_save_evaluate", 10, copies=10)], 10)
+    d = diff_reports(before, after)
+    (line,) = d.changed()
+    assert (line.before.line, line.after.line) == (31, 33)
+    frames = {(f.status, f.label) for f in line.frames()}
+    assert frames == {
+        ("disappeared", f"{TRAINER}:2502 _inner_training_loop"),
+        ("matched", f"{TRAINER}:2416 (was 2410) _maybe_log_save_evaluate"),  # by its function
+    }
+    (news,) = d.changed_frames(line)  # the log's frame made the same: not news
+    assert news.frame.line == 2502
+    assert d.frame_delta(news, "syncs") == -6.9  # per step: 69 / 10 steps, then none
+
+    before.save(tmp_path / "a.json")
+    after.save(tmp_path / "b.json")
+    args = ["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")]
+    assert (
+        cli.main([*args, "--json", str(tmp_path / "d.json"), "--html", str(tmp_path / "d.html")])
+        == 0
+    )
+    out = capsys.readouterr().out
+    row = next(r for r in out.splitlines() if "_inner_training_loop" in r)
+    assert row.split() == [
+        "6.90",
+        "→",
+        "0",
+        "0",  # its copies and bytes: none either side
+        "0",
+        "B",
+        "↳",
+        "made",
+        "in",
+        f"{TRAINER}:2502",
+        "_inner_training_loop,",
+        "gone",
+    ]
+    assert "_maybe_log_save_evaluate" not in out  # unchanged frames stay in the JSON
+    doc = json.loads((tmp_path / "d.json").read_text())
+    assert problem(doc, "gpuwatch.diff/1") is None
+    assert doc["lines"][0]["library"] == [
+        {
+            "status": "disappeared",
+            "file": TRAINER,
+            "function": "_inner_training_loop",
+            "before_line": 2502,
+            "after_line": None,
+            "before": {"syncs": 6.9, "copies": 0, "bytes": 0},
+            "after": {"syncs": 0, "copies": 0, "bytes": 0},
+            "delta": {"syncs": -6.9, "copies": 0, "bytes": 0},
+        },
+        {
+            "status": "matched",
+            "file": TRAINER,
+            "function": "_maybe_log_save_evaluate",
+            "before_line": 2410,
+            "after_line": 2416,
+            "before": {"syncs": 1, "copies": 1, "bytes": 1024},
+            "after": {"syncs": 1, "copies": 1, "bytes": 1024},
+            "delta": {"syncs": 0, "copies": 0, "bytes": 0},
+        },
+    ]
+    page = (tmp_path / "d.html").read_text()
+    assert f"↳ made in {TRAINER}:2502 _inner_training_loop, gone" in page
+    assert '<td class="n down">6.90 → 0</td>' in page
+
+
+def test_syncs_moved_between_frames_of_one_line_make_it_changed():
+    # the line's own total is the same (5 a run): which library frame made them is what changed
+    before = _fit(7, [_frame(TRAINER, 100, "a", 5)], 1)
+    after = _fit(7, [_frame(TRAINER, 200, "b", 5)], 1)
+    d = diff_reports(before, after)
+    assert d.delta(d.lines[0], "syncs") == 0
+    (line,) = d.changed()
+    assert sorted((f.status, f.frame.line) for f in d.changed_frames(line)) == [
+        ("appeared", 200),
+        ("disappeared", 100),
+    ]

@@ -92,3 +92,61 @@ async def test_pause_holds_the_output_until_resumed():
         assert log_lines(app) == ["first"]  # held, not shown
         await pilot.press("p")
         assert log_lines(app) == ["first", "more"] and not app.held_lines
+
+
+def trainer_line() -> dict[str, object]:
+    """``trainer.train()`` at train.py:31, whose 79 syncs HF's Trainer made at two of its lines
+    (and 10 copies of 4 bytes at the second), as a snapshot's site."""
+    from profilers import Copies, Site, Syncs
+    from profilers.libraries import LibraryFrame
+
+    nan_filter = LibraryFrame("transformers/trainer.py", 2502, "_inner_training_loop")
+    log = LibraryFrame("transformers/trainer.py", 2410, "_maybe_log_save_evaluate")
+    for _ in range(69):
+        nan_filter.add(False, 0, "item")
+    for _ in range(10):
+        log.add(True, 4, "copy_to_host")
+    site = Site(
+        file="train.py",
+        line=31,
+        function="<module>",
+        source="trainer.train()",
+        d2h=Copies(10, 40, 0, 0),
+        syncs=Syncs(79, {"item": 69, "copy_to_host": 10}),
+        library=(nan_filter, log),
+    )
+    return site.to_dict(top_ops=3)
+
+
+async def test_a_library_frame_shows_under_the_users_line_with_its_own_figures():
+    from gpuwatch.profile.live.protocol import LiveSnapshot
+    from gpuwatch.ui.widgets import HotLinesTable
+    from tests.test_live_model import totals
+
+    snap = LiveSnapshot(1.0, totals(0), [], [trainer_line()], 1, 89, "every_op")
+    session = InMemorySource(Target("train.py", []))  # the script runs on, its lines in view
+    session.send(Hello(9, ["train.py"]), snap)
+    run = LiveRun(session, [], gpu_stats="off")
+    app = LiveApp(run, None, no_gpu_reason="off", header_clock=False)
+    async with app.run_test(size=(160, 30)) as pilot:
+        table = app.query_one(HotLinesTable)
+        await wait_until(lambda: table.row_count == 3, 20)
+        rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(3)]
+        head = table.shown_columns
+        assert head[:4] == ["line", "syncs", "bytes", "copies"]
+        assert [r[:4] for r in rows] == [
+            ["train.py:31", "79", "40 B", "10"],
+            ["↳ …/trainer.py:2502", "69", "0 B", "0"],  # the line column's 28 at most
+            ["↳ …/trainer.py:2410", "10", "40 B", "10"],
+        ]
+        source = head.index("source")  # the whole path where there is room
+        assert rows[1][source] == "in _inner_training_loop (transformers/trainer.py)   [item 69]"
+        assert rows[2][head.index("kernel")] == ""  # a frame has no time of its own
+        # the cursor on a library frame's row is on the user's line it is under
+        table.focus()
+        await pilot.press("down", "down")
+        assert table.cursor_row == 2 and table.selected_key == "train.py:31"
+        table.show([trainer_line()], 1)  # the next snapshot: the cursor stays on that frame
+        assert table.cursor_row == 2
+        table.show([{**trainer_line(), "library": []}], 1)  # its frames gone: on the line
+        assert (table.row_count, table.cursor_row) == (1, 0)

@@ -87,7 +87,8 @@ def _compiled_body(x, y):
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-def test_compiled_code_runs_eagerly_and_dynamo_never_traces_the_profiler(backend):
+@pytest.mark.parametrize("own_stance", [False, True])
+def test_compiled_code_runs_eagerly_and_dynamo_never_traces_the_profiler(backend, own_stance):
     import torch._dynamo
 
     torch._dynamo.reset()
@@ -97,14 +98,21 @@ def test_compiled_code_runs_eagerly_and_dynamo_never_traces_the_profiler(backend
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with profilers.profile() as prof:
+            if own_stance:  # the script's own: the profile's force_eager gives way to it
+                torch.compiler.set_stance("default")
             for _ in range(2):
                 assert torch.equal(compiled(x, y), expected)
-    # Dynamo's frame callback is set while compiled code runs: had it reached the profiler's
-    # frames it would try to trace them and warn about the builtins they call.
+    # With the script's own stance dynamo's frame callback is set while compiled code runs
+    # (the profile's force_eager sets none): had it reached the profiler's frames it would try
+    # to trace them and warn about the builtins they call.
     assert not [w for w in caught if "dynamo" in str(w.filename).lower()], [
         str(w.message)[:200] for w in caught
     ]
     r = prof.report()
+    assert r.compiled is not None  # dynamo handed the frames (own stance), or no frame at all
+    assert (r.compiled["eager_calls"], r.compiled["frames"] > 0) == (
+        (0, True) if own_stance else (2, False)
+    )
     mm = site_at(r, line_of("mm"))
     assert mm.ops == 2 and mm.op_breakdown["mm.default"].count == 2
     assert site_at(r, line_of("tail")).ops == 6  # relu, add, sum; twice

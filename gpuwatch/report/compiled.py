@@ -12,8 +12,9 @@ SHOWN_REASONS = 3
 
 def compiled_lines(r: Report) -> list[str]:
     """One line: the compiled code ran eager under a dispatch mode (and why); or what dynamo
-    compiled and where its graphs broke (lines, and reasons in dynamo's own words), and a
-    second naming the functions it recompiled; none where nothing was compiled."""
+    compiled and where its graphs broke (lines, and reasons in dynamo's own words), then the
+    graphs inductor ran without the CUDA graphs asked for, and the functions it recompiled;
+    none where nothing was compiled."""
     c = r.compiled
     if not c:
         return []
@@ -45,6 +46,14 @@ def compiled_lines(r: Report) -> list[str]:
         at = ", ".join(f"{b['file']}:{b['line']}" for b in c.get("graph_break_lines") or [])
         line += f", {_n(total, 'graph break')}{f' (at {at})' if at else ''}: {named}{more}"
     out = [line]
+    skips = int(c.get("cudagraph_skips") or 0)
+    if skips:
+        out.append(
+            f"torch.compile: inductor ran {_n(skips, 'graph')} without CUDA graphs "
+            '(mode="reduce-overhead" asked for them; a graph on a CPU device, one that '
+            "mutates its input or has dynamic shapes is skipped: TORCH_LOGS=cudagraphs says "
+            "which)"
+        )
     recompiled = c.get("recompiled") or []
     if recompiled:
         out.append(

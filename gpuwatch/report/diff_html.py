@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import html
 
-from gpuwatch.report.diff_text import STATUS, TOTAL_ROWS, amount, columns, quiet_lines, signed
+from gpuwatch.report.diff_text import (
+    FRAME_COLUMNS,
+    STATUS,
+    TOTAL_ROWS,
+    amount,
+    columns,
+    frame_rows,
+    frame_words,
+    quiet_lines,
+    signed,
+)
 from profilers.diff import LineDiff, RunDiff
 from profilers.finite import dumps_finite
 
@@ -48,7 +58,30 @@ def _line_row(diff: RunDiff, d: LineDiff, shown: list[tuple[str, str]]) -> str:
         f'<tr class="{STATUS.get(d.status, "")}"><td>{html.escape(state)}</td>'
         f"<td><code>{html.escape(where)}</code></td>{cells}"
         f"<td>{html.escape(site.function)}: <code>{html.escape(site.source)}</code>{was}</td></tr>"
+        f"{_frame_rows(diff, d, shown)}"
     )
+
+
+def _frame_rows(diff: RunDiff, d: LineDiff, shown: list[tuple[str, str]]) -> str:
+    """Rows under a line: each library frame whose copies or syncs changed."""
+    frames, more = frame_rows(diff, d)
+    rows = [
+        '<tr class="frame"><td></td><td></td>'
+        + "".join(
+            _cell(name, diff.frame_value(f.before, "before", name),
+                  diff.frame_value(f.after, "after", name))
+            if name in FRAME_COLUMNS else "<td></td>"
+            for _, name in shown
+        )
+        + f'<td class="was">{html.escape(frame_words(f))}</td></tr>'
+        for f in frames
+    ]  # fmt: skip
+    if more:
+        rows.append(
+            f'<tr class="frame"><td colspan="{len(shown) + 2}"></td><td class="was">'
+            f"↳ {more} more library frames changed (in the JSON)</td></tr>"
+        )
+    return "".join(rows)
 
 
 def render_html(diff: RunDiff, paths: tuple[str, str] = ("", "")) -> str:

@@ -14,7 +14,7 @@ from rich.text import Text
 from gpuwatch import _format as fmt
 from gpuwatch.report.whatif import span_ms
 from profilers.budgets import fmt as count
-from profilers.diff import LineDiff, RunDiff
+from profilers.diff import FrameDiff, LineDiff, RunDiff
 
 #: Total rows: (measure, label); a row shows when either run has any of it (syncs, copies and
 #: bytes always do).
@@ -56,6 +56,11 @@ LINE_COLUMNS = (
 )
 
 STATUS = {"appeared": "new", "disappeared": "gone"}
+
+#: Library frames shown under a changed line (the JSON has every one).
+FRAMES_SHOWN = 3
+#: A frame's figures, by the line column they sit under.
+FRAME_COLUMNS = {"syncs": "syncs", "copies": "copies", "bytes": "bytes"}
 
 
 def columns(diff: RunDiff) -> list[tuple[str, str]]:
@@ -142,6 +147,20 @@ def source(d: LineDiff) -> Text:
     return text
 
 
+def frame_rows(diff: RunDiff, d: LineDiff) -> tuple[list[FrameDiff], int]:
+    """The changed library frames shown under a line (at most FRAMES_SHOWN) and how many more
+    changed."""
+    frames = diff.changed_frames(d)
+    return frames[:FRAMES_SHOWN], max(0, len(frames) - FRAMES_SHOWN)
+
+
+def frame_words(f: FrameDiff) -> str:
+    """``made in transformers/trainer.py:2410 _inner_training_loop`` (``, gone``: it made no
+    copy or sync after)."""
+    state = {"appeared": ", new", "disappeared": ", gone"}.get(f.status, "")
+    return f"↳ made in {f.label}{state}"
+
+
 def render(diff: RunDiff, paths: tuple[str, str] = ("", ""), top: int = 20) -> RenderableType:
     unit = "per step" if diff.per_step else "whole run"
     parts: list[RenderableType] = [
@@ -192,11 +211,37 @@ def render(diff: RunDiff, paths: tuple[str, str] = ("", ""), top: int = 20) -> R
         if timed:
             cells.append(line_time(diff, d))
         lines.add_row(status(d), where(d), *cells, source(d))
+        _add_frames(lines, diff, d, shown_columns, timed)
     parts.append(lines if shown else Text("No line's copies, syncs or collectives changed."))
     rest = quiet_lines(diff, changed)
     if rest:
         parts.append(Text(rest, style="dim"))
     return Group(*parts)
+
+
+def _add_frames(
+    table: Table, diff: RunDiff, d: LineDiff, shown: list[tuple[str, str]], timed: bool
+) -> None:
+    """Rows under a changed line: each library frame whose copies or syncs changed, its
+    figures under the line's columns (blank where a frame holds no such figure)."""
+    frames, more = frame_rows(diff, d)
+    for f in frames:
+        cells: list[Text | str] = [
+            change(name, diff.frame_value(f.before, "before", name),
+                   diff.frame_value(f.after, "after", name))
+            if name in FRAME_COLUMNS else ""
+            for _, name in shown
+        ]  # fmt: skip
+        if timed:
+            cells.append("")
+        table.add_row("", "", *cells, Text(frame_words(f), style="dim"))
+    if more:
+        table.add_row(
+            "",
+            "",
+            *[""] * (len(shown) + timed),
+            Text(f"↳ {more} more library frames changed (in the JSON)", style="dim"),
+        )
 
 
 def time_line(diff: RunDiff) -> Text | None:

@@ -252,8 +252,8 @@ class CountingKernels:
                     frame: Any = getframe(1)
                 except ValueError:  # a C++ thread with no Python frames (autograd's device threads)
                     frame = None
-                site = recorder.site_in(st, frame)
-                recorder.apply_found(site, found, args, frame)
+                site, walk, made_at = recorder.counted_site(st, frame)
+                recorder.apply_found(site, found, args, walk, made_at)
                 if st.clock is not None:  # the host half of the time view (a wait, if any)
                     timed_on_fast_path(st.clock, site, found, enter, start, end)
             except Exception as exc:  # never into the user's code: the op ran, uncounted

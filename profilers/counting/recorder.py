@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from profilers.counting.comm import CommRule
+from profilers.counting.graph_lines import GraphLines, GraphPlace
 from profilers.counting.ops import Classifier, IsPinned, Transfer, default_is_pinned
 from profilers.counting.origins import Provenance, note_batch, origin_of, source_of
 from profilers.counting.sites import UNKNOWN, UserCode, inside_tensor_printing, statement
@@ -53,6 +54,8 @@ class Recorder:
         cuda: CudaApi | None = None,
     ) -> None:
         self.user = user
+        self.graph_lines = GraphLines(user)
+        """The lines of copies and syncs made inside compiled graphs (the fast path's)."""
         self.kernel_timing = kernel_timing
         self.timer: CudaTimer | None = None
         """Times ops with CUDA events when there is a GPU (``cuda``: stand-ins for tests)."""
@@ -165,6 +168,40 @@ class Recorder:
         st.last_frame, st.last_user, st.last_lasti, st.last_site = frame, f, f.f_lasti, site
         return site
 
+    def counted_site(
+        self, st: ThreadState, frame: FrameType | None
+    ) -> tuple[SiteStats, FrameType | None, tuple[str, int, str] | None]:
+        """The site of a copy or sync the fast path counted, the frame ``apply`` looks for
+        its library frame from, and the library frame a compiled graph's record names (the
+        frames between a graph's op and the user's are torch.fx's and dynamo's plumbing,
+        never the library that made it: no frame is walked there)."""
+        in_graph = self.graph_site(st, frame)
+        if in_graph is None:
+            return self.site_in(st, frame), frame, None
+        return in_graph[0], None, in_graph[1].library
+
+    def graph_site(
+        self, st: ThreadState, frame: FrameType | None
+    ) -> tuple[SiteStats, GraphPlace] | None:
+        """The site of a copy or sync a compiled graph made (its op's own line, as dynamo
+        traced it: profilers/counting/graph_lines.py), or None where no graph's generated code
+        called the op. Only where a copy or sync is counted, never per op."""
+        place = self.graph_lines.place(frame)
+        if place is None:
+            return None
+        key = (place.file, place.line)
+        site = st.table.get(key)
+        if site is None:
+            user = self.user
+            ran_in = user.first(frame)  # the compiled function's frame, running the graph
+            callers = [f"{user.display(f)}:{n} {fn}" for f, n, fn in place.callers]
+            callers += user.chain(ran_in) if ran_in is not None else []
+            site = SiteStats(user.display(place.file), place.line, place.function, callers[:8])
+            site.source = linecache.getline(place.file, place.line).strip()
+            site.callers = {user.caller_key(ran_in) if ran_in is not None else None}
+            st.table[key] = site
+        return site, place
+
     def _borrowed_site(self, table: dict[tuple[str, int], SiteStats]) -> SiteStats:
         # NB: autograd's device threads run backward ops with no Python frame of the user's on
         # their stack; they belong to the .backward() call the user is blocked in.
@@ -246,19 +283,27 @@ class Recorder:
         ms: float = 0.0,
         timed: TimedOp | None = None,
         frame: FrameType | None = None,
+        made_at: tuple[str, int, str] | None = None,
     ) -> None:
         """Counts ``t`` at ``site``; ``ms`` is the op's host time, or ``timed`` its CUDA timing
         record (credited when the events complete); ``frame``, the Python frame that called
-        the op, names the library frame that made it (:meth:`UserCode.library_code`)."""
+        the op, names the library frame that made it (:meth:`UserCode.library_code`), or
+        ``made_at`` does (a compiled graph's record of it)."""
         # NB: a copy of symbolic size (nbytes None) counts, its bytes apart (Copies.unknown_bytes);
         # the byte sums and the timeline take it as 0.
         nbytes = t.nbytes or 0
-        if frame is not None:  # the library frame that made it (here only: never per op)
-            if self.lib_lines:
+        if made_at is not None or frame is not None:  # here only: never per op
+            if self.lib_lines and frame is not None:
                 site = self._library_site(site, frame)
             else:
                 self.user.note_library(
-                    site.libraries, frame, t.direction is not None, nbytes, t.sync, t.pageable
+                    site.libraries,
+                    frame,
+                    t.direction is not None,
+                    nbytes,
+                    t.sync,
+                    t.pageable,
+                    made_at,
                 )
         if t.direction is not None:
             copies = site.copies(t.direction)
@@ -296,11 +341,13 @@ class Recorder:
         found: Transfer | list[Transfer],
         args: tuple[Any, ...],
         frame: FrameType | None,
+        made_at: tuple[str, int, str] | None = None,
     ) -> None:
         """Counts what an op's rule found (the fast path's: no time here), each host-to-GPU
-        copy with its tensor's origin."""
+        copy with its tensor's origin (``made_at``: the library frame a compiled graph's
+        record names, where a graph made it)."""
         for t in found if isinstance(found, list) else (found,):
-            self.apply(site, t, frame=frame)
+            self.apply(site, t, frame=frame, made_at=made_at)
             if t.direction == "h2d":
                 self.note_origin(site, t, args, frame)
 

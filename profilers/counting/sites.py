@@ -7,6 +7,7 @@ import importlib.util
 import linecache
 import os
 import site
+import sys
 import sysconfig
 from collections.abc import Sequence
 from types import FrameType
@@ -102,6 +103,22 @@ _OTHER, _TORCH, _LIBRARY, _PLUMBING = 0, 1, 2, 3
 _TYPED = ("<stdin>", "<ipython-input-", "<console>")
 
 
+def _inductor_output(path: str) -> bool:
+    """Whether ``path`` is code inductor wrote for a compiled graph (its cache folder): the ops
+    it calls (a device copy, an ``.item()``) belong to the user line that ran the graph, never
+    to a line of generated code. NB: inductor is asked only when already loaded (it is, if it
+    wrote the file)."""
+    utils = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
+    default = getattr(utils, "default_cache_dir", None)
+    if default is None:
+        return False
+    try:  # NB: as its cache_dir() reads it, without that function's makedirs and setenv
+        folder = os.path.realpath(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default())
+    except (OSError, KeyError, RuntimeError):
+        return False
+    return path.startswith(folder + os.sep)
+
+
 def generated(filename: str) -> bool:
     """Whether ``filename`` names code made at run time with ``exec()``: a dataclass's
     ``__init__`` (``<string>``; HF's ``TrainingArguments``), a namedtuple's ``__new__``,
@@ -141,7 +158,7 @@ class UserCode:
             # torch.compile): its ops belong to the user line that called the compiled code.
             return self._roots is None and not filename.startswith(("<frozen", "<eval_with_key>"))
         path = os.path.realpath(filename)
-        if path.startswith(self._excluded):
+        if path.startswith(self._excluded) or _inductor_output(path):
             return False
         if self._roots is not None:
             return path.startswith(self._roots)
@@ -224,27 +241,44 @@ class UserCode:
         trainer.py``), torch's as ``torch/...``."""
         return self._kind(filename)[1]
 
+    def library_entry(self, entries: Sequence[tuple[str, int, str]]) -> tuple[str, int, str] | None:
+        """:meth:`library_frame` of a stack given as ``(file, line, function)`` entries below
+        the user's line, outermost first (a compiled graph's node keeps its stack so)."""
+        found: tuple[str, int, str] | None = None
+        for file, line, function in reversed(entries):
+            kind, name = self._kind(file)
+            if kind == _LIBRARY:
+                return name, line, function
+            if kind == _TORCH and found is None:
+                found = name, line, function
+        return found
+
     def note_library(
         self,
         libraries: dict[tuple[str, int], LibraryFrame],
-        frame: FrameType,
+        frame: FrameType | None,
         copied: bool,
         nbytes: int,
         sync: str | None,
         pageable: bool = False,
+        made_at: tuple[str, int, str] | None = None,
     ) -> None:
         """Counts a copy (``copied``, of ``nbytes``; ``pageable``: from or to pageable host
         memory) and/or a sync (``sync``'s cause) at the library frame that made the op
-        ``frame`` called, in a line's ``libraries``."""
-        found = self.library_code(frame)
-        if found is None:
-            return
-        code = found.f_code
-        key = (self._kind(code.co_filename)[1], found.f_lineno)
+        ``frame`` called (or at ``made_at``, where the frames that made it are a compiled
+        graph's record: ``(file as shown, line, function)``), in a line's ``libraries``."""
+        if made_at is not None:
+            key, function, text = made_at[:2], made_at[2], ""
+        else:
+            found = self.library_code(frame)
+            if found is None:
+                return
+            code = found.f_code
+            key = (self._kind(code.co_filename)[1], found.f_lineno)
+            function, text = code.co_name, statement(code.co_filename, found.f_lineno)
         lib = libraries.get(key)
         if lib is None:
-            text = statement(code.co_filename, found.f_lineno)
-            lib = libraries[key] = LibraryFrame(*key, code.co_name, text)
+            lib = libraries[key] = LibraryFrame(*key, function, text)
         lib.add(copied, nbytes, sync, pageable)
 
     def _kind(self, filename: str) -> tuple[int, str]:

@@ -1,6 +1,8 @@
 """The hottest user lines of the profiled script, updated in place, laid out for the width the
 table has: the figures stay whole, the line is its file's short name, and the source is what gets
-cut (never the numbers)."""
+cut (never the numbers). Under a line whose copies or syncs a library made, a row for each of
+the library frames that made the most (``↳ trainer.py:2502``, with its own figures): the user's
+line is where to act, the library's where the cost is."""
 
 from __future__ import annotations
 
@@ -28,6 +30,11 @@ MIN_SOURCE = 16
 NO_SOURCE = 6
 #: Cell padding DataTable adds on each side of every column.
 PAD = 1
+#: Library frames shown under a line (those with the most syncs, then copies: the snapshot's
+#: order); the summary (s) has three, the JSON up to eight.
+FRAMES_SHOWN = 2
+#: What a library frame's row starts with, in the line column.
+FRAME_MARK = "↳ "
 
 
 def short_path(path: str, room: int) -> str:
@@ -74,6 +81,9 @@ class HotLinesTable(DataTable[Text]):
         self.shown_columns: list[str] = []
         """The columns laid out for the current width (for tests and the help)."""
         self._laid_out_for: tuple[int, int] | None = None
+        self._row_sites: list[int] = []
+        """The site each row shows (a library frame's row: the line it is under)."""
+        self._row_keys: list[str] = []
 
     def on_mount(self) -> None:
         self.border_title = "Hottest lines"
@@ -88,11 +98,14 @@ class HotLinesTable(DataTable[Text]):
         # gets at most what the figures that always stay leave it.
         kept = sum(WIDTHS[f] + 2 * PAD for f in FIGURES[:KEPT])
         room = max(10, min(28, (self.size.width or 80) - 2 - 2 * PAD - kept))
-        widest = max((len(self._label(s, room)) for s in self.sites), default=4)
+        labels = [self._label(s, room) for s in self.sites]
+        labels += [self._label(f, room, FRAME_MARK) for s in self.sites for f in _frames(s)]
+        widest = max(map(len, labels), default=4)
         return max(4, min(room, widest))
 
-    def _label(self, s: dict[str, Any], room: int) -> str:
-        return f"{short_path(s['file'], room - len(str(s['line'])) - 1)}:{s['line']}"
+    def _label(self, s: dict[str, Any], room: int, mark: str = "") -> str:
+        path = short_path(s["file"], room - len(mark) - len(str(s["line"])) - 1)
+        return f"{mark}{path}:{s['line']}"
 
     def _layout(self) -> None:
         width = self.size.width or 80
@@ -115,26 +128,16 @@ class HotLinesTable(DataTable[Text]):
         """The busiest lines; ``counting`` ``"copies"``: the run counts no ops (the fast path of
         --no-kernel-timing), and their column says so rather than 0."""
         counts_ops = counting == "every_op"
-        selected = self.selected_key
+        selected, selected_row = self.selected_key, self._selected_row()
         self.sites, self.site_count, self.counting = sites, site_count, counting
         self._layout()
         self.clear()
         room = self._line_width()
-        for s in sites:
+        self._row_sites, self._row_keys = [], []
+        for i, s in enumerate(sites):
             cells = {
                 "line": Text(self._label(s, room), style="cyan"),
-                "syncs": Text(
-                    f"{s['syncs']['count']:,}",
-                    justify="right",
-                    style="yellow" if s["syncs"]["count"] else "",
-                ),
-                "bytes": Text(
-                    fmt.size(sum(s[w]["bytes"] for w in ("h2d", "d2h", "d2d", "p2p"))),
-                    justify="right",
-                ),
-                "copies": Text(
-                    f"{sum(s[w]['count'] for w in ('h2d', 'd2h', 'd2d', 'p2p')):,}", justify="right"
-                ),
+                **_figures(s["syncs"]["count"], _bytes(s), _copies(s)),
                 "kernel": Text(fmt.duration_ms(s["kernel_time_ms"]), justify="right"),
                 "its bwd": Text(
                     fmt.duration_ms(s["backward"]["kernel_time_ms"]) if s.get("backward") else "-",
@@ -148,16 +151,80 @@ class HotLinesTable(DataTable[Text]):
                 no_wrap=True,
                 overflow="ellipsis",
             )
-            self.add_row(*(cells[c] for c in self.shown_columns), key=f"{s['file']}:{s['line']}")
-        keys = [f"{s['file']}:{s['line']}" for s in sites]
-        if selected in keys:
-            self.move_cursor(row=keys.index(selected), animate=False)
+            self._add(cells, _key(s), i)
+            for f in _frames(s):
+                self._add_frame(s, f, room, i)
+        if selected_row in self._row_keys:  # the same row: a library frame's stays on it
+            self.move_cursor(row=self._row_keys.index(selected_row), animate=False)
+        elif selected in self._row_keys:  # its frame is gone: the line it was under
+            self.move_cursor(row=self._row_keys.index(selected), animate=False)
         untimed = "" if self.timed else "; kernel time not measured"
         self.border_title = f"Hottest lines ({len(sites)} of {site_count}{untimed})"
 
+    def _add(self, cells: dict[str, Text], key: str, site: int) -> None:
+        self.add_row(*(cells[c] for c in self.shown_columns), key=key)
+        self._row_sites.append(site)
+        self._row_keys.append(key)
+
+    def _selected_row(self) -> str | None:
+        if not 0 <= self.cursor_row < len(self._row_keys):
+            return None
+        return self._row_keys[self.cursor_row]
+
+    def _add_frame(self, site: dict[str, Any], f: dict[str, Any], room: int, i: int) -> None:
+        """A row under ``site`` for a library frame that made some of its copies and syncs:
+        its place (its whole path in the source column: the line column may cut it) and
+        function, its own figures; no time or op columns (a frame has none)."""
+        dim = Text("", justify="right")
+        cells = {
+            "line": Text(self._label(f, room, FRAME_MARK), style="dim cyan"),
+            **_figures(f["syncs"]["count"], f["copies"]["bytes"], f["copies"]["count"], "dim"),
+            "kernel": dim,
+            "its bwd": dim,
+            "ops": dim,
+        }
+        causes = ", ".join(f"{k} {v:,}" for k, v in f["syncs"]["by_cause"].items())
+        cells["source"] = Text(
+            f"in {f['function']} ({f['file']})" + (f"   [{causes}]" if causes else ""),
+            style="dim",
+            no_wrap=True,
+            overflow="ellipsis",
+        )
+        self._add(cells, f"{_key(site)} {f['file']}:{f['line']}", i)
+
     @property
     def selected_key(self) -> str | None:
-        if not self.sites or not 0 <= self.cursor_row < len(self.sites):
+        """The user's line the cursor is on (on a library frame's row: the line it is under)."""
+        if not self.sites or not 0 <= self.cursor_row < len(self._row_sites):
             return None
-        s = self.sites[self.cursor_row]
-        return f"{s['file']}:{s['line']}"
+        return _key(self.sites[self._row_sites[self.cursor_row]])
+
+
+def _key(s: dict[str, Any]) -> str:
+    return f"{s['file']}:{s['line']}"
+
+
+def _frames(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """The library frames shown under a line (a snapshot from before frames were kept: none)."""
+    frames: list[dict[str, Any]] = s.get("library") or []
+    return frames[:FRAMES_SHOWN]
+
+
+def _bytes(s: dict[str, Any]) -> int:
+    return sum(int(s[w]["bytes"]) for w in ("h2d", "d2h", "d2d", "p2p"))
+
+
+def _copies(s: dict[str, Any]) -> int:
+    return sum(int(s[w]["count"]) for w in ("h2d", "d2h", "d2d", "p2p"))
+
+
+def _figures(syncs: int, nbytes: int, copies: int, style: str = "") -> dict[str, Text]:
+    return {
+        "syncs": Text(
+            f"{syncs:,}",
+            justify="right",
+            style=" ".join(filter(None, (style, "yellow" * bool(syncs)))),
+        ),
+        "bytes": Text(fmt.size(nbytes), justify="right", style=style),
+        "copies": Text(f"{copies:,}", justify="right", style=style),
+    }
