@@ -26,6 +26,9 @@ GRAPH_FILE = "<eval_with_key>"
 """How torch.fx names the code it generates for a graph module (``<eval_with_key>.3`` and, for
 AOTAutograd's graphs, ``<eval_with_key>.3 from .../proxy_tensor.py:1738 in wrapped``)."""
 
+_INTERPRETER = "torch/fx/interpreter.py"
+"""Where torch.fx's Interpreter runs a graph node by node (``run_node(self, n)``)."""
+
 _ENTRY = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+?)\s*$')
 """One frame of a node's ``stack_trace`` (Python's traceback format, outermost first)."""
 
@@ -50,6 +53,7 @@ class GraphLines:
     def __init__(self, user: UserCode) -> None:
         self.user = user
         self._known: dict[tuple[CodeType, int], GraphPlace | None] = {}
+        self._nodes: dict[int, tuple[Any, GraphPlace | None]] = {}
 
     def place(self, frame: FrameType | None) -> GraphPlace | None:
         """The user's line a compiled graph traced the op called from ``frame`` at; None when
@@ -65,10 +69,26 @@ class GraphLines:
                 found = self._known[key]
                 if found is not None:
                     return found
+            elif code.co_name == "run_node" and name.endswith(_INTERPRETER):
+                found = self._node(frame.f_locals.get("n"))
+                if found is not None:
+                    return found
             elif self.user(name):
                 return None
             frame = frame.f_back
         return None
+
+    def _node(self, node: Any) -> GraphPlace | None:
+        """The place of a graph node torch.fx's Interpreter runs (``aot_eager`` runs its graphs
+        so on torch 2.9: no generated code to read a line of), from its own stack."""
+        if node is None:
+            return None
+        key = id(node)
+        if key not in self._nodes:
+            trace = getattr(node, "meta", {}).get("stack_trace")
+            # NB: the node is kept with its place: its id is never another's while profiled
+            self._nodes[key] = (node, self._parse(trace) if isinstance(trace, str) else None)
+        return self._nodes[key][1]
 
     def _read(self, frame: FrameType) -> GraphPlace | None:
         gm: Any = frame.f_locals.get("self")
