@@ -4,6 +4,7 @@ nothing out of their own."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -12,7 +13,7 @@ from profilers import Report
 
 
 @dataclass(frozen=True)
-class Renderer:
+class Renderer(ABC):
     """How one kind of file is written from a report."""
 
     kind: ClassVar[str]
@@ -23,8 +24,10 @@ class Renderer:
     """Whether it shows the analysis (a file of the report's data alone is written even where
     the analysis fails)."""
 
+    @abstractmethod
     def render(self, report: Report, findings: Findings | None) -> str:
-        raise NotImplementedError
+        """The file's text (``findings``: the report's analysis, None where it failed: only a
+        renderer that does not need it is asked then)."""
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str:
                 name = " ".join(value.split())
                 break
     except OSError:
-        pass
+        pass  # no /proc (not Linux): the architecture below names it
     # NB: not platform.processor(): on Linux it starts ``uname -p``
     name = name or f"a {platform.machine() or 'unknown'} CPU"
     count = os.cpu_count()
