@@ -78,8 +78,23 @@ def _frame_value(frame: LibraryFrame | None, name: str) -> int:
     return {"syncs": frame.syncs, "copies": frame.copies, "bytes": frame.copy_bytes}[name]
 
 
+class _Paired:
+    """One thing in two runs: ``before`` and ``after``, either None where only one has it."""
+
+    before: Any
+    after: Any
+
+    @property
+    def status(self) -> str:
+        if self.before is None:
+            return "appeared"
+        if self.after is None:
+            return "disappeared"
+        return "matched"
+
+
 @dataclass(frozen=True)
-class FrameDiff:
+class FrameDiff(_Paired):
     """One library frame of a line, before and after (None on the side that has none: the frame
     made no copy or sync there)."""
 
@@ -92,14 +107,6 @@ class FrameDiff:
         frame = self.after if self.after is not None else self.before
         assert frame is not None
         return frame
-
-    @property
-    def status(self) -> str:
-        if self.before is None:
-            return "appeared"
-        if self.after is None:
-            return "disappeared"
-        return "matched"
 
     @property
     def label(self) -> str:
@@ -137,21 +144,13 @@ def match_frames(before: Iterable[LibraryFrame], after: Iterable[LibraryFrame]) 
 
 
 @dataclass(frozen=True)
-class LineDiff:
+class LineDiff(_Paired):
     """One line before and after (either None when it appeared or disappeared)."""
 
     before: Site | None
     after: Site | None
     match: str | None
     """``same``, ``moved``, ``other_function``, ``edited``; None when only one side has it."""
-
-    @property
-    def status(self) -> str:
-        if self.before is None:
-            return "appeared"
-        if self.after is None:
-            return "disappeared"
-        return "matched"
 
     @property
     def site(self) -> Site:
