@@ -84,6 +84,37 @@ def test_sigterm_and_sighup_leave_every_report_and_exit_128_plus_the_signal(tmp_
 
 
 @pytest.mark.slow
+def test_sigterm_that_lands_in_a_weakref_callback_still_ends_the_script(tmp_path):
+    # Python runs a signal's handler wherever the main thread is; in a weakref callback (torch
+    # and the fake GPU free tensors there) the interpreter drops what the handler raises.
+    # Without gpuwatch SIGTERM would have ended the script: under it, it must end it too.
+    (tmp_path / "s.py").write_text(
+        FAKE
+        + textwrap.dedent("""
+        import signal, weakref
+        class Box: pass
+        def freed(_):
+            os.kill(os.getpid(), signal.SIGTERM)  # its handler runs inside this callback
+            sum(range(10))
+        with FakeTensorMode(shape_env=ShapeEnv()):
+            torch.randn(16).to("cuda:0")
+            box = Box(); ref = weakref.ref(box, freed); del box
+            for i in range(300):
+                time.sleep(0.01)
+            torch.randn(16).to("cuda:0")
+            print("the script went on")
+        """)
+    )
+    done = run(["gpuwatch", "profile", "-q", "--json", "r.json", "s.py"], tmp_path, timeout=60)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert "the script went on" not in done.stdout
+    assert "Exception ignored" not in done.stderr and "Terminated" not in done.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["error"] == "stopped by SIGTERM"
+    assert (doc["totals"]["h2d"]["count"], doc["totals"]["h2d"]["bytes"]) == (1, 64)
+
+
+@pytest.mark.slow
 def test_ctrl_c_twice_never_loses_the_report(tmp_path):
     # 5 copies of 64 bytes, then a wait with no op: the counts up to Ctrl-C are exact.
     (tmp_path / "loop.py").write_text(

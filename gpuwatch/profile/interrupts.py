@@ -14,7 +14,9 @@ A signal that was ignored when gpuwatch started stays ignored, for gpuwatch and 
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
@@ -22,6 +24,10 @@ from typing import Any
 
 #: Signals that end a run with a report (SIGINT is Python's own KeyboardInterrupt).
 ENDING = (signal.SIGTERM, signal.SIGHUP)
+
+#: How long after a dropped :class:`Terminated` its signal is sent again: long enough for the
+#: main thread to have left the hook that saw it drop.
+RESEND_AFTER_S = 0.01
 
 
 class Terminated(BaseException):  # noqa: N818 - named like KeyboardInterrupt, its sibling
@@ -51,6 +57,9 @@ class Signals:
         if self._main:
             for signum in (signal.SIGINT, *ENDING):
                 self._at_start[signum] = signal.getsignal(signum)
+        self._hook_before: Callable[[Any], Any] | None = None
+        self._in_hook = False
+        self._again: int | None = None
 
     def _install(
         self, signums: tuple[int, ...], handler: Callable[[int, FrameType | None], Any]
@@ -65,8 +74,38 @@ class Signals:
     def raising(self) -> Signals:
         """While the script runs: SIGTERM and SIGHUP raise :class:`Terminated` (SIGINT keeps
         Python's KeyboardInterrupt)."""
-        self._install(ENDING, _raise_terminated)
+        self._install(ENDING, self._raise_terminated)
+        if self._main and self._hook_before is None:
+            self._hook_before = sys.unraisablehook
+            sys.unraisablehook = self._unraisable
         return self
+
+    def _raise_terminated(self, signum: int, frame: FrameType | None) -> None:
+        if self._in_hook:
+            self._again = signum  # raised here it would be dropped: sent again on the way out
+            return
+        raise Terminated(signum)
+
+    def _unraisable(self, unraisable: Any) -> None:
+        """A Python signal handler runs wherever the main thread is, a weakref callback or a
+        ``__del__`` included (torch and the fake GPU's memory free tensors there), and the
+        interpreter drops what those raise. A :class:`Terminated` dropped so would leave the
+        script running where, without gpuwatch, the signal had ended it: its signal is sent
+        again a moment later, to be raised in ordinary code."""
+        self._in_hook = True
+        try:
+            if isinstance(unraisable.exc_value, Terminated):
+                self._again = unraisable.exc_value.signum
+            else:
+                (self._hook_before or sys.__unraisablehook__)(unraisable)
+        finally:
+            self._in_hook = False
+            signum, self._again = self._again, None
+            if signum is not None:
+                again = threading.Timer(RESEND_AFTER_S, os.kill, (os.getpid(), signum))
+                again.daemon = True
+                again.name = "gpuwatch-signal-again"
+                again.start()
 
     def deferring(self) -> Signals:
         """Once the script stopped: SIGINT, SIGTERM and SIGHUP are noted, never raised (the
@@ -79,7 +118,12 @@ class Signals:
         self.hurry.set()
 
     def restore(self) -> None:
-        """Puts back the dispositions of the start."""
+        """Puts back the dispositions of the start, and the unraisable hook unless the script
+        set its own."""
+        if self._hook_before is not None:
+            if sys.unraisablehook == self._unraisable:
+                sys.unraisablehook = self._hook_before
+            self._hook_before = None
         for signum, handler in self._at_start.items():
             if handler is None:
                 continue  # set from C, where Python cannot put it back: leave ours
@@ -90,7 +134,3 @@ class Signals:
 
     def __exit__(self, *exc: object) -> None:
         self.restore()
-
-
-def _raise_terminated(signum: int, frame: FrameType | None) -> None:
-    raise Terminated(signum)
