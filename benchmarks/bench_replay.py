@@ -44,7 +44,7 @@ from profilers.timing.whatif import rank  # noqa: E402
 def step(n_ops: int) -> list[ReplayOp]:
     ops = [ReplayOp(INPUT, "train.py:40", 2_000, wait_ns=5_000_000)]
     for i in range(n_ops - 2):
-        site = f"model.py:{10 + i % 40}"
+        line = f"model.py:{10 + i % 40}"
         if i % 1000 == 999:
             ops.append(ReplayOp(D2H, "train.py:52", 4_000, gpu_ns=3_000, nbytes=4, sync="item"))
         elif i % 500 == 250:
@@ -66,11 +66,11 @@ def step(n_ops: int) -> list[ReplayOp]:
                 )
             )
         elif i % 100 == 50:
-            ops.append(ReplayOp(RECORD, site, 1_000, stream=1, event=i))
-            ops.append(ReplayOp(WAIT, site, 1_000, stream=0, event=i))
+            ops.append(ReplayOp(RECORD, line, 1_000, stream=1, event=i))
+            ops.append(ReplayOp(WAIT, line, 1_000, stream=0, event=i))
         else:
             stream = 1 if i % 7 == 0 else 0
-            ops.append(ReplayOp(KERNEL, site, 6_000, stream=stream, gpu_ns=4_000 + (i % 5) * 1_000))
+            ops.append(ReplayOp(KERNEL, line, 6_000, stream=stream, gpu_ns=4_000 + (i % 5) * 1_000))
     ops.append(ReplayOp(SYNC, "train.py:60", 2_000, stream=DEVICE, sync="synchronize"))
     return ops[:n_ops]
 
@@ -112,7 +112,7 @@ def main() -> None:
     print(f"rank all what-ifs:            {ranked:.1f} ms  ({len(ranking.savings)} what-ifs)")
     for s in ranking.savings:
         w = s.whatif
-        print(f"  {w.kind:20} {w.site:14} saves {s.saving_ns / 1e6:8.3f} ms ({s.share:6.1%})")
+        print(f"  {w.kind:20} {w.line:14} saves {s.saving_ns / 1e6:8.3f} ms ({s.share:6.1%})")
     print(f"  sum {ranking.sum_ns / 1e6:.3f} ms, all together {ranking.combined_ns / 1e6:.3f} ms")
     print(f"a prediction's ranges:        {ranged:.1f} ms  (the ranking at 4 corners)")
 

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 import profilers  # noqa: E402
-from profilers.counting import sites  # noqa: E402
+from profilers.counting import user_code  # noqa: E402
 from profilers.fake_cuda.harness import fake_cuda  # noqa: E402
 
 LIBRARY = """\
@@ -57,10 +57,10 @@ def library(folder: Path) -> ModuleType:
     lib = folder / "site-packages"
     lib.mkdir()
     (lib / "busy_lib.py").write_text(LIBRARY)
-    roots, places = sites._library_roots(), sites._library_places()
+    roots, places = user_code._library_roots(), user_code._library_places()
     ours, site_dirs, stdlib, torch_dir = places
-    sites._library_roots = lambda: (*roots, f"{lib}/")  # type: ignore[method-assign]
-    sites._library_places = lambda: (ours, (f"{lib}/", *site_dirs), stdlib, torch_dir)  # type: ignore[method-assign]
+    user_code._library_roots = lambda: (*roots, f"{lib}/")  # type: ignore[method-assign]
+    user_code._library_places = lambda: (ours, (f"{lib}/", *site_dirs), stdlib, torch_dir)  # type: ignore[method-assign]
     spec = importlib.util.spec_from_file_location("busy_lib", lib / "busy_lib.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -74,7 +74,7 @@ def run(work: Callable[[], None], kernel_timing: bool) -> profilers.Report:
     return prof.report()
 
 
-def per_lookup_us(user: sites.UserCode, frame: FrameType, n: int, rounds: int) -> float:
+def per_lookup_us(user: user_code.UserCode, frame: FrameType, n: int, rounds: int) -> float:
     """Median µs of one ``note_library`` (the lookup and the count) from ``frame``."""
     counts: dict[Any, Any] = {}
     times = []
@@ -104,26 +104,26 @@ def main() -> None:
                 y = y * 1.0
             busy.read(values, args.depth)
 
-        real = sites.UserCode.library_code
+        real = user_code.UserCode.library_code
         calls = 0
 
-        def counted(self: sites.UserCode, frame: FrameType | None) -> Any:
+        def counted(self: user_code.UserCode, frame: FrameType | None) -> Any:
             nonlocal calls
             calls += 1
             return real(self, frame)
 
         for timing, path in ((False, "the fast path"), (True, "the dispatch mode")):
             calls = 0
-            sites.UserCode.library_code = counted  # type: ignore[method-assign]
+            user_code.UserCode.library_code = counted  # type: ignore[method-assign]
             r = run(work, timing)
-            sites.UserCode.library_code = real  # type: ignore[method-assign]
+            user_code.UserCode.library_code = real  # type: ignore[method-assign]
             print(
                 f"{path}: {2 * args.syncs:,} ops ({args.syncs:,} multiplications, "
                 f"{args.syncs:,} .item()), {r.totals.syncs.count:,} syncs counted, "
                 f"the library frame looked up {calls:,} times"
             )
 
-        user = sites.UserCode()
+        user = user_code.UserCode()
         for depth in (0, args.depth):
             us = per_lookup_us(user, busy.frame(depth), 20_000, args.rounds)
             print(

@@ -30,9 +30,9 @@ from profilers.errors import (
 )
 from profilers.names import CAUSES, DIRECTIONS
 from profilers.options import FakeCudaRun, Options, RunOptions
-from profilers.records import OpTotal, Site, Totals
+from profilers.records import Line, OpTotal, Totals
 from profilers.report import SCHEMA, Report, ReportFormatError
-from profilers.stats import CommOp, Copies, Counters, OpCount, SiteStats, Syncs
+from profilers.stats import CommOp, Copies, Counters, LineStats, OpCount, Syncs
 
 if TYPE_CHECKING:
     from profilers.counting.ops import Transfer, classify, direction
@@ -96,8 +96,8 @@ __all__ = [
     "Profile",
     "Report",
     "ReportFormatError",
-    "Site",
-    "SiteStats",
+    "Line",
+    "LineStats",
     "Syncs",
     "Totals",
     "Transfer",

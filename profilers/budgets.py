@@ -37,7 +37,7 @@ __all__ = [
     "check_report",
     "fmt",
     "measure",
-    "site_label",
+    "line_label",
 ]
 
 
@@ -240,12 +240,12 @@ def fmt(value: float) -> str:
 SOURCE_CHARS = 60
 
 
-def site_label(site: Any) -> str:
+def line_label(line: Any) -> str:
     """``train.py:42 (train) loss.item()``: where a line is and what it says."""
-    text = " ".join(str(getattr(site, "source", "")).split())
+    text = " ".join(str(getattr(line, "source", "")).split())
     if len(text) > SOURCE_CHARS:
         text = text[: SOURCE_CHARS - 3] + "..."
-    return f"{site.file}:{site.line} ({site.function})" + (f" {text}" if text else "")
+    return f"{line.file}:{line.line} ({line.function})" + (f" {text}" if text else "")
 
 
 @dataclass(frozen=True)
@@ -328,7 +328,7 @@ def check_report(budget: Budget, report: Any) -> list[Breach]:
             )
         div = float(steps) if term.per_step and steps else 1.0
         total = measure(report.totals, term.measure) / div
-        lines = [(site_label(s), measure(s, term.measure) / div) for s in report.sites]
+        lines = [(line_label(s), measure(s, term.measure) / div) for s in report.lines]
         breach = breach_of(term, total, lines, note)
         if breach is not None:
             out.append(breach)

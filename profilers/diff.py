@@ -36,14 +36,14 @@ from profilers.budgets import (
     Breach,
     Budget,
     breach_of,
+    line_label,
     measure,
-    site_label,
     steps_of,
 )
 from profilers.diff_time import line_time_ms, run_time
 from profilers.libraries import LibraryFrame
 from profilers.names import CAUSES, DIRECTIONS
-from profilers.records import Site
+from profilers.records import Line
 from profilers.report import Report
 from profilers.stats import COMM_OPS, Counted
 
@@ -147,24 +147,24 @@ def match_frames(before: Iterable[LibraryFrame], after: Iterable[LibraryFrame]) 
 class LineDiff(_Paired):
     """One line before and after (either None when it appeared or disappeared)."""
 
-    before: Site | None
-    after: Site | None
+    before: Line | None
+    after: Line | None
     match: str | None
     """``same``, ``moved``, ``other_function``, ``edited``; None when only one side has it."""
 
     @property
-    def site(self) -> Site:
+    def line(self) -> Line:
         """The line as it is after (as it was, for a line that disappeared)."""
-        site = self.after if self.after is not None else self.before
-        assert site is not None
-        return site
+        line = self.after if self.after is not None else self.before
+        assert line is not None
+        return line
 
     @property
     def label(self) -> str:
         if self.status == "matched" and self.match != "same":
             assert self.before is not None
-            return f"{site_label(self.site)} (was line {self.before.line}, {self.before.function})"
-        return site_label(self.site) + {"appeared": " (new)", "disappeared": " (gone)"}.get(
+            return f"{line_label(self.line)} (was line {self.before.line}, {self.before.function})"
+        return line_label(self.line) + {"appeared": " (new)", "disappeared": " (gone)"}.get(
             self.status, ""
         )
 
@@ -177,10 +177,10 @@ class LineDiff(_Paired):
         )
 
 
-def _value(site: Counted | None, name: str, steps: int | None) -> float:
-    if site is None:
+def _value(line: Counted | None, name: str, steps: int | None) -> float:
+    if line is None:
         return 0.0
-    return measure(site, name) / (steps or 1)
+    return measure(line, name) / (steps or 1)
 
 
 @dataclass(frozen=True)
@@ -214,10 +214,10 @@ class RunDiff:
         """:func:`run_time` of one side, over the basis both share."""
         return run_time(self.before if side == "before" else self.after, self.after_first)
 
-    def line_time_ms(self, side: str, site: Site | None) -> float | None:
+    def line_time_ms(self, side: str, line: Line | None) -> float | None:
         """:func:`line_time_ms` of one side, over the basis both share."""
         report = self.before if side == "before" else self.after
-        return line_time_ms(report, site, self.after_first)
+        return line_time_ms(report, line, self.after_first)
 
     def value(
         self, item: LineDiff | None, side: str, name: str, per_step: bool | None = None
@@ -312,9 +312,9 @@ class RunDiff:
                 {
                     "status": d.status,
                     "match": d.match,
-                    "file": d.site.file,
-                    "function": d.site.function,
-                    "source": d.site.source,
+                    "file": d.line.file,
+                    "function": d.line.function,
+                    "source": d.line.source,
                     "before_line": d.before.line if d.before is not None else None,
                     "after_line": d.after.line if d.after is not None else None,
                     "before_function": d.before.function if d.before is not None else None,
@@ -352,11 +352,11 @@ def _run(report: Report, path: str, after_first: bool) -> dict[str, Any]:
     }
 
 
-def _text(site: Site) -> str:
+def _text(line: Line) -> str:
     """A line's code, as matching compares it: its comment and spacing left out (a fix that
     rewrites a comment is still the same line); ``#N`` when its source could not be read."""
-    code = _code(site.source)
-    return " ".join(code.split()) or f"#{site.line}"
+    code = _code(line.source)
+    return " ".join(code.split()) or f"#{line.line}"
 
 
 def _code(source: str) -> str:
@@ -371,10 +371,10 @@ def _code(source: str) -> str:
 
 
 def _pair(
-    before: list[Site], after: list[Site], key: Any, kind: Any, out: list[LineDiff]
-) -> tuple[list[Site], list[Site]]:
+    before: list[Line], after: list[Line], key: Any, kind: Any, out: list[LineDiff]
+) -> tuple[list[Line], list[Line]]:
     """Pairs lines with equal ``key`` in line order; returns what is left on each side."""
-    groups: dict[Any, tuple[list[Site], list[Site]]] = {}
+    groups: dict[Any, tuple[list[Line], list[Line]]] = {}
     for s in before:
         groups.setdefault(key(s), ([], []))[0].append(s)
     for s in after:
@@ -390,8 +390,8 @@ def _pair(
 
 
 def _edited(
-    before: list[Site], after: list[Site], out: list[LineDiff]
-) -> tuple[list[Site], list[Site]]:
+    before: list[Line], after: list[Line], out: list[LineDiff]
+) -> tuple[list[Line], list[Line]]:
     """Step 3: alike text in the same file, in the same function first (a line edited where it
     was), then in another (stricter: the code moved into a new function and was edited)."""
     pairs = []
@@ -412,7 +412,7 @@ def _edited(
     return [s for s in before if id(s) not in used], [s for s in after if id(s) not in used]
 
 
-def match_lines(before: Iterable[Site], after: Iterable[Site]) -> list[LineDiff]:
+def match_lines(before: Iterable[Line], after: Iterable[Line]) -> list[LineDiff]:
     """Every line of both runs, paired where they are the same line of code (module doc)."""
     out: list[LineDiff] = []
     b, a = list(before), list(after)
@@ -428,8 +428,8 @@ def match_lines(before: Iterable[Site], after: Iterable[Site]) -> list[LineDiff]
 
 
 def _cross(
-    before: list[Site], after: list[Site], out: list[LineDiff]
-) -> tuple[list[Site], list[Site]]:
+    before: list[Line], after: list[Line], out: list[LineDiff]
+) -> tuple[list[Line], list[Line]]:
     """Step 2: the same text in another function; lines with no source stay for later."""
     nb, na = [s for s in before if not s.source], [s for s in after if not s.source]
     b, a = _pair(
@@ -454,7 +454,7 @@ def _weight(d: RunDiff, item: LineDiff) -> tuple[float, ...]:
 
 def diff_reports(before: Report, after: Report) -> RunDiff:
     """``before`` and ``after`` compared; lines ordered by how much they changed (syncs first)."""
-    lines = match_lines(before.sites, after.sites)
+    lines = match_lines(before.lines, after.lines)
     draft = RunDiff(before, after, tuple(lines))
     lines.sort(key=lambda item: _weight(draft, item), reverse=True)
     return RunDiff(before, after, tuple(lines))

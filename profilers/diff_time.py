@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from profilers.records import Site
+from profilers.records import Line
 from profilers.report import Report
 from profilers.timing.verdict import per_step
 
@@ -55,14 +55,14 @@ def run_time(report: Report, after_first: bool = True) -> dict[str, Any] | None:
     }
 
 
-def line_time_ms(report: Report, site: Site | None, after_first: bool = True) -> float | None:
-    """The time charged to ``site`` in ``report`` (idle GPU time on a GPU, host time otherwise),
+def line_time_ms(report: Report, line: Line | None, after_first: bool = True) -> float | None:
+    """The time charged to ``line`` in ``report`` (idle GPU time on a GPU, host time otherwise),
     per step where steps ended (see :func:`run_time`); None where time was not measured."""
     t = report.time
-    if not t or site is None:
+    if not t or line is None:
         return None
     run, steps = per_step(t, after_first)
-    key = f"{site.file}:{site.line}"
+    key = f"{line.file}:{line.line}"
     gpu = run.get("gpu")
     if gpu:
         ms = sum(float(d["ms"]) for d in gpu.get("idle_lines", []) if d["site"] == key)

@@ -33,9 +33,9 @@ from profilers.budgets import Breach, Budget, check_report
 from profilers.counting.mode import ProfilerMode
 from profilers.counting.ops import IsPinned, Transfer
 from profilers.counting.recorder import Recorder, totals_of
-from profilers.counting.sites import UserCode
+from profilers.counting.user_code import UserCode
 from profilers.names import COPY_TO_HOST, SYNCHRONIZE
-from profilers.records import Site, Totals
+from profilers.records import Line, Totals
 from profilers.registry import patcher
 from profilers.report import Report
 from profilers.torch_private import (
@@ -161,9 +161,9 @@ class Guard(ContextDecorator):
             raise RuntimeError("this budget guard has not been entered")
         if self._result is not None:
             return self._result
-        sites = self.recorder.merged_sites()
-        sites.sort(key=lambda s: (s.syncs.count, s.bytes_moved, s.ops), reverse=True)
-        report = Report(sites=[Site.of(s) for s in sites], totals=Totals.of(totals_of(sites)))
+        lines = self.recorder.merged_lines()
+        lines.sort(key=lambda s: (s.syncs.count, s.bytes_moved, s.ops), reverse=True)
+        report = Report(lines=[Line.of(s) for s in lines], totals=Totals.of(totals_of(lines)))
         if not self.active:
             self._result = report
         return report
@@ -256,9 +256,9 @@ def _patch_backward(stack: ExitStack) -> None:
             began: list[Recorder] = []
 
             def begin(recorder: Recorder) -> None:
-                if recorder.backward_site is None:
+                if recorder.backward_line is None:
                     recorder.backward_state = recorder.state()
-                    recorder.backward_site = recorder.site_for(caller)
+                    recorder.backward_line = recorder.line_for(caller)
                     began.append(recorder)
 
             _each_recorder(begin, fn.__name__)
@@ -266,7 +266,7 @@ def _patch_backward(stack: ExitStack) -> None:
                 return fn(*args, **kwargs)
             finally:
                 for recorder in began:
-                    recorder.backward_site = recorder.backward_state = None
+                    recorder.backward_line = recorder.backward_state = None
                     recorder.forget_nodes()
 
         return wrapper
@@ -292,7 +292,7 @@ def _patch_syncs(stack: ExitStack) -> None:
             if applies is None or applies(args):
                 caller = sys._getframe(1)
                 _each_recorder(
-                    lambda r: r.apply(r.site_for(caller), Transfer(None, sync=cause)),
+                    lambda r: r.apply(r.line_for(caller), Transfer(None, sync=cause)),
                     fn.__qualname__,
                 )
             return fn(*args, **kwargs)

@@ -13,10 +13,10 @@ from typing import Any
 
 from profilers.libraries import merge_frames
 from profilers.origins import merge_origins
-from profilers.records import Site, Totals
+from profilers.records import Line, Totals
 from profilers.report import Report
 from profilers.sections import Timeline
-from profilers.stats import Counters, SiteStats, add_entries
+from profilers.stats import Counters, LineStats, add_entries
 
 #: The largest world merged (the published schema's ``world_size`` maximum): ranks are listed
 #: one by one in ``missing_ranks``, so the world bounds the merged report's size.
@@ -79,32 +79,32 @@ def _rank_of(report: Report, index: int) -> int:
     return report.rank if report.rank is not None else index
 
 
-def _merged_sites(by_rank: dict[int, Report], ranks: list[int]) -> list[Site]:
+def _merged_lines(by_rank: dict[int, Report], ranks: list[int]) -> list[Line]:
     """Each line's counts summed over ``ranks``, with each rank's own counts kept in
     ``by_rank``; the lines that cost most first."""
-    acc: dict[tuple[str, int], SiteStats] = {}
+    acc: dict[tuple[str, int], LineStats] = {}
     per_rank: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
     for rank in ranks:
-        for site in by_rank[rank].sites:
-            into = acc.get(site.key)
+        for line in by_rank[rank].lines:
+            into = acc.get(line.key)
             if into is None:
-                into = acc[site.key] = SiteStats(site.file, site.line, site.function)
-                into.source = site.source
-            for chain in site.stacks:
+                into = acc[line.key] = LineStats(line.file, line.line, line.function)
+                into.source = line.source
+            for chain in line.stacks:
                 into.add_stack(list(chain))
-            into.merge_counts(site)
-            into.steps_active = max(into.steps_active, site.steps_active)  # ranks step together
-            add_entries(into.op_breakdown, site.op_breakdown)
-            add_entries(into.backward, site.backward)
-            for dtype, n in site.copy_dtypes.items():
+            into.merge_counts(line)
+            into.steps_active = max(into.steps_active, line.steps_active)  # ranks step together
+            add_entries(into.op_breakdown, line.op_breakdown)
+            add_entries(into.backward, line.backward)
+            for dtype, n in line.copy_dtypes.items():
                 into.copy_dtypes[dtype] = into.copy_dtypes.get(dtype, 0) + n
-            merge_frames(into.libraries, site.library)
-            merge_origins(into.origins, site.origins)
-            into.loader = into.loader or (dict(site.loader) if site.loader else None)  # rank's own
-            per_rank.setdefault(site.key, {})[str(rank)] = site.counters_dict()
-    sites = [replace(Site.of(s), by_rank=per_rank[key]) for key, s in acc.items()]
-    sites.sort(key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms, s.ops), reverse=True)
-    return sites
+            merge_frames(into.libraries, line.library)
+            merge_origins(into.origins, line.origins)
+            into.loader = into.loader or (dict(line.loader) if line.loader else None)  # rank's own
+            per_rank.setdefault(line.key, {})[str(rank)] = line.counters_dict()
+    lines = [replace(Line.of(s), by_rank=per_rank[key]) for key, s in acc.items()]
+    lines.sort(key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms, s.ops), reverse=True)
+    return lines
 
 
 def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report:
@@ -127,7 +127,7 @@ def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report
     missing = [k for k in range(world) if k not in by_rank]
     first = by_rank[ranks[0]]
 
-    sites = _merged_sites(by_rank, ranks)
+    lines = _merged_lines(by_rank, ranks)
     totals = Counters()
     for rank in ranks:
         totals.merge_counts(by_rank[rank].totals)
@@ -155,7 +155,7 @@ def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report
         duration_s=max(by_rank[k].duration_s for k in ranks),
         devices=devices,
         totals=Totals.of(totals),
-        sites=sites,
+        lines=lines,
         timeline=Timeline(
             capacity=capacity,
             recorded=sum(int(by_rank[k].timeline.recorded) for k in ranks),
@@ -180,7 +180,7 @@ def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report
 class Spread:
     """One line's time across ranks: the slowest rank against the median."""
 
-    site: Site
+    line: Line
     slowest_rank: str
     slowest_ms: float
     median_ms: float
@@ -200,7 +200,7 @@ def line_time_ms(counters: dict[str, Any]) -> float:
 def spreads(report: Report, top: int = 10) -> list[Spread]:
     """The lines of a merged report whose time differs most across ranks, slowest first."""
     out = []
-    for s in report.sites:
+    for s in report.lines:
         if len(s.by_rank) < 2:
             continue
         times = {rank: line_time_ms(c) for rank, c in s.by_rank.items()}

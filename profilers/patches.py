@@ -84,19 +84,19 @@ def patch_backward(stack: ExitStack, recorder: Recorder) -> None:
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if recorder.backward_site is not None or not recorder.active:
+            if recorder.backward_line is not None or not recorder.active:
                 return fn(*args, **kwargs)
             try:
                 recorder.backward_state = recorder.state()
-                recorder.backward_site = recorder.site_for(sys._getframe(1))
+                recorder.backward_line = recorder.line_for(sys._getframe(1))
             except Exception as exc:  # never into user code: the backward runs uncharged
                 recorder.internal_error(fn.__name__, exc)
-                recorder.backward_site = recorder.backward_state = None
+                recorder.backward_line = recorder.backward_state = None
                 return fn(*args, **kwargs)
             try:
                 return fn(*args, **kwargs)
             finally:
-                recorder.backward_site = None
+                recorder.backward_line = None
                 recorder.backward_state = None
                 recorder.forget_nodes()
 
@@ -200,7 +200,7 @@ def patch_work_wait(stack: ExitStack, recorder: Recorder) -> None:
         finally:
             try:
                 frame = sys._getframe(1)
-                recorder.waited(recorder.site_for(frame), (time.perf_counter_ns() - t) / 1e6)
+                recorder.waited(recorder.line_for(frame), (time.perf_counter_ns() - t) / 1e6)
                 recorder.timed_wait(frame, COMM, None, t, t, time.perf_counter_ns())
             except Exception as exc:  # never into user code
                 recorder.internal_error("Work.wait", exc)
@@ -289,13 +289,13 @@ def wrap_comm(name: str, fn: Callable[..., Any], recorder: Recorder) -> Callable
             st.in_comm -= 1
         try:
             caller = sys._getframe(1)
-            site = recorder.site_for(caller)
+            line = recorder.line_for(caller)
             for src, dst, nbytes in count(args, kwargs, out):
                 way = direction(src.device, dst.device)
                 if way is not None:
                     pageable = way == "h2d" and not recorder.is_pinned(src)
                     recorder.apply(
-                        site,
+                        line,
                         Transfer(
                             way, nbytes, pageable, True, None, str(src.device), str(dst.device)
                         ),
@@ -331,12 +331,12 @@ def patch_explicit_syncs(stack: ExitStack, recorder: Recorder) -> None:
     def wrap(fn: Callable[..., Any], cause: str) -> Callable[..., Any]:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            enter, clock, site = time.perf_counter_ns(), None, None
+            enter, clock, line = time.perf_counter_ns(), None, None
             try:
                 if recorder.active and not recorder.own_sync:
                     caller = sys._getframe(1)
-                    site = recorder.site_for(caller)
-                    recorder.apply(site, Transfer(None, sync=cause), frame=caller)
+                    line = recorder.line_for(caller)
+                    recorder.apply(line, Transfer(None, sync=cause), frame=caller)
                     clock = recorder.clock_here()
             except Exception as exc:  # never into user code: the call goes ahead uncounted
                 recorder.internal_error(fn.__qualname__, exc)
@@ -347,8 +347,8 @@ def patch_explicit_syncs(stack: ExitStack, recorder: Recorder) -> None:
                 return fn(*args, **kwargs)
             finally:
                 end = time.perf_counter_ns()
-                clock.wait(site, SYNC, cause, enter, start, end, time.perf_counter_ns())
-                clock.line(site).syncs += 1
+                clock.wait(line, SYNC, cause, enter, start, end, time.perf_counter_ns())
+                clock.line(line).syncs += 1
 
         return wrapper
 

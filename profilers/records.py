@@ -1,6 +1,6 @@
 """The report's records: frozen, built once when a report is made (or read), never updated.
 
-The profiler counts into accumulators (``_stats.SiteStats``, mutable, with caches of its own);
+The profiler counts into accumulators (``_stats.LineStats``, mutable, with caches of its own);
 a :class:`~profilers.report.Report` holds these records instead, so what a renderer reads cannot
 change under it, and a record read back from JSON is whole: ops beyond a line's top ones are kept
 as one ``(other ops)`` entry, so its counts and times still add up.
@@ -21,8 +21,8 @@ from profilers.stats import (
     Counted,
     Counters,
     Lined,
+    LineStats,
     OpCount,
-    SiteStats,
     Syncs,
 )
 
@@ -112,8 +112,9 @@ def _with_rest(top: list[dict[str, Any]], count: int, ms: float) -> OpTimes:
 
 
 @dataclass(frozen=True)
-class Site(Lined, Counted):
-    """One line of the user's code and everything charged to it (an entry of ``sites``)."""
+class Line(Lined, Counted):
+    """One line of the user's code and everything charged to it (an entry of ``Report.lines``;
+    the JSON names the list ``sites``)."""
 
     file: str
     line: int
@@ -140,7 +141,7 @@ class Site(Lined, Counted):
     """The backward of this line's forward ops, per op; these ops are also counted, in full, at
     the line that called ``.backward()``."""
     steps_active: int = 0
-    """In how many steps the line copied or synced (see ``SiteStats.steps_active``)."""
+    """In how many steps the line copied or synced (see ``LineStats.steps_active``)."""
     library: tuple[LibraryFrame, ...] = ()
     """The library frames that made the line's copies and syncs, most syncs first (at most
     MAX_LIBRARY_FRAMES): ``transformers/trainer.py:2410`` beside ``train.py:31``."""
@@ -151,7 +152,7 @@ class Site(Lined, Counted):
     """The settings of the DataLoader whose batches this line pulled (profilers/origins.py)."""
 
     @classmethod
-    def of(cls, s: SiteStats) -> Site:
+    def of(cls, s: LineStats) -> Line:
         """The record of an accumulator (its counts as they are now)."""
         return cls(
             file=s.file,
@@ -199,7 +200,7 @@ class Site(Lined, Counted):
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Site:
+    def from_dict(cls, d: dict[str, Any]) -> Line:
         counted = _counted(d)
         backward = d.get("backward") or {}
         return cls(

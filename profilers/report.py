@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from profilers.finite import NOT_FINITE, dumps_finite, restore_not_finite
 from profilers.options import RunOptions
-from profilers.records import Site, Totals
+from profilers.records import Line, Totals
 from profilers.sections import (
     Compiled,
     MemoryView,
@@ -60,7 +60,7 @@ class Report:
     duration_s: float = 0.0
     devices: list[dict[str, Any]] = field(default_factory=list)
     totals: Totals = field(default_factory=Totals)
-    sites: list[Site] = field(default_factory=list)
+    lines: list[Line] = field(default_factory=list)
     timeline: Timeline = field(default_factory=Timeline)
     """Copy and sync events, newest ``capacity`` kept: ``{"t", "direction", "bytes", "sync", "site"}``."""
     partial: bool = False
@@ -79,7 +79,7 @@ class Report:
     """This process's rank in a distributed run (``RANK``), None when not distributed."""
     world_size: int | None = None
     ranks: list[int] | None = None
-    """In a report merged from ranks' reports: the ranks it holds (each site's ``by_rank``)."""
+    """In a report merged from ranks' reports: the ranks it holds (each line's ``by_rank``)."""
     steps: dict[str, Any] | None = None
     """``{"count": n, "source": "optimizer" | "manual"}``: the training steps seen (JSON:
     ``totals.steps``); None when no step was."""
@@ -120,10 +120,10 @@ class Report:
         ``--no-kernel-timing``, which sees only the ops that copy, sync or communicate."""
         return self.options.counts_ops
 
-    def top_sites(self, key: str, n: int = 10) -> list[Site]:
-        """Sites with the most ``bytes`` moved, ``syncs``, ``kernel_time_ms``, ``ops``, or
+    def top_lines(self, key: str, n: int = 10) -> list[Line]:
+        """Lines with the most ``bytes`` moved, ``syncs``, ``kernel_time_ms``, ``ops``, or
         ``backward_ms`` (the time of the backward of a line's forward ops)."""
-        getters: dict[str, Callable[[Site], float]] = {
+        getters: dict[str, Callable[[Line], float]] = {
             "bytes": lambda s: s.bytes_moved,
             "syncs": lambda s: s.syncs.count,
             "kernel_time_ms": lambda s: s.kernel_time_ms,
@@ -131,18 +131,18 @@ class Report:
             "backward_ms": lambda s: s.backward_ms,
         }
         get = getters[key]
-        return [s for s in sorted(self.sites, key=get, reverse=True) if get(s)][:n]
+        return [s for s in sorted(self.lines, key=get, reverse=True) if get(s)][:n]
 
     def replace(self, **changes: Any) -> Report:
         """A copy of this report with ``changes`` (fields by name)."""
         return dataclasses.replace(self, **changes)
 
-    def with_sites(self, sites: list[Site]) -> Report:
-        """This report with ``sites`` instead, the totals summed from them."""
+    def with_lines(self, lines: list[Line]) -> Report:
+        """This report with ``lines`` instead, the totals summed from them."""
         totals = Counters()
-        for site in sites:
-            totals.merge_counts(site)
-        return dataclasses.replace(self, sites=list(sites), totals=Totals.of(totals))
+        for line in lines:
+            totals.merge_counts(line)
+        return dataclasses.replace(self, lines=list(lines), totals=Totals.of(totals))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -158,7 +158,7 @@ class Report:
                 **self.totals.counters_dict(),
                 **({"steps": self.steps} if self.steps else {}),
             },
-            "sites": [s.to_dict() for s in self.sites],
+            "sites": [s.to_dict() for s in self.lines],
             "timeline": self.timeline.to_dict(),
             "gpu_samples": self.gpu_samples,
             "options": self.options.to_dict(),
@@ -201,7 +201,7 @@ class Report:
                 duration_s=float(d.get("duration_s", 0.0)),
                 devices=list(d.get("devices", [])),
                 totals=Totals.from_dict(d["totals"]),
-                sites=[Site.from_dict(s) for s in d.get("sites", [])],
+                lines=[Line.from_dict(s) for s in d.get("sites", [])],
                 timeline=Timeline.from_dict(d["timeline"]) if d.get("timeline") else Timeline(),
                 partial=_bool(d.get("partial", False), "partial"),
                 options=RunOptions.from_dict(d.get("options")),

@@ -21,17 +21,17 @@ from profilers.counting.mode import ProfilerMode
 from profilers.counting.no_gpu import GpuQuestions
 from profilers.counting.ops import IsPinned
 from profilers.counting.recorder import Recorder, totals_of
-from profilers.counting.sites import UserCode
+from profilers.counting.user_code import UserCode
 from profilers.counting.user_fake import per_thread_kernel_flag
 from profilers.counting.window import StepWindow, window_steps
 from profilers.errors import ProfileStateError, SlowerCounting
 from profilers.memory.failure import escaped
 from profilers.memory.section import live_memory, memory_section, start_memory
 from profilers.options import Options, RunOptions
-from profilers.records import Site, Totals
+from profilers.records import Line, Totals
 from profilers.report import Report
 from profilers.sections import Compiled, MemoryView, Predicted, Timeline, TimeView, WhatIf, typed
-from profilers.stats import SiteStats
+from profilers.stats import LineStats
 from profilers.timing.calibrate import start_clock
 from profilers.timing.cuda_events import CudaApi
 from profilers.timing.gaps import sample_gaps
@@ -42,7 +42,7 @@ from profilers.timing.replayed import sections, simulated_gpus, start_log, time_
 from profilers.timing.verdict import last_step
 
 _ENTER_LOCK = threading.Lock()
-_BUSIEST = attrgetter("syncs.count", "bytes_moved", "kernel_time_ms", "ops")  # the sites' order
+_BUSIEST = attrgetter("syncs.count", "bytes_moved", "kernel_time_ms", "ops")  # the lines' order
 
 
 def explain_escaped(exc: BaseException) -> None:
@@ -203,13 +203,13 @@ class Profile:
         seen = recorder.steps_seen()
         return seen if self._window is None else window_steps(self._window, seen)
 
-    def _sites(self) -> list[SiteStats]:
+    def _lines(self) -> list[LineStats]:
         if self._recorder is None:
             raise ProfileStateError("this profile has not started", "not_started")
-        return self._recorder.merged_sites()
+        return self._recorder.merged_lines()
 
     def snapshot(self) -> dict[str, Any]:
-        """Running totals and sites (``gpuwatch.profile/1`` shape) without stopping or waiting."""
+        """Running totals and lines (``gpuwatch.profile/1`` shape) without stopping or waiting."""
         recorder = self._recorder
         if recorder is None:
             raise ProfileStateError("this profile has not started", "not_started")
@@ -219,21 +219,21 @@ class Profile:
 
     def live_snapshot(self, top: int = 30) -> dict[str, Any]:
         """The run so far for a live display in another process: elapsed seconds, totals,
-        devices, the ``top`` busiest sites (no timeline); cheap, never waits for the GPU."""
+        devices, the ``top`` busiest lines (no timeline); cheap, never waits for the GPU."""
         recorder = self._recorder
         if recorder is None:
             raise ProfileStateError("this profile has not started", "not_started")
         if recorder.cuda_timing and recorder.active:
             recorder.resolve(wait=False)
-        sites = self._sites()
-        totals = totals_of(sites)
-        sites.sort(key=_BUSIEST, reverse=True)
+        lines = self._lines()
+        totals = totals_of(lines)
+        lines.sort(key=_BUSIEST, reverse=True)
         return {
             "elapsed_s": round(time.perf_counter() - self._started, 3),
             "totals": totals.counters_dict(),
             "devices": describe_devices(recorder.devices, recorder.memory),
-            "sites": [Site.of(s).to_dict(top_ops=3) for s in sites[:top]],
-            "site_count": len(sites),
+            "lines": [Line.of(s).to_dict(top_ops=3) for s in lines[:top]],
+            "line_count": len(lines),
             "events_recorded": recorder.events_recorded,
             "counting": recorder.counting,
             "time": last_step(recorder.step_clock),
@@ -247,8 +247,8 @@ class Profile:
         recorder = self._recorder
         if recorder is None:
             raise ProfileStateError("this profile has not started", "not_started")
-        sites = self._sites()
-        sites.sort(key=_BUSIEST, reverse=True)
+        lines = self._lines()
+        lines.sort(key=_BUSIEST, reverse=True)
         events = list(recorder.timeline)
         duration = (
             self._duration_s
@@ -257,14 +257,14 @@ class Profile:
         )
         devices = describe_devices(recorder.devices, recorder.memory)
         now = self._ended_ns if self._ended_ns is not None else time.perf_counter_ns()
-        time_view, predicted, what_if = sections(recorder.step_clock, now, self._log, sites)
+        time_view, predicted, what_if = sections(recorder.step_clock, now, self._log, lines)
         return Report(
             command=list(command),
             exit_code=exit_code,
             duration_s=duration,
             devices=devices,
-            totals=Totals.of(totals_of(sites)),
-            sites=[Site.of(s) for s in sites],
+            totals=Totals.of(totals_of(lines)),
+            lines=[Line.of(s) for s in lines],
             timeline=Timeline(
                 capacity=recorder.timeline_capacity,
                 recorded=recorder.events_recorded,
@@ -275,11 +275,11 @@ class Profile:
                         "direction": way,
                         "bytes": nbytes,
                         "sync": sync,
-                        "site": site,
+                        "site": line,
                         "pageable": pageable,
                         "non_blocking": non_blocking,
                     }
-                    for t, way, nbytes, sync, site, pageable, non_blocking in events
+                    for t, way, nbytes, sync, line, pageable, non_blocking in events
                 ],
                 step_ends=[{"step": n, "t": round(t, 6)} for n, t in list(recorder.step_ends)],
             ),
@@ -394,7 +394,7 @@ def profile(
             the script. Raises :class:`InputNotFound` for a name that times nothing.
         lib_lines: charge each copy and sync a library made (HF's Trainer, Lightning,
             GradScaler) to the library's line, with the user's lines as its callers, rather
-            than to the user's line that called into the library (``Site.library``).
+            than to the user's line that called into the library (``Line.library``).
         what_if: on a GPU, record each op for a replay of the steps: ``report.what_if``,
             every fix's saving per step, replayed (``gpu`` always does). Off, the hot path
             keeps no record and the report has no ``what_if``.

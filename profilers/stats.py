@@ -1,4 +1,4 @@
-"""Counters: copies per direction, syncs per cause, kernel time and ops, per site and in total."""
+"""Counters: copies per direction, syncs per cause, kernel time and ops, per line and in total."""
 
 from __future__ import annotations
 
@@ -276,7 +276,7 @@ class Lined:
 
 
 class Counters(Counted):
-    """Everything counted for one site, or for the whole run."""
+    """Everything counted for one line, or for the whole run."""
 
     __slots__ = (
         "comm",
@@ -324,7 +324,7 @@ MAX_STACKS = 8
 """Distinct caller chains kept per line."""
 
 
-class SiteStats(Lined, Counters):
+class LineStats(Lined, Counters):
     """Counters for one user source line."""
 
     __slots__ = (
@@ -386,7 +386,7 @@ class SiteStats(Lined, Counters):
 
     def merge(self, other: Counters) -> None:
         super().merge(other)
-        if isinstance(other, SiteStats):
+        if isinstance(other, LineStats):
             # NB: the largest, not the sum: two threads running the line in the same step
             # are one step.
             self.steps_active = max(self.steps_active, other.steps_active)

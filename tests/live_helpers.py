@@ -13,7 +13,7 @@ from gpuwatch.profile.live.protocol import Done, LiveSnapshot, Message, encode
 from gpuwatch.profile.live.session import ChildSession
 from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
-from profilers import OpCount, Report, Site, SiteStats
+from profilers import Line, LineStats, OpCount, Report
 
 
 def sh_child(
@@ -49,11 +49,11 @@ def copies_report(path: str, steps: int, device: str | None = "cuda:0") -> Repor
     """What a profile of ``steps`` steps of a loop at ``path`` finds: per step a 6 KiB copy
     to ``device`` at line 8, then at line 9 a 16-byte copy there and an ``.item()`` (4 bytes
     back); ``device`` None: a script that used no GPU (no lines of copies, no devices)."""
-    sites = []
+    lines = []
     if device is not None:
-        big = SiteStats(path, 8, "<module>")
+        big = LineStats(path, 8, "<module>")
         big.source = f'torch.randn(1536).to("{device}")  # 6.0 KiB each'
-        small = SiteStats(path, 9, "<module>")
+        small = LineStats(path, 9, "<module>")
         small.source = f'torch.randn(4).to("{device}").sum().item()'
         for _ in range(steps):
             big.h2d.add(6144, True, False)
@@ -67,8 +67,8 @@ def copies_report(path: str, steps: int, device: str | None = "cuda:0") -> Repor
         for s in (big, small):
             s.steps_active = steps
             s.settle()
-            sites.append(Site.of(s))
-    r = Report(command=[path], duration_s=1.0).with_sites(sites)
+            lines.append(Line.of(s))
+    r = Report(command=[path], duration_s=1.0).with_lines(lines)
     return r.replace(devices=[{"device": device}] if device is not None else [])
 
 

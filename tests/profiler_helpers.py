@@ -1,4 +1,4 @@
-"""Shared by the profiler tests: fake CUDA tensors, source markers, site lookups."""
+"""Shared by the profiler tests: fake CUDA tensors, source markers, line lookups."""
 
 from __future__ import annotations
 
@@ -41,16 +41,16 @@ def line_of(marker: str) -> int:
     raise AssertionError(f"no line marked @{marker}")
 
 
-def site_at(
+def line_at(
     report: profilers.Report, line: int, file_suffix: str | None = None
-) -> profilers.SiteStats:
+) -> profilers.LineStats:
     hits = [
         s
-        for s in report.sites
+        for s in report.lines
         if s.line == line and (file_suffix is None or s.file.endswith(file_suffix))
     ]
     assert len(hits) == 1, (
-        f"expected one site at line {line}, got {[(s.file, s.line) for s in report.sites]}"
+        f"expected one entry at line {line}, got {[(s.file, s.line) for s in report.lines]}"
     )
     return hits[0]
 

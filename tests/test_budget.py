@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch.cli import main as cli
-from profilers import Budget, BudgetError, Copies, Report, Site, Syncs
+from profilers import Budget, BudgetError, Copies, Line, Report, Syncs
 
 
 def test_a_budget_reads_every_spelling_the_same_way():
@@ -55,8 +55,8 @@ def test_a_malformed_budget_is_one_line_naming_what_is_wrong(text, says):
     assert says in message and "\n" not in message and message.startswith("--budget: ")
 
 
-def _site(line: int, source: str, syncs: dict[str, int], h2d: Copies | None = None) -> Site:
-    return Site(
+def _line(line: int, source: str, syncs: dict[str, int], h2d: Copies | None = None) -> Line:
+    return Line(
         file="train.py",
         line=line,
         function="train",
@@ -66,11 +66,11 @@ def _site(line: int, source: str, syncs: dict[str, int], h2d: Copies | None = No
     )
 
 
-def _report(sites: list[Site], steps: int | None = 10) -> Report:
+def _report(lines: list[Line], steps: int | None = 10) -> Report:
     base = Report(
         command=["train.py"], steps={"count": steps, "source": "optimizer"} if steps else None
     )
-    return base.with_sites(sites)
+    return base.with_lines(lines)
 
 
 @pytest.fixture
@@ -80,9 +80,9 @@ def saved(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     report = _report(
         [
-            _site(12, "loss.item()", {"item": 20}),
-            _site(15, "if (x > 0).any():", {"item": 10}),
-            _site(20, "xb = xb.to('cuda:0')", {}, Copies(10, 40960, 10, 0)),
+            _line(12, "loss.item()", {"item": 20}),
+            _line(15, "if (x > 0).any():", {"item": 10}),
+            _line(20, "xb = xb.to('cuda:0')", {}, Copies(10, 40960, 10, 0)),
         ]
     )
     report.save(tmp_path / "run.json")
@@ -114,7 +114,7 @@ def test_report_within_budget_exits_0_and_says_so(saved, capsys):
 
 
 def test_a_per_step_budget_on_a_run_with_no_step_fails_rather_than_passing(tmp_path, capsys):
-    _report([_site(3, "x.item()", {"item": 1})], steps=None).save(tmp_path / "r.json")
+    _report([_line(3, "x.item()", {"item": 1})], steps=None).save(tmp_path / "r.json")
     assert cli.main(["report", str(tmp_path / "r.json"), "--budget", "syncs/step<=5"]) == 3
     assert "syncs/step<=5: cannot be checked: the run ended no step" in capsys.readouterr().err
 

@@ -38,7 +38,7 @@ def test_a_block_over_budget_names_each_line_its_backward_and_its_thread_include
                 t.join()
         report = guard.report()
         assert report.totals.syncs.by_cause == {"item": 1, "copy_to_host": 1}
-        backward = next(s for s in report.sites if s.line == _line("# autograd's device thread"))
+        backward = next(s for s in report.lines if s.line == _line("# autograd's device thread"))
         assert backward.ops > 0  # the backward's ops, charged to the .backward() line
     head, total, *lines = str(caught.value).splitlines()
     assert head == f"over budget (syncs<=0) in the block at tests/{HERE}:{_line('as guard:')}:"

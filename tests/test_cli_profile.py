@@ -63,14 +63,14 @@ def test_counts_in_the_json_are_exact_and_argv_passes_through(tmp_path, entry):
     # 12 .item() calls, one float32 element each
     assert (t["d2h"]["count"], t["d2h"]["bytes"]) == (12, 12 * 4)
     assert t["syncs"] == {"count": 25, "by_cause": {"item": 12, "copy_to_device": 13}}
-    sites = {s["line"]: s for s in doc["sites"] if s["file"] == "train.py"}
-    assert sites[LINE_X]["h2d"]["count"] == 12 and sites[LINE_X]["source"].startswith(
+    lines = {s["line"]: s for s in doc["sites"] if s["file"] == "train.py"}
+    assert lines[LINE_X]["h2d"]["count"] == 12 and lines[LINE_X]["source"].startswith(
         "x = torch.randn"
     )
-    assert sites[LINE_ITEM]["syncs"]["by_cause"] == {"item": 12}
-    assert sites[LINE_W]["h2d"]["bytes"] == 16384
+    assert lines[LINE_ITEM]["syncs"]["by_cause"] == {"item": 12}
+    assert lines[LINE_W]["h2d"]["bytes"] == 16384
     # top-level lines of the script: no callers (the console script's bin/gpuwatch is not one)
-    assert all(s["stack"] == [] and s["stacks"] == [] for s in sites.values())
+    assert all(s["stack"] == [] and s["stacks"] == [] for s in lines.values())
     assert "Top lines by syncs" in done.stderr and f"train.py:{LINE_ITEM}" in done.stderr
 
 

@@ -121,7 +121,7 @@ def test_on_the_fast_path_the_item_of_a_graph_break_is_a_sync_at_its_line(monkey
     assert r.compiled is not None and r.compiled["graphs"] == 2  # it ran compiled
     first = _with_item.__code__.co_firstlineno
     # dynamo runs the .item() eagerly between its two graphs, once a call, at its own line
-    syncs = {s.line - first: (s.syncs.count, s.d2h.count) for s in r.sites if s.syncs.count}
+    syncs = {s.line - first: (s.syncs.count, s.d2h.count) for s in r.lines if s.syncs.count}
     assert syncs == {2: (3, 3)}
 
 
@@ -161,18 +161,18 @@ def test_on_the_fast_path_a_copy_inside_a_compiled_graph_is_at_its_own_line(
     assert r.compiled["graph_breaks"] == []
     # NB: the graph runs in _with_copy's frame, whose line is its def while it runs: the
     # copy's own line is the graph's record of where dynamo traced it (in _widened, inlined)
-    (site,) = [s for s in r.sites if s.d2h.count]
-    line = _widened.__code__.co_firstlineno + 1
-    assert (site.file, site.line, site.function) == (HERE, line, "_widened")
-    assert (site.d2h.count, site.d2h.bytes, site.syncs.by_cause) == (3, 96, {"copy_to_host": 3})
+    (line,) = [s for s in r.lines if s.d2h.count]
+    lineno = _widened.__code__.co_firstlineno + 1
+    assert (line.file, line.line, line.function) == (HERE, lineno, "_widened")
+    assert (line.d2h.count, line.d2h.bytes, line.syncs.by_cause) == (3, 96, {"copy_to_host": 3})
     assert (
-        site.source == "return y.to(torch.float64) + 1  # the copy (a GPU's would leave the device)"
+        line.source == "return y.to(torch.float64) + 1  # the copy (a GPU's would leave the device)"
     )
     # its caller: the line of _with_copy that called _widened, then this test
     called_at = _with_copy.__code__.co_firstlineno + 2
-    assert site.stack[0] == f"{HERE}:{called_at} _with_copy"
+    assert line.stack[0] == f"{HERE}:{called_at} _with_copy"
     # made by the user's own code: no library frame (never torch.fx's or dynamo's plumbing)
-    assert site.library == ()
+    assert line.library == ()
 
 
 def test_code_inductor_wrote_is_never_the_users_line(tmp_path: Path, monkeypatch):
@@ -181,7 +181,7 @@ def test_code_inductor_wrote_is_never_the_users_line(tmp_path: Path, monkeypatch
     # line that ran the graph, never to a line of generated code.
     from torch._inductor.runtime import cache_dir_utils
 
-    from profilers.counting.sites import UserCode
+    from profilers.counting.user_code import UserCode
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     assert cache_dir_utils.default_cache_dir()  # loaded: what a compiled run has
@@ -231,17 +231,20 @@ def test_a_copy_a_library_made_inside_a_compiled_graph_names_its_frame(tmp_path,
     import importlib.util
 
     from profilers.counting import ops as _ops
-    from profilers.counting import sites
+    from profilers.counting import user_code
 
     # a library of its own (its folder a site-packages), called from the compiled function:
     # dynamo inlines it, and the graph's node keeps both frames
     lib = tmp_path / "site-packages"
     lib.mkdir()
     (lib / "widening.py").write_text(LIBRARY)
-    roots, (ours, site_dirs, stdlib, torch_dir) = sites._library_roots(), sites._library_places()
-    monkeypatch.setattr(sites, "_library_roots", lambda: (*roots, f"{lib}/"))
+    roots, (ours, site_dirs, stdlib, torch_dir) = (
+        user_code._library_roots(),
+        user_code._library_places(),
+    )
+    monkeypatch.setattr(user_code, "_library_roots", lambda: (*roots, f"{lib}/"))
     monkeypatch.setattr(
-        sites, "_library_places", lambda: (ours, (f"{lib}/", *site_dirs), stdlib, torch_dir)
+        user_code, "_library_places", lambda: (ours, (f"{lib}/", *site_dirs), stdlib, torch_dir)
     )
     spec = importlib.util.spec_from_file_location("widening", lib / "widening.py")
     assert spec is not None and spec.loader is not None
@@ -267,9 +270,9 @@ def test_a_copy_a_library_made_inside_a_compiled_graph_names_its_frame(tmp_path,
         for _ in range(2):
             f(torch.ones(4))
     r = prof.report()
-    (site,) = [s for s in r.sites if s.d2h.count]
-    assert (site.file, site.line) == (HERE, step.__code__.co_firstlineno + 1)
-    made = [(f.file, f.line, f.function, f.copies, f.syncs) for f in site.library]
+    (line,) = [s for s in r.lines if s.d2h.count]
+    assert (line.file, line.line) == (HERE, step.__code__.co_firstlineno + 1)
+    made = [(f.file, f.line, f.function, f.copies, f.syncs) for f in line.library]
     assert made == [("widening.py", 5, "widen", 2, 2)]
     assert r.compiled is not None and r.compiled["graph_breaks"] == []  # one graph, inlined
 
@@ -290,7 +293,7 @@ def test_under_the_dispatch_mode_the_compiled_code_runs_eager_and_the_report_say
     # the eager code's ops, each at its own line of _with_item, 3 calls: mul; sum and
     # _local_scalar_dense; add
     first = _with_item.__code__.co_firstlineno
-    ops = {s.line - first: s.ops for s in r.sites if s.function == "_with_item"}
+    ops = {s.line - first: s.ops for s in r.lines if s.function == "_with_item"}
     assert ops == {1: 3, 2: 6, 3: 3}
     # the stance is the script's again: f compiles now
     from torch._dynamo.utils import counters

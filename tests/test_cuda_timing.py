@@ -9,7 +9,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 import profilers
 from profilers.timing.cuda_events import CudaTimer, TorchCuda
-from tests.profiler_helpers import fake_mode, line_of, never_pinned, site_at
+from tests.profiler_helpers import fake_mode, line_at, line_of, never_pinned
 
 TICK_MS = 0.25
 """The stand-in GPU's clock moves this much at every event record: each timed op takes it."""
@@ -96,11 +96,11 @@ def test_gpu_ops_and_copies_get_their_event_time_once_the_gpu_is_there():
     r = prof.report()
     assert r.options.kernel_timing_source == "cuda_events"
     # randn and empty on the host: counted, not timed.
-    assert site_at(r, line_of("host")).ops == 1 and site_at(r, line_of("host")).kernel_time_ms == 0
-    h2d = site_at(r, line_of("h2d"))
+    assert line_at(r, line_of("host")).ops == 1 and line_at(r, line_of("host")).kernel_time_ms == 0
+    h2d = line_at(r, line_of("h2d"))
     assert h2d.kernel_time_ms == TICK_MS and h2d.h2d.time_ms == TICK_MS and h2d.h2d.count == 1
-    assert site_at(r, line_of("mul")).kernel_time_ms == TICK_MS
-    d2h = site_at(r, line_of("d2h"))
+    assert line_at(r, line_of("mul")).kernel_time_ms == TICK_MS
+    d2h = line_at(r, line_of("d2h"))
     assert d2h.d2h.count == 1 and d2h.d2h.time_ms == TICK_MS
     assert r.totals.kernel_time_ms == 3 * TICK_MS == done["totals"]["kernel_time_ms"]
     # The device's anchor, then per timed op a start event and an end event, on its stream.

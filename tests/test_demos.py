@@ -193,17 +193,17 @@ def test_on_a_gpu_the_naive_variant_copies_and_syncs_more_at_its_mistake_lines(t
     assert n["h2d"]["count"] + n["d2h"]["count"] > f["h2d"]["count"] + f["d2h"]["count"]
     source = (DEMOS / "single_gpu_training.py").read_text().splitlines()
     mistakes = {i for i, text in enumerate(source, start=1) if "# MISTAKE:" in text}
-    demo_sites = [s for s in naive["sites"] if s["file"] == "demos/single_gpu_training.py"]
+    demo_lines = [s for s in naive["sites"] if s["file"] == "demos/single_gpu_training.py"]
     busiest = sorted(
-        demo_sites,
+        demo_lines,
         key=lambda s: (s["syncs"]["count"], s["h2d"]["count"] + s["d2h"]["count"]),
         reverse=True,
     )[:4]
     assert {s["line"] for s in busiest} <= mistakes, [(s["line"], s["source"]) for s in busiest]
     # 20 steps: .item() and two .cpu() every step, a blocking label copy every step
     item_line = next(i for i in mistakes if "loss.item()" in source[i - 1])
-    site = next(s for s in demo_sites if s["line"] == item_line)
-    assert site["syncs"]["by_cause"].get("item") == 20
+    line = next(s for s in demo_lines if s["line"] == item_line)
+    assert line["syncs"]["by_cause"].get("item") == 20
 
 
 @pytest.mark.fake_cuda

@@ -10,14 +10,14 @@ import pytest
 
 from gpuwatch.cli import main as cli
 from gpuwatch.report.load import problem
-from profilers import Copies, Report, Site, Syncs
+from profilers import Copies, Line, Report, Syncs
 from profilers.diff import diff_reports
 from profilers.libraries import LibraryFrame
 from tests.conftest import FAKE_CUDA_MISSING
 
 
-def _site(line: int, function: str, source: str, items: int = 0, h2d: int = 0) -> Site:
-    return Site(
+def _line(line: int, function: str, source: str, items: int = 0, h2d: int = 0) -> Line:
+    return Line(
         file="train.py",
         line=line,
         function=function,
@@ -27,30 +27,30 @@ def _site(line: int, function: str, source: str, items: int = 0, h2d: int = 0) -
     )
 
 
-def _run(sites: list[Site], steps: int, command: str) -> Report:
-    return Report(command=[command], steps={"count": steps, "source": "optimizer"}).with_sites(
-        sites
+def _run(lines: list[Line], steps: int, command: str) -> Report:
+    return Report(command=[command], steps={"count": steps, "source": "optimizer"}).with_lines(
+        lines
     )
 
 
 # before: 10 steps; after: 20 steps (figures compare per step)
 BEFORE = _run(
     [
-        _site(10, "train", "losses.append(loss.item())  # MISTAKE", items=10),
-        _site(11, "train", "xb = xb.to(device)", h2d=10),
-        _site(12, "train", "out = model(xb)"),
-        _site(30, "helper", "y = y.cpu()", items=0, h2d=0),
-        _site(40, "train", "print(acc.item())", items=10),
+        _line(10, "train", "losses.append(loss.item())  # MISTAKE", items=10),
+        _line(11, "train", "xb = xb.to(device)", h2d=10),
+        _line(12, "train", "out = model(xb)"),
+        _line(30, "helper", "y = y.cpu()", items=0, h2d=0),
+        _line(40, "train", "print(acc.item())", items=10),
     ],
     10,
     "train.py",
 )
 AFTER = _run(
     [
-        _site(14, "train", "losses.append(loss.item())  # still here, comment changed", items=20),
-        _site(15, "train", "xb = xb.to(device, non_blocking=True)", h2d=20),
-        _site(16, "step", "out = model(xb)"),
-        _site(50, "train", "total = loss_sum.item()", items=2),
+        _line(14, "train", "losses.append(loss.item())  # still here, comment changed", items=20),
+        _line(15, "train", "xb = xb.to(device, non_blocking=True)", h2d=20),
+        _line(16, "step", "out = model(xb)"),
+        _line(50, "train", "total = loss_sum.item()", items=2),
     ],
     20,
     "train.py --fixed",
@@ -213,10 +213,10 @@ def _frame(file: str, line: int, function: str, items: int, copies: int = 0) -> 
 TRAINER = "transformers/trainer.py"
 
 
-def _fit(line: int, frames: list[LibraryFrame], steps: int) -> Report:
+def _fit(lineno: int, frames: list[LibraryFrame], steps: int) -> Report:
     items, copies = sum(f.syncs for f in frames), sum(f.copies for f in frames)
-    site = _site(line, "main", "trainer.train()", items=items, h2d=copies)
-    return _run([replace(site, library=tuple(frames))], steps, "train.py")
+    line = _line(lineno, "main", "trainer.train()", items=items, h2d=copies)
+    return _run([replace(line, library=tuple(frames))], steps, "train.py")
 
 
 def test_library_frames_of_a_line_are_compared_frame_by_frame(tmp_path, capsys):

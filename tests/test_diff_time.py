@@ -50,7 +50,7 @@ def test_a_diff_carries_each_runs_verdict_and_each_lines_time():
     assert before["measured_on"] == "host" and after["verdict"] != "input-bound"
     # the slow loader's steps each waited at least the sleep (the first also holds the start)
     assert before["ms"] >= SLEEP_S * 1000 > after["ms"]
-    # the for line: a site in the slow run (collate runs ops there), none when a list feeds it
+    # the for line: a line in the slow run (collate runs ops there), none when a list feeds it
     (pull,) = [x for x in d["lines"] if x["before_line"] == line_of("pull")]
     assert pull["time_ms"]["before"] >= SLEEP_S * 1000
     assert (pull["time_ms"]["after"] or 0.0) < SLEEP_S * 1000

@@ -83,10 +83,10 @@ def test_nproc_per_node_launches_ranks_and_merges_their_collectives_per_line(tmp
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads((tmp_path / "merged.json").read_text())
     assert doc["ranks"] == [0, 1] and doc["world_size"] == 2 and "missing_ranks" not in doc
-    sites = {s["line"]: s for s in doc["sites"] if s["file"] == "train.py"}
+    lines = {s["line"]: s for s in doc["sites"] if s["file"] == "train.py"}
 
     def comm(marker):
-        return sites[line_in(TRAIN, marker)]["comm"]
+        return lines[line_in(TRAIN, marker)]["comm"]
 
     # DDP's gradient all-reduce goes to the .backward() line: 3 steps x 2 ranks x the params
     backward = comm("backward")
@@ -108,7 +108,7 @@ def test_nproc_per_node_launches_ranks_and_merges_their_collectives_per_line(tmp
         "reduce_scatter": {"count": 8, "bytes": 8 * PARAM_BYTES},
     }
     # each rank's own figures per line
-    per_rank = sites[line_in(TRAIN, "backward")]["by_rank"]
+    per_rank = lines[line_in(TRAIN, "backward")]["by_rank"]
     assert {r: c["comm"]["bytes"] for r, c in per_rank.items()} == {
         "0": 3 * PARAM_BYTES,
         "1": 3 * PARAM_BYTES,

@@ -15,7 +15,7 @@ import torch.nn as nn
 
 import profilers
 from tests import conftest
-from tests.profiler_helpers import copies, line_of, site_at
+from tests.profiler_helpers import copies, line_at, line_of
 
 pytestmark = [
     pytest.mark.fake_cuda,
@@ -65,16 +65,16 @@ def test_an_ordinary_training_loop_counts_what_a_gpu_run_would():
 
     r, harness = profiled(work)
     params = 32 * 64 + 64 + 64 * 10 + 10
-    assert site_at(r, line_of("model")).h2d.counts() == copies(
+    assert line_at(r, line_of("model")).h2d.counts() == copies(
         count=4, bytes=params * 4, pageable=4
     )
-    x = site_at(r, line_of("x"))
+    x = line_at(r, line_of("x"))
     assert x.h2d.counts() == copies(count=steps, bytes=steps * batch * 32 * 4, pageable=steps)
     assert x.syncs.to_dict() == {"count": steps, "by_cause": {"copy_to_device": steps}}
-    assert site_at(r, line_of("y")).h2d.counts() == copies(
+    assert line_at(r, line_of("y")).h2d.counts() == copies(
         count=steps, bytes=steps * batch * 8, pageable=steps
     )
-    item = site_at(r, line_of("item"))
+    item = line_at(r, line_of("item"))
     assert item.d2h.counts() == copies(count=steps, bytes=steps * 4, pageable=steps)
     assert item.syncs.to_dict() == {"count": steps, "by_cause": {"item": steps}}
     # Nothing else moved or waited: backward and Adam's foreach steps stay on the GPU.
@@ -96,9 +96,9 @@ def test_backward_runs_on_autograd_device_thread_and_is_charged_to_forward_lines
 
     r, _ = profiled(work, count_ops=True)  # op counts: the dispatch mode's
     assert threads and threads[0] != threading.get_ident()  # a device thread, as on a GPU
-    mul = site_at(r, line_of("mul"))
+    mul = line_at(r, line_of("mul"))
     assert mul.backward_ops > 0  # the backward of w * 2 charged to its forward line
-    assert site_at(r, line_of("backward")).ops > 0
+    assert line_at(r, line_of("backward")).ops > 0
 
 
 def test_values_read_back_are_placeholders_and_said_so():
@@ -129,7 +129,7 @@ def test_torch_cuda_says_what_a_machine_with_gpus_says():
         torch.manual_seed(0)
 
     r, _ = profiled(work, devices=2)
-    assert site_at(r, line_of("sync")).syncs.by_cause == {"synchronize": 1}
+    assert line_at(r, line_of("sync")).syncs.by_cause == {"synchronize": 1}
     assert not torch.cuda.is_available()  # everything put back
 
 
@@ -143,8 +143,8 @@ def test_modules_move_between_fake_gpus_and_back():
         m.cpu()  # @back
 
     r, _ = profiled(work, devices=2)
-    assert site_at(r, line_of("p2p")).p2p.counts() == copies(count=2, bytes=80)
-    assert site_at(r, line_of("back")).d2h.counts() == copies(count=2, bytes=80, pageable=2)
+    assert line_at(r, line_of("p2p")).p2p.counts() == copies(count=2, bytes=80)
+    assert line_at(r, line_of("back")).d2h.counts() == copies(count=2, bytes=80, pageable=2)
     assert r.totals.h2d.count == 2
 
 
@@ -153,9 +153,9 @@ def test_torch_tensor_made_on_the_gpu_is_a_blocking_copy():
         torch.tensor([1.0, 2.0, 3.0], device="cuda")  # @tensor
 
     r, _ = profiled(work)
-    site = site_at(r, line_of("tensor"))
-    assert site.h2d.counts() == copies(count=1, bytes=12, pageable=1)
-    assert site.syncs.by_cause == {"copy_to_device": 1}
+    line = line_at(r, line_of("tensor"))
+    assert line.h2d.counts() == copies(count=1, bytes=12, pageable=1)
+    assert line.syncs.by_cause == {"copy_to_device": 1}
 
 
 @pytest.mark.usefixtures("both_values")
@@ -167,7 +167,7 @@ def test_pinned_dataloader_batches_copy_without_waiting():
             xb.to("cuda", non_blocking=True)  # @nb
 
     r, _ = profiled(work)
-    assert site_at(r, line_of("nb")).h2d.counts() == copies(
+    assert line_at(r, line_of("nb")).h2d.counts() == copies(
         count=4, bytes=64 * 8 * 4, non_blocking=4
     )
     assert r.totals.syncs.count == 0
@@ -182,10 +182,10 @@ def test_non_blocking_copy_to_the_host_is_decided_from_the_op():
         t.cpu()  # @blocking
 
     r, _ = profiled(work)
-    nb = site_at(r, line_of("nb_d2h"))
+    nb = line_at(r, line_of("nb_d2h"))
     assert nb.d2h.counts() == copies(count=1, bytes=32, non_blocking=1)
     assert nb.syncs.count == 0
-    assert site_at(r, line_of("blocking")).syncs.by_cause == {"copy_to_host": 1}
+    assert line_at(r, line_of("blocking")).syncs.by_cause == {"copy_to_host": 1}
 
 
 # -- PyTorch's own list of what syncs (test_torch.py, test_sync_warning) ---------------------------
@@ -265,16 +265,16 @@ def test_indexing_with_host_indices_counts_their_copies():
         boxes[gpu_keep] = x[gpu_keep]  # @mask_put
 
     r, _ = profiled(work)
-    ind = site_at(r, line_of("ind_cpu"))
+    ind = line_at(r, line_of("ind_cpu"))
     assert ind.h2d.counts() == copies(count=1, bytes=24, pageable=1)  # the index, blocking
     assert ind.syncs.by_cause == {"copy_to_device": 1}
-    mask = site_at(r, line_of("mask_cpu"))
+    mask = line_at(r, line_of("mask_cpu"))
     # nonzero on the host into pinned memory: 30 int64 indices, copied without waiting
     assert mask.h2d.counts() == copies(count=1, bytes=30 * 8, non_blocking=1)
     assert mask.syncs.count == 0
     # masked_fill_: no nonzero (the fast path keeps no line that neither copies nor syncs)
-    assert not [s for s in r.sites if s.line == line_of("masked_fill") and s.syncs.count]
-    assert site_at(r, line_of("mask_put")).syncs.by_cause == {"data_dependent_shape": 2}
+    assert not [s for s in r.lines if s.line == line_of("masked_fill") and s.syncs.count]
+    assert line_at(r, line_of("mask_put")).syncs.by_cause == {"data_dependent_shape": 2}
 
 
 @pytest.mark.usefixtures("both_values")
@@ -294,7 +294,7 @@ def test_an_optimizer_made_before_the_move_steps_the_moved_parameters():
 
     r, _ = profiled(work)
     # the shared weight moves once: 40 floats, + Linear's bias (10) = 2 copies
-    assert site_at(r, line_of("move")).h2d.counts() == copies(count=2, bytes=200, pageable=2)
+    assert line_at(r, line_of("move")).h2d.counts() == copies(count=2, bytes=200, pageable=2)
 
 
 def test_a_step_window_profiles_those_steps_only():
@@ -311,7 +311,7 @@ def test_a_step_window_profiles_those_steps_only():
     r = prof.report()
     assert r.steps == {"count": 3, "source": "optimizer", "window": [5, 8], "seen": 20}
     # steps 5, 6 and 7: three batches copied, and not the model's move before step 0
-    assert site_at(r, line_of("window_copy")).h2d.count == 3
+    assert line_at(r, line_of("window_copy")).h2d.count == 3
     assert r.totals.h2d.count == 3
 
     with profilers.profile(kernel_timing=False, steps=(2, None)) as prof:
@@ -343,10 +343,10 @@ def test_tensors_of_no_elements_cross_without_a_copy_or_a_sync():
     assert r.totals.h2d.counts() == copies(count=1, bytes=16, pageable=1)  # 4 floats
     assert r.totals.d2h.counts() == copies()
     assert r.totals.syncs.to_dict() == {"count": 1, "by_cause": {"copy_to_device": 1}}
-    assert site_at(r, line_of("four_floats")).h2d.count == 1
+    assert line_at(r, line_of("four_floats")).h2d.count == 1
     for marker in ("none_tensor", "none_to", "none_cpu", "none_tolist", "none_copy_", "none_index"):
         line = line_of(marker)
-        assert not [s for s in r.sites if s.line == line and (s.syncs.count or s.h2d.count)]
+        assert not [s for s in r.lines if s.line == line and (s.syncs.count or s.h2d.count)]
     assert harness.placeholders.to_dict() == {"values": 0, "host_copies": 0, "sizes": 0}
 
 
@@ -370,13 +370,13 @@ def test_a_dataclass_made_init_is_never_named_the_users_line(tmp_path, monkeypat
     # library's __post_init__ and the user's call (HF's TrainingArguments)
     import importlib.util
 
-    from profilers.counting import sites
+    from profilers.counting import user_code
 
     lib = tmp_path / "site-packages"
     lib.mkdir()
     (lib / "hf_like.py").write_text(HF_LIKE)
-    roots = sites._library_roots()
-    monkeypatch.setattr(sites, "_library_roots", lambda: (*roots, f"{lib}/"))
+    roots = user_code._library_roots()
+    monkeypatch.setattr(user_code, "_library_roots", lambda: (*roots, f"{lib}/"))
     spec = importlib.util.spec_from_file_location("hf_like", lib / "hf_like.py")
     assert spec is not None and spec.loader is not None
     hf_like = importlib.util.module_from_spec(spec)
@@ -387,6 +387,6 @@ def test_a_dataclass_made_init_is_never_named_the_users_line(tmp_path, monkeypat
         exec(compile("torch.zeros(2).to('cuda')", "<string>", "exec"))  # @exec
 
     r, _ = profiled(work)
-    assert not [s.file for s in r.sites if s.file.startswith("<")]
-    assert site_at(r, line_of("args")).h2d.counts() == copies(count=1, bytes=12, pageable=1)
-    assert site_at(r, line_of("exec")).h2d.counts() == copies(count=1, bytes=8, pageable=1)
+    assert not [s.file for s in r.lines if s.file.startswith("<")]
+    assert line_at(r, line_of("args")).h2d.counts() == copies(count=1, bytes=12, pageable=1)
+    assert line_at(r, line_of("exec")).h2d.counts() == copies(count=1, bytes=8, pageable=1)

@@ -15,7 +15,7 @@ from torch import nn
 import profilers
 from tests import conftest
 from tests.helpers import run_gpuwatch
-from tests.profiler_helpers import copies, line_of, site_at, torch_release
+from tests.profiler_helpers import copies, line_at, line_of, torch_release
 
 pytestmark = [
     pytest.mark.skipif(
@@ -69,8 +69,8 @@ def test_softmax_of_half_into_float_runs_the_gpus_one_kernel_forward_and_back(bo
         # each gradient made in float, then half (as input_dtype asks), then summed in half
         torch.testing.assert_close(got["grad"], ref.grad.half(), atol=1e-3, rtol=1e-3)
     # 32 halves in (64 B), 8 floats in; out: 2 x 32 floats (128 B each) and 32 halves (64 B)
-    assert site_at(r, line_of("h2d")).h2d.counts() == copies(count=1, bytes=64, pageable=1)
-    assert site_at(r, line_of("weights")).h2d.counts() == copies(count=1, bytes=32, pageable=1)
+    assert line_at(r, line_of("h2d")).h2d.counts() == copies(count=1, bytes=64, pageable=1)
+    assert line_at(r, line_of("weights")).h2d.counts() == copies(count=1, bytes=32, pageable=1)
     assert r.totals.d2h.counts() == copies(count=3, bytes=128 + 128 + 64, pageable=3)
     no_syncs_but(r, copy_to_device=2, copy_to_host=3)
 
@@ -188,7 +188,7 @@ def test_gradscaler_reads_found_inf_once_a_step_unless_the_optimizer_is_fused(op
     r, _ = profiled(lambda: dtypes.extend(amp_steps(opt_kw)))
     # autocast: Linear's output in float16, cross_entropy (log_softmax) in float32
     assert dtypes == ["float16/float32"] * STEPS
-    step = site_at(r, line_of("scaler_step"))
+    step = line_at(r, line_of("scaler_step"))
     if opt_kw.get("fused"):
         # NB: torch/amp/grad_scaler.py step(): an optimizer with _step_supports_amp_scaling
         # (fused Adam/AdamW/SGD/Adagrad) gets found_inf as a tensor and its kernel skips the
@@ -206,10 +206,10 @@ def test_gradscaler_reads_found_inf_once_a_step_unless_the_optimizer_is_fused(op
     assert step.d2d.counts() == copies(count=2 * STEPS, bytes=8 * STEPS, non_blocking=2 * STEPS)
     # NB: update(): found_inf .to(_scale.device) is the same device (no op), then
     # _amp_update_scale_ on the GPU: no copy, no sync
-    update = [s for s in r.sites if s.line == line_of("scaler_update")]
+    update = [s for s in r.lines if s.line == line_of("scaler_update")]
     assert not [s for s in update if s.syncs.count or s.d2h.count or s.d2d.count]
     # the model's 4 tensors move blocking, each batch's two without blocking
-    assert site_at(r, line_of("model")).h2d.count == 4
+    assert line_at(r, line_of("model")).h2d.count == 4
     assert r.totals.h2d.counts()["non_blocking"] == 2 * STEPS
 
 
@@ -262,7 +262,7 @@ def test_fused_and_foreach_optimizers_step_as_on_a_gpu(cls, kw, both_values):
     if both_values == "real":  # the CPU's kernels of the same optimizer
         for a, b in zip(got, on_cpu, strict=True):
             torch.testing.assert_close(a, b)
-    step = [s for s in r.sites if s.line == line_of("opt_step")]
+    step = [s for s in r.lines if s.line == line_of("opt_step")]
     assert not [s for s in step if s.syncs.count or s.d2h.count or s.d2d.count or s.h2d.count]
     # the model's weight and bias, 2 batches in; 2 tensors out
     no_syncs_but(r, copy_to_device=4, copy_to_host=2)
@@ -359,5 +359,5 @@ def test_gradscaler_skips_a_step_with_inf_gradients_and_backs_off_with_real_valu
         work()
     assert got == [True, 65536.0 * 0.5]
     r = prof.report()
-    assert site_at(r, line_of("inf_step")).syncs.to_dict() == {"count": 1, "by_cause": {"item": 1}}
-    assert site_at(r, line_of("scale")).syncs.to_dict() == {"count": 1, "by_cause": {"item": 1}}
+    assert line_at(r, line_of("inf_step")).syncs.to_dict() == {"count": 1, "by_cause": {"item": 1}}
+    assert line_at(r, line_of("scale")).syncs.to_dict() == {"count": 1, "by_cause": {"item": 1}}

@@ -126,7 +126,7 @@ def test_on_a_machine_with_gpus_the_fake_ones_never_touch_the_real_ones():
 def test_dataparallel_runs_on_fake_gpus_with_the_copies_a_gpu_makes():
     import profilers
     from profilers.fake_cuda.harness import fake_cuda
-    from tests.profiler_helpers import line_of, site_at
+    from tests.profiler_helpers import line_at, line_of
 
     with fake_cuda(devices=2), profilers.profile(kernel_timing=False) as prof:
         model = torch.nn.DataParallel(torch.nn.Linear(8, 4).to("cuda:0"))
@@ -137,7 +137,7 @@ def test_dataparallel_runs_on_fake_gpus_with_the_copies_a_gpu_makes():
         assert model.module.weight.grad is not None
         assert model.module.weight.grad.device == torch.device("cuda:0")
     r = prof.report()
-    fwd, bwd = site_at(r, line_of("dp_forward")), site_at(r, line_of("dp_backward"))
+    fwd, bwd = line_at(r, line_of("dp_forward")), line_at(r, line_of("dp_backward"))
     # forward: half the batch to cuda:1 (3*8*4 = 96 B), the replica's weight and bias
     # ((8*4 + 4)*4 = 144 B), cuda:1's half of the output back to cuda:0 (3*4*4 = 48 B)
     assert (fwd.p2p.count, fwd.p2p.bytes) == (3, 96 + 144 + 48)

@@ -10,7 +10,7 @@ from torch import nn
 
 import profilers
 from tests import conftest
-from tests.profiler_helpers import copies, line_of, site_at
+from tests.profiler_helpers import copies, line_at, line_of
 
 pytestmark = [
     pytest.mark.fake_cuda,
@@ -44,9 +44,9 @@ def test_a_loss_formats_as_its_item_one_sync():
     r, _ = profiled(work, values="placeholder")
     assert out == ["loss 0.0000", "0.0"]
     for marker in ("format", "plain"):
-        site = site_at(r, line_of(marker))
-        assert site.syncs.to_dict() == {"count": 1, "by_cause": {"item": 1}}
-        assert site.d2h.counts() == copies(count=1, bytes=4, pageable=1)
+        line = line_at(r, line_of(marker))
+        assert line.syncs.to_dict() == {"count": 1, "by_cause": {"item": 1}}
+        assert line.d2h.counts() == copies(count=1, bytes=4, pageable=1)
 
 
 def test_printing_shows_placeholders_as_a_gpu_prints_them():
@@ -80,11 +80,11 @@ def test_a_print_counts_what_it_reads_by_dtype():
         print(floats)  # @print_float
 
     r, harness = profiled(work, values="placeholder")
-    ints = site_at(r, line_of("print_int"))
+    ints = line_at(r, line_of("print_int"))
     # f"{value}" of each element: 3 .item() of 8 bytes; then one tolist() of the row (24 bytes)
     assert ints.d2h.counts() == copies(count=3 + 1, bytes=3 * 8 + 24, pageable=4)
     assert ints.syncs.by_cause == {"item": 3, "copy_to_host": 1}
-    floats = site_at(r, line_of("print_float"))
+    floats = line_at(r, line_of("print_float"))
     # masked_select of the finite non-zero values (every element kept: 4), then bool reads of
     # one byte: 4 `value != ceil(value)`, 2 for sci_mode's first two tests, 1 `if sci_mode`
     # and 4 more in format() (sci_mode stays a tensor); 4 float32 widths; one tolist() (16 B)
@@ -105,7 +105,7 @@ def test_printing_a_host_tensor_reads_nothing_from_the_gpu():
         print(torch.arange(3))  # @host
 
     r, _ = profiled(work)
-    assert not [s for s in r.sites if s.line == line_of("host") and s.syncs.count]
+    assert not [s for s in r.lines if s.line == line_of("host") and s.syncs.count]
 
 
 def test_torch_save_copies_each_tensor_to_the_host_and_loads_back(tmp_path):
@@ -116,10 +116,10 @@ def test_torch_save_copies_each_tensor_to_the_host_and_loads_back(tmp_path):
         torch.save(model.state_dict(), path)  # @save
 
     r, _ = profiled(work, values="placeholder")
-    site = site_at(r, line_of("save"))
+    line = line_at(r, line_of("save"))
     # 7 tensors: weight 12 + bias 4 + 4 x BatchNorm's 4 floats = 32 floats, + one int64 counter
-    assert site.d2h.counts() == copies(count=7, bytes=32 * 4 + 8, pageable=7)
-    assert site.syncs.by_cause == {"copy_to_host": 7}
+    assert line.d2h.counts() == copies(count=7, bytes=32 * 4 + 8, pageable=7)
+    assert line.syncs.by_cause == {"copy_to_host": 7}
     loaded = torch.load(path, map_location="cpu")
     assert {k: (tuple(v.shape), v.dtype) for k, v in loaded.items()} == {
         "0.weight": ((4, 3), torch.float32),
@@ -161,11 +161,11 @@ def test_torch_save_copies_a_storage_shared_by_tied_weights_once(tmp_path, zipfi
     r, _ = profiled(work, values="placeholder")
     assert seen["keys"] == ["lm_head.weight", "wte.weight"]
     # one copy of the shared 16 x 8 floats: 16 * 8 * 4 = 512 bytes, not two
-    site = site_at(r, line_of("tied"))
-    assert site.d2h.counts() == copies(count=1, bytes=512, pageable=1)
-    assert site.syncs.by_cause == {"copy_to_host": 1}
+    line = line_at(r, line_of("tied"))
+    assert line.d2h.counts() == copies(count=1, bytes=512, pageable=1)
+    assert line.syncs.by_cause == {"copy_to_host": 1}
     # as bytes, as on a GPU (storage.cpu() copies a uint8 view): no hint to send it as bf16
-    assert site.copy_dtypes == {"uint8": 512}
+    assert line.copy_dtypes == {"uint8": 512}
     loaded = torch.load(path, map_location="cpu")
     assert loaded["wte.weight"].shape == (16, 8) and loaded["wte.weight"].dtype == torch.float32
     # tied once loaded too, as a GPU's checkpoint loads
@@ -184,12 +184,12 @@ def test_torch_save_of_views_copies_their_whole_storage_once_per_save(tmp_path):
 
     r, _ = profiled(work, devices=2, values="real")
     # three views at three offsets of one storage: one copy of all 40 bytes
-    assert site_at(r, line_of("views")).d2h.counts() == copies(count=1, bytes=40, pageable=1)
+    assert line_at(r, line_of("views")).d2h.counts() == copies(count=1, bytes=40, pageable=1)
     # a slice alone: the whole storage still (storage.cpu() copies all of it), each save anew
     for marker in ("slice", "again"):
-        assert site_at(r, line_of(marker)).d2h.counts() == copies(count=1, bytes=40, pageable=1)
+        assert line_at(r, line_of(marker)).d2h.counts() == copies(count=1, bytes=40, pageable=1)
     # two storages on two GPUs: two copies, 40 + 12 bytes
-    assert site_at(r, line_of("two")).d2h.counts() == copies(count=2, bytes=52, pageable=2)
+    assert line_at(r, line_of("two")).d2h.counts() == copies(count=2, bytes=52, pageable=2)
     views = torch.load(path, map_location="cpu")
     assert views["head"].tolist() == [0.0, 1.0] and views["mid"].tolist() == [4.0, 5.0]
     assert views["tail"].tolist() == [float(i) for i in range(2, 10)]

@@ -10,7 +10,7 @@ from torch import nn
 
 import profilers
 from tests import conftest
-from tests.profiler_helpers import EXTRA_DETACHES, copies, line_of, site_at
+from tests.profiler_helpers import EXTRA_DETACHES, copies, line_at, line_of
 
 pytestmark = [
     pytest.mark.fake_cuda,
@@ -59,22 +59,22 @@ def test_warmup_capture_and_replays_count_what_a_gpu_does(both_paths: str):
     r, harness = profiled(work)
     assert seen["out"] == ((2, 4), torch.device("cuda:0"), torch.float32)
     # entering torch.cuda.graph synchronises once, as on a GPU (torch/cuda/graphs.py)
-    assert site_at(r, line_of("enter")).syncs.to_dict() == {
+    assert line_at(r, line_of("enter")).syncs.to_dict() == {
         "count": 1,
         "by_cause": {"synchronize": 1},
     }
-    feed = site_at(r, line_of("feed"))
+    feed = line_at(r, line_of("feed"))
     # a pinned non_blocking copy each step: 2 * 8 * 4 bytes, no sync
     assert feed.h2d.counts() == copies(count=replays, bytes=replays * 64, non_blocking=replays)
     assert feed.syncs.count == 0
-    # a replay neither copies to or from the host nor waits: on the copies path, no site at all
-    at_replay = [s for s in r.sites if s.line == line_of("replay")]
+    # a replay neither copies to or from the host nor waits: on the copies path, no line at all
+    at_replay = [s for s in r.lines if s.line == line_of("replay")]
     assert [(s.syncs.count, s.d2h.count, s.h2d.count) for s in at_replay] == (
         [(0, 0, 0)] if both_paths == "every_op" else []
     )
     if both_paths == "every_op":
-        replay = site_at(r, line_of("replay"))
-        capture = site_at(r, line_of("capture"))
+        replay = line_at(r, line_of("replay"))
+        capture = line_at(r, line_of("capture"))
         # one forward: 2 Linear (t + addmm each) + relu = 5 ops, and each replay runs them again
         per_step = {"t.default": 2, "addmm.default": 2, "relu.default": 1}
         captured = {k: v.count for k, v in capture.op_breakdown.items()}
@@ -88,7 +88,7 @@ def test_warmup_capture_and_replays_count_what_a_gpu_does(both_paths: str):
             # runs for a detach on a GPU, and no copy, sync or byte differs
             assert replayed.pop("detach.default") == (once.pop("detach.default") + 1) * replays
         assert replayed == {k: n * replays for k, n in once.items()}
-        warmup = site_at(r, line_of("warmup"))
+        warmup = line_at(r, line_of("warmup"))
         # the warmup forward is the captured one, three times
         assert sum(v.count for v in warmup.op_breakdown.values()) == 3 * sum(captured.values())
     assert r.options.fake_cuda.graphs == {
@@ -114,14 +114,14 @@ def test_a_whole_training_step_captured_replays_its_backward_and_optimizer(both_
             graph.replay()  # @step_replay
 
     r, _ = profiled(work)
-    replay = site_at(r, line_of("step_replay"))
+    replay = line_at(r, line_of("step_replay"))
     # each replay runs backward's two gradient copies into .grad again (d2d, 4*2*4 + 2*4 bytes)
-    bwd_d2d = site_at(r, line_of("bwd")).d2d.counts()
+    bwd_d2d = line_at(r, line_of("bwd")).d2d.counts()
     assert bwd_d2d == copies(count=2, bytes=32 + 8)
     assert replay.d2d.counts() == copies(count=4 * 2, bytes=4 * 40)
     assert replay.syncs.count == 0 and replay.d2h.counts() == copies()
     if both_paths == "every_op":
-        captured = [site_at(r, line_of(m)) for m in ("fwd", "bwd", "step")]
+        captured = [line_at(r, line_of(m)) for m in ("fwd", "bwd", "step")]
         once = sum(
             v.count for s in captured for k, v in s.op_breakdown.items() if "profiler" not in k
         )

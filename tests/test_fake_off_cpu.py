@@ -101,7 +101,7 @@ def test_a_sleep_between_two_ops_is_in_the_predicted_step() -> None:
     log = p._log
     assert log is not None
     for step in log.steps:
-        after = [o for o in step.ops() if o.site.endswith(f":{line_of('after')}")]
+        after = [o for o in step.ops() if o.line.endswith(f":{line_of('after')}")]
         assert after, "the line after the sleep queued GPU work"
         # the sleep is host time before the line's first op; the Python around it on a loaded
         # 2-core box stays under 5 ms (the tolerance), and the CPU time alone held about none

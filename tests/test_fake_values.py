@@ -17,7 +17,7 @@ from torch import nn
 import profilers
 from tests import conftest
 from tests.helpers import run_gpuwatch
-from tests.profiler_helpers import copies, line_of, site_at
+from tests.profiler_helpers import copies, line_at, line_of
 
 pytestmark = [
     pytest.mark.fake_cuda,
@@ -83,11 +83,11 @@ def test_a_script_branching_on_gpu_values_takes_its_cpu_path_and_counts_its_copi
     assert harness.placeholders.to_dict() == {"values": 0, "host_copies": 0, "sizes": 0}
     r = prof.report()
     # each save copies the state_dict's 2 tensors to the host: weight 4 floats + bias 1
-    assert site_at(r, line_of("save")).d2h.counts() == copies(
+    assert line_at(r, line_of("save")).d2h.counts() == copies(
         count=2 * saves, bytes=5 * 4 * saves, pageable=2 * saves
     )
     steps_run = on_cpu[-1][1] + 1
-    assert site_at(r, line_of("nan_check")).syncs.by_cause == {"item": steps_run}
+    assert line_at(r, line_of("nan_check")).syncs.by_cause == {"item": steps_run}
     saved = torch.load(tmp_path / "gpu.pt", map_location="cpu")
     expected = torch.load(tmp_path / "cpu.pt")
     assert torch.allclose(saved["weight"], expected["weight"], atol=1e-5)
@@ -95,7 +95,7 @@ def test_a_script_branching_on_gpu_values_takes_its_cpu_path_and_counts_its_copi
     # The placeholders (losses of 0.0, never NaN) take another path: one save, then a stop.
     with fake_cuda("placeholder"), profilers.profile(kernel_timing=False) as prof:
         assert train_with_branches(tmp_path / "ph.pt") == [("save", 0), ("stop", 2)]
-    assert site_at(prof.report(), line_of("save")).d2h.count == 2
+    assert line_at(prof.report(), line_of("save")).d2h.count == 2
 
 
 def test_values_sizes_and_memory_are_a_gpus():
@@ -181,7 +181,7 @@ def test_tiny_gpt_trains_under_fake_cuda_with_decreasing_losses(tmp_path, capsys
     assert val[-1] < 0.7 * val[0]  # it learns: the placeholders would log 0.0000 throughout
     assert re.findall(r"val loss (\d+\.\d+)", said) == [f"{v:.4f}" for v in val]
     assert said.count("saved checkpoint") == 4
-    save = [s for s in prof.report().sites if "torch.save" in s.source]
+    save = [s for s in prof.report().lines if "torch.save" in s.source]
     state = tiny_gpt.TinyGPT(8, 16, 32, 4, 1).state_dict()
     # each save, each storage once: the tied embedding and head are one (as on a GPU)
     storages = {

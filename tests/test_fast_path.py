@@ -13,7 +13,7 @@ import profilers
 from profilers.counting import kernels as _kernels
 from tests import conftest
 from tests.helpers import gpuwatch_here
-from tests.profiler_helpers import copies, line_of, site_at
+from tests.profiler_helpers import copies, line_at, line_of
 
 needs_fake_cuda = pytest.mark.skipif(
     conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING)
@@ -31,7 +31,7 @@ def counted(r: profilers.Report) -> dict[tuple[str, int], tuple]:
             s.syncs.to_dict(),
             (s.comm.count, s.comm.bytes, dict(s.comm.by_op)),
         )
-        for s in r.sites
+        for s in r.lines
         if s.bytes_moved or s.syncs.count or s.comm.count
     }
 
@@ -72,9 +72,9 @@ def test_a_backward_copy_on_autograd_device_thread_is_counted_on_the_fast_path()
     fast, mode = both(work, fake_gpus=1)
     assert seen and all(t != threading.get_ident() for t in seen)  # a device thread, as on a GPU
     assert counted(fast) == counted(mode)
-    assert site_at(fast, line_of("h2d")).h2d.counts() == copies(count=1, bytes=16384, pageable=1)
+    assert line_at(fast, line_of("h2d")).h2d.counts() == copies(count=1, bytes=16384, pageable=1)
     # The gradient goes back to the host on the device thread: ToCopyBackward's copy.
-    assert site_at(fast, line_of("backward")).d2h.counts() == copies(
+    assert line_at(fast, line_of("backward")).d2h.counts() == copies(
         count=1, bytes=16384, pageable=1
     )
 
@@ -97,12 +97,12 @@ def test_inference_mode_copies_and_syncs_are_counted_on_both_paths():
 
     fast, mode = both(work, fake_gpus=1)
     assert counted(fast) == counted(mode)
-    assert site_at(fast, line_of("infer_in")).h2d.count == 1
-    assert site_at(fast, line_of("infer_out")).d2h.counts() == copies(
+    assert line_at(fast, line_of("infer_in")).h2d.count == 1
+    assert line_at(fast, line_of("infer_out")).d2h.counts() == copies(
         count=1, bytes=128, pageable=1
     )
-    assert site_at(fast, line_of("infer_item")).syncs.by_cause == {"item": 1}
-    assert site_at(fast, line_of("tolist")).d2h.count == 1
+    assert line_at(fast, line_of("infer_item")).syncs.by_cause == {"item": 1}
+    assert line_at(fast, line_of("tolist")).d2h.count == 1
 
 
 def test_collectives_are_counted_on_the_fast_path(tmp_path):
@@ -123,13 +123,13 @@ def test_collectives_are_counted_on_the_fast_path(tmp_path):
     finally:
         dist.destroy_process_group()
     assert counted(fast) == counted(mode)
-    assert site_at(fast, line_of("all_reduce")).comm.by_op == {
+    assert line_at(fast, line_of("all_reduce")).comm.by_op == {
         "all_reduce": profilers.CommOp(1, 1024)
     }
-    assert site_at(fast, line_of("broadcast")).comm.by_op == {
+    assert line_at(fast, line_of("broadcast")).comm.by_op == {
         "broadcast": profilers.CommOp(1, 1024)
     }
-    assert site_at(fast, line_of("all_gather")).comm.by_op == {
+    assert line_at(fast, line_of("all_gather")).comm.by_op == {
         "all_gather": profilers.CommOp(1, 1024)
     }
 
@@ -156,12 +156,12 @@ def test_compiled_code_is_counted_where_it_runs_never_while_traced(monkeypatch):
         for _ in range(3):
             assert torch.equal(compiled(x), body(x))
     r = prof.report()
-    assert not [s for s in r.sites if s.file.startswith("<")]  # no generated code as a line
+    assert not [s for s in r.lines if s.file.startswith("<")]  # no generated code as a line
     # The graph's ops ran on fake tensors inside the compiler first: none of those counts.
     # Three calls of body(x) and three runs of the compiled graph, one _to_copy each, all at
     # body's return: the graph's too (its node's record of where dynamo traced it), not at
     # the def line of the frame dynamo runs the graph in.
-    by_line = {s.line: s.h2d.count for s in r.sites}
+    by_line = {s.line: s.h2d.count for s in r.lines}
     assert by_line == {line_of("body_return"): 6}
     assert line_of("body_def") == line_of("body_return") - 1
 

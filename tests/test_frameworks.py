@@ -29,7 +29,7 @@ import profilers
 from gpuwatch.report.hints import Hint
 from gpuwatch.report.library_hints import LibraryHint, all_hints
 from profilers.libraries import LibraryFrame
-from profilers.records import Site
+from profilers.records import Line
 from tests import conftest
 from tests.helpers import gpuwatch_here
 
@@ -100,13 +100,13 @@ def line_with(program: str, text: str) -> int:
     return next(i for i, t in enumerate(program.splitlines(), 1) if text in t)
 
 
-def frames(site: Site, file: str, function: str) -> list[LibraryFrame]:
-    return [f for f in site.library if f.file == file and f.function == function]
+def frames(line: Line, file: str, function: str) -> list[LibraryFrame]:
+    return [f for f in line.library if f.file == file and f.function == function]
 
 
-def one_frame(site: Site, file: str, function: str, code: str = "") -> LibraryFrame:
-    found = [f for f in frames(site, file, function) if code in f.source]
-    assert len(found) == 1, [(f.file, f.line, f.function, f.source) for f in site.library]
+def one_frame(line: Line, file: str, function: str, code: str = "") -> LibraryFrame:
+    found = [f for f in frames(line, file, function) if code in f.source]
+    assert len(found) == 1, [(f.file, f.line, f.function, f.source) for f in line.library]
     return found[0]
 
 
@@ -131,7 +131,7 @@ def knob_hints(report: profilers.Report) -> dict[str, LibraryHint]:
 
 
 def line_hints(report: profilers.Report, line: int) -> list[Hint]:
-    return [h for h in all_hints(report) if not isinstance(h, LibraryHint) and h.site.line == line]
+    return [h for h in all_hints(report) if not isinstance(h, LibraryHint) and h.line.line == line]
 
 
 # -- HF Trainer ---------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ def test_hf_trainer_its_loss_checks_logging_and_batch_copies_each_at_its_frame(t
     framework("accelerate")
     program = hf_program()
     r = profiled(tmp_path, program)
-    train = next(s for s in r.sites if s.line == line_with(program, "# @train"))
+    train = next(s for s in r.lines if s.line == line_with(program, "# @train"))
     trainer = "transformers/trainer.py"
     # Trainer._run_epoch (transformers/trainer.py:1918-1921 in 5.24.0): `if
     # (self.args.logging_nan_inf_filter and not is_torch_xla_available() and
@@ -250,7 +250,7 @@ def test_hf_trainer_with_its_knobs_turned_the_costs_and_their_hints_are_gone(tmp
         mask=True, args="logging_nan_inf_filter=False, dataloader_pin_memory=False"
     )
     r = profiled(tmp_path, program)
-    train = next(s for s in r.sites if s.line == line_with(program, "# @train"))
+    train = next(s for s in r.lines if s.line == line_with(program, "# @train"))
     assert frames(train, "transformers/trainer.py", "_run_epoch") == []
     assert frames(train, "transformers/masking_utils.py", "find_packed_sequence_indices") == []
     # three tensors a batch now, from pageable memory
@@ -269,11 +269,11 @@ def test_hf_trainer_under_lib_lines_its_frames_are_the_lines(tmp_path):
     program = hf_program()
     r = profiled(tmp_path, program, "--lib-lines")
     assert r.options.profile is not None and r.options.profile.lib_lines
-    nan = [s for s in r.sites if s.file == "transformers/trainer.py" and s.function == "_run_epoch"]
+    nan = [s for s in r.lines if s.file == "transformers/trainer.py" and s.function == "_run_epoch"]
     assert len(nan) == 1 and "logging_nan_inf_filter" in nan[0].source
     assert (nan[0].syncs.count, nan[0].syncs.by_cause) == (2 * STEPS, {"item": 2 * STEPS})
     assert nan[0].stack[0] == f"prog.py:{line_with(program, '# @train')} <module>"
-    train = next(s for s in r.sites if s.line == line_with(program, "# @train"))
+    train = next(s for s in r.lines if s.line == line_with(program, "# @train"))
     assert (train.syncs.count, train.library) == (0, ())
     found = knob_hints(r)
     assert "hf_nan_inf_filter" in found and "hf_logging_steps" in found
@@ -300,7 +300,7 @@ def test_generate_waits_once_a_token_in_its_stop_check(tmp_path):
     tokens = 5
     program = GENERATE.format(tokens=tokens)
     r = profiled(tmp_path, program)
-    call = next(s for s in r.sites if s.line == line_with(program, "# @generate"))
+    call = next(s for s in r.lines if s.line == line_with(program, "# @generate"))
     # transformers/generation/utils.py:396 StopCheck.__call__: `return
     # bool(unfinished_sequences.max() == 0)` after every new token, whatever the batch size
     # (DeferredStopCheck, one step late, only on "mps").
@@ -360,7 +360,7 @@ def test_lightning_progress_bar_reads_and_batch_copies_each_at_its_frame(tmp_pat
     framework("lightning")
     program = lightning_program()
     r = profiled(tmp_path, program)
-    fit = next(s for s in r.sites if s.line == line_with(program, "# @fit"))
+    fit = next(s for s in r.lines if s.line == line_with(program, "# @fit"))
     # logger_connector/result.py:492 _ResultCollection.metrics: `metrics["pbar"][forked_name] =
     # convert_tensors_to_scalars(value)` for a prog_bar=True metric (apply_func.py's
     # convert_tensors_to_scalars/to_item, pass-throughs: its caller is named), read at each batch
@@ -401,7 +401,7 @@ def test_lightning_with_a_slower_bar_and_pinned_batches(tmp_path):
     refresh = 2
     program = lightning_program(refresh=refresh, pin=True)
     r = profiled(tmp_path, program)
-    fit = next(s for s in r.sites if s.line == line_with(program, "# @fit"))
+    fit = next(s for s in r.lines if s.line == line_with(program, "# @fit"))
     # at each batch end (STEPS), and at the bar's refreshes: batches 2 and 4 of 4
     refreshes = len([n for n in range(1, STEPS + 1) if n % refresh == 0 or n == STEPS])
     pbar = one_frame(fit, RESULT, "metrics", "convert_tensors_to_scalars")
@@ -415,7 +415,7 @@ def test_lightning_without_prog_bar_reads_no_metric_per_batch(tmp_path):
     framework("lightning")
     program = lightning_program(prog_bar="False")
     r = profiled(tmp_path, program)
-    fit = next(s for s in r.sites if s.line == line_with(program, "# @fit"))
+    fit = next(s for s in r.lines if s.line == line_with(program, "# @fit"))
     assert frames(fit, RESULT, "metrics") == []
     assert "lightning_progress_bar" not in knob_hints(r)
 
@@ -429,7 +429,7 @@ def test_lightning_an_epoch_metric_is_read_once_an_epoch_whatever_its_steps(tmp_
     for steps in (STEPS, 2 * STEPS):
         program = lightning_program(prog_bar="True, on_step=False, on_epoch=True", steps=steps)
         r = profiled(tmp_path, program)
-        fit = next(s for s in r.sites if s.line == line_with(program, "# @fit"))
+        fit = next(s for s in r.lines if s.line == line_with(program, "# @fit"))
         reads.append(one_frame(fit, RESULT, "metrics", "convert_tensors_to_scalars").syncs)
     assert reads[0] == reads[1] < STEPS
 
@@ -478,12 +478,12 @@ def test_accelerate_batch_copies_and_gather_for_metrics_on_one_process(tmp_path)
     # batch, pageable (DataLoader's pin_memory=False), blocking (DataLoaderConfiguration's
     # non_blocking=False): a wait each; charged to the loop's `for` line.
     for marker, batches in (("# @train", STEPS), ("# @evals", eval_batches)):
-        site = next(s for s in r.sites if s.line == line_with(program, marker))
-        f = one_frame(site, "accelerate/data_loader.py", "__iter__", "send_to_device")
+        line = next(s for s in r.lines if s.line == line_with(program, marker))
+        f = one_frame(line, "accelerate/data_loader.py", "__iter__", "send_to_device")
         assert counts(f) == (2 * batches, {"copy_to_device": 2 * batches}, 2 * batches, 2 * batches)
     # gather_for_metrics on one process: accelerate/utils/operations.py gather returns the
     # tensors as they are (`PartialState().distributed_type` is NO): nothing copied or waited.
-    gather = [s for s in r.sites if s.line == line_with(program, "# @gather")]
+    gather = [s for s in r.lines if s.line == line_with(program, "# @gather")]
     assert all(s.syncs.count == 0 and s.bytes_moved == 0 for s in gather)
     hint = knob_hints(r)["accelerate_batches"]
     assert "DataLoader(..., pin_memory=True)" in hint.message
@@ -500,8 +500,8 @@ def test_accelerate_pinned_and_non_blocking_batches_wait_for_nothing(tmp_path):
     framework("accelerate")
     program = ACCELERATE.format(pin=True, train=4 * STEPS, evals=8, mixed="no")
     r = profiled(tmp_path, program)
-    site = next(s for s in r.sites if s.line == line_with(program, "# @train"))
-    f = one_frame(site, "accelerate/data_loader.py", "__iter__", "send_to_device")
+    line = next(s for s in r.lines if s.line == line_with(program, "# @train"))
+    f = one_frame(line, "accelerate/data_loader.py", "__iter__", "send_to_device")
     assert counts(f) == (0, {}, 2 * STEPS, 0)
     assert "accelerate_batches" not in knob_hints(r)
 
@@ -512,7 +512,7 @@ def test_accelerate_float16_steps_read_gradscalers_found_inf_once_a_step(tmp_pat
     framework("accelerate")
     program = ACCELERATE.format(pin=False, train=4 * STEPS, evals=8, mixed="fp16")
     r = profiled(tmp_path, program)
-    step = next(s for s in r.sites if s.line == line_with(program, "# @step"))
+    step = next(s for s in r.lines if s.line == line_with(program, "# @step"))
     # accelerate/optimizer.py:173 AcceleratedOptimizer.step: `self.scaler.step(self.optimizer,
     # closure)`: GradScaler's found_inf read (torch/amp/grad_scaler.py:371, a sync and a copy)
     # and its replicas of inv_scale and found_inf (:33, two device copies), once a step.
@@ -592,7 +592,7 @@ def test_timm_float16_autocast_and_gradscaler_read_found_inf_once_a_step(tmp_pat
 
     program = TIMM.format(scaled=True, dtype="float16", steps=STEPS)
     r = profiled(tmp_path, program)
-    step = next(s for s in r.sites if s.line == line_with(program, "# @step"))
+    step = next(s for s in r.lines if s.line == line_with(program, "# @step"))
     # torch/amp/grad_scaler.py:371 GradScaler._maybe_opt_step: `if not sum(v.item() for v in
     # optimizer_state["found_inf_per_device"].values())`: one read a step; and :33
     # _MultiDeviceReplicator.get: `self.master.to(device=device, non_blocking=True, copy=True)`
@@ -606,7 +606,7 @@ def test_timm_float16_autocast_and_gradscaler_read_found_inf_once_a_step(tmp_pat
     assert (step.syncs.count, step.d2h.count, step.d2d.count) == (STEPS, STEPS, 2 * STEPS)
     # timm's model itself (a ViT: attention, layer norms, under float16) copies and waits for
     # nothing: no frame of timm's anywhere
-    assert [f for s in r.sites for f in s.library if f.file.startswith("timm/")] == []
+    assert [f for s in r.lines for f in s.library if f.file.startswith("timm/")] == []
     hint = knob_hints(r)["gradscaler_found_inf"]
     assert "once per optimizer step" in hint.message and "bfloat16" in hint.message
 
@@ -615,6 +615,6 @@ def test_timm_bfloat16_without_a_scaler_waits_for_nothing(tmp_path):
     framework("timm")
     program = TIMM.format(scaled=False, dtype="bfloat16", steps=STEPS)
     r = profiled(tmp_path, program)
-    step = next(s for s in r.sites if s.line == line_with(program, "# @step"))
+    step = next(s for s in r.lines if s.line == line_with(program, "# @step"))
     assert (step.syncs.count, step.bytes_moved, step.library) == (0, 0, ())
     assert "gradscaler_found_inf" not in knob_hints(r)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import profilers
-from tests.profiler_helpers import copies, line_of, site_at
+from tests.profiler_helpers import copies, line_at, line_of
 
 pytestmark = [
     pytest.mark.gpu,
@@ -44,31 +44,31 @@ def test_every_dispatcher_table_row_on_a_real_gpu(capsys):
         ev.synchronize()  # @event
     r = prof.report()
     capsys.readouterr()
-    assert site_at(r, line_of("h2d")).h2d.counts() == copies(count=1, bytes=NBYTES, pageable=1)
-    assert site_at(r, line_of("h2d")).syncs.by_cause == {"copy_to_device": 1}
-    assert site_at(r, line_of("h2d_pinned")).h2d.counts() == copies(
+    assert line_at(r, line_of("h2d")).h2d.counts() == copies(count=1, bytes=NBYTES, pageable=1)
+    assert line_at(r, line_of("h2d")).syncs.by_cause == {"copy_to_device": 1}
+    assert line_at(r, line_of("h2d_pinned")).h2d.counts() == copies(
         count=1, bytes=NBYTES, non_blocking=1
     )
-    assert site_at(r, line_of("h2d_pinned")).syncs.count == 0
-    assert site_at(r, line_of("h2d_pageable_nb")).h2d.counts() == copies(
+    assert line_at(r, line_of("h2d_pinned")).syncs.count == 0
+    assert line_at(r, line_of("h2d_pageable_nb")).h2d.counts() == copies(
         count=1, bytes=NBYTES, pageable=1, non_blocking=1
     )
-    assert site_at(r, line_of("h2d_pageable_nb")).syncs.count == 0
-    assert site_at(r, line_of("d2h")).syncs.by_cause == {"copy_to_host": 1}
-    assert site_at(r, line_of("d2h_nb")).d2h.counts() == copies(
+    assert line_at(r, line_of("h2d_pageable_nb")).syncs.count == 0
+    assert line_at(r, line_of("d2h")).syncs.by_cause == {"copy_to_host": 1}
+    assert line_at(r, line_of("d2h_nb")).d2h.counts() == copies(
         count=1, bytes=NBYTES, non_blocking=1
     )
-    assert site_at(r, line_of("d2h_nb")).syncs.count == 0
-    assert site_at(r, line_of("d2h_pageable_nb")).syncs.by_cause == {"copy_to_host": 1}
-    assert site_at(r, line_of("item")).syncs.by_cause == {"item": 1}
-    assert site_at(r, line_of("item")).d2h.counts() == copies(count=1, bytes=4, pageable=1)
-    assert site_at(r, line_of("mask")).syncs.by_cause == {"data_dependent_shape": 1}
-    assert site_at(r, line_of("nonzero")).syncs.by_cause == {"data_dependent_shape": 1}
-    tolist = site_at(r, line_of("tolist"))
+    assert line_at(r, line_of("d2h_nb")).syncs.count == 0
+    assert line_at(r, line_of("d2h_pageable_nb")).syncs.by_cause == {"copy_to_host": 1}
+    assert line_at(r, line_of("item")).syncs.by_cause == {"item": 1}
+    assert line_at(r, line_of("item")).d2h.counts() == copies(count=1, bytes=4, pageable=1)
+    assert line_at(r, line_of("mask")).syncs.by_cause == {"data_dependent_shape": 1}
+    assert line_at(r, line_of("nonzero")).syncs.by_cause == {"data_dependent_shape": 1}
+    tolist = line_at(r, line_of("tolist"))
     assert tolist.d2h.count == 1 and tolist.syncs.by_cause == {"copy_to_host": 1}
-    assert site_at(r, line_of("print")).syncs.by_cause.get("copy_to_host", 0) >= 1
+    assert line_at(r, line_of("print")).syncs.by_cause.get("copy_to_host", 0) >= 1
     for marker in ("synchronize", "stream", "event"):
-        assert site_at(r, line_of(marker)).syncs.by_cause == {"synchronize": 1}, marker
+        assert line_at(r, line_of(marker)).syncs.by_cause == {"synchronize": 1}, marker
     assert r.options.kernel_timing_source == "cuda_events"
     assert {d["device"] for d in r.devices} == {"cpu", "cuda:0"}
     assert r.devices[1]["name"]
@@ -79,10 +79,10 @@ def test_kernel_time_comes_from_cuda_events():
     with profilers.profile() as prof:
         for _ in range(5):
             a @ a  # @matmul
-    site = site_at(prof.report(), line_of("matmul"))
+    line = line_at(prof.report(), line_of("matmul"))
     # 5 products of 2*4096^3 = 687 GFLOP: more than a millisecond on any GPU
-    assert site.kernel_time_ms > 1.0
-    assert site.op_breakdown["mm.default"].count == 5
+    assert line.kernel_time_ms > 1.0
+    assert line.op_breakdown["mm.default"].count == 5
 
 
 def test_copies_to_the_gpu_and_side_streams_are_timed_on_their_own_stream():
@@ -102,8 +102,8 @@ def test_copies_to_the_gpu_and_side_streams_are_timed_on_their_own_stream():
         with torch.cuda.stream(side):
             y @ y  # @side
     r = prof.report()
-    assert site_at(r, line_of("h2d")).h2d.time_ms > 0  # 16 MiB over PCIe: well above 0
-    assert site_at(r, line_of("side")).kernel_time_ms > 0
+    assert line_at(r, line_of("h2d")).h2d.time_ms > 0  # 16 MiB over PCIe: well above 0
+    assert line_at(r, line_of("side")).kernel_time_ms > 0
 
 
 def _workload() -> None:
@@ -175,11 +175,11 @@ def test_a_dataparallel_step_is_counted():
     x = torch.randn(256, 512, device="cuda:0")
     with profilers.profile() as prof:
         model(x).sum().backward()  # @dp
-    site = site_at(prof.report(), line_of("dp"))
+    line = line_at(prof.report(), line_of("dp"))
     gpus = torch.cuda.device_count()
     # broadcast of the replicas (512*512 + 512 floats) to every GPU but the first, each step
-    assert site.p2p.count >= gpus - 1
-    assert site.p2p.bytes >= (gpus - 1) * (512 * 512 + 512) * 4
+    assert line.p2p.count >= gpus - 1
+    assert line.p2p.bytes >= (gpus - 1) * (512 * 512 + 512) * 4
 
 
 @pytest.mark.parametrize("trace", [False, True], ids=["entry-points", "gpu-trace"])
@@ -191,9 +191,9 @@ def test_explicit_syncs_are_counted_once_either_way(trace, capsys):
         print(y)  # @printed
     r = prof.report()
     capsys.readouterr()
-    assert site_at(r, line_of("explicit")).syncs.by_cause == {"synchronize": 1}
-    assert site_at(r, line_of("item_once")).syncs.by_cause == {"item": 1}
-    printed = site_at(r, line_of("printed")).syncs.by_cause
+    assert line_at(r, line_of("explicit")).syncs.by_cause == {"synchronize": 1}
+    assert line_at(r, line_of("item_once")).syncs.by_cause == {"item": 1}
+    printed = line_at(r, line_of("printed")).syncs.by_cause
     if trace:  # the trace sees every sync printing makes inside torch
         assert printed.get("copy_to_host", 0) >= 1
     else:
@@ -211,8 +211,8 @@ def test_backward_on_autograd_device_threads_goes_to_the_forward_lines():
             out = (h @ w2).sum()  # @gpu_second
             out.backward()  # @gpu_bwd
     r = prof.report()
-    first, second = site_at(r, line_of("gpu_first")), site_at(r, line_of("gpu_second"))
-    bwd = site_at(r, line_of("gpu_bwd"))
+    first, second = line_at(r, line_of("gpu_first")), line_at(r, line_of("gpu_second"))
+    bwd = line_at(r, line_of("gpu_bwd"))
     # MmBackward0 for w1 (t, mm), ReluBackward0 (detach, threshold_backward), per step.
     assert first.backward["mm.default"].count == 3
     assert first.backward["threshold_backward.default"].count == 3
@@ -234,13 +234,13 @@ def test_indexing_rules_and_torch_tensor_on_a_real_gpu():
         x[keep]  # @mask_cpu
         x[~(x[:, 0] > 0)] = 0.0  # @masked_fill
     r = prof.report()
-    assert site_at(r, line_of("tensor")).h2d.counts() == copies(count=1, bytes=12, pageable=1)
-    ind = site_at(r, line_of("ind_cpu"))
+    assert line_at(r, line_of("tensor")).h2d.counts() == copies(count=1, bytes=12, pageable=1)
+    ind = line_at(r, line_of("ind_cpu"))
     assert ind.h2d.counts() == copies(count=1, bytes=24, pageable=1)
     assert ind.syncs.by_cause == {"copy_to_device": 1}
-    mask = site_at(r, line_of("mask_cpu"))
+    mask = line_at(r, line_of("mask_cpu"))
     assert mask.h2d.counts() == copies(count=1, bytes=240, non_blocking=1) and not mask.syncs.count
-    assert site_at(r, line_of("masked_fill")).syncs.count == 0
+    assert line_at(r, line_of("masked_fill")).syncs.count == 0
 
 
 def test_the_fast_path_counts_what_the_mode_counts_on_a_real_gpu(capsys):
@@ -275,10 +275,10 @@ def test_the_fast_path_counts_what_the_mode_counts_on_a_real_gpu(capsys):
     fast, mode = reports
     assert fast.options.counting == "copies" and mode.options.counting == "every_op"
     assert counted(fast) == counted(mode)
-    assert site_at(fast, line_of("fast_h2d")).h2d.counts() == copies(
+    assert line_at(fast, line_of("fast_h2d")).h2d.counts() == copies(
         count=1, bytes=NBYTES, pageable=1
     )
-    assert site_at(fast, line_of("fast_item")).syncs.by_cause == {"item": 1}
-    assert site_at(fast, line_of("fast_backward")).d2h.count == 1  # ToCopyBackward's, on its thread
-    assert site_at(fast, line_of("fast_infer")).h2d.count == 1
-    assert site_at(fast, line_of("fast_infer_item")).syncs.by_cause == {"item": 1}
+    assert line_at(fast, line_of("fast_item")).syncs.by_cause == {"item": 1}
+    assert line_at(fast, line_of("fast_backward")).d2h.count == 1  # ToCopyBackward's, on its thread
+    assert line_at(fast, line_of("fast_infer")).h2d.count == 1
+    assert line_at(fast, line_of("fast_infer_item")).syncs.by_cause == {"item": 1}

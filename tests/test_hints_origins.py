@@ -36,7 +36,7 @@ def _run(work, gpu: str | None = None) -> Report:
 
 def _at(r: Report, marker: str) -> list:
     line = line_of(marker)
-    return [h for h in hints(r) if line in (h.lines or (h.site.line,))]
+    return [h for h in hints(r) if line in (h.lines or (h.line.line,))]
 
 
 def _loader(pin: bool = False, n: int = 48) -> DataLoader:
@@ -60,9 +60,9 @@ def test_a_loader_batch_copy_is_told_to_pin_never_register_buffer():
             opt.step()
 
     r = _run(work)
-    site = next(s for s in r.sites if s.line == line_of("copy"))
+    line = next(s for s in r.lines if s.line == line_of("copy"))
     # 12 batches of 4 x 8 float32: 12 copies of 128 B, each a batch of the loader
-    assert site.origins["loader"].count == 12 and site.origins["loader"].bytes == 12 * 128
+    assert line.origins["loader"].count == 12 and line.origins["loader"].bytes == 12 * 128
     (h,) = _at(r, "copy")
     assert h.kind == "loader_pin"
     assert "pin_memory=True" in h.message and "non_blocking=True" in h.message
@@ -100,8 +100,8 @@ def test_a_one_time_model_move_with_no_optimizer_step_is_not_in_a_loop():
 
     r = _run(work)
     assert r.steps is None  # no step ended: how often cannot be told from steps
-    site = next(s for s in r.sites if s.line == line_of("move"))
-    assert site.origins["parameter"].count == 16  # 8 weights and 8 biases, moved once
+    line = next(s for s in r.lines if s.line == line_of("move"))
+    assert line.origins["parameter"].count == 16  # 8 weights and 8 biases, moved once
     assert _at(r, "move") == []
     assert not any("loop" in h.message for h in hints(r))
 
@@ -140,7 +140,7 @@ def test_a_data_set_on_the_host_sliced_non_blocking_every_step_is_told_to_pin_it
 
     r = _run(work)
     (h,) = _at(r, "slice")
-    made = f"{h.site.file}:{line_of('dataset')}"
+    made = f"{h.line.file}:{line_of('dataset')}"
     assert h.kind == "non_blocking_pageable"
     assert "no effect from pageable memory" in h.message and f".pin_memory() at {made}" in h.message
     assert "12 non_blocking from pageable memory, made by torch.randn" in h.evidence
@@ -160,7 +160,7 @@ def test_labels_made_once_and_sliced_blocking_every_step_are_told_to_pin_not_to_
 
     r = _run(work)
     (h,) = _at(r, "labels_sliced")
-    made = f"{h.site.file}:{line_of('labels_made')}"
+    made = f"{h.line.file}:{line_of('labels_made')}"
     assert h.kind == "blocking_h2d" and f"made once on the CPU at {made}" in h.message
     assert ".pin_memory() at" in h.message and "non_blocking=True" in h.message
     assert "12 blocking, from a tensor torch.randint made 1 time at" in h.evidence
@@ -202,8 +202,8 @@ def test_numpy_data_copied_every_step_is_no_factory_of_the_host():
 
     r = _run(work)
     (h,) = _at(r, "numpy")
-    site = h.site
-    assert set(site.origins) == {"host"}  # NumPy's memory: made by no factory of torch's
+    line = h.line
+    assert set(line.origins) == {"host"}  # NumPy's memory: made by no factory of torch's
     assert h.kind == "blocking_h2d" and "pinned" in h.message
     assert "torch.tensor" not in h.message + h.evidence and "device=..." not in h.message
 
@@ -220,8 +220,8 @@ def test_a_24_byte_one_time_copy_is_not_told_to_pin():
             opt.step()
 
     r = _run(work)
-    site = next(s for s in r.sites if s.line == line_of("once"))
-    assert (site.h2d.count, site.h2d.bytes, site.h2d.pageable) == (1, 24, 1)  # 3 x 8 B
+    line = next(s for s in r.lines if s.line == line_of("once"))
+    assert (line.h2d.count, line.h2d.bytes, line.h2d.pageable) == (1, 24, 1)  # 3 x 8 B
     assert _at(r, "once") == []  # the old rule: "non_blocking=True has no effect ... pin it"
 
 
@@ -339,9 +339,9 @@ def test_an_input_bound_prediction_ranks_the_loader_first_labelled_predicted():
 
 def test_a_loader_with_workers_is_told_what_it_lacks():
     from gpuwatch.report.hints import loader_hint
-    from profilers import Site
+    from profilers import Line
 
-    site = Site(
+    line = Line(
         "train.py",
         5,
         "main",
@@ -355,9 +355,9 @@ def test_a_loader_with_workers_is_told_what_it_lacks():
             "batches": 300,
         },
     )
-    h = loader_hint(site, {"train.py:5": site})
+    h = loader_hint(line, {"train.py:5": line})
     assert "raise num_workers (now 2) and prefetch_factor (now 2)" in h.message
     assert "persistent_workers=True: each of the 3 epochs started its workers anew" in h.message
     assert "pin_memory" not in h.message  # it pins already
-    kept = Site("train.py", 5, "main", loader={**site.loader, "persistent_workers": True})
+    kept = Line("train.py", 5, "main", loader={**line.loader, "persistent_workers": True})
     assert "persistent_workers" not in loader_hint(kept, {}).message

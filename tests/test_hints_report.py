@@ -79,6 +79,6 @@ def test_report_prints_the_hints_the_run_printed(tmp_path, capsys, monkeypatch, 
     assert ("created_on_cpu", "train.py:21-23") in kinds
     assert ("loader_pin", "train.py:19") in kinds
     assert any(k == "log_every_step" and w == "train.py:29" for k, w in kinds)
-    site = next(s for s in r.sites if s.line == 21)
+    line = next(s for s in r.lines if s.line == 21)
     assert len(json.loads(path.read_text())["sites"][0]["top_ops"]) <= 8
-    assert site.origins["factory"].op == "randn"
+    assert line.origins["factory"].op == "randn"

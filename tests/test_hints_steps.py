@@ -10,7 +10,7 @@ import torch
 import profilers
 from gpuwatch.report.hints import hints
 from gpuwatch.report.text import step_lines
-from tests.profiler_helpers import fake_mode, line_of, site_at
+from tests.profiler_helpers import fake_mode, line_at, line_of
 
 
 def _train() -> profilers.Report:
@@ -32,15 +32,15 @@ def _train() -> profilers.Report:
 def test_a_one_time_move_is_not_a_loop_and_per_step_counts_only_its_steps():
     r = _train()
     assert r.steps == {"count": 10, "source": "optimizer"}
-    once, every, late = (site_at(r, line_of(m)) for m in ("once", "every", "late"))
+    once, every, late = (line_at(r, line_of(m)) for m in ("once", "every", "late"))
     # 15 copies, all before the first step ends: one step; the loop's lines: their steps
     assert (once.h2d.count, once.steps_active) == (15, 1)
     assert (every.syncs.count, every.steps_active) == (10, 10)
     assert (late.h2d.count, late.steps_active) == (4, 4)  # steps 6, 7, 8, 9
     back = profilers.Report.from_dict(r.to_dict())  # the JSON keeps the field
-    assert [s.steps_active for s in back.sites] == [s.steps_active for s in r.sites]
+    assert [s.steps_active for s in back.lines] == [s.steps_active for s in r.lines]
 
-    found = {h.site.line: h for h in hints(r)}
+    found = {h.line.line: h for h in hints(r)}
     assert line_of("once") not in found  # 15 blocking copies, but once: no "in a loop"
     assert found[line_of("every")].kind == "item_in_loop"
     # the line's measured time comes first, then the counts over its steps
@@ -54,6 +54,6 @@ def test_a_one_time_move_is_not_a_loop_and_per_step_counts_only_its_steps():
 def test_per_step_figures_are_over_the_steps_the_line_ran_in():
     from gpuwatch.report.hints import in_steps
 
-    late = site_at(_train(), line_of("late"))
+    late = line_at(_train(), line_of("late"))
     # 4 copies and 4 syncs in 4 of the 10 steps: 1 each per step it ran, not 0.4
     assert in_steps(late, 10) == "1 sync and 1 copy per step, in 4 of 10 steps"

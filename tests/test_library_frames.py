@@ -15,9 +15,9 @@ from torch import nn
 
 import profilers
 from profilers.libraries import LibraryFrame
-from profilers.records import Site
+from profilers.records import Line
 from tests import conftest
-from tests.profiler_helpers import line_of, site_at
+from tests.profiler_helpers import line_at, line_of
 
 pytestmark = [
     pytest.mark.skipif(
@@ -58,8 +58,8 @@ def source_line(fn, text: str) -> int:
     return start + next(i for i, t in enumerate(lines) if text in t)
 
 
-def frames(site: Site) -> list[tuple[str, int, str, int, int]]:
-    return [(f.file, f.line, f.function, f.syncs, f.copies) for f in site.library]
+def frames(line: Line) -> list[tuple[str, int, str, int, int]]:
+    return [(f.file, f.line, f.function, f.syncs, f.copies) for f in line.library]
 
 
 def test_gradscalers_read_and_copies_are_named_inside_grad_scaler_py():
@@ -80,28 +80,28 @@ def test_gradscalers_read_and_copies_are_named_inside_grad_scaler_py():
     # found_inf (_MultiDeviceReplicator.get: .to(copy=True)), in the installed torch's lines
     read = source_line(scaler.GradScaler._maybe_opt_step, ".item()")
     replica = source_line(scaler._MultiDeviceReplicator.get, "copy=True")
-    assert frames(site_at(r, line_of("step"))) == [
+    assert frames(line_at(r, line_of("step"))) == [
         ("torch/amp/grad_scaler.py", read, "<genexpr>", steps, steps),
         ("torch/amp/grad_scaler.py", replica, "get", 0, 2 * steps),
     ]
-    moved = site_at(r, line_of("model")).library
+    moved = line_at(r, line_of("model")).library
     assert [(f.file, f.function, f.syncs, f.copies) for f in moved] == [
         ("torch/nn/modules/module.py", "convert", 2, 2)
     ]
-    assert site_at(r, line_of("own")).library == ()  # the line's own .to("cuda")
+    assert line_at(r, line_of("own")).library == ()  # the line's own .to("cuda")
 
 
 def test_a_third_party_librarys_own_line_is_named_before_torchs(tmp_path, monkeypatch):
-    from profilers.counting import sites
+    from profilers.counting import user_code
 
     lib = tmp_path / "site-packages"
     lib.mkdir()
     (lib / "trainer_like.py").write_text(TRAINER)
-    roots, places = sites._library_roots(), sites._library_places()
-    monkeypatch.setattr(sites, "_library_roots", lambda: (*roots, f"{lib}/"))
+    roots, places = user_code._library_roots(), user_code._library_places()
+    monkeypatch.setattr(user_code, "_library_roots", lambda: (*roots, f"{lib}/"))
     ours, site_dirs, stdlib, torch_dir = places
     monkeypatch.setattr(
-        sites, "_library_places", lambda: (ours, (f"{lib}/", *site_dirs), stdlib, torch_dir)
+        user_code, "_library_places", lambda: (ours, (f"{lib}/", *site_dirs), stdlib, torch_dir)
     )
     spec = importlib.util.spec_from_file_location("trainer_like", lib / "trainer_like.py")
     assert spec is not None and spec.loader is not None
@@ -117,15 +117,15 @@ def test_a_third_party_librarys_own_line_is_named_before_torchs(tmp_path, monkey
         trainer.wait()  # @wait
 
     r = profiled(work)
-    log = site_at(r, line_of("log"))
+    log = line_at(r, line_of("log"))
     assert frames(log) == [("trainer_like.py", 5, "log_loss", 1, 1)]
     assert log.library[0].by_cause == {"item": 1}
     # clip_grad_norm_'s own check of the norm syncs inside torch: the library's line is named
-    clip = site_at(r, line_of("clip"))
+    clip = line_at(r, line_of("clip"))
     assert clip.syncs.count == 1
     assert frames(clip) == [("trainer_like.py", 9, "clip", 1, 1)]
     # an explicit synchronize (caught at its Python entry point, not by the dispatcher)
-    wait = site_at(r, line_of("wait"))
+    wait = line_at(r, line_of("wait"))
     assert frames(wait) == [("trainer_like.py", 13, "wait", 1, 0)]
     assert wait.library[0].by_cause == {"synchronize": 1}
 
@@ -145,7 +145,7 @@ def test_a_third_party_librarys_own_line_is_named_before_torchs(tmp_path, monkey
             "syncs": {"count": 1, "by_cause": {"item": 1}},
         }
     ]
-    back = Site.from_dict(entry)
+    back = Line.from_dict(entry)
     assert [f.to_dict() for f in back.library] == entry["library"]
 
     # and in the summary, beside the user's line
@@ -205,7 +205,7 @@ def test_lib_lines_charges_each_copy_and_sync_to_the_library_line():
     scaler = torch.amp.grad_scaler
     read = source_line(scaler.GradScaler._maybe_opt_step, ".item()")
     replica = source_line(scaler._MultiDeviceReplicator.get, "copy=True")
-    found = site_at(r, read, "torch/amp/grad_scaler.py")
+    found = line_at(r, read, "torch/amp/grad_scaler.py")
     assert (found.file, found.function, found.syncs.count) == (
         "torch/amp/grad_scaler.py",
         "<genexpr>",
@@ -214,14 +214,14 @@ def test_lib_lines_charges_each_copy_and_sync_to_the_library_line():
     assert found.syncs.by_cause == {"item": steps}
     assert found.d2h.count == steps  # found_inf, one float, read each step
     assert ".item()" in found.source
-    step_line = f"{site_at(r, line_of('own2')).file}:{line_of('step2')} work"
+    step_line = f"{line_at(r, line_of('own2')).file}:{line_of('step2')} work"
     assert found.stack[0] == step_line  # its caller: the user's line
-    assert site_at(r, replica, "torch/amp/grad_scaler.py").d2d.count == 2 * steps
+    assert line_at(r, replica, "torch/amp/grad_scaler.py").d2d.count == 2 * steps
     # the user's line keeps only what it made itself
-    for s in r.sites:
+    for s in r.lines:
         if s.line == line_of("step2"):  # its ops may be counted; none of the copies or syncs
             assert (s.syncs.count, s.bytes_moved, s.d2h.count, s.d2d.count) == (0, 0, 0, 0)
-    own = site_at(r, line_of("own2"))
+    own = line_at(r, line_of("own2"))
     assert (own.h2d.count, own.library) == (steps, ())
     assert r.options.profile is not None and r.options.profile.lib_lines
     assert r.to_dict()["options"]["lib_lines"] is True
@@ -270,7 +270,7 @@ def test_lib_lines_on_the_command_line_is_saved_in_the_report(tmp_path):
     at_read = [
         h
         for h in all_hints(load_report(str(tmp_path / "r.json")))
-        if h.site.file == "torch/amp/grad_scaler.py" and h.site.function == "<genexpr>"
+        if h.line.file == "torch/amp/grad_scaler.py" and h.line.function == "<genexpr>"
     ]
     # the knob only: 10 reads would be ".item() in a loop", advice about torch's own code
     assert [h.kind for h in at_read] == ["gradscaler_found_inf"]
@@ -288,16 +288,16 @@ def test_an_unknown_librarys_frame_that_waits_often_is_named_in_a_hint(tmp_path,
     line, whose every sync the library made, loses its '.item() in a loop' advice."""
     from gpuwatch.report.library_hints import HOT, LibraryHint
     from gpuwatch.report.library_hints import all_hints as hints
-    from profilers.counting import sites
+    from profilers.counting import user_code
 
     lib = tmp_path / "site-packages"
     lib.mkdir()
     (lib / "looping_lib.py").write_text(LOOPING)
-    roots, places = sites._library_roots(), sites._library_places()
-    monkeypatch.setattr(sites, "_library_roots", lambda: (*roots, f"{lib}/"))
+    roots, places = user_code._library_roots(), user_code._library_places()
+    monkeypatch.setattr(user_code, "_library_roots", lambda: (*roots, f"{lib}/"))
     ours, site_dirs, stdlib, torch_dir = places
     monkeypatch.setattr(
-        sites, "_library_places", lambda: (ours, (f"{lib}/", *site_dirs), stdlib, torch_dir)
+        user_code, "_library_places", lambda: (ours, (f"{lib}/", *site_dirs), stdlib, torch_dir)
     )
     spec = importlib.util.spec_from_file_location("looping_lib", lib / "looping_lib.py")
     assert spec is not None and spec.loader is not None
@@ -311,16 +311,16 @@ def test_an_unknown_librarys_frame_that_waits_often_is_named_in_a_hint(tmp_path,
             v.item()  # @own_reads
 
     r = profiled(work)
-    found = [h for h in hints(r) if h.site.line == line_of("reads")]
+    found = [h for h in hints(r) if h.line.line == line_of("reads")]
     assert [(type(h), h.kind) for h in found] == [(LibraryHint, "library_syncs")]
     # NB: Python 3.12 runs a list comprehension in its function's own frame (PEP 709)
     function = "read_every" if sys.version_info >= (3, 12) else "<listcomp>"
     assert (
         found[0].where
-        == f"looping_lib.py:2 {function} (inside {found[0].site.file}:{line_of('reads')})"
+        == f"looping_lib.py:2 {function} (inside {found[0].line.file}:{line_of('reads')})"
     )
     assert "return [v.item() for v in values]" in found[0].message
     assert found[0].evidence.startswith(f"{HOT} syncs (item {HOT}) and {HOT} copies made at")
     # the user's own .item() loop keeps its hint
-    own = [h.kind for h in hints(r) if h.site.line == line_of("own_reads")]
+    own = [h.kind for h in hints(r) if h.line.line == line_of("own_reads")]
     assert own == ["item_in_loop"]

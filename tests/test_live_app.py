@@ -72,7 +72,7 @@ async def test_counters_move_while_it_runs_then_the_summary_and_report(tmp_path)
         await wait_until(lambda: app.model.last_snapshot.totals["h2d"]["count"] > first, 30)
         assert app.model.exit_code is None  # seen moving while the script runs
         table = app.query_one(HotLinesTable)
-        assert table.sites and table.sites[0]["file"].endswith("loop.py")
+        assert table.lines and table.lines[0]["file"].endswith("loop.py")
         await wait_until(
             lambda: (
                 isinstance(app.screen, SummaryScreen)
@@ -306,13 +306,13 @@ def test_demo_without_live_is_refused(tmp_path):
 async def test_hot_lines_show_the_time_of_a_lines_backward():
     from textual.app import App
 
-    from profilers import OpCount, Site, SiteStats
+    from profilers import Line, LineStats, OpCount
 
-    fwd = SiteStats("model.py", 7, "forward")
+    fwd = LineStats("model.py", 7, "forward")
     fwd.op_breakdown["convolution.default"] = OpCount(10, 4.0)
     fwd.backward["convolution_backward.default"] = OpCount(10, 9.5)
     fwd.settle()
-    other = SiteStats("train.py", 3, "main")
+    other = LineStats("train.py", 3, "main")
     other.op_breakdown["add.Tensor"] = OpCount(1, 0.5)
     other.settle()
 
@@ -323,14 +323,14 @@ async def test_hot_lines_show_the_time_of_a_lines_backward():
     app = One()
     async with app.run_test(size=(120, 10)) as pilot:
         table = app.query_one(HotLinesTable)
-        table.show([Site.of(fwd).to_dict(top_ops=3), Site.of(other).to_dict(top_ops=3)], 2)
+        table.show([Line.of(fwd).to_dict(top_ops=3), Line.of(other).to_dict(top_ops=3)], 2)
         await pilot.pause()
         assert str(table.get_cell_at((0, 5))) == "9.5 ms"  # the "its bwd" column
         assert str(table.get_cell_at((1, 5))) == "-"
         assert str(table.get_cell_at((0, 4))) == "4.0 ms"  # its own kernel time
         assert str(table.get_cell_at((0, 6))) == "10"  # its ops
         # The fast path of --no-kernel-timing counts no ops: the column says so, not 0.
-        table.show([Site.of(other).to_dict(top_ops=3)], 1, "copies")
+        table.show([Line.of(other).to_dict(top_ops=3)], 1, "copies")
         await pilot.pause()
         assert str(table.get_cell_at((0, 6))) == "-"
 

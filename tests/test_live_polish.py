@@ -92,7 +92,7 @@ async def test_at_80x24_cards_follow_the_gpus_used_lines_fit_and_rates_stop():
             script.send(snapshot_of(copies_report(LOOP_PATH, steps, "cuda:1"), 1.0 + 0.2 * i))
         await wait_until(lambda: shown_cards(app) == [1], 30)  # it used cuda:1 only
         table = app.query_one(HotLinesTable)
-        await wait_until(lambda: len(table.sites) >= 2, 30)
+        await wait_until(lambda: len(table.lines) >= 2, 30)
         # 42 columns for the table at 80x24 (the rates panel narrows): the figures that matter
         # stay whole, the path is short, and the source is what goes.
         assert table.shown_columns == ["line", "syncs", "bytes"]
@@ -127,7 +127,7 @@ async def test_live_on_the_fast_path_counts_copies_and_says_ops_are_not_counted(
         await wait_until(lambda: " lines" in plain(app.query_one(StatusLine)), 30)
         assert " ops" not in plain(app.query_one(StatusLine))
         table = app.query_one(HotLinesTable)  # no time columns of 0 µs: it says why instead
-        await wait_until(lambda: len(table.sites) >= 1, 30)
+        await wait_until(lambda: len(table.lines) >= 1, 30)
         assert table.shown_columns == ["line", "syncs", "bytes", "copies", "source"]
         assert str(table.border_title).endswith("; kernel time not measured)")
         await wait_until(lambda: app.ended is not None, 60)
@@ -145,7 +145,7 @@ async def test_at_160x45_the_source_gets_the_room_the_path_gave_back():
     app = in_memory_app(script)
     async with app.run_test(size=(160, 45)):
         table = app.query_one(HotLinesTable)
-        await wait_until(lambda: len(table.sites) >= 2, 60)
+        await wait_until(lambda: len(table.lines) >= 2, 60)
         assert table.shown_columns == [
             "line",
             "syncs",

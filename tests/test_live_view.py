@@ -96,8 +96,8 @@ async def test_pause_holds_the_output_until_resumed():
 
 def trainer_line() -> dict[str, object]:
     """``trainer.train()`` at train.py:31, whose 79 syncs HF's Trainer made at two of its lines
-    (and 10 copies of 4 bytes at the second), as a snapshot's site."""
-    from profilers import Copies, Site, Syncs
+    (and 10 copies of 4 bytes at the second), as a snapshot's line."""
+    from profilers import Copies, Line, Syncs
     from profilers.libraries import LibraryFrame
 
     nan_filter = LibraryFrame("transformers/trainer.py", 2502, "_inner_training_loop")
@@ -106,7 +106,7 @@ def trainer_line() -> dict[str, object]:
         nan_filter.add(False, 0, "item")
     for _ in range(10):
         log.add(True, 4, "copy_to_host")
-    site = Site(
+    line = Line(
         file="train.py",
         line=31,
         function="<module>",
@@ -115,7 +115,7 @@ def trainer_line() -> dict[str, object]:
         syncs=Syncs(79, {"item": 69, "copy_to_host": 10}),
         library=(nan_filter, log),
     )
-    return site.to_dict(top_ops=3)
+    return line.to_dict(top_ops=3)
 
 
 async def test_a_library_frame_shows_under_the_users_line_with_its_own_figures():

@@ -33,7 +33,7 @@ def test_parameters_activations_gradients_and_optimizer_state_exact():
     with fake_cuda(), profilers.profile(kernel_timing=False, count_ops=True) as prof:
 
         def now(name: str) -> None:
-            # NB: the profiler's site cache keeps the frame of the latest op's caller (with its
+            # NB: the profiler's line cache keeps the frame of the latest op's caller (with its
             # locals) until the next op: one op here lets go of torch's _make_grads frame,
             # which holds the loss's gradient seed (4 bytes) after backward.
             torch.empty(0, device="cuda:0")

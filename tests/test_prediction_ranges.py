@@ -29,11 +29,11 @@ from profilers.timing.uncertainty import (
 MS = 1_000_000
 
 
-def rec(site: str, kind: str, host: int, gpu: int = 0, *, overhead: int = 0, wait: int = 0,
+def rec(line: str, kind: str, host: int, gpu: int = 0, *, overhead: int = 0, wait: int = 0,
         sync: str | None = None) -> list[Any]:  # fmt: skip
     """One record in profilers/timing/oplog.py's layout."""
     stream = -1 if kind == SYNC else 0
-    return [site, kind, host, overhead, stream, gpu, 0, False, False, sync, None, wait]
+    return [line, kind, host, overhead, stream, gpu, 0, False, False, sync, None, wait]
 
 
 def steps_with_host(hosts_ms: list[float], gpu_ms: float = 0.5) -> list[LoggedStep]:

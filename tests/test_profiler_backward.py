@@ -12,7 +12,7 @@ import torch
 import profilers
 from profilers.counting import backward as _backward
 from profilers.counting.backward import _made_by, _node_stem
-from tests.profiler_helpers import EXTRA_DETACHES, line_of, site_at
+from tests.profiler_helpers import EXTRA_DETACHES, line_at, line_of
 from tests.test_cuda_timing import TICK_MS, StubCuda
 
 
@@ -30,19 +30,19 @@ def test_each_forward_line_gets_the_backward_of_its_own_ops():
         loss.backward()  # @backward
     r = prof.report()
     # MmBackward0 makes the grad of w only (x needs none): x.t() @ grad, one t and one mm.
-    assert counts(site_at(r, line_of("mm")).backward) == {"t.default": 1, "mm.default": 1}
+    assert counts(line_at(r, line_of("mm")).backward) == {"t.default": 1, "mm.default": 1}
     # ReluBackward0 unpacks the saved result (a detach) and runs threshold_backward.
-    assert counts(site_at(r, line_of("relu")).backward) == {
+    assert counts(line_at(r, line_of("relu")).backward) == {
         "detach.default": 1,
         "threshold_backward.default": 1,
     }
     # SumBackward0 expands the incoming grad back to y's shape.
-    assert counts(site_at(r, line_of("sum")).backward) == {"expand.default": 1}
+    assert counts(line_at(r, line_of("sum")).backward) == {"expand.default": 1}
     # The .backward() line keeps every backward op: the 5 above, plus ones_like (the first
     # grad, made before any node runs) and AccumulateGrad's detach of w's grad: no forward op
     # made those, so no forward line gets them.
     # (torch 2.9: AccumulateGrad's extra detach, EXTRA_DETACHES)
-    bwd = site_at(r, line_of("backward"))
+    bwd = line_at(r, line_of("backward"))
     assert bwd.ops == 7 + EXTRA_DETACHES and bwd.backward == {}
     assert counts(bwd.op_breakdown) == {
         "ones_like.default": 1,
@@ -53,10 +53,10 @@ def test_each_forward_line_gets_the_backward_of_its_own_ops():
         "mm.default": 1,
     }
     # Host time is charged to both: the forward line's share is part of the backward line's.
-    mm = site_at(r, line_of("mm"))
+    mm = line_at(r, line_of("mm"))
     assert 0 < mm.backward_ms <= bwd.kernel_time_ms
     # Forward counts are unchanged, and the totals count each op once.
-    assert site_at(r, line_of("mm")).ops == 1 and r.totals.ops == 1 + 2 + 1 + bwd.ops
+    assert line_at(r, line_of("mm")).ops == 1 and r.totals.ops == 1 + 2 + 1 + bwd.ops
 
 
 class _Double(torch.autograd.Function):
@@ -80,12 +80,12 @@ def test_a_node_no_line_made_is_not_given_to_a_neighbour():
         b.sum().backward()  # @custom_backward
     r = prof.report()
     # ExpBackward0: unpacks the saved result (a detach), then grad * result.
-    assert counts(site_at(r, line_of("exp")).backward) == {"detach.default": 1, "mul.Tensor": 1}
+    assert counts(line_at(r, line_of("exp")).backward) == {"detach.default": 1, "mul.Tensor": 1}
     # The Function's own ops are user code: charged to its lines, forward and backward alike.
-    assert counts(site_at(r, line_of("custom_fwd")).op_breakdown) == {"mul.Tensor": 1}
-    assert site_at(r, line_of("custom_fwd")).backward == {}
-    assert counts(site_at(r, line_of("custom_bwd")).op_breakdown) == {"mul.Tensor": 1}
-    assert site_at(r, line_of("custom_backward")).op_breakdown["mul.Tensor"].count == 1  # exp's
+    assert counts(line_at(r, line_of("custom_fwd")).op_breakdown) == {"mul.Tensor": 1}
+    assert line_at(r, line_of("custom_fwd")).backward == {}
+    assert counts(line_at(r, line_of("custom_bwd")).op_breakdown) == {"mul.Tensor": 1}
+    assert line_at(r, line_of("custom_backward")).op_breakdown["mul.Tensor"].count == 1  # exp's
 
 
 def test_several_forwards_then_one_backward_go_to_their_own_lines():
@@ -98,12 +98,12 @@ def test_several_forwards_then_one_backward_go_to_their_own_lines():
         extra = lin.weight.square().sum()  # @extra
         (total + extra).backward()
     r = prof.report()
-    step = site_at(r, line_of("step"))
+    step = line_at(r, line_of("step"))
     # Per micro-batch: TanhBackward0 (tanh_backward), AddmmBackward0 (t, mm, t, sum, view),
     # TBackward0 (t), SumBackward0 (expand), AddBackward0 (nothing: the grad passes through).
     assert step.backward["tanh_backward.default"].count == 3
     assert step.backward["mm.default"].count == 3  # the grad of the weight (x needs none)
-    assert counts(site_at(r, line_of("extra")).backward) == {
+    assert counts(line_at(r, line_of("extra")).backward) == {
         "expand.default": 1,  # SumBackward0
         "pow.Tensor_Scalar": 1,  # PowBackward0: grad * 2 * w ...
         "mul.Scalar": 1,
@@ -132,10 +132,10 @@ def test_forward_on_threads_backward_on_main_like_dataparallel():
         loss = outs[0] + outs[1].exp()  # @main_fwd
         loss.backward()
     r = prof.report()
-    fwd = site_at(r, line_of("thread_fwd"))
+    fwd = line_at(r, line_of("thread_fwd"))
     assert fwd.backward["threshold_backward.default"].count == 2  # one ReluBackward0 per thread
     assert fwd.backward["mm.default"].count == 2  # AddmmBackward0: the weight's grad
-    main = site_at(r, line_of("main_fwd"))
+    main = line_at(r, line_of("main_fwd"))
     # ExpBackward0 (detach of the saved result, a mul); AddBackward0 runs no op.
     assert counts(main.backward) == {"detach.default": 1, "mul.Tensor": 1}
 
@@ -152,7 +152,7 @@ def test_a_thread_per_step_reuses_states_and_counts_stay_exact():
     # two: the main thread's (it holds the step clock of the time view) and one reused by all
     # 40 threads, so a thread per step keeps memory flat
     assert len(rec.threads.all()) == 2
-    (unknown,) = [s for s in prof.report().sites if s.file == "<unknown>"]
+    (unknown,) = [s for s in prof.report().lines if s.file == "<unknown>"]
     assert unknown.ops == 40 and unknown.op_breakdown == {
         "mm.default": profilers.OpTotal(40, unknown.kernel_time_ms)
     }
@@ -169,18 +169,18 @@ def test_backward_breakdown_round_trips_and_survives_a_top_ops_cut():
     # sin, neg, mul; TanhBackward0: detach, tanh_backward), more kinds than the top 8 shown.
     assert chain["backward"]["ops"] == 14 and len(chain["backward"]["top_ops"]) == 8
     back = profilers.Report.from_dict(d)
-    site = site_at(back, line_of("chain"))
-    assert site.backward_ops == chain["backward"]["ops"]
+    line = line_at(back, line_of("chain"))
+    assert line.backward_ops == chain["backward"]["ops"]
     # Reports keep the top 8 ops; the rest survive as one entry so the totals do not change.
-    cut = site.to_dict(top_ops=2)["backward"]
-    again = profilers.Site.from_dict({**site.to_dict(), "backward": cut})
-    assert again.backward_ops == site.backward_ops
-    assert again.backward_ms == pytest.approx(site.backward_ms)
+    cut = line.to_dict(top_ops=2)["backward"]
+    again = profilers.Line.from_dict({**line.to_dict(), "backward": cut})
+    assert again.backward_ops == line.backward_ops
+    assert again.backward_ms == pytest.approx(line.backward_ms)
     assert "(other ops)" in again.backward
     # The line's own ops too: read back from a top-2 cut, its ops and time still add up.
-    own = profilers.Site.from_dict(site.to_dict(top_ops=2))
-    assert sum(e.count for e in own.op_breakdown.values()) == site.ops
-    assert sum(e.ms for e in own.op_breakdown.values()) == pytest.approx(site.kernel_time_ms)
+    own = profilers.Line.from_dict(line.to_dict(top_ops=2))
+    assert sum(e.count for e in own.op_breakdown.values()) == line.ops
+    assert sum(e.ms for e in own.op_breakdown.values()) == pytest.approx(line.kernel_time_ms)
 
 
 class EveryOpOnGpu0(StubCuda):
@@ -199,7 +199,7 @@ def test_gpu_times_of_backward_ops_land_in_both_lines_once_read_back():
         y.sum().backward()  # @timed_bwd
         assert prof.snapshot()["totals"]["kernel_time_ms"] == 0  # nothing read back yet
     r = prof.report()
-    fwd, bwd = site_at(r, line_of("timed_fwd")), site_at(r, line_of("timed_bwd"))
+    fwd, bwd = line_at(r, line_of("timed_fwd")), line_at(r, line_of("timed_bwd"))
     # MmBackward0 (t, mm) and ReluBackward0 (detach, threshold_backward): 4 ops.
     assert fwd.backward_ops == 4 and fwd.backward_ms == 4 * TICK_MS
     # sum, ones_like, SumBackward0's expand, the 4 above, AccumulateGrad's detach: 8 ops,
@@ -237,8 +237,8 @@ def test_forward_entries_are_trimmed_and_recent_graphs_still_resolve(monkeypatch
         rec = prof._recorder
         assert rec is not None
         (st,) = rec.threads.all()
-        assert len(st.fwd[0]) <= 2 * 3  # two site changes per round, 40 in all: trimmed
+        assert len(st.fwd[0]) <= 2 * 3  # two line changes per round, 40 in all: trimmed
     r = prof.report()
     # The last round's graph is recent: still charged to its lines (SinBackward0: cos, mul).
-    assert counts(site_at(r, line_of("trim_sin")).backward) == {"cos.default": 1, "mul.Tensor": 1}
-    assert site_at(r, line_of("trim_exp")).backward["mul.Tensor"].count == 1
+    assert counts(line_at(r, line_of("trim_sin")).backward) == {"cos.default": 1, "mul.Tensor": 1}
+    assert line_at(r, line_of("trim_exp")).backward["mul.Tensor"].count == 1

@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 import profilers
 from profilers import patches as _patches
-from tests.profiler_helpers import copies, fake_mode, line_of, never_pinned, site_at
+from tests.profiler_helpers import copies, fake_mode, line_at, line_of, never_pinned
 
 ORIGINALS = {
     "bootstrap": threading.Thread._bootstrap_inner,
@@ -58,15 +58,15 @@ def helper_that_copies(x):
     return x.to("cuda:0")  # @helper
 
 
-def test_site_is_the_innermost_user_line_with_its_callers():
+def test_line_is_the_innermost_user_line_with_its_callers():
     with profilers.profile(is_pinned=never_pinned) as prof, fake_mode():
         x = torch.randn(8, 8)
         helper_that_copies(x)  # @caller
-    site = site_at(prof.report(), line_of("helper"))
-    assert site.function == "helper_that_copies" and site.h2d.count == 1
+    line = line_at(prof.report(), line_of("helper"))
+    assert line.function == "helper_that_copies" and line.h2d.count == 1
     assert (
-        site.stack[0]
-        == f"tests/test_profiler_behaviour.py:{line_of('caller')} test_site_is_the_innermost_user_line_with_its_callers"
+        line.stack[0]
+        == f"tests/test_profiler_behaviour.py:{line_of('caller')} test_line_is_the_innermost_user_line_with_its_callers"
     )
 
 
@@ -76,9 +76,9 @@ def test_library_frames_are_skipped():
     with profilers.profile() as prof:
         model(x)  # @forward
     r = prof.report()
-    site = site_at(r, line_of("forward"))
-    assert site.ops == r.totals.ops  # every op inside nn.Module code is charged to this line
-    assert {"addmm.default", "relu.default"} <= set(site.op_breakdown)
+    line = line_at(r, line_of("forward"))
+    assert line.ops == r.totals.ops  # every op inside nn.Module code is charged to this line
+    assert {"addmm.default", "relu.default"} <= set(line.op_breakdown)
 
 
 def _compiled_body(x, y):
@@ -113,9 +113,9 @@ def test_compiled_code_runs_eagerly_and_dynamo_never_traces_the_profiler(backend
     assert (r.compiled["eager_calls"], r.compiled["frames"] > 0) == (
         (0, True) if own_stance else (2, False)
     )
-    mm = site_at(r, line_of("mm"))
+    mm = line_at(r, line_of("mm"))
     assert mm.ops == 2 and mm.op_breakdown["mm.default"].count == 2
-    assert site_at(r, line_of("tail")).ops == 6  # relu, add, sum; twice
+    assert line_at(r, line_of("tail")).ops == 6  # relu, add, sum; twice
 
 
 def test_backward_ops_are_charged_to_the_backward_line():
@@ -125,9 +125,9 @@ def test_backward_ops_are_charged_to_the_backward_line():
         loss = model(x).pow(2).mean()  # @loss
         loss.backward()  # @backward
     r = prof.report()
-    bwd = site_at(r, line_of("backward"))
+    bwd = line_at(r, line_of("backward"))
     assert bwd.ops > 0 and any(name.startswith("mm") for name in bwd.op_breakdown)
-    assert site_at(r, line_of("loss")).ops >= 3
+    assert line_at(r, line_of("loss")).ops >= 3
 
 
 class _SpawnInBackward(torch.autograd.Function):
@@ -155,9 +155,9 @@ def test_ops_with_no_user_frame_go_to_the_running_backward_call():
         y = _SpawnInBackward.apply(x).sum()
         y.backward()  # @bwd
     r = prof.report()
-    site = site_at(r, line_of("bwd"))
-    assert site.op_breakdown["mul.Tensor"].count >= 1
-    assert not [s for s in r.sites if s.file == "<unknown>"]
+    line = line_at(r, line_of("bwd"))
+    assert line.op_breakdown["mul.Tensor"].count >= 1
+    assert not [s for s in r.lines if s.file == "<unknown>"]
 
 
 def test_ops_with_no_user_frame_outside_backward_are_unknown():
@@ -166,14 +166,14 @@ def test_ops_with_no_user_frame_outside_backward_are_unknown():
         t = threading.Thread(target=torch.add, args=(a, a))
         t.start()
         t.join()
-    (unknown,) = [s for s in prof.report().sites if s.file == "<unknown>"]
+    (unknown,) = [s for s in prof.report().lines if s.file == "<unknown>"]
     assert unknown.ops == 1 and unknown.function == "<no user frame>"
 
 
 def test_user_code_option_narrows_attribution(tmp_path):
     with profilers.profile(user_code=[str(tmp_path)]) as prof:
         torch.randn(4) + 1
-    assert [s.file for s in prof.report().sites] == ["<unknown>"]
+    assert [s.file for s in prof.report().lines] == ["<unknown>"]
 
 
 # -- threads ------------------------------------------------------------------------------------
@@ -192,8 +192,8 @@ def test_threads_started_while_profiling_are_seen():
             t.start()
         for t in threads:
             t.join()
-    site = site_at(prof.report(), line_of("thread_op"))
-    assert site.ops == 3 and site.function == "_worker"
+    line = line_at(prof.report(), line_of("thread_op"))
+    assert line.ops == 3 and line.function == "_worker"
 
 
 def test_threads_can_be_left_out():
@@ -242,17 +242,17 @@ def test_dataparallel_comm_paths_are_counted(monkeypatch):
         comm.reduce_add_coalesced(replicas, 0)  # @reduce
     r = prof.report()
     # scatter: 64x32 float32 batch split in two, each half 32*32*4 = 4096 bytes, host -> GPU
-    assert site_at(r, line_of("scatter")).h2d.counts() == copies(
+    assert line_at(r, line_of("scatter")).h2d.counts() == copies(
         count=2, bytes=8192, pageable=2, non_blocking=2
     )
     # broadcast: only cuda:1 needs a copy, one coalesced transfer of 32*32*4 + 32*4 = 4224 bytes
-    assert site_at(r, line_of("broadcast")).p2p.counts() == copies(
+    assert line_at(r, line_of("broadcast")).p2p.counts() == copies(
         count=1, bytes=4224, non_blocking=1
     )
     # gather to cuda:0: the cuda:1 output (32x32 float32 = 4096 bytes) crosses
-    assert site_at(r, line_of("gather")).p2p.counts() == copies(count=1, bytes=4096, non_blocking=1)
+    assert line_at(r, line_of("gather")).p2p.counts() == copies(count=1, bytes=4096, non_blocking=1)
     # reduce_add to cuda:0: cuda:1's replica of both params, coalesced = 4224 bytes
-    assert site_at(r, line_of("reduce")).p2p.counts() == copies(count=1, bytes=4224, non_blocking=1)
+    assert line_at(r, line_of("reduce")).p2p.counts() == copies(count=1, bytes=4224, non_blocking=1)
     # the copies the stand-ins dispatch inside are not counted again
     assert r.totals.h2d.count == 2 + 2 and r.totals.p2p.count == 3
     assert r.totals.syncs.by_cause == {"copy_to_device": 2}  # only the two blocking .to() of params
@@ -268,7 +268,7 @@ def test_explicit_synchronize_calls_are_caught_through_gpu_trace_callbacks():
         _gpu_trace.StreamSynchronizationCallbacks.fire_callbacks(0)  # @stream_sync
     r = prof.report()
     for marker in ("device_sync", "event_sync", "stream_sync"):
-        assert site_at(r, line_of(marker)).syncs.by_cause == {"synchronize": 1}
+        assert line_at(r, line_of(marker)).syncs.by_cause == {"synchronize": 1}
     assert r.totals.syncs.count == 3
 
 
@@ -284,8 +284,8 @@ def test_printing_a_cuda_tensor_counts_as_a_copy_to_host_sync():
     exec(PRINTING, ns)
     with profilers.profile(trace_syncs=True) as prof:
         ns["_str"](lambda: _gpu_trace.StreamSynchronizationCallbacks.fire_callbacks(0))  # @print
-    site = site_at(prof.report(), line_of("print"))
-    assert site.syncs.by_cause == {"copy_to_host": 1}
+    line = line_at(prof.report(), line_of("print"))
+    assert line.syncs.by_cause == {"copy_to_host": 1}
 
 
 @torch.library.custom_op("gpuwatch_test::waits", mutates_args=())
@@ -298,8 +298,8 @@ def test_a_sync_inside_an_op_no_rule_explains_is_other_and_counted_once():
     x = torch.randn(3)
     with profilers.profile(trace_syncs=True) as prof:
         _waits(x)  # @other
-    site = site_at(prof.report(), line_of("other"))
-    assert site.syncs.to_dict() == {"count": 1, "by_cause": {"other": 1}}
+    line = line_at(prof.report(), line_of("other"))
+    assert line.syncs.to_dict() == {"count": 1, "by_cause": {"other": 1}}
 
 
 def test_syncs_after_the_profile_are_not_counted():
@@ -338,9 +338,9 @@ def test_explicit_synchronize_calls_are_caught_where_python_makes_them(monkeypat
             torch.cuda.Event.synchronize(object())  # @event
     r = prof.report()
     assert (device.calls, stream.calls, event.calls) == (1, 1, 2)  # the real call still happens
-    assert site_at(r, line_of("sync")).syncs.by_cause == {"synchronize": 1}
-    assert site_at(r, line_of("stream")).syncs.by_cause == {"synchronize": 1}
-    assert site_at(r, line_of("event")).syncs.by_cause == {"synchronize": 2}
+    assert line_at(r, line_of("sync")).syncs.by_cause == {"synchronize": 1}
+    assert line_at(r, line_of("stream")).syncs.by_cause == {"synchronize": 1}
+    assert line_at(r, line_of("event")).syncs.by_cause == {"synchronize": 2}
 
 
 # -- safety -------------------------------------------------------------------------------------
@@ -416,14 +416,14 @@ def test_results_are_bit_for_bit_the_same_with_the_profiler(seed, program, both_
 
 
 @pytest.mark.slow
-def test_memory_stays_bounded_one_site_per_line_and_a_capped_timeline():
+def test_memory_stays_bounded_one_entry_per_line_and_a_capped_timeline():
     with profilers.profile(is_pinned=never_pinned, timeline_capacity=5) as prof, fake_mode():
         x = torch.randn(4)
         for _ in range(2000):
             x.to("cuda:0")  # @loop
     r = prof.report()
-    assert len([s for s in r.sites if s.line == line_of("loop")]) == 1
-    assert site_at(r, line_of("loop")).h2d.count == 2000
+    assert len([s for s in r.lines if s.line == line_of("loop")]) == 1
+    assert line_at(r, line_of("loop")).h2d.count == 2000
     assert r.timeline["capacity"] == 5 and len(r.timeline["events"]) == 5
     assert r.timeline["recorded"] == 2000 and r.timeline["dropped"] == 1995
     event = r.timeline["events"][-1]
@@ -475,8 +475,8 @@ def test_live_snapshot_is_compact_and_counts_so_far():
         for _ in range(3):
             x.to("cuda:0")  # @live
         snap = prof.live_snapshot(top=1)
-    assert snap["totals"]["h2d"]["count"] == 3 and snap["site_count"] == 2
-    assert [s["line"] for s in snap["sites"]] == [line_of("live")]
+    assert snap["totals"]["h2d"]["count"] == 3 and snap["line_count"] == 2
+    assert [s["line"] for s in snap["lines"]] == [line_of("live")]
     assert "timeline" not in snap and snap["elapsed_s"] >= 0
     json.dumps(snap)
 
@@ -487,16 +487,16 @@ def test_a_helper_called_from_two_lines_keeps_both_caller_chains():
         for _ in range(3):
             helper_that_copies(x)  # @first_caller
             helper_that_copies(x)  # @second_caller
-    site = site_at(prof.report(), line_of("helper"))
+    line = line_at(prof.report(), line_of("helper"))
     me = "test_a_helper_called_from_two_lines_keeps_both_caller_chains"
     here = "tests/test_profiler_behaviour.py"
-    assert site.h2d.count == 6
-    assert [c[0] for c in site.stacks] == [
+    assert line.h2d.count == 6
+    assert [c[0] for c in line.stacks] == [
         f"{here}:{line_of('first_caller')} {me}",
         f"{here}:{line_of('second_caller')} {me}",
     ]
-    assert site.stack == site.stacks[0]
-    assert profilers.Site.from_dict(site.to_dict()).stacks == site.stacks
+    assert line.stack == line.stacks[0]
+    assert profilers.Line.from_dict(line.to_dict()).stacks == line.stacks
 
 
 def test_optimizer_steps_and_manual_steps_are_counted():

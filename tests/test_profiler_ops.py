@@ -12,9 +12,9 @@ from tests.profiler_helpers import (
     always_pinned,
     copies,
     fake_mode,
+    line_at,
     line_of,
     never_pinned,
-    site_at,
 )
 
 N = 256  # a 256x256 float32 tensor: 256*256*4 = 262144 bytes
@@ -36,10 +36,10 @@ def test_to_cuda_blocking_from_pageable_is_a_copy_and_a_sync():
     r = run(work)
     assert r.totals.h2d.counts() == copies(count=1, bytes=NBYTES, pageable=1)  # 262144 bytes
     assert r.totals.syncs.to_dict() == {"count": 1, "by_cause": {"copy_to_device": 1}}
-    site = site_at(r, line_of("h2d"))
-    assert site.h2d.count == 1 and site.syncs.by_cause == {"copy_to_device": 1}
-    assert site.source == 'x.to("cuda:0")  # @h2d'
-    assert site.file == "tests/test_profiler_ops.py" and site.function == "work"
+    line = line_at(r, line_of("h2d"))
+    assert line.h2d.count == 1 and line.syncs.by_cause == {"copy_to_device": 1}
+    assert line.source == 'x.to("cuda:0")  # @h2d'
+    assert line.file == "tests/test_profiler_ops.py" and line.function == "work"
 
 
 @pytest.mark.usefixtures("both_paths")
@@ -70,8 +70,8 @@ def test_cpu_is_a_blocking_d2h_copy():
 
     r = run(work)
     assert r.totals.d2h.counts() == copies(count=1, bytes=NBYTES, pageable=1)
-    site = site_at(r, line_of("d2h"))
-    assert site.syncs.to_dict() == {"count": 1, "by_cause": {"copy_to_host": 1}}
+    line = line_at(r, line_of("d2h"))
+    assert line.syncs.to_dict() == {"count": 1, "by_cause": {"copy_to_host": 1}}
 
 
 @pytest.mark.usefixtures("both_paths")
@@ -96,8 +96,8 @@ def test_copy_into_pageable_host_tensor_waits_even_when_non_blocking():
 
     r = run(work)
     assert r.totals.d2h.counts() == copies(count=2, bytes=2 * NBYTES, pageable=2, non_blocking=1)
-    assert site_at(r, line_of("blocking")).syncs.by_cause == {"copy_to_host": 1}
-    assert site_at(r, line_of("pageable_nb")).syncs.by_cause == {"copy_to_host": 1}
+    assert line_at(r, line_of("blocking")).syncs.by_cause == {"copy_to_host": 1}
+    assert line_at(r, line_of("pageable_nb")).syncs.by_cause == {"copy_to_host": 1}
 
 
 @pytest.mark.usefixtures("both_paths")
@@ -128,9 +128,9 @@ def test_a_copy_of_no_elements_moves_nothing_and_waits_for_nothing():
     assert r.totals.h2d.counts() == copies(count=1, bytes=8, pageable=1)  # 2 floats: 8 bytes
     assert r.totals.d2h.counts() == copies() and r.totals.p2p.counts() == copies()
     assert r.totals.syncs.to_dict() == {"count": 1, "by_cause": {"copy_to_device": 1}}
-    assert site_at(r, line_of("two_floats")).syncs.count == 1
+    assert line_at(r, line_of("two_floats")).syncs.count == 1
     for marker in ("none_h2d", "none_d2h", "none_copy_"):
-        assert not [s for s in r.sites if s.line == line_of(marker) and s.syncs.count]
+        assert not [s for s in r.lines if s.line == line_of(marker) and s.syncs.count]
 
 
 @pytest.mark.usefixtures("both_paths")
@@ -145,8 +145,8 @@ def test_gpu_to_gpu_is_p2p_and_same_gpu_copy_is_d2d_but_a_cast_is_neither():
     assert r.totals.p2p.counts() == copies(count=1, bytes=NBYTES)
     assert r.totals.d2d.counts() == copies(count=1, bytes=NBYTES)
     assert r.totals.syncs.count == 0
-    assert site_at(r, line_of("p2p")).p2p.count == 1
-    assert site_at(r, line_of("d2d")).d2d.count == 1
+    assert line_at(r, line_of("p2p")).p2p.count == 1
+    assert line_at(r, line_of("d2d")).d2d.count == 1
     assert {d["device"] for d in r.devices} == {"cpu", "cuda:0", "cuda:1"}
 
 
@@ -156,11 +156,11 @@ def test_item_copies_one_element_and_syncs(both_paths):
         y.sum().item()  # @item
 
     r = run(work, is_pinned=always_pinned)
-    site = site_at(r, line_of("item"))
-    assert site.d2h.counts() == copies(count=1, bytes=4, pageable=1)  # one float32 = 4 bytes
-    assert site.syncs.to_dict() == {"count": 1, "by_cause": {"item": 1}}
+    line = line_at(r, line_of("item"))
+    assert line.d2h.counts() == copies(count=1, bytes=4, pageable=1)  # one float32 = 4 bytes
+    assert line.syncs.to_dict() == {"count": 1, "by_cause": {"item": 1}}
     if both_paths == "every_op":  # the fast path counts no ops
-        assert site.ops == 2  # sum + _local_scalar_dense
+        assert line.ops == 2  # sum + _local_scalar_dense
 
 
 def test_item_on_a_cpu_tensor_is_free(both_paths):
@@ -185,8 +185,8 @@ def test_data_dependent_shapes_sync():
 
     r = run(work, is_pinned=always_pinned)
     for marker in ("unique", "masked_select", "where", "repeat"):
-        site = site_at(r, line_of(marker))
-        assert site.syncs.to_dict() == {"count": 1, "by_cause": {"data_dependent_shape": 1}}, marker
+        line = line_at(r, line_of(marker))
+        assert line.syncs.to_dict() == {"count": 1, "by_cause": {"data_dependent_shape": 1}}, marker
     assert r.totals.syncs.count == 4
     # bytes: 262144 (y) + 65536 (bool mask: 1 byte each) + 2048 (256 int64)
     assert r.totals.h2d.counts() == copies(count=3, bytes=NBYTES + N * N + N * 8, non_blocking=3)
@@ -209,9 +209,9 @@ def test_cpu_ops_get_host_time_and_no_copies():
             a = a / a.norm()
 
     r = run(work)
-    site = site_at(r, line_of("mm"))
-    assert site.ops == 10 and site.kernel_time_ms > 0
-    assert dict((k, int(v.count)) for k, v in site.op_breakdown.items()) == {"mm.default": 10}
+    line = line_at(r, line_of("mm"))
+    assert line.ops == 10 and line.kernel_time_ms > 0
+    assert dict((k, int(v.count)) for k, v in line.op_breakdown.items()) == {"mm.default": 10}
     assert r.totals.bytes_moved == 0 and r.totals.syncs.count == 0
     assert r.options.kernel_timing_source == "host"
 
@@ -245,5 +245,5 @@ def test_copies_record_their_time_and_dtype():
 
     r = run(work)
     assert r.totals.h2d.time_ms > 0  # host time of the two copy ops (no CUDA here)
-    site = site_at(r, line_of("dtypes"))
-    assert site.copy_dtypes == {"float32": NBYTES, "float16": NBYTES // 2}
+    line = line_at(r, line_of("dtypes"))
+    assert line.copy_dtypes == {"float32": NBYTES, "float16": NBYTES // 2}

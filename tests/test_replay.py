@@ -22,8 +22,8 @@ from profilers.timing.replay import (
 from profilers.timing.timeline import HostInterval
 
 
-def kernel(site: str, host_ns: int, gpu_ns: int, stream: int = 0, **kw: object) -> ReplayOp:
-    return ReplayOp(KERNEL, site, host_ns, gpu_ns=gpu_ns, stream=stream, **kw)  # type: ignore[arg-type]
+def kernel(line: str, host_ns: int, gpu_ns: int, stream: int = 0, **kw: object) -> ReplayOp:
+    return ReplayOp(KERNEL, line, host_ns, gpu_ns=gpu_ns, stream=stream, **kw)  # type: ignore[arg-type]
 
 
 def test_a_gpu_bound_step_is_as_long_as_its_gpu_work_and_its_launch():
@@ -159,7 +159,7 @@ def test_the_replays_idle_charging_agrees_with_the_measured_steps_rule():
         kernel("t.py:7", 4_000, 2_000),
     ]
     r = replay(ops)
-    intervals = [GpuInterval(a, b, s, site) for a, b, s, site in r.spans]
+    intervals = [GpuInterval(a, b, s, line) for a, b, s, line in r.spans]
     waits = [HostInterval(INPUT, None, "t.py:1", 2_000, 9_000)]
     for a, b in _host_waits(ops):
         waits.append(HostInterval(*a, *b))
@@ -179,7 +179,7 @@ def test_end_of_step_idle_and_bad_input():
     r = replay([kernel("t.py:1", 1_000, 1_000), ReplayOp(INPUT, "t.py:2", 0, wait_ns=5_000)])
     # The GPU drained at 2,000; the host waits for input from 1,000 to 6,000.
     assert r.idle_by_line == {("launch", "t.py:1", None): 1_000, ("input", "t.py:2", None): 4_000}
-    assert END_OF_STEP not in {site for _, site, _ in r.idle_by_line}
+    assert END_OF_STEP not in {line for _, line, _ in r.idle_by_line}
     with pytest.raises(ValueError, match="unknown op kind 'knl'"):
         ReplayOp("knl", "t.py:1")
     with pytest.raises(TypeError, match="no field"):

@@ -26,12 +26,12 @@ from profilers.timing.whatif import (
 )
 
 
-def kernel(site: str, host_ns: int, gpu_ns: int, stream: int = 0) -> ReplayOp:
-    return ReplayOp(KERNEL, site, host_ns, gpu_ns=gpu_ns, stream=stream)
+def kernel(line: str, host_ns: int, gpu_ns: int, stream: int = 0) -> ReplayOp:
+    return ReplayOp(KERNEL, line, host_ns, gpu_ns=gpu_ns, stream=stream)
 
 
-def sync(site: str, host_ns: int) -> ReplayOp:
-    return ReplayOp(SYNC, site, host_ns, stream=DEVICE, sync="synchronize")
+def sync(line: str, host_ns: int) -> ReplayOp:
+    return ReplayOp(SYNC, line, host_ns, stream=DEVICE, sync="synchronize")
 
 
 def test_a_sync_in_a_gpu_bound_step_saves_nothing():
@@ -136,21 +136,21 @@ def test_ranking_orders_by_saving_and_shows_how_the_fixes_interact():
     # Without A, B waits in its place (3,000..21,000): k1 runs 22,000..42,000, saves 1,000.
     # Without B, A still drains the GPU: saves nothing. Without both, k1 is queued at 4,000
     # and runs right after k0: 41,000, saving 2,000, more than the sum of the two.
-    assert [(s.whatif.site, s.saving_ns) for s in r.savings] == [("t.py:2", 1_000), ("t.py:3", 0)]
+    assert [(s.whatif.line, s.saving_ns) for s in r.savings] == [("t.py:2", 1_000), ("t.py:3", 0)]
     assert (r.sum_ns, r.combined_ns, r.interaction_ns) == (1_000, 2_000, -1_000)
 
 
 def test_ranking_applies_one_fix_per_copy_and_overlaps_input_last():
     ops = [ReplayOp(INPUT, "t.py:9", 1_000, wait_ns=30_000), *_blocking_copy_step()]
     r = rank(ops, on_device=["t.py:2"])
-    kinds = {(s.whatif.kind, s.whatif.site) for s in r.savings}
+    kinds = {(s.whatif.kind, s.whatif.line) for s in r.savings}
     assert kinds == {
         (OVERLAP_INPUT, "t.py:9"),
         (PINNED, "t.py:2"),
         (ON_DEVICE, "t.py:2"),
         (BFLOAT16, "t.py:2"),
     }
-    copy_fixes = [w for w in r.combined if w.site == "t.py:2"]
+    copy_fixes = [w for w in r.combined if w.line == "t.py:2"]
     assert len(copy_fixes) == 1 and r.combined[-1].kind == OVERLAP_INPUT
     # As recorded: the loader to 31,000, k0 41,000..43,000, the copy holds the host to 48,000,
     # k1 58,000..60,000. All applied: the copy no longer blocks and the rest of the step takes

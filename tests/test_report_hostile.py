@@ -129,7 +129,7 @@ def test_kernel_times_that_overflow_are_refused_on_input_and_written_null_when_s
     assert problem(written) is None  # the published schema holds what is written
     (tmp_path / "merged.json").write_text(text)
     again = load_report(str(tmp_path / "merged.json"))
-    assert math.isinf(merged.sites[0].kernel_time_ms) and math.isnan(again.sites[0].kernel_time_ms)
+    assert math.isinf(merged.lines[0].kernel_time_ms) and math.isnan(again.lines[0].kernel_time_ms)
 
 
 def _refuse(name: str) -> None:
@@ -228,7 +228,7 @@ def test_a_null_figure_not_listed_or_a_listing_that_lies_is_one_line():
             parse(json.dumps({**doc, "not_finite": listed}), "r.json")
     # listed and null: read as not finite
     r = parse(json.dumps({**doc, "not_finite": ["/sites/0/kernel_time_ms"]}), "r.json")
-    assert math.isnan(r.sites[0].kernel_time_ms)
+    assert math.isnan(r.lines[0].kernel_time_ms)
 
 
 def test_the_library_reads_back_what_it_writes():
@@ -237,5 +237,5 @@ def test_the_library_reads_back_what_it_writes():
     doc["duration_s"] = math.nan
     text = Report.from_dict(doc).to_json()
     again = Report.from_dict(json.loads(text, parse_constant=_refuse))
-    assert math.isnan(again.sites[0].kernel_time_ms) and math.isnan(again.duration_s)
+    assert math.isnan(again.lines[0].kernel_time_ms) and math.isnan(again.duration_s)
     assert json.loads(again.to_json())["not_finite"] == ["/duration_s", "/sites/0/kernel_time_ms"]

@@ -10,17 +10,17 @@ from rich.console import Console
 from gpuwatch.report.hints import hints
 from gpuwatch.report.html import render_html
 from gpuwatch.report.text import summary
-from profilers import OpCount, Report, Site, SiteStats
+from profilers import Line, LineStats, OpCount, Report
 
 
 def report() -> Report:
-    site = SiteStats("train.py", 42, "train", ["train.py:90 main"])
-    site.source = "loss_log.append(loss.item())"
+    line = LineStats("train.py", 42, "train", ["train.py:90 main"])
+    line.source = "loss_log.append(loss.item())"
     for _ in range(25):
-        site.d2h.add(4, True, False)
-        site.syncs.add("item")
-    site.ops = 50
-    r = Report(command=["train.py"], duration_s=10.0).with_sites([Site.of(site)])
+        line.d2h.add(4, True, False)
+        line.syncs.add("item")
+    line.ops = 50
+    r = Report(command=["train.py"], duration_s=10.0).with_lines([Line.of(line)])
     samples = [
         {
             "t": t,
@@ -60,7 +60,7 @@ def test_hints_are_tied_to_their_line_with_evidence():
 
 def test_html_has_the_busy_card_and_no_raw_user_strings():
     r = report()
-    r = r.with_sites([dataclasses.replace(r.sites[0], source="x = '<script>alert(1)</script>'")])
+    r = r.with_lines([dataclasses.replace(r.lines[0], source="x = '<script>alert(1)</script>'")])
     page = render_html(r)
     assert "<b>30%</b><span>GPU 0 busy (mean NVML utilisation)</span>" in page
     assert "<script>alert(1)</script>" not in page
@@ -68,12 +68,12 @@ def test_html_has_the_busy_card_and_no_raw_user_strings():
 
 def test_lines_show_the_time_of_their_backward():
     r = report()
-    fwd = SiteStats("model.py", 7, "forward")
+    fwd = LineStats("model.py", 7, "forward")
     fwd.source = "h = self.conv(x)"
     fwd.op_breakdown["convolution.default"] = OpCount(10, 4.0)
     fwd.backward["convolution_backward.default"] = OpCount(10, 9.5)
     fwd.settle()
-    r = r.with_sites([*r.sites, Site.of(fwd)])
+    r = r.with_lines([*r.lines, Line.of(fwd)])
     shown = text(summary(r))
     assert "Top lines by the time of their backward" in shown
     assert "model.py:7" in shown and "9.5 ms in 10 ops" in shown

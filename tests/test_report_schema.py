@@ -20,21 +20,21 @@ from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.report.html import render_html
 from gpuwatch.report.load import load_report, parse, problem, schema
 from gpuwatch.report.text import summary
-from profilers import OpCount, OpTotal, RunOptions, Site, SiteStats
+from profilers import Line, LineStats, OpCount, OpTotal, RunOptions
 
 
 def rich_report() -> dict[str, Any]:
     """A report document with every optional part filled in (as a profiled run writes it)."""
     from profilers import Report
 
-    site = SiteStats("train.py", 12, "main", ["train.py:40 <module>"])
-    site.source = "loss.item()"
-    site.op_breakdown["_local_scalar_dense.default"] = OpCount(3, 0.5)
-    site.backward["mm.default"] = OpCount(2, 1.0)
-    site.syncs.add("item")
-    site.h2d.add(4096, True, False)
-    site.copy_dtypes["float32"] = 4096
-    site.settle()
+    line = LineStats("train.py", 12, "main", ["train.py:40 <module>"])
+    line.source = "loss.item()"
+    line.op_breakdown["_local_scalar_dense.default"] = OpCount(3, 0.5)
+    line.backward["mm.default"] = OpCount(2, 1.0)
+    line.syncs.add("item")
+    line.h2d.add(4096, True, False)
+    line.copy_dtypes["float32"] = 4096
+    line.settle()
     report = Report(
         command=["train.py", "--lr", "3"],
         duration_s=1.5,
@@ -59,7 +59,7 @@ def rich_report() -> dict[str, Any]:
         ],
         internal_errors={"_to_copy.default": {"count": 2, "error": "RuntimeError: x"}},
     )
-    report = report.with_sites([Site.of(site)])
+    report = report.with_lines([Line.of(line)])
     report = report.replace(
         timeline={
             "capacity": 10,
@@ -267,15 +267,15 @@ def test_rendering_a_saved_report_never_imports_torch(tmp_path):
 def test_a_line_read_back_and_cut_again_keeps_every_op():
     # A report read back holds "(other ops)" for what its top ops left out; written again with
     # fewer top ops, that entry can be among them: the new cut's rest adds to it.
-    site = SiteStats("train.py", 3, "main")
+    line = LineStats("train.py", 3, "main")
     for name, n, ms in [("mm.default", 4, 3.0), ("add.Tensor", 2, 2.0), ("mul.Tensor", 5, 1.5)]:
-        site.op_breakdown[name] = OpCount(n, ms)
-        site.backward[name] = OpCount(n, ms)
-    site.settle()
-    once = Site.from_dict(Site.of(site).to_dict(top_ops=1))  # mm shown, the rest: 7 ops, 3.5 ms
+        line.op_breakdown[name] = OpCount(n, ms)
+        line.backward[name] = OpCount(n, ms)
+    line.settle()
+    once = Line.from_dict(Line.of(line).to_dict(top_ops=1))  # mm shown, the rest: 7 ops, 3.5 ms
     assert once.op_breakdown == {"mm.default": OpTotal(4, 3.0), "(other ops)": OpTotal(7, 3.5)}
     # cut to 1 again, "(other ops)" is the top one: mm's 4 ops join it, none is lost
-    twice = Site.from_dict(once.to_dict(top_ops=1))
+    twice = Line.from_dict(once.to_dict(top_ops=1))
     assert twice.op_breakdown == {"(other ops)": OpTotal(11, 6.5)}
     assert twice.backward == twice.op_breakdown and twice.backward_ops == 11
     assert twice.ops == 11 and twice.kernel_time_ms == 6.5

@@ -28,7 +28,7 @@ from gpuwatch.profile.runner import Target
 from gpuwatch.report.text import summary
 from gpuwatch.ui.live.app import LiveApp
 from gpuwatch.ui.top.app import TopApp
-from profilers import OpCount, Report, Site, SiteStats
+from profilers import Line, LineStats, OpCount, Report
 from tests.conftest import FakeClock, wait_until
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]
@@ -61,8 +61,8 @@ def test_top_demo(snap_compare, size: tuple[int, int]) -> None:
 # -- the live view --------------------------------------------------------------------------
 
 
-def site(line: int, source: str, h2d: int, item: int, kernel_ms: float) -> dict[str, object]:
-    s = SiteStats("train.py", line, "train")
+def line(line: int, source: str, h2d: int, item: int, kernel_ms: float) -> dict[str, object]:
+    s = LineStats("train.py", line, "train")
     s.source = source
     for _ in range(h2d):
         s.h2d.add(4 << 20, True, False)  # a 4 MiB batch from pageable memory
@@ -72,7 +72,7 @@ def site(line: int, source: str, h2d: int, item: int, kernel_ms: float) -> dict[
         s.syncs.add("item")
     s.op_breakdown["mm.default"] = OpCount(2 * (h2d + item), kernel_ms)
     s.settle()
-    return Site.of(s).to_dict(top_ops=3)
+    return Line.of(s).to_dict(top_ops=3)
 
 
 def totals(steps: int) -> dict[str, object]:
@@ -90,13 +90,13 @@ def totals(steps: int) -> dict[str, object]:
 
 
 def live_snapshot(elapsed_s: float, steps: int) -> LiveSnapshot:
-    sites = [
-        site(31, "x = batch.to('cuda:1')", steps, 0, 1.5 * steps),
-        site(36, "losses.append(loss.item())", 0, steps, 2.0 * steps),
+    lines = [
+        line(31, "x = batch.to('cuda:1')", steps, 0, 1.5 * steps),
+        line(36, "losses.append(loss.item())", 0, steps, 2.0 * steps),
     ]
     devices = [{"device": "cuda:1", "name": "NVIDIA H100 80GB HBM3 (demo)"}]
     return LiveSnapshot(
-        elapsed_s, totals(steps), devices, sites, 2, 61 * steps, "every_op", memory=memory()
+        elapsed_s, totals(steps), devices, lines, 2, 61 * steps, "every_op", memory=memory()
     )
 
 
@@ -207,30 +207,30 @@ class TextFile(SingleFileSnapshotExtension):
 def fixed_report() -> Report:
     """A finished 12.5 s run on cuda:0: pageable batches, a loss.item() per step, a
     data-dependent shape, 200 steps."""
-    loader = SiteStats("train.py", 31, "train", ["train.py:80 main"])
+    loader = LineStats("train.py", 31, "train", ["train.py:80 main"])
     loader.source = "x, y = x.to('cuda:0'), y.to('cuda:0')"
     for _ in range(400):
         loader.h2d.add(2 << 20, True, False)  # 2 MiB, pageable
         loader.syncs.add("copy_to_device")
     loader.op_breakdown["_to_copy.default"] = OpCount(400, 120.0)
-    logging = SiteStats("train.py", 36, "train", ["train.py:80 main"])
+    logging = LineStats("train.py", 36, "train", ["train.py:80 main"])
     logging.source = "losses.append(loss.item())"
     for _ in range(200):
         logging.d2h.add(4, True, False)
         logging.syncs.add("item")
     logging.op_breakdown["_local_scalar_dense.default"] = OpCount(200, 1.0)
-    masks = SiteStats("model.py", 12, "forward", ["train.py:33 train", "train.py:80 main"])
+    masks = LineStats("model.py", 12, "forward", ["train.py:33 train", "train.py:80 main"])
     masks.source = "keep = scores[scores > 0.5]"
     for _ in range(200):
         masks.syncs.add("data_dependent_shape")
     masks.op_breakdown["index.Tensor"] = OpCount(200, 40.0)
     masks.op_breakdown["mm.default"] = OpCount(600, 2400.0)
-    sites = []
+    lines = []
     for s in (loader, logging, masks):
         s.steps_active = 200
         s.settle()
-        sites.append(Site.of(s))
-    r = Report(command=["train.py", "--epochs", "3"], duration_s=12.5).with_sites(sites)
+        lines.append(Line.of(s))
+    r = Report(command=["train.py", "--epochs", "3"], duration_s=12.5).with_lines(lines)
     r = r.replace(devices=[{"device": "cuda:0", "name": "NVIDIA H100 80GB HBM3"}])
     r = r.replace(steps={"count": 200, "source": "optimizer"})
     return r

@@ -15,7 +15,7 @@ from torch import nn
 
 import profilers
 from tests import conftest
-from tests.profiler_helpers import line_of, site_at
+from tests.profiler_helpers import line_at, line_of
 
 pytestmark = [
     pytest.mark.fake_cuda,
@@ -67,10 +67,10 @@ def _workload() -> None:
 
 def _check(r: profilers.Report) -> None:
     n = WORKERS * WORKER_COPIES
-    assert site_at(r, line_of("worker_copy")).h2d.count == n
-    assert site_at(r, line_of("worker_item")).syncs.by_cause == {"item": n}
-    assert site_at(r, line_of("logger_item")).syncs.by_cause == {"item": STEPS}
-    assert site_at(r, line_of("main_copy")).h2d.count == STEPS
+    assert line_at(r, line_of("worker_copy")).h2d.count == n
+    assert line_at(r, line_of("worker_item")).syncs.by_cause == {"item": n}
+    assert line_at(r, line_of("logger_item")).syncs.by_cause == {"item": STEPS}
+    assert line_at(r, line_of("main_copy")).h2d.count == STEPS
     assert r.totals.syncs.by_cause == {"item": n + STEPS, "copy_to_device": n + STEPS + 4}
     assert r.totals.d2h.count == n + STEPS and r.totals.d2h.bytes == 4 * (n + STEPS)
 
@@ -112,10 +112,10 @@ def test_a_state_handed_over_while_reports_are_read_keeps_every_count():
         during = prof.snapshot()
         b.join()
     final = prof.report()
-    assert site_at(mid, line_of("worker_copy")).h2d.count == WORKER_COPIES
+    assert line_at(mid, line_of("worker_copy")).h2d.count == WORKER_COPIES
     assert during["totals"]["h2d"]["count"] == 2 * WORKER_COPIES
-    assert site_at(final, line_of("worker_copy")).h2d.count == 2 * WORKER_COPIES
-    assert site_at(final, line_of("worker_item")).syncs.by_cause == {"item": 2 * WORKER_COPIES}
+    assert line_at(final, line_of("worker_copy")).h2d.count == 2 * WORKER_COPIES
+    assert line_at(final, line_of("worker_item")).syncs.by_cause == {"item": 2 * WORKER_COPIES}
 
 
 def test_a_copy_made_while_another_thread_is_inside_a_fake_kernel_is_counted():
@@ -141,5 +141,5 @@ def test_a_copy_made_while_another_thread_is_inside_a_fake_kernel_is_counted():
         assert t.device == torch.device("cuda:0")
         leave.set()
         other.join()
-    site = site_at(prof.report(), line_of("during_kernel"))
-    assert site.h2d.count == 1 and site.syncs.by_cause == {"copy_to_device": 1}
+    line = line_at(prof.report(), line_of("during_kernel"))
+    assert line.h2d.count == 1 and line.syncs.by_cause == {"copy_to_device": 1}

@@ -14,7 +14,7 @@ import torch
 import profilers
 from profilers.counting.mode import ProfilerMode
 from profilers.counting.recorder import Recorder
-from profilers.counting.sites import UserCode
+from profilers.counting.user_code import UserCode
 from profilers.stats import OpCount
 from profilers.timing.calibrate import BIG, Prober, probe_args, settle
 from profilers.timing.timeline import StepClock
@@ -22,23 +22,23 @@ from profilers.timing.timeline import StepClock
 aten = torch.ops.aten
 
 
-class _Site:
+class _Line:
     def __init__(self, line: int) -> None:
         self.file, self.line = "train.py", line
 
 
-def _op(clock: StepClock, site: Any, entry: OpCount, t_in: int, t_ret: int, t_out: int) -> None:
+def _op(clock: StepClock, line: Any, entry: OpCount, t_in: int, t_ret: int, t_out: int) -> None:
     """One op as profilers/counting/dispatch.py charges it (its call at ``t_in + 10``)."""
     entry.count += 1
-    clock.line(site).launch_ns += t_in - clock.last_ns - clock.outside_ns + t_ret - (t_in + 10)
-    clock.last_site = site
+    clock.line(line).launch_ns += t_in - clock.last_ns - clock.outside_ns + t_ret - (t_in + 10)
+    clock.last_line = line
     clock.own_ns += 10 + t_out - t_ret + clock.outside_ns
     clock.ops += 1
     clock.last_ns = t_out
 
 
 def test_a_probed_ops_cost_moves_from_its_line_to_the_profilers_own_time_at_step_close():
-    mul, add = _Site(12), _Site(13)
+    mul, add = _Line(12), _Line(13)
     clock = StepClock(start_ns=0, outside_ns=100)
     clock.prober = SimpleNamespace(settle=settle)  # what the probes' Prober does on close
     mul_entry, add_entry = OpCount(), OpCount()
@@ -46,8 +46,8 @@ def test_a_probed_ops_cost_moves_from_its_line_to_the_profilers_own_time_at_step
     clock.probes = [[mul_entry, mul, 300, 0], [add_entry, add, 40, 0]]
     t = 0
     for _ in range(3):  # 1000 ns of user Python before each op, the op runs 500 ns
-        for site, entry in ((mul, mul_entry), (add, add_entry)):
-            _op(clock, site, entry, t + 1000, t + 1510, t + 1530)
+        for line, entry in ((mul, mul_entry), (add, add_entry)):
+            _op(clock, line, entry, t + 1000, t + 1510, t + 1530)
             t += 1530
     before = {k: clock.line(s).launch_ns for k, s in (("mul", mul), ("add", add))}
     step = clock.close(t)
@@ -64,12 +64,12 @@ def test_a_probed_ops_cost_moves_from_its_line_to_the_profilers_own_time_at_step
 
 
 def test_runs_of_an_op_on_threads_without_the_clock_are_not_settled_on_it():
-    site = _Site(5)
+    line = _Line(5)
     clock = StepClock(start_ns=0, outside_ns=100)
     entry = OpCount()
-    clock.probes = [[entry, site, 600, 0]]
-    _op(clock, site, entry, 10_000, 10_510, 10_530)
-    _op(clock, site, entry, 20_000, 20_510, 20_530)
+    clock.probes = [[entry, line, 600, 0]]
+    _op(clock, line, entry, 10_000, 10_510, 10_530)
+    _op(clock, line, entry, 20_000, 20_510, 20_530)
     entry.count += 3  # three runs on an autograd device thread: counted, not on this clock
     assert settle(clock) == 2 * 500  # the clock's two ops, not five
     assert clock.probed_ops == 2

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 import profilers
-from profilers.counting.sites import UserCode
+from profilers.counting.user_code import UserCode
 from profilers.timing.charge import untimed
 from profilers.timing.gaps import STEP_END, GapSampler, name_gaps
 from profilers.timing.line_time import LineTime

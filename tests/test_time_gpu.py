@@ -22,7 +22,7 @@ MS = 1_000_000
 """ns per ms: the scenarios are written in ms."""
 
 
-class _Site:
+class _Line:
     def __init__(self, line: int) -> None:
         self.file, self.line = "train.py", line
 
@@ -85,11 +85,11 @@ class Run:
         assert line is not None
         self.line: GpuTimeline = line
 
-    def op(self, line: int, gpu_ms: float, host_ms: float = 0.0, found: Any = None) -> None:
-        """An op at ``line`` that runs ``gpu_ms`` on the GPU, launched at once (or, for a sync:
+    def op(self, lineno: int, gpu_ms: float, host_ms: float = 0.0, found: Any = None) -> None:
+        """An op at ``lineno`` that runs ``gpu_ms`` on the GPU, launched at once (or, for a sync:
         ``found`` with a sync or a blocking copy, the host waits until it has run); then the
         host's Python runs ``host_ms`` before whatever comes next."""
-        site, t_in = _Site(line), self.gpu.now
+        line, t_in = _Line(lineno), self.gpu.now
         began = self.timer.begin((), {})
         assert began is not None
         self.gpu.stream.free_ns = began[2].at_ns + round(gpu_ms * MS)
@@ -98,12 +98,12 @@ class Run:
         t_ret = self.gpu.now
         timed = self.timer.end(began, OpCount())
         clock = self.clock
-        clock.line(site).launch_ns += t_in - clock.last_ns + t_ret - t_in
-        clock.last_site, clock.ops, clock.last_ns = site, clock.ops + 1, t_ret
+        clock.line(line).launch_ns += t_in - clock.last_ns + t_ret - t_in
+        clock.last_line, clock.ops, clock.last_ns = line, clock.ops + 1, t_ret
         if found is not None:
-            charge_transfer(clock, site, found, t_ret - t_in, t_in, timed)
+            charge_transfer(clock, line, found, t_ret - t_in, t_in, timed)
         # NB: what dispatch() gives every timed op; the GPU timeline needs no replay record
-        timed.site, timed.found, timed.queued_ns = site, found, t_in
+        timed.line, timed.found, timed.queued_ns = line, found, t_in
         self.timer.queue(timed)
         self.gpu.now += round(host_ms * MS)
 
@@ -117,7 +117,7 @@ class Run:
 
     def input(self, line: int, ms: float) -> None:
         t = self.gpu.now
-        self.clock.wait(_Site(line), INPUT, None, t, t, t + round(ms * MS), t + round(ms * MS))
+        self.clock.wait(_Line(line), INPUT, None, t, t, t + round(ms * MS), t + round(ms * MS))
         self.gpu.now += round(ms * MS)
 
     def close(self) -> None:
@@ -306,7 +306,7 @@ def test_compacting_keeps_what_the_charge_reads():
     ops += [GpuInterval(600, 700, 1, "x"), GpuInterval(650, 660, 0, "y")]
     ops += [GpuInterval(800, 900, 0, "copy", held=True)]
     merged = compact(ops)
-    assert [(o.start_ns, o.end_ns, o.site) for o in merged if not o.held] == [
+    assert [(o.start_ns, o.end_ns, o.line) for o in merged if not o.held] == [
         (0, 505, "l0"),
         (600, 700, "x"),
     ]

@@ -29,7 +29,7 @@ STEPS = 5
 LOADER_S = 0.02
 
 
-def _site(tag: str) -> str:
+def _line(tag: str) -> str:
     """The end of the ``file:line`` key of the line marked ``# @tag`` (the file's path is as
     the profiler shortens it)."""
     return f"test_time_gpu_real.py:{line_of(tag)}"
@@ -108,7 +108,7 @@ def _check(report: profilers.Report, truth: Truth) -> list[dict[str, Any]]:
 def _top_line(step: dict[str, Any], cause: str, tag: str) -> bool:
     """Whether the line charged the most idle time is ``tag``'s, for ``cause``."""
     top = step["gpu"]["idle_lines"][0]
-    return bool(top["cause"] == cause and str(top["site"]).endswith(_site(tag)))
+    return bool(top["cause"] == cause and str(top["site"]).endswith(_line(tag)))
 
 
 def test_a_sync_after_gpu_work_is_sync_bound_at_the_item_line():

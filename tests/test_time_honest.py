@@ -60,23 +60,23 @@ def test_a_run_with_no_step_speaks_of_the_run_not_per_step():
     assert f":{line_of('busy')}," in costliest[0]
 
 
-class _Site:
+class _Line:
     def __init__(self, line: int) -> None:
         self.file, self.line = "train.py", line
 
 
-def _steps(clock: StepClock, site: _Site, ms: int, count: int) -> None:
+def _steps(clock: StepClock, line: _Line, ms: int, count: int) -> None:
     for _ in range(count):
-        clock.line(site).launch_ns += ms * 1_000_000
+        clock.line(line).launch_ns += ms * 1_000_000
         clock.last_ns += ms * 1_000_000
         clock.close(clock.last_ns)
 
 
 def test_the_per_step_figures_leave_out_step_0_and_the_tail_after_the_last_step():
-    setup, loop = _Site(3), _Site(7)
+    setup, loop = _Line(3), _Line(7)
     clock = StepClock(start_ns=0)
     clock.line(setup).launch_ns += 300_000_000  # step 0: building the model before the loop
-    clock.last_site = setup
+    clock.last_line = setup
     clock.last_ns = 300_000_000
     _steps(clock, loop, 10, 4)  # step 0 ends 10 ms into the loop; then three steps of 10 ms
     t = time_section(clock, 390_000_000)  # and a 50 ms tail after the last (a checkpoint)
@@ -143,10 +143,10 @@ def test_a_real_setup_before_the_first_step_is_named_and_left_out():
 def _setup_then_steps(slow_ms: int) -> list[str]:
     """The summary's lines for a 300 ms setup, a step 0 ending 10 ms into the loop, two steps
     of 10 ms and one of ``slow_ms``."""
-    setup, loop = _Site(3), _Site(7)
+    setup, loop = _Line(3), _Line(7)
     clock = StepClock(start_ns=0)
     clock.line(setup).launch_ns += 300_000_000
-    clock.last_site = setup
+    clock.last_line = setup
     clock.last_ns = 300_000_000
     _steps(clock, loop, 10, 3)
     _steps(clock, loop, slow_ms, 1)

@@ -18,29 +18,29 @@ from gpuwatch.report.load import problem
 from profilers import Report
 from profilers.counting.kernels import CountingKernels
 from profilers.counting.recorder import Recorder
-from profilers.counting.sites import UserCode
+from profilers.counting.user_code import UserCode
 from profilers.timing.calibrate import fast_path_outside_ns, start_clock
 from profilers.timing.charge import charge_transfer, timed_on_fast_path, untimed
 from profilers.timing.timeline import COPY, INPUT, SYNC, UNATTRIBUTED, StepClock
 from profilers.timing.verdict import breakdown, step_dict
 
 
-class _Site:
+class _Line:
     def __init__(self, line: int) -> None:
         self.file, self.line = "train.py", line
 
 
-def _op(clock: StepClock, site: Any, t_in: int, t_call: int, t_ret: int, t_out: int) -> None:
+def _op(clock: StepClock, line: Any, t_in: int, t_call: int, t_ret: int, t_out: int) -> None:
     """What profilers/counting/dispatch.py does per op on the step clock (inlined there)."""
-    clock.line(site).launch_ns += t_in - clock.last_ns - clock.outside_ns + t_ret - t_call
-    clock.last_site = site
+    clock.line(line).launch_ns += t_in - clock.last_ns - clock.outside_ns + t_ret - t_call
+    clock.last_line = line
     clock.own_ns += t_call - t_in + t_out - t_ret + clock.outside_ns
     clock.ops += 1
     clock.last_ns = t_out
 
 
 def test_the_clock_charges_every_nanosecond_once_on_an_injected_timeline():
-    loop, body, item = _Site(10), _Site(12), _Site(14)
+    loop, body, item = _Line(10), _Line(12), _Line(14)
     clock = StepClock(start_ns=0, outside_ns=5)
     # The loader: Python from 0 to 100 (launch, at the for line), 110..1110 in __next__, the
     # wrapper's own 10 + 10.
@@ -82,12 +82,12 @@ def test_the_clock_charges_every_nanosecond_once_on_an_injected_timeline():
 
 
 def test_a_pageable_copy_is_a_copy_wait_and_a_graph_blocker():
-    site = _Site(7)
+    line = _Line(7)
     clock = StepClock(start_ns=0)
-    clock.line(site).launch_ns += 900
+    clock.line(line).launch_ns += 900
     copy = profilers.Transfer("h2d", 4096, True, True, None, "cpu", "cuda:0")
-    charge_transfer(clock, site, copy, 600, 100)
-    clock.last_ns, clock.last_site = 900, site
+    charge_transfer(clock, line, copy, 600, 100)
+    clock.last_ns, clock.last_line = 900, line
     step = clock.close(1000)
     rec = step.lines["train.py:7"]
     assert (rec.launch_ns, rec.copy_ns, rec.pageable) == (400, 600, 1)
@@ -98,11 +98,11 @@ def test_a_pageable_copy_is_a_copy_wait_and_a_graph_blocker():
 
 
 def test_the_run_keeps_the_newest_steps_and_sums_them_all():
-    site = _Site(3)
+    line = _Line(3)
     clock = StepClock(start_ns=0, keep=2)
     for k in range(5):
-        clock.line(site).launch_ns += 100
-        clock.last_ns, clock.last_site = (k + 1) * 100, site
+        clock.line(line).launch_ns += 100
+        clock.last_ns, clock.last_line = (k + 1) * 100, line
         clock.close((k + 1) * 100)
     assert [s.step for s in clock.steps] == [3, 4]
     run = clock.run(550)  # 50 ns of the open step
@@ -249,11 +249,11 @@ def test_time_steps_0_measures_nothing():
 
 
 def test_on_the_fast_path_a_counted_wait_keeps_its_line_and_the_rest_has_none():
-    site = _Site(21)
+    line = _Line(21)
     clock = StepClock(start_ns=0, lines_measured=False)
     # A pageable host->GPU copy reached its kernel at 1000, ran 1010..1610, left at 1620.
     copy = profilers.Transfer("h2d", 64, True, False, None, "cpu", "cuda:0")
-    timed_on_fast_path(clock, site, copy, 1000, 1010, 1610, 1620)
+    timed_on_fast_path(clock, line, copy, 1000, 1010, 1610, 1620)
     step = clock.close(2000)
     assert (step.lines["train.py:21"].copy_ns, step.lines["train.py:21"].launch_ns) == (600, 0)
     assert step.lines["train.py:21"].pageable == 1
@@ -268,7 +268,7 @@ def test_on_the_fast_path_calls_it_takes_and_does_not_count_are_the_profilers_ow
     # 50 around the kernel are ours; a copy then reached its kernel at 2000 (ran to 2600).
     untimed(clock, 200, 1200)
     copy = profilers.Transfer("h2d", 64, True, False, None, "cpu", "cuda:0")
-    timed_on_fast_path(clock, _Site(21), copy, 2000, 2010, 2600, 2620)
+    timed_on_fast_path(clock, _Line(21), copy, 2000, 2010, 2600, 2620)
     # Never more than the whole gap: a call of 900 ns and 50 around it, 400 ns after the last.
     untimed(clock, 900, 3020)
     step = clock.close(4000)

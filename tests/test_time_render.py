@@ -15,12 +15,12 @@ from gpuwatch.report.html import render_html
 from gpuwatch.report.text import summary
 from gpuwatch.report.trace import render_trace
 from gpuwatch.ui.widgets.status_line import status_text
-from profilers import Report, Site, SiteStats
+from profilers import Line, LineStats, Report
 from profilers.timing.timeline import SYNC, StepClock
 from profilers.timing.verdict import last_step, time_section
 
 
-class _Site:
+class _Line:
     def __init__(self, line: int) -> None:
         self.file, self.line = "train.py", line
 
@@ -28,7 +28,7 @@ class _Site:
 def _report() -> Report:
     """Two steps of 10 ms: line 2 runs 1 ms, line 5 waits 1 ms in .item(), then 1 ms of Python
     leads to line 9, which waits 6 ms in .cpu(), and 1 ms of Python after it ends the step."""
-    item, cpu, other = _Site(5), _Site(9), _Site(2)
+    item, cpu, other = _Line(5), _Line(9), _Line(2)
     clock = StepClock(start_ns=0)
     for k in range(2):
         t = k * 10_000_000
@@ -38,16 +38,16 @@ def _report() -> Report:
         clock.wait(cpu, SYNC, "copy_to_host", t + 3_000_000, t + 3_000_000, t + 9_000_000,
                    t + 9_000_000)  # fmt: skip
         clock.close(t + 10_000_000)
-    sites = []
+    lines = []
     for line, cause in ((5, "item"), (9, "copy_to_host")):
-        s = SiteStats("train.py", line, "main")
+        s = LineStats("train.py", line, "main")
         s.source = "loss.item()" if cause == "item" else "pred.cpu()"
         for _ in range(20):
             s.syncs.add(cause)
         s.settle()
-        sites.append(Site.of(s))
+        lines.append(Line.of(s))
     r = Report(command=["train.py"], duration_s=0.02, steps={"count": 2, "source": "manual"})
-    r = r.with_sites(sites)
+    r = r.with_lines(lines)
     r = r.replace(time=time_section(clock, 20_000_000))
     return r
 
@@ -59,11 +59,11 @@ def _launch_bound(blocked: int) -> Report:
     clock = StepClock(start_ns=0)
     for k in range(3):
         t = k * 10_000_000
-        clock.line(_Site(2)).launch_ns += 8_000_000
+        clock.line(_Line(2)).launch_ns += 8_000_000
         clock.last_ns = t + 8_000_000
         for i in range(blocked):
             at = t + 8_000_000 + i * 250_000
-            rec = clock.wait(_Site(20 + i), SYNC, "item", at, at, at + 250_000, at + 250_000)
+            rec = clock.wait(_Line(20 + i), SYNC, "item", at, at, at + 250_000, at + 250_000)
             rec.syncs += 1
             rec.host_reads += 1
             rec.pageable += 1
@@ -180,8 +180,8 @@ def test_the_live_status_line_says_the_last_steps_verdict():
         elapsed_s=1.0,
         totals={"ops": 10},
         devices=[],
-        sites=[],
-        site_count=2,
+        lines=[],
+        line_count=2,
         events_recorded=0,
         counting="every_op",
         time={"step": 1, "verdict": "sync-bound", "shares_pct": {"sync": 70.0, "launch": 30.0},

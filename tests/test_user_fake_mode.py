@@ -12,7 +12,7 @@ from torch import nn
 
 import profilers
 from tests import conftest
-from tests.profiler_helpers import copies, fake_mode, line_of, site_at
+from tests.profiler_helpers import copies, fake_mode, line_at, line_of
 
 pytestmark = [
     pytest.mark.skipif(
@@ -52,7 +52,7 @@ def test_a_logger_threads_syncs_are_exact_every_run(monkeypatch):
         with profilers.profile(kernel_timing=False) as prof, fake_mode():
             _train_with_a_logger_thread(steps)
         assert failed == [], run  # FakeTensorMode's shared flag failed the logger's .item()
-        item = site_at(prof.report(), line_of("logger_item"))
+        item = line_at(prof.report(), line_of("logger_item"))
         assert item.syncs.to_dict() == {"count": steps, "by_cause": {"item": steps}}, run
         assert item.d2h.counts() == copies(count=steps, bytes=steps * 4, pageable=steps), run
 
@@ -64,7 +64,7 @@ def test_a_copy_of_symbolic_size_is_counted_with_its_bytes_unknown():
         picked.to("cpu")  # @symbolic
         x.to("cpu")  # @known
     r = prof.report()
-    sym = site_at(r, line_of("symbolic"))
+    sym = line_at(r, line_of("symbolic"))
     assert sym.d2h.counts() == copies(count=1, bytes=0, pageable=1)
     assert sym.d2h.unknown_bytes == 1 and sym.syncs.by_cause == {"copy_to_host": 1}
     assert r.totals.d2h.to_dict()["unknown_bytes"] == 1

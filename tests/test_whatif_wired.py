@@ -30,7 +30,7 @@ needs_fake_cuda = pytest.mark.skipif(
 )
 
 
-def _site(line: int) -> str:
+def _line(line: int) -> str:
     return f"tests/test_whatif_wired.py:{line}"
 
 
@@ -46,12 +46,12 @@ def test_on_a_gpu_each_op_gets_its_event_time_and_the_what_ifs_are_replayed():
     r = prof.report()
     step = list(prof._log.steps)[-1]
     *ops, end = step.ops()
-    assert (end.kind, end.site, end.gpu_ns) == ("host", "(end of step)", 0)  # after the d2h
+    assert (end.kind, end.line, end.gpu_ns) == ("host", "(end of step)", 0)  # after the d2h
     # per step: the copy in (blocking, pageable), the multiply, the copy out (a sync)
-    assert [(o.kind, o.site, o.sync) for o in ops] == [
-        ("h2d", _site(line_of("h2d")), "copy_to_device"),
-        ("kernel", _site(line_of("mul")), None),
-        ("d2h", _site(line_of("d2h")), "copy_to_host"),
+    assert [(o.kind, o.line, o.sync) for o in ops] == [
+        ("h2d", _line(line_of("h2d")), "copy_to_device"),
+        ("kernel", _line(line_of("mul")), None),
+        ("d2h", _line(line_of("d2h")), "copy_to_host"),
     ]
     tick_ns = round(TICK_MS * 1e6)  # the stand-in GPU's clock moves a tick per event record
     assert [o.gpu_ns for o in ops] == [tick_ns] * 3
@@ -65,8 +65,8 @@ def test_on_a_gpu_each_op_gets_its_event_time_and_the_what_ifs_are_replayed():
     assert w is not None and w["measured"] == "replayed" and w["gpu"] is None
     assert w["ops"] == 3 and w["ops_dropped"] == 0 and w["steps_median"] == 3  # steps 1, 2, 3
     found = {(s["kind"], s["site"]) for s in w["savings"]}
-    assert ("pinned_non_blocking", _site(line_of("h2d"))) in found
-    assert ("defer_sync", _site(line_of("d2h"))) in found
+    assert ("pinned_non_blocking", _line(line_of("h2d"))) in found
+    assert ("defer_sync", _line(line_of("d2h"))) in found
     assert all(s["saving_ms"] >= 0 for s in w["savings"])
     together = [s for s in w["savings"] if s["together"]]
     assert w["sum_ms"] == pytest.approx(sum(s["saving_ms"] for s in together), abs=1e-5)
@@ -114,10 +114,10 @@ def test_a_gpu_run_that_asks_for_no_what_if_keeps_no_replay_and_says_how_to_get_
     assert r.time is not None and r.time["run"]["gpu"]["measured"] == "measured"
     timeline = prof._recorder.timer.timeline
     assert (timeline.placed, timeline.unplaced) == (4 * 3, 0)
-    steps = {_site(line_of(n)) for n in ("h2d_steps", "mul_steps", "d2h_steps")}
+    steps = {_line(line_of(n)) for n in ("h2d_steps", "mul_steps", "d2h_steps")}
     assert set(timeline._keys.values()) == steps
-    idle_sites = {d["site"] for d in r.time["run"]["gpu"]["idle_lines"]}
-    assert idle_sites <= steps | {"(end of step)"}
+    idle_lines = {d["site"] for d in r.time["run"]["gpu"]["idle_lines"]}
+    assert idle_lines <= steps | {"(end of step)"}
     # no empty table anywhere: the summary's line and the HTML section are absent, the hints
     # carry no saving, and report --what-if says how to get one
     assert not any("unprofiled step" in line for line in time_lines(r))
@@ -203,12 +203,12 @@ def test_under_the_fake_gpu_each_op_has_the_models_time():
 
     r, prof = _fake_run(work)
     *ops, end = list(prof._log.steps)[-1].ops()
-    assert (end.kind, end.site) == ("host", "(end of step)")
-    assert [(o.kind, o.site) for o in ops] == [
-        ("h2d", _site(line_of("to"))),
-        ("kernel", _site(line_of("mm"))),
-        ("kernel", _site(line_of("item"))),
-        ("d2h", _site(line_of("item"))),
+    assert (end.kind, end.line) == ("host", "(end of step)")
+    assert [(o.kind, o.line) for o in ops] == [
+        ("h2d", _line(line_of("to"))),
+        ("kernel", _line(line_of("mm"))),
+        ("kernel", _line(line_of("item"))),
+        ("d2h", _line(line_of("item"))),
     ]
     a = torch.empty(64, 64, device="meta")
     mm_ns = predict_op_ns(spec, torch.ops.aten.mm.default, (a, a), {}, a)
@@ -238,8 +238,8 @@ def test_under_the_fake_gpu_each_op_has_the_models_time():
     w = r.what_if
     assert w["measured"] == "predicted" and w["gpu"] == "H100-SXM"
     assert {(s["kind"], s["site"]) for s in w["savings"]} >= {
-        ("pinned_non_blocking", _site(line_of("to"))),
-        ("defer_sync", _site(line_of("item"))),
+        ("pinned_non_blocking", _line(line_of("to"))),
+        ("defer_sync", _line(line_of("item"))),
     }
     lines = time_lines(r)
     # the verdict, then the prediction's two parts with their ranges, then the unprofiled step
@@ -302,9 +302,9 @@ def test_the_gpus_idle_over_a_long_pause_is_the_pauses_line_not_the_next_ops():
     idle = r.time["after_first"]["gpu"]["idle_lines"]
     # 120 ms a step (the sampler names a pause of 50-100 ms or more whole): tolerance 10%,
     # a reading's share of the stretch after the pause may stay with the op's line
-    assert idle[0]["site"] == _site(line_of("pause")) and idle[0]["cause"] == "launch"
+    assert idle[0]["site"] == _line(line_of("pause")) and idle[0]["cause"] == "launch"
     assert idle[0]["ms"] >= 0.9 * 120
-    assert time_lines(r)[-1].startswith(f"costliest line: {_site(line_of('pause'))}, ")
+    assert time_lines(r)[-1].startswith(f"costliest line: {_line(line_of('pause'))}, ")
 
 
 @pytest.mark.fake_cuda

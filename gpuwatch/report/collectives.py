@@ -51,9 +51,9 @@ def comm_text(r: Report, top: int) -> list[RenderableType]:
     for row in _per_op_rows(r):
         t.add_row(*row)
     parts: list[RenderableType] = [t]
-    sites = sorted((s for s in r.sites if s.comm.count), key=lambda s: -s.comm.bytes)[:top]
-    if sites:
-        lines = Table(
+    lines = sorted((s for s in r.lines if s.comm.count), key=lambda s: -s.comm.bytes)[:top]
+    if lines:
+        per_line = Table(
             title="Top lines by collective bytes",
             title_justify="left",
             box=box.SIMPLE_HEAD,
@@ -61,22 +61,22 @@ def comm_text(r: Report, top: int) -> list[RenderableType]:
         )
         # NB: the line is the point of the table: it keeps its whole width, the ops may wrap,
         # and the source is what gives way.
-        where = [f"{s.file}:{s.line}" for s in sites]
-        lines.add_column("line", no_wrap=True, min_width=max(map(len, where)))
-        lines.add_column("collectives", min_width=12)
+        where = [f"{s.file}:{s.line}" for s in lines]
+        per_line.add_column("line", no_wrap=True, min_width=max(map(len, where)))
+        per_line.add_column("collectives", min_width=12)
         for col in ("bytes", "host wait"):
-            lines.add_column(col, justify="right", no_wrap=True)
-        lines.add_column("source", no_wrap=True, overflow="ellipsis", ratio=1)
-        for s in sites:
+            per_line.add_column(col, justify="right", no_wrap=True)
+        per_line.add_column("source", no_wrap=True, overflow="ellipsis", ratio=1)
+        for s in lines:
             ops = ", ".join(f"{op} {e.count:,}" for op, e in s.comm.by_op.items())
-            lines.add_row(
+            per_line.add_row(
                 escape(f"{s.file}:{s.line}"),
                 escape(ops),
                 fmt.size(s.comm.bytes),
                 fmt.duration_ms(s.comm.wait_ms),
                 escape((s.source or s.function)[:60]),
             )
-        parts.append(lines)
+        parts.append(per_line)
     return parts
 
 
@@ -92,19 +92,19 @@ def spread_text(found: Sequence[Spread], top: int) -> list[RenderableType]:
         box=box.SIMPLE_HEAD,
         expand=True,
     )
-    where = [f"{sp.site.file}:{sp.site.line}" for sp in found]
+    where = [f"{sp.line.file}:{sp.line.line}" for sp in found]
     t.add_column("line", no_wrap=True, min_width=max(map(len, where)))
     for col in ("slowest", "its time", "median", "behind"):
         t.add_column(col, justify="right", no_wrap=True)
     t.add_column("source", no_wrap=True, overflow="ellipsis", ratio=1)
     for sp in found:
         t.add_row(
-            escape(f"{sp.site.file}:{sp.site.line}"),
+            escape(f"{sp.line.file}:{sp.line.line}"),
             f"rank {sp.slowest_rank}",
             fmt.duration_ms(sp.slowest_ms),
             fmt.duration_ms(sp.median_ms),
             f"+{sp.behind_pct:.0f}%",
-            escape((sp.site.source or sp.site.function)[:50]),
+            escape((sp.line.source or sp.line.function)[:50]),
         )
     return [t]
 
@@ -133,14 +133,14 @@ def comm_html(r: Report, spread: Sequence[Spread]) -> str:
             f"the host waited {_e(fmt.duration_ms(c.wait_ms))} on them.</p>\n"
             f"<table><tr><th class=l>op</th><th>count</th><th>bytes</th></tr>{rows}</table>"
         )
-    sites = sorted((s for s in r.sites if s.comm.count), key=lambda s: -s.comm.bytes)[:30]
-    if sites:
+    lines = sorted((s for s in r.lines if s.comm.count), key=lambda s: -s.comm.bytes)[:30]
+    if lines:
         rows = "".join(
             f"<tr><td class=l><code>{_e(s.file)}:{s.line}</code></td>"
             f"<td class=l>{_e(', '.join(f'{op} {e.count:,}' for op, e in s.comm.by_op.items()))}</td>"
             f"<td>{_e(fmt.size(s.comm.bytes))}</td><td>{_e(fmt.duration_ms(s.comm.wait_ms))}</td>"
             f"<td class=l><code>{_e((s.source or s.function)[:80])}</code></td></tr>"
-            for s in sites
+            for s in lines
         )
         out.append(
             "<h3>Collectives per line</h3>\n<table><tr><th class=l>line</th>"
@@ -150,10 +150,10 @@ def comm_html(r: Report, spread: Sequence[Spread]) -> str:
     found = spread[:10]
     if found:
         rows = "".join(
-            f"<tr><td class=l><code>{_e(sp.site.file)}:{sp.site.line}</code></td>"
+            f"<tr><td class=l><code>{_e(sp.line.file)}:{sp.line.line}</code></td>"
             f"<td>rank {_e(sp.slowest_rank)}</td><td>{_e(fmt.duration_ms(sp.slowest_ms))}</td>"
             f"<td>{_e(fmt.duration_ms(sp.median_ms))}</td><td>+{sp.behind_pct:.0f}%</td>"
-            f"<td class=l><code>{_e(sp.site.source[:80])}</code></td></tr>"
+            f"<td class=l><code>{_e(sp.line.source[:80])}</code></td></tr>"
             for sp in found
         )
         out.append(

@@ -38,8 +38,8 @@ def _cell(name: str, before: float, after: float) -> str:
 
 
 def _line_row(diff: RunDiff, d: LineDiff, shown: list[tuple[str, str]]) -> str:
-    site = d.site
-    where = f"{site.file}:{site.line}"
+    line = d.line
+    where = f"{line.file}:{line.line}"
     if d.before is not None and d.after is not None and d.before.line != d.after.line:
         where += f" (was {d.before.line})"
     state = STATUS.get(
@@ -57,7 +57,7 @@ def _line_row(diff: RunDiff, d: LineDiff, shown: list[tuple[str, str]]) -> str:
     return (
         f'<tr class="{STATUS.get(d.status, "")}"><td>{html.escape(state)}</td>'
         f"<td><code>{html.escape(where)}</code></td>{cells}"
-        f"<td>{html.escape(site.function)}: <code>{html.escape(site.source)}</code>{was}</td></tr>"
+        f"<td>{html.escape(line.function)}: <code>{html.escape(line.source)}</code>{was}</td></tr>"
         f"{_frame_rows(diff, d, shown)}"
     )
 

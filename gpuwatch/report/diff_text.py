@@ -121,8 +121,8 @@ def run_line(label: str, report: Any, steps: int | None, path: str) -> Text:
 
 
 def where(d: LineDiff) -> str:
-    site = d.site
-    text = f"{site.file}:{site.line}"
+    line = d.line
+    text = f"{line.file}:{line.line}"
     if d.before is not None and d.after is not None and d.before.line != d.after.line:
         text += f" (was {d.before.line})"
     return text
@@ -138,9 +138,9 @@ def status(d: LineDiff) -> Text:
 
 
 def source(d: LineDiff) -> Text:
-    site = d.site
-    text = Text(f"{site.function}: ", style="dim")
-    text.append(site.source)
+    line = d.line
+    text = Text(f"{line.function}: ", style="dim")
+    text.append(line.source)
     if d.match in ("edited", "other_function") and d.before is not None:
         was = d.before.source if d.match == "edited" else f"in {d.before.function}"
         text.append(f"\nwas: {was}", style="dim")

@@ -4,7 +4,7 @@ Pure functions of a :class:`profilers.Report`, and of what its JSON keeps: the s
 always gives the same hints, so ``gpuwatch report run.json`` prints what the run printed.
 
 One hint per cause per line. The fix a copy needs follows from where its tensor came from (the
-site's ``origins``: a loader's batch, a tensor a factory made on the host, a parameter moved
+line's ``origins``: a loader's batch, a tensor a factory made on the host, a parameter moved
 once, a pinned buffer), never from the ops the line happened to run; how often a line copied or
 synced is said from its steps (``every 10th step``), and a line that did so in one step only
 (``model.to(device)``) is never "in a loop". Where the run has time, every hint carries the time
@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from gpuwatch import _format as fmt
 from gpuwatch.report.line_costs import cause_costs, cost_text, measured_gpu, predicted_gpu
 from gpuwatch.report.whatif import saving_words
-from profilers import Report, Site
+from profilers import Line, Report
 from profilers.origins import FACTORY, HOST, LOADER, PARAMETER, PINNED, OriginCount
 from profilers.sections import WhatIf
 from profilers.timing.verdict import per_step as basis_of
@@ -92,7 +92,7 @@ settings the loader lacks); it is ranked by the input wait it costs, the most th
 @dataclass(frozen=True)
 class Hint:
     kind: str
-    site: Site
+    line: Line
     message: str
     evidence: str
     cost_ms: float = 0.0
@@ -101,15 +101,15 @@ class Hint:
     """What the hint's fix would save per step, replayed (``report.what_if``; 0: no what-if)."""
     lines: tuple[int, ...] = ()
     """Neighbouring lines of one file given the same advice, merged into this hint (``31-33``);
-    empty: the site's line alone."""
+    empty: its own line alone."""
     saved: bool = False
     """Whether ``saving_ms`` was replayed (the what-if had this fix at this line)."""
 
     @property
     def where(self) -> str:
         if len(self.lines) > 1:
-            return f"{self.site.file}:{self.lines[0]}-{self.lines[-1]}"
-        return f"{self.site.file}:{self.site.line}"
+            return f"{self.line.file}:{self.lines[0]}-{self.lines[-1]}"
+        return f"{self.line.file}:{self.line.line}"
 
     @property
     def rank_ms(self) -> float:
@@ -123,8 +123,8 @@ def hints(report: Report, hot: int = HOT) -> list[Hint]:
     steps = int(report.steps["count"]) if report.steps else 0
     out: list[Hint] = []
     runs = factory_runs(report)
-    for site in report.sites:
-        out.extend(_site_hints(site, steps, hot, runs))
+    for line in report.lines:
+        out.extend(_line_hints(line, steps, hot, runs))
     out.extend(_time_hints(report))
     costs = cause_costs(report)
     if costs:
@@ -139,7 +139,7 @@ def hints(report: Report, hot: int = HOT) -> list[Hint]:
     return merged
 
 
-#: The ops a line keeps in the JSON (``Site.to_dict``'s ``top_ops``).
+#: The ops a line keeps in the JSON (``Line.to_dict``'s ``top_ops``).
 TOP_OPS_KEPT = 8
 
 FactoryRuns = Callable[[str | None, str | None], int | None]
@@ -149,15 +149,15 @@ FactoryRuns = Callable[[str | None, str | None], int | None]
 def factory_runs(report: Report) -> FactoryRuns:
     """How often a factory op ran at a line, from the lines' op counts (the dispatch mode's;
     the fast path counts no ops: None there, and the JSON keeps a line's most frequent ops)."""
-    places = {f"{s.file}:{s.line}": s for s in report.sites}
+    places = {f"{s.file}:{s.line}": s for s in report.lines}
 
     def runs(made_at: str | None, op: str | None) -> int | None:
-        site = places.get(made_at or "")
-        if site is None or not op or not report.counts_ops:
+        line = places.get(made_at or "")
+        if line is None or not op or not report.counts_ops:
             return None
         # NB: among the ops the JSON keeps of a line (its top 8 by time, then count), so that
         # gpuwatch report run.json gives the hint the run gave
-        kept = sorted(site.op_breakdown.items(), key=lambda kv: (-kv[1].ms, -kv[1].count))
+        kept = sorted(line.op_breakdown.items(), key=lambda kv: (-kv[1].ms, -kv[1].count))
         found = [n.count for name, n in kept[:TOP_OPS_KEPT] if name.split(".")[0] == op]
         return sum(found) if found else None
 
@@ -172,7 +172,7 @@ def hints_order(found: Sequence[Hint]) -> str:
 
 
 def _rank(h: Hint) -> tuple[float, int, int, str, int]:
-    return (h.rank_ms, h.site.syncs.count, h.site.bytes_moved, h.site.file, -h.site.line)
+    return (h.rank_ms, h.line.syncs.count, h.line.bytes_moved, h.line.file, -h.line.line)
 
 
 def _savings(w: WhatIf) -> dict[tuple[str, str], tuple[float, float]]:
@@ -208,13 +208,13 @@ def merge_neighbours(found: list[Hint]) -> list[Hint]:
     the costs and savings summed, each line's counts kept in the evidence."""
     groups: dict[tuple[str, str, str], list[Hint]] = {}
     for h in found:
-        groups.setdefault((h.kind, h.message, h.site.file), []).append(h)
+        groups.setdefault((h.kind, h.message, h.line.file), []).append(h)
     out: list[Hint] = []
     for group in groups.values():
-        group.sort(key=lambda h: h.site.line)
+        group.sort(key=lambda h: h.line.line)
         run: list[Hint] = [group[0]]
         for h in group[1:]:
-            if h.site.line == run[-1].site.line + 1:
+            if h.line.line == run[-1].line.line + 1:
                 run.append(h)
             else:
                 out.append(_merged(run))
@@ -227,13 +227,13 @@ def _merged(run: list[Hint]) -> Hint:
     if len(run) == 1:
         return run[0]
     first = max(run, key=_rank)
-    evidence = "; ".join(f"line {h.site.line}: {h.evidence}" for h in run)
+    evidence = "; ".join(f"line {h.line.line}: {h.evidence}" for h in run)
     return replace(
         first,
         cost_ms=sum(h.cost_ms for h in run),
         saving_ms=sum(h.saving_ms for h in run),
         evidence=evidence,
-        lines=tuple(h.site.line for h in run),
+        lines=tuple(h.line.line for h in run),
     )
 
 
@@ -260,14 +260,14 @@ def how_often(active: int, steps: int) -> str:
     return f"in {active:,} of {steps:,} steps"
 
 
-def in_steps(s: Site, steps: int) -> str:
+def in_steps(s: Line, steps: int) -> str:
     """The line's figures per step, over the steps in which it copied or synced only:
     ``"1 sync per step"``, ``"2 copies per step, in 5 of 50 steps"``."""
     ran = s.steps_active if 0 < s.steps_active < steps else steps
     return per_step(s, ran) + (f", in {ran:,} of {steps:,} steps" if ran < steps else "")
 
 
-def per_step(s: Site, steps: int) -> str:
+def per_step(s: Line, steps: int) -> str:
     """``"1 sync and 2 copies per step"``: a line's waits and copies over the run's steps."""
     copies = sum(s.copies(way).count for way in ("h2d", "d2h", "d2d", "p2p"))
     parts = []
@@ -280,7 +280,7 @@ def per_step(s: Site, steps: int) -> str:
     return " and ".join(parts) + " per step" if parts else "nothing per step"
 
 
-def _once(s: Site, steps: int, count: int, hot: int) -> bool:
+def _once(s: Line, steps: int, count: int, hot: int) -> bool:
     """Whether the line did it once rather than in a loop: in one step only where steps
     ended (``model.to(device)`` before the loop: 15 copies, one step), else fewer than
     ``hot`` times."""
@@ -292,7 +292,7 @@ def _once(s: Site, steps: int, count: int, hot: int) -> bool:
 # -- one line's hints -------------------------------------------------------------------------
 
 
-def _site_hints(s: Site, steps: int, hot: int, runs: FactoryRuns) -> list[Hint]:
+def _line_hints(s: Line, steps: int, hot: int, runs: FactoryRuns) -> list[Hint]:
     found = _sync_hints(s, steps, hot) + _copy_hints(s, steps, hot, runs)
     float32 = s.copy_dtypes.get("float32", 0)
     if float32 >= HALF_PRECISION_BYTES and not _once(s, steps, s.h2d.count + s.d2h.count, hot):
@@ -306,11 +306,11 @@ def _site_hints(s: Site, steps: int, hot: int, runs: FactoryRuns) -> list[Hint]:
             )
         )
     if steps:  # people think in steps: "syncs once every step"
-        found = [replace(h, evidence=f"{h.evidence}; {in_steps(h.site, steps)}") for h in found]
+        found = [replace(h, evidence=f"{h.evidence}; {in_steps(h.line, steps)}") for h in found]
     return found
 
 
-def _sync_hints(s: Site, steps: int, hot: int) -> list[Hint]:
+def _sync_hints(s: Line, steps: int, hot: int) -> list[Hint]:
     causes = s.syncs.by_cause
     often = how_often(s.steps_active, steps)
     every = often == "every step" or not steps
@@ -374,7 +374,7 @@ def _when(often: str, steps: int) -> str:
     return often if steps else "in a loop"
 
 
-def origins_of(s: Site) -> dict[str, OriginCount]:
+def origins_of(s: Line) -> dict[str, OriginCount]:
     """The line's host-to-GPU copies by origin; a report from before origins were recorded
     reads its copies as made at the line where a factory op ran there, else as ``host``."""
     found = dict(s.origins)
@@ -397,7 +397,7 @@ def origins_of(s: Site) -> dict[str, OriginCount]:
     return found
 
 
-def _copy_hints(s: Site, steps: int, hot: int, runs: FactoryRuns) -> list[Hint]:
+def _copy_hints(s: Line, steps: int, hot: int, runs: FactoryRuns) -> list[Hint]:
     """At most one hint for the line's host-to-GPU copies: the fix of its largest origin (by
     copies), none for a copy made once (a one-time move is never "in a loop")."""
     if not s.h2d.count or _once(s, steps, s.h2d.count, hot):
@@ -417,7 +417,7 @@ def _copy_hints(s: Site, steps: int, hot: int, runs: FactoryRuns) -> list[Hint]:
 
 
 def _copy_hint(
-    s: Site, origin: str, c: OriginCount, often: str, made_runs: int | None = None
+    s: Line, origin: str, c: OriginCount, often: str, made_runs: int | None = None
 ) -> Hint | None:
     """The fix of one origin's copies at ``s``; ``made_runs``: how often the op that made the
     tensor ran at its line (None: not counted, as on the fast path)."""
@@ -557,40 +557,40 @@ def _time_hints(r: Report) -> list[Hint]:
         return []
     run, _ = basis_of(t)
     costs = cause_costs(r)
-    sites = {f"{s.file}:{s.line}": s for s in r.sites}
+    lines = {f"{s.file}:{s.line}": s for s in r.lines}
     on_gpu = measured_gpu(run) or predicted_gpu(run) is not None
     out: list[Hint] = []
     for where, causes in costs.items():
-        site = sites.get(where)
-        if site is None:
+        line = lines.get(where)
+        if line is None:
             continue
         input_ms, input_pct = causes.get("input", (0.0, 0.0))  # per step, % of the step
         if input_pct >= TIME_SHARE_PCT or (run.get("verdict") == "input-bound" and input_ms > 0):
-            out.append(loader_hint(site, sites))
+            out.append(loader_hint(line, lines))
         launch_pct = causes.get("launch", (0.0, 0.0))[1]
         if on_gpu and run.get("verdict") == "launch-bound" and launch_pct >= TIME_SHARE_PCT:
             out.append(
                 Hint(
                     "launch_bound",
-                    site,
+                    line,
                     "the GPU waits while this line's ops are launched one by one from Python: "
                     "fewer, larger kernels help (torch.compile the model or this function; "
                     "CUDA graphs: torch.compile(mode='reduce-overhead'); a larger batch gives "
                     "each launch more work)",
-                    f"{site.ops:,} ops at this line in the run",
+                    f"{line.ops:,} ops at this line in the run",
                 )
             )
     return out
 
 
-def loader_hint(site: Site, sites: dict[str, Site]) -> Hint:
-    """What to change in the loader the step waits for at ``site``, chosen from the settings
-    it has (``site.loader``); a source that is not a DataLoader gets the general fix."""
-    ld = site.loader
+def loader_hint(line: Line, lines: dict[str, Line]) -> Hint:
+    """What to change in the loader the step waits for at ``line``, chosen from the settings
+    it has (``line.loader``); a source that is not a DataLoader gets the general fix."""
+    ld = line.loader
     if not ld:
         return Hint(
             "input_bound",
-            site,
+            line,
             "the step waits here for its next batch: prepare batches while the step runs (a "
             "DataLoader with num_workers > 0, or a background thread that prefetches), and move "
             "decoding and augmentation off the training thread",
@@ -619,7 +619,7 @@ def loader_hint(site: Site, sites: dict[str, Site]) -> Hint:
             fixes.append(
                 f"persistent_workers=True: each of the {iterators} epochs started its workers anew"
             )
-    pageable = sum(s.origins[LOADER].pageable for s in sites.values() if LOADER in s.origins)
+    pageable = sum(s.origins[LOADER].pageable for s in lines.values() if LOADER in s.origins)
     if not ld.get("pin_memory") and pageable:
         fixes.append("pin_memory=True, with .to(device, non_blocking=True) for its batches")
     settings = ", ".join(
@@ -636,7 +636,7 @@ def loader_hint(site: Site, sites: dict[str, Site]) -> Hint:
     batches, epochs = int(ld.get("batches") or 0), int(ld.get("iterators") or 0)
     return Hint(
         "input_bound",
-        site,
+        line,
         "the step waits here for the DataLoader's next batch: " + "; ".join(fixes),
         f"DataLoader({settings}); {batches:,} batches in {epochs:,} "
         f"epoch{'s' if epochs != 1 else ''}",

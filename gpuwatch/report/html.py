@@ -25,7 +25,7 @@ from gpuwatch.report.text import (
     used_no_gpu,
 )
 from gpuwatch.report.whatif import what_if_html
-from profilers import DIRECTIONS, Report, Site
+from profilers import DIRECTIONS, Line, Report
 
 
 def _e(text: object) -> str:
@@ -158,12 +158,12 @@ def _gpu_notes(r: Report) -> str:
 
 
 def _top_lines(r: Report, found: Sequence[Hint]) -> str:
-    by_site: dict[tuple[str, int], list[str]] = {}
+    by_line: dict[tuple[str, int], list[str]] = {}
     for h in found:
-        for line in h.lines or (h.site.line,):  # a merged hint: each of its lines
-            by_site.setdefault((h.site.file, line), []).append(h.message)
+        for line in h.lines or (h.line.line,):  # a merged hint: each of its lines
+            by_line.setdefault((h.line.file, line), []).append(h.message)
     top = sorted(
-        r.sites, key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms), reverse=True
+        r.lines, key=lambda s: (s.syncs.count, s.bytes_moved, s.kernel_time_ms), reverse=True
     )[:30]
     timed = kernel_measured(r)
     rows = "".join(
@@ -174,7 +174,7 @@ def _top_lines(r: Report, found: Sequence[Hint]) -> str:
         f"<td>{_e(fmt.duration_ms(s.kernel_time_ms)) if timed else 'not measured'}</td>"
         f"<td>{f'{s.ops:,}' if r.counts_ops else '-'}</td>"
         f"<td>{_e(fmt.duration_ms(s.backward_ms)) if s.backward and timed else '-'}</td>"
-        f"<td class='l hint'>{'<br>'.join(_e(m) for m in by_site.get((s.file, s.line), []))}</td></tr>"
+        f"<td class='l hint'>{'<br>'.join(_e(m) for m in by_line.get((s.file, s.line), []))}</td></tr>"
         for s in top
     )
     return (
@@ -186,7 +186,7 @@ def _top_lines(r: Report, found: Sequence[Hint]) -> str:
     )
 
 
-def _made_at(s: Site) -> str:
+def _made_at(s: Line) -> str:
     """Where inside a library the line's copies and syncs were made (at most three frames)."""
     return "".join(
         f"<br><small>made at <code>{_e(f.file)}:{f.line}</code> {_e(f.function)}: "

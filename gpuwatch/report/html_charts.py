@@ -10,7 +10,7 @@ from gpuwatch import _format as fmt
 from gpuwatch.report.memory import memory_charts
 from gpuwatch.report.text import DIRECTION_NAMES
 from gpuwatch.report.timeview import time_charts
-from profilers import DIRECTIONS, Report, Site
+from profilers import DIRECTIONS, Line, Report
 
 COLORS = {"h2d": "#1f77b4", "d2h": "#d62728", "d2d": "#2ca02c", "p2p": "#9467bd", "sync": "#ff7f0e"}
 TOP = 15
@@ -22,7 +22,7 @@ def _p(text: object) -> str:
     return html.escape(str(text), quote=False)
 
 
-def _label(s: Site) -> str:
+def _label(s: Line) -> str:
     source = s.source if len(s.source) <= 48 else s.source[:45] + "..."
     return _p(f"{s.file}:{s.line}  {source}")
 
@@ -37,16 +37,16 @@ def figure_json(fig: Any) -> str:
 def _bytes_per_line(r: Report) -> Any:
     import plotly.graph_objects as go
 
-    sites = list(reversed(r.top_sites("bytes", TOP)))
+    lines = list(reversed(r.top_lines("bytes", TOP)))
     fig = go.Figure()
     for way in DIRECTIONS:
         fig.add_bar(
             name=f"{way} ({DIRECTION_NAMES[way]})",
             orientation="h",
             marker_color=COLORS[way],
-            y=[_label(s) for s in sites],
-            x=[s.copies(way).bytes for s in sites],
-            customdata=[[s.copies(way).count, fmt.size(s.copies(way).bytes)] for s in sites],
+            y=[_label(s) for s in lines],
+            x=[s.copies(way).bytes for s in lines],
+            customdata=[[s.copies(way).count, fmt.size(s.copies(way).bytes)] for s in lines],
             hovertemplate="%{y}<br>%{customdata[1]} in %{customdata[0]} copies<extra>"
             + way
             + "</extra>",
@@ -57,7 +57,7 @@ def _bytes_per_line(r: Report) -> Any:
         # NB: logarithmic: one large line (a dataset moved once) left every other bar invisible
         # on a linear axis; on this one each line that moved a byte shows.
         xaxis={"type": "log", "title": {"text": "bytes"}},
-        height=max(260, 40 + 28 * len(sites)),
+        height=max(260, 40 + 28 * len(lines)),
         margin={"l": 10, "r": 10, "t": 40, "b": 40},
         yaxis={"automargin": True},
     )
@@ -148,17 +148,17 @@ def _kernel_time(r: Report) -> Any:
     # NB: each op once, so the bars add up to the run's kernel time: a .backward() line's bar is
     # the whole backward it ran; a forward line's share of it is in its hover text and in the
     # table's "its backward" column, never stacked on its bar (that counted it twice).
-    sites = sorted((s for s in r.sites if s.kernel_time_ms), key=lambda s: s.kernel_time_ms)
-    sites = sites[-TOP:]
+    lines = sorted((s for s in r.lines if s.kernel_time_ms), key=lambda s: s.kernel_time_ms)
+    lines = lines[-TOP:]
     fig = go.Figure()
     fig.add_bar(
         name="kernel time of the line's own ops",
         orientation="h",
-        y=[_label(s) for s in sites],
-        x=[s.kernel_time_ms for s in sites],
+        y=[_label(s) for s in lines],
+        x=[s.kernel_time_ms for s in lines],
         marker_color="#17becf",
         customdata=[
-            [s.ops, f"{s.backward_ms:.2f} ms" if s.backward_ops else "none"] for s in sites
+            [s.ops, f"{s.backward_ms:.2f} ms" if s.backward_ops else "none"] for s in lines
         ],
         hovertemplate="%{y}<br>%{x:.2f} ms in %{customdata[0]} ops"
         "<br>its backward: %{customdata[1]} (part of the .backward() line's bar)<extra></extra>",
@@ -168,7 +168,7 @@ def _kernel_time(r: Report) -> Any:
         title=f"Kernel time per line, each op once ({_p(source)} timing); the .backward() "
         "line holds the whole backward",
         xaxis_title="ms",
-        height=max(260, 60 + 28 * len(sites)),
+        height=max(260, 60 + 28 * len(lines)),
         margin={"l": 10, "r": 10, "t": 40, "b": 40},
         yaxis={"automargin": True},
         showlegend=False,

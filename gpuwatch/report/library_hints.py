@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from gpuwatch.report.hints import Hint, hints
-from profilers import Report, Site
+from profilers import Line, Report
 
 #: An unknown library frame is worth a hint from this many syncs on.
 HOT = 10
@@ -34,7 +34,7 @@ class Frame:
     copies: int
     copy_bytes: int
     pageable: int
-    sites: tuple[Site, ...]
+    user_lines: tuple[Line, ...]
     """The user's lines that reached it (under ``--lib-lines``: the library line itself)."""
     lines: tuple[int, ...] = ()
     """Every line of the function it stands for, where frames with one knob were grouped."""
@@ -233,7 +233,7 @@ def library_frames(report: Report) -> list[Frame]:
     """Every library frame of the report, summed over the user's lines that reached it, most
     syncs first."""
     found: dict[tuple[str, int], list[Frame]] = {}
-    for s in report.sites:
+    for s in report.lines:
         for lf in s.library:
             frame = Frame(
                 lf.file,
@@ -268,7 +268,7 @@ def lib_lines(report: Report) -> list[Frame]:
             sum(s.copies(w).pageable for w in ("h2d", "d2h")),
             (s,),
         )
-        for s in report.sites
+        for s in report.lines
     ]
 
 
@@ -303,23 +303,23 @@ def library_hints(report: Report, steps: int) -> list[LibraryHint]:
     else:
         frames, generic = library_frames(report), True
     for f, knob in _grouped(frames):
-        site = max(f.sites, key=lambda s: (s.syncs.count, s.bytes_moved))
+        line = max(f.user_lines, key=lambda s: (s.syncs.count, s.bytes_moved))
         if knob is not None:
             if not knob.when(f):
                 continue
             kind, message = knob.kind, knob.advice(f)
-        elif generic and _repeated_reads(f, site, steps):
+        elif generic and _repeated_reads(f, line, steps):
             kind = "library_syncs"
             message = (
-                f"{f.library} waits for the GPU here, inside your line {site.file}:{site.line}: "
+                f"{f.library} waits for the GPU here, inside your line {line.file}:{line.line}: "
                 f"look for a setting of {f.library} that controls `{f.source or f.function}` "
                 "(gpuwatch knows no knob for this frame)"
             )
         else:
             continue
-        callers = tuple(dict.fromkeys(f"{s.file}:{s.line}" for s in f.sites))
+        callers = tuple(dict.fromkeys(f"{s.file}:{s.line}" for s in f.user_lines))
         out.append(
-            LibraryHint(kind, site, message, _evidence(f, steps), frame=f.where, callers=callers)
+            LibraryHint(kind, line, message, _evidence(f, steps), frame=f.where, callers=callers)
         )
     return out
 
@@ -347,18 +347,18 @@ def _grouped(frames: list[Frame]) -> list[tuple[Frame, Knob | None]]:
     ]
 
 
-def _repeated_reads(f: Frame, site: Site, steps: int) -> bool:
+def _repeated_reads(f: Frame, line: Line, steps: int) -> bool:
     """Whether an unknown frame is worth a hint: :data:`HOT` syncs or more, in more than one
     step where steps were counted, and not only blocking copies to the GPU where none were
     (a model's ``.to(device)`` inside a library, once)."""
     if f.syncs < HOT:
         return False
     if steps >= 2:
-        return site.steps_active != 1
+        return line.steps_active != 1
     return any(cause != "copy_to_device" for cause in f.by_cause)
 
 
-def owned_by_libraries(s: Site) -> bool:
+def owned_by_libraries(s: Line) -> bool:
     """Whether every copy and sync of the user's line ``s`` was made inside libraries (its
     own hints, "keep the value on the device", would be about code the user did not write)."""
     if not s.library:
@@ -383,20 +383,20 @@ def with_library_hints(report: Report, found: list[Hint], steps: int) -> list[Hi
     extra = library_hints(report, steps)
     if not extra:
         return found
-    by_site: dict[tuple[str, int], list[Hint]] = {}
+    by_line: dict[tuple[str, int], list[Hint]] = {}
     for lh in extra:
-        by_site.setdefault(lh.site.key, []).append(lh)
-    covered = {s.key for lh in extra for s in report.sites if f"{s.file}:{s.line}" in lh.callers}
+        by_line.setdefault(lh.line.key, []).append(lh)
+    covered = {s.key for lh in extra for s in report.lines if f"{s.file}:{s.line}" in lh.callers}
     # NB: under --lib-lines a known frame is a line: its ".item() in a loop" is the library's
     asked = report.options.profile
-    known = {lh.site.key for lh in extra} if asked is not None and asked.lib_lines else set()
+    known = {lh.line.key for lh in extra} if asked is not None and asked.lib_lines else set()
     out: list[Hint] = []
     for h in found:
-        out += by_site.pop(h.site.key, [])
-        if h.site.key in known or (h.site.key in covered and owned_by_libraries(h.site)):
+        out += by_line.pop(h.line.key, [])
+        if h.line.key in known or (h.line.key in covered and owned_by_libraries(h.line)):
             continue
         out.append(h)
-    for rest in by_site.values():
+    for rest in by_line.values():
         out += rest
     return out
 
@@ -412,7 +412,7 @@ def _evidence(f: Frame, steps: int) -> str:
     if steps >= 2:
         text += f"; {_rate(f.syncs, steps, 'sync', 'syncs')} and "
         text += f"{_rate(f.copies, steps, 'copy', 'copies')} per step"
-    lines = ", ".join(dict.fromkeys(f"{s.file}:{s.line}" for s in f.sites))
+    lines = ", ".join(dict.fromkeys(f"{s.file}:{s.line}" for s in f.user_lines))
     return f"{text}; from {lines}"
 
 
@@ -422,7 +422,7 @@ def _rate(n: int, steps: int, one: str, many: str) -> str:
     return f"{text} {one if rate == 1 else many}"
 
 
-def _copies(s: Site) -> int:
+def _copies(s: Line) -> int:
     return sum(s.copies(way).count for way in ("h2d", "d2h", "d2d", "p2p"))
 
 
@@ -439,6 +439,6 @@ def _merge(frames: list[Frame]) -> Frame:
         copies=sum(f.copies for f in frames),
         copy_bytes=sum(f.copy_bytes for f in frames),
         pageable=sum(f.pageable for f in frames),
-        sites=tuple({s.key: s for f in frames for s in f.sites}.values()),
+        user_lines=tuple({s.key: s for f in frames for s in f.user_lines}.values()),
         lines=tuple(sorted({n for f in frames for n in f.lines or (f.line,)})),
     )

@@ -72,8 +72,8 @@ def line_costs(r: Report) -> dict[str, tuple[float, float]]:
         charged = {d["site"]: float(d["total_ms"]) for d in run.get("lines", [])}
     ranked = sorted(charged.items(), key=lambda kv: kv[1], reverse=True)
     return {
-        site: (ms / steps, 100.0 * ms / total if total > 0 else 0.0)
-        for site, ms in ranked
+        line: (ms / steps, 100.0 * ms / total if total > 0 else 0.0)
+        for line, ms in ranked
         if ms > 0
     }
 
@@ -105,10 +105,10 @@ def cause_costs(r: Report) -> dict[str, dict[str, tuple[float, float]]]:
                 if k.endswith("_ms") and k != "total_ms" and isinstance(v, (int, float))
             }
     return {
-        site: {
+        line: {
             cause: (ms / steps, 100.0 * ms / total if total > 0 else 0.0)
             for cause, ms in causes.items()
             if ms > 0
         }
-        for site, causes in charged.items()
+        for line, causes in charged.items()
     }

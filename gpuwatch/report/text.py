@@ -20,7 +20,7 @@ from gpuwatch.report.collectives import rank_line, summary_parts
 from gpuwatch.report.compiled import compiled_lines
 from gpuwatch.report.hints import Hint, hints_order
 from gpuwatch.report.memory import failure_part, memory_part
-from profilers import DIRECTIONS, Report, Site
+from profilers import DIRECTIONS, Line, Report
 
 DIRECTION_NAMES = {
     "h2d": "host→GPU",
@@ -53,9 +53,9 @@ def summary(report: Report, top: int = 5, findings: Findings | None = None) -> R
             lambda s: f"{fmt.duration_ms(s.backward_ms)} in {s.backward_ops:,} ops",
         ),
     ):
-        sites = report.top_sites(key, top)
-        if sites:
-            parts.append(_sites_table(title, sites, value))
+        lines = report.top_lines(key, top)
+        if lines:
+            parts.append(_lines_table(title, lines, value))
     inside = _library_table(report, top)
     if inside is not None:
         parts.append(inside)
@@ -156,7 +156,7 @@ def step_lines(r: Report) -> list[str]:
     # makes more copies than there are steps), else by its counts (reports before that field).
     every = [
         s
-        for s in r.sites
+        for s in r.lines
         if (
             s.steps_active >= n
             if s.steps_active
@@ -349,14 +349,14 @@ def _syncs(r: Report) -> RenderableType:
     return t
 
 
-def _sites_table(title: str, sites: list[Site], value: Callable[[Site], str]) -> Table:
-    where = [f"{s.file}:{s.line}" for s in sites]
-    values = [value(s) for s in sites]
+def _lines_table(title: str, lines: list[Line], value: Callable[[Line], str]) -> Table:
+    where = [f"{s.file}:{s.line}" for s in lines]
+    values = [value(s) for s in lines]
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, expand=True)
     t.add_column("line", style="cyan", no_wrap=True, min_width=max(map(len, where)))
     t.add_column("value", justify="right", no_wrap=True, min_width=max(map(len, values)))
     t.add_column("source", no_wrap=True, overflow="ellipsis", ratio=1)
-    for w, v, s in zip(where, values, sites, strict=True):
+    for w, v, s in zip(where, values, lines, strict=True):
         t.add_row(escape(w), escape(v), escape(s.source or s.function))
     return t
 
@@ -365,9 +365,9 @@ def _library_table(report: Report, top: int) -> Table | None:
     """Where inside a library the top lines' copies and syncs were made (at most three frames
     a line): ``train.py:31`` and ``transformers/trainer.py:2410``; None when no library made
     any (the lines' own code did)."""
-    lines: list[Site] = []
+    lines: list[Line] = []
     for key in ("syncs", "bytes"):
-        lines += [s for s in report.top_sites(key, top) if s.library and s not in lines]
+        lines += [s for s in report.top_lines(key, top) if s.library and s not in lines]
     if not lines:
         return None
     t = Table(
@@ -395,7 +395,7 @@ def _library_table(report: Report, top: int) -> Table | None:
     return t
 
 
-def _causes(s: Site) -> str:
+def _causes(s: Line) -> str:
     return ", ".join(f"{k} {v:,}" for k, v in s.syncs.by_cause.items())
 
 

@@ -114,8 +114,8 @@ def time_lines(r: Report, costs: Mapping[str, tuple[float, float]] | None = None
         out.append(energy)
     costs = line_costs(r) if costs is None else costs
     if costs:
-        site, (ms, share) = next(iter(costs.items()))
-        out.append(f"costliest line: {site}, {cost_text(r, ms, share)}")
+        line, (ms, share) = next(iter(costs.items()))
+        out.append(f"costliest line: {line}, {cost_text(r, ms, share)}")
     return out
 
 

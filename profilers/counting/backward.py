@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from profilers.counting.threads import BackwardOps, ThreadState, ThreadStates
-from profilers.stats import OpCount, SiteStats
+from profilers.stats import LineStats, OpCount
 from profilers.torch_private import sequence_nr
 
 _STEMS: dict[type, str] = {}
@@ -24,7 +24,7 @@ _STEMS: dict[type, str] = {}
 _grad_enabled = torch.is_grad_enabled
 
 FORWARD_ENTRIES = 50_000
-"""Site changes per thread remembered for charging backward ops to forward lines (the oldest
+"""Line changes per thread remembered for charging backward ops to forward lines (the oldest
 half is dropped past twice this): a graph older than that is charged to .backward() alone."""
 
 _NO_FORWARD_OP = 1 << 63
@@ -53,17 +53,17 @@ def _made_by(op: str, stem: str) -> bool:
     return bool(stem) and op.split(".", 1)[0].replace("_", "").lower().startswith(stem)
 
 
-def note_forward(st: ThreadState, site: SiteStats, op: str) -> None:
-    """The thread's ops moved to ``site`` (first ``op``): nodes made from here are its."""
+def note_forward(st: ThreadState, line: LineStats, op: str) -> None:
+    """The thread's ops moved to ``line`` (first ``op``): nodes made from here are its."""
     if not _grad_enabled() or sequence_nr is None:
-        return  # no node is made: the site's ops cannot be in a backward
-    st.fwd_site = site
-    numbers, sites, ops = st.fwd
+        return  # no node is made: the line's ops cannot be in a backward
+    st.fwd_line = line
+    numbers, lines, ops = st.fwd
     if len(numbers) >= 2 * FORWARD_ENTRIES:
         keep = len(numbers) - FORWARD_ENTRIES
-        numbers, sites, ops = numbers[keep:], sites[keep:], ops[keep:]
-        st.fwd = (numbers, sites, ops)
-    sites.append(site)
+        numbers, lines, ops = numbers[keep:], lines[keep:], ops[keep:]
+        st.fwd = (numbers, lines, ops)
+    lines.append(line)
     ops.append(op)
     # The counter already counts this op's own node, if it made one (autograd runs first).
     numbers.append(sequence_nr())
@@ -73,15 +73,15 @@ def backward_ops_of(
     threads: ThreadStates,
     backward_state: ThreadState | None,
     st: ThreadState,
-    site: SiteStats,
+    line: LineStats,
     node: Any,
 ) -> dict[str, OpCount] | None:
-    """Where this thread counts the ops of autograd ``node`` run at ``site`` (the
+    """Where this thread counts the ops of autograd ``node`` run at ``line`` (the
     .backward() line): entries shared with the forward line whose op made the node, or
-    None when no forward line is known (they then count at ``site`` alone).
+    None when no forward line is known (they then count at ``line`` alone).
 
     The node is looked up in the .backward() caller's thread first, then in the others
-    (DataParallel replicas); a site is taken only if one of its ops can have made such a
+    (DataParallel replicas); a line is taken only if one of its ops can have made such a
     node, since node numbers are per thread and repeat across threads."""
     number = node._sequence_nr()
     if number >= _NO_FORWARD_OP:
@@ -92,32 +92,32 @@ def backward_ops_of(
     first = backward_state
     forward = None
     if first is not None:
-        numbers, sites, _ops = first.fwd
+        numbers, lines, _ops = first.fwd
         # The common case inlined (see _site_of_node): inside an entry, a known kind.
         i = bisect_right(numbers, number + 1, 0, len(numbers)) - 1
-        if i >= 0 and numbers[i] != number + 1 and stem in sites[i].node_stems:
-            forward = sites[i]
+        if i >= 0 and numbers[i] != number + 1 and stem in lines[i].node_stems:
+            forward = lines[i]
         else:
-            forward = _site_of_node(first.fwd, number, stem)
+            forward = _line_of_node(first.fwd, number, stem)
     if forward is None:
         others = [o for o in threads.all() if o is not first and o.fwd[0]]
         for other in others:
-            forward = _site_of_node(other.fwd, number, stem)
+            forward = _line_of_node(other.fwd, number, stem)
             if forward is not None:
                 break
         else:
             return None
-    key = (id(site), id(forward))
+    key = (id(line), id(forward))
     found = st.backward.get(key)
     if found is None:
-        found = st.backward[key] = BackwardOps(site, forward)
+        found = st.backward[key] = BackwardOps(line, forward)
     return found.ops
 
 
-def _site_of_node(
-    fwd: tuple[list[int], list[SiteStats], list[str]], number: int, stem: str
-) -> SiteStats | None:
-    numbers, sites, ops = fwd
+def _line_of_node(
+    fwd: tuple[list[int], list[LineStats], list[str]], number: int, stem: str
+) -> LineStats | None:
+    numbers, lines, ops = fwd
     # NB: an entry's number was read inside its first op, after autograd made that op's node
     # (if it made one): node n was made by an op that saw n + 1.
     end = len(numbers)  # numbers are appended last: entries below this are whole
@@ -125,17 +125,17 @@ def _site_of_node(
     if i < 0:
         return None
     if numbers[i] == number + 1:
-        # The first op at the first site entered at n + 1 made node n, or an op before it did.
+        # The first op at the first line entered at n + 1 made node n, or an op before it did.
         j = bisect_left(numbers, number + 1, 0, i + 1)
         if _made_by(ops[j], stem):
-            return sites[j]
+            return lines[j]
         i = j - 1
         if i < 0:
             return None
-    site = sites[i]
-    if stem in site.node_stems:
-        return site
-    if any(_made_by(op, stem) for op in list(site.op_breakdown)):
-        site.node_stems.add(stem)  # only yes is kept: a site can gain the op later
-        return site
+    line = lines[i]
+    if stem in line.node_stems:
+        return line
+    if any(_made_by(op, stem) for op in list(line.op_breakdown)):
+        line.node_stems.add(stem)  # only yes is kept: a line can gain the op later
+        return line
     return None

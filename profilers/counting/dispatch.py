@@ -1,7 +1,7 @@
 """The hot path: ``ProfilerMode.__torch_dispatch__`` for every op, in one Python function.
 
 Kept lean on purpose (each call costs about as much as a dict lookup): a per-op info cache, a
-per-thread site cache, and the op run through its C++ entry point. Everything it cannot do cheaply
+per-thread line cache, and the op run through its C++ entry point. Everything it cannot do cheaply
 goes to the recorder, and nothing it does of its own may raise into the user's code.
 """
 
@@ -22,7 +22,7 @@ from profilers.counting.origins import is_factory, note_made
 from profilers.counting.recorder import Recorder
 from profilers.counting.threads import ThreadState
 from profilers.memory.failure import failed
-from profilers.stats import OpCount, SiteStats
+from profilers.stats import LineStats, OpCount
 from profilers.timing.charge import charge_transfer, settle_op
 from profilers.timing.cuda_events import TimedOp
 from profilers.timing.gaps import LONG_GAP_NS
@@ -176,31 +176,31 @@ def dispatch(  # noqa: C901 - the hot path kept in one frame: a call per branch 
     # -- its line (NB: the profiler never raises into user code: what fails of its own is an
     # internal error of this op, and the op runs as it would have; free in 3.11 until it raises)
     try:
-        # Site cache: the same calling frame means the same user frame above it; only when
+        # Line cache: the same calling frame means the same user frame above it; only when
         # the caller is the user frame itself can the line have moved (f_lasti says whether).
         if (
             frame is not None
             and frame is st.last_frame
             and (frame is not st.last_user or frame.f_lasti == st.last_lasti)
         ):
-            site = st.last_site
-            assert site is not None
+            line = st.last_line
+            assert line is not None
         else:
-            site = recorder.site_in(st, frame)
-            if site is not st.fwd_site and recorder.attributes_backward:
-                note_forward(st, site, name)
-        # NB: only the per-op entry is counted here; the site's ops and kernel time are summed
-        # from the entries when read (merged_sites), two attribute updates fewer per op.
-        ops = site.op_breakdown
-        if recorder.backward_site is not None:
+            line = recorder.line_in(st, frame)
+            if line is not st.fwd_line and recorder.attributes_backward:
+                note_forward(st, line, name)
+        # NB: only the per-op entry is counted here; the line's ops and kernel time are summed
+        # from the entries when read (merged_lines), two attribute updates fewer per op.
+        ops = line.op_breakdown
+        if recorder.backward_line is not None:
             # An op of a backward under way counts in the entries it shares with the forward
             # line whose op made its node; one node's ops come one after another.
             node = _current_node()
             if node is not None:
-                if node is not st.bw_node or site is not st.bw_site:  # once per node
-                    st.bw_node, st.bw_site = node, site
+                if node is not st.bw_node or line is not st.bw_line:  # once per node
+                    st.bw_node, st.bw_line = node, line
                     st.bw_ops = backward_ops_of(
-                        recorder.threads, recorder.backward_state, st, site, node
+                        recorder.threads, recorder.backward_state, st, line, node
                     )
                 if st.bw_ops is not None:
                     ops = st.bw_ops
@@ -214,11 +214,11 @@ def dispatch(  # noqa: C901 - the hot path kept in one frame: a call per branch 
         entry = ops[name] = OpCount()
         if clock is not None and clock.prober is not None and facts.classifier is None:
             # its cost outside this function, measured on its own arguments (timing/)
-            clock.prober.note(clock, entry, site, func, facts.call, args, kwargs)
+            clock.prober.note(clock, entry, line, func, facts.call, args, kwargs)
     entry.count += 1
     special = facts.special
     if special is COLLECTIVE:  # (DECOMPOSE went its way above)
-        return _collective(recorder, clock, site, entry, facts, args, kwargs, t_in)
+        return _collective(recorder, clock, line, entry, facts, args, kwargs, t_in)
     # -- run it, timed
     ms = 0.0
     timed: TimedOp | None = None
@@ -231,47 +231,47 @@ def dispatch(  # noqa: C901 - the hot path kept in one frame: a call per branch 
             out = facts.call(*args, **kwargs)
             t_ret = _ns()
     except BaseException as exc:  # explained, and our frames taken out (profilers/memory/)
-        raise failed(recorder, site, name, func, args, kwargs, exc)  # noqa: B904
+        raise failed(recorder, line, name, func, args, kwargs, exc)  # noqa: B904
     if recorder.host_timing:  # no GPU: the op's host time is its kernel time
         ms = (t_ret - t_call) / 1e6
         entry.ms += ms
     if special is FACTORY:  # where a tensor copied later came from (counting/origins.py)
         try:
-            note_made(recorder.provenance, site, name, out)
+            note_made(recorder.provenance, line, name, out)
         except Exception as exc:
             recorder.internal_error(name, exc)
     memory = recorder.memory
     if memory is not None:  # which line holds which GPU bytes (--memory, profilers/memory/)
         try:
-            memory.made(site, name, out)
+            memory.made(line, name, out)
         except Exception as exc:
             recorder.internal_error(name, exc)
     if clock is not None:
         # The host's time since the last event (less the profiler's cost outside this
         # function) and the op's own run are the line's host work (profilers/timing/).
-        rec = clock.lines.get(site) or clock.line(site)
+        rec = clock.lines.get(line) or clock.line(line)
         rec.launch_ns += t_in - clock.last_ns - clock.outside_ns + t_ret - t_call
         if t_in - clock.last_ns >= LONG_GAP_NS:  # named by samples (profilers/timing/gaps.py)
-            clock.long_gap(t_in, site)  # NB: before last_site moves on (the gap's op before)
-        clock.last_site = site
+            clock.long_gap(t_in, line)  # NB: before last_line moves on (the gap's op before)
+        clock.last_line = line
     # -- what it copied or synced
     found = None
     if (facts.classifier is not None or st.synced) and not st.in_comm:
         found = _account(
-            recorder, clock, site, facts, args, kwargs, out, ms, timed, st, t_call, t_ret, frame
+            recorder, clock, line, facts, args, kwargs, out, ms, timed, st, t_call, t_ret, frame
         )
     # The step replay's record of the op (profilers/timing/oplog.py), only where the run asked
     # for a replay (--what-if, --gpu NAME): every thread's ops (autograd's run the backward).
     if timed is not None:
         # what the GPU timeline places it by (profilers/timing/gpu_time.py)
-        timed.site = site
+        timed.line = line
         timed.found = found
         timed.queued_ns = t_call
         if recorder.replay is not None:
-            recorder.replay.op(site, func, t_in, t_call, t_ret, found, timed)
+            recorder.replay.op(line, func, t_in, t_call, t_ret, found, timed)
         timer.queue(timed)  # type: ignore[union-attr]
     elif recorder.replay is not None:
-        recorder.replay.op(site, func, t_in, t_call, t_ret, found, timed)
+        recorder.replay.op(line, func, t_in, t_call, t_ret, found, timed)
     if clock is not None:
         t_out = _ns()
         clock.own_ns += t_call - t_in + t_out - t_ret + clock.outside_ns
@@ -283,7 +283,7 @@ def dispatch(  # noqa: C901 - the hot path kept in one frame: a call per branch 
 def _collective(
     recorder: Recorder,
     clock: StepClock | None,
-    site: SiteStats,
+    line: LineStats,
     entry: OpCount,
     facts: OpFacts,
     args: tuple[Any, ...],
@@ -293,10 +293,10 @@ def _collective(
     """A collective (or a wait on one): run and counted whole, its host time on the clock."""
     rule: Any = facts.classifier
     if clock is None:
-        return recorder.collective(site, entry, rule, facts.call, args, kwargs)
+        return recorder.collective(line, entry, rule, facts.call, args, kwargs)
     t_call = _ns()
-    out = recorder.collective(site, entry, rule, facts.call, args, kwargs)
-    settle_op(clock, site, t_in, t_call, _ns(), COMM)
+    out = recorder.collective(line, entry, rule, facts.call, args, kwargs)
+    settle_op(clock, line, t_in, t_call, _ns(), COMM)
     return out
 
 
@@ -341,7 +341,7 @@ def _run_watched(
 def _account(
     recorder: Recorder,
     clock: StepClock | None,
-    site: SiteStats,
+    line: LineStats,
     facts: OpFacts,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -358,10 +358,10 @@ def _account(
     found = None
     try:
         found = recorder.account(
-            site, facts.classifier, args, kwargs, out, ms, timed, st.synced, frame
+            line, facts.classifier, args, kwargs, out, ms, timed, st.synced, frame
         )
         if found is not None and clock is not None:
-            charge_transfer(clock, site, found, t_ret - t_call, t_call, timed)
+            charge_transfer(clock, line, found, t_ret - t_call, t_call, timed)
     except Exception as exc:
         recorder.internal_error(str(facts.name), exc)
     return found
@@ -397,7 +397,7 @@ def _under_compile(
 ) -> Any:
     """dispatch() with dynamo's callback ``prior`` cleared, restored after (both are marked for
     dynamo to skip: profilers/counting/mode.py). The op's caller is
-    then two frames further up; the site lookup walks past these frames (profilers' own)."""
+    then two frames further up; the line lookup walks past these frames (profilers' own)."""
     try:
         return dispatch(mode, func, types, args, kwargs)
     finally:

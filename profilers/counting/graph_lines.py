@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import Any
 
-from profilers.counting.sites import UserCode
+from profilers.counting.user_code import UserCode
 
 GRAPH_FILE = "<eval_with_key>"
 """How torch.fx names the code it generates for a graph module (``<eval_with_key>.3`` and, for

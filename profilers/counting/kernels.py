@@ -252,10 +252,10 @@ class CountingKernels:
                     frame: Any = getframe(1)
                 except ValueError:  # a C++ thread with no Python frames (autograd's device threads)
                     frame = None
-                site, walk, made_at = recorder.counted_site(st, frame)
-                recorder.apply_found(site, found, args, walk, made_at)
+                line, walk, made_at = recorder.counted_line(st, frame)
+                recorder.apply_found(line, found, args, walk, made_at)
                 if st.clock is not None:  # the host half of the time view (a wait, if any)
-                    timed_on_fast_path(st.clock, site, found, enter, start, end)
+                    timed_on_fast_path(st.clock, line, found, enter, start, end)
             except Exception as exc:  # never into the user's code: the op ran, uncounted
                 recorder.internal_error(name, exc)
             return out
@@ -286,11 +286,11 @@ class CountingKernels:
                     frame: Any = sys._getframe(1)
                 except ValueError:
                     frame = None
-                site = recorder.site_for(frame)
+                line = recorder.line_for(frame)
             except Exception as exc:  # never into the user's code: the op runs uncounted
                 recorder.internal_error(name, exc)
                 return run(*args, **kwargs)
-            return recorder.collective(site, None, rule, run, args, kwargs)
+            return recorder.collective(line, None, rule, run, args, kwargs)
 
         return kernel
 

@@ -75,11 +75,11 @@ def is_factory(name: str) -> bool:
 
 
 class Maker(weakref.ref):  # type: ignore[type-arg]  # of an UntypedStorage
-    """One storage's maker: the line (``SiteStats``), the op and the origin."""
+    """One storage's maker: the line (``LineStats``), the op and the origin."""
 
-    __slots__ = ("key", "op", "origin", "site")
+    __slots__ = ("key", "line", "op", "origin")
 
-    site: Any
+    line: Any
     op: str
     origin: str
     key: int
@@ -96,8 +96,8 @@ class Provenance:
         if self.storages.get(made.key) is made:
             self.storages.pop(made.key, None)
 
-    def note(self, site: Any, op: str, origin: str, t: Tensor) -> None:
-        """Notes that ``site``'s ``op`` made ``t`` (a host tensor), of ``origin``."""
+    def note(self, line: Any, op: str, origin: str, t: Tensor) -> None:
+        """Notes that ``line``'s ``op`` made ``t`` (a host tensor), of ``origin``."""
         if len(self.storages) >= MAX_KEPT:
             return
         try:
@@ -106,7 +106,7 @@ class Provenance:
             return  # sparse, nested or functional tensors: no storage of their own
         key = storage._cdata
         made = Maker(storage, self._forget)
-        made.site, made.op, made.origin, made.key = site, op, origin, key
+        made.line, made.op, made.origin, made.key = line, op, origin, key
         self.storages[key] = made  # NB: a batch's tensor made by a factory is the batch's now
 
     def of(self, t: Tensor) -> Maker | None:
@@ -116,7 +116,7 @@ class Provenance:
             return None
 
 
-def note_made(provenance: Provenance, site: Any, name: str, out: Any) -> None:
+def note_made(provenance: Provenance, line: Any, name: str, out: Any) -> None:
     """A factory op's output, where it is on the host (one on a GPU needs no fix). NB: a NumPy
     array's data (``torch.from_numpy``, ``torch.as_tensor``) reaches the dispatcher as
     ``lift_fresh`` too, in memory NumPy owns (not resizable): not made by a factory, its origin
@@ -125,7 +125,7 @@ def note_made(provenance: Provenance, site: Any, name: str, out: Any) -> None:
         op = name.split(".", 1)[0]
         if op in LIFTED and not _resizable(out):
             return
-        provenance.note(site, op, FACTORY, out)
+        provenance.note(line, op, FACTORY, out)
 
 
 #: The ops Python data (``torch.tensor(0.5)``, a list) and NumPy arrays reach the dispatcher as.
@@ -175,15 +175,15 @@ def loader_settings(it: Any) -> dict[str, Any]:
     }
 
 
-def note_batch(provenance: Provenance, site: Any, it: Any, batch: Any) -> None:
-    """A batch the loader iterator ``it`` returned at ``site`` (the ``for`` line): its tensors'
+def note_batch(provenance: Provenance, line: Any, it: Any, batch: Any) -> None:
+    """A batch the loader iterator ``it`` returned at ``line`` (the ``for`` line): its tensors'
     storages are the loader's, and the line keeps the loader's settings."""
     for t in batch_tensors(batch):
         if t.device.type == "cpu":
-            provenance.note(site, "DataLoader", LOADER, t)
-    found = site.loader
+            provenance.note(line, "DataLoader", LOADER, t)
+    found = line.loader
     if found is None:
-        found = site.loader = {**loader_settings(it), "iterators": 0, "batches": 0}
+        found = line.loader = {**loader_settings(it), "iterators": 0, "batches": 0}
     if getattr(it, "_gpuwatch_seen", False) is not True:
         # NB: one mark per iterator (an epoch): a new one starts the workers anew unless
         # persistent_workers; an attribute of our own on the loader's iterator, not the batch
@@ -215,10 +215,10 @@ def origin_of(
     frame: FrameType | None,
     provenance: Provenance | None,
     memory: Any,
-    site: Any = None,
+    line: Any = None,
 ) -> tuple[str, Any, str | None]:
     """``(origin, the maker's line or None, the maker's op or None)`` of a host-to-GPU copy of
-    ``src``, which read pageable memory or not, called from ``frame`` at ``site``."""
+    ``src``, which read pageable memory or not, called from ``frame`` at ``line``."""
     if isinstance(src, torch.nn.Parameter) or (
         frame is not None and frame.f_code.co_filename.endswith(_MODULE_FILE)
     ):
@@ -229,29 +229,29 @@ def origin_of(
         return HOST, None, None
     maker = provenance.of(src) if provenance is not None else None
     if maker is not None and maker.origin == LOADER:
-        return LOADER, maker.site, maker.op
+        return LOADER, maker.line, maker.op
     if not pageable:
         return PINNED, None, None
     if maker is not None:
-        return FACTORY, maker.site, maker.op
+        return FACTORY, maker.line, maker.op
     made = memory.of(src) if memory is not None else None  # it saw every op's storages
     # NB: past the provenance, a lifted tensor (lift_fresh) may be NumPy's data as well as
     # torch.tensor's: only the provenance, which saw its memory, tells; here it is a host's
     if made is not None and is_factory(made.op) and not _lifted(made.op):
-        return FACTORY, made.site, made.op
+        return FACTORY, made.line, made.op
     # NB: made on the host from a factory's tensor by other ops (torch.randn(n) * 2, at its
     # line or another): the fix is the factory's, on the device, and the rest with it; the
     # line that made it (else the copy's own) ran a factory op
-    line = made.site if made is not None else site
-    factory = _factory_at(line)
+    maker_line = made.line if made is not None else line
+    factory = _factory_at(maker_line)
     if factory is not None:
-        return FACTORY, line, factory
-    return HOST, None if made is None else made.site, None if made is None else made.op
+        return FACTORY, maker_line, factory
+    return HOST, None if made is None else made.line, None if made is None else made.op
 
 
-def _factory_at(site: Any) -> str | None:
-    """The first factory op ``site`` (a ``SiteStats``) ran, by name (``randn``), if any."""
-    for name in list(getattr(site, "op_breakdown", ())):
+def _factory_at(line: Any) -> str | None:
+    """The first factory op ``line`` (a ``LineStats``) ran, by name (``randn``), if any."""
+    for name in list(getattr(line, "op_breakdown", ())):
         if is_factory(name) and not _lifted(name):
             return str(name).split(".", 1)[0]
     return None

@@ -18,13 +18,13 @@ from profilers.counting.comm import CommRule
 from profilers.counting.graph_lines import GraphLines, GraphPlace
 from profilers.counting.ops import Classifier, IsPinned, Transfer, default_is_pinned
 from profilers.counting.origins import Provenance, note_batch, origin_of, source_of
-from profilers.counting.sites import UNKNOWN, UserCode, inside_tensor_printing, statement
 from profilers.counting.threads import ThreadState, ThreadStates
+from profilers.counting.user_code import UNKNOWN, UserCode, inside_tensor_printing, statement
 from profilers.errors import OpFailure
 from profilers.memory.tracker import MemoryTracker
 from profilers.names import OTHER, SYNCHRONIZE
 from profilers.origins import OriginCount
-from profilers.stats import MAX_STACKS, Counters, OpCount, SiteStats
+from profilers.stats import MAX_STACKS, Counters, LineStats, OpCount
 from profilers.timing.cuda_events import CudaApi, CudaTimer, TimedOp, TorchCuda
 from profilers.timing.timeline import StepClock
 from profilers.torch_private import BACKWARD_NODES
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 
 class Recorder:
-    """Aggregates per site, in one table per thread (merged on demand), so threads never contend.
+    """Aggregates per line, in one table per thread (merged on demand), so threads never contend.
 
     Args:
         user: decides which frames are user code.
@@ -76,7 +76,7 @@ class Recorder:
         """True while the profiler itself waits on the GPU (its one final synchronize)."""
         self.trace_syncs = False
         """Syncs come from PyTorch's GPU trace callbacks (opt-in) rather than the entry points."""
-        self.backward_site: SiteStats | None = None
+        self.backward_line: LineStats | None = None
         """The user line of the .backward()/autograd.grad call under way, for autograd threads."""
         self.timeline: deque[tuple[float, str | None, int, str | None, str, bool, bool]] = deque(
             maxlen=max(0, timeline_capacity)
@@ -128,115 +128,115 @@ class Recorder:
             else:
                 found.count += 1
 
-    # -- sites --------------------------------------------------------------------------------
+    # -- lines --------------------------------------------------------------------------------
 
-    def site_for(self, frame: FrameType | None) -> SiteStats:
-        """The site of the innermost user frame, else the running backward call, else unknown."""
-        return self.site_in(self.state(), frame)
+    def line_for(self, frame: FrameType | None) -> LineStats:
+        """The line of the innermost user frame, else the running backward call, else unknown."""
+        return self.line_in(self.state(), frame)
 
-    def site_in(self, st: ThreadState, frame: FrameType | None) -> SiteStats:
-        """:meth:`site_for` with the calling thread's state ``st`` in hand (the hot paths':
-        they have it already), through and into its site cache."""
+    def line_in(self, st: ThreadState, frame: FrameType | None) -> LineStats:
+        """:meth:`line_for` with the calling thread's state ``st`` in hand (the hot paths':
+        they have it already), through and into its line cache."""
         table = st.table
         f = self.user.first(frame)
         if f is None:
-            return self._borrowed_site(table)
+            return self._borrowed_line(table)
         if f is st.last_user and f.f_lasti == st.last_lasti:
             # A new library frame under the same user call (the next module of model(x)).
-            site = st.last_site
-            assert site is not None
+            line = st.last_line
+            assert line is not None
             st.last_frame = frame
-            return site
+            return line
         code = f.f_code
-        line = f.f_lineno
-        key = (code.co_filename, line)
-        site = table.get(key)
-        if site is None:
-            site = SiteStats(
-                self.user.display(code.co_filename), line, code.co_name, self.user.chain(f)
+        lineno = f.f_lineno
+        key = (code.co_filename, lineno)
+        line = table.get(key)
+        if line is None:
+            line = LineStats(
+                self.user.display(code.co_filename), lineno, code.co_name, self.user.chain(f)
             )
-            site.source = linecache.getline(code.co_filename, line).strip()
-            site.callers = {self.user.caller_key(f)}
-            table[key] = site
-        elif len(site.callers) < MAX_STACKS:
+            line.source = linecache.getline(code.co_filename, lineno).strip()
+            line.callers = {self.user.caller_key(f)}
+            table[key] = line
+        elif len(line.callers) < MAX_STACKS:
             # A line reached from a new caller (a helper called from two places) keeps that
             # chain too; the key is the next user frame up, one short walk.
             caller = self.user.caller_key(f)
-            if caller not in site.callers:
-                site.callers.add(caller)
-                site.add_stack(self.user.chain(f))
-        st.last_frame, st.last_user, st.last_lasti, st.last_site = frame, f, f.f_lasti, site
-        return site
+            if caller not in line.callers:
+                line.callers.add(caller)
+                line.add_stack(self.user.chain(f))
+        st.last_frame, st.last_user, st.last_lasti, st.last_line = frame, f, f.f_lasti, line
+        return line
 
-    def counted_site(
+    def counted_line(
         self, st: ThreadState, frame: FrameType | None
-    ) -> tuple[SiteStats, FrameType | None, tuple[str, int, str] | None]:
-        """The site of a copy or sync the fast path counted, the frame ``apply`` looks for
+    ) -> tuple[LineStats, FrameType | None, tuple[str, int, str] | None]:
+        """The line of a copy or sync the fast path counted, the frame ``apply`` looks for
         its library frame from, and the library frame a compiled graph's record names (the
         frames between a graph's op and the user's are torch.fx's and dynamo's plumbing,
         never the library that made it: no frame is walked there)."""
-        in_graph = self.graph_site(st, frame)
+        in_graph = self.graph_line(st, frame)
         if in_graph is None:
-            return self.site_in(st, frame), frame, None
+            return self.line_in(st, frame), frame, None
         return in_graph[0], None, in_graph[1].library
 
-    def graph_site(
+    def graph_line(
         self, st: ThreadState, frame: FrameType | None
-    ) -> tuple[SiteStats, GraphPlace] | None:
-        """The site of a copy or sync a compiled graph made (its op's own line, as dynamo
+    ) -> tuple[LineStats, GraphPlace] | None:
+        """The line of a copy or sync a compiled graph made (its op's own line, as dynamo
         traced it: profilers/counting/graph_lines.py), or None where no graph's generated code
         called the op. Only where a copy or sync is counted, never per op."""
         place = self.graph_lines.place(frame)
         if place is None:
             return None
         key = (place.file, place.line)
-        site = st.table.get(key)
-        if site is None:
+        line = st.table.get(key)
+        if line is None:
             user = self.user
             ran_in = user.first(frame)  # the compiled function's frame, running the graph
             callers = [f"{user.display(f)}:{n} {fn}" for f, n, fn in place.callers]
             callers += user.chain(ran_in) if ran_in is not None else []
-            site = SiteStats(user.display(place.file), place.line, place.function, callers[:8])
-            site.source = linecache.getline(place.file, place.line).strip()
-            site.callers = {user.caller_key(ran_in) if ran_in is not None else None}
-            st.table[key] = site
-        return site, place
+            line = LineStats(user.display(place.file), place.line, place.function, callers[:8])
+            line.source = linecache.getline(place.file, place.line).strip()
+            line.callers = {user.caller_key(ran_in) if ran_in is not None else None}
+            st.table[key] = line
+        return line, place
 
-    def _borrowed_site(self, table: dict[tuple[str, int], SiteStats]) -> SiteStats:
+    def _borrowed_line(self, table: dict[tuple[str, int], LineStats]) -> LineStats:
         # NB: autograd's device threads run backward ops with no Python frame of the user's on
         # their stack; they belong to the .backward() call the user is blocked in.
-        origin = self.backward_site
+        origin = self.backward_line
         key = origin.key if origin is not None else UNKNOWN
-        site = table.get(key)
-        if site is None:
+        line = table.get(key)
+        if line is None:
             if origin is None:
-                site = SiteStats(UNKNOWN[0], UNKNOWN[1], "<no user frame>")
+                line = LineStats(UNKNOWN[0], UNKNOWN[1], "<no user frame>")
             else:
-                site = SiteStats(origin.file, origin.line, origin.function, origin.stack)
-                site.source = origin.source
-            table[key] = site
-        return site
+                line = LineStats(origin.file, origin.line, origin.function, origin.stack)
+                line.source = origin.source
+            table[key] = line
+        return line
 
-    def _library_site(self, site: SiteStats, frame: FrameType) -> SiteStats:
-        """``--lib-lines``: the site of the library frame that made the op ``frame`` called
-        (:meth:`UserCode.library_code`), its callers the user's lines; ``site`` itself when the
+    def _library_line(self, line: LineStats, frame: FrameType) -> LineStats:
+        """``--lib-lines``: the line of the library frame that made the op ``frame`` called
+        (:meth:`UserCode.library_code`), its callers the user's lines; ``line`` itself when the
         user's line made the op. Looked up per copy or sync only, never per op."""
         found = self.user.library_code(frame)
         if found is None:
-            return site
+            return line
         code = found.f_code
-        line = found.f_lineno
+        lineno = found.f_lineno
         table = self.state().table
-        key = (code.co_filename, line)
-        chain = [f"{site.file}:{site.line} {site.function}", *site.stack]
+        key = (code.co_filename, lineno)
+        chain = [f"{line.file}:{line.line} {line.function}", *line.stack]
         lib = table.get(key)
         if lib is None:
-            lib = SiteStats(self.user.library_name(code.co_filename), line, code.co_name, chain)
-            lib.source = statement(code.co_filename, line)
-            lib.callers = {site.key}
+            lib = LineStats(self.user.library_name(code.co_filename), lineno, code.co_name, chain)
+            lib.source = statement(code.co_filename, lineno)
+            lib.callers = {line.key}
             table[key] = lib
-        elif len(lib.callers) < MAX_STACKS and site.key not in lib.callers:
-            lib.callers.add(site.key)
+        elif len(lib.callers) < MAX_STACKS and line.key not in lib.callers:
+            lib.callers.add(line.key)
             lib.add_stack(chain)
         return lib
 
@@ -244,7 +244,7 @@ class Recorder:
 
     def account(
         self,
-        site: SiteStats,
+        line: LineStats,
         classifier: Classifier | None,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
@@ -261,31 +261,31 @@ class Recorder:
             transfer = classifier(args, kwargs, out, self.is_pinned)
             if isinstance(transfer, list):
                 for i, t in enumerate(transfer):  # the op's time goes with its first part
-                    self.apply(site, t, ms if i == 0 else 0.0, timed if i == 0 else None, frame)
+                    self.apply(line, t, ms if i == 0 else 0.0, timed if i == 0 else None, frame)
                     if t.direction == "h2d":
-                        self.note_origin(site, t, args, frame)
+                        self.note_origin(line, t, args, frame)
                 return transfer
             if transfer is not None:
-                self.apply(site, transfer, ms, timed, frame)
+                self.apply(line, transfer, ms, timed, frame)
                 if transfer.direction == "h2d":
-                    self.note_origin(site, transfer, args, frame)
+                    self.note_origin(line, transfer, args, frame)
                 return transfer
         if synced:
             found = Transfer(None, sync=OTHER)
-            self.apply(site, found, frame=frame)
+            self.apply(line, found, frame=frame)
             return found
         return None
 
     def apply(
         self,
-        site: SiteStats,
+        line: LineStats,
         t: Transfer,
         ms: float = 0.0,
         timed: TimedOp | None = None,
         frame: FrameType | None = None,
         made_at: tuple[str, int, str] | None = None,
     ) -> None:
-        """Counts ``t`` at ``site``; ``ms`` is the op's host time, or ``timed`` its CUDA timing
+        """Counts ``t`` at ``line``; ``ms`` is the op's host time, or ``timed`` its CUDA timing
         record (credited when the events complete); ``frame``, the Python frame that called
         the op, names the library frame that made it (:meth:`UserCode.library_code`), or
         ``made_at`` does (a compiled graph's record of it)."""
@@ -294,10 +294,10 @@ class Recorder:
         nbytes = t.nbytes or 0
         if made_at is not None or frame is not None:  # here only: never per op
             if self.lib_lines and frame is not None:
-                site = self._library_site(site, frame)
+                line = self._library_line(line, frame)
             else:
                 self.user.note_library(
-                    site.libraries,
+                    line.libraries,
                     frame,
                     t.direction is not None,
                     nbytes,
@@ -306,22 +306,22 @@ class Recorder:
                     made_at,
                 )
         if t.direction is not None:
-            copies = site.copies(t.direction)
+            copies = line.copies(t.direction)
             copies.add(t.nbytes, t.pageable, t.non_blocking)
             copies.time_ms += ms
             if timed is not None:
                 timed.copies = copies  # its GPU time goes to the copies too
             if t.dtype is not None:
-                site.copy_dtypes[t.dtype] = site.copy_dtypes.get(t.dtype, 0) + nbytes
+                line.copy_dtypes[t.dtype] = line.copy_dtypes.get(t.dtype, 0) + nbytes
             if t.src is not None:
                 self.devices.add(t.src)
             if t.dst is not None:
                 self.devices.add(t.dst)
         if t.sync is not None:
-            site.syncs.add(t.sync)
-        if site.last_step != self.step_number:  # NB: two int reads per copy/sync, no more
-            site.last_step = self.step_number
-            site.steps_active += 1
+            line.syncs.add(t.sync)
+        if line.last_step != self.step_number:  # NB: two int reads per copy/sync, no more
+            line.last_step = self.step_number
+            line.steps_active += 1
         self.events_recorded += 1
         self.timeline.append(
             (
@@ -329,7 +329,7 @@ class Recorder:
                 t.direction,
                 nbytes,
                 t.sync,
-                f"{site.file}:{site.line}",
+                f"{line.file}:{line.line}",
                 t.pageable,
                 t.non_blocking,
             )
@@ -337,7 +337,7 @@ class Recorder:
 
     def apply_found(
         self,
-        site: SiteStats,
+        line: LineStats,
         found: Transfer | list[Transfer],
         args: tuple[Any, ...],
         frame: FrameType | None,
@@ -347,21 +347,21 @@ class Recorder:
         copy with its tensor's origin (``made_at``: the library frame a compiled graph's
         record names, where a graph made it)."""
         for t in found if isinstance(found, list) else (found,):
-            self.apply(site, t, frame=frame, made_at=made_at)
+            self.apply(line, t, frame=frame, made_at=made_at)
             if t.direction == "h2d":
-                self.note_origin(site, t, args, frame)
+                self.note_origin(line, t, args, frame)
 
     def note_origin(
-        self, site: SiteStats, t: Transfer, args: tuple[Any, ...], frame: FrameType | None
+        self, line: LineStats, t: Transfer, args: tuple[Any, ...], frame: FrameType | None
     ) -> None:
         """Where the tensor of the host-to-GPU copy ``t`` came from (profilers/origins.py),
-        counted at ``site``; at copies only, so it costs the loop nothing else."""
+        counted at ``line``; at copies only, so it costs the loop nothing else."""
         origin, maker, op = origin_of(
-            source_of(args), t.pageable, frame, self.provenance, self.memory, site
+            source_of(args), t.pageable, frame, self.provenance, self.memory, line
         )
-        found = site.origins.get(origin)
+        found = line.origins.get(origin)
         if found is None:
-            found = site.origins[origin] = OriginCount()
+            found = line.origins[origin] = OriginCount()
         made_at = None if maker is None else f"{maker.file}:{maker.line}"
         found.add(t.nbytes or 0, t.pageable, t.non_blocking, made_at, op)
 
@@ -371,20 +371,20 @@ class Recorder:
         if not self.active:
             return
         try:
-            note_batch(self.provenance, self.site_for(frame), it, batch)
+            note_batch(self.provenance, self.line_for(frame), it, batch)
         except Exception as exc:  # never into user code: the batch goes back as it came
             self.internal_error("DataLoader.__next__", exc)
 
     def collective(
         self,
-        site: SiteStats,
+        line: LineStats,
         entry: OpCount | None,
         rule: CommRule,
         call: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        """Runs a collective op (or a wait on one) and counts it at ``site``, with the host time
+        """Runs a collective op (or a wait on one) and counts it at ``line``, with the host time
         it took: the host's wait where the backend blocks (added to ``entry``, if any)."""
         t = time.perf_counter()
         out = call(*args, **kwargs)
@@ -393,9 +393,9 @@ class Recorder:
             if self.host_timing and entry is not None:
                 entry.ms += ms
             if rule.op is None:
-                site.comm.wait_ms += ms
+                line.comm.wait_ms += ms
             else:
-                site.comm.add(rule.op, rule.nbytes(args), ms)
+                line.comm.add(rule.op, rule.nbytes(args), ms)
         except Exception as exc:
             self.internal_error(rule.op or "wait", exc)
         return out
@@ -421,9 +421,9 @@ class Recorder:
                 return {"count": n, "source": source}
         return None
 
-    def waited(self, site: SiteStats, ms: float) -> None:
-        """``work.wait()`` took ``ms`` at ``site``."""
-        site.comm.wait_ms += ms
+    def waited(self, line: LineStats, ms: float) -> None:
+        """``work.wait()`` took ``ms`` at ``line``."""
+        line.comm.wait_ms += ms
 
     def clock_here(self) -> StepClock | None:
         """The step clock when the calling thread is the profile's own, else None."""
@@ -443,8 +443,8 @@ class Recorder:
         explicit synchronize), charged to the user line of ``frame`` on the step clock."""
         clock = self.clock_here()
         if clock is not None:
-            site = self.site_for(frame)
-            clock.wait(site, kind, cause, enter_ns, start_ns, end_ns, time.perf_counter_ns())
+            line = self.line_for(frame)
+            clock.wait(line, kind, cause, enter_ns, start_ns, end_ns, time.perf_counter_ns())
 
     # -- syncs the dispatcher never sees --------------------------------------------------------
 
@@ -465,7 +465,7 @@ class Recorder:
             from profilers.names import COPY_TO_HOST
 
             cause = COPY_TO_HOST
-        self.apply(self.site_for(frame), Transfer(None, sync=cause), frame=frame)
+        self.apply(self.line_for(frame), Transfer(None, sync=cause), frame=frame)
 
     # -- CUDA event timing ----------------------------------------------------------------------
 
@@ -485,24 +485,24 @@ class Recorder:
 
     # -- reading --------------------------------------------------------------------------------
 
-    def merged_sites(self) -> list[SiteStats]:
-        """All threads' sites merged by (file, line), a fresh copy safe to read."""
+    def merged_lines(self) -> list[LineStats]:
+        """All threads' lines merged by (file, line), a fresh copy safe to read."""
         states = self.threads.all()
         tables = [st.table for st in states]
         backwards = [st.backward for st in states]
-        merged: dict[tuple[str, int], SiteStats] = {}
+        merged: dict[tuple[str, int], LineStats] = {}
 
-        def copy_of(site: SiteStats) -> SiteStats:
-            into = merged.get(site.key)
+        def copy_of(line: LineStats) -> LineStats:
+            into = merged.get(line.key)
             if into is None:
-                into = merged[site.key] = SiteStats(site.file, site.line, site.function)
-                into.source = site.source
+                into = merged[line.key] = LineStats(line.file, line.line, line.function)
+                into.source = line.source
             return into
 
         for table in tables:
-            for site in list(table.values()):
-                site.settle()
-                copy_of(site).merge(site)
+            for line in list(table.values()):
+                line.settle()
+                copy_of(line).merge(line)
         for backward in backwards:
             for entry in list(backward.values()):
                 # Ops run at the .backward() line for a node the forward line's op made: the
@@ -515,16 +515,16 @@ class Recorder:
         """Drop the autograd nodes kept per thread (a backward ended: with retain_graph, a
         kept node would keep its saved tensors alive)."""
         for st in self.threads.all():
-            st.bw_node = st.bw_ops = st.bw_site = None
+            st.bw_node = st.bw_ops = st.bw_line = None
 
     def forget_frames(self) -> None:
-        """Drop the frames kept for the site cache (called when the profile ends)."""
+        """Drop the frames kept for the line cache (called when the profile ends)."""
         for st in self.threads.all():
             st.forget_frames()
 
 
-def totals_of(sites: list[SiteStats]) -> Counters:
+def totals_of(lines: list[LineStats]) -> Counters:
     total = Counters()
-    for s in sites:
+    for s in lines:
         total.merge(s)
     return total

@@ -22,16 +22,16 @@ import threading
 from types import FrameType
 from typing import Any
 
-from profilers.stats import OpCount, SiteStats
+from profilers.stats import LineStats, OpCount
 
 
 class BackwardOps:
     """Backward ops one thread ran at ``ran_at`` (the ``.backward()`` line) for autograd nodes
-    that ops of ``forward`` made: counted in both lines when read (Recorder.merged_sites)."""
+    that ops of ``forward`` made: counted in both lines when read (Recorder.merged_lines)."""
 
     __slots__ = ("forward", "ops", "ran_at")
 
-    def __init__(self, ran_at: SiteStats, forward: SiteStats) -> None:
+    def __init__(self, ran_at: LineStats, forward: LineStats) -> None:
         self.ran_at = ran_at
         self.forward = forward
         self.ops: dict[str, OpCount] = {}
@@ -45,14 +45,14 @@ class ThreadState:
         "backward",
         "bw_node",
         "bw_ops",
-        "bw_site",
+        "bw_line",
         "clock",
         "fwd",
-        "fwd_site",
+        "fwd_line",
         "in_comm",
         "last_frame",
         "last_lasti",
-        "last_site",
+        "last_line",
         "last_user",
         "op",
         "synced",
@@ -60,38 +60,38 @@ class ThreadState:
     )
 
     def __init__(self) -> None:
-        self.table: dict[tuple[str, int], SiteStats] = {}
+        self.table: dict[tuple[str, int], LineStats] = {}
         self.op: Any = None
         """The op running on this thread now (for sync callbacks that fire inside it)."""
         self.synced = False
         self.in_comm = 0
         self.clock: Any = None
         """The step clock (profilers/timing/timeline.py), on the profile's own thread only."""
-        # NB: the site of the last op's calling frame. Holding the frame keeps it (and so its
+        # NB: the line of the last op's calling frame. Holding the frame keeps it (and so its
         # locals) alive until the next op or the end of the profile; in exchange, ops called
         # from the same frame and line skip the walk up the stack.
         self.last_frame: FrameType | None = None
         self.last_user: FrameType | None = None
         self.last_lasti = -1
-        self.last_site: SiteStats | None = None
-        # Forward ops' autograd nodes, per site: ``(numbers, sites, first_ops)``, where entry i
+        self.last_line: LineStats | None = None
+        # Forward ops' autograd nodes, per line: ``(numbers, lines, first_ops)``, where entry i
         # says the nodes this thread numbered from numbers[i] on (to the next entry) were made
-        # by ops at sites[i], the first of them first_ops[i]. Appended only when the site
-        # changes (a site-cache miss); trimmed by replacing the whole tuple, which readers on
+        # by ops at lines[i], the first of them first_ops[i]. Appended only when the line
+        # changes (a line-cache miss); trimmed by replacing the whole tuple, which readers on
         # other threads take once (the owner appends numbers last).
-        self.fwd: tuple[list[int], list[SiteStats], list[str]] = ([], [], [])
-        self.fwd_site: SiteStats | None = None
+        self.fwd: tuple[list[int], list[LineStats], list[str]] = ([], [], [])
+        self.fwd_line: LineStats | None = None
         # Backward ops of this thread that a forward line's op made the node of, by (id of the
         # line that ran them, id of the forward line); merged into both lines' counts when read.
         self.backward: dict[tuple[int, int], BackwardOps] = {}
         self.bw_node: Any = None
         """The autograd node of the last backward op (its ops come one after another)."""
         self.bw_ops: dict[str, OpCount] | None = None
-        self.bw_site: SiteStats | None = None
+        self.bw_line: LineStats | None = None
 
     def forget_frames(self) -> None:
-        self.last_frame = self.last_user = self.last_site = None
-        self.bw_node = self.bw_ops = self.bw_site = None
+        self.last_frame = self.last_user = self.last_line = None
+        self.bw_node = self.bw_ops = self.bw_line = None
 
     def new_thread(self) -> None:
         """A new thread takes this state over: its autograd node numbers start again."""
@@ -101,7 +101,7 @@ class ThreadState:
         self.in_comm = 0
         self.clock = None
         self.fwd = ([], [], [])
-        self.fwd_site = None
+        self.fwd_line = None
 
 
 class ThreadStates:

@@ -24,7 +24,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from profilers.counting.ops import METADATA_OPS
-from profilers.counting.sites import UserCode
+from profilers.counting.user_code import UserCode
 from profilers.registry import patch
 
 CAPTURE_ERROR = (

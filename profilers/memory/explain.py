@@ -32,13 +32,13 @@ def is_device_mismatch(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and SAME_DEVICE in str(exc)
 
 
-def site_dict(site: Any) -> dict[str, Any]:
-    """A recorder line (``SiteStats``) as the report names lines."""
+def line_dict(line: Any) -> dict[str, Any]:
+    """A recorder line (``LineStats``) as the report names lines."""
     return {
-        "file": site.file,
-        "line": site.line,
-        "function": site.function,
-        "source": getattr(site, "source", "") or "",
+        "file": line.file,
+        "line": line.line,
+        "function": line.function,
+        "source": getattr(line, "source", "") or "",
     }
 
 
@@ -128,7 +128,7 @@ def _in_optimizer(key: int, optimizers: list[torch.optim.Optimizer]) -> tuple[st
 
 
 def _where(made: Any) -> str:
-    return f"{made.site.file}:{made.site.line}"
+    return f"{made.line.file}:{made.line.line}"
 
 
 def _fix(
@@ -190,7 +190,7 @@ def _fix(
 
 def explain(
     tracker: MemoryTracker | None,
-    site: Any,
+    line: Any,
     op: str,
     func: Any,
     args: tuple[Any, ...],
@@ -206,7 +206,7 @@ def explain(
         "kind": "out_of_memory" if oom else "device_mismatch",
         "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
         "op": op,
-        **site_dict(site),
+        **line_dict(line),
     }
     if oom:
         out.update(_oom(tracker, exc))
@@ -231,7 +231,7 @@ def explain(
             "dtype": str(t.dtype).removeprefix("torch."),
             "made_by": None
             if made is None
-            else {"op": made.op, "moved": made.op in MOVES, **site_dict(made.site)},
+            else {"op": made.op, "moved": made.op in MOVES, **line_dict(made.line)},
         }
         if wrong:
             assert expected is not None
@@ -265,11 +265,11 @@ def _oom(tracker: MemoryTracker | None, exc: BaseException) -> dict[str, Any]:
     if capacity is None:  # a GPU's message says its usable size only: the device's own
         out["capacity_bytes"] = tracker.capacity.get(index)
     held: dict[tuple[str, int], dict[str, Any]] = {}
-    for (site, _), n in tracker.held_now(index).items():
-        k = (site.file, site.line)
+    for (line, _), n in tracker.held_now(index).items():
+        k = (line.file, line.line)
         row = held.get(k)
         if row is None:
-            row = held[k] = {**site_dict(site), "bytes": 0}
+            row = held[k] = {**line_dict(line), "bytes": 0}
         row["bytes"] += n
     rows = sorted(held.values(), key=lambda r: -int(r["bytes"]))
     out["held_bytes"] = sum(int(r["bytes"]) for r in rows)
@@ -358,7 +358,7 @@ def _entry(
         "dtype": str(t.dtype).removeprefix("torch."),
         "made_by": None
         if made is None
-        else {"op": made.op, "moved": made.op in MOVES, **site_dict(made.site)},
+        else {"op": made.op, "moved": made.op in MOVES, **line_dict(made.line)},
     }
     if fix is not None:
         out["fix"] = fix

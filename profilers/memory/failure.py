@@ -19,18 +19,18 @@ _TORCH = os.path.dirname(os.path.abspath(torch.__file__ or "")) + os.sep
 
 def failed(
     recorder: Any,
-    site: Any,
+    line: Any,
     op: str,
     func: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     exc: BaseException,
 ) -> BaseException:
-    """Notes what ``exc`` (raised by ``func`` at ``site``) means in ``recorder.failure``, and
+    """Notes what ``exc`` (raised by ``func`` at ``line``) means in ``recorder.failure``, and
     returns it with the frames below the hot path that a GPU run would not have: the profiler's
     own, and, where the fake GPU ran the op, torch's fake-tensor machinery."""
     try:
-        found = explain(recorder.memory, site, op, func, args, kwargs, exc)
+        found = explain(recorder.memory, line, op, func, args, kwargs, exc)
         if found is not None:
             # the callers of the failing line, innermost first (the frames above this one)
             found["chain"] = recorder.user.chain(recorder.user.first(sys._getframe(1)))
@@ -52,11 +52,11 @@ def failed_here(
     """:func:`failed` for the fast path's kernels, which find the op's line only when needed:
     the line of ``frame`` (the op's caller)."""
     try:
-        site = recorder.site_for(frame)
+        line = recorder.line_for(frame)
     except Exception as own:
         recorder.internal_error(op, own)
         return exc.with_traceback(user_frames(exc.__traceback__))
-    return failed(recorder, site, op, func, args, kwargs, exc)
+    return failed(recorder, line, op, func, args, kwargs, exc)
 
 
 def escaped(exc: BaseException, recorder: Any) -> None:

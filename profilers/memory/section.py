@@ -7,7 +7,7 @@ import heapq
 import sys
 from typing import Any
 
-from profilers.memory.explain import site_dict
+from profilers.memory.explain import line_dict
 from profilers.memory.tracker import LineKey, MemoryTracker
 
 MAX_LINES = 50
@@ -33,10 +33,10 @@ def capacities() -> dict[int, int]:
 def _by_line(held: dict[LineKey, int]) -> dict[tuple[str, int], tuple[Any, int]]:
     """Bytes per (file, line): the lines of several threads and GPUs summed."""
     out: dict[tuple[str, int], tuple[Any, int]] = {}
-    for (site, _), n in held.items():
-        k = (site.file, site.line)
+    for (line, _), n in held.items():
+        k = (line.file, line.line)
         prev = out.get(k)
-        out[k] = (site, n + (prev[1] if prev else 0))
+        out[k] = (line, n + (prev[1] if prev else 0))
     return out
 
 
@@ -82,8 +82,8 @@ def memory_section(recorder: Any) -> dict[str, Any] | None:
             "step": step,
             "capacity_bytes": capacity.get(index),
             "lines": [
-                {**site_dict(site), "bytes": n}
-                for site, n in sorted(_by_line(held).values(), key=lambda v: -v[1])[:MAX_LINES]
+                {**line_dict(line), "bytes": n}
+                for line, n in sorted(_by_line(held).values(), key=lambda v: -v[1])[:MAX_LINES]
             ],
         }
     peak_by = _by_line(at_peak)
@@ -91,12 +91,12 @@ def memory_section(recorder: Any) -> dict[str, Any] | None:
     max_by = _by_line(most)
     rows = [
         {
-            **site_dict(site),
+            **line_dict(line),
             "peak_bytes": peak_by.get(k, (None, 0))[1],
             "live_bytes": live_by.get(k, (None, 0))[1],
             "max_bytes": most,
         }
-        for k, (site, most) in max_by.items()
+        for k, (line, most) in max_by.items()
     ]
     rows.sort(key=lambda r: (-r["peak_bytes"], -r["max_bytes"], r["file"], r["line"]))
     out["lines"] = rows[:MAX_LINES]
@@ -128,8 +128,8 @@ def live_memory(recorder: Any, top: int = LIVE_LINES) -> dict[str, Any]:
     held = _by_line(live)
     max_by = _by_line(most)
     rows = [
-        {**site_dict(site), "live_bytes": n, "max_bytes": max_by.get(k, (None, n))[1]}
-        for k, (site, n) in heapq.nlargest(top, held.items(), key=lambda kv: kv[1][1])
+        {**line_dict(line), "live_bytes": n, "max_bytes": max_by.get(k, (None, n))[1]}
+        for k, (line, n) in heapq.nlargest(top, held.items(), key=lambda kv: kv[1][1])
     ]
     return {
         "tracked": True,

@@ -27,10 +27,10 @@ class Made(weakref.ref):  # type: ignore[type-arg]  # of an UntypedStorage
     """One storage: the line and op that made it, its device and size; a weak reference to the
     storage itself, whose callback says it was freed (one object per storage, no closure)."""
 
-    __slots__ = ("index", "key", "nbytes", "op", "site")
+    __slots__ = ("index", "key", "line", "nbytes", "op")
 
-    site: Any
-    """The recorder's line (``SiteStats``) whose op made the storage."""
+    line: Any
+    """The recorder's line (``LineStats``) whose op made the storage."""
     op: str
     key: int
     index: int
@@ -39,7 +39,7 @@ class Made(weakref.ref):  # type: ignore[type-arg]  # of an UntypedStorage
 
 
 LineKey = tuple[Any, int]
-"""(the line's ``SiteStats``, the GPU's index): one line can hold memory on several GPUs."""
+"""(the line's ``LineStats``, the GPU's index): one line can hold memory on several GPUs."""
 
 
 class MemoryTracker:
@@ -76,16 +76,16 @@ class MemoryTracker:
 
     # -- the hot path ---------------------------------------------------------------------------
 
-    def made(self, site: Any, op: str, out: Any) -> None:
+    def made(self, line: Any, op: str, out: Any) -> None:
         """Notes the storages of the tensors an op returned (a tensor, or a tuple/list of them)."""
         if isinstance(out, Tensor):
-            self._one(site, op, out)
+            self._one(line, op, out)
         elif isinstance(out, (tuple, list)):
             for t in out:
                 if isinstance(t, Tensor):
-                    self._one(site, op, t)
+                    self._one(line, op, t)
 
-    def _one(self, site: Any, op: str, t: Tensor) -> None:
+    def _one(self, line: Any, op: str, t: Tensor) -> None:
         try:
             storage = t.untyped_storage()
         except (RuntimeError, NotImplementedError, TypeError):
@@ -95,7 +95,7 @@ class MemoryTracker:
             return
         device = t.device
         made = Made(storage, self._freed)
-        made.site = site
+        made.line = line
         made.op = op.split(".", 1)[0]
         made.key = key
         made.nbytes = nbytes = storage.nbytes()
@@ -108,10 +108,10 @@ class MemoryTracker:
         if nbytes:
             with self._lock:
                 self._drain()
-                self._add(site, index, nbytes)
+                self._add(line, index, nbytes)
 
-    def _add(self, site: Any, index: int, nbytes: int) -> None:
-        k = (site, index)
+    def _add(self, line: Any, index: int, nbytes: int) -> None:
+        k = (line, index)
         now = self.live[k] = self.live.get(k, 0) + nbytes
         if now > self.line_max.get(k, 0):
             self.line_max[k] = now
@@ -141,7 +141,7 @@ class MemoryTracker:
             if index in self._rising:
                 self._rising.discard(index)
                 self.at_peak[index] = self._held_on(index)
-            k = (made.site, index)
+            k = (made.line, index)
             left = self.live[k] - made.nbytes
             if left:
                 self.live[k] = left

@@ -174,7 +174,7 @@ class Prober:
         self.clock = StepClock(time.perf_counter_ns())
         self.probed = 0
         self.backward_of: Any = None
-        """The profile's recorder (a backward under way: its ``backward_site``)."""
+        """The profile's recorder (a backward under way: its ``backward_line``)."""
         self.scale = 1.0
         """What a probe reads is multiplied by (:meth:`scale_to`)."""
 
@@ -220,7 +220,7 @@ class Prober:
         try:
             call(*args, **kwargs)
             with self.mode:
-                call(*args, **kwargs)  # warms the scratch recorder (the op's facts, its site)
+                call(*args, **kwargs)  # warms the scratch recorder (the op's facts, its line)
             for _ in range(PROBE_ROUNDS):
                 t0 = ns()
                 for _ in range(PROBE_CALLS):
@@ -241,20 +241,20 @@ class Prober:
         return max(0, int((best_mode - best_bare) * self.scale) // PROBE_CALLS)
 
     def note(
-        self, clock: Any, entry: OpCount, site: Any, func: Any, call: Any, args: Any, kw: Any
+        self, clock: Any, entry: OpCount, line: Any, func: Any, call: Any, args: Any, kw: Any
     ) -> None:
-        """The op ``func`` was first seen at ``site`` (its count is ``entry``): its cost
+        """The op ``func`` was first seen at ``line`` (its count is ``entry``): its cost
         outside the hot path, probed, for :meth:`settle` (nothing raises). NB: not inside a
         backward (its ops keep the calibrated mean): with the probes, AccumulateGrad copied a
         grad it steals otherwise (two more ops at the ``.backward()`` line)."""
-        if self.backward_of is not None and self.backward_of.backward_site is not None:
+        if self.backward_of is not None and self.backward_of.backward_line is not None:
             return
         try:
             ns = self.probe(func, call, args, kw)
         except Exception:  # NB: a probe that fails leaves the op at the calibrated mean
             ns = None
         if ns is not None:
-            clock.probes.append([entry, site, ns, entry.count])
+            clock.probes.append([entry, line, ns, entry.count])
 
     def settle(self, clock: Any) -> int:
         """:func:`settle`, the step clock's call when it closes a step."""

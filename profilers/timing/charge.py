@@ -17,9 +17,9 @@ _HOST_BLOCKING_WAYS = frozenset(("h2d", "d2h", "p2p"))
 
 
 def charge_transfer(
-    clock: StepClock, site: Any, found: Any, op_ns: int, start_ns: int, timed: Any = None
+    clock: StepClock, line: Any, found: Any, op_ns: int, start_ns: int, timed: Any = None
 ) -> None:
-    """The op just run at ``site`` (``op_ns`` from ``start_ns``, already charged as launch)
+    """The op just run at ``line`` (``op_ns`` from ``start_ns``, already charged as launch)
     made the transfer(s) ``found``: a sync moves its time to ``sync`` (by cause), a copy that
     blocks the host (pageable, or not ``non_blocking``) to ``copy``; the counts a CUDA graph
     capture cares about are noted either way. NB: a copy within one GPU (d2d) never blocks the
@@ -28,7 +28,7 @@ def charge_transfer(
     ``timed``: the op's CUDA timing record. A host read's sync is the last thing it does
     (``.item()`` and a copy to the host copy, then wait for their stream), so its end event is
     recorded on an empty stream when the op returns: an anchor (profilers/timing/gpu_time.py)."""
-    rec = clock.line(site)
+    rec = clock.line(line)
     moved = False
     for t in found if isinstance(found, list) else (found,):
         if t.pageable:
@@ -45,7 +45,7 @@ def charge_transfer(
         else:
             continue
         if not moved:  # the op's time goes with its first wait
-            clock.moved(site, kind, cause, op_ns, start_ns)
+            clock.moved(line, kind, cause, op_ns, start_ns)
             moved = True
 
 
@@ -66,27 +66,27 @@ def untimed(clock: StepClock, own_ns: int, now_ns: int) -> None:
         clock.untimed_ns += shift
 
 
-def settle_op(clock: StepClock, site: Any, t_in: int, t_call: int, t_ret: int, kind: str) -> None:
+def settle_op(clock: StepClock, line: Any, t_in: int, t_call: int, t_ret: int, kind: str) -> None:
     """An op the hot path ran outside its common path (a collective): launch before it, the
     op's own time as ``kind``, the hot path's own time apart."""
-    rec = clock.line(site)
+    rec = clock.line(line)
     rec.launch_ns += t_in - clock.last_ns - clock.outside_ns
     if t_in - clock.last_ns >= LONG_GAP_NS:
-        clock.long_gap(t_in, site)
+        clock.long_gap(t_in, line)
     clock.charge(rec, kind, None, t_ret - t_call)
-    clock.note_wait(kind, None, site, t_call, t_ret)
+    clock.note_wait(kind, None, line, t_call, t_ret)
     t_out = time.perf_counter_ns()
     if clock.replay is not None:
-        clock.replay.wait(kind, None, site, t_in, t_call, t_ret, t_out)
+        clock.replay.wait(kind, None, line, t_in, t_call, t_ret, t_out)
     clock.own_ns += t_call - t_in + t_out - t_ret + clock.outside_ns
     clock.ops += 1
     clock.last_ns = t_out
-    clock.last_site = site
+    clock.last_line = line
 
 
 def timed_on_fast_path(
     clock: StepClock,
-    site: Any,
+    line: Any,
     found: Any,
     enter_ns: int,
     start_ns: int,
@@ -99,5 +99,5 @@ def timed_on_fast_path(
     when it made the host wait, its time moved to that wait's cause, as on the dispatch mode."""
     leave = time.perf_counter_ns() if exit_ns is None else exit_ns
     untimed(clock, 0, enter_ns)  # NB: the cost around the kernel, before the gap is charged
-    clock.wait(site, LAUNCH, None, enter_ns, start_ns, end_ns, leave)
-    charge_transfer(clock, site, found, end_ns - start_ns, start_ns)
+    clock.wait(line, LAUNCH, None, enter_ns, start_ns, end_ns, leave)
+    charge_transfer(clock, line, found, end_ns - start_ns, start_ns)

@@ -110,7 +110,7 @@ class TimedOp:
         "found",
         "queued_ns",
         "replay",
-        "site",
+        "line",
         "start",
         "stream",
     )
@@ -124,8 +124,8 @@ class TimedOp:
         self.anchor_ns = 0
         self.queued_ns = 0
         """When the host queued it (set by the hot path; 0: not known)."""
-        self.site: Any = None
-        """The line it ran at (a ``SiteStats``; set by the hot path, for the GPU timeline)."""
+        self.line: Any = None
+        """The line it ran at (a ``LineStats``; set by the hot path, for the GPU timeline)."""
         self.found: Any = None
         """What it copied or synced (a ``Transfer``, a list of them, or None; set by the hot
         path): a copy the host is blocked in is copy time on the GPU timeline."""

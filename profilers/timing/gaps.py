@@ -41,7 +41,7 @@ from contextlib import ExitStack
 from time import perf_counter_ns
 from typing import Any
 
-from profilers.counting.sites import generated
+from profilers.counting.user_code import generated
 from profilers.registry import OwnThread
 
 LONG_GAP_NS = 5_000_000
@@ -77,7 +77,7 @@ class GapSampler:
     ``file:line`` (the step clock's keys), on a daemon thread of ours.
 
     Args:
-        user: which frames are the user's (the recorder's :class:`~profilers.counting.sites.
+        user: which frames are the user's (the recorder's :class:`~profilers.counting.user_code.
             UserCode`).
         ident: the thread to sample (the profile's).
     """

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from profilers.timing.idle import GpuInterval, busy_intervals, charge, follow_named, name_slices
-from profilers.timing.timeline import LAUNCH, WAITS, HostInterval, StepTime, site_key
+from profilers.timing.timeline import LAUNCH, WAITS, HostInterval, StepTime, line_key
 
 _HELD = frozenset(("h2d", "p2p"))
 """Copies to a GPU (a ``Transfer``'s directions) whose interval is copy time when they block the host."""
@@ -163,14 +163,14 @@ class GpuTimeline:
         except RuntimeError:  # NB: an anchor not complete yet (another thread's op raced it)
             self.unplaced += 1
             return timed.end
-        site = timed.site
+        line = timed.line
         # NB: a copy to the GPU the host is blocked in is the copy's time, not busy (idle.py)
         found = timed.found
         t = found[0] if type(found) is list else found
         held = t is not None and t.direction in _HELD and (t.pageable or not t.non_blocking)
-        key = site if isinstance(site, str) else self._keys.get(id(site))
+        key = line if isinstance(line, str) else self._keys.get(id(line))
         if key is None:
-            key = self._keys[id(site)] = site_key(site)
+            key = self._keys[id(line)] = line_key(line)
         ops = self.ops.get(timed.device)
         if ops is None:
             ops = self.ops[timed.device] = []
@@ -244,9 +244,9 @@ class GpuTimeline:
                 "ms": round((b - a) / 1e6, 6),
                 "cause": kind,
                 "sync_cause": cause,
-                "site": site,
+                "site": line,
             }
-            for a, b, kind, cause, site in name_slices(r["idle_slices"], named)
+            for a, b, kind, cause, line in name_slices(r["idle_slices"], named)
         ]
         spans = r.pop("busy_spans", None)
         if spans is not None:
@@ -325,8 +325,8 @@ class _Sums:
             "idle_total_ms": sum(self.idle_ns.values()) / 1e6,
             "idle_ms": {k: v / 1e6 for k, v in self.idle_ns.items()},
             "idle_lines": [
-                {"site": site, "cause": kind, "sync_cause": cause, "ms": ns / 1e6}
-                for (kind, site, cause), ns in ranked
+                {"site": line, "cause": kind, "sync_cause": cause, "ms": ns / 1e6}
+                for (kind, line, cause), ns in ranked
             ],
         }
 
@@ -343,8 +343,8 @@ def compact(ops: list[GpuInterval]) -> list[GpuInterval]:
     for o in ops:
         if o.held:
             continue
-        if o.start_ns not in first or o.site < first[o.start_ns]:
-            first[o.start_ns] = o.site
+        if o.start_ns not in first or o.line < first[o.start_ns]:
+            first[o.start_ns] = o.line
     held = [o for o in ops if o.held]  # few: kept as they are
     work = [o for o in ops if not o.held]
     return held + [GpuInterval(a, b, -1, first[a]) for a, b in busy_intervals(work, lo, hi)]

@@ -41,15 +41,15 @@ class GpuInterval:
     """One op on a device: ``[start_ns, end_ns)`` on the host's clock, its stream, the line
     (``file:line``) that launched it; ``held``: a copy to the GPU the host was blocked in."""
 
-    __slots__ = ("end_ns", "held", "site", "start_ns", "stream")
+    __slots__ = ("end_ns", "held", "line", "start_ns", "stream")
 
     def __init__(
-        self, start_ns: int, end_ns: int, stream: int, site: str, held: bool = False
+        self, start_ns: int, end_ns: int, stream: int, line: str, held: bool = False
     ) -> None:
         self.start_ns = start_ns
         self.end_ns = end_ns
         self.stream = stream
-        self.site = site
+        self.line = line
         self.held = held
 
 
@@ -65,7 +65,7 @@ def _carve(waits: list[HostInterval], held: list[HostInterval]) -> list[HostInte
                 for part in ((a, min(b, h.start_ns)), (max(a, h.end_ns), b))
                 if part[1] > part[0]
             ]
-        out += [HostInterval(w.kind, w.cause, w.site, a, b) for a, b in pieces]
+        out += [HostInterval(w.kind, w.cause, w.line, a, b) for a, b in pieces]
     return out
 
 
@@ -90,13 +90,13 @@ def busy_intervals(ops: list[GpuInterval], start_ns: int, end_ns: int) -> list[t
 def _charge_gap(
     a: int,
     b: int,
-    next_site: str,
+    next_line: str,
     waits: list[HostInterval],
     slack_ns: int,
     add: Any,
 ) -> None:
     """Charges the idle interval ``[a, b)`` (``waits`` sorted by start): ``add(kind, cause,
-    site, start_ns, end_ns)`` per piece."""
+    line, start_ns, end_ns)`` per piece."""
     t = a
     refill: HostInterval | None = None
     for w in waits:
@@ -105,18 +105,18 @@ def _charge_gap(
         s, e = max(w.start_ns, a), min(w.end_ns, b)
         if s > t:  # host Python before this wait
             if refill is not None:
-                add(refill.kind, refill.cause, refill.site, t, s)
+                add(refill.kind, refill.cause, refill.line, t, s)
             else:
-                add(LAUNCH, None, next_site, t, s)
+                add(LAUNCH, None, next_line, t, s)
         if e > max(s, t):
-            add(w.kind, w.cause, w.site, max(s, t), e)
+            add(w.kind, w.cause, w.line, max(s, t), e)
         t = max(t, e)
         refill = w
     if b > t:
         if refill is not None:
-            add(refill.kind, refill.cause, refill.site, t, b)
+            add(refill.kind, refill.cause, refill.line, t, b)
         else:
-            add(LAUNCH, None, next_site, t, b)
+            add(LAUNCH, None, next_line, t, b)
 
 
 def charge(
@@ -134,32 +134,32 @@ def charge(
     Returns ``{"measured", "busy_ms", "idle_ms": {cause: ms}, "idle_total_ms", "idle_lines":
     [{"site", "cause", "sync_cause", "ms"}]}``; the parts add up to the idle time exactly.
     With ``slices``, also ``"idle_slices"``: the longest ``slices`` pieces of idle time as
-    ``(start_ns, end_ns, cause, sync_cause, site)``, in time order.
+    ``(start_ns, end_ns, cause, sync_cause, line)``, in time order.
     """
-    held = [HostInterval(COPY, None, o.site, o.start_ns, o.end_ns) for o in ops if o.held]
+    held = [HostInterval(COPY, None, o.line, o.start_ns, o.end_ns) for o in ops if o.held]
     if held:
         ops = [o for o in ops if not o.held]
         waits = _carve(waits, held)
     busy = busy_intervals(ops, start_ns, end_ns)
-    starts = sorted((o.start_ns, o.site) for o in ops)
+    starts = sorted((o.start_ns, o.line) for o in ops)
     by_line: dict[tuple[str, str, str | None], int] = {}
     totals = dict.fromkeys((*WAITS, LAUNCH), 0)
     ordered = sorted(waits, key=lambda w: w.start_ns)
     pieces: list[tuple[int, int, str, str | None, str]] = []
 
-    def add(kind: str, cause: str | None, site: str, a: int, b: int) -> None:
+    def add(kind: str, cause: str | None, line: str, a: int, b: int) -> None:
         totals[kind] += b - a
-        key = (kind, site, cause)
+        key = (kind, line, cause)
         by_line[key] = by_line.get(key, 0) + b - a
         if slices:
-            pieces.append((a, b, kind, cause, site))
+            pieces.append((a, b, kind, cause, line))
 
     t = start_ns
     for a, b in [*busy, (end_ns, end_ns)]:
         if a > t:
             i = bisect_left(starts, (a, ""))  # the first op to start at or after a
-            next_site = starts[i][1] if i < len(starts) and a < end_ns else END_OF_STEP
-            _charge_gap(t, a, next_site, ordered, slack_ns, add)
+            next_line = starts[i][1] if i < len(starts) and a < end_ns else END_OF_STEP
+            _charge_gap(t, a, next_line, ordered, slack_ns, add)
         t = max(t, b)
     busy_ns = sum(b - a for a, b in busy)
     lines = sorted(by_line.items(), key=lambda kv: kv[1], reverse=True)
@@ -169,8 +169,8 @@ def charge(
         "idle_total_ms": (end_ns - start_ns - busy_ns) / 1e6,
         "idle_ms": {k: v / 1e6 for k, v in totals.items()},
         "idle_lines": [
-            {"site": site, "cause": kind, "sync_cause": cause, "ms": ns / 1e6}
-            for (kind, site, cause), ns in lines
+            {"site": line, "cause": kind, "sync_cause": cause, "ms": ns / 1e6}
+            for (kind, line, cause), ns in lines
         ],
     }
     if slices:
@@ -212,8 +212,8 @@ def follow_named(
             out[k] = out.get(k, 0.0) + moved * ns / 1e6 / max(1, steps) / whole
     ranked = sorted(out.items(), key=lambda kv: kv[1], reverse=True)
     return [
-        {"site": site, "cause": kind, "sync_cause": cause, "ms": ms}
-        for (kind, site, cause), ms in ranked
+        {"site": line, "cause": kind, "sync_cause": cause, "ms": ms}
+        for (kind, line, cause), ms in ranked
         if ms > 0
     ]
 
@@ -226,16 +226,16 @@ def name_slices(slices: list[Slice], named: Sequence[tuple[int, int, str, str]])
     of ``named`` (``(start_ns, end_ns, the line charged, the line that took most of it)``, the
     stack sampler's) named by that line: the trace agrees with :func:`follow_named`."""
     out: list[Slice] = []
-    for a, b, kind, cause, site in slices:
+    for a, b, kind, cause, line in slices:
         for start, end, charged, top in sorted(named):
-            if kind != LAUNCH or charged != site or end <= a or start >= b:
+            if kind != LAUNCH or charged != line or end <= a or start >= b:
                 continue
             if start > a:
-                out.append((a, start, kind, cause, site))
+                out.append((a, start, kind, cause, line))
             out.append((max(a, start), min(b, end), kind, cause, top))
             a = min(b, end)
             if a >= b:
                 break
         if a < b:
-            out.append((a, b, kind, cause, site))
+            out.append((a, b, kind, cause, line))
     return out

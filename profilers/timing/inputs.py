@@ -68,8 +68,8 @@ def timed_next(
         end = time.perf_counter_ns()
         st.clock = clock
         try:
-            site = recorder.site_for(frame)
-            clock.wait(site, INPUT, None, enter, start, end, time.perf_counter_ns())
+            line = recorder.line_for(frame)
+            clock.wait(line, INPUT, None, enter, start, end, time.perf_counter_ns())
         except Exception as exc:  # never into user code: the batch is returned untimed
             recorder.internal_error(what, exc)
 

@@ -38,7 +38,7 @@ from profilers.timing.gpu_model.specs import GpuSpec
 from profilers.timing.idle import END_OF_STEP
 from profilers.timing.off_cpu import OffCpu
 from profilers.timing.replay_ops import DEVICE, HOST, KERNEL, ReplayOp
-from profilers.timing.timeline import COMM, INPUT, SYNC, site_key
+from profilers.timing.timeline import COMM, INPUT, SYNC, line_key
 
 MAX_OPS = 20_000
 """Records kept per step (the first ones; a step over it is replayed as far as recorded)."""
@@ -73,7 +73,7 @@ class LoggedStep:
             out.append(
                 ReplayOp(
                     r[KIND],
-                    r[SITE] if isinstance(r[SITE], str) else site_key(r[SITE]),
+                    r[SITE] if isinstance(r[SITE], str) else line_key(r[SITE]),
                     r[HOST_NS],
                     stream=r[STREAM],
                     gpu_ns=r[GPU_NS],
@@ -130,7 +130,7 @@ class OpLog:
 
     def op(
         self,
-        site: Any,
+        line: Any,
         func: Any,
         t_in: int,
         t_call: int,
@@ -138,7 +138,7 @@ class OpLog:
         found: Any,
         timed: Any,
     ) -> None:
-        """An op the dispatch mode ran at ``site`` (entered at ``t_in``, run from ``t_call`` to
+        """An op the dispatch mode ran at ``line`` (entered at ``t_in``, run from ``t_call`` to
         ``t_ret``), with what it copied or synced (``found``) and its CUDA timing record."""
         now = _ns()
         own = t_call - t_in + self.outside_ns + now - t_ret
@@ -163,10 +163,10 @@ class OpLog:
                     gpu_ns = predicted if predicted > 0 else MIN_KERNEL_NS
                 else:
                     gpu_ns = copy_ns(self.gpu, kind, nbytes, pinned)
-            rec = [site, kind, 0, 0, 0, gpu_ns, nbytes, pinned, t.non_blocking, sync, t.dtype, 0]
+            rec = [line, kind, 0, 0, 0, gpu_ns, nbytes, pinned, t.non_blocking, sync, t.dtype, 0]
         elif predicted > 0 or timed is not None:
             blocks = False
-            rec = [site, KERNEL, 0, 0, 0, max(predicted, 0), 0, False, False, None, None, 0]
+            rec = [line, KERNEL, 0, 0, 0, max(predicted, 0), 0, False, False, None, None, 0]
         else:  # no GPU work: host time before the next record
             if self.gpu is not None:
                 self._fake.own = getattr(self._fake, "own", 0) + own
@@ -254,7 +254,7 @@ class OpLog:
         self,
         kind: str,
         cause: str | None,
-        site: Any,
+        line: Any,
         enter_ns: int,
         start_ns: int,
         end_ns: int,
@@ -264,9 +264,9 @@ class OpLog:
         collectives keep their measured length; an explicit synchronize is made again by the
         replay, from the GPU's times."""
         if kind == INPUT or kind == COMM:
-            rec = [site, kind, 0, 0, 0, 0, 0, False, False, None, None, end_ns - start_ns]
+            rec = [line, kind, 0, 0, 0, 0, 0, False, False, None, None, end_ns - start_ns]
         elif kind == SYNC:
-            rec = [site, SYNC, 0, 0, DEVICE, 0, 0, False, False, cause or "synchronize", None, 0]
+            rec = [line, SYNC, 0, 0, DEVICE, 0, 0, False, False, cause or "synchronize", None, 0]
         else:
             return
         if self.gpu is not None:

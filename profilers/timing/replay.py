@@ -64,9 +64,9 @@ class ReplayResult:
         busy_ns: the union of every op's interval on the GPU.
         idle_ns: ``wall_ns - busy_ns``.
         idle_by_cause: idle ns by cause (``input``, ``sync``, ``copy``, ``comm``, ``launch``).
-        idle_by_line: ``(cause, site, sync cause or None)`` -> idle ns.
+        idle_by_line: ``(cause, line, sync cause or None)`` -> idle ns.
         host_by_cause: the host's own time by cause (waits, and ``launch`` for the rest).
-        spans: each op's ``(start_ns, end_ns, stream, site)`` on the GPU, in queue order.
+        spans: each op's ``(start_ns, end_ns, stream, line)`` on the GPU, in queue order.
     """
 
     __slots__ = (
@@ -122,14 +122,14 @@ class ReplayResult:
             "idle_total_ms": self.idle_ns / n / 1e6,
             "idle_ms": {k: v / n / 1e6 for k, v in self.idle_by_cause.items()},
             "idle_lines": [
-                {"site": site, "cause": kind, "sync_cause": cause, "ms": ns / n / 1e6}
-                for (kind, site, cause), ns in lines
+                {"site": line, "cause": kind, "sync_cause": cause, "ms": ns / n / 1e6}
+                for (kind, line, cause), ns in lines
             ],
         }
 
 
 Wait = tuple[int, int, str, str | None, str]
-"""A host wait: ``(start_ns, end_ns, kind, sync cause, site)``."""
+"""A host wait: ``(start_ns, end_ns, kind, sync cause, line)``."""
 
 
 def replay(  # noqa: C901 - the replay loop inlined: a call per op would cost a third
@@ -175,13 +175,13 @@ def replay(  # noqa: C901 - the replay loop inlined: a call per op would cost a 
                 if engine:
                     engines[kind] = end
                 if end > start:
-                    spans.append((start, end, s, op.site))
+                    spans.append((start, end, s, op.line))
                     if end > gpu_end:
                         gpu_end = end
                 if end > t and (
                     op.sync is not None or (engine and not (op.pinned and op.non_blocking))
                 ):
-                    waits.append((t, end, SYNC if op.sync is not None else COPY, op.sync, op.site))
+                    waits.append((t, end, SYNC if op.sync is not None else COPY, op.sync, op.line))
                     t = end
             elif kind == HOST:
                 continue
@@ -200,21 +200,21 @@ def replay(  # noqa: C901 - the replay loop inlined: a call per op would cost a 
                 else:
                     until = tails.get(s, 0)
                 if until > t:
-                    waits.append((t, until, SYNC, op.sync, op.site))
+                    waits.append((t, until, SYNC, op.sync, op.line))
                     t = until
             else:  # INPUT, COMM: the host waits; a collective may run on its stream too
                 if op.gpu_ns:
                     start = max(t, tails.get(s, 0))
                     tails[s] = end = start + op.gpu_ns
-                    spans.append((start, end, s, op.site))
+                    spans.append((start, end, s, op.line))
                     gpu_end = max(gpu_end, end)
                 if op.wait_ns:
-                    waits.append((t, t + op.wait_ns, kind, None, op.site))
+                    waits.append((t, t + op.wait_ns, kind, None, op.line))
                     t += op.wait_ns
     wall = max(t, gpu_end)
     busy, idle_by_cause, idle_by_line = _charge(wall, spans, waits)
     host = dict.fromkeys((*WAITS, LAUNCH), 0)
-    for a, b, kind, _cause, _site in waits:
+    for a, b, kind, _cause, _line in waits:
         host[kind] += b - a
     host[LAUNCH] = t - sum(host[k] for k in WAITS)
     return ReplayResult(steps, wall, t, busy, idle_by_cause, idle_by_line, host, spans)
@@ -235,7 +235,7 @@ def _charge(
     first = 0  # the first wait that may overlap the next gap
     nw = len(waits)
 
-    def gap(a: int, b: int, next_site: str) -> None:
+    def gap(a: int, b: int, next_line: str) -> None:
         nonlocal first
         while first < nw and waits[first][1] < a:
             first += 1
@@ -247,7 +247,7 @@ def _charge(
             s = w[0] if w[0] > a else a
             e = w[1] if w[1] < b else b
             if s > cur:  # host Python before this wait
-                _add(totals, by_line, refill, next_site, s - cur)
+                _add(totals, by_line, refill, next_line, s - cur)
             lo = s if s > cur else cur
             if e > lo:
                 totals[w[2]] += e - lo
@@ -258,11 +258,11 @@ def _charge(
             refill = w
             i += 1
         if b > cur:
-            _add(totals, by_line, refill, next_site, b - cur)
+            _add(totals, by_line, refill, next_line, b - cur)
 
-    for a, b, _stream, site in ordered:
+    for a, b, _stream, line in ordered:
         if a > t:
-            gap(t, a, site)
+            gap(t, a, line)
         if b > t:
             busy += b - (a if a > t else t)
             t = b
@@ -275,7 +275,7 @@ def _add(
     totals: dict[str, int],
     by_line: dict[tuple[str, str, str | None], int],
     refill: Wait | None,
-    next_site: str,
+    next_line: str,
     ns: int,
 ) -> None:
     """Host Python inside an idle gap: the refill after a wait goes to that wait, else it is
@@ -284,7 +284,7 @@ def _add(
     if refill is not None:
         key = (refill[2], refill[4], refill[3])
     else:
-        key = (LAUNCH, next_site, None)
+        key = (LAUNCH, next_line, None)
     totals[key[0]] += ns
     by_line[key] = by_line.get(key, 0) + ns
 

@@ -28,7 +28,7 @@ class ReplayOp:
 
     Attributes:
         kind: one of :data:`KINDS`.
-        site: the line that ran it (``file:line``).
+        line: the line that ran it (``file:line``).
         host_ns: host time before the op is queued: the Python since the previous op, dispatch
             and the launch itself (the profiler's own time included, see ``overhead_ns``).
         overhead_ns: the part of ``host_ns`` that was the profiler's own (dropped when the step
@@ -59,7 +59,7 @@ class ReplayOp:
         "non_blocking",
         "overhead_ns",
         "pinned",
-        "site",
+        "line",
         "stream",
         "sync",
         "wait_ns",
@@ -68,7 +68,7 @@ class ReplayOp:
     def __init__(
         self,
         kind: str,
-        site: str,
+        line: str,
         host_ns: int = 0,
         *,
         stream: int = 0,
@@ -86,7 +86,7 @@ class ReplayOp:
         if kind not in KINDS:
             raise ValueError(f"unknown op kind {kind!r} (one of {', '.join(KINDS)})")
         self.kind = kind
-        self.site = site
+        self.line = line
         self.host_ns = host_ns
         self.overhead_ns = overhead_ns
         self.stream = stream
@@ -118,5 +118,5 @@ class ReplayOp:
 
     def __repr__(self) -> str:
         return (
-            f"ReplayOp({self.kind!r}, {self.site!r}, host_ns={self.host_ns}, gpu_ns={self.gpu_ns})"
+            f"ReplayOp({self.kind!r}, {self.line!r}, host_ns={self.host_ns}, gpu_ns={self.gpu_ns})"
         )

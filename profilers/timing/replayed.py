@@ -156,11 +156,11 @@ def _with_gpu(step: dict[str, Any], gpu: dict[str, Any]) -> None:
 
 
 def sections(
-    clock: StepClock | None, now_ns: int, log: OpLog | None, sites: list[Any]
+    clock: StepClock | None, now_ns: int, log: OpLog | None, lines: list[Any]
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, dict[str, Any] | None]:
     """The report's ``time`` (None: not measured), ``predicted`` and ``what_if`` sections."""
     time = time_section(clock, now_ns) if clock is not None else None
-    predicted, what = apply(time, log, sites)
+    predicted, what = apply(time, log, lines)
     run_gpu = (time or {}).get("run", {}).get("gpu")
     predicted_run = isinstance(run_gpu, dict) and run_gpu.get("measured") == PREDICTED
     if log is not None and log.gpu is not None and time is not None:
@@ -194,7 +194,7 @@ def _predicted_step(d: dict[str, Any]) -> bool:
 
 
 def apply(
-    time: dict[str, Any] | None, log: OpLog | None, sites: list[Any]
+    time: dict[str, Any] | None, log: OpLog | None, lines: list[Any]
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The report's ``predicted`` section and ``what_if`` from ``log``, the time view's steps
     given their predicted GPU figures in place (under ``--fake-cuda --gpu``)."""
@@ -210,13 +210,13 @@ def apply(
         parts = _parts(_group(steps), chosen[1], log.gpu)
         predicted.update(_prediction(parts, chosen[1]))
     if gpu is not None and time is not None and chosen is not None:
-        host, lines, over = _named_lines(log.clock)
+        host, named, over = _named_lines(log.clock)
         for d in time.get("steps", []):
             found = next((s for s in steps if s.step == d.get("step")), None)
             if found is not None:
                 result = replay(found.ops(), drop_overhead=True)
                 _with_gpu(d, _gpu_dict(result, measured, gpu, host.get(found.step, {})))
-        run = _gpu_dict(replay(chosen[1], drop_overhead=True), measured, gpu, lines, over)
+        run = _gpu_dict(replay(chosen[1], drop_overhead=True), measured, gpu, named, over)
         run["steps_median"] = chosen[2]
         _with_gpu(time["run"], run)
         if "after_first" in time:  # the per-step figures' basis: a typical step too
@@ -229,7 +229,7 @@ def apply(
         )
     if chosen is None:
         return predicted, None
-    return predicted, what_if(*chosen, log.gpu, measured, sites, parts)
+    return predicted, what_if(*chosen, log.gpu, measured, lines, parts)
 
 
 def _parts(group: list[LoggedStep], ops: list[ReplayOp], spec: GpuSpec) -> Parts:
@@ -270,11 +270,11 @@ def _verdict(result: ReplayResult) -> str:
     return verdict_of({"busy": d["busy_ms"], **d["idle_ms"]})[0]
 
 
-def _made_on_host(sites: list[Any]) -> set[str]:
+def _made_on_host(lines: list[Any]) -> set[str]:
     """Lines that copy to a GPU a tensor made on the host by a factory (``torch.randn``,
     ``torch.tensor``), at that line or another (the copies' ``origins``)."""
     out = set()
-    for s in sites:
+    for s in lines:
         made = "factory" in getattr(s, "origins", {})
         if s.h2d.count and (made or any(op.startswith(FACTORY_OPS) for op in s.op_breakdown)):
             out.add(f"{s.file}:{s.line}")
@@ -287,14 +287,14 @@ def what_if(
     over: int,
     spec: GpuSpec | None,
     measured: str,
-    sites: list[Any],
+    lines: list[Any],
     parts: Parts | None = None,
 ) -> dict[str, Any]:
     """The report's ``what_if``: the ``step`` (``ops``: its host times the medians ``over``
     that many steps) as recorded and unprofiled, and every fix's saving; with the prediction's
     ``parts``, each saving's range and whether it can be ranked (:func:`_ranges`)."""
     as_recorded = replay(ops).step_ns
-    on_device = _made_on_host(sites)
+    on_device = _made_on_host(lines)
     ranking = rank(ops, gpu=spec, every=EVERY, on_device=on_device)
     hint_kinds: dict[str, list[str]] = {}
     for hint, kind in HINT_WHATIFS.items():
@@ -317,7 +317,7 @@ def what_if(
         "savings": [
             {
                 "kind": s.whatif.kind,
-                "site": s.whatif.site,
+                "site": s.whatif.line,
                 "fix": s.whatif.describe(),
                 "hints": hint_kinds.get(s.whatif.kind, []),
                 "saving_ms": round(s.saving_ns / 1e6, 6),
@@ -353,13 +353,13 @@ def _ranges(
     the unprofiled step's range."""
     found: dict[tuple[str, str | None], list[float]] = {}
     for s in ranking.savings:
-        found[(s.whatif.kind, s.whatif.site)] = [s.saving_ns]
+        found[(s.whatif.kind, s.whatif.line)] = [s.saving_ns]
     bases = [ranking.base_ns]
     for h, g in parts.corners():
         corner = rank(scaled(ops, h, g), gpu=spec, every=EVERY, on_device=on_device)
         bases.append(corner.base_ns)
         for s in corner.savings:
-            found.setdefault((s.whatif.kind, s.whatif.site), []).append(s.saving_ns)
+            found.setdefault((s.whatif.kind, s.whatif.line), []).append(s.saving_ns)
     out["unprofiled_low_ms"] = round(min(bases) / 1e6, 6)
     out["unprofiled_high_ms"] = round(max(bases) / 1e6, 6)
     rows = out["savings"]

@@ -53,10 +53,10 @@ class HostInterval:
     """One wait of the host: ``kind`` (a cause of :data:`WAITS`), ``cause`` (the sync's cause,
     else None), the line (``file:line``) and its bounds on the host clock."""
 
-    __slots__ = ("cause", "end_ns", "kind", "site", "start_ns")
+    __slots__ = ("cause", "end_ns", "kind", "line", "start_ns")
 
-    def __init__(self, kind: str, cause: str | None, site: str, start_ns: int, end_ns: int):
-        self.kind, self.cause, self.site = kind, cause, site
+    def __init__(self, kind: str, cause: str | None, line: str, start_ns: int, end_ns: int):
+        self.kind, self.cause, self.line = kind, cause, line
         self.start_ns, self.end_ns = start_ns, end_ns
 
 
@@ -94,13 +94,13 @@ class StepTime:
         merge_lines(self.lines, lines)
 
 
-def site_key(site: Any) -> str:
+def line_key(line: Any) -> str:
     """``file:line`` of a line's accumulator (the key the report's timeline uses too)."""
-    if site is None:
+    if line is None:
         return UNATTRIBUTED
-    if isinstance(site, str):  # a line named by a sample (profilers/timing/gaps.py)
-        return site
-    return f"{site.file}:{site.line}"
+    if isinstance(line, str):  # a line named by a sample (profilers/timing/gaps.py)
+        return line
+    return f"{line.file}:{line.line}"
 
 
 class StepClock:
@@ -124,7 +124,7 @@ class StepClock:
         "gaps",
         "gpu",
         "last_ns",
-        "last_site",
+        "last_line",
         "later",
         "lines",
         "lines_measured",
@@ -153,7 +153,7 @@ class StepClock:
         self.start_ns = start_ns
         self.last_ns = start_ns
         """When the host's time was last charged (the end of the last op or wait)."""
-        self.last_site: Any = None
+        self.last_line: Any = None
         self.outside_ns = outside_ns
         self.lines_measured = lines_measured
         self.lines: dict[Any, LineTime] = {}
@@ -178,41 +178,41 @@ class StepClock:
         """Measures an op's cost outside the hot path on its own arguments
         (:class:`profilers.timing.calibrate.Prober`), where it is first seen at a line."""
         self.probes: list[list[Any]] = []
-        """``[entry, site, ns, counted]`` per probed op at a line (``Prober.settle``)."""
+        """``[entry, line, ns, counted]`` per probed op at a line (``Prober.settle``)."""
         self.probed_ops = 0
         """Ops whose cost outside the hot path was probed (the rest took ``outside_ns``)."""
         self.replay: Any = None
         """The step replay's records (:class:`profilers.timing.oplog.OpLog`), where the run
         has GPU times for them (CUDA events, or the model of ``--fake-cuda --gpu``)."""
         self.gaps: list[tuple[int, int, Any, Any]] = []
-        """The open step's long gaps (start, end: on the script's time; the site charged, the
-        site of the op before it), to be named by samples."""
+        """The open step's long gaps (start, end: on the script's time; the line charged, the
+        line of the op before it), to be named by samples."""
         self.sampler: Any = None
         """Samples of the profile thread's lines (:class:`profilers.timing.gaps.GapSampler`)."""
         self.gpu: Any = None
         """The GPU timeline (:class:`profilers.timing.gpu_time.GpuTimeline`) on a GPU with
         CUDA-event timing: each closed step is given its measured GPU half there."""
 
-    def line(self, site: Any) -> LineTime:
-        """The open step's record of ``site`` (made on its first use in the step)."""
-        found = self.lines.get(site)
+    def line(self, line: Any) -> LineTime:
+        """The open step's record of ``line`` (made on its first use in the step)."""
+        found = self.lines.get(line)
         if found is None:
-            found = self.lines[site] = LineTime()
+            found = self.lines[line] = LineTime()
         return found
 
-    def long_gap(self, end_ns: int, site: Any, before: Any = None) -> None:
-        """The host's time from ``last_ns`` to ``end_ns``, charged to ``site``, was a long gap:
+    def long_gap(self, end_ns: int, line: Any, before: Any = None) -> None:
+        """The host's time from ``last_ns`` to ``end_ns``, charged to ``line``, was a long gap:
         noted, for the samples of the profile thread's stack to name at the step's close.
-        ``before``: what came before it (default: the last op's site, ``last_site``). NB: on the
+        ``before``: what came before it (default: the last op's line, ``last_line``). NB: on the
         script's time (less :attr:`untimed_ns`), as the sampler's readings are."""
         if len(self.gaps) < MAX_GAPS:
-            where = self.last_site if before is None else before
+            where = self.last_line if before is None else before
             u = self.untimed_ns
-            self.gaps.append((self.last_ns - u, end_ns - u, site, where))
+            self.gaps.append((self.last_ns - u, end_ns - u, line, where))
 
     def wait(
         self,
-        site: Any,
+        line: Any,
         kind: str,
         cause: str | None,
         enter_ns: int,
@@ -220,25 +220,25 @@ class StepClock:
         end_ns: int,
         exit_ns: int,
     ) -> LineTime:
-        """A wait of the host at ``site`` outside an op's hot path (or an op on the fast path):
+        """A wait of the host at ``line`` outside an op's hot path (or an op on the fast path):
         the profiler's wrapper ran from ``enter_ns`` to ``exit_ns``, the wait itself from
         ``start_ns`` to ``end_ns``."""
         gap = enter_ns - self.last_ns
-        launch_site = site if self.lines_measured else None
+        launch_line = line if self.lines_measured else None
         if gap > 0:
-            self.line(launch_site).launch_ns += gap
-            if gap >= LONG_GAP_NS or launch_site is None:  # NB: the fast path names them all
-                self.long_gap(enter_ns, launch_site)
-        rec = self.line(site)
+            self.line(launch_line).launch_ns += gap
+            if gap >= LONG_GAP_NS or launch_line is None:  # NB: the fast path names them all
+                self.long_gap(enter_ns, launch_line)
+        rec = self.line(line)
         waited = end_ns - start_ns
         self.charge(rec, kind, cause, waited)
         self.own_ns += (start_ns - enter_ns) + (exit_ns - end_ns)
         if kind != LAUNCH:
-            self.note_wait(kind, cause, site, start_ns, end_ns)
+            self.note_wait(kind, cause, line, start_ns, end_ns)
             if self.replay is not None:
-                self.replay.wait(kind, cause, site, enter_ns, start_ns, end_ns, exit_ns)
+                self.replay.wait(kind, cause, line, enter_ns, start_ns, end_ns, exit_ns)
         self.last_ns = exit_ns
-        self.last_site = launch_site
+        self.last_line = launch_line
         return rec
 
     def charge(self, rec: LineTime, kind: str, cause: str | None, ns: int) -> None:
@@ -256,18 +256,18 @@ class StepClock:
         else:
             rec.launch_ns += ns
 
-    def moved(self, site: Any, kind: str, cause: str | None, ns: int, start_ns: int) -> None:
-        """The op just charged to ``site`` as launch was a wait of ``kind`` (a sync, a
+    def moved(self, line: Any, kind: str, cause: str | None, ns: int, start_ns: int) -> None:
+        """The op just charged to ``line`` as launch was a wait of ``kind`` (a sync, a
         blocking copy, a collective) that took ``ns`` from ``start_ns``: move its time."""
-        rec = self.line(site)
+        rec = self.line(line)
         rec.launch_ns -= ns
         self.charge(rec, kind, cause, ns)
-        self.note_wait(kind, cause, site, start_ns, start_ns + ns)
+        self.note_wait(kind, cause, line, start_ns, start_ns + ns)
 
-    def note_wait(self, kind: str, cause: str | None, site: Any, start_ns: int, end: int) -> None:
+    def note_wait(self, kind: str, cause: str | None, line: Any, start_ns: int, end: int) -> None:
         if len(self.waits) == MAX_WAITS:
             self.waits_dropped += 1
-        key = site if isinstance(site, str) else site_key(site)
+        key = line if isinstance(line, str) else line_key(line)
         self.waits.append(HostInterval(kind, cause, key, start_ns, end))
 
     def close(self, now_ns: int, reopen: Callable[[], int] | None = None) -> StepTime:
@@ -276,9 +276,9 @@ class StepClock:
         closed; the closing is then the profiler's own time, in the next step."""
         gap = now_ns - self.last_ns
         if gap > 0:
-            self.line(self.last_site).launch_ns += gap
+            self.line(self.last_line).launch_ns += gap
             if gap >= LONG_GAP_NS or not self.lines_measured:
-                self.long_gap(now_ns, self.last_site, STEP_END)
+                self.long_gap(now_ns, self.last_line, STEP_END)
         if self.probes:
             self.prober.settle(self)
         named: list[tuple[int, int, str, str]] = []
@@ -324,7 +324,7 @@ class StepClock:
         """``lines`` with the long gaps' time moved to the lines sampled in them (``gaps``
         given: a snapshot, which learns nothing; ``spans``: see :func:`name_gaps`)."""
         keyed = [
-            (a, b, site_key(s), site_key(p)) for a, b, s, p in (self.gaps if gaps is None else gaps)
+            (a, b, line_key(s), line_key(p)) for a, b, s, p in (self.gaps if gaps is None else gaps)
         ]
         name_gaps(keyed, self.sampler, lines, LineTime, learn=gaps is None, spans=spans)
         return lines
@@ -339,10 +339,10 @@ class StepClock:
         open_lines = _by_key(self.lines)
         tail = now_ns - self.last_ns
         if tail > 0:
-            key = site_key(self.last_site)
+            key = line_key(self.last_line)
             open_lines.setdefault(key, LineTime()).launch_ns += tail
         u = self.untimed_ns
-        tail_gap = (self.last_ns - u, now_ns - u, self.last_site, STEP_END)
+        tail_gap = (self.last_ns - u, now_ns - u, self.last_line, STEP_END)
         gaps = self.gaps + ([tail_gap] if tail > 0 else [])
         open_lines = self._named(open_lines, gaps)
         for key, rec in open_lines.items():
@@ -370,10 +370,10 @@ def merge_lines(into: dict[str, LineTime], lines: dict[str, LineTime]) -> None:
 
 def _by_key(lines: dict[Any, LineTime]) -> dict[str, LineTime]:
     """Lines keyed by ``file:line`` (two accumulators of one line, e.g. a borrowed backward
-    site, are summed)."""
+    line, are summed)."""
     out: dict[str, LineTime] = {}
-    for site, rec in list(lines.items()):
-        key = site_key(site)
+    for line, rec in list(lines.items()):
+        key = line_key(line)
         found = out.get(key)
         if found is None:
             out[key] = rec.copy()

@@ -136,7 +136,7 @@ def step_dict(
             {
                 "kind": w.kind,
                 "cause": w.cause,
-                "site": w.site,
+                "site": w.line,
                 "start_ms": _ms(w.start_ns - origin_ns),
                 "ms": _ms(w.end_ns - w.start_ns),
             }

@@ -1,5 +1,5 @@
 """What each fix would save: a step replayed with one fix applied, against the step as it ran.
-One what-if per kind of hint; each changes the ops of one line (``site``; None:
+One what-if per kind of hint; each changes the ops of one line (``line``; None:
 every line it applies to), never the recording.
 
 * :data:`DEFER_SYNC` (hints ``item_in_loop``, ``log_every_step``, ``d2h_in_loop``,
@@ -57,21 +57,21 @@ _COPY_FIXES = (ON_DEVICE, PINNED, BFLOAT16)
 
 
 class WhatIf:
-    """One fix: its ``kind`` (:data:`KINDS`), the ``site`` it applies to (None: every line),
+    """One fix: its ``kind`` (:data:`KINDS`), the ``line`` it applies to (None: every line),
     ``every`` (a deferred sync: read once per that many steps, 0: removed) and ``workers``
     (loader processes, for :data:`OVERLAP_INPUT`)."""
 
-    __slots__ = ("every", "kind", "site", "workers")
+    __slots__ = ("every", "kind", "line", "workers")
 
     def __init__(
-        self, kind: str, site: str | None = None, *, every: int = 0, workers: int = 1
+        self, kind: str, line: str | None = None, *, every: int = 0, workers: int = 1
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown what-if {kind!r} (one of {', '.join(KINDS)})")
         if every < 0 or workers < 1:
             raise ValueError("every must be >= 0 and workers >= 1")
         self.kind = kind
-        self.site = site
+        self.line = line
         self.every = every
         self.workers = workers
 
@@ -97,7 +97,7 @@ class WhatIf:
         }[self.kind]
 
     def __repr__(self) -> str:
-        return f"WhatIf({self.kind!r}, {self.site!r}, every={self.every}, workers={self.workers})"
+        return f"WhatIf({self.kind!r}, {self.line!r}, every={self.every}, workers={self.workers})"
 
 
 class Saving:
@@ -135,7 +135,7 @@ class Ranking:
 
 
 def _hits(op: ReplayOp, w: WhatIf) -> bool:
-    if w.site is not None and op.site != w.site:
+    if w.line is not None and op.line != w.line:
         return False
     kind = w.kind
     if kind == DEFER_SYNC:
@@ -161,7 +161,7 @@ def _defer(op: ReplayOp, every: int) -> list[ReplayOp]:
         return [kept]
     if read_back:
         return [kept, op.changed(host_ns=0, overhead_ns=0, every=every)]
-    sync = ReplayOp(SYNC, op.site, stream=op.stream, sync=op.sync, every=every)
+    sync = ReplayOp(SYNC, op.line, stream=op.stream, sync=op.sync, every=every)
     return [kept, sync]
 
 
@@ -252,17 +252,17 @@ def candidates(
     the lines whose copied tensors were made by a factory on the host (the ``created_on_cpu``
     hint; only there can the tensor be made on the device instead)."""
     made_here = set(on_device)
-    by_site: dict[str, list[ReplayOp]] = {}
+    by_line: dict[str, list[ReplayOp]] = {}
     for op in ops:
-        by_site.setdefault(op.site, []).append(op)
+        by_line.setdefault(op.line, []).append(op)
     probes = [WhatIf(k, every=every, workers=workers) for k in KINDS]
     out: list[WhatIf] = []
-    for site, mine in by_site.items():
+    for line, mine in by_line.items():
         for probe in probes:
-            if probe.kind == ON_DEVICE and site not in made_here:
+            if probe.kind == ON_DEVICE and line not in made_here:
                 continue
             if any(_hits(op, probe) for op in mine):
-                out.append(WhatIf(probe.kind, site, every=every, workers=workers))
+                out.append(WhatIf(probe.kind, line, every=every, workers=workers))
     return out
 
 
@@ -288,15 +288,15 @@ def rank(
     savings = [
         saving(ops, w, gpu=gpu, drop_overhead=drop_overhead, base_ns=base(w.steps)) for w in found
     ]
-    savings.sort(key=lambda s: (-s.saving_ns, s.whatif.site or "", s.whatif.kind))
+    savings.sort(key=lambda s: (-s.saving_ns, s.whatif.line or "", s.whatif.kind))
     best_copy: dict[str, Saving] = {}
     for s in savings:
-        if s.whatif.kind in _COPY_FIXES and s.whatif.site is not None:
-            best_copy.setdefault(s.whatif.site, s)  # savings are sorted: the first is the best
+        if s.whatif.kind in _COPY_FIXES and s.whatif.line is not None:
+            best_copy.setdefault(s.whatif.line, s)  # savings are sorted: the first is the best
     together = [
         s.whatif
         for s in savings
-        if s.whatif.kind not in _COPY_FIXES or best_copy.get(s.whatif.site or "") is s
+        if s.whatif.kind not in _COPY_FIXES or best_copy.get(s.whatif.line or "") is s
     ]
     # NB: input overlap last: the wait it leaves depends on the rest of the (fixed) step.
     together.sort(key=lambda w: w.kind == OVERLAP_INPUT)

@@ -45,9 +45,9 @@ class LiveSnapshot:
     totals: dict[str, Any]
     """``gpuwatch.profile/1`` totals."""
     devices: list[dict[str, Any]]
-    sites: list[dict[str, Any]]
-    """The busiest lines, as in the report's ``sites``."""
-    site_count: int
+    lines: list[dict[str, Any]]
+    """The busiest lines, as in the report JSON's ``sites``."""
+    line_count: int
     events_recorded: int
     counting: str
     """``"every_op"`` or ``"copies"`` (the fast path of --no-kernel-timing: no op counts)."""
@@ -133,7 +133,7 @@ def report_from_snapshot(
         else {
             "elapsed_s": 0.0,
             "devices": [],
-            "sites": [],
+            "lines": [],
             "counting": "every_op",
             "totals": {
                 w: {"count": 0, "bytes": 0, "pageable": 0, "non_blocking": 0}
@@ -152,7 +152,7 @@ def report_from_snapshot(
             "error": error,
             "devices": snap["devices"],
             "totals": snap["totals"],
-            "sites": snap["sites"],
+            "sites": snap["lines"],
             "options": {
                 "source": "last live snapshot (top lines only)",
                 "counting": snap["counting"],

@@ -265,7 +265,7 @@ class LiveApp(SamplingApp):
         panel.counting = snap.counting if snap else panel.counting
         panel.show(self._rates.rates(), snap.totals if snap else None, self.model.ended)
         if snap is not None:
-            self.query_one(HotLinesTable).show(snap.sites, snap.site_count, snap.counting)
+            self.query_one(HotLinesTable).show(snap.lines, snap.line_count, snap.counting)
             self.call_after_refresh(self._show_memory_words)  # the table's width laid out
             self.query_one(MemoryLinesTable).show(snap.memory)
             self._show_used_gpus(snap.devices)

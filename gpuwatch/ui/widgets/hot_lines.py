@@ -68,12 +68,12 @@ def layout(width: int, line_width: int, timed: bool = True) -> tuple[list[str], 
 
 
 class HotLinesTable(DataTable[Text]):
-    """Sites from a live snapshot, busiest first; the selected line stays selected."""
+    """Lines from a live snapshot, busiest first; the selected line stays selected."""
 
     def __init__(self, *, id: str | None = None, timed: bool = True) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
-        self.sites: list[dict[str, Any]] = []
-        self.site_count = 0
+        self.lines: list[dict[str, Any]] = []
+        self.line_count = 0
         self.counting = "every_op"
         self.timed = timed
         """False where kernel time is not measured (--fake-cuda, --no-kernel-timing): the time
@@ -81,8 +81,8 @@ class HotLinesTable(DataTable[Text]):
         self.shown_columns: list[str] = []
         """The columns laid out for the current width (for tests and the help)."""
         self._laid_out_for: tuple[int, int] | None = None
-        self._row_sites: list[int] = []
-        """The site each row shows (a library frame's row: the line it is under)."""
+        self._row_lines: list[int] = []
+        """The line each row shows (a library frame's row: the line it is under)."""
         self._row_keys: list[str] = []
 
     def on_mount(self) -> None:
@@ -90,7 +90,7 @@ class HotLinesTable(DataTable[Text]):
         self._layout()
 
     def on_resize(self, event: events.Resize) -> None:
-        self.show(self.sites, self.site_count, self.counting)
+        self.show(self.lines, self.line_count, self.counting)
 
     def _line_width(self) -> int:
         # NB: the line column holds the short path: the whole relative path would take the room
@@ -98,8 +98,8 @@ class HotLinesTable(DataTable[Text]):
         # gets at most what the figures that always stay leave it.
         kept = sum(WIDTHS[f] + 2 * PAD for f in FIGURES[:KEPT])
         room = max(10, min(28, (self.size.width or 80) - 2 - 2 * PAD - kept))
-        labels = [self._label(s, room) for s in self.sites]
-        labels += [self._label(f, room, FRAME_MARK) for s in self.sites for f in _frames(s)]
+        labels = [self._label(s, room) for s in self.lines]
+        labels += [self._label(f, room, FRAME_MARK) for s in self.lines for f in _frames(s)]
         widest = max(map(len, labels), default=4)
         return max(4, min(room, widest))
 
@@ -123,18 +123,18 @@ class HotLinesTable(DataTable[Text]):
             self.add_column("source", key="source", width=source)
 
     def show(
-        self, sites: list[dict[str, Any]], site_count: int, counting: str = "every_op"
+        self, lines: list[dict[str, Any]], line_count: int, counting: str = "every_op"
     ) -> None:
         """The busiest lines; ``counting`` ``"copies"``: the run counts no ops (the fast path of
         --no-kernel-timing), and their column says so rather than 0."""
         counts_ops = counting == "every_op"
         selected, selected_row = self.selected_key, self._selected_row()
-        self.sites, self.site_count, self.counting = sites, site_count, counting
+        self.lines, self.line_count, self.counting = lines, line_count, counting
         self._layout()
         self.clear()
         room = self._line_width()
-        self._row_sites, self._row_keys = [], []
-        for i, s in enumerate(sites):
+        self._row_lines, self._row_keys = [], []
+        for i, s in enumerate(lines):
             cells = {
                 "line": Text(self._label(s, room), style="cyan"),
                 **_figures(s["syncs"]["count"], _bytes(s), _copies(s)),
@@ -159,11 +159,11 @@ class HotLinesTable(DataTable[Text]):
         elif selected in self._row_keys:  # its frame is gone: the line it was under
             self.move_cursor(row=self._row_keys.index(selected), animate=False)
         untimed = "" if self.timed else "; kernel time not measured"
-        self.border_title = f"Hottest lines ({len(sites)} of {site_count}{untimed})"
+        self.border_title = f"Hottest lines ({len(lines)} of {line_count}{untimed})"
 
-    def _add(self, cells: dict[str, Text], key: str, site: int) -> None:
+    def _add(self, cells: dict[str, Text], key: str, line: int) -> None:
         self.add_row(*(cells[c] for c in self.shown_columns), key=key)
-        self._row_sites.append(site)
+        self._row_lines.append(line)
         self._row_keys.append(key)
 
     def _selected_row(self) -> str | None:
@@ -171,8 +171,8 @@ class HotLinesTable(DataTable[Text]):
             return None
         return self._row_keys[self.cursor_row]
 
-    def _add_frame(self, site: dict[str, Any], f: dict[str, Any], room: int, i: int) -> None:
-        """A row under ``site`` for a library frame that made some of its copies and syncs:
+    def _add_frame(self, line: dict[str, Any], f: dict[str, Any], room: int, i: int) -> None:
+        """A row under ``line`` for a library frame that made some of its copies and syncs:
         its place (its whole path in the source column: the line column may cut it) and
         function, its own figures; no time or op columns (a frame has none)."""
         dim = Text("", justify="right")
@@ -190,14 +190,14 @@ class HotLinesTable(DataTable[Text]):
             no_wrap=True,
             overflow="ellipsis",
         )
-        self._add(cells, f"{_key(site)} {f['file']}:{f['line']}", i)
+        self._add(cells, f"{_key(line)} {f['file']}:{f['line']}", i)
 
     @property
     def selected_key(self) -> str | None:
         """The user's line the cursor is on (on a library frame's row: the line it is under)."""
-        if not self.sites or not 0 <= self.cursor_row < len(self._row_sites):
+        if not self.lines or not 0 <= self.cursor_row < len(self._row_lines):
             return None
-        return _key(self.sites[self._row_sites[self.cursor_row]])
+        return _key(self.lines[self._row_lines[self.cursor_row]])
 
 
 def _key(s: dict[str, Any]) -> str:

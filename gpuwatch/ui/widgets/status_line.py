@@ -21,7 +21,7 @@ def status_text(
     parts = [state, f"{int(elapsed_s // 60):02d}:{int(elapsed_s % 60):02d}", f"pid {pid}"]
     if snapshot is not None:
         ops = f"{snapshot.totals['ops']:,} ops, " if snapshot.counting == "every_op" else ""
-        parts.append(f"{ops}{snapshot.site_count} lines")
+        parts.append(f"{ops}{snapshot.line_count} lines")
         if snapshot.time:  # where the last step's time went
             parts.append(f"step {snapshot.time['step']} {verdict_line(snapshot.time, 1)}")
     if energy is not None:

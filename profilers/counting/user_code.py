@@ -1,4 +1,4 @@
-"""Which frames are the user's own code, and the source site an op is charged to."""
+"""Which frames are the user's own code, and the source line an op is charged to."""
 
 from __future__ import annotations
 
