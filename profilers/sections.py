@@ -138,7 +138,7 @@ class TimeView(Section):
     steps: list[dict[str, Any]] = field(default_factory=list)
     """The newest steps kept, each with its breakdown."""
     energy: dict[str, Any] | None = _optional()
-    """The GPUs' energy over the run and per step (gpuwatch/report/energy.py)."""
+    """The GPUs' energy over the run and per step (gpuwatch/output/energy.py)."""
 
     required = ("clock", "gpu", "run", "steps", "steps_closed", "steps_kept")
 

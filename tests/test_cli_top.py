@@ -11,7 +11,7 @@ import pytest
 from gpuwatch import __version__
 from gpuwatch.cli import main as cli
 from gpuwatch.monitor.nvml import FakeBackend, NvmlUnavailable, Sampler
-from gpuwatch.report.snapshot import snapshot_text
+from gpuwatch.output.snapshot import snapshot_text
 from tests import helpers
 
 GPU_KEYS = {

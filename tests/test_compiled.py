@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import profilers
-from gpuwatch.report.compiled import compiled_lines
-from gpuwatch.report.html import render_html
+from gpuwatch.output.compiled import compiled_lines
+from gpuwatch.output.html import render_html
 from profilers import Report
 from tests.helpers import gpuwatch_here
 
@@ -348,7 +348,7 @@ def _report(compiled: dict[str, object]) -> Report:
 def test_the_section_round_trips_through_the_json_and_shows_in_the_html_and_schema():
     from jsonschema import Draft202012Validator
 
-    from gpuwatch.report.load import schema
+    from gpuwatch.output.load import schema
 
     breaks = [{"reason": f"reason {i}", "count": i + 1} for i in range(5)]
     section = {

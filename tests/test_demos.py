@@ -263,11 +263,11 @@ def test_the_readmes_first_command_predicted_for_a_gpu_ends_in_steps_and_ranks_i
     assert "PREDICTED step on the H100-SXM: " in summary and "MEASURED on this CPU" in summary
     assert "What if (PREDICTED for H100-SXM;" in summary
     # every field written is in the published schema (strict: no field it does not name)
-    from gpuwatch.report.load import parse, problem
+    from gpuwatch.output.load import parse, problem
 
     assert problem(doc, strict=True) is None
     # the same prediction twice: the two runs' ranges overlap, so the diff does not rank them
-    from gpuwatch.report.diff_text import time_line
+    from gpuwatch.output.diff_text import time_line
     from profilers.diff import diff_reports
 
     report = parse(json.dumps(doc), "w.json")

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from gpuwatch.cli import main as cli
-from gpuwatch.report.load import problem
+from gpuwatch.output.load import problem
 from profilers import Copies, Line, Report, Syncs
 from profilers.diff import diff_reports
 from profilers.libraries import LibraryFrame

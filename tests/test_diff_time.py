@@ -13,8 +13,8 @@ from rich.console import Console
 from torch.utils.data import DataLoader, Dataset
 
 import profilers
-from gpuwatch.report.diff_text import render
-from gpuwatch.report.load import problem
+from gpuwatch.output.diff_text import render
+from gpuwatch.output.load import problem
 from profilers.diff import diff_reports
 from tests.profiler_helpers import line_of
 

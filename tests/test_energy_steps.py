@@ -1,5 +1,5 @@
 """Energy per step and per run, from NVML's total-energy counter joined with the time
-view's steps (gpuwatch/report/energy.py): exact on injected counters and clocks; the counter read
+view's steps (gpuwatch/output/energy.py): exact on injected counters and clocks; the counter read
 alone by the real backend (stub NVML) and the fake one; a GPU without the counter says "not
 measured"; joules while idle only where the GPU half is measured; the join on the profile's clock
 through the one run path; the summary, the HTML, the schema."""
@@ -17,8 +17,7 @@ import profilers
 from gpuwatch.monitor.gpu_timeline import GpuTimeline, TimelineSamples
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.monitor.nvml._real import RealBackend
-from gpuwatch.profile.finish import finish
-from gpuwatch.report.energy import (
+from gpuwatch.output.energy import (
     IDLE_NOT_MEASURED,
     NOT_COVERED,
     NOT_SUPPORTED,
@@ -26,7 +25,8 @@ from gpuwatch.report.energy import (
     points_from_rows,
     with_energy,
 )
-from gpuwatch.report.load import problem
+from gpuwatch.output.load import problem
+from gpuwatch.profile.finish import finish
 from tests.stub_nvml import StubNvml, default_device
 
 
@@ -215,8 +215,8 @@ def test_the_run_path_joins_the_counter_with_the_steps_on_the_profiles_clock():
 
 
 def test_the_summary_and_the_html_show_joules_per_step():
-    from gpuwatch.report.html import render_html
-    from gpuwatch.report.timeview import energy_line
+    from gpuwatch.output.html import render_html
+    from gpuwatch.output.timeview import energy_line
 
     run, report, t0 = _profiled_steps(3)
     report = report.replace(devices=[{"device": "cuda:0", "name": "GPU"}])
@@ -242,12 +242,12 @@ def statistics_median_ms(report: Any) -> float:
 
 
 def test_the_live_view_shows_the_newest_step_its_samples_cover(clock: Any) -> None:
+    from gpuwatch.output.energy import points_from_rows, rows_read_interval_ms
     from gpuwatch.profile.live.model import LiveRun
     from gpuwatch.profile.live.protocol import LiveSnapshot
     from gpuwatch.profile.live.session import ChildSession
     from gpuwatch.profile.options import ProfileOptions
     from gpuwatch.profile.runner import Target
-    from gpuwatch.report.energy import points_from_rows, rows_read_interval_ms
     from gpuwatch.ui.widgets.status_line import status_text
 
     run = LiveRun(ChildSession(Target("train.py", []), ProfileOptions()), clock=clock)

@@ -318,7 +318,7 @@ def test_a_step_window_profiles_those_steps_only():
         torch.ones(3) + 1  # no step ever ends
     r = prof.report()
     assert r.steps is not None and r.steps["seen"] == 0 and r.totals.ops == 0
-    from gpuwatch.report.text import step_lines
+    from gpuwatch.output.text import step_lines
 
     assert "no step was seen" in step_lines(r)[0]
 

@@ -330,7 +330,7 @@ def test_a_timm_like_amp_script_runs_under_fake_cuda_with_a_gpus_counts(tmp_path
     # made inside torch/amp/grad_scaler.py (its found_inf read first), and a valid report
     assert [f["file"] for f in lines[stepped]["library"]] == ["torch/amp/grad_scaler.py"] * 2
     assert lines[stepped]["library"][0]["syncs"] == {"count": 4, "by_cause": {"item": 4}}
-    from gpuwatch.report.load import problem
+    from gpuwatch.output.load import problem
 
     assert problem(r) is None
 

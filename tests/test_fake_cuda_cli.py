@@ -37,7 +37,7 @@ for step in range(3):
 
 @pytest.mark.slow
 def test_profile_fake_cuda_runs_an_unmodified_script_and_says_it_was_simulated(tmp_path):
-    from gpuwatch.report.load import load_report
+    from gpuwatch.output.load import load_report
 
     (tmp_path / "train.py").write_text(TRAIN)
     done = run_gpuwatch(

@@ -26,8 +26,8 @@ from types import ModuleType
 import pytest
 
 import profilers
-from gpuwatch.report.hints import Hint
-from gpuwatch.report.library_hints import LibraryHint, all_hints
+from gpuwatch.output.hints import Hint
+from gpuwatch.output.library_hints import LibraryHint, all_hints
 from profilers.libraries import LibraryFrame
 from profilers.records import Line
 from tests import conftest
@@ -386,8 +386,8 @@ def test_lightning_progress_bar_reads_and_batch_copies_each_at_its_frame(tmp_pat
     # in the summary and the HTML, under the frame that made it
     from rich.console import Console
 
-    from gpuwatch.report.html import render_html
-    from gpuwatch.report.text import summary
+    from gpuwatch.output.html import render_html
+    from gpuwatch.output.text import summary
 
     out = io.StringIO()
     Console(file=out, width=200, color_system=None).print(summary(r))

@@ -181,8 +181,8 @@ def test_high_utilisation_with_low_sm_activity_is_flagged(clock):
 
 def test_the_profile_timeline_and_html_carry_sm_activity(clock):
     from gpuwatch.monitor.gpu_timeline import sample_row
-    from gpuwatch.report.html_charts import _timeline
-    from gpuwatch.report.trace import trace_events
+    from gpuwatch.output.html_charts import _timeline
+    from gpuwatch.output.trace import trace_events
     from profilers import Report
 
     sampler = Sampler(FakeBackend(gpu_count=1, clock=clock, stuck_gpus={0}), background_pcie=False)

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import profilers
-from gpuwatch.report.hints import hints, how_often
+from gpuwatch.output.hints import hints, how_often
 from profilers import Report
 from tests import conftest
 from tests.profiler_helpers import line_of
@@ -338,7 +338,7 @@ def test_an_input_bound_prediction_ranks_the_loader_first_labelled_predicted():
 
 
 def test_a_loader_with_workers_is_told_what_it_lacks():
-    from gpuwatch.report.hints import loader_hint
+    from gpuwatch.output.hints import loader_hint
     from profilers import Line
 
     line = Line(

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from gpuwatch.cli.main import main
-from gpuwatch.report.hints import hints
+from gpuwatch.output.hints import hints
 from profilers import Report
 from tests import conftest
 

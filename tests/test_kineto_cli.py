@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli import main as cli
-from gpuwatch.report.load import problem, schema
+from gpuwatch.output.load import problem, schema
 from tests.kineto_helpers import TraceBuilder
 from tests.test_report_schema import rich_report
 

@@ -33,10 +33,10 @@ def test_ruff_lint_and_import_boundaries():
         ("profilers", "from gpuwatch import cli", "gpuwatch"),
         ("gpuwatch/monitor/nvml", "import torch", "torch"),
         ("gpuwatch/monitor/nvml", "from gpuwatch.ui import top", "gpuwatch.ui"),
-        ("gpuwatch/report", "import textual", "textual"),
-        ("gpuwatch/report", "import torch", "torch"),
-        ("gpuwatch/report", "from gpuwatch.ui.widgets import GpuCard", "gpuwatch.ui"),
-        ("gpuwatch/report", "from gpuwatch.ui.live.app import LiveApp", "gpuwatch.ui"),
+        ("gpuwatch/output", "import textual", "textual"),
+        ("gpuwatch/output", "import torch", "torch"),
+        ("gpuwatch/output", "from gpuwatch.ui.widgets import GpuCard", "gpuwatch.ui"),
+        ("gpuwatch/output", "from gpuwatch.ui.live.app import LiveApp", "gpuwatch.ui"),
         ("gpuwatch/monitor", "import torch", "torch"),
         ("gpuwatch/monitor", "from gpuwatch.profile import run", "gpuwatch.profile"),
         ("gpuwatch/monitor", "from profilers.registry import OwnThread", "profilers"),
@@ -72,7 +72,7 @@ def _modules() -> dict[str, Path]:
 
 
 #: What ``gpuwatch top`` must never load: the profiler, torch, the profile run and its reports.
-PROFILE_HALF = ("profilers", "torch", "gpuwatch.profile", "gpuwatch.report")
+PROFILE_HALF = ("profilers", "torch", "gpuwatch.profile", "gpuwatch.output")
 
 #: Run in a fresh interpreter: imports the top app; builds the CLI's parser; then runs
 #: ``gpuwatch top --demo`` through the CLI's ``main()`` up to where the app would start. Prints the

@@ -130,7 +130,7 @@ def test_a_third_party_librarys_own_line_is_named_before_torchs(tmp_path, monkey
     assert wait.library[0].by_cause == {"synchronize": 1}
 
     # in the JSON, read back, and valid by the published schema
-    from gpuwatch.report.load import problem
+    from gpuwatch.output.load import problem
 
     doc = r.to_dict()
     assert problem(doc) is None
@@ -151,7 +151,7 @@ def test_a_third_party_librarys_own_line_is_named_before_torchs(tmp_path, monkey
     # and in the summary, beside the user's line
     from rich.console import Console
 
-    from gpuwatch.report.text import summary
+    from gpuwatch.output.text import summary
 
     out = io.StringIO()
     Console(file=out, width=160, color_system=None).print(summary(r))
@@ -160,7 +160,7 @@ def test_a_third_party_librarys_own_line_is_named_before_torchs(tmp_path, monkey
     assert "trainer_like.py:5 log_loss" in text and "trainer_like.py:9 clip" in text
 
     # and in the HTML report's table of lines
-    from gpuwatch.report.html import render_html
+    from gpuwatch.output.html import render_html
 
     page = render_html(r)
     assert "made at <code>trainer_like.py:5</code> log_loss: 1 syncs, 1 copies" in page
@@ -264,8 +264,8 @@ def test_lib_lines_on_the_command_line_is_saved_in_the_report(tmp_path):
         if (s["file"], s["line"]) == ("s.py", 7):
             assert s["syncs"]["count"] == 0 and s["d2h"]["count"] == 0
     # the knob is found on the library's line as it is on a library frame
-    from gpuwatch.report.library_hints import all_hints
-    from gpuwatch.report.load import load_report
+    from gpuwatch.output.library_hints import all_hints
+    from gpuwatch.output.load import load_report
 
     at_read = [
         h
@@ -286,8 +286,8 @@ def read_every(values):
 def test_an_unknown_librarys_frame_that_waits_often_is_named_in_a_hint(tmp_path, monkeypatch):
     """No knob is known for it: the hint names the frame and its line of code, and the user's
     line, whose every sync the library made, loses its '.item() in a loop' advice."""
-    from gpuwatch.report.library_hints import HOT, LibraryHint
-    from gpuwatch.report.library_hints import all_hints as hints
+    from gpuwatch.output.library_hints import HOT, LibraryHint
+    from gpuwatch.output.library_hints import all_hints as hints
     from profilers.counting import user_code
 
     lib = tmp_path / "site-packages"

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
+from gpuwatch.output.write import Output
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import Done, Hello, ProtocolError, decode, encode
 from gpuwatch.profile.live.session import ChildSession, InMemorySource
 from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
-from gpuwatch.report.write import Output
 from gpuwatch.ui.live.app import LiveApp
 from gpuwatch.ui.screens import ConfirmScreen, StackScreen, SummaryScreen
 from gpuwatch.ui.widgets import GpuCard, HotLinesTable
@@ -284,7 +284,7 @@ def test_the_command_runs_in_a_terminal_and_quits_with_the_scripts_exit_code(tmp
     finally:
         proc.kill()
         os.close(master)
-    assert proc.returncode == 3
+    assert proc.returncode == 3, screen[-3000:].decode(errors="replace")
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["exit_code"] == 3 and doc["totals"]["h2d"]["count"] == 10
     text = screen.decode(errors="replace")

@@ -15,13 +15,13 @@ import torch
 from rich.console import Console
 
 import profilers
+from gpuwatch.output.text import summary
+from gpuwatch.output.write import Output
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import LiveSnapshot, report_from_snapshot
 from gpuwatch.profile.live.session import ChildSession
 from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
-from gpuwatch.report.text import summary
-from gpuwatch.report.write import Output
 from gpuwatch.ui.live.app import LiveApp
 from gpuwatch.ui.live.memory_table import MemoryLinesTable, memory_words
 from profilers.memory.section import LIVE_LINES
@@ -199,7 +199,7 @@ async def test_a_fake_cuda_child_shows_memory_by_line_then_its_mismatch_explaine
         await wait_until(lambda: app.ended is not None, 60)
         await pilot.pause()
         text = plain(app.screen.query_one("#summary"))
-    # as the CLI's summary says it (gpuwatch/report/memory.py failure_lines)
+    # as the CLI's summary says it (gpuwatch/output/memory.py failure_lines)
     assert "DEVICE MISMATCH at train.py:9 (weights * mask): mul.Tensor" in text
     assert "fix: made on the CPU by torch.ones at train.py:8: pass device=x.device" in text
     doc = json.loads((tmp_path / "run.json").read_text())

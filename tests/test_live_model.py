@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from gpuwatch.monitor.nvml import FakeBackend
+from gpuwatch.output.write import Output
 from gpuwatch.profile.live.model import Ended, LiveRun, Update
 from gpuwatch.profile.live.protocol import Done, Fatal, Hello, LiveSnapshot, Message
 from gpuwatch.profile.live.session import ChildSession, InMemorySource
 from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
-from gpuwatch.report.write import Output
 from tests.conftest import FakeClock
 from tests.live_helpers import sh_child as child
 from tests.test_report_render import report as finished_report

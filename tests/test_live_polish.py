@@ -13,12 +13,12 @@ from rich.console import Console
 
 from gpuwatch.cli import main as cli
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
+from gpuwatch.output.write import Output
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import Hello
 from gpuwatch.profile.live.session import ChildSession, InMemorySource
 from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
-from gpuwatch.report.write import Output
 from gpuwatch.ui.live.app import LiveApp
 from gpuwatch.ui.screens import HelpScreen
 from gpuwatch.ui.widgets import GpuCard, HotLinesTable, RatesPanel, StatusLine
@@ -180,8 +180,8 @@ def test_the_line_column_shortens_paths_and_the_source_goes_first():
 
 
 def test_hints_wrap_and_are_never_cut_at_any_width():
-    from gpuwatch.report.hints import hints
-    from gpuwatch.report.text import summary
+    from gpuwatch.output.hints import hints
+    from gpuwatch.output.text import summary
     from tests.test_report_render import report
 
     r = report()

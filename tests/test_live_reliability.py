@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
+from gpuwatch.output.write import Output
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import Hello
 from gpuwatch.profile.live.session import ChildSession, InMemorySource
 from gpuwatch.profile.run import ProfileOptions
 from gpuwatch.profile.runner import Target
-from gpuwatch.report.write import Output
 from gpuwatch.ui.live.app import LiveApp
 from tests.conftest import plain, read_pty, start_in_pty, wait_until
 from tests.live_helpers import copies_report, finished, snapshot_of
@@ -235,8 +235,8 @@ async def test_demo_stats_are_labelled_simulated_everywhere():
     result = app.model.result()
     assert result.report is not None
     assert result.report.options.gpu_stats == "demo"
-    from gpuwatch.report.html import render_html
-    from gpuwatch.report.text import gpu_lines
+    from gpuwatch.output.html import render_html
+    from gpuwatch.output.text import gpu_lines
 
     lines = gpu_lines(result.report)
     assert lines and all("simulated by --demo" in line for line in lines if "busy" in line)
@@ -257,7 +257,7 @@ async def test_a_script_that_uses_no_gpu_is_charged_with_none():
         await wait_until(lambda: app.ended is not None, 20)
     report = app.model.result().report
     assert report is not None and report.gpu_samples == []
-    from gpuwatch.report.text import gpu_lines
+    from gpuwatch.output.text import gpu_lines
 
     assert gpu_lines(report) == [
         "GPU: no CUDA device was used, so no GPU's load is charged to this script"

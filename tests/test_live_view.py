@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 
+from gpuwatch.output.write import Output
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import Done, Hello
 from gpuwatch.profile.live.session import InMemorySource
 from gpuwatch.profile.runner import Target
-from gpuwatch.report.write import Output
 from gpuwatch.ui.live.app import LiveApp
 from gpuwatch.ui.screens import ConfirmScreen, SummaryScreen
 from tests.conftest import plain, wait_until

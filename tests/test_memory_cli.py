@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli import main as cli
+from gpuwatch.output.load import schema
 from gpuwatch.profile.sizes import memory_size
-from gpuwatch.report.load import schema
 from tests import conftest
 from tests.helpers import run_gpuwatch
 

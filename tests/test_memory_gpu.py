@@ -76,7 +76,7 @@ def test_a_real_out_of_memory_error_names_the_lines_holding_the_memory():
     held = {h["line"]: h["bytes"] for h in failure["held"] if h["file"].endswith(HERE)}
     assert held == {line_of("kept"): 64 << 20}
 
-    from gpuwatch.report.memory import failure_lines
+    from gpuwatch.output.memory import failure_lines
 
     lines = failure_lines(report)
     assert lines[0].startswith(f"OUT OF MEMORY on cuda:0 at {failure['file']}:{line_of('huge')}")

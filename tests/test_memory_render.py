@@ -8,9 +8,9 @@ from typing import Any
 
 from rich.console import Console
 
-from gpuwatch.report.html import render_html
-from gpuwatch.report.memory import failure_lines, memory_title
-from gpuwatch.report.text import summary
+from gpuwatch.output.html import render_html
+from gpuwatch.output.memory import failure_lines, memory_title
+from gpuwatch.output.text import summary
 from profilers import Report
 
 
@@ -125,7 +125,7 @@ def test_a_report_without_memory_has_no_section():
 
 
 def test_the_gpus_size_takes_the_article_it_is_said_with():
-    from gpuwatch.report.memory import _a
+    from gpuwatch.output.memory import _a
 
     said = {
         s: _a(s) for s in ("24 GiB", "80 GiB", "8 GiB", "11 GiB", "18 GiB", "1.5 GiB", "180 GiB")

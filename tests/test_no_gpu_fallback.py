@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import profilers
-from gpuwatch.report.text import NO_GPU_ERRORS
+from gpuwatch.output.text import NO_GPU_ERRORS
 from tests import conftest
 from tests.helpers import gpuwatch_here, run_gpuwatch
 from tests.profiler_helpers import line_of
@@ -66,7 +66,7 @@ def test_on_a_fake_gpu_the_answer_is_yes_and_nothing_is_said():
 @pytest.mark.fake_cuda
 @pytest.mark.slow
 def test_the_summary_and_json_say_it_ran_on_the_cpu_and_suggest_fake_cuda(tmp_path):
-    from gpuwatch.report.load import load_report
+    from gpuwatch.output.load import load_report
 
     (tmp_path / "train.py").write_text(SCRIPT)
     done = run_gpuwatch(["profile", "--json", "r.json", "train.py"], tmp_path, COLUMNS="300")

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from gpuwatch.report.write import Output, check_outputs, streams_through, write_reports
+from gpuwatch.output.write import Output, check_outputs, streams_through, write_reports
 from profilers import Report
 from tests.helpers import gpuwatch_here
 
@@ -110,7 +110,7 @@ def test_a_fifo_gets_the_report_through_and_stays_a_fifo(tmp_path):
 
 
 def test_a_fifo_nobody_reads_fails_in_one_line_within_the_wait(tmp_path, monkeypatch):
-    import gpuwatch.report.write as write
+    import gpuwatch.output.write as write
 
     monkeypatch.setattr(write, "FIFO_WAIT_S", 0.2)
     os.mkfifo(tmp_path / "pipe")

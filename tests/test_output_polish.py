@@ -13,11 +13,11 @@ import torch.distributed as dist
 from rich.console import Console
 
 import profilers
-from gpuwatch.report.analysis import analyze
-from gpuwatch.report.collectives import comm_html, comm_text
-from gpuwatch.report.html import render_html
-from gpuwatch.report.html_charts import _bytes_per_line
-from gpuwatch.report.text import summary
+from gpuwatch.output.analysis import analyze
+from gpuwatch.output.collectives import comm_html, comm_text
+from gpuwatch.output.html import render_html
+from gpuwatch.output.html_charts import _bytes_per_line
+from gpuwatch.output.text import summary
 from tests.profiler_helpers import fake_mode, line_of
 
 pytestmark = pytest.mark.slow

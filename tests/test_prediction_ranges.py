@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.report.whatif import prediction_lines, span_ms, unprofiled_line, what_if_lines
+from gpuwatch.output.whatif import prediction_lines, span_ms, unprofiled_line, what_if_lines
 from profilers.sections import Predicted, WhatIf
 from profilers.timing.gpu_model import gpu_spec, validation
 from profilers.timing.gpu_model.validation import Checked, error_of

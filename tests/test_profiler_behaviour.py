@@ -521,7 +521,7 @@ def test_optimizer_steps_and_manual_steps_are_counted():
 
 
 def test_the_summary_speaks_per_step():
-    from gpuwatch.report.text import summary
+    from gpuwatch.output.text import summary
     from tests.test_report_render import report, text
 
     r = dataclasses.replace(report(), steps={"count": 25, "source": "optimizer"})

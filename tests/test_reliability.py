@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli import main as cli
-from gpuwatch.report.load import problem
+from gpuwatch.output.load import problem
 from tests.helpers import default_signals, gpuwatch_here, run
 
 FAKE = textwrap.dedent("""
@@ -316,7 +316,7 @@ def test_the_profiler_never_raises_into_user_code():
     assert report.internal_errors == {}
     assert report.totals.h2d.count == 2 and report.totals.h2d.unknown_bytes == 1
     assert report.totals.h2d.bytes == 16
-    from gpuwatch.report.load import problem
+    from gpuwatch.output.load import problem
 
     assert problem(report.to_dict()) is None
 
@@ -356,8 +356,8 @@ def test_report_refuses_to_overwrite_its_input(tmp_path, monkeypatch, capsys):
 
 
 def test_a_failing_renderer_leaves_the_old_file_and_writes_the_rest(tmp_path, monkeypatch):
-    from gpuwatch.report import html
-    from gpuwatch.report.write import Output, write_reports
+    from gpuwatch.output import html
+    from gpuwatch.output.write import Output, write_reports
     from profilers import Report
 
     (tmp_path / "r.html").write_text("the previous report")
@@ -432,7 +432,7 @@ def test_ops_run_by_the_test_process_reach_no_leftover_profiler():
 def test_the_scripts_own_share_of_a_gpu_is_shown_beside_the_devices():
     from gpuwatch.monitor.gpu_timeline import sample_row
     from gpuwatch.monitor.nvml.samples import GpuSample, ProcessSample
-    from gpuwatch.report.text import gpu_lines
+    from gpuwatch.output.text import gpu_lines
     from profilers import Report, RunOptions
 
     def p(pid: int, sm: int | None) -> ProcessSample:
@@ -499,8 +499,8 @@ def test_an_op_the_profiler_fails_on_runs_and_is_tallied_in_the_report():
 def test_an_analysis_that_fails_costs_the_summary_and_html_never_the_json(
     tmp_path, monkeypatch, capsys
 ):
-    from gpuwatch.report import analysis, deliver
-    from gpuwatch.report.write import Output
+    from gpuwatch.output import analysis, deliver
+    from gpuwatch.output.write import Output
     from profilers import Report
 
     def broken(report: Report) -> object:

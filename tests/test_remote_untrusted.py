@@ -17,7 +17,7 @@ import pytest
 from gpuwatch.cli.main import main
 from gpuwatch.monitor.nvml.remote import HostsBackend, RemoteHost, parse_metrics
 from gpuwatch.monitor.nvml.sampler import Sampler
-from gpuwatch.report.snapshot import snapshot_text
+from gpuwatch.output.snapshot import snapshot_text
 
 
 @pytest.fixture

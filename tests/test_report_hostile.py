@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from gpuwatch.errors import CliError
-from gpuwatch.report.load import load_report, parse, problem
+from gpuwatch.output.load import load_report, parse, problem
 from profilers import Report
 from profilers.merge import MAX_WORLD_SIZE, MergeError, merge_ranks
 from tests import conftest

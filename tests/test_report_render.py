@@ -7,9 +7,9 @@ import io
 
 from rich.console import Console
 
-from gpuwatch.report.hints import hints
-from gpuwatch.report.html import render_html
-from gpuwatch.report.text import summary
+from gpuwatch.output.hints import hints
+from gpuwatch.output.html import render_html
+from gpuwatch.output.text import summary
 from profilers import Line, LineStats, OpCount, Report
 
 
@@ -103,7 +103,7 @@ def test_charts_with_nothing_to_draw_are_a_sentence():
 
 
 def test_pcie_line_has_its_own_axis_range():
-    from gpuwatch.report.html_charts import _timeline
+    from gpuwatch.output.html_charts import _timeline
 
     r = report()
     r = r.replace(

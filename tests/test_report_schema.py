@@ -17,9 +17,9 @@ from rich.console import Console
 
 from gpuwatch.errors import CliError
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
-from gpuwatch.report.html import render_html
-from gpuwatch.report.load import load_report, parse, problem, schema
-from gpuwatch.report.text import summary
+from gpuwatch.output.html import render_html
+from gpuwatch.output.load import load_report, parse, problem, schema
+from gpuwatch.output.text import summary
 from profilers import Line, LineStats, OpCount, OpTotal, RunOptions
 
 

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from gpuwatch.cli import main as cli
-from gpuwatch.report.load import problem
+from gpuwatch.output.load import problem
 from tests.helpers import default_signals, run
 
 # Three copies to a (fake) GPU of 16 floats, 64 bytes each.

@@ -21,11 +21,11 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from textual.pilot import Pilot
 
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
+from gpuwatch.output.text import summary
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import Hello, LiveSnapshot
 from gpuwatch.profile.live.session import InMemorySource
 from gpuwatch.profile.runner import Target
-from gpuwatch.report.text import summary
 from gpuwatch.ui.live.app import LiveApp
 from gpuwatch.ui.top.app import TopApp
 from profilers import Line, LineStats, OpCount, Report

@@ -160,7 +160,7 @@ def test_a_sync_after_gpu_work_is_sync_bound_at_the_syncs_line():
     assert gpu["idle_slices"] == [
         {"start_ms": 2.0, "ms": 6.0, "cause": "sync", "sync_cause": "item", "site": "train.py:9"}
     ]
-    # the busy intervals themselves, for the joules spent between them (gpuwatch/report/energy)
+    # the busy intervals themselves, for the joules spent between them (gpuwatch/output/energy)
     start = step["start_ms"]
     assert [[a - start, b - start] for a, b in gpu["busy_spans_ms"]] == [[0.0, 2.0], [8.0, 10.0]]
     # one wait of the profiler's own for the device's first anchor, none per op

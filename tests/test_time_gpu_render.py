@@ -9,12 +9,12 @@ import json
 
 from rich.console import Console
 
+from gpuwatch.output.html import render_html
+from gpuwatch.output.load import problem
+from gpuwatch.output.text import summary
+from gpuwatch.output.timeview import step_bars
+from gpuwatch.output.trace import TRACKS, render_trace
 from gpuwatch.profile.live.protocol import LiveSnapshot, decode, encode
-from gpuwatch.report.html import render_html
-from gpuwatch.report.load import problem
-from gpuwatch.report.text import summary
-from gpuwatch.report.timeview import step_bars
-from gpuwatch.report.trace import TRACKS, render_trace
 from gpuwatch.ui.widgets.status_line import status_text
 from profilers import Report
 from profilers.timing.verdict import last_step

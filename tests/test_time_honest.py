@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import profilers
-from gpuwatch.report.hints import hints
-from gpuwatch.report.line_costs import cost_words
-from gpuwatch.report.load import problem
-from gpuwatch.report.timeview import time_charts, time_lines
+from gpuwatch.output.hints import hints
+from gpuwatch.output.line_costs import cost_words
+from gpuwatch.output.load import problem
+from gpuwatch.output.timeview import time_charts, time_lines
 from profilers import Report
 from profilers.diff_time import run_time
 from profilers.timing.timeline import StepClock

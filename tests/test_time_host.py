@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import profilers
-from gpuwatch.report.load import problem
+from gpuwatch.output.load import problem
 from profilers import Report
 from profilers.counting.kernels import CountingKernels
 from profilers.counting.recorder import Recorder

@@ -9,11 +9,11 @@ import json
 
 from rich.console import Console
 
+from gpuwatch.output.hints import hints
+from gpuwatch.output.html import render_html
+from gpuwatch.output.text import summary
+from gpuwatch.output.trace import render_trace
 from gpuwatch.profile.live.protocol import LiveSnapshot, decode, encode
-from gpuwatch.report.hints import hints
-from gpuwatch.report.html import render_html
-from gpuwatch.report.text import summary
-from gpuwatch.report.trace import render_trace
 from gpuwatch.ui.widgets.status_line import status_text
 from profilers import Line, LineStats, Report
 from profilers.timing.timeline import SYNC, StepClock

@@ -16,7 +16,7 @@ from gpuwatch.monitor.export import GpuCollector
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.monitor.nvml.activity import Activity, Fleet, IdlePolicy, fleet, held_idle_since
 from gpuwatch.monitor.nvml.remote import HostsBackend, RemoteHost, parse_metrics
-from gpuwatch.report.snapshot import snapshot_text
+from gpuwatch.output.snapshot import snapshot_text
 from gpuwatch.ui.top.app import TopApp
 from gpuwatch.ui.widgets import GpuCard, ProcessTable
 from gpuwatch.ui.widgets.fleet_line import FleetLine

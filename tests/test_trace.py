@@ -85,7 +85,7 @@ def test_trace_is_not_taken_for_trace_syncs(tmp_path, monkeypatch, capfd):
 
 
 def test_gpu_samples_become_counter_tracks():
-    from gpuwatch.report.trace import trace_events
+    from gpuwatch.output.trace import trace_events
     from profilers import Report
 
     report = Report(
@@ -162,7 +162,7 @@ def test_steps_are_slices_on_their_own_track(tmp_path, monkeypatch):
     import torch
 
     import profilers
-    from gpuwatch.report.trace import TRACKS, render_trace
+    from gpuwatch.output.trace import TRACKS, render_trace
 
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

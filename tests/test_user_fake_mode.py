@@ -77,7 +77,7 @@ def test_a_copy_of_symbolic_size_is_counted_with_its_bytes_unknown():
 
     from rich.console import Console
 
-    from gpuwatch.report.text import summary
+    from gpuwatch.output.text import summary
 
     out = io.StringIO()
     Console(file=out, width=200).print(summary(r))

@@ -12,11 +12,11 @@ import torch
 
 import profilers
 from gpuwatch.cli.main import main
-from gpuwatch.report.hints import hints
-from gpuwatch.report.html import render_html
-from gpuwatch.report.load import problem
-from gpuwatch.report.timeview import time_lines
-from gpuwatch.report.whatif import what_if_lines
+from gpuwatch.output.hints import hints
+from gpuwatch.output.html import render_html
+from gpuwatch.output.load import problem
+from gpuwatch.output.timeview import time_lines
+from gpuwatch.output.whatif import what_if_lines
 from profilers.timing.gpu_model.rates import HOST_LAUNCH_NS, copy_ns
 from profilers.timing.gpu_model.roofline import predict_op_ns
 from profilers.timing.gpu_model.specs import GIB, gpu_spec

@@ -40,8 +40,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from gpuwatch.report.load import load_report
-    from gpuwatch.report.write import Output, check_outputs, output_for
+    from gpuwatch.output.load import load_report
+    from gpuwatch.output.write import Output, check_outputs, output_for
     from profilers.diff import check_growth, diff_reports
     from profilers.report import write_text_atomic
 
@@ -58,7 +58,7 @@ def run_diff(args: argparse.Namespace) -> int:
     diff = diff_reports(load_report(args.before), load_report(args.after))
     paths = (args.before, args.after)
     if not args.quiet:
-        from gpuwatch.report.diff_text import print_diff
+        from gpuwatch.output.diff_text import print_diff
 
         print_diff(diff, paths, args.top)
     for out in wanted:
@@ -67,7 +67,7 @@ def run_diff(args: argparse.Namespace) -> int:
 
             text = dumps_finite(diff.to_dict(*paths), indent=1) + "\n"
         else:
-            from gpuwatch.report.diff_html import render_html
+            from gpuwatch.output.diff_html import render_html
 
             text = render_html(diff, paths)
         try:

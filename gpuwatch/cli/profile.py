@@ -138,8 +138,8 @@ def profile(options: ProfileOptions, target: Any) -> int:
         from gpuwatch.profile.torch_range import cannot_load
 
         raise CliError(cannot_load(exc)) from None
-    from gpuwatch.report.deliver import deliver
-    from gpuwatch.report.write import (
+    from gpuwatch.output.deliver import deliver
+    from gpuwatch.output.write import (
         check_outputs,
         for_rank,
         output_for,
@@ -221,10 +221,10 @@ def profile(options: ProfileOptions, target: Any) -> int:
 
 def run_live(options: ProfileOptions, target: Any, wanted: list[Any], limits: Any = None) -> int:
     from gpuwatch.monitor.nvml import NvmlUnavailable, Sampler, open_backend
+    from gpuwatch.output.deliver import deliver
+    from gpuwatch.output.write import say
     from gpuwatch.profile.live.model import LiveRun
     from gpuwatch.profile.live.session import ChildSession
-    from gpuwatch.report.deliver import deliver
-    from gpuwatch.report.write import say
     from gpuwatch.ui.live.app import LiveApp
 
     sampler, reason = None, "off (--no-gpu-stats)"

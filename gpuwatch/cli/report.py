@@ -50,13 +50,13 @@ def add_parser(sub: Any) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from gpuwatch.report.kineto_load import is_trace
+    from gpuwatch.output.kineto_load import is_trace
 
     if any(is_trace(p) for p in args.paths):
         return run_trace_report(args)
-    from gpuwatch.report.deliver import deliver
-    from gpuwatch.report.load import load_report
-    from gpuwatch.report.write import check_outputs, output_for, outputs
+    from gpuwatch.output.deliver import deliver
+    from gpuwatch.output.load import load_report
+    from gpuwatch.output.write import check_outputs, output_for, outputs
 
     wanted = outputs(args.json_path, args.html_path, args.trace_path)
     wanted += [output_for(path) for path in args.output_paths]
@@ -89,10 +89,10 @@ def run_report(args: argparse.Namespace) -> int:
 
 def run_trace_report(args: argparse.Namespace) -> int:
     """``gpuwatch report TRACE``: a torch.profiler trace (or a folder of ranks) analysed."""
-    from gpuwatch.report.kineto_load import load_analysis
-    from gpuwatch.report.kineto_render import render
-    from gpuwatch.report.kineto_text import print_summary
-    from gpuwatch.report.write import check_outputs, output_for, outputs, say, write_rendered
+    from gpuwatch.output.kineto_load import load_analysis
+    from gpuwatch.output.kineto_render import render
+    from gpuwatch.output.kineto_text import print_summary
+    from gpuwatch.output.write import check_outputs, output_for, outputs, say, write_rendered
 
     if args.what_if:
         raise CliError("--what-if replays a gpuwatch run; a torch.profiler trace has no replay")

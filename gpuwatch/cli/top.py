@@ -194,7 +194,7 @@ def run_top(args: argparse.Namespace) -> int:
     assert backend is not None  # no local GPUs is an error above unless --remote
 
     if args.once or args.json:
-        from gpuwatch.report.snapshot import measured_snapshot, snapshot_json, snapshot_text
+        from gpuwatch.output.snapshot import measured_snapshot, snapshot_json, snapshot_text
 
         sampler = Sampler(backend, background_pcie=False, idle=idle_policy(args))
         try:

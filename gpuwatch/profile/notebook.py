@@ -24,7 +24,7 @@ from gpuwatch.profile.options import ProfileOptions
 from profilers import Report
 
 if TYPE_CHECKING:
-    from gpuwatch.report.analysis import Findings
+    from gpuwatch.output.analysis import Findings
 
 #: The exit code a report records for an interrupted cell, as the CLI's Ctrl-C.
 INTERRUPTED = 130
@@ -48,8 +48,8 @@ def show(report: Report, top: int = 5) -> None:
     """Displays ``report``: its tables with the text summary, then each chart."""
     from IPython.display import display
 
-    from gpuwatch.report.analysis import analyze
-    from gpuwatch.report.html import render_fragment
+    from gpuwatch.output.analysis import analyze
+    from gpuwatch.output.html import render_fragment
 
     findings = analyze(report)
     page, figures = render_fragment(report, findings)
@@ -69,7 +69,7 @@ def show(report: Report, top: int = 5) -> None:
 def text_of(report: Report, top: int = 5, findings: Findings | None = None) -> str:
     from rich.console import Console
 
-    from gpuwatch.report.text import summary
+    from gpuwatch.output.text import summary
 
     out = io.StringIO()
     Console(file=out, width=100, color_system=None, force_jupyter=False).print(
@@ -104,7 +104,7 @@ def parse_options(line: str) -> tuple[ProfileOptions, list[Any]]:
     """``(options, outputs)`` of a magic's line; UsageError (one line) for anything it does not
     know."""
     from gpuwatch.errors import CliError
-    from gpuwatch.report.write import check_outputs, output_for, outputs
+    from gpuwatch.output.write import check_outputs, output_for, outputs
 
     try:
         words = shlex.split(line)
@@ -143,7 +143,7 @@ def profile_cell(shell: Any, line: str, cell: str, magic: str = "%%gpuwatch") ->
     result. The cell's exception, after the report is shown and written, is raised again."""
     from contextlib import nullcontext
 
-    from gpuwatch.report.write import write_outputs
+    from gpuwatch.output.write import write_outputs
 
     options, wanted = parse_options(line)
     fake: Any = nullcontext()

@@ -72,8 +72,8 @@ def rank_command(options: ProfileOptions, target: Any, json_pattern: str) -> lis
 
 
 def run_ranks(options: ProfileOptions, target: Any, wanted: list[Any]) -> int:
-    from gpuwatch.report.deliver import deliver
-    from gpuwatch.report.load import load_report
+    from gpuwatch.output.deliver import deliver
+    from gpuwatch.output.load import load_report
     from profilers.merge import merge_ranks
 
     if options.live:

@@ -50,7 +50,7 @@ HINT_WHATIFS = {
     "created_on_cpu": ON_DEVICE,
     "float32_copies": BFLOAT16,
 }
-"""A hint's kind (gpuwatch/report/hints.py) -> the what-if that states its saving."""
+"""A hint's kind (gpuwatch/output/hints.py) -> the what-if that states its saving."""
 
 _COPY_FIXES = (ON_DEVICE, PINNED, BFLOAT16)
 """Fixes of one copy that exclude each other (the best of them counts when all are applied)."""

@@ -74,11 +74,11 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gpuwatch.output.write import Output, write_reports
     from gpuwatch.profile.options import ProfileOptions
     from gpuwatch.profile.run import ProfiledRun
     from gpuwatch.profile.runner import Target, TargetError, check_target
     from gpuwatch.profile.worded import worded
-    from gpuwatch.report.write import Output, write_reports
     from profilers.errors import ProfilerError
 
     config = json.loads((argv if argv is not None else sys.argv[1:])[0])

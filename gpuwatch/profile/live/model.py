@@ -33,6 +33,9 @@ from typing import Any
 
 from gpuwatch.monitor.gpu_timeline import sample_row, used_gpu_indices
 from gpuwatch.monitor.nvml.samples import GpuSample
+from gpuwatch.output.analysis import Findings, analysed
+from gpuwatch.output.energy import points_from_rows, rows_energy, rows_read_interval_ms
+from gpuwatch.output.write import Output, write_reports
 from gpuwatch.profile.finish import GpuMeasures, finish
 from gpuwatch.profile.live.protocol import (
     Done,
@@ -44,9 +47,6 @@ from gpuwatch.profile.live.protocol import (
 )
 from gpuwatch.profile.live.result import LiveResult
 from gpuwatch.profile.live.session import LiveSource
-from gpuwatch.report.analysis import Findings, analysed
-from gpuwatch.report.energy import points_from_rows, rows_energy, rows_read_interval_ms
-from gpuwatch.report.write import Output, write_reports
 from profilers import Report
 from profilers.registry import OwnThread
 from profilers.report import printable
@@ -194,7 +194,7 @@ class LiveRun:
     def step_energy(self) -> tuple[int, float, bool] | None:
         """The newest step seen whose energy the view's GPU samples cover: (step, J on the GPUs
         the script uses, whether it is shorter than the samples' gap: then the mean power
-        around it times its length); None before one is (gpuwatch/report/energy.py)."""
+        around it times its length); None before one is (gpuwatch/output/energy.py)."""
         with self._lock:
             snap = self.last_snapshot
             used = used_gpu_indices(snap.devices, self.gpu_samples, self.mig_gpus) if snap else None

@@ -25,10 +25,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from gpuwatch.output.write import Output
 from gpuwatch.profile.live.protocol import Message, ProtocolError, decode
 from gpuwatch.profile.options import ProfileOptions
 from gpuwatch.profile.runner import Target
-from gpuwatch.report.write import Output
 from profilers.registry import OwnThread
 
 #: Lines of the child's output kept when the display cannot keep up.

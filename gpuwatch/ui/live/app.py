@@ -357,7 +357,7 @@ class LiveApp(SamplingApp):
         if report is None:
             self.notify("the summary comes when the script ends", severity="information")
             return
-        from gpuwatch.report.text import summary
+        from gpuwatch.output.text import summary
 
         title = f"Summary: {self.model.how_it_ended()}"
         shown = summary(report, top=self.top, findings=self.model.findings)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
+from gpuwatch.output.timeview import verdict_line
 from gpuwatch.profile.live.protocol import LiveSnapshot
-from gpuwatch.report.timeview import verdict_line
 
 
 def status_text(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from html import escape
 
 from gpuwatch import _format as fmt
-from gpuwatch.report.kineto_text import ADVICE, run_line
+from gpuwatch.output.kineto_text import ADVICE, run_line
 from profilers.kineto.result import CAUSES, DEFINITIONS, DeviceTime, RankResult, TraceAnalysis
 
 COLOURS = {

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from gpuwatch.report.hints import Hint, hints
+from gpuwatch.output.hints import Hint, hints
 from profilers import Line, Report
 
 #: An unknown library frame is worth a hint from this many syncs on.
@@ -369,7 +369,7 @@ def owned_by_libraries(s: Line) -> bool:
 
 
 def all_hints(report: Report) -> list[Hint]:
-    """The report's hints (:func:`gpuwatch.report.hints.hints`) with the library frames' (the
+    """The report's hints (:func:`gpuwatch.output.hints.hints`) with the library frames' (the
     summary's and the HTML's)."""
     steps = int(report.steps["count"]) if report.steps else 0
     return with_library_hints(report, hints(report), steps)

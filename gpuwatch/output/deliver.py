@@ -1,4 +1,4 @@
-"""A finished report handed to the user: analysed once (:func:`~gpuwatch.report.analysis.analyze`),
+"""A finished report handed to the user: analysed once (:func:`~gpuwatch.output.analysis.analyze`),
 its files written by their renderers, then the summary (or the what-if table) printed from the
 same findings, so that every output says the same."""
 
@@ -8,8 +8,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from gpuwatch.report.analysis import Findings, analyze
-from gpuwatch.report.write import Output, write_outputs
+from gpuwatch.output.analysis import Findings, analyze
+from gpuwatch.output.write import Output, write_outputs
 from profilers import Report
 
 
@@ -41,11 +41,11 @@ def deliver(
     failed = write_outputs(report, wanted, quiet=quiet, findings=findings)
     if not quiet:
         if summary:
-            from gpuwatch.report.text import print_summary
+            from gpuwatch.output.text import print_summary
 
             print_summary(report, top, file, findings)
         if what_if:
-            from gpuwatch.report.whatif import print_what_if
+            from gpuwatch.output.whatif import print_what_if
 
             print_what_if(findings.what_if_lines, file)
     return failed

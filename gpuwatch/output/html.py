@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpuwatch import _format as fmt
-from gpuwatch.report.analysis import Findings, analyze
-from gpuwatch.report.collectives import comm_html, rank_line
-from gpuwatch.report.compiled import compiled_lines
-from gpuwatch.report.hints import Hint, hints_order
-from gpuwatch.report.html_charts import charts, figure_json
-from gpuwatch.report.memory import memory_html, memory_title
-from gpuwatch.report.text import (
+from gpuwatch.output.analysis import Findings, analyze
+from gpuwatch.output.collectives import comm_html, rank_line
+from gpuwatch.output.compiled import compiled_lines
+from gpuwatch.output.hints import Hint, hints_order
+from gpuwatch.output.html_charts import charts, figure_json
+from gpuwatch.output.memory import memory_html, memory_title
+from gpuwatch.output.text import (
     DIRECTION_NAMES,
     fallback_lines,
     gpu_busy,
@@ -24,7 +24,7 @@ from gpuwatch.report.text import (
     simulated_lines,
     used_no_gpu,
 )
-from gpuwatch.report.whatif import what_if_html
+from gpuwatch.output.whatif import what_if_html
 from profilers import DIRECTIONS, Line, Report
 
 

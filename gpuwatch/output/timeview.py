@@ -9,8 +9,8 @@ from statistics import median
 from typing import Any
 
 from gpuwatch import _format as fmt
-from gpuwatch.report.line_costs import cost_text, line_costs, measured_gpu, predicted_gpu
-from gpuwatch.report.whatif import prediction_lines, unprofiled_line
+from gpuwatch.output.line_costs import cost_text, line_costs, measured_gpu, predicted_gpu
+from gpuwatch.output.whatif import prediction_lines, unprofiled_line
 from profilers import Report
 from profilers.timing.timeline import OTHER_LINES
 from profilers.timing.verdict import per_step

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuwatch.report.hints import Hint
-from gpuwatch.report.library_hints import all_hints
-from gpuwatch.report.line_costs import line_costs
-from gpuwatch.report.timeview import no_verdict, time_lines
-from gpuwatch.report.whatif import what_if_lines
+from gpuwatch.output.hints import Hint
+from gpuwatch.output.library_hints import all_hints
+from gpuwatch.output.line_costs import line_costs
+from gpuwatch.output.timeview import no_verdict, time_lines
+from gpuwatch.output.whatif import what_if_lines
 from profilers import Report
 from profilers.merge import Spread, spreads
 

@@ -7,9 +7,9 @@ import html
 from typing import Any
 
 from gpuwatch import _format as fmt
-from gpuwatch.report.memory import memory_charts
-from gpuwatch.report.text import DIRECTION_NAMES
-from gpuwatch.report.timeview import time_charts
+from gpuwatch.output.memory import memory_charts
+from gpuwatch.output.text import DIRECTION_NAMES
+from gpuwatch.output.timeview import time_charts
 from profilers import DIRECTIONS, Line, Report
 
 COLORS = {"h2d": "#1f77b4", "d2h": "#d62728", "d2d": "#2ca02c", "p2p": "#9467bd", "sync": "#ff7f0e"}
@@ -214,6 +214,6 @@ def charts(r: Report) -> dict[str, tuple[Any, str]]:
             _syncs(r) if r.totals.syncs.count else None,
             "No syncs: the host never waited for a GPU.",
         ),
-        **time_charts(r),  # "time": a stacked bar per step (gpuwatch/report/timeview.py)
-        **memory_charts(r),  # "memory": GPU bytes per line (gpuwatch/report/memory.py)
+        **time_charts(r),  # "time": a stacked bar per step (gpuwatch/output/timeview.py)
+        **memory_charts(r),  # "memory": GPU bytes per line (gpuwatch/output/memory.py)
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from gpuwatch.report.diff_text import (
+from gpuwatch.output.diff_text import (
     FRAME_COLUMNS,
     STATUS,
     TOTAL_ROWS,

@@ -15,11 +15,11 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuwatch import _format as fmt
-from gpuwatch.report.analysis import Findings, analyze
-from gpuwatch.report.collectives import rank_line, summary_parts
-from gpuwatch.report.compiled import compiled_lines
-from gpuwatch.report.hints import Hint, hints_order
-from gpuwatch.report.memory import failure_part, memory_part
+from gpuwatch.output.analysis import Findings, analyze
+from gpuwatch.output.collectives import rank_line, summary_parts
+from gpuwatch.output.compiled import compiled_lines
+from gpuwatch.output.hints import Hint, hints_order
+from gpuwatch.output.memory import failure_part, memory_part
 from profilers import DIRECTIONS, Line, Report
 
 DIRECTION_NAMES = {

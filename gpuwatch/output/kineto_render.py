@@ -10,11 +10,11 @@ def render(analysis: TraceAnalysis, kind: str) -> str:
     if kind == "json":
         return analysis.to_json()
     if kind == "html":
-        from gpuwatch.report.kineto_html import render_html
+        from gpuwatch.output.kineto_html import render_html
 
         return render_html(analysis)
     if kind == "trace":
-        from gpuwatch.report.kineto_trace import render_trace
+        from gpuwatch.output.kineto_trace import render_trace
 
         return render_trace(analysis)
     raise ValueError(f"unknown report kind {kind!r}")

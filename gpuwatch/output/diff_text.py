@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuwatch import _format as fmt
-from gpuwatch.report.whatif import span_ms
+from gpuwatch.output.whatif import span_ms
 from profilers.budgets import fmt as count
 from profilers.diff import FrameDiff, LineDiff, RunDiff
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpuwatch.report.timeview import gpu_idle_slices, wait_slices
+from gpuwatch.output.timeview import gpu_idle_slices, wait_slices
 from profilers import Report
 from profilers.finite import finite_or_null
 
@@ -20,7 +20,7 @@ from profilers.finite import finite_or_null
 PID = 1
 TRACKS = {"copy": 1, "sync": 2, "step": 3, "gpu_idle": 4}
 WAIT_TRACKS = 10
-"""The first track of the waits, one per cause and line (gpuwatch/report/timeview.py)."""
+"""The first track of the waits, one per cause and line (gpuwatch/output/timeview.py)."""
 
 
 def _us(t_s: float) -> float:

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from gpuwatch import _format as fmt
-from gpuwatch.report.line_costs import cause_costs, cost_text, measured_gpu, predicted_gpu
-from gpuwatch.report.whatif import saving_words
+from gpuwatch.output.line_costs import cause_costs, cost_text, measured_gpu, predicted_gpu
+from gpuwatch.output.whatif import saving_words
 from profilers import Line, Report
 from profilers.origins import FACTORY, HOST, LOADER, PARAMETER, PINNED, OriginCount
 from profilers.sections import WhatIf

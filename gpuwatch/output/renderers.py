@@ -1,5 +1,5 @@
 """One renderer per kind of report file, each with the file endings that ask for it (``-o
-PATH``): they format a report and its :class:`~gpuwatch.report.analysis.Findings`, and work
+PATH``): they format a report and its :class:`~gpuwatch.output.analysis.Findings`, and work
 nothing out of their own."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
-from gpuwatch.report.analysis import Findings
+from gpuwatch.output.analysis import Findings
 from profilers import Report
 
 
@@ -51,7 +51,7 @@ class HtmlRenderer(Renderer):
     needs_findings = True
 
     def render(self, report: Report, findings: Findings | None) -> str:
-        from gpuwatch.report.html import render_html
+        from gpuwatch.output.html import render_html
 
         return render_html(report, findings)
 
@@ -64,7 +64,7 @@ class TraceRenderer(Renderer):
     endings = (".trace.json",)
 
     def render(self, report: Report, findings: Findings | None) -> str:
-        from gpuwatch.report.trace import render_trace
+        from gpuwatch.output.trace import render_trace
 
         return render_trace(report)
 

@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from gpuwatch.errors import CliError
-from gpuwatch.report.renderers import endings
+from gpuwatch.output.renderers import endings
 from profilers.report import Report, write_text_atomic
 
 if TYPE_CHECKING:
-    from gpuwatch.report.analysis import Findings
+    from gpuwatch.output.analysis import Findings
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def outputs(
 
 
 #: ``-o PATH``: the kind of report each file ending asks for (longest ending first): the
-#: renderers' own (gpuwatch/report/renderers.py).
+#: renderers' own (gpuwatch/output/renderers.py).
 ENDINGS = endings()
 
 
@@ -254,7 +254,7 @@ def write_reports(
     given."""
     if not wanted:
         return []
-    from gpuwatch.report.renderers import renderer
+    from gpuwatch.output.renderers import renderer
 
     found: list[Findings] = [] if findings is None else [findings]
 
@@ -263,7 +263,7 @@ def write_reports(
         if chosen.needs_findings and not found:
             # NB: inside the guarded render: an analysis that fails costs the files that show
             # it, never the JSON or the trace (the report's data alone)
-            from gpuwatch.report.analysis import analyze
+            from gpuwatch.output.analysis import analyze
 
             found.append(analyze(report))
         return chosen.render(report, found[0] if found else None)

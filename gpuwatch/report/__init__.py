@@ -1,1 +1,0 @@
-"""Renderers from data to text (rich), JSON and HTML (plotly, imported lazily)."""
