@@ -159,7 +159,7 @@ def test_ranking_applies_one_fix_per_copy_and_overlaps_input_last():
 
 
 def test_every_hint_that_names_a_fix_maps_to_a_what_if_that_exists():
-    source = (Path(__file__).parent.parent / "gpuwatch" / "report" / "hints.py").read_text()
+    source = (Path(__file__).parent.parent / "gpuwatch" / "output" / "hints.py").read_text()
     hint_kinds = set(re.findall(r'Hint\(\s*"([a-z0-9_]+)"', source))
     assert set(HINT_WHATIFS) <= hint_kinds
     assert {"item_in_loop", "blocking_h2d", "created_on_cpu", "float32_copies"} <= set(HINT_WHATIFS)
