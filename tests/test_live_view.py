@@ -46,6 +46,34 @@ async def test_the_end_shows_the_summary_the_status_and_the_last_output(tmp_path
     assert json.loads((tmp_path / "r.json").read_text())["exit_code"] == 3
 
 
+async def test_a_summary_that_fails_to_render_is_said_and_q_still_quits_with_the_code(
+    tmp_path, monkeypatch
+):
+    from gpuwatch.output import text
+
+    def broken(*args: object, **kw: object) -> object:
+        raise KeyError("rendering bug")
+
+    monkeypatch.setattr(text, "summary", broken)
+    doc = finished_report().to_dict() | {"exit_code": 3}
+    session = InMemorySource(Target("train.py", []))
+    session.send(Hello(4242, ["train.py"]), Done(3, True, None, doc))
+    session.exit(3)
+    run = LiveRun(session, [Output("json", str(tmp_path / "r.json"))], gpu_stats="off")
+    app = LiveApp(run, None, no_gpu_reason="off", header_clock=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(lambda: app.ended is not None, 20)
+        await pilot.pause()
+        assert not isinstance(app.screen, SummaryScreen)
+        said = [n.message for n in app._notifications]
+        assert any(m.startswith("could not show the summary (KeyError") for m in said), said
+        await pilot.press("q")  # the report is out: q quits at once, with the script's code
+        await pilot.pause()
+        assert app.return_value == 3
+    assert app.model.result().exit_code == 3
+    assert json.loads((tmp_path / "r.json").read_text())["exit_code"] == 3
+
+
 async def test_q_asks_then_stops_the_script_and_keeps_the_report_it_sends(tmp_path):
     doc = finished_report().to_dict() | {
         "partial": True,

@@ -496,6 +496,30 @@ def test_an_op_the_profiler_fails_on_runs_and_is_tallied_in_the_report():
     assert doc["totals"]["h2d"]["count"] == 0
 
 
+def test_a_summary_that_fails_to_render_costs_one_line_after_the_files(
+    tmp_path, monkeypatch, capsys
+):
+    from gpuwatch.output import deliver, text
+    from gpuwatch.output.write import Output
+    from profilers import Report
+
+    def broken(*args: object, **kw: object) -> object:
+        raise KeyError("rendering bug")
+
+    monkeypatch.setattr(text, "summary", broken)
+    wanted = [Output("json", str(tmp_path / "r.json"))]
+    failed = deliver.deliver(Report(command=["x.py"]), wanted, top=5, quiet=False)
+    err = capsys.readouterr().err
+    assert failed is True
+    assert json.loads((tmp_path / "r.json").read_text())["command"] == ["x.py"]
+    assert f"gpuwatch: wrote {tmp_path}/r.json" in err
+    assert (
+        "gpuwatch: error: could not print the summary (KeyError: 'rendering bug'); the report's "
+        "files are written"
+    ) in err
+    assert "Traceback" not in err
+
+
 def test_an_analysis_that_fails_costs_the_summary_and_html_never_the_json(
     tmp_path, monkeypatch, capsys
 ):

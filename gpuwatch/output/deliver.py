@@ -39,7 +39,9 @@ def deliver(
         )
         return True
     failed = write_outputs(report, wanted, quiet=quiet, findings=findings)
-    if not quiet:
+    if quiet:
+        return failed
+    try:
         if summary:
             from gpuwatch.output.text import print_summary
 
@@ -48,4 +50,13 @@ def deliver(
             from gpuwatch.output.whatif import print_what_if
 
             print_what_if(findings.what_if_lines, file)
+    except OSError:
+        raise  # a closed pipe or terminal: the CLI ends quietly on it
+    except Exception as exc:  # a bug of ours, after the files are out: said, in a line
+        print(
+            f"gpuwatch: error: could not print the summary ({type(exc).__name__}: {exc}); the "
+            "report's files are written",
+            file=sys.stderr,
+        )
+        return True
     return failed

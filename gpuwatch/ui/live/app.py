@@ -360,7 +360,16 @@ class LiveApp(SamplingApp):
         from gpuwatch.output.text import summary
 
         title = f"Summary: {self.model.how_it_ended()}"
-        shown = summary(report, top=self.top, findings=self.model.findings)
+        try:
+            shown = summary(report, top=self.top, findings=self.model.findings)
+        except Exception as exc:  # a bug of ours: the report is written, the app stays up
+            self.notify(
+                f"could not show the summary ({type(exc).__name__}: {exc}); the report's files "
+                "are written",
+                severity="error",
+                timeout=10,
+            )
+            return
         self.push_screen(SummaryScreen(shown, title))
 
     def action_help(self) -> None:
