@@ -115,6 +115,27 @@ def test_sigterm_that_lands_in_a_weakref_callback_still_ends_the_script(tmp_path
 
 
 @pytest.mark.slow
+def test_sigterm_dropped_in_the_scripts_last_weakref_callback_is_not_lost(tmp_path):
+    # The script ends well before the signal is sent again (10 ms later): the signal must still
+    # count (gpuwatch exits 143, as python would have), never die with a daemon thread at exit.
+    (tmp_path / "s.py").write_text(
+        textwrap.dedent("""
+        import os, signal, weakref
+        class Box: pass
+        def freed(_):
+            os.kill(os.getpid(), signal.SIGTERM)  # its handler runs inside this callback
+            sum(range(10))
+        box = Box(); ref = weakref.ref(box, freed); del box
+        """)
+    )
+    for _ in range(3):  # without the fix most tries exit 0
+        done = run(["gpuwatch", "profile", "-q", "--json", "r.json", "s.py"], tmp_path, timeout=60)
+        assert done.returncode == 128 + signal.SIGTERM, done.stderr
+        assert "Terminated" not in done.stderr
+        assert json.loads((tmp_path / "r.json").read_text())["exit_code"] == 0  # it did end
+
+
+@pytest.mark.slow
 def test_ctrl_c_twice_never_loses_the_report(tmp_path):
     # 5 copies of 64 bytes, then a wait with no op: the counts up to Ctrl-C are exact.
     (tmp_path / "loop.py").write_text(

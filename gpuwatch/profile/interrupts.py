@@ -22,6 +22,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from profilers.registry import OwnThread
+
 #: Signals that end a run with a report (SIGINT is Python's own KeyboardInterrupt).
 ENDING = (signal.SIGTERM, signal.SIGHUP)
 
@@ -58,8 +60,11 @@ class Signals:
             for signum in (signal.SIGINT, *ENDING):
                 self._at_start[signum] = signal.getsignal(signum)
         self._hook_before: Callable[[Any], Any] | None = None
-        self._in_hook = False
+        self._in_hook = 0
+        """How deep the main thread is in :meth:`_unraisable` (the hook may meet an unraisable
+        of its own)."""
         self._again: int | None = None
+        self._sender: _SendAgain | None = None
 
     def _install(
         self, signums: tuple[int, ...], handler: Callable[[int, FrameType | None], Any]
@@ -92,25 +97,34 @@ class Signals:
         interpreter drops what those raise. A :class:`Terminated` dropped so would leave the
         script running where, without gpuwatch, the signal had ended it: its signal is sent
         again a moment later, to be raised in ordinary code."""
-        self._in_hook = True
+        if threading.current_thread() is not threading.main_thread():
+            # NB: signal handlers run on the main thread only: a hook running elsewhere must
+            # not make one defer (it could read _again before the handler wrote it)
+            (self._hook_before or sys.__unraisablehook__)(unraisable)
+            return
+        self._in_hook += 1
         try:
             if isinstance(unraisable.exc_value, Terminated):
                 self._again = unraisable.exc_value.signum
             else:
                 (self._hook_before or sys.__unraisablehook__)(unraisable)
         finally:
-            self._in_hook = False
-            signum, self._again = self._again, None
-            if signum is not None:
-                again = threading.Timer(RESEND_AFTER_S, os.kill, (os.getpid(), signum))
-                again.daemon = True
-                again.name = "gpuwatch-signal-again"
-                again.start()
+            self._in_hook -= 1
+            if not self._in_hook:
+                signum, self._again = self._again, None
+                if signum is not None:
+                    self._sender = _SendAgain(signum)
+                    self._sender.start()
 
     def deferring(self) -> Signals:
         """Once the script stopped: SIGINT, SIGTERM and SIGHUP are noted, never raised (the
         script's own handlers, if it set any, are done with)."""
         self._install((signal.SIGINT, *ENDING), self._note)
+        sender, self._sender = self._sender, None
+        if sender is not None and sender.call_off():
+            # NB: the script ended before its signal was sent again: noted here, not lost when
+            # the process exits first (a daemon thread) nor sent once SIG_DFL is back
+            self._note(sender.signum, None)
         return self
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
@@ -134,3 +148,30 @@ class Signals:
 
     def __exit__(self, *exc: object) -> None:
         self.restore()
+
+
+class _SendAgain(OwnThread):
+    """Sends a signal whose :class:`Terminated` was dropped again, :data:`RESEND_AFTER_S` later,
+    unless called off first (one of gpuwatch's own threads: the profile neither counts it nor
+    waits for it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(name="gpuwatch-signal-again", daemon=True)
+        self.signum = signum
+        self._lock = threading.Lock()
+        self._off = threading.Event()
+        self._sent = False
+
+    def run(self) -> None:
+        if self._off.wait(RESEND_AFTER_S):
+            return
+        with self._lock:
+            if not self._off.is_set():
+                os.kill(os.getpid(), self.signum)
+                self._sent = True
+
+    def call_off(self) -> bool:
+        """Whether the signal was still unsent (it never will be now)."""
+        with self._lock:
+            self._off.set()
+            return not self._sent

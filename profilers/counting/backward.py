@@ -93,7 +93,7 @@ def backward_ops_of(
     forward = None
     if first is not None:
         numbers, lines, _ops = first.fwd
-        # The common case inlined (see _site_of_node): inside an entry, a known kind.
+        # The common case inlined (see _line_of_node): inside an entry, a known kind.
         i = bisect_right(numbers, number + 1, 0, len(numbers)) - 1
         if i >= 0 and numbers[i] != number + 1 and stem in lines[i].node_stems:
             forward = lines[i]
