@@ -361,3 +361,38 @@ def test_each_device_has_its_own_busy_and_idle(tmp_path):
         "(no later GPU work in the trace)": 0.06,  # GPU 0 [90, 100), GPU 1 [50, 100)
         "aten::add": 0.03,  # GPU 1 [0, 30)
     }
+
+
+def _queued_before_the_trace() -> TraceBuilder:
+    """Two steps whose GPU lags its host: the first 20 us of step 1 run a kernel queued before
+    the trace began (its launch call is not in the trace)."""
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    t.step(2, 100, 100)
+    t.kernel("queued_earlier", 0, 20, corr=999)  # [0, 20): no cudaLaunchKernel 999 in the trace
+    t.launch("aten::mm", 4, 30, 40)  # [30, 70)
+    t.launch("aten::add", 104, 120, 60)  # [120, 180)
+    return t
+
+
+def test_work_queued_before_the_trace_is_busy_but_out_of_htas_view(tmp_path):
+    r = _one(tmp_path, _queued_before_the_trace())
+    step1, step2 = (s.devices[0] for s in r.steps)
+    # the GPU ran [0, 20) and [30, 70) in step 1: 60 us busy, whoever queued the work
+    assert (step1.busy_ms, step2.busy_ms) == (0.06, 0.06)  # add [120, 180) in step 2
+    # HTA keeps only activities launched in the traced steps: mm [30, 70) and add [120, 180),
+    # a window of 150 us with 100 busy
+    (a,) = r.active
+    assert (a.start_ms, a.end_ms, a.busy_ms, a.idle_ms) == (0.03, 0.18, 0.1, 0.05)
+    (stream,) = r.streams
+    assert stream.host_wait_ms == 0.05  # add launched at 105, after mm ended at 70
+    assert any("1 GPU activities (20 us of GPU time) have no launch call" in n for n in r.notes)
+
+
+def test_with_one_step_hta_keeps_every_activity(tmp_path):
+    t = _queued_before_the_trace()
+    t.events = [e for e in t.events if e["name"] != "ProfilerStep#2"]
+    r = _one(tmp_path, t)
+    (a,) = r.active
+    assert (a.start_ms, a.busy_ms) == (0.0, 0.12)  # one step: HTA filters nothing
+    assert not any("no launch call" in n for n in r.notes)
