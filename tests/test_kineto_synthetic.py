@@ -396,3 +396,23 @@ def test_with_one_step_hta_keeps_every_activity(tmp_path):
     (a,) = r.active
     assert (a.start_ms, a.busy_ms) == (0.0, 0.12)  # one step: HTA filters nothing
     assert not any("no launch call" in n for n in r.notes)
+
+
+def test_the_summary_shows_the_nccl_time_a_comm_bound_verdict_counts(tmp_path):
+    from gpuwatch.output.kineto_html import render_html
+    from gpuwatch.output.kineto_text import summary_lines
+
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    t.launch("aten::mm", 0, 5, 85)  # compute [5, 90): 85%
+    t.step(2, 100, 100)
+    t.launch("nccl:all_reduce", 100, 105, 90, stream=20, name="ncclKernel_AllReduce")
+    path = t.write(tmp_path / "t.json")
+    analysis = analyse(read_traces([str(path)]))
+    text = "\n".join(summary_lines(analysis))
+    # busy 175 of 200 (87.5%) reads GPU-bound unless the 90 us of NCCL alone (45%) is shown
+    assert "comm-bound. busy 87.5% (175 µs of 200 µs; NCCL kernels alone 45.0%)" in text
+    header, first, second = (ln.split() for ln in text.splitlines()[6:9])
+    assert header[:4] == ["step", "wall", "busy", "nccl"]
+    assert (first[3], first[4], second[3], second[4]) == ("85.0%", "0.0%", "90.0%", "90.0%")
+    assert '<th class="">NCCL alone</th>' in render_html(analysis)

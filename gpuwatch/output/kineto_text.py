@@ -48,21 +48,31 @@ def run_line(r: RankResult, d: DeviceTime) -> str:
         for c in sorted(CAUSES, key=lambda c: -d.idle_by_cause_ms[c])
         if d.idle_by_cause_ms[c] > 0
     )
+    # NB: the verdict counts NCCL kernels running alone as comm: said here, or a comm-bound
+    # verdict beside a small comm idle share reads as a contradiction
+    alone = f"; NCCL kernels alone {_pct(d.comm_ms, d.wall_ms)}" if d.comm_ms > 0 else ""
     return (
         f"{_device(r, d.device)}: {d.verdict}. busy {_pct(d.busy_ms, d.wall_ms)} "
-        f"({fmt.duration_ms(d.busy_ms)} of {fmt.duration_ms(d.wall_ms)}), idle "
+        f"({fmt.duration_ms(d.busy_ms)} of {fmt.duration_ms(d.wall_ms)}{alone}), idle "
         f"{_pct(d.idle_ms, d.wall_ms)}" + (f": {idle}" if idle else "")
     )
 
 
 def _steps(r: RankResult) -> list[str]:
-    head = f"  {'step':<18}{'wall':>10}{'busy':>8}" + "".join(f"{c:>8}" for c in CAUSES)
-    out = ["Steps (share of each step's wall time; loader: host time in __next__)"]
+    nccl = any(d.comm_ms > 0 for d in r.run)
+    head = f"  {'step':<18}{'wall':>10}{'busy':>8}" + (f"{'nccl':>8}" if nccl else "")
+    head += "".join(f"{c:>8}" for c in CAUSES)
+    out = [
+        "Steps (share of each step's wall time; loader: host time in __next__"
+        + ("; nccl: busy with NCCL kernels alone" if nccl else "")
+        + ")"
+    ]
     out.append(head + f"  {'loader':>7}  verdict")
     for s in r.steps[:MAX_STEPS]:
         for d in s.devices:
             name = s.name if len(s.devices) == 1 else f"{s.name} GPU {d.device}"
-            cells = "".join(f"{_pct(d.idle_by_cause_ms[c], d.wall_ms):>8}" for c in CAUSES)
+            cells = f"{_pct(d.comm_ms, d.wall_ms):>8}" if nccl else ""
+            cells += "".join(f"{_pct(d.idle_by_cause_ms[c], d.wall_ms):>8}" for c in CAUSES)
             out.append(
                 f"  {_short(name, 17):<18}{fmt.duration_ms(s.wall_ms):>10}"
                 f"{_pct(d.busy_ms, d.wall_ms):>8}{cells}  {_pct(s.input_ms, s.wall_ms):>7}"
