@@ -176,7 +176,7 @@ def _mtia(tmp_path: Path) -> Path:
         (lambda p: _write(p, "t.json.gz", gzip.compress(b"hello")), "is not valid JSON"),
         (
             lambda p: _write(p, "t.json", _trace(p).read_bytes()[:300]),
-            "is not valid JSON (Unterminated string",
+            "is not valid JSON (Unterminated string starting at: line 1 column ",
         ),
         (lambda p: _write(p, "t.json", b"[1, 2, 3]"), "no torch.profiler events"),
         (lambda p: _write(p, "t.json", b'{"traceEvents": []}'), "no torch.profiler events"),
@@ -280,3 +280,23 @@ def test_a_report_written_into_the_trace_folder_is_passed_over(tmp_path, capsys)
     assert _one_line_error(capsys, [str(folder)]) == (
         f"{folder} holds no torch.profiler trace (only analysis.json)"
     )
+
+
+def test_a_cpu_only_rank_in_a_folder_is_passed_over(tmp_path, capsys):
+    folder = tmp_path / "log"
+    folder.mkdir()
+    _trace(folder, "rank0.json")
+    cpu = TraceBuilder()
+    cpu.step(7, 0, 100)
+    cpu.op("aten::add", 10, 20)
+    cpu.write(folder / "rank1.json")
+    assert cli.main(["report", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gpuwatch report: torch.profiler trace rank0.json\n")
+    assert "note: passed over (no GPU activity in the trace): rank1.json" in out
+    (folder / "rank0.json").unlink()  # only the CPU-only rank left: its own one line
+    assert _one_line_error(capsys, [str(folder)]) == (
+        f"{folder / 'rank1.json'} is a CPU-only trace: no GPU activity was recorded (profile "
+        "with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU)"
+    )
+    assert _one_line_error(capsys, [str(folder / "rank1.json")]).endswith("on a GPU)")

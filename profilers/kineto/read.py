@@ -35,6 +35,12 @@ class NotATrace(TraceError):
     """JSON that is no Chrome trace: refused when named, passed over inside a folder."""
 
 
+class NoGpuActivity(TraceError):
+    """A trace with no GPU activity (CPU-only, or CUPTI recorded nothing): refused when named;
+    inside a folder of ranks, passed over when another rank has some (a rank that only loads
+    data or a CPU-only helper process leaves such a file beside the GPU ranks')."""
+
+
 def trace_files(path: str) -> list[str]:
     """The traces in a folder (``*.json``, ``*.json.gz``, sorted), or ``[path]`` for a file."""
     if not os.path.isdir(path):
@@ -89,7 +95,8 @@ def parse_json(data: bytes, path: str) -> Any:
         raise TraceError(f"{path} is not text (neither JSON nor gzip)") from None
     except json.JSONDecodeError as exc:
         raise TraceError(
-            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}): truncated?"
+            f"{path} is not valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno}): "
+            "truncated?"
         ) from None
     except (ValueError, RecursionError) as exc:
         raise TraceError(f"{path}: {exc}") from None
@@ -172,10 +179,10 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
         got.add(e)
     gpus = _gpus(meta)
     problem = _vendor_problem(path, gpus, got.cats, got.runtime_names)
-    if problem is None and not got.activities:
-        problem = _gpu_problem(path, got.own, got.cpu_ops, len(got.launches))
     if problem is not None:
         raise TraceError(problem)
+    if not got.activities:
+        raise NoGpuActivity(_gpu_problem(path, got.own, got.cpu_ops, len(got.launches)))
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and type(info.get("rank")) is int:
         rank = info["rank"]
@@ -209,9 +216,11 @@ def read_traces(paths: Sequence[str]) -> list[RankTrace]:
     over and named in the first rank's notes."""
     traces: list[RankTrace] = []
     skipped: list[str] = []
+    idle: list[str] = []
     for given in paths:
         in_folder = os.path.isdir(given)
         before = len(traces)
+        first_idle: NoGpuActivity | None = None
         for path in trace_files(given):
             try:
                 doc = parse_json(read_bytes(path), path)
@@ -220,13 +229,24 @@ def read_traces(paths: Sequence[str]) -> list[RankTrace]:
                 if not in_folder:
                     raise
                 skipped.append(os.path.basename(path))
+            except NoGpuActivity as exc:
+                if not in_folder:
+                    raise
+                first_idle = first_idle or exc
+                idle.append(os.path.basename(path))
         if in_folder and len(traces) == before:
+            if first_idle is not None:
+                raise first_idle
             raise TraceError(f"{given} holds no torch.profiler trace (only {', '.join(skipped)})")
     ranks = [t.rank for t in traces]
     if len(set(ranks)) != len(ranks):  # two files say the same rank: keep the files' order
         traces = [dataclasses.replace(t, rank=i) for i, t in enumerate(traces)]
     traces.sort(key=lambda t: t.rank)
+    notes = []
     if skipped:
-        note = f"passed over (JSON, not a Chrome trace): {', '.join(skipped)}"
-        traces[0] = dataclasses.replace(traces[0], notes=(*traces[0].notes, note))
+        notes.append(f"passed over (JSON, not a Chrome trace): {', '.join(skipped)}")
+    if idle:
+        notes.append(f"passed over (no GPU activity in the trace): {', '.join(idle)}")
+    if notes:
+        traces[0] = dataclasses.replace(traces[0], notes=(*traces[0].notes, *notes))
     return traces
