@@ -300,3 +300,35 @@ def test_a_cpu_only_rank_in_a_folder_is_passed_over(tmp_path, capsys):
         "with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU)"
     )
     assert _one_line_error(capsys, [str(folder / "rank1.json")]).endswith("on a GPU)")
+
+
+def test_a_long_path_loses_its_folders_before_the_op_is_cut():
+    from gpuwatch.output.kineto_text import _where
+    from profilers.kineto.events import Where
+
+    deep = "moca/library/model_hub/huggingface/model/adapters/pipeline/model.py"
+    at = (deep, 40, "run_on_input")
+    copy, addmm = Where("aten::copy_", *at), Where("aten::addmm", *at)
+    # two ops on one line, both over 90 characters: the op names stay, the folders go
+    tail = ":40 (run_on_input) [aten::copy_]"
+    assert _where(copy) == "…" + deep[-(90 - 1 - len(tail)) :] + tail
+    assert _where(addmm).endswith("/model.py:40 (run_on_input) [aten::addmm]")
+    assert len(_where(copy)) == len(_where(addmm)) == 90
+    # a long op keeps the file's last 24 characters and is cut at the width
+    loader = Where("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", *at)
+    assert _where(loader).startswith("…" + deep[-24:] + ":40 (run_on_input) [enumerate(")
+    assert len(_where(loader)) == 90 and _where(loader).endswith("…")
+    short = Where("aten::mm", "train.py", 7, "step")
+    assert _where(short) == "train.py:7 (step) [aten::mm]"
+
+
+def test_nccl_kernels_alone_under_a_tenth_of_a_percent_are_not_shown(tmp_path, capsys):
+    t = TraceBuilder()
+    t.step(1, 0, 10_000)
+    t.launch("aten::mm", 0, 5, 9_000)
+    t.launch("nccl:all_reduce", 9_100, 9_200, 4, stream=20, name="ncclKernel_AllReduce")
+    path = t.write(tmp_path / "t.json")
+    assert cli.main(["report", str(path)]) == 0
+    out = capsys.readouterr().out
+    header = next(ln for ln in out.splitlines() if ln.startswith("  step "))
+    assert "NCCL kernels alone" not in out and "nccl" not in header  # 4 us of 10 ms: 0.04%

@@ -7,7 +7,7 @@ from __future__ import annotations
 from html import escape
 
 from gpuwatch import _format as fmt
-from gpuwatch.output.kineto_text import ADVICE, run_line
+from gpuwatch.output.kineto_text import ADVICE, _shows, run_line
 from profilers.kineto.result import CAUSES, DEFINITIONS, DeviceTime, RankResult, TraceAnalysis
 
 COLOURS = {
@@ -62,7 +62,7 @@ def _rank(r: RankResult, top: int) -> str:
             out.append(f"<p>What to try: {escape(ADVICE[d.verdict])}</p>")
     key = "".join(f'<span style="background:{c}"></span>{k}' for k, c in COLOURS.items())
     out.append(f'<h3>Steps</h3><div class="key">{key}</div>')
-    nccl = any(d.comm_ms > 0 for d in r.run)  # the verdict counts it: shown beside busy
+    nccl = any(_shows(d) for d in r.run)  # the verdict counts it: shown beside busy
     rows = []
     for s in r.steps:
         for d in s.devices:

@@ -7,6 +7,7 @@ import os
 from typing import TextIO
 
 from gpuwatch import _format as fmt
+from profilers.kineto.events import Where
 from profilers.kineto.result import CAUSES, DeviceTime, RankResult, TraceAnalysis
 
 #: Steps listed in the summary (all of them are in the JSON).
@@ -37,9 +38,25 @@ def _short(name: str, width: int = NAME_WIDTH) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
+def _where(w: Where, width: int = NAME_WIDTH) -> str:
+    """A place in ``width`` characters: a long file path loses its leading folders first, so
+    the file, line, function and CPU op stay (two ops on one line stay two rows apart)."""
+    full = w.key()
+    if len(full) <= width or w.file is None:
+        return _short(full, width)
+    tail = full[len(w.file) :]
+    keep = max(24, width - len(tail) - 1)  # a long op name is cut after the file's last 24
+    return _short("…" + w.file[-keep:] + tail, width)
+
+
 def _device(r: RankResult, device: int) -> str:
     name = r.gpus.get(device)
     return f"GPU {device}" + (f" ({name})" if name else "")
+
+
+def _shows(d: DeviceTime) -> bool:
+    """Whether NCCL kernels ran alone long enough to print (0.1% of the window, as shares are)."""
+    return d.wall_ms > 0 and d.comm_ms >= 0.0005 * d.wall_ms
 
 
 def run_line(r: RankResult, d: DeviceTime) -> str:
@@ -50,7 +67,7 @@ def run_line(r: RankResult, d: DeviceTime) -> str:
     )
     # NB: the verdict counts NCCL kernels running alone as comm: said here, or a comm-bound
     # verdict beside a small comm idle share reads as a contradiction
-    alone = f"; NCCL kernels alone {_pct(d.comm_ms, d.wall_ms)}" if d.comm_ms > 0 else ""
+    alone = f"; NCCL kernels alone {_pct(d.comm_ms, d.wall_ms)}" if _shows(d) else ""
     return (
         f"{_device(r, d.device)}: {d.verdict}. busy {_pct(d.busy_ms, d.wall_ms)} "
         f"({fmt.duration_ms(d.busy_ms)} of {fmt.duration_ms(d.wall_ms)}{alone}), idle "
@@ -59,7 +76,7 @@ def run_line(r: RankResult, d: DeviceTime) -> str:
 
 
 def _steps(r: RankResult) -> list[str]:
-    nccl = any(d.comm_ms > 0 for d in r.run)
+    nccl = any(_shows(d) for d in r.run)
     head = f"  {'step':<18}{'wall':>10}{'busy':>8}" + (f"{'nccl':>8}" if nccl else "")
     head += "".join(f"{c:>8}" for c in CAUSES)
     out = [
@@ -92,7 +109,7 @@ def _lines(r: RankResult, top: int) -> list[str]:
         else "Idle time by cause and CPU op (the run; no Python stacks in the trace)"
     ]
     for c in r.lines[:top]:
-        out.append(f"  {c.cause:<7}{fmt.duration_ms(c.idle_ms):>10}  {_short(c.where.key())}")
+        out.append(f"  {c.cause:<7}{fmt.duration_ms(c.idle_ms):>10}  {_where(c.where)}")
     return out
 
 
@@ -124,8 +141,7 @@ def _copies(r: RankResult, top: int) -> list[str]:
         pin = c.memory == "pageable" and c.bytes >= PIN_WORTH_BYTES * c.count
         fix = "  <- pageable: pin_memory()/pin_memory=True" if pin else ""
         out.append(
-            f"    {c.direction} {c.count:,}x {fmt.size(c.bytes)} from {_short(c.where.key(), 70)}"
-            f"{fix}"
+            f"    {c.direction} {c.count:,}x {fmt.size(c.bytes)} from {_where(c.where, 70)}{fix}"
         )
     return out
 
