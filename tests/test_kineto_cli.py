@@ -155,6 +155,21 @@ def _runtime_only(tmp_path: Path) -> Path:
     return t.write(tmp_path / "r.json")
 
 
+def _legacy(tmp_path: Path) -> Path:
+    """The pre-Kineto autograd profiler's export (use_cuda=True): a JSON array, no categories,
+    kernels under pid "CUDA functions" tied to their op by flow events."""
+    events = [
+        {"name": "aten::mm", "ph": "X", "ts": 10, "dur": 5, "tid": 1, "pid": "CPU functions"},
+        {"name": "aten::mm", "ph": "s", "ts": 10, "tid": 1, "pid": "CPU functions", "id": 0,
+         "cat": "cpu_to_cuda", "args": {}},
+        {"name": "volta_sgemm", "ph": "f", "ts": 12, "tid": 0, "pid": "CUDA functions", "id": 0,
+         "cat": "cpu_to_cuda", "args": {}},
+        {"name": "volta_sgemm", "ph": "X", "ts": 12, "dur": 30, "tid": 0,
+         "pid": "CUDA functions", "args": {}},
+    ]  # fmt: skip
+    return _write(tmp_path, "legacy.json", json.dumps(events).encode())
+
+
 def _mtia(tmp_path: Path) -> Path:
     t = TraceBuilder()
     t.step(1, 0, 10)
@@ -183,6 +198,7 @@ def _mtia(tmp_path: Path) -> Path:
         (lambda p: DATA / "cpu_only.json.gz", "is a CPU-only trace: no GPU activity"),
         (lambda p: DATA / "amd_mi250.json.gz", "is an AMD (ROCm/HIP) trace"),
         (_mtia, "is a trace of another accelerator (mtia_ccp_events events)"),
+        (_legacy, "is a legacy autograd-profiler trace (torch.autograd.profiler with use_cuda"),
         (_runtime_only, "has CUDA runtime calls but no GPU activity"),
         (_gpuwatch_trace, "is a Chrome trace gpuwatch wrote (its own trace output)"),
         (lambda p: p, "is a folder with no .json or .json.gz trace in it"),
@@ -200,6 +216,7 @@ def _mtia(tmp_path: Path) -> Path:
         "cpu-only",
         "amd",
         "mtia",
+        "legacy-autograd",
         "no-activity",
         "gpuwatch-trace",
         "empty-folder",

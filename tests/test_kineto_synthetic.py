@@ -3,6 +3,7 @@ in its comments (times in microseconds, as Kineto writes them; figures in ms).""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -416,3 +417,15 @@ def test_the_summary_shows_the_nccl_time_a_comm_bound_verdict_counts(tmp_path):
     assert header[:4] == ["step", "wall", "busy", "nccl"]
     assert (first[3], first[4], second[3], second[4]) == ("85.0%", "0.0%", "90.0%", "90.0%")
     assert '<th class="">NCCL alone</th>' in render_html(analysis)
+
+
+@pytest.mark.parametrize("event", [0, 4])
+def test_a_time_past_any_clock_is_skipped_as_damage(tmp_path, event):
+    # found by the fuzz test: a finite ts of 1.8e305 us overflowed on the way to ns (a kernel's)
+    # or made every other time overflow (the first event's, which the times count from)
+    doc = _sync_step().doc()
+    doc["traceEvents"][event]["ts"] = 1.797693134862316e305
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    (r,) = analyse(read_traces([str(path)])).ranks
+    assert r.steps and r.run[0].wall_ms <= 0.18

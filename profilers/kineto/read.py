@@ -18,7 +18,14 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-from profilers.kineto.collect import Collect, blocked_spans, marked_spans, number, steps_of
+from profilers.kineto.collect import (
+    MAX_TS_US,
+    Collect,
+    blocked_spans,
+    marked_spans,
+    number,
+    steps_of,
+)
 from profilers.kineto.events import RankTrace
 from profilers.kineto.stacks import flatten
 
@@ -170,7 +177,7 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
             if isinstance(e, dict)
             and e.get("ph") == "X"
             and isinstance(e.get("ts"), int | float)
-            and math.isfinite(e["ts"])
+            and -MAX_TS_US < e["ts"] < MAX_TS_US
         ),
         0.0,
     )
@@ -179,6 +186,13 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
         got.add(e)
     gpus = _gpus(meta)
     problem = _vendor_problem(path, gpus, got.cats, got.runtime_names)
+    if problem is None and not got.activities and got.legacy_kernels:
+        problem = (
+            f"{path} is a legacy autograd-profiler trace (torch.autograd.profiler with "
+            "use_cuda=True, before Kineto: no CUPTI activity, streams or launches); gpuwatch "
+            "reads torch.profiler traces (activities=[ProfilerActivity.CPU, "
+            "ProfilerActivity.CUDA])"
+        )
     if problem is not None:
         raise TraceError(problem)
     if not got.activities:
