@@ -155,6 +155,19 @@ def _runtime_only(tmp_path: Path) -> Path:
     return t.write(tmp_path / "r.json")
 
 
+def _range_profiler(tmp_path: Path) -> Path:
+    """As torch.profiler writes with CUPTI's range profiler on (experimental_config with
+    profiler_metrics): counters per kernel range, no kernel activity."""
+    t = TraceBuilder()
+    t.step(1, 0, 10)
+    t.runtime("cudaLaunchKernel", 1, 2)
+    t.events.append(
+        {"ph": "X", "cat": "cuda_profiler_range", "name": "k", "pid": 0, "tid": 1, "ts": 3,
+         "dur": 2, "args": {"smsp__sass_thread_inst_executed_op_fadd_pred_on.sum": 0}}
+    )  # fmt: skip
+    return t.write(tmp_path / "range.json")
+
+
 def _legacy(tmp_path: Path) -> Path:
     """The pre-Kineto autograd profiler's export (use_cuda=True): a JSON array, no categories,
     kernels under pid "CUDA functions" tied to their op by flow events."""
@@ -200,6 +213,7 @@ def _mtia(tmp_path: Path) -> Path:
         (_mtia, "is a trace of another accelerator (mtia_ccp_events events)"),
         (_legacy, "is a legacy autograd-profiler trace (torch.autograd.profiler with use_cuda"),
         (_runtime_only, "has CUDA runtime calls but no GPU activity"),
+        (_range_profiler, "was recorded with CUPTI's range profiler (cuda_profiler_range"),
         (_gpuwatch_trace, "is a Chrome trace gpuwatch wrote (its own trace output)"),
         (lambda p: p, "is a folder with no .json or .json.gz trace in it"),
         (
@@ -218,6 +232,7 @@ def _mtia(tmp_path: Path) -> Path:
         "mtia",
         "legacy-autograd",
         "no-activity",
+        "range-profiler",
         "gpuwatch-trace",
         "empty-folder",
         "gzipped-run",

@@ -16,6 +16,7 @@ import math
 import os
 import zlib
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from profilers.kineto.collect import (
@@ -148,7 +149,15 @@ def _vendor_problem(
     return None
 
 
-def _gpu_problem(path: str, own: bool, cpu_ops: int, runtime_calls: int) -> str:
+def _gpu_problem(
+    path: str, own: bool, cpu_ops: int, runtime_calls: int, cats: AbstractSet[str] = frozenset()
+) -> str:
+    if "cuda_profiler_range" in cats:
+        return (
+            f"{path} was recorded with CUPTI's range profiler (cuda_profiler_range events: "
+            "hardware counters per range), which records no kernel timeline; profile with "
+            "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and no profiler metrics"
+        )
     if own:
         return (
             f"{path} is a Chrome trace gpuwatch wrote (its own trace output), not a "
@@ -196,7 +205,7 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
     if problem is not None:
         raise TraceError(problem)
     if not got.activities:
-        raise NoGpuActivity(_gpu_problem(path, got.own, got.cpu_ops, len(got.launches)))
+        raise NoGpuActivity(_gpu_problem(path, got.own, got.cpu_ops, len(got.launches), got.cats))
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and type(info.get("rank")) is int:
         rank = info["rank"]
