@@ -429,3 +429,23 @@ def test_a_time_past_any_clock_is_skipped_as_damage(tmp_path, event):
     path.write_text(json.dumps(doc))
     (r,) = analyse(read_traces([str(path)])).ranks
     assert r.steps and r.run[0].wall_ms <= 0.18
+
+
+def test_a_kernel_without_correlation_is_not_charged_to_an_uncorrelated_runtime_call(tmp_path):
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    t.kernel("lonely", 40, 10, corr=-1)  # no correlation: its launch is unknown
+    ext = t.op("aten::item", 60, 30)
+    t.events.append(  # a sync with no correlation id either: it still blocks the host
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 4242,
+         "tid": 4242, "ts": 61, "dur": 28, "args": {"External id": ext}}
+    )  # fmt: skip
+    r = _one(tmp_path, t)
+    charged = {(c.cause, c.where.op): c.idle_ms for c in r.lines}
+    # [0, 40) waits for a kernel whose launch is not in the trace; [61, 89) the host blocked in
+    # the sync (charged to its op); [50, 61) and [89, 100) wait for no later GPU work
+    assert charged == {
+        ("launch", "(launch not in trace: lonely)"): 0.04,
+        ("sync", "aten::item"): 0.028,
+        ("launch", "(no later GPU work in the trace)"): 0.022,
+    }

@@ -111,6 +111,8 @@ class Collect:
         elif cat in RUNTIME_CATS:
             self.runtime_names.add(name)
             corr = number(args.get("correlation"))
+            if corr < 0:  # NB: kept (a sync may block the host) under a key no activity has
+                corr = -2 - len(self.launches)
             ext = number(args.get("External id", args.get("external id")), 0)
             tid = str(e.get("tid"))
             self.launches[corr] = Call(name, tid, start, end, ext)
@@ -136,7 +138,7 @@ class Collect:
                 stream,
                 start,
                 end,
-                number(args.get("correlation")),
+                max(-1, number(args.get("correlation"))),  # -1: none (no launch has it)
                 max(0, number(args.get("bytes"), 0)),
                 direction,
                 memory,
