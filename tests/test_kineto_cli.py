@@ -208,6 +208,10 @@ def _mtia(tmp_path: Path) -> Path:
         ),
         (lambda p: _write(p, "t.json", b"[1, 2, 3]"), "no torch.profiler events"),
         (lambda p: _write(p, "t.json", b'{"traceEvents": []}'), "no torch.profiler events"),
+        (
+            lambda p: _write(p, "t.json", b'{"schemaVersion": 1, "deviceProperties": []}'),
+            "is neither a gpuwatch profile nor a torch.profiler trace: a JSON object with no",
+        ),
         (lambda p: DATA / "cpu_only.json.gz", "is a CPU-only trace: no GPU activity"),
         (lambda p: DATA / "amd_mi250.json.gz", "is an AMD (ROCm/HIP) trace"),
         (_mtia, "is a trace of another accelerator (mtia_ccp_events events)"),
@@ -227,6 +231,7 @@ def _mtia(tmp_path: Path) -> Path:
         "truncated-json",
         "json-list",
         "no-events",
+        "no-trace-events",
         "cpu-only",
         "amd",
         "mtia",
