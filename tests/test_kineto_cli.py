@@ -369,3 +369,18 @@ def test_nccl_kernels_alone_under_a_tenth_of_a_percent_are_not_shown(tmp_path, c
     out = capsys.readouterr().out
     header = next(ln for ln in out.splitlines() if ln.startswith("  step "))
     assert "NCCL kernels alone" not in out and "nccl" not in header  # 4 us of 10 ms: 0.04%
+
+
+def test_a_window_under_a_microsecond_is_written_in_ns(tmp_path, capsys):
+    # as Kineto's own sample traces: ns-resolution float times, a 130 ns window
+    t = TraceBuilder()
+    t.op("op1", 0.0, 0.04)
+    corr = t.runtime("cudaLaunchKernel", 0.0, 0.01)
+    t.kernel("Kernel", 0.02, 0.02, corr)
+    t.op("op_sync", 0.11, 0.02)
+    assert cli.main(["report", str(t.write(tmp_path / "t.json"))]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        out[1] == "no ProfilerStep: the whole trace is one window, 130 ns; measured from the trace"
+    )
+    assert "busy 15.4% (20 ns of 130 ns)" in out[2]

@@ -30,6 +30,12 @@ ADVICE = {
 }
 
 
+def _dur(ms: float) -> str:
+    """A duration as the other outputs write it, but a nonzero one under half a microsecond in
+    ns (Kineto writes ns-resolution times: a 130 ns window is not "0 µs")."""
+    return f"{ms * 1e6:.0f} ns" if 0 < ms < 0.0005 else fmt.duration_ms(ms)
+
+
 def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.1f}%" if whole > 0 else "-"
 
@@ -70,7 +76,7 @@ def run_line(r: RankResult, d: DeviceTime) -> str:
     alone = f"; NCCL kernels alone {_pct(d.comm_ms, d.wall_ms)}" if _shows(d) else ""
     return (
         f"{_device(r, d.device)}: {d.verdict}. busy {_pct(d.busy_ms, d.wall_ms)} "
-        f"({fmt.duration_ms(d.busy_ms)} of {fmt.duration_ms(d.wall_ms)}{alone}), idle "
+        f"({_dur(d.busy_ms)} of {_dur(d.wall_ms)}{alone}), idle "
         f"{_pct(d.idle_ms, d.wall_ms)}" + (f": {idle}" if idle else "")
     )
 
@@ -91,7 +97,7 @@ def _steps(r: RankResult) -> list[str]:
             cells = f"{_pct(d.comm_ms, d.wall_ms):>8}" if nccl else ""
             cells += "".join(f"{_pct(d.idle_by_cause_ms[c], d.wall_ms):>8}" for c in CAUSES)
             out.append(
-                f"  {_short(name, 17):<18}{fmt.duration_ms(s.wall_ms):>10}"
+                f"  {_short(name, 17):<18}{_dur(s.wall_ms):>10}"
                 f"{_pct(d.busy_ms, d.wall_ms):>8}{cells}  {_pct(s.input_ms, s.wall_ms):>7}"
                 f"  {d.verdict}"
             )
@@ -109,7 +115,7 @@ def _lines(r: RankResult, top: int) -> list[str]:
         else "Idle time by cause and CPU op (the run; no Python stacks in the trace)"
     ]
     for c in r.lines[:top]:
-        out.append(f"  {c.cause:<7}{fmt.duration_ms(c.idle_ms):>10}  {_where(c.where)}")
+        out.append(f"  {c.cause:<7}{_dur(c.idle_ms):>10}  {_where(c.where)}")
     return out
 
 
@@ -120,7 +126,7 @@ def _kernels(r: RankResult, top: int) -> list[str]:
     out = ["Top kernels (GPU time; share of the device's busy time)"]
     for k in r.kernels[:top]:
         out.append(
-            f"  {fmt.duration_ms(k.total_ms):>10} {_pct(k.total_ms, busy.get(k.device, 0)):>6} "
+            f"  {_dur(k.total_ms):>10} {_pct(k.total_ms, busy.get(k.device, 0)):>6} "
             f"{k.count:>7,}x  {_short(k.name)}" + (f"  (GPU {k.device})" if len(busy) > 1 else "")
         )
     return out
@@ -134,7 +140,7 @@ def _copies(r: RankResult, top: int) -> list[str]:
         memory = c.memory or "memory not in trace"
         out.append(
             f"  {c.direction or '?':<4} {memory:<20}{c.count:>7,}  {fmt.size(c.bytes):>10}  "
-            f"{fmt.duration_ms(c.gpu_ms)}"
+            f"{_dur(c.gpu_ms)}"
         )
     for c in r.copy_lines[:top]:
         assert c.where is not None
@@ -163,8 +169,8 @@ def _comparable(r: RankResult) -> list[str]:
     for s in r.streams:
         out.append(
             f"  HTA's idle breakdown, GPU {s.device} stream {s.stream}: host_wait "
-            f"{fmt.duration_ms(s.host_wait_ms)}, kernel_wait {fmt.duration_ms(s.kernel_wait_ms)}, "
-            f"other {fmt.duration_ms(s.other_ms)}"
+            f"{_dur(s.host_wait_ms)}, kernel_wait {_dur(s.kernel_wait_ms)}, "
+            f"other {_dur(s.other_ms)}"
         )
     return out
 
@@ -181,7 +187,7 @@ def rank_lines(r: RankResult, top: int, ranks: int) -> list[str]:
     else:
         steps = f"{len(r.steps)} steps ({r.steps[0].name} to {r.steps[-1].name})"
     wall = sum(s.wall_ms for s in r.steps)
-    out = [title, f"{steps}, {fmt.duration_ms(wall)}; measured from the trace"]
+    out = [title, f"{steps}, {_dur(wall)}; measured from the trace"]
     for d in r.run:
         out.append(run_line(r, d))
         if d.verdict in ADVICE:
@@ -203,7 +209,7 @@ def ranks_lines(analysis: TraceAnalysis) -> list[str]:
         means[r.rank] = mean
         for d in r.run:
             out.append(
-                f"  rank {r.rank:<4} GPU {d.device:<3}{fmt.duration_ms(mean):>10}"
+                f"  rank {r.rank:<4} GPU {d.device:<3}{_dur(mean):>10}"
                 f"{_pct(d.busy_ms, d.wall_ms):>8}  {d.verdict}"
             )
     slowest = max(means, key=lambda k: means[k])
