@@ -273,6 +273,9 @@ def test_no_profiler_step_makes_the_whole_trace_one_window(tmp_path):
         "threading.py(1016): _bootstrap_inner",
         "vllm/model_executor/models/llama.py(245): forward",
         "contextlib.py(81): inner",
+        "torch\\nn\\modules\\module.py(1501): _call_impl",  # recorded on Windows
+        "C:\\Python311\\Lib\\site-packages\\foo.py(3): f",
+        "C:\\Python311\\Lib\\threading.py(1016): _bootstrap_inner",
     ],
 )
 def test_library_frames_are_not_the_users_line(frame):
@@ -282,6 +285,7 @@ def test_library_frames_are_not_the_users_line(frame):
     assert user_frame("/home/me/train.py(42): main") == ("/home/me/train.py", 42, "main")
     assert user_frame("trace.py(7): step") == ("trace.py", 7, "step")  # a script, not stdlib's
     assert user_frame("mypkg/model.py(3): forward") == ("mypkg/model.py", 3, "forward")
+    assert user_frame("C:\\Users\\me\\train.py(42): main") == ("C:/Users/me/train.py", 42, "main")
 
 
 def _values() -> object:
