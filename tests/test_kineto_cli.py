@@ -155,6 +155,34 @@ def _runtime_only(tmp_path: Path) -> Path:
     return t.write(tmp_path / "r.json")
 
 
+def _range_profiler(tmp_path: Path) -> Path:
+    """As torch.profiler writes with CUPTI's range profiler on (experimental_config with
+    profiler_metrics): counters per kernel range, no kernel activity."""
+    t = TraceBuilder()
+    t.step(1, 0, 10)
+    t.runtime("cudaLaunchKernel", 1, 2)
+    t.events.append(
+        {"ph": "X", "cat": "cuda_profiler_range", "name": "k", "pid": 0, "tid": 1, "ts": 3,
+         "dur": 2, "args": {"smsp__sass_thread_inst_executed_op_fadd_pred_on.sum": 0}}
+    )  # fmt: skip
+    return t.write(tmp_path / "range.json")
+
+
+def _legacy(tmp_path: Path) -> Path:
+    """The pre-Kineto autograd profiler's export (use_cuda=True): a JSON array, no categories,
+    kernels under pid "CUDA functions" tied to their op by flow events."""
+    events = [
+        {"name": "aten::mm", "ph": "X", "ts": 10, "dur": 5, "tid": 1, "pid": "CPU functions"},
+        {"name": "aten::mm", "ph": "s", "ts": 10, "tid": 1, "pid": "CPU functions", "id": 0,
+         "cat": "cpu_to_cuda", "args": {}},
+        {"name": "volta_sgemm", "ph": "f", "ts": 12, "tid": 0, "pid": "CUDA functions", "id": 0,
+         "cat": "cpu_to_cuda", "args": {}},
+        {"name": "volta_sgemm", "ph": "X", "ts": 12, "dur": 30, "tid": 0,
+         "pid": "CUDA functions", "args": {}},
+    ]  # fmt: skip
+    return _write(tmp_path, "legacy.json", json.dumps(events).encode())
+
+
 def _mtia(tmp_path: Path) -> Path:
     t = TraceBuilder()
     t.step(1, 0, 10)
@@ -176,14 +204,20 @@ def _mtia(tmp_path: Path) -> Path:
         (lambda p: _write(p, "t.json.gz", gzip.compress(b"hello")), "is not valid JSON"),
         (
             lambda p: _write(p, "t.json", _trace(p).read_bytes()[:300]),
-            "is not valid JSON (Unterminated string",
+            "is not valid JSON (Unterminated string starting at: line 1 column ",
         ),
         (lambda p: _write(p, "t.json", b"[1, 2, 3]"), "no torch.profiler events"),
         (lambda p: _write(p, "t.json", b'{"traceEvents": []}'), "no torch.profiler events"),
+        (
+            lambda p: _write(p, "t.json", b'{"schemaVersion": 1, "deviceProperties": []}'),
+            "is neither a gpuwatch profile nor a torch.profiler trace: a JSON object with no",
+        ),
         (lambda p: DATA / "cpu_only.json.gz", "is a CPU-only trace: no GPU activity"),
         (lambda p: DATA / "amd_mi250.json.gz", "is an AMD (ROCm/HIP) trace"),
         (_mtia, "is a trace of another accelerator (mtia_ccp_events events)"),
+        (_legacy, "is a legacy autograd-profiler trace (torch.autograd.profiler with use_cuda"),
         (_runtime_only, "has CUDA runtime calls but no GPU activity"),
+        (_range_profiler, "was recorded with CUPTI's range profiler (cuda_profiler_range"),
         (_gpuwatch_trace, "is a Chrome trace gpuwatch wrote (its own trace output)"),
         (lambda p: p, "is a folder with no .json or .json.gz trace in it"),
         (
@@ -197,10 +231,13 @@ def _mtia(tmp_path: Path) -> Path:
         "truncated-json",
         "json-list",
         "no-events",
+        "no-trace-events",
         "cpu-only",
         "amd",
         "mtia",
+        "legacy-autograd",
         "no-activity",
+        "range-profiler",
         "gpuwatch-trace",
         "empty-folder",
         "gzipped-run",
@@ -280,3 +317,70 @@ def test_a_report_written_into_the_trace_folder_is_passed_over(tmp_path, capsys)
     assert _one_line_error(capsys, [str(folder)]) == (
         f"{folder} holds no torch.profiler trace (only analysis.json)"
     )
+
+
+def test_a_cpu_only_rank_in_a_folder_is_passed_over(tmp_path, capsys):
+    folder = tmp_path / "log"
+    folder.mkdir()
+    _trace(folder, "rank0.json")
+    cpu = TraceBuilder()
+    cpu.step(7, 0, 100)
+    cpu.op("aten::add", 10, 20)
+    cpu.write(folder / "rank1.json")
+    assert cli.main(["report", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gpuwatch report: torch.profiler trace rank0.json\n")
+    assert "note: passed over (no GPU activity in the trace): rank1.json" in out
+    (folder / "rank0.json").unlink()  # only the CPU-only rank left: its own one line
+    assert _one_line_error(capsys, [str(folder)]) == (
+        f"{folder / 'rank1.json'} is a CPU-only trace: no GPU activity was recorded (profile "
+        "with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU)"
+    )
+    assert _one_line_error(capsys, [str(folder / "rank1.json")]).endswith("on a GPU)")
+
+
+def test_a_long_path_loses_its_folders_before_the_op_is_cut():
+    from gpuwatch.output.kineto_text import _where
+    from profilers.kineto.events import Where
+
+    deep = "moca/library/model_hub/huggingface/model/adapters/pipeline/model.py"
+    at = (deep, 40, "run_on_input")
+    copy, addmm = Where("aten::copy_", *at), Where("aten::addmm", *at)
+    # two ops on one line, both over 90 characters: the op names stay, the folders go
+    tail = ":40 (run_on_input) [aten::copy_]"
+    assert _where(copy) == "…" + deep[-(90 - 1 - len(tail)) :] + tail
+    assert _where(addmm).endswith("/model.py:40 (run_on_input) [aten::addmm]")
+    assert len(_where(copy)) == len(_where(addmm)) == 90
+    # a long op keeps the file's last 24 characters and is cut at the width
+    loader = Where("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", *at)
+    assert _where(loader).startswith("…" + deep[-24:] + ":40 (run_on_input) [enumerate(")
+    assert len(_where(loader)) == 90 and _where(loader).endswith("…")
+    short = Where("aten::mm", "train.py", 7, "step")
+    assert _where(short) == "train.py:7 (step) [aten::mm]"
+
+
+def test_nccl_kernels_alone_under_a_tenth_of_a_percent_are_not_shown(tmp_path, capsys):
+    t = TraceBuilder()
+    t.step(1, 0, 10_000)
+    t.launch("aten::mm", 0, 5, 9_000)
+    t.launch("nccl:all_reduce", 9_100, 9_200, 4, stream=20, name="ncclKernel_AllReduce")
+    path = t.write(tmp_path / "t.json")
+    assert cli.main(["report", str(path)]) == 0
+    out = capsys.readouterr().out
+    header = next(ln for ln in out.splitlines() if ln.startswith("  step "))
+    assert "NCCL kernels alone" not in out and "nccl" not in header  # 4 us of 10 ms: 0.04%
+
+
+def test_a_window_under_a_microsecond_is_written_in_ns(tmp_path, capsys):
+    # as Kineto's own sample traces: ns-resolution float times, a 130 ns window
+    t = TraceBuilder()
+    t.op("op1", 0.0, 0.04)
+    corr = t.runtime("cudaLaunchKernel", 0.0, 0.01)
+    t.kernel("Kernel", 0.02, 0.02, corr)
+    t.op("op_sync", 0.11, 0.02)
+    assert cli.main(["report", str(t.write(tmp_path / "t.json"))]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        out[1] == "no ProfilerStep: the whole trace is one window, 130 ns; measured from the trace"
+    )
+    assert "busy 15.4% (20 ns of 130 ns)" in out[2]

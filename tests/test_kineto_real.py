@@ -154,3 +154,35 @@ def test_every_idle_ms_is_charged_once(path):
                 assert d.busy_ms + sum(d.idle_by_cause_ms.values()) == pytest.approx(
                     d.wall_ms, abs=1e-5
                 )
+
+
+H100 = DATA / "Falconsai_nsfw_image_detection__1016002.json.gz"
+
+
+def test_an_h100_inference_step_with_stacks():
+    r = rank0(H100)
+    assert r.gpus == {0: "NVIDIA H100 80GB HBM3"}
+    assert [s.name for s in r.steps] == ["ProfilerStep#6"]
+    (d,) = r.steps[0].devices
+    # the step and its busy time, read off the raw events (ns-resolution floats): the union of
+    # the 156 kernel, memcpy and memset intervals inside the step's 7,894.065 us
+    raw = raw_events(H100)
+    step = next(e for e in raw if e["name"] == "ProfilerStep#6" and e["cat"] == "user_annotation")
+    gpu = [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in raw
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    ]
+    assert len(gpu) == 156
+    assert d.wall_ms == pytest.approx(step["dur"] / 1000, abs=1e-6)
+    union_us = _union_us(gpu, step["ts"], step["ts"] + step["dur"])
+    assert d.busy_ms * 1000 == pytest.approx(union_us, abs=0.01)  # 1,225.31 us: 15.5%
+    # a forward pass of small kernels queued one by one: the host is the bottleneck
+    assert d.verdict == "launch-bound" and d.idle_by_cause_ms["launch"] > 0.8 * d.wall_ms
+    # with_stack=True: the idle is charged to the harness's line, each op apart
+    top = r.lines[0]
+    assert (top.where.file, top.where.line, top.where.op) == (
+        "moca/library/model_hub/huggingface/model/adapters/image_model.py",
+        37,
+        "aten::addmm",
+    )

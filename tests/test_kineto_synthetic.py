@@ -3,6 +3,7 @@ in its comments (times in microseconds, as Kineto writes them; figures in ms).""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -272,6 +273,9 @@ def test_no_profiler_step_makes_the_whole_trace_one_window(tmp_path):
         "threading.py(1016): _bootstrap_inner",
         "vllm/model_executor/models/llama.py(245): forward",
         "contextlib.py(81): inner",
+        "torch\\nn\\modules\\module.py(1501): _call_impl",  # recorded on Windows
+        "C:\\Python311\\Lib\\site-packages\\foo.py(3): f",
+        "C:\\Python311\\Lib\\threading.py(1016): _bootstrap_inner",
     ],
 )
 def test_library_frames_are_not_the_users_line(frame):
@@ -281,6 +285,7 @@ def test_library_frames_are_not_the_users_line(frame):
     assert user_frame("/home/me/train.py(42): main") == ("/home/me/train.py", 42, "main")
     assert user_frame("trace.py(7): step") == ("trace.py", 7, "step")  # a script, not stdlib's
     assert user_frame("mypkg/model.py(3): forward") == ("mypkg/model.py", 3, "forward")
+    assert user_frame("C:\\Users\\me\\train.py(42): main") == ("C:/Users/me/train.py", 42, "main")
 
 
 def _values() -> object:
@@ -360,4 +365,91 @@ def test_each_device_has_its_own_busy_and_idle(tmp_path):
         "aten::mm": 0.01,  # GPU 0 [0, 10)
         "(no later GPU work in the trace)": 0.06,  # GPU 0 [90, 100), GPU 1 [50, 100)
         "aten::add": 0.03,  # GPU 1 [0, 30)
+    }
+
+
+def _queued_before_the_trace() -> TraceBuilder:
+    """Two steps whose GPU lags its host: the first 20 us of step 1 run a kernel queued before
+    the trace began (its launch call is not in the trace)."""
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    t.step(2, 100, 100)
+    t.kernel("queued_earlier", 0, 20, corr=999)  # [0, 20): no cudaLaunchKernel 999 in the trace
+    t.launch("aten::mm", 4, 30, 40)  # [30, 70)
+    t.launch("aten::add", 104, 120, 60)  # [120, 180)
+    return t
+
+
+def test_work_queued_before_the_trace_is_busy_but_out_of_htas_view(tmp_path):
+    r = _one(tmp_path, _queued_before_the_trace())
+    step1, step2 = (s.devices[0] for s in r.steps)
+    # the GPU ran [0, 20) and [30, 70) in step 1: 60 us busy, whoever queued the work
+    assert (step1.busy_ms, step2.busy_ms) == (0.06, 0.06)  # add [120, 180) in step 2
+    # HTA keeps only activities launched in the traced steps: mm [30, 70) and add [120, 180),
+    # a window of 150 us with 100 busy
+    (a,) = r.active
+    assert (a.start_ms, a.end_ms, a.busy_ms, a.idle_ms) == (0.03, 0.18, 0.1, 0.05)
+    (stream,) = r.streams
+    assert stream.host_wait_ms == 0.05  # add launched at 105, after mm ended at 70
+    assert any("1 GPU activities (20 us of GPU time) have no launch call" in n for n in r.notes)
+
+
+def test_with_one_step_hta_keeps_every_activity(tmp_path):
+    t = _queued_before_the_trace()
+    t.events = [e for e in t.events if e["name"] != "ProfilerStep#2"]
+    r = _one(tmp_path, t)
+    (a,) = r.active
+    assert (a.start_ms, a.busy_ms) == (0.0, 0.12)  # one step: HTA filters nothing
+    assert not any("no launch call" in n for n in r.notes)
+
+
+def test_the_summary_shows_the_nccl_time_a_comm_bound_verdict_counts(tmp_path):
+    from gpuwatch.output.kineto_html import render_html
+    from gpuwatch.output.kineto_text import summary_lines
+
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    t.launch("aten::mm", 0, 5, 85)  # compute [5, 90): 85%
+    t.step(2, 100, 100)
+    t.launch("nccl:all_reduce", 100, 105, 90, stream=20, name="ncclKernel_AllReduce")
+    path = t.write(tmp_path / "t.json")
+    analysis = analyse(read_traces([str(path)]))
+    text = "\n".join(summary_lines(analysis))
+    # busy 175 of 200 (87.5%) reads GPU-bound unless the 90 us of NCCL alone (45%) is shown
+    assert "comm-bound. busy 87.5% (175 µs of 200 µs; NCCL kernels alone 45.0%)" in text
+    header, first, second = (ln.split() for ln in text.splitlines()[6:9])
+    assert header[:4] == ["step", "wall", "busy", "nccl"]
+    assert (first[3], first[4], second[3], second[4]) == ("85.0%", "0.0%", "90.0%", "90.0%")
+    assert '<th class="">NCCL alone</th>' in render_html(analysis)
+
+
+@pytest.mark.parametrize("event", [0, 4])
+def test_a_time_past_any_clock_is_skipped_as_damage(tmp_path, event):
+    # found by the fuzz test: a finite ts of 1.8e305 us overflowed on the way to ns (a kernel's)
+    # or made every other time overflow (the first event's, which the times count from)
+    doc = _sync_step().doc()
+    doc["traceEvents"][event]["ts"] = 1.797693134862316e305
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    (r,) = analyse(read_traces([str(path)])).ranks
+    assert r.steps and r.run[0].wall_ms <= 0.18
+
+
+def test_a_kernel_without_correlation_is_not_charged_to_an_uncorrelated_runtime_call(tmp_path):
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    t.kernel("lonely", 40, 10, corr=-1)  # no correlation: its launch is unknown
+    ext = t.op("aten::item", 60, 30)
+    t.events.append(  # a sync with no correlation id either: it still blocks the host
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 4242,
+         "tid": 4242, "ts": 61, "dur": 28, "args": {"External id": ext}}
+    )  # fmt: skip
+    r = _one(tmp_path, t)
+    charged = {(c.cause, c.where.op): c.idle_ms for c in r.lines}
+    # [0, 40) waits for a kernel whose launch is not in the trace; [61, 89) the host blocked in
+    # the sync (charged to its op); [50, 61) and [89, 100) wait for no later GPU work
+    assert charged == {
+        ("launch", "(launch not in trace: lonely)"): 0.04,
+        ("sync", "aten::item"): 0.028,
+        ("launch", "(no later GPU work in the trace)"): 0.022,
     }

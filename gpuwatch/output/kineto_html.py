@@ -7,7 +7,7 @@ from __future__ import annotations
 from html import escape
 
 from gpuwatch import _format as fmt
-from gpuwatch.output.kineto_text import ADVICE, run_line
+from gpuwatch.output.kineto_text import ADVICE, _shows, run_line
 from profilers.kineto.result import CAUSES, DEFINITIONS, DeviceTime, RankResult, TraceAnalysis
 
 COLOURS = {
@@ -62,15 +62,20 @@ def _rank(r: RankResult, top: int) -> str:
             out.append(f"<p>What to try: {escape(ADVICE[d.verdict])}</p>")
     key = "".join(f'<span style="background:{c}"></span>{k}' for k, c in COLOURS.items())
     out.append(f'<h3>Steps</h3><div class="key">{key}</div>')
+    nccl = any(_shows(d) for d in r.run)  # the verdict counts it: shown beside busy
     rows = []
     for s in r.steps:
         for d in s.devices:
+            alone = [f"{100 * d.comm_ms / d.wall_ms:.1f}%" if d.wall_ms > 0 else "-"]
             rows.append(
                 [escape(s.name), str(d.device), fmt.duration_ms(s.wall_ms), _bar(d)]
-                + [f"{d.shares_pct.get(k, 0):.1f}%" for k in ("busy", *CAUSES)]
+                + [f"{d.shares_pct.get('busy', 0):.1f}%"]
+                + (alone if nccl else [])
+                + [f"{d.shares_pct.get(k, 0):.1f}%" for k in CAUSES]
                 + [fmt.duration_ms(s.input_ms), escape(d.verdict)]
             )
-    out.append(_table(["step", "GPU", "wall", "", "busy", *CAUSES, "loader", "verdict"], rows))
+    head = ["step", "GPU", "wall", "", "busy", *(["NCCL alone"] if nccl else []), *CAUSES]
+    out.append(_table([*head, "loader", "verdict"], rows))
     out.append("<h3>Idle time by cause and line</h3>")
     out.append(
         _table(

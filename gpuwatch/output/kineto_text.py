@@ -7,6 +7,7 @@ import os
 from typing import TextIO
 
 from gpuwatch import _format as fmt
+from profilers.kineto.events import Where
 from profilers.kineto.result import CAUSES, DeviceTime, RankResult, TraceAnalysis
 
 #: Steps listed in the summary (all of them are in the JSON).
@@ -29,6 +30,12 @@ ADVICE = {
 }
 
 
+def _dur(ms: float) -> str:
+    """A duration as the other outputs write it, but a nonzero one under half a microsecond in
+    ns (Kineto writes ns-resolution times: a 130 ns window is not "0 µs")."""
+    return f"{ms * 1e6:.0f} ns" if 0 < ms < 0.0005 else fmt.duration_ms(ms)
+
+
 def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.1f}%" if whole > 0 else "-"
 
@@ -37,9 +44,25 @@ def _short(name: str, width: int = NAME_WIDTH) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
+def _where(w: Where, width: int = NAME_WIDTH) -> str:
+    """A place in ``width`` characters: a long file path loses its leading folders first, so
+    the file, line, function and CPU op stay (two ops on one line stay two rows apart)."""
+    full = w.key()
+    if len(full) <= width or w.file is None:
+        return _short(full, width)
+    tail = full[len(w.file) :]
+    keep = max(24, width - len(tail) - 1)  # a long op name is cut after the file's last 24
+    return _short("…" + w.file[-keep:] + tail, width)
+
+
 def _device(r: RankResult, device: int) -> str:
     name = r.gpus.get(device)
     return f"GPU {device}" + (f" ({name})" if name else "")
+
+
+def _shows(d: DeviceTime) -> bool:
+    """Whether NCCL kernels ran alone long enough to print (0.1% of the window, as shares are)."""
+    return d.wall_ms > 0 and d.comm_ms >= 0.0005 * d.wall_ms
 
 
 def run_line(r: RankResult, d: DeviceTime) -> str:
@@ -48,23 +71,33 @@ def run_line(r: RankResult, d: DeviceTime) -> str:
         for c in sorted(CAUSES, key=lambda c: -d.idle_by_cause_ms[c])
         if d.idle_by_cause_ms[c] > 0
     )
+    # NB: the verdict counts NCCL kernels running alone as comm: said here, or a comm-bound
+    # verdict beside a small comm idle share reads as a contradiction
+    alone = f"; NCCL kernels alone {_pct(d.comm_ms, d.wall_ms)}" if _shows(d) else ""
     return (
         f"{_device(r, d.device)}: {d.verdict}. busy {_pct(d.busy_ms, d.wall_ms)} "
-        f"({fmt.duration_ms(d.busy_ms)} of {fmt.duration_ms(d.wall_ms)}), idle "
+        f"({_dur(d.busy_ms)} of {_dur(d.wall_ms)}{alone}), idle "
         f"{_pct(d.idle_ms, d.wall_ms)}" + (f": {idle}" if idle else "")
     )
 
 
 def _steps(r: RankResult) -> list[str]:
-    head = f"  {'step':<18}{'wall':>10}{'busy':>8}" + "".join(f"{c:>8}" for c in CAUSES)
-    out = ["Steps (share of each step's wall time; loader: host time in __next__)"]
+    nccl = any(_shows(d) for d in r.run)
+    head = f"  {'step':<18}{'wall':>10}{'busy':>8}" + (f"{'nccl':>8}" if nccl else "")
+    head += "".join(f"{c:>8}" for c in CAUSES)
+    out = [
+        "Steps (share of each step's wall time; loader: host time in __next__"
+        + ("; nccl: busy with NCCL kernels alone" if nccl else "")
+        + ")"
+    ]
     out.append(head + f"  {'loader':>7}  verdict")
     for s in r.steps[:MAX_STEPS]:
         for d in s.devices:
             name = s.name if len(s.devices) == 1 else f"{s.name} GPU {d.device}"
-            cells = "".join(f"{_pct(d.idle_by_cause_ms[c], d.wall_ms):>8}" for c in CAUSES)
+            cells = f"{_pct(d.comm_ms, d.wall_ms):>8}" if nccl else ""
+            cells += "".join(f"{_pct(d.idle_by_cause_ms[c], d.wall_ms):>8}" for c in CAUSES)
             out.append(
-                f"  {_short(name, 17):<18}{fmt.duration_ms(s.wall_ms):>10}"
+                f"  {_short(name, 17):<18}{_dur(s.wall_ms):>10}"
                 f"{_pct(d.busy_ms, d.wall_ms):>8}{cells}  {_pct(s.input_ms, s.wall_ms):>7}"
                 f"  {d.verdict}"
             )
@@ -82,7 +115,7 @@ def _lines(r: RankResult, top: int) -> list[str]:
         else "Idle time by cause and CPU op (the run; no Python stacks in the trace)"
     ]
     for c in r.lines[:top]:
-        out.append(f"  {c.cause:<7}{fmt.duration_ms(c.idle_ms):>10}  {_short(c.where.key())}")
+        out.append(f"  {c.cause:<7}{_dur(c.idle_ms):>10}  {_where(c.where)}")
     return out
 
 
@@ -93,7 +126,7 @@ def _kernels(r: RankResult, top: int) -> list[str]:
     out = ["Top kernels (GPU time; share of the device's busy time)"]
     for k in r.kernels[:top]:
         out.append(
-            f"  {fmt.duration_ms(k.total_ms):>10} {_pct(k.total_ms, busy.get(k.device, 0)):>6} "
+            f"  {_dur(k.total_ms):>10} {_pct(k.total_ms, busy.get(k.device, 0)):>6} "
             f"{k.count:>7,}x  {_short(k.name)}" + (f"  (GPU {k.device})" if len(busy) > 1 else "")
         )
     return out
@@ -107,15 +140,14 @@ def _copies(r: RankResult, top: int) -> list[str]:
         memory = c.memory or "memory not in trace"
         out.append(
             f"  {c.direction or '?':<4} {memory:<20}{c.count:>7,}  {fmt.size(c.bytes):>10}  "
-            f"{fmt.duration_ms(c.gpu_ms)}"
+            f"{_dur(c.gpu_ms)}"
         )
     for c in r.copy_lines[:top]:
         assert c.where is not None
         pin = c.memory == "pageable" and c.bytes >= PIN_WORTH_BYTES * c.count
         fix = "  <- pageable: pin_memory()/pin_memory=True" if pin else ""
         out.append(
-            f"    {c.direction} {c.count:,}x {fmt.size(c.bytes)} from {_short(c.where.key(), 70)}"
-            f"{fix}"
+            f"    {c.direction} {c.count:,}x {fmt.size(c.bytes)} from {_where(c.where, 70)}{fix}"
         )
     return out
 
@@ -137,8 +169,8 @@ def _comparable(r: RankResult) -> list[str]:
     for s in r.streams:
         out.append(
             f"  HTA's idle breakdown, GPU {s.device} stream {s.stream}: host_wait "
-            f"{fmt.duration_ms(s.host_wait_ms)}, kernel_wait {fmt.duration_ms(s.kernel_wait_ms)}, "
-            f"other {fmt.duration_ms(s.other_ms)}"
+            f"{_dur(s.host_wait_ms)}, kernel_wait {_dur(s.kernel_wait_ms)}, "
+            f"other {_dur(s.other_ms)}"
         )
     return out
 
@@ -155,7 +187,7 @@ def rank_lines(r: RankResult, top: int, ranks: int) -> list[str]:
     else:
         steps = f"{len(r.steps)} steps ({r.steps[0].name} to {r.steps[-1].name})"
     wall = sum(s.wall_ms for s in r.steps)
-    out = [title, f"{steps}, {fmt.duration_ms(wall)}; measured from the trace"]
+    out = [title, f"{steps}, {_dur(wall)}; measured from the trace"]
     for d in r.run:
         out.append(run_line(r, d))
         if d.verdict in ADVICE:
@@ -177,7 +209,7 @@ def ranks_lines(analysis: TraceAnalysis) -> list[str]:
         means[r.rank] = mean
         for d in r.run:
             out.append(
-                f"  rank {r.rank:<4} GPU {d.device:<3}{fmt.duration_ms(mean):>10}"
+                f"  rank {r.rank:<4} GPU {d.device:<3}{_dur(mean):>10}"
                 f"{_pct(d.busy_ms, d.wall_ms):>8}  {d.verdict}"
             )
     slowest = max(means, key=lambda k: means[k])

@@ -106,6 +106,11 @@ def parse(text: str, path: str) -> Report:
         raise CliError(f"not a gpuwatch profile: {path}: {exc}") from None
     if not isinstance(doc, dict):
         raise CliError(f"not a gpuwatch profile: {path} holds JSON, but not an object")
+    if "schema" not in doc:  # a trace that lost its events lands here too (no traceEvents)
+        raise CliError(
+            f"{path} is neither a gpuwatch profile nor a torch.profiler trace: a JSON object "
+            "with no 'schema' and no 'traceEvents'"
+        )
     if doc.get("schema") != SCHEMA:
         raise CliError(
             f"not a gpuwatch profile: schema is {str(doc.get('schema'))[:80]!r}, expected "

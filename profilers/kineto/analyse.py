@@ -292,13 +292,24 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
             lines[key] += ns
     in_span = [a for a in trace.activities if span[0] <= a.start_ns < span[1]]
     copies, copy_lines = copy_tables(in_span, places.of)
-    active, streams = hta_views(by_device, trace)
+    active, streams, (unlaunched, unlaunched_ns) = hta_views(by_device, trace)
     base = trace.span_ns[0]
     notes = list(trace.notes)
     if not trace.steps:
         notes.append("no ProfilerStep#N in the trace: one window, the whole trace")
     if not trace.has_stacks:
         notes.append("no Python stacks (profile with with_stack=True for lines): CPU ops named")
+    if unlaunched:
+        took = (
+            f"{unlaunched_ns / 1e6:.1f} ms"
+            if unlaunched_ns >= 100_000
+            else f"{unlaunched_ns / 1e3:.0f} us"
+        )
+        notes.append(
+            f"{unlaunched} GPU activities ({took} of GPU time) have no "
+            "launch call in the trace (queued before it began): busy counts them, "
+            "HTA (and the HTA view here) leaves them out"
+        )
     return RankResult(
         rank=trace.rank,
         path=trace.path,

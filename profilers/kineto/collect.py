@@ -35,6 +35,12 @@ from profilers.kineto.stacks import Frame, op_of, where_of
 MARKS = ("ProfilerStep#", "enumerate(DataLoader)", *COMM_PREFIXES)
 
 
+#: Larger than any time a trace holds (in us: Kineto's epoch clock reads about 1.8e15 in
+#: 2026, 1e17 is the year 5138); a time beyond it is damage, and would overflow on the way
+#: to nanoseconds.
+MAX_TS_US = 1e17
+
+
 def number(value: Any, default: int = -1) -> int:
     if isinstance(value, bool):
         return default
@@ -66,6 +72,9 @@ class Collect:
         self.first = math.inf
         self.last = -math.inf
         self.own = False
+        self.legacy_kernels = 0
+        """Kernels in the pre-Kineto autograd profiler's spelling (no category, pid "CUDA
+        functions"): torch.autograd.profiler with use_cuda=True before Kineto."""
 
     def add(self, e: Any) -> None:
         # NB: the hot loop of a large trace (a million events): one dict lookup per field
@@ -78,12 +87,14 @@ class Collect:
         ts, dur = e.get("ts"), e.get("dur", 0)
         if not isinstance(ts, int | float) or not isinstance(dur, int | float):
             return
-        if not (math.isfinite(ts) and math.isfinite(dur)):  # 1e999 parses as inf
-            return
+        if not (-MAX_TS_US < ts < MAX_TS_US and -MAX_TS_US < dur < MAX_TS_US):
+            return  # inf (1e999 parses as inf), nan, or a damaged time past any clock's
         cat = e.get("cat", "")
         cat = cat.lower() if isinstance(cat, str) else str(cat)
         if cat == "trace":
             return
+        if not cat and e.get("pid") == "CUDA functions":
+            self.legacy_kernels += 1
         self.cats.add(cat)
         name = str(e.get("name", ""))
         raw = e.get("args")
@@ -100,6 +111,8 @@ class Collect:
         elif cat in RUNTIME_CATS:
             self.runtime_names.add(name)
             corr = number(args.get("correlation"))
+            if corr < 0:  # NB: kept (a sync may block the host) under a key no activity has
+                corr = -2 - len(self.launches)
             ext = number(args.get("External id", args.get("external id")), 0)
             tid = str(e.get("tid"))
             self.launches[corr] = Call(name, tid, start, end, ext)
@@ -125,7 +138,7 @@ class Collect:
                 stream,
                 start,
                 end,
-                number(args.get("correlation")),
+                max(-1, number(args.get("correlation"))),  # -1: none (no launch has it)
                 max(0, number(args.get("bytes"), 0)),
                 direction,
                 memory,

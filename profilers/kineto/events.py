@@ -70,6 +70,7 @@ _LIBRARY_MARKS = (
     "dist-packages",
     "/torch/",
     "/lib/python3",
+    "/Lib/",  # the standard library on Windows (Python311/Lib/threading.py)
     "<frozen",
     "<string>",
 )
@@ -145,7 +146,7 @@ def user_frame(frame: str) -> tuple[str, int, str] | None:
     m = _FRAME.match(frame.strip())
     if m is None:
         return None
-    path = m.group(1)
+    path = m.group(1).replace("\\", "/")  # a trace recorded on Windows writes backslashes
     if path.startswith(("<built-in", "nn.Module", "<")) or "(" in path:
         return None
     if any(mark in path for mark in _LIBRARY_MARKS):

@@ -16,9 +16,17 @@ import math
 import os
 import zlib
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
-from profilers.kineto.collect import Collect, blocked_spans, marked_spans, number, steps_of
+from profilers.kineto.collect import (
+    MAX_TS_US,
+    Collect,
+    blocked_spans,
+    marked_spans,
+    number,
+    steps_of,
+)
 from profilers.kineto.events import RankTrace
 from profilers.kineto.stacks import flatten
 
@@ -33,6 +41,12 @@ class TraceError(Exception):
 
 class NotATrace(TraceError):
     """JSON that is no Chrome trace: refused when named, passed over inside a folder."""
+
+
+class NoGpuActivity(TraceError):
+    """A trace with no GPU activity (CPU-only, or CUPTI recorded nothing): refused when named;
+    inside a folder of ranks, passed over when another rank has some (a rank that only loads
+    data or a CPU-only helper process leaves such a file beside the GPU ranks')."""
 
 
 def trace_files(path: str) -> list[str]:
@@ -89,7 +103,8 @@ def parse_json(data: bytes, path: str) -> Any:
         raise TraceError(f"{path} is not text (neither JSON nor gzip)") from None
     except json.JSONDecodeError as exc:
         raise TraceError(
-            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}): truncated?"
+            f"{path} is not valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno}): "
+            "truncated?"
         ) from None
     except (ValueError, RecursionError) as exc:
         raise TraceError(f"{path}: {exc}") from None
@@ -134,7 +149,15 @@ def _vendor_problem(
     return None
 
 
-def _gpu_problem(path: str, own: bool, cpu_ops: int, runtime_calls: int) -> str:
+def _gpu_problem(
+    path: str, own: bool, cpu_ops: int, runtime_calls: int, cats: AbstractSet[str] = frozenset()
+) -> str:
+    if "cuda_profiler_range" in cats:
+        return (
+            f"{path} was recorded with CUPTI's range profiler (cuda_profiler_range events: "
+            "hardware counters per range), which records no kernel timeline; profile with "
+            "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and no profiler metrics"
+        )
     if own:
         return (
             f"{path} is a Chrome trace gpuwatch wrote (its own trace output), not a "
@@ -163,7 +186,7 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
             if isinstance(e, dict)
             and e.get("ph") == "X"
             and isinstance(e.get("ts"), int | float)
-            and math.isfinite(e["ts"])
+            and -MAX_TS_US < e["ts"] < MAX_TS_US
         ),
         0.0,
     )
@@ -172,10 +195,17 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
         got.add(e)
     gpus = _gpus(meta)
     problem = _vendor_problem(path, gpus, got.cats, got.runtime_names)
-    if problem is None and not got.activities:
-        problem = _gpu_problem(path, got.own, got.cpu_ops, len(got.launches))
+    if problem is None and not got.activities and got.legacy_kernels:
+        problem = (
+            f"{path} is a legacy autograd-profiler trace (torch.autograd.profiler with "
+            "use_cuda=True, before Kineto: no CUPTI activity, streams or launches); gpuwatch "
+            "reads torch.profiler traces (activities=[ProfilerActivity.CPU, "
+            "ProfilerActivity.CUDA])"
+        )
     if problem is not None:
         raise TraceError(problem)
+    if not got.activities:
+        raise NoGpuActivity(_gpu_problem(path, got.own, got.cpu_ops, len(got.launches), got.cats))
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and type(info.get("rank")) is int:
         rank = info["rank"]
@@ -209,9 +239,11 @@ def read_traces(paths: Sequence[str]) -> list[RankTrace]:
     over and named in the first rank's notes."""
     traces: list[RankTrace] = []
     skipped: list[str] = []
+    idle: list[str] = []
     for given in paths:
         in_folder = os.path.isdir(given)
         before = len(traces)
+        first_idle: NoGpuActivity | None = None
         for path in trace_files(given):
             try:
                 doc = parse_json(read_bytes(path), path)
@@ -220,13 +252,24 @@ def read_traces(paths: Sequence[str]) -> list[RankTrace]:
                 if not in_folder:
                     raise
                 skipped.append(os.path.basename(path))
+            except NoGpuActivity as exc:
+                if not in_folder:
+                    raise
+                first_idle = first_idle or exc
+                idle.append(os.path.basename(path))
         if in_folder and len(traces) == before:
+            if first_idle is not None:
+                raise first_idle
             raise TraceError(f"{given} holds no torch.profiler trace (only {', '.join(skipped)})")
     ranks = [t.rank for t in traces]
     if len(set(ranks)) != len(ranks):  # two files say the same rank: keep the files' order
         traces = [dataclasses.replace(t, rank=i) for i, t in enumerate(traces)]
     traces.sort(key=lambda t: t.rank)
+    notes = []
     if skipped:
-        note = f"passed over (JSON, not a Chrome trace): {', '.join(skipped)}"
-        traces[0] = dataclasses.replace(traces[0], notes=(*traces[0].notes, note))
+        notes.append(f"passed over (JSON, not a Chrome trace): {', '.join(skipped)}")
+    if idle:
+        notes.append(f"passed over (no GPU activity in the trace): {', '.join(idle)}")
+    if notes:
+        traces[0] = dataclasses.replace(traces[0], notes=(*traces[0].notes, *notes))
     return traces

@@ -41,7 +41,11 @@ DEFINITIONS = {
     "sync-bound, copy-bound, comm-bound, launch-bound), comm counting the time NCCL kernels ran "
     "alone (exposed communication) too",
     "active_window": "HTA's temporal breakdown window: from the device's first GPU activity to "
-    "its last, over the whole trace; compute = non-NCCL kernels, non_compute = the rest of busy",
+    "its last, over the whole trace; compute = non-NCCL kernels, non_compute = the rest of busy; "
+    "in a trace of two or more steps, as HTA does, only the activities whose launch call is in "
+    "the trace (work queued before the trace began is busy in the steps, not here); at the "
+    "trace's own resolution (HTA by default rounds each start up and each end down to a whole "
+    "microsecond: HTA_DISABLE_NS_ROUNDING=1 turns that off)",
     "stream_idle": "HTA's idle time breakdown, per stream: the gap before each activity on the "
     "stream is host_wait when its launch call began after the previous activity ended, "
     "kernel_wait when shorter than 30 us, else other",

@@ -50,14 +50,33 @@ def copy_tables(
     return by_kind, by_line[:COPY_LINES_TOP]
 
 
+def hta_kept(acts: Sequence[Activity], trace: RankTrace) -> list[Activity]:
+    """The activities HTA analyses: in a trace of two or more steps, only those whose launch
+    call is in the trace (HTA drops the rest as work of iterations it did not trace, though a
+    GPU that lags its host runs them inside the first traced step); with fewer, all of them."""
+    if len(trace.steps) < 2:
+        return list(acts)
+    launches = trace.launches
+    return [a for a in acts if a.correlation in launches]
+
+
 def hta_views(
     by_device: dict[int, list[Activity]], trace: RankTrace
-) -> tuple[tuple[ActiveWindow, ...], tuple[StreamIdle, ...]]:
+) -> tuple[tuple[ActiveWindow, ...], tuple[StreamIdle, ...], tuple[int, int]]:
     """The figures HTA's temporal breakdown and idle time breakdown give, on their definitions
-    (``DEFINITIONS["active_window"]``, ``["stream_idle"]``), to compare with."""
+    (``DEFINITIONS["active_window"]``, ``["stream_idle"]``), to compare with; and the count and
+    GPU time (ns) of the activities HTA leaves out (:func:`hta_kept`)."""
     base = trace.span_ns[0]
     active, streams = [], []
-    for device, acts in sorted(by_device.items()):
+    left_out = [0, 0]
+    for device, every in sorted(by_device.items()):
+        acts = hta_kept(every, trace)
+        left_out[0] += len(every) - len(acts)
+        left_out[1] += sum(a.end_ns - a.start_ns for a in every) - sum(
+            a.end_ns - a.start_ns for a in acts
+        )
+        if not acts:
+            continue
         busy = Union((a.start_ns, a.end_ns) for a in acts)
         compute = Union((a.start_ns, a.end_ns) for a in acts if a.kind == KERNEL and not a.nccl)
         first, last = busy.starts[0], busy.ends[-1]
@@ -86,4 +105,4 @@ def hta_views(
                 )
                 waits[kind] += gap
             streams.append(StreamIdle(device, stream, *(ms(w) for w in waits)))
-    return tuple(active), tuple(streams)
+    return tuple(active), tuple(streams), (left_out[0], left_out[1])
