@@ -166,6 +166,41 @@ def test_a_third_party_librarys_own_line_is_named_before_torchs(tmp_path, monkey
     assert "made at <code>trainer_like.py:5</code> log_loss: 1 syncs, 1 copies" in page
 
 
+def test_a_library_from_another_environments_site_packages_is_not_the_users_code(tmp_path):
+    """A PYTHONPATH (or .pth) that points at another environment's site-packages: its files
+    are no site directory of this interpreter, yet a library's, never the user's lines."""
+    from profilers.counting import user_code
+
+    lib = tmp_path / "other-env" / "lib" / "python3.11" / "site-packages"
+    lib.mkdir(parents=True)
+    (lib / "trainer_like.py").write_text(TRAINER)
+    assert not str(lib).startswith(user_code._library_roots())  # no site dir of ours
+    spec = importlib.util.spec_from_file_location("trainer_like", lib / "trainer_like.py")
+    assert spec is not None and spec.loader is not None
+    trainer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trainer)
+
+    def work():
+        model = nn.Linear(4, 2).to("cuda")
+        loss = model(torch.ones(3, 4).to("cuda")).sum()
+        trainer.log_loss(loss)  # @other-log
+        trainer.wait()  # @other-wait
+
+    r = profiled(work)
+    assert all("site-packages" not in line.file for line in r.lines)
+    log = line_at(r, line_of("other-log"))
+    assert (log.syncs.count, log.d2h.count) == (1, 1)
+    assert frames(log) == [("trainer_like.py", 5, "log_loss", 1, 1)]
+    wait = line_at(r, line_of("other-wait"))
+    assert frames(wait) == [("trainer_like.py", 13, "wait", 1, 0)]
+    # a Debian Python's dist-packages is one too, named from inside it
+    code = user_code.UserCode()
+    assert not code("/usr/lib/python3/dist-packages/somelib/train.py")
+    assert code.library_name("/usr/lib/python3/dist-packages/somelib/train.py") == (
+        "somelib/train.py"
+    )
+
+
 def test_library_frames_merge_by_file_and_line():
     a, b = LibraryFrame("x.py", 3, "f"), LibraryFrame("x.py", 3, "f", "x.to(d)")
     a.add(True, 4, "item")
