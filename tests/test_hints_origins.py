@@ -72,6 +72,27 @@ def test_a_loader_batch_copy_is_told_to_pin_never_register_buffer():
 
 @pytest.mark.fake_cuda
 @needs_fake_cuda
+def test_a_loader_copied_non_blocking_from_pageable_memory_is_told_to_pin_only():
+    def work():
+        model, opt = _model()
+        for x, _y in _loader():
+            x = x.to(DEV, non_blocking=True)  # @nb
+            model(x).sum().backward()
+            opt.step()
+
+    r = _run(work)
+    line = next(s for s in r.lines if s.line == line_of("nb"))
+    assert (line.h2d.count, line.h2d.non_blocking, line.h2d.pageable) == (12, 12, 12)
+    (h,) = _at(r, "nb")
+    assert h.kind == "loader_pin" and "pin_memory=True" in h.message
+    # the user wrote non_blocking=True: not told to add it, told why it does nothing yet
+    assert "then .to(device, non_blocking=True)" not in h.message
+    assert "non_blocking=True already given has no effect until the batch is pinned" in h.message
+    assert "12 non_blocking" in h.evidence
+
+
+@pytest.mark.fake_cuda
+@needs_fake_cuda
 def test_a_pinned_loader_is_told_non_blocking_not_to_pin_and_then_nothing():
     def work():
         model, opt = _model()

@@ -435,13 +435,20 @@ def _copy_hint(
         )
     if origin == LOADER:
         if c.pageable:
+            # NB: where every copy already says non_blocking=True, telling the user to add it
+            # reads as if they had not; what is missing is the pinning that makes it work
+            then = (
+                "the non_blocking=True already given has no effect until the batch is pinned"
+                if blocking == 0
+                else "then .to(device, non_blocking=True) so the copy overlaps the step"
+            )
             return Hint(
                 "loader_pin",
                 s,
                 f"the DataLoader's batch is copied to the GPU {often} from pageable memory, so the "
-                "host waits for each copy: DataLoader(pin_memory=True), then "
-                ".to(device, non_blocking=True) so the copy overlaps the step",
-                f"{counts} of loader batches; {pageable}",
+                f"host waits for each copy: DataLoader(pin_memory=True); {then}",
+                f"{counts} of loader batches; {pageable}"
+                + (f", {c.non_blocking:,} non_blocking" if c.non_blocking else ""),
             )
         if blocking:
             return Hint(
