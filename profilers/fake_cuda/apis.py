@@ -155,7 +155,7 @@ def patch_load(stack: ExitStack, harness: Any) -> None:
                 where = user
             device = torch.device(where)
             if device.type != "cuda":
-                return serialization.default_restore_location(storage, str(where))
+                return serialization.default_restore_location(storage, str(where))  # type: ignore[no-untyped-call]  # torch's, untyped
             loading.bound[id(storage)] = (storage, device)
             return storage
 
@@ -179,10 +179,10 @@ def patch_load(stack: ExitStack, harness: Any) -> None:
         untyped = getattr(storage, "_untyped_storage", None)
         found = bound.get(id(untyped))
         if found is None:
-            return original_rebuild(storage, storage_offset, size, stride)
+            return original_rebuild(storage, storage_offset, size, stride)  # type: ignore[no-untyped-call]  # torch's, untyped
         moved = loading.moved.get(id(untyped))
         if moved is None:
-            host = torch.empty((0,), dtype=torch.uint8).set_(untyped)
+            host = torch.empty((0,), dtype=torch.uint8).set_(found[0])
             moved = loading.moved[id(untyped)] = host.to(found[1])
         whole = moved.view(storage.dtype) if moved.numel() else moved.to(storage.dtype)
         return whole.as_strided(size, stride, storage_offset)
