@@ -213,6 +213,13 @@ def test_torch_load_of_a_gpu_checkpoint_restores_onto_the_gpu_as_a_gpu_does(tmp_
         assert line.h2d.counts() == copies(count=1, bytes=512, pageable=1), marker
         assert line.syncs.by_cause == {"copy_to_device": 1}, marker
     assert all(s.line not in (line_of("cpu"), line_of("fn")) for s in r.lines if s.h2d.count)
+    # a checkpoint restored is a one-time move, as model.to: never "made on the CPU ... make
+    # it on the GPU" (its bytes were made by an empty inside torch.load, no factory of ours)
+    from gpuwatch.output.hints import hints
+
+    for marker in ("whole", "sd"):
+        assert set(line_at(r, line_of(marker)).origins) == {"parameter"}, marker
+        assert [h.kind for h in hints(r) if h.line.line == line_of(marker)] == [], marker
 
 
 def test_torch_save_of_views_copies_their_whole_storage_once_per_save(tmp_path):
