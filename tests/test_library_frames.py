@@ -359,3 +359,45 @@ def test_an_unknown_librarys_frame_that_waits_often_is_named_in_a_hint(tmp_path,
     # the user's own .item() loop keeps its hint
     own = [h.kind for h in hints(r) if h.line.line == line_of("own_reads")]
     assert own == ["item_in_loop"]
+
+
+def test_a_checkpoint_saved_once_gets_no_hint_and_one_saved_every_step_is_told_so(tmp_path):
+    """torch.save copies each of a model's storages to the host (torch/serialization.py
+    ``_save``): one save of 12 storages used to read as 'torch waits for the GPU here: look for
+    a setting of torch that controls pickler.dump(obj)'. Once is no fault; every step is."""
+    from gpuwatch.output.library_hints import all_hints
+
+    layers = 6  # 6 x (weight, bias): 12 storages, past library_hints.HOT
+
+    def work(save_every_step: bool):
+        model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(layers)]).to("cuda")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            model(torch.ones(1, 2, device="cuda")).sum().backward()
+            opt.step()
+            if save_every_step:
+                torch.save(model.state_dict(), tmp_path / "every.pt")  # @every
+        torch.save(model.state_dict(), tmp_path / "once.pt")  # @once
+
+    r = profiled(lambda: work(False))
+    once = line_at(r, line_of("once"))
+    assert once.syncs.by_cause == {"copy_to_host": 2 * layers}
+    assert frames(once)[0][:1] == ("torch/serialization.py",)
+    assert [h.kind for h in all_hints(r) if h.line.line == line_of("once")] == []
+
+    # a script with no optimizer step (word_language_model steps its weights by hand)
+    def no_steps():
+        model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(layers)]).to("cuda")
+        torch.save(model, tmp_path / "model.pt")  # @no_steps
+
+    r = profiled(no_steps)
+    assert line_at(r, line_of("no_steps")).syncs.by_cause == {"copy_to_host": 2 * layers}
+    assert [h.kind for h in all_hints(r) if h.line.line == line_of("no_steps")] == []
+
+    r = profiled(lambda: work(True))
+    every = line_at(r, line_of("every"))
+    assert every.syncs.by_cause == {"copy_to_host": 3 * 2 * layers}
+    found = [h for h in all_hints(r) if h.line.line == line_of("every")]
+    assert [h.kind for h in found] == ["checkpoint_often"]
+    assert "in 3 of 3 steps" in found[0].message and "every N steps" in found[0].message
+    assert "look for a setting of torch" not in found[0].message

@@ -308,6 +308,17 @@ def library_hints(report: Report, steps: int) -> list[LibraryHint]:
             if not knob.when(f):
                 continue
             kind, message = knob.kind, knob.advice(f)
+        elif generic and f.file == CHECKPOINT_FILE:
+            # NB: torch.save copies every storage to the host once (and torch.load back): no
+            # setting of torch turns that off; only how often the script saves is the user's
+            if steps < 2 or line.steps_active < 2:
+                continue
+            kind = "checkpoint_often"
+            message = (
+                f"torch.save copies every tensor to the host and waits for each copy, in "
+                f"{line.steps_active:,} of {steps:,} steps, at your line {line.file}:"
+                f"{line.line}: save every N steps or once an epoch, not every step"
+            )
         elif generic and _repeated_reads(f, line, steps):
             kind = "library_syncs"
             message = (
@@ -322,6 +333,10 @@ def library_hints(report: Report, steps: int) -> list[LibraryHint]:
             LibraryHint(kind, line, message, _evidence(f, steps), frame=f.where, callers=callers)
         )
     return out
+
+
+#: torch.save's and torch.load's copies of each storage are made here (``_save``, ``_load``).
+CHECKPOINT_FILE = "torch/serialization.py"
 
 
 def _grouped(frames: list[Frame]) -> list[tuple[Frame, Knob | None]]:
@@ -368,6 +383,10 @@ def owned_by_libraries(s: Line) -> bool:
     return syncs == s.syncs.count and copies == _copies(s)
 
 
+def _checkpoint_only(s: Line) -> bool:
+    return owned_by_libraries(s) and all(f.file == CHECKPOINT_FILE for f in s.library)
+
+
 def all_hints(report: Report) -> list[Hint]:
     """The report's hints (:func:`gpuwatch.output.hints.hints`) with the library frames' (the
     summary's and the HTML's)."""
@@ -381,6 +400,10 @@ def with_library_hints(report: Report, found: list[Hint], steps: int) -> list[Hi
     whose every copy and sync a library made keeps only its library frames' hints, and so does
     a known frame's line under ``--lib-lines``."""
     extra = library_hints(report, steps)
+    # NB: a line whose every copy and sync torch.save/torch.load made is a checkpoint's: its
+    # ".cpu() in a loop" would be about torch's pickler; the checkpoint's own hint, if any,
+    # speaks for it
+    found = [h for h in found if not _checkpoint_only(h.line)]
     if not extra:
         return found
     by_line: dict[tuple[str, int], list[Hint]] = {}
