@@ -401,3 +401,35 @@ def test_a_checkpoint_saved_once_gets_no_hint_and_one_saved_every_step_is_told_s
     assert [h.kind for h in found] == ["checkpoint_often"]
     assert "in 3 of 3 steps" in found[0].message and "every N steps" in found[0].message
     assert "look for a setting of torch" not in found[0].message
+
+
+def test_a_lines_time_hint_stays_first_when_a_library_made_its_syncs(tmp_path):
+    """HF's ``trainer.train()`` under ``--gpu H100``: launch-bound, 29 ms per step at that
+    line, and every sync of it made inside the Trainer. The line's '.item() in a loop' gives
+    way to the library frame's knob, but its launch-bound hint (what its time went to) used to
+    be dropped with it, the hints then ordered 'no time measured'."""
+    from gpuwatch.output.hints import Hint, hints, hints_order
+    from gpuwatch.output.library_hints import with_library_hints
+
+    lib = tmp_path / "env" / "site-packages"
+    lib.mkdir(parents=True)
+    (lib / "trainer_like.py").write_text(TRAINER)
+    spec = importlib.util.spec_from_file_location("trainer_like", lib / "trainer_like.py")
+    assert spec is not None and spec.loader is not None
+    trainer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trainer)
+
+    def work():
+        loss = torch.ones(3, device="cuda").sum()
+        for _ in range(12):
+            trainer.log_loss(loss)  # @train
+
+    r = profiled(work)
+    line = line_at(r, line_of("train"))
+    assert frames(line) == [("trainer_like.py", 5, "log_loss", 12, 12)]
+    launch = Hint("launch_bound", line, "the GPU waits while ...", "", cost_ms=29.0)
+    own = hints(r)
+    assert [h.kind for h in own] == ["item_in_loop"]  # the line's own, about trainer's code
+    got = with_library_hints(r, [launch, *own], 0)
+    assert [h.kind for h in got] == ["launch_bound", "library_syncs"]
+    assert got[0] is launch and hints_order(got) == "the largest saving first"

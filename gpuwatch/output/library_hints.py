@@ -383,6 +383,10 @@ def owned_by_libraries(s: Line) -> bool:
     return syncs == s.syncs.count and copies == _copies(s)
 
 
+#: The hints of what a line's time went to, not of its copies and syncs: never a library's.
+TIME_KINDS = frozenset({"launch_bound", "input_bound"})
+
+
 def _checkpoint_only(s: Line) -> bool:
     return owned_by_libraries(s) and all(f.file == CHECKPOINT_FILE for f in s.library)
 
@@ -403,7 +407,7 @@ def with_library_hints(report: Report, found: list[Hint], steps: int) -> list[Hi
     # NB: a line whose every copy and sync torch.save/torch.load made is a checkpoint's: its
     # ".cpu() in a loop" would be about torch's pickler; the checkpoint's own hint, if any,
     # speaks for it
-    found = [h for h in found if not _checkpoint_only(h.line)]
+    found = [h for h in found if h.kind in TIME_KINDS or not _checkpoint_only(h.line)]
     if not extra:
         return found
     by_line: dict[tuple[str, int], list[Hint]] = {}
@@ -415,6 +419,12 @@ def with_library_hints(report: Report, found: list[Hint], steps: int) -> list[Hi
     known = {lh.line.key for lh in extra} if asked is not None and asked.lib_lines else set()
     out: list[Hint] = []
     for h in found:
+        if h.kind in TIME_KINDS:
+            # NB: the time the line costs (its launches, its loader's waits) is the line's
+            # whoever made its copies: it keeps its hint, at its rank (trainer.train()'s
+            # launch-bound 29 ms per step came first, not dropped with its .item()s)
+            out.append(h)
+            continue
         out += by_line.pop(h.line.key, [])
         if h.line.key in known or (h.line.key in covered and owned_by_libraries(h.line)):
             continue
