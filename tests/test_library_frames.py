@@ -433,3 +433,38 @@ def test_a_lines_time_hint_stays_first_when_a_library_made_its_syncs(tmp_path):
     got = with_library_hints(r, [launch, *own], 0)
     assert [h.kind for h in got] == ["launch_bound", "library_syncs"]
     assert got[0] is launch and hints_order(got) == "the largest saving first"
+
+
+def test_a_transformer_encoders_causal_mask_check_is_told_to_pass_is_causal():
+    """pytorch/examples' word_language_model (Transformer) calls ``self.encoder(src,
+    mask=self.src_mask)``: torch compares the mask with a causal one on every forward
+    (torch/nn/modules/transformer.py ``_detect_is_causal_mask``, torch 2.13: ``bool((mask ==
+    causal_comparison).all())``), one sync each; ``is_causal=True`` skips it."""
+    from gpuwatch.output.library_hints import all_hints
+
+    forwards = 3
+
+    def work(is_causal: bool | None):
+        layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0)
+        encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).to("cuda")
+        mask = nn.Transformer.generate_square_subsequent_mask(5, device="cuda")
+        x = torch.zeros(5, 2, 8, device="cuda")
+        for _ in range(forwards):
+            encoder(x, mask=mask, is_causal=is_causal)  # @encoder
+
+    r = profiled(lambda: work(None))
+    line = line_at(r, line_of("encoder"))
+    assert line.syncs.by_cause == {"item": forwards}
+    (frame,) = line.library
+    assert (frame.file, frame.function) == (
+        "torch/nn/modules/transformer.py",
+        "_detect_is_causal_mask",
+    )
+    found = [h for h in all_hints(r) if h.line.line == line_of("encoder")]
+    assert [h.kind for h in found] == ["torch_causal_mask_check"]
+    assert "is_causal=True" in found[0].message
+
+    r = profiled(lambda: work(True))
+    at = [s for s in r.lines if s.line == line_of("encoder")]  # none on the fast path
+    assert all(s.syncs.count == 0 and s.library == () for s in at)
+    assert r.totals.syncs.by_cause == {"copy_to_device": 12}  # the model's .to("cuda") only

@@ -226,6 +226,22 @@ KNOBS: tuple[Knob, ...] = (
             "often: Trainer(callbacks=[TQDMProgressBar(refresh_rate=N)])"
         ),
     ),
+    # torch/nn/modules/transformer.py _detect_is_causal_mask: with a mask and no is_causal,
+    # `make_causal = bool((mask == causal_comparison).all())` on every forward of
+    # TransformerEncoder (is_causal) and TransformerDecoder (tgt_is_causal); nn.Transformer
+    # passes its src_is_causal/tgt_is_causal down. Given either way, nothing is compared.
+    Knob(
+        "torch_causal_mask_check",
+        ("torch/nn/modules/transformer.py",),
+        ("_detect_is_causal_mask",),
+        advice=lambda f: (
+            "nn.TransformerEncoder/TransformerDecoder compare the attention mask you pass with "
+            "a causal mask on every forward (bool((mask == causal).all()): a sync) because "
+            "is_causal was not given: pass it with the mask, encoder(x, mask=mask, "
+            "is_causal=True) for a causal mask (False for any other); TransformerDecoder: "
+            "tgt_is_causal=; nn.Transformer: src_is_causal=/tgt_is_causal="
+        ),
+    ),
 )
 
 
