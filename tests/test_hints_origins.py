@@ -382,3 +382,41 @@ def test_a_loader_with_workers_is_told_what_it_lacks():
     assert "pin_memory" not in h.message  # it pins already
     kept = Line("train.py", 5, "main", loader={**line.loader, "persistent_workers": True})
     assert "persistent_workers" not in loader_hint(kept, {}).message
+
+
+SPIN_S = 0.06
+"""Host work of known cost per step: long enough for the gap sampler to name its line."""
+
+
+@pytest.mark.fake_cuda
+@needs_fake_cuda
+def test_a_launch_bound_hint_says_when_torch_compile_ran_eager():
+    """``torch.compile(model, mode="reduce-overhead")`` under ``--fake-cuda --gpu H100``:
+    compiled code runs eager under the fake GPU's mode, the steps are launch-bound, and the
+    hint told the user to torch.compile, CUDA graphs included, as if they had not."""
+
+    def spin_steps(fn) -> None:
+        x, h = torch.ones(8, device=DEV), torch.zeros(1)
+        for _ in range(4):
+            end = time.perf_counter() + SPIN_S
+            while time.perf_counter() < end:  # host work of known cost, with host ops
+                h = h + 1  # @spin
+            x = fn(x)
+            profilers.step()
+
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2  # @double
+
+    r = _run(lambda: spin_steps(double), gpu="H100")
+    assert r.compiled is None
+    (h,) = [h for h in hints(r) if h.kind == "launch_bound"]
+    assert h.line.line == line_of("double")  # the GPU's idle is charged to its next launch
+    assert "torch.compile the model" in h.message and "ran eager" not in h.message
+
+    r = _run(lambda: spin_steps(torch.compile(double, mode="reduce-overhead")), gpu="H100")
+    assert r.compiled is not None and r.compiled.ran_eager and r.compiled.eager_calls == 4
+    (h,) = [h for h in hints(r) if h.kind == "launch_bound"]
+    assert "torch.compile ran eager in this profile (under --fake-cuda's dispatch mode)" in (
+        h.message
+    )
+    assert "not the compiled program's" in h.message

@@ -583,11 +583,25 @@ def _time_hints(r: Report) -> list[Hint]:
                     "the GPU waits while this line's ops are launched one by one from Python: "
                     "fewer, larger kernels help (torch.compile the model or this function; "
                     "CUDA graphs: torch.compile(mode='reduce-overhead'); a larger batch gives "
-                    "each launch more work)",
+                    "each launch more work)" + _ran_eager(r),
                     f"{line.ops:,} ops at this line in the run",
                 )
             )
     return out
+
+
+def _ran_eager(r: Report) -> str:
+    """Where the script's torch.compile'd code ran eager under the profile (``--fake-cuda``, or
+    the dispatch mode of kernel timing): the launches counted are eager's, and a script that
+    compiles already was told to compile (a ``mode="reduce-overhead"`` model included)."""
+    under = r.compiled.ran_eager if r.compiled is not None else None
+    if not under:
+        return ""
+    return (
+        f". NB: torch.compile ran eager in this profile (under {under}): where this line "
+        "runs your compiled code, these launches are the eager code's, not the compiled "
+        "program's, which launches fewer kernels"
+    )
 
 
 def loader_hint(line: Line, lines: dict[str, Line]) -> Hint:
