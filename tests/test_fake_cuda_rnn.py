@@ -71,3 +71,54 @@ def test_lstm_and_gru_run_forward_and_back_with_the_cpus_values(make, bias, both
         assert len(got) == len(want)
         for g, w in zip(got, want, strict=True):
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+WORD_LM = """\
+import torch
+from torch import nn
+
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+torch.manual_seed(0)
+model = nn.LSTM(4, 6).to(dev)
+head = nn.Linear(6, 3).to(dev)
+lr = 0.5
+for i in range(3):
+    x = torch.randn(5, 2, 4).to(dev)
+    out, _ = model(x)
+    loss = head(out).square().mean()
+    model.zero_grad()
+    head.zero_grad()
+    loss.backward()
+    for p in [*model.parameters(), *head.parameters()]:
+        p.data.add_(p.grad, alpha=-lr)
+with open("model.pt", "wb") as f:
+    torch.save(model, f)
+with open("model.pt", "rb") as f:
+    model = torch.load(f, weights_only=False)
+print("loaded on", next(model.parameters()).device.type)
+"""
+
+
+@pytest.mark.slow
+def test_a_word_language_model_like_script_runs_saves_and_loads_under_fake_cuda(tmp_path):
+    """pytorch/examples' word_language_model in small: an LSTM trained by hand, saved whole
+    and loaded back with no map_location, as on a GPU. It died twice under --fake-cuda (the
+    fused LSTM step, then torch.load); now it runs, prints what a GPU run prints, exits 0."""
+    import json
+
+    from tests.helpers import run_gpuwatch
+
+    (tmp_path / "lm.py").write_text(WORD_LM)
+    done = run_gpuwatch(["profile", "--fake-cuda", "--json", "r.json", "lm.py"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "loaded on cuda\n"
+    assert "Traceback" not in done.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    lines = {s["line"]: s for s in doc["sites"] if s["file"] == "lm.py"}
+    assert lines[10]["h2d"]["count"] == 3  # the input, each step
+    # the load: the LSTM's 4 storages, one host-to-GPU copy each; a one-time move (no hint)
+    assert lines[21]["h2d"]["count"] == 4 and lines[21]["syncs"]["by_cause"] == {
+        "copy_to_device": 4
+    }
+    assert set(lines[21]["origins"]) == {"parameter"}
+    assert "lm.py:21" not in done.stderr.split("Hints", 1)[-1].split("Copies", 1)[0]
