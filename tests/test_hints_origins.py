@@ -420,3 +420,28 @@ def test_a_launch_bound_hint_says_when_torch_compile_ran_eager():
         h.message
     )
     assert "not the compiled program's" in h.message
+
+
+@pytest.mark.parametrize(
+    ("frame", "knob"),
+    [
+        ("transformers/trainer.py", "TrainingArguments(torch_compile=True)"),
+        ("lightning/pytorch/core/hooks.py", "torch.compile(model) before trainer.fit(model)"),
+        ("accelerate/data_loader.py", "Accelerator(dynamo_backend='inductor')"),
+        ("mylib/loop.py", None),
+    ],
+)
+def test_a_launch_bound_framework_line_is_told_the_frameworks_compile_knob(frame, knob):
+    """``trainer.train()`` launch-bound under ``--gpu H100`` was told 'torch.compile the
+    model or this function': a line that hands its step to HF's Trainer, Lightning or
+    accelerate compiles through the framework's own setting."""
+    from gpuwatch.output.hints import compile_knob
+    from profilers import Line
+    from profilers.libraries import LibraryFrame
+
+    line = Line("train.py", 12, "<module>", library=(LibraryFrame(frame, 10, "step"),))
+    if knob is None:
+        assert compile_knob(line) == ""
+    else:
+        assert knob in compile_knob(line)
+    assert compile_knob(Line("train.py", 12, "<module>")) == ""

@@ -583,11 +583,37 @@ def _time_hints(r: Report) -> list[Hint]:
                     "the GPU waits while this line's ops are launched one by one from Python: "
                     "fewer, larger kernels help (torch.compile the model or this function; "
                     "CUDA graphs: torch.compile(mode='reduce-overhead'); a larger batch gives "
-                    "each launch more work)" + _ran_eager(r),
+                    "each launch more work)" + compile_knob(line) + _ran_eager(r),
                     f"{line.ops:,} ops at this line in the run",
                 )
             )
     return out
+
+
+#: How a framework that runs the step for the user compiles it, by the package of a frame
+#: inside the line (read in transformers 5.24.0 training_args.py ``torch_compile``,
+#: ``torch_compile_mode``; accelerate 1.15.0 accelerator.py ``dynamo_backend``; Lightning
+#: 2.6.6 has no Trainer flag: the module is compiled before ``fit``).
+COMPILE_KNOBS = (
+    (
+        "transformers/",
+        "HF Trainer: TrainingArguments(torch_compile=True), "
+        "torch_compile_mode='reduce-overhead' for CUDA graphs",
+    ),
+    ("lightning/", "Lightning: model = torch.compile(model) before trainer.fit(model)"),
+    ("pytorch_lightning/", "Lightning: model = torch.compile(model) before trainer.fit(model)"),
+    ("accelerate/", "accelerate: Accelerator(dynamo_backend='inductor')"),
+)
+
+
+def compile_knob(line: Line) -> str:
+    """Where a framework runs the line's step (a frame of it made the line's copies or syncs:
+    ``trainer.train()``), how to compile it there: the line itself cannot be compiled."""
+    files = [f.file for f in line.library]
+    for package, knob in COMPILE_KNOBS:
+        if any(f.startswith(package) for f in files):
+            return f"; this line runs a framework's step: {knob}"
+    return ""
 
 
 def _ran_eager(r: Report) -> str:
