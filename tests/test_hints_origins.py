@@ -445,3 +445,44 @@ def test_a_launch_bound_framework_line_is_told_the_frameworks_compile_knob(frame
     else:
         assert knob in compile_knob(line)
     assert compile_knob(Line("train.py", 12, "<module>")) == ""
+
+
+@pytest.mark.fake_cuda
+@needs_fake_cuda
+def test_a_small_input_wait_the_what_if_can_save_gets_the_loaders_hint():
+    """HF's Trainer under ``--gpu H100 --what-if``: the what-if's first row overlapped the
+    loader (4% of the step) while the Hints had no loader hint (under TIME_SHARE_PCT)."""
+    from profilers.fake_cuda.harness import fake_cuda
+
+    spin_s = 0.15  # host work of known cost per step: the loader's ~2 ms is 1% of it
+
+    def work():
+        model, opt = _model()
+        loader = DataLoader(_Slow(0.0005, n=12), batch_size=2, pin_memory=True)
+        for x in loader:  # @slow_for
+            x = x.to(DEV, non_blocking=True)  # no sync: the spin is host work, not a refill
+            end = time.perf_counter() + spin_s
+            while time.perf_counter() < end:
+                pass
+            model(x).sum().backward()
+            opt.step()
+
+    with (
+        fake_cuda(1),
+        profilers.profile(kernel_timing=False, count_ops=True, gpu="H100", what_if=True) as prof,
+    ):
+        work()
+    r = prof.report()
+    assert r.what_if is not None
+    where = f"tests/test_hints_origins.py:{line_of('slow_for')}"
+    overlap = [s for s in r.what_if.savings if s["kind"] == "overlap_input"]
+    assert [s["site"] for s in overlap] == [where] and overlap[0]["saving_ms"] > 0
+    from gpuwatch.output.hints import TIME_SHARE_PCT
+    from gpuwatch.output.line_costs import cause_costs
+
+    share_pct = cause_costs(r)[where]["input"][1]
+    assert 0 < share_pct < TIME_SHARE_PCT  # under the share a hint needed before
+    assert r.time is not None and r.time["steps"][-1]["verdict"] == "launch-bound"
+    loader = [h for h in hints(r) if h.kind == "input_bound"]
+    assert [h.where for h in loader] == [where]
+    assert "DataLoader(num_workers=N)" in loader[0].message
