@@ -6,7 +6,8 @@ from its origin, not from the ops its line happened to run.
 The origins (the recorder decides, at each copy only: profilers/counting/origins.py):
 
 * ``parameter``: a module's parameter or buffer moved by ``Module.to``/``.cuda()`` (or an
-  ``nn.Parameter`` moved by hand): a one-time move, never a loop's;
+  ``nn.Parameter`` moved by hand, or a checkpoint's tensors restored onto the GPU by
+  ``torch.load``): a one-time move, never a loop's;
 * ``loader``: a tensor of a batch a DataLoader returned (its collate, its pinning);
 * ``factory``: made on the host by a factory op (``torch.randn``, ``torch.zeros``,
   ``torch.tensor``...) at ``made_at``, perhaps another line;

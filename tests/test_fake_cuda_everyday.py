@@ -172,6 +172,56 @@ def test_torch_save_copies_a_storage_shared_by_tied_weights_once(tmp_path, zipfi
     assert loaded["wte.weight"].data_ptr() == loaded["lm_head.weight"].data_ptr()
 
 
+@pytest.mark.parametrize("values", ["real", "placeholder"])
+def test_torch_load_of_a_gpu_checkpoint_restores_onto_the_gpu_as_a_gpu_does(tmp_path, values):
+    # NB: torch/serialization.py: with no map_location each storage goes back to the device
+    # it was saved from (``_deserialize``: ``storage.to(device)``, one host->GPU copy of its
+    # bytes); map_location (a device, a dict of locations, a function) moves it elsewhere.
+    # pytorch/examples' word_language_model loads its best model so (``torch.load(f)``).
+    path = tmp_path / "ckpt.pt"
+    got: dict[str, object] = {}
+
+    def work():
+        model = TiedLM().to("cuda")
+        torch.save(model, path)
+        torch.save(model.state_dict(), tmp_path / "sd.pt")
+        again = torch.load(path, weights_only=False)  # @whole
+        sd = torch.load(tmp_path / "sd.pt")  # @sd
+        on1 = torch.load(tmp_path / "sd.pt", map_location="cuda:1")  # @cuda1
+        host = torch.load(tmp_path / "sd.pt", map_location="cpu")  # @cpu
+        moved = torch.load(tmp_path / "sd.pt", map_location={"cuda:0": "cuda:1"})  # @dict
+        kept = torch.load(tmp_path / "sd.pt", map_location=lambda s, loc: s)  # @fn
+        again.lm_head(again.wte(torch.tensor([[1, 2]], device="cuda"))).sum().backward()
+        got["whole"] = (again.wte.weight.device, again.wte.weight is again.lm_head.weight)
+        got["grad"] = tuple(again.wte.weight.grad.shape)
+        storages = {sd[k].untyped_storage()._cdata for k in ("wte.weight", "lm_head.weight")}
+        got["tied"] = len(storages) == 1
+        got["devices"] = [next(iter(d.values())).device.type for d in (sd, on1, host, moved, kept)]
+        got["indices"] = [next(iter(d.values())).device.index for d in (sd, on1, moved)]
+        if values == "real":
+            got["equal"] = torch.equal(sd["wte.weight"].cpu(), model.wte.weight.detach().cpu())
+
+    r, _ = profiled(work, devices=2, values=values)
+    assert got["whole"] == (torch.device("cuda", 0), True) and got["grad"] == (16, 8)
+    assert got["tied"] is True
+    assert got["devices"] == ["cuda", "cuda", "cpu", "cuda", "cpu"]
+    assert got["indices"] == [0, 1, 1]
+    assert got.get("equal", True) is True
+    # one storage (the tied weight, 16 x 8 float32) moved once per load that puts it on a GPU
+    for marker in ("whole", "sd", "cuda1", "dict"):
+        line = line_at(r, line_of(marker))
+        assert line.h2d.counts() == copies(count=1, bytes=512, pageable=1), marker
+        assert line.syncs.by_cause == {"copy_to_device": 1}, marker
+    assert all(s.line not in (line_of("cpu"), line_of("fn")) for s in r.lines if s.h2d.count)
+    # a checkpoint restored is a one-time move, as model.to: never "made on the CPU ... make
+    # it on the GPU" (its bytes were made by an empty inside torch.load, no factory of ours)
+    from gpuwatch.output.hints import hints
+
+    for marker in ("whole", "sd"):
+        assert set(line_at(r, line_of(marker)).origins) == {"parameter"}, marker
+        assert [h.kind for h in hints(r) if h.line.line == line_of(marker)] == [], marker
+
+
 def test_torch_save_of_views_copies_their_whole_storage_once_per_save(tmp_path):
     path = tmp_path / "views.pt"
 

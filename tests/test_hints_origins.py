@@ -72,6 +72,27 @@ def test_a_loader_batch_copy_is_told_to_pin_never_register_buffer():
 
 @pytest.mark.fake_cuda
 @needs_fake_cuda
+def test_a_loader_copied_non_blocking_from_pageable_memory_is_told_to_pin_only():
+    def work():
+        model, opt = _model()
+        for x, _y in _loader():
+            x = x.to(DEV, non_blocking=True)  # @nb
+            model(x).sum().backward()
+            opt.step()
+
+    r = _run(work)
+    line = next(s for s in r.lines if s.line == line_of("nb"))
+    assert (line.h2d.count, line.h2d.non_blocking, line.h2d.pageable) == (12, 12, 12)
+    (h,) = _at(r, "nb")
+    assert h.kind == "loader_pin" and "pin_memory=True" in h.message
+    # the user wrote non_blocking=True: not told to add it, told why it does nothing yet
+    assert "then .to(device, non_blocking=True)" not in h.message
+    assert "non_blocking=True already given has no effect until the batch is pinned" in h.message
+    assert "12 non_blocking" in h.evidence
+
+
+@pytest.mark.fake_cuda
+@needs_fake_cuda
 def test_a_pinned_loader_is_told_non_blocking_not_to_pin_and_then_nothing():
     def work():
         model, opt = _model()
@@ -361,3 +382,107 @@ def test_a_loader_with_workers_is_told_what_it_lacks():
     assert "pin_memory" not in h.message  # it pins already
     kept = Line("train.py", 5, "main", loader={**line.loader, "persistent_workers": True})
     assert "persistent_workers" not in loader_hint(kept, {}).message
+
+
+SPIN_S = 0.06
+"""Host work of known cost per step: long enough for the gap sampler to name its line."""
+
+
+@pytest.mark.fake_cuda
+@needs_fake_cuda
+def test_a_launch_bound_hint_says_when_torch_compile_ran_eager():
+    """``torch.compile(model, mode="reduce-overhead")`` under ``--fake-cuda --gpu H100``:
+    compiled code runs eager under the fake GPU's mode, the steps are launch-bound, and the
+    hint told the user to torch.compile, CUDA graphs included, as if they had not."""
+
+    def spin_steps(fn) -> None:
+        x, h = torch.ones(8, device=DEV), torch.zeros(1)
+        for _ in range(4):
+            end = time.perf_counter() + SPIN_S
+            while time.perf_counter() < end:  # host work of known cost, with host ops
+                h = h + 1  # @spin
+            x = fn(x)
+            profilers.step()
+
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2  # @double
+
+    r = _run(lambda: spin_steps(double), gpu="H100")
+    assert r.compiled is None
+    (h,) = [h for h in hints(r) if h.kind == "launch_bound"]
+    assert h.line.line == line_of("double")  # the GPU's idle is charged to its next launch
+    assert "torch.compile the model" in h.message and "ran eager" not in h.message
+
+    r = _run(lambda: spin_steps(torch.compile(double, mode="reduce-overhead")), gpu="H100")
+    assert r.compiled is not None and r.compiled.ran_eager and r.compiled.eager_calls == 4
+    (h,) = [h for h in hints(r) if h.kind == "launch_bound"]
+    assert "torch.compile ran eager in this profile (under --fake-cuda's dispatch mode)" in (
+        h.message
+    )
+    assert "not the compiled program's" in h.message
+
+
+@pytest.mark.parametrize(
+    ("frame", "knob"),
+    [
+        ("transformers/trainer.py", "TrainingArguments(torch_compile=True)"),
+        ("lightning/pytorch/core/hooks.py", "torch.compile(model) before trainer.fit(model)"),
+        ("accelerate/data_loader.py", "Accelerator(dynamo_backend='inductor')"),
+        ("mylib/loop.py", None),
+    ],
+)
+def test_a_launch_bound_framework_line_is_told_the_frameworks_compile_knob(frame, knob):
+    """``trainer.train()`` launch-bound under ``--gpu H100`` was told 'torch.compile the
+    model or this function': a line that hands its step to HF's Trainer, Lightning or
+    accelerate compiles through the framework's own setting."""
+    from gpuwatch.output.hints import compile_knob
+    from profilers import Line
+    from profilers.libraries import LibraryFrame
+
+    line = Line("train.py", 12, "<module>", library=(LibraryFrame(frame, 10, "step"),))
+    if knob is None:
+        assert compile_knob(line) == ""
+    else:
+        assert knob in compile_knob(line)
+    assert compile_knob(Line("train.py", 12, "<module>")) == ""
+
+
+@pytest.mark.fake_cuda
+@needs_fake_cuda
+def test_a_small_input_wait_the_what_if_can_save_gets_the_loaders_hint():
+    """HF's Trainer under ``--gpu H100 --what-if``: the what-if's first row overlapped the
+    loader (4% of the step) while the Hints had no loader hint (under TIME_SHARE_PCT)."""
+    from profilers.fake_cuda.harness import fake_cuda
+
+    spin_s = 0.15  # host work of known cost per step: the loader's ~2 ms is 1% of it
+
+    def work():
+        model, opt = _model()
+        loader = DataLoader(_Slow(0.0005, n=12), batch_size=2, pin_memory=True)
+        for x in loader:  # @slow_for
+            x = x.to(DEV, non_blocking=True)  # no sync: the spin is host work, not a refill
+            end = time.perf_counter() + spin_s
+            while time.perf_counter() < end:
+                pass
+            model(x).sum().backward()
+            opt.step()
+
+    with (
+        fake_cuda(1),
+        profilers.profile(kernel_timing=False, count_ops=True, gpu="H100", what_if=True) as prof,
+    ):
+        work()
+    r = prof.report()
+    assert r.what_if is not None
+    where = f"tests/test_hints_origins.py:{line_of('slow_for')}"
+    overlap = [s for s in r.what_if.savings if s["kind"] == "overlap_input"]
+    assert [s["site"] for s in overlap] == [where] and overlap[0]["saving_ms"] > 0
+    from gpuwatch.output.hints import TIME_SHARE_PCT
+    from gpuwatch.output.line_costs import cause_costs
+
+    share_pct = cause_costs(r)[where]["input"][1]
+    assert 0 < share_pct < TIME_SHARE_PCT  # under the share a hint needed before
+    assert r.time is not None and r.time["steps"][-1]["verdict"] == "launch-bound"
+    loader = [h for h in hints(r) if h.kind == "input_bound"]
+    assert [h.where for h in loader] == [where]
+    assert "DataLoader(num_workers=N)" in loader[0].message

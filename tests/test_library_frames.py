@@ -166,6 +166,41 @@ def test_a_third_party_librarys_own_line_is_named_before_torchs(tmp_path, monkey
     assert "made at <code>trainer_like.py:5</code> log_loss: 1 syncs, 1 copies" in page
 
 
+def test_a_library_from_another_environments_site_packages_is_not_the_users_code(tmp_path):
+    """A PYTHONPATH (or .pth) that points at another environment's site-packages: its files
+    are no site directory of this interpreter, yet a library's, never the user's lines."""
+    from profilers.counting import user_code
+
+    lib = tmp_path / "other-env" / "lib" / "python3.11" / "site-packages"
+    lib.mkdir(parents=True)
+    (lib / "trainer_like.py").write_text(TRAINER)
+    assert not str(lib).startswith(user_code._library_roots())  # no site dir of ours
+    spec = importlib.util.spec_from_file_location("trainer_like", lib / "trainer_like.py")
+    assert spec is not None and spec.loader is not None
+    trainer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trainer)
+
+    def work():
+        model = nn.Linear(4, 2).to("cuda")
+        loss = model(torch.ones(3, 4).to("cuda")).sum()
+        trainer.log_loss(loss)  # @other-log
+        trainer.wait()  # @other-wait
+
+    r = profiled(work)
+    assert all("site-packages" not in line.file for line in r.lines)
+    log = line_at(r, line_of("other-log"))
+    assert (log.syncs.count, log.d2h.count) == (1, 1)
+    assert frames(log) == [("trainer_like.py", 5, "log_loss", 1, 1)]
+    wait = line_at(r, line_of("other-wait"))
+    assert frames(wait) == [("trainer_like.py", 13, "wait", 1, 0)]
+    # a Debian Python's dist-packages is one too, named from inside it
+    code = user_code.UserCode()
+    assert not code("/usr/lib/python3/dist-packages/somelib/train.py")
+    assert code.library_name("/usr/lib/python3/dist-packages/somelib/train.py") == (
+        "somelib/train.py"
+    )
+
+
 def test_library_frames_merge_by_file_and_line():
     a, b = LibraryFrame("x.py", 3, "f"), LibraryFrame("x.py", 3, "f", "x.to(d)")
     a.add(True, 4, "item")
@@ -324,3 +359,112 @@ def test_an_unknown_librarys_frame_that_waits_often_is_named_in_a_hint(tmp_path,
     # the user's own .item() loop keeps its hint
     own = [h.kind for h in hints(r) if h.line.line == line_of("own_reads")]
     assert own == ["item_in_loop"]
+
+
+def test_a_checkpoint_saved_once_gets_no_hint_and_one_saved_every_step_is_told_so(tmp_path):
+    """torch.save copies each of a model's storages to the host (torch/serialization.py
+    ``_save``): one save of 12 storages used to read as 'torch waits for the GPU here: look for
+    a setting of torch that controls pickler.dump(obj)'. Once is no fault; every step is."""
+    from gpuwatch.output.library_hints import all_hints
+
+    layers = 6  # 6 x (weight, bias): 12 storages, past library_hints.HOT
+
+    def work(save_every_step: bool):
+        model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(layers)]).to("cuda")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            model(torch.ones(1, 2, device="cuda")).sum().backward()
+            opt.step()
+            if save_every_step:
+                torch.save(model.state_dict(), tmp_path / "every.pt")  # @every
+        torch.save(model.state_dict(), tmp_path / "once.pt")  # @once
+
+    r = profiled(lambda: work(False))
+    once = line_at(r, line_of("once"))
+    assert once.syncs.by_cause == {"copy_to_host": 2 * layers}
+    assert frames(once)[0][:1] == ("torch/serialization.py",)
+    assert [h.kind for h in all_hints(r) if h.line.line == line_of("once")] == []
+
+    # a script with no optimizer step (word_language_model steps its weights by hand)
+    def no_steps():
+        model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(layers)]).to("cuda")
+        torch.save(model, tmp_path / "model.pt")  # @no_steps
+
+    r = profiled(no_steps)
+    assert line_at(r, line_of("no_steps")).syncs.by_cause == {"copy_to_host": 2 * layers}
+    assert [h.kind for h in all_hints(r) if h.line.line == line_of("no_steps")] == []
+
+    r = profiled(lambda: work(True))
+    every = line_at(r, line_of("every"))
+    assert every.syncs.by_cause == {"copy_to_host": 3 * 2 * layers}
+    found = [h for h in all_hints(r) if h.line.line == line_of("every")]
+    assert [h.kind for h in found] == ["checkpoint_often"]
+    assert "in 3 of 3 steps" in found[0].message and "every N steps" in found[0].message
+    assert "look for a setting of torch" not in found[0].message
+
+
+def test_a_lines_time_hint_stays_first_when_a_library_made_its_syncs(tmp_path):
+    """HF's ``trainer.train()`` under ``--gpu H100``: launch-bound, 29 ms per step at that
+    line, and every sync of it made inside the Trainer. The line's '.item() in a loop' gives
+    way to the library frame's knob, but its launch-bound hint (what its time went to) used to
+    be dropped with it, the hints then ordered 'no time measured'."""
+    from gpuwatch.output.hints import Hint, hints, hints_order
+    from gpuwatch.output.library_hints import with_library_hints
+
+    lib = tmp_path / "env" / "site-packages"
+    lib.mkdir(parents=True)
+    (lib / "trainer_like.py").write_text(TRAINER)
+    spec = importlib.util.spec_from_file_location("trainer_like", lib / "trainer_like.py")
+    assert spec is not None and spec.loader is not None
+    trainer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trainer)
+
+    def work():
+        loss = torch.ones(3, device="cuda").sum()
+        for _ in range(12):
+            trainer.log_loss(loss)  # @train
+
+    r = profiled(work)
+    line = line_at(r, line_of("train"))
+    assert frames(line) == [("trainer_like.py", 5, "log_loss", 12, 12)]
+    launch = Hint("launch_bound", line, "the GPU waits while ...", "", cost_ms=29.0)
+    own = hints(r)
+    assert [h.kind for h in own] == ["item_in_loop"]  # the line's own, about trainer's code
+    got = with_library_hints(r, [launch, *own], 0)
+    assert [h.kind for h in got] == ["launch_bound", "library_syncs"]
+    assert got[0] is launch and hints_order(got) == "the largest saving first"
+
+
+def test_a_transformer_encoders_causal_mask_check_is_told_to_pass_is_causal():
+    """pytorch/examples' word_language_model (Transformer) calls ``self.encoder(src,
+    mask=self.src_mask)``: torch compares the mask with a causal one on every forward
+    (torch/nn/modules/transformer.py ``_detect_is_causal_mask``, torch 2.13: ``bool((mask ==
+    causal_comparison).all())``), one sync each; ``is_causal=True`` skips it."""
+    from gpuwatch.output.library_hints import all_hints
+
+    forwards = 3
+
+    def work(is_causal: bool | None):
+        layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0)
+        encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).to("cuda")
+        mask = nn.Transformer.generate_square_subsequent_mask(5, device="cuda")
+        x = torch.zeros(5, 2, 8, device="cuda")
+        for _ in range(forwards):
+            encoder(x, mask=mask, is_causal=is_causal)  # @encoder
+
+    r = profiled(lambda: work(None))
+    line = line_at(r, line_of("encoder"))
+    assert line.syncs.by_cause == {"item": forwards}
+    (frame,) = line.library
+    assert (frame.file, frame.function) == (
+        "torch/nn/modules/transformer.py",
+        "_detect_is_causal_mask",
+    )
+    found = [h for h in all_hints(r) if h.line.line == line_of("encoder")]
+    assert [h.kind for h in found] == ["torch_causal_mask_check"]
+    assert "is_causal=True" in found[0].message
+
+    r = profiled(lambda: work(True))
+    at = [s for s in r.lines if s.line == line_of("encoder")]  # none on the fast path
+    assert all(s.syncs.count == 0 and s.library == () for s in at)
+    assert r.totals.syncs.by_cause == {"copy_to_device": 12}  # the model's .to("cuda") only

@@ -435,13 +435,20 @@ def _copy_hint(
         )
     if origin == LOADER:
         if c.pageable:
+            # NB: where every copy already says non_blocking=True, telling the user to add it
+            # reads as if they had not; what is missing is the pinning that makes it work
+            then = (
+                "the non_blocking=True already given has no effect until the batch is pinned"
+                if blocking == 0
+                else "then .to(device, non_blocking=True) so the copy overlaps the step"
+            )
             return Hint(
                 "loader_pin",
                 s,
                 f"the DataLoader's batch is copied to the GPU {often} from pageable memory, so the "
-                "host waits for each copy: DataLoader(pin_memory=True), then "
-                ".to(device, non_blocking=True) so the copy overlaps the step",
-                f"{counts} of loader batches; {pageable}",
+                f"host waits for each copy: DataLoader(pin_memory=True); {then}",
+                f"{counts} of loader batches; {pageable}"
+                + (f", {c.non_blocking:,} non_blocking" if c.non_blocking else ""),
             )
         if blocking:
             return Hint(
@@ -559,13 +566,25 @@ def _time_hints(r: Report) -> list[Hint]:
     costs = cause_costs(r)
     lines = {f"{s.file}:{s.line}": s for s in r.lines}
     on_gpu = measured_gpu(run) or predicted_gpu(run) is not None
+    # NB: where the what-if replays a saving for overlapping the loader at a line, its hint is
+    # given whatever the share: the what-if's first row had no hint to go with it (HF's
+    # Trainer: 4% of the step, under TIME_SHARE_PCT, yet the largest saving replayed)
+    overlapped = {
+        str(s["site"])
+        for s in (r.what_if.savings if r.what_if else [])
+        if s.get("kind") == "overlap_input" and float(s.get("saving_ms") or 0.0) > 0
+    }
     out: list[Hint] = []
     for where, causes in costs.items():
         line = lines.get(where)
         if line is None:
             continue
         input_ms, input_pct = causes.get("input", (0.0, 0.0))  # per step, % of the step
-        if input_pct >= TIME_SHARE_PCT or (run.get("verdict") == "input-bound" and input_ms > 0):
+        if (
+            input_pct >= TIME_SHARE_PCT
+            or (run.get("verdict") == "input-bound" and input_ms > 0)
+            or (where in overlapped and input_ms > 0)
+        ):
             out.append(loader_hint(line, lines))
         launch_pct = causes.get("launch", (0.0, 0.0))[1]
         if on_gpu and run.get("verdict") == "launch-bound" and launch_pct >= TIME_SHARE_PCT:
@@ -576,11 +595,51 @@ def _time_hints(r: Report) -> list[Hint]:
                     "the GPU waits while this line's ops are launched one by one from Python: "
                     "fewer, larger kernels help (torch.compile the model or this function; "
                     "CUDA graphs: torch.compile(mode='reduce-overhead'); a larger batch gives "
-                    "each launch more work)",
+                    "each launch more work)" + compile_knob(line) + _ran_eager(r),
                     f"{line.ops:,} ops at this line in the run",
                 )
             )
     return out
+
+
+#: How a framework that runs the step for the user compiles it, by the package of a frame
+#: inside the line (read in transformers 5.24.0 training_args.py ``torch_compile``,
+#: ``torch_compile_mode``; accelerate 1.15.0 accelerator.py ``dynamo_backend``; Lightning
+#: 2.6.6 has no Trainer flag: the module is compiled before ``fit``).
+COMPILE_KNOBS = (
+    (
+        "transformers/",
+        "HF Trainer: TrainingArguments(torch_compile=True), "
+        "torch_compile_mode='reduce-overhead' for CUDA graphs",
+    ),
+    ("lightning/", "Lightning: model = torch.compile(model) before trainer.fit(model)"),
+    ("pytorch_lightning/", "Lightning: model = torch.compile(model) before trainer.fit(model)"),
+    ("accelerate/", "accelerate: Accelerator(dynamo_backend='inductor')"),
+)
+
+
+def compile_knob(line: Line) -> str:
+    """Where a framework runs the line's step (a frame of it made the line's copies or syncs:
+    ``trainer.train()``), how to compile it there: the line itself cannot be compiled."""
+    files = [f.file for f in line.library]
+    for package, knob in COMPILE_KNOBS:
+        if any(f.startswith(package) for f in files):
+            return f"; this line runs a framework's step: {knob}"
+    return ""
+
+
+def _ran_eager(r: Report) -> str:
+    """Where the script's torch.compile'd code ran eager under the profile (``--fake-cuda``, or
+    the dispatch mode of kernel timing): the launches counted are eager's, and a script that
+    compiles already was told to compile (a ``mode="reduce-overhead"`` model included)."""
+    under = r.compiled.ran_eager if r.compiled is not None else None
+    if not under:
+        return ""
+    return (
+        f". NB: torch.compile ran eager in this profile (under {under}): where this line "
+        "runs your compiled code, these launches are the eager code's, not the compiled "
+        "program's, which launches fewer kernels"
+    )
 
 
 def loader_hint(line: Line, lines: dict[str, Line]) -> Hint:

@@ -226,6 +226,22 @@ KNOBS: tuple[Knob, ...] = (
             "often: Trainer(callbacks=[TQDMProgressBar(refresh_rate=N)])"
         ),
     ),
+    # torch/nn/modules/transformer.py _detect_is_causal_mask: with a mask and no is_causal,
+    # `make_causal = bool((mask == causal_comparison).all())` on every forward of
+    # TransformerEncoder (is_causal) and TransformerDecoder (tgt_is_causal); nn.Transformer
+    # passes its src_is_causal/tgt_is_causal down. Given either way, nothing is compared.
+    Knob(
+        "torch_causal_mask_check",
+        ("torch/nn/modules/transformer.py",),
+        ("_detect_is_causal_mask",),
+        advice=lambda f: (
+            "nn.TransformerEncoder/TransformerDecoder compare the attention mask you pass with "
+            "a causal mask on every forward (bool((mask == causal).all()): a sync) because "
+            "is_causal was not given: pass it with the mask, encoder(x, mask=mask, "
+            "is_causal=True) for a causal mask (False for any other); TransformerDecoder: "
+            "tgt_is_causal=; nn.Transformer: src_is_causal=/tgt_is_causal="
+        ),
+    ),
 )
 
 
@@ -308,6 +324,17 @@ def library_hints(report: Report, steps: int) -> list[LibraryHint]:
             if not knob.when(f):
                 continue
             kind, message = knob.kind, knob.advice(f)
+        elif generic and f.file == CHECKPOINT_FILE:
+            # NB: torch.save copies every storage to the host once (and torch.load back): no
+            # setting of torch turns that off; only how often the script saves is the user's
+            if steps < 2 or line.steps_active < 2:
+                continue
+            kind = "checkpoint_often"
+            message = (
+                f"torch.save copies every tensor to the host and waits for each copy, in "
+                f"{line.steps_active:,} of {steps:,} steps, at your line {line.file}:"
+                f"{line.line}: save every N steps or once an epoch, not every step"
+            )
         elif generic and _repeated_reads(f, line, steps):
             kind = "library_syncs"
             message = (
@@ -322,6 +349,10 @@ def library_hints(report: Report, steps: int) -> list[LibraryHint]:
             LibraryHint(kind, line, message, _evidence(f, steps), frame=f.where, callers=callers)
         )
     return out
+
+
+#: torch.save's and torch.load's copies of each storage are made here (``_save``, ``_load``).
+CHECKPOINT_FILE = "torch/serialization.py"
 
 
 def _grouped(frames: list[Frame]) -> list[tuple[Frame, Knob | None]]:
@@ -368,6 +399,14 @@ def owned_by_libraries(s: Line) -> bool:
     return syncs == s.syncs.count and copies == _copies(s)
 
 
+#: The hints of what a line's time went to, not of its copies and syncs: never a library's.
+TIME_KINDS = frozenset({"launch_bound", "input_bound"})
+
+
+def _checkpoint_only(s: Line) -> bool:
+    return owned_by_libraries(s) and all(f.file == CHECKPOINT_FILE for f in s.library)
+
+
 def all_hints(report: Report) -> list[Hint]:
     """The report's hints (:func:`gpuwatch.output.hints.hints`) with the library frames' (the
     summary's and the HTML's)."""
@@ -381,6 +420,10 @@ def with_library_hints(report: Report, found: list[Hint], steps: int) -> list[Hi
     whose every copy and sync a library made keeps only its library frames' hints, and so does
     a known frame's line under ``--lib-lines``."""
     extra = library_hints(report, steps)
+    # NB: a line whose every copy and sync torch.save/torch.load made is a checkpoint's: its
+    # ".cpu() in a loop" would be about torch's pickler; the checkpoint's own hint, if any,
+    # speaks for it
+    found = [h for h in found if h.kind in TIME_KINDS or not _checkpoint_only(h.line)]
     if not extra:
         return found
     by_line: dict[tuple[str, int], list[Hint]] = {}
@@ -392,6 +435,12 @@ def with_library_hints(report: Report, found: list[Hint], steps: int) -> list[Hi
     known = {lh.line.key for lh in extra} if asked is not None and asked.lib_lines else set()
     out: list[Hint] = []
     for h in found:
+        if h.kind in TIME_KINDS:
+            # NB: the time the line costs (its launches, its loader's waits) is the line's
+            # whoever made its copies: it keeps its hint, at its rank (trainer.train()'s
+            # launch-bound 29 ms per step came first, not dropped with its .item()s)
+            out.append(h)
+            continue
         out += by_line.pop(h.line.key, [])
         if h.line.key in known or (h.line.key in covered and owned_by_libraries(h.line)):
             continue

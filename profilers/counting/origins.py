@@ -219,8 +219,10 @@ def origin_of(
 ) -> tuple[str, Any, str | None]:
     """``(origin, the maker's line or None, the maker's op or None)`` of a host-to-GPU copy of
     ``src``, which read pageable memory or not, called from ``frame`` at ``line``."""
-    if isinstance(src, torch.nn.Parameter) or (
-        frame is not None and frame.f_code.co_filename.endswith(_MODULE_FILE)
+    if (
+        isinstance(src, torch.nn.Parameter)
+        or (frame is not None and frame.f_code.co_filename.endswith(_MODULE_FILE))
+        or _restoring(frame)
     ):
         # NB: Module.to/cuda/_apply move each parameter and buffer from a function defined in
         # torch/nn/modules/module.py (convert, a lambda); buffers are not Parameters
@@ -247,6 +249,26 @@ def origin_of(
     if factory is not None:
         return FACTORY, maker_line, factory
     return HOST, None if made is None else made.line, None if made is None else made.op
+
+
+_SERIALIZATION_FILE = os.path.join("torch", "serialization.py")
+
+RESTORE_DEPTH = 12
+"""Frames walked up from a host-to-GPU copy for torch.load's: its storage's ``.to(device)``
+(torch/_utils.py ``_to``) is 6 frames below ``_load`` in torch 2.13, the fake GPU's rebuild 5."""
+
+
+def _restoring(frame: FrameType | None) -> bool:
+    """Whether the copy is torch.load restoring a checkpoint onto the GPU (a storage read from
+    the file: torch/serialization.py ``_deserialize``): a one-time move, as ``model.to``; the
+    file's bytes were made by an ``empty`` inside the load, no factory of the user's."""
+    for _ in range(RESTORE_DEPTH):
+        if frame is None:
+            return False
+        if frame.f_code.co_filename.endswith(_SERIALIZATION_FILE):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _factory_at(line: Any) -> str | None:

@@ -19,6 +19,22 @@ from profilers.text import printable
 UNKNOWN = ("<unknown>", 0)
 
 
+#: Directory names that hold installed packages wherever they lie: a PYTHONPATH to another
+#: environment, a Debian/Ubuntu Python's dist-packages, a copied venv. Not this interpreter's
+#: site directories, so not in :func:`_library_roots`, and still nobody's own code.
+_SITE_DIR_NAMES = ("site-packages", "dist-packages")
+
+
+def site_dir(path: str) -> str | None:
+    """The innermost ``.../site-packages/`` (or ``dist-packages/``) directory that holds
+    ``path`` (a real path), with its trailing separator; None outside any."""
+    best = -1
+    for name in _SITE_DIR_NAMES:
+        marker = os.sep + name + os.sep
+        best = max(best, path.rfind(marker) + len(marker) if marker in path else -1)
+    return path[:best] if best > 0 else None
+
+
 def _package_dir(name: str) -> str | None:
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
@@ -160,6 +176,8 @@ class UserCode:
         path = os.path.realpath(filename)
         if path.startswith(self._excluded) or _inductor_output(path):
             return False
+        if site_dir(path) is not None:
+            return False  # installed packages from another environment on sys.path
         if self._roots is not None:
             return path.startswith(self._roots)
         return True
@@ -305,6 +323,10 @@ class UserCode:
                 return (_PLUMBING if inside.endswith(LIBRARY_PLUMBING) else _LIBRARY), inside
         if path.startswith(stdlib):
             return _OTHER, filename
+        other_site = site_dir(path)
+        if other_site is not None:
+            inside = printable(path[len(other_site) :])
+            return (_PLUMBING if inside.endswith(LIBRARY_PLUMBING) else _LIBRARY), inside
         return _LIBRARY, self.display(filename)  # outside user_code's roots: a library too
 
 

@@ -121,6 +121,77 @@ def patch_save(stack: ExitStack, harness: Any) -> None:
     set_attr(stack, serialization, "save", save)
 
 
+def patch_load(stack: ExitStack, harness: Any) -> None:
+    """``torch.load`` of a checkpoint whose tensors were saved on a GPU (a GPU's own, or one
+    saved here), with no ``map_location`` or one that names a GPU: on a machine with GPUs each
+    storage is restored onto its GPU (torch/serialization.py ``_deserialize``: one
+    ``storage.to(device)``, a host->GPU copy of all its bytes), which a fake GPU's storage
+    cannot do (``torch.UntypedStorage(..., device="cuda")`` is refused), so pytorch/examples'
+    word_language_model died at its ``torch.load(f)``.
+
+    Here the user's ``map_location`` is followed as torch follows it (``_get_restore_location``:
+    None, a device, a dict of locations, a function); each storage bound for a GPU is kept on
+    the host while the file is read and moved, once and whole (as bytes, the copy the profiler
+    counts), when its first tensor is rebuilt; every tensor of that storage is a view of the
+    moved bytes at its own offset, size and stride, so tied weights stay tied."""
+    import torch
+    import torch._utils as torch_utils
+    import torch.serialization as serialization
+
+    loading = threading.local()
+    """``bound``: while a torch.load runs on this thread, id(host storage) -> (the storage, its
+    GPU); ``moved``: id(host storage) -> its bytes on that GPU."""
+
+    def restore(user: Any) -> Any:
+        def place(storage: Any, location: str) -> Any:
+            where: Any = location
+            if callable(user):
+                result = user(storage, location)
+                if result is not None:
+                    return result
+            elif isinstance(user, dict):
+                where = user.get(location, location)
+            elif user is not None:
+                where = user
+            device = torch.device(where)
+            if device.type != "cuda":
+                return serialization.default_restore_location(storage, str(where))  # type: ignore[no-untyped-call]  # torch's, untyped
+            loading.bound[id(storage)] = (storage, device)
+            return storage
+
+        return place
+
+    original_load = torch.load
+
+    @functools.wraps(original_load)
+    def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
+        outer = getattr(loading, "bound", None), getattr(loading, "moved", None)
+        loading.bound, loading.moved = {}, {}
+        try:
+            return original_load(f, restore(map_location), *args, **kwargs)
+        finally:
+            loading.bound, loading.moved = outer
+
+    original_rebuild = torch_utils._rebuild_tensor
+
+    def rebuild(storage: Any, storage_offset: int, size: Any, stride: Any) -> Any:
+        bound = getattr(loading, "bound", None) or {}
+        untyped = getattr(storage, "_untyped_storage", None)
+        found = bound.get(id(untyped))
+        if found is None:
+            return original_rebuild(storage, storage_offset, size, stride)  # type: ignore[no-untyped-call]  # torch's, untyped
+        moved = loading.moved.get(id(untyped))
+        if moved is None:
+            host = torch.empty((0,), dtype=torch.uint8).set_(found[0])
+            moved = loading.moved[id(untyped)] = host.to(found[1])
+        whole = moved.view(storage.dtype) if moved.numel() else moved.to(storage.dtype)
+        return whole.as_strided(size, stride, storage_offset)
+
+    set_attr(stack, torch_utils, "_rebuild_tensor", rebuild)
+    set_attr(stack, torch, "load", load)
+    set_attr(stack, serialization, "load", load)
+
+
 # -- memory, RNG, NVTX, and what is not simulated ------------------------------------------------
 
 

@@ -5,9 +5,11 @@ imports this module)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map_only
 
 from profilers.fake_cuda import mode as placeholder_mode
 from profilers.fake_cuda import real
@@ -52,6 +54,145 @@ def _softmax_backward(
     host_out = out.host if type(out) is HostBacked else out
     result = func(grad.host, host_out, dim, grad.dtype).to(input_dtype)
     return _on_host(mode, func, args, kwargs, result, grad.device)
+
+
+# NB: without cuDNN (a CPU build of torch has none, so the fake GPU has none), nn.LSTM, nn.GRU
+# and their cells on a CUDA tensor run one fused kernel per step and layer
+# (aten/src/ATen/native/RNN.cpp, ``LSTMCell``/``GRUCell``: ``_thnn_fused_lstm_cell`` when the
+# input is CUDA), which only CUDA has (aten/src/ATen/native/cuda/RNN.cu). Computed on the host
+# from their definition; each kernel's workspace is laid out as here, forward and back alike:
+# the LSTM's activated gates (i, f, g, o), the GRU's (r, z, n), its hx and its hidden n gate.
+
+
+def _host(a: Any) -> Any:
+    return a.host if type(a) is HostBacked else a
+
+
+def _gpu_of(args: tuple[Any, ...]) -> torch.device | None:
+    return next((a.device for a in args if type(a) is HostBacked), None)
+
+
+def _named(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """An op's arguments by their schema's names."""
+    return dict(zip([a.name for a in func._schema.arguments], args, strict=False)) | kwargs
+
+
+def _fused_on_host(
+    mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], kernel: Any
+) -> Any:
+    """``kernel`` (the CUDA kernel's arithmetic in CPU ops) on the host tensors of ``args``,
+    its tensors made on the op's GPU; an op with no GPU tensor is the CPU's refusal, as is."""
+    device = _gpu_of(args)
+    if device is None:
+        return func(*args, **kwargs)
+    result = kernel(**{k: _host(v) for k, v in _named(func, args, kwargs).items()})
+    return _on_host(mode, func, args, kwargs, result, device)
+
+
+def _lstm_cell(
+    input_gates: torch.Tensor,
+    hidden_gates: torch.Tensor,
+    cx: torch.Tensor,
+    input_bias: torch.Tensor | None = None,
+    hidden_bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gates = input_gates + hidden_gates
+    if input_bias is not None and hidden_bias is not None:
+        gates = gates + input_bias + hidden_bias
+    i, f, g, o = gates.chunk(4, 1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    cy = f * cx + i * g
+    hy = o * cy.tanh()
+    return hy, cy, torch.cat([i, f, g, o], 1)
+
+
+def _lstm_cell_backward(
+    grad_hy: torch.Tensor | None,
+    grad_cy: torch.Tensor | None,
+    cx: torch.Tensor,
+    cy: torch.Tensor,
+    workspace: torch.Tensor,
+    has_bias: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    i, f, g, o = workspace.chunk(4, 1)
+    tanh_cy = cy.tanh()
+    ghy = torch.zeros_like(cy) if grad_hy is None else grad_hy
+    gc = ghy * o * (1 - tanh_cy * tanh_cy)
+    if grad_cy is not None:
+        gc = gc + grad_cy
+    grad_gates = torch.cat(
+        [
+            gc * g * i * (1 - i),
+            gc * cx * f * (1 - f),
+            gc * i * (1 - g * g),
+            ghy * tanh_cy * o * (1 - o),
+        ],
+        1,
+    )
+    return grad_gates, gc * f, grad_gates.sum(0) if has_bias else None
+
+
+def _gru_cell(
+    input_gates: torch.Tensor,
+    hidden_gates: torch.Tensor,
+    hx: torch.Tensor,
+    input_bias: torch.Tensor | None = None,
+    hidden_bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if input_bias is not None and hidden_bias is not None:
+        input_gates, hidden_gates = input_gates + input_bias, hidden_gates + hidden_bias
+    ir, iz, in_ = input_gates.chunk(3, 1)
+    hr, hz, hn = hidden_gates.chunk(3, 1)
+    r, z = (ir + hr).sigmoid(), (iz + hz).sigmoid()
+    n = (in_ + r * hn).tanh()
+    hy = n + z * (hx - n)
+    return hy, torch.cat([r, z, n, hx, hn], 1)
+
+
+def _gru_cell_backward(
+    grad_hy: torch.Tensor, workspace: torch.Tensor, has_bias: bool
+) -> tuple[torch.Tensor | None, ...]:
+    r, z, n, hx, hn = workspace.chunk(5, 1)
+    gz = grad_hy * (hx - n) * z * (1 - z)
+    gn = grad_hy * (1 - z) * (1 - n * n)
+    gr = gn * hn * r * (1 - r)
+    grad_input = torch.cat([gr, gz, gn], 1)
+    grad_hidden = torch.cat([gr, gz, gn * r], 1)
+    if not has_bias:
+        return grad_input, grad_hidden, grad_hy * z, None, None
+    return grad_input, grad_hidden, grad_hy * z, grad_input.sum(0), grad_hidden.sum(0)
+
+
+_RNN_KERNELS: dict[Any, Callable[..., Any]] = {
+    _aten._thnn_fused_lstm_cell.default: _lstm_cell,
+    _aten._thnn_fused_lstm_cell_backward_impl.default: _lstm_cell_backward,
+    _aten._thnn_fused_gru_cell.default: _gru_cell,
+    _aten._thnn_fused_gru_cell_backward.default: _gru_cell_backward,
+}
+
+
+@real._handles(*_RNN_KERNELS)
+def _rnn_cell(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """An LSTM's or GRU's fused step on the fake GPU, forward or back (see above)."""
+    return _fused_on_host(mode, func, args, kwargs, _RNN_KERNELS[func])
+
+
+@placeholder_mode._handles(*_RNN_KERNELS)
+def _rnn_cell_placeholders(
+    mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """The same step on placeholders: the kernel's ops run on fake tensors for their shapes.
+
+    NB: FakeTensorMode has no meta kernel for ``_thnn_fused_gru_cell`` (nor its backward),
+    and the LSTM cell's (torch/_meta_registrations.py) fails on a layer without bias."""
+    if not any(mode.is_fake(t) for t in _tensors(args, kwargs) if isinstance(t, torch.Tensor)):
+        return func(*args, **kwargs)
+    named = tree_map_only(torch.Tensor, mode.to_fake, _named(func, args, kwargs))
+    with mode.lock, mode.fake:
+        out = _RNN_KERNELS[func](**named)
+    mode.harness.memory.note(out, mode.harness.fake_type)
+    note_fake_op(func, args, kwargs, out, mode.t0)  # --gpu NAME: the model's time for it
+    return out
 
 
 def _on_host(

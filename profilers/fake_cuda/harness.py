@@ -42,6 +42,7 @@ from profilers.errors import ProfileStateError
 from profilers.fake_cuda import cuda_kernels as cuda_kernels
 from profilers.fake_cuda.apis import (
     patch_attention,
+    patch_load,
     patch_memory,
     patch_printing,
     patch_rng,
@@ -366,6 +367,7 @@ class FakeCuda:
         _set(stack, self.fake_type, "tolist", tolist)
         patch_printing(stack, self)
         patch_save(stack, self)
+        patch_load(stack, self)
         patch_memory(stack, self)
         patch_graphs_and_generators(stack, self)
         patch_rng(stack, self)

@@ -202,6 +202,32 @@ FAKE_CUDA: tuple[Entry, ...] = (
     ),
     Entry(
         "fake_cuda",
+        "torch",
+        ("load",),
+        "torch.load follows the map_location given, and keeps each storage bound for a GPU on "
+        "the host while the file is read (then calls torch's own)",
+        "a checkpoint saved on a GPU loads onto the GPU when no map_location moves it",
+        "torch.load(f) of a GPU checkpoint stops: torch.UntypedStorage() refuses device cuda",
+    ),
+    Entry(
+        "fake_cuda",
+        "torch.serialization",
+        ("load",),
+        "as torch.load (the same function)",
+        "as torch.load",
+        "as torch.load",
+    ),
+    Entry(
+        "fake_cuda",
+        "torch._utils",
+        ("_rebuild_tensor",),
+        "a tensor of a storage torch.load bound for a GPU is a view of that storage's bytes, "
+        "moved to the fake GPU once, whole",
+        "each storage is copied host->GPU once, however many tensors share it",
+        "tied weights would come back untied, and each tensor counted as its own copy",
+    ),
+    Entry(
+        "fake_cuda",
         "torch._C",
         (
             "_cuda_memoryStats",
