@@ -480,3 +480,9 @@ def patch_unsimulated(stack: ExitStack) -> None:
             hide("fake_cuda", stack, torch._C, name)
 
     set_attr(stack, torch.cuda.nvtx, "_nvtx", FakeNvtx())
+    # NB: as on a CPU-only build, which has no cuDNN: a CUDA build would ask its cuDNN library
+    # (nn.LSTM's flatten_parameters does), which cannot load without a GPU
+    import torch.backends.cudnn as cudnn
+
+    set_attr(stack, cudnn, "is_available", lambda: False)
+    set_attr(stack, cudnn, "is_acceptable", lambda tensor: False)

@@ -290,6 +290,14 @@ FAKE_CUDA: tuple[Entry, ...] = (
     ),
     Entry(
         "fake_cuda",
+        "torch.backends.cudnn",
+        ("is_available", "is_acceptable"),
+        "the fake GPU has no cuDNN: RNNs and convolutions take torch's non-cuDNN CUDA paths",
+        "a CUDA build asks its cuDNN library, which does not load without a GPU",
+        "nn.LSTM/GRU moved to the fake GPU on a CUDA build (flatten_parameters raises)",
+    ),
+    Entry(
+        "fake_cuda",
         "torch.cuda.nvtx",
         ("_nvtx",),
         "NVTX ranges kept, shown nowhere",
