@@ -116,6 +116,32 @@ def test_a_step_with_a_sync(tmp_path):
     assert r.has_stacks
 
 
+def test_python_long_after_a_short_sync_is_launch_past_the_work_the_sync_waited_for(tmp_path):
+    # As _sync_step, but the host reaches the sync late: it waits [100, 113] for the last 12
+    # of the GPU's work, then runs its own Python to 150. Had it not waited, 12 of that Python
+    # would have run beside the GPU: the sync's; the other 25 leave the GPU idle whatever.
+    t = TraceBuilder()
+    t.step(1, 0, 180)
+    t.python("train.py(12): <module>", 0, 180)
+    t.python("train.py(7): log", 15, 103)
+    t.launch("aten::mm", 4, 10, 100)  # runs [10, 110)
+    t.op("aten::item", 98, 18)
+    ext = t.op("aten::_local_scalar_dense", 98, 17)
+    corr = t.runtime("cudaMemcpyAsync", 99, 1, ext)
+    t.memcpy("DtoH (Device -> Pageable)", 110, 2, corr, 4)  # [110, 112)
+    t.runtime("cudaStreamSynchronize", 100, 13, ext)  # the host waits over [100, 113]
+    t.launch("aten::add", 149, 155, 20)  # launched at 150, runs [155, 175)
+    (d,) = _one(tmp_path, t).run
+    assert dict(d.idle_by_cause_ms) == {
+        "input": 0.0,
+        "sync": 0.013,
+        "copy": 0.0,
+        "comm": 0.0,
+        "launch": 0.045,
+    }
+    assert d.verdict == "launch-bound"
+
+
 def test_a_step_waiting_for_the_dataloader_is_input_bound(tmp_path):
     t = TraceBuilder()
     t.step(3, 0, 100)

@@ -51,12 +51,13 @@ def test_a_sync_makes_the_gpu_wait_for_the_host_to_refill_the_queue():
     assert (r.wall_ns, r.host_end_ns, r.busy_ns) == (104_000, 102_000, 20_000)
     assert r.host_by_cause["sync"] == 1_000
     # Idle: 10,000 before each of k0..k4 (launch at t.py:1, 42,000 with the gaps between them:
-    # 10,000 + 4 x 8,000), the refill after the drain (52,000..62,000) to the sync, then
-    # 8,000 before each of k6..k9 to t.py:3.
+    # 10,000 + 4 x 8,000); the refill after the drain (52,000..62,000): the sync's up to the
+    # 1,000 of k4 it waited for (without it the host would have been 1,000 ahead), the rest
+    # the host's own Python before k5 (t.py:3); then 8,000 before each of k6..k9 to t.py:3.
     assert r.idle_by_line == {
         ("launch", "t.py:1", None): 42_000,
-        ("sync", "t.py:2", "synchronize"): 10_000,
-        ("launch", "t.py:3", None): 32_000,
+        ("sync", "t.py:2", "synchronize"): 1_000,
+        ("launch", "t.py:3", None): 9_000 + 32_000,
     }
     assert sum(r.idle_by_cause.values()) == r.idle_ns == 84_000
 
@@ -133,8 +134,9 @@ def test_an_input_wait_charges_the_idle_gpu_to_the_line_that_pulls_the_batch():
     # Host: 1,000, the loader 1,000..51,000, k queued 52,000 runs to 72,000, item to 73,000.
     assert r.wall_ns == 73_000 and r.busy_ns == 21_000
     # Idle 0..52,000: 1,000 of Python before the wait (launch of the op that ends the gap),
-    # the wait itself, then the 1,000 after it (the refill: the input's).
-    assert r.idle_by_line == {("launch", "t.py:10", None): 1_000, ("input", "t.py:9", None): 51_000}
+    # the wait itself, then the 1,000 after it: launch too (the GPU idled through the wait,
+    # so a batch ready at once would still have needed that Python first).
+    assert r.idle_by_line == {("launch", "t.py:10", None): 2_000, ("input", "t.py:9", None): 50_000}
 
 
 def test_chained_steps_overlap_the_work_one_step_leaves_queued():

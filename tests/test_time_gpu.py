@@ -140,11 +140,11 @@ def _idle(gpu: dict[str, Any]) -> dict[str, float]:
     return {k: round(v, 9) for k, v in gpu["idle_ms"].items() if v}
 
 
-def test_a_sync_after_gpu_work_is_sync_bound_at_the_syncs_line():
+def test_a_sync_is_charged_the_gpu_work_it_waited_for_and_the_python_past_it_is_launch():
     run = Run()
     run.op(8, gpu_ms=2, host_ms=0.1)  # A: the GPU runs it 0..2
-    run.op(9, gpu_ms=0, found=ITEM)  # .item(): the host waits 0.1..2
-    run.python(6)  # the GPU idles 2..8: the host refills it after the sync
+    run.op(9, gpu_ms=0, found=ITEM)  # .item(): the host waits 0.1..2, for 1.9 ms of A
+    run.python(6)  # the GPU idles 2..8 while the host runs its own Python
     run.op(12, gpu_ms=2)  # B: 8..10
     run.python(2)
     run.close()
@@ -152,13 +152,17 @@ def test_a_sync_after_gpu_work_is_sync_bound_at_the_syncs_line():
     step = t["steps"][0]
     gpu = step["gpu"]
     assert gpu["measured"] == "measured" and gpu["busy_ms"] == 4.0 and gpu["wall_ms"] == 10.0
-    assert _idle(gpu) == {"sync": 6.0}
+    # Without the .item() the host would have run 1.9 ms of that Python beside A: the sync's.
+    # The other 4.1 ms would have left the GPU idle all the same: launch, at B's line.
+    assert _idle(gpu) == {"sync": 1.9, "launch": 4.1}
     assert gpu["idle_lines"] == [
-        {"site": "train.py:9", "cause": "sync", "sync_cause": "item", "ms": 6.0}
+        {"site": "train.py:12", "cause": "launch", "sync_cause": None, "ms": 4.1},
+        {"site": "train.py:9", "cause": "sync", "sync_cause": "item", "ms": 1.9},
     ]
-    assert step["verdict"] == "sync-bound" and step["shares_pct"]["sync"] == 60.0
+    assert step["verdict"] == "launch-bound" and step["shares_pct"]["sync"] == 19.0
     assert gpu["idle_slices"] == [
-        {"start_ms": 2.0, "ms": 6.0, "cause": "sync", "sync_cause": "item", "site": "train.py:9"}
+        {"start_ms": 2.0, "ms": 1.9, "cause": "sync", "sync_cause": "item", "site": "train.py:9"},
+        {"start_ms": 3.9, "ms": 4.1, "cause": "launch", "sync_cause": None, "site": "train.py:12"},
     ]
     # the busy intervals themselves, for the joules spent between them (gpuwatch/output/energy)
     start = step["start_ms"]
@@ -168,7 +172,7 @@ def test_a_sync_after_gpu_work_is_sync_bound_at_the_syncs_line():
     # the .item() re-anchored the device: its end event, at the host time its sync returned
     assert run.line.anchored == 2 and run.line.anchors[0][0] == 2 * MS
     assert t["gpu"].startswith("measured: CUDA events")
-    assert t["run"]["verdict"] == "sync-bound" and t["run"]["gpu"]["busy_ms"] == 4.0
+    assert t["run"]["verdict"] == "launch-bound" and t["run"]["gpu"]["busy_ms"] == 4.0
 
 
 def test_a_pageable_copy_is_copy_bound_at_the_copys_line():
@@ -197,8 +201,9 @@ def test_a_slow_loader_is_input_bound_at_the_for_line():
     run.close()
     step = run.section()["steps"][0]
     gpu = step["gpu"]
-    assert gpu["busy_ms"] == 2.0 and _idle(gpu) == {"input": 8.2}
-    assert _lines(gpu) == {("input", "train.py:5"): 8.2}
+    # the GPU idled through the wait: the 0.2 ms of Python after it is launch, at the op's line
+    assert gpu["busy_ms"] == 2.0 and _idle(gpu) == {"input": 8.0, "launch": 0.2}
+    assert _lines(gpu) == {("input", "train.py:5"): 8.0, ("launch", "train.py:6"): 0.2}
     assert step["verdict"] == "input-bound"
 
 

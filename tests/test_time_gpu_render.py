@@ -22,8 +22,9 @@ from tests.test_time_gpu import ITEM, Run
 
 
 def _run() -> Run:
-    """Two sync-bound steps of 10 ms (as test_a_sync_after_gpu_work_is_sync_bound...): 4 ms
-    busy, 6 ms idle charged to the .item() at train.py:9."""
+    """Two steps of 10 ms (as tests/test_time_gpu.py's sync test): 4 ms busy, 6 ms idle, of
+    which 1.9 ms is the .item()'s at train.py:9 (the GPU work it waited for) and 4.1 ms the
+    host's own Python before B (launch, at train.py:12): launch-bound."""
     run = Run()
     for _ in range(2):
         run.op(8, gpu_ms=2, host_ms=0.1)
@@ -46,15 +47,16 @@ def test_the_summary_says_the_verdict_comes_from_the_gpus_measured_time():
     Console(width=200, file=out).print(summary(_report(_run())))
     text = out.getvalue()
     assert (
-        "sync-bound: 10.0 ms per step over the step after the first, sync wait 60%, GPU busy "
-        "40% of the GPU's time (measured with CUDA events)" in text
+        "launch-bound: 10.0 ms per step over the step after the first, host work (Python + "
+        "launch) 41%, GPU busy 40%, sync wait 19% of the GPU's time (measured with CUDA events)"
+        in text
     )
     assert (
-        "GPU measured (CUDA events): busy 4.0 ms, idle 6.0 ms per step after the first (sync "
-        "wait 6.0 ms)" in text
+        "GPU measured (CUDA events): busy 4.0 ms, idle 6.0 ms per step after the first (host "
+        "work (Python + launch) 4.1 ms, sync wait 1.9 ms)" in text
     )
     assert (
-        "costliest line: train.py:9, 6.0 ms of GPU idle per step (60% of the step, measured "
+        "costliest line: train.py:12, 4.1 ms of GPU idle per step (41% of the step, measured "
         "with CUDA events)" in text
     )
     assert "GPU not measured" not in text and "PREDICTED" not in text
@@ -76,8 +78,10 @@ def test_the_trace_has_a_gpu_track_of_idle_slices_named_by_cause_and_line():
     track = [e for e in doc["traceEvents"] if e.get("tid") == TRACKS["gpu_idle"]]
     assert track[0]["args"]["name"] == "GPU idle (measured, CUDA events)"
     assert [(e["ts"], e["dur"], e["name"]) for e in track[1:]] == [
-        (2000.0, 6000.0, "sync wait (item) train.py:9"),
-        (12000.0, 6000.0, "sync wait (item) train.py:9"),
+        (2000.0, 1900.0, "sync wait (item) train.py:9"),
+        (3900.0, 4100.0, "host work (Python + launch) train.py:12"),
+        (12000.0, 1900.0, "sync wait (item) train.py:9"),
+        (13900.0, 4100.0, "host work (Python + launch) train.py:12"),
     ]
 
 
@@ -86,8 +90,8 @@ def test_the_html_stacks_busy_and_idle_by_cause_per_step():
     assert step_bars(r) == [
         {
             "step": k,
-            "verdict": "sync-bound",
-            "ms": {"busy": 4.0, "input": 0.0, "sync": 6.0, "copy": 0.0, "comm": 0.0, "launch": 0.0},
+            "verdict": "launch-bound",
+            "ms": {"busy": 4.0, "input": 0.0, "sync": 1.9, "copy": 0.0, "comm": 0.0, "launch": 4.1},
         }
         for k in (0, 1)
     ]
@@ -119,6 +123,6 @@ def test_the_live_line_says_measured_on_the_gpu():
     )
     text = status_text("running", 5.0, 42, decode(encode(snap)))  # type: ignore[arg-type]
     assert text.endswith(
-        "step 1 sync-bound: 10.0 ms per step, sync wait 60%, GPU busy 40% of the GPU's time "
-        "(measured with CUDA events)"
+        "step 1 launch-bound: 10.0 ms per step, host work (Python + launch) 41%, GPU busy 40%, "
+        "sync wait 19% of the GPU's time (measured with CUDA events)"
     )

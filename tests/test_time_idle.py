@@ -50,23 +50,24 @@ def test_a_sync_that_returned_just_before_the_gap_counts_within_the_slack():
     assert _lines(charge(0, 1000, ops, waits, slack_ns=10)) == {("sync", "s"): 300e-6}
 
 
-def test_input_wait_then_refill_go_to_the_for_line():
+def test_input_wait_goes_to_the_for_line_and_the_python_after_it_is_launch():
     # The GPU is idle from the step's start; the host waits for the batch (train.py:5) until
-    # 500, moves it and launches until 600, when the forward's first op starts.
+    # 500, moves it and launches until 600, when the forward's first op starts. The GPU idled
+    # through the wait: a batch ready at once would still have needed that Python first.
     ops = [GpuInterval(600, 1000, 0, "train.py:6")]
     waits = [HostInterval("input", None, "train.py:5", 0, 500)]
     r = charge(0, 1000, ops, waits)
-    assert _lines(r) == {("input", "train.py:5"): 600e-6}
+    assert _lines(r) == {("input", "train.py:5"): 500e-6, ("launch", "train.py:6"): 100e-6}
     gpu = {**r}
     step = StepTime(0, 0, 1000, {}, 0, 1, waits)
     d = breakdown(step, gpu)
     assert d["verdict"] == "input-bound" and d["shares_pct"] == {
         "busy": 40.0,
-        "input": 60.0,
+        "input": 50.0,
         "sync": 0.0,
         "copy": 0.0,
         "comm": 0.0,
-        "launch": 0.0,
+        "launch": 10.0,
     }
 
 
@@ -84,23 +85,40 @@ def test_small_kernels_launched_slower_than_they_run_are_launch_bound_per_line()
 
 
 def test_python_before_a_wait_is_launch_and_the_parts_add_up_to_the_idle_time():
-    # Idle 100..900: Python 100..200 (launch, next op's line), a blocking copy 200..500
-    # (train.py:3), Python after it 500..600 (the copy's refill), a collective 600..800
-    # (train.py:4), refill 800..900 (the collective's).
-    ops = [GpuInterval(0, 100, 0, "p"), GpuInterval(900, 1000, 0, "n")]
-    waits = [
-        HostInterval("copy", None, "train.py:3", 200, 500),
-        HostInterval("comm", None, "train.py:4", 600, 800),
+    # Idle 100..900: Python 100..200 (launch, the next op's line), a blocking copy 200..500
+    # (train.py:3: the host is held in it), Python after it 500..600 (the copy's refill: had
+    # the copy not held the host, this Python would have run beside it), a collective 600..800
+    # (train.py:4) with nothing on this GPU meanwhile, then Python 800..900: no work was
+    # waited for, so the GPU would have idled through it all the same: launch.
+    ops = [
+        GpuInterval(0, 100, 0, "p"),
+        GpuInterval(200, 500, 0, "train.py:3", held=True),
+        GpuInterval(900, 1000, 0, "n"),
     ]
+    waits = [HostInterval("comm", None, "train.py:4", 600, 800)]
     r = charge(0, 1000, ops, waits)
+    assert r["busy_ms"] == 200e-6 and r["idle_total_ms"] == 800e-6
     assert _lines(r) == {
-        ("launch", "n"): 100e-6,
+        ("launch", "n"): 200e-6,
         ("copy", "train.py:3"): 400e-6,
-        ("comm", "train.py:4"): 300e-6,
+        ("comm", "train.py:4"): 200e-6,
     }
     assert abs(sum(r["idle_ms"].values()) - r["idle_total_ms"]) < 1e-12
     d = breakdown(StepTime(0, 0, 1000, {}, 0, 2, waits), r)
     assert d["verdict"] == "copy-bound"
+
+
+def test_a_long_python_stretch_after_a_short_sync_is_launch_not_the_syncs():
+    # Op A runs 0..100; .item() (train.py:9) waits 50..100 for it to drain, then the host runs
+    # 150 of Python (a metric in NumPy) before B (train.py:12): removing the sync would have
+    # let 50 of that Python run beside A, no more. So 50 of the idle is the sync's and 100 is
+    # the host's own work, launch at B's line.
+    ops = [GpuInterval(0, 100, 0, "train.py:8"), GpuInterval(250, 300, 0, "train.py:12")]
+    waits = [HostInterval("sync", "item", "train.py:9", 50, 100)]
+    r = charge(0, 300, ops, waits)
+    assert _lines(r) == {("sync", "train.py:9"): 50e-6, ("launch", "train.py:12"): 100e-6}
+    d = breakdown(StepTime(0, 0, 300, {}, 0, 2, waits), r)
+    assert d["verdict"] != "sync-bound"
 
 
 def test_a_gpu_bound_step():

@@ -6,8 +6,9 @@ Each gap between a device's busy runs ends when its next activity K starts. Unti
 call began, the GPU waited for the host, and the gap is charged to what the host was doing at
 each moment (in a DataLoader's ``__next__``: input; blocked in a sync or a blocking copy: sync or
 copy; in a collective call: comm). The host's remaining time is the tail of the wait the GPU ran
-dry in (the sync that drained it) or, when there was none, launch, charged to K's op: the work
-that was queued too late. From K's launch to its start the work was queued: comm when K is an
+dry in (the sync that drained it), up to the GPU work that wait waited for (had the host not
+waited, that much of its Python would have run beside the GPU's work), and past that, or when
+there was none, launch, charged to K's op: the work that was queued too late. From K's launch to its start the work was queued: comm when K is an
 NCCL kernel (it waits for other ranks), else the host's wait then (the driver staging a pageable
 copy holds both) or launch (the launch's own latency).
 """
@@ -109,15 +110,23 @@ def _charge_gap(
     host: Segments[HostSpan],
     blocked: Segments[HostSpan],
     places: _Places,
+    busy_from: int,
 ) -> list[Piece]:
+    """``busy_from``: where the busy run that ends at ``start`` began."""
     launch = trace.launches.get(nxt.correlation) if nxt is not None else None
     where_next = places.of(nxt) if nxt is not None else NOTHING_NEXT
     cut = end if launch is None else min(max(launch.start_ns, start), end)
     pieces: list[Piece] = []
     if cut > start:
         drained = blocked.at(start)
-        rest = (drained.cause, drained.where) if drained else ("launch", where_next)
-        pieces += _by_host(start, cut, host, rest)
+        launching = ("launch", where_next)
+        if drained:
+            # the wait's refill, up to the GPU work it waited for (what the host would have
+            # overlapped had it not waited); the host's Python past that is launch
+            own = max(0, start - max(drained.start_ns, busy_from))
+            pieces += _by_host(start, cut, host, (drained.cause, drained.where), own, launching)
+        else:
+            pieces += _by_host(start, cut, host, launching)
     if end > cut:
         if nxt is not None and nxt.nccl:
             pieces.append(Piece(cut, end, "comm", where_next))
@@ -127,18 +136,38 @@ def _charge_gap(
 
 
 def _by_host(
-    start: int, end: int, host: Segments[HostSpan], rest: tuple[str, Where]
+    start: int,
+    end: int,
+    host: Segments[HostSpan],
+    rest: tuple[str, Where],
+    rest_ns: int | None = None,
+    past: tuple[str, Where] | None = None,
 ) -> list[Piece]:
-    """``[start, end)`` charged to the host's wait at each moment, ``rest`` where it had none."""
-    pieces = []
+    """``[start, end)`` charged to the host's wait at each moment, ``rest`` where it had none
+    (its first ``rest_ns`` only, if given; ``past`` the rest)."""
+    pieces: list[Piece] = []
+    left = rest_ns
+
+    def free(a: int, b: int) -> None:
+        nonlocal left
+        if left is None or past is None:
+            pieces.append(Piece(a, b, *rest))
+            return
+        own = min(b - a, left)
+        if own > 0:
+            pieces.append(Piece(a, a + own, *rest))
+            left -= own
+        if b > a + own:
+            pieces.append(Piece(a + own, b, *past))
+
     t = start
     for s, e, span in host.overlapping(start, end):
         if s > t:
-            pieces.append(Piece(t, s, *rest))
+            free(t, s)
         pieces.append(Piece(s, e, span.cause, span.where))
         t = e
     if end > t:
-        pieces.append(Piece(t, end, *rest))
+        free(t, end)
     return pieces
 
 
@@ -152,17 +181,20 @@ def charge_device(
 ) -> list[Piece]:
     """Every idle moment of one device inside ``span``, charged (``acts`` sorted by start)."""
     pieces: list[Piece] = []
-    busy_until = span[0]
+    busy_until = busy_from = span[0]
     for a in acts:
         if a.start_ns > busy_until and a.end_ns > span[0]:
             gap_end = min(a.start_ns, span[1])
             if gap_end > busy_until:
-                pieces += _charge_gap(busy_until, gap_end, a, trace, host, blocked, places)
+                pieces += _charge_gap(
+                    busy_until, gap_end, a, trace, host, blocked, places, busy_from
+                )
+            busy_from = max(a.start_ns, span[0])
         busy_until = max(busy_until, a.end_ns)
         if busy_until >= span[1]:
             return pieces
     if span[1] > busy_until:
-        pieces += _charge_gap(busy_until, span[1], None, trace, host, blocked, places)
+        pieces += _charge_gap(busy_until, span[1], None, trace, host, blocked, places, busy_from)
     return pieces
 
 

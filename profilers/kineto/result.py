@@ -29,7 +29,8 @@ DEFINITIONS = {
     "(enumerate(DataLoader)#...__next__)",
     "sync": "idle while the host was blocked in cudaDeviceSynchronize, cudaStreamSynchronize, "
     "cudaEventSynchronize, a blocking cudaMemcpy or aten::item/_local_scalar_dense, and the idle "
-    "that follows until the next GPU work starts when the GPU ran dry during that wait",
+    "that follows, when the GPU ran dry during that wait, up to the GPU work the wait waited for "
+    "(the rest of the host's time before the next GPU work is launch)",
     "copy": "as sync, for a wait inside a copy op (aten::copy_, _to_copy, to) or a copy from or "
     "to pageable memory, which the host stages",
     "comm": "idle while the host was inside a collective call (nccl:*, c10d::*), or with the "

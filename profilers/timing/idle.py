@@ -9,9 +9,12 @@ queued yet, so the interval goes to what the host was doing meanwhile:
 * the parts the host spent in a wait (:class:`~profilers.timing.timeline.HostInterval`: input,
   sync, copy, collective) go to that wait's cause and line;
 * the host's Python right after a wait that ended inside the interval, or when it began (a sync
-  returns as the GPU drains), goes to that wait too. NB: a sync drains the queue, and the GPU
-  then idles until the host has queued work again: that refill is the sync's cost, not the
-  code that happens to run after it (so too after an input wait or a blocking copy);
+  returns as the GPU drains), goes to that wait, up to the GPU work that ran while the host
+  waited (the drain): had the host not waited, it would have run that Python while the GPU
+  worked, so at most that much of the idle is the wait's. The rest of the Python would have left
+  the GPU idle all the same: ``launch``, as below. So a sync's refill is its own (it waits for
+  queued work), an input wait's is not (the GPU idled through it), and a blocking copy's is, up
+  to the copy (the copy is the work it waited for);
 * any other host time goes to ``launch``, at the line of the op that ends the interval (the op
   queued while the queue was empty); at the step's end, with no op to come, to
   :data:`END_OF_STEP`.
@@ -87,6 +90,18 @@ def busy_intervals(ops: list[GpuInterval], start_ns: int, end_ns: int) -> list[t
     return out
 
 
+def overlap_ns(spans: list[tuple[int, int]], a: int, b: int) -> int:
+    """How much of ``[a, b)`` the sorted, disjoint ``spans`` cover."""
+    i = max(0, bisect_left(spans, (a, a)) - 1)
+    got = 0
+    while i < len(spans) and spans[i][0] < b:
+        lo, hi = max(spans[i][0], a), min(spans[i][1], b)
+        if hi > lo:
+            got += hi - lo
+        i += 1
+    return got
+
+
 def _charge_gap(
     a: int,
     b: int,
@@ -94,29 +109,37 @@ def _charge_gap(
     waits: list[HostInterval],
     slack_ns: int,
     add: Any,
+    drained: Any,
 ) -> None:
     """Charges the idle interval ``[a, b)`` (``waits`` sorted by start): ``add(kind, cause,
-    line, start_ns, end_ns)`` per piece."""
+    line, start_ns, end_ns)`` per piece. ``drained(wait)``: the GPU work that ran while the host
+    was in ``wait``, the most of the Python after it that is the wait's (its refill)."""
     t = a
     refill: HostInterval | None = None
+    left = 0
+
+    def python(start: int, end: int) -> None:
+        nonlocal left
+        own = min(end - start, left) if refill is not None else 0
+        if own > 0:
+            assert refill is not None
+            add(refill.kind, refill.cause, refill.line, start, start + own)
+            left -= own
+        if end > start + own:
+            add(LAUNCH, None, next_line, start + own, end)
+
     for w in waits:
         if w.end_ns < a - slack_ns or w.start_ns >= b:
             continue
         s, e = max(w.start_ns, a), min(w.end_ns, b)
         if s > t:  # host Python before this wait
-            if refill is not None:
-                add(refill.kind, refill.cause, refill.line, t, s)
-            else:
-                add(LAUNCH, None, next_line, t, s)
+            python(t, s)
         if e > max(s, t):
             add(w.kind, w.cause, w.line, max(s, t), e)
         t = max(t, e)
-        refill = w
+        refill, left = w, drained(w)
     if b > t:
-        if refill is not None:
-            add(refill.kind, refill.cause, refill.line, t, b)
-        else:
-            add(LAUNCH, None, next_line, t, b)
+        python(t, b)
 
 
 def charge(
@@ -137,10 +160,12 @@ def charge(
     ``(start_ns, end_ns, cause, sync_cause, line)``, in time order.
     """
     held = [HostInterval(COPY, None, o.line, o.start_ns, o.end_ns) for o in ops if o.held]
+    # NB: what a wait waited for: the GPU's work, a held copy's own included
+    work = busy_intervals(ops, start_ns, end_ns)
     if held:
         ops = [o for o in ops if not o.held]
         waits = _carve(waits, held)
-    busy = busy_intervals(ops, start_ns, end_ns)
+    busy = busy_intervals(ops, start_ns, end_ns) if held else work
     starts = sorted((o.start_ns, o.line) for o in ops)
     by_line: dict[tuple[str, str, str | None], int] = {}
     totals = dict.fromkeys((*WAITS, LAUNCH), 0)
@@ -154,12 +179,15 @@ def charge(
         if slices:
             pieces.append((a, b, kind, cause, line))
 
+    def drained(w: HostInterval) -> int:
+        return overlap_ns(work, w.start_ns, w.end_ns + slack_ns)
+
     t = start_ns
     for a, b in [*busy, (end_ns, end_ns)]:
         if a > t:
             i = bisect_left(starts, (a, ""))  # the first op to start at or after a
             next_line = starts[i][1] if i < len(starts) and a < end_ns else END_OF_STEP
-            _charge_gap(t, a, next_line, ordered, slack_ns, add)
+            _charge_gap(t, a, next_line, ordered, slack_ns, add, drained)
         t = max(t, b)
     busy_ns = sum(b - a for a, b in busy)
     lines = sorted(by_line.items(), key=lambda kv: kv[1], reverse=True)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from profilers.timing.idle import END_OF_STEP
+from profilers.timing.idle import END_OF_STEP, overlap_ns
 from profilers.timing.replay_ops import (
     COPIES,
     D2D,
@@ -235,19 +235,28 @@ def _charge(
     first = 0  # the first wait that may overlap the next gap
     nw = len(waits)
 
+    work: list[tuple[int, int]] = []  # the union of the spans: what a wait can wait for
+    for a, b, _s, _l in ordered:
+        if work and a <= work[-1][1]:
+            if b > work[-1][1]:
+                work[-1] = (work[-1][0], b)
+        else:
+            work.append((a, b))
+
     def gap(a: int, b: int, next_line: str) -> None:
         nonlocal first
         while first < nw and waits[first][1] < a:
             first += 1
         cur = a
         refill: Wait | None = None
+        left = 0
         i = first
         while i < nw and waits[i][0] < b:
             w = waits[i]
             s = w[0] if w[0] > a else a
             e = w[1] if w[1] < b else b
             if s > cur:  # host Python before this wait
-                _add(totals, by_line, refill, next_line, s - cur)
+                left -= _add(totals, by_line, refill, left, next_line, s - cur)
             lo = s if s > cur else cur
             if e > lo:
                 totals[w[2]] += e - lo
@@ -255,10 +264,10 @@ def _charge(
                 by_line[key] = by_line.get(key, 0) + e - lo
             if e > cur:
                 cur = e
-            refill = w
+            refill, left = w, overlap_ns(work, w[0], w[1])
             i += 1
         if b > cur:
-            _add(totals, by_line, refill, next_line, b - cur)
+            _add(totals, by_line, refill, left, next_line, b - cur)
 
     for a, b, _stream, line in ordered:
         if a > t:
@@ -275,18 +284,24 @@ def _add(
     totals: dict[str, int],
     by_line: dict[tuple[str, str, str | None], int],
     refill: Wait | None,
+    left: int,
     next_line: str,
     ns: int,
-) -> None:
-    """Host Python inside an idle gap: the refill after a wait goes to that wait, else it is
-    launch time at the line of the op that ends the gap."""
-    key: tuple[str, str, str | None]
-    if refill is not None:
-        key = (refill[2], refill[4], refill[3])
-    else:
-        key = (LAUNCH, next_line, None)
-    totals[key[0]] += ns
-    by_line[key] = by_line.get(key, 0) + ns
+) -> int:
+    """Host Python inside an idle gap: the refill after a wait goes to that wait up to ``left``
+    (the GPU work the wait waited for, not yet charged), the rest is launch time at the line of
+    the op that ends the gap. Returns what went to the wait."""
+    own = min(ns, left) if refill is not None else 0
+    if own > 0:
+        assert refill is not None
+        key: tuple[str, str, str | None] = (refill[2], refill[4], refill[3])
+        totals[key[0]] += own
+        by_line[key] = by_line.get(key, 0) + own
+    if ns > own:
+        launch = (LAUNCH, next_line, None)
+        totals[LAUNCH] += ns - own
+        by_line[launch] = by_line.get(launch, 0) + ns - own
+    return max(own, 0)
 
 
 __all__ = [
