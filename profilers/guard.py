@@ -39,7 +39,9 @@ from profilers.records import Line, Totals
 from profilers.registry import patcher
 from profilers.report import Report
 from profilers.torch_private import (
+    ENGINE_RUN_BACKWARD,
     THREAD_BOOTSTRAP,
+    engine_run_backward,
     tensor_str,
 )
 
@@ -249,31 +251,31 @@ def _patch_threads(stack: ExitStack) -> None:
 
 
 def _patch_backward(stack: ExitStack) -> None:
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            caller = sys._getframe(1)
-            began: list[Recorder] = []
+    """As the profiler's (profilers/patches.py): torch's private backward entry, wrapped."""
+    engine = engine_run_backward
+    if engine is None:
+        return
 
-            def begin(recorder: Recorder) -> None:
-                if recorder.backward_line is None:
-                    recorder.backward_state = recorder.state()
-                    recorder.backward_line = recorder.line_for(caller)
-                    began.append(recorder)
+    @functools.wraps(engine)
+    def run_backward(*args: Any, **kwargs: Any) -> Any:
+        caller = sys._getframe(1)
+        began: list[Recorder] = []
 
-            _each_recorder(begin, fn.__name__)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                for recorder in began:
-                    recorder.backward_line = recorder.backward_state = None
-                    recorder.forget_nodes()
+        def begin(recorder: Recorder) -> None:
+            if recorder.backward_line is None:
+                recorder.backward_state = recorder.state()
+                recorder.backward_line = recorder.line_for(caller)
+                began.append(recorder)
 
-        return wrapper
+        _each_recorder(begin, "backward")
+        try:
+            return engine(*args, **kwargs)
+        finally:
+            for recorder in began:
+                recorder.backward_line = recorder.backward_state = None
+                recorder.forget_nodes()
 
-    _set(stack, torch.Tensor, "backward", wrap(torch.Tensor.backward))
-    _set(stack, torch.autograd, "backward", wrap(torch.autograd.backward))
-    _set(stack, torch.autograd, "grad", wrap(torch.autograd.grad))
+    _set(stack, torch.autograd, ENGINE_RUN_BACKWARD, run_backward)
 
 
 def _on_device(args: tuple[Any, ...]) -> bool:
@@ -308,14 +310,6 @@ def _patch_syncs(stack: ExitStack) -> None:
         wrap(tensor_str, "_str", COPY_TO_HOST, _on_device)
 
 
-def _patch_factories(stack: ExitStack) -> None:
-    # NB: torch.tensor(data, device="cuda") copies to the GPU inside the call with modes off;
-    # with this switch the copy is a _to_copy the mode sees (see patches.lift_on_the_host).
-    from profilers.patches import patch_tensor_factories
-
-    patch_tensor_factories(stack, lambda: bool(_guards()), by=_set)
-
-
 class _Shared:
     """The patches every guard shares: installed by the first guard on, removed by the last."""
 
@@ -332,7 +326,6 @@ class _Shared:
                     _patch_threads(stack)
                     _patch_backward(stack)
                     _patch_syncs(stack)
-                    _patch_factories(stack)
                 except BaseException:
                     stack.close()
                     raise

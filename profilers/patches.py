@@ -5,8 +5,8 @@ stack, undone with the profile's ExitStack; each listed with why in profilers/pa
   ``nn.DataParallel``'s replica threads are seen;
 * ``torch.nn.parallel.comm`` / ``torch.cuda.comm``: DataParallel's broadcast, scatter, gather and
   reduce_add run in C++ (NCCL) below the dispatcher; the wrappers count their copies;
-* ``Tensor.backward``, ``torch.autograd.backward``/``grad``: remember the user's line, for the ops
-  autograd's device threads run with no user frame;
+* ``torch.autograd._engine_run_backward`` (under ``backward()`` and ``grad``): remembers the
+  user's line, for the ops autograd's device threads run with no user frame;
 * explicit synchronize calls (timed on the step clock) or GPU trace callbacks;
 * a DataLoader iterator's ``__next__``: profilers/timing/inputs.py (input waits).
 """
@@ -32,8 +32,10 @@ from profilers.names import SYNCHRONIZE
 from profilers.registry import is_own, patcher, switch
 from profilers.timing.timeline import COMM, SYNC
 from profilers.torch_private import (
+    ENGINE_RUN_BACKWARD,
     THREAD_BOOTSTRAP,
     activate_gpu_trace,
+    engine_run_backward,
     gpu_trace,
     only_lift_cpu_tensors,
     set_only_lift_cpu_tensors,
@@ -81,30 +83,35 @@ def patch_threads(
 
 
 def patch_backward(stack: ExitStack, recorder: Recorder) -> None:
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if recorder.backward_line is not None or not recorder.active:
-                return fn(*args, **kwargs)
-            try:
-                recorder.backward_state = recorder.state()
-                recorder.backward_line = recorder.line_for(sys._getframe(1))
-            except Exception as exc:  # never into user code: the backward runs uncharged
-                recorder.internal_error(fn.__name__, exc)
-                recorder.backward_line = recorder.backward_state = None
-                return fn(*args, **kwargs)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                recorder.backward_line = None
-                recorder.backward_state = None
-                recorder.forget_nodes()
+    """The line of each backward (``loss.backward()``, ``torch.autograd.grad``), kept while it
+    runs: autograd's device threads run its ops with no user frame.
 
-        return wrapper
+    NB: torch's private ``torch.autograd._engine_run_backward``, which both call, is wrapped,
+    not the public functions: TorchScript maps ``torch.autograd.grad`` to an op by identity
+    (torch/jit/_builtins.py), and users and libraries compare and pickle them."""
+    engine = engine_run_backward
+    if engine is None:
+        return
 
-    set_attr(stack, torch.Tensor, "backward", wrap(torch.Tensor.backward))
-    set_attr(stack, torch.autograd, "backward", wrap(torch.autograd.backward))
-    set_attr(stack, torch.autograd, "grad", wrap(torch.autograd.grad))
+    @functools.wraps(engine)
+    def run_backward(*args: Any, **kwargs: Any) -> Any:
+        if recorder.backward_line is not None or not recorder.active:
+            return engine(*args, **kwargs)
+        try:
+            recorder.backward_state = recorder.state()
+            recorder.backward_line = recorder.line_for(sys._getframe(1))
+        except Exception as exc:  # never into user code: the backward runs uncharged
+            recorder.internal_error("backward", exc)
+            recorder.backward_line = recorder.backward_state = None
+            return engine(*args, **kwargs)
+        try:
+            return engine(*args, **kwargs)
+        finally:
+            recorder.backward_line = None
+            recorder.backward_state = None
+            recorder.forget_nodes()
+
+    set_attr(stack, torch.autograd, ENGINE_RUN_BACKWARD, run_backward)
 
 
 # -- torch.tensor(data, device="cuda") ---------------------------------------------------------
@@ -115,7 +122,9 @@ def lift_on_the_host(stack: ExitStack) -> None:
     dispatch modes excluded: a blocking copy no mode sees. With this switch (the one
     FakeTensorMode sets) the tensor is made on the host and moved by a ``_to_copy`` after it,
     so the copy is counted; the result is the same tensor. For the whole of a block (the fake
-    GPU); the profiler itself turns it on only around the factories (patch_tensor_factories)."""
+    GPU). The profiler counts the copy from the ``lift_fresh`` after it instead
+    (counting/ops.py): with the switch on for a whole run, every op of a training step costs
+    the profiler about half as much again."""
     if only_lift_cpu_tensors is None or set_only_lift_cpu_tensors is None:
         return
     if only_lift_cpu_tensors():
@@ -126,37 +135,6 @@ def lift_on_the_host(stack: ExitStack) -> None:
 
 def _lift_off() -> None:
     set_only_lift_cpu_tensors(False)
-
-
-def patch_tensor_factories(
-    stack: ExitStack, on: Callable[[], bool], by: Callable[..., None] = set_attr
-) -> None:
-    """``torch.tensor`` and ``torch.as_tensor`` with lift_on_the_host's switch on for the call,
-    while ``on()`` (the profiler's recorder is active, a budget guard is on); ``by`` sets the
-    attribute on the registry under its owner's name.
-
-    NB: not on for the whole run: with it on, every op of an ordinary training step costs the
-    profiler about half as much again (benchmarks/profiler_overhead.py: 1.8 vs 1.2 times a bare
-    mode's overhead)."""
-    if only_lift_cpu_tensors is None or set_only_lift_cpu_tensors is None:
-        return
-    lifted, set_lifted = only_lift_cpu_tensors, set_only_lift_cpu_tensors
-
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def factory(*args: Any, **kwargs: Any) -> Any:
-            if not on() or lifted():
-                return fn(*args, **kwargs)
-            set_lifted(True)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                set_lifted(False)
-
-        return factory
-
-    by(stack, torch, "tensor", wrap(torch.tensor))
-    by(stack, torch, "as_tensor", wrap(torch.as_tensor))
 
 
 # -- steps --------------------------------------------------------------------------------------

@@ -18,8 +18,10 @@ Nothing here imports torch: ``gpuwatch top`` starts its threads as :class:`OwnTh
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
+import types
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -121,11 +123,26 @@ def _put(owner: Any, name: str, value: Any) -> None:
 def patch(by: str, stack: ExitStack, owner: Any, name: str, value: Any) -> None:
     """``owner.name = value`` until ``stack`` closes; then what it was (deleted again when
     ``owner`` had no value of its own, so an inherited one shows through as before)."""
+    _disguise(value, getattr(owner, name, None))
     with _LOCK:
         record = Record(by, owner, name, value, _own(owner, name))
         setattr(owner, name, value)
         _ON.append(record)
     stack.callback(_undo, record)
+
+
+def _disguise(value: Any, original: Any) -> None:
+    """A function of ours put in place of torch's takes its names, doc and ``__wrapped__``, so
+    that pickling by name, ``inspect.signature`` and ``functools.wraps`` users see torch's.
+    NB: identity cannot be kept, so no patch replaces a public function that TorchScript maps
+    by identity (``torch.tensor``, ``torch.autograd.grad``: profilers/patch_list.py)."""
+    if (
+        isinstance(value, types.FunctionType)
+        and value.__module__.partition(".")[0] in ("profilers", "gpuwatch")
+        and callable(original)
+        and not isinstance(original, type)
+    ):
+        functools.update_wrapper(value, original, updated=())
 
 
 def hide(by: str, stack: ExitStack, owner: Any, name: str) -> None:

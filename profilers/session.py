@@ -134,7 +134,6 @@ class Profile:
             if self.options.comm:
                 _patches.patch_comm(stack, recorder)
             _patches.patch_backward(stack, recorder)
-            _patches.patch_tensor_factories(stack, lambda: recorder.active)
             _patches.patch_work_wait(stack, recorder)
             self._gpu_questions = GpuQuestions(recorder)
             self._gpu_questions.install(stack)

@@ -39,8 +39,10 @@ WHAT_EACH_GIVES: dict[str, str] = {
     "torch.cuda._gpu_trace": "--trace-syncs",
     "torch._C._activate_gpu_trace": "--trace-syncs",
     "threading.Thread._bootstrap_inner": "threads started by the script profiled",
-    "torch._C._only_lift_cpu_tensors": "the copy inside torch.tensor(data, device='cuda')",
-    "torch._C._set_only_lift_cpu_tensors": "the copy inside torch.tensor(data, device='cuda')",
+    "torch._C._only_lift_cpu_tensors": "--fake-cuda: torch.tensor(data, device='cuda') made",
+    "torch._C._set_only_lift_cpu_tensors": "--fake-cuda: torch.tensor(data, device='cuda') made",
+    "torch.autograd._engine_run_backward": "backward ops charged to the line of the backward "
+    "call (they go to <no user frame> on a GPU)",
     "torch._C._dispatch_has_kernel_for_dispatch_key": "copies and syncs of ops that reach the "
     "mode undecomposed in inference mode (to, item, cpu) counted by what they are made of",
     "torch._ops.OpOverload.decompose": "copies and syncs of ops that reach the mode undecomposed "
@@ -185,6 +187,10 @@ tensor_str: Any = _find("torch._tensor_str")
 _find("torch._tensor_str._str")
 gpu_trace: Any = _find("torch.cuda._gpu_trace")
 activate_gpu_trace: Any = _find("torch._C._activate_gpu_trace")
+
+# -- backward: the line that ran it -----------------------------------------------------------------
+ENGINE_RUN_BACKWARD = "_engine_run_backward"
+engine_run_backward: Any = _find("torch.autograd._engine_run_backward")
 
 # -- torch.tensor(data, device=...) --------------------------------------------------------------
 only_lift_cpu_tensors: Any = _find("torch._C._only_lift_cpu_tensors")

@@ -92,10 +92,7 @@ def op_facts(func: Any) -> OpFacts:
     rule = comm_rule(func)
     if rule is not None:
         return OpFacts(name, rule, call, COLLECTIVE)
-    classifier = CLASSIFIERS.get(func)
-    if classifier is None and is_factory(name):
-        return OpFacts(name, None, call, FACTORY)
-    return OpFacts(name, classifier, call)
+    return OpFacts(name, CLASSIFIERS.get(func), call, FACTORY if is_factory(name) else None)
 
 
 _SHIM_FILES = (

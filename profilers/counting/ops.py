@@ -36,6 +36,8 @@ class Transfer:
     dst: str | None = None
     dtype: str | None = None
     """The source's dtype, ``"float32"`` style."""
+    made_by: str | None = None
+    """The factory op that made the host data inside this op (``lift_fresh``), if any."""
 
 
 IsPinned = Callable[[torch.Tensor], bool]
@@ -194,6 +196,29 @@ def _to_copy(
 
 def _always_pinned(t: torch.Tensor) -> bool:
     return True
+
+
+@classifies("aten.lift_fresh.default")
+def _lift_fresh(
+    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
+) -> Transfer | None:
+    """``torch.tensor(data, device="cuda")`` (also ``as_tensor``, ``new_tensor`` and the legacy
+    constructors) from Python data: a blocking copy from pageable host memory, made by the data.
+
+    NB: ``internal_new_from_data`` (torch/csrc/utils/tensor_new.cpp) fills a host tensor and
+    moves it with ``.to(device)`` while the Python dispatch key is excluded, so no mode sees the
+    copy; the ``lift_fresh`` after it, on the moved tensor, is the only op that reaches one. Its
+    input on a GPU means that copy was made. Under the fake GPU's lift switch the input is on the
+    host and the ``_to_copy`` after it is the copy (counted there, not here)."""
+    t = args[0] if args else None
+    if not isinstance(t, torch.Tensor) or _is_host(device_of(t)) or device_of(t).type == "meta":
+        return None
+    if _empty(t):
+        return None
+    dt = str(t.dtype).removeprefix("torch.")
+    return Transfer(
+        "h2d", nbytes_of(t), True, False, COPY_TO_DEVICE, "cpu", str(device_of(t)), dt, "lift_fresh"
+    )
 
 
 @classifies("aten.copy_.default", "aten.copy.default")

@@ -23,7 +23,7 @@ from profilers.counting.user_code import UNKNOWN, UserCode, inside_tensor_printi
 from profilers.errors import OpFailure
 from profilers.memory.tracker import MemoryTracker
 from profilers.names import OTHER, SYNCHRONIZE
-from profilers.origins import OriginCount
+from profilers.origins import FACTORY, OriginCount
 from profilers.stats import MAX_STACKS, Counters, LineStats, OpCount
 from profilers.timing.cuda_events import CudaApi, CudaTimer, TimedOp, TorchCuda
 from profilers.timing.timeline import StepClock
@@ -356,8 +356,10 @@ class Recorder:
     ) -> None:
         """Where the tensor of the host-to-GPU copy ``t`` came from (profilers/origins.py),
         counted at ``line``; at copies only, so it costs the loop nothing else."""
-        origin, maker, op = origin_of(
-            source_of(args), t.pageable, frame, self.provenance, self.memory, line
+        origin, maker, op = (
+            (FACTORY, line, t.made_by)  # the op made its data and copied it (ops._lift_fresh)
+            if t.made_by is not None
+            else origin_of(source_of(args), t.pageable, frame, self.provenance, self.memory, line)
         )
         found = line.origins.get(origin)
         if found is None:

@@ -22,8 +22,11 @@ the call it takes most often without counting anything.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -246,8 +249,11 @@ class Prober:
         """The op ``func`` was first seen at ``line`` (its count is ``entry``): its cost
         outside the hot path, probed, for :meth:`settle` (nothing raises). NB: not inside a
         backward (its ops keep the calibrated mean): with the probes, AccumulateGrad copied a
-        grad it steals otherwise (two more ops at the ``.backward()`` line)."""
-        if self.backward_of is not None and self.backward_of.backward_line is not None:
+        grad it steals otherwise (two more ops at the ``.backward()`` line); nor in the
+        backward's preparation, before the engine runs (its first grad, ``ones_like``)."""
+        if self.backward_of is not None and (
+            self.backward_of.backward_line is not None or _in_autograd(sys._getframe(1))
+        ):
             return
         try:
             ns = self.probe(func, call, args, kw)
@@ -299,6 +305,20 @@ def settle(clock: Any) -> int:
 
 def _returns_tensor(func: Any) -> bool:
     return any("Tensor" in str(r.type) for r in func._schema.returns)
+
+
+_AUTOGRAD_FILE = os.path.join("torch", "autograd", "__init__.py")
+
+
+def _in_autograd(frame: FrameType | None, depth: int = 8) -> bool:
+    """Whether an op was called from ``torch.autograd.backward``/``grad`` (a few frames up)."""
+    for _ in range(depth):
+        if frame is None:
+            return False
+        if frame.f_code.co_filename.endswith(_AUTOGRAD_FILE):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def probe_args(func: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
