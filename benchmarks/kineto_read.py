@@ -2,12 +2,13 @@
 
     python benchmarks/kineto_read.py [--mb 100] [--gzip]
 
-The trace: a sample of tests/data/kineto (``--sample resnet``: the ResNet-50 run on a V100, 6 steps,
-35 MB of JSON, torch 1.9's spelling with a Python stack string on every op; ``modern``: one rank of
-the two-rank A100 run, torch 2.x's spelling, 1.3 MB) repeated end to end, each copy's times shifted past the last and its steps, correlation and external ids
-renumbered, until the JSON reaches ``--mb`` megabytes. Reported: its size, events, steps and
-kernels, and the seconds to read it (gunzip and JSON included) and to analyse it, with the peak
-memory of the process (ru_maxrss).
+The trace: a sample of ../shared/traces (tests/shared_traces.py; ``--sample resnet``: the
+ResNet-50 run on a V100, 6 steps, 35 MB of JSON, torch 1.9's spelling with a Python stack string
+on every op; ``modern``: one rank of the two-rank A100 run, torch 2.x's spelling, 1.3 MB)
+repeated end to end, each copy's times shifted past the last and its steps, correlation and
+external ids renumbered, until the JSON reaches ``--mb`` megabytes. Reported: its size, events,
+steps and kernels, and the seconds to read it (gunzip and JSON included) and to analyse it, with
+the peak memory of the process (ru_maxrss).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from profilers.kineto.analyse import analyse  # noqa: E402
 from profilers.kineto.read import read_traces  # noqa: E402
+from tests.shared_traces import SHARED_TRACES as DATA  # noqa: E402
 
-DATA = Path(__file__).resolve().parent.parent / "tests/data/kineto"
 SAMPLES = {
     "resnet": DATA / "resnet50_num_workers_0.pt.trace.json.gz",  # torch 1.9, Call stack strings
     "modern": DATA / "two_ranks/sampled_rank-0.json.gz",  # torch 2.x spelling, no stacks
@@ -74,6 +75,10 @@ def main() -> None:
     parser.add_argument("--gzip", action="store_true", help="write the trace gzipped")
     parser.add_argument("--sample", choices=sorted(SAMPLES), default="resnet")
     args = parser.parse_args()
+    if not SAMPLES[args.sample].is_file():
+        parser.exit(
+            2, f"kineto_read.py: error: {SAMPLES[args.sample]} is absent (../shared/traces)\n"
+        )
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / ("big.json.gz" if args.gzip else "big.json")
         text = json.dumps(build(args.mb, args.sample)).encode()

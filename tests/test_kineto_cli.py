@@ -13,9 +13,9 @@ import pytest
 from gpuwatch.cli import main as cli
 from gpuwatch.output.load import problem, schema
 from tests.kineto_helpers import TraceBuilder
+from tests.shared_traces import SHARED_TRACES as DATA
+from tests.shared_traces import needs_shared_traces
 from tests.test_report_schema import rich_report
-
-DATA = Path(__file__).parent / "data" / "kineto"
 
 
 def _trace(tmp_path: Path, name: str = "t.json") -> Path:
@@ -105,6 +105,7 @@ def test_the_json_schema_rejects_what_the_writer_must_not_write(tmp_path):
 
 
 @pytest.mark.slow
+@needs_shared_traces
 @pytest.mark.parametrize(
     "path", ["resnet50_num_workers_0.pt.trace.json.gz", "two_ranks", "event_sync_trace.json.gz"]
 )
@@ -195,11 +196,12 @@ def _mtia(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (
+        pytest.param(
             lambda p: _write(
                 p, "t.json.gz", (DATA / "event_sync_trace.json.gz").read_bytes()[:1500]
             ),
             "is a damaged or truncated gzip file",
+            marks=needs_shared_traces,
         ),
         (lambda p: _write(p, "t.json.gz", gzip.compress(b"hello")), "is not valid JSON"),
         (
@@ -212,8 +214,16 @@ def _mtia(tmp_path: Path) -> Path:
             lambda p: _write(p, "t.json", b'{"schemaVersion": 1, "deviceProperties": []}'),
             "is neither a gpuwatch profile nor a torch.profiler trace: a JSON object with no",
         ),
-        (lambda p: DATA / "cpu_only.json.gz", "is a CPU-only trace: no GPU activity"),
-        (lambda p: DATA / "amd_mi250.json.gz", "is an AMD (ROCm/HIP) trace"),
+        pytest.param(
+            lambda p: DATA / "cpu_only.json.gz",
+            "is a CPU-only trace: no GPU activity",
+            marks=needs_shared_traces,
+        ),
+        pytest.param(
+            lambda p: DATA / "amd_mi250.json.gz",
+            "is an AMD (ROCm/HIP) trace",
+            marks=needs_shared_traces,
+        ),
         (_mtia, "is a trace of another accelerator (mtia_ccp_events events)"),
         (_legacy, "is a legacy autograd-profiler trace (torch.autograd.profiler with use_cuda"),
         (_runtime_only, "has CUDA runtime calls but no GPU activity"),

@@ -29,6 +29,8 @@ import pytest
 
 from profilers.kineto.analyse import analyse
 from profilers.kineto.read import read_traces
+from tests.shared_traces import SHARED_TRACES as DATA
+from tests.shared_traces import needs_shared_traces
 
 hta_analysis = pytest.importorskip(
     "hta.trace_analysis",
@@ -36,14 +38,13 @@ hta_analysis = pytest.importorskip(
 )
 
 #: HTA's own deprecation warnings (pandas 3's inplace=) are not ours to fix.
-pytestmark = pytest.mark.filterwarnings("ignore::Warning:hta")
+pytestmark = [pytest.mark.filterwarnings("ignore::Warning:hta"), needs_shared_traces]
 
-DATA = Path(__file__).parent / "data" / "kineto"
 NS_ROUNDING = "HTA_DISABLE_NS_ROUNDING"
 TRACES = {
     "workers0": [DATA / "resnet50_num_workers_0.pt.trace.json.gz"],
     "workers4": [DATA / "resnet50_num_workers_4.pt.trace.json.gz"],
-    "two_ranks": sorted((DATA / "two_ranks").iterdir()),
+    "two_ranks": [DATA / "two_ranks" / f"sampled_rank-{r}.json.gz" for r in (0, 1)],
     "h100": [DATA / "Falconsai_nsfw_image_detection__1016002.json.gz"],
 }
 

@@ -1,5 +1,5 @@
 """``gpuwatch report TRACE`` on traces torch.profiler wrote on real NVIDIA GPUs
-(tests/data/kineto/README.md: ResNet-50 on a V100 with 0 and 4 DataLoader workers, two ranks of
+(tests/shared_traces.py: ResNet-50 on a V100 with 0 and 4 DataLoader workers, two ranks of
 a model with NCCL on A100s, a step of syncs on an A100). Where a figure can be read straight off
 the raw JSON (a DataLoader event's duration, a copy's bytes, the union of the GPU intervals),
 the test reads it so, apart from gpuwatch's reader."""
@@ -17,8 +17,10 @@ import pytest
 from profilers.kineto.analyse import analyse
 from profilers.kineto.read import read_traces
 from profilers.kineto.result import RankResult, TraceAnalysis
+from tests.shared_traces import SHARED_TRACES as DATA
+from tests.shared_traces import needs_shared_traces
 
-DATA = Path(__file__).parent / "data" / "kineto"
+pytestmark = needs_shared_traces
 WORKERS_0 = DATA / "resnet50_num_workers_0.pt.trace.json.gz"
 WORKERS_4 = DATA / "resnet50_num_workers_4.pt.trace.json.gz"
 TWO_RANKS = DATA / "two_ranks"
