@@ -88,6 +88,40 @@ def test_a_device_is_refused_not_read_forever():
     )
 
 
+def test_a_device_named_as_a_trace_is_refused_by_the_library_too():
+    from profilers.kineto.read import TraceError, read_traces
+
+    kind, exc = within(5, lambda: read_traces(["/dev/zero"]))
+    assert kind == "raised" and isinstance(exc, TraceError)
+    assert str(exc) == "/dev/zero is not a regular file (a device or socket), not a trace"
+
+
+def _limit_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (3_000_000 * 1024,) * 2)  # `ulimit -v 3000000`
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["t.json", "t.json.gz", "r.json"])
+def test_a_tiny_file_is_reported_under_a_containers_memory_limit(tmp_path: Path, name: str):
+    from tests.helpers import GPUWATCH, run
+    from tests.kineto_helpers import TraceBuilder
+
+    path = tmp_path / name
+    if name == "r.json":
+        path.write_text(json.dumps(rich_report()))
+    else:
+        t = TraceBuilder()
+        t.step(7, 0, 100)
+        t.launch("aten::conv2d", 61, 65, 30)
+        t.write(path, gz=name.endswith(".gz"))
+    done = run([*GPUWATCH, "report", str(path)], tmp_path, preexec_fn=_limit_memory)
+    assert done.returncode == 0 and "MemoryError" not in done.stderr, done.stderr
+    summary = "gpuwatch profile train.py" if name == "r.json" else f"torch.profiler trace {name}"
+    assert summary in done.stdout
+
+
 def test_a_world_of_10_to_the_12_is_refused_by_the_schema():
     doc = {**rich_report(), "world_size": 10**12, "rank": 0}
     with pytest.raises(CliError) as err:
