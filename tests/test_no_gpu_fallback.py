@@ -116,7 +116,7 @@ def test_a_script_that_stops_for_want_of_a_gpu_gets_no_verdict_and_a_pointer_to_
 
 
 def test_no_verdict_without_a_step_or_a_gpu(tmp_path):
-    (tmp_path / "syntax.py").write_text("x = (\n")
+    (tmp_path / "early.py").write_text("import a_module_not_there\n")
     (tmp_path / "cpu.py").write_text(
         "import torch\nx = torch.ones(64)\nfor _ in range(50):\n    x = x * 1.0\n"
     )
@@ -125,7 +125,7 @@ def test_no_verdict_without_a_step_or_a_gpu(tmp_path):
         "for _ in range(4):\n    w(torch.ones(2, 4)).sum().backward()\n    opt.step()\n"
     )
     said = {}
-    for name in ("syntax", "cpu", "steps"):
+    for name in ("early", "cpu", "steps"):
         done = gpuwatch_here(["profile", "--no-gpu-stats", f"{name}.py"], tmp_path)
         said[name] = " ".join(done.stderr.replace("│", " ").split())
     # the fast path counts no ops: a script that ran some is not said to have run none
@@ -135,10 +135,10 @@ def test_no_verdict_without_a_step_or_a_gpu(tmp_path):
     assert "ran no torch op" not in fast
     assert (
         "where the time goes: no verdict: the script ran no torch op before it stopped "
-        "(SyntaxError: '(' was never closed" in said["syntax"]
+        "(ModuleNotFoundError: No module named 'a_module_not_there'" in said["early"]
     )
     assert "no verdict: no step ended and no GPU ran" in said["cpu"]
     assert "costliest line" in said["cpu"]  # the host's time by line is still told
-    for name in ("syntax", "cpu"):
+    for name in ("early", "cpu"):
         assert "-bound" not in said[name], name
     assert "no verdict" not in said["steps"] and "-bound: " in said["steps"]

@@ -55,30 +55,26 @@ def test_a_fifo_with_no_writer_is_one_line_at_once(tmp_path: Path):
 def test_a_fifo_with_a_writer_is_read(tmp_path: Path):
     fifo = tmp_path / "r.json"
     os.mkfifo(fifo)
-    text = json.dumps(rich_report())
+    command = ["train.py", *["--a-long-argument"] * 10_000]
+    data = json.dumps({**rich_report(), "command": command}).encode()
+    assert len(data) > 2 * 65536  # more than a pipe holds: the writer waits for the reader
+    # NB: as with `gpuwatch report <(cat r.json)`, the writer is there before the reader opens
+    # (a reader that came first would rightly see no writer), and a read end stays open (bash
+    # hands gpuwatch one): what is written before the reader opens is kept, not dropped.
+    keep = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    fd = os.open(fifo, os.O_WRONLY)  # there is a reader: no wait
 
     def write() -> None:
-        with open(fifo, "w") as f:  # blocks until the reader opens it
-            for i in range(0, len(text), 100):
-                f.write(text[i : i + 100])
-                f.flush()
+        with open(fd, "wb", buffering=0) as f:
+            for i in range(0, len(data), 1000):
+                f.write(data[i : i + 1000])
 
-    writer = threading.Thread(target=write, daemon=True)
-    writer.start()
-    kind, report = within(10, lambda: _read_when_writer_opens(fifo))
-    assert kind == "ok" and report.command == ["train.py", "--lr", "3"]
-
-
-def _read_when_writer_opens(fifo: Path) -> Report:
-    # NB: a reader that opens before the writer sees "no writer"; the user's `gpuwatch report
-    # <(cat r.json)` always has its writer first. Retry until the writer is there.
-    deadline = time.monotonic() + 5
-    while True:
-        try:
-            return load_report(str(fifo))
-        except CliError as exc:
-            if "nothing written" not in str(exc) or time.monotonic() > deadline:
-                raise
+    try:
+        threading.Thread(target=write, daemon=True).start()
+        kind, report = within(10, lambda: load_report(str(fifo)))
+    finally:
+        os.close(keep)
+    assert kind == "ok" and report.command == command
 
 
 def test_a_device_is_refused_not_read_forever():
@@ -86,6 +82,40 @@ def test_a_device_is_refused_not_read_forever():
     assert kind == "raised" and str(exc) == (
         "/dev/zero is not a regular file (a device or socket), not a report"
     )
+
+
+def test_a_device_named_as_a_trace_is_refused_by_the_library_too():
+    from profilers.kineto.read import TraceError, read_traces
+
+    kind, exc = within(5, lambda: read_traces(["/dev/zero"]))
+    assert kind == "raised" and isinstance(exc, TraceError)
+    assert str(exc) == "/dev/zero is not a regular file (a device or socket), not a trace"
+
+
+def _limit_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (3_000_000 * 1024,) * 2)  # `ulimit -v 3000000`
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["t.json", "t.json.gz", "r.json"])
+def test_a_tiny_file_is_reported_under_a_containers_memory_limit(tmp_path: Path, name: str):
+    from tests.helpers import GPUWATCH, run
+    from tests.kineto_helpers import TraceBuilder
+
+    path = tmp_path / name
+    if name == "r.json":
+        path.write_text(json.dumps(rich_report()))
+    else:
+        t = TraceBuilder()
+        t.step(7, 0, 100)
+        t.launch("aten::conv2d", 61, 65, 30)
+        t.write(path, gz=name.endswith(".gz"))
+    done = run([*GPUWATCH, "report", str(path)], tmp_path, preexec_fn=_limit_memory)
+    assert done.returncode == 0 and "MemoryError" not in done.stderr, done.stderr
+    summary = "gpuwatch profile train.py" if name == "r.json" else f"torch.profiler trace {name}"
+    assert summary in done.stdout
 
 
 def test_a_world_of_10_to_the_12_is_refused_by_the_schema():

@@ -14,7 +14,7 @@ import pytest
 
 from gpuwatch.cli import main as cli
 from gpuwatch.output.load import problem
-from tests.helpers import default_signals, run
+from tests.helpers import GPUWATCH, default_signals, run
 
 # Three copies to a (fake) GPU of 16 floats, 64 bytes each.
 COPIES = textwrap.dedent("""
@@ -83,6 +83,23 @@ def test_an_exec_that_fails_leaves_the_run_going(tmp_path, monkeypatch, capfd):
     assert doc["partial"] is False and doc["totals"]["h2d"]["count"] == 4
     # nothing of the hold is left installed in this process
     assert os.execv.__module__ in ("posix", "os") and os.execve.__module__ in ("posix", "os")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "flags", [[], pytest.param(["--fake-cuda"], marks=pytest.mark.fake_cuda)], ids=["plain", "fake"]
+)
+def test_a_script_that_does_not_compile_shows_its_syntax_error_alone(tmp_path, flags):
+    (tmp_path / "bad.py").write_text("import torch\nif torch\n    print(1)\n")
+    plain = run([sys.executable, "bad.py"], tmp_path)
+    done = run([*GPUWATCH, "profile", *flags, "--json", "r.json", "bad.py"], tmp_path)
+    assert done.returncode == plain.returncode == 1
+    assert f'File "{tmp_path / "bad.py"}", line 2' in done.stderr
+    assert done.stderr.endswith("SyntaxError: expected ':'\n")
+    assert done.stderr == plain.stderr  # file, line, caret and message, as python shows them
+    for said in (done.stdout, done.stderr):
+        assert "gpuwatch profile" not in said and "exit code" not in said
+    assert not (tmp_path / "r.json").exists()
 
 
 @pytest.mark.slow

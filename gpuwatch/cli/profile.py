@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from typing import Any
 
 from gpuwatch.argvalues import note
@@ -90,7 +91,12 @@ def _check_fake_cuda(devices: int) -> None:
 
 
 def run_profile(args: argparse.Namespace) -> int:
-    return profile(ProfileOptions.from_namespace(args), _target(args))
+    try:
+        target = _target(args)
+    except SyntaxError as exc:  # alone, as `python script.py` shows it: no report, exit 1
+        print("".join(traceback.format_exception_only(exc)), end="", file=sys.stderr)
+        return 1
+    return profile(ProfileOptions.from_namespace(args), target)
 
 
 def _checked_gpu(options: ProfileOptions) -> ProfileOptions:

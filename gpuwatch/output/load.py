@@ -136,8 +136,8 @@ def _read(path: str) -> bytes:
     if stat.S_ISDIR(info.st_mode):
         raise IsADirectoryError(path)
     if stat.S_ISREG(info.st_mode):
-        with open(path, "rb") as f:
-            return f.read(MAX_REPORT_BYTES + 1)
+        with open(path, "rb") as f:  # NB: f.read(n) allocates n bytes first: only when needed
+            return f.read(MAX_REPORT_BYTES + 1 if info.st_size > MAX_REPORT_BYTES else -1)
     if not stat.S_ISFIFO(info.st_mode):
         raise CliError(f"{path} is not a regular file (a device or socket), not a report")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)

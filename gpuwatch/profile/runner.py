@@ -52,7 +52,7 @@ class TargetError(Exception):
 
 
 def check_target(target: Target) -> None:
-    """Fails early with a clear message, before any profiling starts."""
+    """Fails early with a clear message (or the script's SyntaxError), before profiling starts."""
     if target.module:
         import importlib.util
 
@@ -79,6 +79,9 @@ def check_target(target: Target) -> None:
         raise TargetError(f"{target.name} is a directory, not a script")
     if not os.access(path, os.R_OK):
         raise TargetError(f"script not readable: {target.name} (permission denied)")
+    if path.is_file():  # NB: not a pipe (`<(cat train.py)`): it can be read only once
+        with io.open_code(str(path)) as f:
+            compile(f.read(), os.path.abspath(path), "exec", dont_inherit=True)
 
 
 def run_target(target: Target) -> Outcome:

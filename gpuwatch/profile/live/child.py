@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     target = Target(config["target"], config["args"], module=config["module"])
     try:
         check_target(target)
-    except TargetError as exc:
+    except (TargetError, SyntaxError) as exc:
         channel.send(Fatal(str(exc)))
         return 2
     # NB: no checkpoints here: the app keeps the last snapshot and writes the partial report.
