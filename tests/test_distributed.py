@@ -157,6 +157,69 @@ def test_torchrun_ranks_write_their_own_files_and_a_crashed_rank_still_reports(t
     assert lone.missing_ranks == [1] and lone.partial and "no report from rank 1" in lone.error
 
 
+SYNCS = """\
+import time, torch, torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+w = torch.nn.Parameter(torch.ones(4, device="cuda:0"))
+opt = torch.optim.SGD([w], lr=0.1)
+for step in range(4):
+    loss = w.sum() * (rank + 1)
+    a = loss.item()  # @item1
+    b = w.mean().item()  # @item2
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+dist.destroy_process_group()
+if rank == 1:
+    time.sleep(1)  # rank 1 ends last: the summary of all is not rank 0's to print
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.fake_cuda
+@pytest.mark.skipif(
+    not __import__("torch").distributed.is_available(), reason="torch built without distributed"
+)
+def test_torchrun_with_no_output_asked_keeps_every_rank_and_counts_per_rank(tmp_path):
+    (tmp_path / "syncs.py").write_text(SYNCS)
+    done = run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "gpuwatch", "profile", "--fake-cuda", "syncs.py"],
+        tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    # each rank's report in a new folder of its own; the user's files untouched
+    (folder,) = [p for p in tmp_path.iterdir() if p.name != "syncs.py"]
+    assert folder.name.startswith("gpuwatch-torchrun-")
+    assert sorted(p.name for p in folder.iterdir()) == ["rank0.json", "rank1.json"]
+    r1 = json.loads((folder / "rank1.json").read_text())
+    assert (r1["rank"], r1["world_size"], r1["totals"]["syncs"]["count"]) == (1, 2, 8)
+    assert f"{folder.name}/rank1.json" in done.stderr
+    # one summary, of both ranks (the last to end prints it), per step per rank
+    assert done.stderr.count("gpuwatch profile syncs.py") == 1
+    assert "ranks 0, 1 of 2 merged: counts are all ranks' together, per-step figures per rank" in (
+        done.stderr
+    )
+    per_step = next(s for s in done.stderr.splitlines() if "4 steps (optimizer)" in s)
+    assert "per step per rank:" in per_step and "2 syncs (2-2 across 2 ranks)" in per_step
+    assert "Syncs: 16 (the host waited for a GPU)" in done.stderr  # both ranks' together
+    assert "1 sync and 1 copy per step per rank" in done.stderr  # the hints' evidence
+
+
+def test_a_rank_never_writes_into_an_earlier_runs_folder(tmp_path, monkeypatch):
+    from gpuwatch.profile.ranks import run_folder
+
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    first = run_folder(0)
+    assert first is not None and first.startswith("gpuwatch-torchrun-")
+    (tmp_path / first / "rank0.json").write_text("the earlier run's")
+    again = run_folder(0)
+    assert again == f"{first}-2" and run_folder(1) == first  # rank 1 has no file there yet
+    assert (tmp_path / first / "rank0.json").read_text() == "the earlier run's"
+
+
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -146,6 +146,7 @@ def profile(options: ProfileOptions, target: Any) -> int:
         raise CliError(cannot_load(exc)) from None
     from gpuwatch.output.deliver import deliver
     from gpuwatch.output.write import (
+        Output,
         check_outputs,
         for_rank,
         output_for,
@@ -173,21 +174,29 @@ def profile(options: ProfileOptions, target: Any) -> int:
 
         check_outputs(wanted, inputs=[] if target.module else [target.name])
         return run_ranks(options, target, wanted)
-    from gpuwatch.profile.ranks import distributed_rank
+    from gpuwatch.profile.ranks import distributed_rank, run_folder, summary_of_all
 
     ranked = distributed_rank()
-    if ranked is not None:  # each rank writes its own files; rank 0 prints the summary
+    merge_from: list[Output] = []  # each rank's JSON, merged by the last rank to end
+    if ranked is not None:  # each rank writes its own files
         rank, world = ranked
-        asked = wanted
-        wanted = [for_rank(o, rank) for o in wanted]
-        if rank != 0:
+        if world > 1 and not any(o.kind == "json" for o in wanted):
+            folder = run_folder(rank)  # NB: no rank's work is lost for want of an output
+            wanted += [Output("json", os.path.join(folder, "rank{rank}.json"))] if folder else []
+        asked, wanted = wanted, [for_rank(o, rank) for o in wanted]
+        json = next((o for o in asked if o.kind == "json"), None)
+        one_node = os.environ.get("LOCAL_WORLD_SIZE") == str(world)  # all ranks here
+        if world > 1 and one_node and not options.quiet and json is not None:
+            merge_from = [for_rank(json, k) for k in range(world)]
+        if rank != 0 or merge_from:
             options = options.replace(quiet=True)
-        elif asked and not options.quiet and world > 1:
+        if rank == 0 and asked and world > 1 and (merge_from or not options.quiet):
             others = ", ".join(for_rank(asked[0], k).path for k in range(1, min(world, 4)))
             more = ", ..." if world > 4 else ""
+            then = "the last to end prints all ranks' summary" if merge_from else "merge them"
             print(
                 f"gpuwatch: rank 0 of {world}: each rank writes its own reports ({others}{more}); "
-                "merge them with gpuwatch report",
+                + (then if merge_from else f"{then} with gpuwatch report"),
                 file=sys.stderr,
             )
     check_outputs(wanted, inputs=[] if target.module else [target.name])
@@ -205,6 +214,8 @@ def profile(options: ProfileOptions, target: Any) -> int:
         nonlocal failed, final
         final = report
         failed = deliver(report, wanted, top=options.top, quiet=quiet, what_if=options.what_if)
+        if merge_from:
+            summary_of_all(merge_from, rank, options)
 
     # NB: checkpoints rewrite a file; a device or stream (/dev/stdout) gets the final report only.
     json_out = [o for o in wanted if o.kind == "json" and not streams_through(o.where)]

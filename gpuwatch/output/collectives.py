@@ -19,7 +19,10 @@ from profilers.merge import Spread
 def rank_line(r: Report) -> str | None:
     """``rank 1 of 4`` for one rank's report, ``ranks 0, 1 of 2 merged`` for a merged one."""
     if r.ranks is not None:
-        line = f"ranks {', '.join(map(str, r.ranks))} of {r.world_size} merged"
+        line = (
+            f"ranks {', '.join(map(str, r.ranks))} of {r.world_size} merged: counts are all "
+            "ranks' together, per-step figures per rank"
+        )
         if r.missing_ranks:
             line += f"; no report from rank(s) {', '.join(map(str, r.missing_ranks))}"
         return line

@@ -124,7 +124,7 @@ def hints(report: Report, hot: int = HOT) -> list[Hint]:
     out: list[Hint] = []
     runs = factory_runs(report)
     for line in report.lines:
-        out.extend(_line_hints(line, steps, hot, runs))
+        out.extend(_line_hints(line, steps, hot, runs, len(report.ranks or [0])))
     out.extend(_time_hints(report))
     costs = cause_costs(report)
     if costs:
@@ -260,11 +260,13 @@ def how_often(active: int, steps: int) -> str:
     return f"in {active:,} of {steps:,} steps"
 
 
-def in_steps(s: Line, steps: int) -> str:
+def in_steps(s: Line, steps: int, ranks: int = 1) -> str:
     """The line's figures per step, over the steps in which it copied or synced only:
-    ``"1 sync per step"``, ``"2 copies per step, in 5 of 50 steps"``."""
+    ``"1 sync per step"``, ``"2 copies per step, in 5 of 50 steps"``; per rank for a line
+    of ``ranks`` merged ranks (its counts are theirs summed)."""
     ran = s.steps_active if 0 < s.steps_active < steps else steps
-    return per_step(s, ran) + (f", in {ran:,} of {steps:,} steps" if ran < steps else "")
+    each = per_step(s, ran * ranks) + (" per rank" if ranks > 1 else "")
+    return each + (f", in {ran:,} of {steps:,} steps" if ran < steps else "")
 
 
 def per_step(s: Line, steps: int) -> str:
@@ -292,7 +294,7 @@ def _once(s: Line, steps: int, count: int, hot: int) -> bool:
 # -- one line's hints -------------------------------------------------------------------------
 
 
-def _line_hints(s: Line, steps: int, hot: int, runs: FactoryRuns) -> list[Hint]:
+def _line_hints(s: Line, steps: int, hot: int, runs: FactoryRuns, ranks: int) -> list[Hint]:
     found = _sync_hints(s, steps, hot) + _copy_hints(s, steps, hot, runs)
     float32 = s.copy_dtypes.get("float32", 0)
     if float32 >= HALF_PRECISION_BYTES and not _once(s, steps, s.h2d.count + s.d2h.count, hot):
@@ -306,7 +308,9 @@ def _line_hints(s: Line, steps: int, hot: int, runs: FactoryRuns) -> list[Hint]:
             )
         )
     if steps:  # people think in steps: "syncs once every step"
-        found = [replace(h, evidence=f"{h.evidence}; {in_steps(h.line, steps)}") for h in found]
+        found = [
+            replace(h, evidence=f"{h.evidence}; {in_steps(h.line, steps, ranks)}") for h in found
+        ]
     return found
 
 

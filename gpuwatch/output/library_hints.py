@@ -345,8 +345,11 @@ def library_hints(report: Report, steps: int) -> list[LibraryHint]:
         else:
             continue
         callers = tuple(dict.fromkeys(f"{s.file}:{s.line}" for s in f.user_lines))
+        ranks = len(report.ranks or [0])  # a merged report's counts are the ranks' summed
         out.append(
-            LibraryHint(kind, line, message, _evidence(f, steps), frame=f.where, callers=callers)
+            LibraryHint(
+                kind, line, message, _evidence(f, steps, ranks), frame=f.where, callers=callers
+            )
         )
     return out
 
@@ -450,7 +453,8 @@ def with_library_hints(report: Report, found: list[Hint], steps: int) -> list[Hi
     return out
 
 
-def _evidence(f: Frame, steps: int) -> str:
+def _evidence(f: Frame, steps: int, ranks: int) -> str:
+    """What the frame made; per step per rank where ``ranks`` were merged (counts summed)."""
     parts = []
     if f.syncs:
         causes = ", ".join(f"{k} {v:,}" for k, v in f.by_cause.items())
@@ -459,8 +463,9 @@ def _evidence(f: Frame, steps: int) -> str:
         parts.append(f"{f.copies:,} copies")
     text = " and ".join(parts) + f" made at {f.where}"
     if steps >= 2:
-        text += f"; {_rate(f.syncs, steps, 'sync', 'syncs')} and "
-        text += f"{_rate(f.copies, steps, 'copy', 'copies')} per step"
+        text += f"; {_rate(f.syncs, steps * ranks, 'sync', 'syncs')} and "
+        text += f"{_rate(f.copies, steps * ranks, 'copy', 'copies')} per step"
+        text += " per rank" if ranks > 1 else ""
     lines = ", ".join(dict.fromkeys(f"{s.file}:{s.line}" for s in f.user_lines))
     return f"{text}; from {lines}"
 

@@ -143,15 +143,21 @@ def step_lines(r: Report) -> list[str]:
     if not n:
         first = window[0] if window is not None else 0
         return [f"step {first} was never reached: the run had {r.steps.get('seen')} steps"]
-    t = r.totals
+    t, k = r.totals, len(r.ranks or [0])  # NB: a merged report's totals are its ranks' summed
     copies = sum(t.copies(way).count for way in DIRECTIONS)
-    c, w = copies / n, t.syncs.count / n
+    c, w = copies / n / k, t.syncs.count / n / k
     per = (
-        f"per step: {c:.3g} cop{'y' if c == 1 else 'ies'} ({fmt.size(t.bytes_moved / n)}), "
-        f"{w:.3g} sync{'' if w == 1 else 's'}"
+        f"per step{' per rank' if k > 1 else ''}: {c:.3g} cop{'y' if c == 1 else 'ies'} "
+        f"({fmt.size(t.bytes_moved / n / k)}), {w:.3g} sync{'' if w == 1 else 's'}"
     )
+    if k > 1:  # each rank's own, from its lines
+        syncs = {rank: 0 for rank in map(str, r.ranks or [])}
+        for s in r.lines:
+            for rank, counts in s.by_rank.items():
+                syncs[rank] = syncs.get(rank, 0) + int(counts["syncs"]["count"])
+        per += f" ({min(syncs.values()) / n:.3g}-{max(syncs.values()) / n:.3g} across {k} ranks)"
     if t.kernel_time_ms and not r.options.fake_cuda:
-        per += f", kernel time {fmt.duration_ms(t.kernel_time_ms / n)}"
+        per += f", kernel time {fmt.duration_ms(t.kernel_time_ms / n / k)}"
     # NB: by the steps a line was seen in where the report says (a one-time model.to(device)
     # makes more copies than there are steps), else by its counts (reports before that field).
     every = [

@@ -12,6 +12,7 @@ process and no temporary folder behind.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -41,6 +42,57 @@ def distributed_rank() -> tuple[int, int] | None:
     except (KeyError, ValueError):
         return None
     return (rank, world) if world >= 1 and 0 <= rank < world else None
+
+
+def _run_id() -> str:
+    """The same in every rank of one launch on one node, new with each: torchrun's run id and
+    its folder for this attempt (``.../attempt_N/RANK/error.json``)."""
+    keys = ("TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT")
+    key = [os.environ.get(k, "") for k in keys]
+    key[0] = os.path.dirname(os.path.dirname(key[0]))
+    return hashlib.sha1("|".join(key).encode()).hexdigest()[:8]
+
+
+def run_folder(rank: int) -> str | None:
+    """``gpuwatch-torchrun-ID``, made here: each rank's report when none was asked for. One
+    holding this rank's report (an earlier run's) is passed over, never written into; None
+    where none can be made."""
+    base = folder = f"gpuwatch-torchrun-{_run_id()}"
+    n = 1
+    while os.path.lexists(os.path.join(folder, f"rank{rank}.json")) or os.path.isfile(folder):
+        n += 1
+        folder = f"{base}-{n}"
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return None
+    return folder
+
+
+def summary_of_all(ranks: list[Any], rank: int, options: ProfileOptions) -> None:
+    """Called by each rank once its report is written: the last prints the summary of all
+    (``ranks``: their JSON). Each appends its rank to one file (an append is atomic on a local
+    disk) and reads it back: the line that completed the world is the last rank's."""
+    from gpuwatch.output.deliver import deliver
+    from gpuwatch.output.load import load_report
+    from profilers.merge import MergeError, merge_ranks
+
+    path = os.path.join(tempfile.gettempdir(), f"gpuwatch-torchrun-{_run_id()}.done")
+    try:
+        with open(path, "a+", encoding="utf-8") as f:
+            f.write(f"{rank}\n")
+            f.flush()
+            f.seek(0)
+            done = f.read().split()
+        if len(set(done)) < len(ranks) or done[-1] != str(rank):
+            return
+        os.unlink(path)
+        merged = merge_ranks([load_report(o.where) for o in ranks])
+        deliver(merged, [], top=options.top, quiet=False, what_if=options.what_if)
+        paths = ", ".join(o.path for o in ranks[:4]) + (", ..." if len(ranks) > 4 else "")
+        print(f"gpuwatch: each rank's report: {paths}", file=sys.stderr)
+    except (CliError, MergeError, OSError) as exc:
+        print(f"gpuwatch: no summary of all ranks: {exc}", file=sys.stderr)
 
 
 def rank_options(options: ProfileOptions, json_pattern: str) -> ProfileOptions:
