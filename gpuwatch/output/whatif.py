@@ -86,19 +86,6 @@ def unprofiled_line(r: Report) -> str | None:
     )
 
 
-def savings_by_hint(r: Report) -> dict[tuple[str, str], tuple[float, float]]:
-    """``(hint kind, file:line)`` -> (ms saved per step, % of the step) by the what-if that
-    states that hint's saving."""
-    w = r.what_if
-    if not w:
-        return {}
-    out: dict[tuple[str, str], tuple[float, float]] = {}
-    for s in w.get("savings", []):
-        for hint in s.get("hints", []):
-            out[(str(hint), str(s["site"]))] = (float(s["saving_ms"]), float(s["share_pct"]))
-    return out
-
-
 def saving_words(ms: float, pct: float, w: Mapping[str, Any]) -> str:
     """``the fix saves about 1.2 ms per step (31%, PREDICTED for H100-SXM)``: what the step
     gives back, not what the line costs (a sync in a busy GPU's shadow costs its wait and
