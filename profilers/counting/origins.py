@@ -262,10 +262,15 @@ def _restoring(frame: FrameType | None) -> bool:
     """Whether the copy is torch.load restoring a checkpoint onto the GPU (a storage read from
     the file: torch/serialization.py ``_deserialize``): a one-time move, as ``model.to``; the
     file's bytes were made by an ``empty`` inside the load, no factory of the user's."""
-    for _ in range(RESTORE_DEPTH):
+    return called_from(frame, _SERIALIZATION_FILE, RESTORE_DEPTH)
+
+
+def called_from(frame: FrameType | None, file: str, depth: int) -> bool:
+    """Whether ``frame`` or one of the ``depth - 1`` frames above it runs code of ``file``."""
+    for _ in range(depth):
         if frame is None:
             return False
-        if frame.f_code.co_filename.endswith(_SERIALIZATION_FILE):
+        if frame.f_code.co_filename.endswith(file):
             return True
         frame = frame.f_back
     return False

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from profilers.counting.origins import called_from
+
 if TYPE_CHECKING:
     from profilers.stats import OpCount
     from profilers.timing.timeline import StepClock
@@ -310,15 +312,9 @@ def _returns_tensor(func: Any) -> bool:
 _AUTOGRAD_FILE = os.path.join("torch", "autograd", "__init__.py")
 
 
-def _in_autograd(frame: FrameType | None, depth: int = 8) -> bool:
+def _in_autograd(frame: FrameType | None) -> bool:
     """Whether an op was called from ``torch.autograd.backward``/``grad`` (a few frames up)."""
-    for _ in range(depth):
-        if frame is None:
-            return False
-        if frame.f_code.co_filename.endswith(_AUTOGRAD_FILE):
-            return True
-        frame = frame.f_back
-    return False
+    return called_from(frame, _AUTOGRAD_FILE, 8)
 
 
 def probe_args(func: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
