@@ -50,6 +50,7 @@ class ThreadState:
         "fwd",
         "fwd_line",
         "in_comm",
+        "inside",
         "last_frame",
         "last_lasti",
         "last_line",
@@ -67,6 +68,9 @@ class ThreadState:
         self.in_comm = 0
         self.clock: Any = None
         """The step clock (profilers/timing/timeline.py), on the profile's own thread only."""
+        self.inside: Any = None
+        """While an input wait is timed (the clock off): what the profiler spent on the ops the
+        iterator runs (collate's), to keep out of the wait (timing/inputs.py ``Inside``)."""
         # NB: the line of the last op's calling frame. Holding the frame keeps it (and so its
         # locals) alive until the next op or the end of the profile; in exchange, ops called
         # from the same frame and line skip the walk up the stack.
@@ -99,7 +103,7 @@ class ThreadState:
         self.op = None
         self.synced = False
         self.in_comm = 0
-        self.clock = None
+        self.clock = self.inside = None
         self.fwd = ([], [], [])
         self.fwd_line = None
 

@@ -132,6 +132,8 @@ class StepClock:
         "outside_ns",
         "own_ns",
         "probed_ops",
+        "input_prober",
+        "outside_by_op",
         "prober",
         "probes",
         "replay",
@@ -175,6 +177,9 @@ class StepClock:
         loop costs, without what ran before the first step (imports, building the model) that
         step 0 holds, nor the open tail after the last."""
         self.prober: Any = None
+        self.input_prober: Any = None
+        self.outside_by_op: dict[Any, int] = {}
+        """Probed cost around the ops input iterators run, by op (timing/inputs.py)."""
         """Measures an op's cost outside the hot path on its own arguments
         (:class:`profilers.timing.calibrate.Prober`), where it is first seen at a line."""
         self.probes: list[list[Any]] = []
@@ -219,10 +224,14 @@ class StepClock:
         start_ns: int,
         end_ns: int,
         exit_ns: int,
+        own_inside_ns: int = 0,
     ) -> LineTime:
         """A wait of the host at ``line`` outside an op's hot path (or an op on the fast path):
         the profiler's wrapper ran from ``enter_ns`` to ``exit_ns``, the wait itself from
-        ``start_ns`` to ``end_ns``."""
+        ``start_ns`` to ``end_ns``, of which ``own_inside_ns`` was the profiler's own (its mode
+        on the ops an input iterator ran)."""
+        own_inside_ns = min(max(own_inside_ns, 0), end_ns - start_ns)
+        end_ns -= own_inside_ns  # NB: as if the profiler's part came after the wait
         gap = enter_ns - self.last_ns
         launch_line = line if self.lines_measured else None
         if gap > 0:
