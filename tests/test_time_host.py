@@ -1,6 +1,6 @@
 """Where each step's time goes, on the host: the step clock's arithmetic exact on an
 injected timeline, and real runs on the CPU: a loader that sleeps a known time is input-bound with
-that time at the ``for`` line; a host loop of known cost is launch-bound at its line; the step
+that time at the ``for`` line; a host loop of known cost is host-bound at its line (no GPU work: nothing launched); the step
 time stated for an unprofiled run agrees with a plain run."""
 
 from __future__ import annotations
@@ -195,20 +195,21 @@ def _spin_steps(n: int) -> tuple[set[int], int]:
     return {first + 3, first + 4, first + 5}, first + 6  # the spin's own lines; the op's
 
 
-def test_a_host_loop_of_known_cost_is_launch_bound_at_its_lines():
+def test_a_host_loop_of_known_cost_is_host_bound_at_its_lines():
+    # NB: no op ran on a GPU, so nothing was launched: host-bound, never launch-bound
     with profilers.profile(kernel_timing=True) as prof:
         spin, op = _spin_steps(4)
     time_ = prof.report().time
     assert time_ is not None and time_["steps_closed"] == 4
     for step in time_["steps"][1:]:  # the first step also holds the profile's start
-        assert step["verdict"] == "launch-bound"
+        assert step["verdict"] == "host-bound"
         ms = {int(d["site"].rsplit(":", 1)[1]): d["launch_ms"] for d in step["lines"]}
         assert max(ms, key=ms.__getitem__) in spin  # the stack sampled in the gap
         # tolerance 10%: a reading's share of the gap may go to the op's line, not more
         assert sum(ms.get(n, 0.0) for n in spin) >= 0.9 * SPIN_S * 1000
         assert ms.get(op, 0.0) <= 0.1 * SPIN_S * 1000 + 1.0  # + the op's own launch
         assert step["shares_pct"]["launch"] >= 90.0
-        assert step["graph_blockers"] == []
+        assert "graph_blockers" not in step  # CUDA graphs: only for launches
 
 
 def test_on_the_fast_path_the_lines_of_host_work_come_from_the_stack_sampler():
@@ -217,7 +218,7 @@ def test_on_the_fast_path_the_lines_of_host_work_come_from_the_stack_sampler():
     time_ = prof.report().time
     assert time_ is not None and time_["lines_measured"] is False
     for step in time_["steps"][1:]:  # the first step also holds the profile's start
-        assert step["verdict"] == "launch-bound"
+        assert step["verdict"] == "host-bound"
         ms = {d["site"].rsplit(":", 1)[-1]: d["launch_ms"] for d in step["lines"]}
         # tolerance 10%: the stretch from the last reading to the op may go elsewhere (the
         # readings come every 10 ms), as may the op's cast of 1 (ours) and its launch
@@ -315,3 +316,22 @@ def test_the_fast_paths_cost_around_a_call_is_calibrated_where_it_runs():
         off = fast_path_outside_ns(recorder, _PassThrough)
     # a call boxed into Python and back: more than nothing, less than a sleep (2-core box: ~5 µs)
     assert 100 < clock.outside_ns < 200_000 and off == 0
+
+
+def test_a_run_with_no_gpu_work_is_never_said_to_launch():
+    import io
+
+    from rich.console import Console
+
+    from gpuwatch.output.hints import hints
+    from gpuwatch.output.text import summary
+
+    with profilers.profile(kernel_timing=True) as prof:
+        _spin_steps(3)
+    report = prof.report()
+    out = io.StringIO()
+    Console(width=200, file=out).print(summary(report))
+    text = out.getvalue()
+    assert "host-bound:" in text and "host work (Python + CPU ops)" in text
+    assert "launch-bound" not in text and "(Python + launch)" not in text
+    assert not any("CUDA graph" in str(h) for h in hints(report))

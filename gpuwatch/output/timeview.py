@@ -13,7 +13,7 @@ from gpuwatch.output.line_costs import cost_text, line_costs, measured_gpu, pred
 from gpuwatch.output.whatif import prediction_lines, unprofiled_line
 from profilers import Report
 from profilers.timing.timeline import OTHER_LINES
-from profilers.timing.verdict import per_step
+from profilers.timing.verdict import HOST_BOUND, per_step
 
 CAUSE_NAMES = {
     "busy": "GPU busy",
@@ -28,7 +28,10 @@ CAUSE_NAMES = {
 def _split(d: dict[str, Any]) -> str:
     """``input wait 92%, host work 8%``: the shares behind a verdict, largest first."""
     shares = sorted(d.get("shares_pct", {}).items(), key=lambda kv: kv[1], reverse=True)
-    return ", ".join(f"{CAUSE_NAMES.get(k, k)} {v:.0f}%" for k, v in shares if v >= 0.5)
+    names = CAUSE_NAMES
+    if d.get("verdict") == HOST_BOUND:  # nothing ran on a GPU: nothing was launched
+        names = {**CAUSE_NAMES, "launch": "host work (Python + CPU ops)"}
+    return ", ".join(f"{names.get(k, k)} {v:.0f}%" for k, v in shares if v >= 0.5)
 
 
 def verdict_line(d: dict[str, Any], steps: int, after_first: bool = False) -> str:

@@ -159,7 +159,8 @@ def sections(
     clock: StepClock | None, now_ns: int, log: OpLog | None, lines: list[Any]
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, dict[str, Any] | None]:
     """The report's ``time`` (None: not measured), ``predicted`` and ``what_if`` sections."""
-    time = time_section(clock, now_ns) if clock is not None else None
+    gpu_work = log is not None and log.gpu is not None or _cuda_initialized()
+    time = time_section(clock, now_ns, gpu_work=gpu_work) if clock is not None else None
     predicted, what = apply(time, log, lines)
     run_gpu = (time or {}).get("run", {}).get("gpu")
     predicted_run = isinstance(run_gpu, dict) and run_gpu.get("measured") == PREDICTED
@@ -172,6 +173,17 @@ def sections(
             time["steps"] = [d for d in time.get("steps", []) if _predicted_step(d)]
             time["steps_kept"] = len(time["steps"])
     return time, predicted, what
+
+
+def _cuda_initialized() -> bool:
+    """Whether this process used a GPU: CUDA starts on the first GPU tensor or call that needs
+    it (``is_available()`` and ``device_count()`` do not start it)."""
+    import torch
+
+    try:
+        return bool(torch.cuda.is_initialized())  # type: ignore[no-untyped-call]
+    except Exception:  # NB: a build whose CUDA cannot even say: nothing ran there
+        return False
 
 
 def _named_lines(

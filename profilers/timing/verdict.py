@@ -33,6 +33,10 @@ VERDICTS = {
 
 MEASURED = "measured"
 
+HOST_BOUND = "host-bound"
+"""The verdict of a run with no GPU work whose host's own work (Python, ops on the CPU) is the
+largest share: nothing was launched, so never ``launch-bound``."""
+
 RUN_LINES = 30
 """Lines listed for the run (the costliest)."""
 
@@ -155,9 +159,12 @@ GPU_MEASURED = (
 GPU_NOT_MEASURED = "not measured: no GPU timeline in this run (the host half is measured)"
 
 
-def time_section(clock: StepClock, now_ns: int, gpu_note: str = GPU_NOT_MEASURED) -> dict[str, Any]:
+def time_section(
+    clock: StepClock, now_ns: int, gpu_note: str = GPU_NOT_MEASURED, gpu_work: bool = True
+) -> dict[str, Any]:
     """The report's ``time`` section: the run (open step included) and the kept steps, with
-    their measured GPU half where the run has a GPU timeline (``clock.gpu``)."""
+    their measured GPU half where the run has a GPU timeline (``clock.gpu``). ``gpu_work``:
+    whether anything ran on a GPU (else host work is no launch: :data:`HOST_BOUND`)."""
     steps = list(clock.steps)
     line = clock.gpu
     later = first = None  # the per-step figures: step 0 holds the setup before it, apart
@@ -184,6 +191,11 @@ def time_section(clock: StepClock, now_ns: int, gpu_note: str = GPU_NOT_MEASURED
             later = {"steps": charged[0].step, **breakdown(*charged)}
             first = breakdown(clock.first, line.first_result, max_lines=FIRST_LINES)
     extra = {} if later is None else {"after_first": later, "first_step": first}
+    if not gpu_work:
+        for d in (run, later, first, *kept):
+            if d is not None and d.get("verdict") == VERDICTS[LAUNCH]:
+                d["verdict"] = HOST_BOUND
+                d.pop("graph_blockers", None)
     return {
         "clock": "host",
         "gpu": gpu_note,
