@@ -184,3 +184,34 @@ def test_a_launch_slice_inside_a_named_gap_takes_that_gaps_line():
     assert name_slices(slices[:1], [(0, 1000, "a.py:7", "a.py:6")]) == [
         (100, 400, "launch", None, "a.py:6")
     ]
+
+
+def test_a_gap_whose_op_was_queued_before_it_began_waited_on_other_gpu_work():
+    # Op A (stream 0) runs 0..300. B (stream 1, train.py:12) was queued at 100, while A ran,
+    # but starts only at 900: it waited on an event, not on the host, which sat in an input
+    # wait 300..900 meanwhile. The 600 ns gap is dependency at B's line, none of it input.
+    ops = [
+        GpuInterval(0, 300, 0, "train.py:8", queued_ns=0),
+        GpuInterval(900, 1000, 1, "train.py:12", queued_ns=100),
+    ]
+    waits = [HostInterval("input", None, "train.py:5", 300, 900)]
+    r = charge(0, 1000, ops, waits)
+    assert r["idle_ms"]["dependency"] == 600e-6 and r["idle_ms"]["input"] == 0.0
+    assert _lines(r) == {("dependency", "train.py:12"): 600e-6}
+    assert breakdown(StepTime(0, 0, 1000, {}, 0, 0, []), r)["verdict"] == "dependency-bound"
+
+
+def test_a_gap_is_the_hosts_until_its_op_was_queued_then_a_dependency():
+    # B was queued at 600, inside the gap 400..900 after A: 400..600 the host was late (its
+    # Python: launch at B's line); 600..900 B waited on other work (dependency). With a slack
+    # of 300 ns (the clocks' agreement), the 300 ns between queueing and start is B's launch.
+    ops = [
+        GpuInterval(0, 400, 0, "train.py:8"),
+        GpuInterval(900, 1000, 1, "train.py:12", queued_ns=600),
+    ]
+    r = charge(0, 1000, ops, [])
+    assert _lines(r) == {("launch", "train.py:12"): 200e-6, ("dependency", "train.py:12"): 300e-6}
+    assert _lines(charge(0, 1000, ops, [], slack_ns=300)) == {("launch", "train.py:12"): 500e-6}
+    # an op queued after the gap began with no other work to wait on: all the host's
+    late = [GpuInterval(0, 400, 0, "a"), GpuInterval(900, 1000, 0, "b", queued_ns=890)]
+    assert _lines(charge(0, 1000, late, [], slack_ns=20)) == {("launch", "b"): 500e-6}

@@ -22,6 +22,7 @@ CAUSE_NAMES = {
     "copy": "copy wait",
     "comm": "collective wait",
     "launch": "host work (Python + launch)",
+    "dependency": "waiting on other GPU work",
 }
 
 

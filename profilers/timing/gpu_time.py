@@ -39,8 +39,15 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from profilers.timing.idle import GpuInterval, busy_intervals, charge, follow_named, name_slices
-from profilers.timing.timeline import LAUNCH, WAITS, HostInterval, StepTime, line_key
+from profilers.timing.idle import (
+    GpuInterval,
+    busy_intervals,
+    charge,
+    follow_named,
+    idle_ms,
+    name_slices,
+)
+from profilers.timing.timeline import IDLE_CAUSES, HostInterval, StepTime, line_key
 
 _HELD = frozenset(("h2d", "p2p"))
 """Copies to a GPU (a ``Transfer``'s directions) whose interval is copy time when they block the host."""
@@ -180,7 +187,7 @@ class GpuTimeline:
             ops.append(GpuInterval(ran_from, start, stream, key))
             self.untimed_ns += start - ran_from
         end = start + round(ms * 1e6)
-        ops.append(GpuInterval(start, end, stream, key, held))
+        ops.append(GpuInterval(start, end, stream, key, held, timed.queued_ns))
         self._stream_end[stream] = end
         self.placed += 1
         if len(ops) >= self._compact_at.get(timed.device, COMPACT_AT):
@@ -297,7 +304,7 @@ class _Sums:
     def __init__(self) -> None:
         self.steps = 0
         self.busy_ns = 0
-        self.idle_ns = dict.fromkeys((*WAITS, LAUNCH), 0)
+        self.idle_ns = dict.fromkeys(IDLE_CAUSES, 0)
         self.lines: dict[tuple[str, str, str | None], int] = {}
 
     def copy(self) -> _Sums:
@@ -323,7 +330,7 @@ class _Sums:
             "wall_ms": wall_ns / 1e6,
             "busy_ms": self.busy_ns / 1e6,
             "idle_total_ms": sum(self.idle_ns.values()) / 1e6,
-            "idle_ms": {k: v / 1e6 for k, v in self.idle_ns.items()},
+            "idle_ms": idle_ms(self.idle_ns),
             "idle_lines": [
                 {"site": line, "cause": kind, "sync_cause": cause, "ms": ns / 1e6}
                 for (kind, line, cause), ns in ranked

@@ -3,8 +3,10 @@ streams) and idle time (the rest of the step), each idle nanosecond charged to o
 line. Pure: exact on synthetic timelines (tests/test_time_idle.py).
 
 The rule (the design's "charging idle time", made precise): an idle interval ``[a, b)`` ends
-when the next op starts on the GPU (or the step ends); the GPU was idle because that op was not
-queued yet, so the interval goes to what the host was doing meanwhile:
+when the next op starts on the GPU (or the step ends). From the moment that op was queued the GPU
+waited on other GPU work (another stream, an event): ``dependency``, at the op's line, whatever
+the host was doing. Before it, the op was not queued yet, so the interval goes to what the host
+was doing meanwhile:
 
 * the parts the host spent in a wait (:class:`~profilers.timing.timeline.HostInterval`: input,
   sync, copy, collective) go to that wait's cause and line;
@@ -35,25 +37,33 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any
 
-from profilers.timing.timeline import COPY, LAUNCH, WAITS, HostInterval
+from profilers.timing.timeline import COPY, DEPENDENCY, IDLE_CAUSES, LAUNCH, HostInterval
 
 END_OF_STEP = "(end of step)"
 
 
 class GpuInterval:
     """One op on a device: ``[start_ns, end_ns)`` on the host's clock, its stream, the line
-    (``file:line``) that launched it; ``held``: a copy to the GPU the host was blocked in."""
+    (``file:line``) that launched it; ``held``: a copy to the GPU the host was blocked in;
+    ``queued_ns``: when the host queued it (0: not known)."""
 
-    __slots__ = ("end_ns", "held", "line", "start_ns", "stream")
+    __slots__ = ("end_ns", "held", "line", "queued_ns", "start_ns", "stream")
 
     def __init__(
-        self, start_ns: int, end_ns: int, stream: int, line: str, held: bool = False
+        self,
+        start_ns: int,
+        end_ns: int,
+        stream: int,
+        line: str,
+        held: bool = False,
+        queued_ns: int = 0,
     ) -> None:
         self.start_ns = start_ns
         self.end_ns = end_ns
         self.stream = stream
         self.line = line
         self.held = held
+        self.queued_ns = queued_ns
 
 
 def _carve(waits: list[HostInterval], held: list[HostInterval]) -> list[HostInterval]:
@@ -166,9 +176,9 @@ def charge(
         ops = [o for o in ops if not o.held]
         waits = _carve(waits, held)
     busy = busy_intervals(ops, start_ns, end_ns) if held else work
-    starts = sorted((o.start_ns, o.line) for o in ops)
+    starts = sorted((o.start_ns, o.line, o.queued_ns) for o in ops)
     by_line: dict[tuple[str, str, str | None], int] = {}
-    totals = dict.fromkeys((*WAITS, LAUNCH), 0)
+    totals = dict.fromkeys(IDLE_CAUSES, 0)
     ordered = sorted(waits, key=lambda w: w.start_ns)
     pieces: list[tuple[int, int, str, str | None, str]] = []
 
@@ -185,9 +195,19 @@ def charge(
     t = start_ns
     for a, b in [*busy, (end_ns, end_ns)]:
         if a > t:
-            i = bisect_left(starts, (a, ""))  # the first op to start at or after a
-            next_line = starts[i][1] if i < len(starts) and a < end_ns else END_OF_STEP
-            _charge_gap(t, a, next_line, ordered, slack_ns, add, drained)
+            i = bisect_left(starts, (a, "", 0))  # the first op to start at or after a
+            nxt = i < len(starts) and a < end_ns
+            next_line = starts[i][1] if nxt else END_OF_STEP
+            # NB: the host's only when the op that ends the gap was queued after the gap began
+            # (the host was late); from its queueing on it waited on other GPU work (another
+            # stream, an event): dependency, whatever the host did (the launch's own latency,
+            # within the clocks' slack, stays the host's)
+            queued = starts[i][2] if nxt else 0
+            cut = a if not queued or queued >= a - slack_ns else max(t, queued)
+            if cut > t:
+                _charge_gap(t, cut, next_line, ordered, slack_ns, add, drained)
+            if a > cut:
+                add(DEPENDENCY, None, next_line, cut, a)
         t = max(t, b)
     busy_ns = sum(b - a for a, b in busy)
     lines = sorted(by_line.items(), key=lambda kv: kv[1], reverse=True)
@@ -195,7 +215,7 @@ def charge(
         "measured": "measured",
         "busy_ms": busy_ns / 1e6,
         "idle_total_ms": (end_ns - start_ns - busy_ns) / 1e6,
-        "idle_ms": {k: v / 1e6 for k, v in totals.items()},
+        "idle_ms": idle_ms(totals),
         "idle_lines": [
             {"site": line, "cause": kind, "sync_cause": cause, "ms": ns / 1e6}
             for (kind, line, cause), ns in lines
@@ -207,6 +227,12 @@ def charge(
         if len(busy) <= slices:  # NB: whole or not at all (energy integrates the gaps between)
             out["busy_spans"] = busy
     return out
+
+
+def idle_ms(ns: dict[str, int]) -> dict[str, float]:
+    """Idle ns by cause as the report's ms; ``dependency`` only where there was some (a
+    single-stream step never waits on other GPU work)."""
+    return {k: v / 1e6 for k, v in ns.items() if v or k != DEPENDENCY}
 
 
 def follow_named(

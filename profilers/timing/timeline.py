@@ -35,6 +35,11 @@ LAUNCH = "launch"
 WAITS = (INPUT, SYNC, COPY, COMM)
 """Causes where the host waits (on the GPU, the loader or the other ranks)."""
 CAUSES = (*WAITS, LAUNCH)
+DEPENDENCY = "dependency"
+"""GPU idle with the work that ends it already queued: it waited on other GPU work (another
+stream, an event), not on the host (profilers/timing/idle.py)."""
+IDLE_CAUSES = (*WAITS, DEPENDENCY, LAUNCH)
+"""What a GPU's idle time is charged to."""
 
 UNATTRIBUTED = "(between counted ops)"
 """The line of host work on the fast path (``--no-kernel-timing``), which sees only the ops

@@ -27,6 +27,7 @@ VERDICTS = {
     "copy": "copy-bound",
     "comm": "comm-bound",
     "launch": "launch-bound",
+    "dependency": "dependency-bound",
     "busy": "GPU-bound",
 }
 """Cause (or ``busy``) -> the verdict it gives when it is the largest share."""
