@@ -39,6 +39,7 @@ from typing import Any
 from profilers import patches as _patches
 from profilers.errors import InputNotFound
 from profilers.registry import switch
+from profilers.timing import fake_time
 from profilers.timing.timeline import INPUT
 
 #: The registry's name for a change made for a named input (``input: mod.Cls.__next__``).
@@ -73,6 +74,8 @@ def timed_next(
     st.clock, inside, outer = None, Inside(), st.inside
     st.inside = inside
     batch, done = None, False
+    fake = getattr(fake_time.ACTIVE, "_fake", None)  # --fake-cuda --gpu: the simulation's time
+    sim0 = getattr(fake, "sim", 0)
     start = time.perf_counter_ns()
     try:
         batch = pull(it)  # NB: StopIteration too: finding the end is input time as well
@@ -86,6 +89,9 @@ def timed_next(
                 after(batch)
             line = recorder.line_for(frame)
             own = inside.own_ns(clock)
+            if fake is not None:  # NB: the fake GPU's on the collate's ops: out of the wait
+                own += getattr(fake, "sim", 0) - sim0  # (and so not out of the host work after)
+                fake.sim = sim0
             clock.wait(line, INPUT, None, enter, start, end, time.perf_counter_ns(), own)
         except Exception as exc:  # never into user code: the batch is returned untimed
             recorder.internal_error(what, exc)
