@@ -335,3 +335,26 @@ def test_a_run_with_no_gpu_work_is_never_said_to_launch():
     assert "host-bound:" in text and "host work (Python + CPU ops)" in text
     assert "launch-bound" not in text and "(Python + launch)" not in text
     assert not any("CUDA graph" in str(h) for h in hints(report))
+
+
+def test_where_the_profilers_own_time_outweighs_the_scripts_the_summary_says_not_all_is_out():
+    import io
+
+    from rich.console import Console
+
+    from gpuwatch.output.text import summary
+
+    with profilers.profile(kernel_timing=True) as prof:
+        _spin_steps(2)
+    r = prof.report()
+    run = r.time["run"]
+
+    def said(own_share: float) -> str:
+        run["own_ms"] = own_share * run["wall_ms"]  # the rule is the summary's: own vs the rest
+        out = io.StringIO()
+        Console(width=400, file=out).print(summary(r))
+        return out.getvalue()
+
+    assert "taken out of the figures, not all of it: it was 3.0x the script's" in said(0.75)
+    text = said(0.25)
+    assert "is taken out of the figures" in text and "not all of it" not in text

@@ -109,10 +109,17 @@ def time_lines(r: Report, costs: Mapping[str, tuple[float, float]] | None = None
         gpu_steps = int(basis["gpu"].get("steps") or steps) if after_first else steps
         out.append(gpu_line(basis, gpu_steps, after_first))
     elif predicted_gpu(run) is None and wall > 0:
-        out.append(
+        text = (
             f"time measured on the host; the profiler's own {fmt.duration_ms(own)} "
-            f"({100 * own / wall:.0f}% of {fmt.duration_ms(wall)}) is taken out of every figure"
+            f"({100 * own / wall:.0f}% of {fmt.duration_ms(wall)}) is taken out of the figures"
         )
+        if own >= wall - own:  # NB: what is left of it grows with it (observer_effect.py)
+            text += (
+                f", not all of it: it was {own / max(wall - own, 1e-9):.1f}x the script's own "
+                "time, and on such runs the stated step has read up to 1.6x a plain run's "
+                "(time the loop plainly where it matters)"
+            )
+        out.append(text)
     energy = energy_line(r)
     if energy is not None:
         out.append(energy)
