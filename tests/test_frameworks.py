@@ -1,5 +1,6 @@
 """Real framework programs under ``gpuwatch profile --fake-cuda``: HF's Trainer and
-``generate()``, Lightning's Trainer, accelerate, timm with float16 autocast and GradScaler.
+``generate()``, Lightning's Trainer, accelerate, timm with float16 autocast and GradScaler,
+pytorch-ignite's Engine.
 Each a tiny model built from a config in code (nothing downloaded), a few steps, run by the CLI
 in this process. The counts at the framework frames are exact, each derived from the installed
 framework's source (the lines cited were read in transformers 5.24.0, lightning 2.6.6,
@@ -618,3 +619,41 @@ def test_timm_bfloat16_without_a_scaler_waits_for_nothing(tmp_path):
     step = next(s for s in r.lines if s.line == line_with(program, "# @step"))
     assert (step.syncs.count, step.bytes_moved, step.library) == (0, 0, ())
     assert "gradscaler_found_inf" not in knob_hints(r)
+
+
+IGNITE = """
+import torch
+from torch import nn
+from ignite.engine import Engine, Events
+from ignite.handlers import Checkpoint  # imports torch.distributed.optim (TorchScript)
+
+model = nn.Linear(8, 2).to("cuda:0")
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+batches = [(torch.randn(4, 8), torch.randint(0, 2, (4,))) for _ in range(4)]
+
+
+def train_step(engine, batch):
+    x, y = batch[0].to("cuda:0"), batch[1].to("cuda:0")
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+trainer = Engine(train_step)
+trainer.run(batches, max_epochs=1)
+"""
+
+
+def test_an_ignite_engine_is_profiled_with_its_step_lines(tmp_path):
+    # NB: ignite imports torch.distributed.optim, whose @torch.jit.script classes call
+    # torch.tensor: while gpuwatch replaced torch.tensor, the import raised and no ignite
+    # program could be profiled.
+    framework("ignite")
+    r = profiled(tmp_path, IGNITE)
+    assert r.exit_code == 0 and r.steps is not None and r.steps["count"] == 4
+    item = next(ln for ln in r.lines if ln.line == line_with(IGNITE, "return loss.item()"))
+    assert item.syncs.count == 4 and item.syncs.by_cause == {"item": 4}
+    x = next(ln for ln in r.lines if ln.line == line_with(IGNITE, "x, y = batch[0]"))
+    assert x.h2d.count == 8  # two blocking copies a step, at the user's line
