@@ -74,18 +74,15 @@ def _modules() -> dict[str, Path]:
 #: What ``gpuwatch top`` must never load: the profiler, torch, the profile run and its reports.
 PROFILE_HALF = ("profilers", "torch", "gpuwatch.profile", "gpuwatch.output")
 
-#: Run in a fresh interpreter: imports the top app; builds the CLI's parser; then runs
-#: ``gpuwatch top --demo`` through the CLI's ``main()`` up to where the app would start. Prints the
-#: modules loaded after each of the three.
+#: Run in a fresh interpreter: imports the top app; then runs ``gpuwatch top --demo`` through
+#: the CLI's ``main()`` up to where the app would start. Prints the modules loaded after each.
 _TOP_PROBE = """
 import json, sys
 seen = {}
 import gpuwatch.ui.top.app
 from gpuwatch.ui import signals
 seen["top"] = sorted(sys.modules)
-from gpuwatch.cli.main import build_parser, main
-build_parser()
-seen["parser"] = sorted(sys.modules)
+from gpuwatch.cli.main import main
 def started(app):
     seen["app"] = type(app).__name__
     seen["entry"] = sorted(sys.modules)
@@ -102,9 +99,9 @@ def _profile_half(modules: list[str]) -> list[str]:
 @pytest.mark.slow
 def test_the_top_app_loads_nothing_of_the_profile_half():
     """The ruff bans see direct imports only; this sees what the top app loads round about, in
-    a fresh interpreter (a shared widget package once pulled in 23 profile modules). The
-    ``gpuwatch top`` command loads no more of it than the CLI's parser does: the parser declares
-    every subcommand's options, ``profile``'s among them (torch-free)."""
+    a fresh interpreter (a shared widget package once pulled in 23 profile modules), and what
+    the ``gpuwatch top`` command loads on its way there: the CLI imports only the subcommand
+    that runs."""
     import json
 
     done = subprocess.run(
@@ -114,8 +111,38 @@ def test_the_top_app_loads_nothing_of_the_profile_half():
     seen = json.loads(done.stdout.splitlines()[-1])
     assert seen["app"] == "TopApp" and seen["code"] == 0
     assert _profile_half(seen["top"]) == []
-    assert _profile_half(seen["entry"]) == _profile_half(seen["parser"])
-    assert "torch" not in seen["entry"]
+    assert _profile_half(seen["entry"]) == []
+
+
+#: ``gpuwatch top --once``, the top level's help, then each monitor command's help, in one
+#: fresh interpreter: what they loaded of the profiler, together.
+_MONITOR_PROBE = """
+import contextlib, io, sys
+from gpuwatch.cli.main import main
+for argv in (["top", "--demo", "--once"], ["--help"], ["top", "--help"], ["export", "--help"]):
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        try:
+            main(argv)
+        except SystemExit:
+            pass
+    assert "usage: gpuwatch" in out.getvalue() or "GPU" in out.getvalue(), argv
+print(sorted(m for m in sys.modules if m.startswith(("profilers", "gpuwatch.profile"))))
+"""
+
+
+@pytest.mark.slow
+def test_the_monitor_commands_and_the_help_load_nothing_of_the_profiler():
+    """``gpuwatch top --once``, ``gpuwatch --help`` and ``top``/``export --help`` build only
+    the parser they show: ``profile``'s options (and the 18 modules they import) stay out."""
+    done = subprocess.run(
+        [sys.executable, "-c", _MONITOR_PROBE],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
 
 
 def test_no_import_cycles():
