@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,6 +32,18 @@ def test_ruff_lint_and_import_boundaries():
     [
         ("profilers", "import textual", "textual"),
         ("profilers", "from gpuwatch import cli", "gpuwatch"),
+        (
+            "profilers/timing",
+            "from profilers.counting.mode import ProfilerMode",
+            "profilers.counting",
+        ),
+        (
+            "profilers/timing",
+            "def f():\n    from profilers.counting import dispatch",
+            "profilers.counting",
+        ),
+        ("profilers/timing", "from profilers.fake_cuda import harness", "profilers.fake_cuda"),
+        ("profilers/timing", "import textual", "textual"),
         ("gpuwatch/monitor/nvml", "import torch", "torch"),
         ("gpuwatch/monitor/nvml", "from gpuwatch.ui import top", "gpuwatch.ui"),
         ("gpuwatch/output", "import textual", "textual"),
@@ -145,18 +158,25 @@ def test_the_monitor_commands_and_the_help_load_nothing_of_the_profiler():
     assert done.stdout.splitlines()[-1] == "[]"
 
 
-def test_no_import_cycles():
-    """No two modules import each other, directly or round about, counting imports inside
-    functions too (a lazy import still ties the two together). A package's ``__init__``
-    re-exporting its own modules is not a cycle."""
+def _import_graph(collapse: Any = lambda name: name) -> dict[str, set[str]]:
+    """Which of our modules each module imports (``collapse`` maps a module to its node), inside
+    functions too (a lazy import still ties the two together), not under ``if TYPE_CHECKING``.
+    A package's ``__init__`` re-exporting its own modules is not an edge."""
     import ast
 
     modules = _modules()
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
-        deps = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        typing_only = {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")
+            for n in ast.walk(node)
+        }
+        deps = graph.setdefault(collapse(name), set())
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -164,13 +184,16 @@ def test_no_import_cycles():
             else:
                 continue
             for n in names:
-                if n not in modules or n == name:
+                if n not in modules or n == name or id(node) in typing_only:
                     continue
                 if is_package and n.startswith(name + "."):
                     continue  # an __init__ re-exporting its own modules
-                deps.add(n)
-        graph[name] = deps
+                if collapse(n) != collapse(name):
+                    deps.add(collapse(n))
+    return graph
 
+
+def _cycles(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
     def reaches(start: str, goal: str) -> bool:
         todo, seen = [start], {start}
         while todo:
@@ -182,5 +205,24 @@ def test_no_import_cycles():
                     todo.append(dep)
         return False
 
-    cycles = sorted((a, b) for a in graph for b in graph[a] if a < b and reaches(b, a))
-    assert cycles == []
+    return sorted((a, b) for a in graph for b in graph[a] if a < b and reaches(b, a))
+
+
+def test_no_import_cycles():
+    """No two modules import each other, directly or round about."""
+    assert _cycles(_import_graph()) == []
+
+
+def test_the_profilers_subpackages_import_one_way():
+    """No two of profilers' subpackages (counting, timing, memory, fake_cuda, kineto) import
+    each other, round about or inside a function: timing sits below counting (the hot path
+    writes into its clock), the fake GPU above both (ARCHITECTURE.md's layers)."""
+
+    subs = {f"profilers.{d.parent.name}" for d in (ROOT / "profilers").glob("*/__init__.py")}
+
+    def subpackage(name: str) -> str:
+        return ".".join(name.split(".")[:2])
+
+    graph = {n: deps & subs for n, deps in _import_graph(subpackage).items() if n in subs}
+    assert _cycles(graph) == []
+    assert "profilers.counting" not in graph["profilers.timing"]
