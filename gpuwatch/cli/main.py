@@ -11,9 +11,8 @@ from importlib import import_module
 from gpuwatch import __version__
 from gpuwatch.errors import CliError
 
-#: The subcommands, in the order ``gpuwatch --help`` lists them, with the line it says of each:
-#: each is the module of that name in this package, whose ``declare(parser)`` declares its
-#: options and the handler it runs.
+#: The subcommands, in the order ``gpuwatch --help`` lists them, with its line on each: each is
+#: the module of that name here, whose ``declare(parser)`` declares its options and handler.
 SUBCOMMANDS = {
     "top": "live per-GPU stats and processes (NVML)",
     "profile": "run a PyTorch script and count its device copies, syncs and kernel time",
@@ -24,9 +23,8 @@ SUBCOMMANDS = {
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The parser of every subcommand; with ``only``, that subcommand's in full and the others'
-    names and help lines alone: a subcommand's module is imported when it runs, so ``gpuwatch
-    top`` (or ``--help``) never loads ``profile``'s half."""
+    """Every subcommand's parser; with ``only``, that one's alone in full, the others' names and
+    help lines only: ``gpuwatch top`` (or ``--help``) never loads ``profile``'s half."""
     # NB: allow_abbrev=False everywhere: a prefix must never pick another option silently
     # (--trace was taken as --trace-syncs).
     parser = argparse.ArgumentParser(
@@ -46,7 +44,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gpuwatch.cli.target_args import split_target
+    from gpuwatch.cli.target_args import split_target, subparser
 
     argv = list(sys.argv[1:] if argv is None else argv)
     # NB: the top level's options take no value: its first word is the subcommand, if any.
@@ -54,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ours, target = split_target(parser, argv)
     args, unknown = parser.parse_known_args(ours)
     if unknown:  # NB: the subcommand's own usage, not the top level's (argparse's default)
-        _subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
+        subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
     if target is not None:  # everything after the script or module is the script's
         args = argparse.Namespace(**{**vars(args), "args": target})
     try:
@@ -81,14 +79,6 @@ def _terminated_code(exc: BaseException) -> int | None:
     if interrupts is not None and isinstance(exc, interrupts.Terminated):
         return int(exc.exit_code)
     return None
-
-
-def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
-    for action in parser._actions:  # noqa: SLF001 (argparse keeps its subparsers there)
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
-            sub: argparse.ArgumentParser = action.choices[command]
-            return sub
-    return parser
 
 
 def _pipe_closed() -> int:

@@ -33,6 +33,8 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
+import torch.cuda.comm
+import torch.nn.parallel.comm
 from torch import nn
 
 from profilers.errors import ProfileStateError
@@ -56,6 +58,7 @@ from profilers.fake_cuda.build import (
     guard_library,
     install_guard,
 )
+from profilers.fake_cuda.comm import FUNCTIONS as COMM_FUNCTIONS
 from profilers.fake_cuda.graphs import Graphs, forbid_while_capturing, patch_graphs_and_generators
 from profilers.fake_cuda.memory import DEFAULT_BYTES, FakeMemory, PinnedMemory, Placeholders
 from profilers.fake_cuda.mode import FakeCudaMode, fake_tensor_mode
@@ -356,11 +359,6 @@ class FakeCuda:
 
     def _patch_accelerator_and_comm(self, stack: ExitStack, synchronize: Any) -> None:
         """``torch.accelerator`` as ``torch.cuda`` says, and nn.DataParallel's copies."""
-        import torch.cuda.comm
-        import torch.nn.parallel.comm
-
-        from profilers.fake_cuda import comm as _fake_cuda_comm
-
         n, accel = self.devices, torch.accelerator
         for name, value in {
             "is_available": lambda: True,
@@ -374,7 +372,7 @@ class FakeCuda:
         # NB: nn.DataParallel's scatter/broadcast/gather are C++ of a CUDA build (absent from a
         # CPU-only torch): on fake GPUs they are the copies they make (fake_cuda/comm.py).
         for module in (torch.nn.parallel.comm, torch.cuda.comm):
-            for name, fn in _fake_cuda_comm.FUNCTIONS.items():
+            for name, fn in COMM_FUNCTIONS.items():
                 if hasattr(module, name):
                     _set(stack, module, name, fn)
 

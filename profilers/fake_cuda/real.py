@@ -245,17 +245,12 @@ class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, u
 
 
 def _drawing_on(device: torch.device, func: Any, kwargs: dict[str, Any]) -> Any:
-    """``func``, or its overload that takes a generator, drawing from ``device``'s generator
-    (set in ``kwargs``) unless it was given one."""
-    if _random(func):
-        if kwargs.get("generator") is None:
-            kwargs["generator"] = torch.cuda.default_generators[device.index or 0]
-        return func
-    drawn = _with_generator(func)
-    if drawn is not None:  # randn(size) is randn.generator(size, generator=None)
+    """``func``, or its overload that takes a generator (randn(size) is randn.generator(size,
+    generator=None)), drawing from ``device``'s generator unless it was given one."""
+    drawn = func if _random(func) else _with_generator(func)
+    if drawn is not None and kwargs.get("generator") is None:
         kwargs["generator"] = torch.cuda.default_generators[device.index or 0]
-        return drawn
-    return func
+    return func if drawn is None else drawn
 
 
 def _is_cuda(device: Any) -> bool:

@@ -160,8 +160,7 @@ def _convert(
     memo: dict[int, tuple[Any, Any]],
     optimizers: Optimizers,
 ) -> None:
-    """``module``'s own tensors converted by ``fn`` (its children's first, with ``recurse``),
-    each parameter a new one (see :func:`module_apply`)."""
+    """``module``'s tensors converted by ``fn``, each parameter a new one (:func:`module_apply`)."""
     if recurse:
         for child in module.children():
             child._apply(fn)  # type: ignore[no-untyped-call]  # torch's, untyped

@@ -71,7 +71,6 @@ MAX_SAMPLES = 1 << 15
 """Samples kept (the newest: two and a half minutes at :data:`INTERVAL_S`)."""
 
 
-#: Code the user typed, with no file of its own: its lines are the user's wherever it runs.
 _TYPED = ("<stdin>", "<ipython-input-", "<console>")
 
 
@@ -81,7 +80,7 @@ def generated(filename: str) -> bool:
     attrs' ``<attrs generated init ...>``. NB: CPython's dataclasses.py builds each method's
     text and ``exec``s it, so its frames say ``<string>`` wherever the class was written: such
     a frame is the user's line only when no user frame with a file of its own called it
-    (``python -c``, code exec'd by hand)."""
+    (``python -c``, code exec'd by hand). Code typed at a prompt (``_TYPED``) is the user's."""
     return filename.startswith("<") and not filename.startswith(_TYPED)
 
 
