@@ -15,6 +15,7 @@ from typing import Any
 from profilers import patches as _patches
 from profilers.compiled import DynamoMark, EagerCalls, compiled_section, dynamo_mark, run_eager
 from profilers.counting import kernels as _kernels
+from profilers.counting.calibrate import start_clock
 from profilers.counting.devices import describe_devices
 from profilers.counting.kernels import CountingKernels
 from profilers.counting.mode import ProfilerMode
@@ -32,7 +33,6 @@ from profilers.records import Line, Totals
 from profilers.report import Report
 from profilers.sections import Compiled, MemoryView, Predicted, Timeline, TimeView, WhatIf, typed
 from profilers.stats import LineStats
-from profilers.timing.calibrate import start_clock
 from profilers.timing.cuda_events import CudaApi
 from profilers.timing.gaps import sample_gaps
 from profilers.timing.gpu_time import start_gpu_time

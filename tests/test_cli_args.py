@@ -62,7 +62,7 @@ def test_the_parsed_command_line_gives_the_module_its_options(monkeypatch):
 
     monkeypatch.setattr("gpuwatch.cli.profile.run_profile", fake_run)
     parser = cli.build_parser()
-    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "build_parser", lambda only=None: parser)
     for action in parser._actions:  # the handler was bound when the parser was built
         for sub in getattr(action, "choices", None) or {}:
             if sub == "profile":

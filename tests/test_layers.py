@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,6 +32,18 @@ def test_ruff_lint_and_import_boundaries():
     [
         ("profilers", "import textual", "textual"),
         ("profilers", "from gpuwatch import cli", "gpuwatch"),
+        (
+            "profilers/timing",
+            "from profilers.counting.mode import ProfilerMode",
+            "profilers.counting",
+        ),
+        (
+            "profilers/timing",
+            "def f():\n    from profilers.counting import dispatch",
+            "profilers.counting",
+        ),
+        ("profilers/timing", "from profilers.fake_cuda import harness", "profilers.fake_cuda"),
+        ("profilers/timing", "import textual", "textual"),
         ("gpuwatch/monitor/nvml", "import torch", "torch"),
         ("gpuwatch/monitor/nvml", "from gpuwatch.ui import top", "gpuwatch.ui"),
         ("gpuwatch/output", "import textual", "textual"),
@@ -74,18 +87,15 @@ def _modules() -> dict[str, Path]:
 #: What ``gpuwatch top`` must never load: the profiler, torch, the profile run and its reports.
 PROFILE_HALF = ("profilers", "torch", "gpuwatch.profile", "gpuwatch.output")
 
-#: Run in a fresh interpreter: imports the top app; builds the CLI's parser; then runs
-#: ``gpuwatch top --demo`` through the CLI's ``main()`` up to where the app would start. Prints the
-#: modules loaded after each of the three.
+#: Run in a fresh interpreter: imports the top app; then runs ``gpuwatch top --demo`` through
+#: the CLI's ``main()`` up to where the app would start. Prints the modules loaded after each.
 _TOP_PROBE = """
 import json, sys
 seen = {}
 import gpuwatch.ui.top.app
 from gpuwatch.ui import signals
 seen["top"] = sorted(sys.modules)
-from gpuwatch.cli.main import build_parser, main
-build_parser()
-seen["parser"] = sorted(sys.modules)
+from gpuwatch.cli.main import main
 def started(app):
     seen["app"] = type(app).__name__
     seen["entry"] = sorted(sys.modules)
@@ -102,9 +112,9 @@ def _profile_half(modules: list[str]) -> list[str]:
 @pytest.mark.slow
 def test_the_top_app_loads_nothing_of_the_profile_half():
     """The ruff bans see direct imports only; this sees what the top app loads round about, in
-    a fresh interpreter (a shared widget package once pulled in 23 profile modules). The
-    ``gpuwatch top`` command loads no more of it than the CLI's parser does: the parser declares
-    every subcommand's options, ``profile``'s among them (torch-free)."""
+    a fresh interpreter (a shared widget package once pulled in 23 profile modules), and what
+    the ``gpuwatch top`` command loads on its way there: the CLI imports only the subcommand
+    that runs."""
     import json
 
     done = subprocess.run(
@@ -114,22 +124,59 @@ def test_the_top_app_loads_nothing_of_the_profile_half():
     seen = json.loads(done.stdout.splitlines()[-1])
     assert seen["app"] == "TopApp" and seen["code"] == 0
     assert _profile_half(seen["top"]) == []
-    assert _profile_half(seen["entry"]) == _profile_half(seen["parser"])
-    assert "torch" not in seen["entry"]
+    assert _profile_half(seen["entry"]) == []
 
 
-def test_no_import_cycles():
-    """No two modules import each other, directly or round about, counting imports inside
-    functions too (a lazy import still ties the two together). A package's ``__init__``
-    re-exporting its own modules is not a cycle."""
+#: ``gpuwatch top --once``, the top level's help, then each monitor command's help, in one
+#: fresh interpreter: what they loaded of the profiler, together.
+_MONITOR_PROBE = """
+import contextlib, io, sys
+from gpuwatch.cli.main import main
+for argv in (["top", "--demo", "--once"], ["--help"], ["top", "--help"], ["export", "--help"]):
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        try:
+            main(argv)
+        except SystemExit:
+            pass
+    assert "usage: gpuwatch" in out.getvalue() or "GPU" in out.getvalue(), argv
+print(sorted(m for m in sys.modules if m.startswith(("profilers", "gpuwatch.profile"))))
+"""
+
+
+@pytest.mark.slow
+def test_the_monitor_commands_and_the_help_load_nothing_of_the_profiler():
+    """``gpuwatch top --once``, ``gpuwatch --help`` and ``top``/``export --help`` build only
+    the parser they show: ``profile``'s options (and the 18 modules they import) stay out."""
+    done = subprocess.run(
+        [sys.executable, "-c", _MONITOR_PROBE],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
+
+
+def _import_graph(collapse: Any = lambda name: name) -> dict[str, set[str]]:
+    """Which of our modules each module imports (``collapse`` maps a module to its node), inside
+    functions too (a lazy import still ties the two together), not under ``if TYPE_CHECKING``.
+    A package's ``__init__`` re-exporting its own modules is not an edge."""
     import ast
 
     modules = _modules()
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
-        deps = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        typing_only = {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")
+            for n in ast.walk(node)
+        }
+        deps = graph.setdefault(collapse(name), set())
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -137,13 +184,16 @@ def test_no_import_cycles():
             else:
                 continue
             for n in names:
-                if n not in modules or n == name:
+                if n not in modules or n == name or id(node) in typing_only:
                     continue
                 if is_package and n.startswith(name + "."):
                     continue  # an __init__ re-exporting its own modules
-                deps.add(n)
-        graph[name] = deps
+                if collapse(n) != collapse(name):
+                    deps.add(collapse(n))
+    return graph
 
+
+def _cycles(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
     def reaches(start: str, goal: str) -> bool:
         todo, seen = [start], {start}
         while todo:
@@ -155,5 +205,24 @@ def test_no_import_cycles():
                     todo.append(dep)
         return False
 
-    cycles = sorted((a, b) for a in graph for b in graph[a] if a < b and reaches(b, a))
-    assert cycles == []
+    return sorted((a, b) for a in graph for b in graph[a] if a < b and reaches(b, a))
+
+
+def test_no_import_cycles():
+    """No two modules import each other, directly or round about."""
+    assert _cycles(_import_graph()) == []
+
+
+def test_the_profilers_subpackages_import_one_way():
+    """No two of profilers' subpackages (counting, timing, memory, fake_cuda, kineto) import
+    each other, round about or inside a function: timing sits below counting (the hot path
+    writes into its clock), the fake GPU above both (ARCHITECTURE.md's layers)."""
+
+    subs = {f"profilers.{d.parent.name}" for d in (ROOT / "profilers").glob("*/__init__.py")}
+
+    def subpackage(name: str) -> str:
+        return ".".join(name.split(".")[:2])
+
+    graph = {n: deps & subs for n, deps in _import_graph(subpackage).items() if n in subs}
+    assert _cycles(graph) == []
+    assert "profilers.counting" not in graph["profilers.timing"]

@@ -12,11 +12,11 @@ from typing import Any
 import torch
 
 import profilers
+from profilers.counting.calibrate import BIG, Prober, probe_args, settle
 from profilers.counting.mode import ProfilerMode
 from profilers.counting.recorder import Recorder
 from profilers.counting.user_code import UserCode
 from profilers.stats import OpCount
-from profilers.timing.calibrate import BIG, Prober, probe_args, settle
 from profilers.timing.timeline import StepClock
 
 aten = torch.ops.aten

@@ -16,10 +16,10 @@ from torch.utils.data import DataLoader, Dataset
 import profilers
 from gpuwatch.output.load import problem
 from profilers import Report
+from profilers.counting.calibrate import fast_path_outside_ns, start_clock
 from profilers.counting.kernels import CountingKernels
 from profilers.counting.recorder import Recorder
 from profilers.counting.user_code import UserCode
-from profilers.timing.calibrate import fast_path_outside_ns, start_clock
 from profilers.timing.charge import charge_transfer, timed_on_fast_path, untimed
 from profilers.timing.timeline import COPY, INPUT, SYNC, UNATTRIBUTED, StepClock
 from profilers.timing.verdict import breakdown, step_dict
@@ -281,7 +281,7 @@ def test_on_the_fast_path_calls_it_takes_and_does_not_count_are_the_profilers_ow
 
 
 def test_the_fast_paths_calls_on_python_numbers_are_taken_out_of_the_stated_step(monkeypatch):
-    from profilers.timing import calibrate
+    from profilers.counting import calibrate
 
     # The cost around each call, as calibrated, fixed at a known 2 µs (of about 10 on this
     # box, the rest timed in the kernel): 100 calls a step

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from gpuwatch.errors import CliError
 from gpuwatch.flags import Outputs
@@ -22,15 +21,12 @@ OUTPUTS = Outputs(
 )
 
 
-def add_parser(sub: Any) -> None:
-    d = sub.add_parser(
-        "diff",
-        allow_abbrev=False,
-        help="compare two saved runs line by line (before and after a change)",
-        description="Compare two saved runs (gpuwatch profile --json) line by line: copies, "
+def declare(d: argparse.ArgumentParser) -> None:
+    d.description = (
+        "Compare two saved runs (gpuwatch profile --json) line by line: copies, "
         "bytes, syncs by cause, collectives and kernel time, per step where both runs counted "
         "steps. Lines are matched by their source text and function, so a line that moved is "
-        "still the same line; lines that appeared or disappeared are said.",
+        "still the same line; lines that appeared or disappeared are said."
     )
     d.add_argument("before", metavar="BEFORE.json", help="the run before the change")
     d.add_argument("after", metavar="AFTER.json", help="the run after it")

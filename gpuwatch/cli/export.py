@@ -22,14 +22,11 @@ from gpuwatch.monitor.nvml.activity import IdlePolicy
 from gpuwatch.monitor.threads import OwnThread
 
 
-def add_parser(sub: Any) -> None:
-    e = sub.add_parser(
-        "export",
-        allow_abbrev=False,
-        help="serve the GPUs' stats to Prometheus (dcgm-exporter's metric names)",
-        description="Serve per-GPU stats at /metrics in Prometheus' format, with dcgm-exporter's "
+def declare(e: argparse.ArgumentParser) -> None:
+    e.description = (
+        "Serve per-GPU stats at /metrics in Prometheus' format, with dcgm-exporter's "
         "metric names and labels (its Grafana dashboards work unchanged), and per-process GPU "
-        "memory and SM share as gpuwatch_process_* gauges.",
+        "memory and SM share as gpuwatch_process_* gauges."
     )
     e.add_argument("--port", type=bounded_int(1, 65535), default=9400, help="default 9400")
     e.add_argument(

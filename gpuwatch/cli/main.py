@@ -11,12 +11,20 @@ from importlib import import_module
 from gpuwatch import __version__
 from gpuwatch.errors import CliError
 
-#: The subcommands, in the order ``gpuwatch --help`` lists them: each is the module of that name
-#: in this package, with ``add_parser(sub)`` declaring it and the handler it runs.
-SUBCOMMANDS = ("top", "profile", "report", "diff", "export")
+#: The subcommands, in the order ``gpuwatch --help`` lists them, with its line on each: each is
+#: the module of that name here, whose ``declare(parser)`` declares its options and handler.
+SUBCOMMANDS = {
+    "top": "live per-GPU stats and processes (NVML)",
+    "profile": "run a PyTorch script and count its device copies, syncs and kernel time",
+    "report": "re-render a saved gpuwatch profile JSON, or analyse a torch.profiler trace",
+    "diff": "compare two saved runs line by line (before and after a change)",
+    "export": "serve the GPUs' stats to Prometheus (dcgm-exporter's metric names)",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every subcommand's parser; with ``only``, that one's alone in full, the others' names and
+    help lines only: ``gpuwatch top`` (or ``--help``) never loads ``profile``'s half."""
     # NB: allow_abbrev=False everywhere: a prefix must never pick another option silently
     # (--trace was taken as --trace-syncs).
     parser = argparse.ArgumentParser(
@@ -28,20 +36,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpuwatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-
-    for command in SUBCOMMANDS:
-        import_module(f"gpuwatch.cli.{command}").add_parser(sub)
+    for command, help_line in SUBCOMMANDS.items():
+        p = sub.add_parser(command, allow_abbrev=False, help=help_line)
+        if only is None or command == only:
+            import_module(f"gpuwatch.cli.{command}").declare(p)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gpuwatch.cli.target_args import split_target
+    from gpuwatch.cli.target_args import split_target, subparser
 
-    parser = build_parser()
-    ours, target = split_target(parser, list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # NB: the top level's options take no value: its first word is the subcommand, if any.
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), ""))
+    ours, target = split_target(parser, argv)
     args, unknown = parser.parse_known_args(ours)
     if unknown:  # NB: the subcommand's own usage, not the top level's (argparse's default)
-        _subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
+        subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
     if target is not None:  # everything after the script or module is the script's
         args = argparse.Namespace(**{**vars(args), "args": target})
     try:
@@ -68,14 +79,6 @@ def _terminated_code(exc: BaseException) -> int | None:
     if interrupts is not None and isinstance(exc, interrupts.Terminated):
         return int(exc.exit_code)
     return None
-
-
-def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
-    for action in parser._actions:  # noqa: SLF001 (argparse keeps its subparsers there)
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
-            sub: argparse.ArgumentParser = action.choices[command]
-            return sub
-    return parser
 
 
 def _pipe_closed() -> int:

@@ -16,17 +16,14 @@ from gpuwatch.profile.options import ProfileOptions, add_arguments
 from gpuwatch.profile.worded import library_errors
 
 
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "profile",
-        allow_abbrev=False,
-        help="run a PyTorch script and count its device copies, syncs and kernel time",
-        description="Run a Python script (or -m module) under gpuwatch's profiler: every "
+def declare(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Run a Python script (or -m module) under gpuwatch's profiler: every "
         "host->GPU, GPU->host and GPU->GPU copy, every host/GPU synchronisation and the kernel "
         "time of every op, charged to your own source lines. The summary goes to stderr; the "
-        "script's own output is left alone.",
-        usage="gpuwatch profile [options] (script.py | -m module) [args ...]",
+        "script's own output is left alone."
     )
+    p.usage = "gpuwatch profile [options] (script.py | -m module) [args ...]"
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script")
     add_arguments(p)
     p.add_argument(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from gpuwatch.errors import CliError
 from gpuwatch.flags import Outputs
@@ -20,16 +19,13 @@ OUTPUTS = Outputs(
 )
 
 
-def add_parser(sub: Any) -> None:
-    r = sub.add_parser(
-        "report",
-        allow_abbrev=False,
-        help="re-render a saved gpuwatch profile JSON, or analyse a torch.profiler trace",
-        description="Print the summary of a saved run (gpuwatch profile --json), optionally "
+def declare(r: argparse.ArgumentParser) -> None:
+    r.description = (
+        "Print the summary of a saved run (gpuwatch profile --json), optionally "
         "writing its HTML report. Given a torch.profiler trace instead (.json or .json.gz from "
         "export_chrome_trace() or tensorboard_trace_handler, or a folder of one per rank), "
         "print where each step's GPU idle time went: busy, and idle by input, sync, copy, comm "
-        "and launch, with the lines charged (docs/trace.md).",
+        "and launch, with the lines charged (docs/trace.md)."
     )
     r.add_argument(
         "paths",

@@ -19,11 +19,7 @@ def split_target(
     command = next((i for i, tok in enumerate(argv) if not tok.startswith("-")), None)
     if command is None or argv[command] != "profile":
         return argv, None
-    profile = next(
-        a.choices["profile"]
-        for a in parser._actions
-        if isinstance(a, argparse._SubParsersAction)  # noqa: SLF001
-    )
+    profile = subparser(parser, "profile")
     i = command + 1
     while i < len(argv):
         tok = argv[i]
@@ -41,3 +37,10 @@ def split_target(
         takes_value = action is not None and action.nargs != 0 and "=" not in tok
         i += 2 if takes_value else 1
     return argv, None
+
+
+def subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of ``command``, one of ``parser``'s subcommands."""
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
+    sub: argparse.ArgumentParser = action.choices[command]
+    return sub

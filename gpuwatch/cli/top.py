@@ -15,13 +15,10 @@ from gpuwatch.errors import CliError
 MAX_DEMO_GPUS = 64
 
 
-def add_parser(sub: Any) -> None:
-    top = sub.add_parser(
-        "top",
-        allow_abbrev=False,
-        help="live per-GPU stats and processes (NVML)",
-        description="Live per-GPU utilisation, memory, temperature, power, clocks, PCIe/NVLink "
-        "traffic and processes, from NVML.",
+def declare(top: argparse.ArgumentParser) -> None:
+    top.description = (
+        "Live per-GPU utilisation, memory, temperature, power, clocks, PCIe/NVLink "
+        "traffic and processes, from NVML."
     )
     top.add_argument(
         "--demo", action="store_true", help="simulated GPUs instead of NVML (no GPU needed)"

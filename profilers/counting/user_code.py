@@ -14,6 +14,7 @@ from types import FrameType
 
 from profilers.libraries import LibraryFrame
 from profilers.text import printable
+from profilers.timing.gaps import generated
 
 #: Where ops with no user frame on their thread go when no .backward() call is under way.
 UNKNOWN = ("<unknown>", 0)
@@ -115,9 +116,6 @@ LIBRARY_PLUMBING = (
 
 _OTHER, _TORCH, _LIBRARY, _PLUMBING = 0, 1, 2, 3
 
-#: Code the user typed, with no file of its own: its lines are the user's wherever it runs.
-_TYPED = ("<stdin>", "<ipython-input-", "<console>")
-
 
 def _inductor_output(path: str) -> bool:
     """Whether ``path`` is code inductor wrote for a compiled graph (its cache folder): the ops
@@ -133,16 +131,6 @@ def _inductor_output(path: str) -> bool:
     except (OSError, KeyError, RuntimeError):
         return False
     return path.startswith(folder + os.sep)
-
-
-def generated(filename: str) -> bool:
-    """Whether ``filename`` names code made at run time with ``exec()``: a dataclass's
-    ``__init__`` (``<string>``; HF's ``TrainingArguments``), a namedtuple's ``__new__``,
-    attrs' ``<attrs generated init ...>``. NB: CPython's dataclasses.py builds each method's
-    text and ``exec``s it, so its frames say ``<string>`` wherever the class was written: such
-    a frame is the user's line only when no user frame with a file of its own called it
-    (``python -c``, code exec'd by hand)."""
-    return filename.startswith("<") and not filename.startswith(_TYPED)
 
 
 class UserCode:
@@ -189,7 +177,7 @@ class UserCode:
 
     def first(self, frame: FrameType | None) -> FrameType | None:
         """The innermost user frame at or above ``frame`` that has a source file of its own,
-        else the innermost user frame of code made at run time (see :func:`generated`)."""
+        else the innermost user frame of code made at run time (see :func:`~profilers.timing.gaps.generated`)."""
         cache = self._cache
         made: FrameType | None = None
         while frame is not None:
@@ -198,7 +186,7 @@ class UserCode:
             if known is None:
                 known = self(filename)
             if known:
-                if not filename.startswith("<") or filename.startswith(_TYPED):
+                if not generated(filename):
                     return frame
                 if made is None:
                     made = frame

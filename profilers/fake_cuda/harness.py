@@ -33,6 +33,8 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
+import torch.cuda.comm
+import torch.nn.parallel.comm
 from torch import nn
 
 from profilers.errors import ProfileStateError
@@ -56,6 +58,7 @@ from profilers.fake_cuda.build import (
     guard_library,
     install_guard,
 )
+from profilers.fake_cuda.comm import FUNCTIONS as COMM_FUNCTIONS
 from profilers.fake_cuda.graphs import Graphs, forbid_while_capturing, patch_graphs_and_generators
 from profilers.fake_cuda.memory import DEFAULT_BYTES, FakeMemory, PinnedMemory, Placeholders
 from profilers.fake_cuda.mode import FakeCudaMode, fake_tensor_mode
@@ -316,27 +319,7 @@ class FakeCuda:
         }
         for name, value in patches.items():
             _set(stack, cuda, name, value)
-        accel = torch.accelerator
-        for name, value in {
-            "is_available": lambda: True,
-            "current_accelerator": lambda check_available=False: torch.device("cuda"),
-            "device_count": lambda: n,
-            "current_device_index": self.current_device,
-            "synchronize": synchronize,
-        }.items():
-            if hasattr(accel, name):
-                _set(stack, accel, name, value)
-        # NB: nn.DataParallel's scatter/broadcast/gather are C++ of a CUDA build (absent from a
-        # CPU-only torch): on fake GPUs they are the copies they make (fake_cuda/comm.py).
-        import torch.cuda.comm
-        import torch.nn.parallel.comm
-
-        from profilers.fake_cuda import comm as _fake_cuda_comm
-
-        for module in (torch.nn.parallel.comm, torch.cuda.comm):
-            for name, fn in _fake_cuda_comm.FUNCTIONS.items():
-                if hasattr(module, name):
-                    _set(stack, module, name, fn)
+        self._patch_accelerator_and_comm(stack, synchronize)
         # NB: FakeTensor's first CUDA tensor makes a real one to set up the CUDA context.
         _set(stack, fake_tensor, "init_gpu_context", lambda device: None)
         _set(
@@ -373,6 +356,25 @@ class FakeCuda:
         patch_rng(stack, self)
         patch_attention(stack)
         patch_unsimulated(stack)
+
+    def _patch_accelerator_and_comm(self, stack: ExitStack, synchronize: Any) -> None:
+        """``torch.accelerator`` as ``torch.cuda`` says, and nn.DataParallel's copies."""
+        n, accel = self.devices, torch.accelerator
+        for name, value in {
+            "is_available": lambda: True,
+            "current_accelerator": lambda check_available=False: torch.device("cuda"),
+            "device_count": lambda: n,
+            "current_device_index": self.current_device,
+            "synchronize": synchronize,
+        }.items():
+            if hasattr(accel, name):
+                _set(stack, accel, name, value)
+        # NB: nn.DataParallel's scatter/broadcast/gather are C++ of a CUDA build (absent from a
+        # CPU-only torch): on fake GPUs they are the copies they make (fake_cuda/comm.py).
+        for module in (torch.nn.parallel.comm, torch.cuda.comm):
+            for name, fn in COMM_FUNCTIONS.items():
+                if hasattr(module, name):
+                    _set(stack, module, name, fn)
 
 
 _set = patcher("fake_cuda")

@@ -191,26 +191,23 @@ class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, u
             return super().run(func, args, kwargs)  # no GPU in it: the placeholder mode's way
         if host_dim is not None and func not in MIXED_DEVICES_OK:
             raise mixed(func, args, kwargs, device, host_dim)
-        if _random(func):
-            if new_kwargs.get("generator") is None:
-                new_kwargs["generator"] = torch.cuda.default_generators[device.index or 0]
-        else:
-            drawn = _with_generator(func)
-            if drawn is not None:  # randn(size) is randn.generator(size, generator=None)
-                func = drawn
-                new_kwargs["generator"] = torch.cuda.default_generators[device.index or 0]
-        try:
-            out = func(*new_args, **new_kwargs)
-        except RuntimeError as exc:  # NB: a GPU raises its own OOM before the host's allocator
-            instead = self.harness.memory.host_refused(exc, device.index or 0)
-            if instead is None:
-                raise
-            raise instead from None
+        func = _drawing_on(device, func, new_kwargs)
+        out = self.on_host(func, new_args, new_kwargs, device)
         if isinstance(out, (bool, int, float)):
             self.harness.graphs.forbid(f"{func} (a GPU value read on the host)")
         out = self.wrap_out(out, device, wrappers)
         note_fake_op(func, args, kwargs, out, self.t0)  # --gpu NAME: the model's time for it
         return out
+
+    def on_host(self, func: Any, args: list[Any], kwargs: dict[str, Any], device: Any) -> Any:
+        """``func`` run on host tensors for ``device``: the host's out of memory is the GPU's."""
+        try:
+            return func(*args, **kwargs)
+        except RuntimeError as exc:  # NB: a GPU raises its own OOM before the host's allocator
+            instead = self.harness.memory.host_refused(exc, device.index or 0)
+            if instead is None:
+                raise
+            raise instead from None
 
     def wrap_out(self, out: Any, device: torch.device, wrappers: dict[int, HostBacked]) -> Any:
         memory = self.harness.memory
@@ -245,6 +242,15 @@ class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, u
             d = torch.device("cuda", self.harness.current_device())
         self.harness.check_device(d)
         return d
+
+
+def _drawing_on(device: torch.device, func: Any, kwargs: dict[str, Any]) -> Any:
+    """``func``, or its overload that takes a generator (randn(size) is randn.generator(size,
+    generator=None)), drawing from ``device``'s generator unless it was given one."""
+    drawn = func if _random(func) else _with_generator(func)
+    if drawn is not None and kwargs.get("generator") is None:
+        kwargs["generator"] = torch.cuda.default_generators[device.index or 0]
+    return func if drawn is None else drawn
 
 
 def _is_cuda(device: Any) -> bool:

@@ -143,47 +143,50 @@ def module_apply(
         if outermost:
             local.memo = memo
         try:
-            _convert(module, fn, recurse, probe, local.memo)
+            _convert(module, fn, recurse, probe, local.memo, optimizers)
         finally:
             if outermost:
                 local.memo = None
         return module
 
-    def _convert(
-        module: nn.Module,
-        fn: Callable[[Any], Any],
-        recurse: bool,
-        probe: tuple[Any, Any] | None,
-        memo: dict[int, tuple[Any, Any]],
-    ) -> None:
-        if recurse:
-            for child in module.children():
-                child._apply(fn)  # type: ignore[no-untyped-call]  # torch's, untyped
-
-        def applied(t: Any) -> Any:
-            if probe is not None and t is probe[0]:
-                return probe[1]
-            with torch.no_grad():
-                return fn(t)
-
-        for key, param in module._parameters.items():
-            if param is None:
-                continue
-            done = memo.get(id(param))
-            if done is not None and done[0] is param:  # a weight shared with a module done
-                module._parameters[key] = done[1]
-                continue
-            out = applied(param)
-            if out is param:
-                continue
-            new = nn.Parameter(out, param.requires_grad)
-            if param.grad is not None:
-                new.grad = applied(param.grad)
-            module._parameters[key] = new
-            memo[id(param)] = (param, new)
-            optimizers.replace(param, new)
-        for key, buf in module._buffers.items():
-            if buf is not None:
-                module._buffers[key] = applied(buf)
-
     return _apply
+
+
+def _convert(
+    module: nn.Module,
+    fn: Callable[[Any], Any],
+    recurse: bool,
+    probe: tuple[Any, Any] | None,
+    memo: dict[int, tuple[Any, Any]],
+    optimizers: Optimizers,
+) -> None:
+    """``module``'s tensors converted by ``fn``, each parameter a new one (:func:`module_apply`)."""
+    if recurse:
+        for child in module.children():
+            child._apply(fn)  # type: ignore[no-untyped-call]  # torch's, untyped
+
+    def applied(t: Any) -> Any:
+        if probe is not None and t is probe[0]:
+            return probe[1]
+        with torch.no_grad():
+            return fn(t)
+
+    for key, param in module._parameters.items():
+        if param is None:
+            continue
+        done = memo.get(id(param))
+        if done is not None and done[0] is param:  # a weight shared with a module done
+            module._parameters[key] = done[1]
+            continue
+        out = applied(param)
+        if out is param:
+            continue
+        new = nn.Parameter(out, param.requires_grad)
+        if param.grad is not None:
+            new.grad = applied(param.grad)
+        module._parameters[key] = new
+        memo[id(param)] = (param, new)
+        optimizers.replace(param, new)
+    for key, buf in module._buffers.items():
+        if buf is not None:
+            module._buffers[key] = applied(buf)

@@ -11,15 +11,14 @@ line, and the verdict (the "Time" vocabulary of the design).
   clock (anchors) and each closed step given its measured busy and idle time as events resolve;
 * :mod:`profilers.timing.verdict`: shares and the verdict of a step or the run, and the JSON of
   the report's ``time`` section (no torch: renderers use it on a saved report);
-* :mod:`profilers.timing.calibrate`: the profiler's own cost per op outside its hot path,
-  measured when a profile starts (imports torch).
 * :mod:`profilers.timing.replay` (records in :mod:`profilers.timing.replay_ops`): a replay of
   one step, host and streams, from its recorded ops (as recorded, or without the profiler);
 * :mod:`profilers.timing.whatif`: the saving of each fix (one per hint), ranked;
 * :mod:`profilers.timing.gpu_model`: published specs of named GPUs and a roofline of an op's
   time on one (for ``--fake-cuda --gpu NAME``; its ``roofline`` imports torch).
 
-Nothing here imports gpuwatch or prints.
+Nothing here imports gpuwatch, the counting core (which rides on it) or the fake GPU, or
+prints (ruff.toml).
 """
 
 from __future__ import annotations

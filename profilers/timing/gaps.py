@@ -41,7 +41,6 @@ from contextlib import ExitStack
 from time import perf_counter_ns
 from typing import Any
 
-from profilers.counting.user_code import generated
 from profilers.registry import OwnThread
 
 LONG_GAP_NS = 5_000_000
@@ -70,6 +69,19 @@ STEP_END = "<step end>"
 
 MAX_SAMPLES = 1 << 15
 """Samples kept (the newest: two and a half minutes at :data:`INTERVAL_S`)."""
+
+
+_TYPED = ("<stdin>", "<ipython-input-", "<console>")
+
+
+def generated(filename: str) -> bool:
+    """Whether ``filename`` names code made at run time with ``exec()``: a dataclass's
+    ``__init__`` (``<string>``; HF's ``TrainingArguments``), a namedtuple's ``__new__``,
+    attrs' ``<attrs generated init ...>``. NB: CPython's dataclasses.py builds each method's
+    text and ``exec``s it, so its frames say ``<string>`` wherever the class was written: such
+    a frame is the user's line only when no user frame with a file of its own called it
+    (``python -c``, code exec'd by hand). Code typed at a prompt (``_TYPED``) is the user's."""
+    return filename.startswith("<") and not filename.startswith(_TYPED)
 
 
 class GapSampler:

@@ -186,7 +186,7 @@ class StepClock:
         self.outside_by_op: dict[Any, int] = {}
         """Probed cost around the ops input iterators run, by op (timing/inputs.py)."""
         """Measures an op's cost outside the hot path on its own arguments
-        (:class:`profilers.timing.calibrate.Prober`), where it is first seen at a line."""
+        (:class:`profilers.counting.calibrate.Prober`), where it is first seen at a line."""
         self.probes: list[list[Any]] = []
         """``[entry, line, ns, counted]`` per probed op at a line (``Prober.settle``)."""
         self.probed_ops = 0
