@@ -109,7 +109,8 @@ def _outcomes(
             dask = _dask(scheduler, stack)
             futures = {p: dask.submit(read_on_worker, p, os.getcwd()) for p in files}
         else:
-            pool = stack.enter_context(ProcessPoolExecutor(workers))
+            pool = ProcessPoolExecutor(workers)
+            stack.callback(pool.shutdown, cancel_futures=True)  # NB: Ctrl-C reads no more ranks
             futures = {p: pool.submit(read_rank, p) for p in files}
         pending = set(futures.values())
         while pending:
