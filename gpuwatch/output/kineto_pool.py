@@ -74,20 +74,21 @@ class _Bar:
     """A rich progress bar on stderr, shown only once the reads have taken a second."""
 
     def __init__(self, total: int, show: bool, stack: ExitStack) -> None:
-        self.total, self.show, self.stack = total, show, stack
-        self.start = time.monotonic()
+        self.total, self.show, self.stack, self.start = total, show, stack, time.monotonic()
         self.bar: Any = None
 
     def tick(self, done: int) -> None:
-        if self.bar is None and self.show and done < self.total:
-            if time.monotonic() - self.start > SHOW_AFTER_S:
-                from rich.console import Console
-                from rich.progress import Progress
+        late = time.monotonic() - self.start > SHOW_AFTER_S
+        if self.bar is None and self.show and done < self.total and late:
+            from rich.console import Console
+            from rich.progress import Progress
 
-                progress = Progress(console=Console(stderr=True), transient=True)
-                self.bar = (self.stack.enter_context(progress), progress.add_task("ranks read"))
+            self.bar = self.stack.enter_context(
+                Progress(console=Console(stderr=True), transient=True)
+            )
+            self.bar.add_task("ranks read", total=self.total)
         if self.bar is not None:
-            self.bar[0].update(self.bar[1], total=self.total, completed=done)
+            self.bar.update(0, completed=done)
 
 
 def _outcomes(
@@ -129,24 +130,19 @@ def read_ranks(
     listed = [trace_files(p) for p in paths]
     got = _outcomes([f for files in listed for f in files], jobs, scheduler, show)
     ranks: list[RankResult] = []
-    skipped: list[str] = []
-    idle: list[str] = []
+    passed: dict[type[TraceError], list[str]] = {NotATrace: [], NoGpuActivity: []}
     for given, files in zip(paths, listed, strict=True):
-        in_folder, before, first_idle = os.path.isdir(given), len(ranks), None
-        for path in files:
-            outcome = got[path]
+        outcomes = [got[path] for path in files]
+        for path, outcome in zip(files, outcomes, strict=True):
             if isinstance(outcome, RankResult):
                 ranks.append(outcome)
-            elif in_folder and isinstance(outcome, NotATrace):
-                skipped.append(os.path.basename(path))
-            elif in_folder and isinstance(outcome, NoGpuActivity):
-                first_idle = first_idle or outcome
-                idle.append(os.path.basename(path))
+            elif os.path.isdir(given) and type(outcome) in passed:
+                passed[type(outcome)].append(os.path.basename(path))
             else:
                 raise outcome
-        if in_folder and len(ranks) == before:
-            raise first_idle or TraceError(
-                f"{given} holds no torch.profiler trace (only {', '.join(skipped)})"
+        if not any(isinstance(o, RankResult) for o in outcomes):
+            raise next((o for o in outcomes if isinstance(o, NoGpuActivity)), None) or TraceError(
+                f"{given} holds no torch.profiler trace (only {', '.join(passed[NotATrace])})"
             )
     numbers = [r.rank for r in ranks]
     # NB: a file that names no rank (no distributedInfo) is rank 0 read alone: two such files, or
@@ -155,7 +151,7 @@ def read_ranks(
     if len(set(numbers)) != len(numbers):
         ranks = [dataclasses.replace(r, rank=i) for i, r in enumerate(ranks)]
     ranks.sort(key=lambda r: r.rank)
-    notes = [f"passed over (JSON, not a Chrome trace): {', '.join(skipped)}"] * bool(skipped)
-    notes += [f"passed over (no GPU activity in the trace): {', '.join(idle)}"] * bool(idle)
+    why = {NotATrace: "JSON, not a Chrome trace", NoGpuActivity: "no GPU activity in the trace"}
+    notes = [f"passed over ({why[k]}): {', '.join(names)}" for k, names in passed.items() if names]
     ranks[0] = dataclasses.replace(ranks[0], notes=(*notes, *ranks[0].notes))
     return TraceAnalysis(tuple(paths), tuple(ranks))
