@@ -25,7 +25,8 @@ def declare(r: argparse.ArgumentParser) -> None:
         "writing its HTML report. Given a torch.profiler trace instead (.json or .json.gz from "
         "export_chrome_trace() or tensorboard_trace_handler, or a folder of one per rank), "
         "print where each step's GPU idle time went: busy, and idle by input, sync, copy, comm "
-        "and launch, with the lines charged (docs/trace.md)."
+        "and launch, with the lines charged (docs/trace.md). A run's rank files are read in "
+        "parallel: one process per core (--jobs), or on a Dask cluster's workers (--scheduler)."
     )
     r.add_argument(
         "paths",
@@ -41,8 +42,28 @@ def declare(r: argparse.ArgumentParser) -> None:
         help="print what each fix would save per step instead of the summary (the run's "
         "replayed or predicted what-ifs, their combined saving and overlap)",
     )
+    r.add_argument(
+        "--jobs",
+        type=_jobs,
+        metavar="N",
+        help="traces: read the rank files in N processes (default: one per core, up to one per "
+        "rank, when the files pass 1 MiB; 1: in this process)",
+    )
+    r.add_argument(
+        "--scheduler",
+        metavar="tcp://HOST:8786",
+        help="traces: read each rank file on the workers of this Dask scheduler, which need "
+        "gpuwatch installed and the files at the same path (a shared filesystem); "
+        "pip install 'gpuwatch[dask]'",
+    )
     add_budget_args(r)
     r.set_defaults(handler=run_report)
+
+
+def _jobs(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (1 or more)")
+    return int(text)
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -50,6 +71,10 @@ def run_report(args: argparse.Namespace) -> int:
 
     if any(is_trace(p) for p in args.paths):
         return run_trace_report(args)
+    if args.scheduler is not None:
+        raise CliError(
+            f"--scheduler reads torch.profiler traces; {args.paths[0]} is a gpuwatch run"
+        )
     from gpuwatch.output.deliver import deliver
     from gpuwatch.output.load import load_report
     from gpuwatch.output.write import check_outputs, output_for, outputs
@@ -97,7 +122,8 @@ def run_trace_report(args: argparse.Namespace) -> int:
     wanted = outputs(args.json_path, args.html_path, args.trace_path)
     wanted += [output_for(path) for path in args.output_paths]
     check_outputs(wanted, inputs=args.paths)
-    analysis = load_analysis(args.paths)
+    show = not args.quiet and sys.stderr.isatty()
+    analysis = load_analysis(args.paths, args.jobs, args.scheduler, show)
     if not args.quiet:
         print_summary(analysis, args.top, file=sys.stdout)
     failed = say(write_rendered(wanted, lambda kind: render(analysis, kind)), quiet=args.quiet)

@@ -42,10 +42,13 @@ def is_trace(path: str) -> bool:
     return head.lstrip().startswith(b"[") or b'"traceEvents"' in head
 
 
-def load_analysis(paths: Sequence[str]) -> TraceAnalysis:
-    """The analysis of the traces at ``paths``; one-line :class:`CliError` for a bad one."""
-    from profilers.kineto.analyse import analyse
-    from profilers.kineto.read import TraceError, read_traces
+def load_analysis(
+    paths: Sequence[str], jobs: int | None = None, scheduler: str | None = None, show: bool = False
+) -> TraceAnalysis:
+    """The analysis of the traces at ``paths``, read as :func:`read_ranks` says; one-line
+    :class:`CliError` for a bad one."""
+    from gpuwatch.output.kineto_pool import read_ranks
+    from profilers.kineto.read import TraceError
 
     for path in paths:
         if not is_trace(path):
@@ -54,6 +57,6 @@ def load_analysis(paths: Sequence[str]) -> TraceAnalysis:
                 "reported together"
             )
     try:
-        return analyse(read_traces(paths), paths)
+        return read_ranks(paths, jobs, scheduler, show)
     except TraceError as exc:
         raise CliError(str(exc)) from None
