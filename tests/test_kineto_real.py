@@ -25,6 +25,7 @@ WORKERS_0 = DATA / "resnet50_num_workers_0.pt.trace.json.gz"
 WORKERS_4 = DATA / "resnet50_num_workers_4.pt.trace.json.gz"
 TWO_RANKS = DATA / "two_ranks"
 EVENT_SYNC = DATA / "event_sync_trace.json.gz"
+NEGATIVE_QUEUE = DATA / "hta-figures" / "hta_negative_queue_rank0"
 
 
 @cache
@@ -188,3 +189,14 @@ def test_an_h100_inference_step_with_stacks():
         37,
         "aten::addmm",
     )
+
+
+def test_a_gpu_with_its_work_queued_is_not_waiting_for_the_host():
+    # HTA's negative-queue trace: the host runs ~160 ms ahead with hundreds of kernels queued;
+    # HTA's idle breakdown puts 861 of the compute stream's 882 ms of idle in "other", none in
+    # host_wait. The host's own copies (pageable, staged) are no reason for the GPU's idle.
+    (d,) = rank0(NEGATIVE_QUEUE).run
+    host = sum(d.idle_by_cause_ms[c] for c in ("input", "sync", "copy", "launch"))
+    assert host < 0.03 * d.idle_ms  # 12.6 of 690 ms: gaps before late copies on other streams
+    assert d.idle_by_cause_ms["dependency"] > 0.9 * d.idle_ms
+    assert d.verdict == "dependency-bound"

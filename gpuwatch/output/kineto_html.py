@@ -17,6 +17,8 @@ COLOURS = {
     "copy": "#6a1b9a",
     "comm": "#1565c0",
     "launch": "#8d6e63",
+    "dependency": "#00838f",
+    "warmup": "#bdbdbd",
 }
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
