@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from profilers.kineto.analyse import analyse
-from profilers.kineto.read import read_traces
+from profilers.kineto.read import TraceError, read_traces
 from profilers.kineto.result import RankResult, TraceAnalysis
 from tests.shared_traces import SHARED_TRACES as DATA
 from tests.shared_traces import needs_shared_traces
@@ -200,3 +200,38 @@ def test_a_gpu_with_its_work_queued_is_not_waiting_for_the_host():
     assert host < 0.03 * d.idle_ms  # 12.6 of 690 ms: gaps before late copies on other streams
     assert d.idle_by_cause_ms["dependency"] > 0.9 * d.idle_ms
     assert d.verdict == "dependency-bound"
+
+
+def _every_trace() -> list[Path]:
+    found = [*DATA.glob("*.json.gz"), *DATA.glob("hta-figures/*"), TWO_RANKS]
+    return sorted(p for p in found if p.exists())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", _every_trace(), ids=lambda p: p.name.split(".")[0])
+def test_the_stream_reads_every_trace_as_a_whole_reading_does(path, monkeypatch):
+    import profilers.kineto.read as read
+
+    def report(whole: bool) -> Any:
+        try:
+            return analyse(read_traces([str(path)], whole=whole), [str(path)]).to_dict()
+        except TraceError as exc:
+            return str(exc)
+
+    whole = report(whole=True)
+    monkeypatch.setattr(read, "read_bytes", None)  # the stream must not fall back on it
+    assert report(whole=False) == whole
+
+
+def test_the_stream_cuts_only_between_events(tmp_path, monkeypatch):
+    # a chunk of 64 bytes cuts inside names, inside args and between "}" and ","
+    import profilers.kineto.read as read
+
+    doc = json.loads(gzip.decompress(EVENT_SYNC.read_bytes()))
+    doc["traceEvents"][5]["name"] = 'a "},{" inside a name'
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc) + "\n")
+    whole = analyse(read_traces([str(path)], whole=True)).to_dict()
+    monkeypatch.setattr(read, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(read, "read_bytes", None)  # the stream must not fall back on it
+    assert analyse(read_traces([str(path)])).to_dict() == whole
