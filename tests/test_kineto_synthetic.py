@@ -545,3 +545,27 @@ def test_a_step_with_no_gpu_work_gets_no_launch_verdict(tmp_path):
     first, second = (s.devices[0] for s in _one(tmp_path, t).steps)
     assert first.verdict == "GPU-bound"
     assert (second.busy_ms, second.verdict) == (0.0, "no GPU work")
+
+
+@pytest.mark.slow
+def test_the_html_and_perfetto_outputs_of_a_huge_trace_stay_bounded(tmp_path):
+    from gpuwatch.output import kineto_html, kineto_trace
+
+    t = TraceBuilder()
+    for step in range(400):  # 400 steps of 30 kernels, each after a 2 us gap: 24,000 slices
+        t0 = step * 100
+        t.step(step + 1, t0, 100)
+        for k in range(30):
+            t.launch(f"aten::op{k}", t0 + 3 * k, t0 + 3 * k + 2, 1)
+    analysis = analyse(read_traces([str(t.write(tmp_path / "big.json"))]))
+    (r,) = analysis.ranks
+    assert len(r.timeline) > kineto_trace.MAX_SLICES and len(r.steps) > kineto_html.MAX_STEPS
+    trace = json.loads(kineto_trace.render_trace(analysis))["traceEvents"]
+    slices = [e for e in trace if e["ph"] == "X" and e["tid"] != kineto_trace.STEP_TID]
+    assert len(slices) == kineto_trace.MAX_SLICES
+    (note,) = [e for e in trace if e["ph"] == "i"]
+    assert note["name"].startswith(f"gpuwatch: {len(r.timeline) - kineto_trace.MAX_SLICES:,}")
+    assert len(json.dumps(trace)) < 10e6  # docs/trace.md: under 10 MB per rank
+    html = kineto_html.render_html(analysis)
+    assert html.count("<tr>") < kineto_html.MAX_STEPS + 100 and len(html) < 1e6
+    assert "... 300 more steps" in html

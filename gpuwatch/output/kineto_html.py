@@ -10,6 +10,9 @@ from gpuwatch import _format as fmt
 from gpuwatch.output.kineto_text import ADVICE, _shows, run_line
 from profilers.kineto.result import CAUSES, DEFINITIONS, DeviceTime, RankResult, TraceAnalysis
 
+MAX_STEPS = 100
+"""Step rows per rank (the first; the rest summed in one line): the page stays under 1 MB per
+rank however many steps or kernels the trace holds (tables of the top lines and kernels)."""
 COLOURS = {
     "busy": "#2e7d32",
     "input": "#f9a825",
@@ -66,7 +69,7 @@ def _rank(r: RankResult, top: int) -> str:
     out.append(f'<h3>Steps</h3><div class="key">{key}</div>')
     nccl = any(_shows(d) for d in r.run)  # the verdict counts it: shown beside busy
     rows = []
-    for s in r.steps:
+    for s in r.steps[:MAX_STEPS]:
         for d in s.devices:
             alone = [f"{100 * d.comm_ms / d.wall_ms:.1f}%" if d.wall_ms > 0 else "-"]
             rows.append(
@@ -78,6 +81,10 @@ def _rank(r: RankResult, top: int) -> str:
             )
     head = ["step", "GPU", "wall", "", "busy", *(["NCCL alone"] if nccl else []), *CAUSES]
     out.append(_table([*head, "loader", "verdict"], rows))
+    if len(r.steps) > MAX_STEPS:
+        more = r.steps[MAX_STEPS:]
+        wall = fmt.duration_ms(sum(s.wall_ms for s in more))
+        out.append(f"<p>... {len(more):,} more steps ({wall}): all of them in --json</p>")
     out.append("<h3>Idle time by cause and line</h3>")
     out.append(
         _table(

@@ -4,7 +4,9 @@ track per idle cause whose slices name the line (or CPU op) charged.
 
 Timestamps are in the analysed trace's own clock (microseconds), so these tracks line up with
 the original trace's kernels when both files are opened in one Perfetto session. The file holds
-the analysis only, not the original events: it stays small however large the trace.
+the analysis only, not the original events, and at most :data:`MAX_SLICES` busy runs and idle
+pieces and :data:`MAX_STEPS` steps per rank (the longest; what is left out is summed in one
+event), each name cut at :data:`NAME_CHARS`: under 10 MB per rank however large the trace.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from typing import Any
 from profilers.kineto.result import CAUSES, RankResult, TraceAnalysis
 
 STEP_TID = 1
+MAX_SLICES = 20_000
+MAX_STEPS = 5_000
+NAME_CHARS = 160
 #: Per device: the busy track, then one per cause.
 TRACKS = ("busy", *CAUSES)
 
@@ -48,7 +53,7 @@ def _rank_events(r: RankResult, pid: int) -> list[dict[str, Any]]:
                     "args": {"name": f"GPU {d.device} {label}"},
                 }
             )
-    for s in r.steps:
+    for s in r.steps[:MAX_STEPS]:
         verdicts = ", ".join(d.verdict for d in s.devices)
         events.append(
             {
@@ -62,7 +67,24 @@ def _rank_events(r: RankResult, pid: int) -> list[dict[str, Any]]:
                 "args": {d.device: d.to_dict()["idle_by_cause_ms"] for d in s.devices},
             }
         )
-    for sl in r.timeline:
+    kept = sorted(r.timeline, key=lambda sl: sl.start_ms - sl.end_ms)[:MAX_SLICES]
+    left = {"steps": len(r.steps) - len(r.steps[:MAX_STEPS]), "slices": len(r.timeline) - len(kept)}
+    if any(left.values()):
+        left_ms = sum(sl.end_ms - sl.start_ms for sl in r.timeline) - sum(
+            sl.end_ms - sl.start_ms for sl in kept
+        )
+        events.append(
+            {
+                "ph": "i",
+                "s": "p",
+                "pid": pid,
+                "tid": STEP_TID,
+                "ts": us(0),
+                "name": f"gpuwatch: {left['slices']:,} shorter slices ({left_ms:.3f} ms) and "
+                f"{left['steps']:,} steps left out (all figures are in the JSON)",
+            }
+        )
+    for sl in sorted(kept, key=lambda sl: sl.start_ms):
         events.append(
             {
                 "ph": "X",
@@ -71,7 +93,7 @@ def _rank_events(r: RankResult, pid: int) -> list[dict[str, Any]]:
                 "ts": us(sl.start_ms),
                 "dur": round((sl.end_ms - sl.start_ms) * 1000, 3),
                 "cat": f"gpu.{sl.cause}",
-                "name": "busy" if sl.where is None else sl.where.label(),
+                "name": "busy" if sl.where is None else sl.where.label()[:NAME_CHARS],
                 "args": {} if sl.where is None else {"op": sl.where.op, "cause": sl.cause},
             }
         )
