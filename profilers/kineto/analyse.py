@@ -262,16 +262,20 @@ def _device_time(
     )
 
 
+def _ms(ns: int) -> float:
+    return ns / 1e6
+
+
 def _timeline(
     device: int, busy: Union, pieces: Sequence[Piece], span: tuple[int, int], base: int
 ) -> list[Slice]:
     """The device's busy runs and idle pieces in ``span``, neighbours with one cause and place
-    joined."""
+    joined (in ms, unrounded: the JSON has none of it)."""
     out: list[Slice] = []
     for s, e in zip(busy.starts, busy.ends, strict=True):
         if e > span[0] and s < span[1]:
             out.append(
-                Slice(device, ms(max(s, span[0]) - base), ms(min(e, span[1]) - base), "busy")
+                Slice(device, _ms(max(s, span[0]) - base), _ms(min(e, span[1]) - base), "busy")
             )
     last: Piece | None = None
     for p in pieces:
@@ -285,13 +289,13 @@ def _timeline(
         if last is not None:
             out.append(
                 Slice(
-                    device, ms(last.start_ns - base), ms(last.end_ns - base), last.cause, last.where
+                    device, _ms(last.start_ns - base), _ms(last.end_ns - base), last.cause, last.where
                 )
             )
         last = p
     if last is not None:
         out.append(
-            Slice(device, ms(last.start_ns - base), ms(last.end_ns - base), last.cause, last.where)
+            Slice(device, _ms(last.start_ns - base), _ms(last.end_ns - base), last.cause, last.where)
         )
     return out
 
