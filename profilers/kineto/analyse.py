@@ -262,41 +262,26 @@ def _device_time(
     )
 
 
-def _ms(ns: int) -> float:
-    return ns / 1e6
-
-
 def _timeline(
     device: int, busy: Union, pieces: Sequence[Piece], span: tuple[int, int], base: int
 ) -> list[Slice]:
     """The device's busy runs and idle pieces in ``span``, neighbours with one cause and place
     joined (in ms, unrounded: the JSON has none of it)."""
-    out: list[Slice] = []
-    for s, e in zip(busy.starts, busy.ends, strict=True):
-        if e > span[0] and s < span[1]:
-            out.append(
-                Slice(device, _ms(max(s, span[0]) - base), _ms(min(e, span[1]) - base), "busy")
-            )
+    out = [
+        Slice(device, (max(s, span[0]) - base) / 1e6, (min(e, span[1]) - base) / 1e6, "busy")
+        for s, e in zip(busy.starts, busy.ends, strict=True)
+        if e > span[0] and s < span[1]
+    ]
     last: Piece | None = None
-    for p in pieces:
-        if last is not None and (p.cause, p.where, p.start_ns) == (
-            last.cause,
-            last.where,
-            last.end_ns,
-        ):
-            last = Piece(last.start_ns, p.end_ns, p.cause, p.where)
-            continue
+    for p in [*pieces, None]:
+        if last is not None and p is not None and (p.cause, p.where) == (last.cause, last.where):
+            if p.start_ns == last.end_ns:
+                last = Piece(last.start_ns, p.end_ns, p.cause, p.where)
+                continue
         if last is not None:
-            out.append(
-                Slice(
-                    device, _ms(last.start_ns - base), _ms(last.end_ns - base), last.cause, last.where
-                )
-            )
+            start, end = (last.start_ns - base) / 1e6, (last.end_ns - base) / 1e6
+            out.append(Slice(device, start, end, last.cause, last.where))
         last = p
-    if last is not None:
-        out.append(
-            Slice(device, _ms(last.start_ns - base), _ms(last.end_ns - base), last.cause, last.where)
-        )
     return out
 
 
