@@ -59,6 +59,10 @@ def _table(head: list[str], rows: list[list[str]], left: int = 1) -> str:
     return f"<table><tr>{th}</tr>{body}</table>"
 
 
+def _code(text: str) -> str:
+    return f"<code>{escape(text)}</code>"
+
+
 def _rank(r: RankResult, top: int) -> str:
     out = [f"<h2>{escape(r.path)} (rank {r.rank})</h2>"]
     for d in r.run:
@@ -95,72 +99,33 @@ def _rank(r: RankResult, top: int) -> str:
             ],
         )
     )
+    ms, code = fmt.duration_ms, _code
+    kernels = [
+        [code(k.name[:160]), str(k.device), f"{k.count:,}", ms(k.total_ms), ms(k.max_ms)]
+        for k in r.kernels[: top * 4]
+    ]
     out.append("<h3>Top kernels</h3>")
-    out.append(
-        _table(
-            ["kernel", "GPU", "count", "total", "longest"],
-            [
-                [
-                    f"<code>{escape(k.name[:160])}</code>",
-                    str(k.device),
-                    f"{k.count:,}",
-                    fmt.duration_ms(k.total_ms),
-                    fmt.duration_ms(k.max_ms),
-                ]
-                for k in r.kernels[: top * 4]
-            ],
-        )
-    )
+    out.append(_table(["kernel", "GPU", "count", "total", "longest"], kernels))
+    copies = [
+        [c.direction, c.memory or "not in trace", f"{c.count:,}", fmt.size(c.bytes), ms(c.gpu_ms)]
+        + [code(c.where.key()) if c.where else "all"]
+        for c in (*r.copies, *r.copy_lines[: top * 2])
+    ]
     out.append("<h3>Copies</h3>")
-    out.append(
-        _table(
-            ["direction", "host memory", "count", "bytes", "GPU time", "where"],
-            [
-                [
-                    c.direction,
-                    c.memory or "not in trace",
-                    f"{c.count:,}",
-                    fmt.size(c.bytes),
-                    fmt.duration_ms(c.gpu_ms),
-                    f"<code>{escape(c.where.key())}</code>" if c.where else "all",
-                ]
-                for c in (*r.copies, *r.copy_lines[: top * 2])
-            ],
-            left=2,
-        )
-    )
-    hta = [a.to_dict() for a in r.active]
+    head = ["direction", "host memory", "count", "bytes", "GPU time", "where"]
+    out.append(_table(head, copies, left=2))
+    active = [
+        [str(a.device), f"{a.start_ms:.3f}-{a.end_ms:.3f} ms"]
+        + [f"{a.to_dict()[k]}%" for k in ("busy_pct", "idle_pct", "compute_pct")]
+        for a in r.active
+    ]
     out.append("<h3>On HTA's definitions</h3>")
-    out.append(
-        _table(
-            ["GPU", "window", "busy", "idle", "compute"],
-            [
-                [
-                    str(a["device"]),
-                    f"{a['start_ms']:.3f}-{a['end_ms']:.3f} ms",
-                    f"{a['busy_pct']}%",
-                    f"{a['idle_pct']}%",
-                    f"{a['compute_pct']}%",
-                ]
-                for a in hta
-            ],
-        )
-    )
-    out.append(
-        _table(
-            ["GPU", "stream", "host_wait", "kernel_wait", "other"],
-            [
-                [
-                    str(s.device),
-                    str(s.stream),
-                    fmt.duration_ms(s.host_wait_ms),
-                    fmt.duration_ms(s.kernel_wait_ms),
-                    fmt.duration_ms(s.other_ms),
-                ]
-                for s in r.streams
-            ],
-        )
-    )
+    out.append(_table(["GPU", "window", "busy", "idle", "compute"], active))
+    streams = [
+        [str(s.device), str(s.stream), ms(s.host_wait_ms), ms(s.kernel_wait_ms), ms(s.other_ms)]
+        for s in r.streams
+    ]
+    out.append(_table(["GPU", "stream", "host_wait", "kernel_wait", "other"], streams))
     out += [f"<p><i>note: {escape(n)}</i></p>" for n in r.notes]
     return "\n".join(out)
 
