@@ -235,3 +235,23 @@ def test_the_stream_cuts_only_between_events(tmp_path, monkeypatch):
     monkeypatch.setattr(read, "CHUNK_BYTES", 64)
     monkeypatch.setattr(read, "read_bytes", None)  # the stream must not fall back on it
     assert analyse(read_traces([str(path)])).to_dict() == whole
+
+
+def test_a_damaged_event_in_a_large_file_is_read_whole_without_retrying_every_cut(
+    tmp_path, monkeypatch
+):
+    # 1e400 is no number msgspec decodes (json.loads reads inf, which the reader skips as
+    # damage): every cut after it fails, and the stream gives up within a bounded number of
+    # tries instead of decoding the growing buffer at every "}" (quadratic)
+    import profilers.kineto.read as read
+
+    doc = json.loads(gzip.decompress(EVENT_SYNC.read_bytes()))
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc).replace('"dur": ', '"dur": 1e400, "d": ', 1))
+    whole = analyse(read_traces([str(path)], whole=True)).to_dict()
+    calls = []
+    decoded = read._decoded
+    monkeypatch.setattr(read, "_decoded", lambda text: calls.append(1) or decoded(text))
+    monkeypatch.setattr(read, "CHUNK_BYTES", 256)
+    assert analyse(read_traces([str(path)])).to_dict() == whole
+    assert len(calls) <= (len(path.read_bytes()) / 256 + 1) * 8  # read.TRIES a chunk

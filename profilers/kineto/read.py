@@ -174,6 +174,8 @@ def _gpu_problem(
 CHUNK_BYTES = 1 << 22
 """Read (after gunzip) and decoded at a time: a trace's events never sit in memory whole."""
 _EVENTS = msgspec.json.Decoder(list[Event])
+TRIES = 8
+"""Cuts tried a chunk before reading on (each costs a decode of the chunk)."""
 _START = re.compile(rb'\s*(?:\[|\{.*?"traceEvents"\s*:\s*\[)', re.S)
 
 
@@ -199,21 +201,27 @@ def _batches(f: BufferedIOBase, meta: dict[str, Any]) -> Iterator[list[Event]]:
     head, buf = buf[: m.end() - 1], buf[m.end() :]
     while more := f.read(CHUNK_BYTES):
         buf += more
-        i = len(buf)
-        while (i := buf.rfind(b"}", 0, i)) >= 0:
-            rest = buf[i + 1 : i + 64].lstrip()
-            if rest[:1] == b"," and (events := _decoded(buf[: i + 1])) is not None:
-                yield events
-                buf = buf[i + 1 :].lstrip()[1:]
-                break
-    j = len(buf)
-    while (j := buf.rfind(b"]", 0, j)) >= 0:
-        if (events := _decoded(buf[:j])) is not None:
-            doc = msgspec.json.decode(head + b"[]" + buf[j + 1 :])  # raises on a damaged tail
-            meta.update(doc if isinstance(doc, dict) else {})
-            yield events
-            return
-    raise ValueError("the traceEvents array never ends")
+        i, tries = len(buf), TRIES  # NB: tries bounded: a damaged event fails every cut
+        while tries and (i := buf.rfind(b"}", 0, i)) >= 0:
+            if buf[i + 1 : i + 64].lstrip()[:1] == b",":
+                tries -= 1
+                if (events := _decoded(buf[: i + 1])) is not None:
+                    yield events
+                    buf = buf[i + 1 :].lstrip()[1:]
+                    break
+        if len(buf) > 1 << 24:
+            raise ValueError("no event ends in 16 MiB: damaged?")
+    # the last event ends at the first "}" before "]" where the events before it decode
+    j, tries, events = -1, TRIES, [] if buf.lstrip()[:1] == b"]" else None
+    while events is None and tries and (j := buf.find(b"}", j + 1)) >= 0:
+        if buf[j + 1 : j + 64].lstrip()[:1] == b"]":
+            tries -= 1
+            events = _decoded(buf[: j + 1])
+    if events is None:
+        raise ValueError("the traceEvents array never ends")
+    doc = msgspec.json.decode(head + b"[]" + buf[buf.index(b"]", j + 1) + 1 :])
+    meta.update(doc if isinstance(doc, dict) else {})  # a damaged tail raised above
+    yield events
 
 
 def _streamed(path: str) -> tuple[Collect, dict[str, Any]] | None:
