@@ -56,6 +56,8 @@ def test_the_summary_of_a_trace(tmp_path, capsys):
         "0.0%",
         "0.0%",
         "10.0%",
+        "0.0%",
+        "0.0%",
         "60.0%",
         "input-bound",
     ]

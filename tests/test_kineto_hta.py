@@ -49,6 +49,15 @@ TRACES = {
 }
 
 
+#: Every NVIDIA trace in the shared folder (a file, or a folder of one run's ranks).
+EVERY = sorted(
+    p
+    for p in [*DATA.glob("*.json.gz"), *DATA.glob("hta-figures/*"), DATA / "two_ranks"]
+    if p.exists() and p.name not in ("amd_mi250.json.gz", "cpu_only.json.gz")
+)
+HOST_CAUSES = ("input", "sync", "copy", "launch")
+
+
 def _hta(files: list[Path], tmp_path: Path, ns: bool = True) -> Any:
     """HTA's analysis of ``files``; ``ns``: at the traces' own resolution (HTA's default moves
     each start of a float-time trace up and each end down to a whole microsecond)."""
@@ -145,3 +154,34 @@ def test_htas_whole_microsecond_rounding_is_the_gap_on_an_ns_trace(tmp_path):
     (ours,) = analyse(read_traces([str(f) for f in files])).ranks[0].active
     rounded = _hta(files, tmp_path, ns=False).get_temporal_breakdown(visualize=False).iloc[0]
     assert rounded["idle_time_pctg"] - ours.to_dict()["idle_pct"] == pytest.approx(2.08, abs=0.01)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", EVERY, ids=lambda p: p.name.split(".")[0])
+def test_the_hosts_share_of_idle_is_htas_host_wait_where_its_split_applies(tmp_path, path):
+    # HTA splits each stream's gaps; gpuwatch the device's (a stream idle while another runs is
+    # no device idle): the two cuts are the same where one stream carries all of a device's
+    # work, and there the host's share (input, sync, copy, launch) is HTA's host_wait share,
+    # both over HTA's window (first to last activity: no warm-up, no tail)
+    files = sorted(path.glob("*.json.gz")) if path.is_dir() else [path]
+    hta = _hta(files, tmp_path)
+    traces = read_traces([str(f) for f in files])
+    compared = 0
+    for trace, r in zip(traces, analyse(traces).ranks, strict=True):
+        theirs = hta.get_idle_time_breakdown(ranks=[r.rank], visualize=False)[0]
+        for a in r.active:
+            streams = {x.stream for x in trace.activities if x.device == a.device}
+            if len(streams) > 1:
+                continue
+            idle = dict.fromkeys(("host", "other"), 0.0)
+            for sl in r.timeline:
+                if sl.device == a.device and sl.cause != "busy":
+                    part = min(sl.end_ms, a.end_ms) - max(sl.start_ms, a.start_ms)
+                    idle["host" if sl.cause in HOST_CAUSES else "other"] += max(0.0, part)
+            got = {row.idle_category: row.idle_time for row in theirs.itertuples()}
+            ours_pct = 100 * idle["host"] / (sum(idle.values()) or 1)
+            hta_pct = 100 * got.get("host_wait", 0) / (sum(got.values()) or 1)
+            assert abs(ours_pct - hta_pct) <= 5.0, (a.device, ours_pct, hta_pct)
+            compared += 1
+    if not compared:
+        pytest.skip("every device runs several streams: HTA's per-stream split does not apply")

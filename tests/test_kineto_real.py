@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from profilers.kineto.analyse import analyse
-from profilers.kineto.read import read_traces
+from profilers.kineto.read import TraceError, read_traces
 from profilers.kineto.result import RankResult, TraceAnalysis
 from tests.shared_traces import SHARED_TRACES as DATA
 from tests.shared_traces import needs_shared_traces
@@ -25,6 +25,7 @@ WORKERS_0 = DATA / "resnet50_num_workers_0.pt.trace.json.gz"
 WORKERS_4 = DATA / "resnet50_num_workers_4.pt.trace.json.gz"
 TWO_RANKS = DATA / "two_ranks"
 EVENT_SYNC = DATA / "event_sync_trace.json.gz"
+NEGATIVE_QUEUE = DATA / "hta-figures" / "hta_negative_queue_rank0"
 
 
 @cache
@@ -188,3 +189,69 @@ def test_an_h100_inference_step_with_stacks():
         37,
         "aten::addmm",
     )
+
+
+def test_a_gpu_with_its_work_queued_is_not_waiting_for_the_host():
+    # HTA's negative-queue trace: the host runs ~160 ms ahead with hundreds of kernels queued;
+    # HTA's idle breakdown puts 861 of the compute stream's 882 ms of idle in "other", none in
+    # host_wait. The host's own copies (pageable, staged) are no reason for the GPU's idle.
+    (d,) = rank0(NEGATIVE_QUEUE).run
+    host = sum(d.idle_by_cause_ms[c] for c in ("input", "sync", "copy", "launch"))
+    assert host < 0.03 * d.idle_ms  # 12.6 of 690 ms: gaps before late copies on other streams
+    assert d.idle_by_cause_ms["dependency"] > 0.9 * d.idle_ms
+    assert d.verdict == "dependency-bound"
+
+
+def _every_trace() -> list[Path]:
+    found = [*DATA.glob("*.json.gz"), *DATA.glob("hta-figures/*"), TWO_RANKS]
+    return sorted(p for p in found if p.exists())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", _every_trace(), ids=lambda p: p.name.split(".")[0])
+def test_the_stream_reads_every_trace_as_a_whole_reading_does(path, monkeypatch):
+    import profilers.kineto.read as read
+
+    def report(whole: bool) -> Any:
+        try:
+            return analyse(read_traces([str(path)], whole=whole), [str(path)]).to_dict()
+        except TraceError as exc:
+            return str(exc)
+
+    whole = report(whole=True)
+    monkeypatch.setattr(read, "read_bytes", None)  # the stream must not fall back on it
+    assert report(whole=False) == whole
+
+
+def test_the_stream_cuts_only_between_events(tmp_path, monkeypatch):
+    # a chunk of 64 bytes cuts inside names, inside args and between "}" and ","
+    import profilers.kineto.read as read
+
+    doc = json.loads(gzip.decompress(EVENT_SYNC.read_bytes()))
+    doc["traceEvents"][5]["name"] = 'a "},{" inside a name'
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc) + "\n")
+    whole = analyse(read_traces([str(path)], whole=True)).to_dict()
+    monkeypatch.setattr(read, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(read, "read_bytes", None)  # the stream must not fall back on it
+    assert analyse(read_traces([str(path)])).to_dict() == whole
+
+
+def test_a_damaged_event_in_a_large_file_is_read_whole_without_retrying_every_cut(
+    tmp_path, monkeypatch
+):
+    # 1e400 is no number msgspec decodes (json.loads reads inf, which the reader skips as
+    # damage): every cut after it fails, and the stream gives up within a bounded number of
+    # tries instead of decoding the growing buffer at every "}" (quadratic)
+    import profilers.kineto.read as read
+
+    doc = json.loads(gzip.decompress(EVENT_SYNC.read_bytes()))
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc).replace('"dur": ', '"dur": 1e400, "d": ', 1))
+    whole = analyse(read_traces([str(path)], whole=True)).to_dict()
+    calls = []
+    decoded = read._decoded
+    monkeypatch.setattr(read, "_decoded", lambda text: calls.append(1) or decoded(text))
+    monkeypatch.setattr(read, "CHUNK_BYTES", 256)
+    assert analyse(read_traces([str(path)])).to_dict() == whole
+    assert len(calls) <= (len(path.read_bytes()) / 256 + 1) * 8  # read.TRIES a chunk

@@ -44,6 +44,8 @@ def test_busy_is_the_union_of_all_streams_and_idle_is_charged_by_cause(tmp_path)
         "copy": 0.0,
         "comm": 0.0,
         "launch": 0.034,
+        "dependency": 0.0,
+        "warmup": 0.0,
     }
     assert d.verdict == "launch-bound"  # busy 60% < 80%; launch is the largest idle cause
     charged = {(c.cause, c.where.op): c.idle_ms for c in r.lines}
@@ -107,6 +109,8 @@ def test_a_step_with_a_sync(tmp_path):
         "copy": 0.0,
         "comm": 0.0,
         "launch": 0.02,
+        "dependency": 0.0,
+        "warmup": 0.0,
     }
     assert d.verdict == "sync-bound"  # busy 67.8% < 80%; sync 38 > launch 20
     sync = [c for c in r.lines if c.cause == "sync"]
@@ -138,6 +142,8 @@ def test_python_long_after_a_short_sync_is_launch_past_the_work_the_sync_waited_
         "copy": 0.0,
         "comm": 0.0,
         "launch": 0.045,
+        "dependency": 0.0,
+        "warmup": 0.0,
     }
     assert d.verdict == "launch-bound"
 
@@ -156,6 +162,8 @@ def test_a_step_waiting_for_the_dataloader_is_input_bound(tmp_path):
         "copy": 0.0,
         "comm": 0.0,
         "launch": 0.01,
+        "dependency": 0.0,
+        "warmup": 0.0,
     }
     assert (s.name, s.number, s.input_ms, s.to_dict()["input_pct"]) == (
         "ProfilerStep#3",
@@ -242,6 +250,8 @@ def test_a_queued_nccl_kernel_waits_on_comm(tmp_path):
         "copy": 0.0,
         "comm": 0.031,
         "launch": 0.019,
+        "dependency": 0.0,
+        "warmup": 0.0,
     }
     assert d.verdict == "comm-bound"
 
@@ -472,10 +482,90 @@ def test_a_kernel_without_correlation_is_not_charged_to_an_uncorrelated_runtime_
     )  # fmt: skip
     r = _one(tmp_path, t)
     charged = {(c.cause, c.where.op): c.idle_ms for c in r.lines}
-    # [0, 40) waits for a kernel whose launch is not in the trace; [61, 89) the host blocked in
-    # the sync (charged to its op); [50, 61) and [89, 100) wait for no later GPU work
+    # [0, 40) waits for a kernel whose launch is not in the trace (queued before it began: not
+    # the host's); [61, 89) the host blocked in the sync (charged to its op); [50, 61) and
+    # [89, 100) wait for no later GPU work
     assert charged == {
-        ("launch", "(launch not in trace: lonely)"): 0.04,
+        ("dependency", "(launch not in trace: lonely)"): 0.04,
         ("sync", "aten::item"): 0.028,
         ("launch", "(no later GPU work in the trace)"): 0.022,
     }
+
+
+def test_a_gap_is_the_hosts_only_when_the_work_that_ends_it_was_queued_after_it_began(tmp_path):
+    t = TraceBuilder()
+    t.step(1, 0, 200)
+    t.launch("aten::mm", 0, 10, 40)  # launched at 1, runs [10, 50)
+    t.launch("aten::add", 5, 80, 20)  # launched at 6, before the gap [50, 80): runs [80, 100)
+    t.python("train.py(20): step", 110, 40)  # the host runs line 20 over [110, 150)
+    t.launch("aten::relu", 140, 150, 10)  # launched at 141, after the gap [100, 150) began
+    r = _one(tmp_path, t)
+    (d,) = r.run
+    # busy 40 + 20 + 10 = 70 of 200; [50, 80): add was queued, the GPU waited on something
+    # else: dependency 30; [0, 10) mm and [100, 150) relu were late: launch 10 + 50, and
+    # [160, 200) waits for no later GPU work: launch 40
+    assert dict(d.idle_by_cause_ms) == {
+        "input": 0.0,
+        "sync": 0.0,
+        "copy": 0.0,
+        "comm": 0.0,
+        "launch": 0.1,
+        "dependency": 0.03,
+        "warmup": 0.0,
+    }
+    charged = {(c.cause, c.where.label()): c.idle_ms for c in r.lines}
+    assert charged[("dependency", "aten::add")] == 0.03
+    assert charged[("launch", "train.py:20 (step)")] == 0.05  # relu's line
+
+
+def test_a_trace_that_begins_with_the_run_starts_with_warm_up_not_launch(tmp_path):
+    t = TraceBuilder()  # no ProfilerStep: the whole trace, [0, 480), is the window
+    t.python("train.py(3): <module>", 0, 480)
+    t.op("aten::empty", 0, 300)  # the host builds the model: no GPU work until 310
+    t.launch("aten::mm", 300, 310, 80)  # launched at 301, runs [310, 390)
+    t.launch("aten::mm", 390, 400, 80)  # launched at 391, after the GPU ran dry: [400, 480)
+    r = _one(tmp_path, t)
+    (d,) = r.run
+    # warm-up [0, 310) at the line that queued the first work; launch [390, 400)
+    assert (d.idle_by_cause_ms["warmup"], d.idle_by_cause_ms["launch"]) == (0.31, 0.01)
+    assert {(c.cause, c.where.label()) for c in r.lines} == {
+        ("warmup", "train.py:3 (<module>)"),
+        ("launch", "train.py:3 (<module>)"),
+    }
+    # busy 160 of the 170 us after warm-up (94%): GPU-bound, where 160 of 480 read launch-bound
+    assert d.verdict == "GPU-bound"
+
+
+def test_a_step_with_no_gpu_work_gets_no_launch_verdict(tmp_path):
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    t.launch("aten::mm", 0, 10, 80)
+    t.step(2, 100, 100)
+    t.op("aten::add", 110, 50)  # a CPU tensor's op: nothing reaches the GPU
+    first, second = (s.devices[0] for s in _one(tmp_path, t).steps)
+    assert first.verdict == "GPU-bound"
+    assert (second.busy_ms, second.verdict) == (0.0, "no GPU work")
+
+
+@pytest.mark.slow
+def test_the_html_and_perfetto_outputs_of_a_huge_trace_stay_bounded(tmp_path):
+    from gpuwatch.output import kineto_html, kineto_trace
+
+    t = TraceBuilder()
+    for step in range(400):  # 400 steps of 30 kernels, each after a 2 us gap: 24,000 slices
+        t0 = step * 100
+        t.step(step + 1, t0, 100)
+        for k in range(30):
+            t.launch(f"aten::op{k}", t0 + 3 * k, t0 + 3 * k + 2, 1)
+    analysis = analyse(read_traces([str(t.write(tmp_path / "big.json"))]))
+    (r,) = analysis.ranks
+    assert len(r.timeline) > kineto_trace.MAX_SLICES and len(r.steps) > kineto_html.MAX_STEPS
+    trace = json.loads(kineto_trace.render_trace(analysis))["traceEvents"]
+    slices = [e for e in trace if e["ph"] == "X" and e["tid"] != kineto_trace.STEP_TID]
+    assert len(slices) == kineto_trace.MAX_SLICES
+    (note,) = [e for e in trace if e["ph"] == "i"]
+    assert note["name"].startswith(f"gpuwatch: {len(r.timeline) - kineto_trace.MAX_SLICES:,}")
+    assert len(json.dumps(trace)) < 10e6  # docs/trace.md: under 10 MB per rank
+    html = kineto_html.render_html(analysis)
+    assert html.count("<tr>") < kineto_html.MAX_STEPS + 100 and len(html) < 1e6
+    assert "... 300 more steps" in html

@@ -10,6 +10,9 @@ from gpuwatch import _format as fmt
 from gpuwatch.output.kineto_text import ADVICE, _shows, run_line
 from profilers.kineto.result import CAUSES, DEFINITIONS, DeviceTime, RankResult, TraceAnalysis
 
+MAX_STEPS = 100
+"""Step rows per rank (the first; the rest summed in one line): the page stays under 1 MB per
+rank however many steps or kernels the trace holds (tables of the top lines and kernels)."""
 COLOURS = {
     "busy": "#2e7d32",
     "input": "#f9a825",
@@ -17,6 +20,8 @@ COLOURS = {
     "copy": "#6a1b9a",
     "comm": "#1565c0",
     "launch": "#8d6e63",
+    "dependency": "#00838f",
+    "warmup": "#bdbdbd",
 }
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
@@ -54,6 +59,10 @@ def _table(head: list[str], rows: list[list[str]], left: int = 1) -> str:
     return f"<table><tr>{th}</tr>{body}</table>"
 
 
+def _code(text: str) -> str:
+    return f"<code>{escape(text)}</code>"
+
+
 def _rank(r: RankResult, top: int) -> str:
     out = [f"<h2>{escape(r.path)} (rank {r.rank})</h2>"]
     for d in r.run:
@@ -64,7 +73,7 @@ def _rank(r: RankResult, top: int) -> str:
     out.append(f'<h3>Steps</h3><div class="key">{key}</div>')
     nccl = any(_shows(d) for d in r.run)  # the verdict counts it: shown beside busy
     rows = []
-    for s in r.steps:
+    for s in r.steps[:MAX_STEPS]:
         for d in s.devices:
             alone = [f"{100 * d.comm_ms / d.wall_ms:.1f}%" if d.wall_ms > 0 else "-"]
             rows.append(
@@ -76,6 +85,10 @@ def _rank(r: RankResult, top: int) -> str:
             )
     head = ["step", "GPU", "wall", "", "busy", *(["NCCL alone"] if nccl else []), *CAUSES]
     out.append(_table([*head, "loader", "verdict"], rows))
+    if len(r.steps) > MAX_STEPS:
+        more = r.steps[MAX_STEPS:]
+        wall = fmt.duration_ms(sum(s.wall_ms for s in more))
+        out.append(f"<p>... {len(more):,} more steps ({wall}): all of them in --json</p>")
     out.append("<h3>Idle time by cause and line</h3>")
     out.append(
         _table(
@@ -86,72 +99,33 @@ def _rank(r: RankResult, top: int) -> str:
             ],
         )
     )
+    ms, code = fmt.duration_ms, _code
+    kernels = [
+        [code(k.name[:160]), str(k.device), f"{k.count:,}", ms(k.total_ms), ms(k.max_ms)]
+        for k in r.kernels[: top * 4]
+    ]
     out.append("<h3>Top kernels</h3>")
-    out.append(
-        _table(
-            ["kernel", "GPU", "count", "total", "longest"],
-            [
-                [
-                    f"<code>{escape(k.name[:160])}</code>",
-                    str(k.device),
-                    f"{k.count:,}",
-                    fmt.duration_ms(k.total_ms),
-                    fmt.duration_ms(k.max_ms),
-                ]
-                for k in r.kernels[: top * 4]
-            ],
-        )
-    )
+    out.append(_table(["kernel", "GPU", "count", "total", "longest"], kernels))
+    copies = [
+        [c.direction, c.memory or "not in trace", f"{c.count:,}", fmt.size(c.bytes), ms(c.gpu_ms)]
+        + [code(c.where.key()) if c.where else "all"]
+        for c in (*r.copies, *r.copy_lines[: top * 2])
+    ]
     out.append("<h3>Copies</h3>")
-    out.append(
-        _table(
-            ["direction", "host memory", "count", "bytes", "GPU time", "where"],
-            [
-                [
-                    c.direction,
-                    c.memory or "not in trace",
-                    f"{c.count:,}",
-                    fmt.size(c.bytes),
-                    fmt.duration_ms(c.gpu_ms),
-                    f"<code>{escape(c.where.key())}</code>" if c.where else "all",
-                ]
-                for c in (*r.copies, *r.copy_lines[: top * 2])
-            ],
-            left=2,
-        )
-    )
-    hta = [a.to_dict() for a in r.active]
+    head = ["direction", "host memory", "count", "bytes", "GPU time", "where"]
+    out.append(_table(head, copies, left=2))
+    active = [
+        [str(a.device), f"{a.start_ms:.3f}-{a.end_ms:.3f} ms"]
+        + [f"{a.to_dict()[k]}%" for k in ("busy_pct", "idle_pct", "compute_pct")]
+        for a in r.active
+    ]
     out.append("<h3>On HTA's definitions</h3>")
-    out.append(
-        _table(
-            ["GPU", "window", "busy", "idle", "compute"],
-            [
-                [
-                    str(a["device"]),
-                    f"{a['start_ms']:.3f}-{a['end_ms']:.3f} ms",
-                    f"{a['busy_pct']}%",
-                    f"{a['idle_pct']}%",
-                    f"{a['compute_pct']}%",
-                ]
-                for a in hta
-            ],
-        )
-    )
-    out.append(
-        _table(
-            ["GPU", "stream", "host_wait", "kernel_wait", "other"],
-            [
-                [
-                    str(s.device),
-                    str(s.stream),
-                    fmt.duration_ms(s.host_wait_ms),
-                    fmt.duration_ms(s.kernel_wait_ms),
-                    fmt.duration_ms(s.other_ms),
-                ]
-                for s in r.streams
-            ],
-        )
-    )
+    out.append(_table(["GPU", "window", "busy", "idle", "compute"], active))
+    streams = [
+        [str(s.device), str(s.stream), ms(s.host_wait_ms), ms(s.kernel_wait_ms), ms(s.other_ms)]
+        for s in r.streams
+    ]
+    out.append(_table(["GPU", "stream", "host_wait", "kernel_wait", "other"], streams))
     out += [f"<p><i>note: {escape(n)}</i></p>" for n in r.notes]
     return "\n".join(out)
 

@@ -27,6 +27,9 @@ ADVICE = {
     "FSDP prefetch) or check for a slow rank",
     "launch-bound": "the host queues work slower than the GPU runs it: larger batches, "
     "torch.compile or CUDA graphs, fewer small ops",
+    "dependency-bound": "the GPU had work queued but waited on another stream or an event: "
+    "look at cross-stream waits (wait_stream, events) and the work they wait for",
+    "no GPU work": "nothing ran on the GPU in this window: the host's work is all there is",
 }
 
 
@@ -84,7 +87,7 @@ def run_line(r: RankResult, d: DeviceTime) -> str:
 def _steps(r: RankResult) -> list[str]:
     nccl = any(_shows(d) for d in r.run)
     head = f"  {'step':<18}{'wall':>10}{'busy':>8}" + (f"{'nccl':>8}" if nccl else "")
-    head += "".join(f"{c:>8}" for c in CAUSES)
+    head += "".join(f"{c[:6]:>8}" for c in CAUSES)
     out = [
         "Steps (share of each step's wall time; loader: host time in __next__"
         + ("; nccl: busy with NCCL kernels alone" if nccl else "")
@@ -115,7 +118,7 @@ def _lines(r: RankResult, top: int) -> list[str]:
         else "Idle time by cause and CPU op (the run; no Python stacks in the trace)"
     ]
     for c in r.lines[:top]:
-        out.append(f"  {c.cause:<7}{_dur(c.idle_ms):>10}  {_where(c.where)}")
+        out.append(f"  {c.cause:<10}{_dur(c.idle_ms):>10}  {_where(c.where)}")
     return out
 
 

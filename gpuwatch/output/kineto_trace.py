@@ -4,7 +4,9 @@ track per idle cause whose slices name the line (or CPU op) charged.
 
 Timestamps are in the analysed trace's own clock (microseconds), so these tracks line up with
 the original trace's kernels when both files are opened in one Perfetto session. The file holds
-the analysis only, not the original events: it stays small however large the trace.
+the analysis only, not the original events, and at most :data:`MAX_SLICES` busy runs and idle
+pieces and :data:`MAX_STEPS` steps per rank (the longest; what is left out is summed in one
+event), each name cut at :data:`NAME_CHARS`: under 10 MB per rank however large the trace.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from typing import Any
 from profilers.kineto.result import CAUSES, RankResult, TraceAnalysis
 
 STEP_TID = 1
+MAX_SLICES = 20_000
+MAX_STEPS = 5_000
+NAME_CHARS = 160
 #: Per device: the busy track, then one per cause.
 TRACKS = ("busy", *CAUSES)
 
@@ -27,54 +32,38 @@ def _rank_events(r: RankResult, pid: int) -> list[dict[str, Any]]:
     def us(t_ms: float) -> float:
         return round(r.base_us + t_ms * 1000, 3)
 
-    events: list[dict[str, Any]] = [
-        {
-            "ph": "M",
-            "pid": pid,
-            "name": "process_name",
-            "args": {"name": f"gpuwatch: rank {r.rank} ({r.path})"},
-        },
-        {"ph": "M", "pid": pid, "tid": STEP_TID, "name": "thread_name", "args": {"name": "steps"}},
+    def event(ph: str, tid: int | None, name: str, **rest: Any) -> dict[str, Any]:
+        return {"ph": ph, "pid": pid, **({} if tid is None else {"tid": tid}), "name": name, **rest}
+
+    def span(tid: int, start_ms: float, end_ms: float, cat: str, name: str, args: Any) -> None:
+        dur = round((end_ms - start_ms) * 1000, 3)
+        events.append(event("X", tid, name, ts=us(start_ms), dur=dur, cat=cat, args=args))
+
+    events = [
+        event("M", None, "process_name", args={"name": f"gpuwatch: rank {r.rank} ({r.path})"}),
+        event("M", STEP_TID, "thread_name", args={"name": "steps"}),
     ]
     for d in r.run:
         for track in TRACKS:
             label = "GPU busy" if track == "busy" else f"GPU idle: {track}"
-            events.append(
-                {
-                    "ph": "M",
-                    "pid": pid,
-                    "tid": _tid(d.device, track),
-                    "name": "thread_name",
-                    "args": {"name": f"GPU {d.device} {label}"},
-                }
-            )
-    for s in r.steps:
+            named = {"name": f"GPU {d.device} {label}"}
+            events.append(event("M", _tid(d.device, track), "thread_name", args=named))
+    for s in r.steps[:MAX_STEPS]:
         verdicts = ", ".join(d.verdict for d in s.devices)
-        events.append(
-            {
-                "ph": "X",
-                "pid": pid,
-                "tid": STEP_TID,
-                "ts": us(s.start_ms),
-                "dur": round(s.wall_ms * 1000, 3),
-                "cat": "step",
-                "name": f"{s.name}: {verdicts}",
-                "args": {d.device: d.to_dict()["idle_by_cause_ms"] for d in s.devices},
-            }
-        )
-    for sl in r.timeline:
-        events.append(
-            {
-                "ph": "X",
-                "pid": pid,
-                "tid": _tid(sl.device, sl.cause),
-                "ts": us(sl.start_ms),
-                "dur": round((sl.end_ms - sl.start_ms) * 1000, 3),
-                "cat": f"gpu.{sl.cause}",
-                "name": "busy" if sl.where is None else sl.where.label(),
-                "args": {} if sl.where is None else {"op": sl.where.op, "cause": sl.cause},
-            }
-        )
+        idle = {d.device: d.to_dict()["idle_by_cause_ms"] for d in s.devices}
+        span(STEP_TID, s.start_ms, s.start_ms + s.wall_ms, "step", f"{s.name}: {verdicts}", idle)
+    kept = sorted(r.timeline, key=lambda sl: sl.start_ms - sl.end_ms)[:MAX_SLICES]
+    left = len(r.timeline) - len(kept), len(r.steps) - len(r.steps[:MAX_STEPS])
+    if any(left):
+        lengths = [sl.end_ms - sl.start_ms for sl in r.timeline]
+        left_ms = sum(lengths) - sum(sl.end_ms - sl.start_ms for sl in kept)
+        note = f"gpuwatch: {left[0]:,} shorter slices ({left_ms:.3f} ms) and {left[1]:,} steps"
+        events.append(event("i", STEP_TID, f"{note} left out (all in the JSON)", s="p", ts=us(0)))
+    for sl in sorted(kept, key=lambda sl: sl.start_ms):
+        where = sl.where
+        name = "busy" if where is None else where.label()[:NAME_CHARS]
+        args = {} if where is None else {"op": where.op, "cause": sl.cause}
+        span(_tid(sl.device, sl.cause), sl.start_ms, sl.end_ms, f"gpu.{sl.cause}", name, args)
     return events
 
 

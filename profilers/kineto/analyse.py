@@ -2,15 +2,18 @@
 and a place (the rule in :data:`profilers.kineto.result.DEFINITIONS`, the rule of
 :func:`profilers.timing.idle.charge` read off a trace).
 
-Each gap between a device's busy runs ends when its next activity K starts. Until K's launch
-call began, the GPU waited for the host, and the gap is charged to what the host was doing at
-each moment (in a DataLoader's ``__next__``: input; blocked in a sync or a blocking copy: sync or
-copy; in a collective call: comm). The host's remaining time is the tail of the wait the GPU ran
-dry in (the sync that drained it), up to the GPU work that wait waited for (had the host not
-waited, that much of its Python would have run beside the GPU's work), and past that, or when
-there was none, launch, charged to K's op: the work that was queued too late. From K's launch to its start the work was queued: comm when K is an
-NCCL kernel (it waits for other ranks), else the host's wait then (the driver staging a pageable
-copy holds both) or launch (the launch's own latency).
+Each gap between a device's busy runs ends when its next activity K starts. The gap is the
+host's only when K was queued after the gap began (its launch call, by correlation id, began
+later: the host was late); then each moment is charged to what the host was doing (in a
+DataLoader's ``__next__``: input; blocked in a sync or a blocking copy: sync or copy; in a
+collective call: comm), the tail of the wait the GPU ran dry in (the sync that drained it) up to
+the GPU work that wait waited for, and past that launch, charged to K's op. When K was already
+queued (or was queued before the trace began), the GPU waited on something else (another
+stream's work, an event, the other ranks): comm when K is an NCCL kernel, else dependency,
+whatever the host was doing (HTA's host-wait / kernel-wait / other split makes the same cut).
+The time before a device's first GPU work is warm-up, charged to the op and line that first
+queued work: never launch, and left out of the verdict (in a trace that begins with the run: no
+ProfilerStep, or steps from ``ProfilerStep#0``).
 """
 
 from __future__ import annotations
@@ -43,19 +46,24 @@ GPU_BOUND_PCT = 80
 STEP_TOP = 3
 RUN_TOP = 30
 NOTHING_NEXT = Where("(no later GPU work in the trace)")
+NO_GPU_WORK = "no GPU work"
+WORDS = {**VERDICTS, "dependency": "dependency-bound"}
+"""Each cause's verdict word (warm-up never gives one: it is left out of the verdict)."""
 
 
 def verdict_for(wall_ns: int, busy_ns: int, comm_only_ns: int, idle_ns: dict[str, int]) -> str:
     """GPU-bound when the GPU was busy with its own work (anything but NCCL kernels running
-    alone) for at least GPU_BOUND_PCT of the window, else the largest of the idle causes, comm
-    counting the exposed NCCL time too (``input-bound``...): a GPU held back a fifth of the
-    time is held back by something, however large busy is beside each cause alone."""
-    if wall_ns <= 0:
-        return "none"
-    held = dict(idle_ns, comm=idle_ns.get("comm", 0) + comm_only_ns)
+    alone) for at least GPU_BOUND_PCT of the window after warm-up, else the largest of the idle
+    causes, comm counting the exposed NCCL time too (``input-bound``...): a GPU held back a
+    fifth of the time is held back by something, however large busy is beside each cause alone.
+    A window with no GPU work gets none (``no GPU work``): nothing was launched to be late."""
+    wall_ns -= idle_ns.get("warmup", 0)
+    if wall_ns <= 0 or busy_ns <= 0:
+        return NO_GPU_WORK
+    held = dict(idle_ns, comm=idle_ns.get("comm", 0) + comm_only_ns, warmup=0)
     if 100 * (busy_ns - comm_only_ns) >= GPU_BOUND_PCT * wall_ns or not any(held.values()):
         return VERDICTS["busy"]
-    return VERDICTS[max(CAUSES, key=lambda c: held.get(c, 0))]
+    return WORDS[max(CAUSES, key=lambda c: held.get(c, 0))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,11 +119,19 @@ def _charge_gap(
     blocked: Segments[HostSpan],
     places: _Places,
     busy_from: int,
+    first: bool = False,
 ) -> list[Piece]:
-    """``busy_from``: where the busy run that ends at ``start`` began."""
+    """``busy_from``: where the busy run that ends at ``start`` began; ``first``: no GPU work
+    on the device before it (warm-up)."""
     launch = trace.launches.get(nxt.correlation) if nxt is not None else None
     where_next = places.of(nxt) if nxt is not None else NOTHING_NEXT
-    cut = end if launch is None else min(max(launch.start_ns, start), end)
+    if first:
+        return [Piece(start, end, "warmup", where_next)]
+    if nxt is not None and (launch is None or launch.start_ns <= start):
+        # NB: K was queued before the GPU ran dry (or before the trace began): it waited on
+        # another stream, an event or the other ranks, not on the host, whatever it was doing
+        return [Piece(start, end, "comm" if nxt.nccl else "dependency", where_next)]
+    cut = end if launch is None else min(launch.start_ns, end)
     pieces: list[Piece] = []
     if cut > start:
         drained = blocked.at(start)
@@ -178,16 +194,18 @@ def charge_device(
     host: Segments[HostSpan],
     blocked: Segments[HostSpan],
     places: _Places,
+    cold: bool = True,
 ) -> list[Piece]:
-    """Every idle moment of one device inside ``span``, charged (``acts`` sorted by start)."""
+    """Every idle moment of one device inside ``span``, charged (``acts`` sorted by start);
+    ``cold``: the trace began with the run (its first gap is warm-up)."""
     pieces: list[Piece] = []
     busy_until = busy_from = span[0]
-    for a in acts:
+    for i, a in enumerate(acts):
         if a.start_ns > busy_until and a.end_ns > span[0]:
             gap_end = min(a.start_ns, span[1])
             if gap_end > busy_until:
                 pieces += _charge_gap(
-                    busy_until, gap_end, a, trace, host, blocked, places, busy_from
+                    busy_until, gap_end, a, trace, host, blocked, places, busy_from, cold and i == 0
                 )
             busy_from = max(a.start_ns, span[0])
         busy_until = max(busy_until, a.end_ns)
@@ -248,33 +266,22 @@ def _timeline(
     device: int, busy: Union, pieces: Sequence[Piece], span: tuple[int, int], base: int
 ) -> list[Slice]:
     """The device's busy runs and idle pieces in ``span``, neighbours with one cause and place
-    joined."""
-    out: list[Slice] = []
-    for s, e in zip(busy.starts, busy.ends, strict=True):
-        if e > span[0] and s < span[1]:
-            out.append(
-                Slice(device, ms(max(s, span[0]) - base), ms(min(e, span[1]) - base), "busy")
-            )
+    joined (in ms, unrounded: the JSON has none of it)."""
+    out = [
+        Slice(device, (max(s, span[0]) - base) / 1e6, (min(e, span[1]) - base) / 1e6, "busy")
+        for s, e in zip(busy.starts, busy.ends, strict=True)
+        if e > span[0] and s < span[1]
+    ]
     last: Piece | None = None
-    for p in pieces:
-        if last is not None and (p.cause, p.where, p.start_ns) == (
-            last.cause,
-            last.where,
-            last.end_ns,
-        ):
-            last = Piece(last.start_ns, p.end_ns, p.cause, p.where)
-            continue
+    for p in [*pieces, None]:
+        if last is not None and p is not None and (p.cause, p.where) == (last.cause, last.where):
+            if p.start_ns == last.end_ns:
+                last = Piece(last.start_ns, p.end_ns, p.cause, p.where)
+                continue
         if last is not None:
-            out.append(
-                Slice(
-                    device, ms(last.start_ns - base), ms(last.end_ns - base), last.cause, last.where
-                )
-            )
+            start, end = (last.start_ns - base) / 1e6, (last.end_ns - base) / 1e6
+            out.append(Slice(device, start, end, last.cause, last.where))
         last = p
-    if last is not None:
-        out.append(
-            Slice(device, ms(last.start_ns - base), ms(last.end_ns - base), last.cause, last.where)
-        )
     return out
 
 
@@ -292,6 +299,9 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
     )
     inputs = Union((s.start_ns, s.end_ns) for s in trace.spans if s.cause == "input")
     places = _Places(trace)
+    # NB: steps numbered from 1 up follow torch.profiler's own warm-up (schedule(wait, warmup)):
+    # the GPU ran before the trace, so the first gap is no warm-up of the run's
+    cold = not trace.steps or trace.steps[0].number == 0
     by_device: dict[int, list[Activity]] = defaultdict(list)
     for a in sorted(trace.activities, key=lambda a: (a.start_ns, a.end_ns)):
         by_device[a.device].append(a)
@@ -305,7 +315,7 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
             Union((a.start_ns, a.end_ns) for a in acts if a.kind == KERNEL and not a.nccl),
             Union((a.start_ns, a.end_ns) for a in acts if a.kind == KERNEL),
         )
-        pieces = charge_device(acts, span, trace, host, blocked, places)
+        pieces = charge_device(acts, span, trace, host, blocked, places, cold)
         ends = [p.end_ns for p in pieces]
         timeline += _timeline(device, unions[0], pieces, span, trace.span_ns[0])
         totals = [0, 0, 0]

@@ -5,8 +5,11 @@ frames, and the spans with a cause (steps, DataLoader waits, collectives, the ho
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable
 from typing import Any
+
+import msgspec
 
 from profilers.kineto.events import (
     ASYNC_COPY_CALLS,
@@ -42,6 +45,8 @@ MAX_TS_US = 1e17
 
 
 def number(value: Any, default: int = -1) -> int:
+    if type(value) is int:  # NB: the common case first: a million calls on a large trace
+        return value
     if isinstance(value, bool):
         return default
     if isinstance(value, int):
@@ -54,11 +59,56 @@ def number(value: Any, default: int = -1) -> int:
     return default
 
 
-class Collect:
-    """One pass over the events, keeping what the analysis needs."""
+class Args(msgspec.Struct, gc=False):
+    """The arguments of an event the analysis reads (a decoder skips the others unread)."""
 
-    def __init__(self, base_us: float) -> None:
-        self.base_us = base_us
+    correlation: Any = None
+    external_id: Any = msgspec.field(default=None, name="External id")
+    external_id_lower: Any = msgspec.field(default=None, name="external id")
+    device: Any = None
+    stream: Any = None
+    bytes: Any = None
+    call_stack: Any = msgspec.field(default="", name="Call stack")
+    name: Any = None
+
+
+class Event(msgspec.Struct, gc=False):
+    """One trace event, its fields as the JSON has them (each one checked where it is read)."""
+
+    ph: Any = None
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = 0
+    args: Args | None = None
+
+
+_ARGS = {f: Args.__struct_encode_fields__[i] for i, f in enumerate(Args.__struct_fields__)}
+
+
+def event_of(e: Any) -> Event | None:
+    """An already parsed event (a dict) as the stream decodes it: None for a non-object."""
+    if not isinstance(e, dict):
+        return None
+    raw = e.get("args")
+    args = (
+        Args(**{f: raw[k] for f, k in _ARGS.items() if k in raw}) if isinstance(raw, dict) else None
+    )
+    fields = {k: e[k] for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur") if k in e}
+    return Event(**fields, args=args)
+
+
+NO_ARGS = Args()
+
+
+class Collect:
+    """One pass over the events, keeping what the analysis needs; times count from the first
+    complete event's ``ts`` (``base_us``), set as it arrives."""
+
+    def __init__(self) -> None:
+        self.base_us: int | None = None
         self.activities: list[Activity] = []
         self.launches: dict[int, Call] = {}
         self.ops: dict[int, Call] = {}
@@ -76,29 +126,28 @@ class Collect:
         """Kernels in the pre-Kineto autograd profiler's spelling (no category, pid "CUDA
         functions"): torch.autograd.profiler with use_cuda=True before Kineto."""
 
-    def add(self, e: Any) -> None:
-        # NB: the hot loop of a large trace (a million events): one dict lookup per field
-        ph = e.get("ph") if isinstance(e, dict) else None
-        if ph != "X":
-            if ph == "M" and e.get("name") == "process_name":
-                name = (e.get("args") or {}).get("name")
-                self.own = self.own or (isinstance(name, str) and name.startswith("gpuwatch:"))
+    def add(self, e: Event) -> None:
+        # NB: the hot loop of a large trace (a million events): one attribute per field
+        if e.ph != "X":
+            if e.ph == "M" and e.name == "process_name" and isinstance(e.args, Args):
+                self.own = self.own or str(e.args.name).startswith("gpuwatch:")
             return
-        ts, dur = e.get("ts"), e.get("dur", 0)
-        if not isinstance(ts, int | float) or not isinstance(dur, int | float):
-            return
-        if not (-MAX_TS_US < ts < MAX_TS_US and -MAX_TS_US < dur < MAX_TS_US):
+        ts, dur = e.ts, e.dur
+        if not isinstance(ts, int | float) or not -MAX_TS_US < ts < MAX_TS_US:
             return  # inf (1e999 parses as inf), nan, or a damaged time past any clock's
-        cat = e.get("cat", "")
+        if self.base_us is None:
+            self.base_us = math.floor(ts)
+        if not isinstance(dur, int | float) or not -MAX_TS_US < dur < MAX_TS_US:
+            return
+        cat = e.cat
         cat = cat.lower() if isinstance(cat, str) else str(cat)
         if cat == "trace":
             return
-        if not cat and e.get("pid") == "CUDA functions":
+        if not cat and e.pid == "CUDA functions":
             self.legacy_kernels += 1
         self.cats.add(cat)
-        name = str(e.get("name", ""))
-        raw = e.get("args")
-        args: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        name = sys.intern(str(e.name))  # NB: a name recurs thousands of times: kept once
+        args = e.args or NO_ARGS
         start = round((ts - self.base_us) * 1000)
         end = start + max(0, round(dur * 1000))
         if start < self.first:
@@ -109,53 +158,51 @@ class Collect:
         if kind is not None:
             self._activity(kind, name, e, args, start, end)
         elif cat in RUNTIME_CATS:
-            self.runtime_names.add(name)
-            corr = number(args.get("correlation"))
-            if corr < 0:  # NB: kept (a sync may block the host) under a key no activity has
-                corr = -2 - len(self.launches)
-            ext = number(args.get("External id", args.get("external id")), 0)
-            tid = str(e.get("tid"))
-            self.launches[corr] = Call(name, tid, start, end, ext)
-            self.launching[tid] = self.launching.get(tid, 0) + 1
+            self._runtime(name, e, args, start, end)
         elif cat in CPU_CATS:
             self._cpu(cat, name, e, args, start, end)
         elif cat in PYTHON_CATS:
             frame = user_frame(name)
             if frame is not None:
-                self.python.setdefault(str(e.get("tid")), []).append((start, end, frame))
+                self.python.setdefault(str(e.tid), []).append((start, end, frame))
 
-    def _activity(
-        self, kind: str, name: str, e: dict[str, Any], args: dict[str, Any], start: int, end: int
-    ) -> None:
+    def _runtime(self, name: str, e: Event, args: Args, start: int, end: int) -> None:
+        self.runtime_names.add(name)
+        corr = number(args.correlation)
+        if corr < 0:  # NB: kept (a sync may block the host) under a key no activity has
+            corr = -2 - len(self.launches)
+        ext = args.external_id
+        ext = number(args.external_id_lower if ext is None else ext, 0)
+        tid = sys.intern(str(e.tid))
+        self.launches[corr] = Call(name, tid, start, end, ext)
+        self.launching[tid] = self.launching.get(tid, 0) + 1
+
+    def _activity(self, kind: str, name: str, e: Event, args: Args, start: int, end: int) -> None:
         direction, memory = memcpy_kind(name) if kind == MEMCPY else ("", "")
-        device = number(args.get("device"), number(e.get("pid"), 0))
-        stream = number(args.get("stream"), number(e.get("tid"), 0))
         self.activities.append(
             Activity(
                 kind,
                 name,
-                device,
-                stream,
+                number(args.device, number(e.pid, 0)),
+                number(args.stream, number(e.tid, 0)),
                 start,
                 end,
-                max(-1, number(args.get("correlation"))),  # -1: none (no launch has it)
-                max(0, number(args.get("bytes"), 0)),
+                max(-1, number(args.correlation)),  # -1: none (no launch has it)
+                max(0, number(args.bytes, 0)),
                 direction,
                 memory,
                 kind == "kernel" and is_nccl(name),
             )
         )
 
-    def _cpu(
-        self, cat: str, name: str, e: dict[str, Any], args: dict[str, Any], start: int, end: int
-    ) -> None:
-        stack = args.get("Call stack", "")
+    def _cpu(self, cat: str, name: str, e: Event, args: Args, start: int, end: int) -> None:
+        stack = args.call_stack
         call = Call(
             name,
-            str(e.get("tid")),
+            sys.intern(str(e.tid)),
             start,
             end,
-            number(args.get("External id"), 0),
+            number(args.external_id, 0),
             stack if isinstance(stack, str) else "",
         )
         if cat != "user_annotation":

@@ -13,18 +13,22 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
-import math
 import os
+import re
 import stat
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
+from io import BufferedIOBase
 from typing import Any
 
+import msgspec
+
 from profilers.kineto.collect import (
-    MAX_TS_US,
     Collect,
+    Event,
     blocked_spans,
+    event_of,
     marked_spans,
     number,
     steps_of,
@@ -167,23 +171,99 @@ def _gpu_problem(
     return f"{path} is a Chrome trace with no torch.profiler events (no CPU op, no GPU activity)"
 
 
+CHUNK_BYTES = 1 << 22
+"""Read (after gunzip) and decoded at a time: a trace's events never sit in memory whole."""
+_EVENTS = msgspec.json.Decoder(list[Event])
+TRIES = 8
+"""Cuts tried a chunk before reading on (each costs a decode of the chunk)."""
+_START = re.compile(rb'\s*(?:\[|\{.*?"traceEvents"\s*:\s*\[)', re.S)
+
+
+def _decoded(text: bytes) -> list[Event] | None:
+    try:
+        return _EVENTS.decode(b"[" + text + b"]")
+    except msgspec.DecodeError:
+        return None
+
+
+def _batches(f: BufferedIOBase, meta: dict[str, Any]) -> Iterator[list[Event]]:
+    """The events of a trace file, a chunk's worth at a time, and its other keys into ``meta``;
+    ValueError where the file is not a plain trace (the whole reading then says what it is).
+    NB: a cut is only where ``[`` + the events before it + ``]`` decodes, and a cut inside a
+    string or a nested value never does, so whatever its names and arguments hold, the events
+    are the JSON's own."""
+    buf = b""
+    while (m := _START.match(buf)) is None:
+        more = f.read(CHUNK_BYTES)
+        if not more or len(buf) > 1 << 24:  # 16 MiB of keys before the events: none such
+            raise ValueError("no traceEvents array at the start")
+        buf += more
+    head, buf = buf[: m.end() - 1], buf[m.end() :]
+    while more := f.read(CHUNK_BYTES):
+        buf += more
+        i, tries = len(buf), TRIES  # NB: tries bounded: a damaged event fails every cut
+        while tries and (i := buf.rfind(b"}", 0, i)) >= 0:
+            if buf[i + 1 : i + 64].lstrip()[:1] == b",":
+                tries -= 1
+                if (events := _decoded(buf[: i + 1])) is not None:
+                    yield events
+                    buf = buf[i + 1 :].lstrip()[1:]
+                    break
+        if len(buf) > 1 << 24:
+            raise ValueError("no event ends in 16 MiB: damaged?")
+    # the last event ends at the first "}" before "]" where the events before it decode
+    j, tries, events = -1, TRIES, [] if buf.lstrip()[:1] == b"]" else None
+    while events is None and tries and (j := buf.find(b"}", j + 1)) >= 0:
+        if buf[j + 1 : j + 64].lstrip()[:1] == b"]":
+            tries -= 1
+            events = _decoded(buf[: j + 1])
+    if events is None:
+        raise ValueError("the traceEvents array never ends")
+    doc = msgspec.json.decode(head + b"[]" + buf[buf.index(b"]", j + 1) + 1 :])
+    meta.update(doc if isinstance(doc, dict) else {})  # a damaged tail raised above
+    yield events
+
+
+def _streamed(path: str) -> tuple[Collect, dict[str, Any]] | None:
+    """The events of ``path`` collected as they are decoded, and its other keys; None where it
+    is not a plain regular file holding a whole trace (the whole reading says why)."""
+    got, meta = Collect(), dict[str, Any]()
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as raw:
+            magic = raw.read(2)
+            raw.seek(0)
+            f: BufferedIOBase = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
+            for events in _batches(f, meta):
+                for e in events:
+                    got.add(e)
+    except (OSError, EOFError, zlib.error, ValueError, msgspec.DecodeError, RecursionError):
+        return None
+    return got, meta
+
+
+def read_trace(path: str, rank: int, whole: bool = False) -> RankTrace:
+    """One rank's :class:`RankTrace` from a file: decoded as a stream, or, with ``whole`` or
+    where the stream cannot (a damaged file, a pipe), parsed whole (the reference reading)."""
+    found = None if whole else _streamed(path)
+    if found is None:
+        return trace_from_doc(parse_json(read_bytes(path), path), path, rank)
+    return _trace(*found, path, rank)
+
+
 def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
     """One rank's :class:`RankTrace` from a parsed trace document."""
     events, meta = events_of(doc, path)
-    base = next(
-        (
-            float(e["ts"])
-            for e in events
-            if isinstance(e, dict)
-            and e.get("ph") == "X"
-            and isinstance(e.get("ts"), int | float)
-            and -MAX_TS_US < e["ts"] < MAX_TS_US
-        ),
-        0.0,
-    )
-    got = Collect(math.floor(base))
-    for e in events:
-        got.add(e)
+    got = Collect()
+    for raw in events:
+        e = event_of(raw)
+        if e is not None:
+            got.add(e)
+    return _trace(got, meta, path, rank)
+
+
+def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrace:
     gpus = _gpus(meta)
     problem = _vendor_problem(path, gpus, got.cats, got.runtime_names)
     if problem is None and not got.activities and got.legacy_kernels:
@@ -209,7 +289,7 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
         path=path,
         rank=rank,
         gpus=gpus,
-        base_us=got.base_us,
+        base_us=got.base_us or 0,
         activities=got.activities,
         launches=got.launches,
         ops=got.ops,
@@ -224,10 +304,11 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
     return dataclasses.replace(trace, spans=marked_spans(trace, got.marks) + blocked_spans(trace))
 
 
-def read_traces(paths: Sequence[str]) -> list[RankTrace]:
+def read_traces(paths: Sequence[str], whole: bool = False) -> list[RankTrace]:
     """The ranks of ``paths`` (files, or folders of one file per rank), in rank order. Inside a
     folder, a JSON file that is no Chrome trace (a report written there, a config) is passed
-    over and named in the first rank's notes."""
+    over and named in the first rank's notes. ``whole``: each file parsed whole (the reference
+    reading the stream's figures are tested against)."""
     traces: list[RankTrace] = []
     skipped: list[str] = []
     idle: list[str] = []
@@ -237,8 +318,7 @@ def read_traces(paths: Sequence[str]) -> list[RankTrace]:
         first_idle: NoGpuActivity | None = None
         for path in trace_files(given):
             try:
-                doc = parse_json(read_bytes(path), path)
-                traces.append(trace_from_doc(doc, path, len(traces)))
+                traces.append(read_trace(path, len(traces), whole))
             except NotATrace:
                 if not in_folder:
                     raise

@@ -15,7 +15,7 @@ from profilers.kineto.events import Where
 
 SCHEMA = "gpuwatch.kineto/1"
 
-CAUSES = ("input", "sync", "copy", "comm", "launch")
+CAUSES = ("input", "sync", "copy", "comm", "launch", "dependency", "warmup")
 """Every idle ms is charged to exactly one of these (see DEFINITIONS)."""
 
 DEFINITIONS = {
@@ -24,23 +24,31 @@ DEFINITIONS = {
     "clipped to it, so a step's GPU work that runs on after its host interval counts in the next",
     "busy": "the union, per device, of every kernel, memcpy and memset interval on all streams "
     "(CUPTI's sync records are the host's wait, not GPU work: not busy)",
-    "idle": "the window's wall time less busy",
+    "idle": "the window's wall time less busy; each gap ends when the device's next GPU work K "
+    "starts, and is the host's (input, sync, copy, comm, launch) only when K was queued (its "
+    "launch call began) after the gap began",
     "input": "idle while the host was inside a DataLoader's __next__ "
-    "(enumerate(DataLoader)#...__next__)",
+    "(enumerate(DataLoader)#...__next__), K not yet queued",
     "sync": "idle while the host was blocked in cudaDeviceSynchronize, cudaStreamSynchronize, "
     "cudaEventSynchronize, a blocking cudaMemcpy or aten::item/_local_scalar_dense, and the idle "
     "that follows, when the GPU ran dry during that wait, up to the GPU work the wait waited for "
-    "(the rest of the host's time before the next GPU work is launch)",
+    "(the rest of the host's time before the next GPU work is launch), K not yet queued",
     "copy": "as sync, for a wait inside a copy op (aten::copy_, _to_copy, to) or a copy from or "
     "to pageable memory, which the host stages",
-    "comm": "idle while the host was inside a collective call (nccl:*, c10d::*), or with the "
-    "next GPU work queued but waiting on an NCCL kernel (another rank, another stream)",
-    "launch": "the rest: the host running Python and queuing work slower than the GPU ran it "
-    "(the next GPU work not yet launched, or launched and not yet started)",
+    "comm": "idle while the host was inside a collective call (nccl:*, c10d::*) with K not yet "
+    "queued, or with K an NCCL kernel queued and waiting (the other ranks)",
+    "launch": "the rest of the host's part: the host running Python and queuing work slower than "
+    "the GPU ran it (K not yet launched, or launched and not yet started), at K's op and line",
+    "dependency": "K was already queued when the gap began (or before the trace began), so the "
+    "GPU waited on something other than the host: another stream's work, an event (HTA's "
+    "kernel_wait and other)",
+    "warmup": "before the device's first GPU work in the trace, at the op and line that queued "
+    "it; left out of the verdict",
     "verdict": "GPU-bound when the GPU was busy with anything but NCCL kernels alone for at "
-    "least 80% of the window, else <cause>-bound for the largest idle cause (input-bound, "
-    "sync-bound, copy-bound, comm-bound, launch-bound), comm counting the time NCCL kernels ran "
-    "alone (exposed communication) too",
+    "least 80% of the window after warm-up, else <cause>-bound for the largest idle cause "
+    "(input-bound, sync-bound, copy-bound, comm-bound, launch-bound, dependency-bound), comm "
+    "counting the time NCCL kernels ran alone (exposed communication) too; no GPU work when the "
+    "window has none",
     "active_window": "HTA's temporal breakdown window: from the device's first GPU activity to "
     "its last, over the whole trace; compute = non-NCCL kernels, non_compute = the rest of busy; "
     "in a trace of two or more steps, as HTA does, only the activities whose launch call is in "
