@@ -156,6 +156,9 @@ class Profile:
                 )
                 if self.options.gpu is None and simulated_gpus() is None:
                     start_gpu_time(recorder, recorder.step_clock)  # the GPU half, measured
+            quiet = counting == "every_op" and timed and not self.options.count_ops
+            if quiet and not self.options.memory and not self.options.trace_syncs:
+                recorder.input_scope = _patches.quiet_inputs(stack, recorder, counts)
             if self.options.steps is None:
                 _patches.count_steps(stack, recorder)
                 stack.enter_context(counts)

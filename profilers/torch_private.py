@@ -21,6 +21,9 @@ _FAST = "the fast path of --no-kernel-timing (the dispatch mode counts instead, 
 _FAKE = "--fake-cuda"
 _MODE = "the profiler itself (its dispatch mode)"
 _PRINT = "printing a CUDA tensor counted as a sync"
+_INPUT = (
+    "a loader's own ops run at full speed in its wait (else through the mode, its cost taken out)"
+)
 
 NATIVE_REQUIRES_INIT = "libtorch_python: torch::utils::set_requires_device_init"
 """A C++ function, not a Python name: called through ctypes (:func:`require_cuda_init`)."""
@@ -83,6 +86,8 @@ WHAT_EACH_GIVES: dict[str, str] = {
     "torch.utils._python_dispatch._get_current_dispatch_mode_stack": _FAKE,
     "torch.utils._python_dispatch._push_mode": f"{_PRINT}; {_FAKE}",
     "torch.utils._python_dispatch._pop_mode": f"{_PRINT}; {_FAKE}",
+    "torch.utils._python_dispatch._get_current_dispatch_mode": _INPUT,
+    "torch.utils._python_dispatch._pop_mode_temporarily": _INPUT,
     "torch.utils._python_dispatch._disable_current_modes": _PRINT,
     "torch._tensor_str._str_intern": _PRINT,
     "torch._tensor_str._tensor_str": _FAKE,
@@ -195,6 +200,10 @@ engine_run_backward: Any = _find("torch.autograd._engine_run_backward")
 # -- torch.tensor(data, device=...) --------------------------------------------------------------
 only_lift_cpu_tensors: Any = _find("torch._C._only_lift_cpu_tensors")
 set_only_lift_cpu_tensors: Any = _find("torch._C._set_only_lift_cpu_tensors")
+
+# -- input waits: the mode stepped aside for the loader's own ops -----------------------------------
+current_dispatch_mode: Any = _find("torch.utils._python_dispatch._get_current_dispatch_mode")
+pop_mode_temporarily: Any = _find("torch.utils._python_dispatch._pop_mode_temporarily")
 
 # -- threads ----------------------------------------------------------------------------------------
 THREAD_BOOTSTRAP = "_bootstrap_inner"

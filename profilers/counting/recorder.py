@@ -106,6 +106,8 @@ class Recorder:
         self.internal_errors: dict[str, OpFailure] = {}
         """Ops whose copies and syncs could not be counted."""
         self.step_clock: StepClock | None = None
+        self.input_scope: Callable[[], Any] | None = None
+        """What an input wait runs inside (profilers/patches.py ``quiet_inputs``), if anything."""
         """Where the time of each step goes, on the profile's own thread (None: not measured)."""
         self.replay: OpLog | None = None
         """The step replay's records (profilers/timing/oplog.py): only where the run asked for

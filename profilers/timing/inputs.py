@@ -76,6 +76,9 @@ def timed_next(
     batch, done = None, False
     fake = getattr(fake_time.ACTIVE, "_fake", None)  # --fake-cuda --gpu: the simulation's time
     sim0 = getattr(fake, "sim", 0)
+    scope = ExitStack()  # NB: entered and left outside the wait's span: the profiler's own
+    if recorder.input_scope is not None:
+        scope.enter_context(recorder.input_scope())
     start = time.perf_counter_ns()
     try:
         batch = pull(it)  # NB: StopIteration too: finding the end is input time as well
@@ -83,6 +86,7 @@ def timed_next(
         return batch
     finally:
         end = time.perf_counter_ns()
+        scope.close()
         st.clock, st.inside = clock, outer
         try:
             if after is not None and done:
