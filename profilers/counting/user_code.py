@@ -14,7 +14,7 @@ from types import FrameType
 
 from profilers.libraries import LibraryFrame
 from profilers.text import printable
-from profilers.timing.gaps import generated
+from profilers.timing.gaps import _TYPED
 
 #: Where ops with no user frame on their thread go when no .backward() call is under way.
 UNKNOWN = ("<unknown>", 0)
@@ -186,7 +186,8 @@ class UserCode:
             if known is None:
                 known = self(filename)
             if known:
-                if not generated(filename):
+                # NB: generated()'s test inline: a call here costs every op's line lookup
+                if not filename.startswith("<") or filename.startswith(_TYPED):
                     return frame
                 if made is None:
                     made = frame
