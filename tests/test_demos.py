@@ -283,3 +283,17 @@ def test_the_readmes_first_command_predicted_for_a_gpu_ends_in_steps_and_ranks_i
     assert line is not None and "the two" not in line.plain and "(1 µs)" in line.plain
     assert "→ 1 µs (1-2 µs) (ranked)" in line.plain
     assert problem(d.to_dict("w.json", "faster.json"), "gpuwatch.diff/1") is None
+
+
+@pytest.mark.slow
+@pytest.mark.fake_cuda
+def test_the_readmes_first_sample_is_what_the_command_prints():
+    # NB: its times aside (they move run to run); `python .ci/readme_samples.py` makes it again
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, str(root / ".ci" / "readme_samples.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
