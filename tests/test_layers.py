@@ -133,11 +133,8 @@ _MONITOR_PROBE = """
 import contextlib, io, sys
 from gpuwatch.cli.main import main
 for argv in (["top", "--demo", "--once"], ["--help"], ["top", "--help"], ["export", "--help"]):
-    with contextlib.redirect_stdout(io.StringIO()) as out:
-        try:
-            main(argv)
-        except SystemExit:
-            pass
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.suppress(SystemExit):
+        main(argv)
     assert "usage: gpuwatch" in out.getvalue() or "GPU" in out.getvalue(), argv
 print(sorted(m for m in sys.modules if m.startswith(("profilers", "gpuwatch.profile"))))
 """
