@@ -322,7 +322,7 @@ def test_html_report_renders_offline_in_a_real_browser(tmp_path):
     assert requests == [(tmp_path / "r.html").as_uri()]  # self-contained: nothing fetched
     assert problems == [] and not pwned
     assert title == "gpuwatch profile: train.py"
-    assert re.match(r"(input|sync|copy|comm|launch)-bound: \S+ \S+ (per step|in all), ", verdict)
+    assert re.match(r"(input|sync|copy|comm|host)-bound: \S+ \S+ (per step|in all), ", verdict)
     assert verdict.endswith("of the host's time (GPU not measured)"), verdict
 
 
