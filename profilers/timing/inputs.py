@@ -78,7 +78,10 @@ def timed_next(
     sim0 = getattr(fake, "sim", 0)
     scope = ExitStack()  # NB: entered and left outside the wait's span: the profiler's own
     if recorder.input_scope is not None:
-        scope.enter_context(recorder.input_scope())
+        try:
+            scope.enter_context(recorder.input_scope())
+        except Exception as exc:  # never into user code: the ops then go through the mode
+            recorder.internal_error(what, exc)
     start = time.perf_counter_ns()
     try:
         batch = pull(it)  # NB: StopIteration too: finding the end is input time as well
@@ -86,9 +89,9 @@ def timed_next(
         return batch
     finally:
         end = time.perf_counter_ns()
-        scope.close()
         st.clock, st.inside = clock, outer
         try:
+            scope.close()
             if after is not None and done:
                 after(batch)
             line = recorder.line_for(frame)
@@ -104,8 +107,8 @@ def timed_next(
 class Inside:
     """The profiler's time on the ops an input iterator ran in one wait: what its hot path
     measured of itself, and what it costs around each op (the dispatcher boxing the op into
-    Python), probed once per op where it can be (a view of a big tensor costs a third less
-    than the calibrated mean, and a batch is hundreds of views), the calibrated mean elsewhere."""
+    Python), probed once per op on its own arguments where it can be (a batch is often
+    hundreds of views, whose cost differs from the calibrated mean's), the mean elsewhere."""
 
     __slots__ = ("hot_ns", "ops")
 
