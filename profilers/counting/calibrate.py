@@ -209,14 +209,11 @@ class Prober:
             self.scale = mix_ns / (sum(found) / len(found))
         return self.scale
 
-    def probe(
-        self, func: Any, call: Callable[..., Any], args: Any, kwargs: Any, views: bool = False
-    ) -> int | None:
+    def probe(self, func: Any, call: Callable[..., Any], args: Any, kwargs: Any) -> int | None:
         """Nanoseconds per run of ``func`` on ``args`` outside the hot path (at least 0), or
         None where it cannot be probed safely (random ops, large or non-CPU tensors, tensor
-        subclasses). Mutated arguments are cloned first: the user's tensors are never written.
-        ``views``: a view op of a large tensor too (it reads no data)."""
-        ready = probe_args(func, args, kwargs, views)
+        subclasses). Mutated arguments are cloned first: the user's tensors are never written."""
+        ready = probe_args(func, args, kwargs)
         if ready is None:
             return None
         args, kwargs = ready
@@ -320,10 +317,8 @@ def _in_autograd(frame: FrameType | None) -> bool:
     return called_from(frame, _AUTOGRAD_FILE, 8)
 
 
-def probe_args(func: Any, args: Any, kwargs: Any, views: bool = False) -> tuple[Any, Any] | None:
-    """``(args, kwargs)`` to probe ``func`` with (written tensors cloned), or None: not safe
-    (``views``: a view op's tensors may be large)."""
-    big = None if views and func.is_view else BIG
+def probe_args(func: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+    """``(args, kwargs)`` to probe ``func`` with (written tensors cloned), or None: not safe."""
     if func.namespace != "aten" or not _returns_tensor(func):
         # NB: only ATen's own ops, and only those that make a tensor: a collective
         # (c10d, _c10d_functional) run again on one rank would hang or corrupt the others; a
@@ -336,9 +331,7 @@ def probe_args(func: Any, args: Any, kwargs: Any, views: bool = False) -> tuple[
     for value in (*args, *kwargs.values()):
         for t in value if isinstance(value, (list, tuple)) else (value,):
             if isinstance(t, torch.Tensor):
-                if type(t) is not torch.Tensor or t.device.type != "cpu":
-                    return None
-                if big is not None and t.numel() > big:
+                if type(t) is not torch.Tensor or t.device.type != "cpu" or t.numel() > BIG:
                     return None
                 tensors += 1
     if not tensors:
@@ -379,17 +372,15 @@ def start_clock(recorder: Any, keep: int, key_on: Callable[[], Any] | None = Non
             is_pinned=recorder.is_pinned,
         )
         outside = outside_cost_ns(ProfilerMode, lambda: scratch)
-        prober = Prober(ProfilerMode(scratch), scratch)
-        prober.backward_of = recorder
-        prober.scale_to(outside)
+        if recorder.host_timing:  # NB: on the CPU only: a GPU's ops are not run twice
+            prober = Prober(ProfilerMode(scratch), scratch)
+            prober.backward_of = recorder
+            prober.scale_to(outside)
     elif key_on is not None:
         outside = fast_path_outside_ns(recorder, key_on)
     clock = StepClock(
         time.perf_counter_ns(), keep=keep, outside_ns=outside, lines_measured=every_op
     )
-    # NB: each op probed on the CPU only (a GPU's ops are not run twice); on a GPU the probes
-    # serve the host ops of input iterators (their CPU tensors: timing/inputs.py)
-    clock.prober = prober if recorder.host_timing else None
-    clock.input_prober = prober
+    clock.prober = prober
     recorder.state().clock = clock
     return clock

@@ -153,7 +153,7 @@ def dispatch(  # noqa: C901 - the hot path kept in one frame: a call per branch 
     name = facts.name
     if name is None or not recorder.active:  # metadata ops skip everything, the frame too
         if name is None and recorder.step_clock is not None:
-            return _metadata_timed(recorder, func, facts.call, args, kwargs, t_in)
+            return _metadata_timed(recorder, facts.call, args, kwargs, t_in)
         return facts.call(*args, **kwargs)
     if facts.special is DECOMPOSE:
         return _decomposed(mode, func, args, kwargs)
@@ -275,7 +275,7 @@ def dispatch(  # noqa: C901 - the hot path kept in one frame: a call per branch 
         clock.ops += 1
         clock.last_ns = t_out
     elif st.inside is not None:  # an input iterator's op: our time kept out of its wait
-        st.inside.add(func, facts.call, args, kwargs, t_call - t_in + _ns() - t_ret)
+        st.inside.add(t_call - t_in + _ns() - t_ret)
     return out
 
 
@@ -367,12 +367,7 @@ def _account(
 
 
 def _metadata_timed(
-    recorder: Recorder,
-    func: Any,
-    call: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: Any,
-    t_in: int,
+    recorder: Recorder, call: Callable[..., Any], args: tuple[Any, ...], kwargs: Any, t_in: int
 ) -> Any:
     """A metadata op (a view, ``detach``...) on the profile's thread: not charged to a line,
     but the profiler's time on it is its own. NB: moving ``last_ns`` on by that time keeps it
@@ -386,7 +381,7 @@ def _metadata_timed(
     t_ret = _ns()
     if clock is None:  # inside an input wait (timing/inputs.py)
         assert st is not None
-        st.inside.add(func, call, args, kwargs, t_call - t_in + _ns() - t_ret)
+        st.inside.add(t_call - t_in + _ns() - t_ret)
         return out
     own = t_call - t_in + clock.outside_ns + _ns() - t_ret
     clock.own_ns += own

@@ -69,8 +69,8 @@ def timed_next(
         return batch
     # NB: the clock is off while the iterator works: ops it runs here (collate's stack and
     # the dataset's indexing, on the profile's thread when num_workers=0) are part of the wait,
-    # not host work at some library line. The mode's own time on them is measured (st.inside)
-    # and kept out of the wait: a batch of 64 rows is ~130 ops, 3x the loader's own time.
+    # not host work at some library line. The mode steps aside for them where it can
+    # (``recorder.input_scope``); where it cannot, its cost on them (st.inside) leaves the wait.
     st.clock, inside, outer = None, Inside(), st.inside
     st.inside = inside
     batch, done = None, False
@@ -105,41 +105,22 @@ def timed_next(
 
 
 class Inside:
-    """The profiler's time on the ops an input iterator ran in one wait: what its hot path
-    measured of itself, and what it costs around each op (the dispatcher boxing the op into
-    Python), probed once per op on its own arguments where it can be (a batch is often
-    hundreds of views, whose cost differs from the calibrated mean's), the mean elsewhere."""
+    """The profiler's time on the ops an input iterator ran through the mode in one wait (where
+    the mode could not step aside): what its hot path measured of itself, and the calibrated
+    cost around each op (the dispatcher boxing it into Python)."""
 
     __slots__ = ("hot_ns", "ops")
 
     def __init__(self) -> None:
         self.hot_ns = 0
-        self.ops: dict[Any, list[Any]] = {}
+        self.ops = 0
 
-    def add(self, func: Any, call: Any, args: Any, kwargs: Any, hot_ns: int) -> None:
+    def add(self, hot_ns: int) -> None:
         self.hot_ns += hot_ns
-        seen = self.ops.get(func)
-        if seen is None:
-            self.ops[func] = [1, call, args, kwargs]
-        else:
-            seen[0] += 1
+        self.ops += 1
 
     def own_ns(self, clock: Any) -> int:
-        known: dict[Any, int] = clock.outside_by_op
-        prober = clock.input_prober
-        total = self.hot_ns
-        for func, (n, call, args, kwargs) in self.ops.items():
-            ns = known.get(func)
-            if ns is None:
-                probed = None
-                if prober is not None:
-                    try:
-                        probed = prober.probe(func, call, args, kwargs or {}, views=True)
-                    except Exception:  # NB: a probe that fails leaves the op at the mean
-                        probed = None
-                ns = known[func] = clock.outside_ns if probed is None else probed
-            total += n * ns
-        return total
+        return self.hot_ns + self.ops * int(clock.outside_ns)
 
 
 class TimedIterator:

@@ -137,8 +137,6 @@ class StepClock:
         "outside_ns",
         "own_ns",
         "probed_ops",
-        "input_prober",
-        "outside_by_op",
         "prober",
         "probes",
         "replay",
@@ -182,9 +180,6 @@ class StepClock:
         loop costs, without what ran before the first step (imports, building the model) that
         step 0 holds, nor the open tail after the last."""
         self.prober: Any = None
-        self.input_prober: Any = None
-        self.outside_by_op: dict[Any, int] = {}
-        """Probed cost around the ops input iterators run, by op (timing/inputs.py)."""
         """Measures an op's cost outside the hot path on its own arguments
         (:class:`profilers.counting.calibrate.Prober`), where it is first seen at a line."""
         self.probes: list[list[Any]] = []
