@@ -178,13 +178,29 @@ def quiet_inputs(
 def count_steps(
     stack: ExitStack, recorder: Recorder, on_step: Callable[[], None] | None = None
 ) -> None:
-    """Each ``optimizer.step()`` of any torch optimizer ends a training step (a global step
-    post-hook, removed when the profile ends); ``on_step`` runs after each (a step window)."""
+    """One iteration of the training loop is one step, however many optimizers step in it.
+    An ``optimizer.step()`` of any torch optimizer (a global post-hook, removed when the profile
+    ends) ends a step, unless another optimizer stepped in this step and no DataLoader batch
+    was pulled since: then it joins that step (a GAN's D then G, two optimizers over one model's
+    parameters, an optimizer that steps another). So a single optimizer, gradient accumulation
+    (one ``step()`` per k batches) and an LR scheduler (not an optimizer) end one step per
+    ``step()``, and optimizers stepped in alternate iterations one per batch. NB: with no
+    DataLoader, optimizers stepped in turn (D, G, D, G) read as one GAN iteration per pair.
+    ``on_step`` runs after each step (a step window)."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     recorder.on_step = on_step
+    stepped: set[int] = set()  # the optimizers that stepped in this step
+    batches = -1  # the loader's batches pulled when this step ended
 
-    def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    def after_step(optimizer: object, args: object, kwargs: object) -> None:
+        nonlocal batches
+        if id(optimizer) not in stepped and batches == recorder.batches:
+            stepped.add(id(optimizer))  # another optimizer of the same iteration
+            return
+        stepped.clear()
+        stepped.add(id(optimizer))
+        batches = recorder.batches
         if recorder.active or on_step is not None:
             recorder.step("optimizer")
 
