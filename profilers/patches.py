@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import torch
 
@@ -48,6 +48,8 @@ from profilers.torch_private import (
 ACTIVE: Recorder | None = None
 
 
+P = ParamSpec("P")  # a wrapped function's parameters
+R = TypeVar("R")  # and its result
 set_attr = patcher("profiler")
 """``owner.name = value`` until the stack closes, on the registry's stack (profilers/registry.py)."""
 
@@ -58,7 +60,7 @@ set_attr = patcher("profiler")
 def patch_threads(
     stack: ExitStack,
     recorder: Recorder,
-    per_thread: Callable[[], AbstractContextManager[Any]] | None = None,
+    per_thread: Callable[[], AbstractContextManager[object]] | None = None,
 ) -> None:
     """Threads started while profiling run inside ``per_thread()`` (default: their own mode)."""
     enter = per_thread or functools.partial(ProfilerMode, recorder)
@@ -96,7 +98,7 @@ def patch_backward(stack: ExitStack, recorder: Recorder) -> None:
         return
 
     @functools.wraps(engine)
-    def run_backward(*args: Any, **kwargs: Any) -> Any:
+    def run_backward(*args: object, **kwargs: object) -> object:
         if recorder.backward_line is not None or not recorder.active:
             return engine(*args, **kwargs)
         try:
@@ -143,8 +145,8 @@ def _lift_off() -> None:
 
 
 def quiet_inputs(
-    stack: ExitStack, recorder: Recorder, mode: Any
-) -> Callable[[], AbstractContextManager[Any]] | None:
+    stack: ExitStack, recorder: Recorder, mode: object
+) -> Callable[[], AbstractContextManager[None]] | None:
     """What an input wait on the profile's thread runs inside (timing/inputs.py): the fast
     path's key in place of the mode ``mode``, so the loader's own ops (the dataset's indexing
     and collate's stack: about 130 a batch of 64 rows, 4 us each through the mode, 3-4x the
@@ -178,13 +180,29 @@ def quiet_inputs(
 def count_steps(
     stack: ExitStack, recorder: Recorder, on_step: Callable[[], None] | None = None
 ) -> None:
-    """Each ``optimizer.step()`` of any torch optimizer ends a training step (a global step
-    post-hook, removed when the profile ends); ``on_step`` runs after each (a step window)."""
+    """One iteration of the training loop is one step, however many optimizers step in it.
+    An ``optimizer.step()`` of any torch optimizer (a global post-hook, removed when the profile
+    ends) ends a step, unless another optimizer stepped in this step and no DataLoader batch
+    was pulled since: then it joins that step (a GAN's D then G, two optimizers over one model's
+    parameters, an optimizer that steps another). So a single optimizer, gradient accumulation
+    (one ``step()`` per k batches) and an LR scheduler (not an optimizer) end one step per
+    ``step()``, and optimizers stepped in alternate iterations one per batch. NB: with no
+    DataLoader, optimizers stepped in turn (D, G, D, G) read as one GAN iteration per pair.
+    ``on_step`` runs after each step (a step window)."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     recorder.on_step = on_step
+    stepped: set[int] = set()  # the optimizers that stepped in this step
+    batches = -1  # the loader's batches pulled when this step ended
 
-    def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    def after_step(optimizer: object, args: object, kwargs: object) -> None:
+        nonlocal batches
+        if id(optimizer) not in stepped and batches == recorder.batches:
+            stepped.add(id(optimizer))  # another optimizer of the same iteration
+            return
+        stepped.clear()
+        stepped.add(id(optimizer))
+        batches = recorder.batches
         if recorder.active or on_step is not None:
             recorder.step("optimizer")
 
@@ -204,7 +222,7 @@ def patch_work_wait(stack: ExitStack, recorder: Recorder) -> None:
     original = work.wait
 
     @functools.wraps(original)
-    def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def wait(self: object, *args: object, **kwargs: object) -> object:
         if not recorder.active:
             return original(self, *args, **kwargs)
         t = time.perf_counter_ns()
@@ -286,12 +304,12 @@ COMM_COUNTERS: dict[str, CommCounter] = {
 }
 
 
-def wrap_comm(name: str, fn: Callable[..., Any], recorder: Recorder) -> Callable[..., Any]:
+def wrap_comm(name: str, fn: Callable[P, R], recorder: Recorder) -> Callable[P, R]:
     """``fn`` (a comm function) counting its copies; ops it dispatches inside are not re-counted."""
     count = COMM_COUNTERS[name]
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         st = recorder.state()
         if st.in_comm or not recorder.active:
             return fn(*args, **kwargs)
@@ -341,9 +359,9 @@ def patch_explicit_syncs(stack: ExitStack, recorder: Recorder) -> None:
     what printing a GPU tensor (``repr``/``str``/``print``) reads, which torch does with every
     mode disabled (profilers/counting/printing.py)."""
 
-    def wrap(fn: Callable[..., Any], cause: str) -> Callable[..., Any]:
+    def wrap(fn: Callable[P, R], cause: str) -> Callable[P, R]:
         @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             enter, clock, line = time.perf_counter_ns(), None, None
             try:
                 if recorder.active and not recorder.own_sync:
@@ -383,7 +401,7 @@ _HOOK_LOCK = threading.Lock()
 
 
 def _forward(kind: str) -> Callable[..., None]:
-    def callback(*_args: Any) -> None:
+    def callback(*_args: object) -> None:
         recorder = ACTIVE
         if recorder is not None:
             recorder.on_trace_sync(kind, sys._getframe(1))

@@ -25,12 +25,12 @@ import types
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-ABSENT: Any = object()
+ABSENT: object = object()
 """What an attribute that an owner did not have of its own "was" before a patch."""
 
-GLOBALS: tuple[tuple[str, str, Any], ...] = (
+GLOBALS: tuple[tuple[str, str, object], ...] = (
     ("profilers.patches", "ACTIVE", None),
     ("profilers.fake_cuda.harness", "HARNESS", None),
     ("profilers.fake_cuda.graphs", "GRAPHS", None),
@@ -67,10 +67,10 @@ class Record:
     def __init__(
         self,
         by: str,
-        owner: Any,
+        owner: object,
         name: str,
-        value: Any,
-        original: Any,
+        value: object,
+        original: object,
         undo: Callable[[], None] | None = None,
     ) -> None:
         self.by = by
@@ -96,7 +96,7 @@ _ON: list[Record] = []
 _LOCK = threading.RLock()
 
 
-def label(owner: Any) -> str:
+def label(owner: object) -> str:
     """A module's or a class's dotted name (``torch.cuda.streams.Stream``)."""
     if isinstance(owner, type):
         return f"{owner.__module__}.{owner.__qualname__}"
@@ -104,7 +104,7 @@ def label(owner: Any) -> str:
     return name if isinstance(name, str) else f"{label(type(owner))}()"
 
 
-def _own(owner: Any, name: str) -> Any:
+def _own(owner: object, name: str) -> object:
     """``owner``'s own value of ``name`` (not one it inherits), or ABSENT."""
     try:
         return vars(owner).get(name, ABSENT)
@@ -112,7 +112,7 @@ def _own(owner: Any, name: str) -> Any:
         return getattr(owner, name, ABSENT)
 
 
-def _put(owner: Any, name: str, value: Any) -> None:
+def _put(owner: object, name: str, value: object) -> None:
     if value is ABSENT:
         if _own(owner, name) is not ABSENT:
             delattr(owner, name)
@@ -120,7 +120,7 @@ def _put(owner: Any, name: str, value: Any) -> None:
         setattr(owner, name, value)
 
 
-def patch(by: str, stack: ExitStack, owner: Any, name: str, value: Any) -> None:
+def patch(by: str, stack: ExitStack, owner: object, name: str, value: object) -> None:
     """``owner.name = value`` until ``stack`` closes; then what it was (deleted again when
     ``owner`` had no value of its own, so an inherited one shows through as before)."""
     _disguise(value, getattr(owner, name, None))
@@ -131,7 +131,7 @@ def patch(by: str, stack: ExitStack, owner: Any, name: str, value: Any) -> None:
     stack.callback(_undo, record)
 
 
-def _disguise(value: Any, original: Any) -> None:
+def _disguise(value: object, original: object) -> None:
     """A function of ours put in place of torch's takes its names, doc and ``__wrapped__``, so
     that pickling by name, ``inspect.signature`` and ``functools.wraps`` users see torch's.
     NB: identity cannot be kept, so no patch replaces a public function that TorchScript maps
@@ -145,7 +145,7 @@ def _disguise(value: Any, original: Any) -> None:
         functools.update_wrapper(value, original, updated=())
 
 
-def hide(by: str, stack: ExitStack, owner: Any, name: str) -> None:
+def hide(by: str, stack: ExitStack, owner: object, name: str) -> None:
     """``del owner.name`` until ``stack`` closes."""
     with _LOCK:
         record = Record(by, owner, name, ABSENT, _own(owner, name))
@@ -181,13 +181,13 @@ def _undo(record: Record) -> None:
 
 
 class Setter(Protocol):
-    def __call__(self, stack: ExitStack, owner: Any, name: str, value: Any) -> None: ...
+    def __call__(self, stack: ExitStack, owner: object, name: str, value: object) -> None: ...
 
 
 def patcher(by: str) -> Setter:
     """:func:`patch` for one installer: ``set_attr = patcher("fake_cuda")``."""
 
-    def set_attr(stack: ExitStack, owner: Any, name: str, value: Any) -> None:
+    def set_attr(stack: ExitStack, owner: object, name: str, value: object) -> None:
         patch(by, stack, owner, name, value)
 
     return set_attr

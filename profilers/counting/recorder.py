@@ -98,6 +98,7 @@ class Recorder:
         """The hot path's ``OpFacts`` (profilers/counting/dispatch.py) by qualified op name."""
         self._steps: dict[str, int] = {}  # steps ended, by how they were told (see step())
         self.step_number = 0
+        self.batches = 0  # DataLoader batches pulled
         """Steps ended so far: the step the ops now running belong to."""
         self.step_ends: deque[tuple[int, float]] = deque(maxlen=max(0, timeline_capacity))
         """(step number, seconds since the start) of the newest step ends (the trace's slices)."""
@@ -372,6 +373,7 @@ class Recorder:
     def loader_batch(self, it: Any, batch: Any, frame: FrameType | None) -> None:
         """The DataLoader iterator ``it`` returned ``batch`` to the line of ``frame``: its
         tensors are a loader's (their copies' origin), the line keeps the loader's settings."""
+        self.batches += 1  # NB: counted outside a step window too (patches.count_steps)
         if not self.active:
             return
         try:

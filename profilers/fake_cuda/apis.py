@@ -9,7 +9,7 @@ import functools
 import threading
 import types
 from contextlib import ExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # NB: NotSimulated is an AttributeError, as torch's own "has no attribute" was, so that
 # ``hasattr`` probes still say False.
@@ -17,13 +17,16 @@ from profilers.errors import NotSimulated as NotSimulated
 from profilers.fake_cuda.printing import fake_format, fake_repr
 from profilers.registry import hide, patcher
 
+if TYPE_CHECKING:
+    from profilers.fake_cuda.harness import FakeCuda
+
 set_attr = patcher("fake_cuda")
 """``owner.name = value`` until ``stack`` closes, on the registry's stack (profilers/registry.py)."""
 
 
-def patch_printing(stack: ExitStack, harness: Any) -> None:
+def patch_printing(stack: ExitStack, harness: FakeCuda) -> None:
     """``print(t)``, ``repr``, ``str`` and ``f"{t:.4f}"`` of the fake GPU's tensors."""
-    fake = harness.fake_type
+    fake: Any = harness.fake_type  # FakeTensor or HostBacked: a torch.Tensor type
 
     def ours(t: Any) -> bool:
         return getattr(t, "fake_mode", None) is harness.fake_mode
@@ -37,7 +40,7 @@ def patch_printing(stack: ExitStack, harness: Any) -> None:
 # -- torch.save ----------------------------------------------------------------------------------
 
 
-def patch_save(stack: ExitStack, harness: Any) -> None:
+def patch_save(stack: ExitStack, harness: FakeCuda) -> None:
     """``torch.save`` of the fake GPU's tensors (a state_dict, a model, an optimizer's state).
 
     NB: on a GPU, torch.save copies each *storage* to the host once, whole, however many
@@ -58,7 +61,7 @@ def patch_save(stack: ExitStack, harness: Any) -> None:
     import torch
     import torch.serialization as serialization
 
-    fake = harness.fake_type
+    fake: Any = harness.fake_type
     devices: dict[int, tuple[int, weakref.ref[Any]]] = {}
     """Placeholder host storages (by address) -> the fake GPU they stand for."""
     saving = threading.local()
@@ -121,7 +124,7 @@ def patch_save(stack: ExitStack, harness: Any) -> None:
     set_attr(stack, serialization, "save", save)
 
 
-def patch_load(stack: ExitStack, harness: Any) -> None:
+def patch_load(stack: ExitStack, harness: FakeCuda) -> None:
     """``torch.load`` of a checkpoint whose tensors were saved on a GPU (a GPU's own, or one
     saved here), with no ``map_location`` or one that names a GPU: on a machine with GPUs each
     storage is restored onto its GPU (torch/serialization.py ``_deserialize``: one
@@ -195,7 +198,7 @@ def patch_load(stack: ExitStack, harness: Any) -> None:
 # -- memory, RNG, NVTX, and what is not simulated ------------------------------------------------
 
 
-def _index(harness: Any, device: Any) -> int:
+def _index(harness: FakeCuda, device: Any) -> int:
     from profilers.fake_cuda.torch_api import index_of
 
     index = index_of(device) if device is not None else harness.current_device()
@@ -206,7 +209,7 @@ class _CudaRt:
     """``torch.cuda.cudart()``, for ``mem_get_info``: free is what the allocator has not
     reserved."""
 
-    def __init__(self, harness: Any) -> None:
+    def __init__(self, harness: FakeCuda) -> None:
         self.harness = harness
 
     def cudaMemGetInfo(self, device: int) -> tuple[int, int]:  # noqa: N802  # CUDA's name
@@ -214,7 +217,7 @@ class _CudaRt:
         return total - self.harness.memory.reserved[device], total
 
 
-def patch_memory(stack: ExitStack, harness: Any) -> None:
+def patch_memory(stack: ExitStack, harness: FakeCuda) -> None:
     """``memory_allocated()``, ``max_memory_allocated()``, ``memory_reserved()``,
     ``memory_stats()``, ``memory_summary()``, ``reset_peak_memory_stats()``, ``mem_get_info()``,
     ``empty_cache()``, ``ipc_collect()``: torch.cuda's own functions, answered by the fake GPU
@@ -244,7 +247,7 @@ class FakeRng:
     """``torch.cuda``'s RNG state per fake GPU, kept in ``torch.cuda.default_generators`` (the
     fake GPU's generators: a CUDA generator's 16 bytes, the seed then the Philox offset)."""
 
-    def __init__(self, harness: Any) -> None:
+    def __init__(self, harness: FakeCuda) -> None:
         self.harness = harness
 
     def _generator(self, device: Any = None) -> Any:
@@ -286,7 +289,7 @@ class FakeRng:
         return int(self._generator().initial_seed())
 
 
-def patch_rng(stack: ExitStack, harness: Any) -> None:
+def patch_rng(stack: ExitStack, harness: FakeCuda) -> None:
     import torch.cuda
     import torch.cuda.random
 

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import os
 import sys
-from types import TracebackType
-from typing import Any
+from types import FrameType, TracebackType
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from profilers.memory.explain import explain, explain_grouping
+
+if TYPE_CHECKING:
+    from profilers.counting.recorder import Recorder
+    from profilers.stats import LineStats
 
 _PROFILERS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _FAKE_CUDA = os.path.join(_PROFILERS, "fake_cuda") + os.sep
@@ -18,8 +22,8 @@ _TORCH = os.path.dirname(os.path.abspath(torch.__file__ or "")) + os.sep
 
 
 def failed(
-    recorder: Any,
-    line: Any,
+    recorder: Recorder,
+    line: LineStats,
     op: str,
     func: Any,
     args: tuple[Any, ...],
@@ -41,8 +45,8 @@ def failed(
 
 
 def failed_here(
-    recorder: Any,
-    frame: Any,
+    recorder: Recorder,
+    frame: FrameType | None,
     op: str,
     func: Any,
     args: tuple[Any, ...],
@@ -59,7 +63,7 @@ def failed_here(
     return failed(recorder, line, op, func, args, kwargs, exc)
 
 
-def escaped(exc: BaseException, recorder: Any) -> None:
+def escaped(exc: BaseException, recorder: Recorder) -> None:
     """Explains an error the script let out that no op raised (the optimizer's grouping of its
     tensors by device, ``explain.GROUPING``), into ``recorder.failure`` unless an op's failure
     is there already. Called where the script's error is caught: the profile's exit, the CLI's

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import heapq
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from profilers.memory.explain import line_dict
 from profilers.memory.tracker import LineKey, MemoryTracker
+
+if TYPE_CHECKING:
+    from profilers.counting.recorder import Recorder
 
 MAX_LINES = 50
 """Lines kept in the report (the largest at the peak, then by their own most)."""
@@ -40,7 +43,7 @@ def _by_line(held: dict[LineKey, int]) -> dict[tuple[str, int], tuple[Any, int]]
     return out
 
 
-def memory_section(recorder: Any) -> dict[str, Any] | None:
+def memory_section(recorder: Recorder) -> dict[str, Any] | None:
     """The section of ``recorder``'s run, or None when memory was not tracked and no op failed
     with a device mismatch or out of memory."""
     tracker: MemoryTracker | None = recorder.memory
@@ -107,7 +110,7 @@ LIVE_LINES = 10
 """Lines a live snapshot carries: those holding the most GPU memory now."""
 
 
-def live_memory(recorder: Any, top: int = LIVE_LINES) -> dict[str, Any]:
+def live_memory(recorder: Recorder, top: int = LIVE_LINES) -> dict[str, Any]:
     """The live view's memory: each GPU's bytes now and peak so far, the ``top`` lines holding
     the most now (and each one's most), how many lines hold any, and the failure explained;
     empty when memory is not tracked and no op failed. Cheap: copies of a few small dicts."""
@@ -147,7 +150,7 @@ def simulated() -> bool:
     return fake is not None and getattr(fake, "HARNESS", None) is not None
 
 
-def start_memory(recorder: Any, wanted: bool | None, counting: str) -> None:
+def start_memory(recorder: Recorder, wanted: bool | None, counting: str) -> None:
     """Gives ``recorder`` a tracker when ``wanted`` (``memory=True`` also counts every op);
     None: when the GPUs are simulated and every op is counted (``--fake-cuda``), where each op
     already runs through Python and tracking costs little beside the simulation."""

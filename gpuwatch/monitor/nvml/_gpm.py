@@ -49,7 +49,7 @@ class GpmReader:
         self.latest: dict[int, dict[str, float | None]] = {}
         """Each GPU's latest metrics (the PCIe thread reads its rates from here)."""
 
-    def supported(self, index: int, handle: Any) -> bool:
+    def supported(self, index: int, handle: object) -> bool:
         found = self._supported.get(index)
         if found is None:
             support = self._q(index, "nvmlGpmQueryDeviceSupport", handle)
@@ -59,7 +59,7 @@ class GpmReader:
             self._supported[index] = found
         return found
 
-    def read(self, index: int, handle: Any) -> dict[str, float | None]:
+    def read(self, index: int, handle: object) -> dict[str, float | None]:
         """The metrics since the previous read; empty where there are none (yet)."""
         if not self.supported(index, handle):
             return {}

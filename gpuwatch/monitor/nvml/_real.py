@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import SupportsInt
 
 import psutil
 
@@ -55,7 +55,7 @@ class RealBackend:
         self._init()
         self._query = Query(self._nvml)
         self._closed = False
-        self._handles: dict[int, Any] = {}
+        self._handles: dict[int, object] = {}  # NVML's device handles
         self._static: dict[int, tuple[str | None, str | None, str | None]] = {}
         self._lost: set[int] = set()
         self._proc_util_ts: dict[int, int] = {}
@@ -133,7 +133,7 @@ class RealBackend:
         except (nvml.NVMLError, AttributeError):
             return None
 
-    def _handle(self, index: int) -> Any:
+    def _handle(self, index: int) -> object:
         h = self._handles.get(index)
         if h is None:
             nvml = self._nvml
@@ -172,7 +172,7 @@ class RealBackend:
             problem="NVML reports this GPU lost (fallen off the bus or hung)",
         )
 
-    def _static_info(self, index: int, h: Any) -> tuple[str | None, str | None, str | None]:
+    def _static_info(self, index: int, h: object) -> tuple[str | None, str | None, str | None]:
         info = self._static.get(index)
         if info is None:
             q = self._query
@@ -270,7 +270,7 @@ class RealBackend:
             return None, None
         return (None if tx is None else int(tx) * 1024, None if rx is None else int(rx) * 1024)
 
-    def _nvlink_rates(self, index: int, h: Any) -> tuple[int | None, int | None]:
+    def _nvlink_rates(self, index: int, h: object) -> tuple[int | None, int | None]:
         nvml, q = self._nvml, self._query
         links = self._nvlinks.get(index)
         if links is None:
@@ -305,7 +305,7 @@ class RealBackend:
             max(0, int((rx_kib - prev[2]) * 1024 / dt)),
         )
 
-    def _processes(self, index: int, h: Any) -> list[ProcessSample]:
+    def _processes(self, index: int, h: object) -> list[ProcessSample]:
         q = self._query
         listed: dict[int, tuple[str, int | None]] = {}
         for kind, fn in (
@@ -375,7 +375,7 @@ class RealBackend:
             self._jobs.keep_only(self._host.pids)
         return out
 
-    def _process_utilisation(self, index: int, h: Any) -> dict[int, int]:
+    def _process_utilisation(self, index: int, h: object) -> dict[int, int]:
         since = self._proc_util_ts.get(index, 0)
         samples = self._query(index, "nvmlDeviceGetProcessUtilization", h, since)
         if not samples:
@@ -392,9 +392,9 @@ class RealBackend:
         send_signal_checked(pid, signum, start_time)
 
 
-def _text(v: Any) -> str | None:
+def _text(v: object) -> str | None:
     return v.decode(errors="replace") if isinstance(v, bytes) else None if v is None else str(v)
 
 
-def _int(v: Any) -> int | None:
+def _int(v: SupportsInt | None) -> int | None:
     return None if v is None else int(v)
