@@ -26,6 +26,7 @@ from profilers import Line, Report
 from profilers.origins import FACTORY, HOST, LOADER, PARAMETER, PINNED, OriginCount
 from profilers.sections import WhatIf
 from profilers.timing.verdict import per_step as basis_of
+from profilers.timing.whatif import HINT_WHATIFS
 
 #: A line that ran this many times, where no step ended, is "in a hot loop".
 HOT = 10
@@ -51,42 +52,6 @@ _FACTORY_OPS = (
     "tensor",
 )
 """Reports written before ``origins`` existed: a line that ran one of these made a tensor."""
-
-#: The causes of the step's time each hint's fix removes (its cost at its line).
-CAUSES_OF = {
-    "log_every_step": ("sync",),
-    "item_in_loop": ("sync",),
-    "d2h_in_loop": ("sync", "copy"),
-    "data_dependent": ("sync",),
-    "created_on_cpu": ("sync", "copy"),
-    "blocking_h2d": ("sync", "copy"),
-    "non_blocking_pageable": ("sync", "copy"),
-    "loader_pin": ("sync", "copy"),
-    "loader_non_blocking": ("sync", "copy"),
-    "pinned_non_blocking": ("sync", "copy"),
-    "model_moved_in_loop": ("sync", "copy"),
-    "float32_copies": ("copy",),
-    "input_bound": ("input",),
-    "launch_bound": ("launch",),
-}
-
-#: Hint kind -> the what-if (profilers/timing/whatif.py) whose replay states its saving.
-WHATIF_OF = {
-    "item_in_loop": "defer_sync",
-    "log_every_step": "defer_sync",
-    "d2h_in_loop": "defer_sync",
-    "data_dependent": "defer_sync",
-    "blocking_h2d": "pinned_non_blocking",
-    "non_blocking_pageable": "pinned_non_blocking",
-    "loader_pin": "pinned_non_blocking",
-    "loader_non_blocking": "pinned_non_blocking",
-    "pinned_non_blocking": "pinned_non_blocking",
-    "created_on_cpu": "create_on_device",
-    "float32_copies": "bfloat16_copies",
-}
-"""The what-if fix whose replayed saving a hint of each kind carries. NB: not the loader's hint:
-the what-if overlaps loading with one worker, while the hint recommends several (and the other
-settings the loader lacks); it is ranked by the input wait it costs, the most those can save."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +82,107 @@ class Hint:
         return self.saving_ms if self.saved else self.cost_ms
 
 
+@dataclass(frozen=True)
+class Kind:
+    """One kind of hint: the causes of the step's time its fix removes (its cost at its line),
+    the what-if whose replay states its saving (profilers' ``HINT_WHATIFS``, the one map), and
+    its words and evidence, ``str.format`` templates of the fields each hint is made with (a
+    library knob's words are its :class:`~gpuwatch.output.library_hints.Knob`'s advice)."""
+
+    name: str
+    causes: tuple[str, ...] = ()
+    words: str = "{words}"
+    evidence: str = "{evidence}"
+
+    def __post_init__(self) -> None:
+        """Registers it in :data:`KINDS`; a name registered twice raises."""
+        if self.name in KINDS:
+            raise ValueError(f"hint kind {self.name!r} is registered twice")
+        KINDS[self.name] = self
+
+    @property
+    def whatif(self) -> str | None:
+        return HINT_WHATIFS.get(self.name)
+
+    def __call__(self, line: Line, **fields: object) -> Hint:
+        """A hint at ``line``: this kind's templates filled in with ``fields``."""
+        return Hint(self.name, line, self.words.format(**fields), self.evidence.format(**fields))
+
+
+KINDS: dict[str, Kind] = {}
+"""Every hint kind, by name: making a :class:`Kind` registers it."""
+
+
+SYNC, COPY = ("sync",), ("sync", "copy")
+LOG_EVERY_STEP = Kind(
+    "log_every_step",
+    SYNC,
+    "logging fetches a value from the GPU {when}, and each fetch waits for all queued GPU "
+    "work: accumulate on the device (e.g. total += loss.detach()) and {fix}",
+    "{n:,} syncs ({causes})",
+)
+ITEM_IN_LOOP = Kind(
+    "item_in_loop",
+    SYNC,
+    ".item()/float()/bool() on a GPU tensor {when}: each call waits for the GPU to finish "
+    "everything queued; keep the value on the device and read it {read}",
+    "{n:,} syncs at this line",
+)
+# NB: a read whose result decides what the script does (`if not torch.isfinite(loss)`) cannot
+# be read less often without changing the script: no "read it once per N steps" what-if
+CHECK_ON_HOST = Kind(
+    "check_on_host",
+    SYNC,
+    "a GPU value is read {when} to decide what the script does, and each read waits for "
+    "the GPU: check on the GPU with torch's async-safe ops (torch._assert_async, or "
+    "torch.where / nan_to_num to act without reading), or accept the wait (reading it less "
+    "often would change what the script does)",
+    "{n:,} syncs at this line",
+)
+D2H_IN_LOOP = Kind(
+    "d2h_in_loop",
+    COPY,
+    ".cpu()/.numpy()/.tolist() {when} copies to the host and waits each time: compute the "
+    "metric on the GPU and copy once, or copy with non_blocking=True into pinned memory",
+    "{n:,} syncs, {copies:,} copies, {size} in all",
+)
+DATA_DEPENDENT = Kind(
+    "data_dependent",
+    SYNC,
+    "an op whose output size depends on the values (nonzero, boolean masks, unique, "
+    "masked_select) waits for the GPU {when}: use torch.where / masked_fill with a fixed "
+    "shape where you can",
+    "{n:,} syncs",
+)
+FLOAT32_COPIES = Kind(
+    "float32_copies",
+    ("copy",),
+    "float32 data crosses the bus here; if the model runs in half precision (autocast), "
+    "copy float16/bfloat16 (or uint8 images) and convert on the GPU to halve the bytes",
+    "{size} of float32 copied",
+)
+INPUT_BOUND = Kind("input_bound", ("input",), "the step waits here for {next}: {fixes}")
+LAUNCH_BOUND = Kind(
+    "launch_bound",
+    ("launch",),
+    "the GPU waits while this line's ops are launched one by one from Python: fewer, larger "
+    "kernels help (torch.compile the model or this function; CUDA graphs: "
+    "torch.compile(mode='reduce-overhead'); a larger batch gives each launch more "
+    "work){knob}{eager}",
+    "{ops:,} ops at this line in the run",
+)
+for _name in (
+    "model_moved_in_loop",
+    "loader_pin",
+    "loader_non_blocking",
+    "non_blocking_pageable",
+    "blocking_h2d",
+    "created_on_cpu",
+    "pinned_non_blocking",
+):
+    Kind(_name, COPY)  # their words: the copy's advice by origin (COPY_ADVICE)
+
+
 def hints(report: Report, hot: int = HOT) -> list[Hint]:
     """Every hint for every line, the largest saving first (then syncs, then bytes);
     neighbouring lines with the same advice merged into one."""
@@ -132,7 +198,7 @@ def hints(report: Report, hot: int = HOT) -> list[Hint]:
     w = report.what_if
     if w:
         saved = _savings(w)
-        out = [_with_saving(h, saved.get((WHATIF_OF.get(h.kind, ""), h.where)), w) for h in out]
+        out = [_with_saving(h, saved.get((_whatif(h.kind), h.where)), w) for h in out]
     out.sort(key=_rank, reverse=True)
     merged = merge_neighbours(out)
     merged.sort(key=_rank, reverse=True)
@@ -184,6 +250,11 @@ def _savings(w: WhatIf) -> dict[tuple[str, str], tuple[float, float]]:
     return out
 
 
+def _whatif(name: str) -> str:
+    kind = KINDS.get(name)
+    return (kind.whatif if kind else None) or ""
+
+
 def _with_saving(h: Hint, saving: tuple[float, float] | None, w: WhatIf) -> Hint:
     if saving is None:
         return h
@@ -194,7 +265,8 @@ def _with_saving(h: Hint, saving: tuple[float, float] | None, w: WhatIf) -> Hint
 
 
 def _with_cost(h: Hint, costs: dict[str, tuple[float, float]], report: Report) -> Hint:
-    mine = [costs[c] for c in CAUSES_OF.get(h.kind, ()) if c in costs]
+    kind = KINDS.get(h.kind)
+    mine = [costs[c] for c in (kind.causes if kind else ()) if c in costs]
     if not mine:
         return h
     ms, share = sum(c[0] for c in mine), sum(c[1] for c in mine)
@@ -282,12 +354,13 @@ def per_step(s: Line, steps: int) -> str:
     return " and ".join(parts) + " per step" if parts else "nothing per step"
 
 
-def _once(s: Line, steps: int, count: int, hot: int) -> bool:
+def _once(s: Line, steps: int, count: int, hot: int, loops_inside: bool = False) -> bool:
     """Whether the line did it once rather than in a loop: in one step only where steps
     ended (``model.to(device)`` before the loop: 15 copies, one step), else fewer than
-    ``hot`` times."""
+    ``hot`` times; with ``loops_inside``, ``hot`` times or more in its one step is a loop
+    inside the line (1,013 per-token ``int(i)`` of a list comprehension), never once."""
     if steps >= 2 and s.steps_active:
-        return s.steps_active < 2
+        return s.steps_active < 2 and not (loops_inside and count >= hot)
     return count < hot
 
 
@@ -298,15 +371,7 @@ def _line_hints(s: Line, steps: int, hot: int, runs: FactoryRuns, ranks: int) ->
     found = _sync_hints(s, steps, hot) + _copy_hints(s, steps, hot, runs)
     float32 = s.copy_dtypes.get("float32", 0)
     if float32 >= HALF_PRECISION_BYTES and not _once(s, steps, s.h2d.count + s.d2h.count, hot):
-        found.append(
-            Hint(
-                "float32_copies",
-                s,
-                "float32 data crosses the bus here; if the model runs in half precision (autocast), "
-                "copy float16/bfloat16 (or uint8 images) and convert on the GPU to halve the bytes",
-                f"{fmt.size(float32)} of float32 copied",
-            )
-        )
+        found.append(FLOAT32_COPIES(s, size=fmt.size(float32)))
     if steps:  # people think in steps: "syncs once every step"
         found = [
             replace(h, evidence=f"{h.evidence}; {in_steps(h.line, steps, ranks)}") for h in found
@@ -314,62 +379,38 @@ def _line_hints(s: Line, steps: int, hot: int, runs: FactoryRuns, ranks: int) ->
     return found
 
 
+#: A line whose GPU read decides what the script does (``if not torch.isfinite(loss):``).
+_DECIDES = re.compile(r"^\s*(if|elif|while|assert)\b")
+
+
 def _sync_hints(s: Line, steps: int, hot: int) -> list[Hint]:
     causes = s.syncs.by_cause
     often = how_often(s.steps_active, steps)
     every = often == "every step" or not steps
+    burst = steps >= 2 and s.steps_active == 1  # many syncs in one step: a loop in the line
+    when = f"{s.syncs.count:,} times in one step" if burst else _when(often, steps)
     fetches = causes.get("item", 0) + causes.get("copy_to_host", 0)
+    items, to_host = causes.get("item", 0), causes.get("copy_to_host", 0)
     found: list[Hint] = []
-    if fetches and not _once(s, steps, fetches, hot) and _LOGGING.search(s.source):
-        if every:
-            fix = "fetch once every N steps or per epoch"
-        else:
+    if fetches and not _once(s, steps, fetches, hot, True) and _LOGGING.search(s.source):
+        fix = "fetch once every N steps or per epoch"
+        if not every:
             fix = "fetch less often still, or copy it with non_blocking=True and read it later"
-        found.append(
-            Hint(
-                "log_every_step",
-                s,
-                f"logging fetches a value from the GPU {_when(often, steps)}, and each fetch waits "
-                "for all queued GPU work: accumulate on the device (e.g. total += loss.detach()) "
-                f"and {fix}",
-                f"{fetches:,} syncs ({_causes(causes)})",
-            )
-        )
-    elif causes.get("item", 0) and not _once(s, steps, causes["item"], hot):
-        found.append(
-            Hint(
-                "item_in_loop",
-                s,
-                f".item()/float()/bool() on a GPU tensor {_when(often, steps)}: each call waits for "
-                "the GPU to finish everything queued; keep the value on the device and read it "
-                + ("once" if every else "less often, or not at all inside the loop"),
-                f"{causes['item']:,} syncs at this line",
-            )
-        )
-    elif causes.get("copy_to_host", 0) and not _once(s, steps, causes["copy_to_host"], hot):
-        found.append(
-            Hint(
-                "d2h_in_loop",
-                s,
-                f".cpu()/.numpy()/.tolist() {_when(often, steps)} copies to the host and waits each "
-                "time: compute the metric on the GPU and copy once, or copy with "
-                "non_blocking=True into pinned memory",
-                f"{causes['copy_to_host']:,} syncs, {s.d2h.count:,} copies, "
-                f"{fmt.size(s.d2h.bytes)} in all",
-            )
-        )
+        found.append(LOG_EVERY_STEP(s, when=when, fix=fix, n=fetches, causes=_causes(causes)))
+    elif items and not _once(s, steps, items, hot, True):
+        if _DECIDES.search(s.source):
+            found.append(CHECK_ON_HOST(s, when=when, n=items))
+        else:
+            read = "once" if every else "less often, or not at all inside the loop"
+            if burst:
+                read = "all at once (one .tolist() or .cpu() of the whole tensor), not one by one"
+            found.append(ITEM_IN_LOOP(s, when=when, read=read, n=items))
+    elif to_host and not _once(s, steps, to_host, hot, True):
+        size = fmt.size(s.d2h.bytes)
+        found.append(D2H_IN_LOOP(s, when=when, n=to_host, copies=s.d2h.count, size=size))
     dependent = causes.get("data_dependent_shape", 0)
-    if dependent and not _once(s, steps, dependent, hot):
-        found.append(
-            Hint(
-                "data_dependent",
-                s,
-                "an op whose output size depends on the values (nonzero, boolean masks, unique, "
-                f"masked_select) waits for the GPU {_when(often, steps)}: use torch.where / "
-                "masked_fill with a fixed shape where you can",
-                f"{dependent:,} syncs",
-            )
-        )
+    if dependent and not _once(s, steps, dependent, hot, True):
+        found.append(DATA_DEPENDENT(s, when=when, n=dependent))
     return found
 
 
@@ -407,149 +448,225 @@ def _copy_hints(s: Line, steps: int, hot: int, runs: FactoryRuns) -> list[Hint]:
     if not s.h2d.count or _once(s, steps, s.h2d.count, hot):
         return []
     origins = origins_of(s)
-    if PARAMETER in origins and (steps < 2 or s.steps_active < 2):
+    if PARAMETER in origins and (steps < 2 or s.steps_active < 2 or _in_library(s)):
         # NB: a module moved to the GPU is moved once (Module.to is a no-op for what is there
-        # already): "in a loop" is said only where steps show it moved in two or more
+        # already): "in a loop" is said only where steps show it moved in two or more; a
+        # library's train function that moves the model once runs in every step of its line
         del origins[PARAMETER]
     often = _when(how_often(s.steps_active, steps), steps)
     ranked = sorted(origins.items(), key=lambda kv: (kv[1].count, kv[1].bytes), reverse=True)
     for origin, c in ranked:
-        made = _copy_hint(s, origin, c, often, runs(c.made_at, c.op))
+        made = _copy_hint(s, Copy(origin, c, f"{s.file}:{s.line}", runs(c.made_at, c.op)), often)
         if made is not None:
             return [made]
     return []
 
 
-def _copy_hint(
-    s: Line, origin: str, c: OriginCount, often: str, made_runs: int | None = None
-) -> Hint | None:
-    """The fix of one origin's copies at ``s``; ``made_runs``: how often the op that made the
-    tensor ran at its line (None: not counted, as on the fast path)."""
-    counts = f"{c.count:,} host->GPU copies, {fmt.size(c.bytes)} in all"
-    pageable = f"{c.pageable:,} from pageable memory" if c.pageable else "all from pinned memory"
-    blocking = c.count - c.non_blocking
-    if origin == PARAMETER:
-        return Hint(
-            "model_moved_in_loop",
-            s,
-            f"a module's parameters or buffers are moved to the GPU {often} (Module.to/.cuda "
-            "inside the loop, on a model that is back on the CPU each time): move the model "
-            "once, before the loop, and keep it there",
-            counts,
-        )
-    if origin == LOADER:
-        if c.pageable:
-            # NB: where every copy already says non_blocking=True, telling the user to add it
-            # reads as if they had not; what is missing is the pinning that makes it work
-            then = (
-                "the non_blocking=True already given has no effect until the batch is pinned"
-                if blocking == 0
-                else "then .to(device, non_blocking=True) so the copy overlaps the step"
-            )
-            return Hint(
-                "loader_pin",
-                s,
-                f"the DataLoader's batch is copied to the GPU {often} from pageable memory, so the "
-                f"host waits for each copy: DataLoader(pin_memory=True); {then}",
-                f"{counts} of loader batches; {pageable}"
-                + (f", {c.non_blocking:,} non_blocking" if c.non_blocking else ""),
-            )
-        if blocking:
-            return Hint(
-                "loader_non_blocking",
-                s,
-                "the DataLoader's batch is pinned already, but copied without non_blocking: "
-                ".to(device, non_blocking=True) lets the copy overlap the step (the GPU, not the "
-                "host, waits for it)",
-                f"{counts} of pinned loader batches; {blocking:,} blocking",
-            )
+def _in_library(s: Line) -> bool:
+    """Whether a library made every host-to-GPU copy of the line (its train function)."""
+    return bool(s.library) and sum(f.copies for f in s.library) >= s.h2d.count
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One origin's host-to-GPU copies at a line (``at``), what :data:`COPY_ADVICE` reads."""
+
+    origin: str
+    c: OriginCount
+    at: str
+    made_runs: int | None
+    """How often the op that made the tensor ran at its line (None: not counted)."""
+
+    @property
+    def blocking(self) -> int:
+        return self.c.count - self.c.non_blocking
+
+    @property
+    def elsewhere(self) -> bool:
+        return self.c.made_at is not None and self.c.made_at != self.at
+
+    @property
+    def nb_pageable(self) -> bool:
+        """Copied with non_blocking=True from pageable memory (where it has no effect)."""
+        return bool(self.c.non_blocking) and self.c.pageable >= self.c.non_blocking
+
+    @property
+    def random(self) -> bool:
+        return (self.c.op or "").startswith(_RANDOM_OPS)
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The fix of one origin's copies, where ``when`` holds: a hint of ``kind`` with these
+    words and evidence (templates of :func:`_copy_hint`'s fields); no words: no hint."""
+
+    origin: str
+    kind: str
+    when: Callable[[Copy, Line], bool]
+    words: str = ""
+    evidence: str = "{counts}"
+
+
+#: The ops a tensor made from Python data reaches the dispatcher as (``torch.tensor(0.5)``).
+_FROM_DATA = frozenset({"lift_fresh", "lift_fresh_copy", "scalar_tensor", "tensor"})
+
+_RANDOM_OPS = ("rand", "normal", "bernoulli", "multinomial")
+_MADE = ", made by {op}{made_there}"
+#: The fix of a line's copies by their origin, the first row whose ``when`` holds; NB: a
+#: tensor made elsewhere once and copied every step is held on the host (a data set): pinning
+#: it once is the fix, not making it on the GPU each step.
+COPY_ADVICE: tuple[Advice, ...] = (
+    Advice(
+        PARAMETER,
+        "model_moved_in_loop",
+        lambda k, s: True,
+        "a module's parameters or buffers are moved to the GPU {often} (Module.to/.cuda inside "
+        "the loop, on a model that is back on the CPU each time): move the model once, before "
+        "the loop, and keep it there",
+    ),
+    # NB: where every copy already says non_blocking=True, telling the user to add it reads
+    # as if they had not; what is missing is the pinning that makes it work
+    Advice(
+        LOADER,
+        "loader_pin",
+        lambda k, s: k.c.pageable > 0,
+        "the DataLoader's batch is copied to the GPU {often} from pageable memory, so the host "
+        "waits for each copy: DataLoader(pin_memory=True); {then}{library}",
+        "{counts} of loader batches; {pageable}{nb_too}",
+    ),
+    Advice(
+        LOADER,
+        "loader_non_blocking",
+        lambda k, s: k.blocking > 0,
+        "the DataLoader's batch is pinned already, but copied without non_blocking: "
+        ".to(device, non_blocking=True) lets the copy overlap the step (the GPU, not the host, "
+        "waits for it)",
+        "{counts} of pinned loader batches; {blocking:,} blocking",
+    ),
+    Advice(LOADER, "", lambda k, s: True),
+    Advice(
+        FACTORY,
+        "non_blocking_pageable",
+        lambda k, s: k.elsewhere and k.nb_pageable,
+        "a tensor made on the CPU {where} is copied to the GPU {often} with non_blocking=True, "
+        "which has no effect from pageable memory: pin it once where it is made (.pin_memory() "
+        "at {made_at}) so each copy overlaps the step, or, if it fits, move it to the GPU whole "
+        "once, before the loop",
+        "{counts}, {nb:,} non_blocking from pageable memory, made by {op} at {made_at}",
+    ),
+    Advice(
+        FACTORY,
+        "blocking_h2d",
+        lambda k, s: (
+            k.elsewhere and k.made_runs is not None and k.made_runs < k.c.count and k.c.pageable > 0
+        ),
+        "a tensor made once on the CPU {where} is copied to the GPU {often} from pageable "
+        "memory, and the host waits for each copy: pin it once where it is made (.pin_memory() "
+        "at {made_at}) and copy with .to(device, non_blocking=True), or, if it fits, move it "
+        "to the GPU whole once, before the loop",
+        "{counts}, {blocking:,} blocking, from a tensor {op} made {times} at {made_at}",
+    ),
+    # NB: random numbers a library makes on the CPU (a pipeline's noise) come from the
+    # generator the user passes; a library's other host tensors (a scheduler's timesteps)
+    # have no fix on the user's side: no hint
+    Advice(
+        FACTORY,
+        "created_on_cpu",
+        lambda k, s: _in_library(s) and k.random,
+        "random numbers made on the CPU inside a library are copied to the GPU {often}: pass "
+        "it a CUDA generator (generator=torch.Generator('cuda')), or make them on the GPU "
+        "yourself (torch.randn(..., device='cuda')) and pass them in",
+        "{counts}" + _MADE,
+    ),
+    Advice(FACTORY, "", lambda k, s: _in_library(s)),
+    # NB: torch.tensor(data, device=...) copies from the host all the same: a constant is made
+    # once; data that changes is copied from a pinned buffer
+    Advice(
+        FACTORY,
+        "created_on_cpu",
+        lambda k, s: k.c.op in _FROM_DATA,
+        "a tensor made from Python data {where} (torch.tensor) is copied to the GPU {often}: if "
+        "its values never change, make it once before the loop (register_buffer for a module's "
+        "constant); if they do, write them into a pinned buffer made once and copy with "
+        ".to(device, non_blocking=True)",
+        "{counts}" + _MADE,
+    ),
+    Advice(
+        FACTORY,
+        "created_on_cpu",
+        lambda k, s: True,
+        "a tensor made on the CPU {where} is copied to the GPU {often}: make it on the GPU "
+        "({there}device=...), or, if it never changes, once before the loop (register_buffer "
+        "for a module's constant)",
+        "{counts}" + _MADE,
+    ),
+    Advice(
+        PINNED,
+        "pinned_non_blocking",
+        lambda k, s: k.blocking > 0,
+        "the source is in pinned memory already, but copied without non_blocking: .to(device, "
+        "non_blocking=True) lets the copy overlap the GPU's work",
+        "{counts}, all from pinned memory; {blocking:,} blocking",
+    ),
+    Advice(
+        HOST,
+        "non_blocking_pageable",
+        lambda k, s: k.nb_pageable,
+        "non_blocking=True has no effect when the source is pageable memory: pin it "
+        "(tensor.pin_memory(), into a buffer reused each step) so the copy can overlap compute",
+        "{nb:,} non_blocking copies, {c.pageable:,} from pageable memory{host}",
+    ),
+    Advice(
+        HOST,
+        "blocking_h2d",
+        lambda k, s: k.blocking > 0,
+        "a host tensor{host} is copied to the GPU {often} and the host waits for each copy: if "
+        "it is the same each time, keep it on the GPU; otherwise copy from pinned memory (a "
+        "buffer pinned once) with .to(device, non_blocking=True)",
+        "{blocking:,} blocking copies, {size} in all",
+    ),
+)
+
+
+def _copy_hint(s: Line, k: Copy, often: str) -> Hint | None:
+    """The fix of one origin's copies at ``s``: the first row of :data:`COPY_ADVICE` for its
+    origin (any other than those named: ``host``) whose ``when`` holds."""
+    origin = k.origin if k.origin in (PARAMETER, LOADER, FACTORY, PINNED) else HOST
+    row = next((a for a in COPY_ADVICE if a.origin == origin and a.when(k, s)), None)
+    if row is None or not row.kind:
         return None
-    if origin == FACTORY:
-        here = c.made_at is None or c.made_at == f"{s.file}:{s.line}"
-        op = _factory_name(c.op)
-        where = "at this line" if here else f"at {c.made_at}"
-        if not here and c.non_blocking and c.pageable >= c.non_blocking:
-            # NB: a tensor made once elsewhere and copied in pieces every step with
-            # non_blocking=True is a data set held on the host: its copies cannot overlap the
-            # step from pageable memory; pinning it once where it is made is the fix (or keeping
-            # it on the GPU whole, where it fits)
-            return Hint(
-                "non_blocking_pageable",
-                s,
-                f"a tensor made on the CPU {where} is copied to the GPU {often} with "
-                "non_blocking=True, which has no effect from pageable memory: pin it once where "
-                f"it is made (.pin_memory() at {c.made_at}) so each copy overlaps the step, or, "
-                "if it fits, move it to the GPU whole once, before the loop",
-                f"{counts}, {c.non_blocking:,} non_blocking from pageable memory, made by {op} "
-                f"at {c.made_at}",
-            )
-        if not here and made_runs is not None and made_runs < c.count and c.pageable:
-            # NB: made fewer times than it is copied: one tensor kept on the host (a data set,
-            # its labels) and copied, whole or a slice, every step: making it on the GPU each
-            # step is not the fix; pinning it once (or moving it whole once) is
-            return Hint(
-                "blocking_h2d",
-                s,
-                f"a tensor made once on the CPU {where} is copied to the GPU {often} from pageable "
-                f"memory, and the host waits for each copy: pin it once where it is made "
-                f"(.pin_memory() at {c.made_at}) and copy with .to(device, non_blocking=True), "
-                "or, if it fits, move it to the GPU whole once, before the loop",
-                f"{counts}, {c.count - c.non_blocking:,} blocking, from a tensor {op} made "
-                f"{made_runs:,} time{'s' if made_runs != 1 else ''} at {c.made_at}",
-            )
-        if c.op in _FROM_DATA:
-            # NB: torch.tensor(data, device=...) copies from the host all the same: a constant
-            # is made once; data that changes is copied from a pinned buffer
-            return Hint(
-                "created_on_cpu",
-                s,
-                f"a tensor made from Python data {where} (torch.tensor) is copied to the GPU "
-                f"{often}: if its values never change, make it once before the loop "
-                "(register_buffer for a module's constant); if they do, write them into a pinned "
-                "buffer made once and copy with .to(device, non_blocking=True)",
-                f"{counts}, made by {op}" + ("" if here else f" at {c.made_at}"),
-            )
-        return Hint(
-            "created_on_cpu",
-            s,
-            f"a tensor made on the CPU {where} is copied to the GPU {often}: make it on the GPU "
-            f"({'' if here else 'there, '}device=...), or, if it never changes, once before the "
-            "loop (register_buffer for a module's constant)",
-            f"{counts}, made by {op}" + ("" if here else f" at {c.made_at}"),
-        )
-    if origin == PINNED:
-        if not blocking:
-            return None
-        return Hint(
-            "pinned_non_blocking",
-            s,
-            "the source is in pinned memory already, but copied without non_blocking: "
-            ".to(device, non_blocking=True) lets the copy overlap the GPU's work",
-            f"{counts}, all from pinned memory; {blocking:,} blocking",
-        )
-    made = ""
-    if c.made_at:
-        # NB: a host tensor lifted from NumPy (torch.from_numpy) is no torch factory's
-        maker = "NumPy or Python data" if c.op in _FROM_DATA else f"made by {_factory_name(c.op)}"
-        made = f" ({maker} at {c.made_at})"
-    if c.non_blocking and c.pageable >= c.non_blocking:
-        return Hint(
-            "non_blocking_pageable",
-            s,
-            "non_blocking=True has no effect when the source is pageable memory: pin it "
-            "(tensor.pin_memory(), into a buffer reused each step) so the copy can overlap compute",
-            f"{c.non_blocking:,} non_blocking copies, {c.pageable:,} from pageable memory{made}",
-        )
-    if blocking:
-        return Hint(
-            "blocking_h2d",
-            s,
-            f"a host tensor{made} is copied to the GPU {often} and the host waits for each "
-            "copy: if it is the same each time, keep it on the GPU; otherwise copy from pinned "
-            "memory (a buffer pinned once) with .to(device, non_blocking=True)",
-            f"{blocking:,} blocking copies, {fmt.size(c.bytes)} in all",
-        )
-    return None
+    c, op = k.c, _factory_name(k.c.op)
+    host = ""
+    if c.made_at:  # NB: a host tensor lifted from NumPy (torch.from_numpy) is no factory's
+        host = "NumPy or Python data" if c.op in _FROM_DATA else f"made by {op}"
+        host = f" ({host} at {c.made_at})"
+    lib = next((f for f in s.library if f.copies), None)
+    fields = dict(
+        often=often,
+        c=c,
+        op=op,
+        made_at=c.made_at,
+        where=f"at {c.made_at}" if k.elsewhere else "at this line",
+        there="there, " if k.elsewhere else "",
+        made_there=f" at {c.made_at}" if k.elsewhere else "",
+        counts=f"{c.count:,} host->GPU copies, {fmt.size(c.bytes)} in all",
+        pageable=f"{c.pageable:,} from pageable memory" if c.pageable else "all from pinned memory",
+        nb=c.non_blocking,
+        nb_too=f", {c.non_blocking:,} non_blocking" if c.non_blocking else "",
+        blocking=k.blocking,
+        size=fmt.size(c.bytes),
+        host=host,
+        times=f"{k.made_runs or 0:,} time{'s' if k.made_runs != 1 else ''}",
+        then="the non_blocking=True already given has no effect until the batch is pinned"
+        if k.blocking == 0
+        else "then .to(device, non_blocking=True) so the copy overlaps the step",
+        library=f" (the copy is made inside {lib.file.split('/')[0]}, at {lib.file}:{lib.line} "
+        f"{lib.function}: pin the DataLoader you pass it, or set pin_memory= in the library's "
+        "own loader function)"
+        if lib and _in_library(s)
+        else "",
+    )
+    return Hint(KINDS[row.kind].name, s, row.words.format(**fields), row.evidence.format(**fields))
 
 
 def _causes(causes: dict[str, int]) -> str:
@@ -592,17 +709,9 @@ def _time_hints(r: Report) -> list[Hint]:
             out.append(loader_hint(line, lines))
         launch_pct = causes.get("launch", (0.0, 0.0))[1]
         if on_gpu and run.get("verdict") == "launch-bound" and launch_pct >= TIME_SHARE_PCT:
-            out.append(
-                Hint(
-                    "launch_bound",
-                    line,
-                    "the GPU waits while this line's ops are launched one by one from Python: "
-                    "fewer, larger kernels help (torch.compile the model or this function; "
-                    "CUDA graphs: torch.compile(mode='reduce-overhead'); a larger batch gives "
-                    "each launch more work)" + compile_knob(line) + _ran_eager(r),
-                    f"{line.ops:,} ops at this line in the run",
-                )
-            )
+            if _launches_from_python(line):
+                knob = compile_knob(line)
+                out.append(LAUNCH_BOUND(line, knob=knob, eager=_ran_eager(r), ops=line.ops))
     return out
 
 
@@ -620,6 +729,18 @@ COMPILE_KNOBS = (
     ("pytorch_lightning/", "Lightning: model = torch.compile(model) before trainer.fit(model)"),
     ("accelerate/", "accelerate: Accelerator(dynamo_backend='inductor')"),
 )
+
+
+#: A line whose ops autograd's engine launches, in C++ (``loss.backward()``).
+_BACKWARD = re.compile(r"\.backward\(|\bautograd\.(backward|grad)\(")
+
+
+def _launches_from_python(line: Line) -> bool:
+    """Whether the line's launches come from Python ops: not a backward's (autograd's engine
+    launches them in C++), nor a line whose ops are its copies (a pageable copy's wait is no
+    launch that torch.compile or CUDA graphs remove)."""
+    copies = sum(line.copies(way).count for way in ("h2d", "d2h", "d2d", "p2p"))
+    return not _BACKWARD.search(line.source) and line.ops > copies
 
 
 def compile_knob(line: Line) -> str:
@@ -651,13 +772,13 @@ def loader_hint(line: Line, lines: dict[str, Line]) -> Hint:
     it has (``line.loader``); a source that is not a DataLoader gets the general fix."""
     ld = line.loader
     if not ld:
-        return Hint(
-            "input_bound",
+        return INPUT_BOUND(
             line,
-            "the step waits here for its next batch: prepare batches while the step runs (a "
-            "DataLoader with num_workers > 0, or a background thread that prefetches), and move "
-            "decoding and augmentation off the training thread",
-            "input waits at this line (not a DataLoader: no settings to read)",
+            next="its next batch",
+            fixes="prepare batches while the step runs (a DataLoader with num_workers > 0, or a "
+            "background thread that prefetches), and move decoding and augmentation off the "
+            "training thread",
+            evidence="input waits at this line (not a DataLoader: no settings to read)",
         )
     workers = int(ld.get("num_workers") or 0)
     fixes: list[str] = []
@@ -697,17 +818,14 @@ def loader_hint(line: Line, lines: dict[str, Line]) -> Hint:
         if ld.get(k) is not None
     )
     batches, epochs = int(ld.get("batches") or 0), int(ld.get("iterators") or 0)
-    return Hint(
-        "input_bound",
+    return INPUT_BOUND(
         line,
-        "the step waits here for the DataLoader's next batch: " + "; ".join(fixes),
-        f"DataLoader({settings}); {batches:,} batches in {epochs:,} "
+        next="the DataLoader's next batch",
+        fixes="; ".join(fixes),
+        evidence=f"DataLoader({settings}); {batches:,} batches in {epochs:,} "
         f"epoch{'s' if epochs != 1 else ''}",
     )
 
-
-#: The ops a tensor made from Python data reaches the dispatcher as (``torch.tensor(0.5)``).
-_FROM_DATA = frozenset({"lift_fresh", "lift_fresh_copy", "scalar_tensor", "tensor"})
 
 #: The ATen ops that only the Python functions users write make (``torch.tensor(0.5)`` lifts a
 #: fresh constant): named as the user wrote them.

@@ -14,8 +14,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from gpuwatch.output.hints import Hint, hints
+from gpuwatch.output.hints import Hint, Kind, hints, how_often
 from profilers import Line, Report
+from profilers.origins import LOADER, PARAMETER
 
 #: An unknown library frame is worth a hint from this many syncs on.
 HOT = 10
@@ -110,7 +111,12 @@ def _lightning_transfer(f: Frame) -> str:
     )
 
 
-KNOBS: tuple[Knob, ...] = (
+def _table(*knobs: Knob) -> dict[str, Knob]:
+    """The knobs by their hint kind, each kind registered (twice: raises)."""
+    return {Kind(k.kind).name: k for k in knobs}
+
+
+KNOBS: dict[str, Knob] = _table(
     # transformers/trainer.py (5.24.0) Trainer._run_epoch: `if self.args.logging_nan_inf_filter
     # and ... (torch.isnan(tr_loss_step) or torch.isinf(tr_loss_step))`: two bool() reads of
     # the loss per batch (one where it is NaN).
@@ -290,7 +296,7 @@ def lib_lines(report: Report) -> list[Frame]:
 
 def knob_for(frame: Frame) -> Knob | None:
     """The well-known frame ``frame`` is, if any."""
-    return next((k for k in KNOBS if k.matches(frame)), None)
+    return next((k for k in KNOBS.values() if k.matches(frame)), None)
 
 
 @dataclass(frozen=True)
@@ -326,21 +332,19 @@ def library_hints(report: Report, steps: int) -> list[LibraryHint]:
             kind, message = knob.kind, knob.advice(f)
         elif generic and f.file == CHECKPOINT_FILE:
             # NB: torch.save copies every storage to the host once (and torch.load back): no
-            # setting of torch turns that off; only how often the script saves is the user's
-            if steps < 2 or line.steps_active < 2:
+            # setting of torch turns that off; only how often the script saves is the user's,
+            # and a save made when the validation loss improves is the script's choice
+            if steps < 2 or how_often(line.steps_active, steps) != "every step":
                 continue
-            kind = "checkpoint_often"
-            message = (
-                f"torch.save copies every tensor to the host and waits for each copy, in "
-                f"{line.steps_active:,} of {steps:,} steps, at your line {line.file}:"
-                f"{line.line}: save every N steps or once an epoch, not every step"
+            kind, message = (
+                CHECKPOINT_OFTEN.name,
+                CHECKPOINT_OFTEN.words.format(line=line, steps=steps),
             )
         elif generic and _repeated_reads(f, line, steps):
-            kind = "library_syncs"
-            message = (
-                f"{f.library} waits for the GPU here, inside your line {line.file}:{line.line}: "
-                f"look for a setting of {f.library} that controls `{f.source or f.function}` "
-                "(gpuwatch knows no knob for this frame)"
+            what = f.source or f.function
+            kind, message = (
+                LIBRARY_SYNCS.name,
+                LIBRARY_SYNCS.words.format(f=f, line=line, what=what),
             )
         else:
             continue
@@ -353,6 +357,19 @@ def library_hints(report: Report, steps: int) -> list[LibraryHint]:
         )
     return out
 
+
+CHECKPOINT_OFTEN = Kind(
+    "checkpoint_often",
+    words="torch.save copies every tensor to the host and waits for each copy, in "
+    "{line.steps_active:,} of {steps:,} steps, at your line {line.file}:"
+    "{line.line}: save every N steps or once an epoch, not every step",
+)
+LIBRARY_SYNCS = Kind(
+    "library_syncs",
+    words="{f.library} waits for the GPU here, inside your line {line.file}:{line.line}: "
+    "look for a setting of {f.library} that controls `{what}` (gpuwatch knows no knob for "
+    "this frame)",
+)
 
 #: torch.save's and torch.load's copies of each storage are made here (``_save``, ``_load``).
 CHECKPOINT_FILE = "torch/serialization.py"
@@ -382,14 +399,20 @@ def _grouped(frames: list[Frame]) -> list[tuple[Frame, Knob | None]]:
 
 
 def _repeated_reads(f: Frame, line: Line, steps: int) -> bool:
-    """Whether an unknown frame is worth a hint: :data:`HOT` syncs or more, in more than one
-    step where steps were counted, and not only blocking copies to the GPU where none were
-    (a model's ``.to(device)`` inside a library, once)."""
-    if f.syncs < HOT:
+    """Whether an unknown frame is worth a hint: :data:`HOT` syncs or more (or a ``.item()``
+    read per step: one right after the library's own sync waits little, yet waits), not a
+    line that ran once
+    (``model.to(device)`` in step 0: only blocking copies to the GPU), and not the copies of
+    the model's parameters or of a loader's batches (the line's own hint is the fix there:
+    pin the DataLoader the user built)."""
+    if f.syncs < HOT and not (steps >= 2 and f.by_cause.get("item", 0) >= steps):
         return False
-    if steps >= 2:
-        return line.steps_active != 1
-    return any(cause != "copy_to_device" for cause in f.by_cause)
+    copies_only = set(f.by_cause) == {"copy_to_device"}
+    if copies_only and any(
+        o in line.origins and f.copies <= line.origins[o].count for o in (PARAMETER, LOADER)
+    ):
+        return False
+    return not copies_only or (steps >= 2 and line.steps_active != 1)
 
 
 def owned_by_libraries(s: Line) -> bool:

@@ -7,7 +7,7 @@ every line it applies to), never the recording.
   gone). The line's Python still runs every step; a read to the host (a ``d2h`` with a sync)
   happens in the last step of each group only, a sync made by a kernel (``nonzero``) is taken
   off it. Replayed over ``every`` chained steps, the saving is per step.
-* :data:`PINNED` (``blocking_h2d``, ``non_blocking_pageable``): copies from pinned memory with
+* :data:`PINNED` (``blocking_h2d``, ``non_blocking_pageable``, the loader's and pinned copies): copies from pinned memory with
   ``non_blocking=True``: the host no longer waits; with a GPU model, a pageable copy's time is
   scaled by the model's pinned/pageable ratio (else it keeps its recorded time: conservative).
 * :data:`ON_DEVICE` (``created_on_cpu``): the tensor is made on the device: the host-to-device
@@ -47,10 +47,16 @@ HINT_WHATIFS = {
     "data_dependent": DEFER_SYNC,
     "blocking_h2d": PINNED,
     "non_blocking_pageable": PINNED,
+    "loader_pin": PINNED,
+    "loader_non_blocking": PINNED,
+    "pinned_non_blocking": PINNED,
     "created_on_cpu": ON_DEVICE,
     "float32_copies": BFLOAT16,
 }
-"""A hint's kind (gpuwatch/output/hints.py) -> the what-if that states its saving."""
+"""A hint's kind -> the what-if that states its saving: the one map (gpuwatch's hint registry,
+``gpuwatch.output.hints.KINDS``, reads it). NB: not the loader's ``input_bound``: the what-if
+overlaps loading with one worker, while the hint recommends several; it is ranked by the input
+wait it costs, the most those can save."""
 
 _COPY_FIXES = (ON_DEVICE, PINNED, BFLOAT16)
 """Fixes of one copy that exclude each other (the best of them counts when all are applied)."""
