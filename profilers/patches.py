@@ -23,6 +23,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import torch
 
+from profilers import registry
 from profilers.counting.mode import ProfilerMode
 from profilers.counting.ops import Transfer, direction
 from profilers.counting.printing import counted_str
@@ -43,10 +44,6 @@ from profilers.torch_private import (
     set_only_lift_cpu_tensors,
     tensor_str,
 )
-
-#: The recorder of the profile running in this process (at most one).
-ACTIVE: Recorder | None = None
-
 
 P = ParamSpec("P")  # a wrapped function's parameters
 R = TypeVar("R")  # and its result
@@ -402,7 +399,7 @@ _HOOK_LOCK = threading.Lock()
 
 def _forward(kind: str) -> Callable[..., None]:
     def callback(*_args: object) -> None:
-        recorder = ACTIVE
+        recorder = registry.ACTIVE
         if recorder is not None:
             recorder.on_trace_sync(kind, sys._getframe(1))
 

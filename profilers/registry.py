@@ -25,13 +25,20 @@ import types
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from profilers.counting.recorder import Recorder
+
+ACTIVE: Recorder | None = None
+"""The recorder of the profile running in this process (at most one): set by the session,
+read by the patches and by timing's input iterator (which may not import the counting core)."""
 
 ABSENT: object = object()
 """What an attribute that an owner did not have of its own "was" before a patch."""
 
 GLOBALS: tuple[tuple[str, str, object], ...] = (
-    ("profilers.patches", "ACTIVE", None),
+    ("profilers.registry", "ACTIVE", None),
     ("profilers.fake_cuda.harness", "HARNESS", None),
     ("profilers.fake_cuda.graphs", "GRAPHS", None),
     ("profilers.fake_cuda.build", "_HOOKS_DEPTH", 0),
@@ -195,7 +202,7 @@ def patcher(by: str) -> Setter:
 
 def installed() -> list[str]:
     """What of ours is on now, oldest first: ``"profiler: torch.cuda.synchronize"``, one line
-    per change, then each declared global that is set (``"global: profilers.patches.ACTIVE"``)."""
+    per change, then each declared global that is set (``"global: profilers.registry.ACTIVE"``)."""
     with _LOCK:
         out = [repr(r) for r in _ON]
     for module_name, name, off in GLOBALS:

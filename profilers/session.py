@@ -13,6 +13,7 @@ from operator import attrgetter
 from typing import Any
 
 from profilers import patches as _patches
+from profilers import registry
 from profilers.compiled import DynamoMark, EagerCalls, compiled_section, dynamo_mark, run_eager
 from profilers.counting import kernels as _kernels
 from profilers.counting.calibrate import start_clock
@@ -49,7 +50,7 @@ def explain_escaped(exc: BaseException) -> None:
     """The running profile explains ``exc``, an error of the script's that no op raised (see
     ``profilers.memory.failure.escaped``), for runners that catch the script's errors inside
     the profile, as the CLI's does."""
-    recorder = _patches.ACTIVE
+    recorder = registry.ACTIVE
     if recorder is not None:
         escaped(exc, recorder)
 
@@ -94,7 +95,7 @@ class Profile:
                 "this profile has already run; start a new one with profilers.profile()", "ran"
             )
         with _ENTER_LOCK:
-            if _patches.ACTIVE is not None:
+            if registry.ACTIVE is not None:
                 raise ProfileStateError(
                     "a profile is already running in this process; profiles cannot be "
                     "nested (leave the outer one first)",
@@ -107,7 +108,7 @@ class Profile:
                 is_pinned=self._is_pinned,
                 cuda=self._cuda,
             )
-            _patches.ACTIVE = recorder
+            registry.ACTIVE = recorder
         self._recorder = recorder
         stack = ExitStack()
         try:
@@ -169,7 +170,7 @@ class Profile:
                 stack.callback(self._window.leave)
         except BaseException:
             stack.close()
-            _patches.ACTIVE = None
+            registry.ACTIVE = None
             raise
         self._stack = stack
         self._state = "running"
@@ -193,7 +194,7 @@ class Profile:
         finally:
             recorder.active = False
             recorder.forget_frames()
-            _patches.ACTIVE = None
+            registry.ACTIVE = None
             self._duration_s = time.perf_counter() - self._started
             self._state = "done"
             if recorder.cuda_timing:
@@ -316,7 +317,7 @@ class Profile:
 def step() -> None:
     """Marks the end of a step (for loops with no optimizer: inference, evaluation); with an
     optimizer, each ``optimizer.step()`` already ends one. Does nothing outside a profile."""
-    recorder = _patches.ACTIVE
+    recorder = registry.ACTIVE
     if recorder is not None and (recorder.active or recorder.on_step is not None):
         recorder.step("manual")
 

@@ -17,7 +17,7 @@ from torch.cuda import _gpu_trace
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 import profilers
-from profilers import patches as _patches
+from profilers import registry
 from tests.profiler_helpers import copies, fake_mode, line_at, line_of, never_pinned
 
 ORIGINALS = {
@@ -37,7 +37,7 @@ ORIGINALS = {
 @pytest.fixture(autouse=True)
 def nothing_left_installed():
     yield
-    assert _patches.ACTIVE is None
+    assert registry.ACTIVE is None
     assert threading.Thread._bootstrap_inner is ORIGINALS["bootstrap"]
     assert torch.Tensor.backward is ORIGINALS["backward"]
     assert torch.autograd.backward is ORIGINALS["autograd.backward"]

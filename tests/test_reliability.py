@@ -446,7 +446,7 @@ def test_numbers_out_of_range_get_one_line_and_exit_2(capsys, args, message):
 def test_ops_run_by_the_test_process_reach_no_leftover_profiler():
     import profilers.patches
 
-    assert profilers.patches.ACTIVE is None and os._exit.__module__ in ("posix", "os", "nt")
+    assert profilers.registry.ACTIVE is None and os._exit.__module__ in ("posix", "os", "nt")
     assert sys.path  # nothing above left the interpreter changed
 
 

@@ -50,8 +50,8 @@ def _why_eager() -> str | None:
             "under one, with or without --no-kernel-timing); profile it with fullgraph=False "
             "(its code then runs eager, counted), or on a GPU with --no-kernel-timing"
         )
-    patches = sys.modules.get("profilers.patches")
-    recorder = getattr(patches, "ACTIVE", None)
+    registry = sys.modules.get("profilers.registry")
+    recorder = getattr(registry, "ACTIVE", None)
     if recorder is None or recorder.kernel_timing:
         return _KERNEL_TIMING
     if recorder.counting != "every_op":

@@ -36,7 +36,7 @@ from contextlib import ExitStack
 from types import FrameType
 from typing import Any
 
-from profilers import patches as _patches
+from profilers import registry
 from profilers.errors import InputNotFound
 from profilers.registry import switch
 from profilers.timing import fake_time
@@ -136,7 +136,7 @@ class TimedIterator:
         return self
 
     def __next__(self) -> Any:
-        return timed_next(_patches.ACTIVE, next, self._it, sys._getframe(1), "input iterator")
+        return timed_next(registry.ACTIVE, next, self._it, sys._getframe(1), "input iterator")
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._it, name)
