@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import profilers
+from gpuwatch.output.analysis import analyze
 from gpuwatch.output.compiled import compiled_lines
 from gpuwatch.output.html import render_html
 from profilers import Report
@@ -369,10 +370,10 @@ def test_the_section_round_trips_through_the_json_and_shows_in_the_html_and_sche
         "reason 1 (x2); reason 2 (x3); 2 more in the JSON"
     )
     assert compiled_lines(r) == [line]
-    assert line in render_html(r)
+    assert line in render_html(r, analyze(r))
     eager = _report({"frames": 4, "graphs": 0, "graph_breaks": [], "ran_eager": "x's mode"})
     assert "torch.compile ran eager: dynamo compiled no graph under x&#x27;s mode" in (
-        render_html(eager)
+        render_html(eager, analyze(eager))
     )
     bad = eager.to_dict()
     bad["compiled"]["graphs"] = -1

@@ -270,14 +270,14 @@ def test_the_readmes_first_command_predicted_for_a_gpu_ends_in_steps_and_ranks_i
     from gpuwatch.output.diff_text import time_line
     from profilers.diff import diff_reports
 
-    report = parse(json.dumps(doc), "w.json")
+    report = parse(json.dumps(doc), "w.json")[0]
     line = time_line(diff_reports(report, report))
     assert line is not None and "cannot rank the two: their predicted ranges overlap" in line.plain
     assert "; the GPU model's part: " in line.plain and line.plain.endswith("(cannot rank)")
     # one far below the other's range, its GPU part too: ranked (no such words)
     doc["predicted"]["step"] = {"ms": 1e-3, "low_ms": 1e-3, "high_ms": 1e-3}
     doc["predicted"]["gpu_model"].update(ms=1e-3, low_ms=1e-3, high_ms=2e-3)
-    faster = parse(json.dumps(doc), "faster.json")
+    faster = parse(json.dumps(doc), "faster.json")[0]
     d = diff_reports(report, faster)
     line = time_line(d)
     assert line is not None and "the two" not in line.plain and "(1 µs)" in line.plain

@@ -17,6 +17,7 @@ import profilers
 from gpuwatch.monitor.gpu_timeline import GpuTimeline, TimelineSamples
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
 from gpuwatch.monitor.nvml._real import RealBackend
+from gpuwatch.output.analysis import analyze
 from gpuwatch.output.energy import (
     IDLE_NOT_MEASURED,
     NOT_COVERED,
@@ -231,7 +232,7 @@ def test_the_summary_and_the_html_show_joules_per_step():
     assert per_step == pytest.approx(0.25 * statistics_median_ms(report), abs=0.01)
     assert line is not None and line.startswith(f"energy: {per_step:.3g} J per step")
     assert "idle: not measured (GPU busy and idle not measured)" in line
-    html = render_html(report)
+    html = render_html(report, analyze(report))
     assert "energy (J)" in html
 
 

@@ -27,6 +27,7 @@ from types import ModuleType
 import pytest
 
 import profilers
+from gpuwatch.output.analysis import analyze
 from gpuwatch.output.hints import Hint
 from gpuwatch.output.library_hints import LibraryHint, all_hints
 from profilers.libraries import LibraryFrame
@@ -391,10 +392,10 @@ def test_lightning_progress_bar_reads_and_batch_copies_each_at_its_frame(tmp_pat
     from gpuwatch.output.text import summary
 
     out = io.StringIO()
-    Console(file=out, width=200, color_system=None).print(summary(r))
+    Console(file=out, width=200, color_system=None).print(summary(r, analyze(r)))
     where = f"{RESULT}:{pbar.line} metrics (inside prog.py:{fit.line})"
     assert where in out.getvalue() and "TQDMProgressBar(refresh_rate=N)" in out.getvalue()
-    assert f"<code>{where}</code>" in render_html(r)
+    assert f"<code>{where}</code>" in render_html(r, analyze(r))
 
 
 def test_lightning_with_a_slower_bar_and_pinned_batches(tmp_path):

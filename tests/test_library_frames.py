@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 import profilers
+from gpuwatch.output.analysis import analyze
 from profilers.libraries import LibraryFrame
 from profilers.records import Line
 from tests import conftest
@@ -154,7 +155,7 @@ def test_a_third_party_librarys_own_line_is_named_before_torchs(tmp_path, monkey
     from gpuwatch.output.text import summary
 
     out = io.StringIO()
-    Console(file=out, width=160, color_system=None).print(summary(r))
+    Console(file=out, width=160, color_system=None).print(summary(r, analyze(r)))
     text = out.getvalue()
     assert "Made inside libraries" in text
     assert "trainer_like.py:5 log_loss" in text and "trainer_like.py:9 clip" in text
@@ -162,7 +163,7 @@ def test_a_third_party_librarys_own_line_is_named_before_torchs(tmp_path, monkey
     # and in the HTML report's table of lines
     from gpuwatch.output.html import render_html
 
-    page = render_html(r)
+    page = render_html(r, analyze(r))
     assert "made at <code>trainer_like.py:5</code> log_loss: 1 syncs, 1 copies" in page
 
 

@@ -15,6 +15,7 @@ import torch
 from rich.console import Console
 
 import profilers
+from gpuwatch.output.analysis import analyze
 from gpuwatch.output.text import summary
 from gpuwatch.output.write import Output
 from gpuwatch.profile.live.model import LiveRun
@@ -146,7 +147,7 @@ def test_a_child_that_dies_leaves_its_failure_and_gpu_memory_in_the_partial_repo
     assert report.memory["failure"] == FAILURE
     assert report.memory["devices"] == [memory["devices"][0]]  # type: ignore[index]
     out = io.StringIO()
-    Console(file=out, width=200, color_system=None).print(summary(report))
+    Console(file=out, width=200, color_system=None).print(summary(report, analyze(report)))
     text = out.getvalue()
     assert "DEVICE MISMATCH at model.py:13 (return h * mask): mul.Tensor" in text
     assert "fix: made on the CPU by torch.zeros at model.py:12" in text

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from gpuwatch.cli import main as cli
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
+from gpuwatch.output.analysis import analyze
 from gpuwatch.output.write import Output
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import Hello
@@ -189,7 +190,7 @@ def test_hints_wrap_and_are_never_cut_at_any_width():
     assert messages
     for width in (60, 80, 100):
         out = io.StringIO()
-        Console(file=out, width=width, color_system=None).print(summary(r))
+        Console(file=out, width=width, color_system=None).print(summary(r, analyze(r)))
         # the hints, right under the header, up to the tables after them
         text = out.getvalue().split("Hints", 1)[1].split("Copies", 1)[0]
         assert "…" not in text

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
+from gpuwatch.output.analysis import analyze
 from gpuwatch.output.write import Output
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import Hello
@@ -241,7 +242,7 @@ async def test_demo_stats_are_labelled_simulated_everywhere():
     lines = gpu_lines(result.report)
     assert lines and all("simulated by --demo" in line for line in lines if "busy" in line)
     assert "NVML" not in " ".join(lines)
-    assert "simulated by --demo, not measured" in render_html(result.report)
+    assert "simulated by --demo, not measured" in render_html(result.report, analyze(result.report))
 
 
 async def test_a_script_that_uses_no_gpu_is_charged_with_none():

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
+from gpuwatch.output.analysis import analyze
 from gpuwatch.output.html import render_html
 from gpuwatch.output.memory import failure_lines, memory_title
 from gpuwatch.output.text import summary
@@ -75,7 +76,7 @@ def test_an_oom_on_a_simulated_gpu_reads_as_would_run_out():
 
 def test_the_summary_has_the_failure_and_the_lines_by_memory():
     out = io.StringIO()
-    Console(file=out, width=120, color_system=None).print(summary(report()))
+    Console(file=out, width=120, color_system=None).print(summary(report(), analyze(report())))
     text = out.getvalue()
     assert "OUT OF MEMORY: would run out of memory on a 24 GiB GPU at train.py:88" in text
     rows = [s.strip() for s in text.splitlines()]
@@ -112,7 +113,7 @@ def test_a_caught_failure_says_so():
 def test_a_saved_report_keeps_its_memory_and_the_page_shows_it():
     again = Report.from_dict(report().to_dict())
     assert again.memory == MEMORY
-    page = render_html(again)
+    page = render_html(again, analyze(again))
     assert "would run out of memory on a 24 GiB GPU at train.py:88" in page
     assert "<td>train.py:12</td><td>64.0 MiB</td><td>64.0 MiB</td><td>64.0 MiB</td>" in page
 

@@ -69,7 +69,7 @@ def test_untimed_runs_say_not_measured_per_line_and_the_bytes_chart_is_logarithm
                 small = torch.ones(1).to("cuda:0")  # @small 4 bytes each
                 small.sum().item()
     r = prof.report()
-    page = render_html(r)
+    page = render_html(r, analyze(r))
     top = page[page.index("<h2>Top lines</h2>") :]
     assert "<td>not measured</td>" in top and "<td>0 µs</td>" not in top
     fig = _bytes_per_line(r)
@@ -77,7 +77,7 @@ def test_untimed_runs_say_not_measured_per_line_and_the_bytes_chart_is_logarithm
     assert fig.layout.xaxis.type == "log"
     lines = range(len(fig.data[0].y))
     assert sorted(sum(b.x[i] for b in fig.data) for i in lines) == [4400, 4400, 4 * 1024 * 1024]
-    shown = _plain(summary(r), width=120)
+    shown = _plain(summary(r, analyze(r)), width=120)
     assert "1,100 (copy_to_device 1,100)" in shown.replace("item 1,100, ", "")
     doc = json.loads(r.to_json())
     assert doc["options"]["kernel_timing"] is False

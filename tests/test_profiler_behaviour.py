@@ -17,6 +17,7 @@ from torch.cuda import _gpu_trace
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 import profilers
+from gpuwatch.output.analysis import analyze
 from profilers import registry
 from tests.profiler_helpers import copies, fake_mode, line_at, line_of, never_pinned
 
@@ -525,7 +526,7 @@ def test_the_summary_speaks_per_step():
     from tests.test_report_render import report, text
 
     r = dataclasses.replace(report(), steps={"count": 25, "source": "optimizer"})
-    shown = text(summary(r))
+    shown = text(summary(r, analyze(r)))
     assert "25 steps (optimizer): per step: 1 copy (4 B), 1 sync" in shown
     assert "lines that copy or sync every step: train.py:42" in shown
     assert "25 syncs (item 25); 1 sync and 1 copy per step" in shown

@@ -378,6 +378,7 @@ def test_report_refuses_to_overwrite_its_input(tmp_path, monkeypatch, capsys):
 
 def test_a_failing_renderer_leaves_the_old_file_and_writes_the_rest(tmp_path, monkeypatch):
     from gpuwatch.output import html
+    from gpuwatch.output.analysis import analyze
     from gpuwatch.output.write import Output, write_reports
     from profilers import Report
 
@@ -387,9 +388,11 @@ def test_a_failing_renderer_leaves_the_old_file_and_writes_the_rest(tmp_path, mo
         raise RuntimeError("renderer bug")
 
     monkeypatch.setattr(html, "render_html", broken)
+    report = Report(command=["x.py"])
     results = write_reports(
-        Report(command=["x.py"]),
+        report,
         [Output("html", str(tmp_path / "r.html")), Output("json", str(tmp_path / "r.json"))],
+        analyze(report),
     )
     assert results[0] == (False, f"could not render {tmp_path}/r.html: RuntimeError: renderer bug")
     assert results[1] == (True, f"wrote {tmp_path}/r.json")

@@ -257,7 +257,7 @@ def test_a_null_figure_not_listed_or_a_listing_that_lies_is_one_line():
         with pytest.raises(CliError, match=re.escape(why)):
             parse(json.dumps({**doc, "not_finite": listed}), "r.json")
     # listed and null: read as not finite
-    r = parse(json.dumps({**doc, "not_finite": ["/sites/0/kernel_time_ms"]}), "r.json")
+    r = parse(json.dumps({**doc, "not_finite": ["/sites/0/kernel_time_ms"]}), "r.json")[0]
     assert math.isnan(r.lines[0].kernel_time_ms)
 
 

@@ -7,6 +7,7 @@ import io
 
 from rich.console import Console
 
+from gpuwatch.output.analysis import analyze
 from gpuwatch.output.hints import hints
 from gpuwatch.output.html import render_html
 from gpuwatch.output.text import summary
@@ -44,7 +45,7 @@ def text(renderable) -> str:
 
 
 def test_summary_says_how_busy_the_gpu_was_and_points_at_the_line():
-    shown = text(summary(report()))
+    shown = text(summary(report(), analyze(report())))
     # mean of 20, 40, 30 = 30%; the peak of 1, 3, 2 GiB
     assert "GPU 0: busy 30% of the run (mean NVML utilisation), memory peak 3.0 GiB" in shown
     assert "train.py:42" in shown and "25 (item 25)" in shown
@@ -61,7 +62,7 @@ def test_hints_are_tied_to_their_line_with_evidence():
 def test_html_has_the_busy_card_and_no_raw_user_strings():
     r = report()
     r = r.with_lines([dataclasses.replace(r.lines[0], source="x = '<script>alert(1)</script>'")])
-    page = render_html(r)
+    page = render_html(r, analyze(r))
     assert "<b>30%</b><span>GPU 0 busy (mean NVML utilisation)</span>" in page
     assert "<script>alert(1)</script>" not in page
 
@@ -74,21 +75,21 @@ def test_lines_show_the_time_of_their_backward():
     fwd.backward["convolution_backward.default"] = OpCount(10, 9.5)
     fwd.settle()
     r = r.with_lines([*r.lines, Line.of(fwd)])
-    shown = text(summary(r))
+    shown = text(summary(r, analyze(r)))
     assert "Top lines by the time of their backward" in shown
     assert "model.py:7" in shown and "9.5 ms in 10 ops" in shown
-    page = render_html(r)
+    page = render_html(r, analyze(r))
     assert "its backward</th>" in page and "<td>9.5 ms</td>" in page
     # The chart counts each op once: its bars add up to the run's kernel time.
     assert "the .backward() line holds the whole backward" in page
     assert "its backward: %{customdata[1]} (part of the .backward() line" in page
     # A report with no backward data shows no such table.
-    assert "by the time of their backward" not in text(summary(report()))
+    assert "by the time of their backward" not in text(summary(report(), analyze(report())))
 
 
 def test_charts_with_nothing_to_draw_are_a_sentence():
     r = Report(command=["idle.py"], duration_s=1.0)
-    page = render_html(r)
+    page = render_html(r, analyze(r))
     assert 'id="fig-' not in page
     for why in (
         "No copy or sync happened: the timeline is empty.",
@@ -98,7 +99,7 @@ def test_charts_with_nothing_to_draw_are_a_sentence():
     ):
         assert f"<p class=empty>{why}" in page
     # With copies and syncs (the hand-made report), the charts are drawn.
-    page = render_html(report())
+    page = render_html(report(), analyze(report()))
     assert all(f'id="fig-{name}"' in page for name in ("timeline", "bytes", "syncs"))
 
 

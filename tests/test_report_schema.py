@@ -17,6 +17,7 @@ from rich.console import Console
 
 from gpuwatch.errors import CliError
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
+from gpuwatch.output.analysis import analyze
 from gpuwatch.output.html import render_html
 from gpuwatch.output.load import load_report, parse, problem, schema
 from gpuwatch.output.text import summary
@@ -125,8 +126,8 @@ def test_nan_and_huge_numbers_are_refused():
 
 
 def render_all(report: Any) -> None:
-    Console(file=io.StringIO(), width=100).print(summary(report, top=5))
-    render_html(report)
+    Console(file=io.StringIO(), width=100).print(summary(report, analyze(report), top=5))
+    render_html(report, analyze(report))
 
 
 def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -156,7 +157,7 @@ JUNK = st.one_of(
 def load_and_render_or_one_line(doc: Any) -> None:
     """Whatever loads, renders; whatever does not gets one line."""
     try:
-        report = parse(json.dumps(doc), "r.json")
+        report = parse(json.dumps(doc), "r.json")[0]
     except CliError as exc:
         assert "\n" not in str(exc) and str(exc)
         return

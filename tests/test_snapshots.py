@@ -21,6 +21,7 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from textual.pilot import Pilot
 
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
+from gpuwatch.output.analysis import analyze
 from gpuwatch.output.text import summary
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import Hello, LiveSnapshot
@@ -238,5 +239,7 @@ def fixed_report() -> Report:
 
 def test_text_summary(snapshot) -> None:
     out = io.StringIO()
-    Console(file=out, width=100, color_system=None).print(summary(fixed_report()))
+    Console(file=out, width=100, color_system=None).print(
+        summary(fixed_report(), analyze(fixed_report()))
+    )
     assert out.getvalue() == snapshot(extension_class=TextFile)

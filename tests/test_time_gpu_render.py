@@ -9,6 +9,7 @@ import json
 
 from rich.console import Console
 
+from gpuwatch.output.analysis import analyze
 from gpuwatch.output.html import render_html
 from gpuwatch.output.load import problem
 from gpuwatch.output.text import summary
@@ -44,7 +45,7 @@ def _report(run: Run) -> Report:
 
 def test_the_summary_says_the_verdict_comes_from_the_gpus_measured_time():
     out = io.StringIO()
-    Console(width=200, file=out).print(summary(_report(_run())))
+    Console(width=200, file=out).print(summary(_report(_run()), analyze(_report(_run()))))
     text = out.getvalue()
     assert (
         "launch-bound: 10.0 ms per step over the step after the first, host work (Python + "
@@ -95,7 +96,7 @@ def test_the_html_stacks_busy_and_idle_by_cause_per_step():
         }
         for k in (0, 1)
     ]
-    page = render_html(r)
+    page = render_html(r, analyze(r))
     assert "GPU busy and idle by cause, measured with CUDA events" in page
 
 

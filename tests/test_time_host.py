@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import profilers
+from gpuwatch.output.analysis import analyze
 from gpuwatch.output.load import problem
 from profilers import Report
 from profilers.counting.calibrate import fast_path_outside_ns, start_clock
@@ -330,7 +331,7 @@ def test_a_run_with_no_gpu_work_is_never_said_to_launch():
         _spin_steps(3)
     report = prof.report()
     out = io.StringIO()
-    Console(width=200, file=out).print(summary(report))
+    Console(width=200, file=out).print(summary(report, analyze(report)))
     text = out.getvalue()
     assert "host-bound:" in text and "host work (Python + CPU ops)" in text
     assert "launch-bound" not in text and "(Python + launch)" not in text
@@ -352,7 +353,7 @@ def test_where_the_profilers_own_time_outweighs_the_scripts_the_summary_says_not
     def said(own_share: float) -> str:
         run["own_ms"] = own_share * run["wall_ms"]  # the rule is the summary's: own vs the rest
         out = io.StringIO()
-        Console(width=400, file=out).print(summary(r))
+        Console(width=400, file=out).print(summary(r, analyze(r)))
         return out.getvalue()
 
     assert "taken out of the figures, not all of it: it was 3.0x the script's" in said(0.75)

@@ -9,6 +9,7 @@ import json
 
 from rich.console import Console
 
+from gpuwatch.output.analysis import analyze
 from gpuwatch.output.hints import hints
 from gpuwatch.output.html import render_html
 from gpuwatch.output.text import summary
@@ -75,7 +76,7 @@ def _launch_bound(blocked: int) -> Report:
 
 def _summary_text(r: Report) -> str:
     out = io.StringIO()
-    Console(width=200, file=out, color_system=None).print(summary(r))
+    Console(width=200, file=out, color_system=None).print(summary(r, analyze(r)))
     return out.getvalue()
 
 
@@ -91,7 +92,7 @@ def test_a_launch_bound_step_names_what_stops_a_cuda_graph_capture():
         assert (
             f"train.py:{line}: 2 syncs (2 of them reads to the host) and 2 pageable copies" in text
         )
-    html = render_html(r)
+    html = render_html(r, analyze(r))
     assert "what stops capturing the step as a CUDA graph" in html
     assert "train.py:21: 2 syncs (2 of them reads to the host) and 2 pageable copies" in html
 
@@ -108,7 +109,7 @@ def test_a_step_that_is_not_launch_bound_names_no_graph_blockers():
 
 def test_the_summary_opens_with_the_verdict_and_the_costliest_line():
     out = io.StringIO()
-    Console(width=200, file=out).print(summary(_report()))
+    Console(width=200, file=out).print(summary(_report(), analyze(_report())))
     text = out.getvalue()
     # 10 ms a step: 7 ms of sync (70%), 3 ms of host work (30%).
     assert (
@@ -128,7 +129,7 @@ def test_on_the_fast_path_a_lines_host_work_is_said_to_be_sampled():
     # the fast path: host work named by the stack sampler
     r = r.replace(time=r.time.replace(lines_measured=False))
     out = io.StringIO()
-    Console(width=200, file=out).print(summary(r))
+    Console(width=200, file=out).print(summary(r, analyze(r)))
     assert (
         "costliest line: train.py:9, 8.0 ms of host time per step (80% of the step, measured, "
         "host work by line sampled)" in out.getvalue()
@@ -166,7 +167,7 @@ def test_the_trace_has_a_track_per_cause_and_line_with_each_wait():
 
 
 def test_the_html_says_the_verdict_and_draws_a_stacked_bar_per_step():
-    page = render_html(_report())
+    page = render_html(_report(), analyze(_report()))
     assert '<div id="fig-time"></div>' in page
     assert "Where each step" in page and '"barmode":"stack"' in page
     # the summary's first lines above the bars, the verdict first

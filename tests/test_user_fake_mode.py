@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 import profilers
+from gpuwatch.output.analysis import analyze
 from tests import conftest
 from tests.profiler_helpers import copies, fake_mode, line_at, line_of
 
@@ -80,7 +81,7 @@ def test_a_copy_of_symbolic_size_is_counted_with_its_bytes_unknown():
     from gpuwatch.output.text import summary
 
     out = io.StringIO()
-    Console(file=out, width=200).print(summary(r))
+    Console(file=out, width=200).print(summary(r, analyze(r)))
     said = " ".join(out.getvalue().split())
     assert "d2h GPU→host 2 32 B +1 of unknown size" in said  # the summary says it too
 

@@ -4,7 +4,6 @@ as JSON (``gpuwatch.diff/1``) and as an HTML page; ``--budget`` fails (exit 3) o
 from __future__ import annotations
 
 import argparse
-import sys
 
 from gpuwatch.errors import CliError
 from gpuwatch.flags import Outputs
@@ -37,15 +36,11 @@ def declare(d: argparse.ArgumentParser) -> None:
 
 def run_diff(args: argparse.Namespace) -> int:
     from gpuwatch.output.load import load_report
-    from gpuwatch.output.write import Output, check_outputs, output_for
+    from gpuwatch.output.renderers import Diff
+    from gpuwatch.output.write import check_outputs, output_for, outputs, say, write_document
     from profilers.diff import check_growth, diff_reports
-    from profilers.report import write_text_atomic
 
-    wanted = [
-        Output(kind, path)
-        for kind, path in (("json", args.json_path), ("html", args.html_path))
-        if path is not None
-    ]
+    wanted = outputs(args.json_path, args.html_path)
     wanted += [output_for(path, trace=False) for path in args.output_paths]
     if any(out.kind == "trace" for out in wanted):
         raise CliError("a diff has no Chrome trace: -o takes .json or .html here")
@@ -57,19 +52,6 @@ def run_diff(args: argparse.Namespace) -> int:
         from gpuwatch.output.diff_text import print_diff
 
         print_diff(diff, paths, args.top)
-    for out in wanted:
-        if out.kind == "json":
-            from profilers.finite import dumps_finite
-
-            text = dumps_finite(diff.to_dict(*paths), indent=1) + "\n"
-        else:
-            from gpuwatch.output.diff_html import render_html
-
-            text = render_html(diff, paths)
-        try:
-            write_text_atomic(out.path, text)
-        except OSError as exc:
-            raise CliError(f"cannot write {out.path}: {exc.strerror or exc}") from None
-        if not args.quiet:
-            print(f"gpuwatch: wrote {out.path}", file=sys.stderr)
-    return enforce(limits, lambda b: check_growth(b, diff), 0, args.quiet, " in growth")
+    # NB: a file that cannot be written costs itself only, said in a line, as every output
+    failed = say(write_document("diff", Diff(diff, paths), wanted), quiet=args.quiet)
+    return enforce(limits, lambda b: check_growth(b, diff), 2 * failed, args.quiet, " in growth")

@@ -76,15 +76,16 @@ def run_report(args: argparse.Namespace) -> int:
             f"--scheduler reads torch.profiler traces; {args.paths[0]} is a gpuwatch run"
         )
     from gpuwatch.output.deliver import deliver
-    from gpuwatch.output.load import load_report
+    from gpuwatch.output.load import load_report, load_run
     from gpuwatch.output.write import check_outputs, output_for, outputs
 
     wanted = outputs(args.json_path, args.html_path, args.trace_path)
     wanted += [output_for(path) for path in args.output_paths]
     check_outputs(wanted, inputs=args.paths)
     limits = budget_for(args.budget, args.no_budget)
+    findings = None  # NB: a saved run says what it said: its findings, not analysed again
     if len(args.paths) == 1:
-        report = load_report(args.paths[0])
+        report, findings = load_run(args.paths[0])
     else:
         from profilers.merge import DifferentRuns, MergeError, merge_ranks
 
@@ -104,6 +105,7 @@ def run_report(args: argparse.Namespace) -> int:
         summary=not args.what_if,
         what_if=args.what_if,
         file=sys.stdout,
+        findings=findings,
     )
     return check_run(limits, report, 2 if failed else 0, args.quiet)
 
@@ -111,9 +113,8 @@ def run_report(args: argparse.Namespace) -> int:
 def run_trace_report(args: argparse.Namespace) -> int:
     """``gpuwatch report TRACE``: a torch.profiler trace (or a folder of ranks) analysed."""
     from gpuwatch.output.kineto_load import load_analysis
-    from gpuwatch.output.kineto_render import render
     from gpuwatch.output.kineto_text import print_summary
-    from gpuwatch.output.write import check_outputs, output_for, outputs, say, write_rendered
+    from gpuwatch.output.write import check_outputs, output_for, outputs, say, write_document
 
     if args.what_if:
         raise CliError("--what-if replays a gpuwatch run; a torch.profiler trace has no replay")
@@ -126,5 +127,5 @@ def run_trace_report(args: argparse.Namespace) -> int:
     analysis = load_analysis(args.paths, args.jobs, args.scheduler, show)
     if not args.quiet:
         print_summary(analysis, args.top, file=sys.stdout)
-    failed = say(write_rendered(wanted, lambda kind: render(analysis, kind)), quiet=args.quiet)
+    failed = say(write_document("trace", analysis, wanted), quiet=args.quiet)
     return 2 if failed else 0

@@ -1,57 +1,55 @@
 """The one analysis of a finished report: :func:`analyze` works out, once, what every output
-says about it (the verdict lines, each line's cost, the hints with their cost and saving, the
-what-if rows, the ranks' spread), and the renderers format :class:`Findings` without working
-anything out again. Torch-free: a saved report is analysed the same way as a fresh one, so
-``gpuwatch report run.json`` says what the run said."""
+says about it (:class:`~gpuwatch.output.findings.Findings`: the verdict and its causes, each
+line's cost, the hints with their cost and saving, the what-if rows, the ranks' spread), and
+the renderers format them without working anything out again. Torch-free; its findings are
+written into the JSON, so ``gpuwatch report run.json`` says what the run said."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-
-from gpuwatch.output.hints import Hint
-from gpuwatch.output.library_hints import all_hints
-from gpuwatch.output.line_costs import line_costs
-from gpuwatch.output.timeview import no_verdict, time_lines
-from gpuwatch.output.whatif import what_if_lines
+from gpuwatch.output.findings import Findings, Verdict, WhatIfRow
+from gpuwatch.output.library_hints import all_hints  # noqa: TID251 - the analysis itself
+from gpuwatch.output.line_costs import line_costs, measured_gpu, predicted_gpu  # noqa: TID251
+from gpuwatch.output.timeview import no_verdict
 from profilers import Report
-from profilers.merge import Spread, spreads
+from profilers.merge import spreads  # noqa: TID251 - the analysis itself
+from profilers.timing.verdict import per_step
 
 #: The most lines the ranks' spread is worked out for (every output shows at most this many).
 MAX_SPREAD_LINES = 30
 
 
-@dataclass(frozen=True)
-class Findings:
-    """What a report says, worked out once (:func:`analyze`) for every output."""
-
-    verdict_lines: tuple[str, ...]
-    """The summary's first lines: the verdict per step (or why there is none), step 0, the
-    profiler's own time, the GPU's share, energy, the costliest line."""
-    no_verdict: str | None
-    """Why the run gets no verdict (no step ended and no GPU ran), None when it gets one."""
-    line_costs: Mapping[str, tuple[float, float]]
-    """``file:line`` -> (ms per step, % of the step) charged to it, costliest first."""
-    hints: tuple[Hint, ...]
-    """Every hint, the largest saving (or cost) first, with the knob of each well-known
-    library frame (library_hints.py)."""
-    what_if_lines: tuple[str, ...]
-    """The what-if table's lines (each fix's saving per step, replayed or PREDICTED), or the
-    one line that says why the run has none and what would give one."""
-    spreads: tuple[Spread, ...]
-    """In a report merged from ranks: per line, the slowest rank and how far behind it is."""
-
-
 def analyze(report: Report) -> Findings:
     """Everything the outputs say about ``report``, worked out once."""
-    costs = line_costs(report)
+    why_not = no_verdict(report)
+    w = report.what_if
+    how = "predicted" if w and w.get("measured") == "predicted" else "replayed"
     return Findings(
-        verdict_lines=tuple(time_lines(report, costs)),
-        no_verdict=no_verdict(report),
-        line_costs=costs,
+        verdict=_verdict(report) if why_not is None else None,
+        no_verdict=why_not,
+        line_costs=line_costs(report),
         hints=tuple(all_hints(report)),
-        what_if_lines=tuple(what_if_lines(report)),
+        what_if=tuple(
+            WhatIfRow(str(s["kind"]), s.get("site"), float(s["saving_ms"]), how)
+            for s in (w.get("savings", []) if w else [])
+        ),
         spreads=tuple(spreads(report, MAX_SPREAD_LINES)),
+    )
+
+
+def _verdict(r: Report) -> Verdict | None:
+    """The per-step verdict (the steps after the first where two or more ended)."""
+    basis, steps = per_step(r.time) if r.time else ({}, 0)
+    if "verdict" not in basis:
+        return None
+    gpu = predicted_gpu(basis)
+    step_ms = float(basis["gpu"]["wall_ms"] if gpu else basis["wall_unprofiled_ms"] / max(1, steps))
+    shares = sorted(basis.get("shares_pct", {}).items(), key=lambda kv: kv[1], reverse=True)
+    return Verdict(
+        kind=str(basis["verdict"]),
+        share_pct=float(shares[0][1]) if shares else 0.0,
+        step_ms=step_ms,
+        causes_ms={k: step_ms * float(v) / 100 for k, v in shares},
+        measured="predicted" if gpu else "measured" if measured_gpu(basis) else "host",
     )
 
 

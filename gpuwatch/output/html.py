@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpuwatch import _format as fmt
-from gpuwatch.output.analysis import Findings, analyze
 from gpuwatch.output.collectives import comm_html, rank_line
 from gpuwatch.output.compiled import compiled_lines
+from gpuwatch.output.findings import Findings
 from gpuwatch.output.hints import Hint, hints_order
 from gpuwatch.output.html_charts import charts, figure_json
 from gpuwatch.output.memory import memory_html, memory_title
@@ -24,7 +24,8 @@ from gpuwatch.output.text import (
     simulated_lines,
     used_no_gpu,
 )
-from gpuwatch.output.whatif import what_if_html
+from gpuwatch.output.timeview import time_lines
+from gpuwatch.output.whatif import what_if_html, what_if_lines
 from profilers import DIRECTIONS, Line, Report
 
 
@@ -201,10 +202,10 @@ def kernel_measured(r: Report) -> bool:
     return not r.options.fake_cuda and r.options.kernel_timing_source != "off"
 
 
-def _time_text(f: Findings) -> str:
+def _time_text(r: Report, f: Findings) -> str:
     """The summary's first lines (the verdict per step, step 0, the costliest line), above the
     stacked bars."""
-    lines = f.verdict_lines
+    lines = time_lines(r, f.line_costs)
     if not lines:
         return ""
     return "<div class=verdict>" + "".join(f"<p>{_e(line)}</p>" for line in lines) + "</div>"
@@ -213,13 +214,13 @@ def _time_text(f: Findings) -> str:
 def _body(r: Report, places: dict[str, str], f: Findings) -> str:
     found = f.hints
     return f"""{_header(r)}
-{_cards(r)}{_time_text(f)}
+{_cards(r)}{_time_text(r, f)}
 {_hints(found)}
 {places["time"]}
 {memory_html(r)}{places["memory"] if memory_title(r) else ""}
 {_copies(r)}
 {comm_html(r, f.spreads)}
-{what_if_html(r, f.what_if_lines)}
+{what_if_html(r, what_if_lines(r))}
 {places["timeline"]}{_gpu_notes(r)}
 {places["bytes"]}
 {places["kernel"]}
@@ -227,14 +228,12 @@ def _body(r: Report, places: dict[str, str], f: Findings) -> str:
 {_top_lines(r, found)}"""
 
 
-def render_html(report: Report, findings: Findings | None = None) -> str:
+def render_html(report: Report, findings: Findings) -> str:
     """The whole page as a string: one small function per section, the figures' data inlined
-    with plotly.js itself (the file opens offline); ``findings``: the report's :func:`analyze`,
-    worked out here when not given."""
+    with plotly.js itself (the file opens offline), with the report's ``findings``."""
     from plotly.offline import get_plotlyjs
 
     r = report
-    found = analyze(r) if findings is None else findings
     figures = charts(r)
     places = {
         name: f'<div id="fig-{name}"></div>' if fig is not None else f"<p class=empty>{_e(why)}</p>"
@@ -253,21 +252,18 @@ def render_html(report: Report, findings: Findings | None = None) -> str:
 <style>{PAGE_CSS}{RULES}</style>
 <script>{get_plotlyjs()}</script>
 </head><body>
-{_body(r, places, found)}
+{_body(r, places, findings)}
 <script>
 {plots}</script>
 </body></html>
 """
 
 
-def render_fragment(
-    report: Report, findings: Findings | None = None
-) -> tuple[str, list[tuple[str, Any]]]:
+def render_fragment(report: Report, findings: Findings) -> tuple[str, list[tuple[str, Any]]]:
     """The report for a notebook: the page's sections as one element with its own scoped style
     and no plotly.js (a few KiB, not 4.8 MB), and the figures, which the notebook shows through
     plotly's own renderer; each chart's place says where it went."""
     r = report
-    found = analyze(r) if findings is None else findings
     figures = charts(r)
     places = {
         name: f"<p class=empty>{_e(why if fig is None else 'The chart ' + title + ' is below.')}</p>"
@@ -276,7 +272,7 @@ def render_fragment(
     }
     page = (
         f"<div class=gpuwatch-report><style>{scoped_css('.gpuwatch-report')}</style>\n"
-        f"{_body(r, places, found)}\n</div>"
+        f"{_body(r, places, findings)}\n</div>"
     )
     return page, [(name, fig) for name, (fig, _) in figures.items() if fig is not None]
 

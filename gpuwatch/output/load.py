@@ -19,6 +19,7 @@ from importlib import resources
 from typing import Any
 
 from gpuwatch.errors import CliError
+from gpuwatch.output.findings import Findings
 from profilers.finite import restore_not_finite
 from profilers.report import SCHEMA, Report, ReportFormatError
 
@@ -94,8 +95,9 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def parse(text: str, path: str) -> Report:
-    """A report from the text of ``path`` (the name is only for messages)."""
+def parse(text: str, path: str) -> tuple[Report, Findings | None]:
+    """A report from the text of ``path`` (the name is only for messages), and the findings
+    its writer kept (None in a checkpoint, or a report from before they were written)."""
     try:
         doc = json.loads(text, parse_float=_finite, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
@@ -120,9 +122,12 @@ def parse(text: str, path: str) -> Report:
     if wrong is not None:
         raise CliError(f"damaged gpuwatch profile {path}: {wrong}")
     try:
-        return Report.from_dict(doc)
+        found = doc.get("findings")
+        return Report.from_dict(doc), None if found is None else Findings.from_dict(found)
     except ReportFormatError as exc:
         raise CliError(f"{path}: {exc}") from None
+    except (KeyError, TypeError, ValueError) as exc:  # what the schema lets through
+        raise CliError(f"{path}: damaged findings: {type(exc).__name__}: {exc}") from None
 
 
 def _read(path: str) -> bytes:
@@ -168,6 +173,11 @@ def _read(path: str) -> bytes:
 
 def load_report(path: str) -> Report:
     """Reads and checks a saved report; one-line :class:`CliError` for anything wrong."""
+    return load_run(path)[0]
+
+
+def load_run(path: str) -> tuple[Report, Findings | None]:
+    """:func:`load_report`, with the findings the report keeps (:func:`parse`)."""
     try:
         data = _read(path)
     except FileNotFoundError:

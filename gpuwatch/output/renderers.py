@@ -1,87 +1,108 @@
-"""One renderer per kind of report file, each with the file endings that ask for it (``-o
-PATH``): they format a report and its :class:`~gpuwatch.output.analysis.Findings`, and work
-nothing out of their own."""
+"""One registry of renderers for the three documents gpuwatch writes (``profile``: a
+:class:`Run`; ``trace``: a torch.profiler trace's ``TraceAnalysis``; ``diff``: a :class:`Diff`),
+each registered by document and kind (``json``, ``html``, ``trace``) with the file endings that
+ask for it (``-o PATH``). A renderer formats what it is given and works nothing out; every
+output is written the same way (:func:`gpuwatch.output.write.write_document`)."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from gpuwatch.output.analysis import Findings
+from gpuwatch.output.findings import Findings
 from profilers import Report
+from profilers.finite import dumps_finite
+
+if TYPE_CHECKING:
+    from profilers.diff import RunDiff
 
 
 @dataclass(frozen=True)
-class Renderer(ABC):
-    """How one kind of file is written from a report."""
-
-    kind: ClassVar[str]
-    """``json``, ``html`` or ``trace``: what ``--json``/``--html``/``--trace`` ask for."""
-    endings: ClassVar[tuple[str, ...]]
-    """The file endings that ask for this kind with ``-o``, lower case."""
-    needs_findings: ClassVar[bool] = False
-    """Whether it shows the analysis (a file of the report's data alone is written even where
-    the analysis fails)."""
-
-    @abstractmethod
-    def render(self, report: Report, findings: Findings | None) -> str:
-        """The file's text (``findings``: the report's analysis, None where it failed: only a
-        renderer that does not need it is asked then)."""
+class Renderer:
+    document: str
+    kind: str
+    endings: tuple[str, ...]  # asking for this kind with ``-o``, lower case
+    render: Callable[[Any], str]
 
 
 @dataclass(frozen=True)
-class JsonRenderer(Renderer):
-    """The ``gpuwatch.profile/1`` document: the report itself (its findings are worked out again
-    from it by whoever reads it, the same way)."""
+class Run:
+    """A report and its findings (None: not worked out, as in a checkpoint, whose JSON has
+    none; an exception: the analysis failed, and each file that shows it says so)."""
 
-    kind = "json"
-    endings = (".json",)
-
-    def render(self, report: Report, findings: Findings | None) -> str:
-        return report.to_json()
+    report: Report
+    findings: Findings | Exception | None = None
 
 
 @dataclass(frozen=True)
-class HtmlRenderer(Renderer):
-    """A self-contained page: the summary's sections and plotly charts, opening offline."""
-
-    kind = "html"
-    endings = (".html", ".htm")
-    needs_findings = True
-
-    def render(self, report: Report, findings: Findings | None) -> str:
-        from gpuwatch.output.html import render_html
-
-        return render_html(report, findings)
+class Diff:
+    diff: RunDiff
+    paths: tuple[str, str]
 
 
-@dataclass(frozen=True)
-class TraceRenderer(Renderer):
-    """A Chrome trace (Perfetto opens it): copies, syncs, steps and GPU samples over time."""
-
-    kind = "trace"
-    endings = (".trace.json",)
-
-    def render(self, report: Report, findings: Findings | None) -> str:
-        from gpuwatch.output.trace import render_trace
-
-        return render_trace(report)
+_REGISTRY: dict[tuple[str, str], Renderer] = {}
 
 
-RENDERERS: tuple[Renderer, ...] = (JsonRenderer(), HtmlRenderer(), TraceRenderer())
+def register(
+    document: str, kind: str, endings: tuple[str, ...] = ()
+) -> Callable[[Callable[[Any], str]], Callable[[Any], str]]:
+    """Registers the decorated function as ``document``'s ``kind`` renderer; twice fails."""
+
+    def add(render: Callable[[Any], str]) -> Callable[[Any], str]:
+        if (document, kind) in _REGISTRY:
+            raise ValueError(f"a {kind} renderer of the {document} document is registered twice")
+        _REGISTRY[document, kind] = Renderer(document, kind, endings, render)
+        return render
+
+    return add
 
 
-def renderer(kind: str) -> Renderer:
-    """The renderer of ``kind``; ValueError for a kind none writes."""
-    for r in RENDERERS:
-        if r.kind == kind:
-            return r
-    raise ValueError(f"unknown report kind {kind!r}")
+def renderer(document: str, kind: str) -> Renderer:
+    """The renderer of ``kind`` for ``document``; ValueError for a kind none writes."""
+    if (document, kind) not in _REGISTRY:
+        raise ValueError(f"unknown report kind {kind!r}")
+    return _REGISTRY[document, kind]
 
 
-def endings() -> tuple[tuple[str, str], ...]:
-    """``(ending, kind)`` of every renderer, the longest ending first (``.trace.json`` is
-    checked before ``.json``)."""
-    pairs = [(ending, r.kind) for r in RENDERERS for ending in r.endings]
+def endings(document: str = "profile") -> tuple[tuple[str, str], ...]:
+    """``(ending, kind)`` of ``document``'s renderers, the longest ending first (``.trace.json``
+    is checked before ``.json``)."""
+    pairs = [(e, r.kind) for r in _REGISTRY.values() if r.document == document for e in r.endings]
     return tuple(sorted(pairs, key=lambda p: -len(p[0])))
+
+
+def _lazily(module: str, function: str) -> Callable[..., str]:
+    """``module.function``, imported when first called (plotly costs ``gpuwatch top`` nothing)."""
+    return lambda *args: str(getattr(import_module(f"gpuwatch.output.{module}"), function)(*args))
+
+
+def _findings(run: Run) -> Findings:
+    if isinstance(run.findings, Exception):
+        raise run.findings  # the analysis failed: a file that shows it is not written
+    if run.findings is None:
+        raise ValueError("the run was not analysed")
+    return run.findings
+
+
+@register("profile", "json", (".json",))
+def _profile_json(run: Run) -> str:
+    """The ``gpuwatch.profile/1`` document, with its findings where they were worked out."""
+    if not isinstance(run.findings, Findings):
+        return run.report.to_json()
+    doc = {**run.report.to_dict(), "findings": run.findings.to_dict()}
+    return dumps_finite(doc, indent=1) + "\n"
+
+
+register("profile", "html", (".html", ".htm"))(
+    lambda run: _lazily("html", "render_html")(run.report, _findings(run))
+)
+register("profile", "trace", (".trace.json",))(
+    lambda run: _lazily("trace", "render_trace")(run.report)
+)
+register("trace", "json")(lambda analysis: analysis.to_json())
+register("trace", "html")(_lazily("kineto_html", "render_html"))
+register("trace", "trace")(_lazily("kineto_trace", "render_trace"))
+register("diff", "json")(lambda d: dumps_finite(d.diff.to_dict(*d.paths), indent=1) + "\n")
+register("diff", "html")(lambda d: _lazily("diff_html", "render_html")(d.diff, d.paths))

@@ -15,11 +15,12 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuwatch import _format as fmt
-from gpuwatch.output.analysis import Findings, analyze
 from gpuwatch.output.collectives import rank_line, summary_parts
 from gpuwatch.output.compiled import compiled_lines
+from gpuwatch.output.findings import Findings
 from gpuwatch.output.hints import Hint, hints_order
 from gpuwatch.output.memory import failure_part, memory_part
+from gpuwatch.output.timeview import time_lines
 from profilers import DIRECTIONS, Line, Report
 
 DIRECTION_NAMES = {
@@ -30,10 +31,10 @@ DIRECTION_NAMES = {
 }
 
 
-def summary(report: Report, top: int = 5, findings: Findings | None = None) -> RenderableType:
-    """Totals, syncs by cause, top lines by bytes, syncs and kernel time, then hints
-    (``findings``: the report's :func:`analyze`, worked out here when not given)."""
-    found = analyze(report) if findings is None else findings
+def summary(report: Report, findings: Findings, top: int = 5) -> RenderableType:
+    """Totals, syncs by cause, top lines by bytes, syncs and kernel time, then the hints of
+    ``findings`` (the report's analysis)."""
+    found = findings
     failure = failure_part(report)  # a device mismatch or OOM, right under the header
     parts: list[RenderableType] = [_header(report, found), *([failure] if failure else [])]
     # NB: the verdict (in the header) and the top fixes first, on the first screen; the
@@ -116,7 +117,7 @@ def _header(r: Report, found: Findings) -> RenderableType:
     lines.append(f"\ndevices: {devices}    ops: {ops}    kernel time: {kernel_time(r)}")
     for line in compiled_lines(r):  # NB: before the time: it is of the code that ran
         lines.append(f"\n{line}", style="yellow")
-    for line in found.verdict_lines:
+    for line in time_lines(r, found.line_costs):
         lines.append(f"\n{line}", style="bold")
     for line in step_lines(r):
         lines.append(f"\n{line}", style="bold")
@@ -405,14 +406,12 @@ def _causes(s: Line) -> str:
     return ", ".join(f"{k} {v:,}" for k, v in s.syncs.by_cause.items())
 
 
-def print_summary(
-    report: Report, top: int, file: Any = None, findings: Findings | None = None
-) -> None:
+def print_summary(report: Report, top: int, file: Any, findings: Findings) -> None:
     """The summary on ``file`` (stderr by default); a terminal that went away is no error."""
     from rich.console import Console
 
     try:
-        shown = summary(report, top=top, findings=findings)
+        shown = summary(report, findings, top=top)
         Console(file=file or sys.stderr, soft_wrap=False).print(shown)
     except OSError:
         pass  # the terminal went away (SIGHUP): the report files are what is left to give

@@ -9,7 +9,7 @@ from statistics import median
 from typing import Any
 
 from gpuwatch import _format as fmt
-from gpuwatch.output.line_costs import cost_text, line_costs, measured_gpu, predicted_gpu
+from gpuwatch.output.line_costs import cost_text, measured_gpu, predicted_gpu
 from gpuwatch.output.whatif import prediction_lines, unprofiled_line
 from profilers import Report
 from profilers.timing.timeline import OTHER_LINES
@@ -60,10 +60,10 @@ def verdict_line(d: dict[str, Any], steps: int, after_first: bool = False) -> st
     return f"{d['verdict']}: {fmt.duration_ms(per)} {unit}, {_split(d)} {where}"
 
 
-def time_lines(r: Report, costs: Mapping[str, tuple[float, float]] | None = None) -> list[str]:
+def time_lines(r: Report, costs: Mapping[str, tuple[float, float]]) -> list[str]:
     """The summary's first lines: the verdict per step, step 0 where it held the setup, the
-    profiler's own time taken out, and the line that cost most (``costs``: the report's
-    :func:`line_costs`, worked out here when not given)."""
+    profiler's own time taken out, and the line that cost most (``costs``: the findings'
+    line costs)."""
     t = r.time
     memory = (r.predicted.memory if r.predicted else None) or {}
     fit = [f"PREDICTED: {memory['message']}"] if memory.get("message") else []
@@ -123,7 +123,6 @@ def time_lines(r: Report, costs: Mapping[str, tuple[float, float]] | None = None
     energy = energy_line(r)
     if energy is not None:
         out.append(energy)
-    costs = line_costs(r) if costs is None else costs
     if costs:
         line, (ms, share) = next(iter(costs.items()))
         out.append(f"costliest line: {line}, {cost_text(r, ms, share)}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import html
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -198,11 +197,6 @@ def _overlap(ms: float) -> str:
     if ms < 0:
         return f"{fmt.duration_ms(-ms)} less than together (fixes that help each other)"
     return "no overlap between them"
-
-
-def print_what_if(lines: Sequence[str], file: Any = None) -> None:
-    """The what-if table (the findings' ``what_if_lines``) on ``file``, stderr by default."""
-    print("\n".join(lines), file=file or sys.stderr)
 
 
 def what_if_html(r: Report, lines: Sequence[str]) -> str:

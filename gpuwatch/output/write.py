@@ -24,7 +24,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -34,7 +34,7 @@ from gpuwatch.output.renderers import endings
 from profilers.report import Report, write_text_atomic
 
 if TYPE_CHECKING:
-    from gpuwatch.output.analysis import Findings
+    from gpuwatch.output.findings import Findings
 
 
 @dataclass(frozen=True)
@@ -246,39 +246,25 @@ def write_file(path: str, text: str) -> None:
 
 
 def write_reports(
-    report: Report, wanted: Sequence[Output], findings: Findings | None = None
+    report: Report, wanted: Sequence[Output], findings: Findings | Exception | None = None
 ) -> list[tuple[bool, str]]:
-    """Writes each output whole or not at all, by the renderer of its kind; ``(ok, message)``
-    for each, for the caller to show. A failing renderer costs its own file only, never the
-    others. ``findings``: the report's :func:`analyze`, worked out here (once) when not
-    given."""
-    if not wanted:
-        return []
+    """Writes each output of ``report`` and its ``findings`` (the analysis, or how it failed:
+    see :class:`~gpuwatch.output.renderers.Run`) by :func:`write_document`."""
+    from gpuwatch.output.renderers import Run
+
+    return write_document("profile", Run(report, findings), wanted)
+
+
+def write_document(document: str, data: object, wanted: Sequence[Output]) -> list[tuple[bool, str]]:
+    """Writes each output whole or not at all, by ``document``'s renderer of its kind;
+    ``(ok, message)`` for each, for the caller to show. A failing renderer or write costs its
+    own file only, never the others."""
     from gpuwatch.output.renderers import renderer
 
-    found: list[Findings] = [] if findings is None else [findings]
-
-    def render(kind: str) -> str:
-        chosen = renderer(kind)
-        if chosen.needs_findings and not found:
-            # NB: inside the guarded render: an analysis that fails costs the files that show
-            # it, never the JSON or the trace (the report's data alone)
-            from gpuwatch.output.analysis import analyze
-
-            found.append(analyze(report))
-        return chosen.render(report, found[0] if found else None)
-
-    return write_rendered(wanted, render)
-
-
-def write_rendered(
-    wanted: Sequence[Output], render_kind: Callable[[str], str]
-) -> list[tuple[bool, str]]:
-    """:func:`write_reports` for any data: ``render_kind(kind)`` makes each output's text."""
     results: list[tuple[bool, str]] = []
     for out in wanted:
         try:
-            text = render_kind(out.kind)
+            text = renderer(document, out.kind).render(data)
         except Exception as exc:  # a renderer bug must not cost the other reports
             results.append((False, f"could not render {out.path}: {type(exc).__name__}: {exc}"))
             continue
@@ -304,13 +290,3 @@ def say(
         except (OSError, ValueError):
             pass  # the terminal is gone (SIGHUP): the files are what counts
     return not all(ok for ok, _ in results)
-
-
-def write_outputs(
-    report: Report,
-    wanted: Sequence[Output],
-    quiet: bool = False,
-    findings: Findings | None = None,
-) -> bool:
-    """Writes the reports and says so on stderr. True if any write failed."""
-    return say(write_reports(report, wanted, findings), quiet=quiet)

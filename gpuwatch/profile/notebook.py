@@ -24,7 +24,7 @@ from gpuwatch.profile.options import ProfileOptions
 from profilers import Report
 
 if TYPE_CHECKING:
-    from gpuwatch.output.analysis import Findings
+    from gpuwatch.output.findings import Findings
 
 #: The exit code a report records for an interrupted cell, as the CLI's Ctrl-C.
 INTERRUPTED = 130
@@ -69,11 +69,12 @@ def show(report: Report, top: int = 5) -> None:
 def text_of(report: Report, top: int = 5, findings: Findings | None = None) -> str:
     from rich.console import Console
 
+    from gpuwatch.output.analysis import analyze
     from gpuwatch.output.text import summary
 
     out = io.StringIO()
     Console(file=out, width=100, color_system=None, force_jupyter=False).print(
-        summary(report, top=top, findings=findings)
+        summary(report, findings or analyze(report), top=top)
     )
     return out.getvalue()
 
@@ -143,7 +144,7 @@ def profile_cell(shell: Any, line: str, cell: str, magic: str = "%%gpuwatch") ->
     result. The cell's exception, after the report is shown and written, is raised again."""
     from contextlib import nullcontext
 
-    from gpuwatch.output.write import write_outputs
+    from gpuwatch.output.deliver import deliver
 
     options, wanted = parse_options(line)
     fake: Any = nullcontext()
@@ -183,7 +184,7 @@ def profile_cell(shell: Any, line: str, cell: str, magic: str = "%%gpuwatch") ->
     if options.fake_cuda:
         report = fake.mark(report)
     if wanted:
-        write_outputs(report, wanted)
+        deliver(report, wanted, top=options.top, quiet=False, summary=False)
     shown = ShownReport(report, options.top)
     if failure is None:
         return shown

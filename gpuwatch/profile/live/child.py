@@ -74,6 +74,7 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gpuwatch.output.analysis import analysed
     from gpuwatch.output.write import Output, write_reports
     from gpuwatch.profile.options import ProfileOptions
     from gpuwatch.profile.run import ProfiledRun
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         # little for the pipe to close before deciding that nobody else will write the files.
         stopped_by_term = report.exit_code == 128 + signal.SIGTERM
         if wanted and (channel.closed or (stopped_by_term and channel.wait_closed(2.0))):
-            write_reports(report, wanted)  # nobody else will write them now
+            write_reports(report, wanted, analysed(report))  # nobody else will write them now
 
     try:
         run = ProfiledRun(target, options, on_report, None, None, config.get("gpu_stats", "off"))

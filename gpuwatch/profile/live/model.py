@@ -33,8 +33,9 @@ from typing import Any
 
 from gpuwatch.monitor.gpu_timeline import sample_row, used_gpu_indices
 from gpuwatch.monitor.nvml.samples import GpuSample
-from gpuwatch.output.analysis import Findings, analysed
+from gpuwatch.output.analysis import analysed
 from gpuwatch.output.energy import points_from_rows, rows_energy, rows_read_interval_ms
+from gpuwatch.output.findings import Findings
 from gpuwatch.output.write import Output, write_reports
 from gpuwatch.profile.finish import GpuMeasures, finish
 from gpuwatch.profile.live.protocol import (

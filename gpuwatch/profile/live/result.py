@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from profilers.report import Report
 
 if TYPE_CHECKING:
-    from gpuwatch.output.analysis import Findings
+    from gpuwatch.output.findings import Findings
 
 
 @dataclass(frozen=True)

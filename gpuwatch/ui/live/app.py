@@ -361,7 +361,9 @@ class LiveApp(SamplingApp):
 
         title = f"Summary: {self.model.how_it_ended()}"
         try:
-            shown = summary(report, top=self.top, findings=self.model.findings)
+            if self.model.findings is None:
+                raise ValueError("the run could not be analysed")
+            shown = summary(report, self.model.findings, top=self.top)
         except Exception as exc:  # a bug of ours: the report is written, the app stays up
             self.notify(
                 f"could not show the summary ({type(exc).__name__}: {exc}); the report's files "
