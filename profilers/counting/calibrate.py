@@ -38,11 +38,11 @@ if TYPE_CHECKING:
     from profilers.timing.timeline import StepClock
 
 ROUNDS = 15
-STEPS = 10
+STEPS = 5
 MIX_OPS = 5
-"""Rounds of the mix, and repeats of it per round (MIX_OPS ops each): 50 ops bare and as
-many profiled per round (under a millisecond each: most rounds run unpreempted), 10-30 ms in
-all."""
+"""Rounds of the mix, and repeats of it per round (MIX_OPS ops each): 25 ops each way per
+round (most run unpreempted), 5-15 ms in all. NB: 10 repeats gave the same spread over 12
+starts at twice the cost, which every profile pays (2-core box under load, 2026-12-07)."""
 
 
 def _mix(a: torch.Tensor, b: torch.Tensor, steps: int) -> None:

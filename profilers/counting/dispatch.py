@@ -155,7 +155,8 @@ def dispatch(  # noqa: C901 - the hot path kept in one frame: a call per branch 
         if name is None and recorder.step_clock is not None:
             return _metadata_timed(recorder, facts.call, args, kwargs, t_in)
         return facts.call(*args, **kwargs)
-    if facts.special is DECOMPOSE:
+    special = facts.special
+    if special is DECOMPOSE:
         return _decomposed(mode, func, args, kwargs)
     # -- where it was called from, and this thread's state
     depth = recorder.caller_depth
@@ -213,25 +214,22 @@ def dispatch(  # noqa: C901 - the hot path kept in one frame: a call per branch 
             # its cost outside this function, measured on its own arguments (timing/)
             clock.prober.note(clock, entry, line, func, facts.call, args, kwargs)
     entry.count += 1
-    special = facts.special
     if special is COLLECTIVE:  # (DECOMPOSE went its way above)
         return _collective(recorder, clock, line, entry, facts, args, kwargs, t_in)
     # -- run it, timed
-    ms = 0.0
-    timed: TimedOp | None = None
     timer = recorder.timer
     try:
-        if recorder.trace_syncs or timer is not None:
-            out, timed, t_call, t_ret = _run_watched(recorder, st, func, facts, entry, args, kwargs)
-        else:
+        if timer is None and not recorder.trace_syncs:
+            timed: TimedOp | None = None
             t_call = _ns()
             out = facts.call(*args, **kwargs)
             t_ret = _ns()
+        else:
+            out, timed, t_call, t_ret = _run_watched(recorder, st, func, facts, entry, args, kwargs)
     except BaseException as exc:  # explained, and our frames taken out (profilers/memory/)
         raise failed(recorder, line, name, func, args, kwargs, exc)  # noqa: B904
     if recorder.host_timing:  # no GPU: the op's host time is its kernel time
-        ms = (t_ret - t_call) / 1e6
-        entry.ms += ms
+        entry.ms += (t_ret - t_call) / 1e6
     if special is FACTORY:  # where a tensor copied later came from (counting/origins.py)
         try:
             note_made(recorder.provenance, line, name, out)
@@ -246,14 +244,16 @@ def dispatch(  # noqa: C901 - the hot path kept in one frame: a call per branch 
     if clock is not None:
         # The host's time since the last event (less the profiler's cost outside this
         # function) and the op's own run are the line's host work (profilers/timing/).
+        gap = t_in - clock.last_ns
         rec = clock.lines.get(line) or clock.line(line)
-        rec.launch_ns += t_in - clock.last_ns - clock.outside_ns + t_ret - t_call
-        if t_in - clock.last_ns >= LONG_GAP_NS:  # named by samples (profilers/timing/gaps.py)
+        rec.launch_ns += gap - clock.outside_ns + t_ret - t_call
+        if gap >= LONG_GAP_NS:  # named by samples (profilers/timing/gaps.py)
             clock.long_gap(t_in, line)  # NB: before last_line moves on (the gap's op before)
         clock.last_line = line
     # -- what it copied or synced
     found = None
     if (facts.classifier is not None or st.synced) and not st.in_comm:
+        ms = (t_ret - t_call) / 1e6 if recorder.host_timing else 0.0
         found = _account(
             recorder, clock, line, facts, args, kwargs, out, ms, timed, st, t_call, t_ret, frame
         )
