@@ -12,13 +12,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpuwatch.ui.widgets.gpu_card import GpuCard
-    from gpuwatch.ui.widgets.gpu_cards import GpuCards
-    from gpuwatch.ui.widgets.hot_lines import HotLinesTable
-    from gpuwatch.ui.widgets.process_table import ProcessTable
-    from gpuwatch.ui.widgets.progress_line import ProgressLine
-    from gpuwatch.ui.widgets.rates import RatesPanel, RateWindow
-    from gpuwatch.ui.widgets.status_line import StatusLine
+    from gpuwatch.ui.widgets.gpu_card import GpuCard as GpuCard
+    from gpuwatch.ui.widgets.gpu_cards import GpuCards as GpuCards
+    from gpuwatch.ui.widgets.hot_lines import HotLinesTable as HotLinesTable
+    from gpuwatch.ui.widgets.process_table import ProcessTable as ProcessTable
+    from gpuwatch.ui.widgets.progress_line import ProgressLine as ProgressLine
+    from gpuwatch.ui.widgets.rates import RatesPanel as RatesPanel
+    from gpuwatch.ui.widgets.rates import RateWindow as RateWindow
+    from gpuwatch.ui.widgets.status_line import StatusLine as StatusLine
 
 _MODULES = {
     "GpuCard": "gpu_card",
@@ -30,17 +31,6 @@ _MODULES = {
     "RatesPanel": "rates",
     "StatusLine": "status_line",
 }
-
-__all__ = [
-    "GpuCard",
-    "GpuCards",
-    "HotLinesTable",
-    "ProcessTable",
-    "ProgressLine",
-    "RateWindow",
-    "RatesPanel",
-    "StatusLine",
-]
 
 
 def __getattr__(name: str) -> Any:
