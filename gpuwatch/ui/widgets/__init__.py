@@ -1,10 +1,5 @@
-"""Widgets of the gpuwatch apps, one per module.
-
-The live profile's widgets (copy rates, the status line) read the profiler's names and the
-report's time view; ``gpuwatch top`` must load neither, so each name here is imported from its
-module on first use, not when this package is (tests/test_layers.py checks in a fresh
-interpreter that importing the top app loads nothing of the profile half).
-"""
+"""Widgets of the gpuwatch apps, one per module, each imported on first use: the live view's
+read the profiler's names, which ``gpuwatch top`` must not load (tests/test_layers.py)."""
 
 from __future__ import annotations
 
