@@ -1,10 +1,6 @@
 """Small formatters shared by the text, TUI and HTML renderers. ``None`` always shows as N/A; a
-figure that is not finite (NaN or infinite: a report's ``not_finite`` figures) as "not finite".
-
-One convention for amounts of data everywhere (the summary, the HTML report, ``top``, ``--once``):
-binary IEC units, as nvidia-smi's MiB and PyTorch's memory figures are: ``B, KiB, MiB, GiB``
-for bytes and the same per second for rates (``2.3 GiB/s``, never decimal ``GB/s``); narrow
-places drop the space (``660MiB/s``) but never the unit.
+figure that is not finite as "not finite". Amounts of data are in binary IEC units everywhere,
+as nvidia-smi's MiB and PyTorch's memory figures are (``2.3 GiB/s``, never decimal ``GB/s``).
 """
 
 from __future__ import annotations
