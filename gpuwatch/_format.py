@@ -1,10 +1,6 @@
 """Small formatters shared by the text, TUI and HTML renderers. ``None`` always shows as N/A; a
-figure that is not finite (NaN or infinite: a report's ``not_finite`` figures) as "not finite".
-
-One convention for amounts of data everywhere (the summary, the HTML report, ``top``, ``--once``):
-binary IEC units, as nvidia-smi's MiB and PyTorch's memory figures are: ``B, KiB, MiB, GiB``
-for bytes and the same per second for rates (``2.3 GiB/s``, never decimal ``GB/s``); narrow
-places drop the space (``660MiB/s``) but never the unit.
+figure that is not finite as "not finite". Amounts of data are in binary IEC units everywhere,
+as nvidia-smi's MiB and PyTorch's memory figures are (``2.3 GiB/s``, never decimal ``GB/s``).
 """
 
 from __future__ import annotations
@@ -25,19 +21,22 @@ def _odd(value: float | None) -> str | None:
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
+def _scaled(value: float) -> tuple[float, str]:
+    """``value`` bytes in the largest binary unit under 1024 of it."""
+    for unit in _UNITS[:-1]:
+        if abs(value) < 1024:
+            return value, unit
+        value /= 1024
+    return value, _UNITS[-1]
+
+
 def size(n_bytes: float | None, precision: int = 1) -> str:
     """``1536`` -> ``'1.5 KiB'``; binary units, like nvidia-smi's MiB."""
     if (odd := _odd(n_bytes)) is not None:
         return odd
     assert n_bytes is not None
-    value = float(n_bytes)
-    for unit in _UNITS:
-        if abs(value) < 1024 or unit == _UNITS[-1]:
-            if unit == "B":
-                return f"{int(value)} B"
-            return f"{value:.{precision}f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    value, unit = _scaled(float(n_bytes))
+    return f"{int(value)} B" if unit == "B" else f"{value:.{precision}f} {unit}"
 
 
 def rate(bytes_per_s: float | None) -> str:
@@ -50,13 +49,9 @@ def rate_short(bytes_per_s: float | None) -> str:
     if (odd := _odd(bytes_per_s)) is not None:
         return odd
     assert bytes_per_s is not None
-    value = float(bytes_per_s)
-    for unit in _UNITS:
-        if abs(value) < 1024 or unit == _UNITS[-1]:
-            text = f"{value:.1f}" if value < 10 and unit != "B" else f"{value:.0f}"
-            return f"{text}{unit}/s"
-        value /= 1024
-    raise AssertionError("unreachable")
+    value, unit = _scaled(float(bytes_per_s))
+    text = f"{value:.1f}" if value < 10 and unit != "B" else f"{value:.0f}"
+    return f"{text}{unit}/s"
 
 
 def pct(value: float | None) -> str:

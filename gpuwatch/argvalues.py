@@ -70,11 +70,8 @@ def note(text: str) -> None:
 
 class OldSpelling(argparse.Action):
     """An option's former spelling: hidden from ``--help``, still working, and (``said``)
-    saying on each use (on stderr, one line) what to write instead, for the scripts that still
-    use it.
-
-    ``store``: ``"value"`` (takes a value), ``"true"``/``"false"`` (a flag that sets that),
-    ``"append"`` (repeatable)."""
+    saying on each use (on stderr, one line) what to write instead. ``store``: as
+    :class:`gpuwatch.flags.Flag`'s."""
 
     def __init__(
         self,

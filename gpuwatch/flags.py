@@ -1,10 +1,6 @@
-"""How one option of a frozen options type is spelled and read on a command line: a
-:class:`Flag` in each field's metadata (:func:`flag_field`), and the argparse arguments built
-from them (:func:`declare`). gpuwatch/profile/options.py declares the profile's options so.
-
-The options every command that writes reports shares (``-o``, ``--json``, ``--html``,
-``--trace``, ``-q``, ``-n``) are declared here once, :class:`Outputs`: ``gpuwatch profile``,
-``report`` and ``diff`` differ only in what their files hold."""
+"""How one option of a frozen options type is spelled and read on a command line (a
+:class:`Flag` in each field's metadata), and the output options every report-writing command
+shares, declared once (:class:`Outputs`)."""
 
 from __future__ import annotations
 

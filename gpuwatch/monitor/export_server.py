@@ -4,17 +4,11 @@ prometheus_client's ``start_http_server`` does the TLS handshake in the thread t
 idle TCP connection then blocks every scrape and the shutdown), never times a connection out
 (idle ones pile up until the descriptor limit, where its accept loop spins), and listens with a
 backlog of 5. This server keeps its scrape answer (prometheus_client's ``MetricsHandler``: gzip,
-OpenMetrics, ``name[]``) and changes how connections are held:
-
-- the handshake runs in the connection's own thread, bounded like the rest of it;
-- each connection has one deadline (``gpuwatch export --client-timeout``), accept to last byte (a
-  client that sends a byte a second is cut off as surely as an idle one), enforced by one reaper
-  thread, and an idle timeout (``--client-idle-timeout``): no read or write may wait longer;
-- at most :data:`MAX_CONNECTIONS` connections are served at once, fewer when the descriptor limit
-  is low; the rest wait in a listen backlog of :data:`BACKLOG`, unaccepted, costing no descriptor;
-- when every slot is taken, the connection that has waited longest for its request (at least
-  :data:`SHED_AFTER_S`) is closed to make room: slow or idle clients, however many, cannot keep a
-  scrape waiting for their deadline (a scrape sends its request as soon as it connects).
+OpenMetrics, ``name[]``) and changes how connections are held: the handshake runs in the
+connection's own thread; each connection has one deadline, accept to last byte (a client that
+sends a byte a second is cut off as surely as an idle one), and an idle timeout; a bounded number
+are served at once, the rest wait unaccepted in the backlog; when every slot is taken, the one
+that has waited longest for its request makes room.
 """
 
 from __future__ import annotations

@@ -114,8 +114,4 @@ def as_the_users(dump: str, command: str) -> str:
 
 def users_dumper(dumper: Callable[[int], str], command: str) -> Callable[[int], str]:
     """``dumper`` whose dumps read as the user's own (:func:`as_the_users`)."""
-
-    def dump(pid: int) -> str:
-        return as_the_users(dumper(pid), command)
-
-    return dump
+    return lambda pid: as_the_users(dumper(pid), command)

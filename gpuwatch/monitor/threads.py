@@ -1,11 +1,5 @@
-"""The monitor's own threads, marked as gpuwatch's without importing the profiler.
-
-``gpuwatch top`` and ``gpuwatch export`` run where torch and the profiler are absent or unwanted,
-yet their threads (NVML sampling, the exporter's server) also run inside ``gpuwatch profile``
-(the GPU timeline) and in the test suite's leak check. The profiler knows a thread as ours by the
-class attribute ``gpuwatch_own_thread`` (``profilers.registry.OWN_THREAD_FLAG``), so the monitor
-declares it here instead of importing ``profilers.registry``.
-"""
+"""The monitor's own threads, marked as gpuwatch's (``profilers.registry.OWN_THREAD_FLAG``)
+without importing the profiler: ``top`` and ``export`` run where torch is absent or unwanted."""
 
 from __future__ import annotations
 

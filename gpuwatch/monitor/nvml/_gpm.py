@@ -1,8 +1,5 @@
 """NVML's GPU performance metrics (GPM, Hopper and later): SM activity and occupancy, tensor-core
 activity, DRAM bandwidth use, PCIe and NVLink rates, measured between two GPM samples.
-
-Takes the pynvml module as a value (only gpuwatch/monitor/nvml/_real.py imports it); every call goes
-through :class:`gpuwatch.monitor.nvml._query.Query`.
 """
 
 from __future__ import annotations

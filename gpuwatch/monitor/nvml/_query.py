@@ -26,14 +26,8 @@ class GpuUnavailable(Exception):
 
 
 class Query:
-    """Runs every NVML call for one backend.
-
-    * ``NotSupported`` (and ``NoPermission``) becomes ``None`` and is remembered per device and
-      function, so the call is not retried every tick;
-    * ``FunctionNotFound`` (a driver older than the bindings) is logged once and remembered;
-    * ``GpuIsLost`` and ``Unknown`` raise :class:`GpuLost` for the caller to mark the device;
-    * transient answers (``NotFound``, ``NoData``, ``Timeout``) become ``None`` for this tick only.
-    """
+    """Runs every NVML call for one backend: an unsupported or refused call answers ``None``
+    and is not retried every tick; a lost GPU raises :class:`GpuLost`."""
 
     def __init__(self, nvml: ModuleType) -> None:
         self._nvml = nvml

@@ -20,8 +20,6 @@ from gpuwatch.monitor.nvml.samples import GpuSample, ProcessSample
 
 log = logging.getLogger("gpuwatch.monitor.nvml")
 
-_MIB = 1024 * 1024
-
 
 def _import_pynvml() -> ModuleType:
     try:

@@ -1,10 +1,6 @@
-"""What a GPU's figures mean over time: energy since gpuwatch began watching and the mean power
-between samples (from NVML's energy counter), a GPU "busy" by utilisation but not by SM
-activity, and a GPU held idle (processes hold its memory while it does nothing).
-
-:class:`Activity` keeps what it needs between samples; :class:`gpuwatch.monitor.nvml.sampler.Sampler`
-runs every sample through it, so ``top``, ``--json``, the exporter and ``--remote`` agree.
-"""
+"""What a GPU's figures mean over time: energy and mean power (NVML's energy counter), "busy"
+by utilisation but not by SM activity, and held idle. The Sampler runs every sample through
+:class:`Activity`, so ``top``, ``--json``, the exporter and ``--remote`` agree."""
 
 from __future__ import annotations
 

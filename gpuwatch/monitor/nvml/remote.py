@@ -1,11 +1,6 @@
-"""GPUs of other hosts, read from their ``/metrics`` (``gpuwatch export`` or dcgm-exporter).
-
-:class:`RemoteHost` fetches one host in a daemon thread every interval (a timeout per request, a
-cap on the reply's size) and keeps the last good parse; a scrape that fails, hangs, or returns
-garbage costs an "unreachable since ..." problem on that host's GPUs, never a hang or a crash.
-:class:`HostsBackend` shows several hosts (and the local GPUs) as one :class:`Backend`, each GPU
-named with its host.
-"""
+"""GPUs of other hosts, read from their ``/metrics`` (``gpuwatch export`` or dcgm-exporter): a
+scrape that fails, hangs, or returns garbage costs an "unreachable since ..." problem on that
+host's GPUs, never a hang or a crash."""
 
 from __future__ import annotations
 

@@ -36,8 +36,8 @@ class Sampler:
         """Energy over time, low SM activity and held-idle GPUs (gpuwatch/monitor/nvml/activity.py)."""
         self.interval_s = interval_s
         self._now = now
-        self._count = backend.device_count()
-        self._driver = backend.driver_version()
+        self.gpu_count = backend.device_count()
+        self.driver_version = backend.driver_version()
         self._pcie: dict[int, tuple[int | None, int | None]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -49,21 +49,13 @@ class Sampler:
             self._thread.start()
 
     @property
-    def gpu_count(self) -> int:
-        return self._count
-
-    @property
     def source(self) -> str:
         """What the samples are, for reports: ``"demo"`` (simulated) or ``"NVML"``."""
         return "demo" if self.backend.simulated else "NVML"
 
-    @property
-    def driver_version(self) -> str | None:
-        return self._driver
-
     def _pcie_loop(self) -> None:
         while not self._stop.is_set():
-            for i in range(self._count):
+            for i in range(self.gpu_count):
                 try:
                     rates = self.backend.pcie_throughput(i)
                 except Exception:  # a backend bug costs this GPU's PCIe rates, not the thread
@@ -74,7 +66,7 @@ class Sampler:
 
     def snapshot(self) -> Snapshot:
         gpus = []
-        for i in range(self._count):
+        for i in range(self.gpu_count):
             g = self.backend.sample(i)
             if self._thread is None:
                 tx, rx = self.backend.pcie_throughput(i)
@@ -86,7 +78,7 @@ class Sampler:
         apply = self.activity.apply
         return Snapshot(
             time=now,
-            driver_version=self._driver,
+            driver_version=self.driver_version,
             gpus=tuple(
                 apply(g, now, pcie_tx_bytes_per_s=tx, pcie_rx_bytes_per_s=rx) for g, tx, rx in gpus
             ),

@@ -119,10 +119,10 @@ class GpuSample:
     sm_clock_mhz: int | None = None
     mem_clock_mhz: int | None = None
     pstate: int | None = None
+    """Performance state, 0 (fastest) to 15; ``P0`` in nvidia-smi."""
     throttle_reasons: int | None = None
     """NVML's clock throttle (event) reasons, a bitmask: why the clocks are below their maximum
     (power cap 0x4, HW slowdown 0x8, thermal 0x20/0x40, ...); None where NVML does not say."""
-    """Performance state, 0 (fastest) to 15; ``P0`` in nvidia-smi."""
     pcie_tx_bytes_per_s: int | None = None
     pcie_rx_bytes_per_s: int | None = None
     nvlink_tx_bytes_per_s: int | None = None

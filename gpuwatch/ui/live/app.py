@@ -1,10 +1,6 @@
 """``gpuwatch profile --live``: GPU cards, the script's live counters, its hottest lines and its
-output, on one screen.
-
-The app only draws: the run (``model.py``: the child, its state, its end and report) posts
-:class:`~gpuwatch.profile.live.model.Update` and :class:`~gpuwatch.profile.live.model.Ended`
-events, which arrive here as :class:`LiveApp.RunChanged` messages; keys become the run's intents.
-"""
+output, on one screen. The app only draws: the run (gpuwatch/profile/live/model.py) posts its
+events, which arrive here as :class:`LiveApp.RunChanged` messages."""
 
 from __future__ import annotations
 

@@ -53,10 +53,8 @@ class KillScreen(ModalScreen[int | None]):
         self.query_one("#cancel", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "cancel":
-            self.dismiss(None)
-        else:
-            self.action_send(str(event.button.id))
+        name = str(event.button.id)
+        self.dismiss(None if name == "cancel" else int(signal.Signals[name]))
 
     def action_send(self, name: str) -> None:
         self.dismiss(int(signal.Signals[name]))

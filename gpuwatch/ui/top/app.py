@@ -276,11 +276,9 @@ class TopApp(SamplingApp):
         self.query_one(ProcessTable).focus()
 
     def action_clear_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.value = ""
-        box.remove_class("-visible")
+        self.query_one("#filter", Input).value = ""
         self.query_one(ProcessTable).set_filter("")
-        self.query_one(ProcessTable).focus()
+        self._filter_done()
 
     def action_kill(self) -> None:
         if self.readonly:

@@ -1,10 +1,5 @@
-"""Widgets of the gpuwatch apps, one per module.
-
-The live profile's widgets (copy rates, the status line) read the profiler's names and the
-report's time view; ``gpuwatch top`` must load neither, so each name here is imported from its
-module on first use, not when this package is (tests/test_layers.py checks in a fresh
-interpreter that importing the top app loads nothing of the profile half).
-"""
+"""Widgets of the gpuwatch apps, one per module, each imported on first use: the live view's
+read the profiler's names, which ``gpuwatch top`` must not load (tests/test_layers.py)."""
 
 from __future__ import annotations
 
@@ -12,13 +7,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpuwatch.ui.widgets.gpu_card import GpuCard
-    from gpuwatch.ui.widgets.gpu_cards import GpuCards
-    from gpuwatch.ui.widgets.hot_lines import HotLinesTable
-    from gpuwatch.ui.widgets.process_table import ProcessTable
-    from gpuwatch.ui.widgets.progress_line import ProgressLine
-    from gpuwatch.ui.widgets.rates import RatesPanel, RateWindow
-    from gpuwatch.ui.widgets.status_line import StatusLine
+    from gpuwatch.ui.widgets.gpu_card import GpuCard as GpuCard
+    from gpuwatch.ui.widgets.gpu_cards import GpuCards as GpuCards
+    from gpuwatch.ui.widgets.hot_lines import HotLinesTable as HotLinesTable
+    from gpuwatch.ui.widgets.process_table import ProcessTable as ProcessTable
+    from gpuwatch.ui.widgets.progress_line import ProgressLine as ProgressLine
+    from gpuwatch.ui.widgets.rates import RatesPanel as RatesPanel
+    from gpuwatch.ui.widgets.rates import RateWindow as RateWindow
+    from gpuwatch.ui.widgets.status_line import StatusLine as StatusLine
 
 _MODULES = {
     "GpuCard": "gpu_card",
@@ -30,17 +26,6 @@ _MODULES = {
     "RatesPanel": "rates",
     "StatusLine": "status_line",
 }
-
-__all__ = [
-    "GpuCard",
-    "GpuCards",
-    "HotLinesTable",
-    "ProcessTable",
-    "ProgressLine",
-    "RateWindow",
-    "RatesPanel",
-    "StatusLine",
-]
 
 
 def __getattr__(name: str) -> Any:

@@ -137,7 +137,7 @@ class HotLinesTable(DataTable[Text]):
         for i, s in enumerate(lines):
             cells = {
                 "line": Text(self._label(s, room), style="cyan"),
-                **_figures(s["syncs"]["count"], _bytes(s), _copies(s)),
+                **_figures(s["syncs"]["count"], _total(s, "bytes"), _total(s, "count")),
                 "kernel": Text(fmt.duration_ms(s["kernel_time_ms"]), justify="right"),
                 "its bwd": Text(
                     fmt.duration_ms(s["backward"]["kernel_time_ms"]) if s.get("backward") else "-",
@@ -210,12 +210,8 @@ def _frames(s: dict[str, Any]) -> list[dict[str, Any]]:
     return frames[:FRAMES_SHOWN]
 
 
-def _bytes(s: dict[str, Any]) -> int:
-    return sum(int(s[w]["bytes"]) for w in ("h2d", "d2h", "d2d", "p2p"))
-
-
-def _copies(s: dict[str, Any]) -> int:
-    return sum(int(s[w]["count"]) for w in ("h2d", "d2h", "d2d", "p2p"))
+def _total(s: dict[str, Any], figure: str) -> int:
+    return sum(int(s[w][figure]) for w in ("h2d", "d2h", "d2d", "p2p"))
 
 
 def _figures(syncs: int, nbytes: int, copies: int, style: str = "") -> dict[str, Text]:

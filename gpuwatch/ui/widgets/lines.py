@@ -1,10 +1,8 @@
 """Widgets of a few fixed lines of rich Text, drawn through Textual's line API.
 
-A refresh of a ``Static`` parses its content into Textual's own text model and lays it out; a
-card's meters, graphs and stats change every sample, so that is most of what ``top`` costs. Here
-a line's segments come straight from the Text, on the widget's own style, and a new value
-repaints only the rows whose text it changed (NB: the fixed height is set in CSS; these widgets
-never change size). Subclasses keep their values in ``var`` s and call :meth:`redraw`.
+NB: a ``Static`` parses and lays out its content on every refresh, most of what ``top`` cost;
+here a line's segments come straight from the Text, and a new value repaints only the rows
+whose text changed (the fixed height is set in CSS: these widgets never change size).
 """
 
 from __future__ import annotations
