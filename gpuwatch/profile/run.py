@@ -75,16 +75,7 @@ class ProfiledRun:
 
         self.rank: tuple[int | None, int | None] = distributed_rank() or (None, None)
         """(rank, world size) of a distributed run (RANK, WORLD_SIZE), else (None, None)."""
-        self.fake: Any = None
-        if options.simulated_gpus:
-            from profilers.fake_cuda.harness import FakeCuda
-
-            # FakeCudaUnavailable: one line to show
-            self.fake = FakeCuda(
-                options.simulated_gpus,
-                memory_bytes=options.fake_memory_bytes,
-                values=options.fake_values,
-            )
+        self.fake = options.fake_gpus_harness()  # FakeCudaUnavailable: one line to show
         self.prof = options.profiler()
         self._end_lock = threading.Lock()
         self._started = False
