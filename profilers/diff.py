@@ -1,8 +1,7 @@
 """Two runs compared line by line (``gpuwatch diff before.json after.json``); no torch here.
 
-Lines are matched by what they say, not by their number, since a fix usually moves lines:
-
-Source text is compared without its comment and spacing:
+Lines are matched by what they say (their code without its comment and spacing), not by their
+number, since a fix usually moves lines:
 
 1. same file, function and source text (``moved`` when the number changed, else ``same``);
 2. same file and source text in another function (``other_function``: a helper renamed, a loop
