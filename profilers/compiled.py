@@ -12,10 +12,8 @@ dynamo compiles under it, and the report says what it compiled and where its gra
 Under a mode of ours the profile sets torch.compiler's own ``force_eager`` stance
 (:func:`run_eager`): dynamo would skip each frame anyway, but only after a check per frame per
 call (a small MLP's compiled forward counted at 1.30-1.37x the eager model's cost; 1.16-1.21x
-with the stance: benchmarks/compiled_counting.py), and
-``fullgraph=True`` raised, since it found no compiled frame; with the stance the compiled
-functions run as the plain Python they are, ``fullgraph=True`` included, and their calls are
-counted for the report.
+with the stance: benchmarks/compiled_counting.py), and ``fullgraph=True`` would raise, finding no
+compiled frame; with the stance compiled functions run as plain Python, their calls counted.
 """
 
 from __future__ import annotations
@@ -67,10 +65,6 @@ def _handed() -> list[Any]:
     codes = dynamo_loaded("torch._dynamo.convert_frame.input_codes")
     seen = getattr(codes, "seen", None)
     return list(seen) if isinstance(seen, list) else []
-
-
-def _frames_seen() -> int:
-    return len(_handed())
 
 
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<function>.+?)_at_(?P<line>\d+)$")
@@ -202,7 +196,7 @@ def dynamo_mark(counting: str) -> DynamoMark:
     if counters is None:
         return DynamoMark(eager_under=under)
     return DynamoMark(
-        frames=_frames_seen(),
+        frames=len(_handed()),
         graphs=int(counters["stats"]["unique_graphs"]),
         breaks=Counter(counters["graph_break"]),
         eager_under=under,

@@ -1,8 +1,7 @@
 """Two runs compared line by line (``gpuwatch diff before.json after.json``); no torch here.
 
-Lines are matched by what they say, not by their number, since a fix usually moves lines:
-
-Source text is compared without its comment and spacing.
+Lines are matched by what they say (their code without its comment and spacing), not by their
+number, since a fix usually moves lines:
 
 1. same file, function and source text (``moved`` when the number changed, else ``same``);
 2. same file and source text in another function (``other_function``: a helper renamed, a loop
@@ -442,21 +441,12 @@ def _cross(
     return b + nb, a + na
 
 
-def _weight(d: RunDiff, item: LineDiff) -> tuple[float, ...]:
-    return (
-        abs(d.delta(item, "syncs")),
-        abs(d.delta(item, "bytes")),
-        abs(d.delta(item, "copies")),
-        abs(d.delta(item, "comm")),
-        abs(d.delta(item, "kernel_ms")),
-    )
-
-
 def diff_reports(before: Report, after: Report) -> RunDiff:
     """``before`` and ``after`` compared; lines ordered by how much they changed (syncs first)."""
     lines = match_lines(before.lines, after.lines)
     draft = RunDiff(before, after, tuple(lines))
-    lines.sort(key=lambda item: _weight(draft, item), reverse=True)
+    weights = ("syncs", "bytes", "copies", "comm", "kernel_ms")
+    lines.sort(key=lambda item: [abs(draft.delta(item, n)) for n in weights], reverse=True)
     return RunDiff(before, after, tuple(lines))
 
 
@@ -473,9 +463,8 @@ def check_growth(budget: Budget, diff: RunDiff) -> list[Breach]:
                 if n is None
             )
             note = f"cannot be checked: no step was seen {which}"
-        by_step = term.per_step
-        lines = [(d.label, diff.delta(d, term.measure, by_step)) for d in diff.lines]
-        breach = breach_of(term, diff.delta(None, term.measure, by_step), lines, note)
+        lines = [(d.label, diff.delta(d, term.measure, term.per_step)) for d in diff.lines]
+        breach = breach_of(term, diff.delta(None, term.measure, term.per_step), lines, note)
         if breach is not None:
             out.append(breach)
     return out

@@ -339,9 +339,5 @@ class _Shared:
                 self._stack.close()
                 self._stack = None
 
-    @property
-    def installed(self) -> bool:
-        return self._stack is not None
-
 
 _SHARED = _Shared()

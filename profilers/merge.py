@@ -75,10 +75,6 @@ def _cmd(report: Report) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _rank_of(report: Report, index: int) -> int:
-    return report.rank if report.rank is not None else index
-
-
 def _merged_lines(by_rank: dict[int, Report], ranks: list[int]) -> list[Line]:
     """Each line's counts summed over ``ranks``, with each rank's own counts kept in
     ``by_rank``; the lines that cost most first."""
@@ -114,7 +110,7 @@ def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report
     check_one_run(reports, names)
     by_rank: dict[int, Report] = {}
     for i, r in enumerate(reports):
-        rank = _rank_of(r, i)
+        rank = r.rank if r.rank is not None else i
         if rank in by_rank:
             raise MergeError(f"two reports of rank {rank}: give each rank's report once")
         by_rank[rank] = r
@@ -149,7 +145,7 @@ def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report
             if d not in devices:
                 devices.append(d)
     codes = [by_rank[k].exit_code for k in ranks]
-    merged = Report(
+    return Report(
         command=list(first.command),
         exit_code=next((c for c in codes if c), 0),
         duration_s=max(by_rank[k].duration_s for k in ranks),
@@ -173,7 +169,6 @@ def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report
         ranks=ranks,
         missing_ranks=missing or None,
     )
-    return merged
 
 
 @dataclass(frozen=True)

@@ -89,22 +89,15 @@ class Report:
     missing_ranks: list[int] | None = None
     """In a merged report: ranks of the world with no report (a rank that crashed unseen)."""
     time: TimeView | None = None
-    """Where each step's time went (profilers/timing/verdict.py ``time_section``): the run's
-    and the newest steps' wall time, host time by cause and line, the profiler's own time taken
-    out, and the verdict; None where not measured (a merged report, a --steps window)."""
+    """Where each step's time went; None where not measured (a merged report, --steps)."""
     memory: MemoryView | None = None
-    """GPU bytes per line (now, at the peak), each GPU's peak and the lines holding it, and a
-    device mismatch or out-of-memory error explained (profilers/memory/); None: not tracked."""
+    """GPU bytes per line (profilers/memory/); None: not tracked."""
     predicted: Predicted | None = None
-    """``--fake-cuda --gpu NAME``: ``{"gpu": NAME, "source", "memory": {...}}``: the GPU figures
-    of ``time`` and ``what_if`` come from a model of that GPU (profilers/timing/replayed.py)."""
+    """``--fake-cuda --gpu NAME``: ``time`` and ``what_if`` are that GPU model's."""
     compiled: Compiled | None = None
-    """What torch.compile did while the profile ran (profilers/compiled.py): frames dynamo was
-    handed, graphs it compiled, graph breaks with its reasons, and ``ran_eager`` (the dispatch
-    mode under which it compiled nothing); None where nothing was compiled."""
+    """What torch.compile did (profilers/compiled.py); None where nothing was compiled."""
     what_if: WhatIf | None = None
-    """Every fix the representative step allows, with its saving per step, replayed
-    (profilers/timing/replayed.py ``what_if``); None where the run has no GPU times."""
+    """Each fix's saving per step; None where the run has no GPU times."""
 
     def __post_init__(self) -> None:
         # NB: a section given as its JSON object (a builder's dict, an edited copy) is made the

@@ -48,13 +48,12 @@ class Section(Mapping[str, Any]):
     # -- as the JSON object -------------------------------------------------------------------
 
     def _keys(self) -> list[str]:
-        out = []
-        for f in dataclasses.fields(self):
-            if f.name == "extra":
-                continue
-            if f.metadata.get("optional") and getattr(self, f.name) is None:
-                continue
-            out.append(f.name)
+        out = [
+            f.name
+            for f in dataclasses.fields(self)
+            if f.name != "extra"
+            and not (f.metadata.get("optional") and getattr(self, f.name) is None)
+        ]
         fields = self._names() - {"extra"}
         return out + [k for k in self.extra if k not in fields]
 

@@ -146,9 +146,7 @@ class Comm:
     def add(self, op: str, nbytes: int, wait_ms: float = 0.0) -> None:
         self.count += 1
         self.bytes += nbytes
-        entry = self.by_op.get(op)
-        if entry is None:
-            entry = self.by_op[op] = CommOp()
+        entry = self.by_op.setdefault(op, CommOp())
         entry.count += 1
         entry.bytes += nbytes
         self.wait_ms += wait_ms
@@ -157,9 +155,7 @@ class Comm:
         self.count += other.count
         self.bytes += other.bytes
         for op, e in list(other.by_op.items()):
-            entry = self.by_op.get(op)
-            if entry is None:
-                entry = self.by_op[op] = CommOp()
+            entry = self.by_op.setdefault(op, CommOp())
             entry.count += e.count
             entry.bytes += e.bytes
         self.wait_ms += other.wait_ms

@@ -81,9 +81,7 @@ def text_of(report: Report, top: int = 5, findings: Findings | None = None) -> s
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        from IPython.core.error import UsageError
-
-        raise UsageError(f"%%gpuwatch: {message}")
+        _usage(message)
 
 
 def magic_parser() -> argparse.ArgumentParser:
@@ -147,15 +145,7 @@ def profile_cell(shell: Any, line: str, cell: str, magic: str = "%%gpuwatch") ->
     from gpuwatch.output.deliver import deliver
 
     options, wanted = parse_options(line)
-    fake: Any = nullcontext()
-    if options.simulated_gpus:
-        from profilers.fake_cuda.harness import FakeCuda
-
-        fake = FakeCuda(
-            options.simulated_gpus,
-            memory_bytes=options.fake_memory_bytes,
-            values=options.fake_values,
-        )
+    fake = options.fake_gpus_harness()
     # NB: the cell is compiled and run here rather than through shell.run_cell, which catches
     # and prints the exception itself: the cell would then end "ok", the report would say
     # "finished", and a notebook run with nbclient would go on past a failed cell.
@@ -168,7 +158,7 @@ def profile_cell(shell: Any, line: str, cell: str, magic: str = "%%gpuwatch") ->
     compiled = compile(code, filename, "exec", dont_inherit=True)
     failure: BaseException | None = None
     prof = options.profiler()
-    with fake, prof:
+    with fake if fake is not None else nullcontext(), prof:
         try:
             exec(compiled, shell.user_global_ns, shell.user_ns)
         except BaseException as exc:  # the cell's own, raised again below
@@ -181,7 +171,7 @@ def profile_cell(shell: Any, line: str, cell: str, magic: str = "%%gpuwatch") ->
     if failure is not None:
         name, said = type(failure).__name__, str(failure)
         report = report.replace(error=(f"{name}: {said}" if said else name).splitlines()[0][:500])
-    if options.fake_cuda:
+    if fake is not None:
         report = fake.mark(report)
     if wanted:
         deliver(report, wanted, top=options.top, quiet=False, summary=False)

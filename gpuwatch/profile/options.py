@@ -33,6 +33,7 @@ from gpuwatch.profile.sizes import fake_values, memory_size
 
 if TYPE_CHECKING:
     from profilers import Profile
+    from profilers.fake_cuda.harness import FakeCuda
 
 #: Copy/sync events a timeline may keep: 10 million is about 1 GB of JSON.
 MAX_TIMELINE_CAPACITY = 10_000_000
@@ -278,6 +279,16 @@ class ProfileOptions:
     def untimed(self) -> bool:
         """Kernel time is not measured (``--no-kernel-timing``, or simulated GPUs)."""
         return not self.kernel_timing or self.fake_cuda
+
+    def fake_gpus_harness(self) -> FakeCuda | None:
+        """The simulated GPUs these options ask for (``--fake-cuda``); None: the real ones."""
+        if not self.simulated_gpus:
+            return None
+        from profilers.fake_cuda.harness import FakeCuda
+
+        return FakeCuda(
+            self.simulated_gpus, memory_bytes=self.fake_memory_bytes, values=self.fake_values
+        )
 
     def profiler(self) -> Profile:
         """The ``profilers.profile()`` these options ask for."""

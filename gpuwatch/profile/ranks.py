@@ -115,12 +115,8 @@ def rank_options(options: ProfileOptions, json_pattern: str) -> ProfileOptions:
 
 def rank_command(options: ProfileOptions, target: Any, json_pattern: str) -> list[str]:
     """What each rank runs: ``gpuwatch profile`` with :func:`rank_options`, then the target."""
-    cmd = ["-m", "gpuwatch", "profile", *rank_options(options, json_pattern).to_argv()]
-    if target.module:
-        cmd += ["-m", target.name]
-    else:
-        cmd.append(target.name)
-    return cmd + list(target.args)
+    argv = rank_options(options, json_pattern).to_argv()
+    return ["-m", "gpuwatch", "profile", *argv, *target.command]
 
 
 def run_ranks(options: ProfileOptions, target: Any, wanted: list[Any]) -> int:

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpuwatch.profile.finish import GpuMeasures, finish
@@ -75,16 +75,7 @@ class ProfiledRun:
 
         self.rank: tuple[int | None, int | None] = distributed_rank() or (None, None)
         """(rank, world size) of a distributed run (RANK, WORLD_SIZE), else (None, None)."""
-        self.fake: Any = None
-        if options.simulated_gpus:
-            from profilers.fake_cuda.harness import FakeCuda
-
-            # FakeCudaUnavailable: one line to show
-            self.fake = FakeCuda(
-                options.simulated_gpus,
-                memory_bytes=options.fake_memory_bytes,
-                values=options.fake_values,
-            )
+        self.fake = options.fake_gpus_harness()  # FakeCudaUnavailable: one line to show
         self.prof = options.profiler()
         self._end_lock = threading.Lock()
         self._started = False
@@ -208,16 +199,6 @@ class ProfiledRun:
             for name, fn in real.items():
                 setattr(os, name, fn)
 
-    def _fake_gpus(self) -> Any:
-        from contextlib import nullcontext
-
-        return self.fake if self.fake is not None else nullcontext()
-
-    def _inputs_importable(self) -> Any:
-        from contextlib import nullcontext
-
-        return importable_beside(self.target) if self.options.inputs else nullcontext()
-
     def run(self) -> int:
         outcome = Outcome(1, False, "gpuwatch stopped before the script started")
         with warnings_worded(), self.signals.raising():
@@ -227,7 +208,11 @@ class ProfiledRun:
                         OwnThread(
                             target=self._checkpoints, name="gpuwatch-checkpoint", daemon=True
                         ).start()
-                    with self._fake_gpus(), self._inputs_importable(), self.prof:
+                    fake = self.fake if self.fake is not None else nullcontext()
+                    inputs = (
+                        importable_beside(self.target) if self.options.inputs else nullcontext()
+                    )
+                    with fake, inputs, self.prof:
                         self._started = True
                         try:
                             outcome = run_target(self.target)

@@ -41,16 +41,11 @@ def release(version: str) -> tuple[int, int] | None:
         return None
 
 
-def _losses(missing: list[str], lost: dict[str, str]) -> str | None:
-    found = sorted({lost.get(name, name) for name in missing})
-    return "; ".join(found) if found else None
-
-
 def untested_line(version: str, missing: list[str], lost: dict[str, str]) -> str | None:
     """The line for torch ``version`` given the private hooks ``missing`` on it (None where
     there is nothing to say: a tested release that lost nothing)."""
     rel = release(version)
-    losses = _losses(missing, lost)
+    losses = "; ".join(sorted({lost.get(name, name) for name in missing})) or None
     hide = f"({QUIET_VARIABLE}=1 hides this line)"
     if rel in TESTED:
         if losses is None:

@@ -1,12 +1,7 @@
-"""The state of one ``gpuwatch profile --live`` run, apart from its view.
-
-:class:`LiveRun` owns the child (a :class:`LiveSource`) and what it said (the last snapshot, its
-done or fatal message), keeps the GPU samples of the run, decides the exit code, and builds the
-report (the child's own, or a partial one from the last snapshot) and writes it exactly once.
-What arrives goes to the view as :class:`Update` events through the ``post`` callback given to
-:meth:`LiveRun.start`; the last one (``final``) asks the view to call :meth:`LiveRun.end`, which
-returns the :class:`Ended` it draws. The live app (``app.py``) draws and turns the user's keys
-into intents (:meth:`LiveRun.stop`, :meth:`LiveRun.close`, ...).
+"""The state of one ``gpuwatch profile --live`` run, apart from its view: :class:`LiveRun`
+posts :class:`Update` events to the view; the ``final`` one asks it to call :meth:`LiveRun.end`,
+which builds the report (the child's own, or a partial one from the last snapshot) and writes it
+exactly once.
 
 NB: the report files are written on the view's thread, when it draws the end: a report file on
 disk then means the view has the end in hand and ``q`` quits at once. Written from the pump, a
@@ -273,7 +268,7 @@ class LiveRun:
                 return
 
     def record_gpus(self, gpus: Sequence[GpuSample]) -> None:
-        """GPU samples taken while the script runs, on the profile's clock, for its report."""
+        """GPU samples taken while the script runs, for its report."""
         # NB: the report's GPU samples share the profile's clock (its events' t is seconds
         # since the profile started, not since the child was spawned) and stop with the script.
         with self._lock:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from profilers.records import Totals
 from profilers.report import SCHEMA, Report
 
 VERSION = 1
@@ -135,11 +136,7 @@ def report_from_snapshot(
             "devices": [],
             "lines": [],
             "counting": "every_op",
-            "totals": {
-                w: {"count": 0, "bytes": 0, "pageable": 0, "non_blocking": 0}
-                for w in ("h2d", "d2h", "d2d", "p2p")
-            }
-            | {"syncs": {"count": 0, "by_cause": {}}, "kernel_time_ms": 0.0, "ops": 0},
+            "totals": Totals().counters_dict(),
         }
     )
     return Report.from_dict(

@@ -417,13 +417,11 @@ class ChildSession(LiveSource):
 
     @property
     def returncode(self) -> int | None:
-        """None while the child runs; then its exit status as Popen gives it (-N: signal N)."""
         if self.process is None:
             return None
         return self.process.poll()
 
     def interrupt(self) -> None:
-        """Ctrl-C for the script (it stops, and the child still sends its report)."""
         self.stop_requested = True
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)
@@ -433,7 +431,6 @@ class ChildSession(LiveSource):
             self.process.kill()
 
     def stop(self, grace_s: float = 5.0) -> None:
-        """Interrupt, wait up to ``grace_s`` for the report, then kill."""
         if self.process is None:
             return
         self.interrupt()
