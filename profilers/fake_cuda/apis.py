@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 # NB: NotSimulated is an AttributeError, as torch's own "has no attribute" was, so that
 # ``hasattr`` probes still say False.
 from profilers.errors import NotSimulated as NotSimulated
+from profilers.fake_cuda.patch_list import RNG
 from profilers.fake_cuda.printing import fake_format, fake_repr
 from profilers.registry import hide, patcher
 
@@ -295,17 +296,7 @@ def patch_rng(stack: ExitStack, harness: FakeCuda) -> None:
 
     rng = FakeRng(harness)
     for owner in (torch.cuda, torch.cuda.random):
-        for name in (
-            "get_rng_state",
-            "set_rng_state",
-            "get_rng_state_all",
-            "set_rng_state_all",
-            "manual_seed",
-            "manual_seed_all",
-            "seed",
-            "seed_all",
-            "initial_seed",
-        ):
+        for name in RNG:
             set_attr(stack, owner, name, getattr(rng, name))
 
 
@@ -330,33 +321,16 @@ def patch_attention(stack: ExitStack) -> None:
         scale: float | None = None,
         enable_gqa: bool = False,
     ) -> Any:
+        options: dict[str, Any] = {"scale": scale, "enable_gqa": enable_gqa}
         if query.device.type != "cuda":
-            return fused(
-                query,
-                key,
-                value,
-                attn_mask,
-                dropout_p,
-                is_causal,
-                scale=scale,
-                enable_gqa=enable_gqa,
-            )
+            return fused(query, key, value, attn_mask, dropout_p, is_causal, **options)
         autocast = torch.is_autocast_enabled("cuda")
         if autocast:
             query, key, value, attn_mask = _autocast_cuda(query, key, value, attn_mask)
         # NB: once cast, the math runs in the inputs' dtype, as the GPU's kernel does
         with torch.autocast("cuda", enabled=False) if autocast else contextlib.nullcontext():
             attn_mask = _additive(attn_mask, query.dtype)
-            out, _ = math(
-                query,
-                key,
-                value,
-                attn_mask,
-                dropout_p,
-                is_causal,
-                scale=scale,
-                enable_gqa=enable_gqa,
-            )
+            out, _ = math(query, key, value, attn_mask, dropout_p, is_causal, **options)
         return out
 
     set_attr(stack, F, "scaled_dot_product_attention", scaled_dot_product_attention)
