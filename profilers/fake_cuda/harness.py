@@ -51,6 +51,7 @@ from profilers.fake_cuda.apis import (
     patch_save,
     patch_unsimulated,
 )
+from profilers.fake_cuda.apis import set_attr as _set
 from profilers.fake_cuda.build import (
     FakeCudaUnavailable,
     check_fake_cuda,
@@ -73,7 +74,6 @@ from profilers.fake_cuda.torch_api import (
 )
 from profilers.options import FakeCudaRun
 from profilers.patches import lift_on_the_host
-from profilers.registry import patcher
 from profilers.torch_private import THREAD_BOOTSTRAP, require_cuda_init
 
 __all__ = [
@@ -293,9 +293,6 @@ class FakeCuda:
         def synchronize(device: Any = None) -> None:
             forbid_while_capturing("torch.cuda.synchronize()")
 
-        def empty_cache() -> None:
-            pass
-
         patches: dict[str, Any] = {
             "is_available": lambda: True,
             "device_count": lambda: n,
@@ -309,7 +306,6 @@ class FakeCuda:
             "get_device_properties": get_device_properties,
             "get_device_capability": lambda device=None: (9, 0),
             "is_bf16_supported": lambda including_emulation=True: True,
-            "empty_cache": empty_cache,
             "device": _DeviceContext,
             "Event": FakeEvent,
             "Stream": FakeStream,
@@ -375,10 +371,6 @@ class FakeCuda:
             for name, fn in COMM_FUNCTIONS.items():
                 if hasattr(module, name):
                     _set(stack, module, name, fn)
-
-
-_set = patcher("fake_cuda")
-"""``owner.name = value`` until the stack closes, on the registry's stack (profilers/registry.py)."""
 
 
 @contextmanager
