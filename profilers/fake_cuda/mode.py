@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -63,17 +63,22 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
     yield from kwargs.values()
 
 
-Handler = Callable[["FakeCudaMode", Any, tuple[Any, ...], dict[str, Any]], Any]
-_HANDLERS: dict[Any, Handler] = {}
+_Handler = TypeVar("_Handler", bound=Callable[..., Any])
 
 
-def _handles(*ops: Any) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        for op in ops:
-            _HANDLERS[op] = fn
-        return fn
+class Handlers(dict[Any, Callable[..., Any]]):
+    """op -> the function that runs it in a mode, ``(mode, func, args, kwargs)``; a call
+    registers one for ``ops`` (``@_handles(op, ...)``)."""
 
-    return register
+    def __call__(self, *ops: Any) -> Callable[[_Handler], _Handler]:
+        def register(fn: _Handler) -> _Handler:
+            self.update(dict.fromkeys(ops, fn))
+            return fn
+
+        return register
+
+
+_HANDLERS = _handles = Handlers()
 
 
 class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's, untyped
@@ -200,15 +205,10 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         return self.harness.pinned.add(out) if pinned else out
 
 
-def _device_of(kwargs: dict[str, Any]) -> torch.device | None:
-    d = kwargs.get("device")
-    return torch.device(d) if d is not None else None
-
-
 @_handles(_aten._to_copy.default)
 def _to_copy(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    src = args[0]
-    dst = _device_of(kwargs)
+    src, asked = args[0], kwargs.get("device")
+    dst = torch.device(asked) if asked is not None else None
     if mode.is_fake(src) and dst is not None and dst.type == "cpu":
         if not kwargs.get("non_blocking"):
             mode.harness.graphs.forbid("a copy to the host")

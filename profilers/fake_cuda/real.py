@@ -18,12 +18,12 @@ the host's, so a script's host random stream is the one it has on a GPU.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
 from typing import Any
 
 import torch
 
-from profilers.fake_cuda.mode import FakeCudaMode
+from profilers.fake_cuda.mode import FakeCudaMode, Handlers, _h2d_capturable, _is_cuda
 from profilers.memory.gpu_errors import mixed
 from profilers.timing.fake_time import note_fake_op
 
@@ -97,32 +97,20 @@ MIXED_DEVICES_OK = frozenset(
     }
 )
 
-_GENERATOR: dict[Any, bool] = {}
-"""op -> whether it takes a ``generator`` (a random op)."""
 
-
+@functools.cache
 def _random(func: Any) -> bool:
-    found = _GENERATOR.get(func)
-    if found is None:
-        found = _GENERATOR[func] = any(a.name == "generator" for a in func._schema.arguments)
-    return found
+    """Whether op ``func`` takes a ``generator`` (a random op)."""
+    return any(a.name == "generator" for a in func._schema.arguments)
 
 
-_WITH_GENERATOR: dict[Any, Any] = {}
-
-
+@functools.cache
 def _with_generator(func: Any) -> Any:
     """The overload of a random factory that takes a generator (``randn.generator`` for
     ``randn.default``, ``randint.low_generator`` for ``randint.low``), or None."""
-    try:
-        return _WITH_GENERATOR[func]
-    except KeyError:
-        pass
     name = func._overloadname
     wanted = "generator" if name == "default" else f"{name}_generator"
-    found = getattr(func.overloadpacket, wanted, None) if func.namespace == "aten" else None
-    _WITH_GENERATOR[func] = found
-    return found
+    return getattr(func.overloadpacket, wanted, None) if func.namespace == "aten" else None
 
 
 class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, untyped
@@ -253,29 +241,13 @@ def _drawing_on(device: torch.device, func: Any, kwargs: dict[str, Any]) -> Any:
     return func if drawn is None else drawn
 
 
-def _is_cuda(device: Any) -> bool:
-    if isinstance(device, torch.device):
-        return device.type == "cuda"
-    return isinstance(device, str) and device.startswith("cuda")
-
-
 def _leaves(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
 # -- ops that move values between the host and the GPU, or read them ---------------------------
 
-Handler = Callable[[RealCudaMode, Any, tuple[Any, ...], dict[str, Any]], Any]
-_HANDLERS: dict[Any, Handler] = {}
-
-
-def _handles(*ops: Any) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        for op in ops:
-            _HANDLERS[op] = fn
-        return fn
-
-    return register
+_HANDLERS = _handles = Handlers()
 
 
 def _host_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -294,8 +266,6 @@ def _to_copy(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[
     if dst.type == "cuda":
         dst = mode.gpu(dst)
         if not on_gpu:
-            from profilers.fake_cuda.mode import _h2d_capturable
-
             _h2d_capturable(mode, src, bool(kwargs.get("non_blocking")))
         return mode.wrap_out(func(host, **_host_kwargs(kwargs)), dst, {})
     # to the host: the values themselves
@@ -312,8 +282,6 @@ def _to_copy(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[
 
 @_handles(_aten.copy_.default)
 def _copy_(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    from profilers.fake_cuda.mode import _h2d_capturable
-
     dst, src = args[0], args[1]
     non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking"))
     src_gpu = type(src) is HostBacked
