@@ -12,6 +12,7 @@ the capture, and the fake GPU remembers the user line that did it (``options.fak
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 import threading
@@ -317,8 +318,7 @@ def patch_graphs_and_generators(stack: ExitStack, harness: Any) -> None:
     global GRAPHS
     graphs = GRAPHS = harness.graphs
 
-    def set_attr(owner: Any, name: str, value: Any) -> None:
-        patch("fake_cuda", stack, owner, name, value)
+    set_attr = functools.partial(patch, "fake_cuda", stack)
 
     def _release() -> None:
         global GRAPHS

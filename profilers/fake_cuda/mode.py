@@ -345,7 +345,7 @@ def _repeat_interleave(
     return mode.fake_empty((size,), repeats, repeats.dtype)
 
 
-def _mask_indices(mode: FakeCudaMode, indices: Any, like: torch.Tensor) -> tuple[list[Any], bool]:
+def _mask_indices(mode: FakeCudaMode, indices: Any) -> tuple[list[Any], bool]:
     """Boolean masks among ``indices`` as the long indices they stand for: a real host mask's
     own (exact), a GPU mask's every element (a placeholder)."""
     out: list[Any] = []
@@ -368,7 +368,7 @@ def _index(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[st
     t, indices = args[0], args[1]
     if not mode.is_fake(t) and not any(mode.is_fake(i) for i in indices if i is not None):
         return func(*args, **kwargs)
-    new, placeholder = _mask_indices(mode, indices, t)
+    new, placeholder = _mask_indices(mode, indices)
     if placeholder:
         _sized_by_values(mode, func)
     return mode.on_fake(func, (t, new, *args[2:]), kwargs)
@@ -387,5 +387,5 @@ def _index_put(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dic
         if func is _aten.index_put.default:
             return mode.on_fake(_aten.clone.default, (t,), {})
         return t
-    new, _ = _mask_indices(mode, indices, t)
+    new, _ = _mask_indices(mode, indices)
     return mode.on_fake(func, (t, new, *args[2:]), kwargs)

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from profilers.fake_cuda.mode import _HANDLERS as placeholder_handlers
 from profilers.fake_cuda.mode import FakeCudaMode, Handlers, _h2d_capturable, _is_cuda
 from profilers.memory.gpu_errors import mixed
 from profilers.timing.fake_time import note_fake_op
@@ -308,18 +309,9 @@ def _item(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str
     return func(t.host)
 
 
-@_handles(_aten.is_pinned.default)
-def _is_pinned(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    t = args[0]
-    return type(t) is not HostBacked and t.device.type == "cpu" and t in mode.harness.pinned
-
-
-@_handles(_aten._pin_memory.default)
-def _pin(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    t = args[0]
-    if type(t) is HostBacked:
-        return mode.on_fake(_aten.clone.default, (t,), {})
-    return mode.harness.pinned.add(t.clone())
+# NB: pinning reads no GPU value: the placeholder mode's handlers, on this mode's is_fake
+_HANDLERS[_aten.is_pinned.default] = placeholder_handlers[_aten.is_pinned.default]
+_HANDLERS[_aten._pin_memory.default] = placeholder_handlers[_aten._pin_memory.default]
 
 
 @_handles(
