@@ -15,11 +15,9 @@ How it holds together:
   GPU values (``nonzero``, ``t[mask]``, ``masked_select``, ``unique``) keeps every element (the
   largest size it could have). Control flow that depends on GPU values follows the placeholders;
   :attr:`FakeCuda.placeholders` counts them and the report says so.
-* **``torch.cuda``** says what a machine with ``devices`` GPUs says (``is_available()``,
-  ``device_count()``, ``current_device()``, ``set_device()``, ``get_device_name()``,
-  ``synchronize()``, events and streams); pinned host memory is remembered per allocation, so
-  ``pin_memory()``, ``DataLoader(pin_memory=True)`` and ``non_blocking`` copies classify as on a
-  GPU.
+* **``torch.cuda``** says what a machine with ``devices`` GPUs says; pinned host memory is
+  remembered per allocation, so ``pin_memory()``, ``DataLoader(pin_memory=True)`` and
+  ``non_blocking`` copies classify as on a GPU.
 
 Nothing here decides what is a copy or a sync: the profiler's own rules (``_ops.py``) see the
 same ops with the same devices as on a GPU.
@@ -104,13 +102,8 @@ HARNESS: FakeCuda | None = None
 
 
 class FakeCuda:
-    """The harness: ``with FakeCuda(devices=1):`` makes ``cuda`` a fake GPU in this process.
-
-    ``values`` (see :data:`VALUES`): ``"real"``, GPU tensors hold real values computed on the
-    host, so every value the script reads back and every branch it takes on one is a GPU's;
-    ``"placeholder"``, they hold none (no memory, no compute: for models too big for the host),
-    and what the script reads back is a placeholder. ``memory_bytes``: each GPU's size (80 GiB
-    unless told)."""
+    """The harness: ``with FakeCuda(devices=1):`` makes ``cuda`` a fake GPU in this process, of
+    ``memory_bytes`` each (80 GiB unless told), whose tensors hold ``values`` (:data:`VALUES`)."""
 
     def __init__(
         self, devices: int = 1, *, memory_bytes: int | None = None, values: str | None = None
