@@ -119,7 +119,7 @@ class FakeCuda:
 
         self.devices = devices
         self.values = values
-        self.guard = install_guard()
+        install_guard()
         self.fake_mode = fake_tensor_mode()
         self.fake_type: type = HostBacked if values == "real" else FakeTensor
         """The type of a GPU tensor here."""
@@ -308,7 +308,22 @@ class FakeCuda:
         }
         for name, value in patches.items():
             _set(stack, cuda, name, value)
-        self._patch_accelerator_and_comm(stack, synchronize)
+        # torch.accelerator as torch.cuda says
+        for name, value in {
+            "is_available": lambda: True,
+            "current_accelerator": lambda check_available=False: torch.device("cuda"),
+            "device_count": lambda: n,
+            "current_device_index": self.current_device,
+            "synchronize": synchronize,
+        }.items():
+            if hasattr(torch.accelerator, name):
+                _set(stack, torch.accelerator, name, value)
+        # NB: nn.DataParallel's scatter/broadcast/gather are C++ of a CUDA build (absent from a
+        # CPU-only torch): on fake GPUs they are the copies they make (fake_cuda/comm.py).
+        for module in (torch.nn.parallel.comm, torch.cuda.comm):
+            for name, fn in COMM_FUNCTIONS.items():
+                if hasattr(module, name):
+                    _set(stack, module, name, fn)
         # NB: FakeTensor's first CUDA tensor makes a real one to set up the CUDA context.
         _set(stack, fake_tensor, "init_gpu_context", lambda device: None)
         _set(
@@ -345,25 +360,6 @@ class FakeCuda:
         patch_rng(stack, self)
         patch_attention(stack)
         patch_unsimulated(stack)
-
-    def _patch_accelerator_and_comm(self, stack: ExitStack, synchronize: Any) -> None:
-        """``torch.accelerator`` as ``torch.cuda`` says, and nn.DataParallel's copies."""
-        n, accel = self.devices, torch.accelerator
-        for name, value in {
-            "is_available": lambda: True,
-            "current_accelerator": lambda check_available=False: torch.device("cuda"),
-            "device_count": lambda: n,
-            "current_device_index": self.current_device,
-            "synchronize": synchronize,
-        }.items():
-            if hasattr(accel, name):
-                _set(stack, accel, name, value)
-        # NB: nn.DataParallel's scatter/broadcast/gather are C++ of a CUDA build (absent from a
-        # CPU-only torch): on fake GPUs they are the copies they make (fake_cuda/comm.py).
-        for module in (torch.nn.parallel.comm, torch.cuda.comm):
-            for name, fn in COMM_FUNCTIONS.items():
-                if hasattr(module, name):
-                    _set(stack, module, name, fn)
 
 
 @contextmanager

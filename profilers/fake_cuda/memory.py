@@ -45,7 +45,6 @@ class FakeMemory:
         self.allocated = [0] * devices
         self.peak = [0] * devices
         self.reserved = [0] * devices
-        self.allocations = [0] * devices
         self._storages: dict[int, list[int]] = {}
         """storage address -> [device, bytes, live tensors]."""
         self._lock = threading.Lock()
@@ -114,7 +113,6 @@ class FakeMemory:
 
     def _add(self, index: int, nbytes: int) -> None:
         self.allocated[index] += nbytes
-        self.allocations[index] += 1 if nbytes else 0
         self.peak[index] = max(self.peak[index], self.allocated[index])
         self.reserved[index] = max(
             self.reserved[index], _round_up(self.allocated[index], SEGMENT_BYTES)
