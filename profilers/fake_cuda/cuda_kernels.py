@@ -13,7 +13,7 @@ from torch.utils._pytree import tree_map_only
 
 from profilers.fake_cuda import mode as placeholder_mode
 from profilers.fake_cuda import real
-from profilers.fake_cuda.mode import FakeCudaMode, _tensors
+from profilers.fake_cuda.mode import FakeCudaMode, _named, _tensors
 from profilers.fake_cuda.real import HostBacked, RealCudaMode
 from profilers.memory.gpu_errors import list_mismatch
 from profilers.timing.fake_time import note_fake_op
@@ -62,11 +62,6 @@ def _softmax_backward(
 # input is CUDA), which only CUDA has (aten/src/ATen/native/cuda/RNN.cu). Computed on the host
 # from their definition; each kernel's workspace is laid out as here, forward and back alike:
 # the LSTM's activated gates (i, f, g, o), the GRU's (r, z, n), its hx and its hidden n gate.
-
-
-def _named(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """An op's arguments by their schema's names."""
-    return dict(zip([a.name for a in func._schema.arguments], args, strict=False)) | kwargs
 
 
 def _lstm_cell(

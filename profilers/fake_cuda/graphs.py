@@ -324,17 +324,16 @@ def patch_graphs_and_generators(stack: ExitStack, harness: Any) -> None:
         global GRAPHS
         GRAPHS = None
 
+    def capturing() -> bool:
+        return graphs.capturing is not None
+
     stack.callback(_release)
     for owner in (torch.cuda, torch.cuda.graphs):
         set_attr(owner, "CUDAGraph", FakeCUDAGraph)
         set_attr(owner, "graph", FakeGraphContext)
         set_attr(owner, "graph_pool_handle", lambda: (0, next(_pools)))
-        set_attr(owner, "is_current_stream_capturing", lambda: graphs.capturing is not None)
-    set_attr(
-        torch.cuda.graphs,
-        "_cuda_isCurrentStreamCapturing",
-        lambda: graphs.capturing is not None,
-    )
+        set_attr(owner, "is_current_stream_capturing", capturing)
+    set_attr(torch.cuda.graphs, "_cuda_isCurrentStreamCapturing", capturing)
 
     host_generator = torch._C.Generator
 

@@ -49,9 +49,12 @@ def fake_tensor_mode() -> Any:
 def _is_cuda(device: Any) -> bool:
     if isinstance(device, torch.device):
         return device.type == "cuda"
-    if isinstance(device, str):
-        return device.startswith("cuda")
-    return False
+    return isinstance(device, str) and device.startswith("cuda")
+
+
+def _named(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """An op's arguments by their schema's names."""
+    return dict(zip([a.name for a in func._schema.arguments], args, strict=False)) | kwargs
 
 
 def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
@@ -319,8 +322,7 @@ def _unique(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[s
     if not mode.is_fake(t):
         return func(*args, **kwargs)
     _sized_by_values(mode, func)
-    names = [a.name for a in func._schema.arguments]
-    given = dict(zip(names, args, strict=False)) | kwargs
+    given = _named(func, args, kwargs)
     dim = given.get("dim")
     n = t.numel() if dim is None else t.shape[dim]
     values = mode.fake_empty((n,) if dim is None else tuple(t.shape), t)
