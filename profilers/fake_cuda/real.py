@@ -1,16 +1,15 @@
 """``--fake-values real``: the fake GPU's tensors hold real values, computed on the host.
 
-A GPU tensor here is a :class:`HostBacked` tensor: a wrapper that says ``cuda:N`` (so autograd,
-autocast, device guards, the profiler's rules and the script see a GPU tensor) around a plain
-host tensor that holds its values. :class:`RealCudaMode` takes the place of the placeholder
-mode at the bottom of every thread's mode stack and runs each op that touches a GPU tensor on
-the host tensors inside, wrapping what comes out on the op's GPU. So ``.item()``, ``.cpu()``,
-``nonzero()`` and every branch the script takes on them are what a GPU gives (up to the
-floating-point differences between a GPU's kernels and the CPU's), while the ops the profiler
-above sees, with their devices, shapes and dtypes, are the same as in the placeholder mode: the
-copies, syncs and lines it counts do not change.
+A GPU tensor here is a :class:`HostBacked`: a wrapper that says ``cuda:N`` (to autograd,
+autocast, device guards, the profiler's rules and the script) around a host tensor holding its
+values. :class:`RealCudaMode`, in the placeholder mode's place, runs each op on a GPU tensor on
+the host tensors inside and wraps what comes out on the op's GPU. So ``.item()``, ``.cpu()``,
+``nonzero()`` and every branch taken on them are what a GPU gives (up to floating-point
+differences between its kernels and the CPU's), while the ops the profiler sees, with their
+devices, shapes and dtypes, are the placeholder mode's: the copies, syncs and lines it counts
+do not change.
 
-What a GPU refuses is refused here too, with a GPU's words: an op mixing tensors of two devices
+What a GPU refuses is refused here too, in a GPU's words: an op mixing tensors of two devices
 (a host tensor of one element or more with a GPU tensor, or two GPUs), a device index past the
 machine's. Random ops on a GPU draw from that GPU's generator (``torch.cuda.manual_seed``), not
 the host's, so a script's host random stream is the one it has on a GPU.
