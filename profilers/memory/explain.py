@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import linecache
 import sys
+import traceback
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -66,10 +67,7 @@ def _key(t: torch.Tensor) -> int | None:
 
 def _frames(tb: TracebackType | None) -> list[FrameType]:
     """The frames of the failing call, innermost first (the traceback's, then their callers)."""
-    out: list[FrameType] = []
-    while tb is not None:
-        out.append(tb.tb_frame)
-        tb = tb.tb_next
+    out = [frame for frame, _ in traceback.walk_tb(tb)]
     frame = out[0].f_back if out else sys._getframe(2)
     while frame is not None:
         out.insert(0, frame)
@@ -220,9 +218,7 @@ def explain(
             if fix not in fixes:
                 fixes.append(fix)
         listed.append(_entry(label, t, tracker, fix))
-    out["tensors"] = listed
-    out["fixes"] = fixes
-    return out
+    return {**out, "tensors": listed, "fixes": fixes}
 
 
 def _cpu_scalar(t: torch.Tensor, expected: torch.device) -> bool:
@@ -271,18 +267,12 @@ def explain_grouping(
         return None
     # NB: the line from the traceback, not the frame: a frame that holds the profile's `with`
     # is at that line again while the error passes through the profile's exit.
-    at: tuple[FrameType, int] | None = None
-    tb = exc.__traceback__
-    while tb is not None:
-        if user(tb.tb_frame.f_code.co_filename):
-            at = (tb.tb_frame, tb.tb_lineno)
-        tb = tb.tb_next
-    if at is None:
+    at = [(f, n) for f, n in traceback.walk_tb(exc.__traceback__) if user(f.f_code.co_filename)]
+    if not at:
         return None
-    line, lineno = at
+    line, lineno = at[-1]
     filename = line.f_code.co_filename
-    frames = _frames(exc.__traceback__)
-    modules, optimizers = _owners(frames)
+    modules, optimizers = _owners(_frames(exc.__traceback__))
     listed: list[dict[str, Any]] = []
     fixes: list[str] = []
     for opt in optimizers:
