@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import random
 import threading
 import types
 from contextlib import ExitStack
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 # NB: NotSimulated is an AttributeError, as torch's own "has no attribute" was, so that
 # ``hasattr`` probes still say False.
 from profilers.errors import NotSimulated as NotSimulated
+from profilers.fake_cuda.patch_list import RNG
 from profilers.fake_cuda.printing import fake_format, fake_repr
 from profilers.registry import hide, patcher
 
@@ -45,16 +47,12 @@ def patch_save(stack: ExitStack, harness: FakeCuda) -> None:
 
     NB: on a GPU, torch.save copies each *storage* to the host once, whole, however many
     tensors view it (tied weights, a slice, a ``detach()``): its pickler keeps one entry per
-    storage (``_save``'s ``id_map``, keyed by ``storage._cdata``) and writes each with
-    ``storage.cpu()`` after pickling (torch/serialization.py), and tags it with its device
-    (``location_tag``), so the file loads back only onto a GPU or with ``map_location``. Here
-    each fake GPU storage is copied once per save to a host placeholder storage, by a ``copy_``
-    of all its bytes that the profiler counts as that copy; each tensor is saved as a view of
-    that host storage at its own offset, size and stride, and the storage is tagged with the
-    fake tensor's device: the file holds zeros (or ``--fake-values real``'s values) of the right
-    shapes and dtypes, and tensors that shared a storage share it again once loaded, as a GPU's
-    checkpoint loads (``map_location="cpu"``). ``torch.save`` is wrapped only to know where one
-    save begins and ends (a second save copies again, as on a GPU)."""
+    storage (``_save``'s ``id_map``, keyed by ``storage._cdata``), writes each with
+    ``storage.cpu()`` and tags it with its device (``location_tag``; torch/serialization.py).
+    Here each fake GPU storage is copied once per save (a ``copy_`` of all its bytes: the copy
+    the profiler counts) to a host storage tagged with the fake tensor's device, and each
+    tensor is saved as a view of it, so tensors that shared a storage share it again once
+    loaded. ``torch.save`` is wrapped only to know where one save begins and ends."""
     import collections
     import weakref
 
@@ -125,18 +123,16 @@ def patch_save(stack: ExitStack, harness: FakeCuda) -> None:
 
 
 def patch_load(stack: ExitStack, harness: FakeCuda) -> None:
-    """``torch.load`` of a checkpoint whose tensors were saved on a GPU (a GPU's own, or one
-    saved here), with no ``map_location`` or one that names a GPU: on a machine with GPUs each
-    storage is restored onto its GPU (torch/serialization.py ``_deserialize``: one
-    ``storage.to(device)``, a host->GPU copy of all its bytes), which a fake GPU's storage
-    cannot do (``torch.UntypedStorage(..., device="cuda")`` is refused), so pytorch/examples'
-    word_language_model died at its ``torch.load(f)``.
+    """``torch.load`` of a checkpoint saved on a GPU, with no ``map_location`` or one that names
+    a GPU: torch restores each storage onto its GPU (torch/serialization.py ``_deserialize``: a
+    ``storage.to(device)`` of all its bytes), which a fake GPU's storage cannot do
+    (``torch.UntypedStorage(..., device="cuda")`` is refused; pytorch/examples'
+    word_language_model died at its ``torch.load(f)``).
 
-    Here the user's ``map_location`` is followed as torch follows it (``_get_restore_location``:
-    None, a device, a dict of locations, a function); each storage bound for a GPU is kept on
-    the host while the file is read and moved, once and whole (as bytes, the copy the profiler
-    counts), when its first tensor is rebuilt; every tensor of that storage is a view of the
-    moved bytes at its own offset, size and stride, so tied weights stay tied."""
+    Here ``map_location`` is followed as torch follows it (``_get_restore_location``); each
+    storage bound for a GPU stays on the host while the file is read and moves, once and whole
+    (the copy the profiler counts), when its first tensor is rebuilt; every tensor of it is a
+    view of the moved bytes, so tied weights stay tied."""
     import torch
     import torch._utils as torch_utils
     import torch.serialization as serialization
@@ -205,23 +201,10 @@ def _index(harness: FakeCuda, device: Any) -> int:
     return harness.current_device() if index < 0 else index
 
 
-class _CudaRt:
-    """``torch.cuda.cudart()``, for ``mem_get_info``: free is what the allocator has not
-    reserved."""
-
-    def __init__(self, harness: FakeCuda) -> None:
-        self.harness = harness
-
-    def cudaMemGetInfo(self, device: int) -> tuple[int, int]:  # noqa: N802  # CUDA's name
-        total = self.harness.memory.capacity_bytes
-        return total - self.harness.memory.reserved[device], total
-
-
 def patch_memory(stack: ExitStack, harness: FakeCuda) -> None:
-    """``memory_allocated()``, ``max_memory_allocated()``, ``memory_reserved()``,
-    ``memory_stats()``, ``memory_summary()``, ``reset_peak_memory_stats()``, ``mem_get_info()``,
-    ``empty_cache()``, ``ipc_collect()``: torch.cuda's own functions, answered by the fake GPU
-    at the C entry points they call (profilers/fake_cuda/memory.py)."""
+    """torch.cuda's own memory functions (``memory_allocated()``, ``memory_stats()``,
+    ``mem_get_info()``, ``empty_cache()``, ...), answered by the fake GPU at the C entry points
+    they call (profilers/fake_cuda/memory.py)."""
     import torch
 
     memory = harness.memory
@@ -240,7 +223,12 @@ def patch_memory(stack: ExitStack, harness: FakeCuda) -> None:
     # NB: torch/cuda/memory.py holds its own references to these (``from . import ...``).
     set_attr(stack, torch.cuda.memory, "is_initialized", lambda: True)
     set_attr(stack, torch.cuda.memory, "_lazy_init", lambda: None)
-    set_attr(stack, torch.cuda, "cudart", lambda: _CudaRt(harness))
+
+    def mem_get_info(device: int) -> tuple[int, int]:  # free: what the allocator has not reserved
+        return memory.capacity_bytes - memory.reserved[device], memory.capacity_bytes
+
+    cudart = types.SimpleNamespace(cudaMemGetInfo=mem_get_info)  # torch.cuda.cudart()'s
+    set_attr(stack, torch.cuda, "cudart", lambda: cudart)
 
 
 class FakeRng:
@@ -276,13 +264,9 @@ class FakeRng:
             self._generator(i).manual_seed(int(seed) & (2**64 - 1))
 
     def seed(self) -> None:
-        import random
-
         self.manual_seed(random.getrandbits(63))
 
     def seed_all(self) -> None:
-        import random
-
         self.manual_seed_all(random.getrandbits(63))
 
     def initial_seed(self) -> int:
@@ -295,17 +279,7 @@ def patch_rng(stack: ExitStack, harness: FakeCuda) -> None:
 
     rng = FakeRng(harness)
     for owner in (torch.cuda, torch.cuda.random):
-        for name in (
-            "get_rng_state",
-            "set_rng_state",
-            "get_rng_state_all",
-            "set_rng_state_all",
-            "manual_seed",
-            "manual_seed_all",
-            "seed",
-            "seed_all",
-            "initial_seed",
-        ):
+        for name in RNG:
             set_attr(stack, owner, name, getattr(rng, name))
 
 
@@ -330,33 +304,16 @@ def patch_attention(stack: ExitStack) -> None:
         scale: float | None = None,
         enable_gqa: bool = False,
     ) -> Any:
+        options: dict[str, Any] = {"scale": scale, "enable_gqa": enable_gqa}
         if query.device.type != "cuda":
-            return fused(
-                query,
-                key,
-                value,
-                attn_mask,
-                dropout_p,
-                is_causal,
-                scale=scale,
-                enable_gqa=enable_gqa,
-            )
+            return fused(query, key, value, attn_mask, dropout_p, is_causal, **options)
         autocast = torch.is_autocast_enabled("cuda")
         if autocast:
             query, key, value, attn_mask = _autocast_cuda(query, key, value, attn_mask)
         # NB: once cast, the math runs in the inputs' dtype, as the GPU's kernel does
         with torch.autocast("cuda", enabled=False) if autocast else contextlib.nullcontext():
             attn_mask = _additive(attn_mask, query.dtype)
-            out, _ = math(
-                query,
-                key,
-                value,
-                attn_mask,
-                dropout_p,
-                is_causal,
-                scale=scale,
-                enable_gqa=enable_gqa,
-            )
+            out, _ = math(query, key, value, attn_mask, dropout_p, is_causal, **options)
         return out
 
     set_attr(stack, F, "scaled_dot_product_attention", scaled_dot_product_attention)

@@ -183,7 +183,5 @@ def check_fake_cuda(devices: int = 1) -> None:
         install_guard()
         with cuda_hooks(devices):
             pass
-    except FakeCudaUnavailable:
-        raise
     except OSError as exc:  # the library would not load (a stale or foreign build)
         raise FakeCudaUnavailable(f"could not load its CUDA device guard: {exc}") from None

@@ -40,8 +40,7 @@ def broadcast(
 def broadcast_coalesced(
     tensors: Sequence[torch.Tensor], devices: Sequence[Any], buffer_size: int = 10485760
 ) -> list[tuple[torch.Tensor, ...]]:
-    targets = [_device(d) for d in devices]
-    return [tuple(_to(t, d) for t in tensors) for d in targets]
+    return [tuple(_to(t, _device(d)) for t in tensors) for d in devices]
 
 
 def reduce_add(inputs: Sequence[torch.Tensor], destination: Any = None) -> torch.Tensor:

@@ -13,7 +13,7 @@ from torch.utils._pytree import tree_map_only
 
 from profilers.fake_cuda import mode as placeholder_mode
 from profilers.fake_cuda import real
-from profilers.fake_cuda.mode import FakeCudaMode, _tensors
+from profilers.fake_cuda.mode import FakeCudaMode, _named, _tensors
 from profilers.fake_cuda.real import HostBacked, RealCudaMode
 from profilers.memory.gpu_errors import list_mismatch
 from profilers.timing.fake_time import note_fake_op
@@ -62,31 +62,6 @@ def _softmax_backward(
 # input is CUDA), which only CUDA has (aten/src/ATen/native/cuda/RNN.cu). Computed on the host
 # from their definition; each kernel's workspace is laid out as here, forward and back alike:
 # the LSTM's activated gates (i, f, g, o), the GRU's (r, z, n), its hx and its hidden n gate.
-
-
-def _host(a: Any) -> Any:
-    return a.host if type(a) is HostBacked else a
-
-
-def _gpu_of(args: tuple[Any, ...]) -> torch.device | None:
-    return next((a.device for a in args if type(a) is HostBacked), None)
-
-
-def _named(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """An op's arguments by their schema's names."""
-    return dict(zip([a.name for a in func._schema.arguments], args, strict=False)) | kwargs
-
-
-def _fused_on_host(
-    mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], kernel: Any
-) -> Any:
-    """``kernel`` (the CUDA kernel's arithmetic in CPU ops) on the host tensors of ``args``,
-    its tensors made on the op's GPU; an op with no GPU tensor is the CPU's refusal, as is."""
-    device = _gpu_of(args)
-    if device is None:
-        return func(*args, **kwargs)
-    result = kernel(**{k: _host(v) for k, v in _named(func, args, kwargs).items()})
-    return _on_host(mode, func, args, kwargs, result, device)
 
 
 def _lstm_cell(
@@ -173,8 +148,14 @@ _RNN_KERNELS: dict[Any, Callable[..., Any]] = {
 
 @real._handles(*_RNN_KERNELS)
 def _rnn_cell(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """An LSTM's or GRU's fused step on the fake GPU, forward or back (see above)."""
-    return _fused_on_host(mode, func, args, kwargs, _RNN_KERNELS[func])
+    """An LSTM's or GRU's fused step on the fake GPU, forward or back (see above): the CUDA
+    kernel's arithmetic in CPU ops on the host tensors; with no GPU tensor, the CPU's refusal."""
+    device = next((a.device for a in args if type(a) is HostBacked), None)
+    if device is None:
+        return func(*args, **kwargs)
+    named = _named(func, args, kwargs)
+    hosts = {k: a.host if type(a) is HostBacked else a for k, a in named.items()}
+    return _on_host(mode, func, args, kwargs, _RNN_KERNELS[func](**hosts), device)
 
 
 @placeholder_mode._handles(*_RNN_KERNELS)

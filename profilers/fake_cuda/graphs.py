@@ -12,6 +12,7 @@ the capture, and the fake GPU remembers the user line that did it (``options.fak
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 import threading
@@ -317,24 +318,22 @@ def patch_graphs_and_generators(stack: ExitStack, harness: Any) -> None:
     global GRAPHS
     graphs = GRAPHS = harness.graphs
 
-    def set_attr(owner: Any, name: str, value: Any) -> None:
-        patch("fake_cuda", stack, owner, name, value)
+    set_attr = functools.partial(patch, "fake_cuda", stack)
 
     def _release() -> None:
         global GRAPHS
         GRAPHS = None
+
+    def capturing() -> bool:
+        return graphs.capturing is not None
 
     stack.callback(_release)
     for owner in (torch.cuda, torch.cuda.graphs):
         set_attr(owner, "CUDAGraph", FakeCUDAGraph)
         set_attr(owner, "graph", FakeGraphContext)
         set_attr(owner, "graph_pool_handle", lambda: (0, next(_pools)))
-        set_attr(owner, "is_current_stream_capturing", lambda: graphs.capturing is not None)
-    set_attr(
-        torch.cuda.graphs,
-        "_cuda_isCurrentStreamCapturing",
-        lambda: graphs.capturing is not None,
-    )
+        set_attr(owner, "is_current_stream_capturing", capturing)
+    set_attr(torch.cuda.graphs, "_cuda_isCurrentStreamCapturing", capturing)
 
     host_generator = torch._C.Generator
 

@@ -15,11 +15,9 @@ How it holds together:
   GPU values (``nonzero``, ``t[mask]``, ``masked_select``, ``unique``) keeps every element (the
   largest size it could have). Control flow that depends on GPU values follows the placeholders;
   :attr:`FakeCuda.placeholders` counts them and the report says so.
-* **``torch.cuda``** says what a machine with ``devices`` GPUs says (``is_available()``,
-  ``device_count()``, ``current_device()``, ``set_device()``, ``get_device_name()``,
-  ``synchronize()``, events and streams); pinned host memory is remembered per allocation, so
-  ``pin_memory()``, ``DataLoader(pin_memory=True)`` and ``non_blocking`` copies classify as on a
-  GPU.
+* **``torch.cuda``** says what a machine with ``devices`` GPUs says; pinned host memory is
+  remembered per allocation, so ``pin_memory()``, ``DataLoader(pin_memory=True)`` and
+  ``non_blocking`` copies classify as on a GPU.
 
 Nothing here decides what is a copy or a sync: the profiler's own rules (``_ops.py``) see the
 same ops with the same devices as on a GPU.
@@ -51,6 +49,7 @@ from profilers.fake_cuda.apis import (
     patch_save,
     patch_unsimulated,
 )
+from profilers.fake_cuda.apis import set_attr as _set
 from profilers.fake_cuda.build import (
     FakeCudaUnavailable,
     check_fake_cuda,
@@ -73,7 +72,6 @@ from profilers.fake_cuda.torch_api import (
 )
 from profilers.options import FakeCudaRun
 from profilers.patches import lift_on_the_host
-from profilers.registry import patcher
 from profilers.torch_private import THREAD_BOOTSTRAP, require_cuda_init
 
 __all__ = [
@@ -104,13 +102,8 @@ HARNESS: FakeCuda | None = None
 
 
 class FakeCuda:
-    """The harness: ``with FakeCuda(devices=1):`` makes ``cuda`` a fake GPU in this process.
-
-    ``values`` (see :data:`VALUES`): ``"real"``, GPU tensors hold real values computed on the
-    host, so every value the script reads back and every branch it takes on one is a GPU's;
-    ``"placeholder"``, they hold none (no memory, no compute: for models too big for the host),
-    and what the script reads back is a placeholder. ``memory_bytes``: each GPU's size (80 GiB
-    unless told)."""
+    """The harness: ``with FakeCuda(devices=1):`` makes ``cuda`` a fake GPU in this process, of
+    ``memory_bytes`` each (80 GiB unless told), whose tensors hold ``values`` (:data:`VALUES`)."""
 
     def __init__(
         self, devices: int = 1, *, memory_bytes: int | None = None, values: str | None = None
@@ -126,7 +119,7 @@ class FakeCuda:
 
         self.devices = devices
         self.values = values
-        self.guard = install_guard()
+        install_guard()
         self.fake_mode = fake_tensor_mode()
         self.fake_type: type = HostBacked if values == "real" else FakeTensor
         """The type of a GPU tensor here."""
@@ -293,9 +286,6 @@ class FakeCuda:
         def synchronize(device: Any = None) -> None:
             forbid_while_capturing("torch.cuda.synchronize()")
 
-        def empty_cache() -> None:
-            pass
-
         patches: dict[str, Any] = {
             "is_available": lambda: True,
             "device_count": lambda: n,
@@ -309,7 +299,6 @@ class FakeCuda:
             "get_device_properties": get_device_properties,
             "get_device_capability": lambda device=None: (9, 0),
             "is_bf16_supported": lambda including_emulation=True: True,
-            "empty_cache": empty_cache,
             "device": _DeviceContext,
             "Event": FakeEvent,
             "Stream": FakeStream,
@@ -319,7 +308,22 @@ class FakeCuda:
         }
         for name, value in patches.items():
             _set(stack, cuda, name, value)
-        self._patch_accelerator_and_comm(stack, synchronize)
+        # torch.accelerator as torch.cuda says
+        for name, value in {
+            "is_available": lambda: True,
+            "current_accelerator": lambda check_available=False: torch.device("cuda"),
+            "device_count": lambda: n,
+            "current_device_index": self.current_device,
+            "synchronize": synchronize,
+        }.items():
+            if hasattr(torch.accelerator, name):
+                _set(stack, torch.accelerator, name, value)
+        # NB: nn.DataParallel's scatter/broadcast/gather are C++ of a CUDA build (absent from a
+        # CPU-only torch): on fake GPUs they are the copies they make (fake_cuda/comm.py).
+        for module in (torch.nn.parallel.comm, torch.cuda.comm):
+            for name, fn in COMM_FUNCTIONS.items():
+                if hasattr(module, name):
+                    _set(stack, module, name, fn)
         # NB: FakeTensor's first CUDA tensor makes a real one to set up the CUDA context.
         _set(stack, fake_tensor, "init_gpu_context", lambda device: None)
         _set(
@@ -356,29 +360,6 @@ class FakeCuda:
         patch_rng(stack, self)
         patch_attention(stack)
         patch_unsimulated(stack)
-
-    def _patch_accelerator_and_comm(self, stack: ExitStack, synchronize: Any) -> None:
-        """``torch.accelerator`` as ``torch.cuda`` says, and nn.DataParallel's copies."""
-        n, accel = self.devices, torch.accelerator
-        for name, value in {
-            "is_available": lambda: True,
-            "current_accelerator": lambda check_available=False: torch.device("cuda"),
-            "device_count": lambda: n,
-            "current_device_index": self.current_device,
-            "synchronize": synchronize,
-        }.items():
-            if hasattr(accel, name):
-                _set(stack, accel, name, value)
-        # NB: nn.DataParallel's scatter/broadcast/gather are C++ of a CUDA build (absent from a
-        # CPU-only torch): on fake GPUs they are the copies they make (fake_cuda/comm.py).
-        for module in (torch.nn.parallel.comm, torch.cuda.comm):
-            for name, fn in COMM_FUNCTIONS.items():
-                if hasattr(module, name):
-                    _set(stack, module, name, fn)
-
-
-_set = patcher("fake_cuda")
-"""``owner.name = value`` until the stack closes, on the registry's stack (profilers/registry.py)."""
 
 
 @contextmanager

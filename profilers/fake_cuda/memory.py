@@ -45,7 +45,6 @@ class FakeMemory:
         self.allocated = [0] * devices
         self.peak = [0] * devices
         self.reserved = [0] * devices
-        self.allocations = [0] * devices
         self._storages: dict[int, list[int]] = {}
         """storage address -> [device, bytes, live tensors]."""
         self._lock = threading.Lock()
@@ -55,23 +54,8 @@ class FakeMemory:
         """Counts ``storage`` on GPU ``index`` while ``t`` lives: :meth:`note` for one new
         tensor whose device and storage the caller knows (real values' per-op path, where a
         ``weakref.finalize`` per tensor cost a third of an op)."""
-        key = storage._cdata
-        with self._lock:
-            held = self._storages.get(key)
-            if held is None:
-                nbytes = storage.nbytes()
-                block = _round_up(nbytes, BLOCK_BYTES) if nbytes else 0
-                now = self.allocated[index]
-                full = now + block > self.capacity_bytes  # the caching allocator's OOM
-                if not full:
-                    held = self._storages[key] = [index, block, 0]
-                    self._add(index, block)
-            if held is not None:
-                held[2] += 1
-                self._refs.add(weakref.ref(t, functools.partial(self._unhold, key)))
-                return
-        # NB: raised with the lock let go, as in note()
-        raise out_of_memory(index, block, self.capacity_bytes, now)
+        self._count(storage._cdata, index, storage)
+        self._refs.add(weakref.ref(t, functools.partial(self._unhold, storage._cdata)))
 
     def _unhold(self, key: int, ref: weakref.ref[Any]) -> None:
         self._refs.discard(ref)
@@ -80,7 +64,6 @@ class FakeMemory:
     def note(self, out: Any, fake_type: Any) -> None:
         """Counts the storages of the fake GPU tensors in ``out`` (an op's output)."""
         t: Any
-        full: tuple[int, int, int]
         for t in tree_leaves(out):
             if not isinstance(t, fake_type) or "_gpuwatch_held" in t.__dict__:
                 continue
@@ -88,27 +71,27 @@ class FakeMemory:
             if device.type != "cuda":
                 continue
             storage = t.untyped_storage()
-            key = storage._cdata
-            with self._lock:
-                held = self._storages.get(key)
-                if held is None:
-                    index = device.index or 0
-                    nbytes = storage.nbytes()
-                    block = _round_up(nbytes, BLOCK_BYTES) if nbytes else 0
-                    now = self.allocated[index]
-                    if now + block > self.capacity_bytes:  # the caching allocator's OOM
-                        full = (index, block, now)
-                        break
+            self._count(storage._cdata, device.index or 0, storage)
+            t.__dict__["_gpuwatch_held"] = True
+            weakref.finalize(t, self._release, storage._cdata)
+
+    def _count(self, key: int, index: int, storage: Any) -> None:
+        """One more tensor on ``storage``: a new one is allocated on GPU ``index``, or raises
+        CUDA's out-of-memory error."""
+        with self._lock:
+            held = self._storages.get(key)
+            if held is None:
+                block = _round_up(storage.nbytes(), BLOCK_BYTES)
+                now = self.allocated[index]
+                if now + block <= self.capacity_bytes:  # else the caching allocator's OOM
                     held = self._storages[key] = [index, block, 0]
                     self._add(index, block)
+            if held is not None:
                 held[2] += 1
-            t.__dict__["_gpuwatch_held"] = True
-            weakref.finalize(t, self._release, key)
-        else:
-            return
+                return
         # NB: raised with the lock let go (making the error can run a collection, whose
         # finalizers take the lock)
-        raise out_of_memory(full[0], full[1], self.capacity_bytes, full[2])
+        raise out_of_memory(index, block, self.capacity_bytes, now)
 
     def host_refused(self, exc: RuntimeError, index: int) -> Exception | None:
         """What a GPU would raise where real values' host allocation failed (``exc``, the CPU
@@ -130,7 +113,6 @@ class FakeMemory:
 
     def _add(self, index: int, nbytes: int) -> None:
         self.allocated[index] += nbytes
-        self.allocations[index] += 1 if nbytes else 0
         self.peak[index] = max(self.peak[index], self.allocated[index])
         self.reserved[index] = max(
             self.reserved[index], _round_up(self.allocated[index], SEGMENT_BYTES)
@@ -185,12 +167,10 @@ class FakeMemory:
             "num_device_alloc",
             "num_device_free",
             "max_split_size",
-            "oversize_allocations",
-            "oversize_segments",
         ):
             out[name] = 0
-        out["oversize_allocations"] = {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
-        out["oversize_segments"] = {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
+        out["oversize_allocations"] = stat(0, 0)["all"]
+        out["oversize_segments"] = stat(0, 0)["all"]
         return out
 
 

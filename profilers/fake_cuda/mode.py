@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -49,9 +49,12 @@ def fake_tensor_mode() -> Any:
 def _is_cuda(device: Any) -> bool:
     if isinstance(device, torch.device):
         return device.type == "cuda"
-    if isinstance(device, str):
-        return device.startswith("cuda")
-    return False
+    return isinstance(device, str) and device.startswith("cuda")
+
+
+def _named(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """An op's arguments by their schema's names."""
+    return dict(zip([a.name for a in func._schema.arguments], args, strict=False)) | kwargs
 
 
 def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
@@ -63,17 +66,22 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
     yield from kwargs.values()
 
 
-Handler = Callable[["FakeCudaMode", Any, tuple[Any, ...], dict[str, Any]], Any]
-_HANDLERS: dict[Any, Handler] = {}
+_Handler = TypeVar("_Handler", bound=Callable[..., Any])
 
 
-def _handles(*ops: Any) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        for op in ops:
-            _HANDLERS[op] = fn
-        return fn
+class Handlers(dict[Any, Callable[..., Any]]):
+    """op -> the function that runs it in a mode, ``(mode, func, args, kwargs)``; a call
+    registers one for ``ops`` (``@_handles(op, ...)``)."""
 
-    return register
+    def __call__(self, *ops: Any) -> Callable[[_Handler], _Handler]:
+        def register(fn: _Handler) -> _Handler:
+            self.update(dict.fromkeys(ops, fn))
+            return fn
+
+        return register
+
+
+_HANDLERS = _handles = Handlers()
 
 
 class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's, untyped
@@ -200,15 +208,10 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         return self.harness.pinned.add(out) if pinned else out
 
 
-def _device_of(kwargs: dict[str, Any]) -> torch.device | None:
-    d = kwargs.get("device")
-    return torch.device(d) if d is not None else None
-
-
 @_handles(_aten._to_copy.default)
 def _to_copy(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    src = args[0]
-    dst = _device_of(kwargs)
+    src, asked = args[0], kwargs.get("device")
+    dst = torch.device(asked) if asked is not None else None
     if mode.is_fake(src) and dst is not None and dst.type == "cpu":
         if not kwargs.get("non_blocking"):
             mode.harness.graphs.forbid("a copy to the host")
@@ -319,8 +322,7 @@ def _unique(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[s
     if not mode.is_fake(t):
         return func(*args, **kwargs)
     _sized_by_values(mode, func)
-    names = [a.name for a in func._schema.arguments]
-    given = dict(zip(names, args, strict=False)) | kwargs
+    given = _named(func, args, kwargs)
     dim = given.get("dim")
     n = t.numel() if dim is None else t.shape[dim]
     values = mode.fake_empty((n,) if dim is None else tuple(t.shape), t)
@@ -345,7 +347,7 @@ def _repeat_interleave(
     return mode.fake_empty((size,), repeats, repeats.dtype)
 
 
-def _mask_indices(mode: FakeCudaMode, indices: Any, like: torch.Tensor) -> tuple[list[Any], bool]:
+def _mask_indices(mode: FakeCudaMode, indices: Any) -> tuple[list[Any], bool]:
     """Boolean masks among ``indices`` as the long indices they stand for: a real host mask's
     own (exact), a GPU mask's every element (a placeholder)."""
     out: list[Any] = []
@@ -368,7 +370,7 @@ def _index(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[st
     t, indices = args[0], args[1]
     if not mode.is_fake(t) and not any(mode.is_fake(i) for i in indices if i is not None):
         return func(*args, **kwargs)
-    new, placeholder = _mask_indices(mode, indices, t)
+    new, placeholder = _mask_indices(mode, indices)
     if placeholder:
         _sized_by_values(mode, func)
     return mode.on_fake(func, (t, new, *args[2:]), kwargs)
@@ -387,5 +389,5 @@ def _index_put(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dic
         if func is _aten.index_put.default:
             return mode.on_fake(_aten.clone.default, (t,), {})
         return t
-    new, _ = _mask_indices(mode, indices, t)
+    new, _ = _mask_indices(mode, indices)
     return mode.on_fake(func, (t, new, *args[2:]), kwargs)

@@ -14,7 +14,7 @@ COMM = (
     "gather",
 )
 """DataParallel's functions in ``torch.nn.parallel.comm`` and ``torch.cuda.comm``."""
-_RNG = (
+RNG = (
     "get_rng_state",
     "set_rng_state",
     "get_rng_state_all",
@@ -25,6 +25,7 @@ _RNG = (
     "seed_all",
     "initial_seed",
 )
+"""torch.cuda's RNG functions (``torch.cuda.random``'s too): the fake GPU's ``FakeRng``."""
 _GRAPHS = ("CUDAGraph", "graph", "graph_pool_handle", "is_current_stream_capturing")
 
 FAKE_CUDA: tuple[Entry, ...] = (
@@ -259,7 +260,7 @@ FAKE_CUDA: tuple[Entry, ...] = (
     Entry(
         "fake_cuda",
         "torch.cuda",
-        _RNG,
+        RNG,
         "the fake GPUs' RNG state",
         "a CPU-only torch has no CUDA generators",
         "seeding and RNG state calls (they fail)",
@@ -267,7 +268,7 @@ FAKE_CUDA: tuple[Entry, ...] = (
     Entry(
         "fake_cuda",
         "torch.cuda.random",
-        _RNG,
+        RNG,
         "as torch.cuda's",
         "as torch.cuda's",
         "as torch.cuda's",

@@ -18,12 +18,9 @@ from profilers.counting.printing import own_modes_only
 
 def _dtype_suffixes(t: Any, empty: bool) -> list[str]:
     default = torch.get_default_dtype()
-    if empty:
-        return [f"dtype={t.dtype}"] if t.dtype != default else []
     complex_default = torch.cdouble if default == torch.double else torch.cfloat
-    if t.dtype in (default, complex_default, torch.int64, torch.bool):
-        return []
-    return [f"dtype={t.dtype}"]
+    plain = (default,) if empty else (default, complex_default, torch.int64, torch.bool)
+    return [] if t.dtype in plain else [f"dtype={t.dtype}"]
 
 
 def placeholder_str(t: Any) -> str:

@@ -1,16 +1,15 @@
 """``--fake-values real``: the fake GPU's tensors hold real values, computed on the host.
 
-A GPU tensor here is a :class:`HostBacked` tensor: a wrapper that says ``cuda:N`` (so autograd,
-autocast, device guards, the profiler's rules and the script see a GPU tensor) around a plain
-host tensor that holds its values. :class:`RealCudaMode` takes the place of the placeholder
-mode at the bottom of every thread's mode stack and runs each op that touches a GPU tensor on
-the host tensors inside, wrapping what comes out on the op's GPU. So ``.item()``, ``.cpu()``,
-``nonzero()`` and every branch the script takes on them are what a GPU gives (up to the
-floating-point differences between a GPU's kernels and the CPU's), while the ops the profiler
-above sees, with their devices, shapes and dtypes, are the same as in the placeholder mode: the
-copies, syncs and lines it counts do not change.
+A GPU tensor here is a :class:`HostBacked`: a wrapper that says ``cuda:N`` (to autograd,
+autocast, device guards, the profiler's rules and the script) around a host tensor holding its
+values. :class:`RealCudaMode`, in the placeholder mode's place, runs each op on a GPU tensor on
+the host tensors inside and wraps what comes out on the op's GPU. So ``.item()``, ``.cpu()``,
+``nonzero()`` and every branch taken on them are what a GPU gives (up to floating-point
+differences between its kernels and the CPU's), while the ops the profiler sees, with their
+devices, shapes and dtypes, are the placeholder mode's: the copies, syncs and lines it counts
+do not change.
 
-What a GPU refuses is refused here too, with a GPU's words: an op mixing tensors of two devices
+What a GPU refuses is refused here too, in a GPU's words: an op mixing tensors of two devices
 (a host tensor of one element or more with a GPU tensor, or two GPUs), a device index past the
 machine's. Random ops on a GPU draw from that GPU's generator (``torch.cuda.manual_seed``), not
 the host's, so a script's host random stream is the one it has on a GPU.
@@ -18,12 +17,13 @@ the host's, so a script's host random stream is the one it has on a GPU.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
 from typing import Any
 
 import torch
 
-from profilers.fake_cuda.mode import FakeCudaMode
+from profilers.fake_cuda.mode import _HANDLERS as placeholder_handlers
+from profilers.fake_cuda.mode import FakeCudaMode, Handlers, _h2d_capturable, _is_cuda
 from profilers.memory.gpu_errors import mixed
 from profilers.timing.fake_time import note_fake_op
 
@@ -97,32 +97,20 @@ MIXED_DEVICES_OK = frozenset(
     }
 )
 
-_GENERATOR: dict[Any, bool] = {}
-"""op -> whether it takes a ``generator`` (a random op)."""
 
-
+@functools.cache
 def _random(func: Any) -> bool:
-    found = _GENERATOR.get(func)
-    if found is None:
-        found = _GENERATOR[func] = any(a.name == "generator" for a in func._schema.arguments)
-    return found
+    """Whether op ``func`` takes a ``generator`` (a random op)."""
+    return any(a.name == "generator" for a in func._schema.arguments)
 
 
-_WITH_GENERATOR: dict[Any, Any] = {}
-
-
+@functools.cache
 def _with_generator(func: Any) -> Any:
     """The overload of a random factory that takes a generator (``randn.generator`` for
     ``randn.default``, ``randint.low_generator`` for ``randint.low``), or None."""
-    try:
-        return _WITH_GENERATOR[func]
-    except KeyError:
-        pass
     name = func._overloadname
     wanted = "generator" if name == "default" else f"{name}_generator"
-    found = getattr(func.overloadpacket, wanted, None) if func.namespace == "aten" else None
-    _WITH_GENERATOR[func] = found
-    return found
+    return getattr(func.overloadpacket, wanted, None) if func.namespace == "aten" else None
 
 
 class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, untyped
@@ -253,29 +241,13 @@ def _drawing_on(device: torch.device, func: Any, kwargs: dict[str, Any]) -> Any:
     return func if drawn is None else drawn
 
 
-def _is_cuda(device: Any) -> bool:
-    if isinstance(device, torch.device):
-        return device.type == "cuda"
-    return isinstance(device, str) and device.startswith("cuda")
-
-
 def _leaves(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
 # -- ops that move values between the host and the GPU, or read them ---------------------------
 
-Handler = Callable[[RealCudaMode, Any, tuple[Any, ...], dict[str, Any]], Any]
-_HANDLERS: dict[Any, Handler] = {}
-
-
-def _handles(*ops: Any) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        for op in ops:
-            _HANDLERS[op] = fn
-        return fn
-
-    return register
+_HANDLERS = _handles = Handlers()
 
 
 def _host_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -294,8 +266,6 @@ def _to_copy(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[
     if dst.type == "cuda":
         dst = mode.gpu(dst)
         if not on_gpu:
-            from profilers.fake_cuda.mode import _h2d_capturable
-
             _h2d_capturable(mode, src, bool(kwargs.get("non_blocking")))
         return mode.wrap_out(func(host, **_host_kwargs(kwargs)), dst, {})
     # to the host: the values themselves
@@ -312,8 +282,6 @@ def _to_copy(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[
 
 @_handles(_aten.copy_.default)
 def _copy_(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    from profilers.fake_cuda.mode import _h2d_capturable
-
     dst, src = args[0], args[1]
     non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking"))
     src_gpu = type(src) is HostBacked
@@ -340,18 +308,9 @@ def _item(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str
     return func(t.host)
 
 
-@_handles(_aten.is_pinned.default)
-def _is_pinned(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    t = args[0]
-    return type(t) is not HostBacked and t.device.type == "cpu" and t in mode.harness.pinned
-
-
-@_handles(_aten._pin_memory.default)
-def _pin(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    t = args[0]
-    if type(t) is HostBacked:
-        return mode.on_fake(_aten.clone.default, (t,), {})
-    return mode.harness.pinned.add(t.clone())
+# NB: pinning reads no GPU value: the placeholder mode's handlers, on this mode's is_fake
+_HANDLERS[_aten.is_pinned.default] = placeholder_handlers[_aten.is_pinned.default]
+_HANDLERS[_aten._pin_memory.default] = placeholder_handlers[_aten._pin_memory.default]
 
 
 @_handles(

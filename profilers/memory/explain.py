@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import linecache
 import sys
+import traceback
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -14,7 +15,7 @@ import torch
 from torch import nn
 
 from profilers.memory.gpu_errors import SAME_DEVICE, oom_facts
-from profilers.memory.tracker import MOVES, MemoryTracker
+from profilers.memory.tracker import MOVES, MemoryTracker, by_line
 
 FACTORIES = frozenset(
     {
@@ -26,10 +27,6 @@ FACTORIES = frozenset(
 """Ops that make a tensor from nothing but sizes: on the CPU unless given ``device=``."""
 
 _MAX_TENSORS = 8
-
-
-def is_device_mismatch(exc: BaseException) -> bool:
-    return isinstance(exc, RuntimeError) and SAME_DEVICE in str(exc)
 
 
 def line_dict(line: Any) -> dict[str, Any]:
@@ -61,14 +58,6 @@ def _tensors(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[t
     return out
 
 
-def _expected_device(tensors: list[tuple[str, Any]]) -> torch.device | None:
-    """The GPU the op runs on: the first GPU among its tensors (CPU only if no GPU)."""
-    for _, t in tensors:
-        if t.device.type != "cpu":
-            return torch.device(t.device)
-    return None
-
-
 def _key(t: torch.Tensor) -> int | None:
     try:
         return int(t.untyped_storage()._cdata)
@@ -78,10 +67,7 @@ def _key(t: torch.Tensor) -> int | None:
 
 def _frames(tb: TracebackType | None) -> list[FrameType]:
     """The frames of the failing call, innermost first (the traceback's, then their callers)."""
-    out: list[FrameType] = []
-    while tb is not None:
-        out.append(tb.tb_frame)
-        tb = tb.tb_next
+    out = [frame for frame, _ in traceback.walk_tb(tb)]
     frame = out[0].f_back if out else sys._getframe(2)
     while frame is not None:
         out.insert(0, frame)
@@ -200,7 +186,7 @@ def explain(
     """The report's ``memory.failure`` for ``exc`` raised by ``func``, or None when it is
     neither a device mismatch nor an out-of-memory error."""
     oom = isinstance(exc, torch.OutOfMemoryError)
-    if not oom and not is_device_mismatch(exc):
+    if not oom and not (isinstance(exc, RuntimeError) and SAME_DEVICE in str(exc)):
         return None
     out: dict[str, Any] = {
         "kind": "out_of_memory" if oom else "device_mismatch",
@@ -212,7 +198,8 @@ def explain(
         out.update(_oom(tracker, exc))
         return out
     tensors = _tensors(func, args, kwargs)
-    expected = _expected_device(tensors)
+    # the GPU the op runs on: the first among its tensors
+    expected = next((torch.device(t.device) for _, t in tensors if t.device.type != "cpu"), None)
     modules, optimizers = _owners(_frames(exc.__traceback__))
     listed: list[dict[str, Any]] = []
     fixes: list[str] = []
@@ -223,26 +210,15 @@ def explain(
         if len(listed) >= _MAX_TENSORS and (dev in seen and not wrong):
             continue
         seen.add(dev)
-        made = tracker.of(t) if tracker is not None else None
-        entry: dict[str, Any] = {
-            "arg": label,
-            "device": dev,
-            "shape": list(t.shape),
-            "dtype": str(t.dtype).removeprefix("torch."),
-            "made_by": None
-            if made is None
-            else {"op": made.op, "moved": made.op in MOVES, **line_dict(made.line)},
-        }
+        fix = None
         if wrong:
             assert expected is not None
+            made = tracker.of(t) if tracker is not None else None
             fix = _fix(op, label, t, expected, made, modules, optimizers)
-            entry["fix"] = fix
             if fix not in fixes:
                 fixes.append(fix)
-        listed.append(entry)
-    out["tensors"] = listed
-    out["fixes"] = fixes
-    return out
+        listed.append(_entry(label, t, tracker, fix))
+    return {**out, "tensors": listed, "fixes": fixes}
 
 
 def _cpu_scalar(t: torch.Tensor, expected: torch.device) -> bool:
@@ -264,16 +240,9 @@ def _oom(tracker: MemoryTracker | None, exc: BaseException) -> dict[str, Any]:
         return out
     if capacity is None:  # a GPU's message says its usable size only: the device's own
         out["capacity_bytes"] = tracker.capacity.get(index)
-    held: dict[tuple[str, int], dict[str, Any]] = {}
-    for (line, _), n in tracker.held_now(index).items():
-        k = (line.file, line.line)
-        row = held.get(k)
-        if row is None:
-            row = held[k] = {**line_dict(line), "bytes": 0}
-        row["bytes"] += n
-    rows = sorted(held.values(), key=lambda r: -int(r["bytes"]))
-    out["held_bytes"] = sum(int(r["bytes"]) for r in rows)
-    out["held"] = rows[:20]
+    held = sorted(by_line(tracker.held_now(index)).values(), key=lambda v: -v[1])
+    out["held_bytes"] = sum(n for _, n in held)
+    out["held"] = [{**line_dict(line), "bytes": n} for line, n in held[:20]]
     return out
 
 
@@ -298,18 +267,12 @@ def explain_grouping(
         return None
     # NB: the line from the traceback, not the frame: a frame that holds the profile's `with`
     # is at that line again while the error passes through the profile's exit.
-    at: tuple[FrameType, int] | None = None
-    tb = exc.__traceback__
-    while tb is not None:
-        if user(tb.tb_frame.f_code.co_filename):
-            at = (tb.tb_frame, tb.tb_lineno)
-        tb = tb.tb_next
-    if at is None:
+    at = [(f, n) for f, n in traceback.walk_tb(exc.__traceback__) if user(f.f_code.co_filename)]
+    if not at:
         return None
-    line, lineno = at
+    line, lineno = at[-1]
     filename = line.f_code.co_filename
-    frames = _frames(exc.__traceback__)
-    modules, optimizers = _owners(frames)
+    modules, optimizers = _owners(_frames(exc.__traceback__))
     listed: list[dict[str, Any]] = []
     fixes: list[str] = []
     for opt in optimizers:

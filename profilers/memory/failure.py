@@ -81,12 +81,10 @@ def escaped(exc: BaseException, recorder: Recorder) -> None:
 def user_frames(tb: TracebackType | None) -> TracebackType | None:
     """``tb`` without the profiler's frames (and torch's, under the fake GPU's)."""
     entries: list[TracebackType] = []
-    simulated = False
     while tb is not None:
-        name = tb.tb_frame.f_code.co_filename
-        simulated = simulated or name.startswith(_FAKE_CUDA)
         entries.append(tb)
         tb = tb.tb_next
+    simulated = any(e.tb_frame.f_code.co_filename.startswith(_FAKE_CUDA) for e in entries)
     kept: TracebackType | None = None
     for entry in reversed(entries):
         name = entry.tb_frame.f_code.co_filename

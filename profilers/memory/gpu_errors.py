@@ -49,13 +49,11 @@ def _declarations() -> dict[str, tuple[bool, bool]]:
 
 def _arguments(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
     """(name, value) of the op's positional arguments, as the wrapper's check walks them."""
-    out: list[tuple[str, Any]] = []
-    for i, a in enumerate(func._schema.arguments):
-        if a.kwarg_only:
-            continue
-        value = args[i] if i < len(args) else kwargs.get(a.name)
-        out.append((a.name, value))
-    return out
+    return [
+        (a.name, args[i] if i < len(args) else kwargs.get(a.name))
+        for i, a in enumerate(func._schema.arguments)
+        if not a.kwarg_only
+    ]
 
 
 def mismatch_message(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from profilers.memory.explain import line_dict
-from profilers.memory.tracker import LineKey, MemoryTracker
+from profilers.memory.tracker import LineKey, MemoryTracker, by_line
 
 if TYPE_CHECKING:
     from profilers.counting.recorder import Recorder
@@ -33,16 +33,6 @@ def capacities() -> dict[int, int]:
         return {}
 
 
-def _by_line(held: dict[LineKey, int]) -> dict[tuple[str, int], tuple[Any, int]]:
-    """Bytes per (file, line): the lines of several threads and GPUs summed."""
-    out: dict[tuple[str, int], tuple[Any, int]] = {}
-    for (line, _), n in held.items():
-        k = (line.file, line.line)
-        prev = out.get(k)
-        out[k] = (line, n + (prev[1] if prev else 0))
-    return out
-
-
 def memory_section(recorder: Recorder) -> dict[str, Any] | None:
     """The section of ``recorder``'s run, or None when memory was not tracked and no op failed
     with a device mismatch or out of memory."""
@@ -61,7 +51,7 @@ def memory_section(recorder: Recorder) -> dict[str, Any] | None:
     }
     if tracker is None:
         return out
-    live, most, total = tracker.now()
+    live, most, total, _ = tracker.glance()
     at_peak: dict[LineKey, int] = {}
     top: tuple[int, int, int, dict[LineKey, int]] | None = None
     for index, peak, step, held in tracker.peaks():
@@ -86,12 +76,12 @@ def memory_section(recorder: Recorder) -> dict[str, Any] | None:
             "capacity_bytes": capacity.get(index),
             "lines": [
                 {**line_dict(line), "bytes": n}
-                for line, n in sorted(_by_line(held).values(), key=lambda v: -v[1])[:MAX_LINES]
+                for line, n in sorted(by_line(held).values(), key=lambda v: -v[1])[:MAX_LINES]
             ],
         }
-    peak_by = _by_line(at_peak)
-    live_by = _by_line(live)
-    max_by = _by_line(most)
+    peak_by = by_line(at_peak)
+    live_by = by_line(live)
+    max_by = by_line(most)
     rows = [
         {
             **line_dict(line),
@@ -128,8 +118,8 @@ def live_memory(recorder: Recorder, top: int = LIVE_LINES) -> dict[str, Any]:
         }
         for index in sorted(peak)
     ]
-    held = _by_line(live)
-    max_by = _by_line(most)
+    held = by_line(live)
+    max_by = by_line(most)
     rows = [
         {**line_dict(line), "live_bytes": n, "max_bytes": max_by.get(k, (None, n))[1]}
         for k, (line, n) in heapq.nlargest(top, held.items(), key=lambda kv: kv[1][1])

@@ -166,17 +166,11 @@ class MemoryTracker:
             self._drain()
             return self._held_on(index)
 
-    def now(self) -> tuple[dict[LineKey, int], dict[LineKey, int], dict[int, int]]:
-        """Copies of the bytes per line now, each line's most, and each GPU's total now."""
-        with self._lock:
-            self._drain()
-            return dict(self.live), dict(self.line_max), dict(self.total)
-
     def glance(
         self,
     ) -> tuple[dict[LineKey, int], dict[LineKey, int], dict[int, int], dict[int, int]]:
         """Copies of the bytes per line now, each line's most, and each GPU's total now and peak
-        so far, for a live view several times a second: no copy of the lines at a peak."""
+        so far (no copy of the lines at a peak: a live view takes it several times a second)."""
         with self._lock:
             self._drain()
             return dict(self.live), dict(self.line_max), dict(self.total), dict(self.peak)
@@ -191,3 +185,13 @@ class MemoryTracker:
                     self.at_peak[index] = self._held_on(index)
                 held = self.at_peak.get(index, {})
                 yield index, self.peak[index], self.peak_step.get(index, 0), dict(held)
+
+
+def by_line(held: dict[LineKey, int]) -> dict[tuple[str, int], tuple[Any, int]]:
+    """Bytes per (file, line): the lines of several threads and GPUs summed."""
+    out: dict[tuple[str, int], tuple[Any, int]] = {}
+    for (line, _), n in held.items():
+        k = (line.file, line.line)
+        prev = out.get(k)
+        out[k] = (line, n + (prev[1] if prev else 0))
+    return out
