@@ -10,16 +10,15 @@ How it holds together:
   bottom of every thread's mode stack, under the profiler's) sends every op that touches a GPU
   tensor or makes one to a ``FakeTensorMode`` (shapes, dtypes and devices, no data, no memory),
   and runs everything else for real: data loading, numpy, host-side logic behave as without us.
-* **Values that come back to the host are placeholders.** ``.item()``, ``float(t)``, ``bool(t)``
-  give 0 / 0.0 / False; ``.cpu()`` and ``.tolist()`` give zeros; an op whose output size depends on
-  GPU values (``nonzero``, ``t[mask]``, ``masked_select``, ``unique``) keeps every element (the
-  largest size it could have). Control flow that depends on GPU values follows the placeholders;
-  :attr:`FakeCuda.placeholders` counts them and the report says so.
+* **Values that come back to the host are real by default** (``--fake-values real``: the GPU's
+  ops also run on the CPU, ``real.py``). With ``--fake-values placeholder`` they are 0 / 0.0 /
+  False and zeros, an op whose output size depends on GPU values keeps every element, and
+  :attr:`FakeCuda.placeholders` counts them for the report.
 * **``torch.cuda``** says what a machine with ``devices`` GPUs says; pinned host memory is
   remembered per allocation, so ``pin_memory()``, ``DataLoader(pin_memory=True)`` and
   ``non_blocking`` copies classify as on a GPU.
 
-Nothing here decides what is a copy or a sync: the profiler's own rules (``_ops.py``) see the
+Nothing here decides what is a copy or a sync: the profiler's own rules (``counting/ops.py``) see the
 same ops with the same devices as on a GPU.
 """
 
