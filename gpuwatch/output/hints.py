@@ -34,6 +34,8 @@ HOT = 10
 HALF_PRECISION_BYTES = 64 * 1024 * 1024
 #: A line whose input wait or launches take this share of the step gets a hint for it.
 TIME_SHARE_PCT = 5.0
+#: Where no step was timed, a loader whose measured wait is this share of the run gets its hint.
+MOST_PCT = 50.0
 
 _LOGGING = re.compile(
     r"\b(print|log|logger|logging|writer|wandb|tqdm|append|add_scalar|set_postfix)\b"
@@ -682,7 +684,7 @@ def _time_hints(r: Report) -> list[Hint]:
     hint at each line whose launches are."""
     t = r.time
     if not t:
-        return []
+        return _host_waits(r)
     run, _ = basis_of(t)
     costs = cause_costs(r)
     lines = {f"{s.file}:{s.line}": s for s in r.lines}
@@ -712,6 +714,28 @@ def _time_hints(r: Report) -> list[Hint]:
             if _launches_from_python(line):
                 knob = compile_knob(line)
                 out.append(LAUNCH_BOUND(line, knob=knob, eager=_ran_eager(r), ops=line.ops))
+    return out
+
+
+def _host_waits(r: Report) -> list[Hint]:
+    """With no time view (``--fake-cuda`` without ``--gpu``: the host's time there is mostly
+    the fake GPU's), the loader's hint all the same where the host's wait for its batches,
+    measured at the line (no GPU in it), is most of the run's time."""
+    wall = r.duration_s * 1000.0 * len(r.ranks or [0])  # a merged report's waits are summed
+    lines = {f"{s.file}:{s.line}": s for s in r.lines}
+    steps = int(r.steps["count"]) if r.steps else 0
+    out: list[Hint] = []
+    for s in r.lines:
+        wait = float((s.loader or {}).get("wait_ms") or 0.0)
+        if wall <= 0 or 100.0 * wait / wall < MOST_PCT:
+            continue
+        h = loader_hint(s, lines)
+        each = f"{fmt.duration_ms(wait / steps)} per step" if steps else fmt.duration_ms(wait)
+        evidence = (
+            f"the host waits {each} here for its batches ({100.0 * wait / wall:.0f}% of the "
+            f"run's {fmt.duration_ms(wall)}, measured on this host, no GPU time in it); "
+        )
+        out.append(replace(h, cost_ms=wait / max(1, steps), evidence=evidence + h.evidence))
     return out
 
 
