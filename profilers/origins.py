@@ -121,10 +121,12 @@ LOADER_FIELDS: dict[str, type] = {
     "batch_size": int,
     "iterators": int,
     "batches": int,
+    "wait_ms": float,
 }
 """A line's ``loader``: the settings of the DataLoader whose batches it pulled (the last seen),
 how many iterators were made over it (epochs: each starts its workers anew without
-``persistent_workers``) and how many batches it returned. ``prefetch_factor`` and
+``persistent_workers``), how many batches it returned, and the host's wait for them (``wait_ms``:
+with or without a step clock, which ``--fake-cuda`` alone has not). ``prefetch_factor`` and
 ``batch_size`` are null where the loader has none (no workers; a batch sampler)."""
 
 
@@ -144,11 +146,11 @@ def loader_from(d: Any) -> dict[str, Any] | None:
 
 def merge_loader(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
     """Two records of one line's loader (two threads, two ranks): the settings of either, the
-    iterators and batches summed."""
+    iterators, batches and waits summed."""
     if a is None or b is None:
         either = a if a is not None else b
         return dict(either) if either else None
     out = dict(a)
-    for k in ("iterators", "batches"):
-        out[k] = int(a.get(k) or 0) + int(b.get(k) or 0)
+    for k in ("iterators", "batches", "wait_ms"):
+        out[k] = (a.get(k) or 0) + (b.get(k) or 0)
     return out

@@ -1,9 +1,13 @@
 """The hint registry (one entry per kind: its causes, its what-if, its words) and the hints that
 programs nobody here wrote got wrong: each case a report built by hand from the counts such a
 program gave (a library's train function, a per-token ``int(i)``, a diffusion pipeline, a NaN
-check, a checkpoint saved when the validation loss improves)."""
+check, a checkpoint saved when the validation loss improves), and a program of each kind run
+where the report alone cannot show it (a loader decoding on the training thread)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -14,8 +18,16 @@ from profilers.libraries import LibraryFrame
 from profilers.origins import FACTORY, LOADER, PARAMETER, OriginCount
 from profilers.stats import Copies, Syncs
 from profilers.timing.whatif import HINT_WHATIFS
+from tests import conftest
+from tests.helpers import run_gpuwatch
 
 STEPS = 50
+DECODING = Path(__file__).parent / "programs" / "slow_loader.py"
+
+
+def _marked(path: Path, marker: str) -> int:
+    lines = path.read_text().splitlines()
+    return next(i for i, t in enumerate(lines, 1) if t.rstrip().endswith(f"# @{marker}"))
 
 
 def _report(*lines: Line, steps: int = STEPS) -> Report:
@@ -198,3 +210,53 @@ def test_an_item_every_step_after_a_librarys_sync_gets_a_hint():
     found = all_hints(_report(line, steps=steps))
     (h,) = found  # the read; the library's own synchronize, 5 in all, is no hint
     assert h.kind == "library_syncs" and "mylib/fit.py:51" in h.evidence
+
+
+def _decoding(wait_ms: float) -> Line:
+    """``for x in loader:`` under ``--fake-cuda`` alone (no time view): a DataLoader with no
+    workers whose measured wait is ``wait_ms`` of a 1 s run, 50 batches."""
+    loader = {"num_workers": 0, "pin_memory": False, "persistent_workers": False}
+    return Line(
+        "train.py",
+        9,
+        "main",
+        "for x in loader:",
+        loader={**loader, "batch_size": 4, "iterators": 1, "batches": 50, "wait_ms": wait_ms},
+    )
+
+
+def test_a_loader_waited_on_most_of_the_run_gets_its_hint_with_no_time_view():
+    """(h) ``--fake-cuda`` without ``--gpu`` has no time view, yet the host's wait for the
+    loader is measured at its line: most of the run there is the loader's hint, said why."""
+    r = _report(_decoding(700.0)).replace(duration_s=1.0)
+    assert r.time is None
+    (h,) = hints(r)
+    assert h.kind == "input_bound" and h.where == "train.py:9"
+    assert "DataLoader(num_workers=N)" in h.message
+    assert h.evidence.startswith(
+        "the host waits 14.0 ms per step here for its batches (70% of the run's 1.00 s, "
+        "measured on this host, no GPU time in it); DataLoader(num_workers=0"
+    )
+    assert h.cost_ms == pytest.approx(14.0)
+    assert hints(_report(_decoding(300.0)).replace(duration_s=1.0)) == []  # not most of it
+
+
+@pytest.mark.slow
+@pytest.mark.fake_cuda
+@pytest.mark.skipif(conftest.FAKE_CUDA_MISSING is not None, reason=str(conftest.FAKE_CUDA_MISSING))
+def test_a_loader_decoding_on_the_training_thread_gets_its_hint_under_fake_cuda(tmp_path):
+    """``gpuwatch profile --fake-cuda`` (no ``--gpu``) of a loader whose items take 2 ms each
+    on the training thread, 4 a batch, for a one-layer model: the loader's hint at the ``for``
+    line, never "No hints"."""
+    done = run_gpuwatch(["profile", "--fake-cuda", "--json", "r.json", str(DECODING)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = " ".join((done.stdout + done.stderr).split())  # rich wraps at 200 columns
+    assert "No hints" not in text
+    at = f"slow_loader.py:{_marked(DECODING, 'wait')} the step waits here for the DataLoader's"
+    assert at in text and "DataLoader(num_workers=N)" in text
+    assert "measured on this host, no GPU time in it); DataLoader(num_workers=0" in text
+    doc = json.loads((tmp_path / "r.json").read_text())
+    (loader,) = [s["loader"] for s in doc["sites"] if s.get("loader")]
+    # 12 batches of 4 items of 2 ms: at least 96 ms waited, most of the run
+    assert loader["batches"] == 12 and loader["wait_ms"] >= 96.0
+    assert loader["wait_ms"] > 500.0 * doc["duration_s"]

@@ -34,24 +34,16 @@ HOT = 10
 HALF_PRECISION_BYTES = 64 * 1024 * 1024
 #: A line whose input wait or launches take this share of the step gets a hint for it.
 TIME_SHARE_PCT = 5.0
+#: Where no step was timed, a loader whose measured wait is this share of the run gets its hint.
+MOST_PCT = 50.0
 
 _LOGGING = re.compile(
     r"\b(print|log|logger|logging|writer|wandb|tqdm|append|add_scalar|set_postfix)\b"
 )
-_FACTORY_OPS = (
-    "randn",
-    "rand.",
-    "zeros",
-    "ones",
-    "full",
-    "arange",
-    "empty",
-    "lift_fresh",
-    "eye",
-    "linspace",
-    "tensor",
+#: Reports written before ``origins`` existed: a line that ran one of these made a tensor.
+_FACTORY_OPS = tuple(
+    "randn rand. zeros ones full arange empty lift_fresh eye linspace tensor".split()
 )
-"""Reports written before ``origins`` existed: a line that ran one of these made a tensor."""
 
 
 @dataclass(frozen=True)
@@ -60,15 +52,10 @@ class Hint:
     line: Line
     message: str
     evidence: str
-    cost_ms: float = 0.0
-    """The time its cause cost at its line, per step (``report.time``; 0 where not measured)."""
-    saving_ms: float = 0.0
-    """What the hint's fix would save per step, replayed (``report.what_if``; 0: no what-if)."""
-    lines: tuple[int, ...] = ()
-    """Neighbouring lines of one file given the same advice, merged into this hint (``31-33``);
-    empty: its own line alone."""
-    saved: bool = False
-    """Whether ``saving_ms`` was replayed (the what-if had this fix at this line)."""
+    cost_ms: float = 0.0  # its cause's time at its line, per step (0: not measured)
+    saving_ms: float = 0.0  # what its fix saves per step, replayed (``report.what_if``)
+    lines: tuple[int, ...] = ()  # neighbours given the same advice, merged (``31-33``)
+    saved: bool = False  # whether ``saving_ms`` was replayed (the what-if had this fix here)
 
     @property
     def where(self) -> str:
@@ -95,7 +82,6 @@ class Kind:
     evidence: str = "{evidence}"
 
     def __post_init__(self) -> None:
-        """Registers it in :data:`KINDS`; a name registered twice raises."""
         if self.name in KINDS:
             raise ValueError(f"hint kind {self.name!r} is registered twice")
         KINDS[self.name] = self
@@ -105,12 +91,11 @@ class Kind:
         return HINT_WHATIFS.get(self.name)
 
     def __call__(self, line: Line, **fields: object) -> Hint:
-        """A hint at ``line``: this kind's templates filled in with ``fields``."""
         return Hint(self.name, line, self.words.format(**fields), self.evidence.format(**fields))
 
 
+#: Every hint kind, by name: making a :class:`Kind` registers it (twice: raises).
 KINDS: dict[str, Kind] = {}
-"""Every hint kind, by name: making a :class:`Kind` registers it."""
 
 
 SYNC, COPY = ("sync",), ("sync", "copy")
@@ -171,15 +156,8 @@ LAUNCH_BOUND = Kind(
     "work){knob}{eager}",
     "{ops:,} ops at this line in the run",
 )
-for _name in (
-    "model_moved_in_loop",
-    "loader_pin",
-    "loader_non_blocking",
-    "non_blocking_pageable",
-    "blocking_h2d",
-    "created_on_cpu",
-    "pinned_non_blocking",
-):
+_COPY_KINDS = "model_moved_in_loop loader_pin loader_non_blocking non_blocking_pageable"
+for _name in (*_COPY_KINDS.split(), "blocking_h2d", "created_on_cpu", "pinned_non_blocking"):
     Kind(_name, COPY)  # their words: the copy's advice by origin (COPY_ADVICE)
 
 
@@ -197,12 +175,11 @@ def hints(report: Report, hot: int = HOT) -> list[Hint]:
         out = [_with_cost(h, costs.get(h.where, {}), report) for h in out]
     w = report.what_if
     if w:
-        saved = _savings(w)
+        saved: dict[tuple[str, str], tuple[float, float]] = {}
+        for x in w.savings:  # NB: the what-if lists each fix once a line; the first is its own
+            saved.setdefault((str(x["kind"]), str(x["site"])), (x["saving_ms"], x["share_pct"]))
         out = [_with_saving(h, saved.get((_whatif(h.kind), h.where)), w) for h in out]
-    out.sort(key=_rank, reverse=True)
-    merged = merge_neighbours(out)
-    merged.sort(key=_rank, reverse=True)
-    return merged
+    return sorted(merge_neighbours(sorted(out, key=_rank, reverse=True)), key=_rank, reverse=True)
 
 
 #: The ops a line keeps in the JSON (``Line.to_dict``'s ``top_ops``).
@@ -241,15 +218,6 @@ def _rank(h: Hint) -> tuple[float, int, int, str, int]:
     return (h.rank_ms, h.line.syncs.count, h.line.bytes_moved, h.line.file, -h.line.line)
 
 
-def _savings(w: WhatIf) -> dict[tuple[str, str], tuple[float, float]]:
-    out: dict[tuple[str, str], tuple[float, float]] = {}
-    for s in w.savings:
-        key = (str(s["kind"]), str(s["site"]))
-        if key not in out:  # NB: the what-if lists each fix once a line; the first is its own
-            out[key] = (float(s["saving_ms"]), float(s["share_pct"]))
-    return out
-
-
 def _whatif(name: str) -> str:
     kind = KINDS.get(name)
     return (kind.whatif if kind else None) or ""
@@ -258,7 +226,7 @@ def _whatif(name: str) -> str:
 def _with_saving(h: Hint, saving: tuple[float, float] | None, w: WhatIf) -> Hint:
     if saving is None:
         return h
-    ms, pct = saving
+    ms, pct = float(saving[0]), float(saving[1])
     return replace(
         h, saving_ms=ms, saved=True, evidence=f"{saving_words(ms, pct, w)}; {h.evidence}"
     )
@@ -343,15 +311,20 @@ def in_steps(s: Line, steps: int, ranks: int = 1) -> str:
 
 def per_step(s: Line, steps: int) -> str:
     """``"1 sync and 2 copies per step"``: a line's waits and copies over the run's steps."""
-    copies = sum(s.copies(way).count for way in ("h2d", "d2h", "d2d", "p2p"))
-    parts = []
-    for n, what in ((s.syncs.count, "sync"), (copies, "copy")):
-        if n:
-            rate = n / steps
-            text = f"{rate:.0f}" if rate == int(rate) else f"{rate:.2g}"
-            plural = "" if rate == 1 else ("s" if what == "sync" else "")
-            parts.append(f"{text} {'copies' if what == 'copy' and rate != 1 else what + plural}")
+    counts = ((s.syncs.count, "sync", "syncs"), (copies_of(s), "copy", "copies"))
+    parts = [rate(n, steps, one, many) for n, one, many in counts if n]
     return " and ".join(parts) + " per step" if parts else "nothing per step"
+
+
+def rate(n: int, steps: int, one: str, many: str) -> str:
+    """``2 copies``, ``0.5 syncs``: ``n`` over ``steps``."""
+    each = n / steps
+    text = f"{each:.0f}" if each == int(each) else f"{each:.2g}"
+    return f"{text} {one if each == 1 else many}"
+
+
+def copies_of(s: Line) -> int:
+    return sum(s.copies(way).count for way in ("h2d", "d2h", "d2d", "p2p"))
 
 
 def _once(s: Line, steps: int, count: int, hot: int, loops_inside: bool = False) -> bool:
@@ -388,7 +361,7 @@ def _sync_hints(s: Line, steps: int, hot: int) -> list[Hint]:
     often = how_often(s.steps_active, steps)
     every = often == "every step" or not steps
     burst = steps >= 2 and s.steps_active == 1  # many syncs in one step: a loop in the line
-    when = f"{s.syncs.count:,} times in one step" if burst else _when(often, steps)
+    when = f"{s.syncs.count:,} times in one step" if burst else often if steps else "in a loop"
     fetches = causes.get("item", 0) + causes.get("copy_to_host", 0)
     items, to_host = causes.get("item", 0), causes.get("copy_to_host", 0)
     found: list[Hint] = []
@@ -412,11 +385,6 @@ def _sync_hints(s: Line, steps: int, hot: int) -> list[Hint]:
     if dependent and not _once(s, steps, dependent, hot, True):
         found.append(DATA_DEPENDENT(s, when=when, n=dependent))
     return found
-
-
-def _when(often: str, steps: int) -> str:
-    """``every step`` / ``every 10th step`` / ``in 4 of 50 steps`` / ``in a loop``."""
-    return often if steps else "in a loop"
 
 
 def origins_of(s: Line) -> dict[str, OriginCount]:
@@ -453,7 +421,7 @@ def _copy_hints(s: Line, steps: int, hot: int, runs: FactoryRuns) -> list[Hint]:
         # already): "in a loop" is said only where steps show it moved in two or more; a
         # library's train function that moves the model once runs in every step of its line
         del origins[PARAMETER]
-    often = _when(how_often(s.steps_active, steps), steps)
+    often = how_often(s.steps_active, steps) if steps else "in a loop"
     ranked = sorted(origins.items(), key=lambda kv: (kv[1].count, kv[1].bytes), reverse=True)
     for origin, c in ranked:
         made = _copy_hint(s, Copy(origin, c, f"{s.file}:{s.line}", runs(c.made_at, c.op)), often)
@@ -682,7 +650,7 @@ def _time_hints(r: Report) -> list[Hint]:
     hint at each line whose launches are."""
     t = r.time
     if not t:
-        return []
+        return _host_waits(r)
     run, _ = basis_of(t)
     costs = cause_costs(r)
     lines = {f"{s.file}:{s.line}": s for s in r.lines}
@@ -715,6 +683,28 @@ def _time_hints(r: Report) -> list[Hint]:
     return out
 
 
+def _host_waits(r: Report) -> list[Hint]:
+    """With no time view (``--fake-cuda`` without ``--gpu``: the host's time there is mostly
+    the fake GPU's), the loader's hint all the same where the host's wait for its batches,
+    measured at the line (no GPU in it), is most of the run's time."""
+    wall = r.duration_s * 1000.0 * len(r.ranks or [0])  # a merged report's waits are summed
+    lines = {f"{s.file}:{s.line}": s for s in r.lines}
+    steps = int(r.steps["count"]) if r.steps else 0
+    out: list[Hint] = []
+    for s in r.lines:
+        wait = float((s.loader or {}).get("wait_ms") or 0.0)
+        if wall <= 0 or 100.0 * wait / wall < MOST_PCT:
+            continue
+        h = loader_hint(s, lines)
+        each = f"{fmt.duration_ms(wait / steps)} per step" if steps else fmt.duration_ms(wait)
+        evidence = (
+            f"the host waits {each} here for its batches ({100.0 * wait / wall:.0f}% of the "
+            f"run's {fmt.duration_ms(wall)}, measured on this host, no GPU time in it); "
+        )
+        out.append(replace(h, cost_ms=wait / max(1, steps), evidence=evidence + h.evidence))
+    return out
+
+
 #: How a framework that runs the step for the user compiles it, by the package of a frame
 #: inside the line (read in transformers 5.24.0 training_args.py ``torch_compile``,
 #: ``torch_compile_mode``; accelerate 1.15.0 accelerator.py ``dynamo_backend``; Lightning
@@ -739,8 +729,7 @@ def _launches_from_python(line: Line) -> bool:
     """Whether the line's launches come from Python ops: not a backward's (autograd's engine
     launches them in C++), nor a line whose ops are its copies (a pageable copy's wait is no
     launch that torch.compile or CUDA graphs remove)."""
-    copies = sum(line.copies(way).count for way in ("h2d", "d2h", "d2d", "p2p"))
-    return not _BACKWARD.search(line.source) and line.ops > copies
+    return not _BACKWARD.search(line.source) and line.ops > copies_of(line)
 
 
 def compile_knob(line: Line) -> str:
@@ -806,17 +795,8 @@ def loader_hint(line: Line, lines: dict[str, Line]) -> Hint:
     pageable = sum(s.origins[LOADER].pageable for s in lines.values() if LOADER in s.origins)
     if not ld.get("pin_memory") and pageable:
         fixes.append("pin_memory=True, with .to(device, non_blocking=True) for its batches")
-    settings = ", ".join(
-        f"{k}={ld[k]}"
-        for k in (
-            "num_workers",
-            "pin_memory",
-            "persistent_workers",
-            "prefetch_factor",
-            "batch_size",
-        )
-        if ld.get(k) is not None
-    )
+    names = "num_workers pin_memory persistent_workers prefetch_factor batch_size".split()
+    settings = ", ".join(f"{k}={ld[k]}" for k in names if ld.get(k) is not None)
     batches, epochs = int(ld.get("batches") or 0), int(ld.get("iterators") or 0)
     return INPUT_BOUND(
         line,
@@ -827,19 +807,11 @@ def loader_hint(line: Line, lines: dict[str, Line]) -> Hint:
     )
 
 
-#: The ATen ops that only the Python functions users write make (``torch.tensor(0.5)`` lifts a
-#: fresh constant): named as the user wrote them.
-_CALLED_AS = {
-    "lift_fresh": "torch.tensor",
-    "lift_fresh_copy": "torch.tensor",
-    "scalar_tensor": "torch.tensor",
-}
-
-
 def _factory_name(op: str | None) -> str:
-    """The factory a user called to make a tensor (``torch.randn``), from its op's name."""
+    """The factory a user called to make a tensor (``torch.randn``), from its op's name (the
+    ops of Python data, ``torch.tensor(0.5)`` lifting a fresh constant: ``torch.tensor``)."""
     if not op or op == "DataLoader":
         return "a factory"
     if op.startswith("torch."):
         return op
-    return _CALLED_AS.get(op, f"torch.{op}")
+    return "torch.tensor" if op in _FROM_DATA else f"torch.{op}"

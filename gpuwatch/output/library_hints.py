@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from gpuwatch.output.hints import Hint, Kind, hints, how_often
+from gpuwatch.output.hints import Hint, Kind, copies_of, hints, how_often, rate
 from profilers import Line, Report
 from profilers.origins import LOADER, PARAMETER
 
@@ -33,12 +33,9 @@ class Frame:
     syncs: int
     by_cause: dict[str, int]
     copies: int
-    copy_bytes: int
     pageable: int
-    user_lines: tuple[Line, ...]
-    """The user's lines that reached it (under ``--lib-lines``: the library line itself)."""
-    lines: tuple[int, ...] = ()
-    """Every line of the function it stands for, where frames with one knob were grouped."""
+    user_lines: tuple[Line, ...]  # the user's lines that reached it (--lib-lines: its own)
+    lines: tuple[int, ...] = ()  # every line of its function, where one knob's were grouped
 
     @property
     def where(self) -> str:
@@ -56,13 +53,10 @@ class Knob:
     """A well-known library frame and what to set there."""
 
     kind: str
-    files: tuple[str, ...]
-    """Path endings inside site-packages (either namespace of a package: lightning's two)."""
-    functions: tuple[str, ...] = ()
-    """The frame's function (any, when empty)."""
-    source: str = ""
-    """A regular expression its line of code matches (any line, when empty)."""
-    advice: Callable[[Frame], str] = lambda f: ""
+    files: tuple[str, ...]  # path endings inside site-packages (lightning's two namespaces)
+    functions: tuple[str, ...] = ()  # the frame's function (any, when empty)
+    source: str = ""  # a regular expression its line of code matches (any, when empty)
+    advice: str | Callable[[Frame], str] = ""
     when: Callable[[Frame], bool] = lambda f: True
     """Whether the frame's counts call for the knob (batches copied from pinned memory
     without a wait need nothing)."""
@@ -124,11 +118,9 @@ KNOBS: dict[str, Knob] = _table(
         "hf_nan_inf_filter",
         ("transformers/trainer.py",),
         source=r"\bisnan\b|\bisinf\b",
-        advice=lambda f: (
-            "HF's Trainer checks every batch's loss for NaN/inf on the host (isnan, then "
-            "isinf: each waits for the GPU): TrainingArguments(logging_nan_inf_filter=False) "
-            "turns the check off (a NaN loss then reaches the logged average)"
-        ),
+        advice="HF's Trainer checks every batch's loss for NaN/inf on the host (isnan, then "
+        "isinf: each waits for the GPU): TrainingArguments(logging_nan_inf_filter=False) "
+        "turns the check off (a NaN loss then reaches the logged average)",
     ),
     # transformers/trainer.py Trainer._maybe_log_save_evaluate: `tr_loss_scalar =
     # nested_gather(tr_loss, ...).mean().item()` and `grad_norm.item()`, each time it logs.
@@ -137,10 +129,8 @@ KNOBS: dict[str, Knob] = _table(
         ("transformers/trainer.py",),
         ("_maybe_log_save_evaluate",),
         r"\.item\(\)",
-        lambda f: (
-            "HF's Trainer reads the loss and the gradient norm with .item() each time it logs: "
-            "TrainingArguments(logging_steps=N) logs every N steps (default 500), fewer reads"
-        ),
+        "HF's Trainer reads the loss and the gradient norm with .item() each time it logs: "
+        "TrainingArguments(logging_steps=N) logs every N steps (default 500), fewer reads",
     ),
     # transformers/masking_utils.py find_packed_sequence_indices, reached from
     # _preprocess_mask_arguments only `if position_ids is not None and attention_mask is None
@@ -149,11 +139,9 @@ KNOBS: dict[str, Knob] = _table(
         "hf_packed_sequences",
         ("transformers/masking_utils.py",),
         ("find_packed_sequence_indices",),
-        advice=lambda f: (
-            "with no attention_mask, the model checks on the host whether each batch packs "
-            "several sequences (a sync every forward): pass attention_mask with each batch "
-            "(the check runs only without one)"
-        ),
+        advice="with no attention_mask, the model checks on the host whether each batch packs "
+        "several sequences (a sync every forward): pass attention_mask with each batch "
+        "(the check runs only without one)",
     ),
     # transformers/generation/utils.py StopCheck.__call__: `return
     # bool(unfinished_sequences.max() == 0)` after every new token (DeferredStopCheck, which
@@ -162,13 +150,11 @@ KNOBS: dict[str, Knob] = _table(
         "hf_generate_stop",
         ("transformers/generation/utils.py",),
         source=r"unfinished_sequences\.max\(\)",
-        advice=lambda f: (
-            "generate() asks the GPU after every new token whether all sequences are finished "
-            "(its stopping criteria, read on the host: one sync per token, whatever the batch "
-            "size): generate for many prompts in one call, bound the length with "
-            "max_new_tokens, and keep custom StoppingCriteria on the device (return a tensor, "
-            "never .item())"
-        ),
+        advice="generate() asks the GPU after every new token whether all sequences are finished "
+        "(its stopping criteria, read on the host: one sync per token, whatever the batch "
+        "size): generate for many prompts in one call, bound the length with "
+        "max_new_tokens, and keep custom StoppingCriteria on the device (return a tensor, "
+        "never .item())",
     ),
     Knob(
         "accelerate_batches",
@@ -184,12 +170,10 @@ KNOBS: dict[str, Knob] = _table(
         "accelerate_gather_for_metrics",
         ("accelerate/accelerator.py",),
         ("gather_for_metrics", "gather"),
-        advice=lambda f: (
-            "accelerate's gather_for_metrics copies and waits here: gather tensors, not Python "
-            "objects (use_gather_object=True and non-tensor inputs pickle each object through "
-            "the GPU), and gather once per evaluation (accumulate predictions on the device) "
-            "rather than once per batch"
-        ),
+        advice="accelerate's gather_for_metrics copies and waits here: gather tensors, not Python "
+        "objects (use_gather_object=True and non-tensor inputs pickle each object through "
+        "the GPU), and gather once per evaluation (accumulate predictions on the device) "
+        "rather than once per batch",
     ),
     # accelerate/optimizer.py AcceleratedOptimizer.step: `self.scaler.step(self.optimizer,
     # closure)` under mixed_precision="fp16": GradScaler's found_inf read.
@@ -197,13 +181,11 @@ KNOBS: dict[str, Knob] = _table(
         "gradscaler_found_inf",
         ("torch/amp/grad_scaler.py", "torch/cuda/amp/grad_scaler.py", "accelerate/optimizer.py"),
         source=r"found_inf|scaler\.step",
-        advice=lambda f: (
-            "GradScaler reads found_inf once per optimizer step (one sync per step: normal for "
-            "float16, it skips steps whose gradients overflowed, and waits for the backward "
-            "before the optimizer runs); bfloat16 autocast (torch.autocast('cuda', "
-            "dtype=torch.bfloat16); accelerate/Lightning: mixed_precision 'bf16') needs no "
-            "GradScaler and no such sync"
-        ),
+        advice="GradScaler reads found_inf once per optimizer step (one sync per step: normal for "
+        "float16, it skips steps whose gradients overflowed, and waits for the backward "
+        "before the optimizer runs); bfloat16 autocast (torch.autocast('cuda', "
+        "dtype=torch.bfloat16); accelerate/Lightning: mixed_precision 'bf16') needs no "
+        "GradScaler and no such sync",
     ),
     # lightning/pytorch/core/hooks.py DataHooks.transfer_batch_to_device: move_data_to_device
     # (lightning/fabric/utilities/apply_func.py batch_to: non_blocking=True on CUDA).
@@ -224,13 +206,11 @@ KNOBS: dict[str, Knob] = _table(
         ("logger_connector/result.py",),
         ("metrics",),
         r"convert_tensors_to_scalars|pbar",
-        lambda f: (
-            "Lightning turns each metric logged with prog_bar=True into a Python number at "
-            "every batch end and again at every progress-bar refresh (each a sync): "
-            "self.log(..., prog_bar=False) for what you need not watch, self.log(..., "
-            "on_step=False, on_epoch=True) to read it once an epoch, or refresh the bar less "
-            "often: Trainer(callbacks=[TQDMProgressBar(refresh_rate=N)])"
-        ),
+        "Lightning turns each metric logged with prog_bar=True into a Python number at "
+        "every batch end and again at every progress-bar refresh (each a sync): "
+        "self.log(..., prog_bar=False) for what you need not watch, self.log(..., "
+        "on_step=False, on_epoch=True) to read it once an epoch, or refresh the bar less "
+        "often: Trainer(callbacks=[TQDMProgressBar(refresh_rate=N)])",
     ),
     # torch/nn/modules/transformer.py _detect_is_causal_mask: with a mask and no is_causal,
     # `make_causal = bool((mask == causal_comparison).all())` on every forward of
@@ -240,13 +220,11 @@ KNOBS: dict[str, Knob] = _table(
         "torch_causal_mask_check",
         ("torch/nn/modules/transformer.py",),
         ("_detect_is_causal_mask",),
-        advice=lambda f: (
-            "nn.TransformerEncoder/TransformerDecoder compare the attention mask you pass with "
-            "a causal mask on every forward (bool((mask == causal).all()): a sync) because "
-            "is_causal was not given: pass it with the mask, encoder(x, mask=mask, "
-            "is_causal=True) for a causal mask (False for any other); TransformerDecoder: "
-            "tgt_is_causal=; nn.Transformer: src_is_causal=/tgt_is_causal="
-        ),
+        advice="nn.TransformerEncoder/TransformerDecoder compare the attention mask you pass with "
+        "a causal mask on every forward (bool((mask == causal).all()): a sync) because "
+        "is_causal was not given: pass it with the mask, encoder(x, mask=mask, "
+        "is_causal=True) for a causal mask (False for any other); TransformerDecoder: "
+        "tgt_is_causal=; nn.Transformer: src_is_causal=/tgt_is_causal=",
     ),
 )
 
@@ -265,7 +243,6 @@ def library_frames(report: Report) -> list[Frame]:
                 lf.syncs,
                 dict(lf.by_cause),
                 lf.copies,
-                lf.copy_bytes,
                 lf.pageable,
                 (s,),
             )
@@ -285,8 +262,7 @@ def lib_lines(report: Report) -> list[Frame]:
             s.source,
             s.syncs.count,
             dict(s.syncs.by_cause),
-            _copies(s),
-            s.bytes_moved,
+            copies_of(s),
             sum(s.copies(w).pageable for w in ("h2d", "d2h")),
             (s,),
         )
@@ -295,7 +271,6 @@ def lib_lines(report: Report) -> list[Frame]:
 
 
 def knob_for(frame: Frame) -> Knob | None:
-    """The well-known frame ``frame`` is, if any."""
     return next((k for k in KNOBS.values() if k.matches(frame)), None)
 
 
@@ -303,10 +278,8 @@ def knob_for(frame: Frame) -> Knob | None:
 class LibraryHint(Hint):
     """A hint about a library frame: ``where`` names the frame, then the user's lines."""
 
-    frame: str = ""
-    """``transformers/trainer.py:1919 _run_epoch``."""
-    callers: tuple[str, ...] = ()
-    """The user's lines that reached it (``train.py:31``)."""
+    frame: str = ""  # ``transformers/trainer.py:1919 _run_epoch``
+    callers: tuple[str, ...] = ()  # the user's lines that reached it (``train.py:31``)
 
     @property
     def where(self) -> str:
@@ -329,7 +302,10 @@ def library_hints(report: Report, steps: int) -> list[LibraryHint]:
         if knob is not None:
             if not knob.when(f):
                 continue
-            kind, message = knob.kind, knob.advice(f)
+            kind, message = (
+                knob.kind,
+                knob.advice if isinstance(knob.advice, str) else knob.advice(f),
+            )
         elif generic and f.file == CHECKPOINT_FILE:
             # NB: torch.save copies every storage to the host once (and torch.load back): no
             # setting of torch turns that off; only how often the script saves is the user's,
@@ -377,25 +353,15 @@ CHECKPOINT_FILE = "torch/serialization.py"
 
 def _grouped(frames: list[Frame]) -> list[tuple[Frame, Knob | None]]:
     """The frames that made anything, each with its knob; the frames of one function with
-    one knob as one (HF's two ``.item()`` lines of ``_maybe_log_save_evaluate``: one hint)."""
-    out: list[tuple[Frame, Knob | None]] = []
-    by_knob: dict[tuple[str, str, str], list[Frame]] = {}
+    one knob as one (HF's two ``.item()`` lines of ``_maybe_log_save_evaluate``: one hint),
+    in the place of its first (most syncs) frame."""
+    groups: dict[object, tuple[Knob | None, list[Frame]]] = {}
     for f in frames:
-        if not (f.syncs or f.copies):
-            continue
-        knob = knob_for(f)
-        if knob is None:
-            out.append((f, None))
-            continue
-        key = (knob.kind, f.file, f.function)
-        if key not in by_knob:
-            by_knob[key] = []
-            out.append((f, knob))  # its place: the group's first (most syncs) frame
-        by_knob[key].append(f)
-    return [
-        (_merge(by_knob[(k.kind, f.file, f.function)]), k) if k is not None else (f, None)
-        for f, k in out
-    ]
+        if f.syncs or f.copies:
+            knob = knob_for(f)
+            key = id(f) if knob is None else (knob.kind, f.file, f.function)
+            groups.setdefault(key, (knob, []))[1].append(f)
+    return [(_merge(fs) if knob else fs[0], knob) for knob, fs in groups.values()]
 
 
 def _repeated_reads(f: Frame, line: Line, steps: int) -> bool:
@@ -422,7 +388,7 @@ def owned_by_libraries(s: Line) -> bool:
         return False
     syncs = sum(f.syncs for f in s.library)
     copies = sum(f.copies for f in s.library)
-    return syncs == s.syncs.count and copies == _copies(s)
+    return syncs == s.syncs.count and copies == copies_of(s)
 
 
 #: The hints of what a line's time went to, not of its copies and syncs: never a library's.
@@ -486,21 +452,11 @@ def _evidence(f: Frame, steps: int, ranks: int) -> str:
         parts.append(f"{f.copies:,} copies")
     text = " and ".join(parts) + f" made at {f.where}"
     if steps >= 2:
-        text += f"; {_rate(f.syncs, steps * ranks, 'sync', 'syncs')} and "
-        text += f"{_rate(f.copies, steps * ranks, 'copy', 'copies')} per step"
+        text += f"; {rate(f.syncs, steps * ranks, 'sync', 'syncs')} and "
+        text += f"{rate(f.copies, steps * ranks, 'copy', 'copies')} per step"
         text += " per rank" if ranks > 1 else ""
     lines = ", ".join(dict.fromkeys(f"{s.file}:{s.line}" for s in f.user_lines))
     return f"{text}; from {lines}"
-
-
-def _rate(n: int, steps: int, one: str, many: str) -> str:
-    rate = n / steps
-    text = f"{rate:.0f}" if rate == int(rate) else f"{rate:.2g}"
-    return f"{text} {one if rate == 1 else many}"
-
-
-def _copies(s: Line) -> int:
-    return sum(s.copies(way).count for way in ("h2d", "d2h", "d2d", "p2p"))
 
 
 def _merge(frames: list[Frame]) -> Frame:
@@ -514,7 +470,6 @@ def _merge(frames: list[Frame]) -> Frame:
         syncs=sum(f.syncs for f in frames),
         by_cause=by_cause,
         copies=sum(f.copies for f in frames),
-        copy_bytes=sum(f.copy_bytes for f in frames),
         pageable=sum(f.pageable for f in frames),
         user_lines=tuple({s.key: s for f in frames for s in f.user_lines}.values()),
         lines=tuple(sorted({n for f in frames for n in f.lines or (f.line,)})),

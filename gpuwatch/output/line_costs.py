@@ -51,19 +51,23 @@ def cost_text(r: Report, ms: float, share: float) -> str:
     return f"{fmt.duration_ms(ms)} of {what} {unit} ({share:.0f}% {of}, {how})"
 
 
+def _basis(t: Any) -> tuple[dict[str, Any], Any, int, float]:
+    """The breakdown, its GPU half, the steps it holds and their wall time (a typical step
+    replayed: its figures are per step)."""
+    run, steps = per_step(t)
+    gpu = run.get("gpu")
+    if gpu and gpu.get("per_step"):
+        return run, gpu, 1, float(gpu["wall_ms"])
+    return run, gpu, max(1, steps), float(run["wall_unprofiled_ms"])
+
+
 def line_costs(r: Report) -> dict[str, tuple[float, float]]:
     """``file:line`` -> (ms per step, % of the step) of the time charged to it (idle time on a
     GPU, host time otherwise), costliest first, over the steps after the first where two or
     more ended (:func:`~profilers.timing.verdict.per_step`)."""
-    t = r.time
-    if not t:
+    if not r.time:
         return {}
-    run, steps = per_step(t)
-    steps = max(1, steps)
-    total = float(run["wall_unprofiled_ms"])
-    gpu = run.get("gpu")
-    if gpu and gpu.get("per_step"):  # a typical step replayed: its figures are per step
-        steps, total = 1, float(gpu["wall_ms"])
+    run, gpu, steps, total = _basis(r.time)
     if gpu:
         charged: dict[str, float] = {}
         for d in gpu.get("idle_lines", []):
@@ -82,15 +86,9 @@ def cause_costs(r: Report) -> dict[str, dict[str, tuple[float, float]]]:
     """``file:line`` -> cause (``input``, ``sync``, ``copy``, ``comm``, ``launch``) -> (ms per
     step, % of the step): :func:`line_costs` split by what the time went to, so that a hint is
     charged the time of its own cause only (a line's launches are not its sync's cost)."""
-    t = r.time
-    if not t:
+    if not r.time:
         return {}
-    run, steps = per_step(t)
-    steps = max(1, steps)
-    total = float(run["wall_unprofiled_ms"])
-    gpu = run.get("gpu")
-    if gpu and gpu.get("per_step"):
-        steps, total = 1, float(gpu["wall_ms"])
+    run, gpu, steps, total = _basis(r.time)
     charged: dict[str, dict[str, float]] = {}
     if gpu:
         for d in gpu.get("idle_lines", []):

@@ -175,7 +175,7 @@ def loader_settings(it: Any) -> dict[str, Any]:
     }
 
 
-def note_batch(provenance: Provenance, line: Any, it: Any, batch: Any) -> None:
+def note_batch(provenance: Provenance, line: Any, it: Any, batch: Any, wait_ns: int) -> None:
     """A batch the loader iterator ``it`` returned at ``line`` (the ``for`` line): its tensors'
     storages are the loader's, and the line keeps the loader's settings."""
     for t in batch_tensors(batch):
@@ -183,7 +183,7 @@ def note_batch(provenance: Provenance, line: Any, it: Any, batch: Any) -> None:
             provenance.note(line, "DataLoader", LOADER, t)
     found = line.loader
     if found is None:
-        found = line.loader = {**loader_settings(it), "iterators": 0, "batches": 0}
+        found = line.loader = {**loader_settings(it), "iterators": 0, "batches": 0, "wait_ms": 0.0}
     if getattr(it, "_gpuwatch_seen", False) is not True:
         # NB: one mark per iterator (an epoch): a new one starts the workers anew unless
         # persistent_workers; an attribute of our own on the loader's iterator, not the batch
@@ -193,6 +193,7 @@ def note_batch(provenance: Provenance, line: Any, it: Any, batch: Any) -> None:
         except AttributeError:
             pass  # an iterator with __slots__: its epochs go uncounted
     found["batches"] += 1
+    found["wait_ms"] = round(found["wait_ms"] + wait_ns / 1e6, 3)
 
 
 def source_of(args: tuple[Any, ...]) -> Tensor | None:

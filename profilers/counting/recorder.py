@@ -370,14 +370,15 @@ class Recorder:
         made_at = None if maker is None else f"{maker.file}:{maker.line}"
         found.add(t.nbytes or 0, t.pageable, t.non_blocking, made_at, op)
 
-    def loader_batch(self, it: Any, batch: Any, frame: FrameType | None) -> None:
-        """The DataLoader iterator ``it`` returned ``batch`` to the line of ``frame``: its
-        tensors are a loader's (their copies' origin), the line keeps the loader's settings."""
+    def loader_batch(self, it: Any, batch: Any, frame: FrameType | None, wait_ns: int) -> None:
+        """The DataLoader iterator ``it`` returned ``batch`` to the line of ``frame`` after
+        ``wait_ns``: its tensors are a loader's (their copies' origin), the line keeps the
+        loader's settings and its wait."""
         self.batches += 1  # NB: counted outside a step window too (patches.count_steps)
         if not self.active:
             return
         try:
-            note_batch(self.provenance, self.line_for(frame), it, batch)
+            note_batch(self.provenance, self.line_for(frame), it, batch, wait_ns)
         except Exception as exc:  # never into user code: the batch goes back as it came
             self.internal_error("DataLoader.__next__", exc)
 

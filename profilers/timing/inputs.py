@@ -54,18 +54,19 @@ def timed_next(
     it: Any,
     frame: FrameType | None,
     what: str,
-    after: Callable[[Any], None] | None = None,
+    after: Callable[[Any, int], None] | None = None,
 ) -> Any:
     """``pull(it)`` (the next batch), its host time an input wait charged to ``frame``'s line
-    when ``recorder``'s profile is timing this thread; untimed otherwise. ``after(batch)`` is
-    the profiler's own work on the batch, timed as such."""
+    when ``recorder``'s profile is timing this thread; untimed otherwise. ``after(batch, ns)``
+    is the profiler's own work on the batch, timed as such; ``ns``: the wait, the profiler's
+    and the fake GPU's own time out where the clock runs (else all of it: no step clock)."""
     enter = time.perf_counter_ns()
     st: Any = getattr(recorder.local, "s", None) if recorder is not None else None
     clock = None if st is None or not recorder.active else st.clock
     if clock is None:
         batch = pull(it)
         if after is not None:
-            after(batch)
+            after(batch, time.perf_counter_ns() - enter)
         return batch
     # NB: the clock is off while the iterator works: ops it runs here (collate's stack and
     # the dataset's indexing, on the profile's thread when num_workers=0) are part of the wait,
@@ -93,7 +94,7 @@ def timed_next(
         try:
             scope.close()
             if after is not None and done:
-                after(batch)
+                after(batch, end - start - inside.own_ns(clock) - getattr(fake, "sim", 0) + sim0)
             line = recorder.line_for(frame)
             own = inside.own_ns(clock)
             if fake is not None:  # NB: the fake GPU's on the collate's ops: out of the wait
@@ -300,8 +301,8 @@ def patch_input(
     def __next__(self: Any) -> Any:
         frame = sys._getframe(1)
 
-        def note(batch: Any) -> None:  # the origin of its copies, the loader's settings
-            recorder.loader_batch(self, batch, frame)
+        def note(batch: Any, wait_ns: int) -> None:  # its copies' origin, the loader's settings
+            recorder.loader_batch(self, batch, frame, wait_ns)
 
         return timed_next(recorder, original, self, frame, "DataLoader.__next__", note)
 
