@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from profilers.timing.idle import (
@@ -65,15 +66,13 @@ MAX_SLICES = 256
 """Idle slices kept per step for the trace (the longest; the sums hold every one)."""
 
 
+@dataclass(slots=True, eq=False)
 class Anchor:
     """An event the GPU ran at ``host_ns`` on the host's clock (its stream was empty)."""
 
-    __slots__ = ("device", "event", "host_ns")
-
-    def __init__(self, device: int, event: Any, host_ns: int) -> None:
-        self.device = device
-        self.event = event
-        self.host_ns = host_ns
+    device: int
+    event: Any
+    host_ns: int
 
     def ready(self) -> bool:
         return bool(self.event.query())

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from dataclasses import dataclass
 from time import perf_counter_ns as _ns
 from time import thread_time_ns
 from typing import Any
@@ -56,37 +57,33 @@ SITE, KIND, HOST_NS, OVERHEAD_NS, STREAM, GPU_NS, NBYTES, PINNED, NON_BLOCKING =
 SYNC_CAUSE, DTYPE, WAIT_NS = 9, 10, 11
 
 
+@dataclass(slots=True, eq=False)
 class LoggedStep:
     """One closed step's records: its number, the records, and how many were dropped."""
 
-    __slots__ = ("dropped", "records", "step")
-
-    def __init__(self, step: int, records: list[list[Any]], dropped: int) -> None:
-        self.step = step
-        self.records = records
-        self.dropped = dropped
+    step: int
+    records: list[list[Any]]
+    dropped: int
 
     def ops(self) -> list[ReplayOp]:
         """The step as :class:`ReplayOp` s (GPU times as credited so far)."""
-        out = []
-        for r in self.records:
-            out.append(
-                ReplayOp(
-                    r[KIND],
-                    r[SITE] if isinstance(r[SITE], str) else line_key(r[SITE]),
-                    r[HOST_NS],
-                    stream=r[STREAM],
-                    gpu_ns=r[GPU_NS],
-                    nbytes=r[NBYTES],
-                    pinned=r[PINNED],
-                    non_blocking=r[NON_BLOCKING],
-                    sync=r[SYNC_CAUSE],
-                    wait_ns=r[WAIT_NS],
-                    overhead_ns=r[OVERHEAD_NS],
-                    dtype=r[DTYPE],
-                )
+        return [
+            ReplayOp(
+                r[KIND],
+                r[SITE] if isinstance(r[SITE], str) else line_key(r[SITE]),
+                r[HOST_NS],
+                stream=r[STREAM],
+                gpu_ns=r[GPU_NS],
+                nbytes=r[NBYTES],
+                pinned=r[PINNED],
+                non_blocking=r[NON_BLOCKING],
+                sync=r[SYNC_CAUSE],
+                wait_ns=r[WAIT_NS],
+                overhead_ns=r[OVERHEAD_NS],
+                dtype=r[DTYPE],
             )
-        return out
+            for r in self.records
+        ]
 
 
 class OpLog:
