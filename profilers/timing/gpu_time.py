@@ -1,6 +1,5 @@
-"""The GPU half of each step, measured with CUDA events: every timed op's interval
-placed on the host's clock, and every closed step (and the run) given its busy time and its idle
-time by cause and line (:func:`profilers.timing.idle.charge`), as the events resolve.
+"""The GPU half of each step, measured with CUDA events: each timed op placed on the host's clock,
+each closed step (and the run) given its busy and idle time (:func:`~profilers.timing.idle.charge`).
 
 Placing: a CUDA event's time is on the GPU's own clock, comparable only with other events of the
 device. An **anchor** ties that clock to the host's: an event recorded when the GPU had nothing
@@ -27,10 +26,8 @@ stream's previous timed op ended, the stream was busy with untimed work from the
 until the op started. NB: a lower bound (the untimed work may have begun before the op was
 queued), and a stream waiting for another's event counts as busy too (the other stream is).
 
-Resolution is asynchronous and costs the hot path nothing more: a closed step puts a mark in the
-timer's queue (:meth:`GpuTimeline.closed`); the mark is reached once every op queued before the
-step ended is placed, and the step's figures are worked out then. The report at the end has them
-all: the timer waits for the GPUs there.
+Resolution is asynchronous and costs the hot path nothing more: a closed step's mark in the
+timer's queue (:meth:`GpuTimeline.closed`) is reached once every op queued before it is placed.
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ def start_log(
     log.clock, log.clock_thread = clock, threading.get_ident()
     clock.replay = recorder.replay = log
     if spec is not None:
-        log.fake_entry_ns = _fake_time.calibrate_fake_entry(log)
+        _fake_time.calibrate_fake_entry(log)
         _fake_time.ACTIVE = log
 
         def off() -> None:
