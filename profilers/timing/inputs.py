@@ -19,10 +19,9 @@ time would turn such code into "input-bound" steps. PyTorch's DataLoader is the 
 exists to feed steps. Patching a library on speculation would also import it at every profile's
 start (DALI, HF datasets: seconds, and a CUDA context for DALI).
 
-Nesting is free: an iterator timed inside another's ``__next__`` (a DataLoader under a marked
-generator) finds the clock off and runs untimed, so the wait is counted once, at the outer line.
-Ops an input iterator runs (collate, a ``.cuda()`` inside a generator) are counted as ever;
-their time is the wait's.
+Nesting is free: an iterator timed inside another's ``__next__`` finds the clock off and runs
+untimed (one wait, at the outer line). Ops an input iterator runs are counted as ever; their
+time is the wait's.
 """
 
 from __future__ import annotations
