@@ -32,6 +32,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -103,16 +104,14 @@ def timed_next(
             recorder.internal_error(what, exc)
 
 
+@dataclass(slots=True, eq=False)
 class Inside:
     """The profiler's time on the ops an input iterator ran through the mode in one wait (where
     the mode could not step aside): what its hot path measured of itself, and the calibrated
     cost around each op (the dispatcher boxing it into Python)."""
 
-    __slots__ = ("hot_ns", "ops")
-
-    def __init__(self) -> None:
-        self.hot_ns = 0
-        self.ops = 0
+    hot_ns: int = 0
+    ops: int = 0
 
     def add(self, hot_ns: int) -> None:
         self.hot_ns += hot_ns
