@@ -1,11 +1,10 @@
 """The profiler's own cost per op that its hot path cannot time itself, measured at the start.
 
-The hot path (profilers/counting/dispatch.py) times its own work from its first line to its last; what it
-cannot see is the work around it: the dispatcher entering Python for the mode, the mode stack,
-the call and return. That part is measured here, once per profile: the same cheap op run bare and
-under the profiler's own mode (a scratch recorder with a clock of its own), the difference per op
-less what that clock saw as the hot path's own time. The least CPU time of a few rounds of each is
-kept: that is the cost of an op that is not probed (below).
+The hot path (profilers/counting/dispatch.py) times its own work; what it cannot see is the work
+around it (the dispatcher entering Python, the mode stack, the call and return). That is measured
+here once per profile: cheap ops run bare and under a scratch mode, the difference per op less
+what its clock saw as the hot path's own time (the least of a few rounds): the cost of an op
+that is not probed (below).
 
 NB: the cost outside the hot path is not one number: it depends on what the op's arguments are
 (a Python scalar in a tensor's place, ``y * 1.0001``, costs about twice a tensor operand, as the

@@ -8,9 +8,8 @@ charged there. Each node of the graph keeps the stack dynamo traced it at
 (``GraphModule._lineno_map``, relative to the ``forward``'s first line), so the op's own line is
 known: ``y = x.to("cuda")``, not ``def step(x):``.
 
-Read only where a copy or sync is counted (the fast path's rule found one), never per op; each
-generated line is read once per profile. No torch import here: the graph module is whatever the
-frame's ``self`` is, read by duck typing.
+Read only where a copy or sync is counted, never per op; each generated line once per profile.
+No torch import: the graph module is the frame's ``self``, read by duck typing.
 """
 
 from __future__ import annotations

@@ -2,13 +2,11 @@
 communicate, and for no other.
 
 A dispatch mode makes every op enter Python (3-9 µs each on a CPU); the copies and syncs come from
-a few dozen ops. Here those ops get a Python kernel each (``torch.library``) at the ``PreDispatch``
-key, which sits above autograd and every Python mode; every other op of every namespace gets a
-fallthrough at that key, so it never stops there; the key is switched on per thread through the
-dispatcher's thread-local include set. An intercepted op is counted by the same rules and recorder
-as the mode's (profilers/counting/ops.py, profilers/counting/comm.py), then run below the key with the key
-excluded, so the ops it calls inside are not counted again. Measured in
-benchmarks/counting_paths.py.
+a few dozen ops. Those get a Python kernel each (``torch.library``) at the ``PreDispatch`` key,
+above autograd and every Python mode; every other op gets a fallthrough there; the key is switched
+on per thread (the dispatcher's thread-local include set). An intercepted op is counted by the
+mode's rules and recorder, then run below the key with the key excluded, so the ops it calls are
+not counted again. Measured in benchmarks/counting_paths.py.
 
 What it does not see (the report says ``counting: "copies"``): ops other than those, so no op
 counts per line and no kernel time; ops that a Python mode or tensor subclass issues inside its own

@@ -9,6 +9,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -97,45 +98,31 @@ def _record(event: Any, stream: Any) -> None:
     event.record(stream)
 
 
+@dataclass(slots=True, eq=False)
 class TimedOp:
     """One op timed on a GPU: its two events, its GPU, the op's entry its time goes to, and the
     copies it made (set by the recorder when it counts one), credited too."""
 
-    __slots__ = (
-        "anchor_ns",
-        "copies",
-        "device",
-        "end",
-        "entry",
-        "found",
-        "queued_ns",
-        "replay",
-        "line",
-        "start",
-        "stream",
-    )
-
-    def __init__(self, start: Any, end: Any, device: int, entry: OpCount, stream: Any) -> None:
-        self.start = start
-        self.end = end
-        self.device = device
-        self.entry = entry
-        self.stream = stream
-        self.anchor_ns = 0
-        self.queued_ns = 0
-        """When the host queued it (set by the hot path; 0: not known)."""
-        self.line: Any = None
-        """The line it ran at (a ``LineStats``; set by the hot path, for the GPU timeline)."""
-        self.found: Any = None
-        """What it copied or synced (a ``Transfer``, a list of them, or None; set by the hot
-        path): a copy the host is blocked in is copy time on the GPU timeline."""
-        """Set for a host read (profilers/timing/charge.py): the host time its sync returned,
-        when its stream was empty; its end event is then an anchor (gpu_time.py)."""
-        """The CUDA stream it ran on (the step replay's records tell streams apart by it)."""
-        self.copies: Any = None
-        """The op's :class:`~profilers.stats.Copies`, when it copied (Recorder.apply)."""
-        self.replay: list[Any] | None = None
-        """The step replay's record of the op (profilers/timing/oplog.py): given its GPU ns."""
+    start: Any
+    end: Any
+    device: int
+    entry: OpCount
+    stream: Any
+    """The CUDA stream it ran on (the step replay's records tell streams apart by it)."""
+    anchor_ns: int = 0
+    """Set for a host read (profilers/timing/charge.py): the host time its sync returned,
+    when its stream was empty; its end event is then an anchor (gpu_time.py)."""
+    queued_ns: int = 0
+    """When the host queued it (set by the hot path; 0: not known)."""
+    line: Any = None
+    """The line it ran at (a ``LineStats``; set by the hot path, for the GPU timeline)."""
+    found: Any = None
+    """What it copied or synced (a ``Transfer``, a list of them, or None; set by the hot
+    path): a copy the host is blocked in is copy time on the GPU timeline."""
+    copies: Any = None
+    """The op's :class:`~profilers.stats.Copies`, when it copied (Recorder.apply)."""
+    replay: list[Any] | None = None
+    """The step replay's record of the op (profilers/timing/oplog.py): given its GPU ns."""
 
 
 class CudaTimer:

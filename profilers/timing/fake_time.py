@@ -39,11 +39,11 @@ def scalar_operand(func: Any, args: Any) -> bool:
     return any(i < len(args) and type(args[i]) in (float, int, bool) for i in slots)
 
 
-def calibrate_fake_entry(log: Any, runs: int = 5, calls: int = 20) -> int:
+def calibrate_fake_entry(log: Any, runs: int = 5, calls: int = 20) -> None:
     """The fake GPU's CPU time per op that its mode's hook cannot see (the dispatcher's way
     into its Python and back, the fake result wrapped): an op run bare, less what the hook
     measured, the least of ``runs`` (the harness must be on, the profile's mode not yet), by
-    kind into ``log.entry_ns``; returned for a GPU op (NB: the kinds differ by 2-3x: about
+    kind into ``log.entry_ns`` (NB: the kinds differ by 2-3x: about
     8, 20, 17 and 27 us for a host op, a GPU op, and each with a Python number, on a loaded
     2-core box)."""
     import torch
@@ -76,9 +76,7 @@ def calibrate_fake_entry(log: Any, runs: int = 5, calls: int = 20) -> int:
         log._fake.sim = 0
         log._fake.last = None
         log._fake.gpu_op = HOST_OP
-    entry = [max(0, (b or 0) // calls) for b in best]
-    log.entry_ns = entry
-    return entry[GPU_OP]
+    log.entry_ns = [max(0, (b or 0) // calls) for b in best]
 
 
 sim_clock = thread_time_ns

@@ -1,6 +1,5 @@
-"""The GPU half of each step, measured with CUDA events: every timed op's interval
-placed on the host's clock, and every closed step (and the run) given its busy time and its idle
-time by cause and line (:func:`profilers.timing.idle.charge`), as the events resolve.
+"""The GPU half of each step, measured with CUDA events: each timed op placed on the host's clock,
+each closed step (and the run) given its busy and idle time (:func:`~profilers.timing.idle.charge`).
 
 Placing: a CUDA event's time is on the GPU's own clock, comparable only with other events of the
 device. An **anchor** ties that clock to the host's: an event recorded when the GPU had nothing
@@ -27,16 +26,15 @@ stream's previous timed op ended, the stream was busy with untimed work from the
 until the op started. NB: a lower bound (the untimed work may have begun before the op was
 queued), and a stream waiting for another's event counts as busy too (the other stream is).
 
-Resolution is asynchronous and costs the hot path nothing more: a closed step puts a mark in the
-timer's queue (:meth:`GpuTimeline.closed`); the mark is reached once every op queued before the
-step ended is placed, and the step's figures are worked out then. The report at the end has them
-all: the timer waits for the GPUs there.
+Resolution is asynchronous and costs the hot path nothing more: a closed step's mark in the
+timer's queue (:meth:`GpuTimeline.closed`) is reached once every op queued before it is placed.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from profilers.timing.idle import (
@@ -65,15 +63,13 @@ MAX_SLICES = 256
 """Idle slices kept per step for the trace (the longest; the sums hold every one)."""
 
 
+@dataclass(slots=True, eq=False)
 class Anchor:
     """An event the GPU ran at ``host_ns`` on the host's clock (its stream was empty)."""
 
-    __slots__ = ("device", "event", "host_ns")
-
-    def __init__(self, device: int, event: Any, host_ns: int) -> None:
-        self.device = device
-        self.event = event
-        self.host_ns = host_ns
+    device: int
+    event: Any
+    host_ns: int
 
     def ready(self) -> bool:
         return bool(self.event.query())

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from profilers.timing.timeline import COPY, DEPENDENCY, IDLE_CAUSES, LAUNCH, HostInterval
@@ -42,28 +43,18 @@ from profilers.timing.timeline import COPY, DEPENDENCY, IDLE_CAUSES, LAUNCH, Hos
 END_OF_STEP = "(end of step)"
 
 
+@dataclass(slots=True, eq=False)
 class GpuInterval:
     """One op on a device: ``[start_ns, end_ns)`` on the host's clock, its stream, the line
     (``file:line``) that launched it; ``held``: a copy to the GPU the host was blocked in;
     ``queued_ns``: when the host queued it (0: not known)."""
 
-    __slots__ = ("end_ns", "held", "line", "queued_ns", "start_ns", "stream")
-
-    def __init__(
-        self,
-        start_ns: int,
-        end_ns: int,
-        stream: int,
-        line: str,
-        held: bool = False,
-        queued_ns: int = 0,
-    ) -> None:
-        self.start_ns = start_ns
-        self.end_ns = end_ns
-        self.stream = stream
-        self.line = line
-        self.held = held
-        self.queued_ns = queued_ns
+    start_ns: int
+    end_ns: int
+    stream: int
+    line: str
+    held: bool = False
+    queued_ns: int = 0
 
 
 def _carve(waits: list[HostInterval], held: list[HostInterval]) -> list[HostInterval]:

@@ -19,10 +19,9 @@ time would turn such code into "input-bound" steps. PyTorch's DataLoader is the 
 exists to feed steps. Patching a library on speculation would also import it at every profile's
 start (DALI, HF datasets: seconds, and a CUDA context for DALI).
 
-Nesting is free: an iterator timed inside another's ``__next__`` (a DataLoader under a marked
-generator) finds the clock off and runs untimed, so the wait is counted once, at the outer line.
-Ops an input iterator runs (collate, a ``.cuda()`` inside a generator) are counted as ever;
-their time is the wait's.
+Nesting is free: an iterator timed inside another's ``__next__`` finds the clock off and runs
+untimed (one wait, at the outer line). Ops an input iterator runs are counted as ever; their
+time is the wait's.
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -105,16 +105,14 @@ def timed_next(
             recorder.internal_error(what, exc)
 
 
+@dataclass(slots=True, eq=False)
 class Inside:
     """The profiler's time on the ops an input iterator ran through the mode in one wait (where
     the mode could not step aside): what its hot path measured of itself, and the calibrated
     cost around each op (the dispatcher boxing it into Python)."""
 
-    __slots__ = ("hot_ns", "ops")
-
-    def __init__(self) -> None:
-        self.hot_ns = 0
-        self.ops = 0
+    hot_ns: int = 0
+    ops: int = 0
 
     def add(self, hot_ns: int) -> None:
         self.hot_ns += hot_ns

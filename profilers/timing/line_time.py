@@ -3,40 +3,29 @@ clock keeps per line)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 
+
+@dataclass(slots=True, eq=False)
 class LineTime:
     """Host nanoseconds of one line, by cause, and what would stop a CUDA graph capture there."""
 
-    __slots__ = (
-        "comm_ns",
-        "copy_ns",
-        "host_reads",
-        "input_ns",
-        "launch_ns",
-        "named_out",
-        "pageable",
-        "sync_causes",
-        "sync_ns",
-        "syncs",
-    )
-
-    def __init__(self) -> None:
-        self.launch_ns = 0
-        self.input_ns = 0
-        self.sync_ns = 0
-        self.copy_ns = 0
-        self.comm_ns = 0
-        self.sync_causes: dict[str, int] = {}
-        """Sync cause -> nanoseconds blocked."""
-        self.syncs = 0
-        self.host_reads = 0
-        """Syncs that read a value back to the host (``.item()``, a copy to the host)."""
-        self.pageable = 0
-        """Copies to or from pageable host memory."""
-        self.named_out: dict[str, int] = {}
-        """``file:line`` -> nanoseconds of this line's host work (``launch``) that the stack
-        sampler named as that line's (profilers/timing/gaps.py): already moved there; the
-        GPU's launch idle charged here follows it (:func:`profilers.timing.idle.follow_named`)."""
+    launch_ns: int = 0
+    input_ns: int = 0
+    sync_ns: int = 0
+    copy_ns: int = 0
+    comm_ns: int = 0
+    sync_causes: dict[str, int] = field(default_factory=dict)
+    """Sync cause -> nanoseconds blocked."""
+    syncs: int = 0
+    host_reads: int = 0
+    """Syncs that read a value back to the host (``.item()``, a copy to the host)."""
+    pageable: int = 0
+    """Copies to or from pageable host memory."""
+    named_out: dict[str, int] = field(default_factory=dict)
+    """``file:line`` -> nanoseconds of this line's host work (``launch``) that the stack
+    sampler named as that line's (profilers/timing/gaps.py): already moved there; the
+    GPU's launch idle charged here follows it (:func:`profilers.timing.idle.follow_named`)."""
 
     def ns(self, cause: str) -> int:
         value: int = getattr(self, f"{cause}_ns")

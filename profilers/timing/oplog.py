@@ -1,7 +1,6 @@
-"""What a replay of a step needs, recorded while the run goes: per op that runs on a
-GPU, the host time before it was queued (and the profiler's share of that time), its stream, its
-GPU time, what it copied and whether the host waited for it; per wait outside an op (input,
-collectives, an explicit synchronize), its length. :mod:`profilers.timing.replay` replays them.
+"""What a replay of a step (:mod:`profilers.timing.replay`) needs, recorded while the run goes:
+per op that runs on a GPU, the host time before it was queued, the profiler's share, its stream,
+its GPU time, what it copied and whether the host waited; per wait outside an op, its length.
 
 Where the figures come from:
 
@@ -28,6 +27,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from dataclasses import dataclass
 from time import perf_counter_ns as _ns
 from time import thread_time_ns
 from typing import Any
@@ -56,37 +56,33 @@ SITE, KIND, HOST_NS, OVERHEAD_NS, STREAM, GPU_NS, NBYTES, PINNED, NON_BLOCKING =
 SYNC_CAUSE, DTYPE, WAIT_NS = 9, 10, 11
 
 
+@dataclass(slots=True, eq=False)
 class LoggedStep:
     """One closed step's records: its number, the records, and how many were dropped."""
 
-    __slots__ = ("dropped", "records", "step")
-
-    def __init__(self, step: int, records: list[list[Any]], dropped: int) -> None:
-        self.step = step
-        self.records = records
-        self.dropped = dropped
+    step: int
+    records: list[list[Any]]
+    dropped: int
 
     def ops(self) -> list[ReplayOp]:
         """The step as :class:`ReplayOp` s (GPU times as credited so far)."""
-        out = []
-        for r in self.records:
-            out.append(
-                ReplayOp(
-                    r[KIND],
-                    r[SITE] if isinstance(r[SITE], str) else line_key(r[SITE]),
-                    r[HOST_NS],
-                    stream=r[STREAM],
-                    gpu_ns=r[GPU_NS],
-                    nbytes=r[NBYTES],
-                    pinned=r[PINNED],
-                    non_blocking=r[NON_BLOCKING],
-                    sync=r[SYNC_CAUSE],
-                    wait_ns=r[WAIT_NS],
-                    overhead_ns=r[OVERHEAD_NS],
-                    dtype=r[DTYPE],
-                )
+        return [
+            ReplayOp(
+                r[KIND],
+                r[SITE] if isinstance(r[SITE], str) else line_key(r[SITE]),
+                r[HOST_NS],
+                stream=r[STREAM],
+                gpu_ns=r[GPU_NS],
+                nbytes=r[NBYTES],
+                pinned=r[PINNED],
+                non_blocking=r[NON_BLOCKING],
+                sync=r[SYNC_CAUSE],
+                wait_ns=r[WAIT_NS],
+                overhead_ns=r[OVERHEAD_NS],
+                dtype=r[DTYPE],
             )
-        return out
+            for r in self.records
+        ]
 
 
 class OpLog:
@@ -112,11 +108,9 @@ class OpLog:
         """The step clock (:class:`~profilers.timing.timeline.StepClock`) of the profile's
         thread, ``clock_thread``: the profiler's own time there, under --fake-cuda."""
         self.clock_thread = 0
-        self.fake_entry_ns = 0
-        """The fake GPU's cost per GPU op outside what :func:`note_harness` sees (calibrated):
-        the dispatcher's way into its mode and back, the GPU tensor of its result."""
         self.entry_ns = [0, 0, 0, 0]
-        """That cost by kind of op (:data:`GPU_OP`, or'ed with :data:`SCALAR`; calibrated):
+        """The fake GPU's cost per op outside what :func:`note_harness` sees (calibrated: the
+        dispatcher's way into its mode and back, the result wrapped), by kind of op (:data:`GPU_OP`, or'ed with :data:`SCALAR`; calibrated):
         an op with no GPU tensor enters the fake GPU's mode all the same (the script's host
         ops, the optimizer's profiler ranges...), and a Python number given for a tensor
         (``y * 1.5``) is made a tensor again on each way through a mode."""

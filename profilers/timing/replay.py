@@ -33,6 +33,7 @@ causes and lines), in one linear pass over the replayed intervals.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from profilers.timing.idle import END_OF_STEP, overlap_ns
@@ -54,6 +55,7 @@ from profilers.timing.replay_ops import (
 from profilers.timing.timeline import COMM, COPY, INPUT, LAUNCH, SYNC, WAITS
 
 
+@dataclass(slots=True, eq=False)
 class ReplayResult:
     """What a replay found, summed over its ``steps`` (``per_step`` divides).
 
@@ -69,38 +71,18 @@ class ReplayResult:
         spans: each op's ``(start_ns, end_ns, stream, line)`` on the GPU, in queue order.
     """
 
-    __slots__ = (
-        "busy_ns",
-        "host_by_cause",
-        "host_end_ns",
-        "idle_by_cause",
-        "idle_by_line",
-        "idle_ns",
-        "spans",
-        "steps",
-        "wall_ns",
-    )
+    steps: int
+    wall_ns: int
+    host_end_ns: int
+    busy_ns: int
+    idle_by_cause: dict[str, int]
+    idle_by_line: dict[tuple[str, str, str | None], int]
+    host_by_cause: dict[str, int]
+    spans: list[tuple[int, int, int, str]]
+    idle_ns: int = field(init=False)
 
-    def __init__(
-        self,
-        steps: int,
-        wall_ns: int,
-        host_end_ns: int,
-        busy_ns: int,
-        idle_by_cause: dict[str, int],
-        idle_by_line: dict[tuple[str, str, str | None], int],
-        host_by_cause: dict[str, int],
-        spans: list[tuple[int, int, int, str]],
-    ) -> None:
-        self.steps = steps
-        self.wall_ns = wall_ns
-        self.host_end_ns = host_end_ns
-        self.busy_ns = busy_ns
-        self.idle_ns = wall_ns - busy_ns
-        self.idle_by_cause = idle_by_cause
-        self.idle_by_line = idle_by_line
-        self.host_by_cause = host_by_cause
-        self.spans = spans
+    def __post_init__(self) -> None:
+        self.idle_ns = self.wall_ns - self.busy_ns
 
     @property
     def step_ns(self) -> float:

@@ -3,6 +3,7 @@ a step, in the host's order, and the kinds of op (no torch: a saved report repla
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from profilers.timing.timeline import COMM, INPUT, SYNC
@@ -23,6 +24,7 @@ DEVICE = -1
 """The stream of a device-wide sync (``torch.cuda.synchronize()``)."""
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class ReplayOp:
     """One recorded op of a step, in the host's order.
 
@@ -48,57 +50,25 @@ class ReplayOp:
             ``every`` chained steps; 1: every step): a value read once per N steps.
     """
 
-    __slots__ = (
-        "dtype",
-        "event",
-        "every",
-        "gpu_ns",
-        "host_ns",
-        "kind",
-        "nbytes",
-        "non_blocking",
-        "overhead_ns",
-        "pinned",
-        "line",
-        "stream",
-        "sync",
-        "wait_ns",
-    )
+    kind: str
+    line: str
+    host_ns: int = 0
+    _: KW_ONLY
+    stream: int = 0
+    gpu_ns: int = 0
+    nbytes: int = 0
+    pinned: bool = False
+    non_blocking: bool = False
+    sync: str | None = None
+    event: int = -1
+    wait_ns: int = 0
+    overhead_ns: int = 0
+    dtype: str | None = None
+    every: int = 1
 
-    def __init__(
-        self,
-        kind: str,
-        line: str,
-        host_ns: int = 0,
-        *,
-        stream: int = 0,
-        gpu_ns: int = 0,
-        nbytes: int = 0,
-        pinned: bool = False,
-        non_blocking: bool = False,
-        sync: str | None = None,
-        event: int = -1,
-        wait_ns: int = 0,
-        overhead_ns: int = 0,
-        dtype: str | None = None,
-        every: int = 1,
-    ) -> None:
-        if kind not in KINDS:
-            raise ValueError(f"unknown op kind {kind!r} (one of {', '.join(KINDS)})")
-        self.kind = kind
-        self.line = line
-        self.host_ns = host_ns
-        self.overhead_ns = overhead_ns
-        self.stream = stream
-        self.gpu_ns = gpu_ns
-        self.nbytes = nbytes
-        self.pinned = pinned
-        self.non_blocking = non_blocking
-        self.sync = sync
-        self.event = event
-        self.wait_ns = wait_ns
-        self.dtype = dtype
-        self.every = every
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown op kind {self.kind!r} (one of {', '.join(KINDS)})")
 
     def changed(self, **fields: Any) -> ReplayOp:
         """A copy of this op with ``fields`` replaced (the what-ifs never change a recording)."""

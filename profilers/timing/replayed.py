@@ -1,10 +1,8 @@
 """The report's replayed figures: each kept step replayed from its records
-(:mod:`profilers.timing.oplog`), the GPU half of the time view under ``--fake-cuda --gpu NAME``
-(PREDICTED, never mixed with the host's measured figures), and ``what_if``: every fix the
-representative step allows, ranked by its saving (:func:`profilers.timing.whatif.rank`).
-
-Under ``--fake-cuda --gpu NAME`` the figures are ``predicted`` (the GPU's times come from the
-model); on a GPU they are ``replayed`` (measured CUDA-event times, replayed).
+(:mod:`profilers.timing.oplog`), and ``what_if``: every fix the representative step allows,
+ranked (:func:`profilers.timing.whatif.rank`). Under ``--fake-cuda --gpu NAME`` they are
+``predicted`` (the model's GPU times, never mixed with the host's measured figures); on a GPU
+``replayed`` (measured CUDA-event times).
 """
 
 from __future__ import annotations
@@ -85,7 +83,7 @@ def start_log(
     log.clock, log.clock_thread = clock, threading.get_ident()
     clock.replay = recorder.replay = log
     if spec is not None:
-        log.fake_entry_ns = _fake_time.calibrate_fake_entry(log)
+        _fake_time.calibrate_fake_entry(log)
         _fake_time.ACTIVE = log
 
         def off() -> None:

@@ -17,7 +17,7 @@ never shorter when either part grows). A what-if's saving is not monotone in the
 of the host's waits saves most when the GPU is fast): its range is the least and the most it
 saves over the four corners and the prediction itself.
 
-Two figures whose ranges overlap cannot be ranked (:func:`overlaps`): the report says so
+Two figures whose ranges overlap cannot be ranked (:func:`tiers`): the report says so
 instead of ordering them.
 """
 
@@ -120,7 +120,6 @@ class Parts:
         "host_high",
         "host_low",
         "host_ms",
-        "host_values_ms",
     )
 
     def __init__(
@@ -131,7 +130,6 @@ class Parts:
         typical_host_ns: float | None = None,
     ):
         mid, low, high, self.basis = spread(host_values_ns)
-        self.host_values_ms = [v / 1e6 for v in host_values_ns]
         # NB: the typical step's own host part where given (its ops' medians, what the step
         # replays), scaled to the steps' spread: the parts then add up as the step does
         self.host_ms = (mid if typical_host_ns is None else typical_host_ns) / 1e6
@@ -169,11 +167,6 @@ class Parts:
                 "words": e.words(),
             },
         }
-
-
-def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """Whether two ranges ``(low, high)`` share any value: then which is larger is unknown."""
-    return a[0] <= b[1] and b[0] <= a[1]
 
 
 def ops_host_ns(ops: Sequence[ReplayOp]) -> int:

@@ -7,9 +7,9 @@ every line it applies to), never the recording.
   gone). The line's Python still runs every step; a read to the host (a ``d2h`` with a sync)
   happens in the last step of each group only, a sync made by a kernel (``nonzero``) is taken
   off it. Replayed over ``every`` chained steps, the saving is per step.
-* :data:`PINNED` (``blocking_h2d``, ``non_blocking_pageable``, the loader's and pinned copies): copies from pinned memory with
-  ``non_blocking=True``: the host no longer waits; with a GPU model, a pageable copy's time is
-  scaled by the model's pinned/pageable ratio (else it keeps its recorded time: conservative).
+* :data:`PINNED` (``blocking_h2d``, ``non_blocking_pageable``, the loader's and pinned copies):
+  copies from pinned memory with ``non_blocking=True``: the host no longer waits; with a GPU
+  model, a pageable copy's time scales by its pinned/pageable ratio (else kept: conservative).
 * :data:`ON_DEVICE` (``created_on_cpu``): the tensor is made on the device: the host-to-device
   copy becomes a kernel that writes its bytes (the model's fill time; else the shortest kernel).
 * :data:`OVERLAP_INPUT` (an input-bound step): the loader prepares the next batch while the
@@ -17,8 +17,7 @@ every line it applies to), never the recording.
   of the step did not cover, ``max(0, wait / workers - rest of the step)``.
 * :data:`BFLOAT16` (``float32_copies``): float32 copies sent as bfloat16: half the bytes
   (with a GPU model, the copy's time scaled by the model's ratio at that size, latency kept;
-  else half its time). NB: the cast itself is
-  not charged: under autocast the GPU casts the input anyway.
+  else half its time). NB: the cast itself is not charged: under autocast the GPU casts anyway.
 
 :func:`rank` tries every what-if a step allows and ranks them by saving; it also replays all of
 them together: savings overlap (two syncs in a GPU-bound step each save little, but both the

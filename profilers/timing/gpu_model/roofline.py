@@ -32,6 +32,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -62,29 +63,19 @@ reduction pass, then an elementwise pass); forward ops only when ``training`` (a
 each forward schema, or 3 of ``_native_batch_norm_legit.no_stats``)."""
 
 
+@dataclass(slots=True, eq=False)
 class OpCost:
     """What an op asks of the GPU: ``flops``, ``nbytes`` read and written, the spec ``dtype``
     it computes in, whether it runs on tensor cores when the GPU has them, its GEMM ``tiles``
     (0: not a GEMM), and ``transpose_bytes``: what a convolution on channels-first tensors
     moves to lay them out for the tensor cores and back (paid only where it runs on them)."""
 
-    __slots__ = ("dtype", "flops", "nbytes", "tensor_cores", "tiles", "transpose_bytes")
-
-    def __init__(
-        self,
-        flops: int,
-        nbytes: int,
-        dtype: str,
-        tensor_cores: bool,
-        tiles: int,
-        transpose_bytes: int = 0,
-    ):
-        self.flops = flops
-        self.nbytes = nbytes
-        self.dtype = dtype
-        self.tensor_cores = tensor_cores
-        self.tiles = tiles
-        self.transpose_bytes = transpose_bytes
+    flops: int
+    nbytes: int
+    dtype: str
+    tensor_cores: bool
+    tiles: int
+    transpose_bytes: int = 0
 
 
 def _flop_registry() -> dict[Any, Any]:

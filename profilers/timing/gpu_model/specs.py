@@ -27,9 +27,6 @@ GIB = 1 << 30
 T = 1e12
 G = 1e9
 
-DTYPES = ("float64", "float32", "tf32", "float16", "bfloat16", "float8")
-"""The element types a spec rates (``tf32``: float32 matmuls on tensor cores)."""
-
 
 @dataclass(frozen=True, slots=True)
 class GpuSpec:
@@ -62,7 +59,8 @@ class GpuSpec:
     tensor_flops: dict[str, float] = field(default_factory=dict)
 
     def peak_flops(self, dtype: str, tensor_cores: bool) -> float:
-        """Peak FLOP/s for ``dtype`` (one of :data:`DTYPES`), on the tensor cores when asked
+        """Peak FLOP/s for ``dtype`` (``float64``, ``float32``, ``tf32``: float32 matmuls on
+        tensor cores, ``float16``, ``bfloat16``, ``float8``), on the tensor cores when asked
         and the GPU has them for that type, else on the CUDA cores."""
         if tensor_cores and dtype in self.tensor_flops:
             return self.tensor_flops[dtype]
@@ -254,9 +252,7 @@ def gpu_spec(name: str) -> GpuSpec:
     """
     key = _key(name)
     found = _BY_KEY.get(key)
-    if found is None and key.startswith("rtx"):
-        found = _BY_KEY.get(key[3:])
-    if found is None and key.startswith("gtx"):
+    if found is None and key.startswith(("rtx", "gtx")):
         found = _BY_KEY.get(key[3:])
     if found is None:
         found = _without_memory(name)
