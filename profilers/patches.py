@@ -131,11 +131,8 @@ def lift_on_the_host(stack: ExitStack) -> None:
     if only_lift_cpu_tensors():
         return
     set_only_lift_cpu_tensors(True)
-    switch("fake_cuda", stack, "torch._C._set_only_lift_cpu_tensors(True)", _lift_off)
-
-
-def _lift_off() -> None:
-    set_only_lift_cpu_tensors(False)
+    undo = functools.partial(set_only_lift_cpu_tensors, False)
+    switch("fake_cuda", stack, "torch._C._set_only_lift_cpu_tensors(True)", undo)
 
 
 # -- input waits ---------------------------------------------------------------------------------
