@@ -1,14 +1,6 @@
-"""Everything the profiler changes outside its mode, each through profilers/registry.py (one
-stack, undone with the profile's ExitStack; each listed with why in profilers/patch_list.py).
-
-* threads: a thread started while profiling enters its own mode (modes are thread-local), so
-  ``nn.DataParallel``'s replica threads are seen;
-* ``torch.nn.parallel.comm`` / ``torch.cuda.comm``: DataParallel's broadcast, scatter, gather and
-  reduce_add run in C++ (NCCL) below the dispatcher; the wrappers count their copies;
-* ``torch.autograd._engine_run_backward`` (under ``backward()`` and ``grad``): remembers the
-  user's line, for the ops autograd's device threads run with no user frame;
-* explicit synchronize calls (timed on the step clock) or GPU trace callbacks;
-* a DataLoader iterator's ``__next__``: profilers/timing/inputs.py (input waits).
+"""Everything the profiler changes outside its mode (threads, ``comm``, backward, explicit syncs,
+optimizer steps), each through profilers/registry.py and listed with why in
+profilers/patch_list.py; a DataLoader's ``__next__`` is profilers/timing/inputs.py's.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Everything the profiler, ``--fake-cuda`` and the budget guards change outside themselves, on
 one stack: what is on now (:func:`installed`), each entry documented (profilers/patch_list.py).
+:func:`patch`, :func:`hide` and :func:`switch` each push one record, popped by its own undo when
+the caller's ``ExitStack`` closes.
 
-* :func:`patch` (or a :func:`patcher` bound to who installs) sets ``owner.name`` until the
-  caller's ``ExitStack`` closes; :func:`hide` removes an attribute until then; :func:`switch`
-  holds anything else (a torch flag, a hook handle) with its undo. All three push one record on
-  the same stack, and each undo pops its own record.
-* Undoing out of order stays exact: when two of ours patch the same attribute and the lower one
-  leaves first (a budget guard inside a profile, say), the upper one now puts back what the lower
-  one replaced, so whatever order they leave in, the attribute ends as it began.
-* The module globals that say "a profile is running" or "the fake GPU is on" are declared in
-  :data:`GLOBALS`, so :func:`installed` lists them too.
-* :class:`OwnThread` marks gpuwatch's own threads: never profiled, never waited for as the
-  script's (an explicit class, not a naming convention).
-
-Nothing here imports torch: ``gpuwatch top`` starts its threads as :class:`OwnThread` too.
+NB: undoing out of order stays exact: when two of ours patch the same attribute and the lower one
+leaves first (a budget guard inside a profile, say), the upper one now puts back what the lower
+one replaced, so the attribute ends as it began. Nothing here imports torch: ``gpuwatch top``
+starts its threads as :class:`OwnThread` too.
 """
 
 from __future__ import annotations

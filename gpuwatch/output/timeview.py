@@ -96,12 +96,7 @@ def time_lines(r: Report, costs: Mapping[str, tuple[float, float]]) -> list[str]
         *prediction_lines(r),
         *graph_lines(r),
     ]
-    first = first_step_line(t)
-    if first is not None:
-        out.append(first)
-    unprofiled = unprofiled_line(r)
-    if unprofiled is not None:
-        out.append(unprofiled)
+    out += [s for s in (first_step_line(t), unprofiled_line(r)) if s is not None]
     own = float(run["own_ms"])
     wall = float(run["wall_ms"])
     out.extend(fit)
