@@ -253,8 +253,10 @@ def _broadcast_coalesced(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
             yield tensors[0], per_device[0], nbytes  # one coalesced transfer per device
 
 
-def _reduce_add(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
-    for t in _arg(args, kwargs, 0, "inputs"):
+def _reduce_add(
+    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, name: str = "inputs"
+) -> Pairs:
+    for t in _arg(args, kwargs, 0, name):
         if t.device != out.device:
             yield t, out, t.nbytes
 
@@ -274,19 +276,13 @@ def _scatter(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
             yield src, chunk, chunk.nbytes
 
 
-def _gather(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
-    for t in _arg(args, kwargs, 0, "tensors"):
-        if t.device != out.device:
-            yield t, out, t.nbytes
-
-
 COMM_COUNTERS: dict[str, CommCounter] = {
     "broadcast": _broadcast,
     "broadcast_coalesced": _broadcast_coalesced,
     "reduce_add": _reduce_add,
     "reduce_add_coalesced": _reduce_add_coalesced,
     "scatter": _scatter,
-    "gather": _gather,
+    "gather": functools.partial(_reduce_add, name="tensors"),  # the same copies, named so
 }
 
 
@@ -369,13 +365,8 @@ def patch_explicit_syncs(stack: ExitStack, recorder: Recorder) -> None:
 
         return wrapper
 
-    set_attr(stack, torch.cuda, "synchronize", wrap(torch.cuda.synchronize, SYNCHRONIZE))
-    set_attr(
-        stack, torch.cuda.Stream, "synchronize", wrap(torch.cuda.Stream.synchronize, SYNCHRONIZE)
-    )
-    set_attr(
-        stack, torch.cuda.Event, "synchronize", wrap(torch.cuda.Event.synchronize, SYNCHRONIZE)
-    )
+    for owner in (torch.cuda, torch.cuda.Stream, torch.cuda.Event):
+        set_attr(stack, owner, "synchronize", wrap(owner.synchronize, SYNCHRONIZE))
     if tensor_str is not None and hasattr(tensor_str, "_str"):
         set_attr(stack, tensor_str, "_str", counted_str(tensor_str._str, lambda: recorder.active))
 

@@ -59,27 +59,17 @@ class Entry:
         return [f"{self.owner}.{n}" if self.owner else n for n in self.names]
 
 
+@dataclass(slots=True, eq=False)
 class Record:
     """One change of ours that is on: ``by`` (profiler, fake_cuda, guard) changed ``target``."""
 
-    __slots__ = ("by", "name", "original", "owner", "undo", "value")
-
-    def __init__(
-        self,
-        by: str,
-        owner: object,
-        name: str,
-        value: object,
-        original: object,
-        undo: Callable[[], None] | None = None,
-    ) -> None:
-        self.by = by
-        self.owner = owner
-        self.name = name
-        self.value = value
-        self.original = original
-        self.undo = undo
-        """Set for a :func:`switch` (its own undo); None for an attribute."""
+    by: str
+    owner: object
+    name: str
+    value: object
+    original: object
+    undo: Callable[[], None] | None = None
+    """Set for a :func:`switch` (its own undo); None for an attribute."""
 
     @property
     def target(self) -> str:

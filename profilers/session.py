@@ -43,6 +43,8 @@ from profilers.timing.verdict import last_step
 
 _ENTER_LOCK = threading.Lock()
 _BUSIEST = attrgetter("syncs.count", "bytes_moved", "kernel_time_ms", "ops")  # the lines' order
+#: The timeline's event tuples (the recorder's), as the report's keys.
+_EVENT_KEYS = ("t", "direction", "bytes", "sync", "site", "pageable", "non_blocking")
 
 
 def explain_escaped(exc: BaseException) -> None:
@@ -266,16 +268,7 @@ class Profile:
                 recorded=recorder.events_recorded,
                 dropped=recorder.events_recorded - len(events),
                 events=[
-                    {
-                        "t": round(t, 6),
-                        "direction": way,
-                        "bytes": nbytes,
-                        "sync": sync,
-                        "site": line,
-                        "pageable": pageable,
-                        "non_blocking": non_blocking,
-                    }
-                    for t, way, nbytes, sync, line, pageable, non_blocking in events
+                    dict(zip(_EVENT_KEYS, (round(e[0], 6), *e[1:]), strict=True)) for e in events
                 ],
                 step_ends=[{"step": n, "t": round(t, 6)} for n, t in list(recorder.step_ends)],
             ),
