@@ -130,10 +130,9 @@ def check_outputs(wanted: Sequence[Output], inputs: Iterable[str] = ()) -> None:
         check_writable(out.where, out.path)
 
 
-def check_writable(path: str, shown: str | None = None) -> None:
+def check_writable(path: str, shown: str) -> None:
     """Raises :class:`CliError` when ``path`` cannot be written, before a long run is wasted
     (``shown``: the path as the user gave it, for the message)."""
-    shown = path if shown is None else shown
     p = Path(path)
     if p.is_dir():
         raise CliError(f"cannot write the report to {shown}: it is a directory")
