@@ -1,14 +1,6 @@
-"""Everything the profiler changes outside its mode, each through profilers/registry.py (one
-stack, undone with the profile's ExitStack; each listed with why in profilers/patch_list.py).
-
-* threads: a thread started while profiling enters its own mode (modes are thread-local), so
-  ``nn.DataParallel``'s replica threads are seen;
-* ``torch.nn.parallel.comm`` / ``torch.cuda.comm``: DataParallel's broadcast, scatter, gather and
-  reduce_add run in C++ (NCCL) below the dispatcher; the wrappers count their copies;
-* ``torch.autograd._engine_run_backward`` (under ``backward()`` and ``grad``): remembers the
-  user's line, for the ops autograd's device threads run with no user frame;
-* explicit synchronize calls (timed on the step clock) or GPU trace callbacks;
-* a DataLoader iterator's ``__next__``: profilers/timing/inputs.py (input waits).
+"""Everything the profiler changes outside its mode (threads, ``comm``, backward, explicit syncs,
+optimizer steps), each through profilers/registry.py and listed with why in
+profilers/patch_list.py; a DataLoader's ``__next__`` is profilers/timing/inputs.py's.
 """
 
 from __future__ import annotations
@@ -131,11 +123,8 @@ def lift_on_the_host(stack: ExitStack) -> None:
     if only_lift_cpu_tensors():
         return
     set_only_lift_cpu_tensors(True)
-    switch("fake_cuda", stack, "torch._C._set_only_lift_cpu_tensors(True)", _lift_off)
-
-
-def _lift_off() -> None:
-    set_only_lift_cpu_tensors(False)
+    undo = functools.partial(set_only_lift_cpu_tensors, False)
+    switch("fake_cuda", stack, "torch._C._set_only_lift_cpu_tensors(True)", undo)
 
 
 # -- input waits ---------------------------------------------------------------------------------
@@ -264,8 +253,10 @@ def _broadcast_coalesced(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
             yield tensors[0], per_device[0], nbytes  # one coalesced transfer per device
 
 
-def _reduce_add(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
-    for t in _arg(args, kwargs, 0, "inputs"):
+def _reduce_add(
+    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, name: str = "inputs"
+) -> Pairs:
+    for t in _arg(args, kwargs, 0, name):
         if t.device != out.device:
             yield t, out, t.nbytes
 
@@ -285,19 +276,13 @@ def _scatter(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
             yield src, chunk, chunk.nbytes
 
 
-def _gather(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
-    for t in _arg(args, kwargs, 0, "tensors"):
-        if t.device != out.device:
-            yield t, out, t.nbytes
-
-
 COMM_COUNTERS: dict[str, CommCounter] = {
     "broadcast": _broadcast,
     "broadcast_coalesced": _broadcast_coalesced,
     "reduce_add": _reduce_add,
     "reduce_add_coalesced": _reduce_add_coalesced,
     "scatter": _scatter,
-    "gather": _gather,
+    "gather": functools.partial(_reduce_add, name="tensors"),  # the same copies, named so
 }
 
 
@@ -380,13 +365,8 @@ def patch_explicit_syncs(stack: ExitStack, recorder: Recorder) -> None:
 
         return wrapper
 
-    set_attr(stack, torch.cuda, "synchronize", wrap(torch.cuda.synchronize, SYNCHRONIZE))
-    set_attr(
-        stack, torch.cuda.Stream, "synchronize", wrap(torch.cuda.Stream.synchronize, SYNCHRONIZE)
-    )
-    set_attr(
-        stack, torch.cuda.Event, "synchronize", wrap(torch.cuda.Event.synchronize, SYNCHRONIZE)
-    )
+    for owner in (torch.cuda, torch.cuda.Stream, torch.cuda.Event):
+        set_attr(stack, owner, "synchronize", wrap(owner.synchronize, SYNCHRONIZE))
     if tensor_str is not None and hasattr(tensor_str, "_str"):
         set_attr(stack, tensor_str, "_str", counted_str(tensor_str._str, lambda: recorder.active))
 

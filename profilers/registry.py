@@ -1,19 +1,12 @@
 """Everything the profiler, ``--fake-cuda`` and the budget guards change outside themselves, on
 one stack: what is on now (:func:`installed`), each entry documented (profilers/patch_list.py).
+:func:`patch`, :func:`hide` and :func:`switch` each push one record, popped by its own undo when
+the caller's ``ExitStack`` closes.
 
-* :func:`patch` (or a :func:`patcher` bound to who installs) sets ``owner.name`` until the
-  caller's ``ExitStack`` closes; :func:`hide` removes an attribute until then; :func:`switch`
-  holds anything else (a torch flag, a hook handle) with its undo. All three push one record on
-  the same stack, and each undo pops its own record.
-* Undoing out of order stays exact: when two of ours patch the same attribute and the lower one
-  leaves first (a budget guard inside a profile, say), the upper one now puts back what the lower
-  one replaced, so whatever order they leave in, the attribute ends as it began.
-* The module globals that say "a profile is running" or "the fake GPU is on" are declared in
-  :data:`GLOBALS`, so :func:`installed` lists them too.
-* :class:`OwnThread` marks gpuwatch's own threads: never profiled, never waited for as the
-  script's (an explicit class, not a naming convention).
-
-Nothing here imports torch: ``gpuwatch top`` starts its threads as :class:`OwnThread` too.
+NB: undoing out of order stays exact: when two of ours patch the same attribute and the lower one
+leaves first (a budget guard inside a profile, say), the upper one now puts back what the lower
+one replaced, so the attribute ends as it began. Nothing here imports torch: ``gpuwatch top``
+starts its threads as :class:`OwnThread` too.
 """
 
 from __future__ import annotations
@@ -66,27 +59,17 @@ class Entry:
         return [f"{self.owner}.{n}" if self.owner else n for n in self.names]
 
 
+@dataclass(slots=True, eq=False)
 class Record:
     """One change of ours that is on: ``by`` (profiler, fake_cuda, guard) changed ``target``."""
 
-    __slots__ = ("by", "name", "original", "owner", "undo", "value")
-
-    def __init__(
-        self,
-        by: str,
-        owner: object,
-        name: str,
-        value: object,
-        original: object,
-        undo: Callable[[], None] | None = None,
-    ) -> None:
-        self.by = by
-        self.owner = owner
-        self.name = name
-        self.value = value
-        self.original = original
-        self.undo = undo
-        """Set for a :func:`switch` (its own undo); None for an attribute."""
+    by: str
+    owner: object
+    name: str
+    value: object
+    original: object
+    undo: Callable[[], None] | None = None
+    """Set for a :func:`switch` (its own undo); None for an attribute."""
 
     @property
     def target(self) -> str:

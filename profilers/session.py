@@ -33,7 +33,6 @@ from profilers.options import Options, RunOptions
 from profilers.records import Line, Totals
 from profilers.report import Report
 from profilers.sections import Compiled, MemoryView, Predicted, Timeline, TimeView, WhatIf, typed
-from profilers.stats import LineStats
 from profilers.timing.cuda_events import CudaApi
 from profilers.timing.gaps import sample_gaps
 from profilers.timing.gpu_time import start_gpu_time
@@ -44,6 +43,8 @@ from profilers.timing.verdict import last_step
 
 _ENTER_LOCK = threading.Lock()
 _BUSIEST = attrgetter("syncs.count", "bytes_moved", "kernel_time_ms", "ops")  # the lines' order
+#: The timeline's event tuples (the recorder's), as the report's keys.
+_EVENT_KEYS = ("t", "direction", "bytes", "sync", "site", "pageable", "non_blocking")
 
 
 def explain_escaped(exc: BaseException) -> None:
@@ -206,29 +207,25 @@ class Profile:
         seen = recorder.steps_seen()
         return seen if self._window is None else window_steps(self._window, seen)
 
-    def _lines(self) -> list[LineStats]:
-        if self._recorder is None:
-            raise ProfileStateError("this profile has not started", "not_started")
-        return self._recorder.merged_lines()
-
-    def snapshot(self) -> dict[str, Any]:
-        """Running totals and lines (``gpuwatch.profile/1`` shape) without stopping or waiting."""
+    def _recorder_now(self, resolve: bool = False) -> Recorder:
+        """The recorder, with the GPU times ready so far read (``resolve``, never waiting)."""
         recorder = self._recorder
         if recorder is None:
             raise ProfileStateError("this profile has not started", "not_started")
-        if recorder.cuda_timing and recorder.active:
+        if resolve and recorder.cuda_timing and recorder.active:
             recorder.resolve(wait=False)
+        return recorder
+
+    def snapshot(self) -> dict[str, Any]:
+        """Running totals and lines (``gpuwatch.profile/1`` shape) without stopping or waiting."""
+        self._recorder_now(resolve=True)
         return self.report(partial=self.running).to_dict()
 
     def live_snapshot(self, top: int = 30) -> dict[str, Any]:
         """The run so far for a live display in another process: elapsed seconds, totals,
         devices, the ``top`` busiest lines (no timeline); cheap, never waits for the GPU."""
-        recorder = self._recorder
-        if recorder is None:
-            raise ProfileStateError("this profile has not started", "not_started")
-        if recorder.cuda_timing and recorder.active:
-            recorder.resolve(wait=False)
-        lines = self._lines()
+        recorder = self._recorder_now(resolve=True)
+        lines = recorder.merged_lines()
         totals = totals_of(lines)
         lines.sort(key=_BUSIEST, reverse=True)
         return {
@@ -247,10 +244,8 @@ class Profile:
         self, command: Sequence[str] = (), exit_code: int = 0, partial: bool | None = None
     ) -> Report:
         """The report of the run (or, while it runs, of the run so far)."""
-        recorder = self._recorder
-        if recorder is None:
-            raise ProfileStateError("this profile has not started", "not_started")
-        lines = self._lines()
+        recorder = self._recorder_now()
+        lines = recorder.merged_lines()
         lines.sort(key=_BUSIEST, reverse=True)
         events = list(recorder.timeline)
         duration = (
@@ -273,16 +268,7 @@ class Profile:
                 recorded=recorder.events_recorded,
                 dropped=recorder.events_recorded - len(events),
                 events=[
-                    {
-                        "t": round(t, 6),
-                        "direction": way,
-                        "bytes": nbytes,
-                        "sync": sync,
-                        "site": line,
-                        "pageable": pageable,
-                        "non_blocking": non_blocking,
-                    }
-                    for t, way, nbytes, sync, line, pageable, non_blocking in events
+                    dict(zip(_EVENT_KEYS, (round(e[0], 6), *e[1:]), strict=True)) for e in events
                 ],
                 step_ends=[{"step": n, "t": round(t, 6)} for n, t in list(recorder.step_ends)],
             ),

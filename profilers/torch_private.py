@@ -153,18 +153,14 @@ def _find(path: str) -> Any:
     return obj
 
 
-def _no_eval_frame(callback: Any) -> Any:
-    return None
-
-
 def _no_node() -> Any:
     return None
 
 
 # -- dynamo: hiding the hot path from torch.compile --------------------------------------------
 eval_frame: Any = _find("torch._C._dynamo.eval_frame")
-set_eval_frame: Callable[[Any], Any] = (
-    _find("torch._C._dynamo.eval_frame.set_eval_frame") or _no_eval_frame
+set_eval_frame: Callable[[Any], Any] = _find("torch._C._dynamo.eval_frame.set_eval_frame") or (
+    lambda callback: None
 )
 set_code_exec_strategy: Any = _find("torch._C._dynamo.eval_frame.set_code_exec_strategy")
 
@@ -281,16 +277,15 @@ def require_cuda_init() -> None:
 # -- inference mode: composite ops reach the mode whole (profilers/counting/dispatch.py) ----------------
 _has_kernel: Any = _find("torch._C._dispatch_has_kernel_for_dispatch_key")
 _find("torch._ops.OpOverload.decompose")
-_implicit_key: Any = _find("torch._C.DispatchKey.CompositeImplicitAutograd")
-implicit_key = _implicit_key
+implicit_key: Any = _find("torch._C.DispatchKey.CompositeImplicitAutograd")
 
 
 def composite_implicit(func: Any) -> bool:
     """Whether ``func`` is made of other ops by a CompositeImplicitAutograd kernel."""
-    if _has_kernel is None or _implicit_key is None or not hasattr(func, "decompose"):
+    if _has_kernel is None or implicit_key is None or not hasattr(func, "decompose"):
         return False
     try:
-        return bool(_has_kernel(func.name(), _implicit_key))
+        return bool(_has_kernel(func.name(), implicit_key))
     except (RuntimeError, AttributeError):
         return False
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 
 from gpuwatch.output.diff_text import (
+    ALWAYS,
     FRAME_COLUMNS,
     STATUS,
     TOTAL_ROWS,
@@ -15,6 +16,8 @@ from gpuwatch.output.diff_text import (
     frame_words,
     quiet_lines,
     signed,
+    status_word,
+    where,
 )
 from profilers.diff import LineDiff, RunDiff
 from profilers.finite import dumps_finite
@@ -39,12 +42,6 @@ def _cell(name: str, before: float, after: float) -> str:
 
 def _line_row(diff: RunDiff, d: LineDiff, shown: list[tuple[str, str]]) -> str:
     line = d.line
-    where = f"{line.file}:{line.line}"
-    if d.before is not None and d.after is not None and d.before.line != d.after.line:
-        where += f" (was {d.before.line})"
-    state = STATUS.get(
-        d.status, {"same": "", "other_function": "moved"}.get(d.match or "", d.match or "")
-    )
     was = ""
     if d.match == "edited" and d.before is not None:
         was = f'<div class="was">was: <code>{html.escape(d.before.source)}</code></div>'
@@ -55,8 +52,8 @@ def _line_row(diff: RunDiff, d: LineDiff, shown: list[tuple[str, str]]) -> str:
         for _, name in shown
     )
     return (
-        f'<tr class="{STATUS.get(d.status, "")}"><td>{html.escape(state)}</td>'
-        f"<td><code>{html.escape(where)}</code></td>{cells}"
+        f'<tr class="{STATUS.get(d.status, "")}"><td>{html.escape(status_word(d))}</td>'
+        f"<td><code>{html.escape(where(d))}</code></td>{cells}"
         f"<td>{html.escape(line.function)}: <code>{html.escape(line.source)}</code>{was}</td></tr>"
         f"{_frame_rows(diff, d, shown)}"
     )
@@ -100,7 +97,7 @@ def render_html(diff: RunDiff, paths: tuple[str, str] = ("", "")) -> str:
     totals = []
     for name, label in TOTAL_ROWS:
         b, a = diff.value(None, "before", name), diff.value(None, "after", name)
-        if name in ("syncs", "copies", "bytes") or b or a:
+        if name in ALWAYS or b or a:
             cls = "down" if a < b else "up" if a > b else "same"
             totals.append(
                 f"<tr><td>{html.escape(label.strip())}</td>"

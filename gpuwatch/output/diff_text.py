@@ -128,13 +128,15 @@ def where(d: LineDiff) -> str:
     return text
 
 
+def status_word(d: LineDiff) -> str:
+    match = {"same": "", "other_function": "moved"}.get(d.match or "", d.match or "")
+    return STATUS.get(d.status, match)
+
+
 def status(d: LineDiff) -> Text:
-    if d.status != "matched":
-        word = STATUS[d.status]
-        return Text(word, style="green" if word == "gone" else "yellow")
-    return Text(
-        {"same": "", "other_function": "moved"}.get(d.match or "", d.match or ""), style="dim"
-    )
+    word = status_word(d)
+    style = "dim" if d.status == "matched" else "green" if word == "gone" else "yellow"
+    return Text(word, style=style)
 
 
 def source(d: LineDiff) -> Text:

@@ -34,16 +34,13 @@ DIRECTION_NAMES = {
 def summary(report: Report, findings: Findings, top: int = 5) -> RenderableType:
     """Totals, syncs by cause, top lines by bytes, syncs and kernel time, then the hints of
     ``findings`` (the report's analysis)."""
-    found = findings
     failure = failure_part(report)  # a device mismatch or OOM, right under the header
-    parts: list[RenderableType] = [_header(report, found), *([failure] if failure else [])]
+    parts: list[RenderableType] = [_header(report, findings), *([failure] if failure else [])]
     # NB: the verdict (in the header) and the top fixes first, on the first screen; the
     # memory and the tables after them
-    parts.append(_hints_part(report, found.hints))
-    parts += [_totals(report), _syncs(report)]
-    for part in (summary_parts(report, top, found.spreads), memory_part(report, top)):
-        if part is not None:
-            parts.append(part)
+    parts += [_hints_part(report, findings.hints), _totals(report), _syncs(report)]
+    more = (summary_parts(report, top, findings.spreads), memory_part(report, top))
+    parts += [part for part in more if part is not None]
     for title, key, value in (
         ("Top lines by bytes moved", "bytes", lambda s: fmt.size(s.bytes_moved)),
         ("Top lines by syncs", "syncs", lambda s: f"{s.syncs.count:,} ({_causes(s)})"),
@@ -117,9 +114,7 @@ def _header(r: Report, found: Findings) -> RenderableType:
     lines.append(f"\ndevices: {devices}    ops: {ops}    kernel time: {kernel_time(r)}")
     for line in compiled_lines(r):  # NB: before the time: it is of the code that ran
         lines.append(f"\n{line}", style="yellow")
-    for line in time_lines(r, found.line_costs):
-        lines.append(f"\n{line}", style="bold")
-    for line in step_lines(r):
+    for line in time_lines(r, found.line_costs) + step_lines(r):
         lines.append(f"\n{line}", style="bold")
     for line in simulated_lines(r) + fallback_lines(r):
         lines.append(f"\n{line}", style="yellow")

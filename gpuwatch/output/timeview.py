@@ -96,12 +96,7 @@ def time_lines(r: Report, costs: Mapping[str, tuple[float, float]]) -> list[str]
         *prediction_lines(r),
         *graph_lines(r),
     ]
-    first = first_step_line(t)
-    if first is not None:
-        out.append(first)
-    unprofiled = unprofiled_line(r)
-    if unprofiled is not None:
-        out.append(unprofiled)
+    out += [s for s in (first_step_line(t), unprofiled_line(r)) if s is not None]
     own = float(run["own_ms"])
     wall = float(run["wall_ms"])
     out.extend(fit)
@@ -316,15 +311,7 @@ def wait_slices(r: Report, pid: int, first_tid: int) -> list[dict[str, Any]]:
             tid = tracks.get(key)
             if tid is None:
                 tid = tracks[key] = first_tid + len(tracks)
-                events.append(
-                    {
-                        "ph": "M",
-                        "pid": pid,
-                        "tid": tid,
-                        "name": "thread_name",
-                        "args": {"name": f"{CAUSE_NAMES.get(key[0], key[0])} {key[1]}"},
-                    }
-                )
+                events.append(track_name(pid, tid, f"{CAUSE_NAMES.get(key[0], key[0])} {key[1]}"))
             events.append(
                 _slice(
                     pid,
@@ -417,15 +404,7 @@ def gpu_idle_slices(r: Report, pid: int, tid: int) -> list[dict[str, Any]]:
     steps = [s for s in (t.steps if t else []) if measured_gpu(s)]
     if not steps:
         return []
-    events: list[dict[str, Any]] = [
-        {
-            "ph": "M",
-            "pid": pid,
-            "tid": tid,
-            "name": "thread_name",
-            "args": {"name": "GPU idle (measured, CUDA events)"},
-        }
-    ]
+    events = [track_name(pid, tid, "GPU idle (measured, CUDA events)")]
     for step in steps:
         for sl in step["gpu"].get("idle_slices", []):
             cause = str(sl["cause"])
@@ -441,6 +420,11 @@ def gpu_idle_slices(r: Report, pid: int, tid: int) -> list[dict[str, Any]]:
                 )
             )
     return events
+
+
+def track_name(pid: int, tid: int, name: str) -> dict[str, Any]:
+    """The Chrome-trace metadata event that names track ``tid``."""
+    return {"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}}
 
 
 def _slice(

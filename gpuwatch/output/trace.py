@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpuwatch.output.timeview import gpu_idle_slices, wait_slices
+from gpuwatch.output.timeview import gpu_idle_slices, track_name, wait_slices
 from profilers import Report
 from profilers.finite import finite_or_null
 
@@ -32,20 +32,8 @@ def trace_events(report: Report) -> list[dict[str, Any]]:
     name = " ".join(report.command) or "profiled run"
     events: list[dict[str, Any]] = [
         {"ph": "M", "pid": PID, "name": "process_name", "args": {"name": f"gpuwatch: {name}"}},
-        {
-            "ph": "M",
-            "pid": PID,
-            "tid": TRACKS["copy"],
-            "name": "thread_name",
-            "args": {"name": "copies"},
-        },
-        {
-            "ph": "M",
-            "pid": PID,
-            "tid": TRACKS["sync"],
-            "name": "thread_name",
-            "args": {"name": "syncs"},
-        },
+        track_name(PID, TRACKS["copy"], "copies"),
+        track_name(PID, TRACKS["sync"], "syncs"),
     ]
     for e in report.timeline.get("events", []):
         ts = _us(float(e["t"]))
@@ -84,10 +72,7 @@ def trace_events(report: Report) -> list[dict[str, Any]]:
     # Steps as slices on their own track: each from the end of the one before (or the start).
     ends = report.timeline.get("step_ends") or []
     if ends:
-        events.append(
-            {"ph": "M", "pid": PID, "tid": TRACKS["step"], "name": "thread_name",
-             "args": {"name": "steps"}}
-        )  # fmt: skip
+        events.append(track_name(PID, TRACKS["step"], "steps"))
     previous = 0.0
     for end in ends:
         t = float(end["t"])

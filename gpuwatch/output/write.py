@@ -1,20 +1,10 @@
-"""Every report file gpuwatch writes: paths checked before the run, files written whole or not at
-all, and never over the user's own files.
+"""Every report file gpuwatch writes: paths checked before the run (:func:`check_outputs`: one
+line and exit 2), files written whole or not at all (rendered first, then a temporary file
+renamed over the target), never over the user's own files.
 
-* :func:`check_outputs` runs before the script starts: an empty path, a directory, a folder that
-  is missing or not writable (probed by creating a file there, which also catches ``/proc``), an
-  output given twice, or an output that is one of the user's inputs (the script itself, the report
-  being re-rendered) is refused with one line and exit 2.
-* :func:`write_reports` renders each report to text first and then writes it atomically (a
-  temporary file in the same folder, renamed over the target), so a failure while rendering or
-  writing leaves what was there before, never a truncated file.
-* Paths are made absolute when an :class:`Output` is made (when gpuwatch starts): a script that
-  changes directory (Hydra does by default) cannot move the reports, nor put them over a file of
-  its own.
-* What is not a plain file is written through, as ``echo > PATH`` would: a device
-  (``/dev/null``, ``/dev/full``, a terminal), a FIFO, ``/dev/stdout`` or ``/proc/self/fd/N``
-  (appended to when it is a file the shell opened). A symlink keeps being a symlink: its target
-  is replaced atomically.
+NB: paths are made absolute when an :class:`Output` is made, so a script that changes directory
+(Hydra does) cannot move the reports. What is not a plain file (a device, a FIFO, /dev/stdout) is
+written through, as ``echo > PATH`` would; a symlink stays a symlink, its target replaced.
 """
 
 from __future__ import annotations
@@ -140,10 +130,9 @@ def check_outputs(wanted: Sequence[Output], inputs: Iterable[str] = ()) -> None:
         check_writable(out.where, out.path)
 
 
-def check_writable(path: str, shown: str | None = None) -> None:
+def check_writable(path: str, shown: str) -> None:
     """Raises :class:`CliError` when ``path`` cannot be written, before a long run is wasted
     (``shown``: the path as the user gave it, for the message)."""
-    shown = path if shown is None else shown
     p = Path(path)
     if p.is_dir():
         raise CliError(f"cannot write the report to {shown}: it is a directory")
