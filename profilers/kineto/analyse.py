@@ -123,15 +123,15 @@ def _charge_gap(
 ) -> list[Piece]:
     """``busy_from``: where the busy run that ends at ``start`` began; ``first``: no GPU work
     on the device before it (warm-up)."""
-    launch = trace.launches.get(nxt.correlation) if nxt is not None else None
+    launch = trace.launches.start(nxt.correlation) if nxt is not None else None
     where_next = places.of(nxt) if nxt is not None else NOTHING_NEXT
     if first:
         return [Piece(start, end, "warmup", where_next)]
-    if nxt is not None and (launch is None or launch.start_ns <= start):
+    if nxt is not None and (launch is None or launch <= start):
         # NB: K was queued before the GPU ran dry (or before the trace began): it waited on
         # another stream, an event or the other ranks, not on the host, whatever it was doing
         return [Piece(start, end, "comm" if nxt.nccl else "dependency", where_next)]
-    cut = end if launch is None else min(launch.start_ns, end)
+    cut = end if launch is None else min(launch, end)
     pieces: list[Piece] = []
     if cut > start:
         drained = blocked.at(start)

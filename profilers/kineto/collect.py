@@ -23,6 +23,7 @@ from profilers.kineto.events import (
     SYNC_CALLS,
     Activity,
     Call,
+    Calls,
     HostSpan,
     RankTrace,
     Step,
@@ -110,9 +111,9 @@ class Collect:
     def __init__(self) -> None:
         self.base_us: int | None = None
         self.activities: list[Activity] = []
-        self.launches: dict[int, Call] = {}
-        self.ops: dict[int, Call] = {}
-        self.by_tid: dict[str, list[tuple[int, int, Call]]] = {}
+        names = {"": 0}
+        self.launches = Calls(names, first=False)
+        self.ops = Calls(names, first=True)
         self.launching: dict[str, int] = {}
         self.marks: list[Call] = []  # steps, input, comm spans (any CPU op or annotation)
         self.python: dict[str, list[tuple[int, int, Frame]]] = {}
@@ -170,11 +171,11 @@ class Collect:
         self.runtime_names.add(name)
         corr = number(args.correlation)
         if corr < 0:  # NB: kept (a sync may block the host) under a key no activity has
-            corr = -2 - len(self.launches)
+            corr = -2 - len(self.launches.data)
         ext = args.external_id
         ext = number(args.external_id_lower if ext is None else ext, 0)
-        tid = sys.intern(str(e.tid))
-        self.launches[corr] = Call(name, tid, start, end, ext)
+        tid = str(e.tid)
+        self.launches.add(corr, name, tid, start, end, ext, "")
         self.launching[tid] = self.launching.get(tid, 0) + 1
 
     def _activity(self, kind: str, name: str, e: Event, args: Args, start: int, end: int) -> None:
@@ -196,21 +197,13 @@ class Collect:
         )
 
     def _cpu(self, cat: str, name: str, e: Event, args: Args, start: int, end: int) -> None:
-        stack = args.call_stack
-        call = Call(
-            name,
-            sys.intern(str(e.tid)),
-            start,
-            end,
-            number(args.external_id, 0),
-            stack if isinstance(stack, str) else "",
-        )
+        stack, tid, ext = args.call_stack, str(e.tid), number(args.external_id, 0)
+        stack = stack if isinstance(stack, str) else ""
         if cat != "user_annotation":
             self.cpu_ops += 1
-            self.ops.setdefault(call.ext_id, call)
-            self.by_tid.setdefault(call.tid, []).append((start, end, call))
+            self.ops.add(ext, name, tid, start, end, ext, stack)
         if name.startswith(MARKS) and (name[0] == "P" or is_input(name) or is_comm(name)):
-            self.marks.append(call)
+            self.marks.append(Call(name, sys.intern(tid), start, end, ext, stack))
 
 
 def steps_of(marks: Iterable[Call]) -> list[Step]:
@@ -234,9 +227,8 @@ def blocked_spans(trace: RankTrace) -> list[HostSpan]:
         a.correlation for a in trace.activities if a.kind == MEMCPY and a.memory == "pageable"
     }
     spans: list[HostSpan] = []
-    for corr, call in trace.launches.items():
-        sync = call.name in SYNC_CALLS
-        if not sync and not (call.name in ASYNC_COPY_CALLS and corr in pageable):
+    for corr, call in trace.launches.named(SYNC_CALLS | ASYNC_COPY_CALLS):
+        if call.name not in SYNC_CALLS and corr not in pageable:
             continue
         op = op_of(trace, call)
         op_name = op.name if op is not None else call.name

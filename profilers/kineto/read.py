@@ -264,6 +264,8 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
 
 
 def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrace:
+    got.ops.seal()
+    got.launches.seal()
     gpus = _gpus(meta)
     problem = _vendor_problem(path, gpus, got.cats, got.runtime_names)
     if problem is None and not got.activities and got.legacy_kernels:
@@ -281,6 +283,10 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
     if isinstance(info, dict) and type(info.get("rank")) is int:
         rank = info["rank"]
     python = {tid: flatten(ivs) for tid, ivs in got.python.items()}
+    ops = got.ops
+    by_tid: dict[str, list[tuple[int, int, int]]] = {}
+    for r, (tid, start, end) in enumerate(zip(ops.col(2), ops.col(3), ops.col(4), strict=True)):
+        by_tid.setdefault(ops.names[tid], []).append((start, end, r))
     steps = steps_of(got.marks)
     main = next((c.tid for c in got.marks if c.name.startswith("ProfilerStep#")), None)
     if main is None:
@@ -297,9 +303,9 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
         spans=[],
         span_ns=(int(got.first), int(got.last)),
         python=python,
-        op_segments={tid: flatten(ivs) for tid, ivs in got.by_tid.items()},
+        op_segments={tid: flatten(ivs) for tid, ivs in by_tid.items()},
         main_tid=main,
-        has_stacks=bool(python) or any(c.stack for c in got.ops.values()),
+        has_stacks=bool(python) or any(ops.col(6)),
     )
     return dataclasses.replace(trace, spans=marked_spans(trace, got.marks) + blocked_spans(trace))
 

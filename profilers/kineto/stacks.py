@@ -69,7 +69,8 @@ def op_of(trace: RankTrace, call: Call) -> Call | None:
     op = trace.ops.get(call.ext_id) if call.ext_id else None
     if op is not None and op.tid == call.tid and op.start_ns <= call.start_ns <= op.end_ns:
         return op
-    return at(trace.op_segments.get(call.tid), call.start_ns)
+    row = at(trace.op_segments.get(call.tid), call.start_ns)
+    return None if row is None else trace.ops.call(row)
 
 
 def frame_in_stack(stack: str) -> Frame | None:
