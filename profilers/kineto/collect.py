@@ -115,6 +115,7 @@ class Collect:
         self.launches = Calls(names, first=False)
         self.ops = Calls(names, first=True)
         self.launching: dict[str, int] = {}
+        self.lower: dict[str, str] = {}
         self.marks: list[Call] = []  # steps, input, comm spans (any CPU op or annotation)
         self.python: dict[str, list[tuple[int, int, Frame]]] = {}
         self.cats: set[str] = set()
@@ -127,56 +128,81 @@ class Collect:
         """Kernels in the pre-Kineto autograd profiler's spelling (no category, pid "CUDA
         functions"): torch.autograd.profiler with use_cuda=True before Kineto."""
 
-    def add(self, e: Event) -> None:
-        # NB: the hot loop of a large trace (a million events): one attribute per field
-        if e.ph != "X":
-            if e.ph == "M" and e.name == "process_name" and isinstance(e.args, Args):
-                self.own = self.own or str(e.args.name).startswith("gpuwatch:")
-            return
-        ts, dur = e.ts, e.dur
-        if not isinstance(ts, int | float) or not -MAX_TS_US < ts < MAX_TS_US:
-            return  # inf (1e999 parses as inf), nan, or a damaged time past any clock's
-        if self.base_us is None:
-            self.base_us = math.floor(ts)
-        if not isinstance(dur, int | float) or not -MAX_TS_US < dur < MAX_TS_US:
-            return
-        cat = e.cat
-        cat = cat.lower() if isinstance(cat, str) else str(cat)
-        if cat == "trace":
-            return
-        if not cat and e.pid == "CUDA functions":
-            self.legacy_kernels += 1
-        self.cats.add(cat)
-        name = sys.intern(str(e.name))  # NB: a name recurs thousands of times: kept once
-        args = e.args or NO_ARGS
-        start = round((ts - self.base_us) * 1000)
-        end = start + max(0, round(dur * 1000))
-        if start < self.first:
-            self.first = start
-        if end > self.last:
-            self.last = end
-        kind = GPU_CATS.get(cat)
-        if kind is not None:
-            self._activity(kind, name, e, args, start, end)
-        elif cat in RUNTIME_CATS:
-            self._runtime(name, e, args, start, end)
-        elif cat in CPU_CATS:
-            self._cpu(cat, name, e, args, start, end)
-        elif cat in PYTHON_CATS:
-            frame = user_frame(name)
-            if frame is not None:
-                self.python.setdefault(str(e.tid), []).append((start, end, frame))
-
-    def _runtime(self, name: str, e: Event, args: Args, start: int, end: int) -> None:
-        self.runtime_names.add(name)
-        corr = number(args.correlation)
-        if corr < 0:  # NB: kept (a sync may block the host) under a key no activity has
-            corr = -2 - len(self.launches.data)
-        ext = args.external_id
-        ext = number(args.external_id_lower if ext is None else ext, 0)
-        tid = str(e.tid)
-        self.launches.add(corr, name, tid, start, end, ext, "")
-        self.launching[tid] = self.launching.get(tid, 0) + 1
+    def add(self, events: Iterable[Event]) -> None:  # noqa: C901 - the hot loop in one frame
+        # NB: a million events in a large trace: locals, and a host call's fields go straight
+        # into its table's row (a call per event would cost a third more)
+        ids, ops, launches, launching = (
+            self.ops.ids,
+            self.ops.data,
+            self.launches.data,
+            self.launching,
+        )
+        cats, lower, names, marks = self.cats, self.lower, self.runtime_names, self.marks
+        for e in events:
+            if e.ph != "X":
+                if e.ph == "M" and e.name == "process_name" and isinstance(e.args, Args):
+                    self.own = self.own or str(e.args.name).startswith("gpuwatch:")
+                continue
+            ts, dur = e.ts, e.dur
+            if type(ts) is not float and not isinstance(ts, int | float):
+                continue
+            if not -MAX_TS_US < ts < MAX_TS_US:
+                continue  # inf (1e999 parses as inf), nan, or a damaged time past any clock's
+            if self.base_us is None:
+                self.base_us = math.floor(ts)
+            if type(dur) is not float and not isinstance(dur, int | float):
+                continue
+            if not -MAX_TS_US < dur < MAX_TS_US:
+                continue
+            cat = e.cat
+            if (cat := lower.get(cat) if type(cat) is str else str(cat).lower()) is None:
+                cat = lower[e.cat] = e.cat.lower()
+            if cat == "trace":
+                continue
+            if not cat and e.pid == "CUDA functions":
+                self.legacy_kernels += 1
+            cats.add(cat)
+            name = e.name if type(e.name) is str else str(e.name)
+            args = e.args or NO_ARGS
+            start = round((ts - self.base_us) * 1000)
+            end = start + max(0, round(dur * 1000))
+            if start < self.first:
+                self.first = start
+            if end > self.last:
+                self.last = end
+            kind = GPU_CATS.get(cat)
+            if kind is not None:
+                self._activity(kind, sys.intern(name), e, args, start, end)
+                continue
+            is_cpu = cat in CPU_CATS
+            if not is_cpu and cat not in RUNTIME_CATS:
+                frame = user_frame(name) if cat in PYTHON_CATS else None
+                if frame is not None:
+                    self.python.setdefault(str(e.tid), []).append((start, end, frame))
+                continue
+            tid = e.tid if type(e.tid) is str else str(e.tid)
+            if (t := ids.get(tid)) is None:
+                t = ids[tid] = len(ids)
+            if (n := ids.get(name)) is None:
+                n = ids[name] = len(ids)
+            ext = args.external_id
+            if is_cpu:
+                ext = ext if type(ext) is int else number(ext, 0)
+                stack = args.call_stack
+                stack = stack if isinstance(stack, str) else ""
+                if cat != "user_annotation":
+                    self.cpu_ops += 1
+                    ops.extend((ext, n, t, start, end, ext, ids.setdefault(stack, len(ids))))
+                if name.startswith(MARKS) and (name[0] == "P" or is_input(name) or is_comm(name)):
+                    marks.append(Call(sys.intern(name), sys.intern(tid), start, end, ext, stack))
+                continue
+            names.add(name)
+            corr = args.correlation
+            if (corr := corr if type(corr) is int else number(corr)) < 0:
+                corr = -2 - len(launches)  # NB: kept (a sync may block the host), a key apart
+            ext = number(args.external_id_lower if ext is None else ext, 0)
+            launches.extend((corr, n, t, start, end, ext, 0))
+            launching[tid] = launching.get(tid, 0) + 1
 
     def _activity(self, kind: str, name: str, e: Event, args: Args, start: int, end: int) -> None:
         direction, memory = memcpy_kind(name) if kind == MEMCPY else ("", "")
@@ -195,15 +221,6 @@ class Collect:
                 kind == "kernel" and is_nccl(name),
             )
         )
-
-    def _cpu(self, cat: str, name: str, e: Event, args: Args, start: int, end: int) -> None:
-        stack, tid, ext = args.call_stack, str(e.tid), number(args.external_id, 0)
-        stack = stack if isinstance(stack, str) else ""
-        if cat != "user_annotation":
-            self.cpu_ops += 1
-            self.ops.add(ext, name, tid, start, end, ext, stack)
-        if name.startswith(MARKS) and (name[0] == "P" or is_input(name) or is_comm(name)):
-            self.marks.append(Call(name, sys.intern(tid), start, end, ext, stack))
 
 
 def steps_of(marks: Iterable[Call]) -> list[Step]:

@@ -300,8 +300,8 @@ class RankTrace:
         default_factory=dict
     )
     """Per thread, the user's innermost Python frame over time: segment starts and frames."""
-    op_segments: dict[str, tuple[list[int], list[int | None]]] = field(default_factory=dict)
-    """Per thread, the innermost CPU op (its row in ``ops``) over time."""
+    op_segments: dict[str, tuple[array[int], array[int]]] = field(default_factory=dict)
+    """Per thread, the innermost CPU op over time: segment starts and rows in ``ops`` (-1: none)."""
     main_tid: str = ""
     """The thread that records the steps (or launches the most)."""
     notes: tuple[str, ...] = ()

@@ -17,6 +17,7 @@ import os
 import re
 import stat
 import zlib
+from array import array
 from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from io import BufferedIOBase
@@ -33,7 +34,7 @@ from profilers.kineto.collect import (
     number,
     steps_of,
 )
-from profilers.kineto.events import RankTrace
+from profilers.kineto.events import Calls, RankTrace
 from profilers.kineto.stacks import flatten
 
 TRACE_ENDINGS = (".json", ".json.gz")
@@ -236,8 +237,7 @@ def _streamed(path: str) -> tuple[Collect, dict[str, Any]] | None:
             raw.seek(0)
             f: BufferedIOBase = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
             for events in _batches(f, meta):
-                for e in events:
-                    got.add(e)
+                got.add(events)
     except (OSError, EOFError, zlib.error, ValueError, msgspec.DecodeError, RecursionError):
         return None
     return got, meta
@@ -256,10 +256,7 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
     """One rank's :class:`RankTrace` from a parsed trace document."""
     events, meta = events_of(doc, path)
     got = Collect()
-    for raw in events:
-        e = event_of(raw)
-        if e is not None:
-            got.add(e)
+    got.add(e for raw in events if (e := event_of(raw)) is not None)
     return _trace(got, meta, path, rank)
 
 
@@ -283,10 +280,6 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
     if isinstance(info, dict) and type(info.get("rank")) is int:
         rank = info["rank"]
     python = {tid: flatten(ivs) for tid, ivs in got.python.items()}
-    ops = got.ops
-    by_tid: dict[str, list[tuple[int, int, int]]] = {}
-    for r, (tid, start, end) in enumerate(zip(ops.col(2), ops.col(3), ops.col(4), strict=True)):
-        by_tid.setdefault(ops.names[tid], []).append((start, end, r))
     steps = steps_of(got.marks)
     main = next((c.tid for c in got.marks if c.name.startswith("ProfilerStep#")), None)
     if main is None:
@@ -303,11 +296,21 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
         spans=[],
         span_ns=(int(got.first), int(got.last)),
         python=python,
-        op_segments={tid: flatten(ivs) for tid, ivs in by_tid.items()},
+        op_segments=_segments(got.ops),
         main_tid=main,
-        has_stacks=bool(python) or any(ops.col(6)),
+        has_stacks=bool(python) or any(got.ops.col(6)),
     )
     return dataclasses.replace(trace, spans=marked_spans(trace, got.marks) + blocked_spans(trace))
+
+
+def _segments(ops: Calls) -> dict[str, tuple[array[int], array[int]]]:
+    """Per thread, the innermost CPU op (its row, -1 for none) over time: a thread at a time."""
+    tids, starts, ends = ops.col(2), ops.col(3), ops.col(4)
+    out = {}
+    for tid in sorted(set(tids)):
+        run, rows = flatten([(starts[r], ends[r], r) for r, t in enumerate(tids) if t == tid])
+        out[ops.names[tid]] = (array("q", run), array("q", [-1 if r is None else r for r in rows]))
+    return out
 
 
 def read_traces(paths: Sequence[str], whole: bool = False) -> list[RankTrace]:

@@ -9,6 +9,7 @@ code (:func:`profilers.kineto.events.user_frame`).
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from typing import TypeVar
 
 from profilers.kineto.events import Call, RankTrace, Where, user_frame
@@ -44,7 +45,7 @@ def flatten(intervals: list[tuple[int, int, T]]) -> tuple[list[int], list[T | No
     return starts, labels
 
 
-def at(segments: tuple[list[int], list[T | None]] | None, t_ns: int) -> T | None:
+def at(segments: tuple[Sequence[int], Sequence[T]] | None, t_ns: int) -> T | None:
     """The label of flattened ``segments`` at ``t_ns``."""
     if segments is None:
         return None
@@ -70,7 +71,7 @@ def op_of(trace: RankTrace, call: Call) -> Call | None:
     if op is not None and op.tid == call.tid and op.start_ns <= call.start_ns <= op.end_ns:
         return op
     row = at(trace.op_segments.get(call.tid), call.start_ns)
-    return None if row is None else trace.ops.call(row)
+    return None if row is None or row < 0 else trace.ops.call(row)
 
 
 def frame_in_stack(stack: str) -> Frame | None:
