@@ -40,23 +40,26 @@ MARKS = ("ProfilerStep#", "enumerate(DataLoader)", *COMM_PREFIXES)
 
 
 #: Larger than any time a trace holds (in us: Kineto's epoch clock reads about 1.8e15 in
-#: 2026, 1e17 is the year 5138); a time beyond it is damage, and would overflow on the way
-#: to nanoseconds.
-MAX_TS_US = 1e17
+#: 2026, 3e15 in 2065); a time beyond it is damage, and its nanoseconds from the first event
+#: (and an end past them) would not fit the int64 columns they are kept in.
+MAX_TS_US = 3e15
+I64 = 1 << 63
 
 
 def number(value: Any, default: int = -1) -> int:
+    """An id or count as the trace writes it (an int, a float, ``"stream 7"``); ``default``
+    where it is none, or past int64 (damage)."""
     if type(value) is int:  # NB: the common case first: a million calls on a large trace
-        return value
+        return value if -I64 < value < I64 else default
     if isinstance(value, bool):
         return default
     if isinstance(value, int):
-        return value
+        return value if -I64 < value < I64 else default
     if isinstance(value, float) and math.isfinite(value):
-        return int(value)
+        return number(int(value), default)
     if isinstance(value, str):
         digits = value.rsplit(" ", 1)[-1]
-        return int(digits) if digits.lstrip("-").isdigit() else default
+        return number(int(digits), default) if digits.lstrip("-").isdigit() else default
     return default
 
 
@@ -187,7 +190,7 @@ class Collect:
                 n = ids[name] = len(ids)
             ext = args.external_id
             if is_cpu:
-                ext = ext if type(ext) is int else number(ext, 0)
+                ext = number(ext, 0)
                 stack = args.call_stack
                 stack = stack if isinstance(stack, str) else ""
                 if cat != "user_annotation":
@@ -198,7 +201,7 @@ class Collect:
                 continue
             names.add(name)
             corr = args.correlation
-            if (corr := corr if type(corr) is int else number(corr)) < 0:
+            if (corr := number(corr)) < 0:
                 corr = -2 - len(launches)  # NB: kept (a sync may block the host), a key apart
             ext = number(args.external_id_lower if ext is None else ext, 0)
             launches.extend((corr, n, t, start, end, ext, 0))

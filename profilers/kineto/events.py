@@ -13,7 +13,7 @@ import re
 import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -296,11 +296,11 @@ class RankTrace:
     spans: list[HostSpan]
     span_ns: tuple[int, int]
     """The first and last moment of anything in the trace."""
-    python: dict[str, tuple[list[int], list[tuple[str, int, str] | None]]] = field(
+    python: dict[str, tuple[Sequence[int], Sequence[tuple[str, int, str] | None]]] = field(
         default_factory=dict
     )
     """Per thread, the user's innermost Python frame over time: segment starts and frames."""
-    op_segments: dict[str, tuple[array[int], array[int]]] = field(default_factory=dict)
+    op_segments: dict[str, tuple[Sequence[int], Sequence[int]]] = field(default_factory=dict)
     """Per thread, the innermost CPU op over time: segment starts and rows in ``ops`` (-1: none)."""
     main_tid: str = ""
     """The thread that records the steps (or launches the most)."""

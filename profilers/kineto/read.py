@@ -24,6 +24,7 @@ from io import BufferedIOBase
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from profilers.kineto.collect import (
     Collect,
@@ -35,7 +36,7 @@ from profilers.kineto.collect import (
     steps_of,
 )
 from profilers.kineto.events import Calls, RankTrace
-from profilers.kineto.stacks import flatten
+from profilers.kineto.stacks import Frame, flatten
 
 TRACE_ENDINGS = (".json", ".json.gz")
 
@@ -172,7 +173,7 @@ def _gpu_problem(
     return f"{path} is a Chrome trace with no torch.profiler events (no CPU op, no GPU activity)"
 
 
-CHUNK_BYTES = 1 << 22
+CHUNK_BYTES = 1 << 20
 """Read (after gunzip) and decoded at a time: a trace's events never sit in memory whole."""
 _EVENTS = msgspec.json.Decoder(list[Event])
 TRIES = 8
@@ -279,7 +280,10 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and type(info.get("rank")) is int:
         rank = info["rank"]
-    python = {tid: flatten(ivs) for tid, ivs in got.python.items()}
+    python: dict[str, tuple[Sequence[int], Sequence[Frame | None]]] = {
+        tid: flatten(sorted(ivs, key=lambda iv: (iv[0], -iv[1])), None, [], [])
+        for tid, ivs in got.python.items()
+    }
     steps = steps_of(got.marks)
     main = next((c.tid for c in got.marks if c.name.startswith("ProfilerStep#")), None)
     if main is None:
@@ -303,13 +307,20 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
     return dataclasses.replace(trace, spans=marked_spans(trace, got.marks) + blocked_spans(trace))
 
 
-def _segments(ops: Calls) -> dict[str, tuple[array[int], array[int]]]:
-    """Per thread, the innermost CPU op (its row, -1 for none) over time: a thread at a time."""
-    tids, starts, ends = ops.col(2), ops.col(3), ops.col(4)
-    out = {}
-    for tid in sorted(set(tids)):
-        run, rows = flatten([(starts[r], ends[r], r) for r, t in enumerate(tids) if t == tid])
-        out[ops.names[tid]] = (array("q", run), array("q", [-1 if r is None else r for r in rows]))
+def _segments(ops: Calls) -> dict[str, tuple[Sequence[int], Sequence[int]]]:
+    """Per thread, the innermost CPU op (its row, -1 for none) over time: a thread at a time,
+    the ops sorted by numpy on the columns' own buffers, never a tuple per op."""
+    tids, starts, ends = (np.frombuffer(ops.col(j), np.int64) for j in (2, 3, 4))
+    out: dict[str, tuple[Sequence[int], Sequence[int]]] = {}
+    for tid in np.unique(tids).tolist():
+        rows = np.flatnonzero(tids == tid)
+        rows = rows[np.lexsort((-ends[rows], starts[rows]))]
+        ivs = (
+            iv
+            for part in np.array_split(rows, len(rows) // 65536 + 1)
+            for iv in zip(starts[part].tolist(), ends[part].tolist(), part.tolist(), strict=True)
+        )
+        out[ops.names[tid]] = flatten(ivs, -1, array("q"), array("q"))
     return out
 
 
