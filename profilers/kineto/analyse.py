@@ -90,6 +90,7 @@ class _Places:
     def __init__(self, trace: RankTrace) -> None:
         self.trace = trace
         self.cache: dict[int, Where] = {}
+        self.places: dict[Where, Where] = {}
 
     def of(self, a: Activity) -> Where:
         found = self.cache.get(a.correlation)
@@ -100,7 +101,9 @@ class _Places:
             else:
                 op = op_of(self.trace, call)
                 found = where_of(self.trace, op) if op is not None else where_of(self.trace, call)
-            self.cache[a.correlation] = found
+            # NB: one object per place (a few hundred, not one per launch): comparing and
+            # hashing the pieces' places then mostly stops at identity
+            found = self.cache[a.correlation] = self.places.setdefault(found, found)
         return found
 
 
