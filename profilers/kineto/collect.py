@@ -42,7 +42,7 @@ MARKS = ("ProfilerStep#", "enumerate(DataLoader)", *COMM_PREFIXES)
 #: Larger than any time a trace holds (in us: Kineto's epoch clock reads about 1.8e15 in
 #: 2026, 3e15 in 2065); a time beyond it is damage, and its nanoseconds from the first event
 #: (and an end past them) would not fit the int64 columns they are kept in.
-MAX_TS_US = 3e15
+MAX = 3e15
 I64 = 1 << 63
 
 
@@ -134,28 +134,19 @@ class Collect:
     def add(self, events: Iterable[Event]) -> None:  # noqa: C901 - the hot loop in one frame
         # NB: a million events in a large trace: locals, and a host call's fields go straight
         # into its table's row (a call per event would cost a third more)
-        ids, ops, launches, launching = (
-            self.ops.ids,
-            self.ops.data,
-            self.launches.data,
-            self.launching,
-        )
-        cats, lower, names, marks = self.cats, self.lower, self.runtime_names, self.marks
+        ids, ops, launches, cats = self.ops.ids, self.ops.data, self.launches.data, self.cats
+        lower, names, marks, launching = self.lower, self.runtime_names, self.marks, self.launching
         for e in events:
             if e.ph != "X":
                 if e.ph == "M" and e.name == "process_name" and isinstance(e.args, Args):
                     self.own = self.own or str(e.args.name).startswith("gpuwatch:")
                 continue
-            ts, dur = e.ts, e.dur
-            if type(ts) is not float and not isinstance(ts, int | float):
+            ts, dur = e.ts, e.dur  # NB: inf (1e999), nan, or a time past any clock's: damage
+            if not (type(ts) is float or isinstance(ts, int | float)) or not -MAX < ts < MAX:
                 continue
-            if not -MAX_TS_US < ts < MAX_TS_US:
-                continue  # inf (1e999 parses as inf), nan, or a damaged time past any clock's
             if self.base_us is None:
                 self.base_us = math.floor(ts)
-            if type(dur) is not float and not isinstance(dur, int | float):
-                continue
-            if not -MAX_TS_US < dur < MAX_TS_US:
+            if not (type(dur) is float or isinstance(dur, int | float)) or not -MAX < dur < MAX:
                 continue
             cat = e.cat
             if (cat := lower.get(cat) if type(cat) is str else str(cat).lower()) is None:

@@ -13,7 +13,7 @@ import re
 import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -189,24 +189,15 @@ class Call(NamedTuple):
     """The old traces' ``Call stack`` (innermost frame first, ``;`` between frames)."""
 
 
-class Calls(Mapping[int, Call]):
+class Calls:
     """Host calls as columns keyed by correlation or external id (``first``: the first call of
     a key wins, else the last), a :class:`Call` built when asked for: a large trace holds
     hundreds of thousands, and a tuple each was most of the reader's memory."""
 
     def __init__(self, names: dict[str, int], first: bool) -> None:
-        self.ids, self.first = names, first
-        self.names: list[str] = []
-        self.data = array("q")  # a row of 7: key, name, tid, start, end, ext id, stack
-        self.known = array("q")
-        self.rows = array("q")
-
-    def add(
-        self, key: int, name: str, tid: str, start: int, end: int, ext: int, stack: str
-    ) -> None:
-        ids = self.ids
-        n, t, s = (ids.setdefault(v, len(ids)) for v in (name, tid, stack))
-        self.data.extend((key, n, t, start, end, ext, s))
+        self.ids, self.first, self.names = names, first, list[str]()
+        self.data = array("q")  # a row of 7: key, name, tid, start, end, ext id, stack (ids)
+        self.known, self.rows = array("q"), array("q")
 
     def col(self, j: int) -> array[int]:
         return self.data[j::7]
@@ -224,36 +215,28 @@ class Calls(Mapping[int, Call]):
 
     def call(self, r: int) -> Call:
         _, name, tid, start, end, ext, stack = self.data[7 * r : 7 * r + 7]
-        names = self.names
-        return Call(names[name], names[tid], start, end, ext, names[stack])
+        return Call(self.names[name], self.names[tid], start, end, ext, self.names[stack])
 
     def row(self, key: int) -> int:
         i = bisect_left(self.known, key)
         return self.rows[i] if i < len(self.known) and self.known[i] == key else -1
 
+    def get(self, key: int) -> Call | None:
+        return None if (r := self.row(key)) < 0 else self.call(r)
+
     def start(self, key: int) -> int | None:
         """The start of the call of ``key`` (None: no such call)."""
-        r = self.row(key)
-        return None if r < 0 else self.data[7 * r + 3]
+        return None if (r := self.row(key)) < 0 else self.data[7 * r + 3]
 
-    def __contains__(self, key: object) -> bool:
-        return type(key) is int and self.row(key) >= 0
-
-    def __getitem__(self, key: int) -> Call:
-        if (r := self.row(key)) < 0:
-            raise KeyError(key)
-        return self.call(r)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.known)
+    def __contains__(self, key: int) -> bool:
+        return self.row(key) >= 0
 
     def __len__(self) -> int:
         return len(self.known)
 
     def named(self, names: Iterable[str]) -> Iterator[tuple[int, Call]]:
         """The kept calls of these names, by key, in the order they came."""
-        ids = {self.ids[n] for n in names if n in self.ids}
-        name = self.col(1)
+        ids, name = {self.ids[n] for n in names if n in self.ids}, self.col(1)
         for r in sorted(r for r in self.rows if name[r] in ids):
             yield self.data[7 * r], self.call(r)
 
