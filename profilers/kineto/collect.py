@@ -53,8 +53,6 @@ def number(value: Any, default: int = -1) -> int:
         return value if -I64 < value < I64 else default
     if isinstance(value, bool):
         return default
-    if isinstance(value, int):
-        return value if -I64 < value < I64 else default
     if isinstance(value, float) and math.isfinite(value):
         return number(int(value), default)
     if isinstance(value, str):
@@ -118,7 +116,6 @@ class Collect:
         self.launches = Calls(names, first=False)
         self.ops = Calls(names, first=True)
         self.launching: dict[str, int] = {}
-        self.lower: dict[str, str] = {}
         self.marks: list[Call] = []  # steps, input, comm spans (any CPU op or annotation)
         self.python: dict[str, list[tuple[int, int, Frame]]] = {}
         self.cats: set[str] = set()
@@ -135,7 +132,7 @@ class Collect:
         # NB: a million events in a large trace: locals, and a host call's fields go straight
         # into its table's row (a call per event would cost a third more)
         ids, ops, launches, cats = self.ops.ids, self.ops.data, self.launches.data, self.cats
-        lower, names, marks, launching = self.lower, self.runtime_names, self.marks, self.launching
+        names, marks, launching = self.runtime_names, self.marks, self.launching
         for e in events:
             if e.ph != "X":
                 if e.ph == "M" and e.name == "process_name" and isinstance(e.args, Args):
@@ -148,9 +145,7 @@ class Collect:
                 self.base_us = math.floor(ts)
             if not (type(dur) is float or isinstance(dur, int | float)) or not -MAX < dur < MAX:
                 continue
-            cat = e.cat
-            if (cat := lower.get(cat) if type(cat) is str else str(cat).lower()) is None:
-                cat = lower[e.cat] = e.cat.lower()
+            cat = e.cat.lower() if isinstance(e.cat, str) else str(e.cat)
             if cat == "trace":
                 continue
             if not cat and e.pid == "CUDA functions":

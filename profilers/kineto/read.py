@@ -309,17 +309,13 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
 
 def _segments(ops: Calls) -> dict[str, tuple[Sequence[int], Sequence[int]]]:
     """Per thread, the innermost CPU op (its row, -1 for none) over time: a thread at a time,
-    the ops sorted by numpy on the columns' own buffers, never a tuple per op."""
+    sorted by numpy on the columns' own buffers, never a tuple per op kept."""
     tids, starts, ends = (np.frombuffer(ops.col(j), np.int64) for j in (2, 3, 4))
     out: dict[str, tuple[Sequence[int], Sequence[int]]] = {}
     for tid in np.unique(tids).tolist():
         rows = np.flatnonzero(tids == tid)
         rows = rows[np.lexsort((-ends[rows], starts[rows]))]
-        ivs = (
-            iv
-            for part in np.array_split(rows, len(rows) // 65536 + 1)
-            for iv in zip(starts[part].tolist(), ends[part].tolist(), part.tolist(), strict=True)
-        )
+        ivs = zip(starts[rows].tolist(), ends[rows].tolist(), rows.tolist(), strict=True)
         out[ops.names[tid]] = flatten(ivs, -1, array("q"), array("q"))
     return out
 
