@@ -255,3 +255,24 @@ def test_a_damaged_event_in_a_large_file_is_read_whole_without_retrying_every_cu
     monkeypatch.setattr(read, "CHUNK_BYTES", 256)
     assert analyse(read_traces([str(path)])).to_dict() == whole
     assert len(calls) <= (len(path.read_bytes()) / 256 + 1) * 8  # read.TRIES a chunk
+
+
+@pytest.mark.slow
+def test_the_stream_holds_under_half_the_json_of_a_large_trace():
+    # a 54 MB DDP rank trace: never the file, never an object per event; the reader's own
+    # allocations (tracemalloc: what Python holds, not the interpreter) peak under 0.5x the JSON
+    import tracemalloc
+
+    path = DATA / "hta-figures/hta_df_index_resolver/rank-1.pt.trace.json.gz"
+    if not path.exists():
+        pytest.skip(f"{path} is absent (../shared/traces)")
+    with gzip.open(path) as f:
+        size = sum(len(chunk) for chunk in iter(lambda: f.read(1 << 24), b""))
+    tracemalloc.start()
+    try:
+        (trace,) = read_traces([str(path)])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(trace.launches) > 40_000
+    assert peak < 0.5 * size, f"{peak / 1e6:.0f} MB for {size / 1e6:.0f} MB of JSON"

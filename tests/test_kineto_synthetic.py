@@ -383,6 +383,21 @@ def test_any_damage_to_a_trace_is_analysed_or_one_trace_error(tmp_path):
     check()
 
 
+@pytest.mark.parametrize("key", ["External id", "correlation", "ts", "dur"])
+def test_an_id_or_time_past_int64_is_damage_not_a_crash(key):
+    # host calls and times are kept in int64 columns: a value past them is read as none
+    from profilers.kineto.read import trace_from_doc
+
+    doc = _sync_step().doc()
+    for event in doc["traceEvents"]:
+        if key in event.get("args", {}):
+            event["args"][key] = 2**70
+        elif key in event and event.get("cat") != "kernel":
+            event[key] = 1e16  # its nanoseconds from the first event are past int64
+    result = analyse([trace_from_doc(doc, "t.json", 0)])
+    assert result.to_json()
+
+
 def test_each_device_has_its_own_busy_and_idle(tmp_path):
     t = TraceBuilder()
     t.step(1, 0, 100)

@@ -90,6 +90,7 @@ class _Places:
     def __init__(self, trace: RankTrace) -> None:
         self.trace = trace
         self.cache: dict[int, Where] = {}
+        self.places: dict[Where, Where] = {}
 
     def of(self, a: Activity) -> Where:
         found = self.cache.get(a.correlation)
@@ -100,7 +101,9 @@ class _Places:
             else:
                 op = op_of(self.trace, call)
                 found = where_of(self.trace, op) if op is not None else where_of(self.trace, call)
-            self.cache[a.correlation] = found
+            # NB: one object per place (a few hundred, not one per launch): comparing and
+            # hashing the pieces' places then mostly stops at identity
+            found = self.cache[a.correlation] = self.places.setdefault(found, found)
         return found
 
 
@@ -123,15 +126,15 @@ def _charge_gap(
 ) -> list[Piece]:
     """``busy_from``: where the busy run that ends at ``start`` began; ``first``: no GPU work
     on the device before it (warm-up)."""
-    launch = trace.launches.get(nxt.correlation) if nxt is not None else None
+    launch = trace.launches.start(nxt.correlation) if nxt is not None else None
     where_next = places.of(nxt) if nxt is not None else NOTHING_NEXT
     if first:
         return [Piece(start, end, "warmup", where_next)]
-    if nxt is not None and (launch is None or launch.start_ns <= start):
+    if nxt is not None and (launch is None or launch <= start):
         # NB: K was queued before the GPU ran dry (or before the trace began): it waited on
         # another stream, an event or the other ranks, not on the host, whatever it was doing
         return [Piece(start, end, "comm" if nxt.nccl else "dependency", where_next)]
-    cut = end if launch is None else min(launch.start_ns, end)
+    cut = end if launch is None else min(launch, end)
     pieces: list[Piece] = []
     if cut > start:
         drained = blocked.at(start)

@@ -23,6 +23,7 @@ from profilers.kineto.events import (
     SYNC_CALLS,
     Activity,
     Call,
+    Calls,
     HostSpan,
     RankTrace,
     Step,
@@ -39,23 +40,24 @@ MARKS = ("ProfilerStep#", "enumerate(DataLoader)", *COMM_PREFIXES)
 
 
 #: Larger than any time a trace holds (in us: Kineto's epoch clock reads about 1.8e15 in
-#: 2026, 1e17 is the year 5138); a time beyond it is damage, and would overflow on the way
-#: to nanoseconds.
-MAX_TS_US = 1e17
+#: 2026, 3e15 in 2065); a time beyond it is damage, and its nanoseconds from the first event
+#: (and an end past them) would not fit the int64 columns they are kept in.
+MAX = 3e15
+I64 = 1 << 63
 
 
 def number(value: Any, default: int = -1) -> int:
+    """An id or count as the trace writes it (an int, a float, ``"stream 7"``); ``default``
+    where it is none, or past int64 (damage)."""
     if type(value) is int:  # NB: the common case first: a million calls on a large trace
-        return value
+        return value if -I64 < value < I64 else default
     if isinstance(value, bool):
         return default
-    if isinstance(value, int):
-        return value
     if isinstance(value, float) and math.isfinite(value):
-        return int(value)
+        return number(int(value), default)
     if isinstance(value, str):
         digits = value.rsplit(" ", 1)[-1]
-        return int(digits) if digits.lstrip("-").isdigit() else default
+        return number(int(digits), default) if digits.lstrip("-").isdigit() else default
     return default
 
 
@@ -110,9 +112,9 @@ class Collect:
     def __init__(self) -> None:
         self.base_us: int | None = None
         self.activities: list[Activity] = []
-        self.launches: dict[int, Call] = {}
-        self.ops: dict[int, Call] = {}
-        self.by_tid: dict[str, list[tuple[int, int, Call]]] = {}
+        names = {"": 0}
+        self.launches = Calls(names, first=False)
+        self.ops = Calls(names, first=True)
         self.launching: dict[str, int] = {}
         self.marks: list[Call] = []  # steps, input, comm spans (any CPU op or annotation)
         self.python: dict[str, list[tuple[int, int, Frame]]] = {}
@@ -126,56 +128,70 @@ class Collect:
         """Kernels in the pre-Kineto autograd profiler's spelling (no category, pid "CUDA
         functions"): torch.autograd.profiler with use_cuda=True before Kineto."""
 
-    def add(self, e: Event) -> None:
-        # NB: the hot loop of a large trace (a million events): one attribute per field
-        if e.ph != "X":
-            if e.ph == "M" and e.name == "process_name" and isinstance(e.args, Args):
-                self.own = self.own or str(e.args.name).startswith("gpuwatch:")
-            return
-        ts, dur = e.ts, e.dur
-        if not isinstance(ts, int | float) or not -MAX_TS_US < ts < MAX_TS_US:
-            return  # inf (1e999 parses as inf), nan, or a damaged time past any clock's
-        if self.base_us is None:
-            self.base_us = math.floor(ts)
-        if not isinstance(dur, int | float) or not -MAX_TS_US < dur < MAX_TS_US:
-            return
-        cat = e.cat
-        cat = cat.lower() if isinstance(cat, str) else str(cat)
-        if cat == "trace":
-            return
-        if not cat and e.pid == "CUDA functions":
-            self.legacy_kernels += 1
-        self.cats.add(cat)
-        name = sys.intern(str(e.name))  # NB: a name recurs thousands of times: kept once
-        args = e.args or NO_ARGS
-        start = round((ts - self.base_us) * 1000)
-        end = start + max(0, round(dur * 1000))
-        if start < self.first:
-            self.first = start
-        if end > self.last:
-            self.last = end
-        kind = GPU_CATS.get(cat)
-        if kind is not None:
-            self._activity(kind, name, e, args, start, end)
-        elif cat in RUNTIME_CATS:
-            self._runtime(name, e, args, start, end)
-        elif cat in CPU_CATS:
-            self._cpu(cat, name, e, args, start, end)
-        elif cat in PYTHON_CATS:
-            frame = user_frame(name)
-            if frame is not None:
-                self.python.setdefault(str(e.tid), []).append((start, end, frame))
-
-    def _runtime(self, name: str, e: Event, args: Args, start: int, end: int) -> None:
-        self.runtime_names.add(name)
-        corr = number(args.correlation)
-        if corr < 0:  # NB: kept (a sync may block the host) under a key no activity has
-            corr = -2 - len(self.launches)
-        ext = args.external_id
-        ext = number(args.external_id_lower if ext is None else ext, 0)
-        tid = sys.intern(str(e.tid))
-        self.launches[corr] = Call(name, tid, start, end, ext)
-        self.launching[tid] = self.launching.get(tid, 0) + 1
+    def add(self, events: Iterable[Event]) -> None:  # noqa: C901 - the hot loop in one frame
+        # NB: a million events in a large trace: locals, and a host call's fields go straight
+        # into its table's row (a call per event would cost a third more)
+        ids, ops, launches, cats = self.ops.ids, self.ops.data, self.launches.data, self.cats
+        names, marks, launching = self.runtime_names, self.marks, self.launching
+        for e in events:
+            if e.ph != "X":
+                if e.ph == "M" and e.name == "process_name" and isinstance(e.args, Args):
+                    self.own = self.own or str(e.args.name).startswith("gpuwatch:")
+                continue
+            ts, dur = e.ts, e.dur  # NB: inf (1e999), nan, or a time past any clock's: damage
+            if not (type(ts) is float or isinstance(ts, int | float)) or not -MAX < ts < MAX:
+                continue
+            if self.base_us is None:
+                self.base_us = math.floor(ts)
+            if not (type(dur) is float or isinstance(dur, int | float)) or not -MAX < dur < MAX:
+                continue
+            cat = e.cat.lower() if isinstance(e.cat, str) else str(e.cat)
+            if cat == "trace":
+                continue
+            if not cat and e.pid == "CUDA functions":
+                self.legacy_kernels += 1
+            cats.add(cat)
+            name = e.name if type(e.name) is str else str(e.name)
+            args = e.args or NO_ARGS
+            start = round((ts - self.base_us) * 1000)
+            end = start + max(0, round(dur * 1000))
+            if start < self.first:
+                self.first = start
+            if end > self.last:
+                self.last = end
+            kind = GPU_CATS.get(cat)
+            if kind is not None:
+                self._activity(kind, sys.intern(name), e, args, start, end)
+                continue
+            is_cpu = cat in CPU_CATS
+            if not is_cpu and cat not in RUNTIME_CATS:
+                frame = user_frame(name) if cat in PYTHON_CATS else None
+                if frame is not None:
+                    self.python.setdefault(str(e.tid), []).append((start, end, frame))
+                continue
+            tid = e.tid if type(e.tid) is str else str(e.tid)
+            if (t := ids.get(tid)) is None:
+                t = ids[tid] = len(ids)
+            if (n := ids.get(name)) is None:
+                n = ids[name] = len(ids)
+            ext = args.external_id
+            if is_cpu:
+                ext = number(ext, 0)
+                stack = args.call_stack
+                stack = stack if isinstance(stack, str) else ""
+                if cat != "user_annotation":
+                    self.cpu_ops += 1
+                    ops.extend((ext, n, t, start, end, ext, ids.setdefault(stack, len(ids))))
+                if name.startswith(MARKS) and (name[0] == "P" or is_input(name) or is_comm(name)):
+                    marks.append(Call(sys.intern(name), sys.intern(tid), start, end, ext, stack))
+                continue
+            names.add(name)
+            corr = args.correlation
+            if (corr := number(corr)) < 0:
+                corr = -2 - len(launches)  # NB: kept (a sync may block the host), a key apart
+            ext = number(args.external_id_lower if ext is None else ext, 0)
+            launches.extend((corr, n, t, start, end, ext, 0))
+            launching[tid] = launching.get(tid, 0) + 1
 
     def _activity(self, kind: str, name: str, e: Event, args: Args, start: int, end: int) -> None:
         direction, memory = memcpy_kind(name) if kind == MEMCPY else ("", "")
@@ -194,23 +210,6 @@ class Collect:
                 kind == "kernel" and is_nccl(name),
             )
         )
-
-    def _cpu(self, cat: str, name: str, e: Event, args: Args, start: int, end: int) -> None:
-        stack = args.call_stack
-        call = Call(
-            name,
-            sys.intern(str(e.tid)),
-            start,
-            end,
-            number(args.external_id, 0),
-            stack if isinstance(stack, str) else "",
-        )
-        if cat != "user_annotation":
-            self.cpu_ops += 1
-            self.ops.setdefault(call.ext_id, call)
-            self.by_tid.setdefault(call.tid, []).append((start, end, call))
-        if name.startswith(MARKS) and (name[0] == "P" or is_input(name) or is_comm(name)):
-            self.marks.append(call)
 
 
 def steps_of(marks: Iterable[Call]) -> list[Step]:
@@ -234,9 +233,8 @@ def blocked_spans(trace: RankTrace) -> list[HostSpan]:
         a.correlation for a in trace.activities if a.kind == MEMCPY and a.memory == "pageable"
     }
     spans: list[HostSpan] = []
-    for corr, call in trace.launches.items():
-        sync = call.name in SYNC_CALLS
-        if not sync and not (call.name in ASYNC_COPY_CALLS and corr in pageable):
+    for corr, call in trace.launches.named(SYNC_CALLS | ASYNC_COPY_CALLS):
+        if call.name not in SYNC_CALLS and corr not in pageable:
             continue
         op = op_of(trace, call)
         op_name = op.name if op is not None else call.name

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import re
 import sys
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -186,6 +189,58 @@ class Call(NamedTuple):
     """The old traces' ``Call stack`` (innermost frame first, ``;`` between frames)."""
 
 
+class Calls:
+    """Host calls as columns keyed by correlation or external id (``first``: the first call of
+    a key wins, else the last), a :class:`Call` built when asked for: a large trace holds
+    hundreds of thousands, and a tuple each was most of the reader's memory."""
+
+    def __init__(self, names: dict[str, int], first: bool) -> None:
+        self.ids, self.first, self.names = names, first, list[str]()
+        self.data = array("q")  # a row of 7: key, name, tid, start, end, ext id, stack (ids)
+        self.known, self.rows = array("q"), array("q")
+
+    def col(self, j: int) -> array[int]:
+        return self.data[j::7]
+
+    def seal(self) -> None:
+        """Index the keys (once every call is in)."""
+        self.names = list(self.ids)
+        known, rows, key = self.known, self.rows, self.col(0)
+        for r in sorted(range(len(key)), key=key.__getitem__):
+            if known and known[-1] == key[r]:
+                rows[-1] = rows[-1] if self.first else r
+            else:
+                known.append(key[r])
+                rows.append(r)
+
+    def call(self, r: int) -> Call:
+        _, name, tid, start, end, ext, stack = self.data[7 * r : 7 * r + 7]
+        return Call(self.names[name], self.names[tid], start, end, ext, self.names[stack])
+
+    def row(self, key: int) -> int:
+        i = bisect_left(self.known, key)
+        return self.rows[i] if i < len(self.known) and self.known[i] == key else -1
+
+    def get(self, key: int) -> Call | None:
+        return None if (r := self.row(key)) < 0 else self.call(r)
+
+    def start(self, key: int) -> int | None:
+        """The start of the call of ``key`` (None: no such call)."""
+        return None if (r := self.row(key)) < 0 else self.data[7 * r + 3]
+
+    def __contains__(self, key: int) -> bool:
+        return self.row(key) >= 0
+
+    def __len__(self) -> int:
+        return len(self.known)
+
+    def named(self, names: Iterable[str]) -> Iterator[tuple[int, Call]]:
+        """The kept calls of these names, by key, in the order they came."""
+        ids, name = {self.ids[n] for n in names if n in self.ids}, self.col(1)
+        for r in sorted(r for r in self.rows if name[r] in ids):
+            yield self.data[7 * r], self.call(r)
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     name: str
@@ -216,20 +271,20 @@ class RankTrace:
     base_us: float
     """The trace's first timestamp (us): times here count from it."""
     activities: list[Activity]
-    launches: dict[int, Call]
+    launches: Calls
     """Runtime calls by correlation id."""
-    ops: dict[int, Call]
+    ops: Calls
     """CPU ops by external id (the runtime call's op)."""
     steps: list[Step]
     spans: list[HostSpan]
     span_ns: tuple[int, int]
     """The first and last moment of anything in the trace."""
-    python: dict[str, tuple[list[int], list[tuple[str, int, str] | None]]] = field(
+    python: dict[str, tuple[Sequence[int], Sequence[tuple[str, int, str] | None]]] = field(
         default_factory=dict
     )
     """Per thread, the user's innermost Python frame over time: segment starts and frames."""
-    op_segments: dict[str, tuple[list[int], list[Call | None]]] = field(default_factory=dict)
-    """Per thread, the innermost CPU op over time."""
+    op_segments: dict[str, tuple[Sequence[int], Sequence[int]]] = field(default_factory=dict)
+    """Per thread, the innermost CPU op over time: segment starts and rows in ``ops`` (-1: none)."""
     main_tid: str = ""
     """The thread that records the steps (or launches the most)."""
     notes: tuple[str, ...] = ()

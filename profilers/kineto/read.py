@@ -17,12 +17,14 @@ import os
 import re
 import stat
 import zlib
+from array import array
 from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from io import BufferedIOBase
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from profilers.kineto.collect import (
     Collect,
@@ -33,8 +35,8 @@ from profilers.kineto.collect import (
     number,
     steps_of,
 )
-from profilers.kineto.events import RankTrace
-from profilers.kineto.stacks import flatten
+from profilers.kineto.events import Calls, RankTrace
+from profilers.kineto.stacks import Frame, flatten
 
 TRACE_ENDINGS = (".json", ".json.gz")
 
@@ -171,7 +173,7 @@ def _gpu_problem(
     return f"{path} is a Chrome trace with no torch.profiler events (no CPU op, no GPU activity)"
 
 
-CHUNK_BYTES = 1 << 22
+CHUNK_BYTES = 1 << 20
 """Read (after gunzip) and decoded at a time: a trace's events never sit in memory whole."""
 _EVENTS = msgspec.json.Decoder(list[Event])
 TRIES = 8
@@ -236,8 +238,7 @@ def _streamed(path: str) -> tuple[Collect, dict[str, Any]] | None:
             raw.seek(0)
             f: BufferedIOBase = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
             for events in _batches(f, meta):
-                for e in events:
-                    got.add(e)
+                got.add(events)
     except (OSError, EOFError, zlib.error, ValueError, msgspec.DecodeError, RecursionError):
         return None
     return got, meta
@@ -256,14 +257,13 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
     """One rank's :class:`RankTrace` from a parsed trace document."""
     events, meta = events_of(doc, path)
     got = Collect()
-    for raw in events:
-        e = event_of(raw)
-        if e is not None:
-            got.add(e)
+    got.add(e for raw in events if (e := event_of(raw)) is not None)
     return _trace(got, meta, path, rank)
 
 
 def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrace:
+    got.ops.seal()
+    got.launches.seal()
     gpus = _gpus(meta)
     problem = _vendor_problem(path, gpus, got.cats, got.runtime_names)
     if problem is None and not got.activities and got.legacy_kernels:
@@ -280,7 +280,10 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and type(info.get("rank")) is int:
         rank = info["rank"]
-    python = {tid: flatten(ivs) for tid, ivs in got.python.items()}
+    python: dict[str, tuple[Sequence[int], Sequence[Frame | None]]] = {
+        tid: flatten(sorted(ivs, key=lambda iv: (iv[0], -iv[1])), None, [], [])
+        for tid, ivs in got.python.items()
+    }
     steps = steps_of(got.marks)
     main = next((c.tid for c in got.marks if c.name.startswith("ProfilerStep#")), None)
     if main is None:
@@ -297,11 +300,24 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
         spans=[],
         span_ns=(int(got.first), int(got.last)),
         python=python,
-        op_segments={tid: flatten(ivs) for tid, ivs in got.by_tid.items()},
+        op_segments=_segments(got.ops),
         main_tid=main,
-        has_stacks=bool(python) or any(c.stack for c in got.ops.values()),
+        has_stacks=bool(python) or any(got.ops.col(6)),
     )
     return dataclasses.replace(trace, spans=marked_spans(trace, got.marks) + blocked_spans(trace))
+
+
+def _segments(ops: Calls) -> dict[str, tuple[Sequence[int], Sequence[int]]]:
+    """Per thread, the innermost CPU op (its row, -1 for none) over time: a thread at a time,
+    sorted by numpy on the columns' own buffers, never a tuple per op kept."""
+    tids, starts, ends = (np.frombuffer(ops.col(j), np.int64) for j in (2, 3, 4))
+    out: dict[str, tuple[Sequence[int], Sequence[int]]] = {}
+    for tid in np.unique(tids).tolist():
+        rows = np.flatnonzero(tids == tid)
+        rows = rows[np.lexsort((-ends[rows], starts[rows]))]
+        ivs = zip(starts[rows].tolist(), ends[rows].tolist(), rows.tolist(), strict=True)
+        out[ops.names[tid]] = flatten(ivs, -1, array("q"), array("q"))
+    return out
 
 
 def read_traces(paths: Sequence[str], whole: bool = False) -> list[RankTrace]:

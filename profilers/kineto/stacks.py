@@ -9,6 +9,7 @@ code (:func:`profilers.kineto.events.user_frame`).
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterable, MutableSequence, Sequence
 from typing import TypeVar
 
 from profilers.kineto.events import Call, RankTrace, Where, user_frame
@@ -17,14 +18,17 @@ Frame = tuple[str, int, str]
 T = TypeVar("T")
 
 
-def flatten(intervals: list[tuple[int, int, T]]) -> tuple[list[int], list[T | None]]:
-    """Nested intervals as disjoint segments labelled by the innermost one: ``(starts, labels)``,
-    a segment running from its start to the next one's. O(n log n)."""
-    intervals.sort(key=lambda iv: (iv[0], -iv[1]))
-    starts: list[int] = []
-    labels: list[T | None] = []
+def flatten(
+    intervals: Iterable[tuple[int, int, T]],
+    none: T,
+    starts: MutableSequence[int],
+    labels: MutableSequence[T],
+) -> tuple[MutableSequence[int], MutableSequence[T]]:
+    """Nested intervals, sorted by start and longest first, as disjoint segments labelled by the
+    innermost one (``none`` where no interval is), appended to ``starts`` and ``labels``: a
+    segment runs from its start to the next one's. O(n)."""
 
-    def emit(t: int, label: T | None) -> None:
+    def emit(t: int, label: T) -> None:
         if starts and starts[-1] == t:
             labels[-1] = label
         else:
@@ -35,16 +39,16 @@ def flatten(intervals: list[tuple[int, int, T]]) -> tuple[list[int], list[T | No
     for start, end, frame in intervals:
         while stack and stack[-1][0] <= start:
             ended = stack.pop()[0]
-            emit(ended, stack[-1][1] if stack else None)
+            emit(ended, stack[-1][1] if stack else none)
         stack.append((max(end, start), frame))
         emit(start, frame)
     while stack:
         ended = stack.pop()[0]
-        emit(ended, stack[-1][1] if stack else None)
+        emit(ended, stack[-1][1] if stack else none)
     return starts, labels
 
 
-def at(segments: tuple[list[int], list[T | None]] | None, t_ns: int) -> T | None:
+def at(segments: tuple[Sequence[int], Sequence[T]] | None, t_ns: int) -> T | None:
     """The label of flattened ``segments`` at ``t_ns``."""
     if segments is None:
         return None
@@ -69,7 +73,8 @@ def op_of(trace: RankTrace, call: Call) -> Call | None:
     op = trace.ops.get(call.ext_id) if call.ext_id else None
     if op is not None and op.tid == call.tid and op.start_ns <= call.start_ns <= op.end_ns:
         return op
-    return at(trace.op_segments.get(call.tid), call.start_ns)
+    row = at(trace.op_segments.get(call.tid), call.start_ns)
+    return None if row is None or row < 0 else trace.ops.call(row)
 
 
 def frame_in_stack(stack: str) -> Frame | None:

@@ -97,10 +97,10 @@ def hta_views(
             waits = [0, 0, 0]
             for prev, a in zip(run, run[1:], strict=False):
                 gap = a.start_ns - prev.end_ns
-                call = trace.launches.get(a.correlation)
+                call = trace.launches.start(a.correlation)
                 kind = (
                     0
-                    if call is not None and call.start_ns > prev.end_ns
+                    if call is not None and call > prev.end_ns
                     else (1 if gap < KERNEL_WAIT_NS else 2)
                 )
                 waits[kind] += gap
