@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 from gpuwatch import _format as fmt
 from gpuwatch.output.line_costs import cause_costs, cost_text, measured_gpu, predicted_gpu
@@ -178,7 +179,7 @@ def hints(report: Report, hot: int = HOT) -> list[Hint]:
         saved: dict[tuple[str, str], tuple[float, float]] = {}
         for x in w.savings:  # NB: the what-if lists each fix once a line; the first is its own
             saved.setdefault((str(x["kind"]), str(x["site"])), (x["saving_ms"], x["share_pct"]))
-        out = [_with_saving(h, saved.get((_whatif(h.kind), h.where)), w) for h in out]
+        out = [_with_saving(h, saved.get((KINDS[h.kind].whatif or "", h.where)), w) for h in out]
     return sorted(merge_neighbours(sorted(out, key=_rank, reverse=True)), key=_rank, reverse=True)
 
 
@@ -218,11 +219,6 @@ def _rank(h: Hint) -> tuple[float, int, int, str, int]:
     return (h.rank_ms, h.line.syncs.count, h.line.bytes_moved, h.line.file, -h.line.line)
 
 
-def _whatif(name: str) -> str:
-    kind = KINDS.get(name)
-    return (kind.whatif if kind else None) or ""
-
-
 def _with_saving(h: Hint, saving: tuple[float, float] | None, w: WhatIf) -> Hint:
     if saving is None:
         return h
@@ -233,8 +229,7 @@ def _with_saving(h: Hint, saving: tuple[float, float] | None, w: WhatIf) -> Hint
 
 
 def _with_cost(h: Hint, costs: dict[str, tuple[float, float]], report: Report) -> Hint:
-    kind = KINDS.get(h.kind)
-    mine = [costs[c] for c in (kind.causes if kind else ()) if c in costs]
+    mine = [costs[c] for c in KINDS[h.kind].causes if c in costs]
     if not mine:
         return h
     ms, share = sum(c[0] for c in mine), sum(c[1] for c in mine)
@@ -249,32 +244,27 @@ def merge_neighbours(found: list[Hint]) -> list[Hint]:
     groups: dict[tuple[str, str, str], list[Hint]] = {}
     for h in found:
         groups.setdefault((h.kind, h.message, h.line.file), []).append(h)
-    out: list[Hint] = []
+    runs: list[list[Hint]] = []
     for group in groups.values():
         group.sort(key=lambda h: h.line.line)
-        run: list[Hint] = [group[0]]
-        for h in group[1:]:
-            if h.line.line == run[-1].line.line + 1:
-                run.append(h)
+        runs.append([group[0]])
+        for before, h in pairwise(group):
+            if h.line.line == before.line.line + 1:
+                runs[-1].append(h)
             else:
-                out.append(_merged(run))
-                run = [h]
-        out.append(_merged(run))
-    return out
-
-
-def _merged(run: list[Hint]) -> Hint:
-    if len(run) == 1:
-        return run[0]
-    first = max(run, key=_rank)
-    evidence = "; ".join(f"line {h.line.line}: {h.evidence}" for h in run)
-    return replace(
-        first,
-        cost_ms=sum(h.cost_ms for h in run),
-        saving_ms=sum(h.saving_ms for h in run),
-        evidence=evidence,
-        lines=tuple(h.line.line for h in run),
-    )
+                runs.append([h])
+    return [
+        replace(
+            max(run, key=_rank),
+            cost_ms=sum(h.cost_ms for h in run),
+            saving_ms=sum(h.saving_ms for h in run),
+            evidence="; ".join(f"line {h.line.line}: {h.evidence}" for h in run),
+            lines=tuple(h.line.line for h in run),
+        )
+        if len(run) > 1
+        else run[0]
+        for run in runs
+    ]
 
 
 # -- how often ------------------------------------------------------------------------------
@@ -369,7 +359,7 @@ def _sync_hints(s: Line, steps: int, hot: int) -> list[Hint]:
         fix = "fetch once every N steps or per epoch"
         if not every:
             fix = "fetch less often still, or copy it with non_blocking=True and read it later"
-        found.append(LOG_EVERY_STEP(s, when=when, fix=fix, n=fetches, causes=_causes(causes)))
+        found.append(LOG_EVERY_STEP(s, when=when, fix=fix, n=fetches, causes=causes_text(causes)))
     elif items and not _once(s, steps, items, hot, True):
         if _DECIDES.search(s.source):
             found.append(CHECK_ON_HOST(s, when=when, n=items))
@@ -637,7 +627,8 @@ def _copy_hint(s: Line, k: Copy, often: str) -> Hint | None:
     return Hint(KINDS[row.kind].name, s, row.words.format(**fields), row.evidence.format(**fields))
 
 
-def _causes(causes: dict[str, int]) -> str:
+def causes_text(causes: dict[str, int]) -> str:
+    """``item 3, copy_to_host 1``: syncs by cause."""
     return ", ".join(f"{k} {v:,}" for k, v in causes.items())
 
 
