@@ -4,13 +4,10 @@ Pure functions of a :class:`profilers.Report`, and of what its JSON keeps: the s
 always gives the same hints, so ``gpuwatch report run.json`` prints what the run printed.
 
 One hint per cause per line. The fix a copy needs follows from where its tensor came from (the
-line's ``origins``: a loader's batch, a tensor a factory made on the host, a parameter moved
-once, a pinned buffer), never from the ops the line happened to run; how often a line copied or
-synced is said from its steps (``every 10th step``), and a line that did so in one step only
-(``model.to(device)``) is never "in a loop". Where the run has time, every hint carries the time
-its cause cost at its line, and the hints are ranked by what their fix saves (the what-if's
-replayed saving where there is one, else the line's cost: the most a fix there can save); a
-step that waits for its input gets the loader's hint, chosen by the loader's own settings.
+line's ``origins``), never from the ops the line happened to run, and a line that copied or
+synced in one step only (``model.to(device)``) is never "in a loop". Hints are ranked by what
+their fix saves: the what-if's replayed saving where there is one, else the line's cost (the
+most a fix there can save).
 """
 
 from __future__ import annotations
@@ -162,18 +159,17 @@ for _name in (*_COPY_KINDS.split(), "blocking_h2d", "created_on_cpu", "pinned_no
     Kind(_name, COPY)  # their words: the copy's advice by origin (COPY_ADVICE)
 
 
-def hints(report: Report, hot: int = HOT) -> list[Hint]:
+def hints(report: Report) -> list[Hint]:
     """Every hint for every line, the largest saving first (then syncs, then bytes);
     neighbouring lines with the same advice merged into one."""
     steps = int(report.steps["count"]) if report.steps else 0
     out: list[Hint] = []
     runs = factory_runs(report)
     for line in report.lines:
-        out.extend(_line_hints(line, steps, hot, runs, len(report.ranks or [0])))
+        out.extend(_line_hints(line, steps, runs, len(report.ranks or [0])))
     out.extend(_time_hints(report))
     costs = cause_costs(report)
-    if costs:
-        out = [_with_cost(h, costs.get(h.where, {}), report) for h in out]
+    out = [_with_cost(h, costs.get(h.where, {}), report) for h in out]
     w = report.what_if
     if w:
         saved: dict[tuple[str, str], tuple[float, float]] = {}
@@ -230,8 +226,6 @@ def _with_saving(h: Hint, saving: tuple[float, float] | None, w: WhatIf) -> Hint
 
 def _with_cost(h: Hint, costs: dict[str, tuple[float, float]], report: Report) -> Hint:
     mine = [costs[c] for c in KINDS[h.kind].causes if c in costs]
-    if not mine:
-        return h
     ms, share = sum(c[0] for c in mine), sum(c[1] for c in mine)
     if ms <= 0:
         return h
@@ -317,23 +311,22 @@ def copies_of(s: Line) -> int:
     return sum(s.copies(way).count for way in ("h2d", "d2h", "d2d", "p2p"))
 
 
-def _once(s: Line, steps: int, count: int, hot: int, loops_inside: bool = False) -> bool:
-    """Whether the line did it once rather than in a loop: in one step only where steps
-    ended (``model.to(device)`` before the loop: 15 copies, one step), else fewer than
-    ``hot`` times; with ``loops_inside``, ``hot`` times or more in its one step is a loop
-    inside the line (1,013 per-token ``int(i)`` of a list comprehension), never once."""
+def _once(s: Line, steps: int, count: int, loops_inside: bool = False) -> bool:
+    """Whether the line did it once, not in a loop: in one step only where steps ended
+    (``model.to(device)``), else fewer than :data:`HOT` times; with ``loops_inside``, ``HOT`` times
+    or more in its one step is a loop inside the line (per-token ``int(i)``), never once."""
     if steps >= 2 and s.steps_active:
-        return s.steps_active < 2 and not (loops_inside and count >= hot)
-    return count < hot
+        return s.steps_active < 2 and not (loops_inside and count >= HOT)
+    return count < HOT
 
 
 # -- one line's hints -------------------------------------------------------------------------
 
 
-def _line_hints(s: Line, steps: int, hot: int, runs: FactoryRuns, ranks: int) -> list[Hint]:
-    found = _sync_hints(s, steps, hot) + _copy_hints(s, steps, hot, runs)
+def _line_hints(s: Line, steps: int, runs: FactoryRuns, ranks: int) -> list[Hint]:
+    found = _sync_hints(s, steps) + _copy_hints(s, steps, runs)
     float32 = s.copy_dtypes.get("float32", 0)
-    if float32 >= HALF_PRECISION_BYTES and not _once(s, steps, s.h2d.count + s.d2h.count, hot):
+    if float32 >= HALF_PRECISION_BYTES and not _once(s, steps, s.h2d.count + s.d2h.count):
         found.append(FLOAT32_COPIES(s, size=fmt.size(float32)))
     if steps:  # people think in steps: "syncs once every step"
         found = [
@@ -346,7 +339,7 @@ def _line_hints(s: Line, steps: int, hot: int, runs: FactoryRuns, ranks: int) ->
 _DECIDES = re.compile(r"^\s*(if|elif|while|assert)\b")
 
 
-def _sync_hints(s: Line, steps: int, hot: int) -> list[Hint]:
+def _sync_hints(s: Line, steps: int) -> list[Hint]:
     causes = s.syncs.by_cause
     often = how_often(s.steps_active, steps)
     every = often == "every step" or not steps
@@ -355,12 +348,12 @@ def _sync_hints(s: Line, steps: int, hot: int) -> list[Hint]:
     fetches = causes.get("item", 0) + causes.get("copy_to_host", 0)
     items, to_host = causes.get("item", 0), causes.get("copy_to_host", 0)
     found: list[Hint] = []
-    if fetches and not _once(s, steps, fetches, hot, True) and _LOGGING.search(s.source):
+    if fetches and not _once(s, steps, fetches, True) and _LOGGING.search(s.source):
         fix = "fetch once every N steps or per epoch"
         if not every:
             fix = "fetch less often still, or copy it with non_blocking=True and read it later"
         found.append(LOG_EVERY_STEP(s, when=when, fix=fix, n=fetches, causes=causes_text(causes)))
-    elif items and not _once(s, steps, items, hot, True):
+    elif items and not _once(s, steps, items, True):
         if _DECIDES.search(s.source):
             found.append(CHECK_ON_HOST(s, when=when, n=items))
         else:
@@ -368,11 +361,11 @@ def _sync_hints(s: Line, steps: int, hot: int) -> list[Hint]:
             if burst:
                 read = "all at once (one .tolist() or .cpu() of the whole tensor), not one by one"
             found.append(ITEM_IN_LOOP(s, when=when, read=read, n=items))
-    elif to_host and not _once(s, steps, to_host, hot, True):
+    elif to_host and not _once(s, steps, to_host, True):
         size = fmt.size(s.d2h.bytes)
         found.append(D2H_IN_LOOP(s, when=when, n=to_host, copies=s.d2h.count, size=size))
     dependent = causes.get("data_dependent_shape", 0)
-    if dependent and not _once(s, steps, dependent, hot, True):
+    if dependent and not _once(s, steps, dependent, True):
         found.append(DATA_DEPENDENT(s, when=when, n=dependent))
     return found
 
@@ -392,18 +385,15 @@ def origins_of(s: Line) -> dict[str, OriginCount]:
             min(rest, s.h2d.non_blocking),
             f"{s.file}:{s.line}" if made == FACTORY else None,
         )
-        if made in found:
-            found[made] = found[made].copy()
-            found[made].merge(extra)
-        else:
-            found[made] = extra
+        found[made] = found[made].copy() if made in found else OriginCount()
+        found[made].merge(extra)
     return found
 
 
-def _copy_hints(s: Line, steps: int, hot: int, runs: FactoryRuns) -> list[Hint]:
+def _copy_hints(s: Line, steps: int, runs: FactoryRuns) -> list[Hint]:
     """At most one hint for the line's host-to-GPU copies: the fix of its largest origin (by
     copies), none for a copy made once (a one-time move is never "in a loop")."""
-    if not s.h2d.count or _once(s, steps, s.h2d.count, hot):
+    if not s.h2d.count or _once(s, steps, s.h2d.count):
         return []
     origins = origins_of(s)
     if PARAMETER in origins and (steps < 2 or s.steps_active < 2 or _in_library(s)):
@@ -501,7 +491,6 @@ COPY_ADVICE: tuple[Advice, ...] = (
         "waits for it)",
         "{counts} of pinned loader batches; {blocking:,} blocking",
     ),
-    Advice(LOADER, "", lambda k, s: True),
     Advice(
         FACTORY,
         "non_blocking_pageable",
@@ -669,8 +658,9 @@ def _time_hints(r: Report) -> list[Hint]:
         launch_pct = causes.get("launch", (0.0, 0.0))[1]
         if on_gpu and run.get("verdict") == "launch-bound" and launch_pct >= TIME_SHARE_PCT:
             if _launches_from_python(line):
-                knob = compile_knob(line)
-                out.append(LAUNCH_BOUND(line, knob=knob, eager=_ran_eager(r), ops=line.ops))
+                out.append(
+                    LAUNCH_BOUND(line, knob=compile_knob(line), eager=_ran_eager(r), ops=line.ops)
+                )
     return out
 
 
@@ -760,7 +750,7 @@ def loader_hint(line: Line, lines: dict[str, Line]) -> Hint:
             "training thread",
             evidence="input waits at this line (not a DataLoader: no settings to read)",
         )
-    workers = int(ld.get("num_workers") or 0)
+    workers, epochs = int(ld.get("num_workers") or 0), int(ld.get("iterators") or 0)
     fixes: list[str] = []
     if workers == 0:
         fixes.append(
@@ -778,17 +768,16 @@ def loader_hint(line: Line, lines: dict[str, Line]) -> Hint:
             "each item cheaper: decode and augment on the GPU (torchvision.transforms.v2 on "
             "GPU tensors, NVIDIA DALI), or store the data preprocessed"
         )
-        iterators = int(ld.get("iterators") or 0)
-        if not ld.get("persistent_workers") and iterators > 1:
+        if not ld.get("persistent_workers") and epochs > 1:
             fixes.append(
-                f"persistent_workers=True: each of the {iterators} epochs started its workers anew"
+                f"persistent_workers=True: each of the {epochs} epochs started its workers anew"
             )
     pageable = sum(s.origins[LOADER].pageable for s in lines.values() if LOADER in s.origins)
     if not ld.get("pin_memory") and pageable:
         fixes.append("pin_memory=True, with .to(device, non_blocking=True) for its batches")
     names = "num_workers pin_memory persistent_workers prefetch_factor batch_size".split()
     settings = ", ".join(f"{k}={ld[k]}" for k in names if ld.get(k) is not None)
-    batches, epochs = int(ld.get("batches") or 0), int(ld.get("iterators") or 0)
+    batches = int(ld.get("batches") or 0)
     return INPUT_BOUND(
         line,
         next="the DataLoader's next batch",

@@ -393,8 +393,6 @@ def with_library_hints(report: Report, found: list[Hint], steps: int) -> list[Hi
     # ".cpu() in a loop" would be about torch's pickler; the checkpoint's own hint, if any,
     # speaks for it
     found = [h for h in found if h.kind in TIME_KINDS or not _checkpoint_only(h.line)]
-    if not extra:
-        return found
     by_line: dict[tuple[str, int], list[Hint]] = {}
     for lh in extra:
         by_line.setdefault(lh.line.key, []).append(lh)
