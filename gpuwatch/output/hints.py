@@ -438,10 +438,6 @@ class Copy:
         """Copied with non_blocking=True from pageable memory (where it has no effect)."""
         return bool(self.c.non_blocking) and self.c.pageable >= self.c.non_blocking
 
-    @property
-    def random(self) -> bool:
-        return (self.c.op or "").startswith(_RANDOM_OPS)
-
 
 @dataclass(frozen=True)
 class Advice:
@@ -519,7 +515,7 @@ COPY_ADVICE: tuple[Advice, ...] = (
     Advice(
         FACTORY,
         "created_on_cpu",
-        lambda k, s: _in_library(s) and k.random,
+        lambda k, s: _in_library(s) and (k.c.op or "").startswith(_RANDOM_OPS),
         "random numbers made on the CPU inside a library are copied to the GPU {often}: pass "
         "it a CUDA generator (generator=torch.Generator('cuda')), or make them on the GPU "
         "yourself (torch.randn(..., device='cuda')) and pass them in",
