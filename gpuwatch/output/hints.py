@@ -4,13 +4,10 @@ Pure functions of a :class:`profilers.Report`, and of what its JSON keeps: the s
 always gives the same hints, so ``gpuwatch report run.json`` prints what the run printed.
 
 One hint per cause per line. The fix a copy needs follows from where its tensor came from (the
-line's ``origins``: a loader's batch, a tensor a factory made on the host, a parameter moved
-once, a pinned buffer), never from the ops the line happened to run; how often a line copied or
-synced is said from its steps (``every 10th step``), and a line that did so in one step only
-(``model.to(device)``) is never "in a loop". Where the run has time, every hint carries the time
-its cause cost at its line, and the hints are ranked by what their fix saves (the what-if's
-replayed saving where there is one, else the line's cost: the most a fix there can save); a
-step that waits for its input gets the loader's hint, chosen by the loader's own settings.
+line's ``origins``), never from the ops the line happened to run, and a line that copied or
+synced in one step only (``model.to(device)``) is never "in a loop". Hints are ranked by what
+their fix saves: the what-if's replayed saving where there is one, else the line's cost (the
+most a fix there can save).
 """
 
 from __future__ import annotations
@@ -18,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 from gpuwatch import _format as fmt
 from gpuwatch.output.line_costs import cause_costs, cost_text, measured_gpu, predicted_gpu
@@ -161,24 +159,23 @@ for _name in (*_COPY_KINDS.split(), "blocking_h2d", "created_on_cpu", "pinned_no
     Kind(_name, COPY)  # their words: the copy's advice by origin (COPY_ADVICE)
 
 
-def hints(report: Report, hot: int = HOT) -> list[Hint]:
+def hints(report: Report) -> list[Hint]:
     """Every hint for every line, the largest saving first (then syncs, then bytes);
     neighbouring lines with the same advice merged into one."""
     steps = int(report.steps["count"]) if report.steps else 0
     out: list[Hint] = []
     runs = factory_runs(report)
     for line in report.lines:
-        out.extend(_line_hints(line, steps, hot, runs, len(report.ranks or [0])))
+        out.extend(_line_hints(line, steps, runs, len(report.ranks or [0])))
     out.extend(_time_hints(report))
     costs = cause_costs(report)
-    if costs:
-        out = [_with_cost(h, costs.get(h.where, {}), report) for h in out]
+    out = [_with_cost(h, costs.get(h.where, {}), report) for h in out]
     w = report.what_if
     if w:
         saved: dict[tuple[str, str], tuple[float, float]] = {}
         for x in w.savings:  # NB: the what-if lists each fix once a line; the first is its own
             saved.setdefault((str(x["kind"]), str(x["site"])), (x["saving_ms"], x["share_pct"]))
-        out = [_with_saving(h, saved.get((_whatif(h.kind), h.where)), w) for h in out]
+        out = [_with_saving(h, saved.get((KINDS[h.kind].whatif or "", h.where)), w) for h in out]
     return sorted(merge_neighbours(sorted(out, key=_rank, reverse=True)), key=_rank, reverse=True)
 
 
@@ -218,11 +215,6 @@ def _rank(h: Hint) -> tuple[float, int, int, str, int]:
     return (h.rank_ms, h.line.syncs.count, h.line.bytes_moved, h.line.file, -h.line.line)
 
 
-def _whatif(name: str) -> str:
-    kind = KINDS.get(name)
-    return (kind.whatif if kind else None) or ""
-
-
 def _with_saving(h: Hint, saving: tuple[float, float] | None, w: WhatIf) -> Hint:
     if saving is None:
         return h
@@ -233,10 +225,7 @@ def _with_saving(h: Hint, saving: tuple[float, float] | None, w: WhatIf) -> Hint
 
 
 def _with_cost(h: Hint, costs: dict[str, tuple[float, float]], report: Report) -> Hint:
-    kind = KINDS.get(h.kind)
-    mine = [costs[c] for c in (kind.causes if kind else ()) if c in costs]
-    if not mine:
-        return h
+    mine = [costs[c] for c in KINDS[h.kind].causes if c in costs]
     ms, share = sum(c[0] for c in mine), sum(c[1] for c in mine)
     if ms <= 0:
         return h
@@ -249,32 +238,27 @@ def merge_neighbours(found: list[Hint]) -> list[Hint]:
     groups: dict[tuple[str, str, str], list[Hint]] = {}
     for h in found:
         groups.setdefault((h.kind, h.message, h.line.file), []).append(h)
-    out: list[Hint] = []
+    runs: list[list[Hint]] = []
     for group in groups.values():
         group.sort(key=lambda h: h.line.line)
-        run: list[Hint] = [group[0]]
-        for h in group[1:]:
-            if h.line.line == run[-1].line.line + 1:
-                run.append(h)
+        runs.append([group[0]])
+        for before, h in pairwise(group):
+            if h.line.line == before.line.line + 1:
+                runs[-1].append(h)
             else:
-                out.append(_merged(run))
-                run = [h]
-        out.append(_merged(run))
-    return out
-
-
-def _merged(run: list[Hint]) -> Hint:
-    if len(run) == 1:
-        return run[0]
-    first = max(run, key=_rank)
-    evidence = "; ".join(f"line {h.line.line}: {h.evidence}" for h in run)
-    return replace(
-        first,
-        cost_ms=sum(h.cost_ms for h in run),
-        saving_ms=sum(h.saving_ms for h in run),
-        evidence=evidence,
-        lines=tuple(h.line.line for h in run),
-    )
+                runs.append([h])
+    return [
+        replace(
+            max(run, key=_rank),
+            cost_ms=sum(h.cost_ms for h in run),
+            saving_ms=sum(h.saving_ms for h in run),
+            evidence="; ".join(f"line {h.line.line}: {h.evidence}" for h in run),
+            lines=tuple(h.line.line for h in run),
+        )
+        if len(run) > 1
+        else run[0]
+        for run in runs
+    ]
 
 
 # -- how often ------------------------------------------------------------------------------
@@ -327,23 +311,22 @@ def copies_of(s: Line) -> int:
     return sum(s.copies(way).count for way in ("h2d", "d2h", "d2d", "p2p"))
 
 
-def _once(s: Line, steps: int, count: int, hot: int, loops_inside: bool = False) -> bool:
-    """Whether the line did it once rather than in a loop: in one step only where steps
-    ended (``model.to(device)`` before the loop: 15 copies, one step), else fewer than
-    ``hot`` times; with ``loops_inside``, ``hot`` times or more in its one step is a loop
-    inside the line (1,013 per-token ``int(i)`` of a list comprehension), never once."""
+def _once(s: Line, steps: int, count: int, loops_inside: bool = False) -> bool:
+    """Whether the line did it once, not in a loop: in one step only where steps ended
+    (``model.to(device)``), else fewer than :data:`HOT` times; with ``loops_inside``, ``HOT`` times
+    or more in its one step is a loop inside the line (per-token ``int(i)``), never once."""
     if steps >= 2 and s.steps_active:
-        return s.steps_active < 2 and not (loops_inside and count >= hot)
-    return count < hot
+        return s.steps_active < 2 and not (loops_inside and count >= HOT)
+    return count < HOT
 
 
 # -- one line's hints -------------------------------------------------------------------------
 
 
-def _line_hints(s: Line, steps: int, hot: int, runs: FactoryRuns, ranks: int) -> list[Hint]:
-    found = _sync_hints(s, steps, hot) + _copy_hints(s, steps, hot, runs)
+def _line_hints(s: Line, steps: int, runs: FactoryRuns, ranks: int) -> list[Hint]:
+    found = _sync_hints(s, steps) + _copy_hints(s, steps, runs)
     float32 = s.copy_dtypes.get("float32", 0)
-    if float32 >= HALF_PRECISION_BYTES and not _once(s, steps, s.h2d.count + s.d2h.count, hot):
+    if float32 >= HALF_PRECISION_BYTES and not _once(s, steps, s.h2d.count + s.d2h.count):
         found.append(FLOAT32_COPIES(s, size=fmt.size(float32)))
     if steps:  # people think in steps: "syncs once every step"
         found = [
@@ -356,7 +339,7 @@ def _line_hints(s: Line, steps: int, hot: int, runs: FactoryRuns, ranks: int) ->
 _DECIDES = re.compile(r"^\s*(if|elif|while|assert)\b")
 
 
-def _sync_hints(s: Line, steps: int, hot: int) -> list[Hint]:
+def _sync_hints(s: Line, steps: int) -> list[Hint]:
     causes = s.syncs.by_cause
     often = how_often(s.steps_active, steps)
     every = often == "every step" or not steps
@@ -365,12 +348,12 @@ def _sync_hints(s: Line, steps: int, hot: int) -> list[Hint]:
     fetches = causes.get("item", 0) + causes.get("copy_to_host", 0)
     items, to_host = causes.get("item", 0), causes.get("copy_to_host", 0)
     found: list[Hint] = []
-    if fetches and not _once(s, steps, fetches, hot, True) and _LOGGING.search(s.source):
+    if fetches and not _once(s, steps, fetches, True) and _LOGGING.search(s.source):
         fix = "fetch once every N steps or per epoch"
         if not every:
             fix = "fetch less often still, or copy it with non_blocking=True and read it later"
-        found.append(LOG_EVERY_STEP(s, when=when, fix=fix, n=fetches, causes=_causes(causes)))
-    elif items and not _once(s, steps, items, hot, True):
+        found.append(LOG_EVERY_STEP(s, when=when, fix=fix, n=fetches, causes=causes_text(causes)))
+    elif items and not _once(s, steps, items, True):
         if _DECIDES.search(s.source):
             found.append(CHECK_ON_HOST(s, when=when, n=items))
         else:
@@ -378,11 +361,11 @@ def _sync_hints(s: Line, steps: int, hot: int) -> list[Hint]:
             if burst:
                 read = "all at once (one .tolist() or .cpu() of the whole tensor), not one by one"
             found.append(ITEM_IN_LOOP(s, when=when, read=read, n=items))
-    elif to_host and not _once(s, steps, to_host, hot, True):
+    elif to_host and not _once(s, steps, to_host, True):
         size = fmt.size(s.d2h.bytes)
         found.append(D2H_IN_LOOP(s, when=when, n=to_host, copies=s.d2h.count, size=size))
     dependent = causes.get("data_dependent_shape", 0)
-    if dependent and not _once(s, steps, dependent, hot, True):
+    if dependent and not _once(s, steps, dependent, True):
         found.append(DATA_DEPENDENT(s, when=when, n=dependent))
     return found
 
@@ -402,18 +385,15 @@ def origins_of(s: Line) -> dict[str, OriginCount]:
             min(rest, s.h2d.non_blocking),
             f"{s.file}:{s.line}" if made == FACTORY else None,
         )
-        if made in found:
-            found[made] = found[made].copy()
-            found[made].merge(extra)
-        else:
-            found[made] = extra
+        found[made] = found[made].copy() if made in found else OriginCount()
+        found[made].merge(extra)
     return found
 
 
-def _copy_hints(s: Line, steps: int, hot: int, runs: FactoryRuns) -> list[Hint]:
+def _copy_hints(s: Line, steps: int, runs: FactoryRuns) -> list[Hint]:
     """At most one hint for the line's host-to-GPU copies: the fix of its largest origin (by
     copies), none for a copy made once (a one-time move is never "in a loop")."""
-    if not s.h2d.count or _once(s, steps, s.h2d.count, hot):
+    if not s.h2d.count or _once(s, steps, s.h2d.count):
         return []
     origins = origins_of(s)
     if PARAMETER in origins and (steps < 2 or s.steps_active < 2 or _in_library(s)):
@@ -457,10 +437,6 @@ class Copy:
     def nb_pageable(self) -> bool:
         """Copied with non_blocking=True from pageable memory (where it has no effect)."""
         return bool(self.c.non_blocking) and self.c.pageable >= self.c.non_blocking
-
-    @property
-    def random(self) -> bool:
-        return (self.c.op or "").startswith(_RANDOM_OPS)
 
 
 @dataclass(frozen=True)
@@ -511,7 +487,6 @@ COPY_ADVICE: tuple[Advice, ...] = (
         "waits for it)",
         "{counts} of pinned loader batches; {blocking:,} blocking",
     ),
-    Advice(LOADER, "", lambda k, s: True),
     Advice(
         FACTORY,
         "non_blocking_pageable",
@@ -540,7 +515,7 @@ COPY_ADVICE: tuple[Advice, ...] = (
     Advice(
         FACTORY,
         "created_on_cpu",
-        lambda k, s: _in_library(s) and k.random,
+        lambda k, s: _in_library(s) and (k.c.op or "").startswith(_RANDOM_OPS),
         "random numbers made on the CPU inside a library are copied to the GPU {often}: pass "
         "it a CUDA generator (generator=torch.Generator('cuda')), or make them on the GPU "
         "yourself (torch.randn(..., device='cuda')) and pass them in",
@@ -637,7 +612,8 @@ def _copy_hint(s: Line, k: Copy, often: str) -> Hint | None:
     return Hint(KINDS[row.kind].name, s, row.words.format(**fields), row.evidence.format(**fields))
 
 
-def _causes(causes: dict[str, int]) -> str:
+def causes_text(causes: dict[str, int]) -> str:
+    """``item 3, copy_to_host 1``: syncs by cause."""
     return ", ".join(f"{k} {v:,}" for k, v in causes.items())
 
 
@@ -678,8 +654,9 @@ def _time_hints(r: Report) -> list[Hint]:
         launch_pct = causes.get("launch", (0.0, 0.0))[1]
         if on_gpu and run.get("verdict") == "launch-bound" and launch_pct >= TIME_SHARE_PCT:
             if _launches_from_python(line):
-                knob = compile_knob(line)
-                out.append(LAUNCH_BOUND(line, knob=knob, eager=_ran_eager(r), ops=line.ops))
+                out.append(
+                    LAUNCH_BOUND(line, knob=compile_knob(line), eager=_ran_eager(r), ops=line.ops)
+                )
     return out
 
 
@@ -769,7 +746,7 @@ def loader_hint(line: Line, lines: dict[str, Line]) -> Hint:
             "training thread",
             evidence="input waits at this line (not a DataLoader: no settings to read)",
         )
-    workers = int(ld.get("num_workers") or 0)
+    workers, epochs = int(ld.get("num_workers") or 0), int(ld.get("iterators") or 0)
     fixes: list[str] = []
     if workers == 0:
         fixes.append(
@@ -787,17 +764,16 @@ def loader_hint(line: Line, lines: dict[str, Line]) -> Hint:
             "each item cheaper: decode and augment on the GPU (torchvision.transforms.v2 on "
             "GPU tensors, NVIDIA DALI), or store the data preprocessed"
         )
-        iterators = int(ld.get("iterators") or 0)
-        if not ld.get("persistent_workers") and iterators > 1:
+        if not ld.get("persistent_workers") and epochs > 1:
             fixes.append(
-                f"persistent_workers=True: each of the {iterators} epochs started its workers anew"
+                f"persistent_workers=True: each of the {epochs} epochs started its workers anew"
             )
     pageable = sum(s.origins[LOADER].pageable for s in lines.values() if LOADER in s.origins)
     if not ld.get("pin_memory") and pageable:
         fixes.append("pin_memory=True, with .to(device, non_blocking=True) for its batches")
     names = "num_workers pin_memory persistent_workers prefetch_factor batch_size".split()
     settings = ", ".join(f"{k}={ld[k]}" for k in names if ld.get(k) is not None)
-    batches, epochs = int(ld.get("batches") or 0), int(ld.get("iterators") or 0)
+    batches = int(ld.get("batches") or 0)
     return INPUT_BOUND(
         line,
         next="the DataLoader's next batch",

@@ -11,11 +11,13 @@ the source of the release named beside it (transformers 5.24.0, lightning 2.6.6,
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from gpuwatch.output.hints import Hint, Kind, copies_of, hints, how_often, rate
+from gpuwatch.output.hints import Hint, Kind, causes_text, copies_of, hints, how_often, rate
 from profilers import Line, Report
+from profilers.libraries import LibraryFrame
 from profilers.origins import LOADER, PARAMETER
 
 #: An unknown library frame is worth a hint from this many syncs on.
@@ -235,18 +237,7 @@ def library_frames(report: Report) -> list[Frame]:
     found: dict[tuple[str, int], list[Frame]] = {}
     for s in report.lines:
         for lf in s.library:
-            frame = Frame(
-                lf.file,
-                lf.line,
-                lf.function,
-                lf.source,
-                lf.syncs,
-                dict(lf.by_cause),
-                lf.copies,
-                lf.pageable,
-                (s,),
-            )
-            found.setdefault((lf.file, lf.line), []).append(frame)
+            found.setdefault(lf.key, []).append(_frame(lf, s))
     merged = [_merge(frames) for frames in found.values()]
     return sorted(merged, key=lambda f: (-f.syncs, -f.copies, f.file, f.line))
 
@@ -254,24 +245,19 @@ def library_frames(report: Report) -> list[Frame]:
 def lib_lines(report: Report) -> list[Frame]:
     """Under ``--lib-lines`` the lines are the library frames themselves: each line as a
     frame (only a known one gets a hint: a user's file and a library's look alike here)."""
-    return [
-        Frame(
-            s.file,
-            s.line,
-            s.function,
-            s.source,
-            s.syncs.count,
-            dict(s.syncs.by_cause),
-            copies_of(s),
-            sum(s.copies(w).pageable for w in ("h2d", "d2h")),
-            (s,),
-        )
-        for s in report.lines
-    ]
+    return [_frame(s, s) for s in report.lines]
 
 
-def knob_for(frame: Frame) -> Knob | None:
-    return next((k for k in KNOBS.values() if k.matches(frame)), None)
+def _frame(at: LibraryFrame | Line, s: Line) -> Frame:
+    """What ``at``, a library frame of the user's line ``s`` or a line itself, made."""
+    if isinstance(at, Line):
+        syncs, by_cause, copies = at.syncs.count, at.syncs.by_cause, copies_of(at)
+        pageable = sum(at.copies(w).pageable for w in ("h2d", "d2h"))
+    else:
+        syncs, by_cause, copies, pageable = at.syncs, at.by_cause, at.copies, at.pageable
+    return Frame(
+        at.file, at.line, at.function, at.source, syncs, dict(by_cause), copies, pageable, (s,)
+    )
 
 
 @dataclass(frozen=True)
@@ -302,26 +288,19 @@ def library_hints(report: Report, steps: int) -> list[LibraryHint]:
         if knob is not None:
             if not knob.when(f):
                 continue
-            kind, message = (
-                knob.kind,
-                knob.advice if isinstance(knob.advice, str) else knob.advice(f),
-            )
+            kind = knob.kind
+            message = knob.advice if isinstance(knob.advice, str) else knob.advice(f)
         elif generic and f.file == CHECKPOINT_FILE:
             # NB: torch.save copies every storage to the host once (and torch.load back): no
             # setting of torch turns that off; only how often the script saves is the user's,
             # and a save made when the validation loss improves is the script's choice
             if steps < 2 or how_often(line.steps_active, steps) != "every step":
                 continue
-            kind, message = (
-                CHECKPOINT_OFTEN.name,
-                CHECKPOINT_OFTEN.words.format(line=line, steps=steps),
-            )
+            kind = CHECKPOINT_OFTEN.name
+            message = CHECKPOINT_OFTEN.words.format(line=line, steps=steps)
         elif generic and _repeated_reads(f, line, steps):
-            what = f.source or f.function
-            kind, message = (
-                LIBRARY_SYNCS.name,
-                LIBRARY_SYNCS.words.format(f=f, line=line, what=what),
-            )
+            kind, what = LIBRARY_SYNCS.name, f.source or f.function
+            message = LIBRARY_SYNCS.words.format(f=f, line=line, what=what)
         else:
             continue
         callers = tuple(dict.fromkeys(f"{s.file}:{s.line}" for s in f.user_lines))
@@ -358,19 +337,17 @@ def _grouped(frames: list[Frame]) -> list[tuple[Frame, Knob | None]]:
     groups: dict[object, tuple[Knob | None, list[Frame]]] = {}
     for f in frames:
         if f.syncs or f.copies:
-            knob = knob_for(f)
+            knob = next((k for k in KNOBS.values() if k.matches(f)), None)
             key = id(f) if knob is None else (knob.kind, f.file, f.function)
             groups.setdefault(key, (knob, []))[1].append(f)
     return [(_merge(fs) if knob else fs[0], knob) for knob, fs in groups.values()]
 
 
 def _repeated_reads(f: Frame, line: Line, steps: int) -> bool:
-    """Whether an unknown frame is worth a hint: :data:`HOT` syncs or more (or a ``.item()``
-    read per step: one right after the library's own sync waits little, yet waits), not a
-    line that ran once
-    (``model.to(device)`` in step 0: only blocking copies to the GPU), and not the copies of
-    the model's parameters or of a loader's batches (the line's own hint is the fix there:
-    pin the DataLoader the user built)."""
+    """Whether an unknown frame is worth a hint: :data:`HOT` syncs or more (or an ``.item()``
+    per step: one right after the library's own sync waits little, yet waits), not a line that
+    ran once (``model.to(device)``), nor the copies of the model's parameters or of a loader's
+    batches (the line's own hint is the fix there: pin the DataLoader the user built)."""
     if f.syncs < HOT and not (steps >= 2 and f.by_cause.get("item", 0) >= steps):
         return False
     copies_only = set(f.by_cause) == {"copy_to_device"}
@@ -416,8 +393,6 @@ def with_library_hints(report: Report, found: list[Hint], steps: int) -> list[Hi
     # ".cpu() in a loop" would be about torch's pickler; the checkpoint's own hint, if any,
     # speaks for it
     found = [h for h in found if h.kind in TIME_KINDS or not _checkpoint_only(h.line)]
-    if not extra:
-        return found
     by_line: dict[tuple[str, int], list[Hint]] = {}
     for lh in extra:
         by_line.setdefault(lh.line.key, []).append(lh)
@@ -446,8 +421,7 @@ def _evidence(f: Frame, steps: int, ranks: int) -> str:
     """What the frame made; per step per rank where ``ranks`` were merged (counts summed)."""
     parts = []
     if f.syncs:
-        causes = ", ".join(f"{k} {v:,}" for k, v in f.by_cause.items())
-        parts.append(f"{f.syncs:,} syncs ({causes})")
+        parts.append(f"{f.syncs:,} syncs ({causes_text(f.by_cause)})")
     if f.copies:
         parts.append(f"{f.copies:,} copies")
     text = " and ".join(parts) + f" made at {f.where}"
@@ -461,14 +435,13 @@ def _evidence(f: Frame, steps: int, ranks: int) -> str:
 
 def _merge(frames: list[Frame]) -> Frame:
     first = frames[0]
-    by_cause: dict[str, int] = {}
+    by_cause: Counter[str] = Counter()
     for f in frames:
-        for k, v in f.by_cause.items():
-            by_cause[k] = by_cause.get(k, 0) + v
+        by_cause.update(f.by_cause)
     return replace(
         first,
         syncs=sum(f.syncs for f in frames),
-        by_cause=by_cause,
+        by_cause=dict(by_cause),
         copies=sum(f.copies for f in frames),
         pageable=sum(f.pageable for f in frames),
         user_lines=tuple({s.key: s for f in frames for s in f.user_lines}.values()),

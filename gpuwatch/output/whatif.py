@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,10 +28,9 @@ def span_ms(low: float, high: float) -> str:
     """``1.1-3.3 ms``, ``79-362 µs``, ``850 µs-1.2 ms``: a range, its unit said once where the
     two ends share it."""
     a, b = fmt.duration_ms(low), fmt.duration_ms(high)
-    unit_a, unit_b = a.rpartition(" ")[2], b.rpartition(" ")[2]
     if a == b:
         return a
-    if unit_a == unit_b:
+    if a.rpartition(" ")[2] == b.rpartition(" ")[2]:
         return f"{a.rpartition(' ')[0]}-{b}"
     return f"{a}-{b}"
 
@@ -49,9 +49,7 @@ def prediction_lines(r: Report) -> list[str]:
     were written)."""
     p = r.predicted
     host, model, step = (p.host, p.gpu_model, p.step) if p else (None, None, None)
-    if p is None or not (
-        isinstance(host, dict) and isinstance(model, dict) and isinstance(step, dict)
-    ):
+    if not (p and isinstance(host, dict) and isinstance(model, dict) and isinstance(step, dict)):
         return []
     gpu = p.gpu
     verdicts = [str(v) for v in step.get("verdicts") or []]
@@ -117,15 +115,6 @@ def _not_available(r: Report) -> str:
     )
 
 
-def _rank(s: dict[str, Any], savings: list[dict[str, Any]]) -> str:
-    """``2``, or ``2=`` for a rank shared with another fix (their ranges overlap)."""
-    place = s.get("rank")
-    if place is None:
-        return ""
-    shared = sum(1 for o in savings if o.get("rank") == place) > 1
-    return f"{place}{'=' if shared else ''}"
-
-
 def what_if_lines(r: Report) -> list[str]:
     """The ``--what-if`` table: every fix, its saving (with its range, where predicted), the
     combined saving, the overlap; savings whose ranges overlap are marked as not ranked."""
@@ -155,7 +144,12 @@ def what_if_lines(r: Report) -> list[str]:
     ranged = any("saving_low_ms" in s for s in savings)
     spans = [_range(s, "saving_low_ms", "saving_high_ms").strip(" ()") for s in savings]
     wide = max((len(x) for x in spans), default=0)
-    ranks = [_rank(s, savings) for s in savings]
+    # NB: ``2=``: a rank shared with another fix (their ranges overlap)
+    shared = Counter(s.get("rank") for s in savings)
+    ranks = [
+        "" if s.get("rank") is None else f"{s['rank']}{'=' if shared[s['rank']] > 1 else ''}"
+        for s in savings
+    ]
     head = "  " + ("rank  " if ranged else "") + f"{'saves/step':>10}  "
     head += f"{'range':<{wide}}  " if ranged else ""
     out.append(f"{head}{'%':>5}  {'line':<{width}}  fix")
