@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpuwatch import _format as fmt
-from profilers import Report
+from profilers import Line, Report
 from profilers.merge import Spread
 
 
@@ -36,6 +36,11 @@ def _per_op_rows(r: Report) -> list[tuple[str, str, str]]:
     return [(op, f"{e.count:,}", fmt.size(e.bytes)) for op, e in c.by_op.items()]
 
 
+def _by_comm_bytes(r: Report, top: int) -> list[tuple[Line, str]]:
+    lines = sorted((s for s in r.lines if s.comm.count), key=lambda s: -s.comm.bytes)[:top]
+    return [(s, ", ".join(f"{op} {e.count:,}" for op, e in s.comm.by_op.items())) for s in lines]
+
+
 def comm_text(r: Report, top: int) -> list[RenderableType]:
     """The summary's collectives: by op, the lines that sent most, the spread across ranks."""
     c = r.totals.comm
@@ -54,7 +59,7 @@ def comm_text(r: Report, top: int) -> list[RenderableType]:
     for row in _per_op_rows(r):
         t.add_row(*row)
     parts: list[RenderableType] = [t]
-    lines = sorted((s for s in r.lines if s.comm.count), key=lambda s: -s.comm.bytes)[:top]
+    lines = _by_comm_bytes(r, top)
     if lines:
         per_line = Table(
             title="Top lines by collective bytes",
@@ -64,16 +69,15 @@ def comm_text(r: Report, top: int) -> list[RenderableType]:
         )
         # NB: the line is the point of the table: it keeps its whole width, the ops may wrap,
         # and the source is what gives way.
-        where = [f"{s.file}:{s.line}" for s in lines]
+        where = [f"{s.file}:{s.line}" for s, _ in lines]
         per_line.add_column("line", no_wrap=True, min_width=max(map(len, where)))
         per_line.add_column("collectives", min_width=12)
         for col in ("bytes", "host wait"):
             per_line.add_column(col, justify="right", no_wrap=True)
         per_line.add_column("source", no_wrap=True, overflow="ellipsis", ratio=1)
-        for s in lines:
-            ops = ", ".join(f"{op} {e.count:,}" for op, e in s.comm.by_op.items())
+        for w, (s, ops) in zip(where, lines, strict=True):
             per_line.add_row(
-                escape(f"{s.file}:{s.line}"),
+                escape(w),
                 escape(ops),
                 fmt.size(s.comm.bytes),
                 fmt.duration_ms(s.comm.wait_ms),
@@ -100,9 +104,9 @@ def spread_text(found: Sequence[Spread], top: int) -> list[RenderableType]:
     for col in ("slowest", "its time", "median", "behind"):
         t.add_column(col, justify="right", no_wrap=True)
     t.add_column("source", no_wrap=True, overflow="ellipsis", ratio=1)
-    for sp in found:
+    for w, sp in zip(where, found, strict=True):
         t.add_row(
-            escape(f"{sp.line.file}:{sp.line.line}"),
+            escape(w),
             f"rank {sp.slowest_rank}",
             fmt.duration_ms(sp.slowest_ms),
             fmt.duration_ms(sp.median_ms),
@@ -136,14 +140,14 @@ def comm_html(r: Report, spread: Sequence[Spread]) -> str:
             f"the host waited {_e(fmt.duration_ms(c.wait_ms))} on them.</p>\n"
             f"<table><tr><th class=l>op</th><th>count</th><th>bytes</th></tr>{rows}</table>"
         )
-    lines = sorted((s for s in r.lines if s.comm.count), key=lambda s: -s.comm.bytes)[:30]
+    lines = _by_comm_bytes(r, 30)
     if lines:
         rows = "".join(
             f"<tr><td class=l><code>{_e(s.file)}:{s.line}</code></td>"
-            f"<td class=l>{_e(', '.join(f'{op} {e.count:,}' for op, e in s.comm.by_op.items()))}</td>"
+            f"<td class=l>{_e(ops)}</td>"
             f"<td>{_e(fmt.size(s.comm.bytes))}</td><td>{_e(fmt.duration_ms(s.comm.wait_ms))}</td>"
             f"<td class=l><code>{_e((s.source or s.function)[:80])}</code></td></tr>"
-            for s in lines
+            for s, ops in lines
         )
         out.append(
             "<h3>Collectives per line</h3>\n<table><tr><th class=l>line</th>"

@@ -112,25 +112,29 @@ def memory_title(r: Report) -> str | None:
     )
 
 
-def memory_part(r: Report, top: int) -> RenderableType | None:
-    """The lines holding the most at the run's peak: bytes then, at the end, at most."""
+def _titled_rows(r: Report) -> tuple[str, list[dict[str, Any]]] | None:
     title = memory_title(r)
     rows = (r.memory.lines if r.memory else None) or []
-    if title is None or not rows:
+    return (title, rows) if title is not None and rows else None
+
+
+def _sizes(row: dict[str, Any]) -> list[str]:
+    return [fmt.size(row[key]) for key in ("peak_bytes", "live_bytes", "max_bytes")]
+
+
+def memory_part(r: Report, top: int) -> RenderableType | None:
+    """The lines holding the most at the run's peak: bytes then, at the end, at most."""
+    titled = _titled_rows(r)
+    if titled is None:
         return None
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, expand=True)
+    t = Table(title=titled[0], title_justify="left", box=box.SIMPLE_HEAD, expand=True)
     t.add_column("line", style="cyan", no_wrap=True)
     for col in ("at peak", "at end", "most"):
         t.add_column(col, justify="right", no_wrap=True)
     t.add_column("source", no_wrap=True, overflow="ellipsis", ratio=1)
-    for row in rows[:top]:
-        t.add_row(
-            escape(_where(row)),
-            fmt.size(row["peak_bytes"]),
-            fmt.size(row["live_bytes"]),
-            fmt.size(row["max_bytes"]),
-            escape(row.get("source") or row.get("function", "")),
-        )
+    for row in titled[1][:top]:
+        source = row.get("source") or row.get("function", "")
+        t.add_row(escape(_where(row)), *_sizes(row), escape(source))
     return Group(t)
 
 
@@ -141,21 +145,16 @@ def memory_html(r: Report) -> str:
     lines = failure_lines(r)
     if lines:
         parts.append(f'<pre class="failure">{html.escape(chr(10).join(lines))}</pre>')
-    title = memory_title(r)
-    rows = (r.memory.lines if r.memory else None) or []
-    if title is not None and rows:
+    titled = _titled_rows(r)
+    if titled is not None:
         body = "".join(
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>".format(
-                html.escape(_where(row)),
-                fmt.size(row["peak_bytes"]),
-                fmt.size(row["live_bytes"]),
-                fmt.size(row["max_bytes"]),
-                html.escape(row.get("source") or ""),
+                html.escape(_where(row)), *_sizes(row), html.escape(row.get("source") or "")
             )
-            for row in rows[:30]
+            for row in titled[1][:30]
         )
         parts.append(
-            f"<h2>{html.escape(title)}</h2><table><tr><th>line</th><th>at peak</th>"
+            f"<h2>{html.escape(titled[0])}</h2><table><tr><th>line</th><th>at peak</th>"
             f"<th>at end</th><th>most</th><th>source</th></tr>{body}</table>"
         )
     return "".join(parts)
@@ -164,12 +163,12 @@ def memory_html(r: Report) -> str:
 def memory_charts(r: Report) -> dict[str, tuple[Any, str]]:
     """``"memory"``: GPU bytes per line at the run's peak and at most (plotly, lazily), or the
     sentence that stands in for it."""
-    rows = (r.memory.lines if r.memory else None) or []
-    title = memory_title(r)
-    if title is None or not rows:
+    titled = _titled_rows(r)
+    if titled is None:
         return {"memory": (None, "GPU memory per line was not tracked (--memory).")}
     import plotly.graph_objects as go
 
+    title, rows = titled
     shown = list(reversed(rows[:20]))
     labels = [f"{_where(row)}  {(row.get('source') or '')[:60]}" for row in shown]
     fig = go.Figure()

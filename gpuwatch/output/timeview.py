@@ -211,13 +211,12 @@ def energy_line(r: Report) -> str | None:
     gpus = "GPU " + ", ".join(str(g) for g in e.get("gpus", []))
     missing = e.get("not_measured") or {}
     per = e.get("step_j_median")
+    steps = r.time.steps if r.time else []
     if per is None and e.get("run_j") is None:
-        steps = r.time.steps if r.time else []
         why = next(iter(missing.values()), None) or next(
             (s["energy"].get("note") for s in steps if s.get("energy")), "not measured"
         )
         return f"energy: {why} ({gpus})"
-    steps = r.time.steps if r.time else []
     kept = [s["energy"] for s in steps if (s.get("energy") or {}).get("j") is not None]
     out = "energy:"
     if per is not None:

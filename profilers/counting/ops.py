@@ -102,6 +102,10 @@ def _is_host(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
+def _dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
 def device_of(t: torch.Tensor) -> torch.device:
     """Where ``t`` lives, read so that another thread cannot change the answer.
 
@@ -153,8 +157,7 @@ def _copy(
     if way == "d2d" and src.dtype != dst.dtype:
         return None  # a cast on one GPU, not a copy
     nbytes = nbytes_of(src)
-    s, d = str(src_device), str(dst_device)
-    dt = str(src.dtype).removeprefix("torch.")
+    s, d, dt = str(src_device), str(dst_device), _dtype(src)
     if way == "h2d":
         # NB: a blocking H2D copy ends in a stream synchronize (at::cuda::memcpy_and_sync, which
         # set_sync_debug_mode flags). non_blocking from pageable memory is staged by the driver
@@ -190,12 +193,8 @@ def _to_copy(
         # NB: with non_blocking=True, _to_copy to the host allocates its output pinned
         # (aten/src/ATen/native/TensorConversions.cpp), so the copy stays asynchronous: decided
         # from the op, whatever is_pinned() of the output says.
-        return _copy(src, out, True, _always_pinned)
+        return _copy(src, out, True, lambda _: True)
     return _copy(src, out, non_blocking, is_pinned)
-
-
-def _always_pinned(t: torch.Tensor) -> bool:
-    return True
 
 
 @classifies("aten.lift_fresh.default")
@@ -215,7 +214,7 @@ def _lift_fresh(
         return None
     if _empty(t):
         return None
-    dt = str(t.dtype).removeprefix("torch.")
+    dt = _dtype(t)
     return Transfer(
         "h2d", nbytes_of(t), True, False, COPY_TO_DEVICE, "cpu", str(device_of(t)), dt, "lift_fresh"
     )
@@ -241,16 +240,7 @@ def _item(
     t = args[0]
     if not isinstance(t, torch.Tensor) or _is_host(device_of(t)):
         return None
-    return Transfer(
-        "d2h",
-        t.element_size(),
-        True,
-        False,
-        ITEM,
-        str(device_of(t)),
-        "cpu",
-        str(t.dtype).removeprefix("torch."),
-    )
+    return Transfer("d2h", t.element_size(), True, False, ITEM, str(device_of(t)), "cpu", _dtype(t))
 
 
 def _data_dependent(t: Any) -> Transfer | None:
@@ -292,9 +282,9 @@ def _is_mask(i: Any) -> bool:
 
 def _indices_moved(
     self: torch.Tensor, indices: Any, out: Any, is_pinned: IsPinned
-) -> tuple[list[Transfer], bool]:
+) -> list[Transfer] | None:
     """What indexing a GPU tensor with ``indices`` does before any kernel runs: the copies of
-    index tensors held on the host, and whether a mask on the GPU needs ``nonzero`` (a sync).
+    index tensors held on the host, then the sync where a mask on the GPU needs ``nonzero``.
 
     NB: aten/src/ATen/native/IndexingUtils.h (expandTensors): a boolean mask becomes long
     indices by ``nonzero``: on the GPU that waits for the count; on the host it is computed
@@ -317,13 +307,15 @@ def _indices_moved(
                 Transfer("h2d", n * 8 * max(i.dim(), 1), False, True, None, "cpu", dst, "int64")
             )
         elif _is_host(device_of(i)) and not _empty(i):
-            dt = str(i.dtype).removeprefix("torch.")
+            pageable = not is_pinned(i)
             moved.append(
                 Transfer(
-                    "h2d", nbytes_of(i), not is_pinned(i), False, COPY_TO_DEVICE, "cpu", dst, dt
+                    "h2d", nbytes_of(i), pageable, False, COPY_TO_DEVICE, "cpu", dst, _dtype(i)
                 )
             )
-    return moved, gpu_mask
+    if gpu_mask:
+        moved.append(Transfer(None, sync=DATA_DEPENDENT))
+    return moved or None
 
 
 def _mask_count(mask: torch.Tensor, pos: int, indices: Any, out: Any) -> int:
@@ -350,10 +342,7 @@ def _index(
     # indices runs inside it, so the rule must recognise the index itself.
     if not _on_gpu(args[0]):
         return None
-    moved, gpu_mask = _indices_moved(args[0], args[1], out, is_pinned)
-    if gpu_mask:
-        moved.append(Transfer(None, sync=DATA_DEPENDENT))
-    return moved or None
+    return _indices_moved(args[0], args[1], out, is_pinned)
 
 
 @classifies("aten.index_put_.default", "aten.index_put.default", "aten._index_put_impl_.default")
@@ -379,10 +368,7 @@ def _index_put(
         and _is_host(device_of(values))
     ):
         return None
-    moved, gpu_mask = _indices_moved(self, indices, None, is_pinned)
-    if gpu_mask:
-        moved.append(Transfer(None, sync=DATA_DEPENDENT))
-    return moved or None
+    return _indices_moved(self, indices, None, is_pinned)
 
 
 def classify(

@@ -200,13 +200,9 @@ def source_of(args: tuple[Any, ...]) -> Tensor | None:
     """The host tensor a host-to-GPU copy read: the first host tensor among ``args`` (``_to_copy``'s
     ``self``; ``copy_``'s ``src``; an index moved by ``index``)."""
     for a in args:
-        if isinstance(a, Tensor):
-            if a.device.type == "cpu":
-                return a
-        elif isinstance(a, (list, tuple)):
-            for b in a:
-                if isinstance(b, Tensor) and b.device.type == "cpu":
-                    return b
+        for b in a if isinstance(a, (list, tuple)) else (a,):
+            if isinstance(b, Tensor) and b.device.type == "cpu":
+                return b
     return None
 
 

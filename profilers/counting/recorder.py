@@ -98,8 +98,8 @@ class Recorder:
         """The hot path's ``OpFacts`` (profilers/counting/dispatch.py) by qualified op name."""
         self._steps: dict[str, int] = {}  # steps ended, by how they were told (see step())
         self.step_number = 0
-        self.batches = 0  # DataLoader batches pulled
         """Steps ended so far: the step the ops now running belong to."""
+        self.batches = 0  # DataLoader batches pulled
         self.step_ends: deque[tuple[int, float]] = deque(maxlen=max(0, timeline_capacity))
         """(step number, seconds since the start) of the newest step ends (the trace's slices)."""
         self.on_step: Callable[[], None] | None = None
@@ -107,9 +107,9 @@ class Recorder:
         self.internal_errors: dict[str, OpFailure] = {}
         """Ops whose copies and syncs could not be counted."""
         self.step_clock: StepClock | None = None
+        """Where the time of each step goes, on the profile's own thread (None: not measured)."""
         self.input_scope: Callable[[], Any] | None = None
         """What an input wait runs inside (profilers/patches.py ``quiet_inputs``), if anything."""
-        """Where the time of each step goes, on the profile's own thread (None: not measured)."""
         self.replay: OpLog | None = None
         """The step replay's records (profilers/timing/oplog.py): only where the run asked for
         what a replay gives (``what_if``, ``gpu``); None keeps its work off the hot path."""
@@ -262,16 +262,8 @@ class Recorder:
         counted (the step clock charges the op's time by it)."""
         if classifier is not None:
             transfer = classifier(args, kwargs, out, self.is_pinned)
-            if isinstance(transfer, list):
-                for i, t in enumerate(transfer):  # the op's time goes with its first part
-                    self.apply(line, t, ms if i == 0 else 0.0, timed if i == 0 else None, frame)
-                    if t.direction == "h2d":
-                        self.note_origin(line, t, args, frame)
-                return transfer
             if transfer is not None:
-                self.apply(line, transfer, ms, timed, frame)
-                if transfer.direction == "h2d":
-                    self.note_origin(line, transfer, args, frame)
+                self.apply_found(line, transfer, args, frame, None, ms, timed)
                 return transfer
         if synced:
             found = Transfer(None, sync=OTHER)
@@ -345,12 +337,14 @@ class Recorder:
         args: tuple[Any, ...],
         frame: FrameType | None,
         made_at: tuple[str, int, str] | None = None,
+        ms: float = 0.0,
+        timed: TimedOp | None = None,
     ) -> None:
-        """Counts what an op's rule found (the fast path's: no time here), each host-to-GPU
-        copy with its tensor's origin (``made_at``: the library frame a compiled graph's
-        record names, where a graph made it)."""
-        for t in found if isinstance(found, list) else (found,):
-            self.apply(line, t, frame=frame, made_at=made_at)
+        """Counts what an op's rule found, each host-to-GPU copy with its tensor's origin
+        (``made_at``: the library frame a compiled graph's record names, where a graph made
+        it); the op's time (``ms``, ``timed``: see :meth:`apply`) goes with its first part."""
+        for i, t in enumerate(found if isinstance(found, list) else (found,)):
+            self.apply(line, t, ms if i == 0 else 0.0, timed if i == 0 else None, frame, made_at)
             if t.direction == "h2d":
                 self.note_origin(line, t, args, frame)
 
@@ -495,8 +489,6 @@ class Recorder:
     def merged_lines(self) -> list[LineStats]:
         """All threads' lines merged by (file, line), a fresh copy safe to read."""
         states = self.threads.all()
-        tables = [st.table for st in states]
-        backwards = [st.backward for st in states]
         merged: dict[tuple[str, int], LineStats] = {}
 
         def copy_of(line: LineStats) -> LineStats:
@@ -506,12 +498,12 @@ class Recorder:
                 into.source = line.source
             return into
 
-        for table in tables:
-            for line in list(table.values()):
+        for st in states:
+            for line in list(st.table.values()):
                 line.settle()
                 copy_of(line).merge(line)
-        for backward in backwards:
-            for entry in list(backward.values()):
+        for st in states:
+            for entry in list(st.backward.values()):
                 # Ops run at the .backward() line for a node the forward line's op made: the
                 # one line's own ops, the other's backward.
                 copy_of(entry.ran_at).add_ops(entry.ops)

@@ -7,7 +7,7 @@ Ownership (issue: counts from threads must never be lost):
 * a thread that ends (the thread patch calls :meth:`ThreadStates.release`) hands its state,
   counts and all, to the next new thread: memory stays bounded when a thread is started per step
   (``nn.DataParallel``), and the counts stay where they were, in a state still listed;
-* reading (:meth:`ThreadStates.tables`) takes every state's table, never clearing one: a report
+* reading (:meth:`ThreadStates.all`) takes every state's table, never clearing one: a report
   merges them by (file, line) into fresh objects, so a thread still writing is not disturbed;
 * what an op's rule reads of a tensor (device, shape, dtype) must be the thread's own view: on the
   fake GPU, FakeTensorMode's "inside a kernel" mark (under which a fake tensor's device reads

@@ -43,18 +43,24 @@ def _package_dir(name: str) -> str | None:
     return os.path.realpath(list(spec.submodule_search_locations)[0])
 
 
+def _site_dirs() -> set[str | None]:
+    paths = sysconfig.get_paths()
+    sites = {paths.get("purelib"), paths.get("platlib")}
+    try:
+        sites.update(site.getsitepackages())
+    except AttributeError:  # pragma: no cover
+        pass  # virtualenv's old site module has no getsitepackages; sysconfig's paths suffice
+    if site.ENABLE_USER_SITE and site.USER_SITE:
+        sites.add(site.USER_SITE)
+    return sites
+
+
 @functools.cache
 def _library_roots() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     # NB: "scripts" (the environment's bin/) holds console-script launchers such as
     # bin/gpuwatch, which would otherwise end every caller chain.
-    roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib", "scripts")}
-    try:
-        roots.update(site.getsitepackages())
-    except AttributeError:  # pragma: no cover
-        pass  # virtualenv's old site module has no getsitepackages; sysconfig's paths suffice
-    if site.ENABLE_USER_SITE and site.USER_SITE:
-        roots.add(site.USER_SITE)
+    roots = {paths.get(k) for k in ("stdlib", "platstdlib", "scripts")} | _site_dirs()
     for pkg in ("torch", "profilers", "gpuwatch"):
         roots.add(_package_dir(pkg))
     return tuple(sorted({os.path.realpath(r) + os.sep for r in roots if r}))
@@ -66,21 +72,18 @@ def _library_places() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]
     the standard library's; torch's), for naming the library frame of a copy or sync.
     NB: a venv's sysconfig "stdlib" is the venv's lib/ (site-packages inside it), and a
     system Python's site-packages lie inside its standard library: each is told apart."""
-    paths = sysconfig.get_paths()
-    sites = {paths.get("purelib"), paths.get("platlib")}
-    try:
-        sites.update(site.getsitepackages())
-    except AttributeError:  # pragma: no cover
-        pass
-    if site.ENABLE_USER_SITE and site.USER_SITE:
-        sites.add(site.USER_SITE)
 
     def dirs(found: set[str | None]) -> tuple[str, ...]:
         return tuple(sorted({os.path.realpath(d) + os.sep for d in found if d}, key=len)[::-1])
 
     ours = dirs({_package_dir("profilers"), _package_dir("gpuwatch")})
     stdlib = dirs({os.path.dirname(os.__file__)})
-    return ours, dirs(sites), stdlib, os.path.realpath(os.path.dirname(torch_file())) + os.sep
+    return (
+        ours,
+        dirs(_site_dirs()),
+        stdlib,
+        os.path.realpath(os.path.dirname(torch_file())) + os.sep,
+    )
 
 
 def torch_file() -> str:
@@ -249,7 +252,7 @@ class UserCode:
         return self._kind(filename)[1]
 
     def library_entry(self, entries: Sequence[tuple[str, int, str]]) -> tuple[str, int, str] | None:
-        """:meth:`library_frame` of a stack given as ``(file, line, function)`` entries below
+        """:meth:`library_code` of a stack given as ``(file, line, function)`` entries below
         the user's line, outermost first (a compiled graph's node keeps its stack so)."""
         found: tuple[str, int, str] | None = None
         for file, line, function in reversed(entries):
@@ -306,15 +309,13 @@ class UserCode:
             if inside.startswith(_TORCH_PLUMBING):
                 return _OTHER, filename
             return _TORCH, os.path.join("torch", inside)
-        for root in sites:
-            if path.startswith(root):
-                inside = printable(path[len(root) :])
-                return (_PLUMBING if inside.endswith(LIBRARY_PLUMBING) else _LIBRARY), inside
-        if path.startswith(stdlib):
-            return _OTHER, filename
-        other_site = site_dir(path)
-        if other_site is not None:
-            inside = printable(path[len(other_site) :])
+        root = next((r for r in sites if path.startswith(r)), None)
+        if root is None:
+            if path.startswith(stdlib):
+                return _OTHER, filename
+            root = site_dir(path)  # another environment's
+        if root is not None:
+            inside = printable(path[len(root) :])
             return (_PLUMBING if inside.endswith(LIBRARY_PLUMBING) else _LIBRARY), inside
         return _LIBRARY, self.display(filename)  # outside user_code's roots: a library too
 
