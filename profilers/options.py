@@ -1,6 +1,5 @@
 """How a run was profiled: :class:`Options` (what :func:`profilers.profile` was asked) and
-:class:`RunOptions`, the report's typed ``options`` (JSON: the ``options`` object of
-``gpuwatch.profile/1``, its shape unchanged). Needs no torch."""
+:class:`RunOptions`, the report's typed ``options`` (its JSON shape unchanged). Needs no torch."""
 
 from __future__ import annotations
 
@@ -22,34 +21,32 @@ class Options:
     comm: bool = True
     """Count torch.nn.parallel.comm copies (DataParallel broadcast/scatter/gather/reduce)."""
     steps: tuple[int, int | None] | None = None
-    """Profile only steps ``[A, B)`` (B None: to the end), steps ended by optimizer.step() or
-    profilers.step(); outside them the mode is off the stack."""
+    """Profile only steps ``[A, B)`` (B None: to the end; a step ends at optimizer.step() or
+    profilers.step()); outside them the mode is off the stack."""
     count_ops: bool | None = None
-    """Count every op per line through the dispatch mode. None: when timing ops (which needs
-    every op) or where the fast path cannot serve (``trace_syncs``, a torch without its hooks);
-    otherwise only the ops that copy, sync or communicate reach Python (profilers/counting/kernels.py)."""
+    """Count every op per line. None: when timing ops (which needs every op) or where the fast
+    path (only copies, syncs and collectives reach Python) cannot serve: ``trace_syncs``, a torch
+    without its hooks."""
     trace_syncs: bool = False
-    """Use PyTorch's GPU trace callbacks for syncs (adds syncs inside ops no rule explains, at a
-    cost per CUDA event for the rest of the process); off: explicit synchronize calls and the
-    printing of GPU tensors are caught at their Python entry points."""
+    """Syncs from PyTorch's GPU trace callbacks (adds those no rule explains, at a cost per CUDA
+    event for the rest of the process); off: caught at their Python entry points."""
     time_steps: int = 64
-    """Where each step's time goes (profilers/timing/): the newest steps kept in full (the run's
-    sums cover all of them); 0: not measured. Not with ``steps`` (a window)."""
+    """Where each step's time goes: the newest steps kept in full (the sums cover all); 0: not
+    measured. Not with ``steps``."""
     gpu: str | None = None
     """Under ``--fake-cuda``: the GPU whose times the model predicts, by name."""
     memory: bool | None = None
-    """Which line made each tensor and holds which GPU bytes (profilers/memory/); None: on by
-    itself on fake GPUs, where every op is counted anyway."""
+    """Which line made each tensor and holds which GPU bytes; None: on with fake GPUs, where
+    every op is counted anyway."""
     inputs: tuple[str, ...] = ()
-    """Input iterators besides the DataLoader, by dotted name (``pkg.mod.Class``: its
-    ``__next__``, or the iterators its ``__iter__`` returns; ``pkg.mod.fn``: its results): the
-    time to get each item is an input wait (profilers/timing/inputs.py)."""
+    """Input iterators besides the DataLoader, by dotted name (a class: its ``__next__`` or its
+    ``__iter__``'s iterators; a function: its results): each item's wait is an input wait."""
     lib_lines: bool = False
-    """Each copy and sync a library made is charged to the library's line (its callers: the
-    user's lines) rather than to the user's line that called the library (``--lib-lines``)."""
+    """A library's copies and syncs are charged to the library's line, not the user's that
+    called it."""
     what_if: bool = False
-    """On a GPU, record every op for a replay of the steps: the report's ``what_if`` (each
-    fix's saving). Off, the hot path keeps no record; ``gpu`` replays in any case."""
+    """On a GPU, record every op to replay the steps for each fix's saving; off, the hot path
+    keeps no record (``gpu`` replays in any case)."""
 
 
 _OPTION_TYPES: dict[str, tuple[type, ...]] = {
@@ -71,9 +68,7 @@ _LATER_OPTIONS: dict[str, type] = {
     "lib_lines": bool,
     "what_if": bool,
 }
-"""Options of :func:`profilers.profile` that came after the first reports: in the JSON only
-when asked (not at their default)."""
-
+"""Options that came after the first reports: in the JSON only when not at their default."""
 
 _LATER_DEFAULTS: dict[str, Any] = {
     f.name: f.default for f in dataclasses.fields(Options) if f.name in _LATER_OPTIONS
@@ -82,8 +77,7 @@ _LATER_DEFAULTS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class FakeCudaRun:
-    """A run on simulated GPUs (``fake_cuda``): how many, and what the script read back that
-    was a placeholder; ``graphs``: its CUDA graphs, when it made any."""
+    """A run on simulated GPUs: how many, the placeholders the script read back, its CUDA graphs."""
 
     devices: int
     placeholders: dict[str, int] = field(default_factory=dict)
@@ -91,8 +85,7 @@ class FakeCudaRun:
     memory_bytes: int | None = None
     """Each simulated GPU's memory size (``--fake-memory``; None in reports from before it)."""
     values: str | None = None
-    """What its tensors held: ``real`` values or ``placeholder``s (None: reports from before
-    real values, which held placeholders)."""
+    """``real`` or ``placeholder`` values (None: reports from before real values: placeholders)."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"devices": self.devices, "placeholders": dict(self.placeholders)}
@@ -122,9 +115,8 @@ _TEXT = ("source", "kernel_timing_source", "counting", "gpu_stats", "gpu_samples
 
 @dataclass(frozen=True)
 class RunOptions:
-    """A report's ``options``: how its run was profiled and where its data came from. Fields
-    at None were not recorded (absent from the JSON); keys this version does not know are kept
-    in ``extra`` and written back as they were."""
+    """A report's ``options``: how its run was profiled. None: not recorded; unknown keys are
+    kept in ``extra`` and written back as they were."""
 
     profile: Options | None = None
     """What :func:`profilers.profile` was asked (JSON: its fields, at the top of ``options``)."""
@@ -176,8 +168,7 @@ class RunOptions:
 
     @classmethod
     def from_dict(cls, d: Any) -> RunOptions:
-        """The options of a saved report; a value of the wrong type is kept as it was, in
-        ``extra``, rather than trusted."""
+        """A saved report's options; a value of the wrong type stays in ``extra``, untrusted."""
         if not isinstance(d, dict):
             return cls()
         extra = dict(d)

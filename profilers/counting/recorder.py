@@ -1,6 +1,5 @@
-"""The recorder: what a profile counted, per thread and per line (the hot path that feeds it is
-profilers/counting/dispatch.py; per-thread state is profilers/counting/threads.py; the backward's attribution to
-forward lines is profilers/counting/backward.py)."""
+"""The recorder: what a profile counted, per thread and per line (fed by counting/dispatch.py;
+per-thread state: threads.py; the backward's attribution to forward lines: backward.py)."""
 
 from __future__ import annotations
 
@@ -70,8 +69,7 @@ class Recorder:
         """Frames from ``__torch_dispatch__`` up to the op's caller (torch's shims included)."""
         self.active = True
         self.counting = "every_op"
-        """``"every_op"``: the dispatch mode sees every op; ``"copies"``: the fast path sees only
-        the ops that copy, sync or communicate (profilers/counting/kernels.py)."""
+        """Or ``"copies"``: the fast path sees only the ops that copy, sync or communicate."""
         self.own_sync = False
         """True while the profiler itself waits on the GPU (its one final synchronize)."""
         self.trace_syncs = False
@@ -86,8 +84,8 @@ class Recorder:
         self.devices: set[str] = set()
         self.threads = ThreadStates()
         self.local = self.threads.tls
-        """For the hot paths: ``local.s`` is the calling thread's :class:`ThreadState` once it
-        has one (AttributeError before; :meth:`state` makes it): one load, not a call, per op."""
+        """``local.s``: the thread's :class:`ThreadState` (AttributeError before :meth:`state`
+        makes it); the hot paths' one load per op, not a call."""
         self.state = self.threads.state  # this thread's, made on its first op (threads.py)
         self.release_state = self.threads.release
         self.attributes_backward = BACKWARD_NODES  # also charged to their node's forward line
@@ -111,15 +109,13 @@ class Recorder:
         self.input_scope: Callable[[], Any] | None = None
         """What an input wait runs inside (profilers/patches.py ``quiet_inputs``), if anything."""
         self.replay: OpLog | None = None
-        """The step replay's records (profilers/timing/oplog.py): only where the run asked for
-        what a replay gives (``what_if``, ``gpu``); None keeps its work off the hot path."""
+        """The step replay's records, only for ``what_if``/``gpu``: None keeps it off the hot path."""
         self.memory: MemoryTracker | None = None  # who made each storage (profilers/memory/)
         self.failure: dict[str, Any] | None = None  # the latest device mismatch/OOM, explained
         self.provenance = Provenance()
         """The host storages factory ops made and loaders returned (the copies' origins)."""
         self.lib_lines = False
-        """``--lib-lines``: a copy or sync a library made is charged to the library's line (its
-        callers: the user's lines), not to the user's line that called the library."""
+        """``--lib-lines``: a library's copy or sync is charged to the library's line."""
 
     def internal_error(self, op: str, exc: BaseException) -> None:
         """Notes that the profiler failed on ``op`` (the op itself still ran, untouched)."""
@@ -138,8 +134,7 @@ class Recorder:
         return self.line_in(self.state(), frame)
 
     def line_in(self, st: ThreadState, frame: FrameType | None) -> LineStats:
-        """:meth:`line_for` with the calling thread's state ``st`` in hand (the hot paths':
-        they have it already), through and into its line cache."""
+        """:meth:`line_for` given the thread's state (the hot paths have it), via its line cache."""
         table = st.table
         f = self.user.first(frame)
         if f is None:
@@ -174,10 +169,9 @@ class Recorder:
     def counted_line(
         self, st: ThreadState, frame: FrameType | None
     ) -> tuple[LineStats, FrameType | None, tuple[str, int, str] | None]:
-        """The line of a copy or sync the fast path counted, the frame ``apply`` looks for
-        its library frame from, and the library frame a compiled graph's record names (the
-        frames between a graph's op and the user's are torch.fx's and dynamo's plumbing,
-        never the library that made it: no frame is walked there)."""
+        """The line of a copy or sync the fast path counted, the frame ``apply`` seeks its library
+        frame from, and a compiled graph's recorded library frame (a graph's own frames are
+        torch.fx's and dynamo's plumbing, never the library's: none is walked)."""
         in_graph = self.graph_line(st, frame)
         if in_graph is None:
             return self.line_in(st, frame), frame, None
@@ -186,9 +180,8 @@ class Recorder:
     def graph_line(
         self, st: ThreadState, frame: FrameType | None
     ) -> tuple[LineStats, GraphPlace] | None:
-        """The line of a copy or sync a compiled graph made (its op's own line, as dynamo
-        traced it: profilers/counting/graph_lines.py), or None where no graph's generated code
-        called the op. Only where a copy or sync is counted, never per op."""
+        """A compiled graph's copy or sync at its op's own line, as dynamo traced it; None where
+        no graph called the op. Per copy or sync, never per op."""
         place = self.graph_lines.place(frame)
         if place is None:
             return None
@@ -221,9 +214,8 @@ class Recorder:
         return line
 
     def _library_line(self, line: LineStats, frame: FrameType) -> LineStats:
-        """``--lib-lines``: the line of the library frame that made the op ``frame`` called
-        (:meth:`UserCode.library_code`), its callers the user's lines; ``line`` itself when the
-        user's line made the op. Looked up per copy or sync only, never per op."""
+        """``--lib-lines``: the line of the library frame that made the op, its callers the
+        user's lines; ``line`` when the user's line did. Per copy or sync, never per op."""
         found = self.user.library_code(frame)
         if found is None:
             return line
@@ -257,9 +249,8 @@ class Recorder:
         synced: bool,
         frame: FrameType | None = None,
     ) -> Transfer | list[Transfer] | None:
-        """An op that may copy or sync: what its rule finds, else ``other`` when the GPU trace
-        saw it make the host wait (``synced``) and no rule explains why. Returns what it
-        counted (the step clock charges the op's time by it)."""
+        """What the op's rule finds, else ``other`` when the GPU trace saw it make the host wait
+        (``synced``); returns what it counted (the step clock charges the op's time by it)."""
         if classifier is not None:
             transfer = classifier(args, kwargs, out, self.is_pinned)
             if transfer is not None:
@@ -280,10 +271,9 @@ class Recorder:
         frame: FrameType | None = None,
         made_at: tuple[str, int, str] | None = None,
     ) -> None:
-        """Counts ``t`` at ``line``; ``ms`` is the op's host time, or ``timed`` its CUDA timing
-        record (credited when the events complete); ``frame``, the Python frame that called
-        the op, names the library frame that made it (:meth:`UserCode.library_code`), or
-        ``made_at`` does (a compiled graph's record of it)."""
+        """Counts ``t`` at ``line``: ``ms`` the op's host time or ``timed`` its CUDA record
+        (credited when its events complete); ``frame`` (the op's caller) or ``made_at`` (a
+        compiled graph's record) names the library frame that made it."""
         # NB: a copy of symbolic size (nbytes None) counts, its bytes apart (Copies.unknown_bytes);
         # the byte sums and the timeline take it as 0.
         nbytes = t.nbytes or 0
@@ -340,9 +330,8 @@ class Recorder:
         ms: float = 0.0,
         timed: TimedOp | None = None,
     ) -> None:
-        """Counts what an op's rule found, each host-to-GPU copy with its tensor's origin
-        (``made_at``: the library frame a compiled graph's record names, where a graph made
-        it); the op's time (``ms``, ``timed``: see :meth:`apply`) goes with its first part."""
+        """Counts what an op's rule found, each host-to-GPU copy with its tensor's origin; the
+        op's time (see :meth:`apply`) goes with its first part."""
         for i, t in enumerate(found if isinstance(found, list) else (found,)):
             self.apply(line, t, ms if i == 0 else 0.0, timed if i == 0 else None, frame, made_at)
             if t.direction == "h2d":
@@ -351,8 +340,7 @@ class Recorder:
     def note_origin(
         self, line: LineStats, t: Transfer, args: tuple[Any, ...], frame: FrameType | None
     ) -> None:
-        """Where the tensor of the host-to-GPU copy ``t`` came from (profilers/origins.py),
-        counted at ``line``; at copies only, so it costs the loop nothing else."""
+        """Where the copied tensor came from, counted at ``line``; at copies only."""
         origin, maker, op = (
             (FACTORY, line, t.made_by)  # the op made its data and copied it (ops._lift_fresh)
             if t.made_by is not None
@@ -365,9 +353,8 @@ class Recorder:
         found.add(t.nbytes or 0, t.pageable, t.non_blocking, made_at, op)
 
     def loader_batch(self, it: Any, batch: Any, frame: FrameType | None, wait_ns: int) -> None:
-        """The DataLoader iterator ``it`` returned ``batch`` to the line of ``frame`` after
-        ``wait_ns``: its tensors are a loader's (their copies' origin), the line keeps the
-        loader's settings and its wait."""
+        """A DataLoader batch: its tensors are a loader's, its line keeps the loader's settings
+        and the wait."""
         self.batches += 1  # NB: counted outside a step window too (patches.count_steps)
         if not self.active:
             return
@@ -385,8 +372,8 @@ class Recorder:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        """Runs a collective op (or a wait on one) and counts it at ``line``, with the host time
-        it took: the host's wait where the backend blocks (added to ``entry``, if any)."""
+        """Runs and counts a collective (or a wait on one) with its host time: the host's wait
+        where the backend blocks."""
         t = time.perf_counter()
         out = call(*args, **kwargs)
         ms = (time.perf_counter() - t) * 1000.0
@@ -440,8 +427,8 @@ class Recorder:
         start_ns: int,
         end_ns: int,
     ) -> None:
-        """A wait the mode's hot path never sees (a loader's ``__next__``, ``work.wait()``, an
-        explicit synchronize), charged to the user line of ``frame`` on the step clock."""
+        """A wait the mode never sees (a loader's ``__next__``, ``work.wait()``, a synchronize),
+        charged on the step clock."""
         clock = self.clock_here()
         if clock is not None:
             line = self.line_for(frame)
@@ -511,8 +498,7 @@ class Recorder:
         return list(merged.values())
 
     def forget_nodes(self) -> None:
-        """Drop the autograd nodes kept per thread (a backward ended: with retain_graph, a
-        kept node would keep its saved tensors alive)."""
+        """A backward ended: with retain_graph, a kept node would keep its saved tensors alive."""
         for st in self.threads.all():
             st.bw_node = st.bw_ops = st.bw_line = None
 
