@@ -1,13 +1,10 @@
-"""Where each host-to-GPU copy's tensor came from (profilers/origins.py names the origins), decided
-at the copy only: the fix a copy needs follows from it (a loader's batch: pin it; a tensor made
-by ``torch.randn`` on the host: make it on the GPU; a parameter moved by ``model.to``: nothing).
+"""Where each host-to-GPU copy's tensor came from, decided at the copy: the fix follows from it
+(a loader's batch: pin it; ``torch.randn`` on the host: make it on the GPU; ``model.to``: none).
 
-Two cheap records feed it: the storages the factory ops made on the host (``note_made``: the
-hot path calls it for factory ops only, every other op pays one comparison) and the storages of
-the batches a DataLoader returned (``note_batch``: once per batch). Each is a weak reference to
-the storage, dropped when torch frees it, so an address used again is never mistaken for the
-old tensor; with the memory tracker on (``--memory``, ``--fake-cuda``) its record of every op's
-storages answers too.
+Fed by the host storages factory ops made (``note_made``: every other op pays one comparison)
+and those a DataLoader returned (``note_batch``: once per batch), each a weak reference dropped
+when torch frees the storage, so a reused address is never taken for the old tensor; the memory
+tracker's record of every op's storages answers too, when on.
 """
 
 from __future__ import annotations
@@ -117,10 +114,9 @@ class Provenance:
 
 
 def note_made(provenance: Provenance, line: Any, name: str, out: Any) -> None:
-    """A factory op's output, where it is on the host (one on a GPU needs no fix). NB: a NumPy
-    array's data (``torch.from_numpy``, ``torch.as_tensor``) reaches the dispatcher as
-    ``lift_fresh`` too, in memory NumPy owns (not resizable): not made by a factory, its origin
-    stays ``host``."""
+    """A factory op's output, if on the host (one on a GPU needs no fix). NB: NumPy's data
+    (``torch.from_numpy``) reaches the dispatcher as ``lift_fresh`` too, in memory NumPy owns
+    (not resizable): no factory's, its origin stays ``host``."""
     if isinstance(out, Tensor) and out.device.type == "cpu":
         op = name.split(".", 1)[0]
         if op in LIFTED and not _resizable(out):
@@ -219,10 +215,12 @@ def origin_of(
     if (
         isinstance(src, torch.nn.Parameter)
         or (frame is not None and frame.f_code.co_filename.endswith(_MODULE_FILE))
-        or _restoring(frame)
+        or called_from(frame, _SERIALIZATION_FILE, RESTORE_DEPTH)
     ):
         # NB: Module.to/cuda/_apply move each parameter and buffer from a function defined in
-        # torch/nn/modules/module.py (convert, a lambda); buffers are not Parameters
+        # torch/nn/modules/module.py (convert, a lambda); buffers are not Parameters. torch.load
+        # restoring a checkpoint onto the GPU is a one-time move too: its bytes were made by an
+        # ``empty`` inside the load (torch/serialization.py), no factory of the user's.
         return PARAMETER, None, None
     if src is None:
         return HOST, None, None
@@ -253,13 +251,6 @@ _SERIALIZATION_FILE = os.path.join("torch", "serialization.py")
 RESTORE_DEPTH = 12
 """Frames walked up from a host-to-GPU copy for torch.load's: its storage's ``.to(device)``
 (torch/_utils.py ``_to``) is 6 frames below ``_load`` in torch 2.13, the fake GPU's rebuild 5."""
-
-
-def _restoring(frame: FrameType | None) -> bool:
-    """Whether the copy is torch.load restoring a checkpoint onto the GPU (a storage read from
-    the file: torch/serialization.py ``_deserialize``): a one-time move, as ``model.to``; the
-    file's bytes were made by an ``empty`` inside the load, no factory of the user's."""
-    return called_from(frame, _SERIALIZATION_FILE, RESTORE_DEPTH)
 
 
 def called_from(frame: FrameType | None, file: str, depth: int) -> bool:

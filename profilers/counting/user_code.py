@@ -20,15 +20,13 @@ from profilers.timing.gaps import _TYPED
 UNKNOWN = ("<unknown>", 0)
 
 
-#: Directory names that hold installed packages wherever they lie: a PYTHONPATH to another
-#: environment, a Debian/Ubuntu Python's dist-packages, a copied venv. Not this interpreter's
-#: site directories, so not in :func:`_library_roots`, and still nobody's own code.
+#: Installed packages wherever they lie (another environment on PYTHONPATH, Debian's
+#: dist-packages, a copied venv): outside :func:`_library_roots`, still nobody's own code.
 _SITE_DIR_NAMES = ("site-packages", "dist-packages")
 
 
 def site_dir(path: str) -> str | None:
-    """The innermost ``.../site-packages/`` (or ``dist-packages/``) directory that holds
-    ``path`` (a real path), with its trailing separator; None outside any."""
+    """The innermost ``.../site-packages/`` (or ``dist-packages/``) holding ``path``, or None."""
     best = -1
     for name in _SITE_DIR_NAMES:
         marker = os.sep + name + os.sep
@@ -78,18 +76,14 @@ def _library_places() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]
 
     ours = dirs({_package_dir("profilers"), _package_dir("gpuwatch")})
     stdlib = dirs({os.path.dirname(os.__file__)})
+    spec = importlib.util.find_spec("torch")  # without importing torch
+    torch_init = spec.origin if spec is not None and spec.origin else os.devnull
     return (
         ours,
         dirs(_site_dirs()),
         stdlib,
-        os.path.realpath(os.path.dirname(torch_file())) + os.sep,
+        os.path.realpath(os.path.dirname(torch_init)) + os.sep,
     )
-
-
-def torch_file() -> str:
-    """torch's ``__init__.py`` (found without importing torch)."""
-    spec = importlib.util.find_spec("torch")
-    return spec.origin if spec is not None and spec.origin else os.devnull
 
 
 #: torch's files that only pass an op on (dispatch, modes, decorators): never the library's line.
@@ -104,10 +98,9 @@ _TORCH_PLUMBING = (
     os.path.join("_subclasses", ""),
 )
 
-#: Libraries' files that only pass a tensor on (apply a function over a collection, move a
-#: batch, wrap ``.to()``): the frame named is the library's caller of them, where the knob is
-#: (Lightning's progress bar, accelerate's DataLoader); a helper called straight from the
-#: user's line is still named. Suffixes of the path inside site-packages.
+#: Libraries' files that only pass a tensor on (apply_func, wrapped ``.to()``): their caller is
+#: named, where the knob is (Lightning's progress bar, accelerate's DataLoader), unless the
+#: user's line called them. Suffixes of the path inside site-packages.
 LIBRARY_PLUMBING = (
     "lightning_utilities/core/apply_func.py",
     "lightning/fabric/utilities/apply_func.py",
@@ -121,10 +114,8 @@ _OTHER, _TORCH, _LIBRARY, _PLUMBING = 0, 1, 2, 3
 
 
 def _inductor_output(path: str) -> bool:
-    """Whether ``path`` is code inductor wrote for a compiled graph (its cache folder): the ops
-    it calls (a device copy, an ``.item()``) belong to the user line that ran the graph, never
-    to a line of generated code. NB: inductor is asked only when already loaded (it is, if it
-    wrote the file)."""
+    """Whether ``path`` is inductor's generated code: its ops belong to the user line that ran
+    the graph. NB: inductor is asked only when already loaded (it is, if it wrote the file)."""
     utils = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
     default = getattr(utils, "default_cache_dir", None)
     if default is None:
@@ -137,12 +128,9 @@ def _inductor_output(path: str) -> bool:
 
 
 class UserCode:
-    """Decides, once per file name, whether frames in it are the user's code.
-
-    By default user code is every file outside the standard library, site-packages, torch,
-    gpuwatch and profilers. With ``roots``, only files under those directories count (and still
-    never the libraries).
-    """
+    """Decides, once per file name, whether frames in it are the user's code: any file outside
+    the standard library, site-packages, torch, gpuwatch and profilers; with ``roots``, only
+    those under them."""
 
     def __init__(self, roots: Sequence[str] | None = None) -> None:
         self._excluded = _library_roots()
@@ -159,10 +147,9 @@ class UserCode:
 
     def _decide(self, filename: str) -> bool:
         if filename.startswith("<"):
-            # <string> and <stdin> are code the user typed; <frozen ...> is the interpreter's.
-            # With roots given, only files under them are the user's: no file, no root.
-            # <eval_with_key>... is torch.fx's generated code (a compiled graph run by
-            # torch.compile): its ops belong to the user line that called the compiled code.
+            # <string> and <stdin> are code the user typed (no root holds them); <frozen ...>
+            # is the interpreter's; <eval_with_key> is torch.fx's graph code, whose ops belong
+            # to the user line that called the compiled code.
             return self._roots is None and not filename.startswith(("<frozen", "<eval_with_key>"))
         path = os.path.realpath(filename)
         if path.startswith(self._excluded) or _inductor_output(path):
@@ -174,8 +161,7 @@ class UserCode:
         return True
 
     def decided(self, filename: str) -> bool:
-        """Whether ``filename`` is already known as the user's (False: not, or not yet
-        decided; nothing is looked up on disk)."""
+        """Whether ``filename`` is already known as the user's, looking nothing up on disk."""
         return self._cache.get(filename) is True
 
     def first(self, frame: FrameType | None) -> FrameType | None:
@@ -224,14 +210,10 @@ class UserCode:
         return printable(filename)
 
     def library_code(self, frame: FrameType | None) -> FrameType | None:
-        """The frame of the library code that made an op called from ``frame``, below the
-        user's line: the innermost frame of a library outside torch (``transformers/
-        trainer.py``) past the libraries' pass-through helpers (:data:`LIBRARY_PLUMBING`), else
-        the innermost such helper, else torch's own innermost (``torch/amp/grad_scaler.py``)
-        past torch's dispatch plumbing; None when the user's line called the op itself.
-
-        NB: walked only where a copy or sync is counted, never per op (the file's kind is
-        cached by name)."""
+        """The library frame below the user's line that made an op called from ``frame``: a
+        library's outside torch past :data:`LIBRARY_PLUMBING`, else such a helper, else torch's
+        own past its dispatch plumbing; None when the user's line called the op itself.
+        NB: walked per copy or sync only, never per op."""
         user = self.first(frame)
         found: FrameType | None = None
         helper: FrameType | None = None
@@ -247,13 +229,12 @@ class UserCode:
         return helper or found
 
     def library_name(self, filename: str) -> str:
-        """How a library's file is shown: relative to its site-packages (``transformers/
-        trainer.py``), torch's as ``torch/...``."""
+        """A library's file relative to its site-packages, torch's as ``torch/...``."""
         return self._kind(filename)[1]
 
     def library_entry(self, entries: Sequence[tuple[str, int, str]]) -> tuple[str, int, str] | None:
-        """:meth:`library_code` of a stack given as ``(file, line, function)`` entries below
-        the user's line, outermost first (a compiled graph's node keeps its stack so)."""
+        """:meth:`library_code` of ``(file, line, function)`` entries, outermost first (a
+        compiled graph's node keeps its stack so)."""
         found: tuple[str, int, str] | None = None
         for file, line, function in reversed(entries):
             kind, name = self._kind(file)
@@ -273,10 +254,8 @@ class UserCode:
         pageable: bool = False,
         made_at: tuple[str, int, str] | None = None,
     ) -> None:
-        """Counts a copy (``copied``, of ``nbytes``; ``pageable``: from or to pageable host
-        memory) and/or a sync (``sync``'s cause) at the library frame that made the op
-        ``frame`` called (or at ``made_at``, where the frames that made it are a compiled
-        graph's record: ``(file as shown, line, function)``), in a line's ``libraries``."""
+        """Counts a copy and/or a sync at the library frame that made the op ``frame`` called
+        (or at ``made_at``, a compiled graph's record), in a line's ``libraries``."""
         if made_at is not None:
             key, function, text = made_at[:2], made_at[2], ""
         else:
@@ -320,16 +299,14 @@ class UserCode:
         return _LIBRARY, self.display(filename)  # outside user_code's roots: a library too
 
 
-#: Lines of one statement read for a library frame's source (``if (`` spread over lines), and
-#: the characters kept of it.
+#: Lines of one statement read for a library frame's source, and the characters kept of it.
 STATEMENT_LINES = 8
 STATEMENT_CHARS = 400
 
 
 def statement(filename: str, line: int) -> str:
-    """The statement that starts at ``line`` of ``filename``, its lines joined (at most
-    :data:`STATEMENT_LINES`, until its brackets close): a frame of ``if (`` names the whole
-    condition, e.g. HF's ``if (self.args.logging_nan_inf_filter and ... torch.isnan(...)``."""
+    """The statement at ``line`` of ``filename``, its lines joined until its brackets close: a
+    frame of ``if (`` names the whole condition, e.g. HF's ``if (self.args.logging_nan_inf...``."""
     parts: list[str] = []
     depth = 0
     for n in range(line, line + STATEMENT_LINES):
