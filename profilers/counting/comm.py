@@ -1,11 +1,7 @@
-"""Collectives: which ``c10d``/``_c10d_functional`` op is which collective, and the bytes this rank
-contributes to it (ARCHITECTURE.md, "Ranks and collectives").
-
-Both families reach the dispatch mode: ``c10d.*`` from ``torch.distributed`` and DDP's reducer,
-``_c10d_functional.*`` from FSDP2 and DTensor. Bytes are this rank's share: the tensor for
-all_reduce, broadcast, reduce, send and recv; the input for all_gather and all_to_all; the full
-input for reduce_scatter. The op's host time is the host's wait when the backend blocks (gloo);
-``work.wait()`` and ``wait_tensor`` add their own wait to the line that called them.
+"""Collectives: which ``c10d.*`` (torch.distributed, DDP) or ``_c10d_functional.*`` (FSDP2,
+DTensor) op is which collective, and the bytes this rank contributes: the tensor for all_reduce,
+broadcast, reduce, send and recv; the input for all_gather and all_to_all; the full input for
+reduce_scatter. ``work.wait()`` and ``wait_tensor`` add their wait to the line that called them.
 """
 
 from __future__ import annotations
@@ -20,9 +16,8 @@ COMM_NAMESPACES = ("c10d", "_c10d_functional")
 
 @dataclass(frozen=True, slots=True)
 class CommRule:
-    """How one op counts: as collective ``op`` with the bytes of argument ``arg`` (nested lists
-    of tensors summed; -1: none, a barrier's tensor is not the user's), or, with ``op`` None, as
-    a wait only."""
+    """As collective ``op`` with the bytes of argument ``arg`` (-1: none, a barrier's tensor is
+    not the user's), or, with ``op`` None, as a wait only."""
 
     op: str | None
     arg: int = 0

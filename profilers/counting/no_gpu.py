@@ -1,8 +1,7 @@
 """A script that asked for a GPU and got none ran on the CPU: its report counts nothing a GPU run
-would do (no copies, no syncs, "No hints") and a laptop user could read that as "clean". While a
-profile runs on a torch that sees no GPU (and no fake one: ``--fake-cuda``'s harness says there
-is one, so this stays off), the questions a script asks before it picks a device are watched, and
-the first that was answered "no GPU" is kept with its line, for the report to say so."""
+would ("No hints"), which a laptop user could read as "clean". So on a torch that sees no GPU (a
+fake one counts as seen), the first "no GPU" answer to a script's device question is kept with
+its line, for the report to say so."""
 
 from __future__ import annotations
 

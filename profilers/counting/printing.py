@@ -1,20 +1,12 @@
 """What printing a GPU tensor reads, counted as it happens.
 
-NB: ``torch._tensor_str._str`` (behind ``print(t)``, ``repr``, ``str`` and ``f"{t}"``) runs with
-every dispatch mode switched off, so a mode sees none of the reads a print makes. On a GPU they
-are many, and they differ by dtype (torch/_tensor_str.py, ``_Formatter`` and ``_vector_str``):
-
-* an integer or bool tensor: ``f"{value}"`` of each element shown, an ``.item()`` each (a sync
-  and a copy of one element to the host), then one ``tolist()`` of each row shown (a copy of the
-  row to the host, blocking);
-* a floating-point tensor: a ``masked_select`` of the finite non-zero values (a sync for its
-  size), then an ``.item()`` for each value until one is not integral, one to three for the
-  ratio of the largest to the smallest, one per value for its width, then the ``tolist()`` rows;
-* a 0-dim tensor: the same formatter, then one ``.item()`` for the value.
-
-So a print runs here with gpuwatch's own modes kept on (the profiler's, and the fake GPU's under
-it) and every other mode off, as torch has them: the reads reach the same rules as any op
-(profilers/counting/ops.py), charged to the line that printed, with their bytes.
+NB: ``torch._tensor_str._str`` (behind ``print``, ``repr``, ``str``, f-strings) runs with every
+dispatch mode off, so a mode sees none of a print's reads, which on a GPU are many and differ by
+dtype (torch/_tensor_str.py ``_Formatter``): an ``.item()`` per element shown (integers), or a
+``masked_select`` then ``.item()`` for the values' integrality, ratio and width (floats), then
+a blocking ``tolist()`` per row shown. So a print runs here with gpuwatch's own modes kept on
+(the profiler's, the fake GPU's) and every other mode off: the reads reach the same rules as any
+op, charged to the line that printed, with their bytes.
 """
 
 from __future__ import annotations

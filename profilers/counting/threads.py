@@ -1,19 +1,13 @@
-"""Per-thread state: what one thread's ops need, and who owns which state when.
+"""Per-thread state, owned so that no thread's counts are ever lost:
 
-Ownership (issue: counts from threads must never be lost):
-
-* a thread gets its :class:`ThreadState` on its first op (:meth:`ThreadStates.state`), a new one
-  or one a finished thread left; from then on only that thread writes its table;
-* a thread that ends (the thread patch calls :meth:`ThreadStates.release`) hands its state,
-  counts and all, to the next new thread: memory stays bounded when a thread is started per step
-  (``nn.DataParallel``), and the counts stay where they were, in a state still listed;
-* reading (:meth:`ThreadStates.all`) takes every state's table, never clearing one: a report
-  merges them by (file, line) into fresh objects, so a thread still writing is not disturbed;
-* what an op's rule reads of a tensor (device, shape, dtype) must be the thread's own view: on the
-  fake GPU, FakeTensorMode's "inside a kernel" mark (under which a fake tensor's device reads
-  ``meta``) was one flag for all threads, and a copy classified while another thread ran a fake
-  op was lost (one run in three of tests/test_thread_counts.py); it is per thread now
-  (profilers/fake_cuda/mode.py).
+* a thread gets its :class:`ThreadState` on its first op, new or one a finished thread left;
+  only that thread writes its table;
+* a thread that ends hands its state, counts and all, to the next new thread: memory stays
+  bounded when a thread is started per step (``nn.DataParallel``), the counts stay listed;
+* reading never clears a table: a report merges them into fresh objects, a writer undisturbed;
+* an op's rule must read a tensor as its own thread sees it: the fake GPU's "inside a kernel"
+  mark (a fake tensor's device reads ``meta``) was once shared, and a copy classified while
+  another thread ran a fake op was lost; it is per thread now (profilers/fake_cuda/mode.py).
 """
 
 from __future__ import annotations
@@ -78,11 +72,9 @@ class ThreadState:
         self.last_user: FrameType | None = None
         self.last_lasti = -1
         self.last_line: LineStats | None = None
-        # Forward ops' autograd nodes, per line: ``(numbers, lines, first_ops)``, where entry i
-        # says the nodes this thread numbered from numbers[i] on (to the next entry) were made
-        # by ops at lines[i], the first of them first_ops[i]. Appended only when the line
-        # changes (a line-cache miss); trimmed by replacing the whole tuple, which readers on
-        # other threads take once (the owner appends numbers last).
+        # Forward ops' autograd nodes: the nodes numbered from numbers[i] on were made at
+        # lines[i], the first by first_ops[i]. Appended on a line change only; trimmed by
+        # replacing the tuple, which other threads read once (the owner appends numbers last).
         self.fwd: tuple[list[int], list[LineStats], list[str]] = ([], [], [])
         self.fwd_line: LineStats | None = None
         # Backward ops of this thread that a forward line's op made the node of, by (id of the
@@ -116,8 +108,7 @@ class ThreadStates:
         self._lock = threading.Lock()
         self._states: list[ThreadState] = []
         self._spare: list[ThreadState] = []
-        """States of threads that ended, for the next new thread (memory stays bounded when a
-        thread is started per step, as DataParallel does)."""
+        """States of threads that ended, for the next new thread."""
 
     def state(self) -> ThreadState:
         """This thread's state, on its first op made or taken over from a thread that ended."""
