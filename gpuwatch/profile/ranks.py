@@ -1,13 +1,11 @@
-"""``gpuwatch profile --nproc-per-node N``: launch the ranks with PyTorch's own launcher
-(``torch.distributed.run --standalone``), each rank profiled by ``gpuwatch profile`` and writing its
-own JSON, then one merged report in the paths the user gave and one summary for all ranks.
+"""``gpuwatch profile --nproc-per-node N``: the ranks run under ``torch.distributed.run
+--standalone``, each profiled by ``gpuwatch profile`` into its own JSON, then merged into one
+report and one summary.
 
-SIGTERM, SIGHUP or SIGINT to gpuwatch (a scheduler's time limit: SLURM, Kubernetes) is passed to
-the launcher, which passes it to the ranks; each rank writes its partial report. The ranks get
-``RANK_GRACE_S`` for that (``GPUWATCH_RANK_GRACE_S`` overrides it); a rank still running then (hung
-in a collective) is killed with the launcher, and its last checkpoint, if any, stands in for its
-report. What the ranks wrote is merged, and gpuwatch exits with 128 + the signal, leaving no
-process and no temporary folder behind.
+A signal to gpuwatch (a scheduler's time limit) goes through the launcher to the ranks, which
+write their partial reports within ``RANK_GRACE_S`` (``GPUWATCH_RANK_GRACE_S``); a rank still
+running then (hung in a collective) is killed, its last checkpoint standing in. gpuwatch merges
+what was written and exits with 128 + the signal, leaving no process or temporary folder behind.
 """
 
 from __future__ import annotations
@@ -96,10 +94,9 @@ def summary_of_all(ranks: list[Any], rank: int, options: ProfileOptions) -> None
 
 
 def rank_options(options: ProfileOptions, json_pattern: str) -> ProfileOptions:
-    """What each rank is given: the user's options, quiet, its one output the JSON at
-    ``json_pattern`` (``{rank}`` replaced by the rank), launching nothing itself, no screen;
-    ``--budget`` is refused with ranks (check the merged report), the project's budget is
-    read by each rank (as a plain run would) unless ``--no-budget``."""
+    """The user's options for one rank: quiet, one JSON at ``json_pattern`` (``{rank}``: the
+    rank), no launch, no screen, no ``--budget`` (refused with ranks: check the merged report;
+    the project's budget is read by each rank, as a plain run would, unless ``--no-budget``)."""
     return options.replace(
         quiet=True,
         json_path=json_pattern,
@@ -161,22 +158,17 @@ def run_ranks(options: ProfileOptions, target: Any, wanted: list[Any]) -> int:
     return 2 if failed and code == 0 else code
 
 
-def _grace_s() -> float:
-    try:
-        return max(0.0, float(os.environ.get("GPUWATCH_RANK_GRACE_S", RANK_GRACE_S)))
-    except ValueError:
-        return RANK_GRACE_S
-
-
 def _launch(launcher: list[str], signals: Signals) -> int:
-    """Runs the launcher until it and every rank ended; its return code.
-
-    A signal gpuwatch gets is passed on to the launcher (torch.distributed.run sends it on to
-    every rank, which writes its partial report); once the grace period is over, whatever of
-    the launcher's process tree still runs is killed. NB: the ranks run in sessions of their
-    own (torch.distributed.run starts them so): only their parent's tree finds them, so the
-    tree is followed from the first signal on, while the launcher still lives."""
+    """Runs the launcher until it and every rank ended; its return code. A signal gpuwatch gets
+    is passed on to it (and so to every rank); after the grace period, what still runs of its
+    process tree is killed. NB: the ranks run in sessions of their own: only their parent's tree
+    finds them, so the tree is followed from the first signal on, while the launcher lives."""
     import psutil
+
+    try:
+        grace_s = max(0.0, float(os.environ.get("GPUWATCH_RANK_GRACE_S", RANK_GRACE_S)))
+    except ValueError:
+        grace_s = RANK_GRACE_S
 
     tree: dict[int, psutil.Process] = {}
     proc = subprocess.Popen(launcher)
@@ -186,7 +178,11 @@ def _launch(launcher: list[str], signals: Signals) -> int:
     try:
         while True:
             if signals.received:
-                _track(proc.pid, tree)
+                try:  # a rank orphaned by the launcher's death stays in the tree
+                    for child in psutil.Process(proc.pid).children(recursive=True):
+                        tree.setdefault(child.pid, child)
+                except psutil.Error:
+                    pass  # the launcher has just exited
             code = proc.poll()
             if code is not None and not _alive(tree):
                 return code
@@ -195,7 +191,7 @@ def _launch(launcher: list[str], signals: Signals) -> int:
                     if proc.poll() is None:
                         proc.send_signal(signum)
                 forwarded = len(signals.received)
-                deadline = deadline or time.monotonic() + _grace_s()
+                deadline = deadline or time.monotonic() + grace_s
             if deadline is not None and time.monotonic() >= deadline:
                 if not killed_ranks:
                     # The ranks first: the launcher, seeing them gone, cleans up after itself.
@@ -211,18 +207,6 @@ def _launch(launcher: list[str], signals: Signals) -> int:
     finally:
         if proc.poll() is None or _alive(tree):  # an error here: leave nothing running
             _kill(proc, tree)
-
-
-def _track(pid: int, tree: dict[int, Any]) -> None:
-    """Adds the launcher's descendants to ``tree`` while it lives (a rank orphaned by the
-    launcher's death is no longer its child, but stays in the tree)."""
-    import psutil
-
-    try:
-        for child in psutil.Process(pid).children(recursive=True):
-            tree.setdefault(child.pid, child)
-    except psutil.Error:
-        pass  # the launcher has just exited
 
 
 def _alive(tree: dict[int, Any]) -> bool:
