@@ -1,15 +1,11 @@
-"""How a profiled run ends on a signal: the report is written, then gpuwatch exits as the shell
-expects (128 + the signal's number).
+"""How a profiled run ends on a signal: the report is written, then gpuwatch exits with 128 + the
+signal's number, as the shell expects.
 
-While the script runs, SIGTERM (schedulers: SLURM, Kubernetes, ``timeout``) and SIGHUP (the
-terminal or ssh session closed) raise :class:`Terminated` in the main thread, the way Python
-turns SIGINT into ``KeyboardInterrupt``: the script's ``finally`` blocks run, then gpuwatch writes
-the report. Once the script has stopped, further SIGINT/SIGTERM/SIGHUP are only noted
-(:meth:`Signals.deferring`): a second Ctrl-C may cut a wait short, never the report.
-
-A signal that was ignored when gpuwatch started stays ignored, for gpuwatch and the script alike
-(``nohup`` ignores SIGHUP; a background job of a non-interactive shell ignores SIGINT), exactly as
-``python script.py`` would leave it.
+While the script runs, SIGTERM (a scheduler, ``timeout``) and SIGHUP (the terminal closed) raise
+:class:`Terminated` as SIGINT raises ``KeyboardInterrupt``, so the script's ``finally`` blocks
+run first. Once it has stopped, further signals are only noted: a second Ctrl-C may cut a wait
+short, never the report. A signal ignored at the start (``nohup``, a background job) stays
+ignored, as ``python script.py`` would leave it.
 """
 
 from __future__ import annotations
@@ -27,8 +23,8 @@ from profilers.registry import OwnThread
 #: Signals that end a run with a report (SIGINT is Python's own KeyboardInterrupt).
 ENDING = (signal.SIGTERM, signal.SIGHUP)
 
-#: How long after a dropped :class:`Terminated` its signal is sent again: long enough for the
-#: main thread to have left the hook that saw it drop.
+#: How long after a dropped :class:`Terminated` its signal is sent again (the main thread has
+#: left the hook that saw it drop by then).
 RESEND_AFTER_S = 0.01
 
 
@@ -61,8 +57,7 @@ class Signals:
                 self._at_start[signum] = signal.getsignal(signum)
         self._hook_before: Callable[[Any], Any] | None = None
         self._in_hook = 0
-        """How deep the main thread is in :meth:`_unraisable` (the hook may meet an unraisable
-        of its own)."""
+        """How deep the main thread is in :meth:`_unraisable` (it may meet one of its own)."""
         self._again: int | None = None
         self._sender: _SendAgain | None = None
 
@@ -92,11 +87,9 @@ class Signals:
         raise Terminated(signum)
 
     def _unraisable(self, unraisable: Any) -> None:
-        """A Python signal handler runs wherever the main thread is, a weakref callback or a
-        ``__del__`` included (torch and the fake GPU's memory free tensors there), and the
-        interpreter drops what those raise. A :class:`Terminated` dropped so would leave the
-        script running where, without gpuwatch, the signal had ended it: its signal is sent
-        again a moment later, to be raised in ordinary code."""
+        """A signal handler may run in a weakref callback or ``__del__`` (where torch and the fake
+        GPU free tensors), whose exceptions are dropped: a :class:`Terminated` dropped so would
+        leave running a script the signal alone had ended, so the signal is sent again."""
         if threading.current_thread() is not threading.main_thread():
             # NB: signal handlers run on the main thread only: a hook running elsewhere must
             # not make one defer (it could read _again before the handler wrote it)
@@ -118,7 +111,7 @@ class Signals:
 
     def deferring(self) -> Signals:
         """Once the script stopped: SIGINT, SIGTERM and SIGHUP are noted, never raised (the
-        script's own handlers, if it set any, are done with)."""
+        script's own handlers are done with)."""
         self._install((signal.SIGINT, *ENDING), self._note)
         sender, self._sender = self._sender, None
         if sender is not None and sender.call_off():
@@ -132,8 +125,7 @@ class Signals:
         self.hurry.set()
 
     def restore(self) -> None:
-        """Puts back the dispositions of the start, and the unraisable hook unless the script
-        set its own."""
+        """Puts back the start's dispositions, and the unraisable hook unless the script set one."""
         if self._hook_before is not None:
             if sys.unraisablehook == self._unraisable:
                 sys.unraisablehook = self._hook_before
@@ -151,9 +143,8 @@ class Signals:
 
 
 class _SendAgain(OwnThread):
-    """Sends a signal whose :class:`Terminated` was dropped again, :data:`RESEND_AFTER_S` later,
-    unless called off first (one of gpuwatch's own threads: the profile neither counts it nor
-    waits for it)."""
+    """Sends a dropped :class:`Terminated`'s signal again unless called off first (gpuwatch's
+    own thread: the profile neither counts it nor waits for it)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(name="gpuwatch-signal-again", daemon=True)

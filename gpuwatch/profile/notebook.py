@@ -1,16 +1,11 @@
 """Jupyter: ``%load_ext gpuwatch``, then ``%%gpuwatch [options]`` profiles a cell (``%gpuwatch
-stmt`` one statement) and shows its report inline.
+stmt`` one statement) and shows its report inline, as does a ``profilers.Report`` that ends a cell.
 
-A report in a notebook is small: the summary's tables as HTML with a style scoped to the report,
-the text summary for ``text/plain``, and each chart through plotly's own notebook renderer (its
-``application/vnd.plotly.v1+json`` MIME type: JupyterLab, Notebook 7 and VS Code draw it with the
-plotly.js they ship), so no cell carries plotly.js itself. A ``profilers.Report`` that is the last
-expression of a cell displays the same way once the extension is loaded.
-
-The cell's options are ``gpuwatch profile``'s (the same :class:`ProfileOptions`, declared in
-options.py, those marked for the magic); an unknown one
-is a one-line error and the cell does not run. A cell that raises, or is interrupted, shows its
-report (partial, with the error) and then its exception, as it would without the magic.
+The report stays small: HTML tables with a scoped style, the text summary, and each chart in
+plotly's own MIME type (JupyterLab, Notebook 7 and VS Code draw it with their plotly.js), so no
+cell carries plotly.js. The options are ``gpuwatch profile``'s marked for the magic; an unknown
+one is a one-line error and the cell does not run. A cell that raises shows its partial report,
+then its exception, as it would without the magic.
 """
 
 from __future__ import annotations
@@ -163,10 +158,13 @@ def profile_cell(shell: Any, line: str, cell: str, magic: str = "%%gpuwatch") ->
             exec(compiled, shell.user_global_ns, shell.user_ns)
         except BaseException as exc:  # the cell's own, raised again below
             failure = exc
+    exit_code = 0
+    if isinstance(failure, SystemExit):
+        exit_code = failure.code if isinstance(failure.code, int) else 1
+    elif failure is not None:
+        exit_code = INTERRUPTED if isinstance(failure, KeyboardInterrupt) else 1
     report = prof.report(
-        command=[magic, *shlex.split(line)],
-        exit_code=0 if failure is None else _exit_code(failure),
-        partial=failure is not None,
+        command=[magic, *shlex.split(line)], exit_code=exit_code, partial=failure is not None
     )
     if failure is not None:
         name, said = type(failure).__name__, str(failure)
@@ -183,14 +181,6 @@ def profile_cell(shell: Any, line: str, cell: str, magic: str = "%%gpuwatch") ->
     display(shown)  # type: ignore[no-untyped-call]
     __tracebackhide__ = True  # noqa: F841 (IPython leaves this frame out of the traceback)
     raise failure
-
-
-def _exit_code(exc: BaseException) -> int:
-    if isinstance(exc, KeyboardInterrupt):
-        return INTERRUPTED
-    if isinstance(exc, SystemExit):
-        return exc.code if isinstance(exc.code, int) else 1
-    return 1
 
 
 def load_ipython_extension(ipython: Any) -> None:
