@@ -10,14 +10,13 @@
 
     pytest --gpuwatch-fake-cuda                      # on a machine with no GPU
 
-The marker takes what :func:`profilers.budget` takes (a spec string, keyword ceilings); a test
-over budget fails with :class:`profilers.BudgetExceeded`, naming each line that spent it. The
-guard counts the test's own thread (and the threads and backward passes it starts), so tests run
-on several threads never see each other's syncs.
+The marker takes what :func:`profilers.budget` takes; a test over budget fails with
+:class:`profilers.BudgetExceeded`, naming each line that spent it. The guard counts the test's
+own thread (and the threads and backward passes it starts): parallel tests never see each
+other's syncs.
 
 ``--gpuwatch-fake-cuda`` (or ``gpuwatch_fake_cuda = true`` in the ini file): where torch sees no
-GPU, the tests that use the marker or the fixture run against a fake one (``profilers.fake_cuda.harness``;
-their fixtures too), so the same guard runs in CPU-only CI. Where a GPU is there, they use it.
+GPU, the guarded tests and their fixtures run on a fake one, so the guard runs in CPU-only CI.
 
 NB: imports nothing heavy until a test asks: every pytest run in an environment with gpuwatch
 installed loads this module.
@@ -80,16 +79,11 @@ def _fake_cuda(config: pytest.Config) -> bool:
     return not torch.cuda.is_available()
 
 
-def _guarded(item: pytest.Item) -> bool:
-    return item.get_closest_marker(MARKER) is not None or FIXTURE in getattr(
-        item, "fixturenames", ()
-    )
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[Any]:
     """The fake GPU (when on) around the whole test, its fixtures included."""
-    if not _guarded(item) or not _fake_cuda(item.config):
+    marked = item.get_closest_marker(MARKER) is not None
+    if not (marked or FIXTURE in getattr(item, "fixturenames", ())) or not _fake_cuda(item.config):
         return (yield)
     from profilers.fake_cuda.harness import FakeCuda
 

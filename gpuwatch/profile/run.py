@@ -1,16 +1,12 @@
-"""The one way a profile runs in this process: :func:`run_profiled` (used by ``gpuwatch
-profile`` and by the ``--live`` child).
+""":func:`run_profiled`, the one way a profile runs in this process (``gpuwatch profile``, the
+``--live`` child). Whatever ends the run, the report is built exactly once:
 
-Whatever ends the run, the report is built exactly once and handed to ``on_report``:
-
-* the script returns, raises, calls ``sys.exit`` or is interrupted (Ctrl-C, SIGTERM, SIGHUP):
-  after its non-daemon threads finished, with signals deferred while the report is written;
-* the script calls ``os._exit(n)`` (fork-based loaders, some launchers): the call is held until
-  the report is out, then goes ahead (only in this process: a forked child exits untouched);
-* the script replaces itself with ``os.exec*`` (a relauncher, a wrapper): the report, partial
-  and saying "replaced by exec", is out before the new program starts;
-* the process is SIGKILLed (the OOM killer): nothing can run then, so ``checkpoint`` receives a
-  partial report every ``checkpoint_s`` seconds while the script runs, and the last one stands.
+* the script returns, raises, exits or is interrupted: after its non-daemon threads finished,
+  with signals deferred while the report is written;
+* ``os._exit(n)`` (fork-based loaders, launchers) waits for the report (a forked child's does not);
+* ``os.exec*`` (a relauncher): the partial report, "replaced by exec", is out first;
+* SIGKILL (the OOM killer) lets nothing run: ``checkpoint`` gets a partial report every
+  ``checkpoint_s`` seconds while the script runs, and the last one stands.
 """
 
 from __future__ import annotations
@@ -114,8 +110,7 @@ class ProfiledRun:
             self.on_report(finish(report, measures))
 
     def _measures(self, taken: TimelineSamples) -> GpuMeasures:
-        """The GPU timeline's samples, its energy counter's changes moved onto the profile's
-        clock (both ``perf_counter``)."""
+        """The GPU timeline's samples, its energy changes moved onto the profile's clock."""
         origin = self.prof.time_origin_ns
         energy = None
         if origin is not None and self.fake is None:  # simulated GPUs' energy is nobody's
@@ -168,8 +163,7 @@ class ProfiledRun:
 
     @contextmanager
     def _exec_held(self) -> Iterator[None]:
-        """``os.execv``/``os.execve`` (every ``os.exec*`` ends in one of them) write the report,
-        partial and saying so, before the process image is replaced: nothing runs after."""
+        """``os.execv``/``os.execve`` write the partial report first: nothing runs after."""
         real = {name: getattr(os, name) for name in EXEC_CALLS}
 
         def held(name: str) -> Callable[..., NoReturn]:
@@ -248,16 +242,14 @@ def run_profiled(
     gpu_stats: str = "off",
 ) -> int:
     """Runs ``target`` under the profiler and hands its report to ``on_report`` once, whatever
-    ends the run (see the module's docstring); returns the exit code a shell expects.
+    ends the run; returns the exit code a shell expects.
 
     Args:
         target: the script or module, with its arguments.
         options: the profiler's options.
         on_report: receives the final report (writes files, sends it to a parent, prints).
         checkpoint: receives a partial report every ``options.checkpoint_s`` seconds.
-        stop_gpu_timeline: stops GPU sampling and returns its samples (only the GPUs the script
-            used are kept in the report).
-        gpu_stats: where the GPU samples come from (``"NVML"``, ``"demo"``, or why there are
-            none), recorded in ``options.gpu_stats``.
+        stop_gpu_timeline: stops GPU sampling and returns its samples.
+        gpu_stats: where the GPU samples come from (``"NVML"``, ``"demo"``, or why none).
     """
     return ProfiledRun(target, options, on_report, checkpoint, stop_gpu_timeline, gpu_stats).run()
