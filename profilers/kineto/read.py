@@ -18,10 +18,10 @@ import re
 import stat
 import zlib
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from io import BufferedIOBase
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -36,6 +36,7 @@ from profilers.kineto.collect import (
     steps_of,
 )
 from profilers.kineto.events import Calls, RankTrace
+from profilers.kineto.result import RankResult
 from profilers.kineto.stacks import Frame, flatten
 
 TRACE_ENDINGS = (".json", ".json.gz")
@@ -244,13 +245,18 @@ def _streamed(path: str) -> tuple[Collect, dict[str, Any]] | None:
     return got, meta
 
 
-def read_trace(path: str, rank: int, whole: bool = False) -> RankTrace:
-    """One rank's :class:`RankTrace` from a file: decoded as a stream, or, with ``whole`` or
-    where the stream cannot (a damaged file, a pipe), parsed whole (the reference reading)."""
-    found = None if whole else _streamed(path)
-    if found is None:
-        return trace_from_doc(parse_json(read_bytes(path), path), path, rank)
-    return _trace(*found, path, rank)
+def read_trace(path: str, whole: bool = False) -> RankTrace | TraceError:
+    """One file's :class:`RankTrace` (rank 0 where it names none), or its :class:`TraceError`
+    returned, not raised (it pickles back from a worker as it is): decoded as a stream, or, with
+    ``whole`` or where the stream cannot (a damaged file, a pipe), parsed whole (the reference
+    reading)."""
+    try:
+        found = None if whole else _streamed(path)
+        if found is None:
+            return trace_from_doc(parse_json(read_bytes(path), path), path, 0)
+        return _trace(*found, path, 0)
+    except TraceError as exc:
+        return exc
 
 
 def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
@@ -321,42 +327,47 @@ def _segments(ops: Calls) -> dict[str, tuple[Sequence[int], Sequence[int]]]:
 
 
 def read_traces(paths: Sequence[str], whole: bool = False) -> list[RankTrace]:
-    """The ranks of ``paths`` (files, or folders of one file per rank), in rank order. Inside a
-    folder, a JSON file that is no Chrome trace (a report written there, a config) is passed
-    over and named in the first rank's notes. ``whole``: each file parsed whole (the reference
-    reading the stream's figures are tested against)."""
-    traces: list[RankTrace] = []
-    skipped: list[str] = []
-    idle: list[str] = []
-    for given in paths:
-        in_folder = os.path.isdir(given)
-        before = len(traces)
-        first_idle: NoGpuActivity | None = None
-        for path in trace_files(given):
-            try:
-                traces.append(read_trace(path, len(traces), whole))
-            except NotATrace:
-                if not in_folder:
-                    raise
-                skipped.append(os.path.basename(path))
-            except NoGpuActivity as exc:
-                if not in_folder:
-                    raise
-                first_idle = first_idle or exc
-                idle.append(os.path.basename(path))
-        if in_folder and len(traces) == before:
-            if first_idle is not None:
-                raise first_idle
-            raise TraceError(f"{given} holds no torch.profiler trace (only {', '.join(skipped)})")
-    ranks = [t.rank for t in traces]
-    if len(set(ranks)) != len(ranks):  # two files say the same rank: keep the files' order
-        traces = [dataclasses.replace(t, rank=i) for i, t in enumerate(traces)]
-    traces.sort(key=lambda t: t.rank)
-    notes = []
-    if skipped:
-        notes.append(f"passed over (JSON, not a Chrome trace): {', '.join(skipped)}")
-    if idle:
-        notes.append(f"passed over (no GPU activity in the trace): {', '.join(idle)}")
-    if notes:
-        traces[0] = dataclasses.replace(traces[0], notes=(*traces[0].notes, *notes))
-    return traces
+    """The ranks of ``paths`` (files, or folders of one file per rank), as :func:`in_rank_order`
+    puts them. ``whole``: each file parsed whole (the reference reading the stream's figures are
+    tested against)."""
+    return in_rank_order(paths, [trace_files(p) for p in paths], lambda p: read_trace(p, whole))
+
+
+R = TypeVar("R", RankTrace, RankResult)
+
+
+def in_rank_order(
+    paths: Sequence[str], listed: Sequence[list[str]], outcome: Callable[[str], R | TraceError]
+) -> list[R]:
+    """The ranks of ``paths`` (``listed``: each one's :func:`trace_files`) from each file's
+    ``outcome``, in rank order. Inside a folder, a JSON file that is no Chrome trace (a report
+    written there, a config) or one with no GPU activity is passed over and named in the first
+    rank's notes. NB: a file that names no rank (no distributedInfo) is rank 0 read alone: two
+    such files, or two that say the same rank, are ranked in the files' order."""
+    ranks: list[R] = []
+    passed: dict[type[TraceError], list[str]] = {NotATrace: [], NoGpuActivity: []}
+    for given, files in zip(paths, listed, strict=True):
+        before, idle = len(ranks), None
+        for path in files:
+            got = outcome(path)
+            if not isinstance(got, TraceError):
+                ranks.append(got)
+            elif os.path.isdir(given) and type(got) in passed:
+                passed[type(got)].append(os.path.basename(path))
+                idle = idle or (got if isinstance(got, NoGpuActivity) else None)
+            else:
+                raise got
+        if len(ranks) == before:
+            raise idle or TraceError(
+                f"{given} holds no torch.profiler trace (only {', '.join(passed[NotATrace])})"
+            )
+    if len({r.rank for r in ranks}) != len(ranks):
+        ranks = [dataclasses.replace(r, rank=i) for i, r in enumerate(ranks)]
+    ranks.sort(key=lambda r: r.rank)
+    why = {NotATrace: "JSON, not a Chrome trace", NoGpuActivity: "no GPU activity in the trace"}
+    said: list[str] = [
+        f"passed over ({why[k]}): {', '.join(names)}" for k, names in passed.items() if names
+    ]
+    if said:
+        ranks[0] = dataclasses.replace(ranks[0], notes=(*said, *ranks[0].notes))
+    return ranks
