@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from profilers.kineto.events import KERNEL, Activity, HostSpan, RankTrace, Where
+from profilers.kineto.events import KERNEL, Activity, HostSpan, RankTrace, Step, Where
 from profilers.kineto.intervals import Segments, Union
 from profilers.kineto.result import (
     CAUSES,
@@ -67,14 +67,6 @@ def verdict_for(wall_ns: int, busy_ns: int, comm_only_ns: int, idle_ns: dict[str
 
 
 @dataclass(frozen=True, slots=True)
-class Window:
-    name: str
-    number: int | None
-    start_ns: int
-    end_ns: int
-
-
-@dataclass(frozen=True, slots=True)
 class Piece:
     """A part of a gap, charged."""
 
@@ -105,12 +97,6 @@ class _Places:
             # hashing the pieces' places then mostly stops at identity
             found = self.cache[a.correlation] = self.places.setdefault(found, found)
         return found
-
-
-def windows_of(trace: RankTrace) -> list[Window]:
-    if trace.steps:
-        return [Window(s.name, s.number, s.start_ns, s.end_ns) for s in trace.steps]
-    return [Window("whole trace", None, *trace.span_ns)]
 
 
 def _charge_gap(
@@ -220,7 +206,7 @@ def charge_device(
 
 
 def _pieces_in(
-    pieces: Sequence[Piece], ends: Sequence[int], w: Window
+    pieces: Sequence[Piece], ends: Sequence[int], w: Step
 ) -> dict[tuple[str, Where], int]:
     """The pieces' time inside ``w`` by cause and place (``ends``: each piece's end, sorted)."""
     out: dict[tuple[str, Where], int] = defaultdict(int)
@@ -290,7 +276,7 @@ def _timeline(
 
 def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
     """Steps, busy and idle by cause per device, the costliest places, kernels and copies."""
-    windows = windows_of(trace)
+    windows = trace.steps or [Step("whole trace", None, *trace.span_ns)]
     span = (windows[0].start_ns, max(w.end_ns for w in windows))
     host = Segments([(s.start_ns, s.end_ns, RANKS[s.cause], s) for s in trace.spans])
     blocked = Segments(

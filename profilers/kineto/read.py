@@ -19,7 +19,6 @@ import stat
 import zlib
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from collections.abc import Set as AbstractSet
 from io import BufferedIOBase
 from typing import Any, TypeVar
 
@@ -130,48 +129,56 @@ def _gpus(meta: dict[str, Any]) -> dict[int, str]:
     }
 
 
-def _vendor_problem(
-    path: str, gpus: dict[int, str], cats: set[str], runtime: set[str]
-) -> str | None:
+def _refuse(path: str, got: Collect, gpus: dict[int, str]) -> None:
+    """:class:`TraceError` for another vendor's trace or a legacy one, :class:`NoGpuActivity`
+    (saying why) for one with no GPU activity."""
     names = " ".join(gpus.values())
     if any(w in names for w in ("AMD", "Radeon", "Instinct")) or any(
-        n.startswith("hip") for n in runtime
+        n.startswith("hip") for n in got.runtime_names
     ):
-        return (
+        raise TraceError(
             f"{path} is an AMD (ROCm/HIP) trace; gpuwatch reads NVIDIA CUDA traces only "
             "(HTA reads ROCm traces)"
         )
-    other = sorted(c for c in cats if c.startswith(("mtia", "xpu", "hpu", "privateuse")))
+    other = sorted(c for c in got.cats if c.startswith(("mtia", "xpu", "hpu", "privateuse")))
     if other:
-        return f"{path} is a trace of another accelerator ({other[0]} events); gpuwatch reads NVIDIA CUDA traces only"
-    return None
-
-
-def _gpu_problem(
-    path: str, own: bool, cpu_ops: int, runtime_calls: int, cats: AbstractSet[str] = frozenset()
-) -> str:
-    if "cuda_profiler_range" in cats:
-        return (
+        raise TraceError(
+            f"{path} is a trace of another accelerator ({other[0]} events); gpuwatch reads "
+            "NVIDIA CUDA traces only"
+        )
+    if got.activities:
+        return
+    if got.legacy_kernels:
+        raise TraceError(
+            f"{path} is a legacy autograd-profiler trace (torch.autograd.profiler with "
+            "use_cuda=True, before Kineto: no CUPTI activity, streams or launches); gpuwatch "
+            "reads torch.profiler traces (activities=[ProfilerActivity.CPU, "
+            "ProfilerActivity.CUDA])"
+        )
+    if "cuda_profiler_range" in got.cats:
+        raise NoGpuActivity(
             f"{path} was recorded with CUPTI's range profiler (cuda_profiler_range events: "
             "hardware counters per range), which records no kernel timeline; profile with "
             "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and no profiler metrics"
         )
-    if own:
-        return (
+    if got.own:
+        raise NoGpuActivity(
             f"{path} is a Chrome trace gpuwatch wrote (its own trace output), not a "
             "torch.profiler trace; report the run's JSON instead"
         )
-    if runtime_calls:
-        return (
+    if len(got.launches):
+        raise NoGpuActivity(
             f"{path} has CUDA runtime calls but no GPU activity: CUPTI recorded no kernel or copy "
             "(another profiler such as nsys or ncu holding CUPTI?)"
         )
-    if cpu_ops:
-        return (
+    if got.cpu_ops:
+        raise NoGpuActivity(
             f"{path} is a CPU-only trace: no GPU activity was recorded (profile with "
             "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU)"
         )
-    return f"{path} is a Chrome trace with no torch.profiler events (no CPU op, no GPU activity)"
+    raise NoGpuActivity(
+        f"{path} is a Chrome trace with no torch.profiler events (no CPU op, no GPU activity)"
+    )
 
 
 CHUNK_BYTES = 1 << 20
@@ -271,18 +278,7 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
     got.ops.seal()
     got.launches.seal()
     gpus = _gpus(meta)
-    problem = _vendor_problem(path, gpus, got.cats, got.runtime_names)
-    if problem is None and not got.activities and got.legacy_kernels:
-        problem = (
-            f"{path} is a legacy autograd-profiler trace (torch.autograd.profiler with "
-            "use_cuda=True, before Kineto: no CUPTI activity, streams or launches); gpuwatch "
-            "reads torch.profiler traces (activities=[ProfilerActivity.CPU, "
-            "ProfilerActivity.CUDA])"
-        )
-    if problem is not None:
-        raise TraceError(problem)
-    if not got.activities:
-        raise NoGpuActivity(_gpu_problem(path, got.own, got.cpu_ops, len(got.launches), got.cats))
+    _refuse(path, got, gpus)
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and type(info.get("rank")) is int:
         rank = info["rank"]
