@@ -278,14 +278,9 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
     """Steps, busy and idle by cause per device, the costliest places, kernels and copies."""
     windows = trace.steps or [Step("whole trace", None, *trace.span_ns)]
     span = (windows[0].start_ns, max(w.end_ns for w in windows))
-    host = Segments([(s.start_ns, s.end_ns, RANKS[s.cause], s) for s in trace.spans])
-    blocked = Segments(
-        [
-            (s.start_ns, s.end_ns, RANKS[s.cause], s)
-            for s in trace.spans
-            if s.cause in ("sync", "copy")
-        ]
-    )
+    ranked = [(s.start_ns, s.end_ns, RANKS[s.cause], s) for s in trace.spans]
+    host = Segments(ranked)
+    blocked = Segments([r for r in ranked if r[3].cause in ("sync", "copy")])
     inputs = Union((s.start_ns, s.end_ns) for s in trace.spans if s.cause == "input")
     places = _Places(trace)
     # NB: steps numbered from 1 up follow torch.profiler's own warm-up (schedule(wait, warmup)):

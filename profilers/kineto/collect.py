@@ -161,7 +161,23 @@ class Collect:
                 self.last = end
             kind = GPU_CATS.get(cat)
             if kind is not None:
-                self._activity(kind, sys.intern(name), e, args, start, end)
+                name = sys.intern(name)
+                direction, memory = memcpy_kind(name) if kind == MEMCPY else ("", "")
+                self.activities.append(
+                    Activity(
+                        kind,
+                        name,
+                        number(args.device, number(e.pid, 0)),
+                        number(args.stream, number(e.tid, 0)),
+                        start,
+                        end,
+                        max(-1, number(args.correlation)),  # -1: none (no launch has it)
+                        max(0, number(args.bytes, 0)),
+                        direction,
+                        memory,
+                        kind == "kernel" and is_nccl(name),
+                    )
+                )
                 continue
             is_cpu = cat in CPU_CATS
             if not is_cpu and cat not in RUNTIME_CATS:
@@ -192,24 +208,6 @@ class Collect:
             ext = number(args.external_id_lower if ext is None else ext, 0)
             launches.extend((corr, n, t, start, end, ext, 0))
             launching[tid] = launching.get(tid, 0) + 1
-
-    def _activity(self, kind: str, name: str, e: Event, args: Args, start: int, end: int) -> None:
-        direction, memory = memcpy_kind(name) if kind == MEMCPY else ("", "")
-        self.activities.append(
-            Activity(
-                kind,
-                name,
-                number(args.device, number(e.pid, 0)),
-                number(args.stream, number(e.tid, 0)),
-                start,
-                end,
-                max(-1, number(args.correlation)),  # -1: none (no launch has it)
-                max(0, number(args.bytes, 0)),
-                direction,
-                memory,
-                kind == "kernel" and is_nccl(name),
-            )
-        )
 
 
 def steps_of(marks: Iterable[Call]) -> list[Step]:
