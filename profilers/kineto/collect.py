@@ -214,9 +214,7 @@ def steps_of(marks: Iterable[Call]) -> list[Step]:
     seen: dict[str, Step] = {}
     main = None
     for c in marks:
-        if not c.name.startswith("ProfilerStep#") or c.name in seen:
-            continue
-        if main is not None and c.tid != main:
+        if not c.name.startswith("ProfilerStep#") or c.name in seen or main not in (None, c.tid):
             continue
         main = c.tid
         number = c.name[len("ProfilerStep#") :]

@@ -107,17 +107,6 @@ def parse_json(data: bytes, path: str) -> Any:
         raise TraceError(f"{path}: {exc}") from None
 
 
-def events_of(doc: Any, path: str) -> tuple[list[Any], dict[str, Any]]:
-    """The trace's events and its other keys; :class:`TraceError` when it is no Chrome trace."""
-    if isinstance(doc, list):
-        return doc, {}
-    if isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
-        return doc["traceEvents"], doc
-    if isinstance(doc, dict) and str(doc.get("schema", "")).startswith("gpuwatch."):
-        raise NotATrace(f"{path} is a gpuwatch report, compressed: gunzip it first")
-    raise NotATrace(f"{path} is JSON but not a Chrome trace (no traceEvents)")
-
-
 def _gpus(meta: dict[str, Any]) -> dict[int, str]:
     props = meta.get("deviceProperties")
     if not isinstance(props, list):
@@ -267,11 +256,16 @@ def read_trace(path: str, whole: bool = False) -> RankTrace | TraceError:
 
 
 def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
-    """One rank's :class:`RankTrace` from a parsed trace document."""
-    events, meta = events_of(doc, path)
+    """One rank's :class:`RankTrace` from a parsed trace document; :class:`NotATrace` when it
+    is no Chrome trace."""
+    doc = {"traceEvents": doc} if isinstance(doc, list) else doc
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        if isinstance(doc, dict) and str(doc.get("schema", "")).startswith("gpuwatch."):
+            raise NotATrace(f"{path} is a gpuwatch report, compressed: gunzip it first")
+        raise NotATrace(f"{path} is JSON but not a Chrome trace (no traceEvents)")
     got = Collect()
-    got.add(e for raw in events if (e := event_of(raw)) is not None)
-    return _trace(got, meta, path, rank)
+    got.add(e for raw in doc["traceEvents"] if (e := event_of(raw)) is not None)
+    return _trace(got, doc, path, rank)
 
 
 def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrace:

@@ -74,15 +74,7 @@ class Charge:
     idle_ms: float
 
     def to_dict(self) -> dict[str, Any]:
-        w = self.where
-        return {
-            "cause": self.cause,
-            "op": w.op,
-            "file": w.file,
-            "line": w.line,
-            "function": w.function,
-            "idle_ms": self.idle_ms,
-        }
+        return {"cause": self.cause, **asdict(self.where), "idle_ms": self.idle_ms}
 
 
 @dataclass(frozen=True)
