@@ -13,7 +13,7 @@ import os
 import socket
 import time
 from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
 from contextlib import ExitStack
 from typing import Any
 
@@ -102,7 +102,6 @@ def _outcomes(
                 got[path] = read_rank(path)
                 bar.tick(len(got))
             return got
-        futures: dict[str, Future[Outcome]] = {}
         if scheduler is not None:
             dask = _dask(scheduler, stack)
             futures = {p: dask.submit(read_on_worker, p, os.getcwd()) for p in files}

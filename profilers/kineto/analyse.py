@@ -19,7 +19,7 @@ ProfilerStep, or steps from ``ProfilerStep#0``).
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -291,7 +291,7 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
         by_device[a.device].append(a)
     steps: list[list[DeviceTime]] = [[] for _ in windows]
     run: list[DeviceTime] = []
-    lines: dict[tuple[str, Where], int] = defaultdict(int)
+    lines: Counter[tuple[str, Where]] = Counter()
     timeline: list[Slice] = []
     for device, acts in sorted(by_device.items()):
         unions = (
@@ -304,18 +304,16 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
         timeline += _timeline(device, unions[0], pieces, span, trace.span_ns[0])
         totals = [0, 0, 0]
         wall = 0
-        charged_run: dict[tuple[str, Where], int] = defaultdict(int)
+        charged_run: Counter[tuple[str, Where]] = Counter()
         for i, w in enumerate(windows):
             busy = [u.within(w.start_ns, w.end_ns) for u in unions]
             charged = _pieces_in(pieces, ends, w)
-            for key, ns in charged.items():
-                charged_run[key] += ns
+            charged_run.update(charged)
             steps[i].append(_device_time(device, w.end_ns - w.start_ns, busy, charged, STEP_TOP))
             totals = [t + b for t, b in zip(totals, busy, strict=True)]
             wall += w.end_ns - w.start_ns
         run.append(_device_time(device, wall, totals, charged_run, STEP_TOP))
-        for key, ns in charged_run.items():
-            lines[key] += ns
+        lines.update(charged_run)
     in_span = [a for a in trace.activities if span[0] <= a.start_ns < span[1]]
     copies, copy_lines = copy_tables(in_span, places.of)
     active, streams, (unlaunched, unlaunched_ns) = hta_views(by_device, trace)

@@ -51,8 +51,6 @@ def number(value: Any, default: int = -1) -> int:
     where it is none, or past int64 (damage)."""
     if type(value) is int:  # NB: the common case first: a million calls on a large trace
         return value if -I64 < value < I64 else default
-    if isinstance(value, bool):
-        return default
     if isinstance(value, float) and math.isfinite(value):
         return number(int(value), default)
     if isinstance(value, str):

@@ -1,11 +1,8 @@
 """Reading torch.profiler traces: a ``.json`` or ``.json.gz`` file (``prof.export_chrome_trace()``,
 ``tensorboard_trace_handler``), or a folder of them (one file per rank), into :class:`RankTrace`.
-
-Every way a file can be wrong ends in one :class:`TraceError` with a one-line message: not JSON,
-a truncated gzip, no events, no GPU activity (a CPU-only trace, or CUPTI recorded nothing), an AMD
-(ROCm) or other vendor's trace. Both the torch 1.8/1.9 spellings (``Kernel``, ``Runtime``,
-``Operator``, ``Call stack``) and today's (``kernel``, ``cuda_runtime``, ``cpu_op``,
-``python_function``) are read.
+Every way a file can be wrong ends in one :class:`TraceError` with a one-line message. Both
+torch 1.8/1.9's spellings (``Kernel``, ``Runtime``, ``Operator``, ``Call stack``) and today's
+are read.
 """
 
 from __future__ import annotations
