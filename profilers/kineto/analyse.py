@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from profilers.kineto.events import KERNEL, Activity, HostSpan, RankTrace, Step, Where
@@ -76,27 +76,25 @@ class Piece:
     where: Where
 
 
-class _Places:
+def _places(trace: RankTrace) -> Callable[[Activity], Where]:
     """The place of each GPU activity's launch (cached: many share an op)."""
+    cache: dict[int, Where] = {}
+    places: dict[Where, Where] = {}
 
-    def __init__(self, trace: RankTrace) -> None:
-        self.trace = trace
-        self.cache: dict[int, Where] = {}
-        self.places: dict[Where, Where] = {}
-
-    def of(self, a: Activity) -> Where:
-        found = self.cache.get(a.correlation)
+    def of(a: Activity) -> Where:
+        found = cache.get(a.correlation)
         if found is None:
-            call = self.trace.launches.get(a.correlation)
+            call = trace.launches.get(a.correlation)
             if call is None:
                 found = Where(f"(launch not in trace: {a.name[:60]})")
             else:
-                op = op_of(self.trace, call)
-                found = where_of(self.trace, op) if op is not None else where_of(self.trace, call)
+                found = where_of(trace, op_of(trace, call) or call)
             # NB: one object per place (a few hundred, not one per launch): comparing and
             # hashing the pieces' places then mostly stops at identity
-            found = self.cache[a.correlation] = self.places.setdefault(found, found)
+            found = cache[a.correlation] = places.setdefault(found, found)
         return found
+
+    return of
 
 
 def _charge_gap(
@@ -106,14 +104,14 @@ def _charge_gap(
     trace: RankTrace,
     host: Segments[HostSpan],
     blocked: Segments[HostSpan],
-    places: _Places,
+    place: Callable[[Activity], Where],
     busy_from: int,
     first: bool = False,
 ) -> list[Piece]:
     """``busy_from``: where the busy run that ends at ``start`` began; ``first``: no GPU work
     on the device before it (warm-up)."""
     launch = trace.launches.start(nxt.correlation) if nxt is not None else None
-    where_next = places.of(nxt) if nxt is not None else NOTHING_NEXT
+    where_next = place(nxt) if nxt is not None else NOTHING_NEXT
     if first:
         return [Piece(start, end, "warmup", where_next)]
     if nxt is not None and (launch is None or launch <= start):
@@ -182,7 +180,7 @@ def charge_device(
     trace: RankTrace,
     host: Segments[HostSpan],
     blocked: Segments[HostSpan],
-    places: _Places,
+    place: Callable[[Activity], Where],
     cold: bool = True,
 ) -> list[Piece]:
     """Every idle moment of one device inside ``span``, charged (``acts`` sorted by start);
@@ -194,14 +192,14 @@ def charge_device(
             gap_end = min(a.start_ns, span[1])
             if gap_end > busy_until:
                 pieces += _charge_gap(
-                    busy_until, gap_end, a, trace, host, blocked, places, busy_from, cold and i == 0
+                    busy_until, gap_end, a, trace, host, blocked, place, busy_from, cold and i == 0
                 )
             busy_from = max(a.start_ns, span[0])
         busy_until = max(busy_until, a.end_ns)
         if busy_until >= span[1]:
             return pieces
     if span[1] > busy_until:
-        pieces += _charge_gap(busy_until, span[1], None, trace, host, blocked, places, busy_from)
+        pieces += _charge_gap(busy_until, span[1], None, trace, host, blocked, place, busy_from)
     return pieces
 
 
@@ -282,7 +280,7 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
     host = Segments(ranked)
     blocked = Segments([r for r in ranked if r[3].cause in ("sync", "copy")])
     inputs = Union((s.start_ns, s.end_ns) for s in trace.spans if s.cause == "input")
-    places = _Places(trace)
+    place = _places(trace)
     # NB: steps numbered from 1 up follow torch.profiler's own warm-up (schedule(wait, warmup)):
     # the GPU ran before the trace, so the first gap is no warm-up of the run's
     cold = not trace.steps or trace.steps[0].number == 0
@@ -299,7 +297,7 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
             Union((a.start_ns, a.end_ns) for a in acts if a.kind == KERNEL and not a.nccl),
             Union((a.start_ns, a.end_ns) for a in acts if a.kind == KERNEL),
         )
-        pieces = charge_device(acts, span, trace, host, blocked, places, cold)
+        pieces = charge_device(acts, span, trace, host, blocked, place, cold)
         ends = [p.end_ns for p in pieces]
         timeline += _timeline(device, unions[0], pieces, span, trace.span_ns[0])
         totals = [0, 0, 0]
@@ -315,7 +313,7 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
         run.append(_device_time(device, wall, totals, charged_run, STEP_TOP))
         lines.update(charged_run)
     in_span = [a for a in trace.activities if span[0] <= a.start_ns < span[1]]
-    copies, copy_lines = copy_tables(in_span, places.of)
+    copies, copy_lines = copy_tables(in_span, place)
     active, streams, (unlaunched, unlaunched_ns) = hta_views(by_device, trace)
     base = trace.span_ns[0]
     notes = list(trace.notes)

@@ -27,7 +27,6 @@ from profilers.kineto.events import (
     HostSpan,
     RankTrace,
     Step,
-    is_comm,
     is_input,
     is_nccl,
     memcpy_kind,
@@ -196,7 +195,9 @@ class Collect:
                 if cat != "user_annotation":
                     self.cpu_ops += 1
                     ops.extend((ext, n, t, start, end, ext, ids.setdefault(stack, len(ids))))
-                if name.startswith(MARKS) and (name[0] == "P" or is_input(name) or is_comm(name)):
+                if name.startswith(MARKS) and (
+                    name[0] == "P" or is_input(name) or name.startswith(COMM_PREFIXES)
+                ):
                     marks.append(Call(sys.intern(name), sys.intern(tid), start, end, ext, stack))
                 continue
             names.add(name)
@@ -230,16 +231,14 @@ def blocked_spans(trace: RankTrace) -> list[HostSpan]:
     for corr, call in trace.launches.named(SYNC_CALLS | ASYNC_COPY_CALLS):
         if call.name not in SYNC_CALLS and corr not in pageable:
             continue
-        op = op_of(trace, call)
-        op_name = op.name if op is not None else call.name
-        if op_name in ("aten::_local_scalar_dense", "aten::item"):
+        op = op_of(trace, call) or call  # NB: a Call (7 fields) is never falsy
+        if op.name in ("aten::_local_scalar_dense", "aten::item"):
             cause, detail = "sync", "item"
-        elif op_name in COPY_OPS or "Memcpy" in call.name or "memcpy" in call.name.lower():
+        elif op.name in COPY_OPS or "Memcpy" in call.name or "memcpy" in call.name.lower():
             cause, detail = "copy", call.name
         else:
             cause, detail = "sync", call.name
-        where = where_of(trace, op if op is not None else call, op_name)
-        spans.append(HostSpan(cause, call.start_ns, call.end_ns, where, detail))
+        spans.append(HostSpan(cause, call.start_ns, call.end_ns, where_of(trace, op), detail))
     return spans
 
 
@@ -248,6 +247,6 @@ def marked_spans(trace: RankTrace, marks: Iterable[Call]) -> list[HostSpan]:
     for c in marks:
         if is_input(c.name):
             spans.append(HostSpan("input", c.start_ns, c.end_ns, where_of(trace, c), c.name))
-        elif is_comm(c.name):
+        elif c.name.startswith(COMM_PREFIXES):
             spans.append(HostSpan("comm", c.start_ns, c.end_ns, where_of(trace, c), c.name))
     return spans

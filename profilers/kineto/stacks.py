@@ -79,6 +79,4 @@ def where_of(trace: RankTrace, call: Call, op: str | None = None) -> Where:
     if frame is None and call.tid != trace.main_tid:
         frame = at(trace.python.get(trace.main_tid), call.start_ns)
     name = op if op is not None else call.name
-    if frame is None:
-        return Where(name)
-    return Where(name, frame[0], frame[1], frame[2])
+    return Where(name) if frame is None else Where(name, *frame)
