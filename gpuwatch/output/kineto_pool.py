@@ -121,8 +121,7 @@ def read_ranks(
 ) -> TraceAnalysis:
     """The analysis of the traces at ``paths`` (files, or folders of one per rank), each file
     read on its own: ``jobs`` processes (default one per core, 1: in this process) or the Dask
-    cluster at ``scheduler``; a rich bar on stderr when ``show`` and the reads take a second.
-    The same ranks, notes and :class:`TraceError` as ``analyse(read_traces(paths), paths)``."""
+    cluster at ``scheduler``; a rich bar on stderr when ``show`` and the reads take a second."""
     listed = [trace_files(p) for p in paths]
     got = _outcomes([f for files in listed for f in files], jobs, scheduler, show)
     return TraceAnalysis(tuple(paths), tuple(in_rank_order(paths, listed, got.__getitem__)))

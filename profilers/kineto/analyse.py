@@ -121,15 +121,12 @@ def _charge_gap(
     cut = end if launch is None else min(launch, end)
     pieces: list[Piece] = []
     if cut > start:
+        # the GPU ran dry in a wait: the wait's refill, up to the GPU work it waited for (what
+        # the host would have overlapped had it not waited); the host's Python past that is launch
         drained = blocked.at(start)
-        launching = ("launch", where_next)
-        if drained:
-            # the wait's refill, up to the GPU work it waited for (what the host would have
-            # overlapped had it not waited); the host's Python past that is launch
-            own = max(0, start - max(drained.start_ns, busy_from))
-            pieces += _by_host(start, cut, host, (drained.cause, drained.where), own, launching)
-        else:
-            pieces += _by_host(start, cut, host, launching)
+        own = max(0, start - max(drained.start_ns, busy_from)) if drained else None
+        rest = (drained.cause, drained.where) if drained else ("launch", where_next)
+        pieces += _by_host(start, cut, host, rest, own, ("launch", where_next))
     if end > cut:
         if nxt is not None and nxt.nccl:
             pieces.append(Piece(cut, end, "comm", where_next))

@@ -240,9 +240,8 @@ def _streamed(path: str) -> tuple[Collect, dict[str, Any]] | None:
 
 def read_trace(path: str, whole: bool = False) -> RankTrace | TraceError:
     """One file's :class:`RankTrace` (rank 0 where it names none), or its :class:`TraceError`
-    returned, not raised (it pickles back from a worker as it is): decoded as a stream, or, with
-    ``whole`` or where the stream cannot (a damaged file, a pipe), parsed whole (the reference
-    reading)."""
+    returned, not raised: decoded as a stream, or, with ``whole`` or where the stream cannot (a
+    damaged file, a pipe), parsed whole (the reference reading)."""
     try:
         found = None if whole else _streamed(path)
         if found is None:
