@@ -1,6 +1,6 @@
 """A run's ranks read side by side: each trace file read and analysed on its own (in this
 process, in a pool of processes, or on the workers of a Dask cluster), then put in rank order
-with the folder's notes, as :func:`profilers.kineto.read.read_traces` does in one process.
+with the folder's notes (:func:`profilers.kineto.read.in_rank_order`).
 
 NB: a worker sends back the rank's analysis (:class:`RankResult`, a few hundred KB pickled at
 most), never its events: the bulk of the work and of the memory stays where the file is read.
@@ -13,13 +13,13 @@ import os
 import socket
 import time
 from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
 from contextlib import ExitStack
 from typing import Any
 
 from gpuwatch.errors import CliError
 from profilers.kineto.analyse import analyse_rank
-from profilers.kineto.read import NoGpuActivity, NotATrace, TraceError, read_traces, trace_files
+from profilers.kineto.read import TraceError, in_rank_order, read_trace, trace_files
 from profilers.kineto.result import RankResult, TraceAnalysis
 
 #: Below this many bytes of trace files in all, the default (no ``--jobs``) reads in this process:
@@ -33,11 +33,8 @@ Outcome = RankResult | TraceError
 def read_rank(path: str) -> Outcome:
     """One file read and analysed, where this runs; its :class:`TraceError` returned (it pickles
     back to the caller as it is), not raised."""
-    try:
-        (trace,) = read_traces([path])
-    except TraceError as exc:
-        return exc
-    return analyse_rank(trace)
+    trace = read_trace(path)
+    return trace if isinstance(trace, TraceError) else analyse_rank(trace)
 
 
 def read_on_worker(path: str, here: str) -> Outcome:
@@ -105,7 +102,6 @@ def _outcomes(
                 got[path] = read_rank(path)
                 bar.tick(len(got))
             return got
-        futures: dict[str, Future[Outcome]] = {}
         if scheduler is not None:
             dask = _dask(scheduler, stack)
             futures = {p: dask.submit(read_on_worker, p, os.getcwd()) for p in files}
@@ -125,33 +121,7 @@ def read_ranks(
 ) -> TraceAnalysis:
     """The analysis of the traces at ``paths`` (files, or folders of one per rank), each file
     read on its own: ``jobs`` processes (default one per core, 1: in this process) or the Dask
-    cluster at ``scheduler``; a rich bar on stderr when ``show`` and the reads take a second.
-    The same ranks, notes and :class:`TraceError` as ``analyse(read_traces(paths), paths)``."""
+    cluster at ``scheduler``; a rich bar on stderr when ``show`` and the reads take a second."""
     listed = [trace_files(p) for p in paths]
     got = _outcomes([f for files in listed for f in files], jobs, scheduler, show)
-    ranks: list[RankResult] = []
-    passed: dict[type[TraceError], list[str]] = {NotATrace: [], NoGpuActivity: []}
-    for given, files in zip(paths, listed, strict=True):
-        outcomes = [got[path] for path in files]
-        for path, outcome in zip(files, outcomes, strict=True):
-            if isinstance(outcome, RankResult):
-                ranks.append(outcome)
-            elif os.path.isdir(given) and type(outcome) in passed:
-                passed[type(outcome)].append(os.path.basename(path))
-            else:
-                raise outcome
-        if not any(isinstance(o, RankResult) for o in outcomes):
-            raise next((o for o in outcomes if isinstance(o, NoGpuActivity)), None) or TraceError(
-                f"{given} holds no torch.profiler trace (only {', '.join(passed[NotATrace])})"
-            )
-    numbers = [r.rank for r in ranks]
-    # NB: a file that names no rank (no distributedInfo) is rank 0 read alone: two such files, or
-    # two that say the same rank, are ranked in the files' order (read_traces numbers a file that
-    # names none by its place among the files: the same unless some files name one, some not).
-    if len(set(numbers)) != len(numbers):
-        ranks = [dataclasses.replace(r, rank=i) for i, r in enumerate(ranks)]
-    ranks.sort(key=lambda r: r.rank)
-    why = {NotATrace: "JSON, not a Chrome trace", NoGpuActivity: "no GPU activity in the trace"}
-    notes = [f"passed over ({why[k]}): {', '.join(names)}" for k, names in passed.items() if names]
-    ranks[0] = dataclasses.replace(ranks[0], notes=(*notes, *ranks[0].notes))
-    return TraceAnalysis(tuple(paths), tuple(ranks))
+    return TraceAnalysis(tuple(paths), tuple(in_rank_order(paths, listed, got.__getitem__)))

@@ -58,11 +58,6 @@ def _where(w: Where, width: int = NAME_WIDTH) -> str:
     return _short("…" + w.file[-keep:] + tail, width)
 
 
-def _device(r: RankResult, device: int) -> str:
-    name = r.gpus.get(device)
-    return f"GPU {device}" + (f" ({name})" if name else "")
-
-
 def _shows(d: DeviceTime) -> bool:
     """Whether NCCL kernels ran alone long enough to print (0.1% of the window, as shares are)."""
     return d.wall_ms > 0 and d.comm_ms >= 0.0005 * d.wall_ms
@@ -77,8 +72,9 @@ def run_line(r: RankResult, d: DeviceTime) -> str:
     # NB: the verdict counts NCCL kernels running alone as comm: said here, or a comm-bound
     # verdict beside a small comm idle share reads as a contradiction
     alone = f"; NCCL kernels alone {_pct(d.comm_ms, d.wall_ms)}" if _shows(d) else ""
+    gpu = f"GPU {d.device}" + (f" ({r.gpus[d.device]})" if r.gpus.get(d.device) else "")
     return (
-        f"{_device(r, d.device)}: {d.verdict}. busy {_pct(d.busy_ms, d.wall_ms)} "
+        f"{gpu}: {d.verdict}. busy {_pct(d.busy_ms, d.wall_ms)} "
         f"({_dur(d.busy_ms)} of {_dur(d.wall_ms)}{alone}), idle "
         f"{_pct(d.idle_ms, d.wall_ms)}" + (f": {idle}" if idle else "")
     )

@@ -68,7 +68,5 @@ def _rank_events(r: RankResult, pid: int) -> list[dict[str, Any]]:
 
 
 def render_trace(analysis: TraceAnalysis) -> str:
-    events: list[dict[str, Any]] = []
-    for i, r in enumerate(analysis.ranks):
-        events += _rank_events(r, 1_000_000 + i)
+    events = [e for i, r in enumerate(analysis.ranks) for e in _rank_events(r, 1_000_000 + i)]
     return json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}) + "\n"

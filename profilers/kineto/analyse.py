@@ -19,11 +19,11 @@ ProfilerStep, or steps from ``ProfilerStep#0``).
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from profilers.kineto.events import KERNEL, Activity, HostSpan, RankTrace, Where
+from profilers.kineto.events import KERNEL, Activity, HostSpan, RankTrace, Step, Where
 from profilers.kineto.intervals import Segments, Union
 from profilers.kineto.result import (
     CAUSES,
@@ -67,14 +67,6 @@ def verdict_for(wall_ns: int, busy_ns: int, comm_only_ns: int, idle_ns: dict[str
 
 
 @dataclass(frozen=True, slots=True)
-class Window:
-    name: str
-    number: int | None
-    start_ns: int
-    end_ns: int
-
-
-@dataclass(frozen=True, slots=True)
 class Piece:
     """A part of a gap, charged."""
 
@@ -84,33 +76,25 @@ class Piece:
     where: Where
 
 
-class _Places:
+def _places(trace: RankTrace) -> Callable[[Activity], Where]:
     """The place of each GPU activity's launch (cached: many share an op)."""
+    cache: dict[int, Where] = {}
+    places: dict[Where, Where] = {}
 
-    def __init__(self, trace: RankTrace) -> None:
-        self.trace = trace
-        self.cache: dict[int, Where] = {}
-        self.places: dict[Where, Where] = {}
-
-    def of(self, a: Activity) -> Where:
-        found = self.cache.get(a.correlation)
+    def of(a: Activity) -> Where:
+        found = cache.get(a.correlation)
         if found is None:
-            call = self.trace.launches.get(a.correlation)
+            call = trace.launches.get(a.correlation)
             if call is None:
                 found = Where(f"(launch not in trace: {a.name[:60]})")
             else:
-                op = op_of(self.trace, call)
-                found = where_of(self.trace, op) if op is not None else where_of(self.trace, call)
+                found = where_of(trace, op_of(trace, call) or call)
             # NB: one object per place (a few hundred, not one per launch): comparing and
             # hashing the pieces' places then mostly stops at identity
-            found = self.cache[a.correlation] = self.places.setdefault(found, found)
+            found = cache[a.correlation] = places.setdefault(found, found)
         return found
 
-
-def windows_of(trace: RankTrace) -> list[Window]:
-    if trace.steps:
-        return [Window(s.name, s.number, s.start_ns, s.end_ns) for s in trace.steps]
-    return [Window("whole trace", None, *trace.span_ns)]
+    return of
 
 
 def _charge_gap(
@@ -120,14 +104,14 @@ def _charge_gap(
     trace: RankTrace,
     host: Segments[HostSpan],
     blocked: Segments[HostSpan],
-    places: _Places,
+    place: Callable[[Activity], Where],
     busy_from: int,
     first: bool = False,
 ) -> list[Piece]:
     """``busy_from``: where the busy run that ends at ``start`` began; ``first``: no GPU work
     on the device before it (warm-up)."""
     launch = trace.launches.start(nxt.correlation) if nxt is not None else None
-    where_next = places.of(nxt) if nxt is not None else NOTHING_NEXT
+    where_next = place(nxt) if nxt is not None else NOTHING_NEXT
     if first:
         return [Piece(start, end, "warmup", where_next)]
     if nxt is not None and (launch is None or launch <= start):
@@ -137,15 +121,12 @@ def _charge_gap(
     cut = end if launch is None else min(launch, end)
     pieces: list[Piece] = []
     if cut > start:
+        # the GPU ran dry in a wait: the wait's refill, up to the GPU work it waited for (what
+        # the host would have overlapped had it not waited); the host's Python past that is launch
         drained = blocked.at(start)
-        launching = ("launch", where_next)
-        if drained:
-            # the wait's refill, up to the GPU work it waited for (what the host would have
-            # overlapped had it not waited); the host's Python past that is launch
-            own = max(0, start - max(drained.start_ns, busy_from))
-            pieces += _by_host(start, cut, host, (drained.cause, drained.where), own, launching)
-        else:
-            pieces += _by_host(start, cut, host, launching)
+        own = max(0, start - max(drained.start_ns, busy_from)) if drained else None
+        rest = (drained.cause, drained.where) if drained else ("launch", where_next)
+        pieces += _by_host(start, cut, host, rest, own, ("launch", where_next))
     if end > cut:
         if nxt is not None and nxt.nccl:
             pieces.append(Piece(cut, end, "comm", where_next))
@@ -196,7 +177,7 @@ def charge_device(
     trace: RankTrace,
     host: Segments[HostSpan],
     blocked: Segments[HostSpan],
-    places: _Places,
+    place: Callable[[Activity], Where],
     cold: bool = True,
 ) -> list[Piece]:
     """Every idle moment of one device inside ``span``, charged (``acts`` sorted by start);
@@ -208,19 +189,19 @@ def charge_device(
             gap_end = min(a.start_ns, span[1])
             if gap_end > busy_until:
                 pieces += _charge_gap(
-                    busy_until, gap_end, a, trace, host, blocked, places, busy_from, cold and i == 0
+                    busy_until, gap_end, a, trace, host, blocked, place, busy_from, cold and i == 0
                 )
             busy_from = max(a.start_ns, span[0])
         busy_until = max(busy_until, a.end_ns)
         if busy_until >= span[1]:
             return pieces
     if span[1] > busy_until:
-        pieces += _charge_gap(busy_until, span[1], None, trace, host, blocked, places, busy_from)
+        pieces += _charge_gap(busy_until, span[1], None, trace, host, blocked, place, busy_from)
     return pieces
 
 
 def _pieces_in(
-    pieces: Sequence[Piece], ends: Sequence[int], w: Window
+    pieces: Sequence[Piece], ends: Sequence[int], w: Step
 ) -> dict[tuple[str, Where], int]:
     """The pieces' time inside ``w`` by cause and place (``ends``: each piece's end, sorted)."""
     out: dict[tuple[str, Where], int] = defaultdict(int)
@@ -290,18 +271,13 @@ def _timeline(
 
 def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
     """Steps, busy and idle by cause per device, the costliest places, kernels and copies."""
-    windows = windows_of(trace)
+    windows = trace.steps or [Step("whole trace", None, *trace.span_ns)]
     span = (windows[0].start_ns, max(w.end_ns for w in windows))
-    host = Segments([(s.start_ns, s.end_ns, RANKS[s.cause], s) for s in trace.spans])
-    blocked = Segments(
-        [
-            (s.start_ns, s.end_ns, RANKS[s.cause], s)
-            for s in trace.spans
-            if s.cause in ("sync", "copy")
-        ]
-    )
+    ranked = [(s.start_ns, s.end_ns, RANKS[s.cause], s) for s in trace.spans]
+    host = Segments(ranked)
+    blocked = Segments([r for r in ranked if r[3].cause in ("sync", "copy")])
     inputs = Union((s.start_ns, s.end_ns) for s in trace.spans if s.cause == "input")
-    places = _Places(trace)
+    place = _places(trace)
     # NB: steps numbered from 1 up follow torch.profiler's own warm-up (schedule(wait, warmup)):
     # the GPU ran before the trace, so the first gap is no warm-up of the run's
     cold = not trace.steps or trace.steps[0].number == 0
@@ -310,7 +286,7 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
         by_device[a.device].append(a)
     steps: list[list[DeviceTime]] = [[] for _ in windows]
     run: list[DeviceTime] = []
-    lines: dict[tuple[str, Where], int] = defaultdict(int)
+    lines: Counter[tuple[str, Where]] = Counter()
     timeline: list[Slice] = []
     for device, acts in sorted(by_device.items()):
         unions = (
@@ -318,25 +294,23 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
             Union((a.start_ns, a.end_ns) for a in acts if a.kind == KERNEL and not a.nccl),
             Union((a.start_ns, a.end_ns) for a in acts if a.kind == KERNEL),
         )
-        pieces = charge_device(acts, span, trace, host, blocked, places, cold)
+        pieces = charge_device(acts, span, trace, host, blocked, place, cold)
         ends = [p.end_ns for p in pieces]
         timeline += _timeline(device, unions[0], pieces, span, trace.span_ns[0])
         totals = [0, 0, 0]
         wall = 0
-        charged_run: dict[tuple[str, Where], int] = defaultdict(int)
+        charged_run: Counter[tuple[str, Where]] = Counter()
         for i, w in enumerate(windows):
             busy = [u.within(w.start_ns, w.end_ns) for u in unions]
             charged = _pieces_in(pieces, ends, w)
-            for key, ns in charged.items():
-                charged_run[key] += ns
+            charged_run.update(charged)
             steps[i].append(_device_time(device, w.end_ns - w.start_ns, busy, charged, STEP_TOP))
             totals = [t + b for t, b in zip(totals, busy, strict=True)]
             wall += w.end_ns - w.start_ns
         run.append(_device_time(device, wall, totals, charged_run, STEP_TOP))
-        for key, ns in charged_run.items():
-            lines[key] += ns
+        lines.update(charged_run)
     in_span = [a for a in trace.activities if span[0] <= a.start_ns < span[1]]
-    copies, copy_lines = copy_tables(in_span, places.of)
+    copies, copy_lines = copy_tables(in_span, place)
     active, streams, (unlaunched, unlaunched_ns) = hta_views(by_device, trace)
     base = trace.span_ns[0]
     notes = list(trace.notes)

@@ -27,7 +27,6 @@ from profilers.kineto.events import (
     HostSpan,
     RankTrace,
     Step,
-    is_comm,
     is_input,
     is_nccl,
     memcpy_kind,
@@ -51,8 +50,6 @@ def number(value: Any, default: int = -1) -> int:
     where it is none, or past int64 (damage)."""
     if type(value) is int:  # NB: the common case first: a million calls on a large trace
         return value if -I64 < value < I64 else default
-    if isinstance(value, bool):
-        return default
     if isinstance(value, float) and math.isfinite(value):
         return number(int(value), default)
     if isinstance(value, str):
@@ -161,7 +158,23 @@ class Collect:
                 self.last = end
             kind = GPU_CATS.get(cat)
             if kind is not None:
-                self._activity(kind, sys.intern(name), e, args, start, end)
+                name = sys.intern(name)
+                direction, memory = memcpy_kind(name) if kind == MEMCPY else ("", "")
+                self.activities.append(
+                    Activity(
+                        kind,
+                        name,
+                        number(args.device, number(e.pid, 0)),
+                        number(args.stream, number(e.tid, 0)),
+                        start,
+                        end,
+                        max(-1, number(args.correlation)),  # -1: none (no launch has it)
+                        max(0, number(args.bytes, 0)),
+                        direction,
+                        memory,
+                        kind == "kernel" and is_nccl(name),
+                    )
+                )
                 continue
             is_cpu = cat in CPU_CATS
             if not is_cpu and cat not in RUNTIME_CATS:
@@ -182,7 +195,9 @@ class Collect:
                 if cat != "user_annotation":
                     self.cpu_ops += 1
                     ops.extend((ext, n, t, start, end, ext, ids.setdefault(stack, len(ids))))
-                if name.startswith(MARKS) and (name[0] == "P" or is_input(name) or is_comm(name)):
+                if name.startswith(MARKS) and (
+                    name[0] == "P" or is_input(name) or name.startswith(COMM_PREFIXES)
+                ):
                     marks.append(Call(sys.intern(name), sys.intern(tid), start, end, ext, stack))
                 continue
             names.add(name)
@@ -193,32 +208,12 @@ class Collect:
             launches.extend((corr, n, t, start, end, ext, 0))
             launching[tid] = launching.get(tid, 0) + 1
 
-    def _activity(self, kind: str, name: str, e: Event, args: Args, start: int, end: int) -> None:
-        direction, memory = memcpy_kind(name) if kind == MEMCPY else ("", "")
-        self.activities.append(
-            Activity(
-                kind,
-                name,
-                number(args.device, number(e.pid, 0)),
-                number(args.stream, number(e.tid, 0)),
-                start,
-                end,
-                max(-1, number(args.correlation)),  # -1: none (no launch has it)
-                max(0, number(args.bytes, 0)),
-                direction,
-                memory,
-                kind == "kernel" and is_nccl(name),
-            )
-        )
-
 
 def steps_of(marks: Iterable[Call]) -> list[Step]:
     seen: dict[str, Step] = {}
     main = None
     for c in marks:
-        if not c.name.startswith("ProfilerStep#") or c.name in seen:
-            continue
-        if main is not None and c.tid != main:
+        if not c.name.startswith("ProfilerStep#") or c.name in seen or main not in (None, c.tid):
             continue
         main = c.tid
         number = c.name[len("ProfilerStep#") :]
@@ -236,16 +231,14 @@ def blocked_spans(trace: RankTrace) -> list[HostSpan]:
     for corr, call in trace.launches.named(SYNC_CALLS | ASYNC_COPY_CALLS):
         if call.name not in SYNC_CALLS and corr not in pageable:
             continue
-        op = op_of(trace, call)
-        op_name = op.name if op is not None else call.name
-        if op_name in ("aten::_local_scalar_dense", "aten::item"):
+        op = op_of(trace, call) or call  # NB: a Call (7 fields) is never falsy
+        if op.name in ("aten::_local_scalar_dense", "aten::item"):
             cause, detail = "sync", "item"
-        elif op_name in COPY_OPS or "Memcpy" in call.name or "memcpy" in call.name.lower():
+        elif op.name in COPY_OPS or "Memcpy" in call.name or "memcpy" in call.name.lower():
             cause, detail = "copy", call.name
         else:
             cause, detail = "sync", call.name
-        where = where_of(trace, op if op is not None else call, op_name)
-        spans.append(HostSpan(cause, call.start_ns, call.end_ns, where, detail))
+        spans.append(HostSpan(cause, call.start_ns, call.end_ns, where_of(trace, op), detail))
     return spans
 
 
@@ -254,6 +247,6 @@ def marked_spans(trace: RankTrace, marks: Iterable[Call]) -> list[HostSpan]:
     for c in marks:
         if is_input(c.name):
             spans.append(HostSpan("input", c.start_ns, c.end_ns, where_of(trace, c), c.name))
-        elif is_comm(c.name):
+        elif c.name.startswith(COMM_PREFIXES):
             spans.append(HostSpan("comm", c.start_ns, c.end_ns, where_of(trace, c), c.name))
     return spans

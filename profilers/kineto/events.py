@@ -102,10 +102,6 @@ def is_input(name: str) -> bool:
     return name.startswith("enumerate(DataLoader)") and "__next__" in name
 
 
-def is_comm(name: str) -> bool:
-    return name.startswith(COMM_PREFIXES)
-
-
 @dataclass(frozen=True, slots=True)
 class Where:
     """Where a cost belongs: the user's line when the trace has Python stacks, and always the

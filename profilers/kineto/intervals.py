@@ -31,9 +31,7 @@ class Union:
     def covered_until(self, t: int) -> int:
         """The time covered before ``t``."""
         i = bisect_right(self.starts, t) - 1
-        if i < 0:
-            return 0
-        return self.before[i] + min(t, self.ends[i]) - self.starts[i]
+        return self.before[i] + min(t, self.ends[i]) - self.starts[i] if i >= 0 else 0
 
     def within(self, start: int, end: int) -> int:
         """The time covered inside ``[start, end)``."""
@@ -77,9 +75,7 @@ class Segments(Generic[T]):
         """The label at ``t`` (segments are closed at both ends here: a wait that ends exactly
         when the GPU runs dry still holds the host at that moment)."""
         i = bisect_right(self.starts, t) - 1
-        if i >= 0 and t <= self.ends[i]:
-            return self.labels[i]
-        return None
+        return self.labels[i] if i >= 0 and t <= self.ends[i] else None
 
     def overlapping(self, start: int, end: int) -> Iterable[tuple[int, int, T]]:
         """The segments' parts inside ``[start, end)``, in order."""

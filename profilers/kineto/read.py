@@ -1,11 +1,8 @@
 """Reading torch.profiler traces: a ``.json`` or ``.json.gz`` file (``prof.export_chrome_trace()``,
 ``tensorboard_trace_handler``), or a folder of them (one file per rank), into :class:`RankTrace`.
-
-Every way a file can be wrong ends in one :class:`TraceError` with a one-line message: not JSON,
-a truncated gzip, no events, no GPU activity (a CPU-only trace, or CUPTI recorded nothing), an AMD
-(ROCm) or other vendor's trace. Both the torch 1.8/1.9 spellings (``Kernel``, ``Runtime``,
-``Operator``, ``Call stack``) and today's (``kernel``, ``cuda_runtime``, ``cpu_op``,
-``python_function``) are read.
+Every way a file can be wrong ends in one :class:`TraceError` with a one-line message. Both
+torch 1.8/1.9's spellings (``Kernel``, ``Runtime``, ``Operator``, ``Call stack``) and today's
+are read.
 """
 
 from __future__ import annotations
@@ -18,10 +15,9 @@ import re
 import stat
 import zlib
 from array import array
-from collections.abc import Iterator, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Callable, Iterator, Sequence
 from io import BufferedIOBase
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -36,6 +32,7 @@ from profilers.kineto.collect import (
     steps_of,
 )
 from profilers.kineto.events import Calls, RankTrace
+from profilers.kineto.result import RankResult
 from profilers.kineto.stacks import Frame, flatten
 
 TRACE_ENDINGS = (".json", ".json.gz")
@@ -107,17 +104,6 @@ def parse_json(data: bytes, path: str) -> Any:
         raise TraceError(f"{path}: {exc}") from None
 
 
-def events_of(doc: Any, path: str) -> tuple[list[Any], dict[str, Any]]:
-    """The trace's events and its other keys; :class:`TraceError` when it is no Chrome trace."""
-    if isinstance(doc, list):
-        return doc, {}
-    if isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
-        return doc["traceEvents"], doc
-    if isinstance(doc, dict) and str(doc.get("schema", "")).startswith("gpuwatch."):
-        raise NotATrace(f"{path} is a gpuwatch report, compressed: gunzip it first")
-    raise NotATrace(f"{path} is JSON but not a Chrome trace (no traceEvents)")
-
-
 def _gpus(meta: dict[str, Any]) -> dict[int, str]:
     props = meta.get("deviceProperties")
     if not isinstance(props, list):
@@ -129,48 +115,56 @@ def _gpus(meta: dict[str, Any]) -> dict[int, str]:
     }
 
 
-def _vendor_problem(
-    path: str, gpus: dict[int, str], cats: set[str], runtime: set[str]
-) -> str | None:
+def _refuse(path: str, got: Collect, gpus: dict[int, str]) -> None:
+    """:class:`TraceError` for another vendor's trace or a legacy one, :class:`NoGpuActivity`
+    (saying why) for one with no GPU activity."""
     names = " ".join(gpus.values())
     if any(w in names for w in ("AMD", "Radeon", "Instinct")) or any(
-        n.startswith("hip") for n in runtime
+        n.startswith("hip") for n in got.runtime_names
     ):
-        return (
+        raise TraceError(
             f"{path} is an AMD (ROCm/HIP) trace; gpuwatch reads NVIDIA CUDA traces only "
             "(HTA reads ROCm traces)"
         )
-    other = sorted(c for c in cats if c.startswith(("mtia", "xpu", "hpu", "privateuse")))
+    other = sorted(c for c in got.cats if c.startswith(("mtia", "xpu", "hpu", "privateuse")))
     if other:
-        return f"{path} is a trace of another accelerator ({other[0]} events); gpuwatch reads NVIDIA CUDA traces only"
-    return None
-
-
-def _gpu_problem(
-    path: str, own: bool, cpu_ops: int, runtime_calls: int, cats: AbstractSet[str] = frozenset()
-) -> str:
-    if "cuda_profiler_range" in cats:
-        return (
+        raise TraceError(
+            f"{path} is a trace of another accelerator ({other[0]} events); gpuwatch reads "
+            "NVIDIA CUDA traces only"
+        )
+    if got.activities:
+        return
+    if got.legacy_kernels:
+        raise TraceError(
+            f"{path} is a legacy autograd-profiler trace (torch.autograd.profiler with "
+            "use_cuda=True, before Kineto: no CUPTI activity, streams or launches); gpuwatch "
+            "reads torch.profiler traces (activities=[ProfilerActivity.CPU, "
+            "ProfilerActivity.CUDA])"
+        )
+    if "cuda_profiler_range" in got.cats:
+        raise NoGpuActivity(
             f"{path} was recorded with CUPTI's range profiler (cuda_profiler_range events: "
             "hardware counters per range), which records no kernel timeline; profile with "
             "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and no profiler metrics"
         )
-    if own:
-        return (
+    if got.own:
+        raise NoGpuActivity(
             f"{path} is a Chrome trace gpuwatch wrote (its own trace output), not a "
             "torch.profiler trace; report the run's JSON instead"
         )
-    if runtime_calls:
-        return (
+    if len(got.launches):
+        raise NoGpuActivity(
             f"{path} has CUDA runtime calls but no GPU activity: CUPTI recorded no kernel or copy "
             "(another profiler such as nsys or ncu holding CUPTI?)"
         )
-    if cpu_ops:
-        return (
+    if got.cpu_ops:
+        raise NoGpuActivity(
             f"{path} is a CPU-only trace: no GPU activity was recorded (profile with "
             "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU)"
         )
-    return f"{path} is a Chrome trace with no torch.profiler events (no CPU op, no GPU activity)"
+    raise NoGpuActivity(
+        f"{path} is a Chrome trace with no torch.profiler events (no CPU op, no GPU activity)"
+    )
 
 
 CHUNK_BYTES = 1 << 20
@@ -244,39 +238,37 @@ def _streamed(path: str) -> tuple[Collect, dict[str, Any]] | None:
     return got, meta
 
 
-def read_trace(path: str, rank: int, whole: bool = False) -> RankTrace:
-    """One rank's :class:`RankTrace` from a file: decoded as a stream, or, with ``whole`` or
-    where the stream cannot (a damaged file, a pipe), parsed whole (the reference reading)."""
-    found = None if whole else _streamed(path)
-    if found is None:
-        return trace_from_doc(parse_json(read_bytes(path), path), path, rank)
-    return _trace(*found, path, rank)
+def read_trace(path: str, whole: bool = False) -> RankTrace | TraceError:
+    """One file's :class:`RankTrace` (rank 0 where it names none), or its :class:`TraceError`
+    returned, not raised: decoded as a stream, or, with ``whole`` or where the stream cannot (a
+    damaged file, a pipe), parsed whole (the reference reading)."""
+    try:
+        found = None if whole else _streamed(path)
+        if found is None:
+            return trace_from_doc(parse_json(read_bytes(path), path), path, 0)
+        return _trace(*found, path, 0)
+    except TraceError as exc:
+        return exc
 
 
 def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
-    """One rank's :class:`RankTrace` from a parsed trace document."""
-    events, meta = events_of(doc, path)
+    """One rank's :class:`RankTrace` from a parsed trace document; :class:`NotATrace` when it
+    is no Chrome trace."""
+    doc = {"traceEvents": doc} if isinstance(doc, list) else doc
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        if isinstance(doc, dict) and str(doc.get("schema", "")).startswith("gpuwatch."):
+            raise NotATrace(f"{path} is a gpuwatch report, compressed: gunzip it first")
+        raise NotATrace(f"{path} is JSON but not a Chrome trace (no traceEvents)")
     got = Collect()
-    got.add(e for raw in events if (e := event_of(raw)) is not None)
-    return _trace(got, meta, path, rank)
+    got.add(e for raw in doc["traceEvents"] if (e := event_of(raw)) is not None)
+    return _trace(got, doc, path, rank)
 
 
 def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrace:
     got.ops.seal()
     got.launches.seal()
     gpus = _gpus(meta)
-    problem = _vendor_problem(path, gpus, got.cats, got.runtime_names)
-    if problem is None and not got.activities and got.legacy_kernels:
-        problem = (
-            f"{path} is a legacy autograd-profiler trace (torch.autograd.profiler with "
-            "use_cuda=True, before Kineto: no CUPTI activity, streams or launches); gpuwatch "
-            "reads torch.profiler traces (activities=[ProfilerActivity.CPU, "
-            "ProfilerActivity.CUDA])"
-        )
-    if problem is not None:
-        raise TraceError(problem)
-    if not got.activities:
-        raise NoGpuActivity(_gpu_problem(path, got.own, got.cpu_ops, len(got.launches), got.cats))
+    _refuse(path, got, gpus)
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and type(info.get("rank")) is int:
         rank = info["rank"]
@@ -321,42 +313,47 @@ def _segments(ops: Calls) -> dict[str, tuple[Sequence[int], Sequence[int]]]:
 
 
 def read_traces(paths: Sequence[str], whole: bool = False) -> list[RankTrace]:
-    """The ranks of ``paths`` (files, or folders of one file per rank), in rank order. Inside a
-    folder, a JSON file that is no Chrome trace (a report written there, a config) is passed
-    over and named in the first rank's notes. ``whole``: each file parsed whole (the reference
-    reading the stream's figures are tested against)."""
-    traces: list[RankTrace] = []
-    skipped: list[str] = []
-    idle: list[str] = []
-    for given in paths:
-        in_folder = os.path.isdir(given)
-        before = len(traces)
-        first_idle: NoGpuActivity | None = None
-        for path in trace_files(given):
-            try:
-                traces.append(read_trace(path, len(traces), whole))
-            except NotATrace:
-                if not in_folder:
-                    raise
-                skipped.append(os.path.basename(path))
-            except NoGpuActivity as exc:
-                if not in_folder:
-                    raise
-                first_idle = first_idle or exc
-                idle.append(os.path.basename(path))
-        if in_folder and len(traces) == before:
-            if first_idle is not None:
-                raise first_idle
-            raise TraceError(f"{given} holds no torch.profiler trace (only {', '.join(skipped)})")
-    ranks = [t.rank for t in traces]
-    if len(set(ranks)) != len(ranks):  # two files say the same rank: keep the files' order
-        traces = [dataclasses.replace(t, rank=i) for i, t in enumerate(traces)]
-    traces.sort(key=lambda t: t.rank)
-    notes = []
-    if skipped:
-        notes.append(f"passed over (JSON, not a Chrome trace): {', '.join(skipped)}")
-    if idle:
-        notes.append(f"passed over (no GPU activity in the trace): {', '.join(idle)}")
-    if notes:
-        traces[0] = dataclasses.replace(traces[0], notes=(*traces[0].notes, *notes))
-    return traces
+    """The ranks of ``paths`` (files, or folders of one file per rank), as :func:`in_rank_order`
+    puts them. ``whole``: each file parsed whole (the reference reading the stream's figures are
+    tested against)."""
+    return in_rank_order(paths, [trace_files(p) for p in paths], lambda p: read_trace(p, whole))
+
+
+R = TypeVar("R", RankTrace, RankResult)
+
+
+def in_rank_order(
+    paths: Sequence[str], listed: Sequence[list[str]], outcome: Callable[[str], R | TraceError]
+) -> list[R]:
+    """The ranks of ``paths`` (``listed``: each one's :func:`trace_files`) from each file's
+    ``outcome``, in rank order. Inside a folder, a JSON file that is no Chrome trace (a report
+    written there, a config) or one with no GPU activity is passed over and named in the first
+    rank's notes. NB: a file that names no rank (no distributedInfo) is rank 0 read alone: two
+    such files, or two that say the same rank, are ranked in the files' order."""
+    ranks: list[R] = []
+    passed: dict[type[TraceError], list[str]] = {NotATrace: [], NoGpuActivity: []}
+    for given, files in zip(paths, listed, strict=True):
+        before, idle = len(ranks), None
+        for path in files:
+            got = outcome(path)
+            if not isinstance(got, TraceError):
+                ranks.append(got)
+            elif os.path.isdir(given) and type(got) in passed:
+                passed[type(got)].append(os.path.basename(path))
+                idle = idle or (got if isinstance(got, NoGpuActivity) else None)
+            else:
+                raise got
+        if len(ranks) == before:
+            raise idle or TraceError(
+                f"{given} holds no torch.profiler trace (only {', '.join(passed[NotATrace])})"
+            )
+    if len({r.rank for r in ranks}) != len(ranks):
+        ranks = [dataclasses.replace(r, rank=i) for i, r in enumerate(ranks)]
+    ranks.sort(key=lambda r: r.rank)
+    why = {NotATrace: "JSON, not a Chrome trace", NoGpuActivity: "no GPU activity in the trace"}
+    said: list[str] = [
+        f"passed over ({why[k]}): {', '.join(names)}" for k, names in passed.items() if names
+    ]
+    if said:
+        ranks[0] = dataclasses.replace(ranks[0], notes=(*said, *ranks[0].notes))
+    return ranks

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from profilers.kineto.events import Where
@@ -74,15 +74,7 @@ class Charge:
     idle_ms: float
 
     def to_dict(self) -> dict[str, Any]:
-        w = self.where
-        return {
-            "cause": self.cause,
-            "op": w.op,
-            "file": w.file,
-            "line": w.line,
-            "function": w.function,
-            "idle_ms": self.idle_ms,
-        }
+        return {"cause": self.cause, **asdict(self.where), "idle_ms": self.idle_ms}
 
 
 @dataclass(frozen=True)
@@ -155,13 +147,7 @@ class KernelStat:
     max_ms: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "device": self.device,
-            "count": self.count,
-            "total_ms": self.total_ms,
-            "max_ms": self.max_ms,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -229,13 +215,7 @@ class StreamIdle:
     other_ms: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "stream": self.stream,
-            "host_wait_ms": self.host_wait_ms,
-            "kernel_wait_ms": self.kernel_wait_ms,
-            "other_ms": self.other_ms,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,16 +57,6 @@ def at(segments: tuple[Sequence[int], Sequence[T]] | None, t_ns: int) -> T | Non
     return labels[i] if i >= 0 else None
 
 
-def frame_at(trace: RankTrace, tid: str, t_ns: int) -> Frame | None:
-    """The user's innermost frame on thread ``tid`` at ``t_ns``, from ``python_function`` events;
-    on a thread with no Python (autograd's, running backward), the main thread's: the line that
-    called ``.backward()``."""
-    found = at(trace.python.get(tid), t_ns)
-    if found is None and tid != trace.main_tid:
-        found = at(trace.python.get(trace.main_tid), t_ns)
-    return found
-
-
 def op_of(trace: RankTrace, call: Call) -> Call | None:
     """The CPU op a runtime call was made in: by external id where the trace links them, else
     the innermost op running on the call's thread at the time."""
@@ -77,22 +67,16 @@ def op_of(trace: RankTrace, call: Call) -> Call | None:
     return None if row is None or row < 0 else trace.ops.call(row)
 
 
-def frame_in_stack(stack: str) -> Frame | None:
-    """The innermost user frame of an old trace's ``Call stack`` (innermost first, ``;``)."""
-    for frame in stack.split(";"):
-        found = user_frame(frame)
-        if found is not None:
-            return found
-    return None
-
-
 def where_of(trace: RankTrace, call: Call, op: str | None = None) -> Where:
     """Where ``call`` was made: its user line when the trace has stacks, and ``op`` (its CPU
-    op's name by default)."""
-    frame = frame_in_stack(call.stack) if call.stack else None
+    op's name by default). The line is the innermost user frame of an old trace's ``Call
+    stack``, else of the ``python_function`` events on the call's thread, else (a thread with no
+    Python: autograd's, running backward) on the main thread: the line that called
+    ``.backward()``."""
+    frame = next(filter(None, map(user_frame, call.stack.split(";"))), None) if call.stack else None
     if frame is None:
-        frame = frame_at(trace, call.tid, call.start_ns)
+        frame = at(trace.python.get(call.tid), call.start_ns)
+    if frame is None and call.tid != trace.main_tid:
+        frame = at(trace.python.get(trace.main_tid), call.start_ns)
     name = op if op is not None else call.name
-    if frame is None:
-        return Where(name)
-    return Where(name, frame[0], frame[1], frame[2])
+    return Where(name) if frame is None else Where(name, *frame)

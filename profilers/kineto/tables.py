@@ -50,27 +50,22 @@ def copy_tables(
     return by_kind, by_line[:COPY_LINES_TOP]
 
 
-def hta_kept(acts: Sequence[Activity], trace: RankTrace) -> list[Activity]:
-    """The activities HTA analyses: in a trace of two or more steps, only those whose launch
-    call is in the trace (HTA drops the rest as work of iterations it did not trace, though a
-    GPU that lags its host runs them inside the first traced step); with fewer, all of them."""
-    if len(trace.steps) < 2:
-        return list(acts)
-    launches = trace.launches
-    return [a for a in acts if a.correlation in launches]
-
-
 def hta_views(
     by_device: dict[int, list[Activity]], trace: RankTrace
 ) -> tuple[tuple[ActiveWindow, ...], tuple[StreamIdle, ...], tuple[int, int]]:
     """The figures HTA's temporal breakdown and idle time breakdown give, on their definitions
     (``DEFINITIONS["active_window"]``, ``["stream_idle"]``), to compare with; and the count and
-    GPU time (ns) of the activities HTA leaves out (:func:`hta_kept`)."""
+    GPU time (ns) of the activities HTA leaves out."""
     base = trace.span_ns[0]
     active, streams = [], []
     left_out = [0, 0]
     for device, every in sorted(by_device.items()):
-        acts = hta_kept(every, trace)
+        # NB: in a trace of two or more steps, HTA analyses only the activities whose launch
+        # call is in the trace (it drops the rest as work of iterations it did not trace, though
+        # a GPU that lags its host runs them inside the first traced step); with fewer, all
+        acts = (
+            every if len(trace.steps) < 2 else [a for a in every if a.correlation in trace.launches]
+        )
         left_out[0] += len(every) - len(acts)
         left_out[1] += sum(a.end_ns - a.start_ns for a in every) - sum(
             a.end_ns - a.start_ns for a in acts
