@@ -166,6 +166,7 @@ def report(w: dict[str, Any], predicted: dict[str, Any] | None = None) -> Any:
         what_if=WhatIf.from_dict(w) if w else None,
         predicted=Predicted.from_dict(predicted) if predicted else None,
         options=SimpleNamespace(fake_cuda=True, timing_source="off", profile=None),
+        lines=[],
     )
 
 

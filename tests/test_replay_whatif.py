@@ -10,6 +10,7 @@ from profilers.timing.gpu_model.rates import copy_ns
 from profilers.timing.replay import D2H, DEVICE, H2D, INPUT, KERNEL, SYNC, ReplayOp, replay
 from profilers.timing.whatif import (
     BFLOAT16,
+    DECIDES,
     DEFER_SYNC,
     HINT_WHATIFS,
     ON_DEVICE,
@@ -53,6 +54,17 @@ def test_the_same_sync_in_a_launch_bound_step_saves_its_whole_wait():
     # Read once per 2 steps: over 2 chained steps (206,000 as recorded), one waits: 205,000.
     half = saving(ops, WhatIf(DEFER_SYNC, "t.py:2", every=2))
     assert (half.base_ns, half.new_ns, half.saving_ns) == (103_000, 102_500, 500)
+
+
+def test_a_read_that_decides_what_the_script_does_is_never_deferred():
+    # `if not torch.isfinite(loss):` reads every step to decide: reading it once per 10 steps
+    # would change the script, whatever it would save
+    ops = [kernel("t.py:1", 10_000, 2_000) for _ in range(5)] + [sync("t.py:2", 1_000)]
+    assert DEFER_SYNC in {w.kind for w in candidates(ops)}
+    assert DEFER_SYNC not in {w.kind for w in candidates(ops, decides=["t.py:2"])}
+    assert rank(ops, decides=["t.py:2"]).savings == []
+    assert DECIDES.match("    if not torch.isfinite(loss):") and DECIDES.match("assert x")
+    assert not DECIDES.match("    print(loss.item())") and not DECIDES.match("iffy = t.item()")
 
 
 def _blocking_copy_step(**copy: object) -> list[ReplayOp]:

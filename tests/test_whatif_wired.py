@@ -252,6 +252,28 @@ def test_under_the_fake_gpu_each_op_has_the_models_time():
 
 
 @pytest.mark.fake_cuda
+@pytest.mark.slow
+@needs_fake_cuda
+def test_a_nan_check_that_decides_the_loop_gets_no_read_it_less_often():
+    def work():
+        x = torch.randn(64, 64, device="cuda:0")
+        for _ in range(4):
+            loss = (x @ x).sum()
+            if not torch.isfinite(loss):  # @nan_check
+                raise RuntimeError("nan")
+            loss.item()  # @nan_item
+            profilers.step()
+
+    r, _ = _fake_run(work)
+    w = r.what_if
+    assert w is not None
+    deferred = {s["site"] for s in w["savings"] if s["kind"] == "defer_sync"}
+    assert _line(line_of("nan_item")) in deferred and _line(line_of("nan_check")) not in deferred
+    kinds = {h.kind for h in analyze(r).hints if h.line.line == line_of("nan_check")}
+    assert "check_on_host" in kinds and not kinds & {"item_in_loop", "data_dependent"}
+
+
+@pytest.mark.fake_cuda
 @needs_fake_cuda
 def test_the_peak_of_gpu_memory_is_checked_against_the_gpus_size():
     def work():

@@ -24,7 +24,7 @@ from profilers import Line, Report
 from profilers.origins import FACTORY, HOST, LOADER, PARAMETER, PINNED, OriginCount
 from profilers.sections import WhatIf
 from profilers.timing.verdict import per_step as basis_of
-from profilers.timing.whatif import HINT_WHATIFS
+from profilers.timing.whatif import DECIDES, HINT_WHATIFS
 
 #: A line that ran this many times, where no step ended, is "in a hot loop".
 HOT = 10
@@ -336,9 +336,6 @@ def _line_hints(s: Line, steps: int, runs: FactoryRuns, ranks: int) -> list[Hint
 
 
 #: A line whose GPU read decides what the script does (``if not torch.isfinite(loss):``).
-_DECIDES = re.compile(r"^\s*(if|elif|while|assert)\b")
-
-
 def _sync_hints(s: Line, steps: int) -> list[Hint]:
     causes = s.syncs.by_cause
     often = how_often(s.steps_active, steps)
@@ -354,7 +351,7 @@ def _sync_hints(s: Line, steps: int) -> list[Hint]:
             fix = "fetch less often still, or copy it with non_blocking=True and read it later"
         found.append(LOG_EVERY_STEP(s, when=when, fix=fix, n=fetches, causes=causes_text(causes)))
     elif items and not _once(s, steps, items, True):
-        if _DECIDES.search(s.source):
+        if DECIDES.search(s.source):
             found.append(CHECK_ON_HOST(s, when=when, n=items))
         else:
             read = "once" if every else "less often, or not at all inside the loop"

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuwatch import _format as fmt
 from profilers import Report
+from profilers.timing.whatif import DECIDES
 
 
 def label(w: Mapping[str, Any]) -> str:
@@ -138,7 +139,11 @@ def what_if_lines(r: Report) -> list[str]:
     ]
     savings = w.get("savings", [])
     if not savings:
-        out.append("  no fix applies: no sync, blocking copy or input wait to remove")
+        kept = [f"{s.file}:{s.line}" for s in r.lines if s.syncs.count and DECIDES.match(s.source)]
+        out.append(
+            "  no fix applies: no sync, blocking copy or input wait to remove"
+            + (f" (the reads at {', '.join(kept)} decide what the script does)" if kept else "")
+        )
         return out
     width = max(len(str(s["site"])) for s in savings)
     ranged = any("saving_low_ms" in s for s in savings)

@@ -32,7 +32,7 @@ from profilers.timing.uncertainty import (
     tiers,
 )
 from profilers.timing.verdict import time_section, verdict_of
-from profilers.timing.whatif import HINT_WHATIFS, Ranking, rank
+from profilers.timing.whatif import DECIDES, HINT_WHATIFS, Ranking, rank
 
 PREDICTED = "predicted"
 REPLAYED = "replayed"
@@ -305,7 +305,8 @@ def what_if(
     ``parts``, each saving's range and whether it can be ranked (:func:`_ranges`)."""
     as_recorded = replay(ops).step_ns
     on_device = _made_on_host(lines)
-    ranking = rank(ops, gpu=spec, every=EVERY, on_device=on_device)
+    decides = {f"{s.file}:{s.line}" for s in lines if DECIDES.match(getattr(s, "source", ""))}
+    ranking = rank(ops, gpu=spec, every=EVERY, on_device=on_device, decides=decides)
     hint_kinds: dict[str, list[str]] = {}
     for hint, kind in HINT_WHATIFS.items():
         hint_kinds.setdefault(kind, []).append(hint)
@@ -344,7 +345,7 @@ def what_if(
         "interaction_ms": round((summed - ranking.combined_ns) / 1e6, 6),
     }
     if parts is not None:
-        _ranges(out, ranking, ops, parts, spec, on_device)
+        _ranges(out, ranking, ops, parts, spec, on_device, decides)
     return out
 
 
@@ -355,6 +356,7 @@ def _ranges(
     parts: Parts,
     spec: GpuSpec | None,
     on_device: set[str],
+    decides: set[str],
 ) -> None:
     """Each saving's range over the prediction's four corners (the host's part and the GPU
     model's at either end of their ranges, :mod:`profilers.timing.uncertainty`) and the
@@ -366,7 +368,9 @@ def _ranges(
         found[(s.whatif.kind, s.whatif.line)] = [s.saving_ns]
     bases = [ranking.base_ns]
     for h, g in parts.corners():
-        corner = rank(scaled(ops, h, g), gpu=spec, every=EVERY, on_device=on_device)
+        corner = rank(
+            scaled(ops, h, g), gpu=spec, every=EVERY, on_device=on_device, decides=decides
+        )
         bases.append(corner.base_ns)
         for s in corner.savings:
             found.setdefault((s.whatif.kind, s.whatif.line), []).append(s.saving_ns)

@@ -26,6 +26,7 @@ same idle time), so the sum of the savings is not the saving of the sum.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from profilers.timing.gpu_model.rates import MIN_KERNEL_NS, copy_ns, fill_ns
@@ -38,6 +39,8 @@ ON_DEVICE = "create_on_device"
 OVERLAP_INPUT = "overlap_input"
 BFLOAT16 = "bfloat16_copies"
 KINDS = (DEFER_SYNC, PINNED, ON_DEVICE, OVERLAP_INPUT, BFLOAT16)
+DECIDES = re.compile(r"^\s*(if|elif|while|assert)\b")
+"""A line whose source starts so reads a GPU value to decide what the script does."""
 
 HINT_WHATIFS = {
     "item_in_loop": DEFER_SYNC,
@@ -251,12 +254,19 @@ def saving(
 
 
 def candidates(
-    ops: list[ReplayOp], *, every: int = 10, workers: int = 1, on_device: Iterable[str] = ()
+    ops: list[ReplayOp],
+    *,
+    every: int = 10,
+    workers: int = 1,
+    on_device: Iterable[str] = (),
+    decides: Iterable[str] = (),
 ) -> list[WhatIf]:
     """Every what-if the step allows, per line in the order the lines first ran. ``on_device``:
     the lines whose copied tensors were made by a factory on the host (the ``created_on_cpu``
-    hint; only there can the tensor be made on the device instead)."""
-    made_here = set(on_device)
+    hint; only there can the tensor be made on the device instead). ``decides``: the lines whose
+    read decides what the script does (:data:`DECIDES`): reading them less often would change
+    the script, so they get no deferred sync."""
+    made_here, deciding = set(on_device), set(decides)
     by_line: dict[str, list[ReplayOp]] = {}
     for op in ops:
         by_line.setdefault(op.line, []).append(op)
@@ -264,7 +274,9 @@ def candidates(
     out: list[WhatIf] = []
     for line, mine in by_line.items():
         for probe in probes:
-            if probe.kind == ON_DEVICE and line not in made_here:
+            if (probe.kind == ON_DEVICE and line not in made_here) or (
+                probe.kind == DEFER_SYNC and line in deciding
+            ):
                 continue
             if any(_hits(op, probe) for op in mine):
                 out.append(WhatIf(probe.kind, line, every=every, workers=workers))
@@ -278,11 +290,12 @@ def rank(
     every: int = 10,
     workers: int = 1,
     on_device: Iterable[str] = (),
+    decides: Iterable[str] = (),
     drop_overhead: bool = True,
 ) -> Ranking:
     """Every applicable what-if (:func:`candidates`) ranked by its saving per step, and all of
     them applied together (replayed over ``every`` chained steps when a sync is deferred)."""
-    found = candidates(ops, every=every, workers=workers, on_device=on_device)
+    found = candidates(ops, every=every, workers=workers, on_device=on_device, decides=decides)
     bases: dict[int, float] = {}
 
     def base(steps: int) -> float:
