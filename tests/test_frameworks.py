@@ -300,6 +300,7 @@ model.generate(ids, attention_mask=torch.ones_like(ids), **kw)  # @generate
 """
 
 
+@pytest.mark.slow  # NB: a real model's generate(), about 4 s
 def test_generate_waits_once_a_token_in_its_stop_check(tmp_path):
     framework("transformers")
     tokens = 5

@@ -16,6 +16,9 @@ from profilers.timing.gpu_model.validation import CHECKED, WITHIN, error_of
 
 README = Path(__file__).resolve().parent.parent / "benchmarks" / "README.md"
 
+# NB: 15-20 s of CPU in one fixture: the full suite's, not the fast tier's
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def rows() -> list[dict[str, object]]:
