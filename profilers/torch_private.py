@@ -12,10 +12,15 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from contextlib import AbstractContextManager
+from types import CodeType, ModuleType
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch._ops import OpOverload as OpOverload
+
+if TYPE_CHECKING:
+    from torch.autograd.graph import Node
 
 _FAST = "the fast path of --no-kernel-timing (the dispatch mode counts instead, slower)"
 _FAKE = "--fake-cuda"
@@ -128,7 +133,7 @@ WHAT_EACH_GIVES: dict[str, str] = {
 #: loses nothing, so it is never said as a loss.
 STANDS_IN: dict[str, str] = {
     "torch._subclasses.fake_tensor.FakeTensorDeviceMismatchError": "torch 2.9-2.12: the text of "
-    "FakeTensorMode's RuntimeError (fake_device_mismatch below)",
+    "FakeTensorMode's RuntimeError (fake_device_mismatch below)"
 }
 
 MISSING: list[str] = []
@@ -153,22 +158,24 @@ def _find(path: str) -> Any:
     return obj
 
 
-def _no_node() -> Any:
+def _no_node() -> None:
     return None
 
 
 # -- dynamo: hiding the hot path from torch.compile --------------------------------------------
-eval_frame: Any = _find("torch._C._dynamo.eval_frame")
-set_eval_frame: Callable[[Any], Any] = _find("torch._C._dynamo.eval_frame.set_eval_frame") or (
-    lambda callback: None
+eval_frame: ModuleType | None = _find("torch._C._dynamo.eval_frame")
+set_eval_frame: Callable[[object], object] = _find(
+    "torch._C._dynamo.eval_frame.set_eval_frame"
+) or (lambda callback: None)
+set_code_exec_strategy: Callable[[CodeType, object], None] | None = _find(
+    "torch._C._dynamo.eval_frame.set_code_exec_strategy"
 )
-set_code_exec_strategy: Any = _find("torch._C._dynamo.eval_frame.set_code_exec_strategy")
 
 # -- autograd: which node a backward op runs for, and which forward op made it ------------------
 # NB: autograd makes an op's backward node (numbered from a per-thread counter) before the op
 # reaches a dispatch mode, and during backward names the node running; both are C calls.
 sequence_nr: Callable[[], int] | None = _find("torch._C._autograd._get_sequence_nr")
-current_node: Callable[[], Any] = _find("torch._C._current_autograd_node") or _no_node
+current_node: Callable[[], Node | None] = _find("torch._C._current_autograd_node") or _no_node
 if sequence_nr is None:
     current_node = _no_node
 BACKWARD_NODES = sequence_nr is not None and current_node is not _no_node
@@ -180,44 +187,58 @@ if not OP_OVERLOAD_HAS_OP:
     MISSING.append("torch._ops.OpOverload._op")
 
 # -- CUDA timing ----------------------------------------------------------------------------------
-cuda_current_stream: Any = _find("torch._C._cuda_getCurrentStream")
-cuda_event_base: Any = _find("torch._C._CudaEventBase")
+cuda_current_stream: Callable[[int], tuple[int, int, int]] | None = _find(
+    "torch._C._cuda_getCurrentStream"
+)
+cuda_event_base: type | None = _find("torch._C._CudaEventBase")
 
 # -- syncs outside the dispatcher -------------------------------------------------------------------
-tensor_str: Any = _find("torch._tensor_str")
+tensor_str: ModuleType | None = _find("torch._tensor_str")
 _find("torch._tensor_str._str")
-gpu_trace: Any = _find("torch.cuda._gpu_trace")
-activate_gpu_trace: Any = _find("torch._C._activate_gpu_trace")
+gpu_trace: ModuleType | None = _find("torch.cuda._gpu_trace")
+activate_gpu_trace: Callable[[], None] | None = _find("torch._C._activate_gpu_trace")
 
 # -- backward: the line that ran it -----------------------------------------------------------------
 ENGINE_RUN_BACKWARD = "_engine_run_backward"
-engine_run_backward: Any = _find("torch.autograd._engine_run_backward")
+engine_run_backward: Callable[..., object] | None = _find("torch.autograd._engine_run_backward")
 
 # -- torch.tensor(data, device=...) --------------------------------------------------------------
-only_lift_cpu_tensors: Any = _find("torch._C._only_lift_cpu_tensors")
-set_only_lift_cpu_tensors: Any = _find("torch._C._set_only_lift_cpu_tensors")
+only_lift_cpu_tensors: Callable[[], bool] | None = _find("torch._C._only_lift_cpu_tensors")
+set_only_lift_cpu_tensors: Callable[[bool], None] | None = _find(
+    "torch._C._set_only_lift_cpu_tensors"
+)
 
 # -- input waits: the mode stepped aside for the loader's own ops -----------------------------------
-current_dispatch_mode: Any = _find("torch.utils._python_dispatch._get_current_dispatch_mode")
-pop_mode_temporarily: Any = _find("torch.utils._python_dispatch._pop_mode_temporarily")
+current_dispatch_mode: Callable[[], object] | None = _find(
+    "torch.utils._python_dispatch._get_current_dispatch_mode"
+)
+pop_mode_temporarily: Callable[[], AbstractContextManager[object]] | None = _find(
+    "torch.utils._python_dispatch._pop_mode_temporarily"
+)
 
 # -- threads ----------------------------------------------------------------------------------------
 THREAD_BOOTSTRAP = "_bootstrap_inner"
 _find("threading.Thread._bootstrap_inner")
 
 # -- the fast path: Python kernels for the counted ops only (profilers/counting/kernels.py) ---------------
-dispatch_key_pre_dispatch: Any = _find("torch._C.DispatchKey.PreDispatch")
-include_dispatch_key_guard: Any = _find("torch._C._IncludeDispatchKeyGuard")
-exclude_dispatch_key_guard: Any = _find("torch._C._ExcludeDispatchKeyGuard")
-keyset_full_after: Any = _find("torch._C._dispatch_keyset_full_after")
-fallthrough_kernel: Any = _find("torch.library.fallthrough_kernel")
-tracing_context: Callable[[], Any] | None = _find("torch._guards.TracingContext.try_get")
+dispatch_key_pre_dispatch: torch._C.DispatchKey | None = _find("torch._C.DispatchKey.PreDispatch")
+include_dispatch_key_guard: type[torch._C._IncludeDispatchKeyGuard] | None = _find(
+    "torch._C._IncludeDispatchKeyGuard"
+)
+exclude_dispatch_key_guard: type[torch._C._ExcludeDispatchKeyGuard] | None = _find(
+    "torch._C._ExcludeDispatchKeyGuard"
+)
+keyset_full_after: Callable[[torch._C.DispatchKey], torch._C.DispatchKeySet] | None = _find(
+    "torch._C._dispatch_keyset_full_after"
+)
+fallthrough_kernel: Callable[[], None] | None = _find("torch.library.fallthrough_kernel")
+tracing_context: Callable[[], object] | None = _find("torch._guards.TracingContext.try_get")
 
 # -- the fast path's own calls, and attributes every OpOverload has --------------------------------
 dispatch_get_all_op_names: Callable[[], list[str]] = (
     _find("torch._C._dispatch_get_all_op_names") or list
 )
-dispatch_key_set: Any = _find("torch._C.DispatchKeySet")
+dispatch_key_set: type[torch._C.DispatchKeySet] | None = _find("torch._C.DispatchKeySet")
 _find("torch._ops.OpOverload.redispatch")
 _find("torch.library.Library._destroy")
 _AN_OP = torch.ops.aten.add.Tensor
@@ -240,17 +261,17 @@ def unresolved() -> set[str]:
 
 _MANGLED_REQUIRES_INIT = "_ZN5torch5utils24set_requires_device_initEN3c1010DeviceTypeEb"
 _CUDA_DEVICE_TYPE = 1  # NB: c10::DeviceType::CUDA, an int8 enum
-_requires_init: list[Any] = []
+_requires_init: list[Callable[[int, bool], object] | None] = []
 
 
-def _native_requires_init() -> Any:
+def _native_requires_init() -> Callable[[int, bool], object] | None:
     """``torch::utils::set_requires_device_init`` of libtorch_python (exported, Itanium C++
     names: Linux and macOS), found once; None (and noted missing) where it is not there."""
     if not _requires_init:
         import ctypes
         import os
 
-        found: Any = None
+        found: ctypes._NamedFuncPointer | None = None
         lib_dir = os.path.join(os.path.dirname(torch.__file__), "lib")
         for name in ("libtorch_python.so", "libtorch_python.dylib"):
             try:
@@ -275,24 +296,26 @@ def require_cuda_init() -> None:
 
 
 # -- inference mode: composite ops reach the mode whole (profilers/counting/dispatch.py) ----------------
-_has_kernel: Any = _find("torch._C._dispatch_has_kernel_for_dispatch_key")
+_has_kernel: Callable[[str, torch._C.DispatchKey], bool] | None = _find(
+    "torch._C._dispatch_has_kernel_for_dispatch_key"
+)
 _find("torch._ops.OpOverload.decompose")
-implicit_key: Any = _find("torch._C.DispatchKey.CompositeImplicitAutograd")
+implicit_key: torch._C.DispatchKey | None = _find("torch._C.DispatchKey.CompositeImplicitAutograd")
 
 
-def composite_implicit(func: Any) -> bool:
+def composite_implicit(func: OpOverload) -> bool:
     """Whether ``func`` is made of other ops by a CompositeImplicitAutograd kernel."""
     if _has_kernel is None or implicit_key is None or not hasattr(func, "decompose"):
         return False
     try:
-        return bool(_has_kernel(func.name(), implicit_key))
+        return bool(_has_kernel(func._name, implicit_key))
     except (RuntimeError, AttributeError):
         return False
 
 
 # -- the fake GPU: an op mixing devices -----------------------------------------------------------
 _MISMATCH_TEXT = "Unhandled FakeTensor Device Propagation"
-_mismatch_type: list[Any] = []
+_mismatch_type: list[type[BaseException] | None] = []
 
 
 def fake_device_mismatch(exc: BaseException) -> bool:
