@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from profilers.counting.threads import BackwardOps, ThreadState, ThreadStates
 from profilers.stats import LineStats, OpCount
 from profilers.torch_private import sequence_nr
+
+if TYPE_CHECKING:
+    from torch.autograd.graph import Node
 
 _STEMS: dict[type, str] = {}
 """Node type -> _node_stem of its name, for types named like their nodes (one type per kind)."""
@@ -38,7 +41,7 @@ def _node_stem(name: str) -> str:
     return _BACKWARD_SUFFIX.sub("", name.rsplit("::", 1)[-1]).replace("_", "").lower()
 
 
-def _stem_of(node: Any) -> str:
+def _stem_of(node: Node) -> str:
     name = node.name()
     stem = _node_stem(name)
     kind = type(node)
@@ -74,7 +77,7 @@ def backward_ops_of(
     backward_state: ThreadState | None,
     st: ThreadState,
     line: LineStats,
-    node: Any,
+    node: Node,
 ) -> dict[str, OpCount] | None:
     """Where this thread counts the ops of autograd ``node`` run at ``line`` (the
     .backward() line): entries shared with the forward line whose op made the node, or

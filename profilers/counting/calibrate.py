@@ -33,7 +33,13 @@ import torch
 from profilers.counting.origins import called_from
 
 if TYPE_CHECKING:
-    from profilers.stats import OpCount
+    from torch._ops import OpOverload
+
+    from profilers.counting.mode import ProfilerMode
+    from profilers.counting.ops import Args, Kwargs, Scope
+    from profilers.counting.recorder import Recorder
+    from profilers.counting.threads import ThreadState
+    from profilers.stats import LineStats, OpCount
     from profilers.timing.timeline import StepClock
 
 ROUNDS = 15
@@ -58,7 +64,11 @@ def _mix(a: torch.Tensor, b: torch.Tensor, steps: int) -> None:
 
 
 def _rounds(
-    state: Any, work: Callable[[], None], inside: Callable[[], Any], rounds: int, ok: Any
+    state: ThreadState,
+    work: Callable[[], None],
+    inside: Scope,
+    rounds: int,
+    ok: Callable[[StepClock], bool],
 ) -> tuple[int, int, StepClock] | None:
     """``work()`` bare, then inside ``inside()`` with a scratch step clock on ``state`` (the
     thread's), in ``rounds`` alternating rounds: the least bare time, the least profiled time
@@ -97,8 +107,8 @@ def _rounds(
 
 
 def outside_cost_ns(
-    make_mode: Callable[[Any], Any],
-    make_recorder: Callable[[], Any],
+    make_mode: Callable[[Recorder], ProfilerMode],
+    make_recorder: Callable[[], Recorder],
     rounds: int = ROUNDS,
     steps: int = STEPS,
 ) -> int:
@@ -130,7 +140,7 @@ CASTS = 50
 
 
 def fast_path_outside_ns(
-    recorder: Any, key_on: Callable[[], Any], rounds: int = ROUNDS, casts: int = CASTS
+    recorder: Recorder, key_on: Scope, rounds: int = ROUNDS, casts: int = CASTS
 ) -> int:
     """Nanoseconds per call the fast path takes (profilers/counting/kernels.py) that its kernel
     cannot time itself: the dispatcher boxing the call into Python and back. Measured as the
@@ -170,14 +180,14 @@ class Prober:
         recorder: that mode's recorder; its step clock on this thread measures its own time.
     """
 
-    def __init__(self, mode: Any, recorder: Any) -> None:
+    def __init__(self, mode: ProfilerMode, recorder: Recorder) -> None:
         from profilers.timing.timeline import StepClock
 
         self.mode = mode
         self.recorder = recorder
         self.clock = StepClock(time.perf_counter_ns())
         self.probed = 0
-        self.backward_of: Any = None
+        self.backward_of: Recorder | None = None
         """The profile's recorder (a backward under way: its ``backward_line``)."""
         self.scale = 1.0
         """What a probe reads is multiplied by (:meth:`scale_to`)."""
@@ -208,7 +218,9 @@ class Prober:
             self.scale = mix_ns / (sum(found) / len(found))
         return self.scale
 
-    def probe(self, func: Any, call: Callable[..., Any], args: Any, kwargs: Any) -> int | None:
+    def probe(
+        self, func: OpOverload, call: Callable[..., object], args: Args, kwargs: Kwargs
+    ) -> int | None:
         """Nanoseconds per run of ``func`` on ``args`` outside the hot path (at least 0), or
         None where it cannot be probed safely (random ops, large or non-CPU tensors, tensor
         subclasses). Mutated arguments are cloned first: the user's tensors are never written."""
@@ -245,7 +257,14 @@ class Prober:
         return max(0, int((best_mode - best_bare) * self.scale) // PROBE_CALLS)
 
     def note(
-        self, clock: Any, entry: OpCount, line: Any, func: Any, call: Any, args: Any, kw: Any
+        self,
+        clock: StepClock,
+        entry: OpCount,
+        line: LineStats,
+        func: OpOverload,
+        call: Callable[..., object],
+        args: Args,
+        kw: Kwargs,
     ) -> None:
         """The op ``func`` was first seen at ``line`` (its count is ``entry``): its cost
         outside the hot path, probed, for :meth:`settle` (nothing raises). NB: not inside a
@@ -263,12 +282,12 @@ class Prober:
         if ns is not None:
             clock.probes.append([entry, line, ns, entry.count])
 
-    def settle(self, clock: Any) -> int:
+    def settle(self, clock: StepClock) -> int:
         """:func:`settle`, the step clock's call when it closes a step."""
         return settle(clock)
 
 
-def settle(clock: Any) -> int:
+def settle(clock: StepClock) -> int:
     """On closing a step: the probed ops' cost outside the hot path, less the
     ``outside_ns`` the hot path took for each, moves from their lines' launch time to the
     profiler's own (the nanoseconds moved; negative: the calibrated mean was too much).
@@ -304,7 +323,7 @@ def settle(clock: Any) -> int:
     return moved
 
 
-def _returns_tensor(func: Any) -> bool:
+def _returns_tensor(func: OpOverload) -> bool:
     return any("Tensor" in str(r.type) for r in func._schema.returns)
 
 
@@ -316,7 +335,7 @@ def _in_autograd(frame: FrameType | None) -> bool:
     return called_from(frame, _AUTOGRAD_FILE, 8)
 
 
-def probe_args(func: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+def probe_args(func: OpOverload, args: Args, kwargs: Kwargs) -> tuple[Args, Kwargs] | None:
     """``(args, kwargs)`` to probe ``func`` with (written tensors cloned), or None: not safe."""
     if func.namespace != "aten" or not _returns_tensor(func):
         # NB: only ATen's own ops, and only those that make a tensor: a collective
@@ -338,20 +357,20 @@ def probe_args(func: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
     schema = func._schema
     if not schema.is_mutable:
         return args, kwargs
-    args, kwargs = list(args), dict(kwargs)
+    cloned, kw = list(args), dict(kwargs)
     for i, arg in enumerate(schema.arguments):
         if arg.alias_info is None or not arg.alias_info.is_write:
             continue
-        if i < len(args) and isinstance(args[i], torch.Tensor):
-            args[i] = args[i].clone()
-        elif isinstance(kwargs.get(arg.name), torch.Tensor):
-            kwargs[arg.name] = kwargs[arg.name].clone()
-        elif i < len(args) or arg.name in kwargs:
+        if i < len(cloned) and isinstance(t := cloned[i], torch.Tensor):
+            cloned[i] = t.clone()
+        elif isinstance(t := kw.get(arg.name), torch.Tensor):
+            kw[arg.name] = t.clone()
+        elif i < len(cloned) or arg.name in kw:
             return None  # a list of written tensors (foreach ops): not probed
-    return tuple(args), kwargs
+    return tuple(cloned), kw
 
 
-def start_clock(recorder: Any, keep: int, key_on: Callable[[], Any] | None = None) -> Any:
+def start_clock(recorder: Recorder, keep: int, key_on: Scope | None = None) -> StepClock:
     """The step clock of a profile about to start on this thread: calibrated (the dispatch
     mode's cost outside its hot path, with each op probed on the CPU; the fast path's cost
     around each call it takes, ``key_on`` switching its key on), set on this thread's state.

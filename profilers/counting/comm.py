@@ -7,9 +7,9 @@ reduce_scatter. ``work.wait()`` and ``wait_tensor`` add their wait to the line t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
+from torch._ops import OpOverload
 
 COMM_NAMESPACES = ("c10d", "_c10d_functional")
 
@@ -22,13 +22,13 @@ class CommRule:
     op: str | None
     arg: int = 0
 
-    def nbytes(self, args: tuple[Any, ...]) -> int:
+    def nbytes(self, args: tuple[object, ...]) -> int:
         if self.op is None or not 0 <= self.arg < len(args):
             return 0
         return _nbytes(args[self.arg])
 
 
-def _nbytes(x: Any) -> int:
+def _nbytes(x: object) -> int:
     if isinstance(x, torch.Tensor):
         return int(x.nbytes)
     if isinstance(x, (list, tuple)):
@@ -76,7 +76,7 @@ _FUNCTIONAL = {
 }
 
 
-def comm_rule(func: Any) -> CommRule | None:
+def comm_rule(func: OpOverload) -> CommRule | None:
     """The rule of ``func`` (an OpOverload), or None when it is no collective."""
     namespace = getattr(func, "namespace", None)
     if namespace not in COMM_NAMESPACES:

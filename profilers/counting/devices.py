@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
+from profilers.memory.tracker import MemoryTracker
 
-def describe_devices(seen: set[str], memory: Any = None) -> list[dict[str, Any]]:
+
+def describe_devices(
+    seen: set[str], memory: MemoryTracker | None = None
+) -> list[dict[str, object]]:
     """The devices copies were seen on (``seen``), and the GPUs ``memory`` (the run's
     :class:`~profilers.memory.tracker.MemoryTracker`, if any) saw memory made on: a script
     that only computes on a GPU copies nothing there."""
@@ -16,7 +18,7 @@ def describe_devices(seen: set[str], memory: Any = None) -> list[dict[str, Any]]
         seen.update(f"cuda:{index}" for index in list(memory.peak))
     out = []
     for dev in sorted(seen):
-        entry: dict[str, Any] = {"device": dev, "name": None}
+        entry: dict[str, object] = {"device": dev, "name": None}
         if dev.startswith("cuda") and torch.cuda.is_available():
             index = int(dev.split(":")[1]) if ":" in dev else 0
             if index < torch.cuda.device_count():

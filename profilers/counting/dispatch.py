@@ -13,11 +13,11 @@ from collections.abc import Callable
 from sys import _getframe
 from time import perf_counter_ns as _ns
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from profilers.counting.backward import backward_ops_of, note_forward
-from profilers.counting.comm import comm_rule
-from profilers.counting.ops import CLASSIFIERS, METADATA_OPS, Classifier
+from profilers.counting.comm import CommRule, comm_rule
+from profilers.counting.ops import CLASSIFIERS, METADATA_OPS, Args, Classifier, Transfer
 from profilers.counting.origins import is_factory, note_made
 from profilers.counting.recorder import Recorder
 from profilers.counting.threads import ThreadState
@@ -35,11 +35,16 @@ from profilers.torch_private import (
     set_eval_frame,
 )
 
+if TYPE_CHECKING:
+    from profilers.counting.mode import ProfilerMode
+
 _current_node = current_node
 _set_eval_frame = set_eval_frame
 
 
-def _decomposed(mode: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _decomposed(
+    mode: ProfilerMode, func: OpOverload, args: Args, kwargs: dict[str, object]
+) -> object:
     """An op autograd decomposes before any mode sees it (CompositeImplicitAutograd: ``to``,
     ``item``, ``cpu``...) reaches the mode whole where autograd is off (``torch.inference_mode``,
     inference tensors): run its decomposition with the mode on, so that the ops it is made of
@@ -71,17 +76,17 @@ class OpFacts:
     def __init__(
         self,
         name: str | None,
-        classifier: Any,
-        call: Callable[..., Any],
+        classifier: Classifier | CommRule | None,
+        call: Callable[..., object],
         special: str | None = None,  # DECOMPOSE, COLLECTIVE (compared by identity)
     ) -> None:
         self.name = name
-        self.classifier: Classifier | None = classifier
+        self.classifier = classifier
         self.call = call
         self.special = special
 
 
-def op_facts(func: Any) -> OpFacts:
+def op_facts(func: OpOverload) -> OpFacts:
     """The :class:`OpFacts` of ``func``."""
     call = func._op if OP_OVERLOAD_HAS_OP and type(func) is OpOverload else func
     if func in METADATA_OPS:
@@ -126,12 +131,12 @@ def _current_caller(recorder: Recorder, base: int) -> FrameType | None:
 
 
 def dispatch(  # noqa: C901 - the hot path kept in one frame: a call per branch costs every op
-    mode: Any,
-    func: Any,
-    types: Any,
-    args: tuple[Any, ...] = (),
-    kwargs: dict[str, Any] | None = None,
-) -> Any:
+    mode: ProfilerMode,
+    func: OpOverload,
+    types: object,
+    args: Args = (),
+    kwargs: dict[str, object] | None = None,
+) -> object:
     """``ProfilerMode.__torch_dispatch__``: the hot path. What every op runs is here, in order
     (find the op's facts, its caller's line, count it, run it, charge its time, classify it);
     what only some ops need is in the functions below it, called on their branch only (NB: a
@@ -285,12 +290,12 @@ def _collective(
     line: LineStats,
     entry: OpCount,
     facts: OpFacts,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
+    args: Args,
+    kwargs: dict[str, object],
     t_in: int,
-) -> Any:
+) -> object:
     """A collective (or a wait on one): run and counted whole, its host time on the clock."""
-    rule: Any = facts.classifier
+    rule = cast(CommRule, facts.classifier)  # a COLLECTIVE's (op_facts), not checked per op
     if clock is None:
         return recorder.collective(line, entry, rule, facts.call, args, kwargs)
     t_call = _ns()
@@ -302,12 +307,12 @@ def _collective(
 def _run_watched(
     recorder: Recorder,
     st: ThreadState,
-    func: Any,
+    func: OpOverload,
     facts: OpFacts,
     entry: OpCount,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> tuple[Any, TimedOp | None, int, int]:
+    args: Args,
+    kwargs: dict[str, object],
+) -> tuple[object, TimedOp | None, int, int]:
     """The op run with CUDA events around it (kernel time on a GPU) and/or with the GPU trace
     listening (``--trace-syncs``: a sync it reports while the op runs is the op's): the
     output, the timing record to queue, and when the call began and returned."""
@@ -342,23 +347,22 @@ def _account(
     clock: StepClock | None,
     line: LineStats,
     facts: OpFacts,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    out: Any,
+    args: Args,
+    kwargs: dict[str, object],
+    out: object,
     ms: float,
     timed: TimedOp | None,
     st: ThreadState,
     t_call: int,
     t_ret: int,
     frame: FrameType | None,
-) -> Any:
+) -> Transfer | list[Transfer] | None:
     """An op with a copy/sync rule (or one the GPU trace saw sync): counted, and on the step
     clock its time moved to the wait it made; what it copied or synced (None: nothing)."""
     found = None
     try:
-        found = recorder.account(
-            line, facts.classifier, args, kwargs, out, ms, timed, st.synced, frame
-        )
+        rule = cast("Classifier | None", facts.classifier)  # not a COLLECTIVE (dispatch's)
+        found = recorder.account(line, rule, args, kwargs, out, ms, timed, st.synced, frame)
         if found is not None and clock is not None:
             charge_transfer(clock, line, found, t_ret - t_call, t_call, timed)
     except Exception as exc:
@@ -367,8 +371,12 @@ def _account(
 
 
 def _metadata_timed(
-    recorder: Recorder, call: Callable[..., Any], args: tuple[Any, ...], kwargs: Any, t_in: int
-) -> Any:
+    recorder: Recorder,
+    call: Callable[..., object],
+    args: Args,
+    kwargs: dict[str, object],
+    t_in: int,
+) -> object:
     """A metadata op (a view, ``detach``...) on the profile's thread: not charged to a line,
     but the profiler's time on it is its own. NB: moving ``last_ns`` on by that time keeps it
     out of the host work charged at the next op."""
@@ -380,7 +388,7 @@ def _metadata_timed(
     out = call(*args, **(kwargs or {}))
     t_ret = _ns()
     if clock is None:  # inside an input wait (timing/inputs.py)
-        assert st is not None
+        assert st is not None and st.inside is not None
         st.inside.add(t_call - t_in + _ns() - t_ret)
         return out
     own = t_call - t_in + clock.outside_ns + _ns() - t_ret
@@ -391,13 +399,13 @@ def _metadata_timed(
 
 
 def _under_compile(
-    prior: Any,
-    mode: Any,
-    func: Any,
-    types: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any] | None,
-) -> Any:
+    prior: object,
+    mode: ProfilerMode,
+    func: OpOverload,
+    types: object,
+    args: Args,
+    kwargs: dict[str, object] | None,
+) -> object:
     """dispatch() with dynamo's callback ``prior`` cleared, restored after (both are marked for
     dynamo to skip: profilers/counting/mode.py). The op's caller is
     then two frames further up; the line lookup walks past these frames (profilers' own)."""

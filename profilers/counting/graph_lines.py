@@ -52,7 +52,7 @@ class GraphLines:
     def __init__(self, user: UserCode) -> None:
         self.user = user
         self._known: dict[tuple[CodeType, int], GraphPlace | None] = {}
-        self._nodes: dict[int, tuple[Any, GraphPlace | None]] = {}
+        self._nodes: dict[int, tuple[object, GraphPlace | None]] = {}
 
     def place(self, frame: FrameType | None) -> GraphPlace | None:
         """The user's line a compiled graph traced the op called from ``frame`` at; None when
@@ -77,7 +77,7 @@ class GraphLines:
             frame = frame.f_back
         return None
 
-    def _node(self, node: Any) -> GraphPlace | None:
+    def _node(self, node: object) -> GraphPlace | None:
         """The place of a graph node torch.fx's Interpreter runs (``aot_eager`` runs its graphs
         so on torch 2.9: no generated code to read a line of), from its own stack."""
         if node is None:

@@ -23,12 +23,13 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from time import perf_counter_ns as _ns
-from typing import Any
+from types import FrameType
+from typing import Any, cast
 
 import torch
 
 from profilers.counting.comm import COMM_NAMESPACES, CommRule, comm_rule
-from profilers.counting.ops import CLASSIFIERS
+from profilers.counting.ops import CLASSIFIERS, Args, Classifier, Kwargs
 from profilers.counting.recorder import Recorder
 from profilers.counting.threads import ThreadState
 from profilers.memory.failure import failed_here
@@ -96,28 +97,31 @@ def missing() -> str | None:
     return ", ".join(lacking) or None
 
 
-def counted_ops() -> dict[Any, Any]:
+def counted_ops() -> dict[OpOverload, Classifier | CommRule]:
     """OpOverload -> its classifier or collective rule: the ops the fast path intercepts."""
-    ops: dict[Any, Any] = dict(CLASSIFIERS)
+    ops: dict[OpOverload, Classifier | CommRule] = dict(CLASSIFIERS)
     for namespace in COMM_NAMESPACES:
         for name in dispatch_get_all_op_names():
             if not name.startswith(f"{namespace}::"):
                 continue
             op = _overload(name)
             rule = comm_rule(op) if op is not None else None
-            if rule is not None:
+            if op is not None and rule is not None:
                 ops[op] = rule
     return ops
 
 
-def _overload(qualified: str) -> Any:
+def _overload(qualified: str) -> OpOverload | None:
     """``"c10d::allreduce_"`` -> ``torch.ops.c10d.allreduce_.default``, or None."""
     namespace, _, rest = qualified.partition("::")
     name, _, overload = rest.partition(".")
     try:
-        return getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
+        op: OpOverload = getattr(
+            getattr(getattr(torch.ops, namespace), name), overload or "default"
+        )
     except (AttributeError, RuntimeError):
         return None
+    return op
 
 
 class CountingKernels:
@@ -126,16 +130,24 @@ class CountingKernels:
     window) and for each thread the script starts."""
 
     def __init__(self, recorder: Recorder) -> None:
+        key, include, exclude = (
+            dispatch_key_pre_dispatch,
+            include_dispatch_key_guard,
+            exclude_dispatch_key_guard,
+        )
+        assert key is not None and include is not None and exclude is not None  # missing()
+        assert keyset_full_after is not None and dispatch_key_set is not None
         self.recorder = recorder
-        self._after = keyset_full_after(dispatch_key_pre_dispatch)
-        self._key = dispatch_key_set(dispatch_key_pre_dispatch)
+        self._pre, self._include, self._exclude = key, include, exclude
+        self._after = keyset_full_after(key)
+        self._key = dispatch_key_set(key)
 
     def install(self, stack: ExitStack) -> None:
         ops = {_qualified(op): (op, rule) for op, rule in counted_ops().items()}
         by_namespace: dict[str, list[str]] = {}
         for name in dispatch_get_all_op_names():
             by_namespace.setdefault(name.partition("::")[0], []).append(name)
-        make_library: Any = torch.library.Library
+        make_library: Any = torch.library.Library  # NB: torch's, untyped
         libraries: list[Any] = []
 
         def destroy() -> None:
@@ -159,9 +171,9 @@ class CountingKernels:
                     lib.impl(name.partition("::")[2], kernel, KEY, with_keyset=True)
                     continue
                 if name.partition(".")[0] in DECOMPOSED:
-                    op = _overload(name)
-                    if op is not None and composite_implicit(op):  # and, as any other op,
-                        kernel = self._decomposing_kernel(op)  # a fallthrough at the key
+                    whole = _overload(name)
+                    if whole is not None and composite_implicit(whole):  # and, as any other op,
+                        kernel = self._decomposing_kernel(whole)  # a fallthrough at the key
                         _hidden_from_dynamo(kernel)
                         lib.impl(name.partition("::")[2], kernel, "Python", with_keyset=True)
                 try:
@@ -172,10 +184,10 @@ class CountingKernels:
     @contextmanager
     def on_thread(self) -> Iterator[None]:
         """The key switched on for this thread (threads start with it off)."""
-        with include_dispatch_key_guard(dispatch_key_pre_dispatch):
+        with self._include(self._pre):
             yield
 
-    def _decomposing_kernel(self, op: Any) -> Callable[..., Any]:
+    def _decomposing_kernel(self, op: OpOverload) -> Callable[..., object]:
         """``to``, ``item``... at the Python key, which they reach whole only where autograd
         (which decomposes them first everywhere else) is off and a Python mode or tensor
         subclass is there (inference mode under --fake-cuda's mode, say): the mode's own code
@@ -184,25 +196,26 @@ class CountingKernels:
         as it does outside inference mode. Never reached otherwise: free."""
         decompose = op._op_dk
         implicit = implicit_key
+        assert implicit is not None  # composite_implicit(op) said so
 
-        def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        def kernel(keyset: object, *args: object, **kwargs: object) -> object:
             return decompose(implicit, *args, **kwargs)
 
         return kernel
 
-    def _kernel(self, op: Any, rule: Any) -> Callable[..., Any]:  # noqa: C901 - the fast path per op, one closure
+    def _kernel(self, op: OpOverload, rule: Classifier) -> Callable[..., object]:  # noqa: C901 - the fast path per op, one closure
         recorder = self.recorder
         after, key = self._after, self._key
         name = str(op).removeprefix("aten.")
         tensor_args = _tensor_positions(op)
         handle = getattr(op, "_handle", None)
         redispatch = getattr(handle, "redispatch_boxed", None) or op.redispatch
-        exclude = exclude_dispatch_key_guard
+        exclude = self._exclude
         getframe = sys._getframe
         is_item = name == "_local_scalar_dense.default"
         is_cast = name == "_to_copy.default"
 
-        def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        def kernel(keyset: torch._C.DispatchKeySet, *args: object, **kwargs: object) -> object:
             enter = _ns()
             ks = keyset & after
             for i in tensor_args:
@@ -247,7 +260,7 @@ class CountingKernels:
                 if st.in_comm:
                     return out  # DataParallel's comm functions count their own copies
                 try:
-                    frame: Any = getframe(1)
+                    frame: FrameType | None = getframe(1)
                 except ValueError:  # a C++ thread with no Python frames (autograd's device threads)
                     frame = None
                 line, walk, made_at = recorder.counted_line(st, frame)
@@ -260,7 +273,7 @@ class CountingKernels:
 
         return kernel
 
-    def _collective_kernel(self, op: Any, rule: CommRule) -> Callable[..., Any]:
+    def _collective_kernel(self, op: OpOverload, rule: CommRule) -> Callable[..., object]:
         """A collective, counted with the host's time in it (the wait, where the backend
         blocks), at the line that called it."""
         recorder = self.recorder
@@ -268,12 +281,12 @@ class CountingKernels:
         name = str(op)
         handle = getattr(op, "_handle", None)
         redispatch = getattr(handle, "redispatch_boxed", None) or op.redispatch
-        exclude = exclude_dispatch_key_guard
+        exclude = self._exclude
 
-        def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        def kernel(keyset: torch._C.DispatchKeySet, *args: object, **kwargs: object) -> object:
             ks = keyset & after
 
-            def run(*a: Any, **k: Any) -> Any:
+            def run(*a: object, **k: object) -> object:
                 with exclude(key):
                     return redispatch(ks, *a, **k)
 
@@ -281,7 +294,7 @@ class CountingKernels:
                 return run(*args, **kwargs)
             try:
                 try:
-                    frame: Any = sys._getframe(1)
+                    frame: FrameType | None = sys._getframe(1)
                 except ValueError:
                     frame = None
                 line = recorder.line_for(frame)
@@ -293,12 +306,12 @@ class CountingKernels:
         return kernel
 
 
-def _qualified(op: Any) -> str:
+def _qualified(op: OpOverload) -> str:
     """``"aten::add.Tensor"``, ``"aten::_to_copy"``: the dispatcher's name of an overload."""
     return str(op._name)
 
 
-def _tensor_positions(op: Any) -> tuple[int, ...]:
+def _tensor_positions(op: OpOverload) -> tuple[int, ...]:
     """Where the op's schema takes a single Tensor (a wrapped number arrives there as a scalar)."""
     return tuple(
         i
@@ -307,7 +320,7 @@ def _tensor_positions(op: Any) -> tuple[int, ...]:
     )
 
 
-def _rewrap(args: tuple[Any, ...], positions: tuple[int, ...]) -> tuple[Any, ...]:
+def _rewrap(args: Args, positions: tuple[int, ...]) -> Args:
     """``args`` with each scalar where a Tensor belongs made a 0-dim CPU tensor again: of the
     first operand's dtype for the others (an op casts its sources to it), else of a wrapped
     number's own (double, long, bool, complex double)."""
@@ -341,18 +354,18 @@ _INT_RANGES: dict[torch.dtype, tuple[int, int]] = {
 _FLOAT32_MAX = torch.finfo(torch.float32).max
 
 
-def _cast_number(v: Any, kwargs: dict[str, Any]) -> torch.Tensor | None:
+def _cast_number(v: Any, kwargs: Kwargs) -> torch.Tensor | None:
     """The 0-dim CPU tensor that ``_to_copy`` makes of the wrapped number ``v`` (CPU arithmetic
     casting a Python number to its tensor's dtype: ``y + 1`` on float32), made at once where
     that is exactly the cast's result: the op's redispatch and the rewrap cost 12 µs of the
     20 µs such a call spent here. None: anywhere else (another device, a pinned result, a
     value the cast wraps or rounds to infinity, where making the number checks for overflow
     and raises), where the op runs."""
-    device = kwargs.get("device")
+    device = cast("torch.device | None", kwargs.get("device"))  # NB: the schema's, not checked
     if (device is not None and device.type != "cpu") or kwargs.get("pin_memory"):
         return None
     kind = type(v)
-    dtype = kwargs.get("dtype") or _WRAPPED_DTYPES[kind]
+    dtype = cast("torch.dtype | None", kwargs.get("dtype")) or _WRAPPED_DTYPES[kind]
     if kind is complex:
         exact = dtype == torch.complex128
     elif dtype == torch.float64:
@@ -366,7 +379,7 @@ def _cast_number(v: Any, kwargs: dict[str, Any]) -> torch.Tensor | None:
     return torch.scalar_tensor(v, dtype=dtype, device=_CPU) if exact else None
 
 
-def _hidden_from_dynamo(kernel: Callable[..., Any]) -> None:
+def _hidden_from_dynamo(kernel: Callable[..., object]) -> None:
     """Marks ``kernel`` (its code, shared by every op's closure) for dynamo to skip, with all it
     calls. NB: between a compiled function's graphs its ops run eagerly with dynamo's frame
     callback on, so an op there that reaches the key hands our kernel's frame to dynamo, which

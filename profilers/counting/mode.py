@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from profilers.counting.dispatch import _under_compile, dispatch
 from profilers.torch_private import eval_frame, set_code_exec_strategy
+
+if TYPE_CHECKING:
+    from profilers.counting.recorder import Recorder
 
 
 def hide_from_dynamo() -> bool:
@@ -46,7 +49,7 @@ class ProfilerMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
     def _should_skip_dynamo(cls) -> bool:
         return not hide_from_dynamo()
 
-    def __init__(self, recorder: Any) -> None:
+    def __init__(self, recorder: Recorder) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.recorder = recorder
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
-from typing import Any
+from types import FrameType
 
 import torch
 
@@ -34,7 +35,7 @@ class GpuQuestions:
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
-        self.asked: dict[str, Any] | None = None
+        self.asked: dict[str, object] | None = None
 
     def install(self, stack: ExitStack) -> None:
         """Watches the questions, only where torch really sees no GPU."""
@@ -47,8 +48,8 @@ class GpuQuestions:
                 continue
             set_attr(stack, module, name, self._watch(original, shown))
 
-    def _watch(self, original: Any, shown: str) -> Any:
-        def asked(*args: Any, **kwargs: Any) -> Any:
+    def _watch(self, original: Callable[..., object], shown: str) -> Callable[..., object]:
+        def asked(*args: object, **kwargs: object) -> object:
             answer = original(*args, **kwargs)
             if self.asked is None and not answer:
                 self._keep(shown, answer, sys._getframe(1))
@@ -58,12 +59,14 @@ class GpuQuestions:
         asked.__doc__ = original.__doc__
         return asked
 
-    def _keep(self, shown: str, answer: Any, frame: Any) -> None:
+    def _keep(self, shown: str, answer: object, frame: FrameType | None) -> None:
         user = self.recorder.user
         f = user.first(frame)
         if f is None:  # torch or a library asked, not the script
             return
-        while frame is not f:  # NB: a compiler's own question is not the script's
+        while (
+            frame is not None and frame is not f
+        ):  # NB: a compiler's own question is not the script's
             if any(part in frame.f_code.co_filename for part in COMPILERS):
                 return
             frame = frame.f_back
@@ -74,7 +77,7 @@ class GpuQuestions:
             "line": f.f_lineno,
         }
 
-    def fallback(self, devices: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def fallback(self, devices: Sequence[Mapping[str, object]]) -> dict[str, object] | None:
         """What the report says (``gpu_fallback``): the question, its answer and its line, when
         the script asked and then ran no op on a GPU; else None."""
         if self.asked is None:

@@ -7,18 +7,15 @@ every op has exactly one meaning.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeGuard, cast
 
 import torch
+from torch._ops import OpOverload
 
-from profilers.names import (
-    COPY_TO_DEVICE,
-    COPY_TO_HOST,
-    DATA_DEPENDENT,
-    ITEM,
-)
+from profilers.names import COPY_TO_DEVICE, COPY_TO_HOST, DATA_DEPENDENT, ITEM
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,15 +38,16 @@ class Transfer:
 
 
 IsPinned = Callable[[torch.Tensor], bool]
-Classifier = Callable[
-    [tuple[Any, ...], dict[str, Any], Any, IsPinned], "Transfer | list[Transfer] | None"
-]
+Args = tuple[object, ...]  # an op's positional arguments
+Kwargs = Mapping[str, object]  # its keyword arguments
+Scope = Callable[[], AbstractContextManager[object]]  # a context to run inside (a mode...)
+Classifier = Callable[[Args, Kwargs, object, IsPinned], "Transfer | list[Transfer] | None"]
 """An op's rule: what it moved and/or waited for (a list where it did several things)."""
 
-CLASSIFIERS: dict[Any, Classifier] = {}
+CLASSIFIERS: dict[OpOverload, Classifier] = {}
 
 
-def _ops(*names: str) -> list[Any]:
+def _ops(*names: str) -> list[OpOverload]:
     """The overloads that exist in this torch build (``"aten.nonzero.default"`` style names)."""
     found = []
     for name in names:
@@ -182,9 +180,7 @@ def _copy(
 
 
 @classifies("aten._to_copy.default")
-def _to_copy(
-    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
-) -> Transfer | None:
+def _to_copy(args: Args, kwargs: Kwargs, out: object, is_pinned: IsPinned) -> Transfer | None:
     src = args[0]
     if not isinstance(src, torch.Tensor) or not isinstance(out, torch.Tensor):
         return None
@@ -198,9 +194,7 @@ def _to_copy(
 
 
 @classifies("aten.lift_fresh.default")
-def _lift_fresh(
-    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
-) -> Transfer | None:
+def _lift_fresh(args: Args, kwargs: Kwargs, out: object, is_pinned: IsPinned) -> Transfer | None:
     """``torch.tensor(data, device="cuda")`` (also ``as_tensor``, ``new_tensor`` and the legacy
     constructors) from Python data: a blocking copy from pageable host memory, made by the data.
 
@@ -221,9 +215,7 @@ def _lift_fresh(
 
 
 @classifies("aten.copy_.default", "aten.copy.default")
-def _copy_(
-    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
-) -> Transfer | None:
+def _copy_(args: Args, kwargs: Kwargs, out: object, is_pinned: IsPinned) -> Transfer | None:
     dst, src = args[0], args[1]
     if not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor):
         return None
@@ -232,9 +224,7 @@ def _copy_(
 
 
 @classifies("aten._local_scalar_dense.default")
-def _item(
-    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
-) -> Transfer | None:
+def _item(args: Args, kwargs: Kwargs, out: object, is_pinned: IsPinned) -> Transfer | None:
     # NB: .item(), float(t), int(t), bool(t) and `if t:` all reach _local_scalar_dense, which on a
     # GPU copies one element to the host and synchronises (at::cuda::memcpy_and_sync).
     t = args[0]
@@ -243,7 +233,7 @@ def _item(
     return Transfer("d2h", t.element_size(), True, False, ITEM, str(device_of(t)), "cpu", _dtype(t))
 
 
-def _data_dependent(t: Any) -> Transfer | None:
+def _data_dependent(t: object) -> Transfer | None:
     if isinstance(t, torch.Tensor) and _on_gpu(t):
         return Transfer(None, sync=DATA_DEPENDENT)
     return None
@@ -260,7 +250,7 @@ def _data_dependent(t: Any) -> Transfer | None:
     "aten.unique_dim_consecutive.default",
 )
 def _shape_from_values(
-    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
+    args: Args, kwargs: Kwargs, out: object, is_pinned: IsPinned
 ) -> Transfer | None:
     # NB: the output size depends on the values, so the GPU must finish and report it before the
     # host can allocate the output (set_sync_debug_mode flags each of these).
@@ -269,19 +259,19 @@ def _shape_from_values(
 
 @classifies("aten.repeat_interleave.Tensor", "aten.repeat_interleave.self_Tensor")
 def _repeat_interleave(
-    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
+    args: Args, kwargs: Kwargs, out: object, is_pinned: IsPinned
 ) -> Transfer | None:
     if kwargs.get("output_size") is not None:
         return None  # the caller said the size: no wait
     return _data_dependent(args[0])
 
 
-def _is_mask(i: Any) -> bool:
+def _is_mask(i: object) -> TypeGuard[torch.Tensor]:
     return isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
 
 
 def _indices_moved(
-    self: torch.Tensor, indices: Any, out: Any, is_pinned: IsPinned
+    self: torch.Tensor, indices: Sequence[object], out: object, is_pinned: IsPinned
 ) -> list[Transfer] | None:
     """What indexing a GPU tensor with ``indices`` does before any kernel runs: the copies of
     index tensors held on the host, then the sync where a mask on the GPU needs ``nonzero``.
@@ -293,7 +283,7 @@ def _indices_moved(
     moved: list[Transfer] = []
     gpu_mask = False
     dst = str(device_of(self))
-    for pos, i in enumerate(indices or ()):
+    for pos, i in enumerate(indices):
         if not isinstance(i, torch.Tensor) or device_of(i).type == "meta":
             continue
         if _is_mask(i):
@@ -318,7 +308,7 @@ def _indices_moved(
     return moved or None
 
 
-def _mask_count(mask: torch.Tensor, pos: int, indices: Any, out: Any) -> int:
+def _mask_count(mask: torch.Tensor, pos: int, indices: Sequence[object], out: object) -> int:
     """How many elements a host mask selects: read off ``out`` when the mask is the only
     index (its selected rows are out's dimension ``pos``), else counted on the host."""
     others = [i for i in indices if i is not None]
@@ -327,7 +317,7 @@ def _mask_count(mask: torch.Tensor, pos: int, indices: Any, out: Any) -> int:
     return int(mask.count_nonzero())
 
 
-def _on_gpu(t: Any) -> bool:
+def _on_gpu(t: object) -> TypeGuard[torch.Tensor]:
     if not isinstance(t, torch.Tensor):
         return False
     device = device_of(t)
@@ -335,21 +325,20 @@ def _on_gpu(t: Any) -> bool:
 
 
 @classifies("aten.index.Tensor")
-def _index(
-    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
-) -> list[Transfer] | None:
+def _index(args: Args, kwargs: Kwargs, out: object, is_pinned: IsPinned) -> list[Transfer] | None:
     # NB: t[mask] dispatches only aten.index.Tensor; the nonzero that turns the mask into
     # indices runs inside it, so the rule must recognise the index itself.
     if not _on_gpu(args[0]):
         return None
-    return _indices_moved(args[0], args[1], out, is_pinned)
+    # NB: cast, not checked: the schema's ``Tensor?[] indices`` (a list, or None in an empty list)
+    return _indices_moved(args[0], cast("list[object]", args[1]) or (), out, is_pinned)
 
 
 @classifies("aten.index_put_.default", "aten.index_put.default", "aten._index_put_impl_.default")
 def _index_put(
-    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
+    args: Args, kwargs: Kwargs, out: object, is_pinned: IsPinned
 ) -> list[Transfer] | None:
-    self, indices = args[0], args[1]
+    self, indices = args[0], cast("list[object]", args[1])  # the schema's Tensor?[] (as _index)
     if not _on_gpu(self):
         return None
     values = args[2] if len(args) > 2 else kwargs.get("values")
@@ -372,7 +361,7 @@ def _index_put(
 
 
 def classify(
-    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_pinned: IsPinned
+    func: OpOverload, args: Args, kwargs: Kwargs, out: object, is_pinned: IsPinned
 ) -> Transfer | list[Transfer] | None:
     """The transfer and/or sync ``func(*args, **kwargs) -> out`` made; None for a plain op."""
     fn = CLASSIFIERS.get(func)

@@ -13,11 +13,15 @@ import os
 import weakref
 from collections.abc import Mapping
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from profilers.origins import FACTORY, HOST, LOADER, PARAMETER, PINNED
+
+if TYPE_CHECKING:
+    from profilers.memory.tracker import MemoryTracker
+    from profilers.stats import LineStats
 
 Tensor = torch.Tensor
 
@@ -76,7 +80,7 @@ class Maker(weakref.ref):  # type: ignore[type-arg]  # of an UntypedStorage
 
     __slots__ = ("key", "line", "op", "origin")
 
-    line: Any
+    line: LineStats
     op: str
     origin: str
     key: int
@@ -93,7 +97,7 @@ class Provenance:
         if self.storages.get(made.key) is made:
             self.storages.pop(made.key, None)
 
-    def note(self, line: Any, op: str, origin: str, t: Tensor) -> None:
+    def note(self, line: LineStats, op: str, origin: str, t: Tensor) -> None:
         """Notes that ``line``'s ``op`` made ``t`` (a host tensor), of ``origin``."""
         if len(self.storages) >= MAX_KEPT:
             return
@@ -113,7 +117,7 @@ class Provenance:
             return None
 
 
-def note_made(provenance: Provenance, line: Any, name: str, out: Any) -> None:
+def note_made(provenance: Provenance, line: LineStats, name: str, out: object) -> None:
     """A factory op's output, if on the host (one on a GPU needs no fix). NB: NumPy's data
     (``torch.from_numpy``) reaches the dispatcher as ``lift_fresh`` too, in memory NumPy owns
     (not resizable): no factory's, its origin stays ``host``."""
@@ -135,12 +139,12 @@ def _resizable(t: Tensor) -> bool:
         return True
 
 
-def batch_tensors(batch: Any, limit: int = MAX_BATCH_TENSORS) -> list[Tensor]:
+def batch_tensors(batch: object, limit: int = MAX_BATCH_TENSORS) -> list[Tensor]:
     """The tensors of a batch: a tensor, or nested mappings (a dict, HF's ``BatchEncoding``),
     lists and tuples (named ones too) of them; at most ``limit``, four levels deep."""
     found: list[Tensor] = []
 
-    def walk(x: Any, depth: int) -> None:
+    def walk(x: object, depth: int) -> None:
         if len(found) >= limit:
             return
         if isinstance(x, Tensor):
@@ -156,7 +160,7 @@ def batch_tensors(batch: Any, limit: int = MAX_BATCH_TENSORS) -> list[Tensor]:
     return found
 
 
-def loader_settings(it: Any) -> dict[str, Any]:
+def loader_settings(it: object) -> dict[str, object]:
     """The settings of the DataLoader behind the iterator ``it`` (``_BaseDataLoaderIter`` keeps
     the loader's own, torch/utils/data/dataloader.py), None where it has none."""
     workers = getattr(it, "_num_workers", None)
@@ -171,7 +175,9 @@ def loader_settings(it: Any) -> dict[str, Any]:
     }
 
 
-def note_batch(provenance: Provenance, line: Any, it: Any, batch: Any, wait_ns: int) -> None:
+def note_batch(
+    provenance: Provenance, line: LineStats, it: Any, batch: object, wait_ns: int
+) -> None:
     """A batch the loader iterator ``it`` returned at ``line`` (the ``for`` line): its tensors'
     storages are the loader's, and the line keeps the loader's settings."""
     for t in batch_tensors(batch):
@@ -192,7 +198,7 @@ def note_batch(provenance: Provenance, line: Any, it: Any, batch: Any, wait_ns: 
     found["wait_ms"] = round(found["wait_ms"] + wait_ns / 1e6, 3)
 
 
-def source_of(args: tuple[Any, ...]) -> Tensor | None:
+def source_of(args: tuple[object, ...]) -> Tensor | None:
     """The host tensor a host-to-GPU copy read: the first host tensor among ``args`` (``_to_copy``'s
     ``self``; ``copy_``'s ``src``; an index moved by ``index``)."""
     for a in args:
@@ -207,9 +213,9 @@ def origin_of(
     pageable: bool,
     frame: FrameType | None,
     provenance: Provenance | None,
-    memory: Any,
-    line: Any = None,
-) -> tuple[str, Any, str | None]:
+    memory: MemoryTracker | None,
+    line: LineStats | None = None,
+) -> tuple[str, LineStats | None, str | None]:
     """``(origin, the maker's line or None, the maker's op or None)`` of a host-to-GPU copy of
     ``src``, which read pageable memory or not, called from ``frame`` at ``line``."""
     if (
@@ -264,7 +270,7 @@ def called_from(frame: FrameType | None, file: str, depth: int) -> bool:
     return False
 
 
-def _factory_at(line: Any) -> str | None:
+def _factory_at(line: LineStats | None) -> str | None:
     """The first factory op ``line`` (a ``LineStats``) ran, by name (``randn``), if any."""
     for name in list(getattr(line, "op_breakdown", ())):
         if is_factory(name) and not _lifted(name):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import torch
 
@@ -22,7 +21,7 @@ KEPT_ON_PRINT = "gpuwatch_kept_on_print"
 
 
 @contextmanager
-def own_modes_only(bottom: Any = None) -> Iterator[None]:
+def own_modes_only(bottom: object = None) -> Iterator[None]:
     """Every dispatch mode off, as torch's printing has them, except gpuwatch's own; ``bottom``
     (a mode) goes under them when no mode of its type is there."""
     from torch.utils._python_dispatch import _disable_current_modes, _pop_mode, _push_mode
@@ -40,11 +39,11 @@ def own_modes_only(bottom: Any = None) -> Iterator[None]:
                 _pop_mode()
 
 
-def _on_a_device(t: Any) -> bool:
+def _on_a_device(t: object) -> bool:
     return isinstance(t, torch.Tensor) and t.device.type not in ("cpu", "meta")
 
 
-def _functorch_wrapped(t: Any) -> bool:
+def _functorch_wrapped(t: object) -> bool:
     functorch = getattr(torch._C, "_functorch", None)
     return functorch is not None and bool(functorch.is_functorch_wrapped_tensor(t))
 
@@ -53,7 +52,7 @@ def counted_str(original: Callable[..., str], active: Callable[[], bool]) -> Cal
     """``torch._tensor_str._str`` whose reads of a GPU tensor are counted while ``active()``."""
     from torch._tensor_str import _str_intern
 
-    def _str(self: Any, *, tensor_contents: Any = None) -> str:
+    def _str(self: torch.Tensor, *, tensor_contents: object = None) -> str:
         if not (active() and _on_a_device(self)) or _functorch_wrapped(self):
             return original(self, tensor_contents=tensor_contents)
         # NB: without torch's _DisableFuncTorch guard: it is there for functorch's wrapped

@@ -15,7 +15,15 @@ import torch
 
 from profilers.counting.comm import CommRule
 from profilers.counting.graph_lines import GraphLines, GraphPlace
-from profilers.counting.ops import Classifier, IsPinned, Transfer, default_is_pinned
+from profilers.counting.ops import (
+    Args,
+    Classifier,
+    IsPinned,
+    Kwargs,
+    Scope,
+    Transfer,
+    default_is_pinned,
+)
 from profilers.counting.origins import Provenance, note_batch, origin_of, source_of
 from profilers.counting.threads import ThreadState, ThreadStates
 from profilers.counting.user_code import UNKNOWN, UserCode, inside_tensor_printing, statement
@@ -29,6 +37,7 @@ from profilers.timing.timeline import StepClock
 from profilers.torch_private import BACKWARD_NODES
 
 if TYPE_CHECKING:
+    from profilers.counting.dispatch import OpFacts
     from profilers.timing.oplog import OpLog
 
 
@@ -92,7 +101,7 @@ class Recorder:
         self.backward_state: ThreadState | None = None
         """The state of the thread that called the .backward() under way (its forward first)."""
         self._lock = threading.Lock()
-        self.op_facts: dict[str, Any] = {}
+        self.op_facts: dict[str, OpFacts] = {}
         """The hot path's ``OpFacts`` (profilers/counting/dispatch.py) by qualified op name."""
         self._steps: dict[str, int] = {}  # steps ended, by how they were told (see step())
         self.step_number = 0
@@ -106,7 +115,7 @@ class Recorder:
         """Ops whose copies and syncs could not be counted."""
         self.step_clock: StepClock | None = None
         """Where the time of each step goes, on the profile's own thread (None: not measured)."""
-        self.input_scope: Callable[[], Any] | None = None
+        self.input_scope: Scope | None = None
         """What an input wait runs inside (profilers/patches.py ``quiet_inputs``), if anything."""
         self.replay: OpLog | None = None
         """The step replay's records, only for ``what_if``/``gpu``: None keeps it off the hot path."""
@@ -241,9 +250,9 @@ class Recorder:
         self,
         line: LineStats,
         classifier: Classifier | None,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        out: Any,
+        args: Args,
+        kwargs: Kwargs,
+        out: object,
         ms: float,
         timed: TimedOp | None,
         synced: bool,
@@ -324,7 +333,7 @@ class Recorder:
         self,
         line: LineStats,
         found: Transfer | list[Transfer],
-        args: tuple[Any, ...],
+        args: Args,
         frame: FrameType | None,
         made_at: tuple[str, int, str] | None = None,
         ms: float = 0.0,
@@ -338,7 +347,7 @@ class Recorder:
                 self.note_origin(line, t, args, frame)
 
     def note_origin(
-        self, line: LineStats, t: Transfer, args: tuple[Any, ...], frame: FrameType | None
+        self, line: LineStats, t: Transfer, args: Args, frame: FrameType | None
     ) -> None:
         """Where the copied tensor came from, counted at ``line``; at copies only."""
         origin, maker, op = (
@@ -352,7 +361,9 @@ class Recorder:
         made_at = None if maker is None else f"{maker.file}:{maker.line}"
         found.add(t.nbytes or 0, t.pageable, t.non_blocking, made_at, op)
 
-    def loader_batch(self, it: Any, batch: Any, frame: FrameType | None, wait_ns: int) -> None:
+    def loader_batch(
+        self, it: object, batch: object, frame: FrameType | None, wait_ns: int
+    ) -> None:
         """A DataLoader batch: its tensors are a loader's, its line keeps the loader's settings
         and the wait."""
         self.batches += 1  # NB: counted outside a step window too (patches.count_steps)
@@ -368,10 +379,10 @@ class Recorder:
         line: LineStats,
         entry: OpCount | None,
         rule: CommRule,
-        call: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
+        call: Callable[..., object],
+        args: Args,
+        kwargs: Kwargs,
+    ) -> object:
         """Runs and counts a collective (or a wait on one) with its host time: the host's wait
         where the backend blocks."""
         t = time.perf_counter()

@@ -14,9 +14,15 @@ from __future__ import annotations
 
 import threading
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from profilers.stats import LineStats, OpCount
+
+if TYPE_CHECKING:
+    from torch._ops import OpOverload
+
+    from profilers.timing.inputs import Inside
+    from profilers.timing.timeline import StepClock
 
 
 class BackwardOps:
@@ -56,13 +62,13 @@ class ThreadState:
 
     def __init__(self) -> None:
         self.table: dict[tuple[str, int], LineStats] = {}
-        self.op: Any = None
+        self.op: OpOverload | None = None
         """The op running on this thread now (for sync callbacks that fire inside it)."""
         self.synced = False
         self.in_comm = 0
-        self.clock: Any = None
+        self.clock: StepClock | None = None
         """The step clock (profilers/timing/timeline.py), on the profile's own thread only."""
-        self.inside: Any = None
+        self.inside: Inside | None = None
         """While an input wait is timed (the clock off): what the profiler spent on the ops the
         iterator runs (collate's), to keep out of the wait (timing/inputs.py ``Inside``)."""
         # NB: the line of the last op's calling frame. Holding the frame keeps it (and so its
@@ -80,7 +86,7 @@ class ThreadState:
         # Backward ops of this thread that a forward line's op made the node of, by (id of the
         # line that ran them, id of the forward line); merged into both lines' counts when read.
         self.backward: dict[tuple[int, int], BackwardOps] = {}
-        self.bw_node: Any = None
+        self.bw_node: object = None
         """The autograd node of the last backward op (its ops come one after another)."""
         self.bw_ops: dict[str, OpCount] | None = None
         self.bw_line: LineStats | None = None

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import threading
 from contextlib import ExitStack
-from typing import Any
 
 _KEY = "_gpuwatch_in_kernel"
 
 
-def _flags(mode: Any) -> threading.local:
+def _flags(mode: object) -> threading.local:
     found = mode.__dict__.get(_KEY)
     if found is None:
         # NB: dict.setdefault is atomic under the GIL: two threads get the same local.
@@ -26,11 +25,11 @@ def _flags(mode: Any) -> threading.local:
     return found  # type: ignore[no-any-return]
 
 
-def _get(mode: Any) -> bool:
+def _get(mode: object) -> bool:
     return bool(getattr(_flags(mode), "on", False))
 
 
-def _set(mode: Any, on: bool) -> None:
+def _set(mode: object, on: bool) -> None:
     _flags(mode).on = on
 
 

@@ -9,7 +9,12 @@ thread that ends the steps, which must be the profile's own (the mode stack is p
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from profilers.counting.recorder import Recorder
 
 
 class StepWindow:
@@ -17,7 +22,9 @@ class StepWindow:
     step ``start`` begins and leaves it when step ``stop`` begins (``stop`` None: at the
     profile's end); steps are numbered from 0."""
 
-    def __init__(self, recorder: Any, mode: Any, start: int, stop: int | None) -> None:
+    def __init__(
+        self, recorder: Recorder, mode: AbstractContextManager[object], start: int, stop: int | None
+    ) -> None:
         self.recorder = recorder
         self.mode = mode
         self.start = start
@@ -64,7 +71,7 @@ class StepWindow:
         return [self.start, max(self.start, end)]
 
 
-def window_steps(window: StepWindow, seen: dict[str, Any] | None) -> dict[str, Any]:
+def window_steps(window: StepWindow, seen: Mapping[str, object] | None) -> dict[str, object]:
     """The report's ``steps`` of a windowed profile: the steps the window covered of those seen."""
     first, end = window.covered
     return {

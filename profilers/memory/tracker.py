@@ -13,9 +13,12 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from profilers.stats import LineStats
 
 Tensor = torch.Tensor
 
@@ -29,7 +32,7 @@ class Made(weakref.ref):  # type: ignore[type-arg]  # of an UntypedStorage
 
     __slots__ = ("index", "key", "line", "nbytes", "op")
 
-    line: Any
+    line: LineStats
     """The recorder's line (``LineStats``) whose op made the storage."""
     op: str
     key: int
@@ -38,7 +41,7 @@ class Made(weakref.ref):  # type: ignore[type-arg]  # of an UntypedStorage
     nbytes: int
 
 
-LineKey = tuple[Any, int]
+LineKey = tuple["LineStats", int]
 """(the line's ``LineStats``, the GPU's index): one line can hold memory on several GPUs."""
 
 
@@ -76,7 +79,7 @@ class MemoryTracker:
 
     # -- the hot path ---------------------------------------------------------------------------
 
-    def made(self, line: Any, op: str, out: Any) -> None:
+    def made(self, line: LineStats, op: str, out: object) -> None:
         """Notes the storages of the tensors an op returned (a tensor, or a tuple/list of them)."""
         if isinstance(out, Tensor):
             self._one(line, op, out)
@@ -85,7 +88,7 @@ class MemoryTracker:
                 if isinstance(t, Tensor):
                     self._one(line, op, t)
 
-    def _one(self, line: Any, op: str, t: Tensor) -> None:
+    def _one(self, line: LineStats, op: str, t: Tensor) -> None:
         try:
             storage = t.untyped_storage()
         except (RuntimeError, NotImplementedError, TypeError):
@@ -110,7 +113,7 @@ class MemoryTracker:
                 self._drain()
                 self._add(line, index, nbytes)
 
-    def _add(self, line: Any, index: int, nbytes: int) -> None:
+    def _add(self, line: LineStats, index: int, nbytes: int) -> None:
         k = (line, index)
         now = self.live[k] = self.live.get(k, 0) + nbytes
         if now > self.line_max.get(k, 0):
@@ -187,9 +190,9 @@ class MemoryTracker:
                 yield index, self.peak[index], self.peak_step.get(index, 0), dict(held)
 
 
-def by_line(held: dict[LineKey, int]) -> dict[tuple[str, int], tuple[Any, int]]:
+def by_line(held: dict[LineKey, int]) -> dict[tuple[str, int], tuple[LineStats, int]]:
     """Bytes per (file, line): the lines of several threads and GPUs summed."""
-    out: dict[tuple[str, int], tuple[Any, int]] = {}
+    out: dict[tuple[str, int], tuple[LineStats, int]] = {}
     for (line, _), n in held.items():
         k = (line.file, line.line)
         prev = out.get(k)
