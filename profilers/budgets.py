@@ -23,15 +23,12 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from profilers.finite import number
 from profilers.names import CAUSES, DIRECTIONS
+from profilers.records import Line
+from profilers.report import Report
 from profilers.stats import COMM_OPS, CommOp, Counted
-
-if TYPE_CHECKING:
-    from profilers.records import Line
-    from profilers.report import Report
 
 __all__ = [
     "MEASURES",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TextIO
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -402,7 +402,7 @@ def _causes(s: Line) -> str:
     return ", ".join(f"{k} {v:,}" for k, v in s.syncs.by_cause.items())
 
 
-def print_summary(report: Report, top: int, file: Any, findings: Findings) -> None:
+def print_summary(report: Report, top: int, file: TextIO | None, findings: Findings) -> None:
     """The summary on ``file`` (stderr by default); a terminal that went away is no error."""
     from rich.console import Console
 
