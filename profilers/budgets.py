@@ -23,9 +23,11 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from profilers.finite import number
 from profilers.names import CAUSES, DIRECTIONS
+from profilers.records import Line
+from profilers.report import Report
 from profilers.stats import COMM_OPS, CommOp, Counted
 
 __all__ = [
@@ -191,7 +193,7 @@ class Budget:
         return cls._of(terms, source)
 
     @classmethod
-    def from_table(cls, table: Mapping[str, Any], source: str) -> Budget:
+    def from_table(cls, table: Mapping[str, object], source: str) -> Budget:
         """A ``[tool.gpuwatch.budget]`` table: ``"syncs/step" = 1`` (each value a ceiling)."""
         terms = []
         for key, value in table.items():
@@ -240,9 +242,9 @@ def fmt(value: float) -> str:
 SOURCE_CHARS = 60
 
 
-def line_label(line: Any) -> str:
+def line_label(line: Line) -> str:
     """``train.py:42 (train) loss.item()``: where a line is and what it says."""
-    text = " ".join(str(getattr(line, "source", "")).split())
+    text = " ".join(line.source.split())
     if len(text) > SOURCE_CHARS:
         text = text[: SOURCE_CHARS - 3] + "..."
     return f"{line.file}:{line.line} ({line.function})" + (f" {text}" if text else "")
@@ -308,14 +310,14 @@ def breach_of(
     return Breach(term, total, tuple(parts[:MAX_LINES]), more=max(0, len(parts) - MAX_LINES))
 
 
-def steps_of(report: Any) -> int | None:
+def steps_of(report: Report) -> int | None:
     """The steps a report counted (None when it saw none)."""
-    steps = getattr(report, "steps", None)
-    count = int(steps.get("count", 0)) if steps else 0
+    steps = report.steps
+    count = int(number(steps.get("count", 0))) if steps else 0
     return count or None
 
 
-def check_report(budget: Budget, report: Any) -> list[Breach]:
+def check_report(budget: Budget, report: Report) -> list[Breach]:
     """Every term of ``budget`` the run of ``report`` breaks (a term per step in a run with no
     step is broken: it cannot be checked, and a CI must not pass it silently)."""
     steps = steps_of(report)

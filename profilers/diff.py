@@ -28,7 +28,6 @@ import math
 import tokenize
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from profilers.budgets import (
     MEASURES,
@@ -80,8 +79,8 @@ def _frame_value(frame: LibraryFrame | None, name: str) -> int:
 class _Paired:
     """One thing in two runs: ``before`` and ``after``, either None where only one has it."""
 
-    before: Any
-    after: Any
+    before: object
+    after: object
 
     @property
     def status(self) -> str:
@@ -209,7 +208,7 @@ class RunDiff:
         the other is then read over its run too)."""
         return all(r.time is None or "after_first" in r.time for r in (self.before, self.after))
 
-    def run_time(self, side: str) -> dict[str, Any] | None:
+    def run_time(self, side: str) -> dict[str, object] | None:
         """:func:`run_time` of one side, over the basis both share."""
         return run_time(self.before if side == "before" else self.after, self.after_first)
 
@@ -271,7 +270,7 @@ class RunDiff:
             or self.changed_frames(d)
         ]
 
-    def frame_dicts(self, item: LineDiff) -> list[dict[str, Any]]:
+    def frame_dicts(self, item: LineDiff) -> list[dict[str, object]]:
         """The line's library frames in the JSON: each with its figures before, after and the
         change (every frame either side has; changed ones first)."""
         frames = item.frames()
@@ -292,14 +291,14 @@ class RunDiff:
             for f in frames
         ]
 
-    def figures(self, item: LineDiff | None) -> dict[str, Any]:
+    def figures(self, item: LineDiff | None) -> dict[str, dict[str, float | int]]:
         names = self.names(item)
         return {
             side: {n: _round(self.value(item, side, n)) for n in names}
             for side in ("before", "after")
         } | {"delta": {n: _round(self.delta(item, n)) for n in names}}
 
-    def to_dict(self, before_path: str = "", after_path: str = "") -> dict[str, Any]:
+    def to_dict(self, before_path: str = "", after_path: str = "") -> dict[str, object]:
         """The ``gpuwatch.diff/1`` document (gpuwatch/schemas/diff-1.schema.json)."""
         return {
             "schema": DIFF_SCHEMA,
@@ -336,7 +335,7 @@ def _round(v: float) -> float | int:
     return int(v) if v == int(v) and abs(v) < 2**53 else round(v, 6)
 
 
-def _run(report: Report, path: str, after_first: bool) -> dict[str, Any]:
+def _run(report: Report, path: str, after_first: bool) -> dict[str, object]:
     fake = report.options.fake_cuda
     return {
         "time": run_time(report, after_first),
@@ -370,10 +369,14 @@ def _code(source: str) -> str:
 
 
 def _pair(
-    before: list[Line], after: list[Line], key: Any, kind: Any, out: list[LineDiff]
+    before: list[Line],
+    after: list[Line],
+    key: Callable[[Line], object],
+    kind: Callable[[Line, Line], str],
+    out: list[LineDiff],
 ) -> tuple[list[Line], list[Line]]:
     """Pairs lines with equal ``key`` in line order; returns what is left on each side."""
-    groups: dict[Any, tuple[list[Line], list[Line]]] = {}
+    groups: dict[object, tuple[list[Line], list[Line]]] = {}
     for s in before:
         groups.setdefault(key(s), ([], []))[0].append(s)
     for s in after:

@@ -5,14 +5,13 @@ sides (:attr:`profilers.diff.RunDiff.after_first`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from profilers.records import Line
 from profilers.report import Report
 from profilers.timing.verdict import per_step
 
 
-def run_time(report: Report, after_first: bool = True) -> dict[str, Any] | None:
+def run_time(report: Report, after_first: bool = True) -> dict[str, object] | None:
     """Where the run's time went, as its report measured it (its ``time``): the verdict
     and the step an unprofiled run would take (per step where steps ended, over the steps
     after the first where ``after_first`` and the report has them, else the whole run); None
@@ -26,14 +25,14 @@ def run_time(report: Report, after_first: bool = True) -> dict[str, Any] | None:
     run, steps = per_step(t, after_first)
     gpu = run.get("gpu") or {}
     if gpu.get("per_step"):  # a typical step, predicted for a named GPU
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "verdict": str(run["verdict"]),
             "per_step": True,
             "ms": round(float(gpu["wall_ms"]), 6),
             "measured_on": "predicted",
             "predicted_for": str(gpu.get("gpu")),
         }
-        predicted: Mapping[str, Any] = report.predicted or {}
+        predicted: Mapping[str, object] = report.predicted or {}
         step = predicted.get("step")
         if isinstance(step, dict) and step.get("low_ms") is not None:
             # the prediction's range (profilers/timing/uncertainty.py): two runs whose ranges

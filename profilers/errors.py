@@ -11,7 +11,6 @@ Needs no torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 
 class ProfilerError(Exception):
@@ -27,7 +26,7 @@ class ProfileStateError(ProfilerError, RuntimeError):
         super().__init__(message)
         self.state = state
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (str(self), self.state))
 
 
@@ -44,7 +43,7 @@ class MissingTorchApi(ProfilerError, RuntimeError):
         self.option = option
         self.api = api
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.option, self.api))
 
 
@@ -56,7 +55,7 @@ class FakeCudaUnavailable(ProfilerError, RuntimeError):
         super().__init__(f"the fake GPU {reason}")
         self.reason = reason
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.reason,))
 
 
@@ -75,7 +74,7 @@ class NotSimulated(ProfilerError, AttributeError):
         self.api = api
         self.needs = needs
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.api, self.needs))
 
 
@@ -87,7 +86,7 @@ class MeasuredNotPredicted(ProfilerError, RuntimeError):
         super().__init__(f"gpu={gpu!r} predicts a named GPU on simulated GPUs only")
         self.gpu = gpu
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.gpu,))
 
 
@@ -104,7 +103,7 @@ class InputNotFound(ProfilerError, ValueError):
         self.name = name
         self.reason = reason
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.name, self.reason))
 
 

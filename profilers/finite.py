@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 #: The document's list of the figures written null because they were not finite.
@@ -25,7 +26,28 @@ def _unescape(token: str) -> str:
     return token.replace("~1", "/").replace("~0", "~")
 
 
-def finite_or_null(value: Any, where: list[str], path: str = "") -> Any:
+def number(v: object) -> int | float | str:
+    """A JSON value as ``int()`` and ``float()`` take it (TypeError for any other)."""
+    if isinstance(v, int | float | str):
+        return v
+    raise TypeError(f"a number expected, not {type(v).__name__}")
+
+
+def mapping(v: object) -> Mapping[str, object]:
+    """A JSON object (TypeError for any other value)."""
+    if isinstance(v, Mapping):
+        return v
+    raise TypeError(f"an object expected, not {type(v).__name__}")
+
+
+def iterable(v: object) -> Iterable[object]:
+    """A JSON array (or any value ``for`` takes; TypeError for any other)."""
+    if isinstance(v, Iterable):
+        return v
+    raise TypeError(f"{type(v).__name__!r} object is not iterable")
+
+
+def finite_or_null(value: object, where: list[str], path: str = "") -> object:
     """``value`` with every float that is not finite replaced by None, its JSON Pointer added
     to ``where``."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -38,17 +60,19 @@ def finite_or_null(value: Any, where: list[str], path: str = "") -> Any:
     return value
 
 
-def dumps_finite(doc: dict[str, Any], **kwargs: Any) -> str:
+def dumps_finite(doc: Mapping[str, object], indent: int | None = None) -> str:
     """``json.dumps(doc)`` that writes a figure that is not finite as null and lists it in
     ``doc["not_finite"]`` (absent when every figure is finite)."""
     where: list[str] = []
-    clean = finite_or_null({k: v for k, v in doc.items() if k != NOT_FINITE}, where)
+    clean = {
+        k: finite_or_null(v, where, f"/{_escape(k)}") for k, v in doc.items() if k != NOT_FINITE
+    }
     if where:
         clean[NOT_FINITE] = where
-    return json.dumps(clean, allow_nan=False, **kwargs)
+    return json.dumps(clean, allow_nan=False, indent=indent)
 
 
-def restore_not_finite(doc: Any, limit: int) -> str | None:
+def restore_not_finite(doc: object, limit: int) -> str | None:
     """Puts NaN back (in place) at each null that ``doc["not_finite"]`` lists; what is wrong
     with the list in one line, or None. At most ``limit`` entries are read (a figure is listed
     once: a document has no more than it has values)."""

@@ -25,7 +25,6 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import ContextDecorator, ExitStack
-from typing import Any
 
 import torch
 
@@ -257,7 +256,7 @@ def _patch_backward(stack: ExitStack) -> None:
         return
 
     @functools.wraps(engine)
-    def run_backward(*args: Any, **kwargs: Any) -> Any:
+    def run_backward(*args: object, **kwargs: object) -> object:
         caller = sys._getframe(1)
         began: list[Recorder] = []
 
@@ -278,19 +277,22 @@ def _patch_backward(stack: ExitStack) -> None:
     _set(stack, torch.autograd, ENGINE_RUN_BACKWARD, run_backward)
 
 
-def _on_device(args: tuple[Any, ...]) -> bool:
+def _on_device(args: tuple[object, ...]) -> bool:
     t = args[0] if args else None
     return isinstance(t, torch.Tensor) and t.device.type not in ("cpu", "meta")
 
 
 def _patch_syncs(stack: ExitStack) -> None:
     def wrap(
-        owner: Any, name: str, cause: str, applies: Callable[[tuple[Any, ...]], bool] | None = None
+        owner: object,
+        name: str,
+        cause: str,
+        applies: Callable[[tuple[object, ...]], bool] | None = None,
     ) -> None:
         fn = getattr(owner, name)
 
         @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def wrapper(*args: object, **kwargs: object) -> object:
             if applies is None or applies(args):
                 caller = sys._getframe(1)
                 _each_recorder(

@@ -4,7 +4,9 @@ Trainer, Lightning, torch's own GradScaler), the frame in that library that made
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Mapping
+
+from profilers.finite import mapping, number
 
 MAX_LIBRARY_FRAMES = 16
 """Library frames kept per line in a report (those with the most syncs, then copies): a
@@ -63,8 +65,8 @@ class LibraryFrame:
         for cause, n in other.by_cause.items():
             self.by_cause[cause] = self.by_cause.get(cause, 0) + n
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"file": self.file, "line": self.line, "function": self.function}
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"file": self.file, "line": self.line, "function": self.function}
         if self.source:
             out["source"] = self.source
         copies = {"count": self.copies, "bytes": self.copy_bytes}
@@ -75,18 +77,22 @@ class LibraryFrame:
         return out
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LibraryFrame:
+    def from_dict(cls, d: Mapping[str, object]) -> LibraryFrame:
         out = cls(
-            str(d["file"]), int(d["line"]), str(d.get("function", "")), str(d.get("source", ""))
+            str(d["file"]),
+            int(number(d["line"])),
+            str(d.get("function", "")),
+            str(d.get("source", "")),
         )
-        out.copies = int(d["copies"]["count"])
-        out.copy_bytes = int(d["copies"]["bytes"])
-        out.pageable = int(d["copies"].get("pageable", 0))
-        out.by_cause = {str(k): int(v) for k, v in d["syncs"]["by_cause"].items()}
+        copies, syncs = mapping(d["copies"]), mapping(d["syncs"])
+        out.copies = int(number(copies["count"]))
+        out.copy_bytes = int(number(copies["bytes"]))
+        out.pageable = int(number(copies.get("pageable", 0)))
+        out.by_cause = {str(k): int(number(v)) for k, v in mapping(syncs["by_cause"]).items()}
         return out
 
 
-def merge_frames(into: dict[tuple[str, int], LibraryFrame], frames: Any) -> None:
+def merge_frames(into: dict[tuple[str, int], LibraryFrame], frames: Iterable[LibraryFrame]) -> None:
     """Adds ``frames`` (LibraryFrame objects) to ``into``, by file and line, copied."""
     for f in frames:
         mine = into.get(f.key)
@@ -95,6 +101,6 @@ def merge_frames(into: dict[tuple[str, int], LibraryFrame], frames: Any) -> None
         mine.merge(f)
 
 
-def top_frames(frames: Any, n: int = MAX_LIBRARY_FRAMES) -> list[LibraryFrame]:
+def top_frames(frames: Iterable[LibraryFrame], n: int = MAX_LIBRARY_FRAMES) -> list[LibraryFrame]:
     """The ``n`` frames with the most syncs, then copies (then by place, for a stable order)."""
     return sorted(frames, key=lambda f: (-f.syncs, -f.copies, f.file, f.line))[:n]

@@ -8,13 +8,14 @@ shown per line. Ranks of the world with no report are named in ``missing_ranks``
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
+from profilers.finite import mapping, number
 from profilers.libraries import merge_frames
 from profilers.origins import merge_origins
 from profilers.records import Line, Totals
-from profilers.report import Report
+from profilers.report import InternalError, Report
 from profilers.sections import Timeline
 from profilers.stats import Counters, LineStats, add_entries
 
@@ -79,7 +80,7 @@ def _merged_lines(by_rank: dict[int, Report], ranks: list[int]) -> list[Line]:
     """Each line's counts summed over ``ranks``, with each rank's own counts kept in
     ``by_rank``; the lines that cost most first."""
     acc: dict[tuple[str, int], LineStats] = {}
-    per_rank: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    per_rank: dict[tuple[str, int], dict[str, dict[str, object]]] = {}
     for rank in ranks:
         for line in by_rank[rank].lines:
             into = acc.get(line.key)
@@ -134,12 +135,12 @@ def merge_ranks(reports: list[Report], names: list[str] | None = None) -> Report
     events = [{**e, "rank": k} for k in ranks for e in by_rank[k].timeline.get("events", [])]
     events.sort(key=lambda e: float(e.get("t", 0.0)))
     capacity = sum(int(by_rank[k].timeline.get("capacity", 0)) for k in ranks)
-    internal: dict[str, dict[str, Any]] = {}
+    internal: dict[str, InternalError] = {}
     for k in ranks:
         for op, e in by_rank[k].internal_errors.items():
             into_e = internal.setdefault(op, {"count": 0, "error": e.get("error", "")})
             into_e["count"] += int(e["count"])
-    devices: list[dict[str, Any]] = []
+    devices: list[dict[str, object]] = []
     for k in ranks:
         for d in by_rank[k].devices:
             if d not in devices:
@@ -185,11 +186,10 @@ class Spread:
         return 0.0 if self.median_ms <= 0 else (self.slowest_ms / self.median_ms - 1.0) * 100.0
 
 
-def line_time_ms(counters: dict[str, Any]) -> float:
+def line_time_ms(counters: Mapping[str, object]) -> float:
     """A line's time on one rank: its ops' time and the host's wait on its collectives."""
-    return float(counters.get("kernel_time_ms", 0.0)) + float(
-        (counters.get("comm") or {}).get("wait_ms", 0.0)
-    )
+    wait = mapping(counters.get("comm") or {}).get("wait_ms", 0.0)
+    return float(number(counters.get("kernel_time_ms", 0.0))) + float(number(wait))
 
 
 def spreads(report: Report, top: int = 10) -> list[Spread]:

@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from profilers.finite import number
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ _LATER_OPTIONS: dict[str, type] = {
 }
 """Options that came after the first reports: in the JSON only when not at their default."""
 
-_LATER_DEFAULTS: dict[str, Any] = {
+_LATER_DEFAULTS: dict[str, object] = {
     f.name: f.default for f in dataclasses.fields(Options) if f.name in _LATER_OPTIONS
 }
 
@@ -81,14 +84,14 @@ class FakeCudaRun:
 
     devices: int
     placeholders: dict[str, int] = field(default_factory=dict)
-    graphs: dict[str, Any] | None = None
+    graphs: dict[str, object] | None = None
     memory_bytes: int | None = None
     """Each simulated GPU's memory size (``--fake-memory``; None in reports from before it)."""
     values: str | None = None
     """``real`` or ``placeholder`` values (None: reports from before real values: placeholders)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"devices": self.devices, "placeholders": dict(self.placeholders)}
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"devices": self.devices, "placeholders": dict(self.placeholders)}
         if self.memory_bytes is not None:
             out["memory_bytes"] = self.memory_bytes
         if self.values is not None:
@@ -98,12 +101,14 @@ class FakeCudaRun:
         return out
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> FakeCudaRun:
+    def from_dict(cls, d: Mapping[str, object]) -> FakeCudaRun:
         ph = d.get("placeholders")
         graphs = d.get("graphs")
         return cls(
-            devices=int(d["devices"]),
-            placeholders={str(k): int(v) for k, v in ph.items()} if isinstance(ph, dict) else {},
+            devices=int(number(d["devices"])),
+            placeholders={str(k): int(number(v)) for k, v in ph.items()}
+            if isinstance(ph, dict)
+            else {},
             graphs=dict(graphs) if isinstance(graphs, dict) else None,
             memory_bytes=mb if isinstance(mb := d.get("memory_bytes"), int) else None,
             values=v if isinstance(v := d.get("values"), str) else None,
@@ -134,7 +139,7 @@ class RunOptions:
     """In a report merged from ranks' reports: how many."""
     source: str | None = None
     """Where a report that is no run's own came from (the live view's last snapshot)."""
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
 
     @property
     def counts_ops(self) -> bool:
@@ -149,14 +154,14 @@ class RunOptions:
     def replace(self, **changes: Any) -> RunOptions:
         return dataclasses.replace(self, **changes)
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {}
         if self.profile is not None:
             asked = dataclasses.asdict(self.profile)
             for name in _LATER_OPTIONS:
                 if asked[name] == _LATER_DEFAULTS[name]:
                     del asked[name]  # not asked: the JSON as before the option came
-            out.update(_jsonable(asked))
+            out.update({k: _jsonable(v) for k, v in asked.items()})
         for name in (*_TEXT, "merged_ranks"):
             value = getattr(self, name)
             if value is not None:
@@ -167,7 +172,7 @@ class RunOptions:
         return out
 
     @classmethod
-    def from_dict(cls, d: Any) -> RunOptions:
+    def from_dict(cls, d: object) -> RunOptions:
         """A saved report's options; a value of the wrong type stays in ``extra``, untrusted."""
         if not isinstance(d, dict):
             return cls()
@@ -196,7 +201,7 @@ class RunOptions:
         return cls(profile=profile, extra=extra, **taken)
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> object:
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     if isinstance(value, tuple):

@@ -17,8 +17,10 @@ The origins (the recorder decides, at each copy only: profilers/counting/origins
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from profilers.finite import mapping, number
 
 PARAMETER = "parameter"
 LOADER = "loader"
@@ -66,8 +68,8 @@ class OriginCount:
             self.count, self.bytes, self.pageable, self.non_blocking, self.made_at, self.op
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
+    def to_dict(self) -> dict[str, object]:
+        d: dict[str, object] = {
             "count": self.count,
             "bytes": self.bytes,
             "pageable": self.pageable,
@@ -79,14 +81,16 @@ class OriginCount:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> OriginCount:
-        made = d.get("made_at")
-        op = d.get("op")
+    def from_dict(cls, d: Mapping[str, object]) -> OriginCount:
+        made, op = d.get("made_at"), d.get("op")
+        n, nbytes, pageable, nb = (
+            int(number(d[k])) for k in ("count", "bytes", "pageable", "non_blocking")
+        )
         return cls(
-            int(d["count"]),
-            int(d["bytes"]),
-            int(d["pageable"]),
-            int(d["non_blocking"]),
+            n,
+            nbytes,
+            pageable,
+            nb,
             None if made is None else str(made),
             None if op is None else str(op),
         )
@@ -101,16 +105,16 @@ def merge_origins(into: dict[str, OriginCount], other: dict[str, OriginCount]) -
             found.merge(c)
 
 
-def origins_dict(origins: dict[str, OriginCount]) -> dict[str, Any]:
+def origins_dict(origins: dict[str, OriginCount]) -> dict[str, object]:
     return {k: origins[k].to_dict() for k in ORIGINS if k in origins}
 
 
-def origins_from(d: Any) -> dict[str, OriginCount]:
+def origins_from(d: object) -> dict[str, OriginCount]:
     if not d:
         return {}
     if not isinstance(d, dict):
         raise ValueError("origins must be an object")
-    return {str(k): OriginCount.from_dict(v) for k, v in d.items()}
+    return {str(k): OriginCount.from_dict(mapping(v)) for k, v in d.items()}
 
 
 LOADER_FIELDS: dict[str, type] = {
@@ -123,6 +127,7 @@ LOADER_FIELDS: dict[str, type] = {
     "batches": int,
     "wait_ms": float,
 }
+Loader = dict[str, float | None]
 """A line's ``loader``: the settings of the DataLoader whose batches it pulled (the last seen),
 how many iterators were made over it (epochs: each starts its workers anew without
 ``persistent_workers``), how many batches it returned, and the host's wait for them (``wait_ms``:
@@ -130,12 +135,12 @@ with or without a step clock, which ``--fake-cuda`` alone has not). ``prefetch_f
 ``batch_size`` are null where the loader has none (no workers; a batch sampler)."""
 
 
-def loader_from(d: Any) -> dict[str, Any] | None:
+def loader_from(d: object) -> Loader | None:
     if not d:
         return None
     if not isinstance(d, dict):
         raise ValueError("loader must be an object")
-    out: dict[str, Any] = {}
+    out: Loader = {}
     for name, kind in LOADER_FIELDS.items():
         v = d.get(name)
         if v is not None and kind is bool and not isinstance(v, bool):
@@ -144,7 +149,7 @@ def loader_from(d: Any) -> dict[str, Any] | None:
     return out
 
 
-def merge_loader(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+def merge_loader(a: Loader | None, b: Loader | None) -> Loader | None:
     """Two records of one line's loader (two threads, two ranks): the settings of either, the
     iterators, batches and waits summed."""
     if a is None or b is None:

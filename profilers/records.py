@@ -8,12 +8,14 @@ as one ``(other ops)`` entry, so its counts and times still add up.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from profilers.finite import iterable, mapping, number
 from profilers.libraries import LibraryFrame, top_frames
 from profilers.names import DIRECTIONS
-from profilers.origins import OriginCount, loader_from, origins_dict, origins_from
+from profilers.origins import Loader, OriginCount, loader_from, origins_dict, origins_from
 from profilers.stats import (
     OTHER_OPS,
     Comm,
@@ -44,13 +46,13 @@ def _frozen(ops: dict[str, OpCount]) -> OpTimes:
     return {k: OpTotal(int(e.count), float(e.ms)) for k, e in list(ops.items())}
 
 
-def _counted(d: dict[str, Any]) -> dict[str, Any]:
+def _counted(d: Mapping[str, object]) -> dict[str, Any]:
     return {
-        **{way: Copies.from_dict(d[way]) for way in DIRECTIONS},
-        "syncs": Syncs.from_dict(d["syncs"]),
+        **{way: Copies.from_dict(mapping(d[way])) for way in DIRECTIONS},
+        "syncs": Syncs.from_dict(mapping(d["syncs"])),
         "comm": Comm.from_dict(d.get("comm")),
-        "kernel_time_ms": float(d["kernel_time_ms"]),
-        "ops": int(d["ops"]),
+        "kernel_time_ms": float(number(d["kernel_time_ms"])),
+        "ops": int(number(d["ops"])),
     }
 
 
@@ -89,18 +91,21 @@ class Totals(Counted):
         return cls(**_copied(counters))
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Totals:
+    def from_dict(cls, d: Mapping[str, object]) -> Totals:
         return cls(**_counted(d))
 
 
-def _top(ops: OpTimes, n: int) -> list[dict[str, Any]]:
+def _top(ops: OpTimes, n: int) -> list[dict[str, object]]:
     ranked = sorted(ops.items(), key=lambda kv: (-kv[1].ms, -kv[1].count))[:n]
     return [{"op": k, "count": int(e.count), "kernel_time_ms": round(e.ms, 6)} for k, e in ranked]
 
 
-def _with_rest(top: list[dict[str, Any]], count: int, ms: float) -> OpTimes:
+def _with_rest(top: object, count: int, ms: float) -> OpTimes:
     """The top ops read back, plus one ``(other ops)`` entry for what the cut left out."""
-    ops: OpTimes = {str(e["op"]): OpTotal(int(e["count"]), float(e["kernel_time_ms"])) for e in top}
+    ops: OpTimes = {
+        str(e["op"]): OpTotal(int(number(e["count"])), float(number(e["kernel_time_ms"])))
+        for e in map(mapping, iterable(top))
+    }
     rest_n = count - sum(e.count for e in ops.values())
     if rest_n > 0:
         rest_ms = max(0.0, ms - sum(e.ms for e in ops.values()))
@@ -135,7 +140,7 @@ class Line(Lined, Counted):
     op_breakdown: OpTimes = field(default_factory=dict)
     copy_dtypes: dict[str, int] = field(default_factory=dict)
     """Bytes copied (any direction) per source dtype."""
-    by_rank: dict[str, dict[str, Any]] = field(default_factory=dict)
+    by_rank: dict[str, dict[str, object]] = field(default_factory=dict)
     """In a merged report: each rank's counters for this line, keyed by the rank as a string."""
     backward: OpTimes = field(default_factory=dict)
     """The backward of this line's forward ops, per op; these ops are also counted, in full, at
@@ -148,7 +153,7 @@ class Line(Lined, Counted):
     origins: dict[str, OriginCount] = field(default_factory=dict)
     """Its host-to-GPU copies by where the tensor came from (profilers/origins.py): the fix a
     copy needs follows from it."""
-    loader: dict[str, Any] | None = None
+    loader: Loader | None = None
     """The settings of the DataLoader whose batches this line pulled (profilers/origins.py)."""
 
     @classmethod
@@ -171,8 +176,8 @@ class Line(Lined, Counted):
             loader=dict(s.loader) if s.loader else None,
         )
 
-    def to_dict(self, top_ops: int = 8) -> dict[str, Any]:
-        d = {
+    def to_dict(self, top_ops: int = 8) -> dict[str, object]:
+        d: dict[str, object] = {
             "file": self.file,
             "line": self.line,
             "function": self.function,
@@ -200,33 +205,37 @@ class Line(Lined, Counted):
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Line:
+    def from_dict(cls, d: Mapping[str, object]) -> Line:
         counted = _counted(d)
-        backward = d.get("backward") or {}
+        backward = mapping(d.get("backward") or {})
         return cls(
             file=str(d["file"]),
-            line=int(d["line"]),
+            line=int(number(d["line"])),
             function=str(d["function"]),
             source=str(d.get("source", "")),
-            stack=tuple(str(f) for f in d.get("stack", [])),
+            stack=tuple(str(f) for f in iterable(d.get("stack", []))),
             stacks=tuple(
-                tuple(str(f) for f in c)
-                for c in d.get("stacks", [d["stack"]] if d.get("stack") else [])
+                tuple(str(f) for f in iterable(c))
+                for c in iterable(d.get("stacks", [d["stack"]] if d.get("stack") else []))
             ),
             **counted,
             op_breakdown=_with_rest(
                 d.get("top_ops", []), counted["ops"], counted["kernel_time_ms"]
             ),
-            copy_dtypes={str(k): int(v) for k, v in d.get("copy_dtypes", {}).items()},
-            by_rank={str(k): dict(v) for k, v in (d.get("by_rank") or {}).items()},
-            steps_active=int(d.get("steps_active", 0)),
-            library=tuple(LibraryFrame.from_dict(f) for f in d.get("library") or []),
+            copy_dtypes={
+                str(k): int(number(v)) for k, v in mapping(d.get("copy_dtypes", {})).items()
+            },
+            by_rank={str(k): dict(mapping(v)) for k, v in mapping(d.get("by_rank") or {}).items()},
+            steps_active=int(number(d.get("steps_active", 0))),
+            library=tuple(
+                LibraryFrame.from_dict(mapping(f)) for f in iterable(d.get("library") or [])
+            ),
             origins=origins_from(d.get("origins")),
             loader=loader_from(d.get("loader")),
             backward=_with_rest(
                 backward.get("top_ops", []),
-                int(backward.get("ops", 0)),
-                float(backward.get("kernel_time_ms", 0.0)),
+                int(number(backward.get("ops", 0))),
+                float(number(backward.get("kernel_time_ms", 0.0))),
             )
             if backward
             else {},

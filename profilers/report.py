@@ -7,12 +7,12 @@ import dataclasses
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
-from profilers.finite import NOT_FINITE, dumps_finite, restore_not_finite
+from profilers.finite import NOT_FINITE, dumps_finite, iterable, mapping, number, restore_not_finite
 from profilers.options import RunOptions
 from profilers.records import Line, Totals
 from profilers.sections import (
@@ -45,6 +45,13 @@ _SECTIONS: dict[str, type[Section]] = {
 }
 
 
+class InternalError(TypedDict):
+    """An op the profiler could not count: how often, and the first error's message."""
+
+    count: int
+    error: str
+
+
 class ReportFormatError(ValueError):
     """A file that is not a gpuwatch profile, or a damaged one. The message is one line."""
 
@@ -58,7 +65,7 @@ class Report:
     command: list[str] = field(default_factory=list)
     exit_code: int = 0
     duration_s: float = 0.0
-    devices: list[dict[str, Any]] = field(default_factory=list)
+    devices: list[dict[str, object]] = field(default_factory=list)
     totals: Totals = field(default_factory=Totals)
     lines: list[Line] = field(default_factory=list)
     timeline: Timeline = field(default_factory=Timeline)
@@ -72,7 +79,7 @@ class Report:
     started_at: str | None = None
     error: str | None = None
     """The script's exception, one line (``ValueError: bad shape``), when it raised."""
-    internal_errors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    internal_errors: dict[str, InternalError] = field(default_factory=dict)
     """What the profiler could not count: ``{op: {"count": n, "error": first message}}``. The
     ops themselves ran as they would have; only their copies and syncs are missing."""
     rank: int | None = None
@@ -83,7 +90,7 @@ class Report:
     steps: dict[str, Any] | None = None
     """``{"count": n, "source": "optimizer" | "manual"}``: the training steps seen (JSON:
     ``totals.steps``); None when no step was."""
-    gpu_fallback: dict[str, Any] | None = None
+    gpu_fallback: dict[str, object] | None = None
     """The script asked whether there is a GPU (``asked``, at ``file``:``line``), got none
     (``answer``) and ran no op on one: the run says nothing of what it does on a GPU."""
     missing_ranks: list[int] | None = None
@@ -137,7 +144,7 @@ class Report:
             totals.merge_counts(line)
         return dataclasses.replace(self, lines=list(lines), totals=Totals.of(totals))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "schema": SCHEMA,
             "command": list(self.command),
@@ -174,7 +181,7 @@ class Report:
         return dumps_finite(self.to_dict(), indent=1) + "\n"
 
     @classmethod
-    def from_dict(cls, d: Any) -> Report:
+    def from_dict(cls, d: object) -> Report:
         if not isinstance(d, dict):
             raise ReportFormatError("not a gpuwatch profile: the JSON is not an object")
         schema = d.get("schema")
@@ -244,7 +251,7 @@ class Report:
         return cls.from_dict(data)
 
 
-def _count_values(node: Any) -> int:
+def _count_values(node: object) -> int:
     """How many values ``node`` holds, nested ones included (a bound on ``not_finite``)."""
     if isinstance(node, dict):
         return len(node) + sum(_count_values(v) for v in node.values())
@@ -253,17 +260,18 @@ def _count_values(node: Any) -> int:
     return 0
 
 
-def _steps(v: Any) -> dict[str, Any] | None:
-    if not v:
+def _steps(d: object) -> dict[str, object] | None:
+    if not d:
         return None
-    out: dict[str, Any] = {"count": int(v["count"]), "source": str(v["source"])}
+    v = mapping(d)
+    out: dict[str, object] = {"count": int(number(v["count"])), "source": str(v["source"])}
     if v.get("window") is not None:
-        out["window"] = [int(x) for x in v["window"]]
-        out["seen"] = int(v.get("seen", 0))
+        out["window"] = [int(number(x)) for x in iterable(v["window"])]
+        out["seen"] = int(number(v.get("seen", 0)))
     return out
 
 
-def _section(v: Any, kind: type[S]) -> S | None:
+def _section(v: Mapping[str, object] | None, kind: type[S]) -> S | None:
     """The section ``kind`` of the JSON value ``v`` (None: absent); ValueError if damaged."""
     if v is None:
         return None
@@ -275,11 +283,11 @@ def _section(v: Any, kind: type[S]) -> S | None:
     return section
 
 
-def _opt_int(v: Any) -> int | None:
-    return None if v is None else int(v)
+def _opt_int(v: object) -> int | None:
+    return None if v is None else int(number(v))
 
 
-def _bool(value: Any, name: str) -> bool:
+def _bool(value: object, name: str) -> bool:
     # NB: bool("false") is True: a report whose flag is a string is damaged, not partial.
     if not isinstance(value, bool):
         raise ValueError(f"{name} must be true or false, not {value!r}")

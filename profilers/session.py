@@ -126,7 +126,9 @@ class Profile:
             self._eager_calls = run_eager(stack, self._dynamo)
             if why:
                 warnings.warn(SlowerCounting.of(why), stacklevel=2)
-            per_thread: Callable[[], AbstractContextManager[Any]] = partial(ProfilerMode, recorder)
+            per_thread: Callable[[], AbstractContextManager[object]] = partial(
+                ProfilerMode, recorder
+            )
             if counting == "copies":
                 kernels = CountingKernels(recorder)
                 kernels.install(stack)
@@ -203,7 +205,7 @@ class Profile:
 
     # -- results --------------------------------------------------------------------------------
 
-    def _steps_seen(self, recorder: Recorder) -> dict[str, Any] | None:
+    def _steps_seen(self, recorder: Recorder) -> dict[str, object] | None:
         seen = recorder.steps_seen()
         return seen if self._window is None else window_steps(self._window, seen)
 
@@ -216,7 +218,7 @@ class Profile:
             recorder.resolve(wait=False)
         return recorder
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         """Running totals and lines (``gpuwatch.profile/1`` shape) without stopping or waiting."""
         self._recorder_now(resolve=True)
         return self.report(partial=self.running).to_dict()

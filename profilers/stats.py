@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
+from profilers.finite import mapping, number
 from profilers.libraries import LibraryFrame, merge_frames
 from profilers.names import CAUSES, DIRECTIONS
-from profilers.origins import OriginCount, merge_loader, merge_origins
+from profilers.origins import Loader, OriginCount, merge_loader, merge_origins
 
 
 @dataclass(slots=True)
@@ -53,22 +54,19 @@ class Copies:
             "non_blocking": self.non_blocking,
         }
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {**self.counts(), "time_ms": round(self.time_ms, 6)}
+    def to_dict(self) -> dict[str, object]:
+        d: dict[str, object] = {**self.counts(), "time_ms": round(self.time_ms, 6)}
         if self.unknown_bytes:  # additive: absent (0) in every report without such a copy
             d["unknown_bytes"] = self.unknown_bytes
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Copies:
-        return cls(
-            int(d["count"]),
-            int(d["bytes"]),
-            int(d["pageable"]),
-            int(d["non_blocking"]),
-            float(d.get("time_ms", 0.0)),
-            int(d.get("unknown_bytes", 0)),
+    def from_dict(cls, d: Mapping[str, object]) -> Copies:
+        n, nbytes, pageable, nb = (
+            int(number(d[k])) for k in ("count", "bytes", "pageable", "non_blocking")
         )
+        time_ms = float(number(d.get("time_ms", 0.0)))
+        return cls(n, nbytes, pageable, nb, time_ms, int(number(d.get("unknown_bytes", 0))))
 
 
 @dataclass(slots=True)
@@ -106,14 +104,15 @@ class Syncs:
         for cause, n in other.by_cause.items():
             self.by_cause[cause] = self.by_cause.get(cause, 0) + n
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         ordered = {c: self.by_cause[c] for c in CAUSES if c in self.by_cause}
         ordered.update({c: n for c, n in self.by_cause.items() if c not in ordered})
         return {"count": self.count, "by_cause": ordered}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Syncs:
-        return cls(int(d["count"]), {str(k): int(v) for k, v in d["by_cause"].items()})
+    def from_dict(cls, d: Mapping[str, object]) -> Syncs:
+        by_cause = {str(k): int(number(v)) for k, v in mapping(d["by_cause"]).items()}
+        return cls(int(number(d["count"])), by_cause)
 
 
 COMM_OPS = (
@@ -168,7 +167,7 @@ class Comm:
             self.wait_ms,
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         order = [op for op in COMM_OPS if op in self.by_op]
         order += [op for op in self.by_op if op not in order]
         return {
@@ -181,14 +180,16 @@ class Comm:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> Comm:
-        if not d:
+    def from_dict(cls, v: object) -> Comm:
+        if not v:
             return cls()
+        d = mapping(v)
         by_op = {
-            str(op): CommOp(int(e["count"]), int(e["bytes"]))
-            for op, e in d.get("by_op", {}).items()
+            str(op): CommOp(int(number(mapping(e)["count"])), int(number(mapping(e)["bytes"])))
+            for op, e in mapping(d.get("by_op", {})).items()
         }
-        return cls(int(d["count"]), int(d["bytes"]), by_op, float(d.get("wait_ms", 0.0)))
+        count, nbytes, wait = d["count"], d["bytes"], d.get("wait_ms", 0.0)
+        return cls(int(number(count)), int(number(nbytes)), by_op, float(number(wait)))
 
 
 class CountAndMs(Protocol):
@@ -240,8 +241,8 @@ class Counted:
     def bytes_moved(self) -> int:
         return sum(self.copies(way).bytes for way in DIRECTIONS)
 
-    def counters_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {way: self.copies(way).to_dict() for way in DIRECTIONS}
+    def counters_dict(self) -> dict[str, object]:
+        d: dict[str, object] = {way: self.copies(way).to_dict() for way in DIRECTIONS}
         d["syncs"] = self.syncs.to_dict()
         d["comm"] = self.comm.to_dict()
         d["kernel_time_ms"] = round(self.kernel_time_ms, 6)
@@ -255,7 +256,7 @@ class Lined:
     __slots__ = ()
     file: str
     line: int
-    backward: Any
+    backward: Mapping[str, CountAndMs]
     """op -> entry (count, ms) of the backward of the line's forward ops."""
 
     @property
@@ -302,7 +303,7 @@ class Counters(Counted):
         self.merge_counts(other)
         add_entries(self.op_breakdown, other.op_breakdown)
 
-    def merge_counts(self, other: Any) -> None:
+    def merge_counts(self, other: Counted) -> None:
         """Adds the copies, syncs, kernel time and ops of ``other`` (counters or a record)."""
         for way in DIRECTIONS:
             self.copies(way).merge(other.copies(way))
@@ -362,7 +363,7 @@ class LineStats(Lined, Counters):
         """The library frames that made this line's copies and syncs (profilers/libraries.py)."""
         self.origins: dict[str, OriginCount] = {}
         """Its host-to-GPU copies by where the tensor came from (profilers/origins.py)."""
-        self.loader: dict[str, Any] | None = None
+        self.loader: Loader | None = None
         """The settings of the DataLoader this line pulls batches from (profilers/origins.py)."""
 
     @property

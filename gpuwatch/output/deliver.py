@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TextIO
 
 from gpuwatch.output.analysis import analyze  # noqa: TID251 - the one place that analyses
 from gpuwatch.output.findings import Findings
@@ -22,7 +22,7 @@ def deliver(
     quiet: bool,
     summary: bool = True,
     what_if: bool = False,
-    file: Any = None,
+    file: TextIO | None = None,
     findings: Findings | None = None,
 ) -> bool:
     """Writes ``wanted`` and, unless ``quiet``, prints the summary (``summary``) and the what-if

@@ -4,7 +4,8 @@ line that changed, matched across edits (profilers/diff.py)."""
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Mapping
+from typing import TextIO
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -15,6 +16,8 @@ from gpuwatch import _format as fmt
 from gpuwatch.output.whatif import span_ms
 from profilers.budgets import fmt as count
 from profilers.diff import FrameDiff, LineDiff, RunDiff
+from profilers.finite import number
+from profilers.report import Report
 
 #: Total rows: (measure, label); a row shows when either run has any of it (syncs, copies and
 #: bytes always do).
@@ -109,7 +112,7 @@ def signed(name: str, delta: float) -> str:
     return ("+" if delta > 0 else "-") + amount(name, abs(delta))
 
 
-def run_line(label: str, report: Any, steps: int | None, path: str) -> Text:
+def run_line(label: str, report: Report, steps: int | None, path: str) -> Text:
     cmd = " ".join(report.command) or "(no command)"
     bits = [f"{steps:,} steps" if steps else "no steps", fmt.duration_ms(report.duration_s * 1e3)]
     if report.options.fake_cuda:
@@ -253,13 +256,13 @@ def time_line(diff: RunDiff) -> Text | None:
     if sides == [None, None]:
         return None
 
-    def said(t: dict[str, Any] | None) -> str:
+    def said(t: Mapping[str, object] | None) -> str:
         if t is None:
             return "not measured"
         unit = "per step" if t["per_step"] else "in all"
-        ms = fmt.duration_ms(float(t["ms"]))
+        ms = fmt.duration_ms(_ms(t, "ms"))
         if t.get("low_ms") is not None and t.get("high_ms") is not None:
-            ms += f" ({span_ms(float(t['low_ms']), float(t['high_ms']))})"
+            ms += f" ({_span(t)})"
         return f"{t['verdict']}, {ms} {unit}"
 
     where = {t["measured_on"] for t in sides if t is not None}
@@ -285,11 +288,19 @@ def time_line(diff: RunDiff) -> Text | None:
     return Text(text)
 
 
-def _overlap(b: dict[str, Any], a: dict[str, Any]) -> bool:
-    return float(b["low_ms"]) <= float(a["high_ms"]) and float(a["low_ms"]) <= float(b["high_ms"])
+def _ms(d: Mapping[str, object], key: str) -> float:
+    return float(number(d[key]))
 
 
-def _parts_said(b: dict[str, Any], a: dict[str, Any]) -> str:
+def _overlap(b: Mapping[str, object], a: Mapping[str, object]) -> bool:
+    return _ms(b, "low_ms") <= _ms(a, "high_ms") and _ms(a, "low_ms") <= _ms(b, "high_ms")
+
+
+def _span(d: Mapping[str, object]) -> str:
+    return span_ms(_ms(d, "low_ms"), _ms(d, "high_ms"))
+
+
+def _parts_said(b: Mapping[str, object], a: Mapping[str, object]) -> str:
     """Two predictions' parts apart: the GPU model's (what tells two GPUs apart), ranked or
     not by their ranges, and the host's, measured on the CPU each run had."""
     out = ""
@@ -298,11 +309,8 @@ def _parts_said(b: dict[str, Any], a: dict[str, Any]) -> str:
         if not (isinstance(p, dict) and isinstance(q, dict)):
             continue
 
-        def one(d: dict[str, Any]) -> str:
-            return (
-                f"{fmt.duration_ms(float(d['ms']))} "
-                f"({span_ms(float(d['low_ms']), float(d['high_ms']))})"
-            )
+        def one(d: Mapping[str, object]) -> str:
+            return f"{fmt.duration_ms(_ms(d, 'ms'))} ({_span(d)})"
 
         verdict = "cannot rank" if _overlap(p, q) else "ranked"
         where = ", measured on the CPU that ran each" if key == "host_part" else ""
@@ -321,7 +329,7 @@ def line_time(diff: RunDiff, d: LineDiff) -> Text:
     return Text(f"{ms(b)} → {ms(a)}", style=style)
 
 
-def print_diff(diff: RunDiff, paths: tuple[str, str], top: int, file: Any = None) -> None:
+def print_diff(diff: RunDiff, paths: tuple[str, str], top: int, file: TextIO | None = None) -> None:
     out = file if file is not None else sys.stdout
     console = Console(file=out, width=None if out.isatty() else 160, highlight=False)
     console.print(render(diff, paths, top))

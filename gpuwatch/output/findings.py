@@ -6,11 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpuwatch.output.hints import Hint
 from profilers import Line
 from profilers.merge import Spread
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+D = TypeVar("D", bound="DataclassInstance")
 
 
 @dataclass(frozen=True)
@@ -50,7 +55,7 @@ class Findings:
     spreads: tuple[Spread, ...]
     """In a report merged from ranks: per line, the slowest rank and how far behind it is."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         costs = [
             {"line": k, "ms_per_step": v[0], "pct_of_step": v[1]}
             for k, v in self.line_costs.items()
@@ -75,7 +80,7 @@ class Findings:
         )
 
 
-def _plain(obj: Any) -> dict[str, Any]:
+def _plain(obj: DataclassInstance) -> dict[str, object]:
     """A dataclass's fields as JSON (a :class:`Line` as the report's sites, a tuple a list).
     NB: by ``fields()``, so a field added to :class:`Hint` is written with no change here."""
     out = {f.name: getattr(obj, f.name) for f in fields(obj)}
@@ -85,7 +90,7 @@ def _plain(obj: Any) -> dict[str, Any]:
     }
 
 
-def _typed(cls: Any, d: Mapping[str, Any]) -> Any:
+def _typed(cls: type[D], d: Mapping[str, object]) -> D:
     """:func:`_plain` back; fields a newer writer added that ``cls`` lacks are left out."""
     known = {f.name for f in fields(cls)}
     return cls(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuwatch import _format as fmt
 from gpuwatch.output.collectives import comm_html, rank_line
@@ -27,6 +27,9 @@ from gpuwatch.output.text import (
 from gpuwatch.output.timeview import time_lines
 from gpuwatch.output.whatif import what_if_html, what_if_lines
 from profilers import DIRECTIONS, Line, Report
+
+if TYPE_CHECKING:
+    from plotly.graph_objects import Figure
 
 
 def _e(text: object) -> str:
@@ -259,7 +262,7 @@ def render_html(report: Report, findings: Findings) -> str:
 """
 
 
-def render_fragment(report: Report, findings: Findings) -> tuple[str, list[tuple[str, Any]]]:
+def render_fragment(report: Report, findings: Findings) -> tuple[str, list[tuple[str, Figure]]]:
     """The report for a notebook: the page's sections as one element with its own scoped style
     and no plotly.js (a few KiB, not 4.8 MB), and the figures, which the notebook shows through
     plotly's own renderer; each chart's place says where it went."""
@@ -277,7 +280,7 @@ def render_fragment(report: Report, findings: Findings) -> tuple[str, list[tuple
     return page, [(name, fig) for name, (fig, _) in figures.items() if fig is not None]
 
 
-def _chart_title(fig: Any) -> str:
+def _chart_title(fig: Figure | None) -> str:
     if fig is None:
         return ""
     title = fig.layout.title.text

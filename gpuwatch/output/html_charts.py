@@ -4,13 +4,16 @@ them is html.py's, and the notebook shows the same figures through plotly's own 
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuwatch import _format as fmt
 from gpuwatch.output.memory import memory_charts
 from gpuwatch.output.text import DIRECTION_NAMES
 from gpuwatch.output.timeview import time_charts
 from profilers import DIRECTIONS, Line, Report
+
+if TYPE_CHECKING:
+    from plotly.graph_objects import Figure
 
 COLORS = {"h2d": "#1f77b4", "d2h": "#d62728", "d2d": "#2ca02c", "p2p": "#9467bd", "sync": "#ff7f0e"}
 TOP = 15
@@ -27,14 +30,14 @@ def _label(s: Line) -> str:
     return _p(f"{s.file}:{s.line}  {source}")
 
 
-def figure_json(fig: Any) -> str:
+def figure_json(fig: Figure) -> str:
     # NB: "<" as \u003c keeps any "</script>" in the data from ending the script block.
     return (
         str(fig.to_json()).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     )
 
 
-def _bytes_per_line(r: Report) -> Any:
+def _bytes_per_line(r: Report) -> Figure:
     import plotly.graph_objects as go
 
     lines = list(reversed(r.top_lines("bytes", TOP)))
@@ -64,7 +67,7 @@ def _bytes_per_line(r: Report) -> Any:
     return fig
 
 
-def _timeline(r: Report) -> Any:
+def _timeline(r: Report) -> Figure:
     from plotly.subplots import make_subplots
 
     gpus = sorted({s["gpu"] for s in r.gpu_samples})
@@ -142,7 +145,7 @@ def _timeline(r: Report) -> Any:
     return fig
 
 
-def _kernel_time(r: Report) -> Any:
+def _kernel_time(r: Report) -> Figure:
     import plotly.graph_objects as go
 
     # NB: each op once, so the bars add up to the run's kernel time: a .backward() line's bar is
@@ -176,7 +179,7 @@ def _kernel_time(r: Report) -> Any:
     return fig
 
 
-def _syncs(r: Report) -> Any:
+def _syncs(r: Report) -> Figure:
     import plotly.graph_objects as go
 
     causes = sorted(r.totals.syncs.by_cause.items(), key=lambda kv: -kv[1])
@@ -192,7 +195,7 @@ def _syncs(r: Report) -> Any:
     return fig
 
 
-def charts(r: Report) -> dict[str, tuple[Any, str]]:
+def charts(r: Report) -> dict[str, tuple[Figure | None, str]]:
     """Each chart's figure, or the sentence that stands in for a chart with nothing to draw
     (empty axes read like a broken page)."""
     return {

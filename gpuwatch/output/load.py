@@ -16,11 +16,10 @@ import stat
 import time
 from functools import cache
 from importlib import resources
-from typing import Any
 
 from gpuwatch.errors import CliError
 from gpuwatch.output.findings import Findings
-from profilers.finite import restore_not_finite
+from profilers.finite import mapping, restore_not_finite
 from profilers.report import SCHEMA, Report, ReportFormatError
 
 #: A report is bounded by design (capped timeline and samples); anything far larger is not one.
@@ -38,10 +37,10 @@ SCHEMA_FILES = {
 
 
 @cache
-def schema(name: str) -> dict[str, Any]:
+def schema(name: str) -> dict[str, object]:
     """The published JSON Schema of ``name`` (``"gpuwatch.profile/1"`` or ``"gpuwatch.snapshot/1"``)."""
     text = resources.files("gpuwatch.schemas").joinpath(SCHEMA_FILES[name]).read_text("utf-8")
-    loaded: dict[str, Any] = json.loads(text)
+    loaded: dict[str, object] = json.loads(text)
     return loaded
 
 
@@ -51,7 +50,7 @@ NOT_FINITE_MARK = (
 )
 
 
-def _strict(node: Any) -> Any:
+def _strict(node: object) -> object:
     """The schema with every figure a number again (once ``not_finite`` has put NaN back)."""
     if isinstance(node, dict):
         if node.get("$comment") == NOT_FINITE_MARK and node.get("type") == ["number", "null"]:
@@ -63,14 +62,13 @@ def _strict(node: Any) -> Any:
 
 
 @cache
-def strict_schema(name: str) -> dict[str, Any]:
+def strict_schema(name: str) -> dict[str, object]:
     """``name``'s schema as a reader checks a document after :func:`restore_not_finite`: a null
     figure that ``not_finite`` does not list is an error there, not a number."""
-    strict: dict[str, Any] = _strict(schema(name))
-    return strict
+    return dict(mapping(_strict(schema(name))))
 
 
-def problem(doc: Any, name: str = SCHEMA, strict: bool = False) -> str | None:
+def problem(doc: object, name: str = SCHEMA, strict: bool = False) -> str | None:
     """What makes ``doc`` not a valid ``name`` document, in one line; None if it is valid
     (``strict``: against :func:`strict_schema`)."""
     from jsonschema import Draft202012Validator

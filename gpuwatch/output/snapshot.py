@@ -8,7 +8,6 @@ import json
 import math
 import time
 from collections.abc import Callable
-from typing import Any
 
 from rich import box
 from rich.console import Console, Group
@@ -39,7 +38,7 @@ def measured_snapshot(sampler: Sampler, window_s: float = MEASURE_S) -> Snapshot
     return sampler.snapshot()
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: object) -> object:
     """``value`` with every NaN or infinity replaced by None (JSON has no such numbers)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TextIO
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -22,6 +22,7 @@ from gpuwatch.output.hints import Hint, hints_order
 from gpuwatch.output.memory import failure_part, memory_part
 from gpuwatch.output.timeview import time_lines
 from profilers import DIRECTIONS, Line, Report
+from profilers.finite import mapping, number
 
 DIRECTION_NAMES = {
     "h2d": "host→GPU",
@@ -99,7 +100,7 @@ def _header(r: Report, found: Findings) -> RenderableType:
         ", ".join(
             f"{d['device']} ({d['name']})"
             if d.get("name") and d["device"] != "cpu"
-            else d["device"]
+            else str(d["device"])
             for d in r.devices
         )
         or "none"
@@ -150,7 +151,7 @@ def step_lines(r: Report) -> list[str]:
         syncs = {rank: 0 for rank in map(str, r.ranks or [])}
         for s in r.lines:
             for rank, counts in s.by_rank.items():
-                syncs[rank] = syncs.get(rank, 0) + int(counts["syncs"]["count"])
+                syncs[rank] = syncs.get(rank, 0) + int(number(mapping(counts["syncs"])["count"]))
         per += f" ({min(syncs.values()) / n:.3g}-{max(syncs.values()) / n:.3g} across {k} ranks)"
     if t.kernel_time_ms and not r.options.fake_cuda:
         per += f", kernel time {fmt.duration_ms(t.kernel_time_ms / n / k)}"
@@ -401,7 +402,7 @@ def _causes(s: Line) -> str:
     return ", ".join(f"{k} {v:,}" for k, v in s.syncs.by_cause.items())
 
 
-def print_summary(report: Report, top: int, file: Any, findings: Findings) -> None:
+def print_summary(report: Report, top: int, file: TextIO | None, findings: Findings) -> None:
     """The summary on ``file`` (stderr by default); a terminal that went away is no error."""
     from rich.console import Console
 

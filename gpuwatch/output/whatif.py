@@ -11,14 +11,14 @@ import html
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from gpuwatch import _format as fmt
 from profilers import Report
+from profilers.finite import number
 from profilers.timing.whatif import DECIDES
 
 
-def label(w: Mapping[str, Any]) -> str:
+def label(w: Mapping[str, object]) -> str:
     """``PREDICTED for H100-SXM`` or ``replayed``: where the figures come from."""
     if w.get("measured") == "predicted":
         return f"PREDICTED for {w.get('gpu')}"
@@ -36,11 +36,11 @@ def span_ms(low: float, high: float) -> str:
     return f"{a}-{b}"
 
 
-def _range(d: Mapping[str, Any], low: str, high: str) -> str:
+def _range(d: Mapping[str, object], low: str, high: str) -> str:
     """`` (1.1-3.3 ms)`` where ``d`` holds a range, else nothing."""
     if d.get(low) is None or d.get(high) is None:
         return ""
-    return f" ({span_ms(float(d[low]), float(d[high]))})"
+    return f" ({span_ms(float(number(d[low])), float(number(d[high])))})"
 
 
 def prediction_lines(r: Report) -> list[str]:
@@ -84,7 +84,7 @@ def unprofiled_line(r: Report) -> str | None:
     )
 
 
-def saving_words(ms: float, pct: float, w: Mapping[str, Any]) -> str:
+def saving_words(ms: float, pct: float, w: Mapping[str, object]) -> str:
     """``the fix saves about 1.2 ms per step (31%, PREDICTED for H100-SXM)``: what the step
     gives back, not what the line costs (a sync in a busy GPU's shadow costs its wait and
     saves nothing)."""
