@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from profilers.origins import FACTORY, HOST, LOADER, PARAMETER, PINNED
+from profilers.origins import FACTORY, HOST, LOADER, PARAMETER, PINNED, Loader
 
 if TYPE_CHECKING:
     from profilers.memory.tracker import MemoryTracker
@@ -160,7 +160,7 @@ def batch_tensors(batch: object, limit: int = MAX_BATCH_TENSORS) -> list[Tensor]
     return found
 
 
-def loader_settings(it: object) -> dict[str, object]:
+def loader_settings(it: object) -> Loader:
     """The settings of the DataLoader behind the iterator ``it`` (``_BaseDataLoaderIter`` keeps
     the loader's own, torch/utils/data/dataloader.py), None where it has none."""
     workers = getattr(it, "_num_workers", None)
@@ -191,11 +191,11 @@ def note_batch(
         # persistent_workers; an attribute of our own on the loader's iterator, not the batch
         try:
             it._gpuwatch_seen = True
-            found["iterators"] += 1
+            found["iterators"] = (found["iterators"] or 0) + 1
         except AttributeError:
             pass  # an iterator with __slots__: its epochs go uncounted
-    found["batches"] += 1
-    found["wait_ms"] = round(found["wait_ms"] + wait_ns / 1e6, 3)
+    found["batches"] = (found["batches"] or 0) + 1
+    found["wait_ms"] = round((found["wait_ms"] or 0.0) + wait_ns / 1e6, 3)
 
 
 def source_of(args: tuple[object, ...]) -> Tensor | None:
