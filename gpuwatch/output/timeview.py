@@ -65,8 +65,8 @@ def time_lines(r: Report, costs: Mapping[str, tuple[float, float]]) -> list[str]
     profiler's own time taken out, and the line that cost most (``costs``: the findings'
     line costs)."""
     t = r.time
-    memory = (r.predicted.memory if r.predicted else None) or {}
-    fit = [f"PREDICTED: {memory['message']}"] if memory.get("message") else []
+    memory = r.predicted.memory if r.predicted else None
+    fit = [f"PREDICTED: {memory.message}"] if memory and memory.message else []
     if not t:
         gpu = r.predicted.gpu if r.predicted else None
         if gpu is not None:  # --gpu NAME (the fake GPU's only), but no step ended to replay
@@ -213,9 +213,10 @@ def energy_line(r: Report) -> str | None:
     e = r.time.energy if r.time else None
     if not e:
         return None
-    gpus = "GPU " + ", ".join(str(g) for g in e.get("gpus", []))
-    missing = e.get("not_measured") or {}
-    per = e.get("step_j_median")
+    gpus = "GPU " + ", ".join(str(g) for g in _listed(e.get("gpus")))
+    missing = e.get("not_measured")
+    missing = missing if isinstance(missing, dict) else {}
+    per = _number(e.get("step_j_median"))
     steps = r.time.steps if r.time else []
     if per is None and e.get("run_j") is None:
         why = next(iter(missing.values()), None) or next(
@@ -227,12 +228,12 @@ def energy_line(r: Report) -> str | None:
     if per is not None:
         within = max(float(k["uncertainty_j"]) for k in kept)
         out += f" {per:.3g} J per step on {gpus} (median of {len(kept)} steps, ±{within:.2g} J at most)"
-    if e.get("run_j") is not None:
-        out += f"{',' if per is not None else ''} {fmt.energy(float(e['run_j']))} in all"
-    update = e.get("counter_update_ms")
+    if (run_j := _number(e.get("run_j"))) is not None:
+        out += f"{',' if per is not None else ''} {fmt.energy(run_j)} in all"
+    update = _number(e.get("counter_update_ms"))
     moves = f", moving every {fmt.duration_ms(update)}" if update is not None else ""
     out += f" (NVML's energy counter{moves})"
-    idle = e.get("steps_idle_j")
+    idle = _number(e.get("steps_idle_j"))
     if idle is not None:
         measured = sum(1 for k in kept if k.get("idle_j") is not None)
         out += f"; idle: {idle / max(1, measured):.3g} J per step"
@@ -246,6 +247,14 @@ def energy_line(r: Report) -> str | None:
     if missing:
         out += f"; GPU {', '.join(missing)}: no energy counter"
     return out
+
+
+def _listed(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
 
 
 def step_bars(r: Report) -> list[dict[str, Any]]:
