@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from statistics import median
-from typing import Any
+from typing import Any, TypedDict
 
 from gpuwatch import _format as fmt
 from gpuwatch.output.line_costs import cost_text, measured_gpu, predicted_gpu
@@ -257,12 +257,18 @@ def _number(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def step_bars(r: Report) -> list[dict[str, Any]]:
+class StepBar(TypedDict):
+    step: int
+    verdict: str
+    ms: dict[str, float]
+
+
+def step_bars(r: Report) -> list[StepBar]:
     """Per kept step: its number, verdict and ms by cause (busy first on a GPU)."""
     t = r.time
     if not t:
         return []
-    out = []
+    out: list[StepBar] = []
     steps = t.get("steps", [])
     on_gpu = any(s.get("gpu") for s in steps)
     for s in steps:
@@ -310,14 +316,14 @@ def graph_lines(r: Report) -> list[str]:
     return out
 
 
-def wait_slices(r: Report, pid: int, first_tid: int) -> list[dict[str, Any]]:
+def wait_slices(r: Report, pid: int, first_tid: int) -> list[dict[str, object]]:
     """Chrome-trace slices of the kept steps' waits, one track per cause and line (``input
     wait train.py:5``), from ``first_tid`` on; times are µs since the profile's start."""
     t = r.time
     if not t:
         return []
     tracks: dict[tuple[str, str], int] = {}
-    events: list[dict[str, Any]] = []
+    events: list[dict[str, object]] = []
     for step in t.get("steps", []):
         for w in step.get("waits", []):
             key = (str(w["kind"]), str(w["site"]))
@@ -348,7 +354,7 @@ COLORS = {
 }
 
 
-def time_charts(r: Report) -> dict[str, tuple[Any, str]]:
+def time_charts(r: Report) -> dict[str, tuple[object, str]]:
     """The HTML's ``time`` chart: a stacked bar per kept step (ms by cause, the verdict in the
     hover), or the sentence that stands in for it."""
     bars = step_bars(r)
@@ -410,7 +416,7 @@ def time_charts(r: Report) -> dict[str, tuple[Any, str]]:
     return {"time": (fig, "")}
 
 
-def gpu_idle_slices(r: Report, pid: int, tid: int) -> list[dict[str, Any]]:
+def gpu_idle_slices(r: Report, pid: int, tid: int) -> list[dict[str, object]]:
     """Chrome-trace slices of the kept steps' measured GPU idle time, on one GPU track, each
     named by its cause and line (``sync wait train.py:9``); µs since the profile's start."""
     t = r.time
@@ -435,14 +441,14 @@ def gpu_idle_slices(r: Report, pid: int, tid: int) -> list[dict[str, Any]]:
     return events
 
 
-def track_name(pid: int, tid: int, name: str) -> dict[str, Any]:
+def track_name(pid: int, tid: int, name: str) -> dict[str, object]:
     """The Chrome-trace metadata event that names track ``tid``."""
     return {"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}}
 
 
 def _slice(
-    pid: int, tid: int, span: dict[str, Any], cat: str, name: str, args: dict[str, Any]
-) -> dict[str, Any]:
+    pid: int, tid: int, span: Mapping[str, float], cat: str, name: str, args: dict[str, object]
+) -> dict[str, object]:
     """One Chrome-trace slice of ``span`` (``start_ms`` since the profile's start, ``ms``)."""
     return {
         "ph": "X",
