@@ -34,14 +34,14 @@ def run_time(report: Report, after_first: bool = True) -> dict[str, object] | No
         }
         predicted: Mapping[str, object] = report.predicted or {}
         step = predicted.get("step")
-        if isinstance(step, dict) and step.get("low_ms") is not None:
+        if isinstance(step, Mapping) and step.get("low_ms") is not None:
             # the prediction's range (profilers/timing/uncertainty.py): two runs whose ranges
             # overlap cannot be ranked
             out["low_ms"] = round(float(step["low_ms"]), 6)
             out["high_ms"] = round(float(step["high_ms"]), 6)
         for key, part in (("host_part", "host"), ("gpu_part", "gpu_model")):
             found = predicted.get(part)
-            if isinstance(found, dict) and found.get("low_ms") is not None:
+            if isinstance(found, Mapping) and found.get("low_ms") is not None:
                 out[key] = {k: round(float(found[k]), 6) for k in ("ms", "low_ms", "high_ms")}
         return out
     wall = float(run["wall_unprofiled_ms"])

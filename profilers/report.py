@@ -275,9 +275,7 @@ def _section(v: Mapping[str, object] | None, kind: type[S]) -> S | None:
     """The section ``kind`` of the JSON value ``v`` (None: absent); ValueError if damaged."""
     if v is None:
         return None
-    section = kind.from_dict(v)
-    if isinstance(section, TimeView) and not isinstance(section.run, dict):
-        raise ValueError("time must be an object with a run")
+    section = kind.from_dict(v)  # NB: a nested part that is not an object raises there
     if isinstance(section, MemoryView) and not isinstance(section.lines, list):
         raise ValueError("memory must be an object with a list of lines")
     return section

@@ -5,6 +5,7 @@ time stated for an unprofiled run agrees with a plain run."""
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from contextlib import ExitStack
@@ -348,14 +349,19 @@ def test_where_the_profilers_own_time_outweighs_the_scripts_the_summary_says_not
     with profilers.profile(kernel_timing=True) as prof:
         _spin_steps(3)
     r = prof.report()
-    run, steps = r.time["run"], r.time["after_first"]
+    assert r.time is not None
+    run, steps = r.time.run, r.time.after_first
     assert steps is not None  # the figures are per step, over the steps after the first
 
     def said(step_share: float, run_share: float = 0.0) -> str:
-        steps["own_ms"] = step_share * steps["wall_ms"]  # the rule: own vs the rest, per step
-        run["own_ms"] = run_share * run["wall_ms"]
+        assert r.time is not None and steps is not None
+        time = r.time.replace(  # the rule: own vs the rest, per step
+            after_first=steps.replace(own_ms=step_share * steps.wall_ms),
+            run=run.replace(own_ms=run_share * run.wall_ms),
+        )
+        edited = r.replace(time=time)
         out = io.StringIO()
-        Console(width=400, file=out).print(summary(r, analyze(r)))
+        Console(width=400, file=out).print(summary(edited, analyze(edited)))
         return out.getvalue()
 
     text = said(0.75)
@@ -369,3 +375,17 @@ def test_where_the_profilers_own_time_outweighs_the_scripts_the_summary_says_not
     assert "per step it was 1.0x" in said(0.5, run_share=0.01)
     text = said(0.05, run_share=0.9)
     assert "is taken out of the figures" in text and "not all of it" not in text
+
+
+def test_a_report_read_back_from_json_holds_typed_breakdowns_that_write_the_same_json():
+    from profilers.sections import Breakdown, LineCost
+
+    with profilers.profile(kernel_timing=True) as prof:
+        _spin_steps(3)
+    r = prof.report()
+    back = Report.from_dict(json.loads(r.to_json()))
+    assert back.time is not None and back.time.after_first is not None
+    assert isinstance(back.time.run, Breakdown) and isinstance(back.time.steps[0], Breakdown)
+    assert isinstance(back.time.run.lines[0], LineCost)
+    assert back.time.after_first.steps == 2  # the steps after the first, as written
+    assert back.to_json() == r.to_json()

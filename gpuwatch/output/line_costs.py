@@ -3,6 +3,7 @@ the hints), and the words that say what that figure is and where it comes from."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gpuwatch import _format as fmt
@@ -10,7 +11,7 @@ from profilers import Report
 from profilers.timing.verdict import per_step
 
 
-def measured_gpu(d: dict[str, Any]) -> bool:
+def measured_gpu(d: Mapping[str, Any]) -> bool:
     """Whether a breakdown's GPU figures were measured on a GPU (CUDA events)."""
     gpu = d.get("gpu")
     return isinstance(gpu, dict) and gpu.get("measured") == "measured"

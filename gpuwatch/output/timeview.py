@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from statistics import median
-from typing import Any
+from typing import Any, TypedDict
 
 from gpuwatch import _format as fmt
 from gpuwatch.output.line_costs import cost_text, measured_gpu, predicted_gpu
@@ -65,8 +65,8 @@ def time_lines(r: Report, costs: Mapping[str, tuple[float, float]]) -> list[str]
     profiler's own time taken out, and the line that cost most (``costs``: the findings'
     line costs)."""
     t = r.time
-    memory = (r.predicted.memory if r.predicted else None) or {}
-    fit = [f"PREDICTED: {memory['message']}"] if memory.get("message") else []
+    memory = r.predicted.memory if r.predicted else None
+    fit = [f"PREDICTED: {memory.message}"] if memory and memory.message else []
     if not t:
         gpu = r.predicted.gpu if r.predicted else None
         if gpu is not None:  # --gpu NAME (the fake GPU's only), but no step ended to replay
@@ -213,9 +213,10 @@ def energy_line(r: Report) -> str | None:
     e = r.time.energy if r.time else None
     if not e:
         return None
-    gpus = "GPU " + ", ".join(str(g) for g in e.get("gpus", []))
-    missing = e.get("not_measured") or {}
-    per = e.get("step_j_median")
+    gpus = "GPU " + ", ".join(str(g) for g in _listed(e.get("gpus")))
+    missing = e.get("not_measured")
+    missing = missing if isinstance(missing, dict) else {}
+    per = _number(e.get("step_j_median"))
     steps = r.time.steps if r.time else []
     if per is None and e.get("run_j") is None:
         why = next(iter(missing.values()), None) or next(
@@ -227,12 +228,12 @@ def energy_line(r: Report) -> str | None:
     if per is not None:
         within = max(float(k["uncertainty_j"]) for k in kept)
         out += f" {per:.3g} J per step on {gpus} (median of {len(kept)} steps, ±{within:.2g} J at most)"
-    if e.get("run_j") is not None:
-        out += f"{',' if per is not None else ''} {fmt.energy(float(e['run_j']))} in all"
-    update = e.get("counter_update_ms")
+    if (run_j := _number(e.get("run_j"))) is not None:
+        out += f"{',' if per is not None else ''} {fmt.energy(run_j)} in all"
+    update = _number(e.get("counter_update_ms"))
     moves = f", moving every {fmt.duration_ms(update)}" if update is not None else ""
     out += f" (NVML's energy counter{moves})"
-    idle = e.get("steps_idle_j")
+    idle = _number(e.get("steps_idle_j"))
     if idle is not None:
         measured = sum(1 for k in kept if k.get("idle_j") is not None)
         out += f"; idle: {idle / max(1, measured):.3g} J per step"
@@ -248,12 +249,26 @@ def energy_line(r: Report) -> str | None:
     return out
 
 
-def step_bars(r: Report) -> list[dict[str, Any]]:
+def _listed(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+class StepBar(TypedDict):
+    step: int
+    verdict: str
+    ms: dict[str, float]
+
+
+def step_bars(r: Report) -> list[StepBar]:
     """Per kept step: its number, verdict and ms by cause (busy first on a GPU)."""
     t = r.time
     if not t:
         return []
-    out = []
+    out: list[StepBar] = []
     steps = t.get("steps", [])
     on_gpu = any(s.get("gpu") for s in steps)
     for s in steps:
@@ -301,14 +316,14 @@ def graph_lines(r: Report) -> list[str]:
     return out
 
 
-def wait_slices(r: Report, pid: int, first_tid: int) -> list[dict[str, Any]]:
+def wait_slices(r: Report, pid: int, first_tid: int) -> list[dict[str, object]]:
     """Chrome-trace slices of the kept steps' waits, one track per cause and line (``input
     wait train.py:5``), from ``first_tid`` on; times are µs since the profile's start."""
     t = r.time
     if not t:
         return []
     tracks: dict[tuple[str, str], int] = {}
-    events: list[dict[str, Any]] = []
+    events: list[dict[str, object]] = []
     for step in t.get("steps", []):
         for w in step.get("waits", []):
             key = (str(w["kind"]), str(w["site"]))
@@ -339,7 +354,7 @@ COLORS = {
 }
 
 
-def time_charts(r: Report) -> dict[str, tuple[Any, str]]:
+def time_charts(r: Report) -> dict[str, tuple[object, str]]:
     """The HTML's ``time`` chart: a stacked bar per kept step (ms by cause, the verdict in the
     hover), or the sentence that stands in for it."""
     bars = step_bars(r)
@@ -401,7 +416,7 @@ def time_charts(r: Report) -> dict[str, tuple[Any, str]]:
     return {"time": (fig, "")}
 
 
-def gpu_idle_slices(r: Report, pid: int, tid: int) -> list[dict[str, Any]]:
+def gpu_idle_slices(r: Report, pid: int, tid: int) -> list[dict[str, object]]:
     """Chrome-trace slices of the kept steps' measured GPU idle time, on one GPU track, each
     named by its cause and line (``sync wait train.py:9``); µs since the profile's start."""
     t = r.time
@@ -426,14 +441,14 @@ def gpu_idle_slices(r: Report, pid: int, tid: int) -> list[dict[str, Any]]:
     return events
 
 
-def track_name(pid: int, tid: int, name: str) -> dict[str, Any]:
+def track_name(pid: int, tid: int, name: str) -> dict[str, object]:
     """The Chrome-trace metadata event that names track ``tid``."""
     return {"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}}
 
 
 def _slice(
-    pid: int, tid: int, span: dict[str, Any], cat: str, name: str, args: dict[str, Any]
-) -> dict[str, Any]:
+    pid: int, tid: int, span: Mapping[str, float], cat: str, name: str, args: dict[str, object]
+) -> dict[str, object]:
     """One Chrome-trace slice of ``span`` (``start_ms`` since the profile's start, ``ms``)."""
     return {
         "ph": "X",

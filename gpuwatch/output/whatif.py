@@ -50,7 +50,7 @@ def prediction_lines(r: Report) -> list[str]:
     were written)."""
     p = r.predicted
     host, model, step = (p.host, p.gpu_model, p.step) if p else (None, None, None)
-    if not (p and isinstance(host, dict) and isinstance(model, dict) and isinstance(step, dict)):
+    if not (p and host is not None and model is not None and step is not None):
         return []
     gpu = p.gpu
     verdicts = [str(v) for v in step.get("verdicts") or []]
