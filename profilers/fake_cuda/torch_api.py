@@ -6,12 +6,15 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from profilers.fake_cuda.graphs import forbid_while_capturing
+
+if TYPE_CHECKING:
+    from torch.types import Device
 
 DEVICE_NAME = "gpuwatch fake CUDA device"
 
@@ -83,7 +86,7 @@ class FakeStream:
         pass
 
 
-def index_of(device: Any) -> int:
+def index_of(device: Device) -> int:
     """The GPU index ``device`` names (None or a bare "cuda": the thread's current GPU)."""
     if isinstance(device, int):
         return device
