@@ -33,6 +33,7 @@ import torch
 import torch.cuda.comm
 import torch.nn.parallel.comm
 from torch import nn
+from torch.types import Device
 
 from profilers.errors import ProfileStateError
 
@@ -59,7 +60,7 @@ from profilers.fake_cuda.build import (
 from profilers.fake_cuda.comm import FUNCTIONS as COMM_FUNCTIONS
 from profilers.fake_cuda.graphs import Graphs, forbid_while_capturing, patch_graphs_and_generators
 from profilers.fake_cuda.memory import DEFAULT_BYTES, FakeMemory, PinnedMemory, Placeholders
-from profilers.fake_cuda.mode import FakeCudaMode, fake_tensor_mode
+from profilers.fake_cuda.mode import FakeCudaMode, GpuTensor, fake_tensor_mode
 from profilers.fake_cuda.torch_api import (
     DEVICE_NAME,
     FakeEvent,
@@ -74,8 +75,6 @@ from profilers.patches import lift_on_the_host
 from profilers.torch_private import THREAD_BOOTSTRAP, require_cuda_init
 
 if TYPE_CHECKING:
-    from torch.types import Device
-
     from profilers.report import Report
 
 __all__ = [
@@ -125,9 +124,7 @@ class FakeCuda:
         self.values = values
         install_guard()
         self.fake_mode = fake_tensor_mode()
-        self.fake_type: type[FakeTensor | HostBacked] = (
-            HostBacked if values == "real" else FakeTensor
-        )
+        self.fake_type: type[GpuTensor] = HostBacked if values == "real" else FakeTensor
         """The type of a GPU tensor here."""
         self.mode_type: type[FakeCudaMode] = RealCudaMode if values == "real" else FakeCudaMode
         """The dispatch mode at the bottom of every thread's stack."""

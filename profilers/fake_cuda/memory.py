@@ -13,17 +13,12 @@ import re
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 from torch.utils._pytree import tree_leaves
 
+from profilers.fake_cuda.mode import GpuTensor
 from profilers.memory.gpu_errors import out_of_memory
-
-if TYPE_CHECKING:
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    from profilers.fake_cuda.real import HostBacked
 
 BLOCK_BYTES = 512
 DEFAULT_BYTES = 80 * 1024**3
@@ -66,7 +61,7 @@ class FakeMemory:
         self._refs.discard(ref)
         self._release(key)
 
-    def note(self, out: object, fake_type: type[FakeTensor | HostBacked]) -> None:
+    def note(self, out: object, fake_type: type[GpuTensor]) -> None:
         """Counts the storages of the fake GPU tensors in ``out`` (an op's output)."""
         for t in tree_leaves(out):
             if not isinstance(t, fake_type) or "_gpuwatch_held" in t.__dict__:

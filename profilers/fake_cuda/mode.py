@@ -8,25 +8,31 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeAlias, TypeGuard, TypeVar
 
 import torch
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensorMode,
+)
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
 from profilers.memory.gpu_errors import list_mismatch, mismatch_message
 from profilers.timing.fake_time import note_fake_op, note_harness, sim_clock, wall_clock
-from profilers.torch_private import fake_device_mismatch
+from profilers.torch_private import OpOverload, fake_device_mismatch
 
 if TYPE_CHECKING:
-    from torch._ops import OpOverload
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch._subclasses.fake_tensor import FakeTensor
 
     from profilers.fake_cuda.harness import FakeCuda
+    from profilers.fake_cuda.real import HostBacked
 
 _aten = torch.ops.aten
 
 Op: TypeAlias = "OpOverload[..., object]"
 Args = tuple[object, ...]
 Kwargs = dict[str, object]
-"""An op as a mode gets it, its positional arguments, its keyword arguments."""
+GpuTensor: TypeAlias = "FakeTensor | HostBacked"
+"""An op as a mode gets it, its positional and keyword arguments; a fake GPU's tensor."""
 
 
 def fake_tensor_mode() -> FakeTensorMode:
@@ -36,7 +42,6 @@ def fake_tensor_mode() -> FakeTensorMode:
     stock flag is one attribute of the mode: while one thread ran a fake op, a fake tensor's
     device read on another thread (the profiler classifying a copy) was ``meta``, and the copy
     was lost, in about one run in three of threads copying while backward ran."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
     class PerThreadFakeTensorMode(FakeTensorMode):  # type: ignore[no-untyped-call]
         def __init__(self) -> None:
@@ -175,11 +180,6 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         return self.on_fake(func, args, kwargs)
 
     def on_fake(self, func: Op, args: Args, kwargs: Kwargs) -> object:
-        from torch._subclasses.fake_tensor import (
-            DataDependentOutputException,
-            DynamicOutputShapeException,
-        )
-
         # NB: FakeTensor lets lists of tensors on two devices through; a GPU does not.
         wrong = list_mismatch(func, args, kwargs)
         if wrong is not None:

@@ -18,18 +18,14 @@ the host's, so a script's host random stream is the one it has on a GPU.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeGuard
 
 import torch
 
 from profilers.fake_cuda.mode import _HANDLERS as placeholder_handlers
 from profilers.fake_cuda.mode import (
-    Args,
     FakeCudaMode,
     Handlers,
-    Kwargs,
-    Op,
     _device,
     _h2d_capturable,
     _items,
@@ -43,6 +39,7 @@ if TYPE_CHECKING:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from profilers.fake_cuda.harness import FakeCuda
+    from profilers.fake_cuda.mode import Args, Kwargs, Op
 
 _aten = torch.ops.aten
 
@@ -205,9 +202,7 @@ class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, u
         note_fake_op(func, args, kwargs, out, self.t0)  # --gpu NAME: the model's time for it
         return out
 
-    def on_host(
-        self, func: Op, args: Sequence[object], kwargs: Kwargs, device: torch.device
-    ) -> object:
+    def on_host(self, func: Op, args: list[object], kwargs: Kwargs, device: torch.device) -> object:
         """``func`` run on host tensors for ``device``: the host's out of memory is the GPU's."""
         try:
             return func(*args, **kwargs)
