@@ -9,8 +9,9 @@ import functools
 import random
 import threading
 import types
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NoReturn
 
 # NB: NotSimulated is an AttributeError, as torch's own "has no attribute" was, so that
 # ``hasattr`` probes still say False.
@@ -20,7 +21,11 @@ from profilers.fake_cuda.printing import fake_format, fake_repr
 from profilers.registry import hide, patcher
 
 if TYPE_CHECKING:
+    import torch
+    from torch.types import Device
+
     from profilers.fake_cuda.harness import FakeCuda
+    from profilers.fake_cuda.mode import GpuTensor
 
 set_attr = patcher("fake_cuda")
 """``owner.name = value`` until ``stack`` closes, on the registry's stack (profilers/registry.py)."""
@@ -28,9 +33,9 @@ set_attr = patcher("fake_cuda")
 
 def patch_printing(stack: ExitStack, harness: FakeCuda) -> None:
     """``print(t)``, ``repr``, ``str`` and ``f"{t:.4f}"`` of the fake GPU's tensors."""
-    fake: Any = harness.fake_type  # FakeTensor or HostBacked: a torch.Tensor type
+    fake = harness.fake_type
 
-    def ours(t: Any) -> bool:
+    def ours(t: object) -> bool:
         return getattr(t, "fake_mode", None) is harness.fake_mode
 
     set_attr(
@@ -59,15 +64,15 @@ def patch_save(stack: ExitStack, harness: FakeCuda) -> None:
     import torch
     import torch.serialization as serialization
 
-    fake: Any = harness.fake_type
-    devices: dict[int, tuple[int, weakref.ref[Any]]] = {}
+    fake = harness.fake_type
+    devices: dict[int, tuple[int, weakref.ref[torch.UntypedStorage]]] = {}
     """Placeholder host storages (by address) -> the fake GPU they stand for."""
     saving = threading.local()
     """``copies``: while a torch.save runs on this thread, its fake GPU storages (by
     ``_cdata``) -> their host copies (one per storage per save, as torch's ``id_map``)."""
 
-    def host_storage(self: Any) -> Any:
-        copies: dict[int, Any] | None = getattr(saving, "copies", None)
+    def host_storage(self: GpuTensor) -> torch.UntypedStorage:
+        copies: dict[int, torch.UntypedStorage] | None = getattr(saving, "copies", None)
         fake_storage = self.untyped_storage()
         storage = None if copies is None else copies.get(fake_storage._cdata)
         if storage is None:
@@ -82,10 +87,10 @@ def patch_save(stack: ExitStack, harness: FakeCuda) -> None:
             devices[storage.data_ptr()] = (self.fake_device.index or 0, weakref.ref(storage))
         return storage
 
-    original_save = torch.save
+    original_save: Callable[..., None] = torch.save
 
     @functools.wraps(original_save)
-    def save(*args: Any, **kwargs: Any) -> None:
+    def save(*args: object, **kwargs: object) -> None:
         outer = getattr(saving, "copies", None)
         saving.copies = {}
         try:
@@ -93,7 +98,7 @@ def patch_save(stack: ExitStack, harness: FakeCuda) -> None:
         finally:
             saving.copies = outer
 
-    def __reduce_ex__(self: Any, protocol: Any) -> Any:
+    def __reduce_ex__(self: GpuTensor, protocol: int) -> object:
         if getattr(self, "fake_mode", None) is not harness.fake_mode:
             return original_reduce(self, protocol)
         host = torch.empty(0, dtype=self.dtype)
@@ -109,13 +114,13 @@ def patch_save(stack: ExitStack, harness: FakeCuda) -> None:
 
     original_tag = serialization.location_tag
 
-    def location_tag(storage: Any) -> str:
+    def location_tag(storage: torch.UntypedStorage | torch.TypedStorage) -> str:
         found = devices.get(storage.data_ptr()) if storage.device.type == "cpu" else None
         if found is not None and found[1]() is not None:
             return f"cuda:{found[0]}"
         return str(original_tag(storage))
 
-    original_reduce = fake.__reduce_ex__
+    original_reduce: Callable[[torch.Tensor, int], object] = fake.__reduce_ex__
     set_attr(stack, fake, "__reduce_ex__", __reduce_ex__)
     set_attr(stack, serialization, "location_tag", location_tag)
     set_attr(stack, torch, "save", save)
@@ -141,29 +146,30 @@ def patch_load(stack: ExitStack, harness: FakeCuda) -> None:
     """``bound``: while a torch.load runs on this thread, id(host storage) -> (the storage, its
     GPU); ``moved``: id(host storage) -> its bytes on that GPU."""
 
-    def restore(user: Any) -> Any:
-        def place(storage: Any, location: str) -> Any:
-            where: Any = location
+    def restore(user: object) -> Callable[[torch.UntypedStorage, str], object]:
+        # NB: a device in map_location, or a dict's, is its name, as torch's own restore takes it
+        def place(storage: torch.UntypedStorage, location: str) -> object:
+            where = location
             if callable(user):
                 result = user(storage, location)
                 if result is not None:
                     return result
             elif isinstance(user, dict):
-                where = user.get(location, location)
+                where = str(user.get(location, location))
             elif user is not None:
-                where = user
+                where = str(user)
             device = torch.device(where)
             if device.type != "cuda":
-                return serialization.default_restore_location(storage, str(where))  # type: ignore[no-untyped-call]  # torch's, untyped
+                return serialization.default_restore_location(storage, where)  # type: ignore[no-untyped-call]  # torch's, untyped
             loading.bound[id(storage)] = (storage, device)
             return storage
 
         return place
 
-    original_load = torch.load
+    original_load: Callable[..., object] = torch.load
 
     @functools.wraps(original_load)
-    def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
+    def load(f: object, map_location: object = None, *args: object, **kwargs: object) -> object:
         outer = getattr(loading, "bound", None), getattr(loading, "moved", None)
         loading.bound, loading.moved = {}, {}
         try:
@@ -173,7 +179,9 @@ def patch_load(stack: ExitStack, harness: FakeCuda) -> None:
 
     original_rebuild = torch_utils._rebuild_tensor
 
-    def rebuild(storage: Any, storage_offset: int, size: Any, stride: Any) -> Any:
+    def rebuild(
+        storage: torch.TypedStorage, storage_offset: int, size: Sequence[int], stride: Sequence[int]
+    ) -> object:
         bound = getattr(loading, "bound", None) or {}
         untyped = getattr(storage, "_untyped_storage", None)
         found = bound.get(id(untyped))
@@ -194,7 +202,7 @@ def patch_load(stack: ExitStack, harness: FakeCuda) -> None:
 # -- memory, RNG, NVTX, and what is not simulated ------------------------------------------------
 
 
-def _index(harness: FakeCuda, device: Any) -> int:
+def _index(harness: FakeCuda, device: Device) -> int:
     from profilers.fake_cuda.torch_api import index_of
 
     index = index_of(device) if device is not None else harness.current_device()
@@ -238,21 +246,21 @@ class FakeRng:
     def __init__(self, harness: FakeCuda) -> None:
         self.harness = harness
 
-    def _generator(self, device: Any = None) -> Any:
+    def _generator(self, device: Device = None) -> torch.Generator:
         import torch.cuda
 
         return torch.cuda.default_generators[_index(self.harness, device)]
 
-    def get_rng_state(self, device: Any = "cuda") -> Any:
+    def get_rng_state(self, device: Device = "cuda") -> torch.Tensor:
         return self._generator(device).get_state()
 
-    def set_rng_state(self, new_state: Any, device: Any = "cuda") -> None:
+    def set_rng_state(self, new_state: torch.Tensor, device: Device = "cuda") -> None:
         self._generator(device).set_state(new_state)
 
-    def get_rng_state_all(self) -> list[Any]:
+    def get_rng_state_all(self) -> list[torch.Tensor]:
         return [self.get_rng_state(i) for i in range(self.harness.devices)]
 
-    def set_rng_state_all(self, new_states: Any) -> None:
+    def set_rng_state_all(self, new_states: Iterable[torch.Tensor]) -> None:
         for i, state in enumerate(new_states):
             self.set_rng_state(state, i)
 
@@ -291,20 +299,20 @@ def patch_attention(stack: ExitStack) -> None:
     import torch
     import torch.nn.functional as F
 
-    fused = F.scaled_dot_product_attention
+    fused: Callable[..., torch.Tensor] = F.scaled_dot_product_attention
     math = torch.ops.aten._scaled_dot_product_attention_math.default
 
     def scaled_dot_product_attention(
-        query: Any,
-        key: Any,
-        value: Any,
-        attn_mask: Any = None,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
         dropout_p: float = 0.0,
         is_causal: bool = False,
         scale: float | None = None,
         enable_gqa: bool = False,
-    ) -> Any:
-        options: dict[str, Any] = {"scale": scale, "enable_gqa": enable_gqa}
+    ) -> object:
+        options: dict[str, object] = {"scale": scale, "enable_gqa": enable_gqa}
         if query.device.type != "cuda":
             return fused(query, key, value, attn_mask, dropout_p, is_causal, **options)
         autocast = torch.is_autocast_enabled("cuda")
@@ -319,7 +327,7 @@ def patch_attention(stack: ExitStack) -> None:
     set_attr(stack, F, "scaled_dot_product_attention", scaled_dot_product_attention)
 
 
-def _additive(mask: Any, dtype: Any) -> Any:
+def _additive(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     """A boolean attention mask as the additive one attention uses (0 where kept, -inf where
     masked), in the query's dtype; any other mask as it is.
 
@@ -335,8 +343,10 @@ def _additive(mask: Any, dtype: Any) -> Any:
     return torch.where(mask, 0.0, masked)
 
 
-def _autocast_cuda(*args: Any) -> list[Any]:
-    """``args`` as ``autocast("cuda")`` hands them to attention: each floating-point CUDA
+def _autocast_cuda(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Attention's tensors as ``autocast("cuda")`` hands them to it: each floating-point CUDA
     tensor but a double in the autocast dtype, the rest as they are.
 
     NB: aten/src/ATen/autocast_mode.cpp lists ``scaled_dot_product_attention`` as
@@ -346,22 +356,17 @@ def _autocast_cuda(*args: Any) -> list[Any]:
     import torch
 
     dtype = torch.get_autocast_dtype("cuda")
-    done: dict[int, Any] = {}  # self-attention's one tensor, cast once
+    done: dict[int, torch.Tensor] = {}  # self-attention's one tensor, cast once
 
-    def cast(t: Any) -> Any:
-        eligible = (
-            isinstance(t, torch.Tensor)
-            and t.is_floating_point()
-            and t.device.type == "cuda"
-            and t.dtype not in (dtype, torch.float64)
-        )
-        if not eligible:
+    def cast(t: torch.Tensor) -> torch.Tensor:
+        on_gpu = t.is_floating_point() and t.device.type == "cuda"
+        if not on_gpu or t.dtype in (dtype, torch.float64):
             return t
         if id(t) not in done:
             done[id(t)] = t.to(dtype)
         return done[id(t)]
 
-    return [cast(a) for a in args]
+    return cast(query), cast(key), cast(value), None if mask is None else cast(mask)
 
 
 class FakeNvtx:
@@ -397,7 +402,7 @@ class FakeNvtx:
     def deviceRangeStart(self, msg: str, stream: int = 0) -> int:  # noqa: N802
         return self.rangeStartA(msg)
 
-    def deviceRangeEnd(self, range_handle: Any, stream: int = 0) -> None:  # noqa: N802
+    def deviceRangeEnd(self, range_handle: object, stream: int = 0) -> None:  # noqa: N802
         pass
 
 
@@ -424,7 +429,7 @@ def patch_unsimulated(stack: ExitStack) -> None:
     import torch.cuda
     import torch.cuda.nvtx
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> NoReturn:
         if name.startswith("_cuda_"):
             raise NotSimulated(_torch_cuda_caller(), f"torch._C.{name}")
         raise AttributeError(f"module 'torch._C' has no attribute '{name}'")

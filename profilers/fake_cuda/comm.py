@@ -8,12 +8,14 @@ wrapper (``_patches.wrap_comm``) sits above these and counts each call's copies 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
+_Device = torch.device | str | int
+"""A device as comm's functions take one (an int: that GPU; -1: the host)."""
 
-def _device(d: Any) -> torch.device:
+
+def _device(d: _Device) -> torch.device:
     if isinstance(d, torch.device):
         return d
     if isinstance(d, int):
@@ -27,7 +29,10 @@ def _to(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def broadcast(
-    tensor: torch.Tensor, devices: Sequence[Any] | None = None, *, out: Any = None
+    tensor: torch.Tensor,
+    devices: Sequence[_Device] | None = None,
+    *,
+    out: Sequence[torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, ...]:
     if out is not None:
         for o in out:
@@ -38,12 +43,12 @@ def broadcast(
 
 
 def broadcast_coalesced(
-    tensors: Sequence[torch.Tensor], devices: Sequence[Any], buffer_size: int = 10485760
+    tensors: Sequence[torch.Tensor], devices: Sequence[_Device], buffer_size: int = 10485760
 ) -> list[tuple[torch.Tensor, ...]]:
     return [tuple(_to(t, _device(d)) for t in tensors) for d in devices]
 
 
-def reduce_add(inputs: Sequence[torch.Tensor], destination: Any = None) -> torch.Tensor:
+def reduce_add(inputs: Sequence[torch.Tensor], destination: _Device | None = None) -> torch.Tensor:
     dest = _device(destination if destination is not None else torch.cuda.current_device())
     root = next((t for t in inputs if t.device == dest), None)
     total = root.clone() if root is not None else inputs[0].to(dest)
@@ -54,7 +59,9 @@ def reduce_add(inputs: Sequence[torch.Tensor], destination: Any = None) -> torch
 
 
 def reduce_add_coalesced(
-    inputs: Sequence[Sequence[torch.Tensor]], destination: Any = None, buffer_size: int = 10485760
+    inputs: Sequence[Sequence[torch.Tensor]],
+    destination: _Device | None = None,
+    buffer_size: int = 10485760,
 ) -> tuple[torch.Tensor, ...]:
     return tuple(
         reduce_add([group[i] for group in inputs], destination) for i in range(len(inputs[0]))
@@ -63,10 +70,10 @@ def reduce_add_coalesced(
 
 def scatter(
     tensor: torch.Tensor,
-    devices: Sequence[Any] | None = None,
+    devices: Sequence[_Device] | None = None,
     chunk_sizes: Sequence[int] | None = None,
     dim: int = 0,
-    streams: Any = None,
+    streams: object = None,
     *,
     out: Sequence[torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, ...]:
@@ -87,7 +94,7 @@ def scatter(
 def gather(
     tensors: Sequence[torch.Tensor],
     dim: int = 0,
-    destination: Any = None,
+    destination: _Device | None = None,
     *,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:

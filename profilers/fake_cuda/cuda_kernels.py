@@ -6,14 +6,13 @@ imports this module)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch.utils._pytree import tree_map_only
 
 from profilers.fake_cuda import mode as placeholder_mode
 from profilers.fake_cuda import real
-from profilers.fake_cuda.mode import FakeCudaMode, _named, _tensors
+from profilers.fake_cuda.mode import Args, FakeCudaMode, Kwargs, Op, _named, _tensor, _tensors
 from profilers.fake_cuda.real import HostBacked, RealCudaMode
 from profilers.memory.gpu_errors import list_mismatch
 from profilers.timing.fake_time import note_fake_op
@@ -24,7 +23,7 @@ _aten = torch.ops.aten
 
 
 @real._handles(_aten._softmax.default, _aten._log_softmax.default)
-def _softmax(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _softmax(mode: RealCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
     """``softmax(x_half, dim, dtype=torch.float32)`` on a GPU is one kernel that reads half and
     writes float (``half_to_float``), which the CPU's kernel refuses: computed on the host in
     float, the op the profiler sees is the GPU's.
@@ -42,17 +41,15 @@ def _softmax(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[
 
 
 @real._handles(_aten._softmax_backward_data.default, _aten._log_softmax_backward_data.default)
-def _softmax_backward(
-    mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
+def _softmax_backward(mode: RealCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
     """The gradient of a ``half_to_float`` softmax: float in, the input's Half out, one kernel
     on a GPU (aten/src/ATen/native/cuda/SoftMax.cu, ``host_softmax_backward``: the grad input
     is made in ``input_dtype``), refused by the CPU's kernel: computed in float, then cast."""
-    grad, out, dim, input_dtype = args[0], args[1], args[2], args[3]
-    if type(grad) is not HostBacked or grad.dtype == input_dtype:
+    grad, out, dim, dtype = args[0], args[1], args[2], args[3]
+    if type(grad) is not HostBacked or not isinstance(dtype, torch.dtype) or grad.dtype == dtype:
         return mode.on_fake(func, args, kwargs)
     host_out = out.host if type(out) is HostBacked else out
-    result = func(grad.host, host_out, dim, grad.dtype).to(input_dtype)
+    result = _tensor(func(grad.host, host_out, dim, grad.dtype)).to(dtype)
     return _on_host(mode, func, args, kwargs, result, grad.device)
 
 
@@ -138,7 +135,7 @@ def _gru_cell_backward(
     return grad_input, grad_hidden, grad_hy * z, grad_input.sum(0), grad_hidden.sum(0)
 
 
-_RNN_KERNELS: dict[Any, Callable[..., Any]] = {
+_RNN_KERNELS: dict[Op, Callable[..., tuple[torch.Tensor | None, ...]]] = {
     _aten._thnn_fused_lstm_cell.default: _lstm_cell,
     _aten._thnn_fused_lstm_cell_backward_impl.default: _lstm_cell_backward,
     _aten._thnn_fused_gru_cell.default: _gru_cell,
@@ -147,7 +144,7 @@ _RNN_KERNELS: dict[Any, Callable[..., Any]] = {
 
 
 @real._handles(*_RNN_KERNELS)
-def _rnn_cell(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _rnn_cell(mode: RealCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
     """An LSTM's or GRU's fused step on the fake GPU, forward or back (see above): the CUDA
     kernel's arithmetic in CPU ops on the host tensors; with no GPU tensor, the CPU's refusal."""
     device = next((a.device for a in args if type(a) is HostBacked), None)
@@ -159,9 +156,7 @@ def _rnn_cell(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict
 
 
 @placeholder_mode._handles(*_RNN_KERNELS)
-def _rnn_cell_placeholders(
-    mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
+def _rnn_cell_placeholders(mode: FakeCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
     """The same step on placeholders: the kernel's ops run on fake tensors for their shapes.
 
     NB: FakeTensorMode has no meta kernel for ``_thnn_fused_gru_cell`` (nor its backward),
@@ -178,12 +173,12 @@ def _rnn_cell_placeholders(
 
 def _on_host(
     mode: RealCudaMode,
-    func: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    result: torch.Tensor,
+    func: Op,
+    args: Args,
+    kwargs: Kwargs,
+    result: object,
     device: torch.device,
-) -> Any:
+) -> object:
     """``result``, computed on the host for ``func``, as the GPU tensor the op makes."""
     out = mode.wrap_out(result, device, {})
     note_fake_op(func, args, kwargs, out, mode.t0)  # --gpu NAME: the model's time for it
@@ -202,9 +197,7 @@ _FUSED_STEPS = [
 
 
 @placeholder_mode._handles(*_FUSED_STEPS)
-def _fused_step(
-    mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
+def _fused_step(mode: FakeCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
     """An optimizer's fused step (``AdamW(fused=True)``, ``SGD(fused=True)``, ...) on
     placeholders: nothing to compute, the devices checked as a GPU checks them.
 

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils._pytree import tree_flatten
@@ -27,6 +27,10 @@ from torch.utils._pytree import tree_flatten
 from profilers.counting.ops import METADATA_OPS
 from profilers.counting.user_code import UserCode
 from profilers.registry import patch
+
+if TYPE_CHECKING:
+    from profilers.fake_cuda.harness import FakeCuda
+    from profilers.fake_cuda.mode import Args, Kwargs, Op
 
 CAPTURE_ERROR = (
     "CUDA error: operation not permitted when stream is capturing\n"
@@ -49,10 +53,10 @@ _ERROR_TYPE: type[RuntimeError] = getattr(torch, "AcceleratorError", RuntimeErro
 
 @dataclass
 class _Op:
-    func: Any
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    out: Any
+    func: Op
+    args: Args
+    kwargs: Kwargs
+    out: object
 
 
 class Graphs:
@@ -64,19 +68,14 @@ class Graphs:
         self.busy = 0
         """Captures and replays under way: the fake GPU's dispatch looks here only then."""
         self.replaying = threading.local()
-        self.errors: list[dict[str, Any]] = []
+        self.errors: list[dict[str, str | int]] = []
         self.captures = 0
         self.replays = 0
         self._lock = threading.Lock()
         self._user = UserCode()
 
     def recorded(
-        self,
-        func: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        out: Any,
-        on_gpu: Callable[[Any], bool],
+        self, func: Op, args: Args, kwargs: Kwargs, out: object, on_gpu: Callable[[object], bool]
     ) -> None:
         """An op the fake GPU ran (any thread: autograd's device threads capture backward on
         the capture's stream too); recorded when it touched a GPU tensor."""
@@ -87,7 +86,7 @@ class Graphs:
             with self._lock:
                 graph.ops.append(_Op(func, args, kwargs, out))
 
-    def replayed(self, func: Any) -> tuple[bool, Any]:
+    def replayed(self, func: Op) -> tuple[bool, object]:
         """``(True, out)`` when ``func`` is the op a replay on this thread is running now."""
         op: _Op | None = getattr(self.replaying, "op", None)
         if op is None or op.func is not func:
@@ -115,7 +114,7 @@ class Graphs:
             "GPU or copies pageable host memory, which a CUDA graph capture does not allow"
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"captures": self.captures, "replays": self.replays, "capture_errors": self.errors}
 
 
@@ -145,7 +144,9 @@ class FakeCUDAGraph:
             raise RuntimeError("the fake GPU: this CUDA graph outlived the fake GPU")
         return GRAPHS
 
-    def capture_begin(self, pool: Any = None, capture_error_mode: str = "global", **_: Any) -> None:
+    def capture_begin(
+        self, pool: tuple[int, int] | None = None, capture_error_mode: str = "global", **_: object
+    ) -> None:
         graphs = self._graphs()
         if self._captured:
             raise RuntimeError(
@@ -209,7 +210,7 @@ class FakeCUDAGraph:
             "the fake GPU does not simulate torch.cuda.CUDAGraph.debug_dump; run it on a GPU"
         )
 
-    def register_generator_state(self, generator: Any) -> None:
+    def register_generator_state(self, generator: object) -> None:
         pass
 
 
@@ -223,11 +224,11 @@ class FakeGraphContext:
 
     def __init__(
         self,
-        cuda_graph: Any,
-        pool: Any = None,
-        stream: Any = None,
+        cuda_graph: FakeCUDAGraph,
+        pool: tuple[int, int] | None = None,
+        stream: object = None,
         capture_error_mode: str = "global",
-        **_: Any,
+        **_: object,
     ) -> None:
         self.cuda_graph = cuda_graph
         self.pool = pool
@@ -251,7 +252,7 @@ class FakeGraphContext:
 
 
 class _GeneratorType(type(torch._C.Generator)):  # type: ignore[misc]
-    def __instancecheck__(cls, obj: Any) -> bool:
+    def __instancecheck__(cls, obj: object) -> bool:
         return isinstance(obj, torch._C.Generator)
 
 
@@ -309,7 +310,7 @@ def new_generator(index: int) -> FakeGenerator:
     return g
 
 
-def patch_graphs_and_generators(stack: ExitStack, harness: Any) -> None:
+def patch_graphs_and_generators(stack: ExitStack, harness: FakeCuda) -> None:
     """``torch.cuda.CUDAGraph``, ``torch.cuda.graph``, ``graph_pool_handle``,
     ``is_current_stream_capturing`` (``make_graphed_callables`` is torch's own, on these), and
     ``torch.Generator(device="cuda")`` with ``torch.cuda.default_generators``."""
@@ -340,7 +341,7 @@ def patch_graphs_and_generators(stack: ExitStack, harness: Any) -> None:
     class Generator(torch._C.Generator, metaclass=_GeneratorType):
         """``torch.Generator``: on ``cuda`` a fake GPU's generator, elsewhere torch's own."""
 
-        def __new__(cls, device: Any = "cpu") -> Any:
+        def __new__(cls, device: torch.device | str | int = "cpu") -> Any:
             d = torch.device(device)
             if d.type != "cuda":
                 return host_generator(d)

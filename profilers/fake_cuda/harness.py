@@ -27,12 +27,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.cuda.comm
 import torch.nn.parallel.comm
 from torch import nn
+from torch.types import Device
 
 from profilers.errors import ProfileStateError
 
@@ -59,7 +60,7 @@ from profilers.fake_cuda.build import (
 from profilers.fake_cuda.comm import FUNCTIONS as COMM_FUNCTIONS
 from profilers.fake_cuda.graphs import Graphs, forbid_while_capturing, patch_graphs_and_generators
 from profilers.fake_cuda.memory import DEFAULT_BYTES, FakeMemory, PinnedMemory, Placeholders
-from profilers.fake_cuda.mode import FakeCudaMode, fake_tensor_mode
+from profilers.fake_cuda.mode import FakeCudaMode, GpuTensor, fake_tensor_mode
 from profilers.fake_cuda.torch_api import (
     DEVICE_NAME,
     FakeEvent,
@@ -72,6 +73,9 @@ from profilers.fake_cuda.torch_api import (
 from profilers.options import FakeCudaRun
 from profilers.patches import lift_on_the_host
 from profilers.torch_private import THREAD_BOOTSTRAP, require_cuda_init
+
+if TYPE_CHECKING:
+    from profilers.report import Report
 
 __all__ = [
     "DEVICE_NAME",
@@ -120,7 +124,7 @@ class FakeCuda:
         self.values = values
         install_guard()
         self.fake_mode = fake_tensor_mode()
-        self.fake_type: type = HostBacked if values == "real" else FakeTensor
+        self.fake_type: type[GpuTensor] = HostBacked if values == "real" else FakeTensor
         """The type of a GPU tensor here."""
         self.mode_type: type[FakeCudaMode] = RealCudaMode if values == "real" else FakeCudaMode
         """The dispatch mode at the bottom of every thread's stack."""
@@ -139,14 +143,14 @@ class FakeCuda:
         with no index (``.cuda()``, ``.to("cuda")``)."""
         return int(torch._C._accelerator_getDeviceIndex())
 
-    def set_device(self, device: Any) -> None:
+    def set_device(self, device: Device) -> None:
         index = index_of(device)
         if index < 0:
             return
         self.check_device(torch.device("cuda", index))
         torch._C._accelerator_setDeviceIndex(index)
 
-    def check_device(self, device: Any) -> None:
+    def check_device(self, device: torch.device | str) -> None:
         d = torch.device(device)
         if d.index is not None and not 0 <= d.index < self.devices:
             raise RuntimeError(
@@ -154,7 +158,7 @@ class FakeCuda:
                 f"{self.devices} GPU{'s' if self.devices != 1 else ''}; simulate more to use it)"
             )
 
-    def mark(self, report: Any) -> Any:
+    def mark(self, report: Report) -> Report:
         """``report`` saying that its GPUs were simulated, and what the script got back that
         was a placeholder (``options.fake_cuda``; the devices' names)."""
         # CUDA graphs: what they did, and where (when the script made any)
@@ -259,16 +263,16 @@ class FakeCuda:
         cuda = torch.cuda
         n = self.devices
 
-        def get_device_name(device: Any = None) -> str:
+        def get_device_name(device: Device = None) -> str:
             self.check_device(torch.device("cuda", index_of(device)))
             return DEVICE_NAME
 
-        def get_device_properties(device: Any = None) -> Properties:
+        def get_device_properties(device: Device = None) -> Properties:
             self.check_device(torch.device("cuda", index_of(device)))
             return Properties(index_of(device), self.memory.capacity_bytes)
 
         class _DeviceContext:
-            def __init__(self, device: Any) -> None:
+            def __init__(self, device: Device) -> None:
                 self.index = -1 if device is None else index_of(device)
                 self.prev = 0
 
@@ -282,10 +286,10 @@ class FakeCuda:
 
         harness = self
 
-        def synchronize(device: Any = None) -> None:
+        def synchronize(device: Device = None) -> None:
             forbid_while_capturing("torch.cuda.synchronize()")
 
-        patches: dict[str, Any] = {
+        patches: dict[str, object] = {
             "is_available": lambda: True,
             "device_count": lambda: n,
             "current_device": self.current_device,
@@ -347,7 +351,7 @@ class FakeCuda:
 
         # NB: FakeTensor.tolist() reads element by element (an .item() each); on a GPU,
         # tolist() is one copy to the host, and so it is here.
-        def tolist(t: torch.Tensor) -> Any:
+        def tolist(t: torch.Tensor) -> object:
             return t.to("cpu").tolist()
 
         _set(stack, self.fake_type, "tolist", tolist)

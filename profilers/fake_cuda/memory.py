@@ -13,11 +13,11 @@ import re
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch.utils._pytree import tree_leaves
 
+from profilers.fake_cuda.mode import GpuTensor
 from profilers.memory.gpu_errors import out_of_memory
 
 BLOCK_BYTES = 512
@@ -48,22 +48,21 @@ class FakeMemory:
         self._storages: dict[int, list[int]] = {}
         """storage address -> [device, bytes, live tensors]."""
         self._lock = threading.Lock()
-        self._refs: set[weakref.ref[Any]] = set()
+        self._refs: set[weakref.ref[torch.Tensor]] = set()
 
-    def hold(self, t: Any, index: int, storage: Any) -> None:
+    def hold(self, t: torch.Tensor, index: int, storage: torch.UntypedStorage) -> None:
         """Counts ``storage`` on GPU ``index`` while ``t`` lives: :meth:`note` for one new
         tensor whose device and storage the caller knows (real values' per-op path, where a
         ``weakref.finalize`` per tensor cost a third of an op)."""
         self._count(storage._cdata, index, storage)
         self._refs.add(weakref.ref(t, functools.partial(self._unhold, storage._cdata)))
 
-    def _unhold(self, key: int, ref: weakref.ref[Any]) -> None:
+    def _unhold(self, key: int, ref: weakref.ref[torch.Tensor]) -> None:
         self._refs.discard(ref)
         self._release(key)
 
-    def note(self, out: Any, fake_type: Any) -> None:
+    def note(self, out: object, fake_type: type[GpuTensor]) -> None:
         """Counts the storages of the fake GPU tensors in ``out`` (an op's output)."""
-        t: Any
         for t in tree_leaves(out):
             if not isinstance(t, fake_type) or "_gpuwatch_held" in t.__dict__:
                 continue
@@ -75,7 +74,7 @@ class FakeMemory:
             t.__dict__["_gpuwatch_held"] = True
             weakref.finalize(t, self._release, storage._cdata)
 
-    def _count(self, key: int, index: int, storage: Any) -> None:
+    def _count(self, key: int, index: int, storage: torch.UntypedStorage) -> None:
         """One more tensor on ``storage``: a new one is allocated on GPU ``index``, or raises
         CUDA's out-of-memory error."""
         with self._lock:
@@ -137,7 +136,7 @@ class FakeMemory:
             for i, now in enumerate(self.allocated):
                 self.reserved[i] = _round_up(now, SEGMENT_BYTES)
 
-    def stats(self, index: int) -> dict[str, Any]:
+    def stats(self, index: int) -> dict[str, object]:
         """``torch._C._cuda_memoryStats(device)``: the nested dict torch.cuda.memory_stats()
         flattens (every key memory_summary() reads; the pools are not told apart: "all")."""
         with self._lock:
@@ -149,7 +148,7 @@ class FakeMemory:
             empty = dict.fromkeys(one, 0)
             return {"all": one, "small_pool": dict(empty), "large_pool": dict(empty)}
 
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "allocated_bytes": stat(now, peak),
             "active_bytes": stat(now, peak),
             "requested_bytes": stat(now, peak),
@@ -203,7 +202,7 @@ class PinnedMemory:
     to the host), by storage address; a freed allocation stops counting."""
 
     def __init__(self) -> None:
-        self._by_ptr: dict[int, weakref.ref[Any]] = {}
+        self._by_ptr: dict[int, weakref.ref[torch.UntypedStorage]] = {}
         self._lock = threading.Lock()
 
     def add(self, t: torch.Tensor) -> torch.Tensor:
@@ -213,7 +212,7 @@ class PinnedMemory:
             self._by_ptr[ptr] = weakref.ref(storage, functools.partial(self._drop, ptr))
         return t
 
-    def _drop(self, ptr: int, ref: weakref.ref[Any]) -> None:
+    def _drop(self, ptr: int, ref: weakref.ref[torch.UntypedStorage]) -> None:
         with self._lock:
             if self._by_ptr.get(ptr) is ref:
                 del self._by_ptr[ptr]

@@ -4,33 +4,49 @@ real; values and sizes the host reads back from the fake GPU are placeholders, c
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, TypeAlias, TypeGuard, TypeVar
 
 import torch
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensorMode,
+)
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
 from profilers.memory.gpu_errors import list_mismatch, mismatch_message
 from profilers.timing.fake_time import note_fake_op, note_harness, sim_clock, wall_clock
-from profilers.torch_private import fake_device_mismatch
+from profilers.torch_private import OpOverload, fake_device_mismatch
+
+if TYPE_CHECKING:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    from profilers.fake_cuda.harness import FakeCuda
+    from profilers.fake_cuda.real import HostBacked
 
 _aten = torch.ops.aten
 
+Op: TypeAlias = "OpOverload[..., object]"
+Args = tuple[object, ...]
+Kwargs = dict[str, object]
+GpuTensor: TypeAlias = "FakeTensor | HostBacked"
+"""An op as a mode gets it, its positional and keyword arguments; a fake GPU's tensor."""
 
-def fake_tensor_mode() -> Any:
+
+def fake_tensor_mode() -> FakeTensorMode:
     """A ``FakeTensorMode`` whose "inside a kernel" flag is per thread.
 
     NB: FakeTensor.device answers ``meta`` while its mode says it is inside a kernel, and the
     stock flag is one attribute of the mode: while one thread ran a fake op, a fake tensor's
     device read on another thread (the profiler classifying a copy) was ``meta``, and the copy
     was lost, in about one run in three of threads copying while backward ran."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
     class PerThreadFakeTensorMode(FakeTensorMode):  # type: ignore[no-untyped-call]
-        def __init__(self, **kwargs: Any) -> None:
+        def __init__(self) -> None:
             self._kernel = threading.local()
-            super().__init__(**kwargs)
+            super().__init__(allow_non_fake_inputs=True)
 
         @property
         def in_kernel_invocation(self) -> bool:
@@ -40,24 +56,41 @@ def fake_tensor_mode() -> Any:
         def in_kernel_invocation(self, on: bool) -> None:
             self._kernel.on = on
 
-    return PerThreadFakeTensorMode(allow_non_fake_inputs=True)
+    return PerThreadFakeTensorMode()
 
 
 # -- the mode -------------------------------------------------------------------------------------
 
 
-def _is_cuda(device: Any) -> bool:
+def _is_cuda(device: object) -> TypeGuard[torch.device | str]:
     if isinstance(device, torch.device):
         return device.type == "cuda"
     return isinstance(device, str) and device.startswith("cuda")
 
 
-def _named(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+def _device(device: object) -> torch.device | None:
+    """An op's ``device`` argument (None: none given)."""
+    return torch.device(device) if isinstance(device, (torch.device, str, int)) else None
+
+
+def _tensor(arg: object) -> torch.Tensor:
+    """An op's argument that its schema says is a tensor."""
+    assert isinstance(arg, torch.Tensor), arg
+    return arg
+
+
+def _items(arg: object) -> Sequence[object]:
+    """An op's argument that its schema says is a list (``Tensor?[] indices``)."""
+    assert isinstance(arg, (list, tuple)), arg
+    return arg
+
+
+def _named(func: Op, args: Args, kwargs: Kwargs) -> dict[str, object]:
     """An op's arguments by their schema's names."""
     return dict(zip([a.name for a in func._schema.arguments], args, strict=False)) | kwargs
 
 
-def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
+def _tensors(args: Args, kwargs: Kwargs) -> Iterator[object]:
     for a in args:
         if isinstance(a, (list, tuple)):
             yield from a
@@ -66,14 +99,14 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
     yield from kwargs.values()
 
 
-_Handler = TypeVar("_Handler", bound=Callable[..., Any])
+_Handler = TypeVar("_Handler", bound=Callable[..., object])
 
 
-class Handlers(dict[Any, Callable[..., Any]]):
+class Handlers(dict["Op", Callable[..., object]]):
     """op -> the function that runs it in a mode, ``(mode, func, args, kwargs)``; a call
     registers one for ``ops`` (``@_handles(op, ...)``)."""
 
-    def __call__(self, *ops: Any) -> Callable[[_Handler], _Handler]:
+    def __call__(self, *ops: Op) -> Callable[[_Handler], _Handler]:
         def register(fn: _Handler) -> _Handler:
             self.update(dict.fromkeys(ops, fn))
             return fn
@@ -94,7 +127,7 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
     """When the op under way entered the mode (sim_clock); None before any (an op the harness
     runs itself, outside the dispatcher, has no time of its own to predict)."""
 
-    def __init__(self, harness: Any) -> None:
+    def __init__(self, harness: FakeCuda) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.harness = harness
         self.fake = harness.fake_mode
@@ -103,16 +136,12 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         # tensors are run one at a time (meta computation only, no user code inside).
         self.lock = harness.fake_lock
 
-    def is_fake(self, t: Any) -> bool:
+    def is_fake(self, t: object) -> TypeGuard[torch.Tensor]:
         return isinstance(t, self.harness.fake_type)
 
     def __torch_dispatch__(
-        self,
-        func: Any,
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
+        self, func: Op, types: object, args: Args = (), kwargs: Kwargs | None = None
+    ) -> object:
         self.t0 = t0 = sim_clock()  # NB: the simulation's time from here is no host time (--gpu)
         wall0 = wall_clock()
         try:
@@ -131,12 +160,12 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         finally:  # every op, on the fake GPU or not: the harness's time is not the script's
             note_harness(t0, func, args, wall0)
 
-    def replay(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
+    def replay(self, func: Op, args: Args, kwargs: Kwargs, out: object) -> object:
         """A CUDA graph's replay of an op: what it made at capture (placeholders: nothing to
         compute again; real values compute it again, fake_cuda/real.py)."""
         return out
 
-    def run(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def run(self, func: Op, args: Args, kwargs: Kwargs) -> object:
         handler = _HANDLERS.get(func)
         if handler is not None:
             return handler(self, func, args, kwargs)
@@ -145,17 +174,12 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
             self.harness.check_device(device)
         elif not any(self.is_fake(t) for t in _tensors(args, kwargs)):
             if kwargs.get("pin_memory"):  # torch.empty(..., pin_memory=True) and the like
-                kwargs = {**kwargs, "pin_memory": False}
-                return self.harness.pinned.add(func(*args, **kwargs))
+                out = func(*args, **{**kwargs, "pin_memory": False})
+                return self.harness.pinned.add(out) if isinstance(out, torch.Tensor) else out
             return func(*args, **kwargs)
         return self.on_fake(func, args, kwargs)
 
-    def on_fake(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        from torch._subclasses.fake_tensor import (
-            DataDependentOutputException,
-            DynamicOutputShapeException,
-        )
-
+    def on_fake(self, func: Op, args: Args, kwargs: Kwargs) -> object:
         # NB: FakeTensor lets lists of tensors on two devices through; a GPU does not.
         wrong = list_mismatch(func, args, kwargs)
         if wrong is not None:
@@ -190,28 +214,34 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
             text = mismatch_message(func, args, kwargs) or str(exc)
             raise RuntimeError(text).with_traceback(None) from None
 
-    def to_fake(self, t: torch.Tensor) -> Any:
+    def to_fake(self, t: torch.Tensor) -> torch.Tensor:
         if isinstance(t, self.harness.fake_type):
             return t
         return self.fake.from_tensor(t, static_shapes=True)
 
-    def fake_empty(self, shape: Any, like: torch.Tensor, dtype: torch.dtype | None = None) -> Any:
+    def fake_empty(
+        self,
+        shape: Sequence[int | torch.SymInt],
+        like: torch.Tensor,
+        dtype: torch.dtype | None = None,
+    ) -> torch.Tensor:
         with self.lock, self.fake:
             out = torch.empty(shape, dtype=dtype or like.dtype, device=like.device)
         self.harness.memory.note(out, self.harness.fake_type)
         return out
 
-    def host_placeholder(self, src: torch.Tensor, dtype: Any, pinned: bool) -> torch.Tensor:
+    def host_placeholder(self, src: torch.Tensor, dtype: object, pinned: bool) -> torch.Tensor:
         if src.numel():  # no elements: nothing that a GPU would give differently
             self.harness.placeholders.note("host_copies")
-        out = torch.zeros(tuple(src.shape), dtype=dtype or src.dtype)
+        out = torch.zeros(
+            tuple(src.shape), dtype=dtype if isinstance(dtype, torch.dtype) else src.dtype
+        )
         return self.harness.pinned.add(out) if pinned else out
 
 
 @_handles(_aten._to_copy.default)
-def _to_copy(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    src, asked = args[0], kwargs.get("device")
-    dst = torch.device(asked) if asked is not None else None
+def _to_copy(mode: FakeCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
+    src, dst = _tensor(args[0]), _device(kwargs.get("device"))
     if mode.is_fake(src) and dst is not None and dst.type == "cpu":
         if not kwargs.get("non_blocking"):
             mode.harness.graphs.forbid("a copy to the host")
@@ -232,8 +262,8 @@ def _to_copy(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[
 
 
 @_handles(_aten.copy_.default)
-def _copy_(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    dst, src = args[0], args[1]
+def _copy_(mode: FakeCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
+    dst, src = _tensor(args[0]), args[1]
     non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking"))
     if mode.is_fake(dst):
         if isinstance(src, torch.Tensor) and not mode.is_fake(src):
@@ -256,7 +286,7 @@ def _h2d_capturable(mode: FakeCudaMode, src: torch.Tensor, non_blocking: bool) -
 
 
 @_handles(_aten._local_scalar_dense.default)
-def _item(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _item(mode: FakeCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
     t = args[0]
     if not mode.is_fake(t):
         return func(*args, **kwargs)
@@ -272,16 +302,16 @@ def _item(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str
 
 
 @_handles(_aten.is_pinned.default)
-def _is_pinned(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    t = args[0]
+def _is_pinned(mode: FakeCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
+    t = _tensor(args[0])
     if mode.is_fake(t) or t.device.type != "cpu":
         return False
     return t in mode.harness.pinned
 
 
 @_handles(_aten._pin_memory.default)
-def _pin(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    t = args[0]
+def _pin(mode: FakeCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
+    t = _tensor(args[0])
     if mode.is_fake(t):
         return mode.on_fake(_aten.clone.default, (t,), {})
     return mode.harness.pinned.add(t.clone())
@@ -290,13 +320,13 @@ def _pin(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str,
 # Ops whose output size depends on the values: every element is kept (the largest output).
 
 
-def _sized_by_values(mode: FakeCudaMode, func: Any) -> None:
+def _sized_by_values(mode: FakeCudaMode, func: Op) -> None:
     mode.harness.graphs.forbid(f"{func} (an output sized by GPU values)")
     mode.harness.placeholders.note("sizes")
 
 
 @_handles(_aten.nonzero.default)
-def _nonzero(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _nonzero(mode: FakeCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
     t = args[0]
     if not mode.is_fake(t):
         return func(*args, **kwargs)
@@ -305,10 +335,8 @@ def _nonzero(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[
 
 
 @_handles(_aten.masked_select.default)
-def _masked_select(
-    mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    t, mask = args[0], args[1]
+def _masked_select(mode: FakeCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
+    t, mask = _tensor(args[0]), _tensor(args[1])
     if not (mode.is_fake(t) or mode.is_fake(mask)):
         return func(*args, **kwargs)
     _sized_by_values(mode, func)
@@ -317,14 +345,14 @@ def _masked_select(
 
 
 @_handles(_aten._unique2.default, _aten.unique_consecutive.default)
-def _unique(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _unique(mode: FakeCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
     t = args[0]
     if not mode.is_fake(t):
         return func(*args, **kwargs)
     _sized_by_values(mode, func)
     given = _named(func, args, kwargs)
     dim = given.get("dim")
-    n = t.numel() if dim is None else t.shape[dim]
+    n = t.shape[dim] if isinstance(dim, int) else t.numel()
     values = mode.fake_empty((n,) if dim is None else tuple(t.shape), t)
     inverse = mode.fake_empty(
         tuple(t.shape) if given.get("return_inverse") else (0,), t, torch.long
@@ -334,23 +362,21 @@ def _unique(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[s
 
 
 @_handles(_aten.repeat_interleave.Tensor)
-def _repeat_interleave(
-    mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
+def _repeat_interleave(mode: FakeCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
     repeats = args[0]
     if not mode.is_fake(repeats):
         return func(*args, **kwargs)
     size = kwargs.get("output_size")
-    if size is None:
+    if not isinstance(size, (int, torch.SymInt)):  # None (the schema's only other value)
         _sized_by_values(mode, func)
         size = repeats.numel()  # each element once: the repeat counts are GPU values
     return mode.fake_empty((size,), repeats, repeats.dtype)
 
 
-def _mask_indices(mode: FakeCudaMode, indices: Any) -> tuple[list[Any], bool]:
+def _mask_indices(mode: FakeCudaMode, indices: Sequence[object]) -> tuple[list[object], bool]:
     """Boolean masks among ``indices`` as the long indices they stand for: a real host mask's
     own (exact), a GPU mask's every element (a placeholder)."""
-    out: list[Any] = []
+    out: list[object] = []
     placeholder = False
     for i in indices:
         if isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8):
@@ -366,8 +392,8 @@ def _mask_indices(mode: FakeCudaMode, indices: Any) -> tuple[list[Any], bool]:
 
 
 @_handles(_aten.index.Tensor)
-def _index(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    t, indices = args[0], args[1]
+def _index(mode: FakeCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
+    t, indices = args[0], _items(args[1])
     if not mode.is_fake(t) and not any(mode.is_fake(i) for i in indices if i is not None):
         return func(*args, **kwargs)
     new, placeholder = _mask_indices(mode, indices)
@@ -377,8 +403,8 @@ def _index(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[st
 
 
 @_handles(_aten.index_put_.default, _aten.index_put.default, _aten._index_put_impl_.default)
-def _index_put(mode: FakeCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    t, indices = args[0], args[1]
+def _index_put(mode: FakeCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
+    t, indices = args[0], _items(args[1])
     if not mode.is_fake(t):
         return func(*args, **kwargs)
     if any(

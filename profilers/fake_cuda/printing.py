@@ -9,21 +9,21 @@ GPU: see profilers/counting/printing.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
 from profilers.counting.printing import own_modes_only
+from profilers.fake_cuda.mode import GpuTensor
 
 
-def _dtype_suffixes(t: Any, empty: bool) -> list[str]:
+def _dtype_suffixes(t: torch.Tensor, empty: bool) -> list[str]:
     default = torch.get_default_dtype()
     complex_default = torch.cdouble if default == torch.double else torch.cfloat
     plain = (default,) if empty else (default, complex_default, torch.int64, torch.bool)
     return [] if t.dtype in plain else [f"dtype={t.dtype}"]
 
 
-def placeholder_str(t: Any) -> str:
+def placeholder_str(t: torch.Tensor) -> str:
     """What ``torch._tensor_str._str_intern`` prints for a strided GPU tensor holding ``t``'s
     placeholders (device, dtype, size, grad_fn and requires_grad suffixes as it gives them);
     the values are read from ``t`` through the modes on the stack."""
@@ -60,13 +60,13 @@ def placeholder_str(t: Any) -> str:
 
 
 def fake_repr(
-    original: Callable[[Any], str], ours: Callable[[Any], bool], mode: Callable[[], Any]
-) -> Callable[[Any], str]:
+    original: Callable[[GpuTensor], str], ours: Callable[[object], bool], mode: Callable[[], object]
+) -> Callable[[GpuTensor], str]:
     """``FakeTensor.__repr__`` that prints the fake GPU's tensors as a GPU prints them; a
     FakeTensor of another mode (the script's own) keeps its own repr. ``mode()`` makes the
     fake GPU's mode, put under gpuwatch's own when the print happens where it is off."""
 
-    def __repr__(self: Any, *, tensor_contents: Any = None) -> str:
+    def __repr__(self: GpuTensor, *, tensor_contents: object = None) -> str:
         if not ours(self) or self.fake_device.type == "meta":
             return original(self)
         with torch.no_grad(), own_modes_only(bottom=mode()):
@@ -76,12 +76,12 @@ def fake_repr(
 
 
 def fake_format(
-    original: Callable[[Any, str], str], ours: Callable[[Any], bool]
-) -> Callable[[Any, str], str]:
+    original: Callable[[torch.Tensor, str], str], ours: Callable[[object], bool]
+) -> Callable[[torch.Tensor, str], str]:
     """``FakeTensor.__format__`` as ``Tensor.__format__`` is for a plain tensor: a 0-dim
     tensor formats its ``.item()`` (one sync on a GPU), any other its ``str``."""
 
-    def __format__(self: Any, spec: str) -> str:
+    def __format__(self: torch.Tensor, spec: str) -> str:
         if not ours(self):
             return original(self, spec)
         if self.dim() == 0:

@@ -18,14 +18,28 @@ the host's, so a script's host random stream is the one it has on a GPU.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, TypeGuard
 
 import torch
 
 from profilers.fake_cuda.mode import _HANDLERS as placeholder_handlers
-from profilers.fake_cuda.mode import FakeCudaMode, Handlers, _h2d_capturable, _is_cuda
+from profilers.fake_cuda.mode import (
+    FakeCudaMode,
+    Handlers,
+    _device,
+    _h2d_capturable,
+    _items,
+    _tensor,
+)
 from profilers.memory.gpu_errors import mixed
 from profilers.timing.fake_time import note_fake_op
+from profilers.torch_private import OpOverload
+
+if TYPE_CHECKING:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from profilers.fake_cuda.harness import FakeCuda
+    from profilers.fake_cuda.mode import Args, Kwargs, Op
 
 _aten = torch.ops.aten
 
@@ -34,10 +48,10 @@ class HostBacked(torch.Tensor):
     """A tensor on a fake GPU whose values are held by a host tensor (``host``)."""
 
     host: torch.Tensor
-    fake_mode: Any = None
+    fake_mode: FakeTensorMode | None = None
     """The harness's FakeTensorMode while a real-values harness is on: its parts (printing,
     ``torch.save``) tell the fake GPU's tensors by it, as they do fake tensors."""
-    harness: Any = None
+    harness: FakeCuda | None = None
     """That harness, while it is on."""
 
     # NB: as FakeTensor: no Python ``__torch_function__`` on every call, method and attribute
@@ -61,8 +75,8 @@ class HostBacked(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(  # type: ignore[override]  # torch's is typed more narrowly
-        cls, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
-    ) -> Any:
+        cls, func: Op, types: object, args: Args = (), kwargs: Kwargs | None = None
+    ) -> object:
         # Reached only where the fake GPU's mode is not on the stack (it handles every op on
         # these tensors before they get here): the op runs through the harness's mode.
         if cls.harness is None:
@@ -99,33 +113,34 @@ MIXED_DEVICES_OK = frozenset(
 
 
 @functools.cache
-def _random(func: Any) -> bool:
+def _random(func: Op) -> bool:
     """Whether op ``func`` takes a ``generator`` (a random op)."""
     return any(a.name == "generator" for a in func._schema.arguments)
 
 
 @functools.cache
-def _with_generator(func: Any) -> Any:
+def _with_generator(func: Op) -> Op | None:
     """The overload of a random factory that takes a generator (``randn.generator`` for
     ``randn.default``, ``randint.low_generator`` for ``randint.low``), or None."""
     name = func._overloadname
     wanted = "generator" if name == "default" else f"{name}_generator"
-    return getattr(func.overloadpacket, wanted, None) if func.namespace == "aten" else None
+    drawn = getattr(func.overloadpacket, wanted, None) if func.namespace == "aten" else None
+    return drawn if isinstance(drawn, OpOverload) else None
 
 
 class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, untyped
     """The fake GPU's mode with real values (see the module's text)."""
 
-    def is_fake(self, t: Any) -> bool:
+    def is_fake(self, t: object) -> TypeGuard[torch.Tensor]:
         return type(t) is HostBacked
 
-    def run(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def run(self, func: Op, args: Args, kwargs: Kwargs) -> object:
         handler = _HANDLERS.get(func)
         if handler is not None:
             return handler(self, func, args, kwargs)
         return self.on_fake(func, args, kwargs)
 
-    def replay(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
+    def replay(self, func: Op, args: Args, kwargs: Kwargs, out: object) -> object:
         """A CUDA graph's replay of an op: computed again, written into the tensors it made at
         capture (as a graph's kernels write into the capture's memory)."""
         fresh = self.run(func, args, kwargs)
@@ -135,7 +150,7 @@ class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, u
                 old.host.copy_(new.host)
         return out
 
-    def on_fake(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def on_fake(self, func: Op, args: Args, kwargs: Kwargs) -> object:
         """Runs ``func`` on the host tensors inside its GPU tensors; its tensors come out on
         the op's GPU (the common device of its inputs, or the one it was asked to make them
         on). An op with no GPU in it runs as it is."""
@@ -143,7 +158,7 @@ class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, u
         host_dim: torch.device | None = None
         wrappers: dict[int, HostBacked] = {}
 
-        def unwrap(a: Any) -> Any:
+        def unwrap(a: object) -> object:
             nonlocal device, host_dim
             if type(a) is HostBacked:
                 d = a.device
@@ -162,8 +177,8 @@ class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, u
             [unwrap(x) for x in a] if isinstance(a, (list, tuple)) else unwrap(a) for a in args
         ]
         new_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
-        asked = kwargs.get("device")
-        if asked is not None and not _is_cuda(asked):
+        asked = _device(kwargs.get("device"))
+        if asked is not None and asked.type != "cuda":
             if device is None:
                 return super().run(func, args, kwargs)
             return func(*new_args, **new_kwargs)  # made on the host from GPU tensors' shapes
@@ -187,7 +202,7 @@ class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, u
         note_fake_op(func, args, kwargs, out, self.t0)  # --gpu NAME: the model's time for it
         return out
 
-    def on_host(self, func: Any, args: list[Any], kwargs: dict[str, Any], device: Any) -> Any:
+    def on_host(self, func: Op, args: list[object], kwargs: Kwargs, device: torch.device) -> object:
         """``func`` run on host tensors for ``device``: the host's out of memory is the GPU's."""
         try:
             return func(*args, **kwargs)
@@ -197,11 +212,13 @@ class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, u
                 raise
             raise instead from None
 
-    def wrap_out(self, out: Any, device: torch.device, wrappers: dict[int, HostBacked]) -> Any:
+    def wrap_out(
+        self, out: object, device: torch.device, wrappers: dict[int, HostBacked]
+    ) -> object:
         memory = self.harness.memory
         index = device.index or 0
 
-        def one(t: Any) -> Any:
+        def one(t: object) -> object:
             if not isinstance(t, torch.Tensor):
                 return t
             same = wrappers.get(id(t))
@@ -223,7 +240,7 @@ class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, u
             return type(out)(one(t) for t in out)
         return out
 
-    def gpu(self, device: Any) -> torch.device:
+    def gpu(self, device: torch.device) -> torch.device:
         """``device`` with its index (a bare ``cuda``: the thread's current GPU), checked."""
         d = torch.device(device)
         if d.index is None:
@@ -232,7 +249,7 @@ class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, u
         return d
 
 
-def _drawing_on(device: torch.device, func: Any, kwargs: dict[str, Any]) -> Any:
+def _drawing_on(device: torch.device, func: Op, kwargs: Kwargs) -> Op:
     """``func``, or its overload that takes a generator (randn(size) is randn.generator(size,
     generator=None)), drawing from ``device``'s generator unless it was given one."""
     drawn = func if _random(func) else _with_generator(func)
@@ -241,7 +258,7 @@ def _drawing_on(device: torch.device, func: Any, kwargs: dict[str, Any]) -> Any:
     return func if drawn is None else drawn
 
 
-def _leaves(out: Any) -> list[Any]:
+def _leaves(out: object) -> list[object]:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
@@ -250,19 +267,17 @@ def _leaves(out: Any) -> list[Any]:
 _HANDLERS = _handles = Handlers()
 
 
-def _host_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+def _host_kwargs(kwargs: Kwargs) -> Kwargs:
     return {**kwargs, "device": torch.device("cpu"), "pin_memory": False, "non_blocking": False}
 
 
 @_handles(_aten._to_copy.default)
-def _to_copy(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    src = args[0]
-    asked = kwargs.get("device")
-    dst = torch.device(asked) if asked is not None else None
+def _to_copy(mode: RealCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
+    src, dst = _tensor(args[0]), _device(kwargs.get("device"))
     on_gpu = type(src) is HostBacked
     if dst is None or (dst.type != "cuda" and not on_gpu):
         return mode.on_fake(func, args, kwargs)  # a dtype change, or host to host
-    host = src.host if on_gpu else src
+    host = src.host if type(src) is HostBacked else src
     if dst.type == "cuda":
         dst = mode.gpu(dst)
         if not on_gpu:
@@ -275,19 +290,19 @@ def _to_copy(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[
     out = func(host, **_host_kwargs(kwargs))
     # NB: with non_blocking=True a copy to the host allocates pinned memory
     # (aten/src/ATen/native/TensorConversions.cpp).
-    if non_blocking or kwargs.get("pin_memory"):
+    if (non_blocking or kwargs.get("pin_memory")) and isinstance(out, torch.Tensor):
         mode.harness.pinned.add(out)
     return out
 
 
 @_handles(_aten.copy_.default)
-def _copy_(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    dst, src = args[0], args[1]
+def _copy_(mode: RealCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
+    dst, src = _tensor(args[0]), _tensor(args[1])
     non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking"))
     src_gpu = type(src) is HostBacked
-    host_src = src.host if src_gpu else src
+    host_src = src.host if type(src) is HostBacked else src
     if type(dst) is HostBacked:
-        if isinstance(src, torch.Tensor) and not src_gpu:
+        if not src_gpu:
             _h2d_capturable(mode, src, non_blocking)
         dst.host.copy_(host_src)
         return dst
@@ -300,7 +315,7 @@ def _copy_(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[st
 
 
 @_handles(_aten._local_scalar_dense.default)
-def _item(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _item(mode: RealCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
     t = args[0]
     if type(t) is not HostBacked:
         return func(*args, **kwargs)
@@ -320,7 +335,7 @@ _HANDLERS[_aten._pin_memory.default] = placeholder_handlers[_aten._pin_memory.de
     _aten.unique_consecutive.default,
     _aten.repeat_interleave.Tensor,
 )
-def _sized(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _sized(mode: RealCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
     gpu = any(type(a) is HostBacked for a in args)
     if gpu and not (func is _aten.repeat_interleave.Tensor and kwargs.get("output_size")):
         mode.harness.graphs.forbid(f"{func} (an output sized by GPU values)")
@@ -328,10 +343,10 @@ def _sized(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[st
 
 
 @_handles(_aten.index.Tensor, _aten.index_put_.default, _aten.index_put.default)
-def _index(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _index(mode: RealCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
     if any(
         type(i) is HostBacked and i.dtype in (torch.bool, torch.uint8)
-        for i in args[1]
+        for i in _items(args[1])
         if i is not None
     ):
         mode.harness.graphs.forbid(f"{func} with a GPU mask (an output sized by GPU values)")
@@ -339,10 +354,11 @@ def _index(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[st
 
 
 @_handles(_aten.native_dropout.default)
-def _dropout(mode: RealCudaMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _dropout(mode: RealCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
     """Dropout on a GPU tensor draws its mask from the GPU's generator (native_dropout takes
     none: the CPU kernel would draw from the host's)."""
-    t, p = args[0], float(args[1])
+    t, p = args[0], args[1]
+    assert isinstance(p, (int, float)), p
     train = args[2] if len(args) > 2 else kwargs.get("train")
     if type(t) is not HostBacked or train is False:
         return mode.on_fake(func, args, kwargs)

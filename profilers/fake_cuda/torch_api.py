@@ -6,10 +6,10 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import nn
+from torch.types import Device
 
 from profilers.fake_cuda.graphs import forbid_while_capturing
 
@@ -38,10 +38,10 @@ class FakeEvent:
     ) -> None:
         self.enable_timing = enable_timing
 
-    def record(self, stream: Any = None) -> None:
+    def record(self, stream: object = None) -> None:
         pass
 
-    def wait(self, stream: Any = None) -> None:
+    def wait(self, stream: object = None) -> None:
         pass
 
     def query(self) -> bool:
@@ -50,24 +50,24 @@ class FakeEvent:
     def synchronize(self) -> None:
         forbid_while_capturing("torch.cuda.Event.synchronize()")
 
-    def elapsed_time(self, end_event: Any) -> float:
+    def elapsed_time(self, end_event: object) -> float:
         return 0.0
 
 
 class FakeStream:
     """``torch.cuda.Stream`` on a fake GPU: ops on it are counted as on any stream."""
 
-    def __init__(self, device: Any = None, priority: int = 0, **_: Any) -> None:
+    def __init__(self, device: Device = None, priority: int = 0, **_: object) -> None:
         self.device = torch.device("cuda", index_of(device))
         self.priority = priority
 
-    def wait_stream(self, stream: Any) -> None:
+    def wait_stream(self, stream: object) -> None:
         pass
 
-    def wait_event(self, event: Any) -> None:
+    def wait_event(self, event: object) -> None:
         pass
 
-    def record_event(self, event: Any = None) -> Any:
+    def record_event(self, event: FakeEvent | None = None) -> FakeEvent:
         return event or FakeEvent()
 
     def query(self) -> bool:
@@ -83,7 +83,7 @@ class FakeStream:
         pass
 
 
-def index_of(device: Any) -> int:
+def index_of(device: Device) -> int:
     """The GPU index ``device`` names (None or a bare "cuda": the thread's current GPU)."""
     if isinstance(device, int):
         return device
@@ -102,7 +102,7 @@ class Optimizers:
         self._all: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
 
     def patch_init(self, init: Callable[..., None]) -> Callable[..., None]:
-        def __init__(opt: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+        def __init__(opt: torch.optim.Optimizer, *args: object, **kwargs: object) -> None:
             init(opt, *args, **kwargs)
             self._all.add(opt)
 
@@ -117,8 +117,8 @@ class Optimizers:
 
 
 def module_apply(
-    apply: Callable[..., Any], fake: type, optimizers: Optimizers
-) -> Callable[..., Any]:
+    apply: Callable[..., object], fake: type[torch.Tensor], optimizers: Optimizers
+) -> Callable[..., object]:
     """``nn.Module._apply`` (behind ``.to()``, ``.cuda()``, ``.cpu()``, ``.half()``) for
     modules whose tensors are, or become, fake GPU tensors: each parameter is replaced by a new
     one (PyTorch's own path under ``torch.__future__.set_overwrite_module_params_on_conversion``)
@@ -128,13 +128,15 @@ def module_apply(
     PyTorch's own."""
     local = threading.local()
 
-    def _apply(module: nn.Module, fn: Callable[[Any], Any], recurse: bool = True) -> Any:
+    def _apply(
+        module: nn.Module, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
+    ) -> object:
         own = [
             t for t in (*module._parameters.values(), *module._buffers.values()) if t is not None
         ]
         outermost = getattr(local, "memo", None) is None
-        memo: dict[int, tuple[Any, Any]] = {} if outermost else local.memo
-        probe: tuple[Any, Any] | None = None
+        memo: dict[int, tuple[nn.Parameter, nn.Parameter]] = {} if outermost else local.memo
+        probe: tuple[torch.Tensor, torch.Tensor] | None = None
         if own and not isinstance(own[0], fake) and id(own[0]) not in memo:
             with torch.no_grad():
                 probe = (own[0], fn(own[0]))
@@ -154,10 +156,10 @@ def module_apply(
 
 def _convert(
     module: nn.Module,
-    fn: Callable[[Any], Any],
+    fn: Callable[[torch.Tensor], torch.Tensor],
     recurse: bool,
-    probe: tuple[Any, Any] | None,
-    memo: dict[int, tuple[Any, Any]],
+    probe: tuple[torch.Tensor, torch.Tensor] | None,
+    memo: dict[int, tuple[nn.Parameter, nn.Parameter]],
     optimizers: Optimizers,
 ) -> None:
     """``module``'s tensors converted by ``fn``, each parameter a new one (:func:`module_apply`)."""
@@ -165,7 +167,7 @@ def _convert(
         for child in module.children():
             child._apply(fn)  # type: ignore[no-untyped-call]  # torch's, untyped
 
-    def applied(t: Any) -> Any:
+    def applied(t: torch.Tensor) -> torch.Tensor:
         if probe is not None and t is probe[0]:
             return probe[1]
         with torch.no_grad():
