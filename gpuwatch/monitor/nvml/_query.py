@@ -43,7 +43,7 @@ class Query:
     def is_unsupported(self, index: int, name: str) -> bool:
         return (index, name) in self._unsupported
 
-    def __call__(self, index: int, name: str, *args: Any) -> Any:
+    def __call__(self, index: int, name: str, *args: object) -> Any:
         key = (index, name)
         if key in self._unsupported:
             return None
