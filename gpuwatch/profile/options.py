@@ -342,12 +342,12 @@ class ProfileOptions:
 
     # -- JSON (the --live child's config) -------------------------------------------------------
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The options as JSON values (tuples become lists): :meth:`from_json` undoes it."""
         return {f.name: jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ProfileOptions:
+    def from_json(cls, data: Mapping[str, object]) -> ProfileOptions:
         """The options :meth:`to_json` wrote, equal to them (lists become tuples again)."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO
 
 from gpuwatch.output.write import Output
 from gpuwatch.profile.live.protocol import Message, ProtocolError, decode
@@ -331,7 +331,7 @@ class ChildSession(LiveSource):
             target=self._watch_exit, args=(process, readers), name="gpuwatch-live-exit", daemon=True
         ).start()
 
-    def _spawn(self, fn: Any, *args: Any) -> None:
+    def _spawn(self, fn: Callable[..., object], *args: object) -> None:
         t = OwnThread(target=fn, args=args, name=f"gpuwatch-live-{fn.__name__}", daemon=True)
         t.start()
         self._threads.append(t)
