@@ -113,7 +113,7 @@ def add_old_spelling(
     new: str,
     dest: str,
     store: str = "value",
-    type: Callable[[str], Any] | None = None,  # noqa: A002 (argparse's own keyword)
+    type: Callable[[str], object] | None = None,  # noqa: A002 (argparse's own keyword)
     metavar: str | None = None,
     said: bool = True,
 ) -> None:
