@@ -10,6 +10,7 @@ from typing import Any
 from gpuwatch.argvalues import add_old_spelling, bounded_int, interval
 from gpuwatch.cli.export import add_idle_options, idle_policy
 from gpuwatch.errors import CliError
+from gpuwatch.monitor.nvml.backend import Backend
 
 #: NVML addresses at most 64 devices on a node (NVML_MAX_DEVICES is smaller still in practice).
 MAX_DEMO_GPUS = 64
@@ -109,7 +110,9 @@ def declare(top: argparse.ArgumentParser) -> None:
     top.set_defaults(handler=run_top)
 
 
-def _remote_backend(args: argparse.Namespace, local: Any, local_problem: str | None) -> Any:
+def _remote_backend(
+    args: argparse.Namespace, local: Backend | None, local_problem: str | None
+) -> Any:
     import time
 
     from gpuwatch.monitor.nvml.remote import TIMEOUT_S, HostsBackend, RemoteHost
@@ -130,7 +133,7 @@ def _remote_backend(args: argparse.Namespace, local: Any, local_problem: str | N
     return HostsBackend(hosts, local, local_problem)
 
 
-def _chosen(args: argparse.Namespace, backend: Any) -> Any:
+def _chosen(args: argparse.Namespace, backend: Backend) -> Any:
     """The local backend narrowed to --only/--only-visible GPUs and the process filters."""
     from gpuwatch.monitor.nvml.chosen import (
         ChoiceError,

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from textual.app import App
+from textual.app import App, ReturnType
 
 from gpuwatch.monitor.threads import OwnThread
 
@@ -126,7 +126,7 @@ class ShutdownGuard:
             pass  # the terminal is gone: the exit is what counts
 
 
-def run_restoring_signals(app: App[Any], guard: ShutdownGuard | None = None) -> None:
+def run_restoring_signals(app: App[ReturnType], guard: ShutdownGuard | None = None) -> None:
     """``app.run()``, then SIGTERM, SIGHUP (asyncio leaves its own wake-up handler behind when
     its loop closes), SIGCONT and SIGTSTP (Textual's) back as they were; ``guard`` learns that
     the app returned."""

@@ -42,7 +42,7 @@ ROWS_FOR_THE_REST = 2 + 10 + 8 + 1
 CLOCK_S = 1.0
 
 
-class LiveApp(SamplingApp):
+class LiveApp(SamplingApp[int | None]):
     """The live view of a profiled child.
 
     Args:

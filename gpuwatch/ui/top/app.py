@@ -31,7 +31,7 @@ MIN_TABLE_ROWS = 8
 WIDE_FOOTER = 100
 
 
-class TopApp(SamplingApp):
+class TopApp(SamplingApp[None]):
     """Live per-GPU stats and the processes using the GPUs.
 
     Args:

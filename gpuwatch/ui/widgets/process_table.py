@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from rich.text import Text
 from textual.binding import Binding
@@ -20,7 +19,7 @@ from gpuwatch.monitor.nvml.samples import ProcessSample
 @dataclass(frozen=True)
 class Column:
     title: str
-    key: Callable[[ProcessSample], Any]
+    key: Callable[[ProcessSample], float | str]
     cell: Callable[[ProcessSample], str]
     right: bool = True
 
