@@ -24,7 +24,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from gpuwatch.monitor.gpu_timeline import sample_row, used_gpu_indices
 from gpuwatch.monitor.nvml.samples import GpuSample
@@ -124,7 +123,7 @@ class LiveRun:
         self.problems: list[str] = []
         self.profile_t0: float | None = None
         """The child's profile start, on :attr:`clock` (the GPU samples' time zero)."""
-        self.gpu_samples: deque[dict[str, Any]] = deque(maxlen=172_800)
+        self.gpu_samples: deque[dict[str, object]] = deque(maxlen=172_800)
         self.signalled: int | None = None
         """SIGTERM or SIGHUP that closed gpuwatch (the exit code is then 128 + it)."""
         self.report: Report | None = None
@@ -181,7 +180,7 @@ class LiveRun:
             state += " (partial report)"
         return state
 
-    def used_gpus(self, devices: list[dict[str, Any]]) -> set[int] | None:
+    def used_gpus(self, devices: list[dict[str, object]]) -> set[int] | None:
         """The GPUs the script uses (None: no telling which, as with MIG slices the view has
         not mapped: ``mig_gpus``)."""
         with self._lock:

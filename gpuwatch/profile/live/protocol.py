@@ -43,10 +43,10 @@ class LiveSnapshot:
 
     TYPE: ClassVar[str] = "snapshot"
     elapsed_s: float
-    totals: dict[str, Any]
+    totals: dict[str, object]
     """``gpuwatch.profile/1`` totals."""
-    devices: list[dict[str, Any]]
-    lines: list[dict[str, Any]]
+    devices: list[dict[str, object]]
+    lines: list[dict[str, object]]
     """The busiest lines, as in the report JSON's ``sites``."""
     line_count: int
     events_recorded: int
@@ -56,7 +56,7 @@ class LiveSnapshot:
     """The last closed step's ``{"step", "verdict", "shares_pct", "wall_unprofiled_ms",
     "start_ms", "end_ms"}`` (profilers/timing/), empty before the first step or where not
     measured."""
-    memory: dict[str, Any] = dataclasses.field(default_factory=dict)
+    memory: dict[str, object] = dataclasses.field(default_factory=dict)
     """GPU memory now (profilers/memory/section.py ``live_memory``): ``{"tracked", "source",
     "devices": [{"device", "live_bytes", "peak_bytes", "capacity_bytes"}], "lines": [{"file",
     "line", "function", "source", "live_bytes", "max_bytes"}], "line_count", "failure"}``, the
@@ -69,7 +69,7 @@ class Done:
     exit_code: int
     finished: bool
     error: str | None
-    report: dict[str, Any]
+    report: dict[str, object]
     """The ``gpuwatch.profile/1`` document."""
 
 
@@ -89,7 +89,8 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,),
     "str | None": (str, type(None)),
     "list[str]": (list,),
-    "list[dict[str, Any]]": (list,),
+    "list[dict[str, object]]": (list,),
+    "dict[str, object]": (dict,),
     "dict[str, Any]": (dict,),
 }
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from rich.text import Text
 from textual import events
@@ -116,7 +115,7 @@ class LiveApp(SamplingApp[int | None]):
         """GPU memory by line in place of the hottest lines (key m)."""
         self.ended: Ended | None = None
         """The run's end, once drawn (its summary shown, or why it could not start)."""
-        self._devices: list[dict[str, Any]] = []
+        self._devices: list[dict[str, object]] = []
         self._rates = RateWindow()
         self.held_lines: deque[tuple[str, str]] = deque(maxlen=2000)
         """Output that came while the display was paused, shown when it resumes."""
@@ -185,7 +184,7 @@ class LiveApp(SamplingApp[int | None]):
                     return
                 card.show(g, self.history.of(g.index))
 
-    def _show_used_gpus(self, devices: list[dict[str, Any]] | None = None) -> None:
+    def _show_used_gpus(self, devices: list[dict[str, object]] | None = None) -> None:
         """Cards for the GPUs the script uses (every card with ``a``, or when there is no
         telling which: MIG slices); none until it uses one, and a line says so."""
         if self.sampler is None:

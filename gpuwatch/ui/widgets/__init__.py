@@ -28,7 +28,7 @@ _MODULES = {
 }
 
 
-def __getattr__(name: str) -> type:
+def __getattr__(name: str) -> object:
     module = _MODULES.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
