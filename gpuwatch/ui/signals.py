@@ -10,7 +10,6 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from textual.app import App, ReturnType
 
@@ -72,7 +71,7 @@ class ShutdownGuard:
         self._enabled = False
         """Only a real run (``run_restoring_signals``) may end the process: an app driven by
         ``App.run_test()`` in a test runner's process must never ``os._exit`` it."""
-        self._tty: tuple[int, Any] | None = None
+        self._tty: tuple[int, list[int | list[bytes | int]]] | None = None
         try:
             import termios
 

@@ -48,7 +48,7 @@ class Query:
         if key in self._unsupported:
             return None
         nvml = self._nvml
-        fn: Callable[..., Any] | None = getattr(nvml, name, None)
+        fn: Callable[..., object] | None = getattr(nvml, name, None)
         if fn is None:
             self._remember(key, f"{name} is missing from this pynvml", -1)
             return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -160,19 +160,20 @@ def report_from_snapshot(
     )
 
 
-def _memory_of(live: dict[str, Any]) -> dict[str, Any]:
+def _memory_of(live: Mapping[str, object]) -> dict[str, object]:
     """The partial report's ``memory`` from a snapshot's: each GPU's bytes then and its peak,
     and the failure explained. NB: no lines: a snapshot says what each line held then, not at
     the peak, and the report's lines say both."""
     if not live:
         return {}
+    devices = live.get("devices")
     return {
         "memory": {
             "tracked": bool(live.get("tracked")),
             "source": live.get("source", "measured"),
             "devices": [
                 {k: d.get(k) for k in ("device", "live_bytes", "peak_bytes", "capacity_bytes")}
-                for d in live.get("devices") or []
+                for d in (devices if isinstance(devices, list) else [])
                 if isinstance(d, dict)
             ],
             "peak": None,
