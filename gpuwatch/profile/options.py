@@ -268,8 +268,6 @@ class ProfileOptions:
         Flag(("--no-budget",), "ignore [tool.gpuwatch.budget] in pyproject", "true"),
     )
 
-    # -- what the options mean ------------------------------------------------------------------
-
     @property
     def simulated_gpus(self) -> int:
         """GPUs to simulate (``--fake-cuda``); 0: the real ones."""
@@ -298,8 +296,6 @@ class ProfileOptions:
 
     def replace(self, **changes: Any) -> ProfileOptions:
         return dataclasses.replace(self, **changes)
-
-    # -- command lines --------------------------------------------------------------------------
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> ProfileOptions:
@@ -339,8 +335,6 @@ class ProfileOptions:
             else:
                 argv += [name, flag.show(value)]
         return argv
-
-    # -- JSON (the --live child's config) -------------------------------------------------------
 
     def to_json(self) -> dict[str, object]:
         """The options as JSON values (tuples become lists): :meth:`from_json` undoes it."""

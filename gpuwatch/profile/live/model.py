@@ -143,8 +143,6 @@ class LiveRun:
         self._kill_timer: threading.Timer | None = None
         self._steps_seen: deque[tuple[int, float, float]] = deque([(-1, 0.0, 0.0)], maxlen=8)
 
-    # -- what the run is now --------------------------------------------------------------------
-
     @property
     def ended(self) -> bool:
         return self.exit_code is not None
@@ -201,8 +199,6 @@ class LiveRun:
                 if step >= 0 and got is not None:
                     return step, got[0], got[1]
         return None
-
-    # -- the child's messages -------------------------------------------------------------------
 
     def start(self, post: Callable[[Update], None] = _nowhere) -> None:
         """Starts the child (unless already started) and the pump that posts to ``post``
@@ -278,8 +274,6 @@ class LiveRun:
             pids = (self.pid,) if self.pid is not None else ()
             self.gpu_samples.extend(sample_row(t, g, pids) for g in gpus)
 
-    # -- the end --------------------------------------------------------------------------------
-
     def end(self) -> Ended | None:
         """Decides the exit code and writes the report, once (None when already ended)."""
         with self._lock:
@@ -335,8 +329,6 @@ class LiveRun:
         return LiveResult(
             code, self.report, list(self.written), self.fatal, self.signalled, self.findings
         )
-
-    # -- intents --------------------------------------------------------------------------------
 
     def note_signal(self, signum: int) -> None:
         """gpuwatch received SIGTERM or SIGHUP (the first one counts)."""

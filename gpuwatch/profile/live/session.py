@@ -72,8 +72,6 @@ class LiveSource(abc.ABC):
         self._dropped = 0
         self._progress: dict[str, str] = {}
 
-    # -- fed (by the readers of a child's pipes, or by an in-memory script) ---------------------
-
     def post(self, item: Message | str) -> None:
         """A message of the script, or (a string) a malformed one, said as a problem."""
         self._messages.put(item)
@@ -94,8 +92,6 @@ class LiveSource(abc.ABC):
         """Everything the script will say has arrived."""
         self._finished.set()
         self.arrived.set()
-
-    # -- read by the live run -------------------------------------------------------------------
 
     @property
     def lines_pending(self) -> bool:
@@ -155,8 +151,6 @@ class LiveSource(abc.ABC):
         if code == 130:
             return "stopped by Ctrl-C (exit code 130)"
         return f"exited with {code}"
-
-    # -- the script -----------------------------------------------------------------------------
 
     @property
     @abc.abstractmethod

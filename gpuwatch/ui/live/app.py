@@ -122,8 +122,6 @@ class LiveApp(SamplingApp[int | None]):
         self.history = History(gpu_interval_s)  # the cards' graphs, one store as in gpuwatch top
         self.guard = ShutdownGuard(lambda: self.model.result().exit_code)
 
-    # -- layout -------------------------------------------------------------------------------
-
     def compose(self) -> ComposeResult:
         yield Header(show_clock=self.header_clock)
         if self.sampler is not None:
@@ -170,8 +168,6 @@ class LiveApp(SamplingApp[int | None]):
             return
         self.query_one(GpuCards).relayout(width, height)
 
-    # -- GPU stats ----------------------------------------------------------------------------
-
     def on_sampling_app_snapshot_ready(self, message: SamplingApp.SnapshotReady) -> None:
         gpus = message.snapshot.gpus
         self.model.record_gpus(gpus)
@@ -205,8 +201,6 @@ class LiveApp(SamplingApp[int | None]):
     def action_toggle_all_gpus(self) -> None:
         self.show_all_gpus = not self.show_all_gpus
         self._show_used_gpus()
-
-    # -- the run ------------------------------------------------------------------------------
 
     def _post_run_event(self, event: Update) -> None:
         """From the run's pump thread (Textual's post_message is thread-safe)."""
@@ -294,8 +288,6 @@ class LiveApp(SamplingApp[int | None]):
             state, run.elapsed_s(), run.pid, run.last_snapshot, run.exit_code, run.step_energy()
         )
 
-    # -- signals ------------------------------------------------------------------------------
-
     def _closed_by_signal(self, signum: int) -> None:
         self.model.note_signal(signum)
         self.action_quit_or_stop() if self.model.ended else self.exit()
@@ -304,8 +296,6 @@ class LiveApp(SamplingApp[int | None]):
         """Runs the app; SIGTERM/SIGHUP end it with the report written (gpuwatch/ui/signals.py)."""
         run_restoring_signals(self, self.guard)
         return self.model.result()
-
-    # -- actions ------------------------------------------------------------------------------
 
     def action_quit_or_stop(self) -> None:
         if self.model.ended:  # the report is out: the exit is bounded from here
