@@ -93,7 +93,7 @@ class OldSpelling(argparse.Action):
         self,
         parser: argparse.ArgumentParser,
         namespace: argparse.Namespace,
-        values: Any,
+        values: object,
         option_string: str | None = None,
     ) -> None:
         if self.said:
@@ -108,12 +108,12 @@ class OldSpelling(argparse.Action):
 
 
 def add_old_spelling(
-    parser: argparse.ArgumentParser | Any,
+    parser: argparse.ArgumentParser,
     old: str,
     new: str,
     dest: str,
     store: str = "value",
-    type: Callable[[str], Any] | None = None,  # noqa: A002 (argparse's own keyword)
+    type: Callable[[str], object] | None = None,  # noqa: A002 (argparse's own keyword)
     metavar: str | None = None,
     said: bool = True,
 ) -> None:

@@ -8,11 +8,15 @@ import argparse
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from gpuwatch.argvalues import add_old_spelling, bounded_int
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 Store = Literal["value", "true", "false", "append"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +29,7 @@ class Flag:
     store: Store = "value"
     """``value`` takes a value, ``true``/``false`` is a flag setting the field so, ``append``
     is repeatable (the field a tuple)."""
-    parse: Callable[[str], Any] | None = None
+    parse: Callable[[str], object] | None = None
     metavar: str | None = None
     old: tuple[str, ...] = ()
     """Former spellings: hidden, still working, with a one-line note (argvalues.py)."""
@@ -58,9 +62,9 @@ class Outputs:
         kinds = [".json", ".html", *([".trace.json"] if self.trace_doc else [])]
         return ", ".join(kinds[:-1]) + " or " + kinds[-1]
 
-    def flags(self) -> dict[str, tuple[Any, Flag]]:
+    def flags(self) -> dict[str, tuple[object, Flag]]:
         """Each option's field name, default and :class:`Flag`."""
-        out: dict[str, tuple[Any, Flag]] = {
+        out: dict[str, tuple[object, Flag]] = {
             "output_paths": (
                 (),
                 Flag(
@@ -118,12 +122,14 @@ PROFILE_OUTPUTS = Outputs(
 """``gpuwatch profile``'s outputs (and the notebook magic's)."""
 
 
-def flag_field(default: Any, flag: Flag) -> Any:
+def flag_field(default: T, flag: Flag) -> T:
     """A dataclass field declared on the command line as ``flag``."""
     return field(default=default, metadata={"flag": flag})
 
 
-def declare(parser: argparse.ArgumentParser, cls: Any, magic: bool = False) -> None:
+def declare(
+    parser: argparse.ArgumentParser, cls: type[DataclassInstance], magic: bool = False
+) -> None:
     """Declares every field of the dataclass ``cls`` on ``parser`` (``magic``: only those the
     notebook magic takes), each under its field's name."""
     for f in dataclasses.fields(cls):
@@ -133,7 +139,7 @@ def declare(parser: argparse.ArgumentParser, cls: Any, magic: bool = False) -> N
         add_flag(parser, f.name, f.default, flag)
 
 
-def add_flag(parser: argparse.ArgumentParser, name: str, default: Any, flag: Flag) -> None:
+def add_flag(parser: argparse.ArgumentParser, name: str, default: object, flag: Flag) -> None:
     """Declares ``flag`` on ``parser``, its value in ``name``, ``default`` when not given."""
     kwargs: dict[str, Any] = {"dest": name, "help": flag.help}
     if flag.store == "true":
@@ -151,14 +157,14 @@ def add_flag(parser: argparse.ArgumentParser, name: str, default: Any, flag: Fla
         add_old_spelling(parser, old, flag.names[-1], name, flag.store, flag.parse, flag.metavar)
 
 
-def jsonable(value: Any) -> Any:
+def jsonable(value: object) -> object:
     """``value`` as JSON holds it (tuples become lists); :func:`frozen` undoes it."""
     if isinstance(value, tuple):
         return [jsonable(v) for v in value]
     return value
 
 
-def frozen(value: Any) -> Any:
+def frozen(value: object) -> Any:
     """``value`` with its lists made tuples again, so that options hash and compare."""
     if isinstance(value, list):
         return tuple(frozen(v) for v in value)

@@ -8,7 +8,6 @@ import signal
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from gpuwatch.argvalues import add_old_spelling, bounded_int, interval
 from gpuwatch.errors import CliError
@@ -19,6 +18,7 @@ from gpuwatch.monitor.export import (
     GpuCollector,
 )
 from gpuwatch.monitor.nvml.activity import IdlePolicy
+from gpuwatch.monitor.nvml.sampler import Sampler
 from gpuwatch.monitor.threads import OwnThread
 
 
@@ -105,7 +105,10 @@ def bounded_float(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
-def add_idle_options(parser: Any, number: Callable[[float, float], Any] = bounded_float) -> None:
+def add_idle_options(
+    parser: argparse.ArgumentParser,
+    number: Callable[[float, float], Callable[[str], float]] = bounded_float,
+) -> None:
     """``--idle-below`` and ``--idle-after``, shared by ``top`` and ``export``."""
     d = IdlePolicy()
     parser.add_argument(
@@ -129,7 +132,9 @@ def idle_policy(args: argparse.Namespace) -> IdlePolicy:
     return IdlePolicy(below_pct=args.idle_below, after_s=args.idle_after)
 
 
-def _sample_forever(sampler: Any, collector: GpuCollector, interval_s: float, stop: Any) -> None:
+def _sample_forever(
+    sampler: Sampler, collector: GpuCollector, interval_s: float, stop: threading.Event
+) -> None:
     """The sampling loop, on its own daemon thread: an NVML call that hangs here leaves the main
     thread free to answer SIGTERM, and scrapes see the series go stale instead of a hang."""
     last_error = None

@@ -7,13 +7,20 @@ import argparse
 import os
 import sys
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuwatch.argvalues import note
 from gpuwatch.errors import CliError
 from gpuwatch.profile.budget import budget_for, check_run
 from gpuwatch.profile.options import ProfileOptions, add_arguments
 from gpuwatch.profile.worded import library_errors
+
+if TYPE_CHECKING:
+    from gpuwatch.monitor.gpu_timeline import GpuTimeline
+    from gpuwatch.output.write import Output
+    from gpuwatch.profile.runner import Target
+    from profilers.budgets import Budget
+    from profilers.report import Report
 
 
 def declare(p: argparse.ArgumentParser) -> None:
@@ -35,7 +42,7 @@ def declare(p: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=run_profile)
 
 
-def _gpu_timeline(options: ProfileOptions) -> tuple[Any, str]:
+def _gpu_timeline(options: ProfileOptions) -> tuple[GpuTimeline | None, str]:
     if not options.gpu_stats:
         return None, "off (--no-gpu-stats)"
     from gpuwatch.monitor.gpu_timeline import GpuTimeline
@@ -49,7 +56,7 @@ def _gpu_timeline(options: ProfileOptions) -> tuple[Any, str]:
     return GpuTimeline(Sampler(backend, interval_s=interval_s), interval_s).start(), "NVML"
 
 
-def _target(args: argparse.Namespace) -> Any:
+def _target(args: argparse.Namespace) -> Target:
     from gpuwatch.profile.runner import Target, TargetError, check_target
 
     if args.module:
@@ -65,7 +72,7 @@ def _target(args: argparse.Namespace) -> Any:
     return target
 
 
-def _check_inputs(options: ProfileOptions, target: Any) -> None:
+def _check_inputs(options: ProfileOptions, target: Target) -> None:
     """``--input`` naming the script's own module would import (run) the script a second time
     before it starts: refused, pointing at ``profilers.input()``."""
     stem = None if target.module else os.path.splitext(os.path.basename(target.name))[0]
@@ -133,7 +140,7 @@ def _check_options(options: ProfileOptions) -> None:
         )
 
 
-def profile(options: ProfileOptions, target: Any) -> int:
+def profile(options: ProfileOptions, target: Target) -> int:
     """``gpuwatch profile``: runs ``target`` under ``options`` (here, as ranks, or live)."""
     try:
         from gpuwatch.profile.run import run_profiled
@@ -204,10 +211,10 @@ def profile(options: ProfileOptions, target: Any) -> int:
         return run_live(options, target, wanted, limits)
     timeline, gpu_stats = _gpu_timeline(options)
     failed = False
-    final: Any = None
+    final: Report | None = None
     quiet = options.quiet
 
-    def on_report(report: Any) -> None:
+    def on_report(report: Report) -> None:
         nonlocal failed, final
         final = report
         failed = deliver(report, wanted, top=options.top, quiet=quiet, what_if=options.what_if)
@@ -217,7 +224,7 @@ def profile(options: ProfileOptions, target: Any) -> int:
     # NB: checkpoints rewrite a file; a device or stream (/dev/stdout) gets the final report only.
     json_out = [o for o in wanted if o.kind == "json" and not streams_through(o.where)]
 
-    def checkpoint(report: Any) -> None:
+    def checkpoint(report: Report) -> None:
         write_reports(report, json_out)
 
     with library_errors():  # the profile (or its fake GPU) could not start: one line
@@ -233,7 +240,9 @@ def profile(options: ProfileOptions, target: Any) -> int:
     return check_run(limits, final, code, quiet)
 
 
-def run_live(options: ProfileOptions, target: Any, wanted: list[Any], limits: Any = None) -> int:
+def run_live(
+    options: ProfileOptions, target: Target, wanted: list[Output], limits: Budget | None = None
+) -> int:
     from gpuwatch.monitor.nvml import NvmlUnavailable, Sampler, open_backend
     from gpuwatch.output.deliver import deliver
     from gpuwatch.output.write import say

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from gpuwatch.argvalues import add_old_spelling, bounded_int, interval
 from gpuwatch.cli.export import add_idle_options, idle_policy
 from gpuwatch.errors import CliError
+from gpuwatch.monitor.nvml.backend import Backend
 
 #: NVML addresses at most 64 devices on a node (NVML_MAX_DEVICES is smaller still in practice).
 MAX_DEMO_GPUS = 64
@@ -109,7 +109,9 @@ def declare(top: argparse.ArgumentParser) -> None:
     top.set_defaults(handler=run_top)
 
 
-def _remote_backend(args: argparse.Namespace, local: Any, local_problem: str | None) -> Any:
+def _remote_backend(
+    args: argparse.Namespace, local: Backend | None, local_problem: str | None
+) -> Backend:
     import time
 
     from gpuwatch.monitor.nvml.remote import TIMEOUT_S, HostsBackend, RemoteHost
@@ -130,7 +132,7 @@ def _remote_backend(args: argparse.Namespace, local: Any, local_problem: str | N
     return HostsBackend(hosts, local, local_problem)
 
 
-def _chosen(args: argparse.Namespace, backend: Any) -> Any:
+def _chosen(args: argparse.Namespace, backend: Backend) -> Backend:
     """The local backend narrowed to --only/--only-visible GPUs and the process filters."""
     from gpuwatch.monitor.nvml.chosen import (
         ChoiceError,
@@ -160,7 +162,7 @@ def _chosen(args: argparse.Namespace, backend: Any) -> Any:
 
 def run_top(args: argparse.Namespace) -> int:
     from gpuwatch.monitor.nvml import NvmlUnavailable, Sampler, open_backend
-    from gpuwatch.monitor.nvml.remote import checked_url
+    from gpuwatch.monitor.nvml.remote import HostsBackend, checked_url
 
     if args.remote_only and not args.remote:
         raise CliError("--remote-only goes with --remote URL")
@@ -196,7 +198,7 @@ def run_top(args: argparse.Namespace) -> int:
         sampler = Sampler(backend, background_pcie=False, idle=idle_policy(args))
         try:
             snap = measured_snapshot(sampler)
-            nobody = backend.all_unreachable() if args.remote else None
+            nobody = backend.all_unreachable() if isinstance(backend, HostsBackend) else None
         finally:
             sampler.close()
         if nobody:

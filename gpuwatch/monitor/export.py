@@ -13,9 +13,12 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuwatch.monitor.nvml.samples import GpuSample, JobInfo, ProcessSample, Snapshot
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric as Family
 
 MIB = 1024 * 1024
 #: How long one scrape's connection may take, accept to last byte (TLS handshake, request,
@@ -215,10 +218,10 @@ class GpuCollector:
         age = self.sample_age_s()
         return self.stale_after_s is not None and age is not None and age > self.stale_after_s
 
-    def describe(self) -> list[Any]:
+    def describe(self) -> list[Family]:
         return []  # families are built per scrape; nothing to check at registration
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Family]:
         from prometheus_client.core import GaugeMetricFamily
 
         snap = self.snapshot

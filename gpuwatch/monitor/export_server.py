@@ -27,6 +27,7 @@ from http.server import HTTPServer
 from typing import Any
 
 from prometheus_client.exposition import MetricsHandler
+from prometheus_client.registry import CollectorRegistry
 
 from gpuwatch.monitor.export import IDLE_TIMEOUT_S
 from gpuwatch.monitor.threads import OwnThread
@@ -165,7 +166,7 @@ class _Handler(MetricsHandler):
         server = self.server
         return not isinstance(server, MetricsServer) or server.request_in()
 
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_message(self, format: str, *args: object) -> None:
         """Log nothing (a scrape a second would fill the journal)."""
 
 
@@ -187,7 +188,7 @@ class MetricsServer(HTTPServer):
         self,
         address: str,
         port: int,
-        registry: Any,
+        registry: CollectorRegistry,
         deadline_s: float,
         tls: ssl.SSLContext | None = None,
         max_connections: int | None = None,
@@ -218,7 +219,7 @@ class MetricsServer(HTTPServer):
     def start(self) -> None:
         self._thread.start()
 
-    def get_request(self) -> tuple[socket.socket, Any]:
+    def get_request(self) -> tuple[socket.socket, object]:
         try:
             return self.socket.accept()
         except OSError as exc:
@@ -228,7 +229,7 @@ class MetricsServer(HTTPServer):
                 self._closing.wait(0.1)
             raise
 
-    def process_request(self, request: Any, client_address: Any) -> None:
+    def process_request(self, request: Any, client_address: object) -> None:
         # NB: wait for a free slot here, in the accepting thread: the connections beyond the
         # cap stay in the kernel's backlog (no descriptor, no thread) until one ends. While
         # every slot is taken, the connection that has waited longest for its request makes
@@ -254,7 +255,7 @@ class MetricsServer(HTTPServer):
         key = getattr(self._current, "key", None)
         return key is None or self._connections.request_in(key)
 
-    def _serve_one(self, request: socket.socket, client_address: Any, key: int) -> None:
+    def _serve_one(self, request: socket.socket, client_address: object, key: int) -> None:
         conn = request
         self._current.key = key
         try:

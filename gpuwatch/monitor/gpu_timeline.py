@@ -7,7 +7,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from gpuwatch.monitor.nvml.sampler import Sampler
 from gpuwatch.monitor.nvml.samples import GpuSample
@@ -26,7 +26,7 @@ MAX_ENERGY_POINTS = 60_000
 ENERGY_SETTLE_S = 0.5
 
 
-def sample_row(t: float, g: GpuSample, pids: Collection[int] = ()) -> dict[str, Any]:
+def sample_row(t: float, g: GpuSample, pids: Collection[int] = ()) -> dict[str, object]:
     """One GPU at ``t`` seconds into the run, as the report's ``gpu_samples`` hold it;
     ``script_sm_util_pct`` is the SM share of the script's own processes (``pids``), where NVML
     reports per-process utilisation (None where it does not)."""
@@ -71,7 +71,7 @@ class GpuTimeline:
         self.energy_interval_s = energy_interval_s
         self._clock = clock
         self._t0 = clock()
-        self._samples: deque[dict[str, Any]] = deque(maxlen=MAX_SAMPLES)
+        self._samples: deque[dict[str, object]] = deque(maxlen=MAX_SAMPLES)
         self._energy: dict[int, deque[tuple[float, int]]] = {}
         self._energy_mj: Callable[[int], int | None] | None = getattr(
             sampler.backend, "energy_mj", None
@@ -175,7 +175,7 @@ class TimelineSamples(NamedTuple):
     ``CUDA_VISIBLE_DEVICES`` is part of (for :func:`samples_of_used_gpus`), and each GPU's
     energy counter changes ``(s since t0, mJ)`` (none for a GPU without the counter)."""
 
-    rows: list[dict[str, Any]]
+    rows: list[dict[str, object]]
     mig_gpus: dict[str, int]
     energy: dict[int, list[tuple[float, int]]] = {}
     t0: float = 0.0
@@ -183,7 +183,7 @@ class TimelineSamples(NamedTuple):
     energy_read_ms: float = 0.0
 
 
-def learn_mig_gpus(backend: Any) -> dict[str, int]:
+def learn_mig_gpus(backend: object) -> dict[str, int]:
     """Asks ``backend`` (NVML) which GPU each MIG instance in ``CUDA_VISIBLE_DEVICES`` is part
     of, so that the samples of the right GPU can be kept after the run: ``{"MIG-<uuid>": gpu}``
     for the caller to keep and pass to :func:`used_gpu_indices`."""
@@ -201,8 +201,8 @@ def learn_mig_gpus(backend: Any) -> dict[str, int]:
 
 
 def used_gpu_indices(
-    devices: list[dict[str, Any]],
-    samples: Sequence[dict[str, Any]] = (),
+    devices: Sequence[Mapping[str, object]],
+    samples: Sequence[Mapping[str, object]] = (),
     mig_gpus: Mapping[str, int] | None = None,
 ) -> set[int] | None:
     """NVML indices of the CUDA devices the script used (``CUDA_VISIBLE_DEVICES`` respected):
@@ -213,23 +213,24 @@ def used_gpu_indices(
     ``MIG-<uuid>`` as ``mig_gpus``, from :func:`learn_mig_gpus`, says)."""
     from gpuwatch.monitor.nvml.chosen import resolve_visible
 
-    cuda = [int(d["device"].split(":")[1]) for d in devices if d["device"].startswith("cuda:")]
+    names = [d["device"] for d in devices]
+    cuda = [int(n.split(":")[1]) for n in names if isinstance(n, str) and n.startswith("cuda:")]
     if not cuda:
         return set()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if not visible:
         return set(cuda)
-    uuids = {s["gpu"]: s.get("uuid") or "" for s in samples}
+    uuids = {g: str(s.get("uuid") or "") for s in samples if isinstance(g := s["gpu"], int)}
     resolved = resolve_visible(visible, uuids, (mig_gpus or {}).get)
     used = {resolved[i] if i < len(resolved) else None for i in cuda}
     return None if None in used else {i for i in used if i is not None}
 
 
 def samples_of_used_gpus(
-    devices: list[dict[str, Any]],
-    samples: Sequence[dict[str, Any]],
+    devices: Sequence[Mapping[str, object]],
+    samples: Sequence[dict[str, object]],
     mig_gpus: Mapping[str, int] | None = None,
-) -> tuple[list[dict[str, Any]], str | None]:
+) -> tuple[list[dict[str, object]], str | None]:
     """The samples of the GPUs the script used (``devices``: the report's), none when it used
     none (the node's load is someone else's), and all of them when they cannot be told apart,
     with the scope that says so (else None; ``mig_gpus``: see :func:`used_gpu_indices`)."""

@@ -14,7 +14,7 @@ import sys
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TextIO
 
 from gpuwatch.errors import CliError
 from profilers.budgets import Breach, Budget, BudgetError, check_report
@@ -111,7 +111,7 @@ def enforce(
     code: int,
     quiet: bool = False,
     what: str = "",
-    file: Any = None,
+    file: TextIO | None = None,
 ) -> int:
     """Checks ``budget`` (if any) and says how it went on stderr; the exit status: ``code``
     when it is already a failure (the script's own), else 3 when over budget."""
@@ -132,7 +132,7 @@ def enforce(
     return code if code != 0 else OVER_BUDGET
 
 
-def check_run(budget: Budget | None, report: Any, code: int, quiet: bool = False) -> int:
+def check_run(budget: Budget | None, report: object, code: int, quiet: bool = False) -> int:
     """:func:`enforce` on a run's report (none when the run left no report)."""
     if report is None:
         return code

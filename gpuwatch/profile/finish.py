@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from profilers.report import Report
 from profilers.sections import TimeView
@@ -21,7 +20,7 @@ class GpuMeasures:
     source: str
     """Where they came from (``"NVML"``, ``"demo"``), or why there are none; the report's
     ``options.gpu_stats``."""
-    rows: Sequence[dict[str, Any]] = ()
+    rows: Sequence[dict[str, object]] = ()
     """GPU sample rows (``{"t", "gpu", ...}``), every GPU of the node."""
     mig_gpus: Mapping[str, int] = field(default_factory=dict)
     """Which GPU each MIG instance of ``CUDA_VISIBLE_DEVICES`` is part of."""

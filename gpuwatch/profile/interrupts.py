@@ -16,7 +16,6 @@ import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
 
 from profilers.registry import OwnThread
 
@@ -50,19 +49,19 @@ class Signals:
         self.hurry = threading.Event()
         """Set by a signal that arrives while the report is being written: cut waits short."""
         self._main = threading.current_thread() is threading.main_thread()
-        self._at_start: dict[int, Any] = {}
+        self._at_start: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
         """Each handled signal's disposition when the run began (restored at the end)."""
         if self._main:
             for signum in (signal.SIGINT, *ENDING):
                 self._at_start[signum] = signal.getsignal(signum)
-        self._hook_before: Callable[[Any], Any] | None = None
+        self._hook_before: Callable[[sys.UnraisableHookArgs], object] | None = None
         self._in_hook = 0
         """How deep the main thread is in :meth:`_unraisable` (it may meet one of its own)."""
         self._again: int | None = None
         self._sender: _SendAgain | None = None
 
     def _install(
-        self, signums: tuple[int, ...], handler: Callable[[int, FrameType | None], Any]
+        self, signums: tuple[int, ...], handler: Callable[[int, FrameType | None], object]
     ) -> None:
         if not self._main:
             return  # handlers can only be set on the main thread (a notebook, a test)
@@ -86,7 +85,7 @@ class Signals:
             return
         raise Terminated(signum)
 
-    def _unraisable(self, unraisable: Any) -> None:
+    def _unraisable(self, unraisable: sys.UnraisableHookArgs) -> None:
         """A signal handler may run in a weakref callback or ``__del__`` (where torch and the fake
         GPU free tensors), whose exceptions are dropped: a :class:`Terminated` dropped so would
         leave running a script the signal alone had ended, so the signal is sent again."""

@@ -20,6 +20,7 @@ from profilers import Report
 
 if TYPE_CHECKING:
     from gpuwatch.output.findings import Findings
+    from gpuwatch.output.write import Output
 
 #: The exit code a report records for an interrupted cell, as the CLI's Ctrl-C.
 INTERRUPTED = 130
@@ -94,7 +95,7 @@ def _usage(message: str) -> NoReturn:
     raise UsageError(f"%%gpuwatch: {message}")
 
 
-def parse_options(line: str) -> tuple[ProfileOptions, list[Any]]:
+def parse_options(line: str) -> tuple[ProfileOptions, list[Output]]:
     """``(options, outputs)`` of a magic's line; UsageError (one line) for anything it does not
     know."""
     from gpuwatch.errors import CliError

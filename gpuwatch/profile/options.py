@@ -268,8 +268,6 @@ class ProfileOptions:
         Flag(("--no-budget",), "ignore [tool.gpuwatch.budget] in pyproject", "true"),
     )
 
-    # -- what the options mean ------------------------------------------------------------------
-
     @property
     def simulated_gpus(self) -> int:
         """GPUs to simulate (``--fake-cuda``); 0: the real ones."""
@@ -298,8 +296,6 @@ class ProfileOptions:
 
     def replace(self, **changes: Any) -> ProfileOptions:
         return dataclasses.replace(self, **changes)
-
-    # -- command lines --------------------------------------------------------------------------
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> ProfileOptions:
@@ -340,14 +336,12 @@ class ProfileOptions:
                 argv += [name, flag.show(value)]
         return argv
 
-    # -- JSON (the --live child's config) -------------------------------------------------------
-
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The options as JSON values (tuples become lists): :meth:`from_json` undoes it."""
         return {f.name: jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ProfileOptions:
+    def from_json(cls, data: Mapping[str, object]) -> ProfileOptions:
         """The options :meth:`to_json` wrote, equal to them (lists become tuples again)."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)

@@ -25,7 +25,6 @@ installed loads this module.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import Any
 
 import pytest
 
@@ -80,7 +79,9 @@ def _fake_cuda(config: pytest.Config) -> bool:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[Any]:
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, object, object]:
     """The fake GPU (when on) around the whole test, its fixtures included."""
     marked = item.get_closest_marker(MARKER) is not None
     if not (marked or FIXTURE in getattr(item, "fixturenames", ())) or not _fake_cuda(item.config):
@@ -92,7 +93,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Generator[Any]:
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     """The marker's budget around the test body."""
     __tracebackhide__ = True
     marker = item.get_closest_marker(MARKER)
@@ -110,10 +111,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[Any]:
 
 
 @pytest.fixture(name=FIXTURE)
-def gpuwatch_budget_fixture() -> Callable[..., Any]:
+def gpuwatch_budget_fixture() -> Callable[..., object]:
     """``profilers.budget``: ``with gpuwatch_budget(syncs=0): ...`` guards a block of a test
     (on a fake GPU under ``--gpuwatch-fake-cuda`` where there is no real one)."""
     import profilers
 
-    factory: Callable[..., Any] = profilers.budget
+    factory: Callable[..., object] = profilers.budget
     return factory

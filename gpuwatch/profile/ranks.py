@@ -19,11 +19,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuwatch.errors import CliError
 from gpuwatch.profile.interrupts import Signals
 from gpuwatch.profile.options import ProfileOptions
+
+if TYPE_CHECKING:
+    import psutil
+
+    from gpuwatch.output.write import Output
+    from gpuwatch.profile.runner import Target
 
 #: Seconds the ranks get to write their reports after gpuwatch is told to stop (schedulers send
 #: SIGKILL some 30 s after SIGTERM: SLURM's KillWait, Kubernetes' grace period).
@@ -67,7 +73,7 @@ def run_folder(rank: int) -> str | None:
     return folder
 
 
-def summary_of_all(ranks: list[Any], rank: int, options: ProfileOptions) -> None:
+def summary_of_all(ranks: list[Output], rank: int, options: ProfileOptions) -> None:
     """Called by each rank once its report is written: the last prints the summary of all
     (``ranks``: their JSON). Each appends its rank to one file (an append is atomic on a local
     disk) and reads it back: the line that completed the world is the last rank's."""
@@ -110,13 +116,13 @@ def rank_options(options: ProfileOptions, json_pattern: str) -> ProfileOptions:
     )
 
 
-def rank_command(options: ProfileOptions, target: Any, json_pattern: str) -> list[str]:
+def rank_command(options: ProfileOptions, target: Target, json_pattern: str) -> list[str]:
     """What each rank runs: ``gpuwatch profile`` with :func:`rank_options`, then the target."""
     argv = rank_options(options, json_pattern).to_argv()
     return ["-m", "gpuwatch", "profile", *argv, *target.command]
 
 
-def run_ranks(options: ProfileOptions, target: Any, wanted: list[Any]) -> int:
+def run_ranks(options: ProfileOptions, target: Target, wanted: list[Output]) -> int:
     from gpuwatch.output.deliver import deliver
     from gpuwatch.output.load import load_report
     from profilers.merge import merge_ranks
@@ -209,7 +215,7 @@ def _launch(launcher: list[str], signals: Signals) -> int:
             _kill(proc, tree)
 
 
-def _alive(tree: dict[int, Any]) -> bool:
+def _alive(tree: dict[int, psutil.Process]) -> bool:
     import psutil
 
     for pid, p in list(tree.items()):
@@ -223,7 +229,7 @@ def _alive(tree: dict[int, Any]) -> bool:
     return bool(tree)
 
 
-def _kill(proc: subprocess.Popen[bytes] | None, tree: dict[int, Any]) -> None:
+def _kill(proc: subprocess.Popen[bytes] | None, tree: dict[int, psutil.Process]) -> None:
     """SIGKILL for every process the launcher started and (unless None) the launcher."""
     import psutil
 

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from gpuwatch.profile.finish import GpuMeasures, finish
 from gpuwatch.profile.interrupts import Signals, Terminated
@@ -28,6 +28,8 @@ from profilers.registry import OwnThread
 from profilers.report import Report, printable
 
 if TYPE_CHECKING:
+    from _typeshed import StrOrBytesPath
+
     from gpuwatch.monitor.gpu_timeline import TimelineSamples
 
 __all__ = ["ProfileOptions", "ProfiledRun", "run_profiled"]
@@ -38,7 +40,7 @@ ReportSink = Callable[[Report], None]
 EXEC_CALLS = ("execv", "execve")
 
 
-def _can_exec(path: Any) -> bool:
+def _can_exec(path: int | StrOrBytesPath) -> bool:
     """Whether exec of ``path`` can replace the process (an fd given to execve counts)."""
     if isinstance(path, int):
         return True
@@ -167,7 +169,7 @@ class ProfiledRun:
         real = {name: getattr(os, name) for name in EXEC_CALLS}
 
         def held(name: str) -> Callable[..., NoReturn]:
-            def _exec(path: Any, *rest: Any) -> NoReturn:
+            def _exec(path: int | StrOrBytesPath, *rest: object) -> NoReturn:
                 # NB: os.execvp tries each PATH entry through os.execv and goes on when one
                 # fails: only a call that can succeed ends the run.
                 if os.getpid() == self.pid and _can_exec(path):

@@ -8,7 +8,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import TextIO
 
 from gpuwatch.errors import CliError
 from gpuwatch.profile.options import ProfileOptions
@@ -74,7 +74,7 @@ def warnings_worded(stream: TextIO | None = None) -> Iterator[None]:
             category: type[Warning],
             filename: str,
             lineno: int,
-            file: Any = None,
+            file: TextIO | None = None,
             line: str | None = None,
         ) -> None:
             if issubclass(category, ProfilerWarning):

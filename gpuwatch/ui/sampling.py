@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from textual.app import App
+from textual.app import App, ReturnType
 from textual.message import Message
 
 from gpuwatch.monitor.gpu_timeline import learn_mig_gpus
@@ -43,7 +43,7 @@ def card_layout(width: int, height: int, gpus: int, rows_for_the_rest: int) -> C
     return CardLayout(True, False, max(1, min(n, width // COMPACT_CARD_MIN_WIDTH)))
 
 
-class SamplingApp(App[Any]):
+class SamplingApp(App[ReturnType]):
     """An app fed by a :class:`Sampler` on a worker thread; the UI never waits on NVML.
 
     Subclasses handle :class:`SnapshotReady`; ``sampler`` may be None (no NVML here).

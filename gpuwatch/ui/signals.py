@@ -10,9 +10,8 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
 
-from textual.app import App
+from textual.app import App, ReturnType
 
 from gpuwatch.monitor.threads import OwnThread
 
@@ -72,7 +71,7 @@ class ShutdownGuard:
         self._enabled = False
         """Only a real run (``run_restoring_signals``) may end the process: an app driven by
         ``App.run_test()`` in a test runner's process must never ``os._exit`` it."""
-        self._tty: tuple[int, Any] | None = None
+        self._tty: tuple[int, list[int | list[bytes | int]]] | None = None
         try:
             import termios
 
@@ -126,7 +125,7 @@ class ShutdownGuard:
             pass  # the terminal is gone: the exit is what counts
 
 
-def run_restoring_signals(app: App[Any], guard: ShutdownGuard | None = None) -> None:
+def run_restoring_signals(app: App[ReturnType], guard: ShutdownGuard | None = None) -> None:
     """``app.run()``, then SIGTERM, SIGHUP (asyncio leaves its own wake-up handler behind when
     its loop closes), SIGCONT and SIGTSTP (Textual's) back as they were; ``guard`` learns that
     the app returned."""

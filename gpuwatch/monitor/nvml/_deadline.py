@@ -19,6 +19,7 @@ import urllib.request
 from typing import Any
 
 _MIB = 1024 * 1024
+_Address = tuple[str, int]
 
 
 def _left(deadline: float, timeout_s: float) -> float:
@@ -38,15 +39,15 @@ class _Bounded:
         if self.deadline is not None:
             self.settimeout(_left(self.deadline, self.timeout_s))  # type: ignore[attr-defined]
 
-    def recv_into(self, *args: Any, **kwargs: Any) -> int:
+    def recv_into(self, *args: object, **kwargs: object) -> int:
         self._bound()
         return int(super().recv_into(*args, **kwargs))  # type: ignore[misc]
 
-    def recv(self, *args: Any, **kwargs: Any) -> bytes:
+    def recv(self, *args: object, **kwargs: object) -> bytes:
         self._bound()
         return bytes(super().recv(*args, **kwargs))  # type: ignore[misc]
 
-    def sendall(self, *args: Any, **kwargs: Any) -> None:
+    def sendall(self, *args: object, **kwargs: object) -> None:
         self._bound()
         super().sendall(*args, **kwargs)  # type: ignore[misc]
 
@@ -60,7 +61,7 @@ class _TlsSocket(_Bounded, ssl.SSLSocket):
 
 
 def _connect(
-    address: tuple[str, int], deadline: float, timeout_s: float, source: Any = None
+    address: _Address, deadline: float, timeout_s: float, source: _Address | None = None
 ) -> socket.socket:
     host, port = address
     error: OSError | None = None
@@ -101,7 +102,7 @@ class _Https(http.client.HTTPSConnection):
 
 
 def _open(
-    address: tuple[str, int], timeout: Any = None, source_address: Any = None, **kw: Any
+    address: _Address, timeout: object = None, source_address: _Address | None = None, **kw: float
 ) -> socket.socket:
     return _connect(address, kw["deadline"], kw["timeout_s"], source_address)
 
@@ -111,7 +112,7 @@ class _HttpHandler(urllib.request.HTTPHandler):
         super().__init__()
         self.bound = {"deadline": deadline, "timeout_s": timeout_s}
 
-    def http_open(self, req: Any) -> Any:
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(functools.partial(_Http, **self.bound), req)  # type: ignore[arg-type]
 
 
@@ -123,7 +124,7 @@ class _HttpsHandler(urllib.request.HTTPSHandler):
         self.context = context
         self.bound = {"deadline": deadline, "timeout_s": timeout_s}
 
-    def https_open(self, req: Any) -> Any:
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(
             functools.partial(_Https, **self.bound),  # type: ignore[arg-type]
             req,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 from types import ModuleType
-from typing import Any
 
 from gpuwatch.monitor.nvml._query import Query
 
@@ -40,7 +39,7 @@ class GpmReader:
         self._nvml = nvml
         self._q = query
         self._supported: dict[int, bool] = {}
-        self._buffers: dict[int, list[Any]] = {}
+        self._buffers: dict[int, list[object]] = {}
         self._primed: set[int] = set()
         self._ids = [int(getattr(nvml, const, default)) for const, default in METRICS.values()]
         self.latest: dict[int, dict[str, float | None]] = {}
@@ -90,7 +89,7 @@ class GpmReader:
         self.latest[index] = out
         return out
 
-    def _request(self, before: Any, after: Any) -> Any:
+    def _request(self, before: object, after: object) -> object:
         nvml = self._nvml
         req = nvml.c_nvmlGpmMetricsGet_t()
         req.version = int(getattr(nvml, "NVML_GPM_METRICS_GET_VERSION", 1))

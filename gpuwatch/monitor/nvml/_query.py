@@ -43,12 +43,12 @@ class Query:
     def is_unsupported(self, index: int, name: str) -> bool:
         return (index, name) in self._unsupported
 
-    def __call__(self, index: int, name: str, *args: Any) -> Any:
+    def __call__(self, index: int, name: str, *args: object) -> Any:
         key = (index, name)
         if key in self._unsupported:
             return None
         nvml = self._nvml
-        fn: Callable[..., Any] | None = getattr(nvml, name, None)
+        fn: Callable[..., object] | None = getattr(nvml, name, None)
         if fn is None:
             self._remember(key, f"{name} is missing from this pynvml", -1)
             return None

@@ -69,8 +69,6 @@ class RealBackend:
             raise NvmlUnavailable("NVML found no NVIDIA GPUs on this machine")
         atexit.register(self.close)
 
-    # -- lifecycle -------------------------------------------------------------------------
-
     def _init(self) -> None:
         nvml = self._nvml
         try:
@@ -102,8 +100,6 @@ class RealBackend:
             self._nvml.nvmlShutdown()
         except self._nvml.NVMLError:
             pass  # shutting down: a driver that already went away has nothing left to release
-
-    # -- device-wide ------------------------------------------------------------------------
 
     def driver_version(self) -> str | None:
         v = self._query(-1, "nvmlSystemGetDriverVersion")
@@ -143,8 +139,6 @@ class RealBackend:
                 raise GpuUnavailable(f"NVML cannot open this GPU: {exc}") from exc
             self._handles[index] = h
         return h
-
-    # -- per GPU ------------------------------------------------------------------------------
 
     def sample(self, index: int) -> GpuSample:
         if index in self._lost:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 SNAPSHOT_SCHEMA = "gpuwatch.snapshot/1"
 
@@ -94,7 +93,7 @@ class ProcessSample:
     """Its job (SLURM, container, pod, rank); None where ``/proc/PID`` could not be read
     (another user's process, another PID namespace) or the source does not say."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -169,7 +168,7 @@ class GpuSample:
             return None
         return 100.0 * self.memory_used_bytes / self.memory_total_bytes
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         d = asdict(self)
         d["processes"] = [p.to_dict() for p in self.processes]
         return d
@@ -185,7 +184,7 @@ class Snapshot:
     problem: str | None = None
     """A problem of the whole driver (``"... reboot or reload the driver"``), else None."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The ``gpuwatch.snapshot/1`` document (``gpuwatch top --json``; gpuwatch/schemas/snapshot-1.schema.json)."""
         return {
             "schema": SNAPSHOT_SCHEMA,

@@ -17,10 +17,11 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, TextIO
+from typing import TextIO
 
 from gpuwatch.profile.live.protocol import Done, Fatal, Hello, LiveSnapshot, Message, encode
 from profilers.registry import OwnThread
+from profilers.report import Report
 
 #: prctl(2): deliver a signal to this process when its parent dies.
 _PR_SET_PDEATHSIG = 1
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
 
-    def on_report(report: Any) -> None:
+    def on_report(report: Report) -> None:
         stop.set()
         reporter.join(timeout=5)
         channel.send(LiveSnapshot(**run.prof.live_snapshot(top=top)))

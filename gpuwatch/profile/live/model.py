@@ -24,7 +24,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from gpuwatch.monitor.gpu_timeline import sample_row, used_gpu_indices
 from gpuwatch.monitor.nvml.samples import GpuSample
@@ -124,7 +123,7 @@ class LiveRun:
         self.problems: list[str] = []
         self.profile_t0: float | None = None
         """The child's profile start, on :attr:`clock` (the GPU samples' time zero)."""
-        self.gpu_samples: deque[dict[str, Any]] = deque(maxlen=172_800)
+        self.gpu_samples: deque[dict[str, object]] = deque(maxlen=172_800)
         self.signalled: int | None = None
         """SIGTERM or SIGHUP that closed gpuwatch (the exit code is then 128 + it)."""
         self.report: Report | None = None
@@ -143,8 +142,6 @@ class LiveRun:
         """The MIG slices' parent GPUs, as the view's sampler learned them (learn_mig_gpus)."""
         self._kill_timer: threading.Timer | None = None
         self._steps_seen: deque[tuple[int, float, float]] = deque([(-1, 0.0, 0.0)], maxlen=8)
-
-    # -- what the run is now --------------------------------------------------------------------
 
     @property
     def ended(self) -> bool:
@@ -181,7 +178,7 @@ class LiveRun:
             state += " (partial report)"
         return state
 
-    def used_gpus(self, devices: list[dict[str, Any]]) -> set[int] | None:
+    def used_gpus(self, devices: list[dict[str, object]]) -> set[int] | None:
         """The GPUs the script uses (None: no telling which, as with MIG slices the view has
         not mapped: ``mig_gpus``)."""
         with self._lock:
@@ -202,8 +199,6 @@ class LiveRun:
                 if step >= 0 and got is not None:
                     return step, got[0], got[1]
         return None
-
-    # -- the child's messages -------------------------------------------------------------------
 
     def start(self, post: Callable[[Update], None] = _nowhere) -> None:
         """Starts the child (unless already started) and the pump that posts to ``post``
@@ -279,8 +274,6 @@ class LiveRun:
             pids = (self.pid,) if self.pid is not None else ()
             self.gpu_samples.extend(sample_row(t, g, pids) for g in gpus)
 
-    # -- the end --------------------------------------------------------------------------------
-
     def end(self) -> Ended | None:
         """Decides the exit code and writes the report, once (None when already ended)."""
         with self._lock:
@@ -336,8 +329,6 @@ class LiveRun:
         return LiveResult(
             code, self.report, list(self.written), self.fatal, self.signalled, self.findings
         )
-
-    # -- intents --------------------------------------------------------------------------------
 
     def note_signal(self, signum: int) -> None:
         """gpuwatch received SIGTERM or SIGHUP (the first one counts)."""

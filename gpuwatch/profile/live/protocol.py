@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -43,10 +43,10 @@ class LiveSnapshot:
 
     TYPE: ClassVar[str] = "snapshot"
     elapsed_s: float
-    totals: dict[str, Any]
+    totals: dict[str, object]
     """``gpuwatch.profile/1`` totals."""
-    devices: list[dict[str, Any]]
-    lines: list[dict[str, Any]]
+    devices: list[dict[str, object]]
+    lines: list[dict[str, object]]
     """The busiest lines, as in the report JSON's ``sites``."""
     line_count: int
     events_recorded: int
@@ -56,7 +56,7 @@ class LiveSnapshot:
     """The last closed step's ``{"step", "verdict", "shares_pct", "wall_unprofiled_ms",
     "start_ms", "end_ms"}`` (profilers/timing/), empty before the first step or where not
     measured."""
-    memory: dict[str, Any] = dataclasses.field(default_factory=dict)
+    memory: dict[str, object] = dataclasses.field(default_factory=dict)
     """GPU memory now (profilers/memory/section.py ``live_memory``): ``{"tracked", "source",
     "devices": [{"device", "live_bytes", "peak_bytes", "capacity_bytes"}], "lines": [{"file",
     "line", "function", "source", "live_bytes", "max_bytes"}], "line_count", "failure"}``, the
@@ -69,7 +69,7 @@ class Done:
     exit_code: int
     finished: bool
     error: str | None
-    report: dict[str, Any]
+    report: dict[str, object]
     """The ``gpuwatch.profile/1`` document."""
 
 
@@ -89,7 +89,8 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,),
     "str | None": (str, type(None)),
     "list[str]": (list,),
-    "list[dict[str, Any]]": (list,),
+    "list[dict[str, object]]": (list,),
+    "dict[str, object]": (dict,),
     "dict[str, Any]": (dict,),
 }
 
@@ -159,19 +160,20 @@ def report_from_snapshot(
     )
 
 
-def _memory_of(live: dict[str, Any]) -> dict[str, Any]:
+def _memory_of(live: Mapping[str, object]) -> dict[str, object]:
     """The partial report's ``memory`` from a snapshot's: each GPU's bytes then and its peak,
     and the failure explained. NB: no lines: a snapshot says what each line held then, not at
     the peak, and the report's lines say both."""
     if not live:
         return {}
+    devices = live.get("devices")
     return {
         "memory": {
             "tracked": bool(live.get("tracked")),
             "source": live.get("source", "measured"),
             "devices": [
                 {k: d.get(k) for k in ("device", "live_bytes", "peak_bytes", "capacity_bytes")}
-                for d in live.get("devices") or []
+                for d in (devices if isinstance(devices, list) else [])
                 if isinstance(d, dict)
             ],
             "peak": None,

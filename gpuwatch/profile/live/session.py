@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO
 
 from gpuwatch.output.write import Output
 from gpuwatch.profile.live.protocol import Message, ProtocolError, decode
@@ -72,8 +72,6 @@ class LiveSource(abc.ABC):
         self._dropped = 0
         self._progress: dict[str, str] = {}
 
-    # -- fed (by the readers of a child's pipes, or by an in-memory script) ---------------------
-
     def post(self, item: Message | str) -> None:
         """A message of the script, or (a string) a malformed one, said as a problem."""
         self._messages.put(item)
@@ -94,8 +92,6 @@ class LiveSource(abc.ABC):
         """Everything the script will say has arrived."""
         self._finished.set()
         self.arrived.set()
-
-    # -- read by the live run -------------------------------------------------------------------
 
     @property
     def lines_pending(self) -> bool:
@@ -155,8 +151,6 @@ class LiveSource(abc.ABC):
         if code == 130:
             return "stopped by Ctrl-C (exit code 130)"
         return f"exited with {code}"
-
-    # -- the script -----------------------------------------------------------------------------
 
     @property
     @abc.abstractmethod
@@ -331,7 +325,7 @@ class ChildSession(LiveSource):
             target=self._watch_exit, args=(process, readers), name="gpuwatch-live-exit", daemon=True
         ).start()
 
-    def _spawn(self, fn: Any, *args: Any) -> None:
+    def _spawn(self, fn: Callable[..., object], *args: object) -> None:
         t = OwnThread(target=fn, args=args, name=f"gpuwatch-live-{fn.__name__}", daemon=True)
         t.start()
         self._threads.append(t)

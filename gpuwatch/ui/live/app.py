@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from rich.text import Text
 from textual import events
@@ -42,7 +41,7 @@ ROWS_FOR_THE_REST = 2 + 10 + 8 + 1
 CLOCK_S = 1.0
 
 
-class LiveApp(SamplingApp):
+class LiveApp(SamplingApp[int | None]):
     """The live view of a profiled child.
 
     Args:
@@ -116,14 +115,12 @@ class LiveApp(SamplingApp):
         """GPU memory by line in place of the hottest lines (key m)."""
         self.ended: Ended | None = None
         """The run's end, once drawn (its summary shown, or why it could not start)."""
-        self._devices: list[dict[str, Any]] = []
+        self._devices: list[dict[str, object]] = []
         self._rates = RateWindow()
         self.held_lines: deque[tuple[str, str]] = deque(maxlen=2000)
         """Output that came while the display was paused, shown when it resumes."""
         self.history = History(gpu_interval_s)  # the cards' graphs, one store as in gpuwatch top
         self.guard = ShutdownGuard(lambda: self.model.result().exit_code)
-
-    # -- layout -------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=self.header_clock)
@@ -171,8 +168,6 @@ class LiveApp(SamplingApp):
             return
         self.query_one(GpuCards).relayout(width, height)
 
-    # -- GPU stats ----------------------------------------------------------------------------
-
     def on_sampling_app_snapshot_ready(self, message: SamplingApp.SnapshotReady) -> None:
         gpus = message.snapshot.gpus
         self.model.record_gpus(gpus)
@@ -185,7 +180,7 @@ class LiveApp(SamplingApp):
                     return
                 card.show(g, self.history.of(g.index))
 
-    def _show_used_gpus(self, devices: list[dict[str, Any]] | None = None) -> None:
+    def _show_used_gpus(self, devices: list[dict[str, object]] | None = None) -> None:
         """Cards for the GPUs the script uses (every card with ``a``, or when there is no
         telling which: MIG slices); none until it uses one, and a line says so."""
         if self.sampler is None:
@@ -206,8 +201,6 @@ class LiveApp(SamplingApp):
     def action_toggle_all_gpus(self) -> None:
         self.show_all_gpus = not self.show_all_gpus
         self._show_used_gpus()
-
-    # -- the run ------------------------------------------------------------------------------
 
     def _post_run_event(self, event: Update) -> None:
         """From the run's pump thread (Textual's post_message is thread-safe)."""
@@ -295,8 +288,6 @@ class LiveApp(SamplingApp):
             state, run.elapsed_s(), run.pid, run.last_snapshot, run.exit_code, run.step_energy()
         )
 
-    # -- signals ------------------------------------------------------------------------------
-
     def _closed_by_signal(self, signum: int) -> None:
         self.model.note_signal(signum)
         self.action_quit_or_stop() if self.model.ended else self.exit()
@@ -305,8 +296,6 @@ class LiveApp(SamplingApp):
         """Runs the app; SIGTERM/SIGHUP end it with the report written (gpuwatch/ui/signals.py)."""
         run_restoring_signals(self, self.guard)
         return self.model.result()
-
-    # -- actions ------------------------------------------------------------------------------
 
     def action_quit_or_stop(self) -> None:
         if self.model.ended:  # the report is out: the exit is bounded from here

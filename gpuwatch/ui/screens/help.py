@@ -24,7 +24,7 @@ def _rows(bindings: Iterable[BindingType]) -> list[tuple[str, str]]:
 
 
 class HelpScreen(ModalScreen[None]):
-    """Lists ``sections``: (title, bindings) pairs. Any of escape, q, ? closes it."""
+    """Lists ``sections``: (title, bindings) pairs. Escape, q or ? closes it."""
 
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }

@@ -31,7 +31,7 @@ MIN_TABLE_ROWS = 8
 WIDE_FOOTER = 100
 
 
-class TopApp(SamplingApp):
+class TopApp(SamplingApp[None]):
     """Live per-GPU stats and the processes using the GPUs.
 
     Args:
@@ -97,8 +97,6 @@ class TopApp(SamplingApp):
         self.fleet_view = hasattr(backend, "hosts")
         """``top --remote``: a fleet line opens the screen."""
 
-    # -- layout -------------------------------------------------------------------------------
-
     def compose(self) -> ComposeResult:
         # NB: no running clock: the time shown is the latest sample's (a clock of its own
         # repaints once more every second, a fifth of what top costs).
@@ -141,8 +139,6 @@ class TopApp(SamplingApp):
         # ctrl+p still opens the palette, and the help screen says so.
         self.query_one(Footer).show_command_palette = width >= WIDE_FOOTER
         self._update_subtitle(width)
-
-    # -- sampling -----------------------------------------------------------------------------
 
     def on_sampling_app_snapshot_ready(self, message: SamplingApp.SnapshotReady) -> None:
         if self.paused:
@@ -202,8 +198,6 @@ class TopApp(SamplingApp):
 
     def on_unmount(self) -> None:
         self.stop_sampling()
-
-    # -- actions ------------------------------------------------------------------------------
 
     def watch_paused(self, paused: bool) -> None:
         self.hold_sampling(paused)

@@ -4,7 +4,7 @@ read the profiler's names, which ``gpuwatch top`` must not load (tests/test_laye
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gpuwatch.ui.widgets.gpu_card import GpuCard as GpuCard
@@ -28,7 +28,7 @@ _MODULES = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _MODULES.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

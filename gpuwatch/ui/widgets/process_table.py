@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from rich.text import Text
 from textual.binding import Binding
@@ -20,7 +19,7 @@ from gpuwatch.monitor.nvml.samples import ProcessSample
 @dataclass(frozen=True)
 class Column:
     title: str
-    key: Callable[[ProcessSample], Any]
+    key: Callable[[ProcessSample], float | str]
     cell: Callable[[ProcessSample], str]
     right: bool = True
 
@@ -113,8 +112,6 @@ class ProcessTable(DataTable[Text]):
             self.add_column(Text(col.title + _ARROW_ROOM), key=str(i))
         self._update_titles()
 
-    # -- data ---------------------------------------------------------------------------------
-
     def show(self, processes: Sequence[ProcessSample], problems: Sequence[str] = ()) -> None:
         """Replace the rows with ``processes`` (filtered and sorted), keeping the selected row;
         ``problems`` say why some processes may be missing (shown in the title)."""
@@ -191,8 +188,6 @@ class ProcessTable(DataTable[Text]):
             self._update_count += 1
             for key in rows:
                 self.refresh_row(self.get_row_index(key))
-
-    # -- sorting ------------------------------------------------------------------------------
 
     def sort_by(self, column: int, reverse: bool | None = None) -> None:
         if reverse is None:
