@@ -18,6 +18,7 @@ from typing import TextIO
 
 from gpuwatch.errors import CliError
 from profilers.budgets import Breach, Budget, BudgetError, check_report
+from profilers.report import Report
 
 #: ``--budget``'s help, for a run (``gpuwatch profile``, ``gpuwatch report``).
 BUDGET_HELP = (
@@ -132,7 +133,7 @@ def enforce(
     return code if code != 0 else OVER_BUDGET
 
 
-def check_run(budget: Budget | None, report: object, code: int, quiet: bool = False) -> int:
+def check_run(budget: Budget | None, report: Report | None, code: int, quiet: bool = False) -> int:
     """:func:`enforce` on a run's report (none when the run left no report)."""
     if report is None:
         return code
