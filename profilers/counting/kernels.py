@@ -32,7 +32,7 @@ from profilers.counting.comm import COMM_NAMESPACES, CommRule, comm_rule
 from profilers.counting.ops import CLASSIFIERS, Args, Classifier, Kwargs
 from profilers.counting.recorder import Recorder
 from profilers.counting.threads import ThreadState
-from profilers.memory.failure import failed_here
+from profilers.memory.failure import failed
 from profilers.registry import switch
 from profilers.timing.charge import timed_on_fast_path, untimed
 from profilers.torch_private import (
@@ -241,7 +241,7 @@ class CountingKernels:
                 try:
                     out = redispatch(ks, *args, **kwargs)
                 except BaseException as exc:  # explained, our frames out (profilers/memory/)
-                    raise failed_here(recorder, getframe(1), name, op, args, kwargs, exc)  # noqa: B904
+                    raise failed(recorder, getframe(1), name, op, args, kwargs, exc)  # noqa: B904
             end = _ns()
             if not recorder.active or _tracing():
                 return out

@@ -120,7 +120,7 @@ class Recorder:
         self.replay: OpLog | None = None
         """The step replay's records, only for ``what_if``/``gpu``: None keeps it off the hot path."""
         self.memory: MemoryTracker | None = None  # who made each storage (profilers/memory/)
-        self.failure: dict[str, Any] | None = None  # the latest device mismatch/OOM, explained
+        self.failure: dict[str, object] | None = None  # the latest device mismatch/OOM, explained
         self.provenance = Provenance()
         """The host storages factory ops made and loaders returned (the copies' origins)."""
         self.lib_lines = False
