@@ -54,10 +54,8 @@ class DynamoMark:
     on a CPU tensor, a mutated input, ...): its ``cudagraph_skips`` counter."""
 
 
-Counters = Mapping[str, Counter[str]]
-"""Dynamo's ``torch._dynamo.utils.counters``: kind (``stats``, ``graph_break``...) -> counts."""
-CodeRef = Callable[[], CodeType | None]
-"""A weak reference to a code object."""
+Counters = Mapping[str, Counter[str]]  # torch._dynamo.utils.counters: kind -> name -> count
+CodeRef = Callable[[], CodeType | None]  # a weak reference to a code object
 
 
 def _counters() -> Counters | None:
@@ -112,9 +110,7 @@ def _by_line(
             recompiled.append(
                 {"file": file, "line": line, "function": function, "compiles": versions}
             )
-    lines: list[dict[str, object]] = [
-        {"file": f, "line": n, "function": fn} for (f, n, fn) in sorted(breaks)
-    ]
+    lines = [{"file": f, "line": n, "function": fn} for (f, n, fn) in sorted(breaks)]
     return lines[:MAX_REASONS], recompiled[:MAX_REASONS]
 
 

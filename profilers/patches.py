@@ -260,11 +260,11 @@ def _groups(value: object) -> list[list[torch.Tensor]]:
     return [_tensors(v) for v in value] if isinstance(value, (list, tuple)) else []
 
 
-def _broadcast(args: Args, kwargs: Kwargs, out: object) -> Pairs:
+def _broadcast(args: Args, kwargs: Kwargs, out: object, whole: bool = True) -> Pairs:
     for src in _tensors(_arg(args, kwargs, 0, "tensor")):
         for copy in _tensors(out):
             if copy.device != src.device:
-                yield src, copy, src.nbytes
+                yield src, copy, (src if whole else copy).nbytes  # scatter: a chunk each
 
 
 def _broadcast_coalesced(args: Args, kwargs: Kwargs, out: object) -> Pairs:
@@ -291,19 +291,12 @@ def _reduce_add_coalesced(args: Args, kwargs: Kwargs, out: object) -> Pairs:
             yield group[0], outs[0], sum(t.nbytes for t in group)
 
 
-def _scatter(args: Args, kwargs: Kwargs, out: object) -> Pairs:
-    for src in _tensors(_arg(args, kwargs, 0, "tensor")):
-        for chunk in _tensors(out):
-            if chunk.device != src.device:
-                yield src, chunk, chunk.nbytes
-
-
 COMM_COUNTERS: dict[str, CommCounter] = {
     "broadcast": _broadcast,
     "broadcast_coalesced": _broadcast_coalesced,
     "reduce_add": _reduce_add,
     "reduce_add_coalesced": _reduce_add_coalesced,
-    "scatter": _scatter,
+    "scatter": functools.partial(_broadcast, whole=False),
     "gather": functools.partial(_reduce_add, name="tensors"),  # the same copies, named so
 }
 

@@ -11,10 +11,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from profilers.counting.recorder import Recorder
+from profilers.counting.recorder import Recorder
 
 
 class StepWindow:
