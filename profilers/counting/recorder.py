@@ -29,7 +29,7 @@ from profilers.counting.threads import ThreadState, ThreadStates
 from profilers.counting.user_code import UNKNOWN, UserCode, inside_tensor_printing, statement
 from profilers.errors import OpFailure
 from profilers.memory.tracker import MemoryTracker
-from profilers.names import OTHER, SYNCHRONIZE
+from profilers.names import COPY_TO_HOST, OTHER, SYNCHRONIZE
 from profilers.origins import FACTORY, OriginCount
 from profilers.stats import MAX_STACKS, Counters, LineStats, OpCount
 from profilers.timing.cuda_events import CudaApi, CudaTimer, TimedOp, TorchCuda
@@ -461,8 +461,6 @@ class Recorder:
         if kind == "stream" and inside_tensor_printing(frame):
             # NB: printing a CUDA tensor copies it to the host with every mode disabled
             # (torch/_tensor_str.py), so only this stream synchronisation shows it.
-            from profilers.names import COPY_TO_HOST
-
             cause = COPY_TO_HOST
         self.apply(self.line_for(frame), Transfer(None, sync=cause), frame=frame)
 
