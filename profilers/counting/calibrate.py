@@ -33,7 +33,7 @@ from torch._ops import OpOverload
 
 from profilers.counting.dispatch import op_facts
 from profilers.counting.mode import ProfilerMode
-from profilers.counting.ops import Args, Kwargs, Scope
+from profilers.counting.ops import Args, Call, Kwargs, Scope
 from profilers.counting.origins import called_from
 from profilers.counting.recorder import Recorder
 from profilers.counting.threads import ThreadState
@@ -210,9 +210,7 @@ class Prober:
             self.scale = mix_ns / (sum(found) / len(found))
         return self.scale
 
-    def probe(
-        self, func: OpOverload, call: Callable[..., object], args: Args, kwargs: Kwargs
-    ) -> int | None:
+    def probe(self, func: OpOverload, call: Call, args: Args, kwargs: Kwargs) -> int | None:
         """Nanoseconds per run of ``func`` on ``args`` outside the hot path (at least 0), or
         None where it cannot be probed safely (random ops, large or non-CPU tensors, tensor
         subclasses). Mutated arguments are cloned first: the user's tensors are never written."""
@@ -254,7 +252,7 @@ class Prober:
         entry: OpCount,
         line: LineStats,
         func: OpOverload,
-        call: Callable[..., object],
+        call: Call,
         args: Args,
         kw: Kwargs,
     ) -> None:

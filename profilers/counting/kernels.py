@@ -116,12 +116,10 @@ def _overload(qualified: str) -> OpOverload | None:
     namespace, _, rest = qualified.partition("::")
     name, _, overload = rest.partition(".")
     try:
-        op: OpOverload = getattr(
-            getattr(getattr(torch.ops, namespace), name), overload or "default"
-        )
+        op = getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
     except (AttributeError, RuntimeError):
         return None
-    return op
+    return op if isinstance(op, OpOverload) else None
 
 
 class CountingKernels:
@@ -130,17 +128,13 @@ class CountingKernels:
     window) and for each thread the script starts."""
 
     def __init__(self, recorder: Recorder) -> None:
-        key, include, exclude = (
-            dispatch_key_pre_dispatch,
-            include_dispatch_key_guard,
-            exclude_dispatch_key_guard,
-        )
+        key, include = dispatch_key_pre_dispatch, include_dispatch_key_guard
+        exclude, after, keyset = exclude_dispatch_key_guard, keyset_full_after, dispatch_key_set
         assert key is not None and include is not None and exclude is not None  # missing()
-        assert keyset_full_after is not None and dispatch_key_set is not None
+        assert after is not None and keyset is not None
         self.recorder = recorder
         self._pre, self._include, self._exclude = key, include, exclude
-        self._after = keyset_full_after(key)
-        self._key = dispatch_key_set(key)
+        self._after, self._key = after(key), keyset(key)
 
     def install(self, stack: ExitStack) -> None:
         ops = {_qualified(op): (op, rule) for op, rule in counted_ops().items()}
