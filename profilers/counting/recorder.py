@@ -15,15 +15,7 @@ import torch
 
 from profilers.counting.comm import CommRule
 from profilers.counting.graph_lines import GraphLines, GraphPlace
-from profilers.counting.ops import (
-    Args,
-    Classifier,
-    IsPinned,
-    Kwargs,
-    Scope,
-    Transfer,
-    default_is_pinned,
-)
+from profilers.counting.ops import Transfer, default_is_pinned
 from profilers.counting.origins import Provenance, note_batch, origin_of, source_of
 from profilers.counting.threads import ThreadState, ThreadStates
 from profilers.counting.user_code import UNKNOWN, UserCode, inside_tensor_printing, statement
@@ -38,6 +30,7 @@ from profilers.torch_private import BACKWARD_NODES
 
 if TYPE_CHECKING:
     from profilers.counting.dispatch import OpFacts
+    from profilers.counting.ops import Args, Call, Classifier, IsPinned, Kwargs, Scope
     from profilers.timing.oplog import OpLog
 
 
@@ -379,7 +372,7 @@ class Recorder:
         line: LineStats,
         entry: OpCount | None,
         rule: CommRule,
-        call: Callable[..., object],
+        call: Call,
         args: Args,
         kwargs: Kwargs,
     ) -> object:
