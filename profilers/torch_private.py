@@ -17,7 +17,6 @@ from types import CodeType, ModuleType
 from typing import Any
 
 import torch
-from torch._C import DispatchKey, DispatchKeySet
 from torch._ops import OpOverload as OpOverload
 from torch.autograd.graph import Node
 
@@ -214,12 +213,12 @@ THREAD_BOOTSTRAP = "_bootstrap_inner"
 _find("threading.Thread._bootstrap_inner")
 
 # -- the fast path: Python kernels for the counted ops only (profilers/counting/kernels.py) ---------------
-dispatch_key_pre_dispatch: DispatchKey | None = _find("torch._C.DispatchKey.PreDispatch")
+dispatch_key_pre_dispatch: torch._C.DispatchKey | None = _find("torch._C.DispatchKey.PreDispatch")
 include_dispatch_key_guard: type[torch._C._IncludeDispatchKeyGuard] | None
 include_dispatch_key_guard = _find("torch._C._IncludeDispatchKeyGuard")
 exclude_dispatch_key_guard: type[torch._C._ExcludeDispatchKeyGuard] | None
 exclude_dispatch_key_guard = _find("torch._C._ExcludeDispatchKeyGuard")
-keyset_full_after: Callable[[DispatchKey], DispatchKeySet] | None
+keyset_full_after: Callable[[torch._C.DispatchKey], torch._C.DispatchKeySet] | None
 keyset_full_after = _find("torch._C._dispatch_keyset_full_after")
 fallthrough_kernel: Callable[[], None] | None = _find("torch.library.fallthrough_kernel")
 tracing_context: Callable[[], object] | None = _find("torch._guards.TracingContext.try_get")
@@ -227,7 +226,7 @@ tracing_context: Callable[[], object] | None = _find("torch._guards.TracingConte
 # -- the fast path's own calls, and attributes every OpOverload has --------------------------------
 dispatch_get_all_op_names: Callable[[], list[str]]
 dispatch_get_all_op_names = _find("torch._C._dispatch_get_all_op_names") or list
-dispatch_key_set: type[DispatchKeySet] | None = _find("torch._C.DispatchKeySet")
+dispatch_key_set: type[torch._C.DispatchKeySet] | None = _find("torch._C.DispatchKeySet")
 _find("torch._ops.OpOverload.redispatch")
 _find("torch.library.Library._destroy")
 _AN_OP = torch.ops.aten.add.Tensor
@@ -285,10 +284,10 @@ def require_cuda_init() -> None:
 
 
 # -- inference mode: composite ops reach the mode whole (profilers/counting/dispatch.py) ----------------
-_has_kernel: Callable[[str, DispatchKey], bool] | None
+_has_kernel: Callable[[str, torch._C.DispatchKey], bool] | None
 _has_kernel = _find("torch._C._dispatch_has_kernel_for_dispatch_key")
 _find("torch._ops.OpOverload.decompose")
-implicit_key: DispatchKey | None = _find("torch._C.DispatchKey.CompositeImplicitAutograd")
+implicit_key: torch._C.DispatchKey | None = _find("torch._C.DispatchKey.CompositeImplicitAutograd")
 
 
 def composite_implicit(func: OpOverload) -> bool:

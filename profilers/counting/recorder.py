@@ -9,7 +9,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -405,7 +405,7 @@ class Recorder:
         if self.on_step is not None:
             self.on_step()
 
-    def steps_seen(self) -> dict[str, Any] | None:
+    def steps_seen(self) -> dict[str, object] | None:
         """``{"count", "source"}`` of the steps seen (optimizer steps first), None for none."""
         for source in ("optimizer", "manual"):
             n = self._steps.get(source, 0)

@@ -15,11 +15,10 @@ from __future__ import annotations
 import threading
 from types import FrameType
 
-from torch._ops import OpOverload
-
 from profilers.stats import LineStats, OpCount
 from profilers.timing.inputs import Inside
 from profilers.timing.timeline import StepClock
+from profilers.torch_private import OpOverload
 
 
 class BackwardOps:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 from torch._ops import OpOverload
+from torch.optim import Optimizer
 
 from profilers.memory.gpu_errors import SAME_DEVICE, Args, Kwargs, oom_facts
 from profilers.memory.tracker import MOVES, Made, MemoryTracker, by_line
@@ -75,14 +76,14 @@ def _frames(tb: TracebackType | None) -> list[FrameType]:
     return out[::-1]
 
 
-def _owners(frames: list[FrameType]) -> tuple[list[nn.Module], list[torch.optim.Optimizer]]:
+def _owners(frames: list[FrameType]) -> tuple[list[nn.Module], list[Optimizer]]:
     modules: list[nn.Module] = []
-    optimizers: list[torch.optim.Optimizer] = []
+    optimizers: list[Optimizer] = []
     for frame in frames:
         for value in list(frame.f_locals.values()):
             if isinstance(value, nn.Module) and value not in modules:
                 modules.append(value)
-            elif isinstance(value, torch.optim.Optimizer) and value not in optimizers:
+            elif isinstance(value, Optimizer) and value not in optimizers:
                 optimizers.append(value)
     return modules, optimizers
 
@@ -101,9 +102,7 @@ def _in_module(key: int, modules: list[nn.Module]) -> tuple[str, str, nn.Module]
     return None
 
 
-def _in_optimizer(
-    key: int, optimizers: list[torch.optim.Optimizer]
-) -> tuple[str, torch.optim.Optimizer] | None:
+def _in_optimizer(key: int, optimizers: list[Optimizer]) -> tuple[str, Optimizer] | None:
     for opt in optimizers:
         for state in opt.state.values():
             for name, value in state.items():
@@ -126,7 +125,7 @@ def _fix(
     expected: torch.device,
     made: Made | None,
     modules: list[nn.Module],
-    optimizers: list[torch.optim.Optimizer],
+    optimizers: list[Optimizer],
 ) -> str:
     """The fix for tensor ``t`` of the failing op being on the wrong device."""
     dev = t.device
