@@ -54,12 +54,11 @@ class DynamoMark:
     on a CPU tensor, a mutated input, ...): its ``cudagraph_skips`` counter."""
 
 
-Counters = Mapping[str, Counter[str]]  # torch._dynamo.utils.counters: kind -> name -> count
 CodeRef = Callable[[], CodeType | None]  # a weak reference to a code object
 
 
-def _counters() -> Counters | None:
-    counters: Counters | None = dynamo_loaded("torch._dynamo.utils.counters")
+def _counters() -> Mapping[str, Counter[str]] | None:
+    counters: Mapping[str, Counter[str]] | None = dynamo_loaded("torch._dynamo.utils.counters")
     return counters
 
 
@@ -210,7 +209,7 @@ def dynamo_mark(counting: str) -> DynamoMark:
     )
 
 
-def _cudagraph_skips(counters: Counters) -> int:
+def _cudagraph_skips(counters: Mapping[str, Counter[str]]) -> int:
     """Inductor's count of graphs it compiled for CUDA graphs and ran without them (NB: it
     logs the reason only where ``TORCH_LOGS=cudagraphs`` is on; the count is kept always)."""
     return int(counters["inductor"].get("cudagraph_skips", 0))
