@@ -22,10 +22,10 @@ import functools
 import re
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from types import CodeType
 
 from profilers.registry import patch, switch
 from profilers.timing.replayed import simulated_gpus
@@ -54,16 +54,19 @@ class DynamoMark:
     on a CPU tensor, a mutated input, ...): its ``cudagraph_skips`` counter."""
 
 
-def _counters() -> Any:
-    return dynamo_loaded("torch._dynamo.utils.counters")
+CodeRef = Callable[[], CodeType | None]  # a weak reference to a code object
 
 
-def _handed() -> list[Any]:
+def _counters() -> Mapping[str, Counter[str]] | None:
+    counters: Mapping[str, Counter[str]] | None = dynamo_loaded("torch._dynamo.utils.counters")
+    return counters
+
+
+def _handed() -> list[CodeRef]:
     """Weak references to the code objects dynamo has been handed, in order (its
     ``input_codes``: once per code, not per call; a frame it skipped under a mode included;
     NB: append-only, so the codes since a mark are those after its count)."""
-    codes = dynamo_loaded("torch._dynamo.convert_frame.input_codes")
-    seen = getattr(codes, "seen", None)
+    seen: object = getattr(dynamo_loaded("torch._dynamo.convert_frame.input_codes"), "seen", None)
     return list(seen) if isinstance(seen, list) else []
 
 
@@ -79,15 +82,16 @@ def breaks_in(name: str) -> str:
 
 
 def _by_line(
-    codes: list[Any], user: Callable[[str], bool], display: Callable[[str], str]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    codes: list[CodeRef], user: Callable[[str], bool], display: Callable[[str], str]
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     """``(graph-break lines, recompiled functions)`` of the user's code among ``codes``: each
     break where dynamo resumed after it (its resume function's name gives the line), each
     function or resume dynamo holds more than one compiled version of (cache entries: one
     per set of guards, the first compile and each recompile)."""
-    entries = dynamo_loaded("torch._C._dynamo.eval_frame._debug_get_cache_entry_list")
+    path = "torch._C._dynamo.eval_frame._debug_get_cache_entry_list"
+    entries: Callable[[CodeType], list[object]] | None = dynamo_loaded(path)
     breaks: Counter[tuple[str, int, str]] = Counter()
-    recompiled: list[dict[str, Any]] = []
+    recompiled: list[dict[str, object]] = []
     for ref in codes:
         code = ref()
         if code is None or not user(code.co_filename):
@@ -125,6 +129,7 @@ class EagerCalls:
         if self._forced:
             return
         self._forced = True
+        pick: Callable[[object], object] | None
         pick = dynamo_loaded("torch._dynamo.eval_frame._callback_from_stance")
         set_stance = getattr(sys.modules.get("torch.compiler"), "set_stance", None)
         if pick is None or set_stance is None:
@@ -144,7 +149,7 @@ class EagerCalls:
 
         switch("profiler", stack, "torch.compiler.set_stance('force_eager')", put_back)
 
-        def counted(callback: Any) -> Any:
+        def counted(callback: object) -> object:
             # NB: once per call of a compiled function, never per op; torch.compiler.disable's
             # wrappers (callback None) and run-only ones (False) come here too: not counted
             if callback is not None and callback is not False and _stance_now() == "force_eager":
@@ -172,10 +177,10 @@ def run_eager(stack: ExitStack, mark: DynamoMark) -> EagerCalls | None:
         return calls
     import torch
 
-    compile_ = torch.compile
+    compile_: Callable[..., object] = torch.compile
 
     @functools.wraps(compile_)
-    def compile_then_force(*args: Any, **kwargs: Any) -> Any:
+    def compile_then_force(*args: object, **kwargs: object) -> object:
         out = compile_(*args, **kwargs)  # dynamo loaded now
         calls.force(stack)
         return out
@@ -204,7 +209,7 @@ def dynamo_mark(counting: str) -> DynamoMark:
     )
 
 
-def _cudagraph_skips(counters: Any) -> int:
+def _cudagraph_skips(counters: Mapping[str, Counter[str]]) -> int:
     """Inductor's count of graphs it compiled for CUDA graphs and ran without them (NB: it
     logs the reason only where ``TORCH_LOGS=cudagraphs`` is on; the count is kept always)."""
     return int(counters["inductor"].get("cudagraph_skips", 0))
@@ -215,7 +220,7 @@ def compiled_section(
     user: Callable[[str], bool],
     display: Callable[[str], str],
     eager: EagerCalls | None = None,
-) -> dict[str, Any] | None:
+) -> dict[str, object] | None:
     """What dynamo did since ``start``: ``{"frames", "graphs", "graph_breaks", "ran_eager",
     "graph_break_lines", "recompiled", "cudagraph_skips"}``, or None where the script compiled nothing (dynamo was handed no frame). ``ran_eager``
     names the dispatch mode under which dynamo compiled no graph of the frames it was handed

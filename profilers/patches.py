@@ -11,13 +11,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 import torch
 
 from profilers import registry
 from profilers.counting.mode import ProfilerMode
-from profilers.counting.ops import Transfer, direction
+from profilers.counting.ops import Args, Kwargs, Transfer, direction
 from profilers.counting.printing import counted_str
 from profilers.counting.recorder import Recorder
 from profilers.errors import MissingTorchApi
@@ -241,51 +241,54 @@ def patch_work_wait(stack: ExitStack, recorder: Recorder) -> None:
 
 Pairs = Iterator[tuple[torch.Tensor, torch.Tensor, int]]
 """(source, destination, bytes) of each copy a comm function made."""
-CommCounter = Callable[[tuple[Any, ...], dict[str, Any], Any], Pairs]
+CommCounter = Callable[[Args, Kwargs, object], Pairs]
 
 
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], i: int, name: str) -> Any:
+def _arg(args: Args, kwargs: Kwargs, i: int, name: str) -> object:
     return args[i] if len(args) > i else kwargs.get(name)
 
 
-def _broadcast(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
-    src = _arg(args, kwargs, 0, "tensor")
-    for copy in out:
-        if copy.device != src.device:
-            yield src, copy, src.nbytes
+def _tensors(value: object) -> list[torch.Tensor]:
+    """A comm function's argument or result as tensors: a tensor, or a list or tuple of them."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    items = value if isinstance(value, (list, tuple)) else ()
+    return [t for t in items if isinstance(t, torch.Tensor)]
 
 
-def _broadcast_coalesced(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
-    tensors = list(_arg(args, kwargs, 0, "tensors"))
+def _groups(value: object) -> list[list[torch.Tensor]]:
+    return [_tensors(v) for v in value] if isinstance(value, (list, tuple)) else []
+
+
+def _broadcast(args: Args, kwargs: Kwargs, out: object, whole: bool = True) -> Pairs:
+    for src in _tensors(_arg(args, kwargs, 0, "tensor")):
+        for copy in _tensors(out):
+            if copy.device != src.device:
+                yield src, copy, (src if whole else copy).nbytes  # scatter: a chunk each
+
+
+def _broadcast_coalesced(args: Args, kwargs: Kwargs, out: object) -> Pairs:
+    tensors = _tensors(_arg(args, kwargs, 0, "tensors"))
     if not tensors:
         return
     nbytes = sum(t.nbytes for t in tensors)
-    for per_device in out:
+    for per_device in _groups(out):
         if per_device and per_device[0].device != tensors[0].device:
             yield tensors[0], per_device[0], nbytes  # one coalesced transfer per device
 
 
-def _reduce_add(
-    args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, name: str = "inputs"
-) -> Pairs:
-    for t in _arg(args, kwargs, 0, name):
-        if t.device != out.device:
-            yield t, out, t.nbytes
+def _reduce_add(args: Args, kwargs: Kwargs, out: object, name: str = "inputs") -> Pairs:
+    for dst in _tensors(out):
+        for t in _tensors(_arg(args, kwargs, 0, name)):
+            if t.device != dst.device:
+                yield t, dst, t.nbytes
 
 
-def _reduce_add_coalesced(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
-    if not out:
-        return
-    for group in _arg(args, kwargs, 0, "inputs"):
-        if group and group[0].device != out[0].device:
-            yield group[0], out[0], sum(t.nbytes for t in group)
-
-
-def _scatter(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Pairs:
-    src = _arg(args, kwargs, 0, "tensor")
-    for chunk in out:
-        if chunk.device != src.device:
-            yield src, chunk, chunk.nbytes
+def _reduce_add_coalesced(args: Args, kwargs: Kwargs, out: object) -> Pairs:
+    outs = _tensors(out)
+    for group in _groups(_arg(args, kwargs, 0, "inputs")) if outs else ():
+        if group and group[0].device != outs[0].device:
+            yield group[0], outs[0], sum(t.nbytes for t in group)
 
 
 COMM_COUNTERS: dict[str, CommCounter] = {
@@ -293,7 +296,7 @@ COMM_COUNTERS: dict[str, CommCounter] = {
     "broadcast_coalesced": _broadcast_coalesced,
     "reduce_add": _reduce_add,
     "reduce_add_coalesced": _reduce_add_coalesced,
-    "scatter": _scatter,
+    "scatter": functools.partial(_broadcast, whole=False),
     "gather": functools.partial(_reduce_add, name="tensors"),  # the same copies, named so
 }
 

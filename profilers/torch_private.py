@@ -14,13 +14,11 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from types import CodeType, ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch._ops import OpOverload as OpOverload
-
-if TYPE_CHECKING:
-    from torch.autograd.graph import Node
+from torch.autograd.graph import Node
 
 _FAST = "the fast path of --no-kernel-timing (the dispatch mode counts instead, slower)"
 _FAKE = "--fake-cuda"
@@ -164,12 +162,10 @@ def _no_node() -> None:
 
 # -- dynamo: hiding the hot path from torch.compile --------------------------------------------
 eval_frame: ModuleType | None = _find("torch._C._dynamo.eval_frame")
-set_eval_frame: Callable[[object], object] = _find(
-    "torch._C._dynamo.eval_frame.set_eval_frame"
-) or (lambda callback: None)
-set_code_exec_strategy: Callable[[CodeType, object], None] | None = _find(
-    "torch._C._dynamo.eval_frame.set_code_exec_strategy"
-)
+set_eval_frame: Callable[[object], object]
+set_eval_frame = _find("torch._C._dynamo.eval_frame.set_eval_frame") or (lambda callback: None)
+set_code_exec_strategy: Callable[[CodeType, object], None] | None
+set_code_exec_strategy = _find("torch._C._dynamo.eval_frame.set_code_exec_strategy")
 
 # -- autograd: which node a backward op runs for, and which forward op made it ------------------
 # NB: autograd makes an op's backward node (numbered from a per-thread counter) before the op
@@ -187,9 +183,8 @@ if not OP_OVERLOAD_HAS_OP:
     MISSING.append("torch._ops.OpOverload._op")
 
 # -- CUDA timing ----------------------------------------------------------------------------------
-cuda_current_stream: Callable[[int], tuple[int, int, int]] | None = _find(
-    "torch._C._cuda_getCurrentStream"
-)
+cuda_current_stream: Callable[[int], tuple[int, int, int]] | None
+cuda_current_stream = _find("torch._C._cuda_getCurrentStream")
 cuda_event_base: type | None = _find("torch._C._CudaEventBase")
 
 # -- syncs outside the dispatcher -------------------------------------------------------------------
@@ -204,17 +199,14 @@ engine_run_backward: Callable[..., object] | None = _find("torch.autograd._engin
 
 # -- torch.tensor(data, device=...) --------------------------------------------------------------
 only_lift_cpu_tensors: Callable[[], bool] | None = _find("torch._C._only_lift_cpu_tensors")
-set_only_lift_cpu_tensors: Callable[[bool], None] | None = _find(
-    "torch._C._set_only_lift_cpu_tensors"
-)
+set_only_lift_cpu_tensors: Callable[[bool], None] | None
+set_only_lift_cpu_tensors = _find("torch._C._set_only_lift_cpu_tensors")
 
 # -- input waits: the mode stepped aside for the loader's own ops -----------------------------------
-current_dispatch_mode: Callable[[], object] | None = _find(
-    "torch.utils._python_dispatch._get_current_dispatch_mode"
-)
-pop_mode_temporarily: Callable[[], AbstractContextManager[object]] | None = _find(
-    "torch.utils._python_dispatch._pop_mode_temporarily"
-)
+current_dispatch_mode: Callable[[], object] | None
+current_dispatch_mode = _find("torch.utils._python_dispatch._get_current_dispatch_mode")
+pop_mode_temporarily: Callable[[], AbstractContextManager[object]] | None
+pop_mode_temporarily = _find("torch.utils._python_dispatch._pop_mode_temporarily")
 
 # -- threads ----------------------------------------------------------------------------------------
 THREAD_BOOTSTRAP = "_bootstrap_inner"
@@ -222,22 +214,18 @@ _find("threading.Thread._bootstrap_inner")
 
 # -- the fast path: Python kernels for the counted ops only (profilers/counting/kernels.py) ---------------
 dispatch_key_pre_dispatch: torch._C.DispatchKey | None = _find("torch._C.DispatchKey.PreDispatch")
-include_dispatch_key_guard: type[torch._C._IncludeDispatchKeyGuard] | None = _find(
-    "torch._C._IncludeDispatchKeyGuard"
-)
-exclude_dispatch_key_guard: type[torch._C._ExcludeDispatchKeyGuard] | None = _find(
-    "torch._C._ExcludeDispatchKeyGuard"
-)
-keyset_full_after: Callable[[torch._C.DispatchKey], torch._C.DispatchKeySet] | None = _find(
-    "torch._C._dispatch_keyset_full_after"
-)
+include_dispatch_key_guard: type[torch._C._IncludeDispatchKeyGuard] | None
+include_dispatch_key_guard = _find("torch._C._IncludeDispatchKeyGuard")
+exclude_dispatch_key_guard: type[torch._C._ExcludeDispatchKeyGuard] | None
+exclude_dispatch_key_guard = _find("torch._C._ExcludeDispatchKeyGuard")
+keyset_full_after: Callable[[torch._C.DispatchKey], torch._C.DispatchKeySet] | None
+keyset_full_after = _find("torch._C._dispatch_keyset_full_after")
 fallthrough_kernel: Callable[[], None] | None = _find("torch.library.fallthrough_kernel")
 tracing_context: Callable[[], object] | None = _find("torch._guards.TracingContext.try_get")
 
 # -- the fast path's own calls, and attributes every OpOverload has --------------------------------
-dispatch_get_all_op_names: Callable[[], list[str]] = (
-    _find("torch._C._dispatch_get_all_op_names") or list
-)
+dispatch_get_all_op_names: Callable[[], list[str]]
+dispatch_get_all_op_names = _find("torch._C._dispatch_get_all_op_names") or list
 dispatch_key_set: type[torch._C.DispatchKeySet] | None = _find("torch._C.DispatchKeySet")
 _find("torch._ops.OpOverload.redispatch")
 _find("torch.library.Library._destroy")
@@ -296,9 +284,8 @@ def require_cuda_init() -> None:
 
 
 # -- inference mode: composite ops reach the mode whole (profilers/counting/dispatch.py) ----------------
-_has_kernel: Callable[[str, torch._C.DispatchKey], bool] | None = _find(
-    "torch._C._dispatch_has_kernel_for_dispatch_key"
-)
+_has_kernel: Callable[[str, torch._C.DispatchKey], bool] | None
+_has_kernel = _find("torch._C._dispatch_has_kernel_for_dispatch_key")
 _find("torch._ops.OpOverload.decompose")
 implicit_key: torch._C.DispatchKey | None = _find("torch._C.DispatchKey.CompositeImplicitAutograd")
 

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from typing import TYPE_CHECKING
 
 import torch
+from torch.autograd.graph import Node
 
 from profilers.counting.threads import BackwardOps, ThreadState, ThreadStates
 from profilers.stats import LineStats, OpCount
 from profilers.torch_private import sequence_nr
-
-if TYPE_CHECKING:
-    from torch.autograd.graph import Node
 
 _STEMS: dict[type, str] = {}
 """Node type -> _node_stem of its name, for types named like their nodes (one type per kind)."""

@@ -26,21 +26,19 @@ import sys
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
+from torch._ops import OpOverload
 
+from profilers.counting.dispatch import op_facts
+from profilers.counting.mode import ProfilerMode
+from profilers.counting.ops import Args, Call, Kwargs, Scope
 from profilers.counting.origins import called_from
-
-if TYPE_CHECKING:
-    from torch._ops import OpOverload
-
-    from profilers.counting.mode import ProfilerMode
-    from profilers.counting.ops import Args, Kwargs, Scope
-    from profilers.counting.recorder import Recorder
-    from profilers.counting.threads import ThreadState
-    from profilers.stats import LineStats, OpCount
-    from profilers.timing.timeline import StepClock
+from profilers.counting.recorder import Recorder
+from profilers.counting.threads import ThreadState
+from profilers.stats import LineStats, OpCount
+from profilers.timing.timeline import StepClock
 
 ROUNDS = 15
 STEPS = 5
@@ -80,8 +78,6 @@ def _rounds(
     cost outside it: a load of 5 on 2 cores gave 0 one start in four). Short rounds,
     alternating bare and profiled, and the least of each kind: on a machine busy with other
     work most rounds of a millisecond run unpreempted, and the least is one of them."""
-    from profilers.timing.timeline import StepClock as Clock
-
     now = time.perf_counter_ns
     best_bare: int | None = None
     best_profiled: int | None = None
@@ -90,7 +86,7 @@ def _rounds(
         t0 = now()
         work()
         bare = now() - t0
-        clock = Clock(now())
+        clock = StepClock(now())
         state.clock = clock
         with inside():
             t0 = now()
@@ -181,8 +177,6 @@ class Prober:
     """
 
     def __init__(self, mode: ProfilerMode, recorder: Recorder) -> None:
-        from profilers.timing.timeline import StepClock
-
         self.mode = mode
         self.recorder = recorder
         self.clock = StepClock(time.perf_counter_ns())
@@ -201,8 +195,6 @@ class Prober:
         path (alternating ops and lines, the user's own Python between them, torch's Python
         bindings), by about 1.3-1.6x on a loaded 2-core box. A probe says how ops differ
         from each other; the mix, run as a step, says what they cost: both measured here."""
-        from profilers.counting.dispatch import op_facts
-
         a, b = torch.ones(8), torch.ones(8)
         aten = torch.ops.aten
         mix = (
@@ -218,9 +210,7 @@ class Prober:
             self.scale = mix_ns / (sum(found) / len(found))
         return self.scale
 
-    def probe(
-        self, func: OpOverload, call: Callable[..., object], args: Args, kwargs: Kwargs
-    ) -> int | None:
+    def probe(self, func: OpOverload, call: Call, args: Args, kwargs: Kwargs) -> int | None:
         """Nanoseconds per run of ``func`` on ``args`` outside the hot path (at least 0), or
         None where it cannot be probed safely (random ops, large or non-CPU tensors, tensor
         subclasses). Mutated arguments are cloned first: the user's tensors are never written."""
@@ -262,7 +252,7 @@ class Prober:
         entry: OpCount,
         line: LineStats,
         func: OpOverload,
-        call: Callable[..., object],
+        call: Call,
         args: Args,
         kw: Kwargs,
     ) -> None:
@@ -375,10 +365,6 @@ def start_clock(recorder: Recorder, keep: int, key_on: Scope | None = None) -> S
     mode's cost outside its hot path, with each op probed on the CPU; the fast path's cost
     around each call it takes, ``key_on`` switching its key on), set on this thread's state.
     Call it before the profile's mode is entered (or the fast path's key switched on)."""
-    from profilers.counting.mode import ProfilerMode
-    from profilers.counting.recorder import Recorder
-    from profilers.timing.timeline import StepClock
-
     every_op = recorder.counting == "every_op"
     outside = 0
     prober = None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 from sys import _getframe
 from time import perf_counter_ns as _ns
 from types import FrameType
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, cast
 
 from profilers.counting.backward import backward_ops_of, note_forward
 from profilers.counting.comm import CommRule, comm_rule
-from profilers.counting.ops import CLASSIFIERS, METADATA_OPS, Args, Classifier, Transfer
+from profilers.counting.ops import CLASSIFIERS, METADATA_OPS, Transfer
 from profilers.counting.origins import is_factory, note_made
 from profilers.counting.recorder import Recorder
 from profilers.counting.threads import ThreadState
@@ -37,14 +36,13 @@ from profilers.torch_private import (
 
 if TYPE_CHECKING:
     from profilers.counting.mode import ProfilerMode
+    from profilers.counting.ops import Args, Call, Classifier, Kwargs
 
 _current_node = current_node
 _set_eval_frame = set_eval_frame
 
 
-def _decomposed(
-    mode: ProfilerMode, func: OpOverload, args: Args, kwargs: dict[str, object]
-) -> object:
+def _decomposed(mode: ProfilerMode, func: OpOverload, args: Args, kwargs: Kwargs) -> object:
     """An op autograd decomposes before any mode sees it (CompositeImplicitAutograd: ``to``,
     ``item``, ``cpu``...) reaches the mode whole where autograd is off (``torch.inference_mode``,
     inference tensors): run its decomposition with the mode on, so that the ops it is made of
@@ -77,7 +75,7 @@ class OpFacts:
         self,
         name: str | None,
         classifier: Classifier | CommRule | None,
-        call: Callable[..., object],
+        call: Call,
         special: str | None = None,  # DECOMPOSE, COLLECTIVE (compared by identity)
     ) -> None:
         self.name = name
@@ -371,11 +369,7 @@ def _account(
 
 
 def _metadata_timed(
-    recorder: Recorder,
-    call: Callable[..., object],
-    args: Args,
-    kwargs: dict[str, object],
-    t_in: int,
+    recorder: Recorder, call: Call, args: Args, kwargs: Kwargs, t_in: int
 ) -> object:
     """A metadata op (a view, ``detach``...) on the profile's thread: not charged to a line,
     but the profiler's time on it is its own. NB: moving ``last_ns`` on by that time keeps it

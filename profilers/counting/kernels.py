@@ -32,7 +32,7 @@ from profilers.counting.comm import COMM_NAMESPACES, CommRule, comm_rule
 from profilers.counting.ops import CLASSIFIERS, Args, Classifier, Kwargs
 from profilers.counting.recorder import Recorder
 from profilers.counting.threads import ThreadState
-from profilers.memory.failure import failed_here
+from profilers.memory.failure import failed
 from profilers.registry import switch
 from profilers.timing.charge import timed_on_fast_path, untimed
 from profilers.torch_private import (
@@ -116,12 +116,10 @@ def _overload(qualified: str) -> OpOverload | None:
     namespace, _, rest = qualified.partition("::")
     name, _, overload = rest.partition(".")
     try:
-        op: OpOverload = getattr(
-            getattr(getattr(torch.ops, namespace), name), overload or "default"
-        )
+        op = getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
     except (AttributeError, RuntimeError):
         return None
-    return op
+    return op if isinstance(op, OpOverload) else None
 
 
 class CountingKernels:
@@ -130,17 +128,13 @@ class CountingKernels:
     window) and for each thread the script starts."""
 
     def __init__(self, recorder: Recorder) -> None:
-        key, include, exclude = (
-            dispatch_key_pre_dispatch,
-            include_dispatch_key_guard,
-            exclude_dispatch_key_guard,
-        )
+        key, include = dispatch_key_pre_dispatch, include_dispatch_key_guard
+        exclude, after, keyset = exclude_dispatch_key_guard, keyset_full_after, dispatch_key_set
         assert key is not None and include is not None and exclude is not None  # missing()
-        assert keyset_full_after is not None and dispatch_key_set is not None
+        assert after is not None and keyset is not None
         self.recorder = recorder
         self._pre, self._include, self._exclude = key, include, exclude
-        self._after = keyset_full_after(key)
-        self._key = dispatch_key_set(key)
+        self._after, self._key = after(key), keyset(key)
 
     def install(self, stack: ExitStack) -> None:
         ops = {_qualified(op): (op, rule) for op, rule in counted_ops().items()}
@@ -241,7 +235,7 @@ class CountingKernels:
                 try:
                     out = redispatch(ks, *args, **kwargs)
                 except BaseException as exc:  # explained, our frames out (profilers/memory/)
-                    raise failed_here(recorder, getframe(1), name, op, args, kwargs, exc)  # noqa: B904
+                    raise failed(recorder, getframe(1), name, op, args, kwargs, exc)  # noqa: B904
             end = _ns()
             if not recorder.active or _tracing():
                 return out

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from profilers.counting.dispatch import _under_compile, dispatch
+from profilers.counting.recorder import Recorder
 from profilers.torch_private import eval_frame, set_code_exec_strategy
-
-if TYPE_CHECKING:
-    from profilers.counting.recorder import Recorder
 
 
 def hide_from_dynamo() -> bool:

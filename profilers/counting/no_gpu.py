@@ -64,9 +64,8 @@ class GpuQuestions:
         f = user.first(frame)
         if f is None:  # torch or a library asked, not the script
             return
-        while (
-            frame is not None and frame is not f
-        ):  # NB: a compiler's own question is not the script's
+        # NB: a compiler's own question is not the script's
+        while frame is not None and frame is not f:
             if any(part in frame.f_code.co_filename for part in COMPILERS):
                 return
             frame = frame.f_back

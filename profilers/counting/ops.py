@@ -41,6 +41,7 @@ IsPinned = Callable[[torch.Tensor], bool]
 Args = tuple[object, ...]  # an op's positional arguments
 Kwargs = Mapping[str, object]  # its keyword arguments
 Scope = Callable[[], AbstractContextManager[object]]  # a context to run inside (a mode...)
+Call = Callable[..., object]  # what runs an op (the OpOverload, its C++ op, a redispatch)
 Classifier = Callable[[Args, Kwargs, object, IsPinned], "Transfer | list[Transfer] | None"]
 """An op's rule: what it moved and/or waited for (a list where it did several things)."""
 

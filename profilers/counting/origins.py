@@ -13,15 +13,13 @@ import os
 import weakref
 from collections.abc import Mapping
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from profilers.memory.tracker import MemoryTracker
 from profilers.origins import FACTORY, HOST, LOADER, PARAMETER, PINNED, Loader
-
-if TYPE_CHECKING:
-    from profilers.memory.tracker import MemoryTracker
-    from profilers.stats import LineStats
+from profilers.stats import LineStats
 
 Tensor = torch.Tensor
 

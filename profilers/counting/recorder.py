@@ -9,27 +9,19 @@ import time
 from collections import deque
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from profilers.counting.comm import CommRule
 from profilers.counting.graph_lines import GraphLines, GraphPlace
-from profilers.counting.ops import (
-    Args,
-    Classifier,
-    IsPinned,
-    Kwargs,
-    Scope,
-    Transfer,
-    default_is_pinned,
-)
+from profilers.counting.ops import Transfer, default_is_pinned
 from profilers.counting.origins import Provenance, note_batch, origin_of, source_of
 from profilers.counting.threads import ThreadState, ThreadStates
 from profilers.counting.user_code import UNKNOWN, UserCode, inside_tensor_printing, statement
 from profilers.errors import OpFailure
 from profilers.memory.tracker import MemoryTracker
-from profilers.names import OTHER, SYNCHRONIZE
+from profilers.names import COPY_TO_HOST, OTHER, SYNCHRONIZE
 from profilers.origins import FACTORY, OriginCount
 from profilers.stats import MAX_STACKS, Counters, LineStats, OpCount
 from profilers.timing.cuda_events import CudaApi, CudaTimer, TimedOp, TorchCuda
@@ -38,6 +30,7 @@ from profilers.torch_private import BACKWARD_NODES
 
 if TYPE_CHECKING:
     from profilers.counting.dispatch import OpFacts
+    from profilers.counting.ops import Args, Call, Classifier, IsPinned, Kwargs, Scope
     from profilers.timing.oplog import OpLog
 
 
@@ -120,7 +113,7 @@ class Recorder:
         self.replay: OpLog | None = None
         """The step replay's records, only for ``what_if``/``gpu``: None keeps it off the hot path."""
         self.memory: MemoryTracker | None = None  # who made each storage (profilers/memory/)
-        self.failure: dict[str, Any] | None = None  # the latest device mismatch/OOM, explained
+        self.failure: dict[str, object] | None = None  # the latest device mismatch/OOM, explained
         self.provenance = Provenance()
         """The host storages factory ops made and loaders returned (the copies' origins)."""
         self.lib_lines = False
@@ -379,7 +372,7 @@ class Recorder:
         line: LineStats,
         entry: OpCount | None,
         rule: CommRule,
-        call: Callable[..., object],
+        call: Call,
         args: Args,
         kwargs: Kwargs,
     ) -> object:
@@ -412,7 +405,7 @@ class Recorder:
         if self.on_step is not None:
             self.on_step()
 
-    def steps_seen(self) -> dict[str, Any] | None:
+    def steps_seen(self) -> dict[str, object] | None:
         """``{"count", "source"}`` of the steps seen (optimizer steps first), None for none."""
         for source in ("optimizer", "manual"):
             n = self._steps.get(source, 0)
@@ -461,8 +454,6 @@ class Recorder:
         if kind == "stream" and inside_tensor_printing(frame):
             # NB: printing a CUDA tensor copies it to the host with every mode disabled
             # (torch/_tensor_str.py), so only this stream synchronisation shows it.
-            from profilers.names import COPY_TO_HOST
-
             cause = COPY_TO_HOST
         self.apply(self.line_for(frame), Transfer(None, sync=cause), frame=frame)
 

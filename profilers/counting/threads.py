@@ -14,15 +14,11 @@ from __future__ import annotations
 
 import threading
 from types import FrameType
-from typing import TYPE_CHECKING
 
 from profilers.stats import LineStats, OpCount
-
-if TYPE_CHECKING:
-    from torch._ops import OpOverload
-
-    from profilers.timing.inputs import Inside
-    from profilers.timing.timeline import StepClock
+from profilers.timing.inputs import Inside
+from profilers.timing.timeline import StepClock
+from profilers.torch_private import OpOverload
 
 
 class BackwardOps:

@@ -9,12 +9,9 @@ thread that ends the steps, which must be the profile's own (the mode stack is p
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from profilers.counting.recorder import Recorder
+from profilers.counting.recorder import Recorder
 
 
 class StepWindow:
@@ -71,7 +68,7 @@ class StepWindow:
         return [self.start, max(self.start, end)]
 
 
-def window_steps(window: StepWindow, seen: Mapping[str, object] | None) -> dict[str, object]:
+def window_steps(window: StepWindow, seen: dict[str, object] | None) -> dict[str, object]:
     """The report's ``steps`` of a windowed profile: the steps the window covered of those seen."""
     first, end = window.covered
     return {

@@ -9,13 +9,19 @@ import linecache
 import sys
 import traceback
 from types import FrameType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+from torch._ops import OpOverload
+from torch.optim import Optimizer
 
-from profilers.memory.gpu_errors import SAME_DEVICE, oom_facts
-from profilers.memory.tracker import MOVES, MemoryTracker, by_line
+from profilers.memory.gpu_errors import SAME_DEVICE, Args, Kwargs, oom_facts
+from profilers.memory.tracker import MOVES, Made, MemoryTracker, by_line
+
+if TYPE_CHECKING:
+    from profilers.counting.user_code import UserCode
+    from profilers.stats import LineStats
 
 FACTORIES = frozenset(
     {
@@ -29,18 +35,13 @@ FACTORIES = frozenset(
 _MAX_TENSORS = 8
 
 
-def line_dict(line: Any) -> dict[str, Any]:
-    """A recorder line (``LineStats``) as the report names lines."""
-    return {
-        "file": line.file,
-        "line": line.line,
-        "function": line.function,
-        "source": getattr(line, "source", "") or "",
-    }
+def line_dict(line: LineStats) -> dict[str, object]:
+    """A recorder line as the report names lines."""
+    return {"file": line.file, "line": line.line, "function": line.function, "source": line.source}
 
 
-def _tensors(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
+def _tensors(func: OpOverload, args: Args, kwargs: Kwargs) -> list[tuple[str, torch.Tensor]]:
+    out: list[tuple[str, torch.Tensor]] = []
     try:
         names = [a.name for a in func._schema.arguments]
     except AttributeError:
@@ -75,14 +76,14 @@ def _frames(tb: TracebackType | None) -> list[FrameType]:
     return out[::-1]
 
 
-def _owners(frames: list[FrameType]) -> tuple[list[nn.Module], list[torch.optim.Optimizer]]:
+def _owners(frames: list[FrameType]) -> tuple[list[nn.Module], list[Optimizer]]:
     modules: list[nn.Module] = []
-    optimizers: list[torch.optim.Optimizer] = []
+    optimizers: list[Optimizer] = []
     for frame in frames:
         for value in list(frame.f_locals.values()):
             if isinstance(value, nn.Module) and value not in modules:
                 modules.append(value)
-            elif isinstance(value, torch.optim.Optimizer) and value not in optimizers:
+            elif isinstance(value, Optimizer) and value not in optimizers:
                 optimizers.append(value)
     return modules, optimizers
 
@@ -101,7 +102,7 @@ def _in_module(key: int, modules: list[nn.Module]) -> tuple[str, str, nn.Module]
     return None
 
 
-def _in_optimizer(key: int, optimizers: list[torch.optim.Optimizer]) -> tuple[str, Any] | None:
+def _in_optimizer(key: int, optimizers: list[Optimizer]) -> tuple[str, Optimizer] | None:
     for opt in optimizers:
         for state in opt.state.values():
             for name, value in state.items():
@@ -113,7 +114,7 @@ def _in_optimizer(key: int, optimizers: list[torch.optim.Optimizer]) -> tuple[st
     return None
 
 
-def _where(made: Any) -> str:
+def _where(made: Made) -> str:
     return f"{made.line.file}:{made.line.line}"
 
 
@@ -122,9 +123,9 @@ def _fix(
     label: str,
     t: torch.Tensor,
     expected: torch.device,
-    made: Any,
+    made: Made | None,
     modules: list[nn.Module],
-    optimizers: list[torch.optim.Optimizer],
+    optimizers: list[Optimizer],
 ) -> str:
     """The fix for tensor ``t`` of the failing op being on the wrong device."""
     dev = t.device
@@ -176,19 +177,19 @@ def _fix(
 
 def explain(
     tracker: MemoryTracker | None,
-    line: Any,
+    line: LineStats,
     op: str,
-    func: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
+    func: OpOverload,
+    args: Args,
+    kwargs: Kwargs,
     exc: BaseException,
-) -> dict[str, Any] | None:
+) -> dict[str, object] | None:
     """The report's ``memory.failure`` for ``exc`` raised by ``func``, or None when it is
     neither a device mismatch nor an out-of-memory error."""
     oom = isinstance(exc, torch.OutOfMemoryError)
     if not oom and not (isinstance(exc, RuntimeError) and SAME_DEVICE in str(exc)):
         return None
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "kind": "out_of_memory" if oom else "device_mismatch",
         "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
         "op": op,
@@ -201,7 +202,7 @@ def explain(
     # the GPU the op runs on: the first among its tensors
     expected = next((torch.device(t.device) for _, t in tensors if t.device.type != "cpu"), None)
     modules, optimizers = _owners(_frames(exc.__traceback__))
-    listed: list[dict[str, Any]] = []
+    listed: list[dict[str, object]] = []
     fixes: list[str] = []
     seen: set[str] = set()
     for label, t in tensors:
@@ -226,10 +227,10 @@ def _cpu_scalar(t: torch.Tensor, expected: torch.device) -> bool:
     return t.device.type == "cpu" and t.dim() == 0 and expected.type != "cpu"
 
 
-def _oom(tracker: MemoryTracker | None, exc: BaseException) -> dict[str, Any]:
+def _oom(tracker: MemoryTracker | None, exc: BaseException) -> dict[str, object]:
     facts = oom_facts(exc)
     index, requested, capacity = facts if facts is not None else (0, None, None)
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "device": f"cuda:{index}",
         "requested_bytes": requested,
         "capacity_bytes": capacity,
@@ -257,8 +258,8 @@ _HOST_FLOATS = (torch.float32, torch.float64)
 
 
 def explain_grouping(
-    tracker: MemoryTracker | None, user: Any, exc: BaseException
-) -> dict[str, Any] | None:
+    tracker: MemoryTracker | None, user: UserCode, exc: BaseException
+) -> dict[str, object] | None:
     """The report's ``memory.failure`` for :data:`GROUPING`'s error, which no op raises: the
     failing line is the innermost user frame of ``exc``'s traceback, and the tensors are those
     of the optimizers in its frames whose device is not their parameter's (``user``: the
@@ -273,7 +274,7 @@ def explain_grouping(
     line, lineno = at[-1]
     filename = line.f_code.co_filename
     modules, optimizers = _owners(_frames(exc.__traceback__))
-    listed: list[dict[str, Any]] = []
+    listed: list[dict[str, object]] = []
     fixes: list[str] = []
     for opt in optimizers:
         for i, p in enumerate(p for g in opt.param_groups for p in g["params"]):
@@ -312,9 +313,9 @@ def explain_grouping(
 
 def _entry(
     label: str, t: torch.Tensor, tracker: MemoryTracker | None, fix: str | None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     made = tracker.of(t) if tracker is not None else None
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "arg": label,
         "device": str(t.device),
         "shape": list(t.shape),

@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 import sys
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
+from torch._ops import OpOverload
 
 from profilers.memory.explain import explain, explain_grouping
+from profilers.memory.gpu_errors import Args, Kwargs
 
 if TYPE_CHECKING:
     from profilers.counting.recorder import Recorder
@@ -23,17 +25,20 @@ _TORCH = os.path.dirname(os.path.abspath(torch.__file__ or "")) + os.sep
 
 def failed(
     recorder: Recorder,
-    line: LineStats,
+    line: LineStats | FrameType | None,
     op: str,
-    func: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
+    func: OpOverload,
+    args: Args,
+    kwargs: Kwargs,
     exc: BaseException,
 ) -> BaseException:
     """Notes what ``exc`` (raised by ``func`` at ``line``) means in ``recorder.failure``, and
     returns it with the frames below the hot path that a GPU run would not have: the profiler's
-    own, and, where the fake GPU ran the op, torch's fake-tensor machinery."""
+    own, and, where the fake GPU ran the op, torch's fake-tensor machinery. ``line`` is a frame
+    (the op's caller) for the fast path's kernels, which find the op's line only when needed."""
     try:
+        if line is None or isinstance(line, FrameType):
+            line = recorder.line_for(line)
         found = explain(recorder.memory, line, op, func, args, kwargs, exc)
         if found is not None:
             # the callers of the failing line, innermost first (the frames above this one)
@@ -42,25 +47,6 @@ def failed(
     except Exception as own:  # NB: the profiler never raises into user code; the error stands
         recorder.internal_error(op, own)
     return exc.with_traceback(user_frames(exc.__traceback__))
-
-
-def failed_here(
-    recorder: Recorder,
-    frame: FrameType | None,
-    op: str,
-    func: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    exc: BaseException,
-) -> BaseException:
-    """:func:`failed` for the fast path's kernels, which find the op's line only when needed:
-    the line of ``frame`` (the op's caller)."""
-    try:
-        line = recorder.line_for(frame)
-    except Exception as own:
-        recorder.internal_error(op, own)
-        return exc.with_traceback(user_frames(exc.__traceback__))
-    return failed(recorder, line, op, func, args, kwargs, exc)
 
 
 def escaped(exc: BaseException, recorder: Recorder) -> None:

@@ -14,9 +14,10 @@ from __future__ import annotations
 import functools
 import os
 import re
-from typing import Any
+from collections.abc import Mapping
 
 import torch
+from torch._ops import OpOverload
 
 SAME_DEVICE = "Expected all tensors to be on the same device"
 
@@ -47,7 +48,11 @@ def _declarations() -> dict[str, tuple[bool, bool]]:
     return out
 
 
-def _arguments(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+Args = tuple[object, ...]  # an op's positional arguments (counting/ops.py's)
+Kwargs = Mapping[str, object]
+
+
+def _arguments(func: OpOverload, args: Args, kwargs: Kwargs) -> list[tuple[str, object]]:
     """(name, value) of the op's positional arguments, as the wrapper's check walks them."""
     return [
         (a.name, args[i] if i < len(args) else kwargs.get(a.name))
@@ -56,7 +61,7 @@ def _arguments(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list
     ]
 
 
-def mismatch_message(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+def mismatch_message(func: OpOverload, args: Args, kwargs: Kwargs) -> str | None:
     """The text a GPU gives ``func`` on these arguments, or None where the op is not checked
     by its wrapper (TensorIterator's text, which FakeTensor's matches, stands then)."""
     name = func._schema.name.removeprefix("aten::")
@@ -101,7 +106,7 @@ def mismatch(a: torch.device, b: torch.device) -> RuntimeError:
 
 
 def mixed(
-    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], a: torch.device, b: torch.device
+    func: OpOverload, args: Args, kwargs: Kwargs, a: torch.device, b: torch.device
 ) -> RuntimeError:
     """What a GPU raises for ``func`` on tensors of two devices: its kernel wrapper's words
     where it has one (naming the argument), else TensorIterator's."""
@@ -109,7 +114,7 @@ def mixed(
     return RuntimeError(text) if text is not None else mismatch(a, b)
 
 
-def list_mismatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> RuntimeError | None:
+def list_mismatch(func: OpOverload, args: Args, kwargs: Kwargs) -> RuntimeError | None:
     """What a GPU raises for an op on lists of tensors (``_foreach_*``, ``_fused_*``) whose
     tensors are on two devices, or None: the wrapper's words where the op is checked by one
     (``_fused_adam_``), else TensorIterator's, from the slow path a foreach kernel takes when

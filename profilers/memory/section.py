@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import heapq
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from profilers.memory.explain import line_dict
 from profilers.memory.tracker import LineKey, MemoryTracker, by_line
@@ -33,15 +33,13 @@ def capacities() -> dict[int, int]:
         return {}
 
 
-def memory_section(recorder: Recorder) -> dict[str, Any] | None:
+def memory_section(recorder: Recorder) -> dict[str, object] | None:
     """The section of ``recorder``'s run, or None when memory was not tracked and no op failed
     with a device mismatch or out of memory."""
-    tracker: MemoryTracker | None = recorder.memory
-    failure: dict[str, Any] | None = recorder.failure
+    tracker, failure = recorder.memory, recorder.failure
     if tracker is None and failure is None:
         return None
-    capacity = tracker.capacity if tracker is not None else {}
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "tracked": tracker is not None,
         "source": "simulated" if (tracker.simulated if tracker else simulated()) else "measured",
         "devices": [],
@@ -51,11 +49,13 @@ def memory_section(recorder: Recorder) -> dict[str, Any] | None:
     }
     if tracker is None:
         return out
+    capacity = tracker.capacity
     live, most, total, _ = tracker.glance()
     at_peak: dict[LineKey, int] = {}
+    devices: list[dict[str, object]] = []
     top: tuple[int, int, int, dict[LineKey, int]] | None = None
     for index, peak, step, held in tracker.peaks():
-        out["devices"].append(
+        devices.append(
             {
                 "device": f"cuda:{index}",
                 "capacity_bytes": capacity.get(index),
@@ -67,6 +67,7 @@ def memory_section(recorder: Recorder) -> dict[str, Any] | None:
         at_peak.update(held)
         if top is None or peak > top[1]:
             top = (index, peak, step, held)
+    out["devices"] = devices
     if top is not None:
         index, peak, step, held = top
         out["peak"] = {
@@ -79,20 +80,16 @@ def memory_section(recorder: Recorder) -> dict[str, Any] | None:
                 for line, n in sorted(by_line(held).values(), key=lambda v: -v[1])[:MAX_LINES]
             ],
         }
-    peak_by = by_line(at_peak)
-    live_by = by_line(live)
-    max_by = by_line(most)
+    peak_by, live_by = by_line(at_peak), by_line(live)
     rows = [
-        {
-            **line_dict(line),
-            "peak_bytes": peak_by.get(k, (None, 0))[1],
-            "live_bytes": live_by.get(k, (None, 0))[1],
-            "max_bytes": most,
-        }
-        for k, (line, most) in max_by.items()
+        (line, peak_by.get(k, (None, 0))[1], live_by.get(k, (None, 0))[1], n)
+        for k, (line, n) in by_line(most).items()
     ]
-    rows.sort(key=lambda r: (-r["peak_bytes"], -r["max_bytes"], r["file"], r["line"]))
-    out["lines"] = rows[:MAX_LINES]
+    rows.sort(key=lambda r: (-r[1], -r[3], r[0].file, r[0].line))
+    out["lines"] = [
+        {**line_dict(line), "peak_bytes": p, "live_bytes": n, "max_bytes": m}
+        for line, p, n, m in rows[:MAX_LINES]
+    ]
     return out
 
 
@@ -100,12 +97,11 @@ LIVE_LINES = 10
 """Lines a live snapshot carries: those holding the most GPU memory now."""
 
 
-def live_memory(recorder: Recorder, top: int = LIVE_LINES) -> dict[str, Any]:
+def live_memory(recorder: Recorder, top: int = LIVE_LINES) -> dict[str, object]:
     """The live view's memory: each GPU's bytes now and peak so far, the ``top`` lines holding
     the most now (and each one's most), how many lines hold any, and the failure explained;
     empty when memory is not tracked and no op failed. Cheap: copies of a few small dicts."""
-    tracker: MemoryTracker | None = recorder.memory
-    failure: dict[str, Any] | None = recorder.failure
+    tracker, failure = recorder.memory, recorder.failure
     if tracker is None:
         return {} if failure is None else {"tracked": False, "failure": failure}
     live, most, total, peak = tracker.glance()

@@ -13,12 +13,10 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:
-    from profilers.stats import LineStats
+from profilers.stats import LineStats
 
 Tensor = torch.Tensor
 
