@@ -113,10 +113,7 @@ class Guard(ContextDecorator):
                 frame = frame.f_back
             self.where = f"the block at {user.display(frame.f_code.co_filename)}:{frame.f_lineno}"
         self.recorder = Recorder(
-            user,
-            kernel_timing=False,
-            timeline_capacity=0,
-            is_pinned=self._is_pinned,
+            user, kernel_timing=False, timeline_capacity=0, is_pinned=self._is_pinned
         )
         self._result = None
         self.breaches = []

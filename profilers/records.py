@@ -9,7 +9,7 @@ as one ``(other ops)`` entry, so its counts and times still add up.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from profilers.finite import iterable, mapping, number
@@ -58,14 +58,7 @@ def _counted(d: Mapping[str, object]) -> dict[str, Any]:
 
 def _copied(c: Counters) -> dict[str, Any]:
     return {
-        **{
-            way: Copies(
-                **c.copies(way).counts(),
-                time_ms=c.copies(way).time_ms,
-                unknown_bytes=c.copies(way).unknown_bytes,
-            )
-            for way in DIRECTIONS
-        },
+        **{way: replace(c.copies(way)) for way in DIRECTIONS},
         "syncs": Syncs(c.syncs.count, dict(c.syncs.by_cause)),
         "comm": c.comm.copy(),
         "kernel_time_ms": c.kernel_time_ms,

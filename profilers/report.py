@@ -15,15 +15,7 @@ from typing import Any, TypedDict, TypeVar
 from profilers.finite import NOT_FINITE, dumps_finite, iterable, mapping, number, restore_not_finite
 from profilers.options import RunOptions
 from profilers.records import Line, Totals
-from profilers.sections import (
-    Compiled,
-    MemoryView,
-    Predicted,
-    Section,
-    Timeline,
-    TimeView,
-    WhatIf,
-)
+from profilers.sections import Compiled, MemoryView, Predicted, Section, Timeline, TimeView, WhatIf
 from profilers.stats import Counters
 from profilers.text import printable
 

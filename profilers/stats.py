@@ -9,7 +9,7 @@ from typing import Protocol
 from profilers.finite import mapping, number
 from profilers.libraries import LibraryFrame, merge_frames
 from profilers.names import CAUSES, DIRECTIONS
-from profilers.origins import Loader, OriginCount, merge_loader, merge_origins
+from profilers.origins import COUNTED, Loader, OriginCount, merge_loader, merge_origins
 
 
 @dataclass(slots=True)
@@ -62,9 +62,7 @@ class Copies:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, object]) -> Copies:
-        n, nbytes, pageable, nb = (
-            int(number(d[k])) for k in ("count", "bytes", "pageable", "non_blocking")
-        )
+        n, nbytes, pageable, nb = (int(number(d[k])) for k in COUNTED)
         time_ms = float(number(d.get("time_ms", 0.0)))
         return cls(n, nbytes, pageable, nb, time_ms, int(number(d.get("unknown_bytes", 0))))
 
@@ -115,18 +113,9 @@ class Syncs:
         return cls(int(number(d["count"])), by_cause)
 
 
-COMM_OPS = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "broadcast",
-    "reduce",
-    "all_to_all",
-    "gather",
-    "scatter",
-    "send",
-    "recv",
-    "barrier",
+COMM_OPS = tuple(
+    "all_reduce all_gather reduce_scatter broadcast reduce all_to_all gather scatter send recv "
+    "barrier".split()
 )
 """The collectives counted, as the report names them (``comm.by_op``)."""
 
