@@ -17,23 +17,14 @@ from gpuwatch.output.whatif import span_ms
 from profilers.budgets import fmt as count
 from profilers.diff import FrameDiff, LineDiff, RunDiff
 from profilers.finite import number
+from profilers.names import CAUSES
 from profilers.report import Report
 
 #: Total rows: (measure, label); a row shows when either run has any of it (syncs, copies and
 #: bytes always do).
 TOTAL_ROWS = (
     ("syncs", "syncs"),
-    *[
-        (f"syncs.{c}", f"  {c}")
-        for c in (
-            "item",
-            "copy_to_host",
-            "copy_to_device",
-            "data_dependent_shape",
-            "synchronize",
-            "other",
-        )
-    ],  # fmt: skip
+    *[(f"syncs.{c}", f"  {c}") for c in CAUSES],
     ("copies", "copies"),
     ("bytes", "bytes copied"),
     ("h2d", "  host→GPU"),

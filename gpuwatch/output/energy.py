@@ -2,11 +2,6 @@
 gpuwatch/monitor/gpu_timeline.py on the profile's clock) joined with the time view's steps
 (``report.time``). Pure: no NVML, no torch.
 
-How a step's joules are had: the counter (mJ since the driver loaded) is known at the moments
-it was seen to move; between two such moments it is taken to rise at a steady rate (linear
-interpolation), so a step's energy is the interpolated counter at its end less that at its
-start, summed over the GPUs the script used.
-
 NB: accuracy. Linear interpolation cannot place the power within one of the counter's
 intervals, so each end of a step is uncertain by at most the energy of the interval it falls in
 (the counter only rises): ``uncertainty_j``. A step shorter than the counter's update interval
@@ -39,8 +34,8 @@ Point = tuple[float, int]
 
 
 class Counter:
-    """One GPU's counter, interpolated between its changes (a reset, when the driver reloads,
-    starts a new segment: no interval spans it)."""
+    """One GPU's counter (mJ since the driver loaded), taken to rise at a steady rate between its
+    changes (a reset, when the driver reloads, starts a new segment: no interval spans it)."""
 
     def __init__(self, points: Sequence[Point]) -> None:
         self.segments: list[tuple[list[float], list[int]]] = []

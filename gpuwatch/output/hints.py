@@ -2,12 +2,7 @@
 
 Pure functions of a :class:`profilers.Report`, and of what its JSON keeps: the same report
 always gives the same hints, so ``gpuwatch report run.json`` prints what the run printed.
-
-One hint per cause per line. The fix a copy needs follows from where its tensor came from (the
-line's ``origins``), never from the ops the line happened to run, and a line that copied or
-synced in one step only (``model.to(device)``) is never "in a loop". Hints are ranked by what
-their fix saves: the what-if's replayed saving where there is one, else the line's cost (the
-most a fix there can save).
+What each hint says and how they are ranked: docs/profile.md, "Hints".
 """
 
 from __future__ import annotations
@@ -70,9 +65,7 @@ class Hint:
 @dataclass(frozen=True)
 class Kind:
     """One kind of hint: the causes of the step's time its fix removes (its cost at its line),
-    the what-if whose replay states its saving (profilers' ``HINT_WHATIFS``, the one map), and
-    its words and evidence, ``str.format`` templates of the fields each hint is made with (a
-    library knob's words are its :class:`~gpuwatch.output.library_hints.Knob`'s advice)."""
+    and its words and evidence, ``str.format`` templates of the fields each hint is made with."""
 
     name: str
     causes: tuple[str, ...] = ()

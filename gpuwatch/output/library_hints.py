@@ -242,12 +242,6 @@ def library_frames(report: Report) -> list[Frame]:
     return sorted(merged, key=lambda f: (-f.syncs, -f.copies, f.file, f.line))
 
 
-def lib_lines(report: Report) -> list[Frame]:
-    """Under ``--lib-lines`` the lines are the library frames themselves: each line as a
-    frame (only a known one gets a hint: a user's file and a library's look alike here)."""
-    return [_frame(s, s) for s in report.lines]
-
-
 def _frame(at: LibraryFrame | Line, s: Line) -> Frame:
     """What ``at``, a library frame of the user's line ``s`` or a line itself, made."""
     if isinstance(at, Line):
@@ -280,7 +274,9 @@ def library_hints(report: Report, steps: int) -> list[LibraryHint]:
     out: list[LibraryHint] = []
     asked = report.options.profile
     if asked is not None and asked.lib_lines:
-        frames, generic = lib_lines(report), False
+        # under --lib-lines the lines are the library frames themselves: only a known one gets
+        # a hint (a user's file and a library's look alike here)
+        frames, generic = [_frame(s, s) for s in report.lines], False
     else:
         frames, generic = library_frames(report), True
     for f, knob in _grouped(frames):

@@ -24,12 +24,7 @@ from gpuwatch.output.timeview import time_lines
 from profilers import DIRECTIONS, Line, Report
 from profilers.finite import mapping, number
 
-DIRECTION_NAMES = {
-    "h2d": "host→GPU",
-    "d2h": "GPU→host",
-    "d2d": "in one GPU",
-    "p2p": "GPU→GPU",
-}
+DIRECTION_NAMES = {"h2d": "host→GPU", "d2h": "GPU→host", "d2d": "in one GPU", "p2p": "GPU→GPU"}
 
 
 def summary(report: Report, findings: Findings, top: int = 5) -> RenderableType:
@@ -306,14 +301,8 @@ def gpu_busy(r: Report) -> list[tuple[int, float, int | None, float | None]]:
         mems = [s["memory_used_bytes"] for s in samples if s.get("memory_used_bytes") is not None]
         mine = [s["script_sm_util_pct"] for s in samples if s.get("script_sm_util_pct") is not None]
         if utils:
-            out.append(
-                (
-                    gpu,
-                    sum(utils) / len(utils),
-                    max(mems) if mems else None,
-                    sum(mine) / len(samples) if mine else None,
-                )
-            )
+            share = sum(mine) / len(samples) if mine else None
+            out.append((gpu, sum(utils) / len(utils), max(mems) if mems else None, share))
     return out
 
 
@@ -407,7 +396,6 @@ def print_summary(report: Report, top: int, file: TextIO | None, findings: Findi
     from rich.console import Console
 
     try:
-        shown = summary(report, findings, top=top)
-        Console(file=file or sys.stderr, soft_wrap=False).print(shown)
+        Console(file=file or sys.stderr, soft_wrap=False).print(summary(report, findings, top=top))
     except OSError:
         pass  # the terminal went away (SIGHUP): the report files are what is left to give
