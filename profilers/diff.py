@@ -150,8 +150,7 @@ class LineDiff(_Paired):
         )
 
     def frames(self) -> list[FrameDiff]:
-        """The library frames that made the line's copies and syncs, on either side, paired
-        (:func:`match_frames`)."""
+        """The line's library frames on either side, paired (:func:`match_frames`)."""
         return match_frames(
             self.before.library if self.before is not None else (),
             self.after.library if self.after is not None else (),
@@ -180,9 +179,8 @@ class RunDiff:
 
     @property
     def after_first(self) -> bool:
-        """Whether the time figures compared are over the steps after the first: only where
-        both reports have them (an older report's are over its whole run, setup included;
-        the other is then read over its run too)."""
+        """Whether the time figures compared are over the steps after the first: only where both
+        reports have them (an older report's are over its whole run: the other is read so too)."""
         return all(r.time is None or "after_first" in r.time for r in (self.before, self.after))
 
     def run_time(self, side: str) -> dict[str, object] | None:
@@ -221,8 +219,7 @@ class RunDiff:
         return [*CORE, *extra]
 
     def frame_value(self, frame: LibraryFrame | None, side: str, name: str) -> float:
-        """A library frame's figure (one of FRAME_MEASURES) on one side, per step like the
-        lines' (:meth:`value`)."""
+        """A library frame's figure (of FRAME_MEASURES) on one side, per step as :meth:`value`."""
         if frame is None:
             return 0.0
         report = self.before if side == "before" else self.after
@@ -235,8 +232,7 @@ class RunDiff:
         )
 
     def changed_frames(self, item: LineDiff) -> list[FrameDiff]:
-        """The line's library frames whose syncs, copies or bytes differ, most changed syncs
-        first."""
+        """The line's library frames whose figures differ, most changed syncs first."""
         frames = [f for f in item.frames() if any(self.frame_delta(f, n) for n in FRAME_MEASURES)]
         return sorted(frames, key=lambda f: [-abs(self.frame_delta(f, n)) for n in FRAME_MEASURES])
 

@@ -141,8 +141,7 @@ def loader_from(d: object) -> Loader | None:
 
 
 def merge_loader(a: Loader | None, b: Loader | None) -> Loader | None:
-    """Two records of one line's loader (two threads, two ranks): the settings of either, the
-    iterators, batches and waits summed."""
+    """One line's loader twice (two threads, two ranks): either's settings, the counts summed."""
     if a is None or b is None:
         either = a if a is not None else b
         return dict(either) if either else None

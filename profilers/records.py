@@ -1,9 +1,8 @@
 """The report's records: frozen, built once when a report is made (or read), never updated.
 
-The profiler counts into accumulators (``_stats.LineStats``, mutable, with caches of its own);
-a :class:`~profilers.report.Report` holds these records instead, so what a renderer reads cannot
-change under it, and a record read back from JSON is whole: ops beyond a line's top ones are kept
-as one ``(other ops)`` entry, so its counts and times still add up.
+The profiler counts into mutable accumulators (``stats.LineStats``); a report holds these records
+instead, so what a renderer reads cannot change under it. Read back from JSON, the ops beyond a
+line's top ones are one ``(other ops)`` entry, so its counts and times still add up.
 """
 
 from __future__ import annotations

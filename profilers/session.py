@@ -48,9 +48,8 @@ _EVENT_KEYS = ("t", "direction", "bytes", "sync", "site", "pageable", "non_block
 
 
 def explain_escaped(exc: BaseException) -> None:
-    """The running profile explains ``exc``, an error of the script's that no op raised (see
-    ``profilers.memory.failure.escaped``), for runners that catch the script's errors inside
-    the profile, as the CLI's does."""
+    """The running profile explains ``exc``, a script's error that no op raised, for runners that
+    catch the script's errors inside the profile (as the CLI's does)."""
     recorder = registry.ACTIVE
     if recorder is not None:
         escaped(exc, recorder)

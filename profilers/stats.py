@@ -69,9 +69,8 @@ class Copies:
 
 @dataclass(slots=True)
 class OpCount:
-    """One op's entry at a line: how many ran and their kernel time, added to in place (the hot
-    path counts, the host clock or the CUDA timer adds the time). The report's ``top_ops`` has it
-    as ``{"op", "count", "kernel_time_ms"}``; its frozen copy is ``records.OpTotal``."""
+    """One op's entry at a line: how many ran and their kernel time, added to in place. The report's
+    ``top_ops`` has it as ``{"op", "count", "kernel_time_ms"}``; frozen: ``records.OpTotal``."""
 
     count: int = 0
     ms: float = 0.0
