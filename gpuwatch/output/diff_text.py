@@ -58,8 +58,7 @@ FRAME_COLUMNS = {"syncs": "syncs", "copies": "copies", "bytes": "bytes"}
 
 
 def columns(diff: RunDiff) -> list[tuple[str, str]]:
-    """The line columns worth a column: collectives and kernel time only where either run has
-    them (a --fake-cuda run measures no kernel time)."""
+    """The line columns worth showing: collectives and kernel time only where a run has them."""
     runs = (diff.before.totals, diff.after.totals)
     keep = {
         "comm": any(t.comm.count for t in runs),
@@ -144,8 +143,7 @@ def source(d: LineDiff) -> Text:
 
 
 def frame_rows(diff: RunDiff, d: LineDiff) -> tuple[list[FrameDiff], int]:
-    """The changed library frames shown under a line (at most FRAMES_SHOWN) and how many more
-    changed."""
+    """The changed library frames shown under a line (at most FRAMES_SHOWN), and how many more."""
     frames = diff.changed_frames(d)
     return frames[:FRAMES_SHOWN], max(0, len(frames) - FRAMES_SHOWN)
 

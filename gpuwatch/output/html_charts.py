@@ -192,8 +192,7 @@ def _syncs(r: Report) -> Figure:
 
 
 def charts(r: Report) -> dict[str, tuple[Figure | None, str]]:
-    """Each chart's figure, or the sentence that stands in for a chart with nothing to draw
-    (empty axes read like a broken page)."""
+    """Each chart's figure, or the sentence in place of an empty one (empty axes look broken)."""
     return {
         "timeline": (
             _timeline(r) if r.timeline.get("events") or r.gpu_samples else None,

@@ -95,15 +95,12 @@ def _pin_and_overlap(f: Frame) -> str:
 
 
 def _lightning_transfer(f: Frame) -> str:
-    pinned = (
-        f"{f.pageable:,} of the {f.copies:,} copies came from pageable memory: "
-        if f.pageable
-        else ""
-    )
+    pinned = f"{f.pageable:,} of the {f.copies:,} copies came from pageable memory: "
     return (
         "Lightning copies each batch to the GPU here (transfer_batch_to_device, "
-        f"non_blocking=True); {pinned}build your DataLoaders with pin_memory=True, so the "
-        "copy overlaps the step, and num_workers=N, so batches are loaded beside it"
+        f"non_blocking=True); {pinned if f.pageable else ''}build your DataLoaders with "
+        "pin_memory=True, so the copy overlaps the step, and num_workers=N, so batches are loaded "
+        "beside it"
     )
 
 
@@ -232,8 +229,7 @@ KNOBS: dict[str, Knob] = _table(
 
 
 def library_frames(report: Report) -> list[Frame]:
-    """Every library frame of the report, summed over the user's lines that reached it, most
-    syncs first."""
+    """Every library frame, summed over the user's lines that reached it, most syncs first."""
     found: dict[tuple[str, int], list[Frame]] = {}
     for s in report.lines:
         for lf in s.library:
@@ -327,9 +323,8 @@ CHECKPOINT_FILE = "torch/serialization.py"
 
 
 def _grouped(frames: list[Frame]) -> list[tuple[Frame, Knob | None]]:
-    """The frames that made anything, each with its knob; the frames of one function with
-    one knob as one (HF's two ``.item()`` lines of ``_maybe_log_save_evaluate``: one hint),
-    in the place of its first (most syncs) frame."""
+    """The frames that made anything, each with its knob; a function's frames with one knob as one
+    (HF's two ``.item()`` lines of ``_maybe_log_save_evaluate``), where its first frame was."""
     groups: dict[object, tuple[Knob | None, list[Frame]]] = {}
     for f in frames:
         if f.syncs or f.copies:

@@ -28,8 +28,7 @@ DIRECTION_NAMES = {"h2d": "host→GPU", "d2h": "GPU→host", "d2d": "in one GPU"
 
 
 def summary(report: Report, findings: Findings, top: int = 5) -> RenderableType:
-    """Totals, syncs by cause, top lines by bytes, syncs and kernel time, then the hints of
-    ``findings`` (the report's analysis)."""
+    """The summary of ``report`` from ``findings`` (its analysis): header, hints, tables."""
     failure = failure_part(report)  # a device mismatch or OOM, right under the header
     parts: list[RenderableType] = [_header(report, findings), *([failure] if failure else [])]
     # NB: the verdict (in the header) and the top fixes first, on the first screen; the
@@ -73,9 +72,8 @@ def _hints_part(report: Report, found: Sequence[Hint]) -> RenderableType:
 
 
 def _hints(found: Sequence[Hint], total: int | None = None) -> RenderableType:
-    """Each hint as a short paragraph under its line, the largest saving first: advice wraps
-    at any width, never cut (a table cut it at 80 columns, or whenever stderr was not a
-    terminal)."""
+    """Each hint as a short paragraph under its line, the largest saving first: advice wraps at any
+    width, never cut (a table cut it at 80 columns, or whenever stderr was not a terminal)."""
     more = (
         f" ({total - len(found)} more in the HTML report)" if total and total > len(found) else ""
     )
@@ -354,9 +352,8 @@ def _lines_table(title: str, lines: list[Line], value: Callable[[Line], str]) ->
 
 
 def _library_table(report: Report, top: int) -> Table | None:
-    """Where inside a library the top lines' copies and syncs were made (at most three frames
-    a line): ``train.py:31`` and ``transformers/trainer.py:2410``; None when no library made
-    any (the lines' own code did)."""
+    """Where inside a library the top lines' copies and syncs were made (at most three frames a
+    line): ``train.py:31`` and ``transformers/trainer.py:2410``; None when no library made any."""
     lines: list[Line] = []
     for key in ("syncs", "bytes"):
         lines += [s for s in report.top_lines(key, top) if s.library and s not in lines]
