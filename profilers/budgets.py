@@ -206,8 +206,7 @@ class Budget:
 
     @classmethod
     def from_kwargs(cls, spec: str | None, limits: Mapping[str, float], source: str) -> Budget:
-        """``profilers.budget("syncs<=1", h2d_pageable=0)``: a spec string, keyword ceilings, or
-        both."""
+        """``profilers.budget("syncs<=1", h2d_pageable=0)``: a spec, keyword ceilings, or both."""
         terms = list(cls.parse(spec, source).terms) if spec is not None else []
         for key, value in limits.items():
             name = _KWARGS.get(key)
@@ -264,8 +263,7 @@ class Breach:
     """Lines left out of ``lines`` (the smallest)."""
 
     def text(self) -> list[str]:
-        """The breach as lines: the term and what it measured, then each line with its
-        amount (indented, amounts aligned)."""
+        """The term and what it measured, then each line with its amount (indented, aligned)."""
         unit = " per step" if self.term.per_step else ""
         head = f"{self.term}: "
         if self.note:
@@ -312,9 +310,7 @@ def breach_of(
 
 def steps_of(report: Report) -> int | None:
     """The steps a report counted (None when it saw none)."""
-    steps = report.steps
-    count = int(number(steps.get("count", 0))) if steps else 0
-    return count or None
+    return (int(number(report.steps.get("count", 0))) if report.steps else 0) or None
 
 
 def check_report(budget: Budget, report: Report) -> list[Breach]:

@@ -11,10 +11,7 @@ number, since a fix usually moves lines:
    another; the most alike pairs first;
 4. the rest appeared (only after) or disappeared (only before).
 
-Within a matched line, the library frames that made its copies and syncs
-(``transformers/trainer.py:2410`` beside ``train.py:31``) are compared too, matched by file and
-line, then (the library upgraded, its lines moved) by file and function: a frame whose syncs went
-from 69 to 0 is what a knob turned off.
+Within a matched line, its library frames are compared too (:func:`match_frames`).
 
 Figures are per step where both runs counted steps (runs of different lengths compare), else
 for the whole run.
@@ -29,15 +26,7 @@ import tokenize
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from profilers.budgets import (
-    MEASURES,
-    Breach,
-    Budget,
-    breach_of,
-    line_label,
-    measure,
-    steps_of,
-)
+from profilers.budgets import MEASURES, Breach, Budget, breach_of, line_label, measure, steps_of
 from profilers.diff_time import line_time_ms, run_time
 from profilers.libraries import LibraryFrame
 from profilers.names import CAUSES, DIRECTIONS
@@ -68,12 +57,6 @@ OPTIONAL = (*[f"syncs.{c}" for c in CAUSES], *[f"comm.{op}" for op in COMM_OPS])
 
 #: What a library frame holds (profilers/libraries.py), compared per frame.
 FRAME_MEASURES = ("syncs", "copies", "bytes")
-
-
-def _frame_value(frame: LibraryFrame | None, name: str) -> int:
-    if frame is None:
-        return 0
-    return {"syncs": frame.syncs, "copies": frame.copies, "bytes": frame.copy_bytes}[name]
 
 
 class _Paired:
@@ -167,18 +150,11 @@ class LineDiff(_Paired):
         )
 
     def frames(self) -> list[FrameDiff]:
-        """The library frames that made the line's copies and syncs, on either side, paired
-        (:func:`match_frames`)."""
+        """The line's library frames on either side, paired (:func:`match_frames`)."""
         return match_frames(
             self.before.library if self.before is not None else (),
             self.after.library if self.after is not None else (),
         )
-
-
-def _value(line: Counted | None, name: str, steps: int | None) -> float:
-    if line is None:
-        return 0.0
-    return measure(line, name) / (steps or 1)
 
 
 @dataclass(frozen=True)
@@ -203,9 +179,8 @@ class RunDiff:
 
     @property
     def after_first(self) -> bool:
-        """Whether the time figures compared are over the steps after the first: only where
-        both reports have them (an older report's are over its whole run, setup included;
-        the other is then read over its run too)."""
+        """Whether the time figures compared are over the steps after the first: only where both
+        reports have them (an older report's are over its whole run: the other is read so too)."""
         return all(r.time is None or "after_first" in r.time for r in (self.before, self.after))
 
     def run_time(self, side: str) -> dict[str, object] | None:
@@ -226,8 +201,10 @@ class RunDiff:
         counted: Counted | None = (
             report.totals if item is None else (item.before if side == "before" else item.after)
         )
+        if counted is None:
+            return 0.0
         by_step = self.per_step if per_step is None else per_step and self.per_step
-        return _value(counted, name, steps_of(report) if by_step else None)
+        return measure(counted, name) / ((steps_of(report) if by_step else None) or 1)
 
     def delta(self, item: LineDiff | None, name: str, per_step: bool | None = None) -> float:
         return self.value(item, "after", name, per_step) - self.value(
@@ -242,10 +219,12 @@ class RunDiff:
         return [*CORE, *extra]
 
     def frame_value(self, frame: LibraryFrame | None, side: str, name: str) -> float:
-        """A library frame's figure (one of FRAME_MEASURES) on one side, per step like the
-        lines' (:meth:`value`)."""
+        """A library frame's figure (of FRAME_MEASURES) on one side, per step as :meth:`value`."""
+        if frame is None:
+            return 0.0
         report = self.before if side == "before" else self.after
-        return _frame_value(frame, name) / ((steps_of(report) if self.per_step else None) or 1)
+        value = {"syncs": frame.syncs, "copies": frame.copies, "bytes": frame.copy_bytes}[name]
+        return value / ((steps_of(report) if self.per_step else None) or 1)
 
     def frame_delta(self, frame: FrameDiff, name: str) -> float:
         return self.frame_value(frame.after, "after", name) - self.frame_value(
@@ -253,8 +232,7 @@ class RunDiff:
         )
 
     def changed_frames(self, item: LineDiff) -> list[FrameDiff]:
-        """The line's library frames whose syncs, copies or bytes differ, most changed syncs
-        first."""
+        """The line's library frames whose figures differ, most changed syncs first."""
         frames = [f for f in item.frames() if any(self.frame_delta(f, n) for n in FRAME_MEASURES)]
         return sorted(frames, key=lambda f: [-abs(self.frame_delta(f, n)) for n in FRAME_MEASURES])
 
@@ -353,19 +331,15 @@ def _run(report: Report, path: str, after_first: bool) -> dict[str, object]:
 def _text(line: Line) -> str:
     """A line's code, as matching compares it: its comment and spacing left out (a fix that
     rewrites a comment is still the same line); ``#N`` when its source could not be read."""
-    code = _code(line.source)
+    code = line.source
+    if "#" in code:
+        try:
+            tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+        except (tokenize.TokenError, SyntaxError):
+            tokens = []  # half a statement (a line of a longer one): compared as it is
+        comments = [t for t in tokens if t.type == tokenize.COMMENT]
+        code = code[: comments[0].start[1]] if comments else code
     return " ".join(code.split()) or f"#{line.line}"
-
-
-def _code(source: str) -> str:
-    if "#" not in source:
-        return source
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-    except (tokenize.TokenError, SyntaxError):
-        return source  # half a statement (a line of a longer one): compared as it is
-    comments = [t for t in tokens if t.type == tokenize.COMMENT]
-    return source[: comments[0].start[1]] if comments else source
 
 
 def _pair(

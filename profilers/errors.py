@@ -18,9 +18,8 @@ class ProfilerError(Exception):
 
 
 class ProfileStateError(ProfilerError, RuntimeError):
-    """A profile used out of turn: entered twice, nested in another, read before it started, or
-    left on another thread. ``state`` says which (``"ran"``, ``"nested"``, ``"not_started"``,
-    ``"thread"``)."""
+    """A profile used out of turn; ``state`` says how: entered twice (``"ran"``), ``"nested"`` in
+    another, read before it started (``"not_started"``), or left on another ``"thread"``."""
 
     def __init__(self, message: str, state: str) -> None:
         super().__init__(message)
@@ -109,9 +108,8 @@ class InputNotFound(ProfilerError, ValueError):
 
 @dataclass(slots=True)
 class OpFailure:
-    """An op the profiler failed on (the op itself ran, untouched: only its copies and syncs
-    are missing): how many times, and the first error in one line. The report's
-    ``internal_errors[op]`` is ``{"count", "error"}``."""
+    """An op the profiler failed on (the op itself ran: only its copies and syncs are missing): how
+    many times, and the first error in one line (the report's ``internal_errors[op]``)."""
 
     count: int
     error: str

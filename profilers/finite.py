@@ -48,8 +48,7 @@ def iterable(v: object) -> Iterable[object]:
 
 
 def finite_or_null(value: object, where: list[str], path: str = "") -> object:
-    """``value`` with every float that is not finite replaced by None, its JSON Pointer added
-    to ``where``."""
+    """``value`` with each float that is not finite as None, its JSON Pointer added to ``where``."""
     if isinstance(value, float) and not math.isfinite(value):
         where.append(path)
         return None
@@ -73,9 +72,8 @@ def dumps_finite(doc: Mapping[str, object], indent: int | None = None) -> str:
 
 
 def restore_not_finite(doc: object, limit: int) -> str | None:
-    """Puts NaN back (in place) at each null that ``doc["not_finite"]`` lists; what is wrong
-    with the list in one line, or None. At most ``limit`` entries are read (a figure is listed
-    once: a document has no more than it has values)."""
+    """Puts NaN back (in place) at each null that ``doc["not_finite"]`` lists; what is wrong with
+    the list in one line, or None. It may list ``limit`` entries at most (one per value)."""
     if not isinstance(doc, dict) or NOT_FINITE not in doc:
         return None
     listed = doc.pop(NOT_FINITE)

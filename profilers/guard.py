@@ -3,10 +3,9 @@
     with profilers.no_syncs():              # or profilers.budget(syncs=0, h2d=0)
         train_step(model, batch)            # BudgetExceeded names each line that synced
 
-What ``torch.cuda.set_sync_debug_mode`` cannot do: it is one switch for the whole process, while a
-guard counts only its own thread, the threads that thread starts inside the block, and the
-backward passes it runs (autograd's device threads inherit the thread's dispatch modes). Two tests
-guarded on two threads never see each other's syncs.
+Unlike ``torch.cuda.set_sync_debug_mode`` (one switch per process), a guard counts only its own
+thread, the threads it starts in the block and its backward passes (autograd's device threads
+inherit the thread's dispatch modes): two tests guarded on two threads never see each other's.
 
 How: each guard is a recorder of its own with the profiler's dispatch mode on the guarded thread.
 What the mode cannot see is caught at its Python entry points by patches shared by every guard
@@ -113,10 +112,7 @@ class Guard(ContextDecorator):
                 frame = frame.f_back
             self.where = f"the block at {user.display(frame.f_code.co_filename)}:{frame.f_lineno}"
         self.recorder = Recorder(
-            user,
-            kernel_timing=False,
-            timeline_capacity=0,
-            is_pinned=self._is_pinned,
+            user, kernel_timing=False, timeline_capacity=0, is_pinned=self._is_pinned
         )
         self._result = None
         self.breaches = []

@@ -77,8 +77,7 @@ def _cmd(report: Report) -> str:
 
 
 def _merged_lines(by_rank: dict[int, Report], ranks: list[int]) -> list[Line]:
-    """Each line's counts summed over ``ranks``, with each rank's own counts kept in
-    ``by_rank``; the lines that cost most first."""
+    """Each line summed over ``ranks``, each rank's own counts in ``by_rank``; costliest first."""
     acc: dict[tuple[str, int], LineStats] = {}
     per_rank: dict[tuple[str, int], dict[str, dict[str, object]]] = {}
     for rank in ranks:

@@ -184,10 +184,7 @@ class RunOptions:
                 if isinstance(extra.get(name), kind):
                     values[name] = extra.pop(name)
             profile = Options(**{k: _frozen(v) for k, v in values.items()})
-        taken: dict[str, Any] = {}
-        for name in _TEXT:
-            if isinstance(extra.get(name), str):
-                taken[name] = extra.pop(name)
+        taken: dict[str, Any] = {n: extra.pop(n) for n in _TEXT if isinstance(extra.get(n), str)}
         merged = extra.get("merged_ranks")
         if isinstance(merged, int) and not isinstance(merged, bool):
             taken["merged_ranks"] = extra.pop("merged_ranks")

@@ -18,7 +18,7 @@ The origins (the recorder decides, at each copy only: profilers/counting/origins
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from profilers.finite import mapping, number
 
@@ -28,6 +28,8 @@ FACTORY = "factory"
 PINNED = "pinned"
 HOST = "host"
 ORIGINS = (PARAMETER, LOADER, FACTORY, PINNED, HOST)
+#: The counted fields of a copy's record, here and in ``stats.Copies``.
+COUNTED = ("count", "bytes", "pageable", "non_blocking")
 
 
 @dataclass(slots=True)
@@ -64,9 +66,7 @@ class OriginCount:
             self.made_at, self.op = other.made_at, other.op
 
     def copy(self) -> OriginCount:
-        return OriginCount(
-            self.count, self.bytes, self.pageable, self.non_blocking, self.made_at, self.op
-        )
+        return replace(self)
 
     def to_dict(self) -> dict[str, object]:
         d: dict[str, object] = {
@@ -82,18 +82,9 @@ class OriginCount:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, object]) -> OriginCount:
-        made, op = d.get("made_at"), d.get("op")
-        n, nbytes, pageable, nb = (
-            int(number(d[k])) for k in ("count", "bytes", "pageable", "non_blocking")
-        )
-        return cls(
-            n,
-            nbytes,
-            pageable,
-            nb,
-            None if made is None else str(made),
-            None if op is None else str(op),
-        )
+        n, nbytes, pageable, nb = (int(number(d[k])) for k in COUNTED)
+        made, op = (None if d.get(k) is None else str(d[k]) for k in ("made_at", "op"))
+        return cls(n, nbytes, pageable, nb, made, op)
 
 
 def merge_origins(into: dict[str, OriginCount], other: dict[str, OriginCount]) -> None:
@@ -150,8 +141,7 @@ def loader_from(d: object) -> Loader | None:
 
 
 def merge_loader(a: Loader | None, b: Loader | None) -> Loader | None:
-    """Two records of one line's loader (two threads, two ranks): the settings of either, the
-    iterators, batches and waits summed."""
+    """One line's loader twice (two threads, two ranks): either's settings, the counts summed."""
     if a is None or b is None:
         either = a if a is not None else b
         return dict(either) if either else None

@@ -1,15 +1,14 @@
 """The report's records: frozen, built once when a report is made (or read), never updated.
 
-The profiler counts into accumulators (``_stats.LineStats``, mutable, with caches of its own);
-a :class:`~profilers.report.Report` holds these records instead, so what a renderer reads cannot
-change under it, and a record read back from JSON is whole: ops beyond a line's top ones are kept
-as one ``(other ops)`` entry, so its counts and times still add up.
+The profiler counts into mutable accumulators (``stats.LineStats``); a report holds these records
+instead, so what a renderer reads cannot change under it. Read back from JSON, the ops beyond a
+line's top ones are one ``(other ops)`` entry, so its counts and times still add up.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from profilers.finite import iterable, mapping, number
@@ -58,14 +57,7 @@ def _counted(d: Mapping[str, object]) -> dict[str, Any]:
 
 def _copied(c: Counters) -> dict[str, Any]:
     return {
-        **{
-            way: Copies(
-                **c.copies(way).counts(),
-                time_ms=c.copies(way).time_ms,
-                unknown_bytes=c.copies(way).unknown_bytes,
-            )
-            for way in DIRECTIONS
-        },
+        **{way: replace(c.copies(way)) for way in DIRECTIONS},
         "syncs": Syncs(c.syncs.count, dict(c.syncs.by_cause)),
         "comm": c.comm.copy(),
         "kernel_time_ms": c.kernel_time_ms,

@@ -15,15 +15,7 @@ from typing import Any, TypedDict, TypeVar
 from profilers.finite import NOT_FINITE, dumps_finite, iterable, mapping, number, restore_not_finite
 from profilers.options import RunOptions
 from profilers.records import Line, Totals
-from profilers.sections import (
-    Compiled,
-    MemoryView,
-    Predicted,
-    Section,
-    Timeline,
-    TimeView,
-    WhatIf,
-)
+from profilers.sections import Compiled, MemoryView, Predicted, Section, Timeline, TimeView, WhatIf
 from profilers.stats import Counters
 from profilers.text import printable
 
@@ -58,9 +50,8 @@ class ReportFormatError(ValueError):
 
 @dataclass(frozen=True)
 class Report:
-    """One profiled run. Everything a renderer needs; nothing that needs torch. Frozen: built
-    once (``Profiler.report``), finished once (gpuwatch/profile/finish.py), then only read;
-    :meth:`replace` makes a changed copy."""
+    """One profiled run, all a renderer needs and no torch. Frozen: built once, finished once
+    (gpuwatch/profile/finish.py), then only read; :meth:`replace` makes a changed copy."""
 
     command: list[str] = field(default_factory=list)
     exit_code: int = 0

@@ -48,9 +48,8 @@ _EVENT_KEYS = ("t", "direction", "bytes", "sync", "site", "pageable", "non_block
 
 
 def explain_escaped(exc: BaseException) -> None:
-    """The running profile explains ``exc``, an error of the script's that no op raised (see
-    ``profilers.memory.failure.escaped``), for runners that catch the script's errors inside
-    the profile, as the CLI's does."""
+    """The running profile explains ``exc``, a script's error that no op raised, for runners that
+    catch the script's errors inside the profile (as the CLI's does)."""
     recorder = registry.ACTIVE
     if recorder is not None:
         escaped(exc, recorder)
@@ -205,10 +204,6 @@ class Profile:
 
     # -- results --------------------------------------------------------------------------------
 
-    def _steps_seen(self, recorder: Recorder) -> dict[str, object] | None:
-        seen = recorder.steps_seen()
-        return seen if self._window is None else window_steps(self._window, seen)
-
     def _recorder_now(self, resolve: bool = False) -> Recorder:
         """The recorder, with the GPU times ready so far read (``resolve``, never waiting)."""
         recorder = self._recorder
@@ -228,11 +223,10 @@ class Profile:
         devices, the ``top`` busiest lines (no timeline); cheap, never waits for the GPU."""
         recorder = self._recorder_now(resolve=True)
         lines = recorder.merged_lines()
-        totals = totals_of(lines)
         lines.sort(key=_BUSIEST, reverse=True)
         return {
             "elapsed_s": round(time.perf_counter() - self._started, 3),
-            "totals": totals.counters_dict(),
+            "totals": totals_of(lines).counters_dict(),
             "devices": describe_devices(recorder.devices, recorder.memory),
             "lines": [Line.of(s).to_dict(top_ops=3) for s in lines[:top]],
             "line_count": len(lines),
@@ -258,6 +252,7 @@ class Profile:
         devices = describe_devices(recorder.devices, recorder.memory)
         now = self._ended_ns if self._ended_ns is not None else time.perf_counter_ns()
         time_view, predicted, what_if = sections(recorder.step_clock, now, self._log, lines)
+        seen = recorder.steps_seen()
         return Report(
             command=list(command),
             exit_code=exit_code,
@@ -285,7 +280,7 @@ class Profile:
                 op: {"count": e.count, "error": e.error}
                 for op, e in list(recorder.internal_errors.items())
             },
-            steps=self._steps_seen(recorder),
+            steps=seen if self._window is None else window_steps(self._window, seen),
             gpu_fallback=self._gpu_questions.fallback(devices)
             if self._gpu_questions is not None
             else None,

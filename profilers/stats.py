@@ -9,7 +9,7 @@ from typing import Protocol
 from profilers.finite import mapping, number
 from profilers.libraries import LibraryFrame, merge_frames
 from profilers.names import CAUSES, DIRECTIONS
-from profilers.origins import Loader, OriginCount, merge_loader, merge_origins
+from profilers.origins import COUNTED, Loader, OriginCount, merge_loader, merge_origins
 
 
 @dataclass(slots=True)
@@ -62,18 +62,15 @@ class Copies:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, object]) -> Copies:
-        n, nbytes, pageable, nb = (
-            int(number(d[k])) for k in ("count", "bytes", "pageable", "non_blocking")
-        )
+        n, nbytes, pageable, nb = (int(number(d[k])) for k in COUNTED)
         time_ms = float(number(d.get("time_ms", 0.0)))
         return cls(n, nbytes, pageable, nb, time_ms, int(number(d.get("unknown_bytes", 0))))
 
 
 @dataclass(slots=True)
 class OpCount:
-    """One op's entry at a line: how many ran and their kernel time, added to in place (the hot
-    path counts, the host clock or the CUDA timer adds the time). The report's ``top_ops`` has it
-    as ``{"op", "count", "kernel_time_ms"}``; its frozen copy is ``records.OpTotal``."""
+    """One op's entry at a line: how many ran and their kernel time, added to in place. The report's
+    ``top_ops`` has it as ``{"op", "count", "kernel_time_ms"}``; frozen: ``records.OpTotal``."""
 
     count: int = 0
     ms: float = 0.0
@@ -115,18 +112,9 @@ class Syncs:
         return cls(int(number(d["count"])), by_cause)
 
 
-COMM_OPS = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "broadcast",
-    "reduce",
-    "all_to_all",
-    "gather",
-    "scatter",
-    "send",
-    "recv",
-    "barrier",
+COMM_OPS = tuple(
+    "all_reduce all_gather reduce_scatter broadcast reduce all_to_all gather scatter send recv "
+    "barrier".split()
 )
 """The collectives counted, as the report names them (``comm.by_op``)."""
 

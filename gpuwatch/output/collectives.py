@@ -32,8 +32,7 @@ def rank_line(r: Report) -> str | None:
 
 
 def _per_op_rows(r: Report) -> list[tuple[str, str, str]]:
-    c = r.totals.comm
-    return [(op, f"{e.count:,}", fmt.size(e.bytes)) for op, e in c.by_op.items()]
+    return [(op, f"{e.count:,}", fmt.size(e.bytes)) for op, e in r.totals.comm.by_op.items()]
 
 
 def _by_comm_bytes(r: Report, top: int) -> list[tuple[Line, str]]:
@@ -88,8 +87,7 @@ def comm_text(r: Report, top: int) -> list[RenderableType]:
 
 
 def spread_text(found: Sequence[Spread], top: int) -> list[RenderableType]:
-    """Per line, the slowest rank and how far behind the median rank it is (``found``: the
-    findings' spreads, slowest first)."""
+    """Per line, the slowest rank and how far behind the median it is (``found``: slowest first)."""
     found = found[:top]
     if not found:
         return []
@@ -126,8 +124,7 @@ def _e(x: object) -> str:
 
 
 def comm_html(r: Report, spread: Sequence[Spread]) -> str:
-    """The HTML's collectives and rank-spread tables ('' when there are none; ``spread``: the
-    findings' spreads, slowest first)."""
+    """The HTML's collectives and rank-spread tables ('' when there are none)."""
     out = []
     c = r.totals.comm
     if c.count or c.wait_ms:

@@ -11,24 +11,18 @@ SHOWN_REASONS = 3
 
 
 def compiled_lines(r: Report) -> list[str]:
-    """One line: the compiled code ran eager under a dispatch mode (and why); or what dynamo
-    compiled and where its graphs broke (lines, and reasons in dynamo's own words), then the
-    graphs inductor ran without the CUDA graphs asked for, and the functions it recompiled;
-    none where nothing was compiled."""
+    """The compiled code ran eager under a dispatch mode (and why); or what dynamo compiled, where
+    its graphs broke, the graphs run without the CUDA graphs asked for, and the recompiles."""
     c = r.compiled
     if not c:
         return []
     under = c.get("ran_eager")
     if under:
-        fix = (
-            "no simulated GPU runs it compiled"
-            if "fake-cuda" in str(under)
-            else "--no-kernel-timing runs it compiled"
-        )
+        fix = "no simulated GPU" if "fake-cuda" in str(under) else "--no-kernel-timing"
         return [
             f"torch.compile ran eager: dynamo compiled no graph under {under} (it skips every "
-            "frame while a dispatch mode is on), so these counts are of the eager code; "
-            f"{fix}"
+            f"frame while a dispatch mode is on), so these counts are of the eager code; {fix} "
+            "runs it compiled"
         ]
     graphs = int(c.get("graphs", 0))
     line = f"torch.compile: dynamo compiled {_n(graphs, 'graph')}"
@@ -38,11 +32,7 @@ def compiled_lines(r: Report) -> list[str]:
     if breaks:
         total = sum(int(b["count"]) for b in breaks)
         named = "; ".join(f"{b['reason']} (x{int(b['count'])})" for b in breaks[:SHOWN_REASONS])
-        more = (
-            f"; {len(breaks) - SHOWN_REASONS} more in the JSON"
-            if len(breaks) > SHOWN_REASONS
-            else ""
-        )
+        more = _more(len(breaks))
         at = ", ".join(f"{b['file']}:{b['line']}" for b in c.get("graph_break_lines") or [])
         line += f", {_n(total, 'graph break')}{f' (at {at})' if at else ''}: {named}{more}"
     out = [line]
@@ -62,13 +52,13 @@ def compiled_lines(r: Report) -> list[str]:
                 f"{r['file']}:{r['line']} {r['function']} ({int(r['compiles'])} versions)"
                 for r in recompiled[:SHOWN_REASONS]
             )
-            + (
-                f"; {len(recompiled) - SHOWN_REASONS} more in the JSON"
-                if len(recompiled) > SHOWN_REASONS
-                else ""
-            )
+            + _more(len(recompiled))
         )
     return out
+
+
+def _more(count: int) -> str:
+    return f"; {count - SHOWN_REASONS} more in the JSON" if count > SHOWN_REASONS else ""
 
 
 def _n(count: int, noun: str) -> str:

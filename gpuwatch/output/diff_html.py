@@ -5,20 +5,7 @@ from __future__ import annotations
 
 import html
 
-from gpuwatch.output.diff_text import (
-    ALWAYS,
-    FRAME_COLUMNS,
-    STATUS,
-    TOTAL_ROWS,
-    amount,
-    columns,
-    frame_rows,
-    frame_words,
-    quiet_lines,
-    signed,
-    status_word,
-    where,
-)
+from gpuwatch.output import diff_text
 from profilers.diff import LineDiff, RunDiff
 from profilers.finite import dumps_finite
 
@@ -34,9 +21,9 @@ code{font:12px ui-monospace,monospace}.was{color:#888;font-size:12px}
 
 def _cell(name: str, before: float, after: float) -> str:
     if before == after:
-        return f'<td class="n same">{html.escape(amount(name, before))}</td>'
+        return f'<td class="n same">{html.escape(diff_text.amount(name, before))}</td>'
     cls = "down" if after < before else "up"
-    text = f"{amount(name, before)} → {amount(name, after)}"
+    text = f"{diff_text.amount(name, before)} → {diff_text.amount(name, after)}"
     return f'<td class="n {cls}">{html.escape(text)}</td>'
 
 
@@ -52,8 +39,9 @@ def _line_row(diff: RunDiff, d: LineDiff, shown: list[tuple[str, str]]) -> str:
         for _, name in shown
     )
     return (
-        f'<tr class="{STATUS.get(d.status, "")}"><td>{html.escape(status_word(d))}</td>'
-        f"<td><code>{html.escape(where(d))}</code></td>{cells}"
+        f'<tr class="{diff_text.STATUS.get(d.status, "")}">'
+        f"<td>{html.escape(diff_text.status_word(d))}</td>"
+        f"<td><code>{html.escape(diff_text.where(d))}</code></td>{cells}"
         f"<td>{html.escape(line.function)}: <code>{html.escape(line.source)}</code>{was}</td></tr>"
         f"{_frame_rows(diff, d, shown)}"
     )
@@ -61,16 +49,16 @@ def _line_row(diff: RunDiff, d: LineDiff, shown: list[tuple[str, str]]) -> str:
 
 def _frame_rows(diff: RunDiff, d: LineDiff, shown: list[tuple[str, str]]) -> str:
     """Rows under a line: each library frame whose copies or syncs changed."""
-    frames, more = frame_rows(diff, d)
+    frames, more = diff_text.frame_rows(diff, d)
     rows = [
         '<tr class="frame"><td></td><td></td>'
         + "".join(
             _cell(name, diff.frame_value(f.before, "before", name),
                   diff.frame_value(f.after, "after", name))
-            if name in FRAME_COLUMNS else "<td></td>"
+            if name in diff_text.FRAME_COLUMNS else "<td></td>"
             for _, name in shown
         )
-        + f'<td class="was">{html.escape(frame_words(f))}</td></tr>'
+        + f'<td class="was">{html.escape(diff_text.frame_words(f))}</td></tr>'
         for f in frames
     ]  # fmt: skip
     if more:
@@ -95,23 +83,23 @@ def render_html(diff: RunDiff, paths: tuple[str, str] = ("", "")) -> str:
         )
     )
     totals = []
-    for name, label in TOTAL_ROWS:
+    for name, label in diff_text.TOTAL_ROWS:
         b, a = diff.value(None, "before", name), diff.value(None, "after", name)
-        if name in ALWAYS or b or a:
+        if name in diff_text.ALWAYS or b or a:
             cls = "down" if a < b else "up" if a > b else "same"
             totals.append(
                 f"<tr><td>{html.escape(label.strip())}</td>"
-                f'<td class="n">{html.escape(amount(name, b))}</td>'
-                f'<td class="n">{html.escape(amount(name, a))}</td>'
-                f'<td class="n {cls}">{html.escape(signed(name, a - b))}</td></tr>'
+                f'<td class="n">{html.escape(diff_text.amount(name, b))}</td>'
+                f'<td class="n">{html.escape(diff_text.amount(name, a))}</td>'
+                f'<td class="n {cls}">{html.escape(diff_text.signed(name, a - b))}</td></tr>'
             )
     changed = diff.changed()
-    shown = columns(diff)
+    shown = diff_text.columns(diff)
     heads = "".join(f"<th>{h}</th>" for h, _ in shown)
     rows = "".join(_line_row(diff, d, shown) for d in changed) or (
         '<tr><td colspan="8">No line\'s copies, syncs or collectives changed.</td></tr>'
     )
-    rest = quiet_lines(diff, changed)
+    rest = diff_text.quiet_lines(diff, changed)
     # NB: "</" would end the script element early; JSON allows "<\/".
     data = dumps_finite(diff.to_dict(*paths)).replace("</", "<\\/")  # JSON.parse: no NaN
     return (

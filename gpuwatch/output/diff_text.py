@@ -17,23 +17,14 @@ from gpuwatch.output.whatif import span_ms
 from profilers.budgets import fmt as count
 from profilers.diff import FrameDiff, LineDiff, RunDiff
 from profilers.finite import number
+from profilers.names import CAUSES
 from profilers.report import Report
 
 #: Total rows: (measure, label); a row shows when either run has any of it (syncs, copies and
 #: bytes always do).
 TOTAL_ROWS = (
     ("syncs", "syncs"),
-    *[
-        (f"syncs.{c}", f"  {c}")
-        for c in (
-            "item",
-            "copy_to_host",
-            "copy_to_device",
-            "data_dependent_shape",
-            "synchronize",
-            "other",
-        )
-    ],  # fmt: skip
+    *[(f"syncs.{c}", f"  {c}") for c in CAUSES],
     ("copies", "copies"),
     ("bytes", "bytes copied"),
     ("h2d", "  host→GPU"),
@@ -67,8 +58,7 @@ FRAME_COLUMNS = {"syncs": "syncs", "copies": "copies", "bytes": "bytes"}
 
 
 def columns(diff: RunDiff) -> list[tuple[str, str]]:
-    """The line columns worth a column: collectives and kernel time only where either run has
-    them (a --fake-cuda run measures no kernel time)."""
+    """The line columns worth showing: collectives and kernel time only where a run has them."""
     runs = (diff.before.totals, diff.after.totals)
     keep = {
         "comm": any(t.comm.count for t in runs),
@@ -153,8 +143,7 @@ def source(d: LineDiff) -> Text:
 
 
 def frame_rows(diff: RunDiff, d: LineDiff) -> tuple[list[FrameDiff], int]:
-    """The changed library frames shown under a line (at most FRAMES_SHOWN) and how many more
-    changed."""
+    """The changed library frames shown under a line (at most FRAMES_SHOWN), and how many more."""
     frames = diff.changed_frames(d)
     return frames[:FRAMES_SHOWN], max(0, len(frames) - FRAMES_SHOWN)
 

@@ -2,11 +2,6 @@
 gpuwatch/monitor/gpu_timeline.py on the profile's clock) joined with the time view's steps
 (``report.time``). Pure: no NVML, no torch.
 
-How a step's joules are had: the counter (mJ since the driver loaded) is known at the moments
-it was seen to move; between two such moments it is taken to rise at a steady rate (linear
-interpolation), so a step's energy is the interpolated counter at its end less that at its
-start, summed over the GPUs the script used.
-
 NB: accuracy. Linear interpolation cannot place the power within one of the counter's
 intervals, so each end of a step is uncertain by at most the energy of the interval it falls in
 (the counter only rises): ``uncertainty_j``. A step shorter than the counter's update interval
@@ -39,8 +34,8 @@ Point = tuple[float, int]
 
 
 class Counter:
-    """One GPU's counter, interpolated between its changes (a reset, when the driver reloads,
-    starts a new segment: no interval spans it)."""
+    """One GPU's counter (mJ since the driver loaded), taken to rise at a steady rate between its
+    changes (a reset, when the driver reloads, starts a new segment: no interval spans it)."""
 
     def __init__(self, points: Sequence[Point]) -> None:
         self.segments: list[tuple[list[float], list[int]]] = []
@@ -65,9 +60,8 @@ class Counter:
         return e0 + (e1 - e0) * (t_ms - t0) / (t1 - t0), float(e1 - e0), i
 
     def joules(self, a_ms: float, b_ms: float) -> tuple[float, float] | None:
-        """(J between ``a_ms`` and ``b_ms``, its uncertainty in J), None where the counter's
-        changes do not cover both ends in one segment. Both ends in one interval: that
-        interval's energy bounds the error; in two: the sum of theirs."""
+        """(J between ``a_ms`` and ``b_ms``, its uncertainty: the energy of the interval each end
+        is in, once for one), None where the changes do not cover both ends in one segment."""
         for seg in self.segments:
             ts = seg[0]
             if ts[0] <= a_ms <= b_ms <= ts[-1]:
@@ -208,9 +202,8 @@ def points_from_rows(rows: Iterable[Mapping[str, Any]]) -> dict[int, list[Point]
 def rows_energy(
     rows: Iterable[Mapping[str, Any]], gpus: Iterable[int], a_ms: float, b_ms: float
 ) -> tuple[float, bool] | None:
-    """(J on ``gpus`` between ``a_ms`` and ``b_ms`` from sample rows, whether the span is
-    shorter than the samples' own gap: then the mean power around it times its length), None
-    where the rows do not cover it or a GPU has no counter."""
+    """(J on ``gpus`` between ``a_ms`` and ``b_ms`` from sample rows, whether the span is shorter
+    than their gap: the mean power times its length), None where rows or a counter miss it."""
     points = points_from_rows(rows)
     total, short = 0.0, False
     for gpu in gpus:
@@ -225,8 +218,7 @@ def rows_energy(
 
 
 def rows_read_interval_ms(rows: Sequence[Mapping[str, Any]]) -> float:
-    """How often GPU sample rows were taken (the ``--live`` view's: at the stats' interval),
-    ms: the median gap between their times."""
+    """How often GPU sample rows were taken (the median gap between their times), ms."""
     ts = sorted({float(r["t"]) for r in rows})
     gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
     return round(statistics.median(gaps) * 1000, 3) if gaps else 0.0

@@ -93,14 +93,7 @@ def _plain(obj: DataclassInstance) -> dict[str, object]:
 def _typed(cls: type[D], d: Mapping[str, object]) -> D:
     """:func:`_plain` back; fields a newer writer added that ``cls`` lacks are left out."""
     known = {f.name for f in fields(cls)}
-    return cls(
-        **{
-            k: Line.from_dict(v)
-            if k == "line" and isinstance(v, dict)
-            else tuple(v)
-            if isinstance(v, list)
-            else v
-            for k, v in d.items()
-            if k in known
-        }
-    )
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in known}
+    if isinstance(line := values.get("line"), dict):
+        values["line"] = Line.from_dict(line)
+    return cls(**values)

@@ -2,12 +2,7 @@
 
 Pure functions of a :class:`profilers.Report`, and of what its JSON keeps: the same report
 always gives the same hints, so ``gpuwatch report run.json`` prints what the run printed.
-
-One hint per cause per line. The fix a copy needs follows from where its tensor came from (the
-line's ``origins``), never from the ops the line happened to run, and a line that copied or
-synced in one step only (``model.to(device)``) is never "in a loop". Hints are ranked by what
-their fix saves: the what-if's replayed saving where there is one, else the line's cost (the
-most a fix there can save).
+What each hint says and how they are ranked: docs/profile.md, "Hints".
 """
 
 from __future__ import annotations
@@ -70,9 +65,7 @@ class Hint:
 @dataclass(frozen=True)
 class Kind:
     """One kind of hint: the causes of the step's time its fix removes (its cost at its line),
-    the what-if whose replay states its saving (profilers' ``HINT_WHATIFS``, the one map), and
-    its words and evidence, ``str.format`` templates of the fields each hint is made with (a
-    library knob's words are its :class:`~gpuwatch.output.library_hints.Knob`'s advice)."""
+    and its words and evidence, ``str.format`` templates of the fields each hint is made with."""
 
     name: str
     causes: tuple[str, ...] = ()
@@ -160,8 +153,7 @@ for _name in (*_COPY_KINDS.split(), "blocking_h2d", "created_on_cpu", "pinned_no
 
 
 def hints(report: Report) -> list[Hint]:
-    """Every hint for every line, the largest saving first (then syncs, then bytes);
-    neighbouring lines with the same advice merged into one."""
+    """Every hint for every line, the largest saving first; neighbours alike merged."""
     steps = int(report.steps["count"]) if report.steps else 0
     out: list[Hint] = []
     runs = factory_runs(report)
@@ -285,9 +277,8 @@ def how_often(active: int, steps: int) -> str:
 
 
 def in_steps(s: Line, steps: int, ranks: int = 1) -> str:
-    """The line's figures per step, over the steps in which it copied or synced only:
-    ``"1 sync per step"``, ``"2 copies per step, in 5 of 50 steps"``; per rank for a line
-    of ``ranks`` merged ranks (its counts are theirs summed)."""
+    """The line's figures per step, over the steps it copied or synced in only: ``"1 sync per
+    step"``, ``"2 copies per step, in 5 of 50 steps"``; per rank for ``ranks`` merged ranks."""
     ran = s.steps_active if 0 < s.steps_active < steps else steps
     each = per_step(s, ran * ranks) + (" per rank" if ranks > 1 else "")
     return each + (f", in {ran:,} of {steps:,} steps" if ran < steps else "")
@@ -618,9 +609,8 @@ def causes_text(causes: dict[str, int]) -> str:
 
 
 def _time_hints(r: Report) -> list[Hint]:
-    """The loader's hint at each line whose input wait is a share of the step worth one, and
-    where the GPU waits for launches (launch-bound, on a GPU measured or predicted), the launch
-    hint at each line whose launches are."""
+    """The loader's hint at each line whose input wait is a share of the step worth one, and on a
+    launch-bound GPU (measured or predicted) the launch hint at each line whose launches are."""
     t = r.time
     if not t:
         return _host_waits(r)
@@ -649,18 +639,16 @@ def _time_hints(r: Report) -> list[Hint]:
         ):
             out.append(loader_hint(line, lines))
         launch_pct = causes.get("launch", (0.0, 0.0))[1]
-        if on_gpu and run.get("verdict") == "launch-bound" and launch_pct >= TIME_SHARE_PCT:
-            if _launches_from_python(line):
-                out.append(
-                    LAUNCH_BOUND(line, knob=compile_knob(line), eager=_ran_eager(r), ops=line.ops)
-                )
+        launched = on_gpu and run.get("verdict") == "launch-bound" and _launches_from_python(line)
+        if launched and launch_pct >= TIME_SHARE_PCT:
+            knob, eager = compile_knob(line), _ran_eager(r)
+            out.append(LAUNCH_BOUND(line, knob=knob, eager=eager, ops=line.ops))
     return out
 
 
 def _host_waits(r: Report) -> list[Hint]:
-    """With no time view (``--fake-cuda`` without ``--gpu``: the host's time there is mostly
-    the fake GPU's), the loader's hint all the same where the host's wait for its batches,
-    measured at the line (no GPU in it), is most of the run's time."""
+    """With no time view (``--fake-cuda`` without ``--gpu``: the host's time is the fake GPU's), the
+    loader's hint where the host's wait for its batches (no GPU in it) is most of the run's time."""
     wall = r.duration_s * 1000.0 * len(r.ranks or [0])  # a merged report's waits are summed
     lines = {f"{s.file}:{s.line}": s for s in r.lines}
     steps = int(r.steps["count"]) if r.steps else 0
@@ -700,9 +688,8 @@ _BACKWARD = re.compile(r"\.backward\(|\bautograd\.(backward|grad)\(")
 
 
 def _launches_from_python(line: Line) -> bool:
-    """Whether the line's launches come from Python ops: not a backward's (autograd's engine
-    launches them in C++), nor a line whose ops are its copies (a pageable copy's wait is no
-    launch that torch.compile or CUDA graphs remove)."""
+    """Whether the line's launches come from Python ops: not a backward's (autograd launches them
+    in C++), nor a line whose ops are its copies (a copy's wait is no launch to compile away)."""
     return not _BACKWARD.search(line.source) and line.ops > copies_of(line)
 
 
@@ -717,9 +704,8 @@ def compile_knob(line: Line) -> str:
 
 
 def _ran_eager(r: Report) -> str:
-    """Where the script's torch.compile'd code ran eager under the profile (``--fake-cuda``, or
-    the dispatch mode of kernel timing): the launches counted are eager's, and a script that
-    compiles already was told to compile (a ``mode="reduce-overhead"`` model included)."""
+    """Where the script's torch.compile'd code ran eager under the profile: the launches counted
+    are eager's, and a script that compiles already was told to compile (reduce-overhead too)."""
     under = r.compiled.ran_eager if r.compiled is not None else None
     if not under:
         return ""

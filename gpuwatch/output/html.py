@@ -206,8 +206,7 @@ def kernel_measured(r: Report) -> bool:
 
 
 def _time_text(r: Report, f: Findings) -> str:
-    """The summary's first lines (the verdict per step, step 0, the costliest line), above the
-    stacked bars."""
+    """The summary's first lines (the verdict, step 0, the costliest line), above the bars."""
     lines = time_lines(r, f.line_costs)
     if not lines:
         return ""
@@ -236,8 +235,7 @@ def render_html(report: Report, findings: Findings) -> str:
     with plotly.js itself (the file opens offline), with the report's ``findings``."""
     from plotly.offline import get_plotlyjs
 
-    r = report
-    figures = charts(r)
+    figures = charts(report)
     places = {
         name: f'<div id="fig-{name}"></div>' if fig is not None else f"<p class=empty>{_e(why)}</p>"
         for name, (fig, why) in figures.items()
@@ -251,11 +249,11 @@ def render_html(report: Report, findings: Findings) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>gpuwatch profile: {_e(" ".join(r.command) or "run")}</title>
+<title>gpuwatch profile: {_e(" ".join(report.command) or "run")}</title>
 <style>{PAGE_CSS}{RULES}</style>
 <script>{get_plotlyjs()}</script>
 </head><body>
-{_body(r, places, findings)}
+{_body(report, places, findings)}
 <script>
 {plots}</script>
 </body></html>
@@ -266,8 +264,7 @@ def render_fragment(report: Report, findings: Findings) -> tuple[str, list[tuple
     """The report for a notebook: the page's sections as one element with its own scoped style
     and no plotly.js (a few KiB, not 4.8 MB), and the figures, which the notebook shows through
     plotly's own renderer; each chart's place says where it went."""
-    r = report
-    figures = charts(r)
+    figures = charts(report)
     places = {
         name: f"<p class=empty>{_e(why if fig is None else 'The chart ' + title + ' is below.')}</p>"
         for name, (fig, why) in figures.items()
@@ -275,7 +272,7 @@ def render_fragment(report: Report, findings: Findings) -> tuple[str, list[tuple
     }
     page = (
         f"<div class=gpuwatch-report><style>{scoped_css('.gpuwatch-report')}</style>\n"
-        f"{_body(r, places, findings)}\n</div>"
+        f"{_body(report, places, findings)}\n</div>"
     )
     return page, [(name, fig) for name, (fig, _) in figures.items() if fig is not None]
 

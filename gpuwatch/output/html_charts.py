@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 COLORS = {"h2d": "#1f77b4", "d2h": "#d62728", "d2d": "#2ca02c", "p2p": "#9467bd", "sync": "#ff7f0e"}
 TOP = 15
+MARGIN = {"l": 10, "r": 10, "t": 40, "b": 40}
 
 
 def _p(text: object) -> str:
@@ -61,7 +62,7 @@ def _bytes_per_line(r: Report) -> Figure:
         # on a linear axis; on this one each line that moved a byte shows.
         xaxis={"type": "log", "title": {"text": "bytes"}},
         height=max(260, 40 + 28 * len(lines)),
-        margin={"l": 10, "r": 10, "t": 40, "b": 40},
+        margin=MARGIN,
         yaxis={"automargin": True},
     )
     return fig
@@ -114,7 +115,7 @@ def _timeline(r: Report) -> Figure:
     fig.update_yaxes(type="log", title_text="bytes (syncs at 1)", row=1, col=1)
     if not gpus:
         fig.update_xaxes(title_text="seconds since start", row=1, col=1)
-        fig.update_layout(height=360, margin={"l": 10, "r": 10, "t": 40, "b": 40})
+        fig.update_layout(height=360, margin=MARGIN)
         return fig
     for gpu in gpus:
         pts = [s for s in r.gpu_samples if s["gpu"] == gpu]
@@ -141,7 +142,7 @@ def _timeline(r: Report) -> Figure:
     fig.update_yaxes(title_text="util %", range=[0, 100], row=2, col=1, secondary_y=False)
     fig.update_yaxes(title_text="PCIe MB/s", row=2, col=1, secondary_y=True)
     fig.update_xaxes(title_text="seconds since start", row=2, col=1)
-    fig.update_layout(height=560, margin={"l": 10, "r": 10, "t": 40, "b": 40})
+    fig.update_layout(height=560, margin=MARGIN)
     return fig
 
 
@@ -172,7 +173,7 @@ def _kernel_time(r: Report) -> Figure:
         "line holds the whole backward",
         xaxis_title="ms",
         height=max(260, 60 + 28 * len(lines)),
-        margin={"l": 10, "r": 10, "t": 40, "b": 40},
+        margin=MARGIN,
         yaxis={"automargin": True},
         showlegend=False,
     )
@@ -186,18 +187,12 @@ def _syncs(r: Report) -> Figure:
     fig = go.Figure(
         go.Bar(x=[c for c, _ in causes], y=[n for _, n in causes], marker_color=COLORS["sync"])
     )
-    fig.update_layout(
-        title="Syncs by cause",
-        yaxis_title="count",
-        height=320,
-        margin={"l": 10, "r": 10, "t": 40, "b": 40},
-    )
+    fig.update_layout(title="Syncs by cause", yaxis_title="count", height=320, margin=MARGIN)
     return fig
 
 
 def charts(r: Report) -> dict[str, tuple[Figure | None, str]]:
-    """Each chart's figure, or the sentence that stands in for a chart with nothing to draw
-    (empty axes read like a broken page)."""
+    """Each chart's figure, or the sentence in place of an empty one (empty axes look broken)."""
     return {
         "timeline": (
             _timeline(r) if r.timeline.get("events") or r.gpu_samples else None,

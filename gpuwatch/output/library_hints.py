@@ -95,15 +95,12 @@ def _pin_and_overlap(f: Frame) -> str:
 
 
 def _lightning_transfer(f: Frame) -> str:
-    pinned = (
-        f"{f.pageable:,} of the {f.copies:,} copies came from pageable memory: "
-        if f.pageable
-        else ""
-    )
+    pinned = f"{f.pageable:,} of the {f.copies:,} copies came from pageable memory: "
     return (
         "Lightning copies each batch to the GPU here (transfer_batch_to_device, "
-        f"non_blocking=True); {pinned}build your DataLoaders with pin_memory=True, so the "
-        "copy overlaps the step, and num_workers=N, so batches are loaded beside it"
+        f"non_blocking=True); {pinned if f.pageable else ''}build your DataLoaders with "
+        "pin_memory=True, so the copy overlaps the step, and num_workers=N, so batches are loaded "
+        "beside it"
     )
 
 
@@ -232,20 +229,13 @@ KNOBS: dict[str, Knob] = _table(
 
 
 def library_frames(report: Report) -> list[Frame]:
-    """Every library frame of the report, summed over the user's lines that reached it, most
-    syncs first."""
+    """Every library frame, summed over the user's lines that reached it, most syncs first."""
     found: dict[tuple[str, int], list[Frame]] = {}
     for s in report.lines:
         for lf in s.library:
             found.setdefault(lf.key, []).append(_frame(lf, s))
     merged = [_merge(frames) for frames in found.values()]
     return sorted(merged, key=lambda f: (-f.syncs, -f.copies, f.file, f.line))
-
-
-def lib_lines(report: Report) -> list[Frame]:
-    """Under ``--lib-lines`` the lines are the library frames themselves: each line as a
-    frame (only a known one gets a hint: a user's file and a library's look alike here)."""
-    return [_frame(s, s) for s in report.lines]
 
 
 def _frame(at: LibraryFrame | Line, s: Line) -> Frame:
@@ -280,7 +270,9 @@ def library_hints(report: Report, steps: int) -> list[LibraryHint]:
     out: list[LibraryHint] = []
     asked = report.options.profile
     if asked is not None and asked.lib_lines:
-        frames, generic = lib_lines(report), False
+        # under --lib-lines the lines are the library frames themselves: only a known one gets
+        # a hint (a user's file and a library's look alike here)
+        frames, generic = [_frame(s, s) for s in report.lines], False
     else:
         frames, generic = library_frames(report), True
     for f, knob in _grouped(frames):
@@ -331,9 +323,8 @@ CHECKPOINT_FILE = "torch/serialization.py"
 
 
 def _grouped(frames: list[Frame]) -> list[tuple[Frame, Knob | None]]:
-    """The frames that made anything, each with its knob; the frames of one function with
-    one knob as one (HF's two ``.item()`` lines of ``_maybe_log_save_evaluate``: one hint),
-    in the place of its first (most syncs) frame."""
+    """The frames that made anything, each with its knob; a function's frames with one knob as one
+    (HF's two ``.item()`` lines of ``_maybe_log_save_evaluate``), where its first frame was."""
     groups: dict[object, tuple[Knob | None, list[Frame]]] = {}
     for f in frames:
         if f.syncs or f.copies:

@@ -69,8 +69,7 @@ def strict_schema(name: str) -> dict[str, object]:
 
 
 def problem(doc: object, name: str = SCHEMA, strict: bool = False) -> str | None:
-    """What makes ``doc`` not a valid ``name`` document, in one line; None if it is valid
-    (``strict``: against :func:`strict_schema`)."""
+    """What makes ``doc`` not a valid ``name`` document, in one line; None if it is valid."""
     from jsonschema import Draft202012Validator
 
     validator = Draft202012Validator(strict_schema(name) if strict else schema(name))

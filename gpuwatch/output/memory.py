@@ -53,8 +53,7 @@ def failure_lines(r: Report) -> list[str]:
         if simulated and cap:
             head = (
                 f"{prefix}OUT OF MEMORY: would run out of memory on {_a(_gpu_size(cap))} "
-                f"{_gpu_size(cap)} GPU at "
-                f"{_where(f)}{source}{wanted}"
+                f"{_gpu_size(cap)} GPU at {_where(f)}{source}{wanted}"
             )
         else:
             head = f"{prefix}OUT OF MEMORY on {f.get('device', 'the GPU')} at {_where(f)}{source}"
@@ -139,8 +138,7 @@ def memory_part(r: Report, top: int) -> RenderableType | None:
 
 
 def memory_html(r: Report) -> str:
-    """The HTML page's memory section: the failure, then a table of the lines at the peak (the
-    chart beside it is ``html_charts.memory_figure``)."""
+    """The HTML page's memory section: the failure, then a table of the lines at the peak."""
     parts: list[str] = []
     lines = failure_lines(r)
     if lines:

@@ -67,8 +67,7 @@ def renderer(document: str, kind: str) -> Renderer:
 
 
 def endings(document: str = "profile") -> tuple[tuple[str, str], ...]:
-    """``(ending, kind)`` of ``document``'s renderers, the longest ending first (``.trace.json``
-    is checked before ``.json``)."""
+    """``(ending, kind)`` of ``document``'s renderers, longest first (``.trace.json`` first)."""
     pairs = [(e, r.kind) for r in _REGISTRY.values() if r.document == document for e in r.endings]
     return tuple(sorted(pairs, key=lambda p: -len(p[0])))
 

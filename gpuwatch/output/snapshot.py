@@ -133,19 +133,10 @@ def snapshot_renderable(snap: Snapshot, width: int = 200) -> Group:
     procs = Table(title="Processes", box=box.SQUARE, title_justify="left")
     # NB: the job gives way to the command line on a narrow terminal (--json has both).
     jobs = width >= JOB_COLUMN_FROM
-    for col, justify in (
-        ("GPU", "right"),
-        ("PID", "right"),
-        ("User", "left"),
-        ("Type", "left"),
-        ("GPU mem", "right"),
-        ("SM", "right"),
-        ("CPU", "right"),
-        ("Host mem", "right"),
-        *([("Job", "left")] if jobs else []),
-        ("Command", "left"),
-    ):
-        procs.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    heads = ["GPU", "PID", "User", "Type", "GPU mem", "SM", "CPU", "Host mem", "Job", "Command"]
+    for col in heads if jobs else [h for h in heads if h != "Job"]:
+        left = col in ("User", "Type", "Job", "Command")
+        procs.add_column(col, justify="left" if left else "right", overflow="fold")
     rows = snap.processes
     shown = rows
     if len(rows) > MAX_PROCESS_ROWS:

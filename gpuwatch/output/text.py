@@ -24,17 +24,11 @@ from gpuwatch.output.timeview import time_lines
 from profilers import DIRECTIONS, Line, Report
 from profilers.finite import mapping, number
 
-DIRECTION_NAMES = {
-    "h2d": "host→GPU",
-    "d2h": "GPU→host",
-    "d2d": "in one GPU",
-    "p2p": "GPU→GPU",
-}
+DIRECTION_NAMES = {"h2d": "host→GPU", "d2h": "GPU→host", "d2d": "in one GPU", "p2p": "GPU→GPU"}
 
 
 def summary(report: Report, findings: Findings, top: int = 5) -> RenderableType:
-    """Totals, syncs by cause, top lines by bytes, syncs and kernel time, then the hints of
-    ``findings`` (the report's analysis)."""
+    """The summary of ``report`` from ``findings`` (its analysis): header, hints, tables."""
     failure = failure_part(report)  # a device mismatch or OOM, right under the header
     parts: list[RenderableType] = [_header(report, findings), *([failure] if failure else [])]
     # NB: the verdict (in the header) and the top fixes first, on the first screen; the
@@ -78,9 +72,8 @@ def _hints_part(report: Report, found: Sequence[Hint]) -> RenderableType:
 
 
 def _hints(found: Sequence[Hint], total: int | None = None) -> RenderableType:
-    """Each hint as a short paragraph under its line, the largest saving first: advice wraps
-    at any width, never cut (a table cut it at 80 columns, or whenever stderr was not a
-    terminal)."""
+    """Each hint as a short paragraph under its line, the largest saving first: advice wraps at any
+    width, never cut (a table cut it at 80 columns, or whenever stderr was not a terminal)."""
     more = (
         f" ({total - len(found)} more in the HTML report)" if total and total > len(found) else ""
     )
@@ -306,14 +299,8 @@ def gpu_busy(r: Report) -> list[tuple[int, float, int | None, float | None]]:
         mems = [s["memory_used_bytes"] for s in samples if s.get("memory_used_bytes") is not None]
         mine = [s["script_sm_util_pct"] for s in samples if s.get("script_sm_util_pct") is not None]
         if utils:
-            out.append(
-                (
-                    gpu,
-                    sum(utils) / len(utils),
-                    max(mems) if mems else None,
-                    sum(mine) / len(samples) if mine else None,
-                )
-            )
+            share = sum(mine) / len(samples) if mine else None
+            out.append((gpu, sum(utils) / len(utils), max(mems) if mems else None, share))
     return out
 
 
@@ -365,9 +352,8 @@ def _lines_table(title: str, lines: list[Line], value: Callable[[Line], str]) ->
 
 
 def _library_table(report: Report, top: int) -> Table | None:
-    """Where inside a library the top lines' copies and syncs were made (at most three frames
-    a line): ``train.py:31`` and ``transformers/trainer.py:2410``; None when no library made
-    any (the lines' own code did)."""
+    """Where inside a library the top lines' copies and syncs were made (at most three frames a
+    line): ``train.py:31`` and ``transformers/trainer.py:2410``; None when no library made any."""
     lines: list[Line] = []
     for key in ("syncs", "bytes"):
         lines += [s for s in report.top_lines(key, top) if s.library and s not in lines]
@@ -407,7 +393,6 @@ def print_summary(report: Report, top: int, file: TextIO | None, findings: Findi
     from rich.console import Console
 
     try:
-        shown = summary(report, findings, top=top)
-        Console(file=file or sys.stderr, soft_wrap=False).print(shown)
+        Console(file=file or sys.stderr, soft_wrap=False).print(summary(report, findings, top=top))
     except OSError:
         pass  # the terminal went away (SIGHUP): the report files are what is left to give

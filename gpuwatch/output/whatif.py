@@ -199,8 +199,7 @@ def _overlap(ms: float) -> str:
 
 
 def what_if_html(r: Report, lines: Sequence[str]) -> str:
-    """The HTML report's section: the table (the findings' ``what_if_lines``), escaped; empty
-    without ``what_if``."""
+    """The HTML report's section: the table (``what_if_lines``), escaped; '' without ``what_if``."""
     if not r.what_if:
         return ""
     return (

@@ -185,9 +185,8 @@ def _hops(path: str) -> list[str]:
 
 
 def streams_through(path: str) -> bool:
-    """True when ``path`` must be written through, not replaced: it exists and is not a
-    regular file (a device, a FIFO, a socket), or it leads through /dev or /proc (a stream of
-    this process, such as /dev/stdout redirected to a file)."""
+    """True when ``path`` must be written through, not replaced: not a regular file (a device, a
+    FIFO, a socket), or reached through /dev or /proc (/dev/stdout redirected to a file)."""
     try:
         st = os.stat(path)
     except OSError:
@@ -200,9 +199,8 @@ def streams_through(path: str) -> bool:
 
 
 def write_file(path: str, text: str) -> None:
-    """Writes ``text`` to ``path`` as the user expects: through a device, FIFO or stream (see
-    :func:`streams_through`), else atomically (a symlink's target replaced, the link kept).
-    Raises OSError."""
+    """Writes ``text`` to ``path`` through a device, FIFO or stream (:func:`streams_through`), else
+    atomically (a symlink's target replaced, the link kept). Raises OSError."""
     if not streams_through(path):
         write_text_atomic(os.path.realpath(path), text)
         return
@@ -245,9 +243,8 @@ def write_reports(
 
 
 def write_document(document: str, data: object, wanted: Sequence[Output]) -> list[tuple[bool, str]]:
-    """Writes each output whole or not at all, by ``document``'s renderer of its kind;
-    ``(ok, message)`` for each, for the caller to show. A failing renderer or write costs its
-    own file only, never the others."""
+    """Writes each output whole or not at all by ``document``'s renderer of its kind; ``(ok,
+    message)`` for each. A failing renderer or write costs its own file only, never the others."""
     from gpuwatch.output.renderers import renderer
 
     results: list[tuple[bool, str]] = []
