@@ -8,6 +8,7 @@ from typing import Any
 
 from gpuwatch import _format as fmt
 from profilers import Report
+from profilers.sections import Breakdown, TimeView
 from profilers.timing.verdict import per_step
 
 
@@ -17,7 +18,7 @@ def measured_gpu(d: Mapping[str, Any]) -> bool:
     return isinstance(gpu, dict) and gpu.get("measured") == "measured"
 
 
-def predicted_gpu(d: dict[str, Any]) -> str | None:
+def predicted_gpu(d: Mapping[str, Any]) -> str | None:
     """The GPU a breakdown's GPU figures were predicted for (``--fake-cuda --gpu``), else None."""
     gpu = d.get("gpu")
     if gpu and gpu.get("measured") == "predicted":
@@ -52,7 +53,7 @@ def cost_text(r: Report, ms: float, share: float) -> str:
     return f"{fmt.duration_ms(ms)} of {what} {unit} ({share:.0f}% {of}, {how})"
 
 
-def _basis(t: Any) -> tuple[dict[str, Any], Any, int, float]:
+def _basis(t: TimeView) -> tuple[Breakdown, Any, int, float]:
     """The breakdown, its GPU half, the steps it holds and their wall time (a typical step
     replayed: its figures are per step)."""
     run, steps = per_step(t)

@@ -12,6 +12,7 @@ from gpuwatch import _format as fmt
 from gpuwatch.output.line_costs import cost_text, measured_gpu, predicted_gpu
 from gpuwatch.output.whatif import prediction_lines, unprofiled_line
 from profilers import Report
+from profilers.sections import TimeView
 from profilers.timing.timeline import OTHER_LINES
 from profilers.timing.verdict import HOST_BOUND, per_step
 
@@ -26,7 +27,7 @@ CAUSE_NAMES = {
 }
 
 
-def _split(d: dict[str, Any]) -> str:
+def _split(d: Mapping[str, Any]) -> str:
     """``input wait 92%, host work 8%``: the shares behind a verdict, largest first."""
     shares = sorted(d.get("shares_pct", {}).items(), key=lambda kv: kv[1], reverse=True)
     names = CAUSE_NAMES
@@ -35,7 +36,7 @@ def _split(d: dict[str, Any]) -> str:
     return ", ".join(f"{names.get(k, k)} {v:.0f}%" for k, v in shares if v >= 0.5)
 
 
-def verdict_line(d: dict[str, Any], steps: int, after_first: bool = False) -> str:
+def verdict_line(d: Mapping[str, Any], steps: int, after_first: bool = False) -> str:
     """``input-bound: 31.2 ms per step (input wait 92%, ...)``, over the host's time on a CPU;
     ``PREDICTED for H100-SXM: launch-bound: ...`` from a model of a GPU. ``after_first``: ``d``
     holds the ``steps`` after the first (:func:`~profilers.timing.verdict.per_step`)."""
@@ -150,7 +151,7 @@ def no_verdict(r: Report) -> str | None:
     )
 
 
-def first_step_line(t: Mapping[str, Any]) -> str | None:
+def first_step_line(t: TimeView) -> str | None:
     """``step 0 took 1.33 s, 58x a step after it: ...``: the first step, which holds what ran
     before it (imports, building the model and optimizer), and the line that cost it most;
     left out of the per-step figures. None where it was not long (3x the median later step
@@ -185,7 +186,7 @@ def first_step_line(t: Mapping[str, Any]) -> str | None:
     return text
 
 
-def gpu_line(run: dict[str, Any], steps: int, after_first: bool = False) -> str:
+def gpu_line(run: Mapping[str, Any], steps: int, after_first: bool = False) -> str:
     """``GPU measured (CUDA events): busy 4.0 ms, idle 6.0 ms per step (sync wait 6.0 ms)``."""
     gpu = run["gpu"]
     n = max(1, steps)

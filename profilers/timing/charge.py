@@ -5,10 +5,14 @@ the records and the rules they keep)."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from profilers.timing.gaps import LONG_GAP_NS
 from profilers.timing.timeline import COPY, LAUNCH, SYNC, StepClock
+
+if TYPE_CHECKING:
+    from profilers.counting.ops import Transfer  # noqa: TID251 (types only)
+    from profilers.timing.cuda_events import TimedOp
 
 HOST_READS = frozenset(("item", "copy_to_host"))
 """Sync causes that read a value back to the host."""
@@ -17,7 +21,12 @@ _HOST_BLOCKING_WAYS = frozenset(("h2d", "d2h", "p2p"))
 
 
 def charge_transfer(
-    clock: StepClock, line: Any, found: Any, op_ns: int, start_ns: int, timed: Any = None
+    clock: StepClock,
+    line: object,
+    found: Transfer | list[Transfer],
+    op_ns: int,
+    start_ns: int,
+    timed: TimedOp | None = None,
 ) -> None:
     """The op just run at ``line`` (``op_ns`` from ``start_ns``, already charged as launch)
     made the transfer(s) ``found``: a sync moves its time to ``sync`` (by cause), a copy that
@@ -66,7 +75,9 @@ def untimed(clock: StepClock, own_ns: int, now_ns: int) -> None:
         clock.untimed_ns += shift
 
 
-def settle_op(clock: StepClock, line: Any, t_in: int, t_call: int, t_ret: int, kind: str) -> None:
+def settle_op(
+    clock: StepClock, line: object, t_in: int, t_call: int, t_ret: int, kind: str
+) -> None:
     """An op the hot path ran outside its common path (a collective): launch before it, the
     op's own time as ``kind``, the hot path's own time apart."""
     rec = clock.line(line)
@@ -86,8 +97,8 @@ def settle_op(clock: StepClock, line: Any, t_in: int, t_call: int, t_ret: int, k
 
 def timed_on_fast_path(
     clock: StepClock,
-    line: Any,
-    found: Any,
+    line: object,
+    found: Transfer | list[Transfer],
     enter_ns: int,
     start_ns: int,
     end_ns: int,

@@ -10,27 +10,35 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+from torch.cuda import Stream
 
-from profilers.stats import OpCount
+from profilers.stats import Copies, OpCount
 from profilers.timing.gpu_time import Anchor, StepMark
+from profilers.timing.gpu_time import TimingEvent as Event
 from profilers.timing.oplog import GPU_NS
 from profilers.torch_private import cuda_current_stream, cuda_event_base
+
+if TYPE_CHECKING:
+    from profilers.counting.ops import Transfer  # noqa: TID251 (types only)
+    from profilers.timing.gpu_time import GpuTimeline
 
 
 class CudaApi(Protocol):
     """The CUDA calls the timer makes (tests pass a TorchCuda with stand-in parts)."""
 
-    def stream_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int] | None:
+    def stream_for(
+        self, args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> tuple[Stream, int] | None:
         """The stream an op with these arguments runs on, and its GPU's index; None for an op
         that runs on no GPU."""
 
-    def new_event(self) -> Any:
+    def new_event(self) -> Event:
         """A timing event with ``query()`` and ``elapsed_time(other)``."""
 
-    record: Callable[[Any, Any], None]
+    record: Callable[[Event, Stream], None]
     """``record(event, stream)``."""
 
     def synchronize(self, device: int) -> None:
@@ -46,14 +54,16 @@ class TorchCuda:
     """Exact types of the tensors whose ops are timed: fake tensors and subclasses are not."""
 
     def __init__(self) -> None:
-        self._current: Any = cuda_current_stream
-        self._streams: dict[Any, Any] = {}
+        self._current = cuda_current_stream
+        self._streams: dict[tuple[int, int, int], Stream] = {}
         # NB: the C method under torch.cuda.Event.record, whose Python wrapper (a frame and a
         # super() call) would cost a third of each record.
         base = cuda_event_base
-        self.record: Callable[[Any, Any], None] = getattr(base, "record", _record)
+        self.record: Callable[[Event, Stream], None] = getattr(base, "record", _record)
 
-    def stream_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int] | None:
+    def stream_for(
+        self, args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> tuple[Stream, int] | None:
         a0: Any = args[0] if args else None
         if type(a0) in (list, tuple) and a0:
             a0 = a0[0]
@@ -79,7 +89,7 @@ class TorchCuda:
             stream = self._streams[key] = self.make_stream(key)
         return stream, device
 
-    def make_stream(self, key: tuple[int, int, int]) -> Any:
+    def make_stream(self, key: tuple[int, int, int]) -> Stream:
         return torch.cuda.Stream(  # type: ignore[no-untyped-call]  # torch leaves it untyped
             stream_id=key[0], device_index=key[1], device_type=key[2]
         )
@@ -87,14 +97,14 @@ class TorchCuda:
     def current_device(self) -> int:
         return torch.cuda.current_device()
 
-    def new_event(self) -> Any:
+    def new_event(self) -> Event:
         return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
     def synchronize(self, device: int) -> None:
         torch.cuda.synchronize(device)
 
 
-def _record(event: Any, stream: Any) -> None:
+def _record(event: Event, stream: Stream) -> None:
     event.record(stream)
 
 
@@ -103,23 +113,23 @@ class TimedOp:
     """One op timed on a GPU: its two events, its GPU, the op's entry its time goes to, and the
     copies it made (set by the recorder when it counts one), credited too."""
 
-    start: Any
-    end: Any
+    start: Event
+    end: Event
     device: int
     entry: OpCount
-    stream: Any
+    stream: Stream
     """The CUDA stream it ran on (the step replay's records tell streams apart by it)."""
     anchor_ns: int = 0
     """Set for a host read (profilers/timing/charge.py): the host time its sync returned,
     when its stream was empty; its end event is then an anchor (gpu_time.py)."""
     queued_ns: int = 0
     """When the host queued it (set by the hot path; 0: not known)."""
-    line: Any = None
+    line: object = None
     """The line it ran at (a ``LineStats``; set by the hot path, for the GPU timeline)."""
-    found: Any = None
+    found: Transfer | list[Transfer] | None = None
     """What it copied or synced (a ``Transfer``, a list of them, or None; set by the hot
     path): a copy the host is blocked in is copy time on the GPU timeline."""
-    copies: Any = None
+    copies: Copies | None = None
     """The op's :class:`~profilers.stats.Copies`, when it copied (Recorder.apply)."""
     replay: list[Any] | None = None
     """The step replay's record of the op (profilers/timing/oplog.py): given its GPU ns."""
@@ -140,11 +150,11 @@ class CudaTimer:
         self.api = api
         self._record = api.record
         self._pending: deque[TimedOp | Anchor | StepMark] = deque()
-        self._free: list[Any] = []
+        self._free: list[Event] = []
         self._since_resolve = 0
         self._resolving = threading.Lock()
         self.events_made = 0
-        self.timeline: Any = None
+        self.timeline: GpuTimeline | None = None
         """The GPU timeline (:class:`profilers.timing.gpu_time.GpuTimeline`) resolved ops are
         placed on, or None (kernel time only)."""
         self.own_wait: Callable[[int], None] = api.synchronize
@@ -154,7 +164,9 @@ class CudaTimer:
         self.now: Callable[[], int] = time.perf_counter_ns
         """The host's clock (the step clock's): an anchor's host time (tests inject one)."""
 
-    def begin(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int, Any] | None:
+    def begin(
+        self, args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> tuple[Stream, int, Event] | None:
         """Records the start event on the op's stream, or returns None when the op runs on no
         GPU (it is not timed)."""
         found = self.api.stream_for(args, kwargs)
@@ -167,13 +179,13 @@ class CudaTimer:
         self._record(start, stream)
         return stream, device, start
 
-    def end(self, began: tuple[Any, int, Any], entry: OpCount) -> TimedOp:
+    def end(self, began: tuple[Stream, int, Event], entry: OpCount) -> TimedOp:
         stream, device, start = began
         end = self._event()
         self._record(end, stream)
         return TimedOp(start, end, device, entry, stream)
 
-    def _first_anchor(self, stream: Any, device: int) -> None:
+    def _first_anchor(self, stream: Stream, device: int) -> None:
         """The device's first anchor: synchronized once, so an event recorded now runs now."""
         self._anchored.add(device)
         if self.timeline is None:
@@ -184,7 +196,7 @@ class CudaTimer:
         self._record(event, stream)
         self._pending.append(Anchor(device, event, host_ns))
 
-    def mark(self, mark: Any) -> None:
+    def mark(self, mark: StepMark) -> None:
         """Queues ``mark`` (a closed step, :class:`~profilers.timing.gpu_time.StepMark`): the
         timeline is told once every op queued before it is resolved."""
         self._pending.append(mark)
@@ -195,7 +207,7 @@ class CudaTimer:
         if self._since_resolve >= self.RESOLVE_EVERY:
             self.resolve()
 
-    def _event(self) -> Any:
+    def _event(self) -> Event:
         if self._free:
             return self._free.pop()
         self.events_made += 1
@@ -224,6 +236,7 @@ class CudaTimer:
                     if not wait and not timed.ready():
                         break
                     pending.popleft()
+                    assert line is not None  # NB: anchors and marks come with a timeline
                     if isinstance(timed, StepMark):
                         line.reached(timed)
                     else:

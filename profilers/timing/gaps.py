@@ -36,12 +36,18 @@ import sys
 import threading
 from bisect import bisect_left, bisect_right
 from collections import deque
+from collections.abc import Callable
 from contextlib import ExitStack
 from operator import itemgetter
 from time import perf_counter_ns
-from typing import Any
+from typing import TYPE_CHECKING
 
 from profilers.registry import OwnThread
+from profilers.timing.line_time import LineTime
+
+if TYPE_CHECKING:
+    from profilers.counting.user_code import UserCode  # noqa: TID251 (types only)
+    from profilers.timing.timeline import StepClock
 
 LONG_GAP_NS = 5_000_000
 """A gap between two ops of the profile's thread this long (or longer) is named by samples."""
@@ -96,10 +102,10 @@ class GapSampler:
 
     def __init__(
         self,
-        user: Any,
+        user: UserCode,
         ident: int,
         interval_s: float = INTERVAL_S,
-        clock: Any = None,
+        clock: StepClock | None = None,
         steady: bool = False,
     ) -> None:
         self.user = user
@@ -169,7 +175,7 @@ class GapSampler:
             samples.popleft()
 
 
-def _stack_of(ident: int, decided: Any) -> list[tuple[str, int]]:
+def _stack_of(ident: int, decided: Callable[[str], bool]) -> list[tuple[str, int]]:
     """``(file, line)`` of the thread ``ident``'s frames, innermost first, up to its first
     frame that ``decided(file)`` already knows as the user's (and not ``<string>``).
 
@@ -191,7 +197,9 @@ def _stack_of(ident: int, decided: Any) -> list[tuple[str, int]]:
     return stack
 
 
-def _first_user(stack: list[tuple[str, int]], start: int, user: Any) -> int | None:
+def _first_user(
+    stack: list[tuple[str, int]], start: int, user: Callable[[str], bool]
+) -> int | None:
     """The index of the first user frame in ``stack`` from ``start`` (None: none)."""
     return next((i for i in range(start, len(stack)) if user(stack[i][0])), None)
 
@@ -202,7 +210,7 @@ def _between(samples: list[tuple[int, str]], start_ns: int, end_ns: int) -> list
     return samples[lo : bisect_left(samples, end_ns, key=itemgetter(0))]
 
 
-def sample_gaps(stack: ExitStack, clock: Any, user: Any) -> None:
+def sample_gaps(stack: ExitStack, clock: StepClock, user: UserCode) -> None:
     """Samples this thread's lines for ``clock`` until ``stack`` closes: for the dispatch
     mode's, in its long gaps; on the fast path, every :data:`FAST_PATH_S` (its clock sees only
     the counted ops: every stretch between them is a gap to name)."""
@@ -215,8 +223,8 @@ def sample_gaps(stack: ExitStack, clock: Any, user: Any) -> None:
 def name_gaps(
     gaps: list[tuple[int, int, str, str]],
     sampler: GapSampler | None,
-    lines: dict[str, Any],
-    make: Any,
+    lines: dict[str, LineTime],
+    make: Callable[[], LineTime],
     learn: bool = True,
     spans: list[tuple[int, int, str, str]] | None = None,
 ) -> None:
@@ -285,7 +293,13 @@ def _split(seen: list[tuple[int, str]], start: int, end: int) -> dict[str, int]:
     return share
 
 
-def _move(share: dict[str, int], charged: str, rec: Any, lines: dict[str, Any], make: Any) -> None:
+def _move(
+    share: dict[str, int],
+    charged: str,
+    rec: LineTime,
+    lines: dict[str, LineTime],
+    make: Callable[[], LineTime],
+) -> None:
     """Moves each other line's ``share`` of a gap from ``rec`` (the charged line's) to it."""
     for key, ns in share.items():
         ns = min(ns, rec.launch_ns)

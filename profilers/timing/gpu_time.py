@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from profilers.timing.idle import (
     GpuInterval,
@@ -46,6 +46,11 @@ from profilers.timing.idle import (
     name_slices,
 )
 from profilers.timing.timeline import IDLE_CAUSES, HostInterval, StepTime, line_key
+
+if TYPE_CHECKING:
+    from torch.cuda import Stream
+
+    from profilers.timing.cuda_events import TimedOp
 
 _HELD = frozenset(("h2d", "p2p"))
 """Copies to a GPU (a ``Transfer``'s directions) whose interval is copy time when they block the host."""
@@ -63,12 +68,20 @@ MAX_SLICES = 256
 """Idle slices kept per step for the trace (the longest; the sums hold every one)."""
 
 
+class TimingEvent(Protocol):
+    """A CUDA event recorded with ``enable_timing`` (``torch.cuda.Event``; tests stand in)."""
+
+    def query(self) -> bool: ...
+    def record(self, stream: Stream) -> None: ...
+    def elapsed_time(self, end_event: Any) -> float: ...  # NB: torch's takes its own Event
+
+
 @dataclass(slots=True, eq=False)
 class Anchor:
     """An event the GPU ran at ``host_ns`` on the host's clock (its stream was empty)."""
 
     device: int
-    event: Any
+    event: TimingEvent
     host_ns: int
 
     def ready(self) -> bool:
@@ -103,7 +116,7 @@ class GpuTimeline:
         self.origin_ns = origin_ns
         self.keep = max(1, keep)
         self.slack_ns = slack_ns
-        self.anchors: dict[int, tuple[int, Any]] = {}
+        self.anchors: dict[int, tuple[int, TimingEvent]] = {}
         """Device -> (host ns, event) of its newest anchor."""
         self.ops: dict[int, list[GpuInterval]] = {}
         """Device -> its placed ops not yet behind every charged step."""
@@ -145,14 +158,14 @@ class GpuTimeline:
 
     # -- fed by the CUDA timer (profilers/timing/cuda_events.py), in queue order ----------------
 
-    def anchor(self, mark: Anchor) -> Any:
+    def anchor(self, mark: Anchor) -> TimingEvent | None:
         """A device's new anchor; returns the event it replaces (to reuse), or None."""
         self.anchored += 1
         old = self.anchors.get(mark.device)
         self.anchors[mark.device] = (mark.host_ns, mark.event)
         return None if old is None else old[1]
 
-    def place(self, timed: Any, ms: float) -> Any:
+    def place(self, timed: TimedOp, ms: float) -> TimingEvent | None:
         """Places the resolved op ``timed`` (a ``TimedOp``) that ran ``ms`` on the GPU. Returns
         the event that is free again when the op's end event became its device's anchor (the
         previous anchor's), else ``timed.end`` itself."""
@@ -168,8 +181,8 @@ class GpuTimeline:
             return timed.end
         line = timed.line
         # NB: a copy to the GPU the host is blocked in is the copy's time, not busy (idle.py)
-        found = timed.found
-        t = found[0] if type(found) is list else found
+        did = timed.found
+        t = did[0] if isinstance(did, list) else did
         held = t is not None and t.direction in _HELD and (t.pageable or not t.non_blocking)
         key = line if isinstance(line, str) else self._keys.get(id(line))
         if key is None:

@@ -14,11 +14,13 @@ from statistics import mean, median
 from typing import Any
 
 from profilers.errors import MeasuredNotPredicted
+from profilers.sections import Breakdown, TimeView
 from profilers.timing import fake_time as _fake_time
 from profilers.timing.gpu_model.rates import memory_check
 from profilers.timing.gpu_model.specs import GpuSpec, gpu_spec
 from profilers.timing.gpu_model.validation import error_of
 from profilers.timing.idle import follow_named
+from profilers.timing.line_time import LineTime
 from profilers.timing.oplog import HOST_NS, KIND, OVERHEAD_NS, SITE, WAIT_NS, LoggedStep, OpLog
 from profilers.timing.replay import ReplayOp, ReplayResult, replay
 from profilers.timing.replay_ops import HOST
@@ -31,7 +33,7 @@ from profilers.timing.uncertainty import (
     scaled,
     tiers,
 )
-from profilers.timing.verdict import time_section, verdict_of
+from profilers.timing.verdict import gpu_parts, time_section, verdict_of
 from profilers.timing.whatif import DECIDES, HINT_WHATIFS, Ranking, rank
 
 PREDICTED = "predicted"
@@ -132,8 +134,8 @@ def typical(steps: list[LoggedStep]) -> tuple[LoggedStep, list[ReplayOp], int] |
 
 
 def _gpu_dict(
-    result: ReplayResult, measured: str, gpu: str | None, lines: dict[str, Any], over: int = 1
-) -> dict[str, Any]:
+    result: ReplayResult, measured: str, gpu: str | None, lines: dict[str, LineTime], over: int = 1
+) -> dict[str, object]:
     """A replay's figures (one step's); its launch idle split as the host's stack sampler
     split the host work of ``lines`` (summed over ``over`` steps)."""
     d = result.to_dict(measured)
@@ -144,32 +146,27 @@ def _gpu_dict(
     return d
 
 
-def _with_gpu(step: dict[str, Any], gpu: dict[str, Any]) -> None:
+def _with_gpu(step: Breakdown, gpu: dict[str, object]) -> Breakdown:
     """A breakdown given replayed GPU figures: its verdict and shares are theirs."""
-    step["gpu"] = gpu
-    verdict, shares = verdict_of({"busy": gpu["busy_ms"], **gpu["idle_ms"]})
-    step["verdict"] = verdict
-    step["shares_pct"] = shares
-    step.pop("graph_blockers", None)
+    verdict, shares = verdict_of(gpu_parts(gpu))
+    return step.replace(gpu=gpu, verdict=verdict, shares_pct=shares, graph_blockers=None)
 
 
 def sections(
     clock: StepClock | None, now_ns: int, log: OpLog | None, lines: list[Any]
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None, dict[str, Any] | None]:
+) -> tuple[TimeView | None, dict[str, Any] | None, dict[str, Any] | None]:
     """The report's ``time`` (None: not measured), ``predicted`` and ``what_if`` sections."""
     gpu_work = log is not None and log.gpu is not None or _cuda_initialized()
     time = time_section(clock, now_ns, gpu_work=gpu_work) if clock is not None else None
-    predicted, what = apply(time, log, lines)
-    run_gpu = (time or {}).get("run", {}).get("gpu")
-    predicted_run = isinstance(run_gpu, dict) and run_gpu.get("measured") == PREDICTED
+    time, predicted, what = apply(time, log, lines)
     if log is not None and log.gpu is not None and time is not None:
-        if not predicted_run:
+        if not _predicted_step(time.run):
             # NB: no step to predict: the host's own time under the fake GPU is mostly the
             # simulation's work, never to be charged to the user's lines (honest time)
             time = None
         else:  # only the steps the model replayed: the others' time is the simulation's
-            time["steps"] = [d for d in time.get("steps", []) if _predicted_step(d)]
-            time["steps_kept"] = len(time["steps"])
+            steps = [d for d in time.steps if _predicted_step(d)]
+            time = time.replace(steps=steps, steps_kept=len(steps))
     return time, predicted, what
 
 
@@ -186,7 +183,7 @@ def _cuda_initialized() -> bool:
 
 def _named_lines(
     clock: StepClock | None,
-) -> tuple[dict[int, dict[str, Any]], dict[str, Any], int]:
+) -> tuple[dict[int, dict[str, LineTime]], dict[str, LineTime], int]:
     """The host's lines, with what the stack sampler named out of each (``named_out``), for
     the replayed GPU idle to follow: per kept step; and over the steps after the first (else
     the run), with how many steps those sum."""
@@ -198,18 +195,17 @@ def _named_lines(
     return per_step, clock.run_lines, max(1, clock.steps_closed)
 
 
-def _predicted_step(d: dict[str, Any]) -> bool:
-    gpu = d.get("gpu")
-    return isinstance(gpu, dict) and gpu.get("measured") == PREDICTED
+def _predicted_step(d: Breakdown) -> bool:
+    return d.gpu is not None and d.gpu.get("measured") == PREDICTED
 
 
 def apply(
-    time: dict[str, Any] | None, log: OpLog | None, lines: list[Any]
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The report's ``predicted`` section and ``what_if`` from ``log``, the time view's steps
-    given their predicted GPU figures in place (under ``--fake-cuda --gpu``)."""
+    time: TimeView | None, log: OpLog | None, lines: list[Any]
+) -> tuple[TimeView | None, dict[str, Any] | None, dict[str, Any] | None]:
+    """The time view, its steps given their predicted GPU figures (under ``--fake-cuda
+    --gpu``), the report's ``predicted`` section and ``what_if`` from ``log``."""
     if log is None:
-        return None, None
+        return time, None, None
     gpu = log.gpu.name if log.gpu is not None else None
     measured = PREDICTED if gpu is not None else REPLAYED
     steps = [s for s in list(log.steps) if s.records]
@@ -221,25 +217,28 @@ def apply(
         predicted.update(_prediction(parts, chosen[1]))
     if gpu is not None and time is not None and chosen is not None:
         host, named, over = _named_lines(log.clock)
-        for d in time.get("steps", []):
-            found = next((s for s in steps if s.step == d.get("step")), None)
+        kept = []
+        for d in time.steps:
+            found = next((s for s in steps if s.step == d.step), None)
             if found is not None:
                 result = replay(found.ops(), drop_overhead=True)
-                _with_gpu(d, _gpu_dict(result, measured, gpu, host.get(found.step, {})))
+                d = _with_gpu(d, _gpu_dict(result, measured, gpu, host.get(found.step, {})))
+            kept.append(d)
         run = _gpu_dict(replay(chosen[1], drop_overhead=True), measured, gpu, named, over)
         run["steps_median"] = chosen[2]
-        _with_gpu(time["run"], run)
-        if "after_first" in time:  # the per-step figures' basis: a typical step too
-            _with_gpu(time["after_first"], run)
-        time["gpu"] = (
-            f"PREDICTED for {gpu} (--fake-cuda --gpu): the GPU's times come from a model of "
-            f"it, replayed from the newest {len(steps)} steps' records (the run's figures: a "
-            f"typical step, each op's host time the median over {chosen[2]} steps); the host's "
-            "own figures are measured (with the simulation's own work in them)"
+        after = time.after_first  # the per-step figures' basis: a typical step too
+        time = time.replace(
+            steps=kept,
+            run=_with_gpu(time.run, run),
+            after_first=None if after is None else _with_gpu(after, run),
+            gpu=f"PREDICTED for {gpu} (--fake-cuda --gpu): the GPU's times come from a model "
+            f"of it, replayed from the newest {len(steps)} steps' records (the run's figures: "
+            f"a typical step, each op's host time the median over {chosen[2]} steps); the "
+            "host's own figures are measured (with the simulation's own work in them)",
         )
     if chosen is None:
-        return predicted, None
-    return predicted, what_if(*chosen, log.gpu, measured, lines, parts)
+        return time, predicted, None
+    return time, predicted, what_if(*chosen, log.gpu, measured, lines, parts)
 
 
 def _parts(group: list[LoggedStep], ops: list[ReplayOp], spec: GpuSpec) -> Parts:

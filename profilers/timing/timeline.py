@@ -22,10 +22,24 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from profilers.timing.gaps import LONG_GAP_NS, MAX_GAPS, STEP_END, name_gaps
+from profilers.timing.gaps import LONG_GAP_NS, MAX_GAPS, STEP_END, GapSampler, name_gaps
 from profilers.timing.line_time import LineTime
+
+if TYPE_CHECKING:
+    from profilers.counting.calibrate import Prober  # noqa: TID251 (types only)
+    from profilers.timing.gpu_time import GpuTimeline
+    from profilers.timing.oplog import OpLog
+
+
+@runtime_checkable
+class SourceLine(Protocol):
+    """A line of user code as the hot path passes it (its ``LineStats``)."""
+
+    file: str
+    line: int
+
 
 INPUT = "input"
 SYNC = "sync"
@@ -99,12 +113,13 @@ class StepTime:
         merge_lines(self.lines, lines)
 
 
-def line_key(line: Any) -> str:
+def line_key(line: object) -> str:
     """``file:line`` of a line's accumulator (the key the report's timeline uses too)."""
     if line is None:
         return UNATTRIBUTED
     if isinstance(line, str):  # a line named by a sample (profilers/timing/gaps.py)
         return line
+    assert isinstance(line, SourceLine)  # NB: once per line and step, never per op
     return f"{line.file}:{line.line}"
 
 
@@ -158,10 +173,10 @@ class StepClock:
         self.start_ns = start_ns
         self.last_ns = start_ns
         """When the host's time was last charged (the end of the last op or wait)."""
-        self.last_line: Any = None
+        self.last_line: object = None
         self.outside_ns = outside_ns
         self.lines_measured = lines_measured
-        self.lines: dict[Any, LineTime] = {}
+        self.lines: dict[object, LineTime] = {}
         """The open step's lines, keyed by the line's accumulator (identity: no string per op)."""
         self.own_ns = self.ops = self.untimed_ns = 0
         """``untimed_ns``: the fast path's own time taken out of gaps so far (never reset:
@@ -179,33 +194,33 @@ class StepClock:
         """The closed steps after the first, summed (``step``: how many): what a step of the
         loop costs, without what ran before the first step (imports, building the model) that
         step 0 holds, nor the open tail after the last."""
-        self.prober: Any = None
+        self.prober: Prober | None = None
         """Measures an op's cost outside the hot path on its own arguments
         (:class:`profilers.counting.calibrate.Prober`), where it is first seen at a line."""
         self.probes: list[list[Any]] = []
         """``[entry, line, ns, counted]`` per probed op at a line (``Prober.settle``)."""
         self.probed_ops = 0
         """Ops whose cost outside the hot path was probed (the rest took ``outside_ns``)."""
-        self.replay: Any = None
+        self.replay: OpLog | None = None
         """The step replay's records (:class:`profilers.timing.oplog.OpLog`), where the run
         has GPU times for them (CUDA events, or the model of ``--fake-cuda --gpu``)."""
-        self.gaps: list[tuple[int, int, Any, Any]] = []
+        self.gaps: list[tuple[int, int, object, object]] = []
         """The open step's long gaps (start, end: on the script's time; the line charged, the
         line of the op before it), to be named by samples."""
-        self.sampler: Any = None
+        self.sampler: GapSampler | None = None
         """Samples of the profile thread's lines (:class:`profilers.timing.gaps.GapSampler`)."""
-        self.gpu: Any = None
+        self.gpu: GpuTimeline | None = None
         """The GPU timeline (:class:`profilers.timing.gpu_time.GpuTimeline`) on a GPU with
         CUDA-event timing: each closed step is given its measured GPU half there."""
 
-    def line(self, line: Any) -> LineTime:
+    def line(self, line: object) -> LineTime:
         """The open step's record of ``line`` (made on its first use in the step)."""
         found = self.lines.get(line)
         if found is None:
             found = self.lines[line] = LineTime()
         return found
 
-    def long_gap(self, end_ns: int, line: Any, before: Any = None) -> None:
+    def long_gap(self, end_ns: int, line: object, before: object = None) -> None:
         """The host's time from ``last_ns`` to ``end_ns``, charged to ``line``, was a long gap:
         noted, for the samples of the profile thread's stack to name at the step's close.
         ``before``: what came before it (default: the last op's line, ``last_line``). NB: on the
@@ -217,7 +232,7 @@ class StepClock:
 
     def wait(
         self,
-        line: Any,
+        line: object,
         kind: str,
         cause: str | None,
         enter_ns: int,
@@ -265,7 +280,7 @@ class StepClock:
         else:
             rec.launch_ns += ns
 
-    def moved(self, line: Any, kind: str, cause: str | None, ns: int, start_ns: int) -> None:
+    def moved(self, line: object, kind: str, cause: str | None, ns: int, start_ns: int) -> None:
         """The op just charged to ``line`` as launch was a wait of ``kind`` (a sync, a
         blocking copy, a collective) that took ``ns`` from ``start_ns``: move its time."""
         rec = self.line(line)
@@ -273,7 +288,9 @@ class StepClock:
         self.charge(rec, kind, cause, ns)
         self.note_wait(kind, cause, line, start_ns, start_ns + ns)
 
-    def note_wait(self, kind: str, cause: str | None, line: Any, start_ns: int, end: int) -> None:
+    def note_wait(
+        self, kind: str, cause: str | None, line: object, start_ns: int, end: int
+    ) -> None:
         if len(self.waits) == MAX_WAITS:
             self.waits_dropped += 1
         key = line if isinstance(line, str) else line_key(line)
@@ -288,7 +305,7 @@ class StepClock:
             self.line(self.last_line).launch_ns += gap
             if gap >= LONG_GAP_NS or not self.lines_measured:
                 self.long_gap(now_ns, self.last_line, STEP_END)
-        if self.probes:
+        if self.probes and self.prober is not None:
             self.prober.settle(self)
         named: list[tuple[int, int, str, str]] = []
         lines = self._named(_by_key(self.lines), spans=named)
@@ -328,7 +345,10 @@ class StepClock:
         return step
 
     def _named(
-        self, lines: dict[str, LineTime], gaps: list[Any] | None = None, spans: Any = None
+        self,
+        lines: dict[str, LineTime],
+        gaps: list[tuple[int, int, object, object]] | None = None,
+        spans: list[tuple[int, int, str, str]] | None = None,
     ) -> dict[str, LineTime]:
         """``lines`` with the long gaps' time moved to the lines sampled in them (``gaps``
         given: a snapshot, which learns nothing; ``spans``: see :func:`name_gaps`)."""
@@ -377,7 +397,7 @@ def merge_lines(into: dict[str, LineTime], lines: dict[str, LineTime]) -> None:
             found.merge(rec)
 
 
-def _by_key(lines: dict[Any, LineTime]) -> dict[str, LineTime]:
+def _by_key(lines: dict[object, LineTime]) -> dict[str, LineTime]:
     """Lines keyed by ``file:line`` (two accumulators of one line, e.g. a borrowed backward
     line, are summed)."""
     out: dict[str, LineTime] = {}
