@@ -4,26 +4,37 @@ one line naming the API for what cannot be simulated."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import random
+import sys
 import threading
 import types
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, NoReturn
+
+import torch
+import torch._utils as torch_utils
+import torch.backends.cudnn as cudnn
+import torch.cuda.memory
+import torch.cuda.nvtx
+import torch.cuda.random
+import torch.nn.functional as F
+import torch.serialization as serialization
+from torch.types import Device
 
 # NB: NotSimulated is an AttributeError, as torch's own "has no attribute" was, so that
 # ``hasattr`` probes still say False.
 from profilers.errors import NotSimulated as NotSimulated
 from profilers.fake_cuda.patch_list import RNG
 from profilers.fake_cuda.printing import fake_format, fake_repr
+from profilers.fake_cuda.torch_api import index_of
 from profilers.registry import hide, patcher
 
 if TYPE_CHECKING:
-    import torch
-    from torch.types import Device
-
     from profilers.fake_cuda.harness import FakeCuda
     from profilers.fake_cuda.mode import GpuTensor
 
@@ -58,12 +69,6 @@ def patch_save(stack: ExitStack, harness: FakeCuda) -> None:
     the profiler counts) to a host storage tagged with the fake tensor's device, and each
     tensor is saved as a view of it, so tensors that shared a storage share it again once
     loaded. ``torch.save`` is wrapped only to know where one save begins and ends."""
-    import collections
-    import weakref
-
-    import torch
-    import torch.serialization as serialization
-
     fake = harness.fake_type
     devices: dict[int, tuple[int, weakref.ref[torch.UntypedStorage]]] = {}
     """Placeholder host storages (by address) -> the fake GPU they stand for."""
@@ -138,10 +143,6 @@ def patch_load(stack: ExitStack, harness: FakeCuda) -> None:
     storage bound for a GPU stays on the host while the file is read and moves, once and whole
     (the copy the profiler counts), when its first tensor is rebuilt; every tensor of it is a
     view of the moved bytes, so tied weights stay tied."""
-    import torch
-    import torch._utils as torch_utils
-    import torch.serialization as serialization
-
     loading = threading.local()
     """``bound``: while a torch.load runs on this thread, id(host storage) -> (the storage, its
     GPU); ``moved``: id(host storage) -> its bytes on that GPU."""
@@ -203,8 +204,6 @@ def patch_load(stack: ExitStack, harness: FakeCuda) -> None:
 
 
 def _index(harness: FakeCuda, device: Device) -> int:
-    from profilers.fake_cuda.torch_api import index_of
-
     index = index_of(device) if device is not None else harness.current_device()
     return harness.current_device() if index < 0 else index
 
@@ -213,8 +212,6 @@ def patch_memory(stack: ExitStack, harness: FakeCuda) -> None:
     """torch.cuda's own memory functions (``memory_allocated()``, ``memory_stats()``,
     ``mem_get_info()``, ``empty_cache()``, ...), answered by the fake GPU at the C entry points
     they call (profilers/fake_cuda/memory.py)."""
-    import torch
-
     memory = harness.memory
     c = torch._C
     for name, fn in {
@@ -225,8 +222,6 @@ def patch_memory(stack: ExitStack, harness: FakeCuda) -> None:
         "_cuda_ipc_collect": lambda: None,
     }.items():
         set_attr(stack, c, name, fn)
-    import torch.cuda.memory
-
     set_attr(stack, torch.cuda, "empty_cache", torch.cuda.memory.empty_cache)
     # NB: torch/cuda/memory.py holds its own references to these (``from . import ...``).
     set_attr(stack, torch.cuda.memory, "is_initialized", lambda: True)
@@ -247,8 +242,6 @@ class FakeRng:
         self.harness = harness
 
     def _generator(self, device: Device = None) -> torch.Generator:
-        import torch.cuda
-
         return torch.cuda.default_generators[_index(self.harness, device)]
 
     def get_rng_state(self, device: Device = "cuda") -> torch.Tensor:
@@ -282,9 +275,6 @@ class FakeRng:
 
 
 def patch_rng(stack: ExitStack, harness: FakeCuda) -> None:
-    import torch.cuda
-    import torch.cuda.random
-
     rng = FakeRng(harness)
     for owner in (torch.cuda, torch.cuda.random):
         for name in RNG:
@@ -296,9 +286,6 @@ def patch_attention(stack: ExitStack) -> None:
     ops of attention, which both modes run), as a CPU build of torch does there. NB: on a CUDA
     build its choice of a fused kernel asks cuDNN's version of the real CUDA library first
     (sdp_utils.cpp), which the fake GPU's hooks cannot answer."""
-    import torch
-    import torch.nn.functional as F
-
     fused: Callable[..., torch.Tensor] = F.scaled_dot_product_attention
     math = torch.ops.aten._scaled_dot_product_attention_math.default
 
@@ -335,8 +322,6 @@ def _additive(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | N
     converts a boolean mask (``convert_boolean_attn_mask``: ``where(mask, 0, -inf)``) before
     it calls the kernel it chose; the math kernel itself adds the mask it is given (a boolean
     one passed straight to it added 1 and 0: wrong values under real values)."""
-    import torch
-
     if not isinstance(mask, torch.Tensor) or mask.dtype is not torch.bool:
         return mask
     masked = torch.scalar_tensor(float("-inf"), dtype=dtype, device=mask.device)
@@ -353,8 +338,6 @@ def _autocast_cuda(
     ``lower_precision_fp`` for CUDA (``cached_cast`` of every eligible argument, then the op
     with autocast excluded): on a GPU its output under ``autocast(dtype=float16)`` is half
     whatever its inputs were. The math op it stands for here is not listed."""
-    import torch
-
     dtype = torch.get_autocast_dtype("cuda")
     done: dict[int, torch.Tensor] = {}  # self-attention's one tensor, cast once
 
@@ -408,8 +391,6 @@ class FakeNvtx:
 
 def _torch_cuda_caller() -> str:
     """The outermost ``torch.cuda`` function on the stack: the API the script called."""
-    import sys
-
     found = "torch.cuda"
     frame = sys._getframe(2)
     while frame is not None:
@@ -425,9 +406,6 @@ def _torch_cuda_caller() -> str:
 def patch_unsimulated(stack: ExitStack) -> None:
     """What the fake GPU does not simulate says so in one line naming the API
     (``torch._C._cuda_*`` that a CPU build lacks; NVTX is kept)."""
-    import torch
-    import torch.cuda
-    import torch.cuda.nvtx
 
     def __getattr__(name: str) -> NoReturn:
         if name.startswith("_cuda_"):
@@ -447,7 +425,5 @@ def patch_unsimulated(stack: ExitStack) -> None:
     set_attr(stack, torch.cuda.nvtx, "_nvtx", FakeNvtx())
     # NB: as on a CPU-only build, which has no cuDNN: a CUDA build would ask its cuDNN library
     # (nn.LSTM's flatten_parameters does), which cannot load without a GPU
-    import torch.backends.cudnn as cudnn
-
     set_attr(stack, cudnn, "is_available", lambda: False)
     set_attr(stack, cudnn, "is_acceptable", lambda tensor: False)

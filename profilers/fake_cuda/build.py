@@ -28,19 +28,12 @@ _GUARD_SOURCE = Path(__file__).with_name("guard.cpp")
 # -- the device guard -----------------------------------------------------------------------------
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gpuwatch" / "fake-cuda"
-
-
 def _build_key() -> str:
     """The torch build and the guard's source: a new torch or a new guard means a new build."""
-    h = hashlib.sha256()
-    h.update(_GUARD_SOURCE.read_bytes())
-    h.update(torch.__version__.encode())
-    h.update(str(torch._C._GLIBCXX_USE_CXX11_ABI).encode())
-    h.update(os.path.realpath(torch.__file__).encode())
-    return h.hexdigest()[:16]
+    torch_build = (
+        f"{torch.__version__}{torch._C._GLIBCXX_USE_CXX11_ABI}{os.path.realpath(torch.__file__)}"
+    )
+    return hashlib.sha256(_GUARD_SOURCE.read_bytes() + torch_build.encode()).hexdigest()[:16]
 
 
 _STANDARDS = {201703: "c++17", 202002: "c++20", 202302: "c++23"}
@@ -66,7 +59,9 @@ def cxx_standard(include: Path) -> str:
 
 def guard_library(cache: Path | None = None) -> Path:
     """The compiled guard library for this torch, built on first use (about a second)."""
-    cache = cache or _cache_dir()
+    if cache is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        cache = Path(base) / "gpuwatch" / "fake-cuda"
     lib = cache / f"gpuwatch_fake_cuda_guard-{_build_key()}.so"
     if lib.exists():
         return lib

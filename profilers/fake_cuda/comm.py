@@ -105,11 +105,7 @@ def gather(
 
 
 FUNCTIONS = {
-    "broadcast": broadcast,
-    "broadcast_coalesced": broadcast_coalesced,
-    "reduce_add": reduce_add,
-    "reduce_add_coalesced": reduce_add_coalesced,
-    "scatter": scatter,
-    "gather": gather,
+    fn.__name__: fn
+    for fn in (broadcast, broadcast_coalesced, reduce_add, reduce_add_coalesced, scatter, gather)
 }
 """What the harness puts in place of ``torch.nn.parallel.comm``'s and ``torch.cuda.comm``'s."""

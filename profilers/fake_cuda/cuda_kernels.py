@@ -172,12 +172,7 @@ def _rnn_cell_placeholders(mode: FakeCudaMode, func: Op, args: Args, kwargs: Kwa
 
 
 def _on_host(
-    mode: RealCudaMode,
-    func: Op,
-    args: Args,
-    kwargs: Kwargs,
-    result: object,
-    device: torch.device,
+    mode: RealCudaMode, func: Op, args: Args, kwargs: Kwargs, result: object, device: torch.device
 ) -> object:
     """``result``, computed on the host for ``func``, as the GPU tensor the op makes."""
     out = mode.wrap_out(result, device, {})

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.cuda.graphs
 from torch.utils._pytree import tree_flatten
 
 from profilers.counting.ops import METADATA_OPS
@@ -101,14 +102,12 @@ class Graphs:
         if graph is None or getattr(self.replaying, "op", None) is not None:
             return
         frame = self._user.first(sys._getframe(1))
-        where = (
-            (self._user.display(frame.f_code.co_filename), frame.f_lineno)
-            if frame is not None
-            else ("<unknown>", 0)
-        )
-        graph.error = f"{what} at {where[0]}:{where[1]}"
+        file, line = "<unknown>", 0
+        if frame is not None:
+            file, line = self._user.display(frame.f_code.co_filename), frame.f_lineno
+        graph.error = f"{what} at {file}:{line}"
         with self._lock:
-            self.errors.append({"file": where[0], "line": where[1], "what": what})
+            self.errors.append({"file": file, "line": line, "what": what})
         raise _ERROR_TYPE(
             f"{CAPTURE_ERROR}\nthe fake GPU: {graph.error} makes the host wait for the "
             "GPU or copies pageable host memory, which a CUDA graph capture does not allow"
@@ -314,8 +313,6 @@ def patch_graphs_and_generators(stack: ExitStack, harness: FakeCuda) -> None:
     """``torch.cuda.CUDAGraph``, ``torch.cuda.graph``, ``graph_pool_handle``,
     ``is_current_stream_capturing`` (``make_graphed_callables`` is torch's own, on these), and
     ``torch.Generator(device="cuda")`` with ``torch.cuda.default_generators``."""
-    import torch.cuda.graphs
-
     global GRAPHS
     graphs = GRAPHS = harness.graphs
 

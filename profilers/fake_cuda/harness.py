@@ -1,39 +1,29 @@
 """``--fake-cuda``: an unmodified CUDA script on a CPU-only machine, every copy and sync counted.
 
-How it holds together:
-
-* **The device guard.** c10 ships ``FakeGuardImpl``; a few lines of C++ (``guard.cpp``,
-  compiled once per torch build and loaded with ctypes) register it as CUDA's device guard. With
-  it, autograd starts a device thread per fake GPU, so ``loss.backward()`` runs on autograd's
-  device threads as it does on a GPU, and device guards on ``cuda`` work.
-* **GPU tensors are fake, host tensors are real.** :class:`FakeCudaMode` (a dispatch mode at the
-  bottom of every thread's mode stack, under the profiler's) sends every op that touches a GPU
-  tensor or makes one to a ``FakeTensorMode`` (shapes, dtypes and devices, no data, no memory),
-  and runs everything else for real: data loading, numpy, host-side logic behave as without us.
-* **Values that come back to the host are real by default** (``--fake-values real``: the GPU's
-  ops also run on the CPU, ``real.py``). With ``--fake-values placeholder`` they are 0 / 0.0 /
-  False and zeros, an op whose output size depends on GPU values keeps every element, and
-  :attr:`FakeCuda.placeholders` counts them for the report.
-* **``torch.cuda``** says what a machine with ``devices`` GPUs says; pinned host memory is
-  remembered per allocation, so ``pin_memory()``, ``DataLoader(pin_memory=True)`` and
-  ``non_blocking`` copies classify as on a GPU.
-
-Nothing here decides what is a copy or a sync: the profiler's own rules (``counting/ops.py``) see the
-same ops with the same devices as on a GPU.
+c10 ships ``FakeGuardImpl``; a few lines of C++ (``guard.cpp``, compiled once per torch build
+and loaded with ctypes) register it as CUDA's device guard, so autograd starts a device thread
+per fake GPU and ``loss.backward()`` runs on them as on a GPU. The harness's mode, under the
+profiler's in every thread, runs each op on a GPU tensor on the fake GPU (real values computed
+on the host, ``real.py``, or placeholders, ``mode.py``) and the rest for real; ``torch.cuda``
+says what a machine with ``devices`` GPUs says. Nothing here decides what is a copy or a sync:
+the profiler's own rules (``counting/ops.py``) see the same ops and devices as on a GPU.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 import torch
+import torch._subclasses.fake_tensor as fake_tensor
 import torch.cuda.comm
 import torch.nn.parallel.comm
+import torch.optim.optimizer as optimizer
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.types import Device
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_mode, _push_mode
 
 from profilers.errors import ProfileStateError
 
@@ -61,6 +51,7 @@ from profilers.fake_cuda.comm import FUNCTIONS as COMM_FUNCTIONS
 from profilers.fake_cuda.graphs import Graphs, forbid_while_capturing, patch_graphs_and_generators
 from profilers.fake_cuda.memory import DEFAULT_BYTES, FakeMemory, PinnedMemory, Placeholders
 from profilers.fake_cuda.mode import FakeCudaMode, GpuTensor, fake_tensor_mode
+from profilers.fake_cuda.real import HostBacked, RealCudaMode
 from profilers.fake_cuda.torch_api import (
     DEVICE_NAME,
     FakeEvent,
@@ -116,10 +107,6 @@ class FakeCuda:
             raise FakeCudaUnavailable(f"simulates 1 to {MAX_DEVICES} GPUs, not {devices}")
         if values not in VALUES:
             raise FakeCudaUnavailable(f"holds {' or '.join(VALUES)} values, not {values!r}")
-        from torch._subclasses.fake_tensor import FakeTensor
-
-        from profilers.fake_cuda.real import HostBacked, RealCudaMode
-
         self.devices = devices
         self.values = values
         install_guard()
@@ -161,7 +148,6 @@ class FakeCuda:
     def mark(self, report: Report) -> Report:
         """``report`` saying that its GPUs were simulated, and what the script got back that
         was a placeholder (``options.fake_cuda``; the devices' names)."""
-        # CUDA graphs: what they did, and where (when the script made any)
         graphs = self.graphs.to_dict() if self.graphs.captures or self.graphs.errors else None
         fake = FakeCudaRun(
             self.devices,
@@ -198,8 +184,6 @@ class FakeCuda:
             # it with a _to_copy the modes see, as FakeTensorMode itself arranges.
             lift_on_the_host(stack)
             if self.values == "real":
-                from profilers.fake_cuda.real import HostBacked
-
                 _set(stack, HostBacked, "fake_mode", self.fake_mode)
                 _set(stack, HostBacked, "harness", self)
             stack.enter_context(self.mode_type(self))
@@ -217,12 +201,6 @@ class FakeCuda:
         self._stack.close()
 
     def _patch_threads(self, stack: ExitStack) -> None:
-        from torch.utils._python_dispatch import (
-            _get_current_dispatch_mode_stack,
-            _pop_mode,
-            _push_mode,
-        )
-
         original = getattr(threading.Thread, THREAD_BOOTSTRAP, None)
         if original is None:
             return
@@ -257,15 +235,7 @@ class FakeCuda:
         _set(stack, threading.Thread, THREAD_BOOTSTRAP, _bootstrap_inner)
 
     def _patch_cuda(self, stack: ExitStack) -> None:
-        import torch._subclasses.fake_tensor as fake_tensor
-        import torch.cuda
-
-        cuda = torch.cuda
         n = self.devices
-
-        def get_device_name(device: Device = None) -> str:
-            self.check_device(torch.device("cuda", index_of(device)))
-            return DEVICE_NAME
 
         def get_device_properties(device: Device = None) -> Properties:
             self.check_device(torch.device("cuda", index_of(device)))
@@ -298,7 +268,7 @@ class FakeCuda:
             "_lazy_init": lambda: None,
             "init": lambda: None,
             "synchronize": synchronize,
-            "get_device_name": get_device_name,
+            "get_device_name": lambda device=None: get_device_properties(device).name,
             "get_device_properties": get_device_properties,
             "get_device_capability": lambda device=None: (9, 0),
             "is_bf16_supported": lambda including_emulation=True: True,
@@ -310,7 +280,7 @@ class FakeCuda:
             "stream": lambda s=None: s if s is not None else FakeStream(),
         }
         for name, value in patches.items():
-            _set(stack, cuda, name, value)
+            _set(stack, torch.cuda, name, value)
         # torch.accelerator as torch.cuda says
         for name, value in {
             "is_available": lambda: True,
@@ -329,32 +299,19 @@ class FakeCuda:
                     _set(stack, module, name, fn)
         # NB: FakeTensor's first CUDA tensor makes a real one to set up the CUDA context.
         _set(stack, fake_tensor, "init_gpu_context", lambda device: None)
-        _set(
-            stack,
-            nn.Module,
-            "_apply",
-            module_apply(nn.Module._apply, self.fake_type, self.optimizers),
-        )
-        _set(
-            stack,
-            torch.optim.Optimizer,
-            "__init__",
-            self.optimizers.patch_init(torch.optim.Optimizer.__init__),
-        )
+        apply = module_apply(nn.Module._apply, self.fake_type, self.optimizers)
+        _set(stack, nn.Module, "_apply", apply)
+        init = self.optimizers.patch_init(torch.optim.Optimizer.__init__)
+        _set(stack, torch.optim.Optimizer, "__init__", init)
         # NB: an optimizer left to choose (foreach=None, fused=None) takes the foreach path on
         # a GPU, for plain tensors only (torch/optim/optimizer.py, _default_to_fused_or_foreach):
         # fake GPU tensors count as plain here, so the script runs, and fails, as on a GPU.
-        import torch.optim.optimizer as optimizer
-
         plain = [*optimizer._foreach_supported_types, self.fake_type]
         _set(stack, optimizer, "_foreach_supported_types", plain)
 
         # NB: FakeTensor.tolist() reads element by element (an .item() each); on a GPU,
         # tolist() is one copy to the host, and so it is here.
-        def tolist(t: torch.Tensor) -> object:
-            return t.to("cpu").tolist()
-
-        _set(stack, self.fake_type, "tolist", tolist)
+        _set(stack, self.fake_type, "tolist", lambda t: t.to("cpu").tolist())
         patch_printing(stack, self)
         patch_save(stack, self)
         patch_load(stack, self)
@@ -365,12 +322,5 @@ class FakeCuda:
         patch_unsimulated(stack)
 
 
-@contextmanager
-def fake_cuda(
-    devices: int = 1, *, memory_bytes: int | None = None, values: str | None = None
-) -> Iterator[FakeCuda]:
-    """``with fake_cuda():`` the code inside runs against ``devices`` fake GPUs (of
-    ``memory_bytes`` each: 80 GiB unless told) whose tensors hold ``values`` (``"real"`` or
-    ``"placeholder"``; None: :data:`DEFAULT_VALUES`)."""
-    with FakeCuda(devices, memory_bytes=memory_bytes, values=values) as harness:
-        yield harness
+fake_cuda = FakeCuda
+"""``with fake_cuda():`` the code inside runs against fake GPUs (:class:`FakeCuda`)."""

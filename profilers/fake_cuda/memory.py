@@ -148,7 +148,7 @@ class FakeMemory:
             empty = dict.fromkeys(one, 0)
             return {"all": one, "small_pool": dict(empty), "large_pool": dict(empty)}
 
-        out: dict[str, object] = {
+        return {
             "allocated_bytes": stat(now, peak),
             "active_bytes": stat(now, peak),
             "requested_bytes": stat(now, peak),
@@ -158,19 +158,15 @@ class FakeMemory:
             "active": stat(count, count),
             "segment": stat(reserved // SEGMENT_BYTES, reserved // SEGMENT_BYTES),
             "inactive_split": stat(0, 0),
+            "num_alloc_retries": 0,
+            "num_ooms": 0,
+            "num_sync_all_streams": 0,
+            "num_device_alloc": 0,
+            "num_device_free": 0,
+            "max_split_size": 0,
+            "oversize_allocations": stat(0, 0)["all"],
+            "oversize_segments": stat(0, 0)["all"],
         }
-        for name in (
-            "num_alloc_retries",
-            "num_ooms",
-            "num_sync_all_streams",
-            "num_device_alloc",
-            "num_device_free",
-            "max_split_size",
-        ):
-            out[name] = 0
-        out["oversize_allocations"] = stat(0, 0)["all"]
-        out["oversize_segments"] = stat(0, 0)["all"]
-        return out
 
 
 # -- placeholders and pinned memory ---------------------------------------------------------------

@@ -230,14 +230,6 @@ class FakeCudaMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         self.harness.memory.note(out, self.harness.fake_type)
         return out
 
-    def host_placeholder(self, src: torch.Tensor, dtype: object, pinned: bool) -> torch.Tensor:
-        if src.numel():  # no elements: nothing that a GPU would give differently
-            self.harness.placeholders.note("host_copies")
-        out = torch.zeros(
-            tuple(src.shape), dtype=dtype if isinstance(dtype, torch.dtype) else src.dtype
-        )
-        return self.harness.pinned.add(out) if pinned else out
-
 
 @_handles(_aten._to_copy.default)
 def _to_copy(mode: FakeCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object:
@@ -245,13 +237,16 @@ def _to_copy(mode: FakeCudaMode, func: Op, args: Args, kwargs: Kwargs) -> object
     if mode.is_fake(src) and dst is not None and dst.type == "cpu":
         if not kwargs.get("non_blocking"):
             mode.harness.graphs.forbid("a copy to the host")
+        if src.numel():  # no elements: nothing that a GPU would give differently
+            mode.harness.placeholders.note("host_copies")
+        dtype = kwargs.get("dtype")
+        out = torch.zeros(
+            tuple(src.shape), dtype=dtype if isinstance(dtype, torch.dtype) else src.dtype
+        )
         # NB: with non_blocking=True a copy to the host allocates pinned memory
         # (aten/src/ATen/native/TensorConversions.cpp).
-        return mode.host_placeholder(
-            src,
-            kwargs.get("dtype"),
-            bool(kwargs.get("non_blocking")) or bool(kwargs.get("pin_memory")),
-        )
+        pinned = kwargs.get("non_blocking") or kwargs.get("pin_memory")
+        return mode.harness.pinned.add(out) if pinned else out
     if dst is not None and dst.type == "cuda":
         mode.harness.check_device(dst)
         if not mode.is_fake(src):

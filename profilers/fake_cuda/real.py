@@ -113,15 +113,12 @@ MIXED_DEVICES_OK = frozenset(
 
 
 @functools.cache
-def _random(func: Op) -> bool:
-    """Whether op ``func`` takes a ``generator`` (a random op)."""
-    return any(a.name == "generator" for a in func._schema.arguments)
-
-
-@functools.cache
 def _with_generator(func: Op) -> Op | None:
-    """The overload of a random factory that takes a generator (``randn.generator`` for
-    ``randn.default``, ``randint.low_generator`` for ``randint.low``), or None."""
+    """``func`` if it takes a ``generator`` (a random op), else the overload of a random factory
+    that does (``randn.generator`` for ``randn.default``, ``randint.low_generator`` for
+    ``randint.low``), or None."""
+    if any(a.name == "generator" for a in func._schema.arguments):
+        return func
     name = func._overloadname
     wanted = "generator" if name == "default" else f"{name}_generator"
     drawn = getattr(func.overloadpacket, wanted, None) if func.namespace == "aten" else None
@@ -144,8 +141,7 @@ class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, u
         """A CUDA graph's replay of an op: computed again, written into the tensors it made at
         capture (as a graph's kernels write into the capture's memory)."""
         fresh = self.run(func, args, kwargs)
-        pairs = zip(_leaves(out), _leaves(fresh), strict=False)
-        for old, new in pairs:
+        for old, new in zip(_leaves(out), _leaves(fresh), strict=False):
             if type(old) is HostBacked and type(new) is HostBacked and old is not new:
                 old.host.copy_(new.host)
         return out
@@ -252,7 +248,7 @@ class RealCudaMode(FakeCudaMode):  # type: ignore[no-untyped-call]  # torch's, u
 def _drawing_on(device: torch.device, func: Op, kwargs: Kwargs) -> Op:
     """``func``, or its overload that takes a generator (randn(size) is randn.generator(size,
     generator=None)), drawing from ``device``'s generator unless it was given one."""
-    drawn = func if _random(func) else _with_generator(func)
+    drawn = _with_generator(func)
     if drawn is not None and kwargs.get("generator") is None:
         kwargs["generator"] = torch.cuda.default_generators[device.index or 0]
     return func if drawn is None else drawn

@@ -87,10 +87,8 @@ def index_of(device: Device) -> int:
     """The GPU index ``device`` names (None or a bare "cuda": the thread's current GPU)."""
     if isinstance(device, int):
         return device
-    d = torch.device(device) if device is not None else None
-    if d is None or d.index is None:
-        return int(torch._C._accelerator_getDeviceIndex())
-    return d.index
+    index = None if device is None else torch.device(device).index
+    return int(torch._C._accelerator_getDeviceIndex()) if index is None else index
 
 
 class Optimizers:
