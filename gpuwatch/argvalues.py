@@ -119,13 +119,9 @@ def add_old_spelling(
 ) -> None:
     """Registers ``old`` as a hidden, still-working spelling of the option now called ``new``;
     ``said``: with the one-line note (where scripts may use it; not for a demo's options)."""
-    kwargs: dict[str, Any] = {
-        "dest": dest,
-        "help": argparse.SUPPRESS,
-        "new": new,
-        "store": store,
-        "said": said,
-    }
+    kwargs: dict[str, Any] = dict(
+        dest=dest, help=argparse.SUPPRESS, new=new, store=store, said=said
+    )
     if store not in ("true", "false"):
         kwargs.update(type=type, metavar=metavar)
     parser.add_argument(old, action=OldSpelling, **kwargs)

@@ -86,12 +86,6 @@ def declare(e: argparse.ArgumentParser) -> None:
     e.set_defaults(handler=run_export)
 
 
-def _stale_after_s(interval_s: float) -> float:
-    """How old the latest sample may be before its series are withdrawn: three missed samples,
-    and never less than 2 s (an NVML call may take a second on a busy node)."""
-    return max(STALE_FLOOR_S, 3 * interval_s)
-
-
 def bounded_float(low: float, high: float) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
@@ -183,7 +177,9 @@ def run_export(args: argparse.Namespace) -> int:
     except NvmlUnavailable as exc:
         raise CliError(f"{exc} (--demo serves simulated GPUs)", code=1) from None
     sampler = Sampler(backend, interval_s=args.interval, idle=idle_policy(args))
-    stale_s = _stale_after_s(args.interval)
+    # NB: a sample older than three intervals withdraws its series; never under 2 s (an NVML
+    # call may take a second on a busy node).
+    stale_s = max(STALE_FLOOR_S, 3 * args.interval)
     collector = GpuCollector(
         socket.gethostname(),
         processes=not args.no_processes,

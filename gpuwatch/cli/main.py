@@ -65,20 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `gpuwatch top --json | head`: the reader is gone
         return _pipe_closed()
     except BaseException as exc:
-        code = _terminated_code(exc)
-        if code is None:
+        # NB: SIGTERM/SIGHUP before the script started (gpuwatch/profile/interrupts.py's
+        # Terminated): looked up among the modules loaded, as ``gpuwatch top`` never imports it.
+        interrupts = sys.modules.get("gpuwatch.profile.interrupts")
+        if interrupts is None or not isinstance(exc, interrupts.Terminated):
             raise
-        return code  # SIGTERM/SIGHUP before the script started
-
-
-def _terminated_code(exc: BaseException) -> int | None:
-    """The exit code of a run ended by SIGTERM/SIGHUP (gpuwatch/profile/interrupts.py's
-    ``Terminated``), else None. Only that module's handlers raise it, so it is looked up among
-    the modules already loaded: ``gpuwatch top`` never imports the profile half."""
-    interrupts = sys.modules.get("gpuwatch.profile.interrupts")
-    if interrupts is not None and isinstance(exc, interrupts.Terminated):
         return int(exc.exit_code)
-    return None
 
 
 def _pipe_closed() -> int:

@@ -84,16 +84,6 @@ def _check_inputs(options: ProfileOptions, target: Target) -> None:
             )
 
 
-def _check_fake_cuda(devices: int) -> None:
-    """Builds the fake GPU's C++ half (once per torch) and tries it before the script starts,
-    so that whatever stops it here is one line and exit 2, not an error inside the run (nor
-    one lost in the --live child)."""
-    from profilers.fake_cuda.harness import check_fake_cuda
-
-    with library_errors():
-        check_fake_cuda(devices)
-
-
 def run_profile(args: argparse.Namespace) -> int:
     try:
         target = _target(args)
@@ -206,7 +196,12 @@ def profile(options: ProfileOptions, target: Target) -> int:
     check_outputs(wanted, inputs=[] if target.module else [target.name])
     limits = budget_for(options.budget, options.no_budget)
     if options.fake_cuda:
-        _check_fake_cuda(options.fake_gpus)
+        # NB: the fake GPU's C++ half is built (once per torch) and tried before the script
+        # starts: what stops it is one line and exit 2, not an error inside the run (or the child).
+        from profilers.fake_cuda.harness import check_fake_cuda
+
+        with library_errors():
+            check_fake_cuda(options.fake_gpus)
     if options.live:
         return run_live(options, target, wanted, limits)
     timeline, gpu_stats = _gpu_timeline(options)
@@ -274,6 +269,5 @@ def run_live(
             what_if=options.what_if,
             findings=result.findings,
         )
-    code = result.exit_code
-    code = 2 if failed and code == 0 else code
+    code = 2 if failed and result.exit_code == 0 else result.exit_code
     return check_run(limits, result.report, code, options.quiet)

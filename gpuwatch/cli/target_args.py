@@ -10,10 +10,8 @@ def split_target(
 ) -> tuple[list[str], list[str] | None]:
     """Splits a command line at the script (or ``-m module``) of ``gpuwatch profile``: the
     arguments for gpuwatch, and the target's (None when this is no ``profile`` command line).
-
     Everything after the script or the module belongs to it, as with ``python`` and ``python
-    -m``: ``profile -m pkg.mod --lr 3e-4 --json j.json`` gives both options to the module.
-    """
+    -m``: ``profile -m pkg.mod --lr 3e-4 --json j.json`` gives both options to the module."""
     # NB: argparse cannot do this itself: -m takes one value and REMAINDER does not start
     # until a positional, so "-m pkg.mod --lr 1" was "unrecognized arguments: --lr".
     command = next((i for i, tok in enumerate(argv) if not tok.startswith("-")), None)

@@ -204,7 +204,12 @@ def run_top(args: argparse.Namespace) -> int:
         if nobody:
             raise CliError(f"no GPUs to show: no remote host answered ({nobody})", code=1)
         if args.json not in (None, "-"):
-            _write_snapshot(args.json, snapshot_json(snap))
+            from profilers.report import write_text_atomic
+
+            try:
+                write_text_atomic(args.json, snapshot_json(snap) + "\n")
+            except OSError as exc:
+                raise CliError(f"cannot write {args.json}: {exc.strerror or exc}") from None
         elif args.json:
             print(snapshot_json(snap))
             sys.stdout.flush()  # NB: a closed pipe raises here, inside main(), not at exit
@@ -222,12 +227,3 @@ def run_top(args: argparse.Namespace) -> int:
     app = TopApp(backend, interval_s=args.interval, readonly=args.readonly, idle=idle_policy(args))
     run_restoring_signals(app)
     return 0 if app.signalled is None else 128 + app.signalled
-
-
-def _write_snapshot(path: str, text: str) -> None:
-    from profilers.report import write_text_atomic
-
-    try:
-        write_text_atomic(path, text + "\n")
-    except OSError as exc:
-        raise CliError(f"cannot write {path}: {exc.strerror or exc}") from None

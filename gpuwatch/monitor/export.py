@@ -27,7 +27,7 @@ CONNECTION_DEADLINE_S = 10.0
 #: The longest one read or write of a connection may wait (``--client-idle-timeout``): a
 #: scraper sends its request as soon as it connects and reads the answer as it comes.
 IDLE_TIMEOUT_S = 3.0
-#: The shortest staleness limit (see :func:`_stale_after_s`).
+#: The shortest staleness limit (see gpuwatch/cli/export.py's ``stale_s``).
 STALE_FLOOR_S = 2.0
 
 
@@ -52,10 +52,6 @@ def _sum(*xs: float | None) -> float | None:
 def _gpm(g: GpuSample, value: float | None) -> float | None:
     """A rate only GPM measures as DCGM's profiling fields do (NVML's own PCIe figure is not)."""
     return value if g.gpm else None
-
-
-def _flag(held: bool, g: GpuSample) -> float | None:
-    return None if g.lost else float(held)
 
 
 #: dcgm-exporter's names (etc/default-counters.csv) and units; README says which match exactly.
@@ -154,7 +150,7 @@ GPU_METRICS = (
         "gpuwatch_gpu_held_idle",
         "1 while processes hold this GPU's memory and it has been idle for --idle-after "
         "seconds (SM activity, or utilisation without GPM, under --idle-below).",
-        lambda g: _flag(g.held_idle, g),
+        lambda g: None if g.lost else float(g.held_idle),
     ),
     Metric(
         "gpuwatch_gpu_held_idle_seconds",
@@ -293,10 +289,8 @@ class GpuCollector:
 
 def _short(name: str | None) -> str:
     """A process's short name, bounded: never its arguments.
-
     NB: psutil's ``name()`` is argv[0] when the executable's name is 15 characters or more and
     argv[0] starts with it, and argv[0] can carry anything (``exec -a "worker --api-token=S"``):
-    only what comes before the first whitespace is kept, then its last path component.
-    """
+    only what comes before the first whitespace is kept, then its last path component."""
     first = (name or "").split(maxsplit=1)[0] if (name or "").strip() else ""
     return (os.path.basename(first) or "?")[:64]

@@ -172,15 +172,8 @@ class _Handler(MetricsHandler):
 
 class MetricsServer(HTTPServer):
     """Serves ``registry`` at every path, over TLS when ``tls`` is given; :meth:`close` ends it
-    within about half a second whatever the clients do.
-
-    Args:
-        deadline_s: the longest one connection may last, accept to last byte.
-        idle_s: the longest one read or write may wait (at most ``deadline_s``).
-        max_connections: how many are served at once (default :func:`connection_cap`).
-        shed_after_s: how long a connection may wait for its request before it may be closed
-            to make room for another, while every slot is taken.
-    """
+    within about half a second whatever the clients do. The limits are those the constants of
+    this module and gpuwatch/monitor/export.py describe (``idle_s`` at most ``deadline_s``)."""
 
     request_queue_size = BACKLOG
 

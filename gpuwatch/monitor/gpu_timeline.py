@@ -160,14 +160,11 @@ class GpuTimeline:
             pass
         self.sampler.close()
         energy = {gpu: [(t - self._t0, mj) for t, mj in p] for gpu, p in self._energy.items()}
+        # how often the counter was read: the stats' interval without a cheap read
+        read_s = self.interval_s if self._energy_mj is None else self.energy_interval_s
         return TimelineSamples(
-            list(self._samples), dict(self.mig_gpus), energy, self._t0, self._read_interval_ms()
+            list(self._samples), dict(self.mig_gpus), energy, self._t0, round(read_s * 1000, 3)
         )
-
-    def _read_interval_ms(self) -> float:
-        """How often the counter was read, ms (the stats' interval without a cheap read)."""
-        every = self.interval_s if self._energy_mj is None else self.energy_interval_s
-        return round(every * 1000, 3)
 
 
 class TimelineSamples(NamedTuple):

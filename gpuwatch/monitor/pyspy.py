@@ -26,11 +26,8 @@ def find_py_spy() -> str | None:
 
 
 def dump_stack(pid: int, timeout_s: float = 15.0, native: bool = False) -> str:
-    """The text of ``py-spy dump --pid PID``.
-
-    Raises:
-        StackDumpError: the process is gone, is not Python, or py-spy lacks permission.
-    """
+    """The text of ``py-spy dump --pid PID``; StackDumpError when the process is gone, is not
+    Python, or py-spy lacks permission."""
     exe = find_py_spy()
     if exe is None:
         raise StackDumpError("py-spy is not installed (pip install py-spy)")
@@ -61,11 +58,8 @@ def explain_failure(pid: int, output: str) -> str:
         )
     if "failed to find python version" in text or "not a python" in text:
         return f"process {pid} is not a Python process (py-spy found no Python interpreter in it)"
-    if (
-        "no such file" in text
-        or "no such process" in text
-        or "check that the process is running" in text
-    ):
+    gone = ("no such file", "no such process", "check that the process is running")
+    if any(s in text for s in gone):
         return f"process {pid} has exited"
     first = next((line.strip() for line in output.splitlines() if line.strip()), "unknown error")
     return f"py-spy failed on process {pid}: {first.removeprefix('Error: ')}"

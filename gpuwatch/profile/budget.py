@@ -35,32 +35,22 @@ OVER_BUDGET = 3
 
 def add_budget_args(p: argparse.ArgumentParser, growth: bool = False) -> None:
     section = "diff-budget" if growth else "budget"
-    if growth:
-        text = (
-            "fail (exit 3) when after grows past before: e.g. 'line:syncs/step<=0' (no line may "
-            "add a sync per step), 'bytes/step<=0'; default: [tool.gpuwatch.diff-budget] in "
-            "pyproject.toml"
-        )
-    else:
-        text = BUDGET_HELP
-    p.add_argument("--budget", metavar="SPEC", help=text)
+    growth_help = (
+        "fail (exit 3) when after grows past before: e.g. 'line:syncs/step<=0' (no line may "
+        "add a sync per step), 'bytes/step<=0'; default: [tool.gpuwatch.diff-budget] in "
+        "pyproject.toml"
+    )
+    p.add_argument("--budget", metavar="SPEC", help=growth_help if growth else BUDGET_HELP)
     p.add_argument(
         "--no-budget", action="store_true", help=f"ignore [tool.gpuwatch.{section}] in pyproject"
     )
 
 
-def find_pyproject(start: Path) -> Path | None:
-    """The nearest pyproject.toml in ``start`` or a folder above it."""
-    for folder in (start, *start.parents):
-        candidate = folder / "pyproject.toml"
-        if candidate.is_file():
-            return candidate
-    return None
-
-
 def from_pyproject(section: str, start: Path | None = None) -> Budget | None:
     """``[tool.gpuwatch.<section>]`` of the project's pyproject.toml, None when it has none."""
-    path = find_pyproject(start if start is not None else Path.cwd())
+    start = start if start is not None else Path.cwd()
+    found = (folder / "pyproject.toml" for folder in (start, *start.parents))
+    path = next((candidate for candidate in found if candidate.is_file()), None)
     if path is None:
         return None
     try:
@@ -101,9 +91,7 @@ def budget_for(
             return Budget.parse(spec, "--budget")
         except BudgetError as exc:
             raise CliError(str(exc)) from None
-    if no_budget:
-        return None
-    return from_pyproject("diff-budget" if growth else "budget")
+    return None if no_budget else from_pyproject("diff-budget" if growth else "budget")
 
 
 def enforce(

@@ -20,12 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuwatch.argvalues import (
-    bounded_int,
-    checkpoint_seconds,
-    interval,
-    step_window,
-)
+from gpuwatch.argvalues import bounded_int, checkpoint_seconds, interval, step_window
 from gpuwatch.flags import PROFILE_OUTPUTS, Flag, declare, frozen, jsonable
 from gpuwatch.flags import flag_field as _flag
 from gpuwatch.profile.budget import BUDGET_HELP
@@ -39,11 +34,6 @@ if TYPE_CHECKING:
 MAX_TIMELINE_CAPACITY = 10_000_000
 #: Seconds between the partial reports that stand in for the final one if the process is killed.
 CHECKPOINT_S = 30.0
-
-
-def _show_steps(steps: tuple[int, int | None]) -> str:
-    a, b = steps
-    return f"{a}:{'' if b is None else b}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -237,7 +227,7 @@ class ProfileOptions:
             parse=step_window,
             metavar="A:B",
             magic=True,
-            show=_show_steps,
+            show=lambda steps: f"{steps[0]}:{'' if steps[1] is None else steps[1]}",
         ),
     )
     nproc_per_node: int = _flag(
@@ -264,8 +254,7 @@ class ProfileOptions:
     )
     budget: str | None = _flag(None, Flag(("--budget",), BUDGET_HELP, metavar="SPEC"))
     no_budget: bool = _flag(
-        False,
-        Flag(("--no-budget",), "ignore [tool.gpuwatch.budget] in pyproject", "true"),
+        False, Flag(("--no-budget",), "ignore [tool.gpuwatch.budget] in pyproject", "true")
     )
 
     @property

@@ -41,12 +41,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run tests that use the gpuwatch_budget marker or fixture on a fake GPU when torch "
         "sees none (copies and syncs counted as on a real one)",
     )
-    parser.addini(
-        "gpuwatch_fake_cuda",
-        type="bool",
-        default=False,
-        help="as --gpuwatch-fake-cuda",
-    )
+    parser.addini("gpuwatch_fake_cuda", type="bool", default=False, help="as --gpuwatch-fake-cuda")
 
 
 def pytest_configure(config: pytest.Config) -> None:

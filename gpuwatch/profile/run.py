@@ -244,14 +244,6 @@ def run_profiled(
     gpu_stats: str = "off",
 ) -> int:
     """Runs ``target`` under the profiler and hands its report to ``on_report`` once, whatever
-    ends the run; returns the exit code a shell expects.
-
-    Args:
-        target: the script or module, with its arguments.
-        options: the profiler's options.
-        on_report: receives the final report (writes files, sends it to a parent, prints).
-        checkpoint: receives a partial report every ``options.checkpoint_s`` seconds.
-        stop_gpu_timeline: stops GPU sampling and returns its samples.
-        gpu_stats: where the GPU samples come from (``"NVML"``, ``"demo"``, or why none).
-    """
+    ends the run (``checkpoint``: a partial one every ``options.checkpoint_s`` seconds); returns
+    the exit code a shell expects. ``gpu_stats``: ``"NVML"``, ``"demo"``, or why none."""
     return ProfiledRun(target, options, on_report, checkpoint, stop_gpu_timeline, gpu_stats).run()

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuwatch.profile.fullgraph import fullgraph_refused
+from gpuwatch.profile.fullgraph import _PACKAGE, fullgraph_refused
 from gpuwatch.profile.interrupts import Terminated
 from profilers.registry import is_own
 
@@ -87,12 +87,10 @@ def check_target(target: Target) -> None:
 def run_target(target: Target) -> Outcome:
     """Runs the target in this process with its own ``sys.argv`` and ``sys.path[0]``, then waits
     for the non-daemon threads it left running, as Python does before it exits.
-
     Its exceptions are printed the way Python prints them, without gpuwatch's frames; the exit
     code follows Python's rules (``SystemExit(n)`` keeps n, an exception gives 1, Ctrl-C 130,
     SIGTERM/SIGHUP 128 + the signal). ``sys.argv``, ``sys.path`` and ``__main__`` are restored
-    whatever the script did to them.
-    """
+    whatever the script did to them."""
     outcome = _run_main(target)
     try:
         wait_for_threads()
@@ -223,10 +221,6 @@ def _run_main(target: Target) -> Outcome:
         sys.path = saved_path_list
         if main_module is not None:
             sys.modules["__main__"] = main_module
-
-
-#: gpuwatch's own package (this module is in gpuwatch/profile/).
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _is_the_target_missing(exc: ImportError, name: str) -> bool:

@@ -44,10 +44,6 @@ def worded(exc: ProfilerError) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def cli_error(exc: ProfilerError) -> CliError:
-    return CliError(worded(exc))
-
-
 @contextmanager
 def library_errors() -> Iterator[None]:
     """A :class:`ProfilerError` that reaches the CLI (the profile could not start) becomes
@@ -55,16 +51,15 @@ def library_errors() -> Iterator[None]:
     try:
         yield
     except ProfilerError as exc:
-        raise cli_error(exc) from None
+        raise CliError(worded(exc)) from None
 
 
 @contextmanager
 def warnings_worded(stream: TextIO | None = None) -> Iterator[None]:
     """While inside: every :class:`ProfilerWarning` is shown, each time, as ``gpuwatch:
-    MESSAGE`` on stderr (one line); other warnings are shown as they would be.
-
-    NB: the filter goes first, so that ``-W error`` or a script's own filters never turn the
-    profiler's note into an exception or hide it."""
+    MESSAGE`` on stderr (one line); other warnings are shown as they would be. NB: the filter
+    goes first, so that ``-W error`` or a script's own filters never turn the profiler's note
+    into an exception or hide it."""
     with warnings.catch_warnings():
         warnings.simplefilter("always", ProfilerWarning)
         shown = warnings.showwarning

@@ -45,9 +45,7 @@ def card_layout(width: int, height: int, gpus: int, rows_for_the_rest: int) -> C
 
 class SamplingApp(App[ReturnType]):
     """An app fed by a :class:`Sampler` on a worker thread; the UI never waits on NVML.
-
-    Subclasses handle :class:`SnapshotReady`; ``sampler`` may be None (no NVML here).
-    """
+    Subclasses handle :class:`SnapshotReady`; ``sampler`` may be None (no NVML here)."""
 
     class SnapshotReady(Message):
         def __init__(self, snapshot: Snapshot) -> None:
@@ -76,8 +74,6 @@ class SamplingApp(App[ReturnType]):
 
     def start_sampling(self) -> None:
         if self.sampler is not None and self._sampling_thread is None:
-            # Which GPUs the MIG instances of CUDA_VISIBLE_DEVICES are part of: the live view
-            # shows (and its report keeps) the GPUs a script uses.
             self.mig_gpus = learn_mig_gpus(self.sampler.backend)
             # NB: a daemon thread of our own, not a Textual thread worker: those run in the
             # event loop's default executor, which asyncio and the interpreter wait for at exit,

@@ -53,15 +53,10 @@ SHUTDOWN_S = 5.0
 
 
 class ShutdownGuard:
-    """Bounds an app's last steps, whatever Textual's writer thread does.
-
-    Once :meth:`arm` is called (the app's own work is done), the process exits with
-    ``exit_code()`` if ``app.run()`` has not returned within ``bound_s``: the terminal's
-    settings are put back and one line says why. NB: the hang seen in the field was Textual's
-    main thread in ``WriterThread.stop`` (``Queue.put``) with its writer in ``Queue.get``: a
-    closed terminal sends SIGHUP and SIGCONT, and Textual's SIGCONT handler writes to the
-    terminal from inside the signal handler, on the queue lock the interrupted ``put`` holds.
-    """
+    """Bounds an app's last steps: once :meth:`arm` is called (the app's own work is done), the
+    process exits with ``exit_code()`` if ``app.run()`` has not returned within ``bound_s``, the
+    terminal's settings put back and one line saying why. NB: the hang seen in the field was
+    Textual's writer queue deadlocked by its SIGCONT handler (see :func:`close_on_signals`)."""
 
     def __init__(self, exit_code: Callable[[], int], bound_s: float = SHUTDOWN_S) -> None:
         self._exit_code = exit_code

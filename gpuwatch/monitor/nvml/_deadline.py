@@ -60,17 +60,18 @@ class _TlsSocket(_Bounded, ssl.SSLSocket):
     pass
 
 
-def _connect(
-    address: _Address, deadline: float, timeout_s: float, source: _Address | None = None
+def _open(
+    address: _Address, timeout: object = None, source_address: _Address | None = None, **kw: float
 ) -> socket.socket:
-    host, port = address
+    """http.client's ``create_connection``, every step within the fetch's deadline (``kw``)."""
+    (host, port), deadline, timeout_s = address, kw["deadline"], kw["timeout_s"]
     error: OSError | None = None
     for family, kind, proto, _, sockaddr in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
         sock = _Socket(family, kind, proto)
         try:
             sock.settimeout(_left(deadline, timeout_s))
-            if source:
-                sock.bind(source)
+            if source_address:
+                sock.bind(source_address)
             sock.connect(sockaddr)
         except OSError as exc:
             sock.close()
@@ -99,12 +100,6 @@ class _Https(http.client.HTTPSConnection):
         super().connect()
         if isinstance(self.sock, _TlsSocket):
             self.sock.deadline, self.sock.timeout_s = self._deadline, self._timeout_s
-
-
-def _open(
-    address: _Address, timeout: object = None, source_address: _Address | None = None, **kw: float
-) -> socket.socket:
-    return _connect(address, kw["deadline"], kw["timeout_s"], source_address)
 
 
 class _HttpHandler(urllib.request.HTTPHandler):

@@ -31,13 +31,8 @@ def _import_pynvml() -> ModuleType:
 
 
 class RealBackend:
-    """GPU samples from NVML through pynvml.
-
-    Args:
-        nvml: the pynvml module (tests pass a stub); imported when omitted.
-        clock: monotonic clock in seconds, for counter rates.
-        read_proc: reads a ``/proc/PID/...`` file for the processes' jobs (tests inject one).
-    """
+    """GPU samples from NVML through pynvml (tests pass a stub ``nvml`` and ``read_proc``, the
+    reader of ``/proc/PID/...`` files for the processes' jobs)."""
 
     label = "NVML"
     simulated = False
@@ -63,8 +58,7 @@ class RealBackend:
         self._jobs = Jobs(read_proc)
         self._gpm = GpmReader(self._nvml, self._query)
         self._unresolved: set[tuple[int, int]] = set()
-        count = self.device_count()
-        if count == 0:
+        if self.device_count() == 0:
             self.close()
             raise NvmlUnavailable("NVML found no NVIDIA GPUs on this machine")
         atexit.register(self.close)
@@ -102,8 +96,7 @@ class RealBackend:
             pass  # shutting down: a driver that already went away has nothing left to release
 
     def driver_version(self) -> str | None:
-        v = self._query(-1, "nvmlSystemGetDriverVersion")
-        return _text(v)
+        return _text(self._query(-1, "nvmlSystemGetDriverVersion"))
 
     def device_count(self) -> int:
         try:

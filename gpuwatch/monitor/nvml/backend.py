@@ -14,11 +14,9 @@ class NvmlUnavailable(RuntimeError):
 @runtime_checkable
 class Backend(Protocol):
     """A source of GPU samples.
-
     ``sample`` must be cheap (a few ms); ``pcie_throughput`` may block for tens of milliseconds
     per call (NVML samples the PCIe counters over a 20 ms window) and is called from its own
-    worker thread by :class:`gpuwatch.monitor.nvml.sampler.Sampler`.
-    """
+    worker thread by :class:`gpuwatch.monitor.nvml.sampler.Sampler`."""
 
     #: Shown in the app's title, e.g. ``"NVML"`` or ``"demo"``.
     label: str

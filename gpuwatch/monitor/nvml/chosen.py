@@ -38,13 +38,11 @@ def resolve_visible(
 ) -> list[int | None]:
     """The NVML index of each CUDA device ``CUDA_VISIBLE_DEVICES=text`` makes (CUDA device
     ``i`` is entry ``i``), None where no GPU of ``uuids`` (NVML index -> UUID) can be named.
-
     Entries are indices, GPU UUIDs (a unique prefix, with or without ``GPU-``) and MIG
     instances: ``MIG-GPU-<gpu uuid>/<gi>/<ci>`` names its GPU; the newer ``MIG-<uuid>`` is
     the instance's own UUID, whose GPU only NVML knows (``mig_gpu``). Like CUDA, the list ends
     at the first entry that names no device; an index is checked against ``count`` GPUs when
-    given.
-    """
+    given."""
     out: list[int | None] = []
     for part in (p.strip() for p in text.split(",")):
         if not part:

@@ -55,18 +55,9 @@ def _job(user: str, gpu: int) -> JobInfo:
 
 
 class FakeBackend:
-    """Simulated GPUs with values that move over time.
-
-    Args:
-        gpu_count: how many GPUs to simulate.
-        clock: seconds, monotonic; defaults to ``time.monotonic``.
-        processes_per_gpu: processes listed on each GPU (at most 4).
-        idle_gpus: GPUs whose processes hold memory while nothing runs (held idle).
-        stuck_gpus: GPUs "100% utilised" with their SMs almost empty (a collective waiting
-            on a peer): high utilisation, low SM activity.
-        gpm: whether the simulated GPUs have GPM (SM activity and the rest); False models
-            a GPU older than Hopper.
-    """
+    """Simulated GPUs with values that move over time (at most 4 processes per GPU).
+    ``idle_gpus``: held idle (memory held, nothing runs); ``stuck_gpus``: "100% utilised" with
+    their SMs almost empty (a collective waiting on a peer); ``gpm=False``: older than Hopper."""
 
     label = "demo"
     simulated = True

@@ -31,12 +31,10 @@ def host_of(url: str) -> str:
 def checked_url(url: str) -> str:
     """``url`` if ``--remote`` takes it (``http(s)://HOST[:PORT][/PATH]`` or a bare
     ``HOST[:PORT][/PATH]``), else ValueError saying why in one line.
-
     NB: a bare value is read as ``http://`` + value, so a URL of another scheme written without
     ``//`` (``javascript:alert(1)``, ``mailto:a@b``, ``data:...``) would become a host
     ``javascript`` with a port ``alert(1)``: a bare value must be a host and, after a colon,
-    a port number, with no user part.
-    """
+    a port number, with no user part."""
     shown = printable(url)
     bare = "://" not in url
     parts = urllib.parse.urlsplit(f"http://{url}" if bare else url)
@@ -251,9 +249,7 @@ class HostsBackend:
         self._slots: list[tuple[RemoteHost | None, int]] = []
         if local is not None:
             self._slots += [(None, i) for i in range(local.device_count())]
-        for h in self.hosts:
-            n = max(1, len(h.state().gpus))
-            self._slots += [(h, i) for i in range(n)]
+        self._slots += [(h, i) for h in self.hosts for i in range(max(1, len(h.state().gpus)))]
         if local is None:
             self.label = "remote: " + ", ".join(h.host for h in self.hosts)
 

@@ -16,12 +16,9 @@ def _now() -> _dt.datetime:
 
 
 class Sampler:
-    """Takes :class:`Snapshot` s from a backend.
-
-    PCIe throughput blocks ~20 ms per call in NVML, so with ``background_pcie=True`` a daemon
-    thread keeps the latest PCIe rates and :meth:`snapshot` merges them without waiting;
-    otherwise :meth:`snapshot` measures PCIe inline (fine for one-shot ``--once``/``--json``).
-    """
+    """Takes :class:`Snapshot` s from a backend. PCIe throughput blocks ~20 ms per call in
+    NVML, so with ``background_pcie=True`` a daemon thread keeps the latest PCIe rates and
+    :meth:`snapshot` merges them without waiting; otherwise it measures PCIe inline (``--once``)."""
 
     def __init__(
         self,

@@ -14,10 +14,8 @@ SNAPSHOT_SCHEMA = "gpuwatch.snapshot/1"
 
 @dataclass(frozen=True, slots=True)
 class JobInfo:
-    """Which job a process belongs to, from its environment and cgroup (``/proc/PID``).
-
-    A field is None where the process does not say (no such variable, not in a container).
-    """
+    """Which job a process belongs to, from its environment and cgroup (``/proc/PID``); a field
+    is None where the process does not say (no such variable, not in a container)."""
 
     slurm_job_id: str | None = None
     """``SLURM_JOB_ID`` (an array task's ``SLURM_ARRAY_JOB_ID_SLURM_ARRAY_TASK_ID``)."""

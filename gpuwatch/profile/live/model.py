@@ -88,18 +88,9 @@ def _nowhere(update: Update) -> None:
 
 
 class LiveRun:
-    """One profiled child seen live: its state, its end, its report.
-
-    Args:
-        session: the script: a child process (:class:`~gpuwatch.profile.live.session.ChildSession`,
-            started by :meth:`start` unless already started), or one in memory
-            (:class:`~gpuwatch.profile.live.session.InMemorySource`).
-        outputs: reports to write when the run ends (or is stopped, or dies).
-        gpu_stats: what the GPU samples are, for the report's ``options.gpu_stats``
-            (``Sampler.source``, or why there are none).
-        clock: seconds, monotonic; tests pass a fixed one.
-        stop_grace_s: how long a stopped script may take to send its report before it is killed.
-    """
+    """One profiled child seen live: its state, its end, its report (written to ``outputs``
+    however it ends). ``session``: a child process (started by :meth:`start` unless already) or
+    a script in memory; ``gpu_stats``: the report's ``options.gpu_stats`` (``Sampler.source``)."""
 
     def __init__(
         self,
@@ -314,11 +305,7 @@ class LiveRun:
         ``read_interval_ms``)."""
         rows = self.gpu_samples
         return GpuMeasures(
-            self.gpu_stats,
-            rows,
-            self.mig_gpus,
-            points_from_rows(rows),
-            rows_read_interval_ms(rows),
+            self.gpu_stats, rows, self.mig_gpus, points_from_rows(rows), rows_read_interval_ms(rows)
         )
 
     def result(self) -> LiveResult:

@@ -42,15 +42,8 @@ CLOCK_S = 1.0
 
 
 class LiveApp(SamplingApp[int | None]):
-    """The live view of a profiled child.
-
-    Args:
-        run: the run to show (started on mount; its child too, unless already started).
-        sampler: GPU stats for the cards; None shows ``no_gpu_reason`` instead.
-        top: lines per list of the summary screen.
-        stack_dumper: ``pid -> text`` for ``d``; py-spy by default.
-        header_clock: the wall clock in the header (snapshot tests turn it off).
-    """
+    """The live view of a profiled child: ``run`` starts on mount; without a ``sampler`` the
+    cards' place says ``no_gpu_reason``; ``top``: lines per list of the summary screen."""
 
     TITLE = "gpuwatch profile --live"
     CSS_PATH = "app.tcss"
@@ -164,9 +157,8 @@ class LiveApp(SamplingApp[int | None]):
             width, height = self.size
         # NB: below 120 columns the rates panel gives the hot lines ten more columns.
         self.query_one(RatesPanel).set_class(width < 120, "-narrow")
-        if self.sampler is None:
-            return
-        self.query_one(GpuCards).relayout(width, height)
+        if self.sampler is not None:
+            self.query_one(GpuCards).relayout(width, height)
 
     def on_sampling_app_snapshot_ready(self, message: SamplingApp.SnapshotReady) -> None:
         gpus = message.snapshot.gpus
@@ -193,8 +185,7 @@ class LiveApp(SamplingApp[int | None]):
         cards = self.query_one(GpuCards)
         changed = cards.show_only(shown)
         cards.display = shown is None or bool(shown)
-        note = self.query_one("#gpu-note", Static)
-        note.display = not cards.display
+        self.query_one("#gpu-note", Static).display = not cards.display
         if changed:
             self._relayout()
 

@@ -11,14 +11,10 @@ from textual import events
 from textual.widgets import DataTable
 
 from gpuwatch import _format as fmt
-from gpuwatch.ui.widgets.hot_lines import short_path
+from gpuwatch.ui.widgets.hot_lines import NO_SOURCE, PAD, short_path
 
 #: Widths of the figure columns ("160.0 MiB").
 FIGURE_WIDTH = 9
-#: Cell padding DataTable adds on each side of every column.
-PAD = 1
-#: Less room than this and the source is not shown.
-NO_SOURCE = 6
 
 NOT_TRACKED = (
     "GPU memory per line: not tracked (profile with --memory; on by itself with --fake-cuda)"

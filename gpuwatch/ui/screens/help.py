@@ -34,9 +34,7 @@ class HelpScreen(ModalScreen[None]):
     }
     HelpScreen Static { width: 100%; }
     """
-    BINDINGS = [
-        Binding("escape,q,question_mark", "dismiss", "Close", key_display="esc"),
-    ]
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close", key_display="esc")]
 
     def __init__(self, sections: list[tuple[str, Iterable[BindingType]]], about: str = "") -> None:
         super().__init__()

@@ -25,10 +25,7 @@ class StackScreen(ModalScreen[None]):
     }
     StackScreen #stack.-error { color: $error; text-style: bold; }
     """
-    BINDINGS = [
-        Binding("escape,q", "dismiss", "Close"),
-        Binding("r", "refresh_stack", "Refresh"),
-    ]
+    BINDINGS = [Binding("escape,q", "dismiss", "Close"), Binding("r", "refresh_stack", "Refresh")]
 
     def __init__(
         self, pid: int, title: str = "", dumper: Callable[[int], str] = dump_stack

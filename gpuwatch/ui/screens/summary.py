@@ -15,10 +15,7 @@ class SummaryScreen(ModalScreen[None]):
     SummaryScreen { align: center middle; }
     SummaryScreen > VerticalScroll { width: 95%; height: 90%; border: round $success; background: $surface; padding: 0 1; }
     """
-    BINDINGS = [
-        Binding("escape,s", "dismiss", "Close"),
-        Binding("q", "app.quit_or_stop", "Quit"),
-    ]
+    BINDINGS = [Binding("escape,s", "dismiss", "Close"), Binding("q", "app.quit_or_stop", "Quit")]
 
     def __init__(self, summary: RenderableType, title: str) -> None:
         super().__init__()

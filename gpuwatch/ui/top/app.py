@@ -32,17 +32,8 @@ WIDE_FOOTER = 100
 
 
 class TopApp(SamplingApp[None]):
-    """Live per-GPU stats and the processes using the GPUs.
-
-    Args:
-        backend: where samples come from (``FakeBackend`` in tests and ``--demo``).
-        interval_s: seconds between samples.
-        readonly: refuse to signal processes.
-        stack_dumper: ``pid -> text`` for the stack view; py-spy by default.
-        idle: when a GPU held by processes counts as idle, and for how long until HELD IDLE.
-        sampler: the sampler over ``backend`` (tests pass one with a fixed clock); one with
-            ``interval_s`` and ``idle`` by default.
-    """
+    """Live per-GPU stats and the processes using the GPUs. ``stack_dumper``: ``pid -> text``
+    for the stack view; ``sampler``: over ``backend`` (tests pass one with a fixed clock)."""
 
     TITLE = "gpuwatch top"
     AUTO_FOCUS = "#processes"
@@ -141,11 +132,10 @@ class TopApp(SamplingApp[None]):
         self._update_subtitle(width)
 
     def on_sampling_app_snapshot_ready(self, message: SamplingApp.SnapshotReady) -> None:
-        if self.paused:
-            return
-        self.samples_taken += 1
-        self.record_snapshot(message.snapshot)
-        self.draw_snapshot()
+        if not self.paused:
+            self.samples_taken += 1
+            self.record_snapshot(message.snapshot)
+            self.draw_snapshot()
 
     def record_snapshot(self, snap: Snapshot) -> None:
         """Keep ``snap`` as the latest and add it to the 5-minute histories."""
@@ -153,11 +143,8 @@ class TopApp(SamplingApp[None]):
         self.history.add(snap)
 
     def draw_snapshot(self) -> None:
-        """Draw the latest snapshot on the main screen.
-
-        The main screen stays current under a modal (help, kill, stack), so it is right when
-        the modal closes. While the app shuts down its widgets go one by one: nothing is drawn.
-        """
+        """Draw the latest snapshot on the main screen, current under a modal (help, kill, stack)
+        so it is right when the modal closes; nothing while the app shuts down."""
         snap = self.snapshot
         if snap is None:
             return
@@ -212,11 +199,8 @@ class TopApp(SamplingApp[None]):
         ]
         # The longest form that fits the title line; the states always show.
         room = (width or self.size.width) - len(self.title) - 5
-        label, gpus, every = (
-            self.backend.label,
-            f"{self.gpu_count} GPUs",
-            f"every {self.interval_s:g} s",
-        )
+        label, gpus = self.backend.label, f"{self.gpu_count} GPUs"
+        every = f"every {self.interval_s:g} s"
         at = f" · {self.snapshot.time:%H:%M:%S}" if self.snapshot is not None else ""
         for parts in (
             [label, f"driver {driver}", gpus, every],
@@ -293,8 +277,7 @@ class TopApp(SamplingApp[None]):
                 self.backend.send_signal(proc.pid, signum, proc.start_time)
             except ProcessLookupError:
                 self.notify(
-                    f"process {proc.pid} has already exited; nothing was sent",
-                    severity="warning",
+                    f"process {proc.pid} has already exited; nothing was sent", severity="warning"
                 )
             except PermissionError:
                 self.notify(f"no permission to send {name} to process {proc.pid}", severity="error")

@@ -13,9 +13,7 @@ from gpuwatch.ui.widgets.lines import LinesWidget
 class FleetLine(LinesWidget):
     """``fleet: 12 GPUs · 8 busy · 2 idle · 1 held idle · 1 unreachable``, on one line."""
 
-    DEFAULT_CSS = """
-    FleetLine { width: 100%; height: 1; padding: 0 1; }
-    """
+    DEFAULT_CSS = "FleetLine { width: 100%; height: 1; padding: 0 1; }"
 
     fleet: var[Fleet | None] = var(None)
     """The latest counts; None before the first sample."""

@@ -24,9 +24,7 @@ class CardBody(LinesWidget):
     activity line (GPM, energy) and three history lines. One widget, not nine: a tick costs
     Textual one region per card."""
 
-    DEFAULT_CSS = """
-    CardBody { height: 9; width: 1fr; }
-    """
+    DEFAULT_CSS = "CardBody { height: 9; width: 1fr; }"
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)

@@ -168,11 +168,9 @@ class ProcessTable(DataTable[Text]):
 
     def _set_cells(self, changed: Iterable[tuple[str, int, str]]) -> None:
         """New text in some cells, repainting the rows they are in rather than the whole table.
-
         NB: ``DataTable.update_cell`` repaints every row; the table's cells and the counter its
         render caches are keyed on are set here directly where they are as expected, and a cell
-        that grows wider than its column goes through ``update_cell`` to widen it.
-        """
+        that grows wider than its column goes through ``update_cell`` to widen it."""
         quiet = isinstance(getattr(self, "_data", None), dict) and isinstance(
             getattr(self, "_update_count", None), int
         )

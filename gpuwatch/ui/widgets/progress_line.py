@@ -7,9 +7,7 @@ from textual.widgets import Static
 
 
 class ProgressLine(Static):
-    DEFAULT_CSS = """
-    ProgressLine { height: 1; padding: 0 1; color: $text-muted; display: none; }
-    """
+    DEFAULT_CSS = "ProgressLine { height: 1; padding: 0 1; color: $text-muted; display: none; }"
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, markup=False)
