@@ -112,7 +112,7 @@ def run_report(args: argparse.Namespace) -> int:
 
 def run_trace_report(args: argparse.Namespace) -> int:
     """``gpuwatch report TRACE``: a torch.profiler trace (or a folder of ranks) analysed."""
-    from gpuwatch.output.kineto_load import load_analysis
+    from gpuwatch.output.kineto_load import is_saved, load_analysis
     from gpuwatch.output.kineto_text import print_summary
     from gpuwatch.output.write import check_outputs, output_for, outputs, say, write_document
 
@@ -123,6 +123,11 @@ def run_trace_report(args: argparse.Namespace) -> int:
     wanted = outputs(args.json_path, args.html_path, args.trace_path)
     wanted += [output_for(path) for path in args.output_paths]
     check_outputs(wanted, inputs=args.paths)
+    if any(o.kind == "trace" for o in wanted) and any(map(is_saved, args.paths)):
+        raise CliError(
+            "a Chrome trace is drawn from the torch.profiler trace itself: the saved analysis "
+            "keeps no timeline (gpuwatch report TRACE --trace OUT)"
+        )
     show = not args.quiet and sys.stderr.isatty()
     analysis = load_analysis(args.paths, args.jobs, args.scheduler, show)
     if not args.quiet:

@@ -7,13 +7,18 @@ Figures are measured (read from the trace), in milliseconds; nothing here is pre
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from profilers.finite import iterable, mapping, number
 from profilers.kineto.events import Where
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 SCHEMA = "gpuwatch.kineto/1"
+R = TypeVar("R", bound="DataclassInstance")
 
 CAUSES = ("input", "sync", "copy", "comm", "launch", "dependency", "warmup")
 """Every idle ms is charged to exactly one of these (see DEFINITIONS)."""
@@ -171,7 +176,7 @@ class CopyStat:
             "gpu_ms": self.gpu_ms,
         }
         if self.where is not None:
-            d.update(op=self.where.op, file=self.where.file, line=self.where.line)
+            d.update(asdict(self.where))
         return d
 
 
@@ -293,3 +298,102 @@ class TraceAnalysis:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1) + "\n"
+
+
+# -- a saved analysis read back (``gpuwatch report analysis.json``): the same records, so each
+# output the trace gave is given again; the Perfetto timeline is not in the JSON (no slices).
+
+
+def _f(v: object) -> float:
+    return float(number(v))
+
+
+def _i(v: object) -> int:
+    return int(number(v))
+
+
+def _opt(v: object) -> str | None:
+    return None if v is None else str(v)
+
+
+def _flat(cls: type[R], d: Mapping[str, object]) -> R:
+    """A record of numbers and a name whose JSON object has its fields' names."""
+    read: dict[str, Callable[[object], object]] = {"int": _i, "float": _f, "str": str}
+    return cls(**{f.name: read[str(f.type)](d[f.name]) for f in fields(cls)})
+
+
+def _where(d: Mapping[str, object]) -> Where:
+    line = d.get("line")
+    return Where(
+        str(d["op"]),
+        _opt(d.get("file")),
+        None if line is None else _i(line),
+        _opt(d.get("function")),
+    )
+
+
+def _charge(d: Mapping[str, object]) -> Charge:
+    return Charge(str(d["cause"]), _where(d), _f(d["idle_ms"]))
+
+
+def _device(d: Mapping[str, object]) -> DeviceTime:
+    split = mapping(d["busy_split_ms"])
+    return DeviceTime(
+        device=_i(d["device"]),
+        wall_ms=_f(d["wall_ms"]),
+        busy_ms=_f(d["busy_ms"]),
+        compute_ms=_f(split["compute"]),
+        comm_ms=_f(split["comm"]),
+        copy_ms=_f(split["copy"]),
+        idle_ms=_f(d["idle_ms"]),
+        idle_by_cause_ms={str(k): _f(v) for k, v in mapping(d["idle_by_cause_ms"]).items()},
+        verdict=str(d["verdict"]),
+        shares_pct={str(k): _f(v) for k, v in mapping(d["shares_pct"]).items()},
+        top=tuple(_charge(mapping(c)) for c in iterable(d["top"])),
+    )
+
+
+def _copy(d: Mapping[str, object]) -> CopyStat:
+    where = _where(d) if "op" in d else None
+    counts = (_i(d["count"]), _i(d["bytes"]), _f(d["gpu_ms"]))
+    return CopyStat(str(d["direction"]), str(d.get("memory") or ""), *counts, where)
+
+
+def _rank(d: Mapping[str, object]) -> RankResult:
+    def each(key: str, source: Mapping[str, object] = d) -> list[Mapping[str, object]]:
+        return [mapping(v) for v in iterable(source[key])]
+
+    hta = mapping(d["hta"])
+    return RankResult(
+        rank=_i(d["rank"]),
+        path=str(d["path"]),
+        gpus={int(k): str(v) for k, v in mapping(d["gpus"]).items()},
+        steps=tuple(
+            StepTime(
+                name=str(s["name"]),
+                number=None if s.get("number") is None else _i(s["number"]),
+                start_ms=_f(s["start_ms"]),
+                wall_ms=_f(s["wall_ms"]),
+                input_ms=_f(s["input_ms"]),
+                devices=tuple(_device(mapping(v)) for v in iterable(s["devices"])),
+            )
+            for s in each("steps")
+        ),
+        run=tuple(_device(v) for v in each("run")),
+        lines=tuple(_charge(v) for v in each("idle_by_line")),
+        kernels=tuple(_flat(KernelStat, k) for k in each("kernels")),
+        copies=tuple(_copy(v) for v in each("copies")),
+        copy_lines=tuple(_copy(v) for v in each("copy_lines")),
+        active=tuple(_flat(ActiveWindow, a) for a in each("active_window", hta)),
+        streams=tuple(_flat(StreamIdle, v) for v in each("stream_idle", hta)),
+        has_stacks=d["has_stacks"] is True,
+        has_steps=d["has_steps"] is True,
+        notes=tuple(str(n) for n in iterable(d["notes"])),
+    )
+
+
+def analysis_from_dict(doc: Mapping[str, object]) -> TraceAnalysis:
+    """The analysis a ``gpuwatch.kineto/1`` document holds (checked against its schema first:
+    a damaged one raises KeyError, TypeError or ValueError)."""
+    paths = tuple(str(p) for p in iterable(doc["paths"]))
+    return TraceAnalysis(paths, tuple(_rank(mapping(r)) for r in iterable(doc["ranks"])))
