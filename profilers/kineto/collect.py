@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from profilers.kineto.events import (
     ASYNC_COPY_CALLS,
@@ -17,25 +18,25 @@ from profilers.kineto.events import (
     COPY_OPS,
     CPU_CATS,
     GPU_CATS,
+    KINDS,
     MEMCPY,
     PYTHON_CATS,
     RUNTIME_CATS,
     SYNC_CALLS,
-    Activity,
+    Activities,
     Call,
     Calls,
     HostSpan,
     RankTrace,
     Step,
     is_input,
-    is_nccl,
-    memcpy_kind,
     user_frame,
 )
 from profilers.kineto.stacks import Frame, op_of, where_of
 
 #: How the names of the CPU spans the analysis needs begin (steps, DataLoader, collectives).
 MARKS = ("ProfilerStep#", "enumerate(DataLoader)", *COMM_PREFIXES)
+GPU_KINDS = {cat: KINDS.index(kind) for cat, kind in GPU_CATS.items()}
 
 
 #: Larger than any time a trace holds (in us: Kineto's epoch clock reads about 1.8e15 in
@@ -108,7 +109,7 @@ class Collect:
 
     def __init__(self) -> None:
         self.base_us: int | None = None
-        self.activities: list[Activity] = []
+        self.activities = Activities()
         names = {"": 0}
         self.launches = Calls(names, first=False)
         self.ops = Calls(names, first=True)
@@ -130,6 +131,7 @@ class Collect:
         # into its table's row (a call per event would cost a third more)
         ids, ops, launches, cats = self.ops.ids, self.ops.data, self.launches.data, self.cats
         names, marks, launching = self.runtime_names, self.marks, self.launching
+        acts = self.activities
         for e in events:
             if e.ph != "X":
                 if e.ph == "M" and e.name == "process_name" and isinstance(e.args, Args):
@@ -156,25 +158,17 @@ class Collect:
                 self.first = start
             if end > self.last:
                 self.last = end
-            kind = GPU_CATS.get(cat)
+            kind = GPU_KINDS.get(cat)
             if kind is not None:
-                name = sys.intern(name)
-                direction, memory = memcpy_kind(name) if kind == MEMCPY else ("", "")
-                self.activities.append(
-                    Activity(
-                        kind,
-                        name,
-                        number(args.device, number(e.pid, 0)),
-                        number(args.stream, number(e.tid, 0)),
-                        start,
-                        end,
-                        max(-1, number(args.correlation)),  # -1: none (no launch has it)
-                        max(0, number(args.bytes, 0)),
-                        direction,
-                        memory,
-                        kind == "kernel" and is_nccl(name),
-                    )
+                if (n := acts.ids.get(name)) is None:
+                    n = acts.ids[name] = len(acts.ids)
+                corr = max(-1, number(args.correlation))  # -1: none (no launch has it)
+                device = number(args.device, number(e.pid, 0))
+                stream, nbytes = (
+                    number(args.stream, number(e.tid, 0)),
+                    max(0, number(args.bytes, 0)),
                 )
+                acts.data.extend((kind, n, device, stream, start, end, corr, nbytes))
                 continue
             is_cpu = cat in CPU_CATS
             if not is_cpu and cat not in RUNTIME_CATS:
@@ -224,9 +218,9 @@ def steps_of(marks: Iterable[Call]) -> list[Step]:
 def blocked_spans(trace: RankTrace) -> list[HostSpan]:
     """The host's waits: a synchronising runtime call, or a copy from or to pageable memory
     (the host stages it), each with the CPU op and line that made it."""
-    pageable = {
-        a.correlation for a in trace.activities if a.kind == MEMCPY and a.memory == "pageable"
-    }
+    acts = trace.activities
+    memory = np.array([m == "pageable" for _, m in acts.copy_kinds], bool)[acts.name]
+    pageable = set(acts.correlation[memory & (acts.kind == KINDS.index(MEMCPY))].tolist())
     spans: list[HostSpan] = []
     for corr, call in trace.launches.named(SYNC_CALLS | ASYNC_COPY_CALLS):
         if call.name not in SYNC_CALLS and corr not in pageable:

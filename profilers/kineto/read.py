@@ -132,7 +132,7 @@ def _refuse(path: str, got: Collect, gpus: dict[int, str]) -> None:
             f"{path} is a trace of another accelerator ({other[0]} events); gpuwatch reads "
             "NVIDIA CUDA traces only"
         )
-    if got.activities:
+    if len(got.activities):
         return
     if got.legacy_kernels:
         raise TraceError(
@@ -267,6 +267,7 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
 def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrace:
     got.ops.seal()
     got.launches.seal()
+    got.activities.seal()
     gpus = _gpus(meta)
     _refuse(path, got, gpus)
     info = meta.get("distributedInfo")
@@ -294,7 +295,7 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
         python=python,
         op_segments=_segments(got.ops),
         main_tid=main,
-        has_stacks=bool(python) or any(got.ops.col(6)),
+        has_stacks=bool(python) or bool(got.ops.col(6).any()),
     )
     return dataclasses.replace(trace, spans=marked_spans(trace, got.marks) + blocked_spans(trace))
 
@@ -302,7 +303,7 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
 def _segments(ops: Calls) -> dict[str, tuple[Sequence[int], Sequence[int]]]:
     """Per thread, the innermost CPU op (its row, -1 for none) over time: a thread at a time,
     sorted by numpy on the columns' own buffers, never a tuple per op kept."""
-    tids, starts, ends = (np.frombuffer(ops.col(j), np.int64) for j in (2, 3, 4))
+    tids, starts, ends = (ops.col(j) for j in (2, 3, 4))
     out: dict[str, tuple[Sequence[int], Sequence[int]]] = {}
     for tid in np.unique(tids).tolist():
         rows = np.flatnonzero(tids == tid)
