@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from profilers.kineto.events import KERNEL, KINDS, NO_CALL, HostSpan, Ints, RankTrace, Step, Where
-from profilers.kineto.intervals import Segments, Union
+from profilers.kineto.intervals import Union, segments
 from profilers.kineto.result import (
     CAUSES,
     Charge,
@@ -50,9 +50,7 @@ NOTHING_NEXT = Where("(no later GPU work in the trace)")
 NO_GPU_WORK = "no GPU work"
 MAX_SLICES = 20_000
 """The timeline keeps each rank's longest busy runs and idle pieces (docs/trace.md)."""
-COMM, LAUNCH, DEPENDENCY, WARMUP = (
-    CAUSES.index(c) for c in ("comm", "launch", "dependency", "warmup")
-)
+COMM, LAUNCH, DEPENDENCY, WARMUP = (CAUSES.index(c) for c in CAUSES[3:])
 WORDS = {**VERDICTS, "dependency": "dependency-bound"}
 """Each cause's verdict word (warm-up never gives one: it is left out of the verdict)."""
 
@@ -72,12 +70,12 @@ def verdict_for(wall_ns: int, busy_ns: int, comm_only_ns: int, idle_ns: dict[str
     return WORDS[max(CAUSES, key=lambda c: held.get(c, 0))]
 
 
-def _waits(segments: Segments[HostSpan], places: Places) -> Ints:
+def _waits(spans: Sequence[HostSpan], places: Places) -> Ints:
     """The host's waits as columns: start, end, cause, place, the wait's own start; first a
     wait of no length before any time (so that a search always finds one)."""
+    flat = segments([(s.start_ns, s.end_ns, RANKS[s.cause], s) for s in spans])
     rows = [(NO_CALL, NO_CALL, 0, 0, 0)] + [
-        (s, e, CAUSES.index(w.cause), places.id(w.where), w.start_ns)
-        for s, e, w in zip(segments.starts, segments.ends, segments.labels, strict=True)
+        (s, e, CAUSES.index(w.cause), places.id(w.where), w.start_ns) for s, e, w in flat
     ]
     return np.array(rows, np.int64).T
 
@@ -240,9 +238,9 @@ def _longest(
     lengths = end - start
     left_ms = sum(lengths.tolist()) - sum(lengths[longest].tolist())
     return tuple(
-        Slice(int(d), s, e, "busy", None)
-        if c < 0
-        else Slice(int(d), s, e, CAUSES[int(c)], wheres[int(p)])
+        Slice(
+            int(d), s, e, CAUSES[int(c)] if c >= 0 else "busy", wheres[int(p)] if c >= 0 else None
+        )
         for d, s, e, c, p in zip(
             *(col[longest].tolist() for col in (device, start, end, cause, place)), strict=True
         )
@@ -254,20 +252,13 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP, slices: int = MAX_SLICES)
     timeline: the ``slices`` longest busy runs and idle pieces)."""
     windows = trace.steps or [Step("whole trace", None, *trace.span_ns)]
     span = (windows[0].start_ns, max(w.end_ns for w in windows))
-    w_starts, w_ends = (
-        np.array(col, np.int64)
-        for col in zip(*((w.start_ns, w.end_ns) for w in windows), strict=True)
-    )
-    ranked = [(s.start_ns, s.end_ns, RANKS[s.cause], s) for s in trace.spans]
+    w_starts = np.array([w.start_ns for w in windows], np.int64)
+    w_ends = np.array([w.end_ns for w in windows], np.int64)
     places = Places(trace)
-    host = _waits(Segments(ranked), places)
-    blocked = _waits(Segments([r for r in ranked if r[3].cause in ("sync", "copy")]), places)
-    inputs = (
-        np.array([(s.start_ns, s.end_ns) for s in trace.spans if s.cause == "input"], np.int64)
-        .reshape(-1, 2)
-        .T
-    )
-    input_ns = Union(*inputs).within(w_starts, w_ends).tolist()
+    host = _waits(trace.spans, places)
+    blocked = _waits([s for s in trace.spans if s.cause in ("sync", "copy")], places)
+    inputs = np.array([(s.start_ns, s.end_ns) for s in trace.spans if s.cause == "input"])
+    input_ns = Union(*inputs.reshape(-1, 2).T.astype(np.int64)).within(w_starts, w_ends).tolist()
     # NB: steps numbered from 1 up follow torch.profiler's own warm-up (schedule(wait, warmup)):
     # the GPU ran before the trace, so the first gap is no warm-up of the run's
     cold = not trace.steps or trace.steps[0].number == 0

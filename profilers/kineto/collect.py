@@ -5,8 +5,8 @@ frames, and the spans with a cause (steps, DataLoader waits, collectives, the ho
 from __future__ import annotations
 
 import math
-import sys
-from collections.abc import Iterable
+from array import array
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -23,16 +23,15 @@ from profilers.kineto.events import (
     PYTHON_CATS,
     RUNTIME_CATS,
     SYNC_CALLS,
-    Activities,
-    Call,
     Calls,
     HostSpan,
+    Ints,
     RankTrace,
     Step,
     is_input,
     user_frame,
 )
-from profilers.kineto.stacks import Frame, op_of, where_of
+from profilers.kineto.stacks import Frame, Places
 
 #: How the names of the CPU spans the analysis needs begin (steps, DataLoader, collectives).
 MARKS = ("ProfilerStep#", "enumerate(DataLoader)", *COMM_PREFIXES)
@@ -109,13 +108,14 @@ class Collect:
 
     def __init__(self) -> None:
         self.base_us: int | None = None
-        self.activities = Activities()
+        self.gpu, self.gpu_names = array("q"), dict[str, int]()  # Activities' columns
         names = {"": 0}
         self.launches = Calls(names, first=False)
         self.ops = Calls(names, first=True)
         self.launching: dict[str, int] = {}
-        self.marks: list[Call] = []  # steps, input, comm spans (any CPU op or annotation)
-        self.python: dict[str, list[tuple[int, int, Frame]]] = {}
+        self.marks = array("q")  # steps, input, comm spans (any CPU op or annotation), as ops
+        self.python: dict[str, list[tuple[int, int, int]]] = {}  # ids in frames
+        self.frames: dict[Frame, int] = {}
         self.cats: set[str] = set()
         self.runtime_names: set[str] = set()
         self.cpu_ops = 0
@@ -131,7 +131,7 @@ class Collect:
         # into its table's row (a call per event would cost a third more)
         ids, ops, launches, cats = self.ops.ids, self.ops.data, self.launches.data, self.cats
         names, marks, launching = self.runtime_names, self.marks, self.launching
-        acts = self.activities
+        gpu, gpu_names = self.gpu, self.gpu_names
         for e in events:
             if e.ph != "X":
                 if e.ph == "M" and e.name == "process_name" and isinstance(e.args, Args):
@@ -160,21 +160,22 @@ class Collect:
                 self.last = end
             kind = GPU_KINDS.get(cat)
             if kind is not None:
-                if (n := acts.ids.get(name)) is None:
-                    n = acts.ids[name] = len(acts.ids)
+                if (n := gpu_names.get(name)) is None:
+                    n = gpu_names[name] = len(gpu_names)
                 corr = max(-1, number(args.correlation))  # -1: none (no launch has it)
                 device = number(args.device, number(e.pid, 0))
                 stream, nbytes = (
                     number(args.stream, number(e.tid, 0)),
                     max(0, number(args.bytes, 0)),
                 )
-                acts.data.extend((kind, n, device, stream, start, end, corr, nbytes))
+                gpu.extend((kind, n, device, stream, start, end, corr, nbytes))
                 continue
             is_cpu = cat in CPU_CATS
             if not is_cpu and cat not in RUNTIME_CATS:
                 frame = user_frame(name) if cat in PYTHON_CATS else None
                 if frame is not None:
-                    self.python.setdefault(str(e.tid), []).append((start, end, frame))
+                    frame_id = self.frames.setdefault(frame, len(self.frames))
+                    self.python.setdefault(str(e.tid), []).append((start, end, frame_id))
                 continue
             tid = e.tid if type(e.tid) is str else str(e.tid)
             if (t := ids.get(tid)) is None:
@@ -192,7 +193,7 @@ class Collect:
                 if name.startswith(MARKS) and (
                     name[0] == "P" or is_input(name) or name.startswith(COMM_PREFIXES)
                 ):
-                    marks.append(Call(sys.intern(name), sys.intern(tid), start, end, ext, stack))
+                    marks.extend((0, n, t, start, end, ext, ids.setdefault(stack, len(ids))))
                 continue
             names.add(name)
             corr = args.correlation
@@ -203,44 +204,56 @@ class Collect:
             launching[tid] = launching.get(tid, 0) + 1
 
 
-def steps_of(marks: Iterable[Call]) -> list[Step]:
+def steps_of(marks: Ints, names: Sequence[str]) -> list[Step]:
     seen: dict[str, Step] = {}
     main = None
-    for c in marks:
-        if not c.name.startswith("ProfilerStep#") or c.name in seen or main not in (None, c.tid):
+    for _, n, tid, start, end, _, _ in marks.tolist():
+        name = names[n]
+        if not name.startswith("ProfilerStep#") or name in seen or main not in (None, tid):
             continue
-        main = c.tid
-        number = c.name[len("ProfilerStep#") :]
-        seen[c.name] = Step(c.name, int(number) if number.isdigit() else None, c.start_ns, c.end_ns)
+        main = tid
+        number = name[len("ProfilerStep#") :]
+        seen[name] = Step(name, int(number) if number.isdigit() else None, start, end)
     return sorted(seen.values(), key=lambda s: s.start_ns)
 
 
-def blocked_spans(trace: RankTrace) -> list[HostSpan]:
+def blocked_spans(trace: RankTrace, places: Places) -> list[HostSpan]:
     """The host's waits: a synchronising runtime call, or a copy from or to pageable memory
     (the host stages it), each with the CPU op and line that made it."""
-    acts = trace.activities
+    acts, launches = trace.activities, trace.launches
     memory = np.array([m == "pageable" for _, m in acts.copy_kinds], bool)[acts.name]
-    pageable = set(acts.correlation[memory & (acts.kind == KINDS.index(MEMCPY))].tolist())
+    pageable = acts.correlation[memory & (acts.kind == KINDS.index(MEMCPY))]
+    syncs, copies = (
+        [launches.ids[n] for n in c if n in launches.ids] for c in (SYNC_CALLS, ASYNC_COPY_CALLS)
+    )
+    calls = launches.table[np.sort(launches.rows)]
+    calls = calls[
+        np.isin(calls[:, 1], syncs) | np.isin(calls[:, 1], copies) & np.isin(calls[:, 0], pageable)
+    ]
+    ops = places.op(calls)
     spans: list[HostSpan] = []
-    for corr, call in trace.launches.named(SYNC_CALLS | ASYNC_COPY_CALLS):
-        if call.name not in SYNC_CALLS and corr not in pageable:
-            continue
-        op = op_of(trace, call) or call  # NB: a Call (7 fields) is never falsy
-        if op.name in ("aten::_local_scalar_dense", "aten::item"):
+    for call, op, where in zip(
+        calls.tolist(), ops[:, 1].tolist(), places.where(ops).tolist(), strict=True
+    ):
+        name, op_name = launches.names[call[1]], launches.names[op]
+        if op_name in ("aten::_local_scalar_dense", "aten::item"):
             cause, detail = "sync", "item"
-        elif op.name in COPY_OPS or "Memcpy" in call.name or "memcpy" in call.name.lower():
-            cause, detail = "copy", call.name
+        elif op_name in COPY_OPS or "Memcpy" in name or "memcpy" in name.lower():
+            cause, detail = "copy", name
         else:
-            cause, detail = "sync", call.name
-        spans.append(HostSpan(cause, call.start_ns, call.end_ns, where_of(trace, op), detail))
+            cause, detail = "sync", name
+        spans.append(HostSpan(cause, call[3], call[4], places.wheres[where], detail))
     return spans
 
 
-def marked_spans(trace: RankTrace, marks: Iterable[Call]) -> list[HostSpan]:
-    spans = []
-    for c in marks:
-        if is_input(c.name):
-            spans.append(HostSpan("input", c.start_ns, c.end_ns, where_of(trace, c), c.name))
-        elif c.name.startswith(COMM_PREFIXES):
-            spans.append(HostSpan("comm", c.start_ns, c.end_ns, where_of(trace, c), c.name))
-    return spans
+def marked_spans(trace: RankTrace, marks: Ints, places: Places) -> list[HostSpan]:
+    names = trace.ops.names
+    marks = marks[
+        [is_input(names[n]) or names[n].startswith(COMM_PREFIXES) for n in marks[:, 1].tolist()]
+    ]
+    return [
+        HostSpan("input" if is_input(names[n]) else "comm", start, end, places.wheres[w], names[n])
+        for (_, n, _, start, end, _, _), w in zip(
+            marks.tolist(), places.where(marks).tolist(), strict=True
+        )
+    ]

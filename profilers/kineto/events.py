@@ -12,9 +12,8 @@ from __future__ import annotations
 import re
 import sys
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -168,25 +167,15 @@ class Activities:
     (``kind``: an index in :data:`KINDS`, ``name``: an index in ``names``): a large trace holds
     hundreds of thousands, and a tuple each was most of the analysis's memory."""
 
-    def __init__(self) -> None:
-        self.ids: dict[str, int] = {}
-        self.data = array("q")  # a row of 8: kind, name, device, stream, start, end, corr, bytes
-        self.names: list[str] = []
-        self.copy_kinds: list[tuple[str, str]] = []
-        """Per name, :func:`memcpy_kind` (a memcpy's direction and host memory)."""
-        z = np.zeros(0, np.int64)
-        self.kind = self.name = self.device = self.stream = self.start = self.end = z
-        self.correlation = self.bytes = z
-        """-1: none (no launch has it)."""
-        self.nccl = np.zeros(0, bool)
-
-    def seal(self) -> None:
-        """The columns as numpy arrays (once every activity is in)."""
-        cols = np.frombuffer(self.data, np.int64).reshape(-1, 8).T.copy()
+    def __init__(self, data: array[int], ids: dict[str, int]) -> None:
+        """``data``: a row of 8 a row (kind, name, device, stream, start, end, correlation, bytes);
+        ``ids``: the names' ids."""
+        cols = np.frombuffer(data, np.int64).reshape(-1, 8).T.copy()
         self.kind, self.name, self.device, self.stream, self.start, self.end = cols[:6]
-        self.correlation, self.bytes, self.data = cols[6], cols[7], array("q")
-        self.names = list(self.ids)
+        self.correlation, self.bytes, self.names = cols[6], cols[7], list(ids)
+        """-1: none (no launch has it)."""
         self.copy_kinds = [memcpy_kind(n) for n in self.names]
+        """Per name, :func:`memcpy_kind` (a memcpy's direction and host memory)."""
         nccl = np.array([is_nccl(n) for n in self.names], bool)
         self.nccl = (self.kind == KINDS.index(KERNEL)) & nccl[self.name]
 
@@ -194,22 +183,11 @@ class Activities:
         return len(self.start)
 
 
-class Call(NamedTuple):
-    """A host runtime call (``cudaLaunchKernel``, ``cudaStreamSynchronize``...) or CPU op."""
-
-    name: str
-    tid: str
-    start_ns: int
-    end_ns: int
-    ext_id: int
-    stack: str = ""
-    """The old traces' ``Call stack`` (innermost frame first, ``;`` between frames)."""
-
-
 class Calls:
-    """Host calls as columns keyed by correlation or external id (``first``: the first call of
-    a key wins, else the last), a :class:`Call` built when asked for: a large trace holds
-    hundreds of thousands, and a tuple each was most of the reader's memory."""
+    """Host calls (runtime calls, CPU ops) as int64 columns keyed by correlation or external id
+    (``first``: the first call of a key wins, else the last): a large trace holds hundreds of
+    thousands, and a tuple each was most of the reader's memory. ``stack``: the old traces'
+    ``Call stack`` (innermost frame first, ``;`` between frames)."""
 
     def __init__(self, names: dict[str, int], first: bool) -> None:
         self.ids, self.first, self.names = names, first, list[str]()
@@ -231,10 +209,6 @@ class Calls:
         pick = heads if self.first else np.r_[heads[1:], len(key)][: len(heads)] - 1
         self.known, self.rows = key[pick], order[pick]
 
-    def call(self, r: int) -> Call:
-        _, name, tid, start, end, ext, stack = self.data[7 * r : 7 * r + 7]
-        return Call(self.names[name], self.names[tid], start, end, ext, self.names[stack])
-
     def rows_of(self, keys: Ints) -> Ints:
         """The row of each key (-1: none)."""
         if not len(self.known):
@@ -249,18 +223,8 @@ class Calls:
             return np.full(len(keys), NO_CALL, np.int64)
         return np.where(rows >= 0, self.col(3)[np.maximum(rows, 0)], NO_CALL)
 
-    def get(self, key: int) -> Call | None:
-        r = int(self.rows_of(np.array([key], np.int64))[0])
-        return None if r < 0 else self.call(r)
-
     def __len__(self) -> int:
         return len(self.known)
-
-    def named(self, names: Iterable[str]) -> Iterator[tuple[int, Call]]:
-        """The kept calls of these names, by key, in the order they came."""
-        ids = [self.ids[n] for n in names if n in self.ids]
-        for r in np.sort(self.rows[np.isin(self.col(1)[self.rows], ids)]).tolist():
-            yield self.data[7 * r], self.call(r)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,10 +265,10 @@ class RankTrace:
     spans: list[HostSpan]
     span_ns: tuple[int, int]
     """The first and last moment of anything in the trace."""
-    python: dict[str, tuple[Sequence[int], Sequence[tuple[str, int, str] | None]]] = field(
-        default_factory=dict
-    )
-    """Per thread, the user's innermost Python frame over time: segment starts and frames."""
+    python: dict[str, tuple[Sequence[int], Sequence[int]]] = field(default_factory=dict)
+    """Per thread, the user's innermost Python frame over time: segment starts and frame ids
+    (in ``frames``; -1: none)."""
+    frames: list[tuple[str, int, str]] = field(default_factory=list)
     op_segments: dict[str, tuple[Sequence[int], Sequence[int]]] = field(default_factory=dict)
     """Per thread, the innermost CPU op over time: segment starts and rows in ``ops`` (-1: none)."""
     main_tid: str = ""

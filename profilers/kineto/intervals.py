@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
@@ -30,49 +30,45 @@ class Union:
         )
         self.before = np.r_[0, np.cumsum(self.ends - self.starts)].astype(np.int64)
 
-    def covered_until(self, t: Ints) -> Ints:
-        """The time covered before each ``t``."""
-        i = np.searchsorted(self.starts, t, "right") - 1
-        if not len(self.starts):
-            return np.zeros(len(t), np.int64)
-        j = np.maximum(i, 0)
-        return np.where(i >= 0, self.before[j] + np.minimum(t, self.ends[j]) - self.starts[j], 0)
-
     def within(self, starts: Ints, ends: Ints) -> Ints:
         """The time covered inside each window ``[start, end)``."""
-        inside = self.covered_until(ends) - self.covered_until(starts)
-        return np.where(ends > starts, inside, 0)
+        if not len(self.starts):
+            return np.zeros(len(starts), np.int64)
+
+        def until(t: Ints) -> Ints:
+            i = np.searchsorted(self.starts, t, "right") - 1
+            j = np.maximum(i, 0)
+            return np.where(
+                i >= 0, self.before[j] + np.minimum(t, self.ends[j]) - self.starts[j], 0
+            )
+
+        return np.where(ends > starts, until(ends) - until(starts), 0)
 
     def total(self) -> int:
         return int(self.before[-1])
 
 
-class Segments(Generic[T]):
-    """Possibly overlapping labelled intervals flattened into disjoint segments where, at each
-    moment, the label of highest rank wins (the latest started among equals)."""
-
-    def __init__(self, items: Sequence[tuple[int, int, int, T]]) -> None:
-        """``items``: ``(start, end, rank, label)``."""
-        self.starts: list[int] = []
-        self.ends: list[int] = []
-        self.labels: list[T] = []
-        order = sorted(range(len(items)), key=lambda i: items[i][0])
-        points = sorted({p for s, e, _, _ in items for p in (s, e)})
-        active: list[tuple[int, int, int, int]] = []  # (-rank, -start, end, index)
-        k = 0
-        for here, after in zip(points, points[1:], strict=False):
-            while k < len(order) and items[order[k]][0] <= here:
-                s, e, rank, _ = items[order[k]]
-                heapq.heappush(active, (-rank, -s, e, order[k]))
-                k += 1
-            while active and active[0][2] <= here:
-                heapq.heappop(active)
-            if not active:
-                continue
-            label = items[active[0][3]][3]
-            if self.ends and self.ends[-1] == here and self.labels[-1] is label:
-                self.ends[-1] = after
-            else:
-                self.starts.append(here)
-                self.ends.append(after)
-                self.labels.append(label)
+def segments(items: Sequence[tuple[int, int, int, T]]) -> list[tuple[int, int, T]]:
+    """Possibly overlapping labelled intervals ``(start, end, rank, label)`` flattened into
+    disjoint segments ``(start, end, label)`` where, at each moment, the label of highest rank
+    wins (the latest started among equals)."""
+    out: list[tuple[int, int, T]] = []
+    order = sorted(range(len(items)), key=lambda i: items[i][0])
+    points = sorted({p for s, e, _, _ in items for p in (s, e)})
+    active: list[tuple[int, int, int, int]] = []  # (-rank, -start, end, index)
+    k = 0
+    for here, after in zip(points, points[1:], strict=False):
+        while k < len(order) and items[order[k]][0] <= here:
+            s, e, rank, _ = items[order[k]]
+            heapq.heappush(active, (-rank, -s, e, order[k]))
+            k += 1
+        while active and active[0][2] <= here:
+            heapq.heappop(active)
+        if not active:
+            continue
+        label = items[active[0][3]][3]
+        if out and out[-1][1] == here and out[-1][2] is label:
+            out[-1] = (out[-1][0], after, label)
+        else:
+            out.append((here, after, label))
+    return out
