@@ -114,7 +114,7 @@ class Collect:
         self.ops = Calls(names, first=True)
         self.launching: dict[str, int] = {}
         self.marks = array("q")  # steps, input, comm spans (any CPU op or annotation), as ops
-        self.python: dict[str, list[tuple[int, int, int]]] = {}  # ids in frames
+        self.python = array("q")  # rows of 4: thread, start, end, frame (an id in frames)
         self.frames: dict[Frame, int] = {}
         self.cats: set[str] = set()
         self.runtime_names: set[str] = set()
@@ -131,7 +131,8 @@ class Collect:
         # into its table's row (a call per event would cost a third more)
         ids, ops, launches, cats = self.ops.ids, self.ops.data, self.launches.data, self.cats
         names, marks, launching = self.runtime_names, self.marks, self.launching
-        gpu, gpu_names = self.gpu, self.gpu_names
+        gpu, gpu_names, lowered = self.gpu, self.gpu_names, dict[str, str]()
+        base, first, last = self.base_us, self.first, self.last
         for e in events:
             if e.ph != "X":
                 if e.ph == "M" and e.name == "process_name" and isinstance(e.args, Args):
@@ -140,11 +141,16 @@ class Collect:
             ts, dur = e.ts, e.dur  # NB: inf (1e999), nan, or a time past any clock's: damage
             if not (type(ts) is float or isinstance(ts, int | float)) or not -MAX < ts < MAX:
                 continue
-            if self.base_us is None:
-                self.base_us = math.floor(ts)
+            if base is None:
+                base = self.base_us = math.floor(ts)
             if not (type(dur) is float or isinstance(dur, int | float)) or not -MAX < dur < MAX:
                 continue
-            cat = e.cat.lower() if isinstance(e.cat, str) else str(e.cat)
+            if type(cat := e.cat) is not str:
+                cat = str(cat)
+            elif (low := lowered.get(cat)) is None:
+                cat = lowered[cat] = cat.lower()
+            else:
+                cat = low
             if cat == "trace":
                 continue
             if not cat and e.pid == "CUDA functions":
@@ -152,30 +158,29 @@ class Collect:
             cats.add(cat)
             name = e.name if type(e.name) is str else str(e.name)
             args = e.args or NO_ARGS
-            start = round((ts - self.base_us) * 1000)
+            start = round((ts - base) * 1000)
             end = start + max(0, round(dur * 1000))
-            if start < self.first:
-                self.first = start
-            if end > self.last:
-                self.last = end
+            if start < first:
+                first = start
+            if end > last:
+                last = end
             kind = GPU_KINDS.get(cat)
             if kind is not None:
                 if (n := gpu_names.get(name)) is None:
                     n = gpu_names[name] = len(gpu_names)
                 corr = max(-1, number(args.correlation))  # -1: none (no launch has it)
                 device = number(args.device, number(e.pid, 0))
-                stream, nbytes = (
-                    number(args.stream, number(e.tid, 0)),
-                    max(0, number(args.bytes, 0)),
+                stream = number(args.stream, number(e.tid, 0))
+                gpu.extend(
+                    (kind, n, device, stream, start, end, corr, max(0, number(args.bytes, 0)))
                 )
-                gpu.extend((kind, n, device, stream, start, end, corr, nbytes))
                 continue
             is_cpu = cat in CPU_CATS
             if not is_cpu and cat not in RUNTIME_CATS:
                 frame = user_frame(name) if cat in PYTHON_CATS else None
                 if frame is not None:
-                    frame_id = self.frames.setdefault(frame, len(self.frames))
-                    self.python.setdefault(str(e.tid), []).append((start, end, frame_id))
+                    th, f = ids.setdefault(str(e.tid), len(ids)), len(self.frames)
+                    self.python.extend((th, start, end, self.frames.setdefault(frame, f)))
                 continue
             tid = e.tid if type(e.tid) is str else str(e.tid)
             if (t := ids.get(tid)) is None:
@@ -202,6 +207,7 @@ class Collect:
             ext = number(args.external_id_lower if ext is None else ext, 0)
             launches.extend((corr, n, t, start, end, ext, 0))
             launching[tid] = launching.get(tid, 0) + 1
+        self.first, self.last = first, last
 
 
 def steps_of(marks: Ints, names: Sequence[str]) -> list[Step]:

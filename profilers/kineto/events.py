@@ -179,9 +179,6 @@ class Activities:
         nccl = np.array([is_nccl(n) for n in self.names], bool)
         self.nccl = (self.kind == KINDS.index(KERNEL)) & nccl[self.name]
 
-    def __len__(self) -> int:
-        return len(self.start)
-
 
 class Calls:
     """Host calls (runtime calls, CPU ops) as int64 columns keyed by correlation or external id

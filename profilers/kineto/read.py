@@ -31,7 +31,7 @@ from profilers.kineto.collect import (
     number,
     steps_of,
 )
-from profilers.kineto.events import Activities, Calls, RankTrace
+from profilers.kineto.events import Activities, Ints, RankTrace
 from profilers.kineto.result import RankResult
 from profilers.kineto.stacks import Places, flatten
 
@@ -267,16 +267,13 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
 def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrace:
     got.ops.seal()
     got.launches.seal()
+    marks, names = np.frombuffer(got.marks, np.int64).reshape(-1, 7), got.ops.names
     gpus = _gpus(meta)
     _refuse(path, got, gpus)
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and type(info.get("rank")) is int:
         rank = info["rank"]
-    python: dict[str, tuple[Sequence[int], Sequence[int]]] = {
-        tid: flatten(sorted(ivs, key=lambda iv: (iv[0], -iv[1])), -1, array("q"), array("q"))
-        for tid, ivs in got.python.items()
-    }
-    marks, names = np.frombuffer(got.marks, np.int64).reshape(-1, 7), got.ops.names
+    python = _segments(np.frombuffer(got.python, np.int64).reshape(-1, 4).T, names)
     steps = steps_of(marks, names)
     main = next(
         (names[t] for _, n, t, *_ in marks.tolist() if names[n][:13] == "ProfilerStep#"), None
@@ -296,7 +293,9 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
         span_ns=(int(got.first), int(got.last)),
         python=python,
         frames=list(got.frames),
-        op_segments=_segments(got.ops),
+        op_segments=_segments(
+            np.r_[got.ops.table[:, 2:5].T, [np.arange(len(got.ops.table))]], names
+        ),
         main_tid=main,
         has_stacks=bool(python) or bool(got.ops.col(6).any()),
     )
@@ -305,16 +304,17 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
     return dataclasses.replace(trace, spans=spans)
 
 
-def _segments(ops: Calls) -> dict[str, tuple[Sequence[int], Sequence[int]]]:
-    """Per thread, the innermost CPU op (its row, -1 for none) over time: a thread at a time,
-    sorted by numpy on the columns' own buffers, never a tuple per op kept."""
-    tids, starts, ends = (ops.col(j) for j in (2, 3, 4))
+def _segments(cols: Ints, names: Sequence[str]) -> dict[str, tuple[Sequence[int], Sequence[int]]]:
+    """Per thread, the innermost of nested labelled intervals (``cols``: thread, start, end,
+    label) over time: segment starts and labels (-1 for none), a thread at a time, sorted by
+    numpy on columns, never a tuple per interval kept."""
+    tids, starts, ends, labels = cols
     out: dict[str, tuple[Sequence[int], Sequence[int]]] = {}
     for tid in np.unique(tids).tolist():
         rows = np.flatnonzero(tids == tid)
         rows = rows[np.lexsort((-ends[rows], starts[rows]))]
-        ivs = zip(starts[rows].tolist(), ends[rows].tolist(), rows.tolist(), strict=True)
-        out[ops.names[tid]] = flatten(ivs, -1, array("q"), array("q"))
+        ivs = zip(starts[rows].tolist(), ends[rows].tolist(), labels[rows].tolist(), strict=True)
+        out[names[tid]] = flatten(ivs, -1, array("q"), array("q"))
     return out
 
 

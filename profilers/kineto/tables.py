@@ -30,13 +30,10 @@ def kernel_table(acts: Activities, rows: Ints) -> tuple[KernelStat, ...]:
     longest = np.zeros(len(groups), np.int64)
     np.maximum.at(longest, inv, took)
     ranked = np.lexsort((first, -total))[:KERNELS_TOP].tolist()
+    cols = (col[ranked].tolist() for col in (groups, count, total, longest))
     return tuple(
-        KernelStat(acts.names[n], d, c, ms(t), ms(m))
-        for (d, n), c, t, m in zip(
-            groups[ranked].tolist(), count[ranked].tolist(), total[ranked].tolist(),
-            longest[ranked].tolist(), strict=True,
-        )
-    )  # fmt: skip
+        KernelStat(acts.names[n], d, c, ms(t), ms(m)) for (d, n), c, t, m in zip(*cols, strict=True)
+    )
 
 
 def copy_tables(trace: RankTrace, rows: Ints, places: Places) -> tuple[tuple[CopyStat, ...], ...]:
