@@ -166,7 +166,7 @@ def main() -> None:
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         f"{args.sample}: {size_mb:.1f} MB {'gzip' if args.gzip else 'JSON'}, {len(r.steps)} steps, "
-        f"{len(traces[0].activities):,} GPU activities (top kernels {kernels:,}): "
+        f"{len(traces[0].activities.start):,} GPU activities (top kernels {kernels:,}): "
         f"read {read_s:.2f} s, analyse {analyse_s:.2f} s, peak memory {peak_mb:,.0f} MB"
     )
 

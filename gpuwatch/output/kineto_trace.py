@@ -4,9 +4,10 @@ track per idle cause whose slices name the line (or CPU op) charged.
 
 Timestamps are in the analysed trace's own clock (microseconds), so these tracks line up with
 the original trace's kernels when both files are opened in one Perfetto session. The file holds
-the analysis only, not the original events, and at most :data:`MAX_SLICES` busy runs and idle
-pieces and :data:`MAX_STEPS` steps per rank (the longest; what is left out is summed in one
-event), each name cut at :data:`NAME_CHARS`: under 10 MB per rank however large the trace.
+the analysis only, not the original events, and at most ``MAX_SLICES`` busy runs and idle pieces
+(:mod:`profilers.kineto.analyse` keeps them) and :data:`MAX_STEPS` steps per rank (the longest;
+what is left out is summed in one event), each name cut at :data:`NAME_CHARS`: under 10 MB per
+rank however large the trace.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any
 from profilers.kineto.result import CAUSES, RankResult, TraceAnalysis
 
 STEP_TID = 1
-MAX_SLICES = 20_000
 MAX_STEPS = 5_000
 NAME_CHARS = 160
 #: Per device: the busy track, then one per cause.
@@ -52,14 +52,11 @@ def _rank_events(r: RankResult, pid: int) -> list[dict[str, Any]]:
         verdicts = ", ".join(d.verdict for d in s.devices)
         idle = {d.device: d.to_dict()["idle_by_cause_ms"] for d in s.devices}
         span(STEP_TID, s.start_ms, s.start_ms + s.wall_ms, "step", f"{s.name}: {verdicts}", idle)
-    kept = sorted(r.timeline, key=lambda sl: sl.start_ms - sl.end_ms)[:MAX_SLICES]
-    left = len(r.timeline) - len(kept), len(r.steps) - len(r.steps[:MAX_STEPS])
-    if any(left):
-        lengths = [sl.end_ms - sl.start_ms for sl in r.timeline]
-        left_ms = sum(lengths) - sum(sl.end_ms - sl.start_ms for sl in kept)
-        note = f"gpuwatch: {left[0]:,} shorter slices ({left_ms:.3f} ms) and {left[1]:,} steps"
+    (left, left_ms), left_steps = r.timeline_left, len(r.steps) - len(r.steps[:MAX_STEPS])
+    if left or left_steps:
+        note = f"gpuwatch: {left:,} shorter slices ({left_ms:.3f} ms) and {left_steps:,} steps"
         events.append(event("i", STEP_TID, f"{note} left out (all in the JSON)", s="p", ts=us(0)))
-    for sl in sorted(kept, key=lambda sl: sl.start_ms):
+    for sl in sorted(r.timeline, key=lambda sl: sl.start_ms):
         where = sl.where
         name = "busy" if where is None else where.label()[:NAME_CHARS]
         args = {} if where is None else {"op": where.op, "cause": sl.cause}

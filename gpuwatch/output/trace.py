@@ -21,10 +21,18 @@ PID = 1
 TRACKS = {"copy": 1, "sync": 2, "step": 3, "gpu_idle": 4}
 WAIT_TRACKS = 10
 """The first track of the waits, one per cause and line (gpuwatch/output/timeview.py)."""
+COUNTERS = ("gpu_util_pct", "sm_active_pct", "memory_used_bytes", "pcie_rx_bytes_per_s",
+            "pcie_tx_bytes_per_s")  # fmt: skip
 
 
 def _us(t_s: float) -> float:
     return round(t_s * 1e6, 3)
+
+
+def _event(ph: str, tid: int | None, ts: float, cat: str, name: str, args: Any, **more: Any) -> Any:
+    """One trace event, its keys in the order the format's examples give them."""
+    e = {"ph": ph, "s": more.get("s"), "pid": PID, "tid": tid, "ts": ts, "dur": more.get("dur")}
+    return {k: v for k, v in e.items() if v is not None} | {"cat": cat, "name": name, "args": args}
 
 
 def trace_events(report: Report) -> list[dict[str, Any]]:
@@ -38,82 +46,35 @@ def trace_events(report: Report) -> list[dict[str, Any]]:
     for e in report.timeline.get("events", []):
         ts = _us(float(e["t"]))
         if e.get("direction"):
-            events.append(
-                {
-                    "ph": "i",
-                    "s": "t",
-                    "pid": PID,
-                    "tid": TRACKS["copy"],
-                    "ts": ts,
-                    "cat": "copy",
-                    "name": f"{e['direction']} {e['bytes']} B",
-                    "args": {
-                        "direction": e["direction"],
-                        "bytes": e["bytes"],
-                        "pinned": not e.get("pageable", False),
-                        "non_blocking": bool(e.get("non_blocking", False)),
-                        "line": e["site"],
-                    },
-                }
-            )
-        if e.get("sync"):
-            events.append(
-                {
-                    "ph": "i",
-                    "s": "t",
-                    "pid": PID,
-                    "tid": TRACKS["sync"],
-                    "ts": ts,
-                    "cat": "sync",
-                    "name": f"sync: {e['sync']}",
-                    "args": {"cause": e["sync"], "line": e["site"]},
-                }
-            )
+            copied = {
+                "direction": e["direction"],
+                "bytes": e["bytes"],
+                "pinned": not e.get("pageable", False),
+                "non_blocking": bool(e.get("non_blocking", False)),
+                "line": e["site"],
+            }
+            name = f"{e['direction']} {e['bytes']} B"
+            events.append(_event("i", TRACKS["copy"], ts, "copy", name, copied, s="t"))
+        if sync := e.get("sync"):
+            synced = {"cause": sync, "line": e["site"]}
+            events.append(_event("i", TRACKS["sync"], ts, "sync", f"sync: {sync}", synced, s="t"))
     # Steps as slices on their own track: each from the end of the one before (or the start).
     ends = report.timeline.get("step_ends") or []
     if ends:
         events.append(track_name(PID, TRACKS["step"], "steps"))
     previous = 0.0
     for end in ends:
-        t = float(end["t"])
+        t, step, tid = float(end["t"]), end["step"], TRACKS["step"]
+        dur = _us(max(0.0, t - previous))
         events.append(
-            {
-                "ph": "X",
-                "pid": PID,
-                "tid": TRACKS["step"],
-                "ts": _us(previous),
-                "dur": _us(max(0.0, t - previous)),
-                "cat": "step",
-                "name": f"step {end['step']}",
-                "args": {"step": end["step"]},
-            }
+            _event("X", tid, _us(previous), "step", f"step {step}", {"step": step}, dur=dur)
         )
         previous = t
     events.extend(wait_slices(report, PID, WAIT_TRACKS))  # where each step's time went
     events.extend(gpu_idle_slices(report, PID, TRACKS["gpu_idle"]))  # and the GPU's, measured
     for s in report.gpu_samples:
-        values = {
-            k: s[k]
-            for k in (
-                "gpu_util_pct",
-                "sm_active_pct",
-                "memory_used_bytes",
-                "pcie_rx_bytes_per_s",
-                "pcie_tx_bytes_per_s",
-            )
-            if s.get(k) is not None
-        }
-        if values:
-            events.append(
-                {
-                    "ph": "C",
-                    "pid": PID,
-                    "ts": _us(float(s["t"])),
-                    "cat": "gpu",
-                    "name": f"GPU {s['gpu']}",
-                    "args": values,
-                }
-            )
+        if values := {k: s[k] for k in COUNTERS if s.get(k) is not None}:
+            events.append(_event("C", None, _us(float(s["t"])), "gpu", f"GPU {s['gpu']}", values))
     return events
 
 

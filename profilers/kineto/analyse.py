@@ -18,13 +18,14 @@ ProfilerStep, or steps from ``ProfilerStep#0``).
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Sequence
 
-from profilers.kineto.events import KERNEL, Activity, HostSpan, RankTrace, Step, Where
-from profilers.kineto.intervals import Segments, Union
+import numpy as np
+import numpy.typing as npt
+
+from profilers.kineto.events import KERNEL, KINDS, NO_CALL, HostSpan, Ints, RankTrace, Step, Where
+from profilers.kineto.intervals import Union, segments
 from profilers.kineto.result import (
     CAUSES,
     Charge,
@@ -35,7 +36,7 @@ from profilers.kineto.result import (
     TraceAnalysis,
     ms,
 )
-from profilers.kineto.stacks import op_of, where_of
+from profilers.kineto.stacks import Places
 from profilers.kineto.tables import copy_tables, hta_views, kernel_table
 from profilers.timing.verdict import VERDICTS, verdict_of
 
@@ -47,6 +48,9 @@ STEP_TOP = 3
 RUN_TOP = 30
 NOTHING_NEXT = Where("(no later GPU work in the trace)")
 NO_GPU_WORK = "no GPU work"
+MAX_SLICES = 20_000
+"""The timeline keeps each rank's longest busy runs and idle pieces (docs/trace.md)."""
+COMM, LAUNCH, DEPENDENCY, WARMUP = (CAUSES.index(c) for c in CAUSES[3:])
 WORDS = {**VERDICTS, "dependency": "dependency-bound"}
 """Each cause's verdict word (warm-up never gives one: it is left out of the verdict)."""
 
@@ -66,152 +70,113 @@ def verdict_for(wall_ns: int, busy_ns: int, comm_only_ns: int, idle_ns: dict[str
     return WORDS[max(CAUSES, key=lambda c: held.get(c, 0))]
 
 
-@dataclass(frozen=True, slots=True)
-class Piece:
-    """A part of a gap, charged."""
-
-    start_ns: int
-    end_ns: int
-    cause: str
-    where: Where
-
-
-def _places(trace: RankTrace) -> Callable[[Activity], Where]:
-    """The place of each GPU activity's launch (cached: many share an op)."""
-    cache: dict[int, Where] = {}
-    places: dict[Where, Where] = {}
-
-    def of(a: Activity) -> Where:
-        found = cache.get(a.correlation)
-        if found is None:
-            call = trace.launches.get(a.correlation)
-            if call is None:
-                found = Where(f"(launch not in trace: {a.name[:60]})")
-            else:
-                found = where_of(trace, op_of(trace, call) or call)
-            # NB: one object per place (a few hundred, not one per launch): comparing and
-            # hashing the pieces' places then mostly stops at identity
-            found = cache[a.correlation] = places.setdefault(found, found)
-        return found
-
-    return of
+def _waits(spans: Sequence[HostSpan], places: Places) -> Ints:
+    """The host's waits as columns: start, end, cause, place, the wait's own start; first a
+    wait of no length before any time (so that a search always finds one)."""
+    flat = segments([(s.start_ns, s.end_ns, RANKS[s.cause], s) for s in spans])
+    rows = [(NO_CALL, NO_CALL, 0, 0, 0)] + [
+        (s, e, CAUSES.index(w.cause), places.id(w.where), w.start_ns) for s, e, w in flat
+    ]
+    return np.array(rows, np.int64).T
 
 
-def _charge_gap(
-    start: int,
-    end: int,
-    nxt: Activity | None,
-    trace: RankTrace,
-    host: Segments[HostSpan],
-    blocked: Segments[HostSpan],
-    place: Callable[[Activity], Where],
-    busy_from: int,
-    first: bool = False,
-) -> list[Piece]:
-    """``busy_from``: where the busy run that ends at ``start`` began; ``first``: no GPU work
-    on the device before it (warm-up)."""
-    launch = trace.launches.start(nxt.correlation) if nxt is not None else None
-    where_next = place(nxt) if nxt is not None else NOTHING_NEXT
-    if first:
-        return [Piece(start, end, "warmup", where_next)]
-    if nxt is not None and (launch is None or launch <= start):
-        # NB: K was queued before the GPU ran dry (or before the trace began): it waited on
-        # another stream, an event or the other ranks, not on the host, whatever it was doing
-        return [Piece(start, end, "comm" if nxt.nccl else "dependency", where_next)]
-    cut = end if launch is None else min(launch, end)
-    pieces: list[Piece] = []
-    if cut > start:
-        # the GPU ran dry in a wait: the wait's refill, up to the GPU work it waited for (what
-        # the host would have overlapped had it not waited); the host's Python past that is launch
-        drained = blocked.at(start)
-        own = max(0, start - max(drained.start_ns, busy_from)) if drained else None
-        rest = (drained.cause, drained.where) if drained else ("launch", where_next)
-        pieces += _by_host(start, cut, host, rest, own, ("launch", where_next))
-    if end > cut:
-        if nxt is not None and nxt.nccl:
-            pieces.append(Piece(cut, end, "comm", where_next))
-        else:
-            pieces += _by_host(cut, end, host, ("launch", where_next))
-    return pieces
-
-
-def _by_host(
-    start: int,
-    end: int,
-    host: Segments[HostSpan],
-    rest: tuple[str, Where],
-    rest_ns: int | None = None,
-    past: tuple[str, Where] | None = None,
-) -> list[Piece]:
-    """``[start, end)`` charged to the host's wait at each moment, ``rest`` where it had none
-    (its first ``rest_ns`` only, if given; ``past`` the rest)."""
-    pieces: list[Piece] = []
-    left = rest_ns
-
-    def free(a: int, b: int) -> None:
-        nonlocal left
-        if left is None or past is None:
-            pieces.append(Piece(a, b, *rest))
-            return
-        own = min(b - a, left)
-        if own > 0:
-            pieces.append(Piece(a, a + own, *rest))
-            left -= own
-        if b > a + own:
-            pieces.append(Piece(a + own, b, *past))
-
-    t = start
-    for s, e, span in host.overlapping(start, end):
-        if s > t:
-            free(t, s)
-        pieces.append(Piece(s, e, span.cause, span.where))
-        t = e
-    if end > t:
-        free(t, end)
-    return pieces
+def _by_host(a: Ints, b: Ints, own: Ints, rest: Ints, past: Ints, host: Ints) -> Ints:
+    """Each ``[a, b)`` charged to the host's wait at each moment (``host``: :func:`_waits`), its
+    first ``own`` ns in no wait to ``rest`` (cause and place), the rest of them to ``past``."""
+    points = np.r_[np.unique(host[:2]), -NO_CALL - 1]
+    lo, hi = np.searchsorted(points, a, "right"), np.searchsorted(points, b)
+    count = hi - lo + 1  # each [a, b) cut where a wait begins or ends inside it
+    q = np.repeat(np.arange(len(a)), count)
+    k = np.arange(len(q)) - np.repeat(np.cumsum(count) - count, count)
+    s = np.where(k == 0, a[q], points[lo[q] + k - 1])
+    e = np.where(k == count[q] - 1, b[q], points[lo[q] + k])
+    j = np.searchsorted(host[0], s, "right") - 1
+    free = np.where(host[1, j] > s, 0, e - s)
+    before = np.cumsum(free) - free
+    mine = np.clip(own[q] - before + before[np.cumsum(count) - count][q], 0, free)
+    return np.concatenate(
+        [
+            np.stack([s, e, host[2, j], host[3, j]])[:, free == 0],
+            np.stack([s, s + mine, *rest[:, q]])[:, mine > 0],
+            np.stack([s + mine, e, *past[:, q]])[:, (free > 0) & (e > s + mine)],
+        ],
+        axis=1,
+    )
 
 
 def charge_device(
-    acts: list[Activity],
+    rows: Ints,
     span: tuple[int, int],
     trace: RankTrace,
-    host: Segments[HostSpan],
-    blocked: Segments[HostSpan],
-    place: Callable[[Activity], Where],
+    host: Ints,
+    blocked: Ints,
+    places: Places,
     cold: bool = True,
-) -> list[Piece]:
-    """Every idle moment of one device inside ``span``, charged (``acts`` sorted by start);
-    ``cold``: the trace began with the run (its first gap is warm-up)."""
-    pieces: list[Piece] = []
-    busy_until = busy_from = span[0]
-    for i, a in enumerate(acts):
-        if a.start_ns > busy_until and a.end_ns > span[0]:
-            gap_end = min(a.start_ns, span[1])
-            if gap_end > busy_until:
-                pieces += _charge_gap(
-                    busy_until, gap_end, a, trace, host, blocked, place, busy_from, cold and i == 0
-                )
-            busy_from = max(a.start_ns, span[0])
-        busy_until = max(busy_until, a.end_ns)
-        if busy_until >= span[1]:
-            return pieces
-    if span[1] > busy_until:
-        pieces += _charge_gap(busy_until, span[1], None, trace, host, blocked, place, busy_from)
-    return pieces
+) -> Ints:
+    """Every idle moment of one device inside ``span``, charged: pieces as columns (start, end,
+    cause: an index in CAUSES, place: an id in ``places``) in time order. ``rows``: the
+    device's activities sorted by start; ``host``, ``blocked``: the host's waits, all and the
+    sync and copy ones (:func:`_waits`); ``cold``: the trace began with the run (its first gap
+    is warm-up)."""
+    acts, (begin, finish) = trace.activities, span
+    s, e = acts.start[rows], acts.end[rows]
+    reach = np.maximum(np.maximum.accumulate(e), begin)  # busy until, after each activity
+    n = min(int(np.searchsorted(reach, finish)) + 1, len(s))  # NB: then busy to the span's end
+    s, e, until = s[:n], e[:n], np.r_[begin, reach[: n - 1]]
+    opened = (s > until) & (e > begin)
+    last = np.maximum.accumulate(np.where(opened, np.arange(n), -1))
+    began = np.where(last >= 0, np.maximum(s[np.maximum(last, 0)], begin), begin)
+    gap_end = np.minimum(s, finish)
+    g = np.flatnonzero(opened & (gap_end > until))
+    nxt = rows[g]
+    starts, ends, froms = until[g], gap_end[g], np.r_[begin, began[:-1]][g]
+    launch, nccl = trace.launches.starts_of(acts.correlation[nxt]), acts.nccl[nxt]
+    place = places.of(nxt)
+    if n == len(rows) and finish > reach[-1]:  # after the last GPU work: nothing queued
+        starts, ends, froms = np.r_[starts, reach[-1]], np.r_[ends, finish], np.r_[froms, began[-1]]
+        launch, nccl = np.r_[launch, finish], np.r_[nccl, False]
+        place = np.r_[place, places.id(NOTHING_NEXT)]
+    # NB: K queued before the GPU ran dry (or before the trace began) waited on another
+    # stream, an event or the other ranks, not on the host, whatever it was doing
+    cause = np.where(launch <= starts, np.where(nccl, COMM, DEPENDENCY), LAUNCH)
+    if cold and len(g) and g[0] == 0:
+        cause[0] = WARMUP
+    late = cause == LAUNCH
+    a, b, p, nccl = starts[late], ends[late], place[late], nccl[late]
+    cut, launched = np.minimum(launch[late], b), np.stack([np.full(len(a), LAUNCH), p])
+    # the GPU ran dry in a wait: the wait's refill, up to the GPU work it waited for (what
+    # the host would have overlapped had it not waited); the host's Python past that is launch
+    j = np.searchsorted(blocked[0], a, "right") - 1
+    drained = a <= blocked[1, j]
+    own = np.where(drained, np.maximum(0, a - np.maximum(blocked[4, j], froms[late])), 0)
+    tail, t = b > cut, (b > cut) & ~nccl
+    pieces = np.concatenate(
+        [
+            np.stack([starts, ends, cause, place])[:, ~late],
+            _by_host(a, cut, own, np.where(drained, blocked[2:4, j], launched), launched, host),
+            np.stack([cut, b, np.full(len(a), COMM), p])[:, tail & nccl],
+            _by_host(cut[t], b[t], own[t] * 0, launched[:, t], launched[:, t], host),
+        ],
+        axis=1,
+    )
+    return pieces[:, np.argsort(pieces[0], kind="stable")]
 
 
 def _pieces_in(
-    pieces: Sequence[Piece], ends: Sequence[int], w: Step
+    pieces: Ints, start: int, end: int, wheres: list[Where]
 ) -> dict[tuple[str, Where], int]:
-    """The pieces' time inside ``w`` by cause and place (``ends``: each piece's end, sorted)."""
-    out: dict[tuple[str, Where], int] = defaultdict(int)
-    # NB: pieces are sorted and disjoint: a window takes a run of them, found by bisection
-    for i in range(bisect_right(ends, w.start_ns), len(pieces)):
-        p = pieces[i]
-        if p.start_ns >= w.end_ns:
-            break
-        out[(p.cause, p.where)] += min(p.end_ns, w.end_ns) - max(p.start_ns, w.start_ns)
-    return out
+    """The pieces' time inside ``[start, end)`` by cause and place, in the order they first
+    come (``pieces``: as :func:`charge_device` gives them, sorted and disjoint)."""
+    lo, hi = np.searchsorted(pieces[1], start, "right"), np.searchsorted(pieces[0], end)
+    p = pieces[:, lo : max(lo, hi)]
+    ns = np.minimum(p[1], end) - np.maximum(p[0], start)
+    keys, first, inv = np.unique(p[2] << 32 | p[3], return_index=True, return_inverse=True)
+    summed = np.bincount(inv, weights=ns).astype(np.int64)  # NB: exact below 2**53 ns
+    order = np.argsort(first)
+    return {
+        (CAUSES[k >> 32], wheres[k & 0xFFFFFFFF]): ns
+        for k, ns in zip(keys[order].tolist(), summed[order].tolist(), strict=True)
+    }
 
 
 def _device_time(
@@ -247,72 +212,86 @@ def _device_time(
 
 
 def _timeline(
-    device: int, busy: Union, pieces: Sequence[Piece], span: tuple[int, int], base: int
-) -> list[Slice]:
+    device: int, busy: Union, pieces: Ints, span: tuple[int, int], base: int
+) -> list[npt.NDArray[np.float64]]:
     """The device's busy runs and idle pieces in ``span``, neighbours with one cause and place
-    joined (in ms, unrounded: the JSON has none of it)."""
-    out = [
-        Slice(device, (max(s, span[0]) - base) / 1e6, (min(e, span[1]) - base) / 1e6, "busy")
-        for s, e in zip(busy.starts, busy.ends, strict=True)
-        if e > span[0] and s < span[1]
-    ]
-    last: Piece | None = None
-    for p in [*pieces, None]:
-        if last is not None and p is not None and (p.cause, p.where) == (last.cause, last.where):
-            if p.start_ns == last.end_ns:
-                last = Piece(last.start_ns, p.end_ns, p.cause, p.where)
-                continue
-        if last is not None:
-            start, end = (last.start_ns - base) / 1e6, (last.end_ns - base) / 1e6
-            out.append(Slice(device, start, end, last.cause, last.where))
-        last = p
-    return out
+    joined: device, start and end (ms, unrounded: the JSON has none of it), cause (-1: busy),
+    place."""
+    kept = (busy.ends > span[0]) & (busy.starts < span[1])
+    runs = np.stack([np.maximum(busy.starts, span[0]), np.minimum(busy.ends, span[1])])[:, kept]
+    key = pieces[2] << 32 | pieces[3]
+    heads = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]) | (pieces[0, 1:] != pieces[1, :-1])])
+    heads = heads[: pieces.shape[1]]
+    idle = np.stack([pieces[0, heads], pieces[1, np.r_[heads[1:], pieces.shape[1]] - 1]])
+    times = (np.concatenate([runs, idle], axis=1) - base) / 1e6
+    labels = np.concatenate([np.full((2, runs.shape[1]), -1), pieces[2:, heads]], axis=1)
+    return [np.full(times.shape[1], device), *times, *labels]
 
 
-def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
-    """Steps, busy and idle by cause per device, the costliest places, kernels and copies."""
+def _longest(
+    parts: list[list[npt.NDArray[np.float64]]], slices: int, wheres: list[Where]
+) -> tuple[tuple[Slice, ...], tuple[int, float]]:
+    """The ``slices`` longest of the timeline, longest first (ties: in time order per device),
+    and how many were left out with their ms."""
+    device, start, end, cause, place = (np.concatenate(col) for col in zip(*parts, strict=True))
+    longest = np.argsort(start - end, kind="stable")[:slices]
+    lengths = end - start
+    left_ms = sum(lengths.tolist()) - sum(lengths[longest].tolist())
+    return tuple(
+        Slice(
+            int(d), s, e, CAUSES[int(c)] if c >= 0 else "busy", wheres[int(p)] if c >= 0 else None
+        )
+        for d, s, e, c, p in zip(
+            *(col[longest].tolist() for col in (device, start, end, cause, place)), strict=True
+        )
+    ), (len(start) - len(longest), left_ms)
+
+
+def analyse_rank(trace: RankTrace, top: int = RUN_TOP, slices: int = MAX_SLICES) -> RankResult:
+    """Steps, busy and idle by cause per device, the costliest places, kernels and copies (the
+    timeline: the ``slices`` longest busy runs and idle pieces)."""
     windows = trace.steps or [Step("whole trace", None, *trace.span_ns)]
     span = (windows[0].start_ns, max(w.end_ns for w in windows))
-    ranked = [(s.start_ns, s.end_ns, RANKS[s.cause], s) for s in trace.spans]
-    host = Segments(ranked)
-    blocked = Segments([r for r in ranked if r[3].cause in ("sync", "copy")])
-    inputs = Union((s.start_ns, s.end_ns) for s in trace.spans if s.cause == "input")
-    place = _places(trace)
+    w_starts = np.array([w.start_ns for w in windows], np.int64)
+    w_ends = np.array([w.end_ns for w in windows], np.int64)
+    places = Places(trace)
+    host = _waits(trace.spans, places)
+    blocked = _waits([s for s in trace.spans if s.cause in ("sync", "copy")], places)
+    inputs = np.array([(s.start_ns, s.end_ns) for s in trace.spans if s.cause == "input"])
+    input_ns = Union(*inputs.reshape(-1, 2).T.astype(np.int64)).within(w_starts, w_ends).tolist()
     # NB: steps numbered from 1 up follow torch.profiler's own warm-up (schedule(wait, warmup)):
     # the GPU ran before the trace, so the first gap is no warm-up of the run's
     cold = not trace.steps or trace.steps[0].number == 0
-    by_device: dict[int, list[Activity]] = defaultdict(list)
-    for a in sorted(trace.activities, key=lambda a: (a.start_ns, a.end_ns)):
-        by_device[a.device].append(a)
+    acts = trace.activities
+    order = np.lexsort((acts.end, acts.start))
+    by_device = {d: order[acts.device[order] == d] for d in np.unique(acts.device).tolist()}
     steps: list[list[DeviceTime]] = [[] for _ in windows]
     run: list[DeviceTime] = []
     lines: Counter[tuple[str, Where]] = Counter()
-    timeline: list[Slice] = []
-    for device, acts in sorted(by_device.items()):
-        unions = (
-            Union((a.start_ns, a.end_ns) for a in acts),
-            Union((a.start_ns, a.end_ns) for a in acts if a.kind == KERNEL and not a.nccl),
-            Union((a.start_ns, a.end_ns) for a in acts if a.kind == KERNEL),
-        )
-        pieces = charge_device(acts, span, trace, host, blocked, place, cold)
-        ends = [p.end_ns for p in pieces]
-        timeline += _timeline(device, unions[0], pieces, span, trace.span_ns[0])
-        totals = [0, 0, 0]
-        wall = 0
+    timeline = []
+    base = trace.span_ns[0]
+    for device, rows in by_device.items():
+        s, e = acts.start[rows], acts.end[rows]
+        kernel = acts.kind[rows] == KINDS.index(KERNEL)
+        compute = kernel & ~acts.nccl[rows]
+        unions = (Union(s, e), Union(s[compute], e[compute]), Union(s[kernel], e[kernel]))
+        busy = [u.within(w_starts, w_ends) for u in unions]
+        pieces = charge_device(rows, span, trace, host, blocked, places, cold)
+        timeline.append(_timeline(device, unions[0], pieces, span, base))
         charged_run: Counter[tuple[str, Where]] = Counter()
         for i, w in enumerate(windows):
-            busy = [u.within(w.start_ns, w.end_ns) for u in unions]
-            charged = _pieces_in(pieces, ends, w)
+            charged = _pieces_in(pieces, w.start_ns, w.end_ns, places.wheres)
             charged_run.update(charged)
-            steps[i].append(_device_time(device, w.end_ns - w.start_ns, busy, charged, STEP_TOP))
-            totals = [t + b for t, b in zip(totals, busy, strict=True)]
-            wall += w.end_ns - w.start_ns
+            busy_ns = [int(b[i]) for b in busy]
+            steps[i].append(_device_time(device, w.end_ns - w.start_ns, busy_ns, charged, STEP_TOP))
+        wall = sum(w.end_ns - w.start_ns for w in windows)
+        totals = [int(b.sum()) for b in busy]
         run.append(_device_time(device, wall, totals, charged_run, STEP_TOP))
         lines.update(charged_run)
-    in_span = [a for a in trace.activities if span[0] <= a.start_ns < span[1]]
-    copies, copy_lines = copy_tables(in_span, place)
+    in_span = np.flatnonzero((acts.start >= span[0]) & (acts.start < span[1]))
+    copies, copy_lines = copy_tables(trace, in_span, places)
     active, streams, (unlaunched, unlaunched_ns) = hta_views(by_device, trace)
-    base = trace.span_ns[0]
+    kept, left = _longest(timeline, slices, places.wheres)
     notes = list(trace.notes)
     if not trace.steps:
         notes.append("no ProfilerStep#N in the trace: one window, the whole trace")
@@ -339,10 +318,10 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
                 w.number,
                 ms(w.start_ns - base),
                 ms(w.end_ns - w.start_ns),
-                ms(inputs.within(w.start_ns, w.end_ns)),
+                ms(input_ns[i]),
                 tuple(devs),
             )
-            for w, devs in zip(windows, steps, strict=True)
+            for i, (w, devs) in enumerate(zip(windows, steps, strict=True))
         ),
         run=tuple(run),
         lines=tuple(
@@ -350,7 +329,7 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
             for (c, w), ns in sorted(lines.items(), key=lambda kv: kv[1], reverse=True)[:top]
             if ns > 0
         ),
-        kernels=kernel_table(in_span),
+        kernels=kernel_table(acts, in_span),
         copies=copies,
         copy_lines=copy_lines,
         active=active,
@@ -358,7 +337,8 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP) -> RankResult:
         has_stacks=trace.has_stacks,
         has_steps=bool(trace.steps),
         notes=tuple(notes),
-        timeline=tuple(timeline),
+        timeline=kept,
+        timeline_left=left,
         base_us=trace.base_us + trace.span_ns[0] / 1000,
     )
 

@@ -5,11 +5,12 @@ frames, and the spans with a cause (steps, DataLoader waits, collectives, the ho
 from __future__ import annotations
 
 import math
-import sys
-from collections.abc import Iterable
+from array import array
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from profilers.kineto.events import (
     ASYNC_COPY_CALLS,
@@ -17,25 +18,24 @@ from profilers.kineto.events import (
     COPY_OPS,
     CPU_CATS,
     GPU_CATS,
+    KINDS,
     MEMCPY,
     PYTHON_CATS,
     RUNTIME_CATS,
     SYNC_CALLS,
-    Activity,
-    Call,
     Calls,
     HostSpan,
+    Ints,
     RankTrace,
     Step,
     is_input,
-    is_nccl,
-    memcpy_kind,
     user_frame,
 )
-from profilers.kineto.stacks import Frame, op_of, where_of
+from profilers.kineto.stacks import Frame, Places
 
 #: How the names of the CPU spans the analysis needs begin (steps, DataLoader, collectives).
 MARKS = ("ProfilerStep#", "enumerate(DataLoader)", *COMM_PREFIXES)
+GPU_KINDS = {cat: KINDS.index(kind) for cat, kind in GPU_CATS.items()}
 
 
 #: Larger than any time a trace holds (in us: Kineto's epoch clock reads about 1.8e15 in
@@ -108,13 +108,14 @@ class Collect:
 
     def __init__(self) -> None:
         self.base_us: int | None = None
-        self.activities: list[Activity] = []
+        self.gpu, self.gpu_names = array("q"), dict[str, int]()  # Activities' columns
         names = {"": 0}
         self.launches = Calls(names, first=False)
         self.ops = Calls(names, first=True)
         self.launching: dict[str, int] = {}
-        self.marks: list[Call] = []  # steps, input, comm spans (any CPU op or annotation)
-        self.python: dict[str, list[tuple[int, int, Frame]]] = {}
+        self.marks = array("q")  # steps, input, comm spans (any CPU op or annotation), as ops
+        self.python = array("q")  # rows of 4: thread, start, end, frame (an id in frames)
+        self.frames: dict[Frame, int] = {}
         self.cats: set[str] = set()
         self.runtime_names: set[str] = set()
         self.cpu_ops = 0
@@ -130,6 +131,8 @@ class Collect:
         # into its table's row (a call per event would cost a third more)
         ids, ops, launches, cats = self.ops.ids, self.ops.data, self.launches.data, self.cats
         names, marks, launching = self.runtime_names, self.marks, self.launching
+        gpu, gpu_names, lowered = self.gpu, self.gpu_names, dict[str, str]()
+        base, first, last = self.base_us, self.first, self.last
         for e in events:
             if e.ph != "X":
                 if e.ph == "M" and e.name == "process_name" and isinstance(e.args, Args):
@@ -138,11 +141,16 @@ class Collect:
             ts, dur = e.ts, e.dur  # NB: inf (1e999), nan, or a time past any clock's: damage
             if not (type(ts) is float or isinstance(ts, int | float)) or not -MAX < ts < MAX:
                 continue
-            if self.base_us is None:
-                self.base_us = math.floor(ts)
+            if base is None:
+                base = self.base_us = math.floor(ts)
             if not (type(dur) is float or isinstance(dur, int | float)) or not -MAX < dur < MAX:
                 continue
-            cat = e.cat.lower() if isinstance(e.cat, str) else str(e.cat)
+            if type(cat := e.cat) is not str:
+                cat = str(cat)
+            elif (low := lowered.get(cat)) is None:
+                cat = lowered[cat] = cat.lower()
+            else:
+                cat = low
             if cat == "trace":
                 continue
             if not cat and e.pid == "CUDA functions":
@@ -150,37 +158,29 @@ class Collect:
             cats.add(cat)
             name = e.name if type(e.name) is str else str(e.name)
             args = e.args or NO_ARGS
-            start = round((ts - self.base_us) * 1000)
+            start = round((ts - base) * 1000)
             end = start + max(0, round(dur * 1000))
-            if start < self.first:
-                self.first = start
-            if end > self.last:
-                self.last = end
-            kind = GPU_CATS.get(cat)
+            if start < first:
+                first = start
+            if end > last:
+                last = end
+            kind = GPU_KINDS.get(cat)
             if kind is not None:
-                name = sys.intern(name)
-                direction, memory = memcpy_kind(name) if kind == MEMCPY else ("", "")
-                self.activities.append(
-                    Activity(
-                        kind,
-                        name,
-                        number(args.device, number(e.pid, 0)),
-                        number(args.stream, number(e.tid, 0)),
-                        start,
-                        end,
-                        max(-1, number(args.correlation)),  # -1: none (no launch has it)
-                        max(0, number(args.bytes, 0)),
-                        direction,
-                        memory,
-                        kind == "kernel" and is_nccl(name),
-                    )
+                if (n := gpu_names.get(name)) is None:
+                    n = gpu_names[name] = len(gpu_names)
+                corr = max(-1, number(args.correlation))  # -1: none (no launch has it)
+                device = number(args.device, number(e.pid, 0))
+                stream = number(args.stream, number(e.tid, 0))
+                gpu.extend(
+                    (kind, n, device, stream, start, end, corr, max(0, number(args.bytes, 0)))
                 )
                 continue
             is_cpu = cat in CPU_CATS
             if not is_cpu and cat not in RUNTIME_CATS:
                 frame = user_frame(name) if cat in PYTHON_CATS else None
                 if frame is not None:
-                    self.python.setdefault(str(e.tid), []).append((start, end, frame))
+                    th, f = ids.setdefault(str(e.tid), len(ids)), len(self.frames)
+                    self.python.extend((th, start, end, self.frames.setdefault(frame, f)))
                 continue
             tid = e.tid if type(e.tid) is str else str(e.tid)
             if (t := ids.get(tid)) is None:
@@ -198,7 +198,7 @@ class Collect:
                 if name.startswith(MARKS) and (
                     name[0] == "P" or is_input(name) or name.startswith(COMM_PREFIXES)
                 ):
-                    marks.append(Call(sys.intern(name), sys.intern(tid), start, end, ext, stack))
+                    marks.extend((0, n, t, start, end, ext, ids.setdefault(stack, len(ids))))
                 continue
             names.add(name)
             corr = args.correlation
@@ -207,46 +207,59 @@ class Collect:
             ext = number(args.external_id_lower if ext is None else ext, 0)
             launches.extend((corr, n, t, start, end, ext, 0))
             launching[tid] = launching.get(tid, 0) + 1
+        self.first, self.last = first, last
 
 
-def steps_of(marks: Iterable[Call]) -> list[Step]:
+def steps_of(marks: Ints, names: Sequence[str]) -> list[Step]:
     seen: dict[str, Step] = {}
     main = None
-    for c in marks:
-        if not c.name.startswith("ProfilerStep#") or c.name in seen or main not in (None, c.tid):
+    for _, n, tid, start, end, _, _ in marks.tolist():
+        name = names[n]
+        if not name.startswith("ProfilerStep#") or name in seen or main not in (None, tid):
             continue
-        main = c.tid
-        number = c.name[len("ProfilerStep#") :]
-        seen[c.name] = Step(c.name, int(number) if number.isdigit() else None, c.start_ns, c.end_ns)
+        main = tid
+        number = name[len("ProfilerStep#") :]
+        seen[name] = Step(name, int(number) if number.isdigit() else None, start, end)
     return sorted(seen.values(), key=lambda s: s.start_ns)
 
 
-def blocked_spans(trace: RankTrace) -> list[HostSpan]:
+def blocked_spans(trace: RankTrace, places: Places) -> list[HostSpan]:
     """The host's waits: a synchronising runtime call, or a copy from or to pageable memory
     (the host stages it), each with the CPU op and line that made it."""
-    pageable = {
-        a.correlation for a in trace.activities if a.kind == MEMCPY and a.memory == "pageable"
-    }
+    acts, launches = trace.activities, trace.launches
+    memory = np.array([m == "pageable" for _, m in acts.copy_kinds], bool)[acts.name]
+    pageable = acts.correlation[memory & (acts.kind == KINDS.index(MEMCPY))]
+    syncs, copies = (
+        [launches.ids[n] for n in c if n in launches.ids] for c in (SYNC_CALLS, ASYNC_COPY_CALLS)
+    )
+    calls = launches.table[np.sort(launches.rows)]
+    calls = calls[
+        np.isin(calls[:, 1], syncs) | np.isin(calls[:, 1], copies) & np.isin(calls[:, 0], pageable)
+    ]
+    ops = places.op(calls)
     spans: list[HostSpan] = []
-    for corr, call in trace.launches.named(SYNC_CALLS | ASYNC_COPY_CALLS):
-        if call.name not in SYNC_CALLS and corr not in pageable:
-            continue
-        op = op_of(trace, call) or call  # NB: a Call (7 fields) is never falsy
-        if op.name in ("aten::_local_scalar_dense", "aten::item"):
+    for call, op, where in zip(
+        calls.tolist(), ops[:, 1].tolist(), places.where(ops).tolist(), strict=True
+    ):
+        name, op_name = launches.names[call[1]], launches.names[op]
+        if op_name in ("aten::_local_scalar_dense", "aten::item"):
             cause, detail = "sync", "item"
-        elif op.name in COPY_OPS or "Memcpy" in call.name or "memcpy" in call.name.lower():
-            cause, detail = "copy", call.name
+        elif op_name in COPY_OPS or "Memcpy" in name or "memcpy" in name.lower():
+            cause, detail = "copy", name
         else:
-            cause, detail = "sync", call.name
-        spans.append(HostSpan(cause, call.start_ns, call.end_ns, where_of(trace, op), detail))
+            cause, detail = "sync", name
+        spans.append(HostSpan(cause, call[3], call[4], places.wheres[where], detail))
     return spans
 
 
-def marked_spans(trace: RankTrace, marks: Iterable[Call]) -> list[HostSpan]:
-    spans = []
-    for c in marks:
-        if is_input(c.name):
-            spans.append(HostSpan("input", c.start_ns, c.end_ns, where_of(trace, c), c.name))
-        elif c.name.startswith(COMM_PREFIXES):
-            spans.append(HostSpan("comm", c.start_ns, c.end_ns, where_of(trace, c), c.name))
-    return spans
+def marked_spans(trace: RankTrace, marks: Ints, places: Places) -> list[HostSpan]:
+    names = trace.ops.names
+    marks = marks[
+        [is_input(names[n]) or names[n].startswith(COMM_PREFIXES) for n in marks[:, 1].tolist()]
+    ]
+    return [
+        HostSpan("input" if is_input(names[n]) else "comm", start, end, places.wheres[w], names[n])
+        for (_, n, _, start, end, _, _), w in zip(
+            marks.tolist(), places.where(marks).tolist(), strict=True
+        )
+    ]

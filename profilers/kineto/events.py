@@ -12,14 +12,20 @@ from __future__ import annotations
 import re
 import sys
 from array import array
-from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+Ints = npt.NDArray[np.int64]
+NO_CALL = -(1 << 63)
+"""The start of a call not in the trace: before any time."""
 
 KERNEL = "kernel"
 MEMCPY = "memcpy"
 MEMSET = "memset"
+KINDS = (KERNEL, MEMCPY, MEMSET)
 
 #: Kineto's category of each GPU activity, old (torch 1.8/1.9) and new spellings, lower-cased.
 GPU_CATS = {
@@ -156,85 +162,66 @@ def user_frame(frame: str) -> tuple[str, int, str] | None:
     return path, int(m.group(2)), m.group(3)
 
 
-class Activity(NamedTuple):
-    """One kernel, memcpy or memset on a GPU stream (a NamedTuple: a large trace makes a
-    million of them, and a frozen dataclass takes three times as long to build)."""
+class Activities:
+    """The GPU activities (kernels, memcpys, memsets on a stream) as int64 columns, a row each
+    (``kind``: an index in :data:`KINDS`, ``name``: an index in ``names``): a large trace holds
+    hundreds of thousands, and a tuple each was most of the analysis's memory."""
 
-    kind: str
-    name: str
-    device: int
-    stream: int
-    start_ns: int
-    end_ns: int
-    correlation: int
-    bytes: int = 0
-    direction: str = ""
-    memory: str = ""
-    nccl: bool = False
-
-
-class Call(NamedTuple):
-    """A host runtime call (``cudaLaunchKernel``, ``cudaStreamSynchronize``...) or CPU op."""
-
-    name: str
-    tid: str
-    start_ns: int
-    end_ns: int
-    ext_id: int
-    stack: str = ""
-    """The old traces' ``Call stack`` (innermost frame first, ``;`` between frames)."""
+    def __init__(self, data: array[int], ids: dict[str, int]) -> None:
+        """``data``: a row of 8 a row (kind, name, device, stream, start, end, correlation, bytes);
+        ``ids``: the names' ids."""
+        cols = np.frombuffer(data, np.int64).reshape(-1, 8).T.copy()
+        self.kind, self.name, self.device, self.stream, self.start, self.end = cols[:6]
+        self.correlation, self.bytes, self.names = cols[6], cols[7], list(ids)
+        """-1: none (no launch has it)."""
+        self.copy_kinds = [memcpy_kind(n) for n in self.names]
+        """Per name, :func:`memcpy_kind` (a memcpy's direction and host memory)."""
+        nccl = np.array([is_nccl(n) for n in self.names], bool)
+        self.nccl = (self.kind == KINDS.index(KERNEL)) & nccl[self.name]
 
 
 class Calls:
-    """Host calls as columns keyed by correlation or external id (``first``: the first call of
-    a key wins, else the last), a :class:`Call` built when asked for: a large trace holds
-    hundreds of thousands, and a tuple each was most of the reader's memory."""
+    """Host calls (runtime calls, CPU ops) as int64 columns keyed by correlation or external id
+    (``first``: the first call of a key wins, else the last): a large trace holds hundreds of
+    thousands, and a tuple each was most of the reader's memory. ``stack``: the old traces'
+    ``Call stack`` (innermost frame first, ``;`` between frames)."""
 
     def __init__(self, names: dict[str, int], first: bool) -> None:
         self.ids, self.first, self.names = names, first, list[str]()
         self.data = array("q")  # a row of 7: key, name, tid, start, end, ext id, stack (ids)
-        self.known, self.rows = array("q"), array("q")
+        self.known = self.rows = np.zeros(0, np.int64)
+        self.table: npt.NDArray[np.int64] = np.zeros((0, 7), np.int64)
 
-    def col(self, j: int) -> array[int]:
-        return self.data[j::7]
+    def col(self, j: int) -> Ints:
+        return self.table[:, j]
 
     def seal(self) -> None:
         """Index the keys (once every call is in)."""
         self.names = list(self.ids)
-        known, rows, key = self.known, self.rows, self.col(0)
-        for r in sorted(range(len(key)), key=key.__getitem__):
-            if known and known[-1] == key[r]:
-                rows[-1] = rows[-1] if self.first else r
-            else:
-                known.append(key[r])
-                rows.append(r)
+        self.table = np.frombuffer(self.data, np.int64).reshape(-1, 7)
+        order = np.argsort(self.col(0), kind="stable")
+        key = self.col(0)[order]
+        # NB: sorted stably, the first row of a key heads its run and the last one ends it
+        heads = np.flatnonzero(np.r_[True, key[1:] != key[:-1]][: len(key)])
+        pick = heads if self.first else np.r_[heads[1:], len(key)][: len(heads)] - 1
+        self.known, self.rows = key[pick], order[pick]
 
-    def call(self, r: int) -> Call:
-        _, name, tid, start, end, ext, stack = self.data[7 * r : 7 * r + 7]
-        return Call(self.names[name], self.names[tid], start, end, ext, self.names[stack])
+    def rows_of(self, keys: Ints) -> Ints:
+        """The row of each key (-1: none)."""
+        if not len(self.known):
+            return np.full(len(keys), -1, np.int64)
+        i = np.minimum(np.searchsorted(self.known, keys), len(self.known) - 1)
+        return np.where(self.known[i] == keys, self.rows[i], -1)
 
-    def row(self, key: int) -> int:
-        i = bisect_left(self.known, key)
-        return self.rows[i] if i < len(self.known) and self.known[i] == key else -1
-
-    def get(self, key: int) -> Call | None:
-        return None if (r := self.row(key)) < 0 else self.call(r)
-
-    def start(self, key: int) -> int | None:
-        """The start of the call of ``key`` (None: no such call)."""
-        return None if (r := self.row(key)) < 0 else self.data[7 * r + 3]
-
-    def __contains__(self, key: int) -> bool:
-        return self.row(key) >= 0
+    def starts_of(self, keys: Ints) -> Ints:
+        """The start of each key's call (:data:`NO_CALL` where none)."""
+        rows = self.rows_of(keys)
+        if not len(self.known):
+            return np.full(len(keys), NO_CALL, np.int64)
+        return np.where(rows >= 0, self.col(3)[np.maximum(rows, 0)], NO_CALL)
 
     def __len__(self) -> int:
         return len(self.known)
-
-    def named(self, names: Iterable[str]) -> Iterator[tuple[int, Call]]:
-        """The kept calls of these names, by key, in the order they came."""
-        ids, name = {self.ids[n] for n in names if n in self.ids}, self.col(1)
-        for r in sorted(r for r in self.rows if name[r] in ids):
-            yield self.data[7 * r], self.call(r)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +253,7 @@ class RankTrace:
     gpus: dict[int, str]
     base_us: float
     """The trace's first timestamp (us): times here count from it."""
-    activities: list[Activity]
+    activities: Activities
     launches: Calls
     """Runtime calls by correlation id."""
     ops: Calls
@@ -275,10 +262,10 @@ class RankTrace:
     spans: list[HostSpan]
     span_ns: tuple[int, int]
     """The first and last moment of anything in the trace."""
-    python: dict[str, tuple[Sequence[int], Sequence[tuple[str, int, str] | None]]] = field(
-        default_factory=dict
-    )
-    """Per thread, the user's innermost Python frame over time: segment starts and frames."""
+    python: dict[str, tuple[Sequence[int], Sequence[int]]] = field(default_factory=dict)
+    """Per thread, the user's innermost Python frame over time: segment starts and frame ids
+    (in ``frames``; -1: none)."""
+    frames: list[tuple[str, int, str]] = field(default_factory=list)
     op_segments: dict[str, tuple[Sequence[int], Sequence[int]]] = field(default_factory=dict)
     """Per thread, the innermost CPU op over time: segment starts and rows in ``ops`` (-1: none)."""
     main_tid: str = ""

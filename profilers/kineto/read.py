@@ -31,9 +31,9 @@ from profilers.kineto.collect import (
     number,
     steps_of,
 )
-from profilers.kineto.events import Calls, RankTrace
+from profilers.kineto.events import Activities, Ints, RankTrace
 from profilers.kineto.result import RankResult
-from profilers.kineto.stacks import Frame, flatten
+from profilers.kineto.stacks import Places, flatten
 
 TRACE_ENDINGS = (".json", ".json.gz")
 
@@ -132,7 +132,7 @@ def _refuse(path: str, got: Collect, gpus: dict[int, str]) -> None:
             f"{path} is a trace of another accelerator ({other[0]} events); gpuwatch reads "
             "NVIDIA CUDA traces only"
         )
-    if got.activities:
+    if got.gpu:
         return
     if got.legacy_kernels:
         raise TraceError(
@@ -267,17 +267,17 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
 def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrace:
     got.ops.seal()
     got.launches.seal()
+    marks, names = np.frombuffer(got.marks, np.int64).reshape(-1, 7), got.ops.names
     gpus = _gpus(meta)
     _refuse(path, got, gpus)
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and type(info.get("rank")) is int:
         rank = info["rank"]
-    python: dict[str, tuple[Sequence[int], Sequence[Frame | None]]] = {
-        tid: flatten(sorted(ivs, key=lambda iv: (iv[0], -iv[1])), None, [], [])
-        for tid, ivs in got.python.items()
-    }
-    steps = steps_of(got.marks)
-    main = next((c.tid for c in got.marks if c.name.startswith("ProfilerStep#")), None)
+    python = _segments(np.frombuffer(got.python, np.int64).reshape(-1, 4).T, names)
+    steps = steps_of(marks, names)
+    main = next(
+        (names[t] for _, n, t, *_ in marks.tolist() if names[n][:13] == "ProfilerStep#"), None
+    )
     if main is None:
         main = max(got.launching, key=lambda t: got.launching[t], default="")
     trace = RankTrace(
@@ -285,30 +285,36 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
         rank=rank,
         gpus=gpus,
         base_us=got.base_us or 0,
-        activities=got.activities,
+        activities=Activities(got.gpu, got.gpu_names),
         launches=got.launches,
         ops=got.ops,
         steps=steps,
         spans=[],
         span_ns=(int(got.first), int(got.last)),
         python=python,
-        op_segments=_segments(got.ops),
+        frames=list(got.frames),
+        op_segments=_segments(
+            np.r_[got.ops.table[:, 2:5].T, [np.arange(len(got.ops.table))]], names
+        ),
         main_tid=main,
-        has_stacks=bool(python) or any(got.ops.col(6)),
+        has_stacks=bool(python) or bool(got.ops.col(6).any()),
     )
-    return dataclasses.replace(trace, spans=marked_spans(trace, got.marks) + blocked_spans(trace))
+    places = Places(trace)
+    spans = marked_spans(trace, marks, places) + blocked_spans(trace, places)
+    return dataclasses.replace(trace, spans=spans)
 
 
-def _segments(ops: Calls) -> dict[str, tuple[Sequence[int], Sequence[int]]]:
-    """Per thread, the innermost CPU op (its row, -1 for none) over time: a thread at a time,
-    sorted by numpy on the columns' own buffers, never a tuple per op kept."""
-    tids, starts, ends = (np.frombuffer(ops.col(j), np.int64) for j in (2, 3, 4))
+def _segments(cols: Ints, names: Sequence[str]) -> dict[str, tuple[Sequence[int], Sequence[int]]]:
+    """Per thread, the innermost of nested labelled intervals (``cols``: thread, start, end,
+    label) over time: segment starts and labels (-1 for none), a thread at a time, sorted by
+    numpy on columns, never a tuple per interval kept."""
+    tids, starts, ends, labels = cols
     out: dict[str, tuple[Sequence[int], Sequence[int]]] = {}
     for tid in np.unique(tids).tolist():
         rows = np.flatnonzero(tids == tid)
         rows = rows[np.lexsort((-ends[rows], starts[rows]))]
-        ivs = zip(starts[rows].tolist(), ends[rows].tolist(), rows.tolist(), strict=True)
-        out[ops.names[tid]] = flatten(ivs, -1, array("q"), array("q"))
+        ivs = zip(starts[rows].tolist(), ends[rows].tolist(), labels[rows].tolist(), strict=True)
+        out[names[tid]] = flatten(ivs, -1, array("q"), array("q"))
     return out
 
 

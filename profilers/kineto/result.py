@@ -254,7 +254,10 @@ class RankResult:
     has_steps: bool
     notes: tuple[str, ...] = ()
     timeline: tuple[Slice, ...] = ()
-    """Busy runs and charged idle, per device, inside the windows (for the Perfetto trace)."""
+    """Busy runs and charged idle, per device, inside the windows (for the Perfetto trace):
+    the longest (``analyse_rank(slices=)``), longest first."""
+    timeline_left: tuple[int, float] = (0, 0.0)
+    """How many shorter slices were left out of ``timeline``, and their ms."""
     base_us: float = 0.0
     """The trace's own clock (us) at 0 ms here."""
 

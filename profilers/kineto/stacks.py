@@ -8,13 +8,15 @@ code (:func:`profilers.kineto.events.user_frame`).
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from collections.abc import Iterable, MutableSequence, Sequence
+from collections.abc import Iterable, Mapping, MutableSequence, Sequence
 from typing import TypeVar
 
-from profilers.kineto.events import Call, RankTrace, Where, user_frame
+import numpy as np
+
+from profilers.kineto.events import Ints, RankTrace, Where, user_frame
 
 Frame = tuple[str, int, str]
+Segments = tuple[Sequence[int], Sequence[int]]
 T = TypeVar("T")
 
 
@@ -48,35 +50,93 @@ def flatten(
     return starts, labels
 
 
-def at(segments: tuple[Sequence[int], Sequence[T]] | None, t_ns: int) -> T | None:
-    """The label of flattened ``segments`` at ``t_ns``."""
-    if segments is None:
-        return None
-    starts, labels = segments
-    i = bisect_right(starts, t_ns) - 1
-    return labels[i] if i >= 0 else None
+def _on_threads(
+    out: Ints, tids: Ints, t: Ints, segments: Mapping[str, Segments], names: Sequence[str]
+) -> None:
+    """Where ``out`` is -1, the label of thread ``tids``'s flattened ``segments`` at ``t``."""
+    for tid in np.unique(tids[out < 0]).tolist():
+        if tid >= 0 and (got := segments.get(names[tid])) is not None and len(got[1]):
+            on = (out < 0) & (tids == tid)
+            i = np.searchsorted(np.asarray(got[0]), t[on], "right") - 1
+            out[on] = np.where(i >= 0, np.asarray(got[1])[np.maximum(i, 0)], -1)
 
 
-def op_of(trace: RankTrace, call: Call) -> Call | None:
-    """The CPU op a runtime call was made in: by external id where the trace links them, else
-    the innermost op running on the call's thread at the time."""
-    op = trace.ops.get(call.ext_id) if call.ext_id else None
-    if op is not None and op.tid == call.tid and op.start_ns <= call.start_ns <= op.end_ns:
-        return op
-    row = at(trace.op_segments.get(call.tid), call.start_ns)
-    return None if row is None or row < 0 else trace.ops.call(row)
+class Places:
+    """Where calls were made and GPU activities launched, on columns, each place one
+    :class:`Where` with an id: a few hundred places for a hundred thousand launches, so
+    comparing and summing the pieces' places costs no objects."""
+
+    def __init__(self, trace: RankTrace) -> None:
+        self.trace, self.ids, self.wheres = trace, dict[Where, int](), list[Where]()
+        self.frames = {f: i for i, f in enumerate(trace.frames)}
+        self.lost: dict[int, int] = {}
+
+    def id(self, where: Where) -> int:
+        if (found := self.ids.setdefault(where, len(self.wheres))) == len(self.wheres):
+            self.wheres.append(where)
+        return found
+
+    def frame(self, frame: Frame | None) -> int:
+        return -1 if frame is None else self.frames.setdefault(frame, len(self.frames))
+
+    def of(self, rows: Ints) -> Ints:
+        """The place id of each activity (``rows``: rows in ``trace.activities``): where its
+        launch call was made."""
+        trace, acts = self.trace, self.trace.activities
+        launch = trace.launches.rows_of(acts.correlation[rows])
+        out, lost = np.empty(len(rows), np.int64), launch < 0
+        # NB: an activity with no launch in the trace is named after the first one of its
+        # correlation id asked for (-1: any with none)
+        for i in np.flatnonzero(lost).tolist():
+            corr = int(acts.correlation[rows[i]])
+            if corr not in self.lost:
+                name = acts.names[acts.name[rows[i]]][:60]
+                self.lost[corr] = self.id(Where(f"(launch not in trace: {name})"))
+            out[i] = self.lost[corr]
+        out[~lost] = self.where(self.op(trace.launches.table[launch[~lost]]))
+        return out
+
+    def op(self, calls: Ints) -> Ints:
+        """The CPU op each runtime call was made in (rows of ``Calls.table``): by external id
+        where the trace links them, else the innermost op on the call's thread at the time,
+        else the call itself."""
+        trace = self.trace
+        tid, start, ext = calls[:, 2], calls[:, 3], calls[:, 5]
+        op = np.where(ext != 0, trace.ops.rows_of(ext), -1)
+        linked = np.flatnonzero(op >= 0)
+        held = trace.ops.table[op[linked]]
+        inside = (held[:, 2] == tid[linked]) & (held[:, 3] <= start[linked])
+        op[linked[~(inside & (start[linked] <= held[:, 4]))]] = -1
+        _on_threads(op, tid, start, trace.op_segments, trace.ops.names)
+        who = calls.copy()
+        who[op >= 0] = trace.ops.table[op[op >= 0]]
+        return who
+
+    def where(self, calls: Ints) -> Ints:
+        """The place id of each call (rows of ``Calls.table``): its name, and its user line
+        when the trace has stacks: the innermost user frame of an old trace's ``Call stack``,
+        else of the ``python_function`` events on the call's thread, else (a thread with no
+        Python: autograd's, running backward) on the main thread: the line that called
+        ``.backward()``."""
+        trace = self.trace
+        if not len(calls):
+            return np.zeros(0, np.int64)
+        stacks, inv = np.unique(calls[:, 6], return_inverse=True)
+        frame = np.array([self.frame(_stack_frame(trace.ops.names[s])) for s in stacks.tolist()])
+        frame = frame.astype(np.int64)[inv]
+        _on_threads(frame, calls[:, 2], calls[:, 3], trace.python, trace.ops.names)
+        if (main := trace.ops.ids.get(trace.main_tid)) is not None:
+            tids = np.where(calls[:, 2] != main, main, -1)
+            _on_threads(frame, tids, calls[:, 3], trace.python, trace.ops.names)
+        keys, inv = np.unique(np.stack([calls[:, 1], frame], 1), axis=0, return_inverse=True)
+        frames = list(self.frames)
+        places = [
+            Where(trace.ops.names[n]) if f < 0 else Where(trace.ops.names[n], *frames[f])
+            for n, f in keys.tolist()
+        ]
+        return np.array([self.id(w) for w in places], np.int64)[inv.reshape(-1)]
 
 
-def where_of(trace: RankTrace, call: Call, op: str | None = None) -> Where:
-    """Where ``call`` was made: its user line when the trace has stacks, and ``op`` (its CPU
-    op's name by default). The line is the innermost user frame of an old trace's ``Call
-    stack``, else of the ``python_function`` events on the call's thread, else (a thread with no
-    Python: autograd's, running backward) on the main thread: the line that called
-    ``.backward()``."""
-    frame = next(filter(None, map(user_frame, call.stack.split(";"))), None) if call.stack else None
-    if frame is None:
-        frame = at(trace.python.get(call.tid), call.start_ns)
-    if frame is None and call.tid != trace.main_tid:
-        frame = at(trace.python.get(trace.main_tid), call.start_ns)
-    name = op if op is not None else call.name
-    return Where(name) if frame is None else Where(name, *frame)
+def _stack_frame(stack: str) -> Frame | None:
+    """The innermost user frame of an old trace's ``Call stack``."""
+    return next(filter(None, map(user_frame, stack.split(";"))), None) if stack else None
