@@ -131,6 +131,43 @@ def outside_cost_ns(
     return max(0, (profiled - bare) // clock.ops)  # NB: ops as the mode sees them (views too)
 
 
+def backward_outside_ns(mode: ProfilerMode, recorder: Recorder, rounds: int = ROUNDS) -> int | None:
+    """:func:`outside_cost_ns` for the ops of a backward (a small graph's, built bare, run bare
+    and under ``mode``; the least of ``rounds`` each); None where the mode saw none of them.
+
+    NB: not the forward's cost: autograd's engine hands the mode tensors that have no Python
+    object yet and takes the GIL for each op; a training step's backward holds half its ops."""
+    now = time.perf_counter_ns
+    a, b = torch.ones(8, requires_grad=True), torch.ones(8)
+    state = recorder.state()
+
+    def graph() -> torch.Tensor:
+        y = a
+        for _ in range(STEPS):
+            y = y * b + b
+        return y.sum()
+
+    bare: list[int] = []
+    profiled: list[int] = []
+    ops = 0
+    for _ in range(rounds):
+        y = graph()
+        t0 = now()
+        torch.autograd.grad(y, a)
+        bare.append(now() - t0)
+        y, clock = graph(), StepClock(now())
+        state.clock = clock
+        with mode:
+            t0 = now()
+            torch.autograd.grad(y, a)
+            profiled.append(now() - t0 - clock.own_ns)
+        state.clock = None
+        ops = clock.ops
+        if not ops:
+            return None
+    return max(0, (min(profiled) - min(bare)) // ops)
+
+
 CASTS = 50
 """Python numbers added per round of the fast path's calibration (a millisecond or less)."""
 
@@ -367,6 +404,7 @@ def start_clock(recorder: Recorder, keep: int, key_on: Scope | None = None) -> S
     Call it before the profile's mode is entered (or the fast path's key switched on)."""
     every_op = recorder.counting == "every_op"
     outside = 0
+    backward: int | None = None
     prober = None
     if every_op:
         scratch = Recorder(
@@ -376,6 +414,7 @@ def start_clock(recorder: Recorder, keep: int, key_on: Scope | None = None) -> S
             is_pinned=recorder.is_pinned,
         )
         outside = outside_cost_ns(ProfilerMode, lambda: scratch)
+        backward = backward_outside_ns(ProfilerMode(scratch), scratch)
         if recorder.host_timing:  # NB: on the CPU only: a GPU's ops are not run twice
             prober = Prober(ProfilerMode(scratch), scratch)
             prober.backward_of = recorder
@@ -386,5 +425,7 @@ def start_clock(recorder: Recorder, keep: int, key_on: Scope | None = None) -> S
         time.perf_counter_ns(), keep=keep, outside_ns=outside, lines_measured=every_op
     )
     clock.prober = prober
+    if every_op and backward is not None:
+        clock.outside_backward_ns = backward
     recorder.state().clock = clock
     return clock

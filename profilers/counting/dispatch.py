@@ -249,7 +249,8 @@ def dispatch(  # noqa: C901 - the hot path kept in one frame: a call per branch 
         # function) and the op's own run are the line's host work (profilers/timing/).
         gap = t_in - clock.last_ns
         rec = clock.lines.get(line) or clock.line(line)
-        rec.launch_ns += gap - clock.outside_ns + t_ret - t_call
+        outside = clock.outside_ns if recorder.backward_line is None else clock.outside_backward_ns
+        rec.launch_ns += gap - outside + t_ret - t_call
         if gap >= LONG_GAP_NS:  # named by samples (profilers/timing/gaps.py)
             clock.long_gap(t_in, line)  # NB: before last_line moves on (the gap's op before)
         clock.last_line = line
@@ -274,7 +275,7 @@ def dispatch(  # noqa: C901 - the hot path kept in one frame: a call per branch 
         recorder.replay.op(line, func, t_in, t_call, t_ret, found, timed)
     if clock is not None:
         t_out = _ns()
-        clock.own_ns += t_call - t_in + t_out - t_ret + clock.outside_ns
+        clock.own_ns += t_call - t_in + t_out - t_ret + outside
         clock.ops += 1
         clock.last_ns = t_out
     elif st.inside is not None:  # an input iterator's op: our time kept out of its wait
@@ -385,7 +386,8 @@ def _metadata_timed(
         assert st is not None and st.inside is not None
         st.inside.add(t_call - t_in + _ns() - t_ret)
         return out
-    own = t_call - t_in + clock.outside_ns + _ns() - t_ret
+    outside = clock.outside_ns if recorder.backward_line is None else clock.outside_backward_ns
+    own = t_call - t_in + outside + _ns() - t_ret
     clock.own_ns += own
     clock.last_ns += own
     clock.ops += 1

@@ -149,6 +149,7 @@ class StepClock:
         "lines",
         "lines_measured",
         "ops",
+        "outside_backward_ns",
         "outside_ns",
         "own_ns",
         "probed_ops",
@@ -174,7 +175,9 @@ class StepClock:
         self.last_ns = start_ns
         """When the host's time was last charged (the end of the last op or wait)."""
         self.last_line: object = None
-        self.outside_ns = outside_ns
+        self.outside_ns = self.outside_backward_ns = outside_ns
+        """``outside_backward_ns``: the same for an op of a backward (calibrated apart: autograd
+        hands the mode tensors with no Python object yet, and takes the GIL for each op)."""
         self.lines_measured = lines_measured
         self.lines: dict[object, LineTime] = {}
         """The open step's lines, keyed by the line's accumulator (identity: no string per op)."""
