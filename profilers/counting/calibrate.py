@@ -414,7 +414,11 @@ def start_clock(recorder: Recorder, keep: int, key_on: Scope | None = None) -> S
             is_pinned=recorder.is_pinned,
         )
         outside = outside_cost_ns(ProfilerMode, lambda: scratch)
-        backward = backward_outside_ns(ProfilerMode(scratch), scratch)
+        active, recorder.active = recorder.active, False  # NB: its backward patch passes it by
+        try:
+            backward = backward_outside_ns(ProfilerMode(scratch), scratch)
+        finally:
+            recorder.active = active
         if recorder.host_timing:  # NB: on the CPU only: a GPU's ops are not run twice
             prober = Prober(ProfilerMode(scratch), scratch)
             prober.backward_of = recorder
