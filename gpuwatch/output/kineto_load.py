@@ -72,10 +72,11 @@ def load_analysis(
 
 def is_saved(path: str) -> bool:
     """True when ``path`` holds a trace's saved analysis (``gpuwatch.kineto/1``)."""
-    if not os.path.isfile(path):
+    try:
+        with open(path, "rb") as f:
+            return _SAVED.search(f.read(HEAD_BYTES)) is not None
+    except OSError:  # a folder, or what the loaders say is wrong with it
         return False
-    with open(path, "rb") as f:
-        return _SAVED.search(f.read(HEAD_BYTES)) is not None
 
 
 def load_saved(path: str) -> TraceAnalysis:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter_ns as _ns
 from time import thread_time_ns
@@ -95,7 +96,9 @@ class OpLog:
     """
 
     def __init__(self, outside_ns: int = 0, gpu: GpuSpec | None = None) -> None:
-        self.outside_ns = outside_ns
+        self.outside_ns = self.outside_backward_ns = outside_ns
+        self.in_backward: Callable[[], bool] = lambda: False
+        """Whether a backward is under way (its ops cost ``outside_backward_ns`` outside)."""
         self.gpu = gpu
         self.records: list[list[Any]] = []
         self.dropped = 0
@@ -135,7 +138,8 @@ class OpLog:
         """An op the dispatch mode ran at ``line`` (entered at ``t_in``, run from ``t_call`` to
         ``t_ret``), with what it copied or synced (``found``) and its CUDA timing record."""
         now = _ns()
-        own = t_call - t_in + self.outside_ns + now - t_ret
+        outside = self.outside_backward_ns if self.in_backward() else self.outside_ns
+        own = t_call - t_in + outside + now - t_ret
         t = found[0] if type(found) is list else found
         predicted = -1
         if self.gpu is not None:

@@ -81,6 +81,8 @@ def start_log(
     if spec is None and not (what_if and recorder.cuda_timing):
         return None
     log = OpLog(clock.outside_ns, spec)
+    log.outside_backward_ns = clock.outside_backward_ns
+    log.in_backward = lambda: recorder.backward_line is not None
     log.harness = simulated_gpus()
     log.clock, log.clock_thread = clock, threading.get_ident()
     clock.replay = recorder.replay = log

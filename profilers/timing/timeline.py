@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from profilers.timing.gaps import LONG_GAP_NS, MAX_GAPS, STEP_END, GapSampler, name_gaps
 from profilers.timing.line_time import LineTime
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from profilers.timing.oplog import OpLog
 
 
-@runtime_checkable
 class SourceLine(Protocol):
     """A line of user code as the hot path passes it (its ``LineStats``)."""
 
@@ -119,8 +118,8 @@ def line_key(line: object) -> str:
         return UNATTRIBUTED
     if isinstance(line, str):  # a line named by a sample (profilers/timing/gaps.py)
         return line
-    assert isinstance(line, SourceLine)  # NB: once per line and step, never per op
-    return f"{line.file}:{line.line}"
+    at = cast(SourceLine, line)  # NB: no isinstance: a Protocol's costs 8 us, and copies call it
+    return f"{at.file}:{at.line}"
 
 
 class StepClock:
