@@ -151,3 +151,15 @@ def test_an_op_of_a_backward_is_charged_the_backwards_own_cost_outside_the_hot_p
         own_ns = clock.own_ns
     assert in_backward >= 2 and own_ns >= in_backward * 10**9
     assert x.grad is not None and x.grad.tolist() == [2.0] * 8
+
+
+def test_a_profile_started_under_no_grad_or_inference_mode_calibrates_its_backward_all_the_same():
+    # NB: the backward's calibration builds a small graph: with grad off it could not, and it
+    # raised into the script at the profile's start
+    for context in (torch.no_grad, torch.inference_mode):
+        with context(), profilers.profile() as prof:
+            clock = prof._recorder.step_clock  # type: ignore[union-attr]
+            assert clock is not None and clock.outside_backward_ns > 0
+            assert not torch.is_grad_enabled()
+            y = torch.ones(4).add(1)
+        assert y.tolist() == [2.0] * 4 and not prof.report().internal_errors

@@ -415,8 +415,11 @@ def start_clock(recorder: Recorder, keep: int, key_on: Scope | None = None) -> S
         )
         outside = outside_cost_ns(ProfilerMode, lambda: scratch)
         active, recorder.active = recorder.active, False  # NB: its backward patch passes it by
-        try:
-            backward = backward_outside_ns(ProfilerMode(scratch), scratch)
+        try:  # NB: a profile may start under no_grad or inference_mode: grad on for the graph
+            with torch.inference_mode(False), torch.enable_grad():
+                backward = backward_outside_ns(ProfilerMode(scratch), scratch)
+        except Exception as exc:  # never into user code: the forward's figure stands in
+            recorder.internal_error("backward calibration", exc)
         finally:
             recorder.active = active
         if recorder.host_timing:  # NB: on the CPU only: a GPU's ops are not run twice
