@@ -586,3 +586,13 @@ def test_the_html_and_perfetto_outputs_of_a_huge_trace_stay_bounded(tmp_path):
     html = kineto_html.render_html(analysis)
     assert html.count("<tr>") < kineto_html.MAX_STEPS + 100 and len(html) < 1e6
     assert "... 300 more steps" in html
+
+
+def test_a_step_of_no_length_is_analysed_as_one_with_no_gpu_work():
+    # a damaged step (dur -1, read as an empty window: hypothesis found it) has no idle piece
+    from profilers.kineto.read import trace_from_doc
+
+    doc = _sync_step().doc()
+    doc["traceEvents"][0]["dur"] = -1
+    (step,) = analyse([trace_from_doc(doc, "t.json", 0)]).ranks[0].steps
+    assert step.wall_ms == 0.0 and step.devices[0].verdict == "no GPU work"

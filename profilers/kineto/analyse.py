@@ -222,7 +222,8 @@ def _timeline(
     key = pieces[2] << 32 | pieces[3]
     heads = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]) | (pieces[0, 1:] != pieces[1, :-1])])
     heads = heads[: pieces.shape[1]]
-    idle = np.stack([pieces[0, heads], pieces[1, np.r_[heads[1:], pieces.shape[1]] - 1]])
+    tails = np.r_[heads[1:], pieces.shape[1]][: heads.size] - 1  # NB: none where no piece
+    idle = np.stack([pieces[0, heads], pieces[1, tails]])
     times = (np.concatenate([runs, idle], axis=1) - base) / 1e6
     labels = np.concatenate([np.full((2, runs.shape[1]), -1), pieces[2:, heads]], axis=1)
     return [np.full(times.shape[1], device), *times, *labels]
