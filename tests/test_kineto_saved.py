@@ -86,3 +86,25 @@ def test_gpuwatch_report_reads_a_saved_analysis_back(tmp_path):
     damaged = report(saved)
     assert damaged.returncode == 2 and damaged.stderr.count("\n") == 1
     assert "damaged gpuwatch trace analysis" in damaged.stderr and "Traceback" not in damaged.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('{"schema": "gpuwatch.kineto/1", "paths": [', "cannot read"),
+        (
+            '{"schema": "gpuwatch.kineto/1", "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+            "cannot read",
+        ),
+        ('{"schema": "gpuwatch.kineto/1", "paths": [], "ranks": [{}]}', "damaged"),
+    ],
+)
+def test_a_damaged_saved_analysis_is_one_line(tmp_path, text, says):
+    from gpuwatch.errors import CliError
+    from gpuwatch.output.kineto_load import load_saved
+
+    path = tmp_path / "a.json"
+    path.write_text(text)
+    with pytest.raises(CliError, match=says) as caught:
+        load_saved(str(path))
+    assert "\n" not in str(caught.value)

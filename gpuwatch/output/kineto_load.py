@@ -87,7 +87,7 @@ def load_saved(path: str) -> TraceAnalysis:
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
-    except (OSError, ValueError) as exc:  # NB: UnicodeDecodeError and JSONDecodeError too
+    except (OSError, ValueError, RecursionError) as exc:  # NB: UnicodeDecodeError, JSONDecodeError
         raise CliError(f"cannot read the saved trace analysis {path}: {exc}") from None
     wrong = problem(doc, SCHEMA)
     if wrong is not None:
