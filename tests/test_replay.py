@@ -188,3 +188,22 @@ def test_end_of_step_idle_and_bad_input():
         kernel("t.py:1", 0, 0).changed(colour=1)
     with pytest.raises(ValueError):
         replay([], steps=0)
+
+
+def test_the_replay_charges_an_op_of_a_backward_the_backwards_cost_outside_the_hot_path():
+    # as the step clock does (profilers/counting/calibrate.py: backward_outside_ns)
+    from time import perf_counter_ns
+
+    from profilers.timing.oplog import OpLog
+
+    log = OpLog(outside_ns=100)
+    log.outside_backward_ns = 10**9  # a second an op: nothing else comes near it
+    backward = [False]
+    log.in_backward = lambda: backward[0]
+    t = perf_counter_ns()
+    log.op("train.py:3", None, t, t + 10, t + 20, None, None)  # no GPU work: host time carried
+    forward = log.carry_ns
+    backward[0] = True
+    t = perf_counter_ns()
+    log.op("train.py:3", None, t, t + 10, t + 20, None, None)
+    assert forward < 10**8 and log.carry_ns - forward >= 10**9

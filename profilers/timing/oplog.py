@@ -179,7 +179,7 @@ class OpLog:
             host = (t_call if blocks else t_ret) - self.last_ns
             if host < 0:
                 host = 0
-            overhead = self.carry_ns + t_call - t_in + self.outside_ns
+            overhead = self.carry_ns + t_call - t_in + outside
             rec[HOST_NS] = host
             rec[OVERHEAD_NS] = overhead if overhead < host else host
             self.last_ns = t_ret
