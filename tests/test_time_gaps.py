@@ -24,8 +24,9 @@ from tests.profiler_helpers import line_of
 
 
 class _Samples:
-    def __init__(self, samples: list[tuple[int, str]]) -> None:
+    def __init__(self, samples: list[tuple[int, str]], interval_s: float = 0.005) -> None:
         self.samples = samples
+        self.interval_s = interval_s
         self.learned: dict[tuple[str, str, int], tuple[int, dict[str, float]]] = {}
 
 
@@ -62,10 +63,23 @@ def test_a_gap_goes_to_the_lines_sampled_in_it_each_reading_for_the_time_nearest
     assert (lines["a.py:7"].launch_ns, lines["a.py:6"].launch_ns) == (0, 2_000_000)
 
 
+def test_a_late_reading_stands_for_half_an_interval_before_it_the_wait_is_the_line_before() -> None:
+    # a 120 ms spin at line 6, read every 5 ms, then the op at line 7: the reading due at
+    # 95 ms waited for the GIL until the op let it go at 119 ms (or for a core, on a loaded box)
+    samples = [(ms * 1_000_000, "a.py:6") for ms in range(5, 95, 5)] + [(119_000_000, "a.py:7")]
+    lines = {"a.py:7": _line(120_000_000)}
+    name_gaps([(0, 120_000_000, "a.py:7", "a.py:5")], _Samples(samples), lines, LineTime)  # type: ignore[arg-type]
+    # line 7's reading stands for 2.5 ms before it (half the interval) and the 1 ms after it
+    assert lines["a.py:7"].launch_ns == 3_500_000
+    assert lines["a.py:6"].launch_ns == 116_500_000
+
+
 def test_a_gap_no_reading_fell_in_takes_the_split_the_same_gap_had_in_other_steps() -> None:
     # a loop: the op at line 5, a 20 ms sleep at line 6, the op at line 7; a reading every
     # 50 ms falls in the gap of one step in two or three
-    sampler = _Samples([(15_000_000, "a.py:6"), (65_000_000, "a.py:6"), (75_000_000, "a.py:4")])
+    sampler = _Samples(
+        [(15_000_000, "a.py:6"), (65_000_000, "a.py:6"), (75_000_000, "a.py:4")], 0.05
+    )
     step1 = {"a.py:7": _line(20_000_000)}
     name_gaps([(10_000_000, 30_000_000, "a.py:7", "a.py:5")], sampler, step1, LineTime)  # type: ignore[arg-type]
     assert step1["a.py:6"].launch_ns == 20_000_000 and step1["a.py:7"].launch_ns == 0

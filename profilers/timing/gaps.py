@@ -252,7 +252,7 @@ def name_gaps(
         seen = _between(samples, start, end)
         where = (before, charged, (end - start).bit_length())
         if seen:
-            share = _split(seen, start, end)
+            share = _split(seen, start, end, round(sampler.interval_s * 1e9))
             if learn and (where in learned or len(learned) < MAX_LEARNED):
                 count, fractions = learned.get(where, (0, {}))
                 fractions = dict(fractions)  # NB: a snapshot on another thread may read it
@@ -272,20 +272,22 @@ def name_gaps(
                 spans.append((start, end, charged, top))
 
 
-def _split(seen: list[tuple[int, str]], start: int, end: int) -> dict[str, int]:
+def _split(seen: list[tuple[int, str]], start: int, end: int, interval_ns: int) -> dict[str, int]:
     """A gap's ns by line from the readings inside it: each reading stands for the time nearer
     to it than to the readings beside it (the first also from the gap's start, the last to its
-    end).
+    end), and a late one for half a reading's interval before it, not more.
 
     NB: nearest, not "since the reading before": a reading waits for the GIL, up to the
     interpreter's switch interval (5 ms) while the thread runs Python, and is served at once
     where the thread lets the GIL go: the op after a stretch of pure Python. Standing for the
     whole time since the one before, that late reading gave the op's line 12% of a 120 ms spin
-    (the fast path's 10 ms readings); standing for the half nearer it, it gets half of that."""
+    (the fast path's 10 ms readings); standing for the half nearer it, 12% still on a loaded
+    box (CI: a reading 29 ms late). The time it waited is the line before it's: that line held
+    the GIL (or the sampler waited for a core while the script ran on)."""
     share: dict[str, int] = {}
     before = start
     for (when, key), (after, _) in zip(seen, seen[1:], strict=False):
-        middle = (when + after) // 2
+        middle = after - min(after - when, interval_ns) // 2
         share[key] = share.get(key, 0) + middle - before
         before = middle
     last = seen[-1][1]
