@@ -232,7 +232,7 @@ class Budget:
 
 def fmt(value: float) -> str:
     """A count as a whole number, a per-step figure with two decimals."""
-    if value == int(value) and abs(value) < 1e15:
+    if math.isfinite(value) and value == int(value) and abs(value) < 1e15:
         return f"{int(value):,}"
     return f"{value:,.2f}"
 

@@ -89,15 +89,6 @@ class FrameDiff(_Paired):
         assert frame is not None
         return frame
 
-    @property
-    def label(self) -> str:
-        """``transformers/trainer.py:2410 _inner_training_loop`` (``(was 2402)`` where the
-        library's line moved)."""
-        f, was = self.frame, ""
-        if self.before is not None and self.before.line != f.line:
-            was = f" (was {self.before.line})"
-        return f"{f.file}:{f.line}{was} {f.function}".rstrip()
-
 
 def match_frames(before: Iterable[LibraryFrame], after: Iterable[LibraryFrame]) -> list[FrameDiff]:
     """A line's library frames paired: by file and line, then by file and function (a library
@@ -183,15 +174,6 @@ class RunDiff:
         reports have them (an older report's are over its whole run: the other is read so too)."""
         return all(r.time is None or "after_first" in r.time for r in (self.before, self.after))
 
-    def run_time(self, side: str) -> dict[str, object] | None:
-        """:func:`run_time` of one side, over the basis both share."""
-        return run_time(self.before if side == "before" else self.after, self.after_first)
-
-    def line_time_ms(self, side: str, line: Line | None) -> float | None:
-        """:func:`line_time_ms` of one side, over the basis both share."""
-        report = self.before if side == "before" else self.after
-        return line_time_ms(report, line, self.after_first)
-
     def value(
         self, item: LineDiff | None, side: str, name: str, per_step: bool | None = None
     ) -> float:
@@ -230,23 +212,6 @@ class RunDiff:
         return self.frame_value(frame.after, "after", name) - self.frame_value(
             frame.before, "before", name
         )
-
-    def changed_frames(self, item: LineDiff) -> list[FrameDiff]:
-        """The line's library frames whose figures differ, most changed syncs first."""
-        frames = [f for f in item.frames() if any(self.frame_delta(f, n) for n in FRAME_MEASURES)]
-        return sorted(frames, key=lambda f: [-abs(self.frame_delta(f, n)) for n in FRAME_MEASURES])
-
-    def changed(self) -> list[LineDiff]:
-        """Lines whose copies, bytes, syncs or collectives differ, or whose library frames'
-        do (the line's own total may stay when the syncs moved from one frame to another).
-        NB: kernel time and op counts alone do not make a line changed: on a GPU, times
-        differ on every run."""
-        return [
-            d
-            for d in self.lines
-            if any(self.delta(d, n) for n in self.names(d) if n not in ("kernel_ms", "ops"))
-            or self.changed_frames(d)
-        ]
 
     def frame_dicts(self, item: LineDiff) -> list[dict[str, object]]:
         """The line's library frames in the JSON: each with its figures before, after and the
@@ -296,8 +261,8 @@ class RunDiff:
                     "before_function": d.before.function if d.before is not None else None,
                     "before_source": d.before.source if d.before is not None else None,
                     "time_ms": {
-                        "before": self.line_time_ms("before", d.before),
-                        "after": self.line_time_ms("after", d.after),
+                        "before": line_time_ms(self.before, d.before, self.after_first),
+                        "after": line_time_ms(self.after, d.after, self.after_first),
                     },
                     **self.figures(d),
                     "library": self.frame_dicts(d),

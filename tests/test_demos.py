@@ -267,11 +267,12 @@ def test_the_readmes_first_command_predicted_for_a_gpu_ends_in_steps_and_ranks_i
 
     assert problem(doc, strict=True) is None
     # the same prediction twice: the two runs' ranges overlap, so the diff does not rank them
+    from gpuwatch.output.diff_doc import DiffDoc
     from gpuwatch.output.diff_text import time_line
     from profilers.diff import diff_reports
 
     report = parse(json.dumps(doc), "w.json")[0]
-    line = time_line(diff_reports(report, report))
+    line = time_line(DiffDoc.written(diff_reports(report, report).to_dict()))
     assert line is not None and "cannot rank the two: their predicted ranges overlap" in line.plain
     assert "; the GPU model's part: " in line.plain and line.plain.endswith("(cannot rank)")
     # one far below the other's range, its GPU part too: ranked (no such words)
@@ -279,7 +280,7 @@ def test_the_readmes_first_command_predicted_for_a_gpu_ends_in_steps_and_ranks_i
     doc["predicted"]["gpu_model"].update(ms=1e-3, low_ms=1e-3, high_ms=2e-3)
     faster = parse(json.dumps(doc), "faster.json")[0]
     d = diff_reports(report, faster)
-    line = time_line(d)
+    line = time_line(DiffDoc.written(d.to_dict()))
     assert line is not None and "the two" not in line.plain and "(1 µs)" in line.plain
     assert "→ 1 µs (1-2 µs) (ranked)" in line.plain
     assert problem(d.to_dict("w.json", "faster.json"), "gpuwatch.diff/1") is None

@@ -9,11 +9,17 @@ from dataclasses import replace
 import pytest
 
 from gpuwatch.cli import main as cli
+from gpuwatch.output.diff_doc import DiffDoc
 from gpuwatch.output.load import problem
 from profilers import Copies, Line, Report, Syncs
-from profilers.diff import diff_reports
+from profilers.diff import RunDiff, diff_reports
 from profilers.libraries import LibraryFrame
 from tests.conftest import FAKE_CUDA_MISSING
+
+
+def _doc(d: RunDiff) -> DiffDoc:
+    """The diff as its outputs show it: read from the document it writes."""
+    return DiffDoc.written(d.to_dict())
 
 
 def _line(line: int, function: str, source: str, items: int = 0, h2d: int = 0) -> Line:
@@ -82,7 +88,7 @@ def test_lines_are_matched_by_code_and_function_not_by_number():
     assert d.delta(None, "syncs", per_step=False) == 2.0  # 22 - 20 over the whole runs
     # changed: the print line gone (1 a step), the new fetch (0.1 a step); line 30 counted
     # nothing and is left out; the edited copy line moved the same per step
-    assert [(x.before.line if x.before else None) for x in d.changed()] == [40, None]
+    assert [x.before_line for x in _doc(d).changed()] == [40, None]
 
 
 def test_diff_writes_json_in_its_schema_html_and_checks_growth(tmp_path, capsys):
@@ -122,6 +128,39 @@ def test_diff_writes_json_in_its_schema_html_and_checks_growth(tmp_path, capsys)
         "     2  train.py:50 (train) total = loss_sum.item() (new)",
     ]
     assert cli.main([*args, "--json", str(tmp_path / "a.json")]) == 2  # never over an input
+
+
+def test_a_saved_diff_is_shown_and_written_again_as_the_diff_said_it(tmp_path, capsys):
+    BEFORE.save(tmp_path / "a.json")
+    AFTER.save(tmp_path / "b.json")
+    d, page, first = tmp_path / "d.json", tmp_path / "d.html", tmp_path / "first.html"
+    runs = [str(tmp_path / "a.json"), str(tmp_path / "b.json")]
+    assert cli.main(["diff", *runs, "--json", str(d), "--html", str(first)]) == 0
+    said = capsys.readouterr().out
+    assert "Lines that changed (per step): 2 of 6" in said
+    # the runs' reports are not needed: the diff's JSON says it all
+    (tmp_path / "a.json").unlink()
+    (tmp_path / "b.json").unlink()
+    again = tmp_path / "again.json"
+    assert cli.main(["report", str(d), "--json", str(again), "--html", str(page)]) == 0
+    assert capsys.readouterr().out == said
+    assert again.read_bytes() == d.read_bytes()
+    assert page.read_bytes() == first.read_bytes()
+    # what a diff cannot give, and a damaged one: a line each
+    for extra, words in (
+        (["--trace", str(tmp_path / "t.json")], "a diff has no Chrome trace"),
+        (["--budget", "syncs<=0"], "--budget takes a run, not a diff"),
+        (["--what-if"], "--what-if takes a run, not a diff"),
+    ):
+        assert cli.main(["report", str(d), *extra]) == 2
+        assert words in capsys.readouterr().err
+    doc = json.loads(d.read_text())
+    doc["lines"][0]["before"] = "many"
+    d.write_text(json.dumps(doc))
+    assert cli.main(["report", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpuwatch: error: damaged gpuwatch diff {d}: at lines/0/before: ")
+    assert len(err.splitlines()) == 1
 
 
 def test_report_refuses_to_merge_two_runs_and_points_at_diff(tmp_path, capsys):
@@ -192,7 +231,7 @@ def test_demos_budget_naive_fails_fixed_passes_and_their_diff(tmp_path, capsys, 
     assert by_after[104].match == "edited" and by_after[104].before.line == 71  # yb copy
     assert by_after[103].match == "other_function" and by_after[103].before.line == 70  # xb
     assert d.delta(by_after[104], "syncs") == -1 and d.delta(by_after[103], "h2d.pageable") == -1
-    gone = {x.before.line for x in d.lines if x.status == "disappeared" and x in d.changed()}
+    gone = {x.before_line for x in _doc(d).changed() if x.status == "disappeared"}
     assert gone == {36, 77, 78}  # the mean copy, loss.item(), the .cpu() metrics
     totals = next(line for line in out.splitlines() if line.strip().startswith("syncs "))
     assert totals.split() == ["syncs", "5.43", "0.57", "-4.86"]  # 38/7 and 4/7 (4 .item())
@@ -233,16 +272,16 @@ def test_library_frames_of_a_line_are_compared_frame_by_frame(tmp_path, capsys):
     )
     after = _fit(33, [_frame(TRAINER, 2416, "_maybe_log_save_evaluate", 10, copies=10)], 10)
     d = diff_reports(before, after)
-    (line,) = d.changed()
-    assert (line.before.line, line.after.line) == (31, 33)
-    frames = {(f.status, f.label) for f in line.frames()}
+    (line,) = _doc(d).changed()
+    assert (line.before_line, line.after_line) == (31, 33)
+    frames = {(f.status, f.label) for f in line.frames}
     assert frames == {
         ("disappeared", f"{TRAINER}:2502 _inner_training_loop"),
         ("matched", f"{TRAINER}:2416 (was 2410) _maybe_log_save_evaluate"),  # by its function
     }
-    (news,) = d.changed_frames(line)  # the log's frame made the same: not news
-    assert news.frame.line == 2502
-    assert d.frame_delta(news, "syncs") == -6.9  # per step: 69 / 10 steps, then none
+    (news,) = line.changed_frames()  # the log's frame made the same: not news
+    assert news.before_line == 2502
+    assert news.delta["syncs"] == -6.9  # per step: 69 / 10 steps, then none
 
     before.save(tmp_path / "a.json")
     after.save(tmp_path / "b.json")
@@ -303,8 +342,8 @@ def test_syncs_moved_between_frames_of_one_line_make_it_changed():
     after = _fit(7, [_frame(TRAINER, 200, "b", 5)], 1)
     d = diff_reports(before, after)
     assert d.delta(d.lines[0], "syncs") == 0
-    (line,) = d.changed()
-    assert sorted((f.status, f.frame.line) for f in d.changed_frames(line)) == [
+    (line,) = _doc(d).changed()
+    assert sorted((f.status, f.after_line or f.before_line) for f in line.changed_frames()) == [
         ("appeared", 200),
         ("disappeared", 100),
     ]

@@ -13,6 +13,7 @@ from rich.console import Console
 from torch.utils.data import DataLoader, Dataset
 
 import profilers
+from gpuwatch.output.diff_doc import DiffDoc
 from gpuwatch.output.diff_text import render
 from gpuwatch.output.load import problem
 from profilers.diff import diff_reports
@@ -55,7 +56,7 @@ def test_a_diff_carries_each_runs_verdict_and_each_lines_time():
     assert pull["time_ms"]["before"] >= SLEEP_S * 1000
     assert (pull["time_ms"]["after"] or 0.0) < SLEEP_S * 1000
     out = io.StringIO()
-    Console(file=out, width=200).print(render(diff_reports(slow, fast)))
+    Console(file=out, width=200).print(render(DiffDoc.written(diff_reports(slow, fast).to_dict())))
     said = " ".join(out.getvalue().split())
     assert (
         "where the time goes (measured on the host, over the steps after the first): "
@@ -73,7 +74,7 @@ def test_a_diff_carries_each_runs_verdict_and_each_lines_time():
         float(fast.time["run"]["wall_unprofiled_ms"]) / fast.time["steps_closed"], 6
     )
     out = io.StringIO()
-    Console(file=out, width=200).print(render(diff_reports(older, fast)))
+    Console(file=out, width=200).print(render(DiffDoc.written(diff_reports(older, fast).to_dict())))
     said = " ".join(out.getvalue().split())
     assert "where the time goes (measured on the host): input-bound, " in said
 
@@ -86,5 +87,7 @@ def test_a_run_that_did_not_measure_time_says_so():
     assert d["after"]["time"] is None and problem(d, "gpuwatch.diff/1") is None
     assert all(x["time_ms"]["after"] is None for x in d["lines"])
     out = io.StringIO()
-    Console(file=out, width=200).print(render(diff_reports(measured, prof.report())))
+    Console(file=out, width=200).print(
+        render(DiffDoc.written(diff_reports(measured, prof.report()).to_dict()))
+    )
     assert "→ not measured" in " ".join(out.getvalue().split())

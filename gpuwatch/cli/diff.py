@@ -4,10 +4,15 @@ as JSON (``gpuwatch.diff/1``) and as an HTML page; ``--budget`` fails (exit 3) o
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from gpuwatch.errors import CliError
 from gpuwatch.flags import Outputs
 from gpuwatch.profile.budget import add_budget_args, budget_for, enforce
+
+if TYPE_CHECKING:
+    from gpuwatch.output.diff_doc import DiffDoc
+    from gpuwatch.output.write import Output
 
 OUTPUTS = Outputs(
     json_doc="the gpuwatch.diff/1 JSON",
@@ -35,9 +40,9 @@ def declare(d: argparse.ArgumentParser) -> None:
 
 
 def run_diff(args: argparse.Namespace) -> int:
+    from gpuwatch.output.diff_doc import DiffDoc
     from gpuwatch.output.load import load_report
-    from gpuwatch.output.renderers import Diff
-    from gpuwatch.output.write import check_outputs, output_for, outputs, say, write_document
+    from gpuwatch.output.write import check_outputs, output_for, outputs
     from profilers.diff import check_growth, diff_reports
 
     wanted = outputs(args.json_path, args.html_path)
@@ -47,11 +52,19 @@ def run_diff(args: argparse.Namespace) -> int:
     check_outputs(wanted, inputs=[args.before, args.after])
     limits = budget_for(args.budget, args.no_budget, growth=True)
     diff = diff_reports(load_report(args.before), load_report(args.after))
-    paths = (args.before, args.after)
-    if not args.quiet:
+    doc = DiffDoc.written(diff.to_dict(args.before, args.after))
+    failed = show_diff(doc, wanted, args.top, args.quiet)
+    return enforce(limits, lambda b: check_growth(b, diff), 2 * failed, args.quiet, " in growth")
+
+
+def show_diff(doc: DiffDoc, wanted: list[Output], top: int, quiet: bool) -> int:
+    """Prints the diff and writes its files; how many could not be written (``gpuwatch
+    diff``, and ``gpuwatch report D.json`` of the diff's JSON)."""
+    from gpuwatch.output.write import say, write_document
+
+    if not quiet:
         from gpuwatch.output.diff_text import print_diff
 
-        print_diff(diff, paths, args.top)
+        print_diff(doc, top)
     # NB: a file that cannot be written costs itself only, said in a line, as every output
-    failed = say(write_document("diff", Diff(diff, paths), wanted), quiet=args.quiet)
-    return enforce(limits, lambda b: check_growth(b, diff), 2 * failed, args.quiet, " in growth")
+    return say(write_document("diff", doc, wanted), quiet=quiet)

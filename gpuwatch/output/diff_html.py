@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 
 from gpuwatch.output import diff_text
-from profilers.diff import LineDiff, RunDiff
+from gpuwatch.output.diff_doc import DiffDoc, LineRow
 from profilers.finite import dumps_finite
 
 STYLE = """
@@ -27,34 +27,31 @@ def _cell(name: str, before: float, after: float) -> str:
     return f'<td class="n {cls}">{html.escape(text)}</td>'
 
 
-def _line_row(diff: RunDiff, d: LineDiff, shown: list[tuple[str, str]]) -> str:
-    line = d.line
+def _line_row(d: LineRow, shown: list[tuple[str, str]]) -> str:
     was = ""
-    if d.match == "edited" and d.before is not None:
-        was = f'<div class="was">was: <code>{html.escape(d.before.source)}</code></div>'
-    elif d.match == "other_function" and d.before is not None:
-        was = f'<div class="was">was in {html.escape(d.before.function)}</div>'
+    if d.match == "edited" and d.before_source is not None:
+        was = f'<div class="was">was: <code>{html.escape(d.before_source)}</code></div>'
+    elif d.match == "other_function" and d.before_function is not None:
+        was = f'<div class="was">was in {html.escape(d.before_function)}</div>'
     cells = "".join(
-        _cell(name, diff.value(d, "before", name), diff.value(d, "after", name))
-        for _, name in shown
+        _cell(name, d.before.get(name, 0.0), d.after.get(name, 0.0)) for _, name in shown
     )
     return (
         f'<tr class="{diff_text.STATUS.get(d.status, "")}">'
         f"<td>{html.escape(diff_text.status_word(d))}</td>"
         f"<td><code>{html.escape(diff_text.where(d))}</code></td>{cells}"
-        f"<td>{html.escape(line.function)}: <code>{html.escape(line.source)}</code>{was}</td></tr>"
-        f"{_frame_rows(diff, d, shown)}"
+        f"<td>{html.escape(d.function)}: <code>{html.escape(d.source)}</code>{was}</td></tr>"
+        f"{_frame_rows(d, shown)}"
     )
 
 
-def _frame_rows(diff: RunDiff, d: LineDiff, shown: list[tuple[str, str]]) -> str:
+def _frame_rows(d: LineRow, shown: list[tuple[str, str]]) -> str:
     """Rows under a line: each library frame whose copies or syncs changed."""
-    frames, more = diff_text.frame_rows(diff, d)
+    frames, more = diff_text.frame_rows(d)
     rows = [
         '<tr class="frame"><td></td><td></td>'
         + "".join(
-            _cell(name, diff.frame_value(f.before, "before", name),
-                  diff.frame_value(f.after, "after", name))
+            _cell(name, f.before[name], f.after[name])
             if name in diff_text.FRAME_COLUMNS else "<td></td>"
             for _, name in shown
         )
@@ -69,22 +66,19 @@ def _frame_rows(diff: RunDiff, d: LineDiff, shown: list[tuple[str, str]]) -> str
     return "".join(rows)
 
 
-def render_html(diff: RunDiff, paths: tuple[str, str] = ("", "")) -> str:
+def render_html(diff: DiffDoc) -> str:
     """The page, as text."""
     unit = "per step" if diff.per_step else "for the whole run"
     runs = "".join(
-        f"<tr><th>{label}</th><td><code>{html.escape(path)}</code></td>"
+        f"<tr><th>{label}</th><td><code>{html.escape(r.path)}</code></td>"
         f"<td><code>{html.escape(' '.join(r.command))}</code></td>"
-        f'<td class="n">{steps if steps else "no"} steps</td>'
-        f"<td>{'fake GPU' if r.options.fake_cuda else ''}</td></tr>"
-        for label, path, r, steps in (
-            ("before", paths[0], diff.before, diff.before_steps),
-            ("after", paths[1], diff.after, diff.after_steps),
-        )
+        f'<td class="n">{r.steps if r.steps else "no"} steps</td>'
+        f"<td>{'fake GPU' if r.fake_cuda else ''}</td></tr>"
+        for label, r in (("before", diff.before), ("after", diff.after))
     )
     totals = []
     for name, label in diff_text.TOTAL_ROWS:
-        b, a = diff.value(None, "before", name), diff.value(None, "after", name)
+        b, a = diff.totals[0].get(name, 0.0), diff.totals[1].get(name, 0.0)
         if name in diff_text.ALWAYS or b or a:
             cls = "down" if a < b else "up" if a > b else "same"
             totals.append(
@@ -96,12 +90,12 @@ def render_html(diff: RunDiff, paths: tuple[str, str] = ("", "")) -> str:
     changed = diff.changed()
     shown = diff_text.columns(diff)
     heads = "".join(f"<th>{h}</th>" for h, _ in shown)
-    rows = "".join(_line_row(diff, d, shown) for d in changed) or (
+    rows = "".join(_line_row(d, shown) for d in changed) or (
         '<tr><td colspan="8">No line\'s copies, syncs or collectives changed.</td></tr>'
     )
     rest = diff_text.quiet_lines(diff, changed)
     # NB: "</" would end the script element early; JSON allows "<\/".
-    data = dumps_finite(diff.to_dict(*paths)).replace("</", "<\\/")  # JSON.parse: no NaN
+    data = dumps_finite(diff.doc).replace("</", "<\\/")  # JSON.parse: no NaN
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>gpuwatch diff</title><style>{STYLE}</style></head><body>"

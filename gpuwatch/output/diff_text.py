@@ -13,12 +13,11 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuwatch import _format as fmt
+from gpuwatch.output.diff_doc import DiffDoc, FrameRow, LineRow, Side
 from gpuwatch.output.whatif import span_ms
 from profilers.budgets import fmt as count
-from profilers.diff import FrameDiff, LineDiff, RunDiff
 from profilers.finite import number
 from profilers.names import CAUSES
-from profilers.report import Report
 
 #: Total rows: (measure, label); a row shows when either run has any of it (syncs, copies and
 #: bytes always do).
@@ -57,17 +56,13 @@ FRAMES_SHOWN = 3
 FRAME_COLUMNS = {"syncs": "syncs", "copies": "copies", "bytes": "bytes"}
 
 
-def columns(diff: RunDiff) -> list[tuple[str, str]]:
+def columns(diff: DiffDoc) -> list[tuple[str, str]]:
     """The line columns worth showing: collectives and kernel time only where a run has them."""
-    runs = (diff.before.totals, diff.after.totals)
-    keep = {
-        "comm": any(t.comm.count for t in runs),
-        "kernel_ms": any(t.kernel_time_ms for t in runs),
-    }
+    keep = {n: any(t.get(n) for t in diff.totals[:2]) for n in ("comm", "kernel_ms")}
     return [(head, name) for head, name in LINE_COLUMNS if keep.get(name, True)]
 
 
-def quiet_lines(diff: RunDiff, changed: list[LineDiff]) -> str:
+def quiet_lines(diff: DiffDoc, changed: list[LineRow]) -> str:
     """What the table leaves out: lines that came or went with no copy, sync or collective."""
     shown = {id(d) for d in changed}
     came = sum(1 for d in diff.lines if d.status == "appeared" and id(d) not in shown)
@@ -102,64 +97,63 @@ def signed(name: str, delta: float) -> str:
     return ("+" if delta > 0 else "-") + amount(name, abs(delta))
 
 
-def run_line(label: str, report: Report, steps: int | None, path: str) -> Text:
-    cmd = " ".join(report.command) or "(no command)"
-    bits = [f"{steps:,} steps" if steps else "no steps", fmt.duration_ms(report.duration_s * 1e3)]
-    if report.options.fake_cuda:
+def run_line(label: str, run: Side) -> Text:
+    cmd = " ".join(run.command) or "(no command)"
+    steps = run.steps
+    bits = [f"{steps:,} steps" if steps else "no steps", fmt.duration_ms(run.duration_s * 1e3)]
+    if run.fake_cuda:
         bits.append("fake GPU")
-    if report.partial:
+    if run.partial:
         bits.append("partial")
-    where = f"{path}: " if path else ""
+    where = f"{run.path}: " if run.path else ""
     return Text(f"{label} {where}{cmd} ({', '.join(bits)})")
 
 
-def where(d: LineDiff) -> str:
-    line = d.line
-    text = f"{line.file}:{line.line}"
-    if d.before is not None and d.after is not None and d.before.line != d.after.line:
-        text += f" (was {d.before.line})"
+def where(d: LineRow) -> str:
+    text = f"{d.file}:{d.line}"
+    if None not in (d.before_line, d.after_line) and d.before_line != d.after_line:
+        text += f" (was {d.before_line})"
     return text
 
 
-def status_word(d: LineDiff) -> str:
+def status_word(d: LineRow) -> str:
     match = {"same": "", "other_function": "moved"}.get(d.match or "", d.match or "")
     return STATUS.get(d.status, match)
 
 
-def status(d: LineDiff) -> Text:
+def status(d: LineRow) -> Text:
     word = status_word(d)
     style = "dim" if d.status == "matched" else "green" if word == "gone" else "yellow"
     return Text(word, style=style)
 
 
-def source(d: LineDiff) -> Text:
-    line = d.line
-    text = Text(f"{line.function}: ", style="dim")
-    text.append(line.source)
-    if d.match in ("edited", "other_function") and d.before is not None:
-        was = d.before.source if d.match == "edited" else f"in {d.before.function}"
+def source(d: LineRow) -> Text:
+    text = Text(f"{d.function}: ", style="dim")
+    text.append(d.source)
+    if d.match in ("edited", "other_function") and d.status == "matched":
+        was = d.before_source if d.match == "edited" else f"in {d.before_function}"
         text.append(f"\nwas: {was}", style="dim")
     return text
 
 
-def frame_rows(diff: RunDiff, d: LineDiff) -> tuple[list[FrameDiff], int]:
+def frame_rows(d: LineRow) -> tuple[list[FrameRow], int]:
     """The changed library frames shown under a line (at most FRAMES_SHOWN), and how many more."""
-    frames = diff.changed_frames(d)
+    frames = d.changed_frames()
     return frames[:FRAMES_SHOWN], max(0, len(frames) - FRAMES_SHOWN)
 
 
-def frame_words(f: FrameDiff) -> str:
+def frame_words(f: FrameRow) -> str:
     """``made in transformers/trainer.py:2410 _inner_training_loop`` (``, gone``: it made no
     copy or sync after)."""
     state = {"appeared": ", new", "disappeared": ", gone"}.get(f.status, "")
     return f"↳ made in {f.label}{state}"
 
 
-def render(diff: RunDiff, paths: tuple[str, str] = ("", ""), top: int = 20) -> RenderableType:
+def render(diff: DiffDoc, top: int = 20) -> RenderableType:
     unit = "per step" if diff.per_step else "whole run"
     parts: list[RenderableType] = [
-        run_line("before:", diff.before, diff.before_steps, paths[0]),
-        run_line("after: ", diff.after, diff.after_steps, paths[1]),
+        run_line("before:", diff.before),
+        run_line("after: ", diff.after),
         Text(
             "figures per step (both runs counted steps)"
             if diff.per_step
@@ -175,7 +169,7 @@ def render(diff: RunDiff, paths: tuple[str, str] = ("", ""), top: int = 20) -> R
     for head in ("before", "after", "change"):
         totals.add_column(head, justify="right")
     for name, label in TOTAL_ROWS:
-        b, a = diff.value(None, "before", name), diff.value(None, "after", name)
+        b, a = diff.totals[0].get(name, 0.0), diff.totals[1].get(name, 0.0)
         if name in ALWAYS or b or a:
             style = "green" if a < b else "red" if a > b else "dim"
             totals.add_row(
@@ -199,13 +193,13 @@ def render(diff: RunDiff, paths: tuple[str, str] = ("", ""), top: int = 20) -> R
     lines.add_column("source", overflow="fold", ratio=1)
     for d in shown:
         cells = [
-            change(name, diff.value(d, "before", name), diff.value(d, "after", name))
+            change(name, d.before.get(name, 0.0), d.after.get(name, 0.0))
             for _, name in shown_columns
         ]
         if timed:
-            cells.append(line_time(diff, d))
+            cells.append(line_time(d))
         lines.add_row(status(d), where(d), *cells, source(d))
-        _add_frames(lines, diff, d, shown_columns, timed)
+        _add_frames(lines, d, shown_columns, timed)
     parts.append(lines if shown else Text("No line's copies, syncs or collectives changed."))
     rest = quiet_lines(diff, changed)
     if rest:
@@ -213,19 +207,15 @@ def render(diff: RunDiff, paths: tuple[str, str] = ("", ""), top: int = 20) -> R
     return Group(*parts)
 
 
-def _add_frames(
-    table: Table, diff: RunDiff, d: LineDiff, shown: list[tuple[str, str]], timed: bool
-) -> None:
+def _add_frames(table: Table, d: LineRow, shown: list[tuple[str, str]], timed: bool) -> None:
     """Rows under a changed line: each library frame whose copies or syncs changed, its
     figures under the line's columns (blank where a frame holds no such figure)."""
-    frames, more = frame_rows(diff, d)
+    frames, more = frame_rows(d)
     for f in frames:
         cells: list[Text | str] = [
-            change(name, diff.frame_value(f.before, "before", name),
-                   diff.frame_value(f.after, "after", name))
-            if name in FRAME_COLUMNS else ""
+            change(name, f.before[name], f.after[name]) if name in FRAME_COLUMNS else ""
             for _, name in shown
-        ]  # fmt: skip
+        ]
         if timed:
             cells.append("")
         table.add_row("", "", *cells, Text(frame_words(f), style="dim"))
@@ -238,10 +228,10 @@ def _add_frames(
         )
 
 
-def time_line(diff: RunDiff) -> Text | None:
+def time_line(diff: DiffDoc) -> Text | None:
     """``where the time goes: launch-bound, 12.0 ms per step -> input-bound, 8.1 ms per step``
     (measured, as each report says), or None when neither run measured it."""
-    sides = [diff.run_time("before"), diff.run_time("after")]
+    sides = [diff.before.time, diff.after.time]
     if sides == [None, None]:
         return None
 
@@ -307,9 +297,9 @@ def _parts_said(b: Mapping[str, object], a: Mapping[str, object]) -> str:
     return out
 
 
-def line_time(diff: RunDiff, d: LineDiff) -> Text:
+def line_time(d: LineRow) -> Text:
     """The line's time before and after (``-`` where not measured)."""
-    b, a = diff.line_time_ms("before", d.before), diff.line_time_ms("after", d.after)
+    b, a = d.time_ms
 
     def ms(v: float | None) -> str:
         return "-" if v is None else fmt.duration_ms(v)
@@ -318,7 +308,7 @@ def line_time(diff: RunDiff, d: LineDiff) -> Text:
     return Text(f"{ms(b)} → {ms(a)}", style=style)
 
 
-def print_diff(diff: RunDiff, paths: tuple[str, str], top: int, file: TextIO | None = None) -> None:
+def print_diff(diff: DiffDoc, top: int, file: TextIO | None = None) -> None:
     out = file if file is not None else sys.stdout
     console = Console(file=out, width=None if out.isatty() else 160, highlight=False)
-    console.print(render(diff, paths, top))
+    console.print(render(diff, top))

@@ -18,6 +18,7 @@ from functools import cache
 from importlib import resources
 
 from gpuwatch.errors import CliError
+from gpuwatch.output.diff_doc import DiffDoc
 from gpuwatch.output.findings import Findings
 from profilers.finite import mapping, restore_not_finite
 from profilers.report import SCHEMA, Report, ReportFormatError
@@ -28,10 +29,11 @@ MAX_REPORT_BYTES = 512 * 1024 * 1024
 #: How long a FIFO or pipe may take to deliver a whole report.
 FIFO_WAIT_S = 10.0
 
+DIFF_SCHEMA = "gpuwatch.diff/1"
 SCHEMA_FILES = {
     SCHEMA: "profile-1.schema.json",
     "gpuwatch.snapshot/1": "snapshot-1.schema.json",
-    "gpuwatch.diff/1": "diff-1.schema.json",
+    DIFF_SCHEMA: "diff-1.schema.json",
     "gpuwatch.kineto/1": "kineto-1.schema.json",
 }
 
@@ -92,35 +94,42 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def parse(text: str, path: str) -> tuple[Report, Findings | None]:
-    """A report from the text of ``path`` (the name is only for messages), and the findings
-    its writer kept (None in a checkpoint, or a report from before they were written)."""
+def _checked(text: str, path: str, name: str = SCHEMA) -> dict[str, object]:
+    """The ``name`` document in the text of ``path`` (the name is only for messages), checked
+    against its schema, its figures that were not finite put back."""
+    what = "gpuwatch profile" if name == SCHEMA else "gpuwatch diff"
     try:
         doc = json.loads(text, parse_float=_finite, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise CliError(
-            f"not a gpuwatch profile: {path} is not valid JSON ({exc.msg} at line {exc.lineno})"
+            f"not a {what}: {path} is not valid JSON ({exc.msg} at line {exc.lineno})"
         ) from None
     except (ValueError, RecursionError) as exc:
-        raise CliError(f"not a gpuwatch profile: {path}: {exc}") from None
+        raise CliError(f"not a {what}: {path}: {exc}") from None
     if not isinstance(doc, dict):
-        raise CliError(f"not a gpuwatch profile: {path} holds JSON, but not an object")
+        raise CliError(f"not a {what}: {path} holds JSON, but not an object")
     if "schema" not in doc:  # a trace that lost its events lands here too (no traceEvents)
         raise CliError(
             f"{path} is neither a gpuwatch profile nor a torch.profiler trace: a JSON object "
             "with no 'schema' and no 'traceEvents'"
         )
-    if doc.get("schema") != SCHEMA:
+    if doc.get("schema") != name:
         raise CliError(
-            f"not a gpuwatch profile: schema is {str(doc.get('schema'))[:80]!r}, expected "
-            f"{SCHEMA!r} ({path})"
+            f"not a {what}: schema is {str(doc.get('schema'))[:80]!r}, expected {name!r} ({path})"
         )
-    wrong = restore_not_finite(doc, limit=len(text)) or problem(doc, strict=True)
+    wrong = restore_not_finite(doc, limit=len(text)) or problem(doc, name, strict=True)
     if wrong is not None:
-        raise CliError(f"damaged gpuwatch profile {path}: {wrong}")
+        raise CliError(f"damaged {what} {path}: {wrong}")
+    return doc
+
+
+def parse(text: str, path: str) -> tuple[Report, Findings | None]:
+    """A report from the text of ``path`` (the name is only for messages), and the findings
+    its writer kept (None in a checkpoint, or a report from before they were written)."""
+    doc = _checked(text, path)
     try:
         found = doc.get("findings")
-        return Report.from_dict(doc), None if found is None else Findings.from_dict(found)
+        return Report.from_dict(doc), None if found is None else Findings.from_dict(mapping(found))
     except ReportFormatError as exc:
         raise CliError(f"{path}: {exc}") from None
     except (KeyError, TypeError, ValueError) as exc:  # what the schema lets through
@@ -175,6 +184,31 @@ def load_report(path: str) -> Report:
 
 def load_run(path: str) -> tuple[Report, Findings | None]:
     """:func:`load_report`, with the findings the report keeps (:func:`parse`)."""
+    return parse(_text(path), path)
+
+
+def is_diff(path: str) -> bool:
+    """True when ``path`` is a regular file whose content is a diff's (``gpuwatch.diff/1``)."""
+    try:  # NB: a FIFO is not opened here: that blocks until a writer comes
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
+        with open(path, "rb") as f:
+            return f'"{DIFF_SCHEMA}"'.encode() in f.read(4096)
+    except OSError:
+        return False  # what the loaders say is wrong with it
+
+
+def load_diff(path: str) -> DiffDoc:
+    """A diff's saved JSON (``gpuwatch diff --json``), checked against its schema."""
+    doc = _checked(_text(path), path, DIFF_SCHEMA)
+    try:
+        return DiffDoc.from_dict(doc)
+    except (KeyError, TypeError, ValueError) as exc:  # what the schema lets through
+        raise CliError(f"damaged gpuwatch diff {path}: {type(exc).__name__}: {exc}") from None
+
+
+def _text(path: str) -> str:
+    """The text of ``path``; one-line :class:`CliError` for what cannot be read."""
     try:
         data = _read(path)
     except FileNotFoundError:
@@ -188,7 +222,6 @@ def load_run(path: str) -> tuple[Report, Findings | None]:
     if len(data) > MAX_REPORT_BYTES:
         raise CliError(f"not a gpuwatch profile: {path} is larger than any report (over 512 MiB)")
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise CliError(f"not a gpuwatch profile: {path} is not text (not UTF-8)") from None
-    return parse(text, path)

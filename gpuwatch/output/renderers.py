@@ -1,5 +1,5 @@
 """One registry of renderers for the three documents gpuwatch writes (``profile``: a
-:class:`Run`; ``trace``: a torch.profiler trace's ``TraceAnalysis``; ``diff``: a :class:`Diff`),
+:class:`Run`; ``trace``: a torch.profiler trace's ``TraceAnalysis``; ``diff``: a ``DiffDoc``),
 each registered by document and kind (``json``, ``html``, ``trace``) with the file endings that
 ask for it (``-o PATH``). A renderer formats what it is given and works nothing out; every
 output is written the same way (:func:`gpuwatch.output.write.write_document`)."""
@@ -9,14 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuwatch.output.findings import Findings
 from profilers import Report
 from profilers.finite import dumps_finite
-
-if TYPE_CHECKING:
-    from profilers.diff import RunDiff
 
 
 @dataclass(frozen=True)
@@ -34,12 +31,6 @@ class Run:
 
     report: Report
     findings: Findings | Exception | None = None
-
-
-@dataclass(frozen=True)
-class Diff:
-    diff: RunDiff
-    paths: tuple[str, str]
 
 
 _REGISTRY: dict[tuple[str, str], Renderer] = {}
@@ -103,5 +94,5 @@ register("profile", "trace", (".trace.json",))(
 register("trace", "json")(lambda analysis: analysis.to_json())
 register("trace", "html")(_lazily("kineto_html", "render_html"))
 register("trace", "trace")(_lazily("kineto_trace", "render_trace"))
-register("diff", "json")(lambda d: dumps_finite(d.diff.to_dict(*d.paths), indent=1) + "\n")
-register("diff", "html")(lambda d: _lazily("diff_html", "render_html")(d.diff, d.paths))
+register("diff", "json")(lambda diff: dumps_finite(diff.doc, indent=1) + "\n")
+register("diff", "html")(_lazily("diff_html", "render_html"))
