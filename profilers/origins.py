@@ -1,6 +1,6 @@
 """Where a line's host-to-GPU copies came from: the report's ``origins`` of a line, and the
 settings of the DataLoader a line pulls its batches from (``loader``). Plain data, no torch: a
-saved report's hints read them (gpuwatch/output/hints.py), and the fix a copy needs follows
+saved report's hints read them (gpuwatch/analysis/hints.py), and the fix a copy needs follows
 from its origin, not from the ops its line happened to run.
 
 The origins (the recorder decides, at each copy only: profilers/counting/origins.py):

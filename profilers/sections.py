@@ -236,7 +236,7 @@ class TimeView(Section):
     steps: list[Breakdown] = field(default_factory=list)
     """The newest steps kept, each with its breakdown."""
     energy: dict[str, object] | None = _optional()
-    """The GPUs' energy over the run and per step (gpuwatch/output/energy.py)."""
+    """The GPUs' energy over the run and per step (gpuwatch/analysis/energy.py)."""
 
     required = ("clock", "gpu", "run", "steps", "steps_closed", "steps_kept")
     parts = {

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import profilers
-from gpuwatch.output.analysis import analyze
+from gpuwatch.analysis import analyze
 from gpuwatch.output.compiled import compiled_lines
 from gpuwatch.output.html import render_html
 from profilers import Report

@@ -267,9 +267,9 @@ def test_the_readmes_first_command_predicted_for_a_gpu_ends_in_steps_and_ranks_i
 
     assert problem(doc, strict=True) is None
     # the same prediction twice: the two runs' ranges overlap, so the diff does not rank them
-    from gpuwatch.output.diff_doc import DiffDoc
+    from gpuwatch.analysis.diff import diff_reports
+    from gpuwatch.analysis.diff_findings import DiffDoc
     from gpuwatch.output.diff_text import time_line
-    from profilers.diff import diff_reports
 
     report = parse(json.dumps(doc), "w.json")[0]
     line = time_line(DiffDoc.written(diff_reports(report, report).to_dict()))

@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 
+from gpuwatch.analysis.diff import RunDiff, diff_reports
+from gpuwatch.analysis.diff_findings import DiffDoc
 from gpuwatch.cli import main as cli
-from gpuwatch.output.diff_doc import DiffDoc
 from gpuwatch.output.load import problem
 from profilers import Copies, Line, Report, Syncs
-from profilers.diff import RunDiff, diff_reports
 from profilers.libraries import LibraryFrame
 from tests.conftest import FAKE_CUDA_MISSING
 
@@ -274,7 +274,7 @@ def test_library_frames_of_a_line_are_compared_frame_by_frame(tmp_path, capsys):
     d = diff_reports(before, after)
     (line,) = _doc(d).changed()
     assert (line.before_line, line.after_line) == (31, 33)
-    frames = {(f.status, f.label) for f in line.frames}
+    frames = {(f.status, f.label) for f in line.library}
     assert frames == {
         ("disappeared", f"{TRAINER}:2502 _inner_training_loop"),
         ("matched", f"{TRAINER}:2416 (was 2410) _maybe_log_save_evaluate"),  # by its function

@@ -13,10 +13,10 @@ from rich.console import Console
 from torch.utils.data import DataLoader, Dataset
 
 import profilers
-from gpuwatch.output.diff_doc import DiffDoc
+from gpuwatch.analysis.diff import diff_reports
+from gpuwatch.analysis.diff_findings import DiffDoc
 from gpuwatch.output.diff_text import render
 from gpuwatch.output.load import problem
-from profilers.diff import diff_reports
 from tests.profiler_helpers import line_of
 
 SLEEP_S = 0.05

@@ -1,5 +1,5 @@
 """Energy per step and per run, from NVML's total-energy counter joined with the time
-view's steps (gpuwatch/output/energy.py): exact on injected counters and clocks; the counter read
+view's steps (gpuwatch/analysis/energy.py): exact on injected counters and clocks; the counter read
 alone by the real backend (stub NVML) and the fake one; a GPU without the counter says "not
 measured"; joules while idle only where the GPU half is measured; the join on the profile's clock
 through the one run path; the summary, the HTML, the schema."""
@@ -14,11 +14,8 @@ import pynvml
 import pytest
 
 import profilers
-from gpuwatch.monitor.gpu_timeline import GpuTimeline, TimelineSamples
-from gpuwatch.monitor.nvml import FakeBackend, Sampler
-from gpuwatch.monitor.nvml._real import RealBackend
-from gpuwatch.output.analysis import analyze
-from gpuwatch.output.energy import (
+from gpuwatch.analysis import analyze
+from gpuwatch.analysis.energy import (
     IDLE_NOT_MEASURED,
     NOT_COVERED,
     NOT_SUPPORTED,
@@ -26,6 +23,9 @@ from gpuwatch.output.energy import (
     points_from_rows,
     with_energy,
 )
+from gpuwatch.monitor.gpu_timeline import GpuTimeline, TimelineSamples
+from gpuwatch.monitor.nvml import FakeBackend, Sampler
+from gpuwatch.monitor.nvml._real import RealBackend
 from gpuwatch.output.load import problem
 from gpuwatch.profile.finish import finish
 from tests.stub_nvml import StubNvml, default_device
@@ -243,7 +243,7 @@ def statistics_median_ms(report: Any) -> float:
 
 
 def test_the_live_view_shows_the_newest_step_its_samples_cover(clock: Any) -> None:
-    from gpuwatch.output.energy import points_from_rows, rows_read_interval_ms
+    from gpuwatch.analysis.energy import points_from_rows, rows_read_interval_ms
     from gpuwatch.profile.live.model import LiveRun
     from gpuwatch.profile.live.protocol import LiveSnapshot
     from gpuwatch.profile.live.session import ChildSession

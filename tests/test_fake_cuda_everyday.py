@@ -215,7 +215,7 @@ def test_torch_load_of_a_gpu_checkpoint_restores_onto_the_gpu_as_a_gpu_does(tmp_
     assert all(s.line not in (line_of("cpu"), line_of("fn")) for s in r.lines if s.h2d.count)
     # a checkpoint restored is a one-time move, as model.to: never "made on the CPU ... make
     # it on the GPU" (its bytes were made by an empty inside torch.load, no factory of ours)
-    from gpuwatch.output.hints import hints
+    from gpuwatch.analysis.hints import hints
 
     for marker in ("whole", "sd"):
         assert set(line_at(r, line_of(marker)).origins) == {"parameter"}, marker

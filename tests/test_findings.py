@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
+from gpuwatch.analysis import analyze
 from gpuwatch.cli.main import main
 from gpuwatch.errors import CliError
 from gpuwatch.output import deliver as delivering
-from gpuwatch.output.analysis import analyze
 from gpuwatch.output.load import parse, problem
 from gpuwatch.output.renderers import endings, register, renderer
 from gpuwatch.output.write import Output

@@ -27,9 +27,9 @@ from types import ModuleType
 import pytest
 
 import profilers
-from gpuwatch.output.analysis import analyze
-from gpuwatch.output.hints import Hint
-from gpuwatch.output.library_hints import LibraryHint, all_hints
+from gpuwatch.analysis import analyze
+from gpuwatch.analysis.hints import Hint
+from gpuwatch.analysis.library_hints import LibraryHint, all_hints
 from profilers.libraries import LibraryFrame
 from profilers.records import Line
 from tests import conftest

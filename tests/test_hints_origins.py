@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import profilers
-from gpuwatch.output.hints import hints, how_often
+from gpuwatch.analysis.hints import hints, how_often
 from profilers import Report
 from tests import conftest
 from tests.profiler_helpers import line_of
@@ -359,7 +359,7 @@ def test_an_input_bound_prediction_ranks_the_loader_first_labelled_predicted():
 
 
 def test_a_loader_with_workers_is_told_what_it_lacks():
-    from gpuwatch.output.hints import loader_hint
+    from gpuwatch.analysis.hints import loader_hint
     from profilers import Line
 
     line = Line(
@@ -435,7 +435,7 @@ def test_a_launch_bound_framework_line_is_told_the_frameworks_compile_knob(frame
     """``trainer.train()`` launch-bound under ``--gpu H100`` was told 'torch.compile the
     model or this function': a line that hands its step to HF's Trainer, Lightning or
     accelerate compiles through the framework's own setting."""
-    from gpuwatch.output.hints import compile_knob
+    from gpuwatch.analysis.hints import compile_knob
     from profilers import Line
     from profilers.libraries import LibraryFrame
 
@@ -477,8 +477,8 @@ def test_a_small_input_wait_the_what_if_can_save_gets_the_loaders_hint():
     where = f"tests/test_hints_origins.py:{line_of('slow_for')}"
     overlap = [s for s in r.what_if.savings if s["kind"] == "overlap_input"]
     assert [s["site"] for s in overlap] == [where] and overlap[0]["saving_ms"] > 0
-    from gpuwatch.output.hints import TIME_SHARE_PCT
-    from gpuwatch.output.line_costs import cause_costs
+    from gpuwatch.analysis.hints import TIME_SHARE_PCT
+    from gpuwatch.analysis.line_costs import cause_costs
 
     share_pct = cause_costs(r)[where]["input"][1]
     assert 0 < share_pct < TIME_SHARE_PCT  # under the share a hint needed before

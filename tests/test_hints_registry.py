@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.output.hints import KINDS, Kind, _launches_from_python, hints
-from gpuwatch.output.library_hints import all_hints
+from gpuwatch.analysis.hints import KINDS, Kind, _launches_from_python, hints
+from gpuwatch.analysis.library_hints import all_hints
 from profilers import Line, Report
 from profilers.libraries import LibraryFrame
 from profilers.origins import FACTORY, LOADER, PARAMETER, OriginCount

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from gpuwatch.analysis.hints import hints
 from gpuwatch.cli.main import main
-from gpuwatch.output.hints import hints
 from profilers import Report
 from tests import conftest
 

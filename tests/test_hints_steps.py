@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import profilers
-from gpuwatch.output.hints import hints
+from gpuwatch.analysis.hints import hints
 from gpuwatch.output.text import step_lines
 from tests.profiler_helpers import fake_mode, line_at, line_of
 
@@ -52,7 +52,7 @@ def test_a_one_time_move_is_not_a_loop_and_per_step_counts_only_its_steps():
 
 
 def test_per_step_figures_are_over_the_steps_the_line_ran_in():
-    from gpuwatch.output.hints import in_steps
+    from gpuwatch.analysis.hints import in_steps
 
     late = line_at(_train(), line_of("late"))
     # 4 copies and 4 syncs in 4 of the 10 steps: 1 each per step it ran, not 0.4

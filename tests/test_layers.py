@@ -50,6 +50,9 @@ def test_ruff_lint_and_import_boundaries():
         ("gpuwatch/output", "import torch", "torch"),
         ("gpuwatch/output", "from gpuwatch.ui.widgets import GpuCard", "gpuwatch.ui"),
         ("gpuwatch/output", "from gpuwatch.ui.live.app import LiveApp", "gpuwatch.ui"),
+        ("gpuwatch/output", "from gpuwatch.analysis import analyze", "gpuwatch.analysis.analyze"),
+        ("gpuwatch/analysis", "from gpuwatch.output import text", "gpuwatch.output"),
+        ("gpuwatch/analysis", "import torch", "torch"),
         ("gpuwatch/monitor", "import torch", "torch"),
         ("gpuwatch/monitor", "from gpuwatch.profile import run", "gpuwatch.profile"),
         ("gpuwatch/monitor", "from profilers.registry import OwnThread", "profilers"),
@@ -85,7 +88,7 @@ def _modules() -> dict[str, Path]:
 
 
 #: What ``gpuwatch top`` must never load: the profiler, torch, the profile run and its reports.
-PROFILE_HALF = ("profilers", "torch", "gpuwatch.profile", "gpuwatch.output")
+PROFILE_HALF = ("profilers", "torch", "gpuwatch.profile", "gpuwatch.output", "gpuwatch.analysis")
 
 #: Run in a fresh interpreter: imports the top app; then runs ``gpuwatch top --demo`` through
 #: the CLI's ``main()`` up to where the app would start. Prints the modules loaded after each.

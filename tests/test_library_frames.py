@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import profilers
-from gpuwatch.output.analysis import analyze
+from gpuwatch.analysis import analyze
 from profilers.libraries import LibraryFrame
 from profilers.records import Line
 from tests import conftest
@@ -300,7 +300,7 @@ def test_lib_lines_on_the_command_line_is_saved_in_the_report(tmp_path):
         if (s["file"], s["line"]) == ("s.py", 7):
             assert s["syncs"]["count"] == 0 and s["d2h"]["count"] == 0
     # the knob is found on the library's line as it is on a library frame
-    from gpuwatch.output.library_hints import all_hints
+    from gpuwatch.analysis.library_hints import all_hints
     from gpuwatch.output.load import load_report
 
     at_read = [
@@ -322,8 +322,8 @@ def read_every(values):
 def test_an_unknown_librarys_frame_that_waits_often_is_named_in_a_hint(tmp_path, monkeypatch):
     """No knob is known for it: the hint names the frame and its line of code, and the user's
     line, whose every sync the library made, loses its '.item() in a loop' advice."""
-    from gpuwatch.output.library_hints import HOT, LibraryHint
-    from gpuwatch.output.library_hints import all_hints as hints
+    from gpuwatch.analysis.library_hints import HOT, LibraryHint
+    from gpuwatch.analysis.library_hints import all_hints as hints
     from profilers.counting import user_code
 
     lib = tmp_path / "site-packages"
@@ -366,7 +366,7 @@ def test_a_checkpoint_saved_once_gets_no_hint_and_one_saved_every_step_is_told_s
     """torch.save copies each of a model's storages to the host (torch/serialization.py
     ``_save``): one save of 12 storages used to read as 'torch waits for the GPU here: look for
     a setting of torch that controls pickler.dump(obj)'. Once is no fault; every step is."""
-    from gpuwatch.output.library_hints import all_hints
+    from gpuwatch.analysis.library_hints import all_hints
 
     layers = 6  # 6 x (weight, bias): 12 storages, past library_hints.HOT
 
@@ -409,8 +409,8 @@ def test_a_lines_time_hint_stays_first_when_a_library_made_its_syncs(tmp_path):
     line, and every sync of it made inside the Trainer. The line's '.item() in a loop' gives
     way to the library frame's knob, but its launch-bound hint (what its time went to) used to
     be dropped with it, the hints then ordered 'no time measured'."""
-    from gpuwatch.output.hints import Hint, hints, hints_order
-    from gpuwatch.output.library_hints import with_library_hints
+    from gpuwatch.analysis.hints import Hint, hints, hints_order
+    from gpuwatch.analysis.library_hints import with_library_hints
 
     lib = tmp_path / "env" / "site-packages"
     lib.mkdir(parents=True)
@@ -441,7 +441,7 @@ def test_a_transformer_encoders_causal_mask_check_is_told_to_pass_is_causal():
     mask=self.src_mask)``: torch compares the mask with a causal one on every forward
     (torch/nn/modules/transformer.py ``_detect_is_causal_mask``, torch 2.13: ``bool((mask ==
     causal_comparison).all())``), one sync each; ``is_causal=True`` skips it."""
-    from gpuwatch.output.library_hints import all_hints
+    from gpuwatch.analysis.library_hints import all_hints
 
     forwards = 3
 

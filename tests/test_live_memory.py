@@ -15,7 +15,7 @@ import torch
 from rich.console import Console
 
 import profilers
-from gpuwatch.output.analysis import analyze
+from gpuwatch.analysis import analyze
 from gpuwatch.output.text import summary
 from gpuwatch.output.write import Output
 from gpuwatch.profile.live.model import LiveRun

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from gpuwatch.analysis import analyze
 from gpuwatch.cli import main as cli
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
-from gpuwatch.output.analysis import analyze
 from gpuwatch.output.write import Output
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import Hello
@@ -181,7 +181,7 @@ def test_the_line_column_shortens_paths_and_the_source_goes_first():
 
 
 def test_hints_wrap_and_are_never_cut_at_any_width():
-    from gpuwatch.output.hints import hints
+    from gpuwatch.analysis.hints import hints
     from gpuwatch.output.text import summary
     from tests.test_report_render import report
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch.analysis import analyze
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
-from gpuwatch.output.analysis import analyze
 from gpuwatch.output.write import Output
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import Hello

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
-from gpuwatch.output.analysis import analyze
+from gpuwatch.analysis import analyze
 from gpuwatch.output.html import render_html
 from gpuwatch.output.memory import failure_lines, memory_title
 from gpuwatch.output.text import summary

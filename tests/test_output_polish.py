@@ -13,7 +13,7 @@ import torch.distributed as dist
 from rich.console import Console
 
 import profilers
-from gpuwatch.output.analysis import analyze
+from gpuwatch.analysis import analyze
 from gpuwatch.output.collectives import comm_html, comm_text
 from gpuwatch.output.html import render_html
 from gpuwatch.output.html_charts import _bytes_per_line

@@ -17,7 +17,7 @@ from torch.cuda import _gpu_trace
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 import profilers
-from gpuwatch.output.analysis import analyze
+from gpuwatch.analysis import analyze
 from profilers import registry
 from tests.profiler_helpers import copies, fake_mode, line_at, line_of, never_pinned
 

@@ -377,8 +377,8 @@ def test_report_refuses_to_overwrite_its_input(tmp_path, monkeypatch, capsys):
 
 
 def test_a_failing_renderer_leaves_the_old_file_and_writes_the_rest(tmp_path, monkeypatch):
+    from gpuwatch.analysis import analyze
     from gpuwatch.output import html
-    from gpuwatch.output.analysis import analyze
     from gpuwatch.output.write import Output, write_reports
     from profilers import Report
 
@@ -547,7 +547,8 @@ def test_a_summary_that_fails_to_render_costs_one_line_after_the_files(
 def test_an_analysis_that_fails_costs_the_summary_and_html_never_the_json(
     tmp_path, monkeypatch, capsys
 ):
-    from gpuwatch.output import analysis, deliver
+    from gpuwatch.analysis import profile as analysis
+    from gpuwatch.output import deliver
     from gpuwatch.output.write import Output
     from profilers import Report
 
@@ -555,7 +556,7 @@ def test_an_analysis_that_fails_costs_the_summary_and_html_never_the_json(
         raise RuntimeError("analysis bug")
 
     monkeypatch.setattr(deliver, "analyze", broken)
-    monkeypatch.setattr(analysis, "analyze", broken)
+    monkeypatch.setattr(analysis, "analyze_run", broken)
     wanted = [Output("json", str(tmp_path / "r.json")), Output("html", str(tmp_path / "r.html"))]
     failed = deliver.deliver(Report(command=["x.py"]), wanted, top=5, quiet=False)
     err = capsys.readouterr().err

@@ -168,7 +168,7 @@ def test_ranking_applies_one_fix_per_copy_and_overlaps_input_last():
 
 
 def test_every_hint_that_names_a_fix_maps_to_a_what_if_that_exists():
-    from gpuwatch.output.hints import KINDS
+    from gpuwatch.analysis.hints import KINDS
 
     # the one map of hint -> what-if (profilers) names registered hints, which read it
     assert set(HINT_WHATIFS) <= set(KINDS)

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from gpuwatch.analysis import analyze
 from gpuwatch.errors import CliError
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
-from gpuwatch.output.analysis import analyze
 from gpuwatch.output.html import render_html
 from gpuwatch.output.load import load_report, parse, problem, schema
 from gpuwatch.output.text import summary

@@ -20,8 +20,8 @@ from rich.console import Console
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from textual.pilot import Pilot
 
+from gpuwatch.analysis import analyze
 from gpuwatch.monitor.nvml import FakeBackend, Sampler
-from gpuwatch.output.analysis import analyze
 from gpuwatch.output.text import summary
 from gpuwatch.profile.live.model import LiveRun
 from gpuwatch.profile.live.protocol import Hello, LiveSnapshot

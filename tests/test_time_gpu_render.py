@@ -9,7 +9,7 @@ import json
 
 from rich.console import Console
 
-from gpuwatch.output.analysis import analyze
+from gpuwatch.analysis import analyze
 from gpuwatch.output.html import render_html
 from gpuwatch.output.load import problem
 from gpuwatch.output.text import summary

@@ -12,13 +12,13 @@ import pytest
 import torch
 
 import profilers
-from gpuwatch.output.analysis import analyze
-from gpuwatch.output.hints import hints
-from gpuwatch.output.line_costs import cost_words
+from gpuwatch.analysis import analyze
+from gpuwatch.analysis.diff_time import run_time
+from gpuwatch.analysis.hints import hints
+from gpuwatch.analysis.line_costs import cost_words
 from gpuwatch.output.load import problem
 from gpuwatch.output.timeview import time_charts, time_lines
 from profilers import Report
-from profilers.diff_time import run_time
 from profilers.timing.timeline import StepClock
 from profilers.timing.verdict import time_section
 from tests import conftest
@@ -37,7 +37,7 @@ def test_on_a_fake_gpu_the_time_view_is_off_and_says_why():
     r = prof.report()
     r = harness.mark(r)
     assert r.time is None and "time" not in r.to_dict()
-    assert time_lines(r, analyze(r).line_costs) == [
+    assert time_lines(r, analyze(r)) == [
         "where the time goes: not measured under --fake-cuda (the host's time there is mostly "
         "the simulated GPU's own work, which is not your script's); --gpu NAME predicts it "
         "for a named GPU"
@@ -54,9 +54,7 @@ def test_a_run_with_no_step_speaks_of_the_run_not_per_step():
     r = prof.report()
     assert r.time is not None and r.time["steps_closed"] == 0
     assert cost_words(r) == ("in all", "of the run")
-    costliest = [
-        line for line in time_lines(r, analyze(r).line_costs) if line.startswith("costliest line:")
-    ]
+    costliest = [line for line in time_lines(r, analyze(r)) if line.startswith("costliest line:")]
     assert (
         costliest and "per step" not in costliest[0] and "% of the run, measured)" in costliest[0]
     )
@@ -89,7 +87,7 @@ def test_the_per_step_figures_leave_out_step_0_and_the_tail_after_the_last_step(
     r = Report(command=["train.py"], duration_s=0.39, steps={"count": 4, "source": "manual"})
     r = r.replace(time=t)
     assert problem(json.loads(r.to_json())) is None
-    lines = time_lines(r, analyze(r).line_costs)
+    lines = time_lines(r, analyze(r))
     assert lines[0] == (
         "launch-bound: 10.0 ms per step over the 3 steps after the first, host work (Python + "
         "launch) 100% of the host's time (GPU not measured)"
@@ -109,12 +107,12 @@ def test_the_per_step_figures_leave_out_step_0_and_the_tail_after_the_last_step(
     clock = StepClock(start_ns=0)
     _steps(clock, loop, 10, 3)
     r = r.replace(time=time_section(clock, 30_000_000))
-    assert not any(line.startswith("step 0 took ") for line in time_lines(r, analyze(r).line_costs))
+    assert not any(line.startswith("step 0 took ") for line in time_lines(r, analyze(r)))
     clock = StepClock(start_ns=0)
     _steps(clock, loop, 10, 1)
     r = r.replace(time=time_section(clock, 40_000_000))
     assert "after_first" not in r.time and "first_step" not in r.time
-    assert time_lines(r, analyze(r).line_costs)[0].startswith("launch-bound: 40.0 ms per step, ")
+    assert time_lines(r, analyze(r))[0].startswith("launch-bound: 40.0 ms per step, ")
 
 
 def test_a_real_setup_before_the_first_step_is_named_and_left_out():
@@ -127,7 +125,7 @@ def test_a_real_setup_before_the_first_step_is_named_and_left_out():
             profilers.step()
     r = prof.report()
     assert r.time is not None and r.time["after_first"]["steps"] == 3
-    lines = time_lines(r, analyze(r).line_costs)
+    lines = time_lines(r, analyze(r))
     first = [line for line in lines if line.startswith("step 0 took ")]
     assert len(first) == 1 and lines.index(first[0]) == 1  # right under the verdict
     assert f"; its costliest line: tests/test_time_honest.py:{line_of('setup')} (" in first[0]
@@ -158,7 +156,7 @@ def _setup_then_steps(slow_ms: int) -> list[str]:
         command=["train.py"], duration_s=wall_ms / 1000, steps={"count": 4, "source": "manual"}
     )
     r = r.replace(time=time_section(clock, wall_ms * 1_000_000))
-    return time_lines(r, analyze(r).line_costs)
+    return time_lines(r, analyze(r))
 
 
 def test_step_0s_ratio_is_to_the_per_step_figure_the_verdict_states():

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import profilers
-from gpuwatch.output.analysis import analyze
+from gpuwatch.analysis import analyze
 from gpuwatch.output.load import problem
 from profilers import Report
 from profilers.counting.calibrate import fast_path_outside_ns, start_clock
@@ -325,7 +325,7 @@ def test_a_run_with_no_gpu_work_is_never_said_to_launch():
 
     from rich.console import Console
 
-    from gpuwatch.output.hints import hints
+    from gpuwatch.analysis.hints import hints
     from gpuwatch.output.text import summary
 
     with profilers.profile(kernel_timing=True) as prof:

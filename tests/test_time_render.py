@@ -9,8 +9,8 @@ import json
 
 from rich.console import Console
 
-from gpuwatch.output.analysis import analyze
-from gpuwatch.output.hints import hints
+from gpuwatch.analysis import analyze
+from gpuwatch.analysis.hints import hints
 from gpuwatch.output.html import render_html
 from gpuwatch.output.text import summary
 from gpuwatch.output.trace import render_trace

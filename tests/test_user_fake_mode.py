@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import profilers
-from gpuwatch.output.analysis import analyze
+from gpuwatch.analysis import analyze
 from tests import conftest
 from tests.profiler_helpers import copies, fake_mode, line_at, line_of
 

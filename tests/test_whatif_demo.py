@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import profilers
-from gpuwatch.output.hints import hints
+from gpuwatch.analysis.hints import hints
 from profilers.timing.whatif import HINT_WHATIFS
 from tests import conftest
 

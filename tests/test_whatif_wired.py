@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import profilers
+from gpuwatch.analysis import analyze
+from gpuwatch.analysis.hints import hints
 from gpuwatch.cli.main import main
-from gpuwatch.output.analysis import analyze
-from gpuwatch.output.hints import hints
 from gpuwatch.output.html import render_html
 from gpuwatch.output.load import problem
 from gpuwatch.output.timeview import time_lines
@@ -121,7 +121,7 @@ def test_a_gpu_run_that_asks_for_no_what_if_keeps_no_replay_and_says_how_to_get_
     assert idle_lines <= steps | {"(end of step)"}
     # no empty table anywhere: the summary's line and the HTML section are absent, the hints
     # carry no saving, and report --what-if says how to get one
-    assert not any("unprofiled step" in line for line in time_lines(r, analyze(r).line_costs))
+    assert not any("unprofiled step" in line for line in time_lines(r, analyze(r)))
     assert "<h2>What if</h2>" not in render_html(r, analyze(r))
     assert all(h.saving_ms == 0 and "the fix saves" not in h.evidence for h in hints(r))
     path = tmp_path / "run.json"
@@ -234,7 +234,7 @@ def test_under_the_fake_gpu_each_op_has_the_models_time():
     # the per-step figures' basis, the steps after the first, is the same typical step
     assert r.time["after_first"]["gpu"] == run["gpu"]
     assert r.time["after_first"]["verdict"] == run["verdict"]
-    first = time_lines(r, analyze(r).line_costs)[0]
+    first = time_lines(r, analyze(r))[0]
     assert first.startswith(f"PREDICTED for H100-SXM: {run['verdict']}: ")
     w = r.what_if
     assert w["measured"] == "predicted" and w["gpu"] == "H100-SXM"
@@ -242,7 +242,7 @@ def test_under_the_fake_gpu_each_op_has_the_models_time():
         ("pinned_non_blocking", _line(line_of("to"))),
         ("defer_sync", _line(line_of("item"))),
     }
-    lines = time_lines(r, analyze(r).line_costs)
+    lines = time_lines(r, analyze(r))
     # the verdict, then the prediction's two parts with their ranges, then the unprofiled step
     assert lines[1].startswith("PREDICTED step on the H100-SXM: ")
     assert lines[2].startswith("  host: ") and "MEASURED on this CPU" in lines[2]
@@ -289,7 +289,7 @@ def test_the_peak_of_gpu_memory_is_checked_against_the_gpus_size():
     assert memory["peak_bytes"] == 5 * GIB and memory["fits"] is False
     message = "would not fit on a GTX-980: 5.0 GiB (the GTX-980 has 4 GiB)"
     assert memory["message"] == message
-    assert f"PREDICTED: {message}" in time_lines(r, analyze(r).line_costs)
+    assert f"PREDICTED: {message}" in time_lines(r, analyze(r))
 
 
 @pytest.mark.fake_cuda
@@ -302,7 +302,7 @@ def test_the_memory_check_is_said_when_no_step_ended():
 
     r, _ = _fake_run(work, gpu="GTX 980", values="placeholder")
     assert r.time is None
-    assert time_lines(r, analyze(r).line_costs)[1:] == [
+    assert time_lines(r, analyze(r))[1:] == [
         "PREDICTED: would not fit on a GTX-980: 5.0 GiB (the GTX-980 has 4 GiB)"
     ]
 
@@ -327,9 +327,7 @@ def test_the_gpus_idle_over_a_long_pause_is_the_pauses_line_not_the_next_ops():
     # a reading's share of the stretch after the pause may stay with the op's line
     assert idle[0]["site"] == _line(line_of("pause")) and idle[0]["cause"] == "launch"
     assert idle[0]["ms"] >= 0.9 * 120
-    assert time_lines(r, analyze(r).line_costs)[-1].startswith(
-        f"costliest line: {_line(line_of('pause'))}, "
-    )
+    assert time_lines(r, analyze(r))[-1].startswith(f"costliest line: {_line(line_of('pause'))}, ")
 
 
 @pytest.mark.fake_cuda

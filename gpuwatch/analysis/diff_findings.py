@@ -1,37 +1,35 @@
 """A diff's findings as its renderers show them: the ``gpuwatch.diff/1`` document (what
 ``gpuwatch diff --json`` writes) read into records. The diff's text and HTML are drawn from
 this reading both when the diff runs and when ``gpuwatch report D.json`` shows it again, so
-the two say the same by construction."""
+the two say the same by construction. Each record's fields are the document's keys (the
+schema, gpuwatch/schemas/diff-1.schema.json, says their types)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
-from profilers.finite import dumps_finite, iterable, mapping, number, restore_not_finite
+from profilers.finite import dumps_finite, restore_not_finite
 
 Figures = Mapping[str, float]
+"""A measure's figure by name (``syncs``, ``h2d.pageable``, ...; one that is 0 may be left out)."""
+
+T = TypeVar("T")
 
 
-def _figures(d: Mapping[str, object]) -> tuple[Figures, Figures, Figures]:
-    """``before``, ``after`` and ``delta`` of a line, a frame or the totals."""
-    return tuple(  # type: ignore[return-value]
-        {str(k): float(number(v)) for k, v in mapping(d[side]).items()}
-        for side in ("before", "after", "delta")
-    )
-
-
-def _int(v: object) -> int | None:
-    return None if v is None else int(number(v))
+def _pick(cls: type[T], d: Mapping[str, Any], **given: object) -> T:
+    """``cls`` from the document's object ``d``, its fields by their keys (``given``: others)."""
+    return cls(**{f.name: d.get(f.name) for f in fields(cls) if f.name not in given}, **given)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
 class Side:
-    """One run of the two (its ``before`` or ``after`` entry)."""
+    """One run of the two (the document's ``before`` or ``after``)."""
 
     path: str
-    command: tuple[str, ...]
+    command: Sequence[str]
     duration_s: float
     partial: bool
     steps: int | None
@@ -39,24 +37,11 @@ class Side:
     time: Mapping[str, object] | None
     """Where its time went (gpuwatch/analysis/diff_time.py: ``run_time``), None: not measured."""
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, object]) -> Side:
-        time = d.get("time")
-        return cls(
-            str(d["path"]),
-            tuple(str(c) for c in iterable(d["command"])),
-            float(number(d["duration_s"])),
-            bool(d["partial"]),
-            _int(d["steps"]),
-            bool(d["fake_cuda"]),
-            None if time is None else mapping(time),
-        )
-
 
 @dataclass(frozen=True)
 class FrameRow:
-    """A library frame of a line, before and after (``before_line``/``after_line`` None on
-    the side where it made no copy or sync)."""
+    """A library frame of a line (``before_line``/``after_line`` None on a side where it made
+    no copy or sync), its figures ``before``, ``after`` and their ``delta``."""
 
     status: str
     file: str
@@ -69,12 +54,9 @@ class FrameRow:
 
     @property
     def label(self) -> str:
-        """``transformers/trainer.py:2410 _inner_training_loop`` (``(was 2402)`` where the
-        library's line moved)."""
+        """``transformers/trainer.py:2410 (was 2402) _inner_training_loop``."""
         line = self.after_line if self.after_line is not None else self.before_line
-        was = ""
-        if self.before_line is not None and self.before_line != line:
-            was = f" (was {self.before_line})"
+        was = f" (was {self.before_line})" if self.before_line not in (None, line) else ""
         return f"{self.file}:{line}{was} {self.function}".rstrip()
 
 
@@ -91,20 +73,19 @@ class LineRow:
     after_line: int | None
     before_function: str | None
     before_source: str | None
-    time_ms: tuple[float | None, float | None]
+    time_ms: Mapping[str, float | None]
     before: Figures
     after: Figures
     delta: Figures
-    frames: tuple[FrameRow, ...]
-    """Every library frame either side has, changed ones first (as the JSON keeps them)."""
+    library: tuple[FrameRow, ...]
+    """Every library frame either side has, changed ones first."""
 
     @property
     def line(self) -> int:
-        line = self.after_line if self.after_line is not None else self.before_line
-        return int(line or 0)
+        return int(self.after_line if self.after_line is not None else self.before_line or 0)
 
     def changed_frames(self) -> list[FrameRow]:
-        return [f for f in self.frames if any(f.delta.values())]
+        return [f for f in self.library if any(f.delta.values())]
 
     @property
     def changed(self) -> bool:
@@ -121,7 +102,8 @@ class DiffDoc:
     per_step: bool
     before: Side
     after: Side
-    totals: tuple[Figures, Figures, Figures]
+    totals: Mapping[str, Figures]
+    """``before``, ``after`` and ``delta``."""
     lines: tuple[LineRow, ...]
     doc: Mapping[str, object]
     """The document itself (the JSON written, the HTML's embedded data)."""
@@ -130,49 +112,16 @@ class DiffDoc:
         return [d for d in self.lines if d.changed]
 
     @classmethod
-    def from_dict(cls, doc: Mapping[str, object]) -> DiffDoc:
-        """Reads a document checked against its schema (KeyError, TypeError, ValueError for
-        what the schema lets through)."""
-        lines = []
-        for raw in iterable(doc["lines"]):
-            d = mapping(raw)
-            time_ms = mapping(d.get("time_ms") or {})
-            b, a = (time_ms.get(s) for s in ("before", "after"))
-            frames = tuple(
-                FrameRow(
-                    str(f["status"]),
-                    str(f["file"]),
-                    str(f["function"]),
-                    _int(f["before_line"]),
-                    _int(f["after_line"]),
-                    *_figures(f),
-                )
-                for f in map(mapping, iterable(d.get("library") or ()))
-            )
-            lines.append(
-                LineRow(
-                    str(d["status"]),
-                    None if d["match"] is None else str(d["match"]),
-                    str(d["file"]),
-                    str(d["function"]),
-                    str(d["source"]),
-                    _int(d["before_line"]),
-                    _int(d["after_line"]),
-                    None if d["before_function"] is None else str(d["before_function"]),
-                    None if d["before_source"] is None else str(d["before_source"]),
-                    tuple(None if v is None else float(number(v)) for v in (b, a)),  # type: ignore[arg-type]
-                    *_figures(d),
-                    frames,
-                )
-            )
-        return cls(
-            bool(doc["per_step"]),
-            Side.from_dict(mapping(doc["before"])),
-            Side.from_dict(mapping(doc["after"])),
-            _figures(mapping(doc["totals"])),
-            tuple(lines),
-            doc,
-        )
+    def from_dict(cls, doc: Mapping[str, Any]) -> DiffDoc:
+        """Reads a document checked against its schema."""
+        lines = tuple(
+            _pick(LineRow, d, time_ms=d.get("time_ms") or {}, library=tuple(
+                _pick(FrameRow, f) for f in d.get("library") or ()
+            ))
+            for d in doc["lines"]
+        )  # fmt: skip
+        sides = {s: _pick(Side, doc[s]) for s in ("before", "after")}
+        return _pick(cls, doc, **sides, lines=lines, doc=doc)
 
     @classmethod
     def written(cls, doc: Mapping[str, object]) -> DiffDoc:

@@ -11,7 +11,7 @@ from gpuwatch.flags import Outputs
 from gpuwatch.profile.budget import add_budget_args, budget_for, enforce
 
 if TYPE_CHECKING:
-    from gpuwatch.output.diff_doc import DiffDoc
+    from gpuwatch.analysis.diff_findings import DiffDoc
     from gpuwatch.output.write import Output
 
 OUTPUTS = Outputs(
@@ -40,10 +40,10 @@ def declare(d: argparse.ArgumentParser) -> None:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from gpuwatch.output.diff_doc import DiffDoc
+    from gpuwatch.analysis import analyze
+    from gpuwatch.analysis.diff import check_growth, diff_reports
     from gpuwatch.output.load import load_report
     from gpuwatch.output.write import check_outputs, output_for, outputs
-    from profilers.diff import check_growth, diff_reports
 
     wanted = outputs(args.json_path, args.html_path)
     wanted += [output_for(path, trace=False) for path in args.output_paths]
@@ -51,9 +51,9 @@ def run_diff(args: argparse.Namespace) -> int:
         raise CliError("a diff has no Chrome trace: -o takes .json or .html here")
     check_outputs(wanted, inputs=[args.before, args.after])
     limits = budget_for(args.budget, args.no_budget, growth=True)
-    diff = diff_reports(load_report(args.before), load_report(args.after))
-    doc = DiffDoc.written(diff.to_dict(args.before, args.after))
-    failed = show_diff(doc, wanted, args.top, args.quiet)
+    paths = (args.before, args.after)
+    diff = diff_reports(load_report(args.before), load_report(args.after), paths)
+    failed = show_diff(analyze(diff), wanted, args.top, args.quiet)
     return enforce(limits, lambda b: check_growth(b, diff), 2 * failed, args.quiet, " in growth")
 
 

@@ -55,7 +55,7 @@ class GpuTimeline:
     """A daemon thread taking a snapshot every ``interval_s`` (rows ``{"t", "gpu",
     "gpu_util_pct", "memory_used_bytes", ...}``) and, where the backend reads the energy counter
     alone (``energy_mj``), that counter every ``energy_interval_s``: its changes, on ``clock``,
-    for the energy of each step (gpuwatch/output/energy.py)."""
+    for the energy of each step (gpuwatch/analysis/energy.py)."""
 
     def __init__(
         self,

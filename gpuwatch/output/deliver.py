@@ -1,4 +1,4 @@
-"""A finished report handed to the user: analysed once (:func:`~gpuwatch.output.analysis.analyze`),
+"""A finished report handed to the user: analysed once (:func:`~gpuwatch.analysis.analyze`),
 its files written by their renderers, then the summary (or the what-if table) printed from the
 same findings, so that every output says the same. The one place that works findings out."""
 
@@ -8,8 +8,8 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from gpuwatch.output.analysis import analyze  # noqa: TID251 - the one place that analyses
-from gpuwatch.output.findings import Findings
+from gpuwatch.analysis import analyze  # noqa: TID251 - the one place that analyses
+from gpuwatch.analysis.findings import Findings
 from gpuwatch.output.write import Output, say, write_reports
 from profilers import Report
 

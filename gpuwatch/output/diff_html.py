@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import html
 
+from gpuwatch.analysis.diff_findings import DiffDoc, LineRow
 from gpuwatch.output import diff_text
-from gpuwatch.output.diff_doc import DiffDoc, LineRow
 from profilers.finite import dumps_finite
 
 STYLE = """
@@ -78,7 +78,7 @@ def render_html(diff: DiffDoc) -> str:
     )
     totals = []
     for name, label in diff_text.TOTAL_ROWS:
-        b, a = diff.totals[0].get(name, 0.0), diff.totals[1].get(name, 0.0)
+        b, a = diff.totals["before"].get(name, 0.0), diff.totals["after"].get(name, 0.0)
         if name in diff_text.ALWAYS or b or a:
             cls = "down" if a < b else "up" if a > b else "same"
             totals.append(

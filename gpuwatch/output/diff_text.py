@@ -1,5 +1,5 @@
 """``gpuwatch diff`` in the terminal (rich): the runs, the totals before and after, then each
-line that changed, matched across edits (profilers/diff.py)."""
+line that changed, matched across edits (gpuwatch/analysis/diff.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuwatch import _format as fmt
-from gpuwatch.output.diff_doc import DiffDoc, FrameRow, LineRow, Side
+from gpuwatch.analysis.diff_findings import DiffDoc, FrameRow, LineRow, Side
 from gpuwatch.output.whatif import span_ms
 from profilers.budgets import fmt as count
 from profilers.finite import number
@@ -58,7 +58,9 @@ FRAME_COLUMNS = {"syncs": "syncs", "copies": "copies", "bytes": "bytes"}
 
 def columns(diff: DiffDoc) -> list[tuple[str, str]]:
     """The line columns worth showing: collectives and kernel time only where a run has them."""
-    keep = {n: any(t.get(n) for t in diff.totals[:2]) for n in ("comm", "kernel_ms")}
+    keep = {
+        n: any(diff.totals[s].get(n) for s in ("before", "after")) for n in ("comm", "kernel_ms")
+    }
     return [(head, name) for head, name in LINE_COLUMNS if keep.get(name, True)]
 
 
@@ -169,7 +171,7 @@ def render(diff: DiffDoc, top: int = 20) -> RenderableType:
     for head in ("before", "after", "change"):
         totals.add_column(head, justify="right")
     for name, label in TOTAL_ROWS:
-        b, a = diff.totals[0].get(name, 0.0), diff.totals[1].get(name, 0.0)
+        b, a = diff.totals["before"].get(name, 0.0), diff.totals["after"].get(name, 0.0)
         if name in ALWAYS or b or a:
             style = "green" if a < b else "red" if a > b else "dim"
             totals.add_row(
@@ -299,7 +301,7 @@ def _parts_said(b: Mapping[str, object], a: Mapping[str, object]) -> str:
 
 def line_time(d: LineRow) -> Text:
     """The line's time before and after (``-`` where not measured)."""
-    b, a = d.time_ms
+    b, a = d.time_ms.get("before"), d.time_ms.get("after")
 
     def ms(v: float | None) -> str:
         return "-" if v is None else fmt.duration_ms(v)

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpuwatch import _format as fmt
+from gpuwatch.analysis.findings import Findings
+from gpuwatch.analysis.hints import Hint, hints_order
 from gpuwatch.output.collectives import comm_html, rank_line
 from gpuwatch.output.compiled import compiled_lines
-from gpuwatch.output.findings import Findings
-from gpuwatch.output.hints import Hint, hints_order
 from gpuwatch.output.html_charts import charts, figure_json
 from gpuwatch.output.memory import memory_html, memory_title
 from gpuwatch.output.text import (
@@ -207,7 +207,7 @@ def kernel_measured(r: Report) -> bool:
 
 def _time_text(r: Report, f: Findings) -> str:
     """The summary's first lines (the verdict, step 0, the costliest line), above the bars."""
-    lines = time_lines(r, f.line_costs)
+    lines = time_lines(r, f)
     if not lines:
         return ""
     return "<div class=verdict>" + "".join(f"<p>{_e(line)}</p>" for line in lines) + "</div>"

@@ -17,9 +17,9 @@ import time
 from functools import cache
 from importlib import resources
 
+from gpuwatch.analysis.diff_findings import DiffDoc
+from gpuwatch.analysis.findings import Findings
 from gpuwatch.errors import CliError
-from gpuwatch.output.diff_doc import DiffDoc
-from gpuwatch.output.findings import Findings
 from profilers.finite import mapping, restore_not_finite
 from profilers.report import SCHEMA, Report, ReportFormatError
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
 
-from gpuwatch.output.findings import Findings
+from gpuwatch.analysis.findings import Findings
 from profilers import Report
 from profilers.finite import dumps_finite
 

@@ -15,10 +15,10 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuwatch import _format as fmt
+from gpuwatch.analysis.findings import Findings
+from gpuwatch.analysis.hints import Hint, hints_order
 from gpuwatch.output.collectives import rank_line, summary_parts
 from gpuwatch.output.compiled import compiled_lines
-from gpuwatch.output.findings import Findings
-from gpuwatch.output.hints import Hint, hints_order
 from gpuwatch.output.memory import failure_part, memory_part
 from gpuwatch.output.timeview import time_lines
 from profilers import DIRECTIONS, Line, Report
@@ -108,7 +108,7 @@ def _header(r: Report, found: Findings) -> RenderableType:
     lines.append(f"\ndevices: {devices}    ops: {ops}    kernel time: {kernel_time(r)}")
     for line in compiled_lines(r):  # NB: before the time: it is of the code that ran
         lines.append(f"\n{line}", style="yellow")
-    for line in time_lines(r, found.line_costs) + step_lines(r):
+    for line in time_lines(r, found) + step_lines(r):
         lines.append(f"\n{line}", style="bold")
     for line in simulated_lines(r) + fallback_lines(r):
         lines.append(f"\n{line}", style="yellow")

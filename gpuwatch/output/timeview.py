@@ -9,7 +9,8 @@ from statistics import median
 from typing import Any, TypedDict
 
 from gpuwatch import _format as fmt
-from gpuwatch.output.line_costs import cost_text, measured_gpu, predicted_gpu
+from gpuwatch.analysis.findings import Findings
+from gpuwatch.analysis.line_costs import cost_text, measured_gpu, predicted_gpu
 from gpuwatch.output.whatif import prediction_lines, unprofiled_line
 from profilers import Report
 from profilers.sections import TimeView
@@ -61,10 +62,10 @@ def verdict_line(d: Mapping[str, Any], steps: int, after_first: bool = False) ->
     return f"{d['verdict']}: {fmt.duration_ms(per)} {unit}, {_split(d)} {where}"
 
 
-def time_lines(r: Report, costs: Mapping[str, tuple[float, float]]) -> list[str]:
-    """The summary's first lines: the verdict per step, step 0 where it held the setup, the
-    profiler's own time taken out, and the line that cost most (``costs``: the findings'
-    line costs)."""
+def time_lines(r: Report, found: Findings) -> list[str]:
+    """The summary's first lines: the verdict per step (or why there is none), step 0 where it
+    held the setup, the profiler's own time taken out, and the line that cost most."""
+    costs = found.line_costs
     t = r.time
     memory = r.predicted.memory if r.predicted else None
     fit = [f"PREDICTED: {memory.message}"] if memory and memory.message else []
@@ -87,7 +88,7 @@ def time_lines(r: Report, costs: Mapping[str, tuple[float, float]]) -> list[str]
     run = t["run"]
     basis, steps = per_step(t)
     after_first = basis is not run
-    why_not = no_verdict(r)
+    why_not = found.no_verdict
     if why_not is not None and r.counts_ops and not r.totals.ops:
         return [f"where the time goes: no verdict: {why_not}", *fit]
     out = [
@@ -128,27 +129,6 @@ def time_lines(r: Report, costs: Mapping[str, tuple[float, float]]) -> list[str]
         line, (ms, share) = next(iter(costs.items()))
         out.append(f"costliest line: {line}, {cost_text(r, ms, share)}")
     return out
-
-
-def no_verdict(r: Report) -> str | None:
-    """Why the run gets no verdict, or None when it gets one. A verdict says what held the GPU's
-    steps up, so it needs a step that ended or a GPU that ran (measured or predicted): a script
-    that stopped before its first op (a syntax error, no GPU to start on) or that only ran on the
-    CPU without steps has none, whatever its host time was spent on."""
-    t: Mapping[str, Any] = r.time or {}
-    if int(t.get("steps_closed", 0)) or predicted_gpu(t.get("run") or {}) is not None:
-        return None
-    if any(str(d.get("device", "")).startswith("cuda") for d in r.devices):
-        return None
-    if r.counts_ops and not r.totals.ops:
-        stopped = f" before it stopped ({r.error})" if r.error else ""
-        return f"the script ran no torch op{stopped}"
-    # NB: the fast path counts no ops: it cannot tell a script that ran none from one that did
-    stopped = f"; it stopped: {r.error}" if r.error else ""
-    return (
-        f"no step ended and no GPU ran{stopped} (end each step with optimizer.step() or "
-        "profilers.step() for a verdict per step)"
-    )
 
 
 def first_step_line(t: TimeView) -> str | None:

@@ -13,16 +13,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from gpuwatch import _format as fmt
+from gpuwatch.analysis.hints import label
 from profilers import Report
 from profilers.finite import number
 from profilers.timing.whatif import DECIDES
-
-
-def label(w: Mapping[str, object]) -> str:
-    """``PREDICTED for H100-SXM`` or ``replayed``: where the figures come from."""
-    if w.get("measured") == "predicted":
-        return f"PREDICTED for {w.get('gpu')}"
-    return "replayed"
 
 
 def span_ms(low: float, high: float) -> str:
@@ -82,13 +76,6 @@ def unprofiled_line(r: Report) -> str | None:
         f"{_range(w, 'unprofiled_low_ms', 'unprofiled_high_ms')} "
         f"({label(w)}, step {w['step']} replayed without the profiler's own time)"
     )
-
-
-def saving_words(ms: float, pct: float, w: Mapping[str, object]) -> str:
-    """``the fix saves about 1.2 ms per step (31%, PREDICTED for H100-SXM)``: what the step
-    gives back, not what the line costs (a sync in a busy GPU's shadow costs its wait and
-    saves nothing)."""
-    return f"the fix saves about {fmt.duration_ms(ms)} per step ({fmt.pct(pct)}, {label(w)})"
 
 
 def _not_available(r: Report) -> str:

@@ -24,7 +24,7 @@ from gpuwatch.output.renderers import endings
 from profilers.report import Report, write_text_atomic
 
 if TYPE_CHECKING:
-    from gpuwatch.output.findings import Findings
+    from gpuwatch.analysis.findings import Findings
 
 
 @dataclass(frozen=True)

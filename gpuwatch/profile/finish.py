@@ -50,7 +50,7 @@ def finish(report: Report, measures: GpuMeasures | None) -> Report:
         if used is None:
             used, energy_scope = set(measures.energy_ms), ENERGY_SCOPE_UNKNOWN
         if used:  # NB: a script that used no GPU: the node's energy is not its own
-            from gpuwatch.output.energy import with_energy
+            from gpuwatch.analysis.energy import with_energy
 
             time = TimeView.from_dict(
                 with_energy(time, measures.energy_ms, used, measures.energy_read_ms, energy_scope)

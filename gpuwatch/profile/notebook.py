@@ -19,7 +19,7 @@ from gpuwatch.profile.options import ProfileOptions
 from profilers import Report
 
 if TYPE_CHECKING:
-    from gpuwatch.output.findings import Findings
+    from gpuwatch.analysis.findings import Findings
     from gpuwatch.output.write import Output
 
 #: The exit code a report records for an interrupted cell, as the CLI's Ctrl-C.
@@ -44,7 +44,7 @@ def show(report: Report, top: int = 5) -> None:
     """Displays ``report``: its tables with the text summary, then each chart."""
     from IPython.display import display
 
-    from gpuwatch.output.analysis import analyze
+    from gpuwatch.analysis import analyze
     from gpuwatch.output.html import render_fragment
 
     findings = analyze(report)
@@ -65,7 +65,7 @@ def show(report: Report, top: int = 5) -> None:
 def text_of(report: Report, top: int = 5, findings: Findings | None = None) -> str:
     from rich.console import Console
 
-    from gpuwatch.output.analysis import analyze
+    from gpuwatch.analysis import analyze
     from gpuwatch.output.text import summary
 
     out = io.StringIO()

@@ -56,7 +56,7 @@ HINT_WHATIFS = {
     "float32_copies": BFLOAT16,
 }
 """A hint's kind -> the what-if that states its saving: the one map (gpuwatch's hint registry,
-``gpuwatch.output.hints.KINDS``, reads it). NB: not the loader's ``input_bound``: the what-if
+``gpuwatch.analysis.hints.KINDS``, reads it). NB: not the loader's ``input_bound``: the what-if
 overlaps loading with one worker, while the hint recommends several; it is ranked by the input
 wait it costs, the most those can save."""
 

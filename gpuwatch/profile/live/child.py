@@ -75,7 +75,7 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gpuwatch.output.analysis import analysed
+    from gpuwatch.analysis.profile import analysed
     from gpuwatch.output.write import Output, write_reports
     from gpuwatch.profile.options import ProfileOptions
     from gpuwatch.profile.run import ProfiledRun

@@ -25,11 +25,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gpuwatch.analysis.energy import points_from_rows, rows_energy, rows_read_interval_ms
+from gpuwatch.analysis.findings import Findings
+from gpuwatch.analysis.profile import analysed
 from gpuwatch.monitor.gpu_timeline import sample_row, used_gpu_indices
 from gpuwatch.monitor.nvml.samples import GpuSample
-from gpuwatch.output.analysis import analysed
-from gpuwatch.output.energy import points_from_rows, rows_energy, rows_read_interval_ms
-from gpuwatch.output.findings import Findings
 from gpuwatch.output.write import Output, write_reports
 from gpuwatch.profile.finish import GpuMeasures, finish
 from gpuwatch.profile.live.protocol import (
@@ -178,7 +178,7 @@ class LiveRun:
     def step_energy(self) -> tuple[int, float, bool] | None:
         """The newest step seen whose energy the view's GPU samples cover: (step, J on the GPUs
         the script uses, whether it is shorter than the samples' gap: then the mean power
-        around it times its length); None before one is (gpuwatch/output/energy.py)."""
+        around it times its length); None before one is (gpuwatch/analysis/energy.py)."""
         with self._lock:
             snap = self.last_snapshot
             used = used_gpu_indices(snap.devices, self.gpu_samples, self.mig_gpus) if snap else None

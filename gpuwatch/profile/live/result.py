@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from profilers.report import Report
 
 if TYPE_CHECKING:
-    from gpuwatch.output.findings import Findings
+    from gpuwatch.analysis.findings import Findings
 
 
 @dataclass(frozen=True)
@@ -24,4 +24,4 @@ class LiveResult:
     """Why the script could not start at all."""
     signalled: int | None
     findings: Findings | None = None
-    """The report's analysis (gpuwatch/output/analysis.py), worked out once as the run ended."""
+    """The report's analysis (gpuwatch/analysis/profile.py), worked out once as the run ended."""
