@@ -154,6 +154,8 @@ def test_a_saved_diff_is_shown_and_written_again_as_the_diff_said_it(tmp_path, c
     ):
         assert cli.main(["report", str(d), *extra]) == 2
         assert words in capsys.readouterr().err
+    assert cli.main(["report", str(d), str(again)]) == 2
+    assert "a saved diff is shown alone, not with other files" in capsys.readouterr().err
     doc = json.loads(d.read_text())
     doc["lines"][0]["before"] = "many"
     d.write_text(json.dumps(doc))

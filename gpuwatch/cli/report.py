@@ -78,7 +78,9 @@ def run_report(args: argparse.Namespace) -> int:
     from gpuwatch.output.deliver import deliver
     from gpuwatch.output.load import is_diff, load_report, load_run
 
-    if len(args.paths) == 1 and is_diff(args.paths[0]):
+    if any(map(is_diff, args.paths)):
+        if len(args.paths) > 1:
+            raise CliError("a saved diff is shown alone, not with other files")
         return run_diff_report(args)
     from gpuwatch.output.write import check_outputs, output_for, outputs
 
