@@ -93,3 +93,28 @@ def test_a_diff_file_that_cannot_be_written_never_stops_the_others(tmp_path, cap
     assert err.splitlines() == [
         "gpuwatch: error: cannot write the report to /dev/full: No space left on device"
     ]
+
+
+def test_analyze_gives_each_documents_findings_as_its_command_shows_them(tmp_path):
+    from gpuwatch.analysis.diff import diff_reports
+    from gpuwatch.analysis.diff_findings import DiffDoc
+    from gpuwatch.analysis.findings import Findings
+    from gpuwatch.output.kineto_pool import read_ranks
+    from profilers.kineto.read import read_trace
+    from profilers.kineto.result import TraceAnalysis
+    from tests.kineto_helpers import TraceBuilder
+
+    run = _report()
+    assert isinstance(analyze(run), Findings)
+    d = analyze(diff_reports(run, run, ("a.json", "b.json")))
+    assert isinstance(d, DiffDoc) and (d.before.path, d.after.path) == ("a.json", "b.json")
+    assert d.changed() == [] and d.doc["schema"] == "gpuwatch.diff/1"
+    t = TraceBuilder()
+    t.step(1, 0, 100)
+    t.launch("aten::mm", 54, 58, 40)
+    path = str(t.write(tmp_path / "t.json"))
+    rank = read_trace(path)
+    assert not isinstance(rank, Exception)
+    found = analyze(rank)
+    assert isinstance(found, TraceAnalysis)
+    assert found.to_json() == read_ranks([path], jobs=1).to_json()  # gpuwatch report TRACE's
