@@ -42,18 +42,7 @@ def declare(e: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="seconds between samples (default 1)",
     )
-    e.add_argument("--demo", action="store_true", help="simulated GPUs instead of NVML")
-    e.add_argument(
-        "--fake-gpus",
-        dest="demo_gpus",
-        type=bounded_int(1, 64),
-        default=None,
-        metavar="N",
-        help="how many GPUs --demo simulates (default 2)",
-    )
-    add_old_spelling(
-        e, "--demo-gpus", "--fake-gpus", "demo_gpus", type=bounded_int(1, 64), said=False
-    )
+    add_demo_options(e, "simulated GPUs instead of NVML")
     e.add_argument("--no-processes", action="store_true", help="no per-process series at all")
     e.add_argument(
         "--process-users", action="store_true", help="add each process's user name as a label"
@@ -64,7 +53,7 @@ def declare(e: argparse.ArgumentParser) -> None:
         help="add each process's job as labels: pod, namespace, container (Kubernetes, from its "
         "cgroup and environment) and hpc_job (SLURM's job id)",
     )
-    add_idle_options(e, bounded_float)
+    add_idle_options(e)
     e.add_argument("--certfile", metavar="PEM", help="serve HTTPS with this certificate")
     e.add_argument("--keyfile", metavar="PEM", help="the certificate's private key")
     e.add_argument(
@@ -99,15 +88,30 @@ def bounded_float(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
-def add_idle_options(
-    parser: argparse.ArgumentParser,
-    number: Callable[[float, float], Callable[[str], float]] = bounded_float,
-) -> None:
+def add_demo_options(parser: argparse.ArgumentParser, demo_help: str) -> None:
+    """``--demo`` and ``--fake-gpus N`` (NVML addresses at most 64 GPUs on a node), shared by
+    ``top`` and ``export``."""
+    parser.add_argument("--demo", action="store_true", help=demo_help)
+    gpus = bounded_int(1, 64)
+    parser.add_argument(
+        "--fake-gpus",
+        dest="demo_gpus",
+        type=gpus,
+        default=None,
+        metavar="N",
+        help="how many GPUs --demo simulates (default 2)",
+    )
+    # NB: a demo's option: no note (its old spelling stays silent, as scripts piping the
+    # demo's JSON expect an empty stderr).
+    add_old_spelling(parser, "--demo-gpus", "--fake-gpus", "demo_gpus", type=gpus, said=False)
+
+
+def add_idle_options(parser: argparse.ArgumentParser) -> None:
     """``--idle-below`` and ``--idle-after``, shared by ``top`` and ``export``."""
     d = IdlePolicy()
     parser.add_argument(
         "--idle-below",
-        type=number(0, 100),
+        type=bounded_float(0, 100),
         default=d.below_pct,
         metavar="PCT",
         help="a GPU is idle under this SM activity (utilisation without GPM) "
@@ -115,7 +119,7 @@ def add_idle_options(
     )
     parser.add_argument(
         "--idle-after",
-        type=number(0, 7 * 86400),
+        type=bounded_float(0, 7 * 86400),
         default=d.after_s,
         metavar="SECONDS",
         help=f"a GPU held by processes and idle this long is HELD IDLE (default {d.after_s:g})",

@@ -6,13 +6,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpuwatch.argvalues import add_old_spelling, bounded_int, interval
-from gpuwatch.cli.export import add_idle_options, idle_policy
+from gpuwatch.argvalues import interval
+from gpuwatch.cli.export import add_demo_options, add_idle_options, idle_policy
 from gpuwatch.errors import CliError
 from gpuwatch.monitor.nvml.backend import Backend
-
-#: NVML addresses at most 64 devices on a node (NVML_MAX_DEVICES is smaller still in practice).
-MAX_DEMO_GPUS = 64
 
 
 def declare(top: argparse.ArgumentParser) -> None:
@@ -20,27 +17,7 @@ def declare(top: argparse.ArgumentParser) -> None:
         "Live per-GPU utilisation, memory, temperature, power, clocks, PCIe/NVLink "
         "traffic and processes, from NVML."
     )
-    top.add_argument(
-        "--demo", action="store_true", help="simulated GPUs instead of NVML (no GPU needed)"
-    )
-    top.add_argument(
-        "--fake-gpus",
-        dest="demo_gpus",
-        type=bounded_int(1, MAX_DEMO_GPUS),
-        default=None,
-        metavar="N",
-        help="how many GPUs --demo simulates (default 2)",
-    )
-    # NB: a demo's option: no note (its old spelling stays silent, as scripts piping the
-    # demo's JSON expect an empty stderr).
-    add_old_spelling(
-        top,
-        "--demo-gpus",
-        "--fake-gpus",
-        "demo_gpus",
-        type=bounded_int(1, MAX_DEMO_GPUS),
-        said=False,
-    )
+    add_demo_options(top, "simulated GPUs instead of NVML (no GPU needed)")
     top.add_argument(
         "-i",
         "--interval",

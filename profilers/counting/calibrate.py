@@ -25,7 +25,6 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 import torch
@@ -102,21 +101,10 @@ def _rounds(
     return best_bare, best_profiled, clock
 
 
-def outside_cost_ns(
-    make_mode: Callable[[Recorder], ProfilerMode],
-    make_recorder: Callable[[], Recorder],
-    rounds: int = ROUNDS,
-    steps: int = STEPS,
-) -> int:
+def outside_cost_ns(recorder: Recorder, rounds: int = ROUNDS, steps: int = STEPS) -> int:
     """Nanoseconds per op the mode costs outside its hot path (at least 0), over a mix of ops
-    (:func:`_rounds`).
-
-    Args:
-        make_mode: the profiler's mode class, given a recorder.
-        make_recorder: a scratch recorder (its counts are thrown away), made as the profile's is.
-    """
-    recorder = make_recorder()
-    mode = make_mode(recorder)
+    (:func:`_rounds`), on ``recorder``: a scratch one (its counts are thrown away)."""
+    mode = ProfilerMode(recorder)
     a, b = torch.ones(8), torch.ones(8)
     with mode:
         _mix(a, b, 1)  # warms the scratch recorder's caches (its lines, the ops' facts)
@@ -206,12 +194,9 @@ launch-bound step is made of, and on a large one the cost outside the hot path i
 
 
 class Prober:
-    """Measures an op's cost outside the hot path on its own arguments.
-
-    Args:
-        mode: a scratch profiler mode (its recorder's counts are thrown away).
-        recorder: that mode's recorder; its step clock on this thread measures its own time.
-    """
+    """Measures an op's cost outside the hot path on its own arguments, under ``mode``, a
+    scratch mode: ``recorder``'s (its counts are thrown away; its step clock on this thread
+    measures its own time)."""
 
     def __init__(self, mode: ProfilerMode, recorder: Recorder) -> None:
         self.mode = mode
@@ -299,7 +284,8 @@ class Prober:
         grad it steals otherwise (two more ops at the ``.backward()`` line); nor in the
         backward's preparation, before the engine runs (its first grad, ``ones_like``)."""
         if self.backward_of is not None and (
-            self.backward_of.backward_line is not None or _in_autograd(sys._getframe(1))
+            self.backward_of.backward_line is not None
+            or called_from(sys._getframe(1), _AUTOGRAD_FILE, 8)  # autograd.backward/grad
         ):
             return
         try:
@@ -350,21 +336,12 @@ def settle(clock: StepClock) -> int:
     return moved
 
 
-def _returns_tensor(func: OpOverload) -> bool:
-    return any("Tensor" in str(r.type) for r in func._schema.returns)
-
-
 _AUTOGRAD_FILE = os.path.join("torch", "autograd", "__init__.py")
-
-
-def _in_autograd(frame: FrameType | None) -> bool:
-    """Whether an op was called from ``torch.autograd.backward``/``grad`` (a few frames up)."""
-    return called_from(frame, _AUTOGRAD_FILE, 8)
 
 
 def probe_args(func: OpOverload, args: Args, kwargs: Kwargs) -> tuple[Args, Kwargs] | None:
     """``(args, kwargs)`` to probe ``func`` with (written tensors cloned), or None: not safe."""
-    if func.namespace != "aten" or not _returns_tensor(func):
+    if func.namespace != "aten" or not any("Tensor" in str(r.type) for r in func._schema.returns):
         # NB: only ATen's own ops, and only those that make a tensor: a collective
         # (c10d, _c10d_functional) run again on one rank would hang or corrupt the others; a
         # user's custom op may write files; aten ops that return nothing (_print,
@@ -413,7 +390,7 @@ def start_clock(recorder: Recorder, keep: int, key_on: Scope | None = None) -> S
             timeline_capacity=0,
             is_pinned=recorder.is_pinned,
         )
-        outside = outside_cost_ns(ProfilerMode, lambda: scratch)
+        outside = outside_cost_ns(scratch)
         active, recorder.active = recorder.active, False  # NB: its backward patch passes it by
         try:  # NB: a profile may start under no_grad or inference_mode: grad on for the graph
             with torch.inference_mode(False), torch.enable_grad():

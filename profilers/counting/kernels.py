@@ -55,16 +55,7 @@ KEY = "PreDispatch"
 
 DECOMPOSED = frozenset(
     f"aten::{name}"
-    for name in (
-        "to",
-        "item",
-        "is_nonzero",
-        "type_as",
-        "_to_cpu",
-        "pin_memory",
-        "where",
-        "argwhere",
-    )
+    for name in "to item is_nonzero type_as _to_cpu pin_memory where argwhere".split()
 )
 """Ops made of counted ops by a CompositeImplicitAutograd kernel (``to`` of ``_to_copy``,
 ``item`` of ``_local_scalar_dense``...): decomposed before a Python mode takes them whole (see

@@ -24,36 +24,9 @@ from profilers.stats import LineStats
 Tensor = torch.Tensor
 
 FACTORY_OPS = frozenset(
-    {
-        "arange",
-        "empty",
-        "empty_like",
-        "empty_strided",
-        "eye",
-        "full",
-        "full_like",
-        "lift_fresh",
-        "lift_fresh_copy",
-        "linspace",
-        "logspace",
-        "new_empty",
-        "new_full",
-        "new_ones",
-        "new_zeros",
-        "ones",
-        "ones_like",
-        "rand",
-        "rand_like",
-        "randint",
-        "randint_like",
-        "randn",
-        "randn_like",
-        "randperm",
-        "scalar_tensor",
-        "tensor",
-        "zeros",
-        "zeros_like",
-    }
+    "arange empty empty_like empty_strided eye full full_like lift_fresh lift_fresh_copy "
+    "linspace logspace new_empty new_full new_ones new_zeros ones ones_like rand rand_like "
+    "randint randint_like randn randn_like randperm scalar_tensor tensor zeros zeros_like".split()
 )
 """Ops that make a tensor from nothing but their arguments (by their name before the overload:
 ``randn`` of ``randn.default``): made on the host, such a tensor could have been made on the GPU."""

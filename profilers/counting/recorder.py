@@ -36,14 +36,9 @@ if TYPE_CHECKING:
 
 class Recorder:
     """Aggregates per line, in one table per thread (merged on demand), so threads never contend.
-
-    Args:
-        user: decides which frames are user code.
-        kernel_timing: time ops (CUDA events on GPUs, host time on the CPU).
-        timeline_capacity: the newest copy/sync events kept for the report's timeline.
-        is_pinned: tells whether a host tensor is pinned (tests inject one for fake tensors).
-        clock: seconds, for the timeline (op times use time.perf_counter).
-    """
+    ``kernel_timing``: CUDA events on GPUs, host time on the CPU; ``timeline_capacity``: the
+    newest copy/sync events kept; ``clock``: their seconds (op times use time.perf_counter);
+    ``is_pinned``: whether a host tensor is pinned (tests inject one for fake tensors)."""
 
     def __init__(
         self,
@@ -310,17 +305,8 @@ class Recorder:
             line.last_step = self.step_number
             line.steps_active += 1
         self.events_recorded += 1
-        self.timeline.append(
-            (
-                self.clock() - self.t0,
-                t.direction,
-                nbytes,
-                t.sync,
-                f"{line.file}:{line.line}",
-                t.pageable,
-                t.non_blocking,
-            )
-        )
+        event = (self.clock() - self.t0, t.direction, nbytes, t.sync, f"{line.file}:{line.line}")
+        self.timeline.append((*event, t.pageable, t.non_blocking))
 
     def apply_found(
         self,

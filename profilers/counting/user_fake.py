@@ -33,6 +33,10 @@ def _set(mode: object, on: bool) -> None:
     _flags(mode).on = on
 
 
+PER_THREAD_FLAG = property(_get, _set)
+"""``in_kernel_invocation`` kept per thread (the fake GPU's own mode has it too)."""
+
+
 def per_thread_kernel_flag(stack: ExitStack) -> None:
     """Makes ``FakeTensorMode.in_kernel_invocation`` per thread until ``stack`` closes."""
     try:
@@ -42,5 +46,5 @@ def per_thread_kernel_flag(stack: ExitStack) -> None:
     original = FakeTensorMode.__dict__.get("in_kernel_invocation", False)
     if isinstance(original, property):
         return  # already per thread (a profile inside a profile)
-    FakeTensorMode.in_kernel_invocation = property(_get, _set)  # type: ignore[assignment]
+    FakeTensorMode.in_kernel_invocation = PER_THREAD_FLAG  # type: ignore[assignment]
     stack.callback(setattr, FakeTensorMode, "in_kernel_invocation", original)

@@ -3,7 +3,6 @@ real; values and sizes the host reads back from the fake GPU are placeholders, c
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeAlias, TypeGuard, TypeVar
 
@@ -16,6 +15,7 @@ from torch._subclasses.fake_tensor import (
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
+from profilers.counting.user_fake import PER_THREAD_FLAG
 from profilers.memory.gpu_errors import list_mismatch, mismatch_message
 from profilers.timing.fake_time import note_fake_op, note_harness, sim_clock, wall_clock
 from profilers.torch_private import OpOverload, fake_device_mismatch
@@ -44,19 +44,9 @@ def fake_tensor_mode() -> FakeTensorMode:
     was lost, in about one run in three of threads copying while backward ran."""
 
     class PerThreadFakeTensorMode(FakeTensorMode):  # type: ignore[no-untyped-call]
-        def __init__(self) -> None:
-            self._kernel = threading.local()
-            super().__init__(allow_non_fake_inputs=True)
+        in_kernel_invocation = PER_THREAD_FLAG
 
-        @property
-        def in_kernel_invocation(self) -> bool:
-            return bool(getattr(self._kernel, "on", False))
-
-        @in_kernel_invocation.setter
-        def in_kernel_invocation(self, on: bool) -> None:
-            self._kernel.on = on
-
-    return PerThreadFakeTensorMode()
+    return PerThreadFakeTensorMode(allow_non_fake_inputs=True)
 
 
 # -- the mode -------------------------------------------------------------------------------------

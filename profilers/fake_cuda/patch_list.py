@@ -9,25 +9,16 @@ from profilers.registry import Entry
 
 _entry = functools.partial(Entry, "fake_cuda")
 
-COMM = (
-    "broadcast",
-    "broadcast_coalesced",
-    "reduce_add",
-    "reduce_add_coalesced",
-    "scatter",
-    "gather",
-)
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
+COMM = _names("broadcast broadcast_coalesced reduce_add reduce_add_coalesced scatter gather")
 """DataParallel's functions in ``torch.nn.parallel.comm`` and ``torch.cuda.comm``."""
-RNG = (
-    "get_rng_state",
-    "set_rng_state",
-    "get_rng_state_all",
-    "set_rng_state_all",
-    "manual_seed",
-    "manual_seed_all",
-    "seed",
-    "seed_all",
-    "initial_seed",
+RNG = _names(
+    "get_rng_state set_rng_state get_rng_state_all set_rng_state_all manual_seed manual_seed_all "
+    "seed seed_all initial_seed"
 )
 """torch.cuda's RNG functions (``torch.cuda.random``'s too): the fake GPU's ``FakeRng``."""
 _GRAPHS = ("CUDAGraph", "graph", "graph_pool_handle", "is_current_stream_capturing")
@@ -43,26 +34,11 @@ FAKE_CUDA: tuple[Entry, ...] = (
     ),
     _entry(
         "torch.cuda",
-        (
-            "is_available",
-            "device_count",
-            "current_device",
-            "set_device",
-            "is_initialized",
-            "_lazy_init",
-            "init",
-            "synchronize",
-            "get_device_name",
-            "get_device_properties",
-            "get_device_capability",
-            "is_bf16_supported",
-            "empty_cache",
-            "device",
-            "Event",
-            "Stream",
-            "current_stream",
-            "default_stream",
-            "stream",
+        _names(
+            "is_available device_count current_device set_device is_initialized _lazy_init init "
+            "synchronize get_device_name get_device_properties get_device_capability "
+            "is_bf16_supported empty_cache device Event Stream current_stream default_stream "
+            "stream"
         ),
         "answers as a machine with N GPUs",
         "a CPU-only torch answers 'no GPU' or fails",
@@ -70,13 +46,7 @@ FAKE_CUDA: tuple[Entry, ...] = (
     ),
     _entry(
         "torch.accelerator",
-        (
-            "is_available",
-            "current_accelerator",
-            "device_count",
-            "current_device_index",
-            "synchronize",
-        ),
+        _names("is_available current_accelerator device_count current_device_index synchronize"),
         "as torch.cuda's",
         "scripts ask torch.accelerator too",
         "as torch.cuda's",
@@ -212,12 +182,9 @@ FAKE_CUDA: tuple[Entry, ...] = (
     ),
     _entry(
         "torch._C",
-        (
-            "_cuda_memoryStats",
-            "_cuda_resetPeakMemoryStats",
-            "_cuda_resetAccumulatedMemoryStats",
-            "_cuda_emptyCache",
-            "_cuda_ipc_collect",
+        _names(
+            "_cuda_memoryStats _cuda_resetPeakMemoryStats _cuda_resetAccumulatedMemoryStats "
+            "_cuda_emptyCache _cuda_ipc_collect"
         ),
         "torch.cuda's memory statistics answered by the fake GPU's allocator count",
         "torch.cuda.memory calls these C entry points",

@@ -45,11 +45,7 @@ LineKey = tuple["LineStats", int]
 
 class MemoryTracker:
     """Storages by address, and GPU bytes per line and device: now, each line's most, and at
-    each device's peak (the lines holding it then).
-
-    Args:
-        step_of: the step now under way (the recorder's), noted with each new peak.
-    """
+    each device's peak (the lines holding it then, and ``step_of()``, the recorder's step)."""
 
     def __init__(self, step_of: Callable[[], int] = lambda: 0) -> None:
         self._step_of = step_of

@@ -45,7 +45,21 @@ class RealBackend:
     ) -> None:
         self._nvml = nvml if nvml is not None else _import_pynvml()
         self._clock = clock
-        self._init()
+        nvml = self._nvml
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError_LibraryNotFound as exc:
+            raise NvmlUnavailable(
+                "NVML library (libnvidia-ml.so) not found: is the NVIDIA driver installed?"
+            ) from exc
+        except nvml.NVMLError_DriverNotLoaded as exc:
+            raise NvmlUnavailable("the NVIDIA driver is not loaded") from exc
+        except nvml.NVMLError_NoPermission as exc:
+            raise NvmlUnavailable("no permission to open the NVIDIA devices (NVML)") from exc
+        except nvml.NVMLError_LibRmVersionMismatch as exc:
+            raise NvmlUnavailable(f"NVML cannot start: {DRIVER_MISMATCH}") from exc
+        except nvml.NVMLError as exc:
+            raise NvmlUnavailable(f"NVML failed to initialise: {exc}") from exc
         self._query = Query(self._nvml)
         self._closed = False
         self._handles: dict[int, object] = {}  # NVML's device handles
@@ -62,23 +76,6 @@ class RealBackend:
             self.close()
             raise NvmlUnavailable("NVML found no NVIDIA GPUs on this machine")
         atexit.register(self.close)
-
-    def _init(self) -> None:
-        nvml = self._nvml
-        try:
-            nvml.nvmlInit()
-        except nvml.NVMLError_LibraryNotFound as exc:
-            raise NvmlUnavailable(
-                "NVML library (libnvidia-ml.so) not found: is the NVIDIA driver installed?"
-            ) from exc
-        except nvml.NVMLError_DriverNotLoaded as exc:
-            raise NvmlUnavailable("the NVIDIA driver is not loaded") from exc
-        except nvml.NVMLError_NoPermission as exc:
-            raise NvmlUnavailable("no permission to open the NVIDIA devices (NVML)") from exc
-        except nvml.NVMLError_LibRmVersionMismatch as exc:
-            raise NvmlUnavailable(f"NVML cannot start: {DRIVER_MISMATCH}") from exc
-        except nvml.NVMLError as exc:
-            raise NvmlUnavailable(f"NVML failed to initialise: {exc}") from exc
 
     def close(self) -> None:
         if self._closed:
