@@ -1,21 +1,8 @@
-"""The analysis of gpuwatch's documents: :func:`analyze` works out once what every output says,
-as data (findings), and the renderers (``gpuwatch/output/``) only format them.
-
-- a run (``gpuwatch.profile/1``): ``profile.py`` gives :class:`~gpuwatch.analysis.findings.
-  Findings` (the verdict and its causes, each line's cost, the hints from the registry in
-  ``hints.py`` and ``library_hints.py``, the what-if rows, the ranks' spread), written into the
-  run's JSON under ``findings``; energy per step is worked out once when the run ends
-  (``energy.py``), from the counter's samples, which the document does not keep;
-- two runs (``gpuwatch.diff/1``): ``diff.py`` matches their lines and ``diff_findings.py`` reads
-  the document it writes, which is what the diff's outputs show, then and when read back;
-- a torch.profiler trace read (``RankTrace``): ``profilers/kineto/analyse.py`` gives its
-  ``TraceAnalysis`` (``gpuwatch.kineto/1``). The module stays beside the reader: a folder of
-  ranks is read and analysed rank by rank in a pool's or a Dask worker's process (only the
-  findings travel back), where the gpuwatch package need not be whole.
-
-Each document's findings are re-rendered from its JSON by ``gpuwatch report FILE``.
-Light to import: the analysis itself is loaded by :func:`analyze`, not by its types.
-"""
+"""The analysis of gpuwatch's documents: :func:`analyze` works out once what every output says
+(a run's findings, a diff's, a trace's), as data the renderers (``gpuwatch/output/``) only format
+and ``gpuwatch report FILE`` renders again from the JSON. The trace's analysis stays beside its
+reader (``profilers/kineto/analyse.py``), which a pool's or Dask worker's process runs. Light to
+import: the analysis itself is loaded by :func:`analyze`, not by its types."""
 
 from __future__ import annotations
 
@@ -47,7 +34,6 @@ def analyze(document: Report | RunDiff | RankTrace) -> Findings | DiffDoc | Trac
         from profilers.kineto.analyse import analyse
 
         return analyse([document], [document.path])
-
     if isinstance(document, RunDiff):
         from gpuwatch.analysis.diff_findings import DiffDoc
 

@@ -155,20 +155,11 @@ class RunDiff:
     before: Report
     after: Report
     lines: tuple[LineDiff, ...]
-    paths: tuple[str, str] = ("", "")
-    """Where the two reports were read from (the document says them)."""
-
-    @property
-    def before_steps(self) -> int | None:
-        return steps_of(self.before)
-
-    @property
-    def after_steps(self) -> int | None:
-        return steps_of(self.after)
+    paths: tuple[str, str] = ("", "")  # where the two reports were read from
 
     @property
     def per_step(self) -> bool:
-        return self.before_steps is not None and self.after_steps is not None
+        return None not in (steps_of(self.before), steps_of(self.after))
 
     @property
     def after_first(self) -> bool:
@@ -191,9 +182,8 @@ class RunDiff:
         return measure(counted, name) / ((steps_of(report) if by_step else None) or 1)
 
     def delta(self, item: LineDiff | None, name: str, per_step: bool | None = None) -> float:
-        return self.value(item, "after", name, per_step) - self.value(
-            item, "before", name, per_step
-        )
+        after = self.value(item, "after", name, per_step)
+        return after - self.value(item, "before", name, per_step)
 
     def names(self, item: LineDiff | None = None) -> list[str]:
         """The measures shown: the core ones, and each cause or collective either side has."""
@@ -211,9 +201,8 @@ class RunDiff:
         return value / ((steps_of(report) if self.per_step else None) or 1)
 
     def frame_delta(self, frame: FrameDiff, name: str) -> float:
-        return self.frame_value(frame.after, "after", name) - self.frame_value(
-            frame.before, "before", name
-        )
+        after = self.frame_value(frame.after, "after", name)
+        return after - self.frame_value(frame.before, "before", name)
 
     def frame_dicts(self, item: LineDiff) -> list[dict[str, object]]:
         """The line's library frames in the JSON: each with its figures before, after and the
@@ -402,11 +391,8 @@ def check_growth(budget: Budget, diff: RunDiff) -> list[Breach]:
     for term in budget.terms:
         note = ""
         if term.per_step and not diff.per_step:
-            which = " and ".join(
-                side
-                for side, n in (("before", diff.before_steps), ("after", diff.after_steps))
-                if n is None
-            )
+            sides = (("before", diff.before), ("after", diff.after))
+            which = " and ".join(side for side, r in sides if steps_of(r) is None)
             note = f"cannot be checked: no step was seen {which}"
         lines = [(d.label, diff.delta(d, term.measure, term.per_step)) for d in diff.lines]
         breach = breach_of(term, diff.delta(None, term.measure, term.per_step), lines, note)

@@ -26,7 +26,8 @@ def _pick(cls: type[T], d: Mapping[str, Any], **given: object) -> T:
 
 @dataclass(frozen=True)
 class Side:
-    """One run of the two (the document's ``before`` or ``after``)."""
+    """One run of the two (the document's ``before`` or ``after``); ``time``: where its time
+    went (gpuwatch/analysis/diff_time.py: ``run_time``), None where it was not measured."""
 
     path: str
     command: Sequence[str]
@@ -35,7 +36,6 @@ class Side:
     steps: int | None
     fake_cuda: bool
     time: Mapping[str, object] | None
-    """Where its time went (gpuwatch/analysis/diff_time.py: ``run_time``), None: not measured."""
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,7 @@ class DiffDoc:
     per_step: bool
     before: Side
     after: Side
-    totals: Mapping[str, Figures]
-    """``before``, ``after`` and ``delta``."""
+    totals: Mapping[str, Figures]  # before, after and delta
     lines: tuple[LineRow, ...]
     doc: Mapping[str, object]
     """The document itself (the JSON written, the HTML's embedded data)."""
@@ -125,8 +124,7 @@ class DiffDoc:
 
     @classmethod
     def written(cls, doc: Mapping[str, object]) -> DiffDoc:
-        """The reading of ``doc`` as its JSON says it (a figure that is not finite goes through
-        null and back), which a saved diff's reading is too."""
+        """``doc`` read as its JSON says it, as a saved diff is (NaN through null and back)."""
         again = json.loads(dumps_finite(doc))
         restore_not_finite(again, limit=1 << 62)
         return cls.from_dict(again)

@@ -43,18 +43,25 @@ def run_diff(args: argparse.Namespace) -> int:
     from gpuwatch.analysis import analyze
     from gpuwatch.analysis.diff import check_growth, diff_reports
     from gpuwatch.output.load import load_report
-    from gpuwatch.output.write import check_outputs, output_for, outputs
 
-    wanted = outputs(args.json_path, args.html_path)
-    wanted += [output_for(path, trace=False) for path in args.output_paths]
-    if any(out.kind == "trace" for out in wanted):
-        raise CliError("a diff has no Chrome trace: -o takes .json or .html here")
-    check_outputs(wanted, inputs=[args.before, args.after])
+    wanted = diff_outputs(args, [args.before, args.after])
     limits = budget_for(args.budget, args.no_budget, growth=True)
     paths = (args.before, args.after)
     diff = diff_reports(load_report(args.before), load_report(args.after), paths)
     failed = show_diff(analyze(diff), wanted, args.top, args.quiet)
     return enforce(limits, lambda b: check_growth(b, diff), 2 * failed, args.quiet, " in growth")
+
+
+def diff_outputs(args: argparse.Namespace, inputs: list[str]) -> list[Output]:
+    """The files asked for (a diff has no Chrome trace), checked against the ``inputs``."""
+    from gpuwatch.output.write import check_outputs, output_for, outputs
+
+    wanted = outputs(args.json_path, args.html_path, getattr(args, "trace_path", None))
+    wanted += [output_for(path, trace=False) for path in args.output_paths]
+    if any(out.kind == "trace" for out in wanted):
+        raise CliError("a diff has no Chrome trace: -o takes .json or .html here")
+    check_outputs(wanted, inputs=inputs)
+    return wanted
 
 
 def show_diff(doc: DiffDoc, wanted: list[Output], top: int, quiet: bool) -> int:

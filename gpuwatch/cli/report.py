@@ -143,16 +143,11 @@ def run_trace_report(args: argparse.Namespace) -> int:
 
 def run_diff_report(args: argparse.Namespace) -> int:
     """``gpuwatch report D.json``: a diff's saved JSON shown and written again as it was."""
-    from gpuwatch.cli.diff import show_diff
+    from gpuwatch.cli.diff import diff_outputs, show_diff
     from gpuwatch.output.load import load_diff
-    from gpuwatch.output.write import check_outputs, output_for, outputs
 
     for given, what in ((args.what_if, "--what-if"), (args.budget is not None, "--budget")):
         if given:
             raise CliError(f"{what} takes a run, not a diff (gpuwatch diff --budget checks growth)")
-    wanted = outputs(args.json_path, args.html_path, args.trace_path)
-    wanted += [output_for(path, trace=False) for path in args.output_paths]
-    if any(out.kind == "trace" for out in wanted):
-        raise CliError("a diff has no Chrome trace: -o takes .json or .html here")
-    check_outputs(wanted, inputs=args.paths)
+    wanted = diff_outputs(args, args.paths)
     return 2 if show_diff(load_diff(args.paths[0]), wanted, args.top, args.quiet) else 0
