@@ -14,6 +14,7 @@ import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -145,6 +146,7 @@ LIBRARIES = frozenset(
 _STDLIB = frozenset(sys.stdlib_module_names) - {"code", "trace", "profile", "test", "this"}
 
 
+@lru_cache(1 << 16)  # NB: a trace names each frame thousands of times
 def user_frame(frame: str) -> tuple[str, int, str] | None:
     """``(file, line, function)`` of a frame written ``path/to/file.py(123): fn`` when it is the
     user's own code (not torch, not an installed package, not the standard library)."""

@@ -260,7 +260,7 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
             raise NotATrace(f"{path} is a gpuwatch report, compressed: gunzip it first")
         raise NotATrace(f"{path} is JSON but not a Chrome trace (no traceEvents)")
     got = Collect()
-    got.add(e for raw in doc["traceEvents"] if (e := event_of(raw)) is not None)
+    got.add([e for raw in doc["traceEvents"] if (e := event_of(raw)) is not None])
     return _trace(got, doc, path, rank)
 
 
