@@ -168,8 +168,7 @@ class Collect:
         kind = np.fromiter(map(classes.__getitem__, cats), np.int8, len(cats))
         if not len(kept := np.flatnonzero(kind != 6)):
             return None
-        self.first = min(self.first, int(start[kept].min()))
-        self.last = max(self.last, int(end[kept].max()))
+        self.first, self.last = min(self.first, start[kept].min()), max(self.last, end[kept].max())
         self.cats |= set(lowered.values()) - {"trace"}
         if "" in lowered:
             self.legacy_kernels += sum(e.pid == "CUDA functions" for e in xs if e.cat == "")
@@ -210,9 +209,9 @@ class Collect:
         for at, where, keys in ((0, host_at, tids), (0, python.tolist(), py_tids),
                                 (1, host_at, hnames), (2, host_at, stacks)):  # fmt: skip
             if new := {*keys} - ids.keys() - {None}:
-                for i, k in zip(where, keys, strict=True):
-                    if k in new and (i, at) < firsts.get(k, (len(xs), 0)):
-                        firsts[k] = (i, at)
+                earliest = dict(zip(reversed(keys), reversed(where), strict=True))
+                for k in new:
+                    firsts[k] = min(firsts.get(k, (len(xs), 0)), (earliest[k], at))
         ids.update({k: len(ids) + i for i, k in enumerate(sorted(firsts, key=firsts.__getitem__))})
         t = np.fromiter(map(ids.__getitem__, tids), np.int64, len(tids))
         n = np.fromiter(map(ids.__getitem__, hnames), np.int64, len(tids))

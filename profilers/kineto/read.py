@@ -260,7 +260,8 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
             raise NotATrace(f"{path} is a gpuwatch report, compressed: gunzip it first")
         raise NotATrace(f"{path} is JSON but not a Chrome trace (no traceEvents)")
     got = Collect()
-    got.add([e for raw in doc["traceEvents"] if (e := event_of(raw)) is not None])
+    for at in range(0, len(raws := doc["traceEvents"]), 1 << 13):  # as the stream's chunks
+        got.add([e for raw in raws[at : at + (1 << 13)] if (e := event_of(raw)) is not None])
     return _trace(got, doc, path, rank)
 
 
