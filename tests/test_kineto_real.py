@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from profilers.kineto.analyse import analyse
+from profilers.kineto.events import NO_CALL
 from profilers.kineto.read import TraceError, read_traces
 from profilers.kineto.result import RankResult, TraceAnalysis
 from tests.shared_traces import SHARED_TRACES as DATA
@@ -274,5 +275,5 @@ def test_the_stream_holds_under_half_the_json_of_a_large_trace():
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert len(trace.launches) > 40_000
+    assert (trace.activities.launched != NO_CALL).sum() > 20_000  # launches found
     assert peak < 0.5 * size, f"{peak / 1e6:.0f} MB for {size / 1e6:.0f} MB of JSON"

@@ -130,7 +130,7 @@ def charge_device(
     g = np.flatnonzero(opened & (gap_end > until))
     nxt = rows[g]
     starts, ends, froms = until[g], gap_end[g], np.r_[begin, began[:-1]][g]
-    launch, nccl = trace.launches.starts_of(acts.correlation[nxt]), acts.nccl[nxt]
+    launch, nccl = acts.launched[nxt], acts.nccl[nxt]
     place = places.of(nxt)
     if n == len(rows) and finish > reach[-1]:  # after the last GPU work: nothing queued
         starts, ends, froms = np.r_[starts, reach[-1]], np.r_[ends, finish], np.r_[froms, began[-1]]

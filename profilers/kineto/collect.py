@@ -26,6 +26,7 @@ from profilers.kineto.events import (
     PYTHON_CATS,
     RUNTIME_CATS,
     SYNC_CALLS,
+    Activities,
     Calls,
     HostSpan,
     Ints,
@@ -34,7 +35,7 @@ from profilers.kineto.events import (
     is_input,
     user_frame,
 )
-from profilers.kineto.stacks import Frame, Places
+from profilers.kineto.stacks import Frame, Places, Segments, callers
 
 #: How the names of the CPU spans the analysis needs begin (steps, DataLoader, collectives).
 MARKS = ("ProfilerStep#", "enumerate(DataLoader)", *COMM_PREFIXES)
@@ -275,10 +276,12 @@ def steps_of(marks: Ints, names: Sequence[str]) -> list[Step]:
     return sorted(seen.values(), key=lambda s: s.start_ns)
 
 
-def blocked_spans(trace: RankTrace, places: Places) -> list[HostSpan]:
+def blocked_spans(
+    got: Collect, acts: Activities, segments: dict[str, Segments], places: Places
+) -> list[HostSpan]:
     """The host's waits: a synchronising runtime call, or a copy from or to pageable memory
-    (the host stages it), each with the CPU op and line that made it."""
-    acts, launches = trace.activities, trace.launches
+    (the host stages it), each with the CPU op (on ``segments``) and line that made it."""
+    launches = got.launches
     memory = np.array([m == "pageable" for _, m in acts.copy_kinds], bool)[acts.name]
     pageable = acts.correlation[memory & (acts.kind == KINDS.index(MEMCPY))]
     syncs, copies = (
@@ -288,7 +291,7 @@ def blocked_spans(trace: RankTrace, places: Places) -> list[HostSpan]:
     calls = calls[
         np.isin(calls[:, 1], syncs) | np.isin(calls[:, 1], copies) & np.isin(calls[:, 0], pageable)
     ]
-    ops = places.op(calls)
+    ops = callers(calls, got.ops, segments)
     spans: list[HostSpan] = []
     for call, op, where in zip(
         calls.tolist(), ops[:, 1].tolist(), places.where(ops).tolist(), strict=True
@@ -305,7 +308,7 @@ def blocked_spans(trace: RankTrace, places: Places) -> list[HostSpan]:
 
 
 def marked_spans(trace: RankTrace, marks: Ints, places: Places) -> list[HostSpan]:
-    names = trace.ops.names
+    names = trace.names
     marks = marks[
         [is_input(names[n]) or names[n].startswith(COMM_PREFIXES) for n in marks[:, 1].tolist()]
     ]

@@ -169,6 +169,12 @@ class Activities:
     (``kind``: an index in :data:`KINDS`, ``name``: an index in ``names``): a large trace holds
     hundreds of thousands, and a tuple each was most of the analysis's memory."""
 
+    launched: Ints
+    """The start of each one's launch call (:data:`NO_CALL`: none in the trace)."""
+    callers: Ints
+    """Where each launch call was made: the row (as ``Calls.table``'s) of its CPU op, or of the
+    call (the reader sets both; the host calls are not kept past it)."""
+
     def __init__(self, data: array[int], ids: dict[str, int]) -> None:
         """``data``: a row of 8 a row (kind, name, device, stream, start, end, correlation, bytes);
         ``ids``: the names' ids."""
@@ -256,10 +262,8 @@ class RankTrace:
     base_us: float
     """The trace's first timestamp (us): times here count from it."""
     activities: Activities
-    launches: Calls
-    """Runtime calls by correlation id."""
-    ops: Calls
-    """CPU ops by external id (the runtime call's op)."""
+    names: list[str]
+    """The host calls' names, threads and stacks: the ids in ``Activities.callers``."""
     steps: list[Step]
     spans: list[HostSpan]
     span_ns: tuple[int, int]
@@ -268,8 +272,6 @@ class RankTrace:
     """Per thread, the user's innermost Python frame over time: segment starts and frame ids
     (in ``frames``; -1: none)."""
     frames: list[tuple[str, int, str]] = field(default_factory=list)
-    op_segments: dict[str, tuple[Sequence[int], Sequence[int]]] = field(default_factory=dict)
-    """Per thread, the innermost CPU op over time: segment starts and rows in ``ops`` (-1: none)."""
     main_tid: str = ""
     """The thread that records the steps (or launches the most)."""
     notes: tuple[str, ...] = ()

@@ -33,7 +33,7 @@ from profilers.kineto.collect import (
 )
 from profilers.kineto.events import Activities, Ints, RankTrace
 from profilers.kineto.result import RankResult
-from profilers.kineto.stacks import Places, flatten
+from profilers.kineto.stacks import Places, callers, flatten
 
 TRACE_ENDINGS = (".json", ".json.gz")
 
@@ -275,6 +275,15 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
     if isinstance(info, dict) and type(info.get("rank")) is int:
         rank = info["rank"]
     python = _segments(np.frombuffer(got.python, np.int64).reshape(-1, 4).T, names)
+    ops = _segments(np.r_[got.ops.table[:, 2:5].T, [np.arange(len(got.ops.table))]], names)
+    acts = Activities(got.gpu, got.gpu_names)
+    del got.gpu[:]  # NB: copied into acts' columns
+    launch = got.launches.rows_of(acts.correlation)
+    acts.launched, acts.callers = (
+        got.launches.starts_of(acts.correlation),
+        np.zeros((len(launch), 7), int),
+    )
+    acts.callers[launch >= 0] = callers(got.launches.table[launch[launch >= 0]], got.ops, ops)
     steps = steps_of(marks, names)
     main = next(
         (names[t] for _, n, t, *_ in marks.tolist() if names[n][:13] == "ProfilerStep#"), None
@@ -286,22 +295,18 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
         rank=rank,
         gpus=gpus,
         base_us=got.base_us or 0,
-        activities=Activities(got.gpu, got.gpu_names),
-        launches=got.launches,
-        ops=got.ops,
+        activities=acts,
+        names=names,
         steps=steps,
         spans=[],
         span_ns=(int(got.first), int(got.last)),
         python=python,
         frames=list(got.frames),
-        op_segments=_segments(
-            np.r_[got.ops.table[:, 2:5].T, [np.arange(len(got.ops.table))]], names
-        ),
         main_tid=main,
         has_stacks=bool(python) or bool(got.ops.col(6).any()),
     )
     places = Places(trace)
-    spans = marked_spans(trace, marks, places) + blocked_spans(trace, places)
+    spans = marked_spans(trace, marks, places) + blocked_spans(got, acts, ops, places)
     return dataclasses.replace(trace, spans=spans)
 
 
@@ -314,7 +319,11 @@ def _segments(cols: Ints, names: Sequence[str]) -> dict[str, tuple[Sequence[int]
     for tid in np.unique(tids).tolist():
         rows = np.flatnonzero(tids == tid)
         rows = rows[np.lexsort((-ends[rows], starts[rows]))]
-        ivs = zip(starts[rows].tolist(), ends[rows].tolist(), labels[rows].tolist(), strict=True)
+        ivs = (
+            iv
+            for at in range(0, len(rows), 1 << 14)  # NB: a list of ints each: 3x the memory
+            for iv in zip(*(c[rows[at : at + (1 << 14)]].tolist() for c in cols[1:]), strict=True)
+        )
         out[names[tid]] = flatten(ivs, -1, array("q"), array("q"))
     return out
 

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from profilers.kineto.events import Ints, RankTrace, Where, user_frame
+from profilers.kineto.events import NO_CALL, Calls, Ints, RankTrace, Where, user_frame
 
 Frame = tuple[str, int, str]
 Segments = tuple[Sequence[int], Sequence[int]]
@@ -82,9 +82,8 @@ class Places:
     def of(self, rows: Ints) -> Ints:
         """The place id of each activity (``rows``: rows in ``trace.activities``): where its
         launch call was made."""
-        trace, acts = self.trace, self.trace.activities
-        launch = trace.launches.rows_of(acts.correlation[rows])
-        out, lost = np.empty(len(rows), np.int64), launch < 0
+        acts = self.trace.activities
+        out, lost = np.empty(len(rows), np.int64), acts.launched[rows] == NO_CALL
         # NB: an activity with no launch in the trace is named after the first one of its
         # correlation id asked for (-1: any with none)
         for i in np.flatnonzero(lost).tolist():
@@ -93,24 +92,8 @@ class Places:
                 name = acts.names[acts.name[rows[i]]][:60]
                 self.lost[corr] = self.id(Where(f"(launch not in trace: {name})"))
             out[i] = self.lost[corr]
-        out[~lost] = self.where(self.op(trace.launches.table[launch[~lost]]))
+        out[~lost] = self.where(acts.callers[rows[~lost]])
         return out
-
-    def op(self, calls: Ints) -> Ints:
-        """The CPU op each runtime call was made in (rows of ``Calls.table``): by external id
-        where the trace links them, else the innermost op on the call's thread at the time,
-        else the call itself."""
-        trace = self.trace
-        tid, start, ext = calls[:, 2], calls[:, 3], calls[:, 5]
-        op = np.where(ext != 0, trace.ops.rows_of(ext), -1)
-        linked = np.flatnonzero(op >= 0)
-        held = trace.ops.table[op[linked]]
-        inside = (held[:, 2] == tid[linked]) & (held[:, 3] <= start[linked])
-        op[linked[~(inside & (start[linked] <= held[:, 4]))]] = -1
-        _on_threads(op, tid, start, trace.op_segments, trace.ops.names)
-        who = calls.copy()
-        who[op >= 0] = trace.ops.table[op[op >= 0]]
-        return who
 
     def where(self, calls: Ints) -> Ints:
         """The place id of each call (rows of ``Calls.table``): its name, and its user line
@@ -118,23 +101,40 @@ class Places:
         else of the ``python_function`` events on the call's thread, else (a thread with no
         Python: autograd's, running backward) on the main thread: the line that called
         ``.backward()``."""
-        trace = self.trace
+        trace, names = self.trace, self.trace.names
         if not len(calls):
             return np.zeros(0, np.int64)
         stacks, inv = np.unique(calls[:, 6], return_inverse=True)
-        frame = np.array([self.frame(_stack_frame(trace.ops.names[s])) for s in stacks.tolist()])
+        frame = np.array([self.frame(_stack_frame(names[s])) for s in stacks.tolist()])
         frame = frame.astype(np.int64)[inv]
-        _on_threads(frame, calls[:, 2], calls[:, 3], trace.python, trace.ops.names)
-        if (main := trace.ops.ids.get(trace.main_tid)) is not None:
-            tids = np.where(calls[:, 2] != main, main, -1)
-            _on_threads(frame, tids, calls[:, 3], trace.python, trace.ops.names)
+        _on_threads(frame, calls[:, 2], calls[:, 3], trace.python, names)
+        if trace.main_tid in names:
+            main = names.index(trace.main_tid)
+            _on_threads(
+                frame, np.where(calls[:, 2] != main, main, -1), calls[:, 3], trace.python, names
+            )
         keys, inv = np.unique(np.stack([calls[:, 1], frame], 1), axis=0, return_inverse=True)
         frames = list(self.frames)
         places = [
-            Where(trace.ops.names[n]) if f < 0 else Where(trace.ops.names[n], *frames[f])
-            for n, f in keys.tolist()
+            Where(names[n]) if f < 0 else Where(names[n], *frames[f]) for n, f in keys.tolist()
         ]
         return np.array([self.id(w) for w in places], np.int64)[inv.reshape(-1)]
+
+
+def callers(calls: Ints, ops: Calls, segments: Mapping[str, Segments]) -> Ints:
+    """The CPU op each runtime call was made in (rows of ``Calls.table``): by external id
+    where the trace links them, else the innermost op on the call's thread at the time (the
+    thread's ``segments``), else the call itself."""
+    tid, start, ext = calls[:, 2], calls[:, 3], calls[:, 5]
+    op = np.where(ext != 0, ops.rows_of(ext), -1)
+    linked = np.flatnonzero(op >= 0)
+    held = ops.table[op[linked]]
+    inside = (held[:, 2] == tid[linked]) & (held[:, 3] <= start[linked])
+    op[linked[~(inside & (start[linked] <= held[:, 4]))]] = -1
+    _on_threads(op, tid, start, segments, ops.names)
+    who = calls.copy()
+    who[op >= 0] = ops.table[op[op >= 0]]
+    return who
 
 
 def _stack_frame(stack: str) -> Frame | None:

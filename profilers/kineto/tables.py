@@ -71,7 +71,7 @@ def hta_views(
     base, acts = trace.span_ns[0], trace.activities
     active, streams = [], []
     left_out = [0, 0]
-    launched = trace.launches.starts_of(acts.correlation)
+    launched = acts.launched
     for device, every in sorted(by_device.items()):
         # NB: in a trace of two or more steps, HTA analyses only the activities whose launch
         # call is in the trace (it drops the rest as work of iterations it did not trace, though
