@@ -88,34 +88,6 @@ class _Bar:
             self.bar.update(0, completed=done)
 
 
-def _outcomes(
-    files: list[str], jobs: int | None, scheduler: str | None, show: bool
-) -> dict[str, Outcome]:
-    with ExitStack() as stack:
-        bar = _Bar(len(files), show, stack)
-        workers = min(len(files), jobs or os.cpu_count() or 1)
-        if scheduler is None and (
-            workers < 2 or (jobs is None and sum(map(os.path.getsize, files)) < POOL_BYTES)
-        ):
-            got: dict[str, Outcome] = {}
-            for path in files:
-                got[path] = read_rank(path)
-                bar.tick(len(got))
-            return got
-        if scheduler is not None:
-            dask = _dask(scheduler, stack)
-            futures = {p: dask.submit(read_on_worker, p, os.getcwd()) for p in files}
-        else:
-            pool = ProcessPoolExecutor(workers)
-            stack.callback(pool.shutdown, cancel_futures=True)  # NB: Ctrl-C reads no more ranks
-            futures = {p: pool.submit(read_rank, p) for p in files}
-        pending = set(futures.values())
-        while pending:
-            _, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-            bar.tick(len(files) - len(pending))
-        return {p: f.result() for p, f in futures.items()}
-
-
 def read_ranks(
     paths: Sequence[str], jobs: int | None = None, scheduler: str | None = None, show: bool = False
 ) -> TraceAnalysis:
@@ -123,5 +95,28 @@ def read_ranks(
     read on its own: ``jobs`` processes (default one per core, 1: in this process) or the Dask
     cluster at ``scheduler``; a rich bar on stderr when ``show`` and the reads take a second."""
     listed = [trace_files(p) for p in paths]
-    got = _outcomes([f for files in listed for f in files], jobs, scheduler, show)
+    files = [f for names in listed for f in names]
+    got: dict[str, Outcome] = {}
+    with ExitStack() as stack:
+        bar = _Bar(len(files), show, stack)
+        workers = min(len(files), jobs or os.cpu_count() or 1)
+        if scheduler is None and (
+            workers < 2 or (jobs is None and sum(map(os.path.getsize, files)) < POOL_BYTES)
+        ):
+            for path in files:
+                got[path] = read_rank(path)
+                bar.tick(len(got))
+        elif scheduler is not None:
+            dask = _dask(scheduler, stack)
+            futures = {p: dask.submit(read_on_worker, p, os.getcwd()) for p in files}
+        else:
+            pool = ProcessPoolExecutor(workers)
+            stack.callback(pool.shutdown, cancel_futures=True)  # NB: Ctrl-C reads no more ranks
+            futures = {p: pool.submit(read_rank, p) for p in files}
+        if not got:
+            pending = set(futures.values())
+            while pending:
+                _, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                bar.tick(len(files) - len(pending))
+            got = {p: f.result() for p, f in futures.items()}
     return TraceAnalysis(tuple(paths), tuple(in_rank_order(paths, listed, got.__getitem__)))

@@ -229,25 +229,6 @@ def _timeline(
     return [np.full(times.shape[1], device), *times, *labels]
 
 
-def _longest(
-    parts: list[list[npt.NDArray[np.float64]]], slices: int, wheres: list[Where]
-) -> tuple[tuple[Slice, ...], tuple[int, float]]:
-    """The ``slices`` longest of the timeline, longest first (ties: in time order per device),
-    and how many were left out with their ms."""
-    device, start, end, cause, place = (np.concatenate(col) for col in zip(*parts, strict=True))
-    longest = np.argsort(start - end, kind="stable")[:slices]
-    lengths = end - start
-    left_ms = sum(lengths.tolist()) - sum(lengths[longest].tolist())
-    return tuple(
-        Slice(
-            int(d), s, e, CAUSES[int(c)] if c >= 0 else "busy", wheres[int(p)] if c >= 0 else None
-        )
-        for d, s, e, c, p in zip(
-            *(col[longest].tolist() for col in (device, start, end, cause, place)), strict=True
-        )
-    ), (len(start) - len(longest), left_ms)
-
-
 def analyse_rank(trace: RankTrace, top: int = RUN_TOP, slices: int = MAX_SLICES) -> RankResult:
     """Steps, busy and idle by cause per device, the costliest places, kernels and copies (the
     timeline: the ``slices`` longest busy runs and idle pieces)."""
@@ -292,7 +273,22 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP, slices: int = MAX_SLICES)
     in_span = np.flatnonzero((acts.start >= span[0]) & (acts.start < span[1]))
     copies, copy_lines = copy_tables(trace, in_span, places)
     active, streams, (unlaunched, unlaunched_ns) = hta_views(by_device, trace)
-    kept, left = _longest(timeline, slices, places.wheres)
+    # the timeline: its ``slices`` longest, longest first (ties: in time order per device)
+    cols = [np.concatenate(col) for col in zip(*timeline, strict=True)]
+    timeline.clear()
+    longest = np.argsort(cols[1] - cols[2], kind="stable")[:slices]
+    lengths = cols[2] - cols[1]
+    left = (len(lengths) - len(longest), sum(lengths.tolist()) - sum(lengths[longest].tolist()))
+    kept = tuple(
+        Slice(
+            int(d),
+            s,
+            e,
+            CAUSES[int(c)] if c >= 0 else "busy",
+            places.wheres[int(p)] if c >= 0 else None,
+        )
+        for d, s, e, c, p in zip(*(col[longest].tolist() for col in cols), strict=True)
+    )
     notes = list(trace.notes)
     if not trace.steps:
         notes.append("no ProfilerStep#N in the trace: one window, the whole trace")

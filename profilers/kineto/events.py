@@ -37,7 +37,6 @@ GPU_CATS = {
     "memset": MEMSET,
 }
 RUNTIME_CATS = frozenset({"cuda_runtime", "runtime", "cuda_driver", "driver"})
-CPU_CATS = frozenset({"cpu_op", "operator", "user_annotation"})
 PYTHON_CATS = frozenset({"python_function", "python"})
 
 #: Runtime and driver calls that hold the host until the GPU has done something (the CUDA
@@ -96,11 +95,6 @@ def memcpy_kind(name: str) -> tuple[str, str]:
     host = {"h2d": m.group(2), "d2h": m.group(3)}.get(direction) or ""
     memory = host.lower() if host.lower() in ("pageable", "pinned") else ""
     return direction, memory
-
-
-def is_nccl(name: str) -> bool:
-    """A collective's kernel (NCCL names every kernel ``ncclKernel_*``/``ncclDevKernel_*``)."""
-    return name.startswith(("nccl", "void nccl")) or "ncclKernel" in name
 
 
 def is_input(name: str) -> bool:
@@ -184,7 +178,10 @@ class Activities:
         """-1: none (no launch has it)."""
         self.copy_kinds = [memcpy_kind(n) for n in self.names]
         """Per name, :func:`memcpy_kind` (a memcpy's direction and host memory)."""
-        nccl = np.array([is_nccl(n) for n in self.names], bool)
+        # NB: NCCL names every kernel ncclKernel_*/ncclDevKernel_*
+        nccl = np.array(
+            [n.startswith(("nccl", "void nccl")) or "ncclKernel" in n for n in self.names]
+        )
         self.nccl = (self.kind == KINDS.index(KERNEL)) & nccl[self.name]
 
 
@@ -200,15 +197,12 @@ class Calls:
         self.known = self.rows = np.zeros(0, np.int64)
         self.table: npt.NDArray[np.int64] = np.zeros((0, 7), np.int64)
 
-    def col(self, j: int) -> Ints:
-        return self.table[:, j]
-
     def seal(self) -> None:
         """Index the keys (once every call is in)."""
         self.names = list(self.ids)
         self.table = np.frombuffer(self.data, np.int64).reshape(-1, 7)
-        order = np.argsort(self.col(0), kind="stable")
-        key = self.col(0)[order]
+        order = np.argsort(self.table[:, 0], kind="stable")
+        key = self.table[:, 0][order]
         # NB: sorted stably, the first row of a key heads its run and the last one ends it
         heads = np.flatnonzero(np.r_[True, key[1:] != key[:-1]][: len(key)])
         pick = heads if self.first else np.r_[heads[1:], len(key)][: len(heads)] - 1
@@ -220,16 +214,6 @@ class Calls:
             return np.full(len(keys), -1, np.int64)
         i = np.minimum(np.searchsorted(self.known, keys), len(self.known) - 1)
         return np.where(self.known[i] == keys, self.rows[i], -1)
-
-    def starts_of(self, keys: Ints) -> Ints:
-        """The start of each key's call (:data:`NO_CALL` where none)."""
-        rows = self.rows_of(keys)
-        if not len(self.known):
-            return np.full(len(keys), NO_CALL, np.int64)
-        return np.where(rows >= 0, self.col(3)[np.maximum(rows, 0)], NO_CALL)
-
-    def __len__(self) -> int:
-        return len(self.known)
 
 
 @dataclass(frozen=True, slots=True)

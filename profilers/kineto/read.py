@@ -31,7 +31,7 @@ from profilers.kineto.collect import (
     number,
     steps_of,
 )
-from profilers.kineto.events import Activities, Ints, RankTrace
+from profilers.kineto.events import NO_CALL, Activities, Ints, RankTrace
 from profilers.kineto.result import RankResult
 from profilers.kineto.stacks import Places, callers, flatten
 
@@ -90,9 +90,9 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def parse_json(data: bytes, path: str) -> Any:
+def parse_json(path: str) -> Any:
     try:
-        return json.loads(data, parse_constant=_no_constant)
+        return json.loads(read_bytes(path), parse_constant=_no_constant)
     except UnicodeDecodeError:
         raise TraceError(f"{path} is not text (neither JSON nor gzip)") from None
     except json.JSONDecodeError as exc:
@@ -152,7 +152,7 @@ def _refuse(path: str, got: Collect, gpus: dict[int, str]) -> None:
             f"{path} is a Chrome trace gpuwatch wrote (its own trace output), not a "
             "torch.profiler trace; report the run's JSON instead"
         )
-    if len(got.launches):
+    if len(got.launches.data):
         raise NoGpuActivity(
             f"{path} has CUDA runtime calls but no GPU activity: CUPTI recorded no kernel or copy "
             "(another profiler such as nsys or ncu holding CUPTI?)"
@@ -245,7 +245,7 @@ def read_trace(path: str, whole: bool = False) -> RankTrace | TraceError:
     try:
         found = None if whole else _streamed(path)
         if found is None:
-            return trace_from_doc(parse_json(read_bytes(path), path), path, 0)
+            return trace_from_doc(parse_json(path), path, 0)
         return _trace(*found, path, 0)
     except TraceError as exc:
         return exc
@@ -279,10 +279,8 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
     acts = Activities(got.gpu, got.gpu_names)
     del got.gpu[:]  # NB: copied into acts' columns
     launch = got.launches.rows_of(acts.correlation)
-    acts.launched, acts.callers = (
-        got.launches.starts_of(acts.correlation),
-        np.zeros((len(launch), 7), int),
-    )
+    acts.launched = np.r_[NO_CALL, got.launches.table[:, 3]][launch + 1]
+    acts.callers = np.zeros((len(launch), 7), np.int64)
     acts.callers[launch >= 0] = callers(got.launches.table[launch[launch >= 0]], got.ops, ops)
     steps = steps_of(marks, names)
     main = next(
@@ -303,7 +301,7 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
         python=python,
         frames=list(got.frames),
         main_tid=main,
-        has_stacks=bool(python) or bool(got.ops.col(6).any()),
+        has_stacks=bool(python) or bool(got.ops.table[:, 6].any()),
     )
     places = Places(trace)
     spans = marked_spans(trace, marks, places) + blocked_spans(got, acts, ops, places)
@@ -312,8 +310,7 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
 
 def _segments(cols: Ints, names: Sequence[str]) -> dict[str, tuple[Sequence[int], Sequence[int]]]:
     """Per thread, the innermost of nested labelled intervals (``cols``: thread, start, end,
-    label) over time: segment starts and labels (-1 for none), a thread at a time, sorted by
-    numpy on columns, never a tuple per interval kept."""
+    label) over time: segment starts and labels (-1 for none)."""
     tids, starts, ends, labels = cols
     out: dict[str, tuple[Sequence[int], Sequence[int]]] = {}
     for tid in np.unique(tids).tolist():

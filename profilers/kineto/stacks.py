@@ -105,19 +105,16 @@ class Places:
         if not len(calls):
             return np.zeros(0, np.int64)
         stacks, inv = np.unique(calls[:, 6], return_inverse=True)
-        frame = np.array([self.frame(_stack_frame(names[s])) for s in stacks.tolist()])
-        frame = frame.astype(np.int64)[inv]
+        frames = (next(filter(None, map(user_frame, names[s].split(";"))), None) for s in stacks)
+        frame = np.array([self.frame(f) for f in frames], np.int64)[inv]  # NB: Call stack: ";"
         _on_threads(frame, calls[:, 2], calls[:, 3], trace.python, names)
         if trace.main_tid in names:
             main = names.index(trace.main_tid)
-            _on_threads(
-                frame, np.where(calls[:, 2] != main, main, -1), calls[:, 3], trace.python, names
-            )
+            tids = np.where(calls[:, 2] != main, main, -1)
+            _on_threads(frame, tids, calls[:, 3], trace.python, names)
         keys, inv = np.unique(np.stack([calls[:, 1], frame], 1), axis=0, return_inverse=True)
-        frames = list(self.frames)
-        places = [
-            Where(names[n]) if f < 0 else Where(names[n], *frames[f]) for n, f in keys.tolist()
-        ]
+        got = list(self.frames)
+        places = [Where(names[n], *got[f]) if f >= 0 else Where(names[n]) for n, f in keys.tolist()]
         return np.array([self.id(w) for w in places], np.int64)[inv.reshape(-1)]
 
 
@@ -135,8 +132,3 @@ def callers(calls: Ints, ops: Calls, segments: Mapping[str, Segments]) -> Ints:
     who = calls.copy()
     who[op >= 0] = ops.table[op[op >= 0]]
     return who
-
-
-def _stack_frame(stack: str) -> Frame | None:
-    """The innermost user frame of an old trace's ``Call stack``."""
-    return next(filter(None, map(user_frame, stack.split(";"))), None) if stack else None
