@@ -52,21 +52,6 @@ def read_on_worker(path: str, here: str) -> Outcome:
     return type(got)(str(got).replace(full, path))
 
 
-def _dask(address: str, stack: ExitStack) -> Executor:
-    try:
-        from distributed import Client
-    except ImportError:
-        raise CliError(
-            "--scheduler needs Dask's distributed: pip install 'gpuwatch[dask]'"
-        ) from None
-    try:  # NB: waits distributed.comm.timeouts.connect (30 s unless configured)
-        client = Client(address, set_as_default=False)  # type: ignore[no-untyped-call,unused-ignore]
-    except (OSError, ValueError) as exc:
-        raise CliError(f"cannot reach the Dask scheduler {address}: {exc}") from None
-    stack.callback(client.close)
-    return client.get_executor()  # type: ignore[no-untyped-call,no-any-return,unused-ignore]
-
-
 class _Bar:
     """A rich progress bar on stderr, shown only once the reads have taken a second."""
 
@@ -107,7 +92,18 @@ def read_ranks(
                 got[path] = read_rank(path)
                 bar.tick(len(got))
         elif scheduler is not None:
-            dask = _dask(scheduler, stack)
+            try:
+                from distributed import Client
+            except ImportError:
+                raise CliError(
+                    "--scheduler needs Dask's distributed: pip install 'gpuwatch[dask]'"
+                ) from None
+            try:  # NB: waits distributed.comm.timeouts.connect (30 s unless configured)
+                client = Client(scheduler, set_as_default=False)  # type: ignore[no-untyped-call,unused-ignore]
+            except (OSError, ValueError) as exc:
+                raise CliError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from None
+            stack.callback(client.close)
+            dask: Executor = client.get_executor()  # type: ignore[no-untyped-call,unused-ignore]
             futures = {p: dask.submit(read_on_worker, p, os.getcwd()) for p in files}
         else:
             pool = ProcessPoolExecutor(workers)

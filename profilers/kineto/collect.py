@@ -139,9 +139,7 @@ class Collect:
         self.cats, self.runtime_names = set[str](), set[str]()
         self.cpu_ops, self.first, self.last = 0, math.inf, -math.inf
         self.own = False
-        self.legacy_kernels = 0
-        """Kernels in the pre-Kineto autograd profiler's spelling (no category, pid "CUDA
-        functions"): torch.autograd.profiler with use_cuda=True before Kineto."""
+        self.legacy_kernels = 0  # the pre-Kineto autograd profiler's: no cat, pid "CUDA functions"
 
     def add(self, events: list[Event]) -> None:  # noqa: C901 - one pass, column by column
         """Keep what the analysis needs of ``events`` (a chunk's, or all) a field at a time, new
@@ -189,7 +187,7 @@ class Collect:
             kind[gpu], list(map(self.gpu_names.__getitem__, name)),
             numbers(dev, numbers(pid, 0)), numbers(stream, numbers(tid, 0)),
             start[gpu], end[gpu], np.maximum(-1, numbers(corr, -1)),
-            np.maximum(0, numbers(size, 0)),
+            np.maximum(0, numbers(size, 0))
         ])  # fmt: skip
         host, python = np.flatnonzero((kind >= 3) & (kind <= 5)), np.flatnonzero(kind == 7)
         py_names = names_o[python].tolist()
@@ -287,9 +285,10 @@ def blocked_spans(
     syncs, copies = (
         [launches.ids[n] for n in c if n in launches.ids] for c in (SYNC_CALLS, ASYNC_COPY_CALLS)
     )
-    calls = launches.table[np.sort(launches.rows)]
-    calls = calls[
-        np.isin(calls[:, 1], syncs) | np.isin(calls[:, 1], copies) & np.isin(calls[:, 0], pageable)
+    rows = np.sort(launches.rows)
+    name, key = launches.table[rows, 1], launches.table[rows, 0]
+    calls = launches.table[
+        rows[np.isin(name, syncs) | np.isin(name, copies) & np.isin(key, pageable)]
     ]
     ops = callers(calls, got.ops, segments)
     spans: list[HostSpan] = []

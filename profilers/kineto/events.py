@@ -29,38 +29,20 @@ MEMSET = "memset"
 KINDS = (KERNEL, MEMCPY, MEMSET)
 
 #: Kineto's category of each GPU activity, old (torch 1.8/1.9) and new spellings, lower-cased.
-GPU_CATS = {
-    "kernel": KERNEL,
-    "gpu_memcpy": MEMCPY,
-    "memcpy": MEMCPY,
-    "gpu_memset": MEMSET,
-    "memset": MEMSET,
-}
+GPU_CATS = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "memcpy": MEMCPY, "gpu_memset": MEMSET,
+            "memset": MEMSET}  # fmt: skip
 RUNTIME_CATS = frozenset({"cuda_runtime", "runtime", "cuda_driver", "driver"})
 PYTHON_CATS = frozenset({"python_function", "python"})
 
 #: Runtime and driver calls that hold the host until the GPU has done something (the CUDA
 #: runtime API's synchronous calls). NB: cudaMemcpy (no Async) is synchronous for every
 #: direction; cudaMemcpyAsync holds the host only when host memory is pageable (handled apart).
-SYNC_CALLS = frozenset(
-    {
-        "cudaDeviceSynchronize",
-        "cudaStreamSynchronize",
-        "cudaEventSynchronize",
-        "cudaMemcpy",
-        "cudaMemcpy2D",
-        "cudaMemcpyFromSymbol",
-        "cudaMemcpyToSymbol",
-        "cudaMemcpyPeer",
-        "cudaMemset",
-        "cuCtxSynchronize",
-        "cuStreamSynchronize",
-        "cuEventSynchronize",
-        "cuMemcpyDtoH_v2",
-        "cuMemcpyHtoD_v2",
-        "cuMemcpy",
-    }
-)
+SYNC_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+    "cudaMemcpy2D", "cudaMemcpyFromSymbol", "cudaMemcpyToSymbol", "cudaMemcpyPeer", "cudaMemset",
+    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoD_v2", "cuMemcpy",
+})  # fmt: skip
 ASYNC_COPY_CALLS = frozenset({"cudaMemcpyAsync", "cudaMemcpy2DAsync", "cuMemcpyAsync"})
 
 #: CPU ops whose host wait is a copy (a blocking ``.to()``/``.cpu()``/``copy_``), not a sync.
@@ -74,15 +56,9 @@ _MEMCPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*(?:\((\w+)\s*->\s*(\w+)\))?", re.IG
 _FRAME = re.compile(r"^(.*)\((\d+)\):\s*(.*)$")
 
 #: Paths that are never the user's own code (a frame there is the library's, not a line to fix).
-_LIBRARY_MARKS = (
-    "site-packages",
-    "dist-packages",
-    "/torch/",
-    "/lib/python3",
-    "/Lib/",  # the standard library on Windows (Python311/Lib/threading.py)
-    "<frozen",
-    "<string>",
-)
+#: (``/Lib/``: the standard library on Windows, ``Python311/Lib/threading.py``).
+_LIBRARY_MARKS = ("site-packages", "dist-packages", "/torch/", "/lib/python3", "/Lib/", "<frozen",
+                  "<string>")  # fmt: skip
 
 
 def memcpy_kind(name: str) -> tuple[str, str]:
@@ -165,9 +141,10 @@ class Activities:
 
     launched: Ints
     """The start of each one's launch call (:data:`NO_CALL`: none in the trace)."""
-    callers: Ints
-    """Where each launch call was made: the row (as ``Calls.table``'s) of its CPU op, or of the
-    call (the reader sets both; the host calls are not kept past it)."""
+    places: Ints
+    """Where each one's launch call was made: an id in ``wheres`` (-1: no launch in the trace;
+    the reader sets these, and keeps no host call past them)."""
+    wheres: list[Where]
 
     def __init__(self, data: array[int], ids: dict[str, int]) -> None:
         """``data``: a row of 8 a row (kind, name, device, stream, start, end, correlation, bytes);
@@ -247,7 +224,7 @@ class RankTrace:
     """The trace's first timestamp (us): times here count from it."""
     activities: Activities
     names: list[str]
-    """The host calls' names, threads and stacks: the ids in ``Activities.callers``."""
+    """The host calls' names, threads and stacks (ids in the reader's rows)."""
     steps: list[Step]
     spans: list[HostSpan]
     span_ns: tuple[int, int]

@@ -31,7 +31,7 @@ from profilers.kineto.collect import (
     number,
     steps_of,
 )
-from profilers.kineto.events import NO_CALL, Activities, Ints, RankTrace
+from profilers.kineto.events import NO_CALL, Activities, Calls, Ints, RankTrace
 from profilers.kineto.result import RankResult
 from profilers.kineto.stacks import Places, callers, flatten
 
@@ -167,7 +167,7 @@ def _refuse(path: str, got: Collect, gpus: dict[int, str]) -> None:
     )
 
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 19
 """Read (after gunzip) and decoded at a time: a trace's events never sit in memory whole."""
 _EVENTS = msgspec.json.Decoder(list[Event])
 TRIES = 8
@@ -203,6 +203,7 @@ def _batches(f: BufferedIOBase, meta: dict[str, Any]) -> Iterator[list[Event]]:
                 tries -= 1
                 if (events := _decoded(buf[: i + 1])) is not None:
                     yield events
+                    del events  # NB: one batch alive at a time (the caller drops its own)
                     buf = buf[i + 1 :].lstrip()[1:]
                     break
         if len(buf) > 1 << 24:
@@ -233,6 +234,7 @@ def _streamed(path: str) -> tuple[Collect, dict[str, Any]] | None:
             f: BufferedIOBase = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
             for events in _batches(f, meta):
                 got.add(events)
+                del events
     except (OSError, EOFError, zlib.error, ValueError, msgspec.DecodeError, RecursionError):
         return None
     return got, meta
@@ -274,15 +276,13 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and type(info.get("rank")) is int:
         rank = info["rank"]
-    python = _segments(np.frombuffer(got.python, np.int64).reshape(-1, 4).T, names)
-    ops = _segments(np.r_[got.ops.table[:, 2:5].T, [np.arange(len(got.ops.table))]], names)
+    python = _segments(list(np.frombuffer(got.python, np.int64).reshape(-1, 4).T), names)
+    segs = _segments([*got.ops.table[:, 2:5].T, np.arange(len(got.ops.table))], names)
     acts = Activities(got.gpu, got.gpu_names)
     del got.gpu[:]  # NB: copied into acts' columns
     launch = got.launches.rows_of(acts.correlation)
     acts.launched = np.r_[NO_CALL, got.launches.table[:, 3]][launch + 1]
-    acts.callers = np.zeros((len(launch), 7), np.int64)
-    acts.callers[launch >= 0] = callers(got.launches.table[launch[launch >= 0]], got.ops, ops)
-    steps = steps_of(marks, names)
+    acts.places, acts.wheres = np.full(len(launch), -1), []
     main = next(
         (names[t] for _, n, t, *_ in marks.tolist() if names[n][:13] == "ProfilerStep#"), None
     )
@@ -295,7 +295,7 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
         base_us=got.base_us or 0,
         activities=acts,
         names=names,
-        steps=steps,
+        steps=[],
         spans=[],
         span_ns=(int(got.first), int(got.last)),
         python=python,
@@ -304,11 +304,20 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
         has_stacks=bool(python) or bool(got.ops.table[:, 6].any()),
     )
     places = Places(trace)
-    spans = marked_spans(trace, marks, places) + blocked_spans(got, acts, ops, places)
-    return dataclasses.replace(trace, spans=spans)
+    for at in range(0, len(launch), 1 << 14):  # NB: a chunk at a time: four copies of its rows
+        ok = np.flatnonzero(launch[at : at + (1 << 14)] >= 0) + at
+        acts.places[ok] = places.where(callers(got.launches.table[launch[ok]], got.ops, segs))
+    acts.wheres = places.wheres
+    blocked = blocked_spans(got, acts, segs, places)
+    got.ops = got.launches = Calls({}, True)  # NB: the host calls are not needed past here
+    del segs
+    spans = marked_spans(trace, marks, places) + blocked
+    return dataclasses.replace(trace, steps=steps_of(marks, names), spans=spans)
 
 
-def _segments(cols: Ints, names: Sequence[str]) -> dict[str, tuple[Sequence[int], Sequence[int]]]:
+def _segments(
+    cols: list[Ints], names: Sequence[str]
+) -> dict[str, tuple[Sequence[int], Sequence[int]]]:
     """Per thread, the innermost of nested labelled intervals (``cols``: thread, start, end,
     label) over time: segment starts and labels (-1 for none)."""
     tids, starts, ends, labels = cols

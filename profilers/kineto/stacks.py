@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from profilers.kineto.events import NO_CALL, Calls, Ints, RankTrace, Where, user_frame
+from profilers.kineto.events import Calls, Ints, RankTrace, Where, user_frame
 
 Frame = tuple[str, int, str]
 Segments = tuple[Sequence[int], Sequence[int]]
@@ -67,7 +67,8 @@ class Places:
     comparing and summing the pieces' places costs no objects."""
 
     def __init__(self, trace: RankTrace) -> None:
-        self.trace, self.ids, self.wheres = trace, dict[Where, int](), list[Where]()
+        self.trace, self.wheres = trace, list(trace.activities.wheres)
+        self.ids = {w: i for i, w in enumerate(self.wheres)}
         self.frames = {f: i for i, f in enumerate(trace.frames)}
         self.lost: dict[int, int] = {}
 
@@ -83,16 +84,15 @@ class Places:
         """The place id of each activity (``rows``: rows in ``trace.activities``): where its
         launch call was made."""
         acts = self.trace.activities
-        out, lost = np.empty(len(rows), np.int64), acts.launched[rows] == NO_CALL
+        out = acts.places[rows]
         # NB: an activity with no launch in the trace is named after the first one of its
         # correlation id asked for (-1: any with none)
-        for i in np.flatnonzero(lost).tolist():
+        for i in np.flatnonzero(out < 0).tolist():
             corr = int(acts.correlation[rows[i]])
             if corr not in self.lost:
                 name = acts.names[acts.name[rows[i]]][:60]
                 self.lost[corr] = self.id(Where(f"(launch not in trace: {name})"))
             out[i] = self.lost[corr]
-        out[~lost] = self.where(acts.callers[rows[~lost]])
         return out
 
     def where(self, calls: Ints) -> Ints:

@@ -44,7 +44,7 @@ def copy_tables(trace: RankTrace, rows: Ints, places: Places) -> tuple[tuple[Cop
     took = (acts.end[rows] - acts.start[rows]).tolist()
     for name, nbytes, ns, place in zip(
         acts.name[rows].tolist(), acts.bytes[rows].tolist(), took, places.of(rows).tolist(),
-        strict=True,
+        strict=True
     ):  # fmt: skip
         direction, memory = acts.copy_kinds[name]
         for s in (kinds[(direction, memory)], lines[(direction, memory, place)]):
