@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import sys
 from array import array
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -229,7 +228,7 @@ class RankTrace:
     spans: list[HostSpan]
     span_ns: tuple[int, int]
     """The first and last moment of anything in the trace."""
-    python: dict[str, tuple[Sequence[int], Sequence[int]]] = field(default_factory=dict)
+    python: dict[str, tuple[Ints, Ints]] = field(default_factory=dict)
     """Per thread, the user's innermost Python frame over time: segment starts and frame ids
     (in ``frames``; -1: none)."""
     frames: list[tuple[str, int, str]] = field(default_factory=list)

@@ -14,9 +14,9 @@ import os
 import re
 import stat
 import zlib
-from array import array
 from collections.abc import Callable, Iterator, Sequence
 from io import BufferedIOBase
+from itertools import chain
 from typing import Any, TypeVar
 
 import msgspec
@@ -33,7 +33,7 @@ from profilers.kineto.collect import (
 )
 from profilers.kineto.events import NO_CALL, Activities, Calls, Ints, RankTrace
 from profilers.kineto.result import RankResult
-from profilers.kineto.stacks import Places, callers, flatten
+from profilers.kineto.stacks import Places, Segments, callers, flatten
 
 TRACE_ENDINGS = (".json", ".json.gz")
 
@@ -315,22 +315,20 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
     return dataclasses.replace(trace, steps=steps_of(marks, names), spans=spans)
 
 
-def _segments(
-    cols: list[Ints], names: Sequence[str]
-) -> dict[str, tuple[Sequence[int], Sequence[int]]]:
+def _segments(cols: list[Ints], names: Sequence[str]) -> dict[str, Segments]:
     """Per thread, the innermost of nested labelled intervals (``cols``: thread, start, end,
     label) over time: segment starts and labels (-1 for none)."""
     tids, starts, ends, labels = cols
-    out: dict[str, tuple[Sequence[int], Sequence[int]]] = {}
+    out: dict[str, Segments] = {}
     for tid in np.unique(tids).tolist():
         rows = np.flatnonzero(tids == tid)
         rows = rows[np.lexsort((-ends[rows], starts[rows]))]
-        ivs = (
-            iv
-            for at in range(0, len(rows), 1 << 14)  # NB: a list of ints each: 3x the memory
-            for iv in zip(*(c[rows[at : at + (1 << 14)]].tolist() for c in cols[1:]), strict=True)
+        out[names[tid]] = flatten(
+            chain.from_iterable(  # NB: lists of ints a chunk at a time (all: 3x the memory)
+                zip(*(c[rows[at : at + (1 << 14)]].tolist() for c in cols[1:]), strict=True)
+                for at in range(0, len(rows), 1 << 14)
+            )
         )
-        out[names[tid]] = flatten(ivs, -1, array("q"), array("q"))
     return out
 
 

@@ -8,46 +8,33 @@ code (:func:`profilers.kineto.events.user_frame`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, MutableSequence, Sequence
-from typing import TypeVar
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from profilers.kineto.events import Calls, Ints, RankTrace, Where, user_frame
 
 Frame = tuple[str, int, str]
-Segments = tuple[Sequence[int], Sequence[int]]
-T = TypeVar("T")
+Segments = tuple[Ints, Ints]
 
 
-def flatten(
-    intervals: Iterable[tuple[int, int, T]],
-    none: T,
-    starts: MutableSequence[int],
-    labels: MutableSequence[T],
-) -> tuple[MutableSequence[int], MutableSequence[T]]:
+def flatten(intervals: Iterable[tuple[int, int, int]]) -> tuple[Ints, Ints]:
     """Nested intervals, sorted by start and longest first, as disjoint segments labelled by the
-    innermost one (``none`` where no interval is), appended to ``starts`` and ``labels``: a
-    segment runs from its start to the next one's. O(n)."""
-
-    def emit(t: int, label: T) -> None:
-        if starts and starts[-1] == t:
-            labels[-1] = label
-        else:
-            starts.append(t)
-            labels.append(label)
-
-    stack: list[tuple[int, T]] = []
-    for start, end, frame in intervals:
+    innermost one (-1 where no interval is): their starts and labels, a segment running from its
+    start to the next one's. O(n)."""
+    out, stack = array("q"), list[tuple[int, int]]()
+    add = out.extend  # NB: a segment each start and end, one call each (the loop is the cost)
+    for start, end, label in intervals:
         while stack and stack[-1][0] <= start:
-            ended = stack.pop()[0]
-            emit(ended, stack[-1][1] if stack else none)
-        stack.append((max(end, start), frame))
-        emit(start, frame)
+            add((stack.pop()[0], stack[-1][1] if stack else -1))
+        stack.append((max(end, start), label))
+        add((start, label))
     while stack:
-        ended = stack.pop()[0]
-        emit(ended, stack[-1][1] if stack else none)
-    return starts, labels
+        add((stack.pop()[0], stack[-1][1] if stack else -1))
+    rows = np.frombuffer(out, np.int64).reshape(-1, 2)
+    last = np.r_[rows[1:, 0] != rows[:-1, 0], True][: len(rows)]  # NB: of those at one time
+    return rows[last, 0], rows[last, 1]
 
 
 def _on_threads(
@@ -57,8 +44,8 @@ def _on_threads(
     for tid in np.unique(tids[out < 0]).tolist():
         if tid >= 0 and (got := segments.get(names[tid])) is not None and len(got[1]):
             on = (out < 0) & (tids == tid)
-            i = np.searchsorted(np.asarray(got[0]), t[on], "right") - 1
-            out[on] = np.where(i >= 0, np.asarray(got[1])[np.maximum(i, 0)], -1)
+            i = np.searchsorted(got[0], t[on], "right") - 1
+            out[on] = np.where(i >= 0, got[1][np.maximum(i, 0)], -1)
 
 
 class Places:
