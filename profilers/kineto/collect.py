@@ -201,7 +201,8 @@ class Collect:
         marked = {n for n in set(hnames) if n.startswith(MARKS) and (
             n[0] == "P" or is_input(n) or n.startswith(COMM_PREFIXES))}  # fmt: skip
         mark = (kinds != 5) & np.array([n in marked for n in hnames] if marked else 0, bool)
-        stacks = [(s if isinstance(s, str) else "") if m else None
+        plain = stack.count("") == len(stack)  # NB: no Call stack (the common case): no ids
+        stacks = [] if plain else [(s if isinstance(s, str) else "") if m else None
                   for s, m in zip(stack, ((kinds == 3) | mark).tolist(), strict=True)]  # fmt: skip
         ids, host_at = self.ops.ids, host.tolist()
         firsts: dict[str, tuple[int, int]] = {}  # a new key's first (event, place in it)
@@ -214,7 +215,7 @@ class Collect:
         ids.update({k: len(ids) + i for i, k in enumerate(sorted(firsts, key=firsts.__getitem__))})
         t = np.fromiter(map(ids.__getitem__, tids), np.int64, len(tids))
         n = np.fromiter(map(ids.__getitem__, hnames), np.int64, len(tids))
-        stack_id = np.array([0 if k is None else ids[k] for k in stacks], np.int64)
+        stack_id = np.array([0 if k is None else ids[k] for k in stacks] or 0 * t, np.int64)
         run, runs = kinds == 5, (kinds == 5).tolist()
         ext = [lo if e is None and r else e for e, lo, r in zip(ext, ext_lower, runs, strict=True)]
         ext_id, hs, he = numbers(ext, 0), start[host], end[host]
