@@ -127,7 +127,9 @@ def charge_device(
     last = np.maximum.accumulate(np.where(opened, np.arange(n), -1))
     began = np.where(last >= 0, np.maximum(s[np.maximum(last, 0)], begin), begin)
     gap_end = np.minimum(s, finish)
-    g, points = np.flatnonzero(opened & (gap_end > until)), np.r_[np.unique(host[:2]), -NO_CALL - 1]
+    g = np.flatnonzero(opened & (gap_end > until))
+    # NB: return_inverse: by a sort (numpy 2.4 hashes plain unique(), 4-10x slower on these)
+    points = np.r_[np.unique(host[:2], return_inverse=True)[0], -NO_CALL - 1]
     gaps = [until[g], gap_end[g], np.r_[begin, began[:-1]][g], rows[g]]
     if n == len(rows) and finish > reach[-1]:  # after the last GPU work (-1): nothing queued
         gaps = [np.r_[c, x] for c, x in zip(gaps, (reach[-1], finish, began[-1], -1), strict=True)]
