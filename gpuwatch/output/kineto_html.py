@@ -13,16 +13,8 @@ from profilers.kineto.result import CAUSES, DEFINITIONS, DeviceTime, RankResult,
 MAX_STEPS = 100
 """Step rows per rank (the first; the rest summed in one line): the page stays under 1 MB per
 rank however many steps or kernels the trace holds (tables of the top lines and kernels)."""
-COLOURS = {
-    "busy": "#2e7d32",
-    "input": "#f9a825",
-    "sync": "#c62828",
-    "copy": "#6a1b9a",
-    "comm": "#1565c0",
-    "launch": "#8d6e63",
-    "dependency": "#00838f",
-    "warmup": "#bdbdbd",
-}
+COLOURS = {"busy": "#2e7d32", "input": "#f9a825", "sync": "#c62828", "copy": "#6a1b9a",
+           "comm": "#1565c0", "launch": "#8d6e63", "dependency": "#00838f", "warmup": "#bdbdbd"}  # fmt: skip
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{padding:2px 8px;text-align:right}

@@ -52,21 +52,6 @@ def read_on_worker(path: str, here: str) -> Outcome:
     return type(got)(str(got).replace(full, path))
 
 
-def _dask(address: str, stack: ExitStack) -> Executor:
-    try:
-        from distributed import Client
-    except ImportError:
-        raise CliError(
-            "--scheduler needs Dask's distributed: pip install 'gpuwatch[dask]'"
-        ) from None
-    try:  # NB: waits distributed.comm.timeouts.connect (30 s unless configured)
-        client = Client(address, set_as_default=False)  # type: ignore[no-untyped-call,unused-ignore]
-    except (OSError, ValueError) as exc:
-        raise CliError(f"cannot reach the Dask scheduler {address}: {exc}") from None
-    stack.callback(client.close)
-    return client.get_executor()  # type: ignore[no-untyped-call,no-any-return,unused-ignore]
-
-
 class _Bar:
     """A rich progress bar on stderr, shown only once the reads have taken a second."""
 
@@ -88,34 +73,6 @@ class _Bar:
             self.bar.update(0, completed=done)
 
 
-def _outcomes(
-    files: list[str], jobs: int | None, scheduler: str | None, show: bool
-) -> dict[str, Outcome]:
-    with ExitStack() as stack:
-        bar = _Bar(len(files), show, stack)
-        workers = min(len(files), jobs or os.cpu_count() or 1)
-        if scheduler is None and (
-            workers < 2 or (jobs is None and sum(map(os.path.getsize, files)) < POOL_BYTES)
-        ):
-            got: dict[str, Outcome] = {}
-            for path in files:
-                got[path] = read_rank(path)
-                bar.tick(len(got))
-            return got
-        if scheduler is not None:
-            dask = _dask(scheduler, stack)
-            futures = {p: dask.submit(read_on_worker, p, os.getcwd()) for p in files}
-        else:
-            pool = ProcessPoolExecutor(workers)
-            stack.callback(pool.shutdown, cancel_futures=True)  # NB: Ctrl-C reads no more ranks
-            futures = {p: pool.submit(read_rank, p) for p in files}
-        pending = set(futures.values())
-        while pending:
-            _, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-            bar.tick(len(files) - len(pending))
-        return {p: f.result() for p, f in futures.items()}
-
-
 def read_ranks(
     paths: Sequence[str], jobs: int | None = None, scheduler: str | None = None, show: bool = False
 ) -> TraceAnalysis:
@@ -123,5 +80,39 @@ def read_ranks(
     read on its own: ``jobs`` processes (default one per core, 1: in this process) or the Dask
     cluster at ``scheduler``; a rich bar on stderr when ``show`` and the reads take a second."""
     listed = [trace_files(p) for p in paths]
-    got = _outcomes([f for files in listed for f in files], jobs, scheduler, show)
+    files = [f for names in listed for f in names]
+    got: dict[str, Outcome] = {}
+    with ExitStack() as stack:
+        bar = _Bar(len(files), show, stack)
+        workers = min(len(files), jobs or os.cpu_count() or 1)
+        if scheduler is None and (
+            workers < 2 or (jobs is None and sum(map(os.path.getsize, files)) < POOL_BYTES)
+        ):
+            for path in files:
+                got[path] = read_rank(path)
+                bar.tick(len(got))
+        elif scheduler is not None:
+            try:
+                from distributed import Client
+            except ImportError:
+                raise CliError(
+                    "--scheduler needs Dask's distributed: pip install 'gpuwatch[dask]'"
+                ) from None
+            try:  # NB: waits distributed.comm.timeouts.connect (30 s unless configured)
+                client = Client(scheduler, set_as_default=False)  # type: ignore[no-untyped-call,unused-ignore]
+            except (OSError, ValueError) as exc:
+                raise CliError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from None
+            stack.callback(client.close)
+            dask: Executor = client.get_executor()  # type: ignore[no-untyped-call,unused-ignore]
+            futures = {p: dask.submit(read_on_worker, p, os.getcwd()) for p in files}
+        else:
+            pool = ProcessPoolExecutor(workers)
+            stack.callback(pool.shutdown, cancel_futures=True)  # NB: Ctrl-C reads no more ranks
+            futures = {p: pool.submit(read_rank, p) for p in files}
+        if not got:
+            pending = set(futures.values())
+            while pending:
+                _, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                bar.tick(len(files) - len(pending))
+            got = {p: f.result() for p, f in futures.items()}
     return TraceAnalysis(tuple(paths), tuple(in_rank_order(paths, listed, got.__getitem__)))

@@ -49,6 +49,7 @@ RUN_TOP = 30
 NOTHING_NEXT = Where("(no later GPU work in the trace)")
 NO_GPU_WORK = "no GPU work"
 MAX_SLICES = 20_000
+GAPS = 1 << 14  # charged at a time (each costs a few hundred bytes while it is)
 """The timeline keeps each rank's longest busy runs and idle pieces (docs/trace.md)."""
 COMM, LAUNCH, DEPENDENCY, WARMUP = (CAUSES.index(c) for c in CAUSES[3:])
 WORDS = {**VERDICTS, "dependency": "dependency-bound"}
@@ -80,10 +81,9 @@ def _waits(spans: Sequence[HostSpan], places: Places) -> Ints:
     return np.array(rows, np.int64).T
 
 
-def _by_host(a: Ints, b: Ints, own: Ints, rest: Ints, past: Ints, host: Ints) -> Ints:
+def _by_host(a: Ints, b: Ints, own: Ints, rest: Ints, past: Ints, host: Ints, points: Ints) -> Ints:
     """Each ``[a, b)`` charged to the host's wait at each moment (``host``: :func:`_waits`), its
     first ``own`` ns in no wait to ``rest`` (cause and place), the rest of them to ``past``."""
-    points = np.r_[np.unique(host[:2]), -NO_CALL - 1]
     lo, hi = np.searchsorted(points, a, "right"), np.searchsorted(points, b)
     count = hi - lo + 1  # each [a, b) cut where a wait begins or ends inside it
     q = np.repeat(np.arange(len(a)), count)
@@ -128,38 +128,51 @@ def charge_device(
     began = np.where(last >= 0, np.maximum(s[np.maximum(last, 0)], begin), begin)
     gap_end = np.minimum(s, finish)
     g = np.flatnonzero(opened & (gap_end > until))
-    nxt = rows[g]
-    starts, ends, froms = until[g], gap_end[g], np.r_[begin, began[:-1]][g]
-    launch, nccl = trace.launches.starts_of(acts.correlation[nxt]), acts.nccl[nxt]
-    place = places.of(nxt)
-    if n == len(rows) and finish > reach[-1]:  # after the last GPU work: nothing queued
-        starts, ends, froms = np.r_[starts, reach[-1]], np.r_[ends, finish], np.r_[froms, began[-1]]
-        launch, nccl = np.r_[launch, finish], np.r_[nccl, False]
-        place = np.r_[place, places.id(NOTHING_NEXT)]
-    # NB: K queued before the GPU ran dry (or before the trace began) waited on another
-    # stream, an event or the other ranks, not on the host, whatever it was doing
-    cause = np.where(launch <= starts, np.where(nccl, COMM, DEPENDENCY), LAUNCH)
-    if cold and len(g) and g[0] == 0:
-        cause[0] = WARMUP
-    late = cause == LAUNCH
-    a, b, p, nccl = starts[late], ends[late], place[late], nccl[late]
-    cut, launched = np.minimum(launch[late], b), np.stack([np.full(len(a), LAUNCH), p])
-    # the GPU ran dry in a wait: the wait's refill, up to the GPU work it waited for (what
-    # the host would have overlapped had it not waited); the host's Python past that is launch
-    j = np.searchsorted(blocked[0], a, "right") - 1
-    drained = a <= blocked[1, j]
-    own = np.where(drained, np.maximum(0, a - np.maximum(blocked[4, j], froms[late])), 0)
-    tail, t = b > cut, (b > cut) & ~nccl
-    pieces = np.concatenate(
-        [
-            np.stack([starts, ends, cause, place])[:, ~late],
-            _by_host(a, cut, own, np.where(drained, blocked[2:4, j], launched), launched, host),
-            np.stack([cut, b, np.full(len(a), COMM), p])[:, tail & nccl],
-            _by_host(cut[t], b[t], own[t] * 0, launched[:, t], launched[:, t], host),
-        ],
-        axis=1,
-    )
-    return pieces[:, np.argsort(pieces[0], kind="stable")]
+    # NB: return_inverse: by a sort (numpy 2.4 hashes plain unique(), 4-10x slower on these)
+    points = np.r_[np.unique(host[:2], return_inverse=True)[0], -NO_CALL - 1]
+    gaps = [until[g], gap_end[g], np.r_[begin, began[:-1]][g], rows[g]]
+    if n == len(rows) and finish > reach[-1]:  # after the last GPU work (-1): nothing queued
+        gaps = [np.r_[c, x] for c, x in zip(gaps, (reach[-1], finish, began[-1], -1), strict=True)]
+    out, warm = [np.zeros((4, 0), np.int64)], cold and len(g) > 0 and g[0] == 0
+    for at in range(0, len(gaps[0]), GAPS):  # NB: in chunks, disjoint and in time order
+        starts, ends, froms, nxt = (c[at : at + GAPS] for c in gaps)
+        launch, nccl = np.where(nxt < 0, finish, acts.launched[nxt]), acts.nccl[nxt] & (nxt >= 0)
+        place = places.of(nxt[nxt >= 0])
+        if nxt[-1] < 0:
+            place = np.r_[place, places.id(NOTHING_NEXT)]
+        # NB: K queued before the GPU ran dry (or before the trace began) waited on another
+        # stream, an event or the other ranks, not on the host, whatever it was doing
+        cause = np.where(launch <= starts, np.where(nccl, COMM, DEPENDENCY), LAUNCH)
+        if warm and at == 0:
+            cause[0] = WARMUP
+        late = cause == LAUNCH
+        a, b, p, nccl = starts[late], ends[late], place[late], nccl[late]
+        cut, launched = np.minimum(launch[late], b), np.stack([np.full(len(a), LAUNCH), p])
+        # the GPU ran dry in a wait: the wait's refill, up to the GPU work it waited for (what
+        # the host would have overlapped had it not waited); the host's Python past that: launch
+        j = np.searchsorted(blocked[0], a, "right") - 1
+        drained = a <= blocked[1, j]
+        own = np.where(drained, np.maximum(0, a - np.maximum(blocked[4, j], froms[late])), 0)
+        tail, t = b > cut, (b > cut) & ~nccl
+        pieces = np.concatenate(
+            [
+                np.stack([starts, ends, cause, place])[:, ~late],
+                _by_host(
+                    a,
+                    cut,
+                    own,
+                    np.where(drained, blocked[2:4, j], launched),
+                    launched,
+                    host,
+                    points,
+                ),
+                np.stack([cut, b, np.full(len(a), COMM), p])[:, tail & nccl],
+                _by_host(cut[t], b[t], own[t] * 0, launched[:, t], launched[:, t], host, points),
+            ],
+            axis=1,
+        )
+        out.append(pieces[:, np.argsort(pieces[0], kind="stable")])
+    return np.concatenate(out, axis=1)
 
 
 def _pieces_in(
@@ -180,11 +193,7 @@ def _pieces_in(
 
 
 def _device_time(
-    device: int,
-    wall_ns: int,
-    busy: Sequence[int],
-    charged: dict[tuple[str, Where], int],
-    top: int,
+    device: int, wall_ns: int, busy: Sequence[int], charged: dict[tuple[str, Where], int], top: int
 ) -> DeviceTime:
     """``busy``: all, compute, all kernels (compute or NCCL), in ns; ``charged``: idle ns by
     (cause, where)."""
@@ -227,25 +236,6 @@ def _timeline(
     times = (np.concatenate([runs, idle], axis=1) - base) / 1e6
     labels = np.concatenate([np.full((2, runs.shape[1]), -1), pieces[2:, heads]], axis=1)
     return [np.full(times.shape[1], device), *times, *labels]
-
-
-def _longest(
-    parts: list[list[npt.NDArray[np.float64]]], slices: int, wheres: list[Where]
-) -> tuple[tuple[Slice, ...], tuple[int, float]]:
-    """The ``slices`` longest of the timeline, longest first (ties: in time order per device),
-    and how many were left out with their ms."""
-    device, start, end, cause, place = (np.concatenate(col) for col in zip(*parts, strict=True))
-    longest = np.argsort(start - end, kind="stable")[:slices]
-    lengths = end - start
-    left_ms = sum(lengths.tolist()) - sum(lengths[longest].tolist())
-    return tuple(
-        Slice(
-            int(d), s, e, CAUSES[int(c)] if c >= 0 else "busy", wheres[int(p)] if c >= 0 else None
-        )
-        for d, s, e, c, p in zip(
-            *(col[longest].tolist() for col in (device, start, end, cause, place)), strict=True
-        )
-    ), (len(start) - len(longest), left_ms)
 
 
 def analyse_rank(trace: RankTrace, top: int = RUN_TOP, slices: int = MAX_SLICES) -> RankResult:
@@ -292,22 +282,29 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP, slices: int = MAX_SLICES)
     in_span = np.flatnonzero((acts.start >= span[0]) & (acts.start < span[1]))
     copies, copy_lines = copy_tables(trace, in_span, places)
     active, streams, (unlaunched, unlaunched_ns) = hta_views(by_device, trace)
-    kept, left = _longest(timeline, slices, places.wheres)
+    # the timeline: its ``slices`` longest, longest first (ties: in time order per device)
+    cols = [np.concatenate(col) for col in zip(*timeline, strict=True)]
+    timeline.clear()
+    longest = np.argsort(cols[1] - cols[2], kind="stable")[:slices]
+    lengths = cols[2] - cols[1]
+    left = (len(lengths) - len(longest), sum(lengths.tolist()) - sum(lengths[longest].tolist()))
+    kept = tuple(
+        Slice(
+            int(d), s, e, *((CAUSES[int(c)], places.wheres[int(p)]) if c >= 0 else ("busy", None))
+        )
+        for d, s, e, c, p in zip(*(col[longest].tolist() for col in cols), strict=True)
+    )
     notes = list(trace.notes)
     if not trace.steps:
         notes.append("no ProfilerStep#N in the trace: one window, the whole trace")
     if not trace.has_stacks:
         notes.append("no Python stacks (profile with with_stack=True for lines): CPU ops named")
     if unlaunched:
-        took = (
-            f"{unlaunched_ns / 1e6:.1f} ms"
-            if unlaunched_ns >= 100_000
-            else f"{unlaunched_ns / 1e3:.0f} us"
-        )
+        took = f"{unlaunched_ns / 1e3:.0f} us"
+        took = f"{unlaunched_ns / 1e6:.1f} ms" if unlaunched_ns >= 100_000 else took
         notes.append(
-            f"{unlaunched} GPU activities ({took} of GPU time) have no "
-            "launch call in the trace (queued before it began): busy counts them, "
-            "HTA (and the HTA view here) leaves them out"
+            f"{unlaunched} GPU activities ({took} of GPU time) have no launch call in the trace "
+            "(queued before it began): busy counts them, HTA (and the HTA view here) leaves them out"
         )
     return RankResult(
         rank=trace.rank,

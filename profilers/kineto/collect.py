@@ -5,8 +5,12 @@ frames, and the spans with a cause (steps, DataLoader waits, collectives, the ho
 from __future__ import annotations
 
 import math
+import operator
 from array import array
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Sequence
+from contextlib import suppress
+from itertools import compress, repeat
 from typing import Any
 
 import msgspec
@@ -16,13 +20,13 @@ from profilers.kineto.events import (
     ASYNC_COPY_CALLS,
     COMM_PREFIXES,
     COPY_OPS,
-    CPU_CATS,
     GPU_CATS,
     KINDS,
     MEMCPY,
     PYTHON_CATS,
     RUNTIME_CATS,
     SYNC_CALLS,
+    Activities,
     Calls,
     HostSpan,
     Ints,
@@ -31,7 +35,7 @@ from profilers.kineto.events import (
     is_input,
     user_frame,
 )
-from profilers.kineto.stacks import Frame, Places
+from profilers.kineto.stacks import Frame, Places, Segments, callers
 
 #: How the names of the CPU spans the analysis needs begin (steps, DataLoader, collectives).
 MARKS = ("ProfilerStep#", "enumerate(DataLoader)", *COMM_PREFIXES)
@@ -100,6 +104,22 @@ def event_of(e: Any) -> Event | None:
 
 
 NO_ARGS = Args()
+#: Each lowered category's class in :meth:`Collect.add`: 0-2 a GPU activity (as GPU_KINDS), 3 a
+#: CPU op, 4 an annotation, 5 a runtime call, 6 "trace", 7 a Python frame, 8 anything else
+CLASSES = GPU_KINDS | {"cpu_op": 3, "operator": 3, "user_annotation": 4, "trace": 6}
+CLASSES |= dict.fromkeys(RUNTIME_CATS, 5) | dict.fromkeys(PYTHON_CATS, 7)
+
+
+def numbers(values: list[Any], default: int | Ints) -> Ints:
+    """:func:`number` of each value as a column (``default``: one, or one per row)."""
+    if (kinds := {*map(type, values)}) <= {int, type(None)}:  # NB: the common case at numpy's
+        none = type(None) in kinds and [v is None for v in values]  # speed, the others one by one
+        with suppress(OverflowError):
+            col = np.array([0 if v is None else v for v in values] if none else values, np.int64)
+            if not (col == -I64).any():
+                return np.where(none, default, col)
+    rows = np.broadcast_to(default, len(values)).tolist()
+    return np.array([number(v, d) for v, d in zip(values, rows, strict=True)], np.int64)
 
 
 class Collect:
@@ -116,98 +136,130 @@ class Collect:
         self.marks = array("q")  # steps, input, comm spans (any CPU op or annotation), as ops
         self.python = array("q")  # rows of 4: thread, start, end, frame (an id in frames)
         self.frames: dict[Frame, int] = {}
-        self.cats: set[str] = set()
-        self.runtime_names: set[str] = set()
-        self.cpu_ops = 0
-        self.first = math.inf
-        self.last = -math.inf
+        self.cats, self.runtime_names = set[str](), set[str]()
+        self.cpu_ops, self.first, self.last = 0, math.inf, -math.inf
         self.own = False
-        self.legacy_kernels = 0
-        """Kernels in the pre-Kineto autograd profiler's spelling (no category, pid "CUDA
-        functions"): torch.autograd.profiler with use_cuda=True before Kineto."""
+        self.legacy_kernels = 0  # the pre-Kineto autograd profiler's: no cat, pid "CUDA functions"
 
-    def add(self, events: Iterable[Event]) -> None:  # noqa: C901 - the hot loop in one frame
-        # NB: a million events in a large trace: locals, and a host call's fields go straight
-        # into its table's row (a call per event would cost a third more)
-        ids, ops, launches, cats = self.ops.ids, self.ops.data, self.launches.data, self.cats
-        names, marks, launching = self.runtime_names, self.marks, self.launching
-        gpu, gpu_names, lowered = self.gpu, self.gpu_names, dict[str, str]()
-        base, first, last = self.base_us, self.first, self.last
-        for e in events:
-            if e.ph != "X":
-                if e.ph == "M" and e.name == "process_name" and isinstance(e.args, Args):
-                    self.own = self.own or str(e.args.name).startswith("gpuwatch:")
-                continue
-            ts, dur = e.ts, e.dur  # NB: inf (1e999), nan, or a time past any clock's: damage
-            if not (type(ts) is float or isinstance(ts, int | float)) or not -MAX < ts < MAX:
-                continue
-            if base is None:
-                base = self.base_us = math.floor(ts)
-            if not (type(dur) is float or isinstance(dur, int | float)) or not -MAX < dur < MAX:
-                continue
-            if type(cat := e.cat) is not str:
-                cat = str(cat)
-            elif (low := lowered.get(cat)) is None:
-                cat = lowered[cat] = cat.lower()
-            else:
-                cat = low
-            if cat == "trace":
-                continue
-            if not cat and e.pid == "CUDA functions":
-                self.legacy_kernels += 1
-            cats.add(cat)
-            name = e.name if type(e.name) is str else str(e.name)
-            args = e.args or NO_ARGS
-            start = round((ts - base) * 1000)
-            end = start + max(0, round(dur * 1000))
-            if start < first:
-                first = start
-            if end > last:
-                last = end
-            kind = GPU_KINDS.get(cat)
-            if kind is not None:
-                if (n := gpu_names.get(name)) is None:
-                    n = gpu_names[name] = len(gpu_names)
-                corr = max(-1, number(args.correlation))  # -1: none (no launch has it)
-                device = number(args.device, number(e.pid, 0))
-                stream = number(args.stream, number(e.tid, 0))
-                gpu.extend(
-                    (kind, n, device, stream, start, end, corr, max(0, number(args.bytes, 0)))
-                )
-                continue
-            is_cpu = cat in CPU_CATS
-            if not is_cpu and cat not in RUNTIME_CATS:
-                frame = user_frame(name) if cat in PYTHON_CATS else None
-                if frame is not None:
-                    th, f = ids.setdefault(str(e.tid), len(ids)), len(self.frames)
-                    self.python.extend((th, start, end, self.frames.setdefault(frame, f)))
-                continue
-            tid = e.tid if type(e.tid) is str else str(e.tid)
-            if (t := ids.get(tid)) is None:
-                t = ids[tid] = len(ids)
-            if (n := ids.get(name)) is None:
-                n = ids[name] = len(ids)
-            ext = args.external_id
-            if is_cpu:
-                ext = number(ext, 0)
-                stack = args.call_stack
-                stack = stack if isinstance(stack, str) else ""
-                if cat != "user_annotation":
-                    self.cpu_ops += 1
-                    ops.extend((ext, n, t, start, end, ext, ids.setdefault(stack, len(ids))))
-                if name.startswith(MARKS) and (
-                    name[0] == "P" or is_input(name) or name.startswith(COMM_PREFIXES)
-                ):
-                    marks.extend((0, n, t, start, end, ext, ids.setdefault(stack, len(ids))))
-                continue
-            names.add(name)
-            corr = args.correlation
-            if (corr := number(corr)) < 0:
-                corr = -2 - len(launches)  # NB: kept (a sync may block the host), a key apart
-            ext = number(args.external_id_lower if ext is None else ext, 0)
-            launches.extend((corr, n, t, start, end, ext, 0))
-            launching[tid] = launching.get(tid, 0) + 1
-        self.first, self.last = first, last
+    def add(self, events: list[Event]) -> None:  # noqa: C901 - one pass, column by column
+        """Keep what the analysis needs of ``events`` (a chunk's, or all) a field at a time, new
+        names given ids in the order one by one gives them. NB: an event whose ``ts`` or ``dur``
+        is no number in range is left out (a good ``ts`` sets ``base_us`` all the same)."""
+        phs = _field("ph", events)
+        xs = list(compress(events, map(operator.eq, phs, repeat("X"))))
+        if (keep := _good(ts := _field("ts", xs))) is not None:
+            xs, ts = list(compress(xs, keep)), list(compress(ts, keep))
+        if self.base_us is None and xs:
+            self.base_us = math.floor(ts[0])
+        if (keep := _good(durs := _field("dur", xs))) is not None:
+            xs, ts, durs = (list(compress(c, keep)) for c in (xs, ts, durs))
+        cats, names = _field("cat", xs), _field("name", xs)
+        cats, names = ([v if type(v) is str else str(v) for v in c] if {*map(type, c)} - {str} else c
+                       for c in (cats, names))  # fmt: skip
+        start = _ns(ts, self.base_us or 0)
+        end = start + np.maximum(0, _ns(durs, 0))
+        self.own = self.own or "M" in phs and any(
+            e.ph == "M" and e.name == "process_name" and isinstance(e.args, Args)
+            and str(e.args.name).startswith("gpuwatch:") for e in events
+        )  # fmt: skip
+        lowered = {c: c.lower() for c in set(cats)}
+        classes = {c: CLASSES.get(low, 8) for c, low in lowered.items()}
+        kind = np.fromiter(map(classes.__getitem__, cats), np.int8, len(cats))
+        if not len(kept := np.flatnonzero(kind != 6)):
+            return None
+        self.first, self.last = min(self.first, start[kept].min()), max(self.last, end[kept].max())
+        self.cats |= set(lowered.values()) - {"trace"}
+        if "" in lowered:
+            self.legacy_kernels += sum(e.pid == "CUDA functions" for e in xs if e.cat == "")
+        events_o, names_o = (np.fromiter(c, object, len(xs)) for c in (xs, names))
+
+        def rows(at: Ints, *fields: str) -> list[list[Any]]:  # name, thread, args' fields
+            args = _field("args", some := events_o[at].tolist())
+            args = [a or NO_ARGS for a in args] if None in args else args
+            return [names_o[at].tolist(), _field("tid", some), *(_field(f, args) for f in fields)]
+
+        gpu = np.flatnonzero(kind < 3)
+        name, tid, corr, dev, stream, size = rows(gpu, "correlation", "device", "stream", "bytes")
+        pid = _field("pid", events_o[gpu].tolist())
+        for n in dict.fromkeys(name):
+            self.gpu_names.setdefault(n, len(self.gpu_names))
+        _append(self.gpu, [
+            kind[gpu], list(map(self.gpu_names.__getitem__, name)),
+            numbers(dev, numbers(pid, 0)), numbers(stream, numbers(tid, 0)),
+            start[gpu], end[gpu], np.maximum(-1, numbers(corr, -1)),
+            np.maximum(0, numbers(size, 0))
+        ])  # fmt: skip
+        host, python = np.flatnonzero((kind >= 3) & (kind <= 5)), np.flatnonzero(kind == 7)
+        py_names = names_o[python].tolist()
+        frames = list(map(user_frame, py_names))
+        python = python[np.array([f is not None for f in frames], bool)]
+        fields = ("correlation", "external_id", "external_id_lower", "call_stack")
+        hnames, tids, corr, ext, ext_lower, stack = rows(host, *fields)
+        tids = list(map(str, tids))  # NB: str: a thread's name in the trace's names
+        py_tids = list(map(str, _field("tid", events_o[python].tolist())))
+        kinds = kind[host]
+        marked = {n for n in set(hnames) if n.startswith(MARKS) and (
+            n[0] == "P" or is_input(n) or n.startswith(COMM_PREFIXES))}  # fmt: skip
+        mark = (kinds != 5) & np.array([n in marked for n in hnames] if marked else 0, bool)
+        plain = stack.count("") == len(stack)  # NB: no Call stack (the common case): no ids
+        stacks = [] if plain else [(s if isinstance(s, str) else "") if m else None
+                  for s, m in zip(stack, ((kinds == 3) | mark).tolist(), strict=True)]  # fmt: skip
+        ids, host_at = self.ops.ids, host.tolist()
+        firsts: dict[str, tuple[int, int]] = {}  # a new key's first (event, place in it)
+        for at, where, keys in ((0, host_at, tids), (0, python.tolist(), py_tids),
+                                (1, host_at, hnames), (2, host_at, stacks)):  # fmt: skip
+            if new := {*keys} - ids.keys() - {None}:
+                earliest = dict(zip(reversed(keys), reversed(where), strict=True))
+                for k in new:
+                    firsts[k] = min(firsts.get(k, (len(xs), 0)), (earliest[k], at))
+        ids.update({k: len(ids) + i for i, k in enumerate(sorted(firsts, key=firsts.__getitem__))})
+        t = np.fromiter(map(ids.__getitem__, tids), np.int64, len(tids))
+        n = np.fromiter(map(ids.__getitem__, hnames), np.int64, len(tids))
+        stack_id = np.array([0 if k is None else ids[k] for k in stacks] or 0 * t, np.int64)
+        run, runs = kinds == 5, (kinds == 5).tolist()
+        ext = [lo if e is None and r else e for e, lo, r in zip(ext, ext_lower, runs, strict=True)]
+        ext_id, hs, he = numbers(ext, 0), start[host], end[host]
+        for arr, keep, key in ((self.ops.data, kinds == 3, ext_id), (self.marks, mark, 0 * t)):
+            _append(arr, [c[keep] for c in (key, n, t, hs, he, ext_id, stack_id)])
+        self.cpu_ops += int((kinds == 3).sum())
+        key = numbers(list(compress(corr, runs)), -1)  # NB: none: kept (a sync may block the host)
+        none = key < 0
+        key[none] = -2 - 7 * (len(self.launches.data) // 7 + np.flatnonzero(none))
+        _append(self.launches.data, [key, n[run], t[run], hs[run], he[run], ext_id[run], 0 * key])
+        self.runtime_names.update(compress(hnames, runs))
+        for tid, count in Counter(compress(tids, runs)).items():
+            self.launching[tid] = self.launching.get(tid, 0) + count
+        fid = [self.frames.setdefault(f, len(self.frames)) for f in frames if f is not None]
+        py_t = list(map(ids.__getitem__, py_tids))
+        _append(self.python, [py_t, start[python], end[python], fid])
+        return None
+
+
+def _field(name: str, objs: list[Any]) -> list[Any]:
+    return list(map(operator.attrgetter(name), objs))  # NB: no tuple per event (the GC's work)
+
+
+def _good(times: list[Any]) -> list[bool] | None:
+    """Which times a trace can hold (not inf, nan or past :data:`MAX`); None: all of them."""
+    with suppress(OverflowError):
+        if {*map(type, times)} <= {int, float} and (abs(np.array(times, float)) < MAX).all():
+            return None
+    return [isinstance(v, int | float) and -MAX < v < MAX for v in times]
+
+
+def _ns(us: list[Any], base: int) -> Ints:
+    """``round((t - base) * 1000)`` of each ``t``, as Python gives it: in float64 for a float,
+    in int64 for an int (exact where a float64 is not)."""
+    kinds = {*map(type, us)}
+    exact: Ints = (np.array(us, np.int64) - base) * 1000 if kinds - {float} else np.zeros(0, int)
+    if float not in kinds:
+        return exact
+    ns = np.rint((np.array(us, float) - base) * 1000).astype(np.int64)
+    return np.where([type(t) is float for t in us], ns, exact) if len(exact) else ns
+
+
+def _append(arr: array[int], cols: Sequence[Any]) -> None:
+    arr.frombytes(np.column_stack(cols).astype(np.int64).tobytes())
 
 
 def steps_of(marks: Ints, names: Sequence[str]) -> list[Step]:
@@ -223,20 +275,23 @@ def steps_of(marks: Ints, names: Sequence[str]) -> list[Step]:
     return sorted(seen.values(), key=lambda s: s.start_ns)
 
 
-def blocked_spans(trace: RankTrace, places: Places) -> list[HostSpan]:
+def blocked_spans(
+    got: Collect, acts: Activities, segments: dict[str, Segments], places: Places
+) -> list[HostSpan]:
     """The host's waits: a synchronising runtime call, or a copy from or to pageable memory
-    (the host stages it), each with the CPU op and line that made it."""
-    acts, launches = trace.activities, trace.launches
+    (the host stages it), each with the CPU op (on ``segments``) and line that made it."""
+    launches = got.launches
     memory = np.array([m == "pageable" for _, m in acts.copy_kinds], bool)[acts.name]
     pageable = acts.correlation[memory & (acts.kind == KINDS.index(MEMCPY))]
     syncs, copies = (
         [launches.ids[n] for n in c if n in launches.ids] for c in (SYNC_CALLS, ASYNC_COPY_CALLS)
     )
-    calls = launches.table[np.sort(launches.rows)]
-    calls = calls[
-        np.isin(calls[:, 1], syncs) | np.isin(calls[:, 1], copies) & np.isin(calls[:, 0], pageable)
+    rows = np.sort(launches.rows)
+    name, key = launches.table[rows, 1], launches.table[rows, 0]
+    calls = launches.table[
+        rows[np.isin(name, syncs) | np.isin(name, copies) & np.isin(key, pageable)]
     ]
-    ops = places.op(calls)
+    ops = callers(calls, got.ops, segments)
     spans: list[HostSpan] = []
     for call, op, where in zip(
         calls.tolist(), ops[:, 1].tolist(), places.where(ops).tolist(), strict=True
@@ -253,7 +308,7 @@ def blocked_spans(trace: RankTrace, places: Places) -> list[HostSpan]:
 
 
 def marked_spans(trace: RankTrace, marks: Ints, places: Places) -> list[HostSpan]:
-    names = trace.ops.names
+    names = trace.names
     marks = marks[
         [is_input(names[n]) or names[n].startswith(COMM_PREFIXES) for n in marks[:, 1].tolist()]
     ]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 import sys
 from array import array
-from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -28,39 +28,20 @@ MEMSET = "memset"
 KINDS = (KERNEL, MEMCPY, MEMSET)
 
 #: Kineto's category of each GPU activity, old (torch 1.8/1.9) and new spellings, lower-cased.
-GPU_CATS = {
-    "kernel": KERNEL,
-    "gpu_memcpy": MEMCPY,
-    "memcpy": MEMCPY,
-    "gpu_memset": MEMSET,
-    "memset": MEMSET,
-}
+GPU_CATS = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "memcpy": MEMCPY, "gpu_memset": MEMSET,
+            "memset": MEMSET}  # fmt: skip
 RUNTIME_CATS = frozenset({"cuda_runtime", "runtime", "cuda_driver", "driver"})
-CPU_CATS = frozenset({"cpu_op", "operator", "user_annotation"})
 PYTHON_CATS = frozenset({"python_function", "python"})
 
 #: Runtime and driver calls that hold the host until the GPU has done something (the CUDA
 #: runtime API's synchronous calls). NB: cudaMemcpy (no Async) is synchronous for every
 #: direction; cudaMemcpyAsync holds the host only when host memory is pageable (handled apart).
-SYNC_CALLS = frozenset(
-    {
-        "cudaDeviceSynchronize",
-        "cudaStreamSynchronize",
-        "cudaEventSynchronize",
-        "cudaMemcpy",
-        "cudaMemcpy2D",
-        "cudaMemcpyFromSymbol",
-        "cudaMemcpyToSymbol",
-        "cudaMemcpyPeer",
-        "cudaMemset",
-        "cuCtxSynchronize",
-        "cuStreamSynchronize",
-        "cuEventSynchronize",
-        "cuMemcpyDtoH_v2",
-        "cuMemcpyHtoD_v2",
-        "cuMemcpy",
-    }
-)
+SYNC_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+    "cudaMemcpy2D", "cudaMemcpyFromSymbol", "cudaMemcpyToSymbol", "cudaMemcpyPeer", "cudaMemset",
+    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoD_v2", "cuMemcpy",
+})  # fmt: skip
 ASYNC_COPY_CALLS = frozenset({"cudaMemcpyAsync", "cudaMemcpy2DAsync", "cuMemcpyAsync"})
 
 #: CPU ops whose host wait is a copy (a blocking ``.to()``/``.cpu()``/``copy_``), not a sync.
@@ -74,15 +55,9 @@ _MEMCPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*(?:\((\w+)\s*->\s*(\w+)\))?", re.IG
 _FRAME = re.compile(r"^(.*)\((\d+)\):\s*(.*)$")
 
 #: Paths that are never the user's own code (a frame there is the library's, not a line to fix).
-_LIBRARY_MARKS = (
-    "site-packages",
-    "dist-packages",
-    "/torch/",
-    "/lib/python3",
-    "/Lib/",  # the standard library on Windows (Python311/Lib/threading.py)
-    "<frozen",
-    "<string>",
-)
+#: (``/Lib/``: the standard library on Windows, ``Python311/Lib/threading.py``).
+_LIBRARY_MARKS = ("site-packages", "dist-packages", "/torch/", "/lib/python3", "/Lib/", "<frozen",
+                  "<string>")  # fmt: skip
 
 
 def memcpy_kind(name: str) -> tuple[str, str]:
@@ -95,11 +70,6 @@ def memcpy_kind(name: str) -> tuple[str, str]:
     host = {"h2d": m.group(2), "d2h": m.group(3)}.get(direction) or ""
     memory = host.lower() if host.lower() in ("pageable", "pinned") else ""
     return direction, memory
-
-
-def is_nccl(name: str) -> bool:
-    """A collective's kernel (NCCL names every kernel ``ncclKernel_*``/``ncclDevKernel_*``)."""
-    return name.startswith(("nccl", "void nccl")) or "ncclKernel" in name
 
 
 def is_input(name: str) -> bool:
@@ -145,6 +115,7 @@ LIBRARIES = frozenset(
 _STDLIB = frozenset(sys.stdlib_module_names) - {"code", "trace", "profile", "test", "this"}
 
 
+@lru_cache(1 << 16)  # NB: a trace names each frame thousands of times
 def user_frame(frame: str) -> tuple[str, int, str] | None:
     """``(file, line, function)`` of a frame written ``path/to/file.py(123): fn`` when it is the
     user's own code (not torch, not an installed package, not the standard library)."""
@@ -167,6 +138,13 @@ class Activities:
     (``kind``: an index in :data:`KINDS`, ``name``: an index in ``names``): a large trace holds
     hundreds of thousands, and a tuple each was most of the analysis's memory."""
 
+    launched: Ints
+    """The start of each one's launch call (:data:`NO_CALL`: none in the trace)."""
+    places: Ints
+    """Where each one's launch call was made: an id in ``wheres`` (-1: no launch in the trace;
+    the reader sets these, and keeps no host call past them)."""
+    wheres: list[Where]
+
     def __init__(self, data: array[int], ids: dict[str, int]) -> None:
         """``data``: a row of 8 a row (kind, name, device, stream, start, end, correlation, bytes);
         ``ids``: the names' ids."""
@@ -176,7 +154,10 @@ class Activities:
         """-1: none (no launch has it)."""
         self.copy_kinds = [memcpy_kind(n) for n in self.names]
         """Per name, :func:`memcpy_kind` (a memcpy's direction and host memory)."""
-        nccl = np.array([is_nccl(n) for n in self.names], bool)
+        # NB: NCCL names every kernel ncclKernel_*/ncclDevKernel_*
+        nccl = np.array(
+            [n.startswith(("nccl", "void nccl")) or "ncclKernel" in n for n in self.names]
+        )
         self.nccl = (self.kind == KINDS.index(KERNEL)) & nccl[self.name]
 
 
@@ -192,15 +173,12 @@ class Calls:
         self.known = self.rows = np.zeros(0, np.int64)
         self.table: npt.NDArray[np.int64] = np.zeros((0, 7), np.int64)
 
-    def col(self, j: int) -> Ints:
-        return self.table[:, j]
-
     def seal(self) -> None:
         """Index the keys (once every call is in)."""
         self.names = list(self.ids)
         self.table = np.frombuffer(self.data, np.int64).reshape(-1, 7)
-        order = np.argsort(self.col(0), kind="stable")
-        key = self.col(0)[order]
+        order = np.argsort(self.table[:, 0], kind="stable")
+        key = self.table[:, 0][order]
         # NB: sorted stably, the first row of a key heads its run and the last one ends it
         heads = np.flatnonzero(np.r_[True, key[1:] != key[:-1]][: len(key)])
         pick = heads if self.first else np.r_[heads[1:], len(key)][: len(heads)] - 1
@@ -212,16 +190,6 @@ class Calls:
             return np.full(len(keys), -1, np.int64)
         i = np.minimum(np.searchsorted(self.known, keys), len(self.known) - 1)
         return np.where(self.known[i] == keys, self.rows[i], -1)
-
-    def starts_of(self, keys: Ints) -> Ints:
-        """The start of each key's call (:data:`NO_CALL` where none)."""
-        rows = self.rows_of(keys)
-        if not len(self.known):
-            return np.full(len(keys), NO_CALL, np.int64)
-        return np.where(rows >= 0, self.col(3)[np.maximum(rows, 0)], NO_CALL)
-
-    def __len__(self) -> int:
-        return len(self.known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,20 +222,16 @@ class RankTrace:
     base_us: float
     """The trace's first timestamp (us): times here count from it."""
     activities: Activities
-    launches: Calls
-    """Runtime calls by correlation id."""
-    ops: Calls
-    """CPU ops by external id (the runtime call's op)."""
+    names: list[str]
+    """The host calls' names, threads and stacks (ids in the reader's rows)."""
     steps: list[Step]
     spans: list[HostSpan]
     span_ns: tuple[int, int]
     """The first and last moment of anything in the trace."""
-    python: dict[str, tuple[Sequence[int], Sequence[int]]] = field(default_factory=dict)
+    python: dict[str, tuple[Ints, Ints]] = field(default_factory=dict)
     """Per thread, the user's innermost Python frame over time: segment starts and frame ids
     (in ``frames``; -1: none)."""
     frames: list[tuple[str, int, str]] = field(default_factory=list)
-    op_segments: dict[str, tuple[Sequence[int], Sequence[int]]] = field(default_factory=dict)
-    """Per thread, the innermost CPU op over time: segment starts and rows in ``ops`` (-1: none)."""
     main_tid: str = ""
     """The thread that records the steps (or launches the most)."""
     notes: tuple[str, ...] = ()

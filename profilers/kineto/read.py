@@ -14,9 +14,9 @@ import os
 import re
 import stat
 import zlib
-from array import array
 from collections.abc import Callable, Iterator, Sequence
 from io import BufferedIOBase
+from itertools import chain
 from typing import Any, TypeVar
 
 import msgspec
@@ -31,9 +31,9 @@ from profilers.kineto.collect import (
     number,
     steps_of,
 )
-from profilers.kineto.events import Activities, Ints, RankTrace
+from profilers.kineto.events import NO_CALL, Activities, Calls, Ints, RankTrace
 from profilers.kineto.result import RankResult
-from profilers.kineto.stacks import Places, flatten
+from profilers.kineto.stacks import Places, Segments, callers, flatten
 
 TRACE_ENDINGS = (".json", ".json.gz")
 
@@ -90,9 +90,9 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def parse_json(data: bytes, path: str) -> Any:
+def parse_json(path: str) -> Any:
     try:
-        return json.loads(data, parse_constant=_no_constant)
+        return json.loads(read_bytes(path), parse_constant=_no_constant)
     except UnicodeDecodeError:
         raise TraceError(f"{path} is not text (neither JSON nor gzip)") from None
     except json.JSONDecodeError as exc:
@@ -152,7 +152,7 @@ def _refuse(path: str, got: Collect, gpus: dict[int, str]) -> None:
             f"{path} is a Chrome trace gpuwatch wrote (its own trace output), not a "
             "torch.profiler trace; report the run's JSON instead"
         )
-    if len(got.launches):
+    if len(got.launches.data):
         raise NoGpuActivity(
             f"{path} has CUDA runtime calls but no GPU activity: CUPTI recorded no kernel or copy "
             "(another profiler such as nsys or ncu holding CUPTI?)"
@@ -167,7 +167,7 @@ def _refuse(path: str, got: Collect, gpus: dict[int, str]) -> None:
     )
 
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 19
 """Read (after gunzip) and decoded at a time: a trace's events never sit in memory whole."""
 _EVENTS = msgspec.json.Decoder(list[Event])
 TRIES = 8
@@ -203,6 +203,7 @@ def _batches(f: BufferedIOBase, meta: dict[str, Any]) -> Iterator[list[Event]]:
                 tries -= 1
                 if (events := _decoded(buf[: i + 1])) is not None:
                     yield events
+                    del events  # NB: one batch alive at a time (the caller drops its own)
                     buf = buf[i + 1 :].lstrip()[1:]
                     break
         if len(buf) > 1 << 24:
@@ -233,6 +234,7 @@ def _streamed(path: str) -> tuple[Collect, dict[str, Any]] | None:
             f: BufferedIOBase = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
             for events in _batches(f, meta):
                 got.add(events)
+                del events
     except (OSError, EOFError, zlib.error, ValueError, msgspec.DecodeError, RecursionError):
         return None
     return got, meta
@@ -245,7 +247,7 @@ def read_trace(path: str, whole: bool = False) -> RankTrace | TraceError:
     try:
         found = None if whole else _streamed(path)
         if found is None:
-            return trace_from_doc(parse_json(read_bytes(path), path), path, 0)
+            return trace_from_doc(parse_json(path), path, 0)
         return _trace(*found, path, 0)
     except TraceError as exc:
         return exc
@@ -260,7 +262,8 @@ def trace_from_doc(doc: Any, path: str, rank: int) -> RankTrace:
             raise NotATrace(f"{path} is a gpuwatch report, compressed: gunzip it first")
         raise NotATrace(f"{path} is JSON but not a Chrome trace (no traceEvents)")
     got = Collect()
-    got.add(e for raw in doc["traceEvents"] if (e := event_of(raw)) is not None)
+    for at in range(0, len(raws := doc["traceEvents"]), 1 << 13):  # as the stream's chunks
+        got.add([e for raw in raws[at : at + (1 << 13)] if (e := event_of(raw)) is not None])
     return _trace(got, doc, path, rank)
 
 
@@ -273,8 +276,13 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and type(info.get("rank")) is int:
         rank = info["rank"]
-    python = _segments(np.frombuffer(got.python, np.int64).reshape(-1, 4).T, names)
-    steps = steps_of(marks, names)
+    python = _segments(list(np.frombuffer(got.python, np.int64).reshape(-1, 4).T), names)
+    segs = _segments([*got.ops.table[:, 2:5].T, np.arange(len(got.ops.table))], names)
+    acts = Activities(got.gpu, got.gpu_names)
+    del got.gpu[:]  # NB: copied into acts' columns
+    launch = got.launches.rows_of(acts.correlation)
+    acts.launched = np.r_[NO_CALL, got.launches.table[:, 3]][launch + 1]
+    acts.places, acts.wheres = np.full(len(launch), -1), []
     main = next(
         (names[t] for _, n, t, *_ in marks.tolist() if names[n][:13] == "ProfilerStep#"), None
     )
@@ -285,36 +293,42 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
         rank=rank,
         gpus=gpus,
         base_us=got.base_us or 0,
-        activities=Activities(got.gpu, got.gpu_names),
-        launches=got.launches,
-        ops=got.ops,
-        steps=steps,
+        activities=acts,
+        names=names,
+        steps=[],
         spans=[],
         span_ns=(int(got.first), int(got.last)),
         python=python,
         frames=list(got.frames),
-        op_segments=_segments(
-            np.r_[got.ops.table[:, 2:5].T, [np.arange(len(got.ops.table))]], names
-        ),
         main_tid=main,
-        has_stacks=bool(python) or bool(got.ops.col(6).any()),
+        has_stacks=bool(python) or bool(got.ops.table[:, 6].any()),
     )
     places = Places(trace)
-    spans = marked_spans(trace, marks, places) + blocked_spans(trace, places)
-    return dataclasses.replace(trace, spans=spans)
+    for at in range(0, len(launch), 1 << 14):  # NB: a chunk at a time: four copies of its rows
+        ok = np.flatnonzero(launch[at : at + (1 << 14)] >= 0) + at
+        acts.places[ok] = places.where(callers(got.launches.table[launch[ok]], got.ops, segs))
+    acts.wheres = places.wheres
+    blocked = blocked_spans(got, acts, segs, places)
+    got.ops = got.launches = Calls({}, True)  # NB: the host calls are not needed past here
+    del segs
+    spans = marked_spans(trace, marks, places) + blocked
+    return dataclasses.replace(trace, steps=steps_of(marks, names), spans=spans)
 
 
-def _segments(cols: Ints, names: Sequence[str]) -> dict[str, tuple[Sequence[int], Sequence[int]]]:
+def _segments(cols: list[Ints], names: Sequence[str]) -> dict[str, Segments]:
     """Per thread, the innermost of nested labelled intervals (``cols``: thread, start, end,
-    label) over time: segment starts and labels (-1 for none), a thread at a time, sorted by
-    numpy on columns, never a tuple per interval kept."""
+    label) over time: segment starts and labels (-1 for none)."""
     tids, starts, ends, labels = cols
-    out: dict[str, tuple[Sequence[int], Sequence[int]]] = {}
+    out: dict[str, Segments] = {}
     for tid in np.unique(tids).tolist():
         rows = np.flatnonzero(tids == tid)
         rows = rows[np.lexsort((-ends[rows], starts[rows]))]
-        ivs = zip(starts[rows].tolist(), ends[rows].tolist(), labels[rows].tolist(), strict=True)
-        out[names[tid]] = flatten(ivs, -1, array("q"), array("q"))
+        out[names[tid]] = flatten(
+            chain.from_iterable(  # NB: lists of ints a chunk at a time (all: 3x the memory)
+                zip(*(c[rows[at : at + (1 << 14)]].tolist() for c in cols[1:]), strict=True)
+                for at in range(0, len(rows), 1 << 14)
+            )
+        )
     return out
 
 

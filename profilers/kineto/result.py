@@ -326,13 +326,8 @@ def _flat(cls: type[R], d: Mapping[str, object]) -> R:
 
 
 def _where(d: Mapping[str, object]) -> Where:
-    line = d.get("line")
-    return Where(
-        str(d["op"]),
-        _opt(d.get("file")),
-        None if line is None else _i(line),
-        _opt(d.get("function")),
-    )
+    line = None if d.get("line") is None else _i(d["line"])
+    return Where(str(d["op"]), _opt(d.get("file")), line, _opt(d.get("function")))
 
 
 def _charge(d: Mapping[str, object]) -> Charge:

@@ -8,46 +8,33 @@ code (:func:`profilers.kineto.events.user_frame`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, MutableSequence, Sequence
-from typing import TypeVar
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from profilers.kineto.events import Ints, RankTrace, Where, user_frame
+from profilers.kineto.events import Calls, Ints, RankTrace, Where, user_frame
 
 Frame = tuple[str, int, str]
-Segments = tuple[Sequence[int], Sequence[int]]
-T = TypeVar("T")
+Segments = tuple[Ints, Ints]
 
 
-def flatten(
-    intervals: Iterable[tuple[int, int, T]],
-    none: T,
-    starts: MutableSequence[int],
-    labels: MutableSequence[T],
-) -> tuple[MutableSequence[int], MutableSequence[T]]:
+def flatten(intervals: Iterable[tuple[int, int, int]]) -> tuple[Ints, Ints]:
     """Nested intervals, sorted by start and longest first, as disjoint segments labelled by the
-    innermost one (``none`` where no interval is), appended to ``starts`` and ``labels``: a
-    segment runs from its start to the next one's. O(n)."""
-
-    def emit(t: int, label: T) -> None:
-        if starts and starts[-1] == t:
-            labels[-1] = label
-        else:
-            starts.append(t)
-            labels.append(label)
-
-    stack: list[tuple[int, T]] = []
-    for start, end, frame in intervals:
+    innermost one (-1 where no interval is): their starts and labels, a segment running from its
+    start to the next one's. O(n)."""
+    out, stack = array("q"), list[tuple[int, int]]()
+    add = out.extend  # NB: a segment each start and end, one call each (the loop is the cost)
+    for start, end, label in intervals:
         while stack and stack[-1][0] <= start:
-            ended = stack.pop()[0]
-            emit(ended, stack[-1][1] if stack else none)
-        stack.append((max(end, start), frame))
-        emit(start, frame)
+            add((stack.pop()[0], stack[-1][1] if stack else -1))
+        stack.append((max(end, start), label))
+        add((start, label))
     while stack:
-        ended = stack.pop()[0]
-        emit(ended, stack[-1][1] if stack else none)
-    return starts, labels
+        add((stack.pop()[0], stack[-1][1] if stack else -1))
+    rows = np.frombuffer(out, np.int64).reshape(-1, 2)
+    last = np.r_[rows[1:, 0] != rows[:-1, 0], True][: len(rows)]  # NB: of those at one time
+    return rows[last, 0], rows[last, 1]
 
 
 def _on_threads(
@@ -57,8 +44,8 @@ def _on_threads(
     for tid in np.unique(tids[out < 0]).tolist():
         if tid >= 0 and (got := segments.get(names[tid])) is not None and len(got[1]):
             on = (out < 0) & (tids == tid)
-            i = np.searchsorted(np.asarray(got[0]), t[on], "right") - 1
-            out[on] = np.where(i >= 0, np.asarray(got[1])[np.maximum(i, 0)], -1)
+            i = np.searchsorted(got[0], t[on], "right") - 1
+            out[on] = np.where(i >= 0, got[1][np.maximum(i, 0)], -1)
 
 
 class Places:
@@ -67,7 +54,8 @@ class Places:
     comparing and summing the pieces' places costs no objects."""
 
     def __init__(self, trace: RankTrace) -> None:
-        self.trace, self.ids, self.wheres = trace, dict[Where, int](), list[Where]()
+        self.trace, self.wheres = trace, list(trace.activities.wheres)
+        self.ids = {w: i for i, w in enumerate(self.wheres)}
         self.frames = {f: i for i, f in enumerate(trace.frames)}
         self.lost: dict[int, int] = {}
 
@@ -82,35 +70,17 @@ class Places:
     def of(self, rows: Ints) -> Ints:
         """The place id of each activity (``rows``: rows in ``trace.activities``): where its
         launch call was made."""
-        trace, acts = self.trace, self.trace.activities
-        launch = trace.launches.rows_of(acts.correlation[rows])
-        out, lost = np.empty(len(rows), np.int64), launch < 0
+        acts = self.trace.activities
+        out = acts.places[rows]
         # NB: an activity with no launch in the trace is named after the first one of its
         # correlation id asked for (-1: any with none)
-        for i in np.flatnonzero(lost).tolist():
+        for i in np.flatnonzero(out < 0).tolist():
             corr = int(acts.correlation[rows[i]])
             if corr not in self.lost:
                 name = acts.names[acts.name[rows[i]]][:60]
                 self.lost[corr] = self.id(Where(f"(launch not in trace: {name})"))
             out[i] = self.lost[corr]
-        out[~lost] = self.where(self.op(trace.launches.table[launch[~lost]]))
         return out
-
-    def op(self, calls: Ints) -> Ints:
-        """The CPU op each runtime call was made in (rows of ``Calls.table``): by external id
-        where the trace links them, else the innermost op on the call's thread at the time,
-        else the call itself."""
-        trace = self.trace
-        tid, start, ext = calls[:, 2], calls[:, 3], calls[:, 5]
-        op = np.where(ext != 0, trace.ops.rows_of(ext), -1)
-        linked = np.flatnonzero(op >= 0)
-        held = trace.ops.table[op[linked]]
-        inside = (held[:, 2] == tid[linked]) & (held[:, 3] <= start[linked])
-        op[linked[~(inside & (start[linked] <= held[:, 4]))]] = -1
-        _on_threads(op, tid, start, trace.op_segments, trace.ops.names)
-        who = calls.copy()
-        who[op >= 0] = trace.ops.table[op[op >= 0]]
-        return who
 
     def where(self, calls: Ints) -> Ints:
         """The place id of each call (rows of ``Calls.table``): its name, and its user line
@@ -118,25 +88,34 @@ class Places:
         else of the ``python_function`` events on the call's thread, else (a thread with no
         Python: autograd's, running backward) on the main thread: the line that called
         ``.backward()``."""
-        trace = self.trace
+        trace, names = self.trace, self.trace.names
         if not len(calls):
             return np.zeros(0, np.int64)
         stacks, inv = np.unique(calls[:, 6], return_inverse=True)
-        frame = np.array([self.frame(_stack_frame(trace.ops.names[s])) for s in stacks.tolist()])
-        frame = frame.astype(np.int64)[inv]
-        _on_threads(frame, calls[:, 2], calls[:, 3], trace.python, trace.ops.names)
-        if (main := trace.ops.ids.get(trace.main_tid)) is not None:
+        frames = (next(filter(None, map(user_frame, names[s].split(";"))), None) for s in stacks)
+        frame = np.array([self.frame(f) for f in frames], np.int64)[inv]  # NB: Call stack: ";"
+        _on_threads(frame, calls[:, 2], calls[:, 3], trace.python, names)
+        if trace.main_tid in names:
+            main = names.index(trace.main_tid)
             tids = np.where(calls[:, 2] != main, main, -1)
-            _on_threads(frame, tids, calls[:, 3], trace.python, trace.ops.names)
+            _on_threads(frame, tids, calls[:, 3], trace.python, names)
         keys, inv = np.unique(np.stack([calls[:, 1], frame], 1), axis=0, return_inverse=True)
-        frames = list(self.frames)
-        places = [
-            Where(trace.ops.names[n]) if f < 0 else Where(trace.ops.names[n], *frames[f])
-            for n, f in keys.tolist()
-        ]
+        got = list(self.frames)
+        places = [Where(names[n], *got[f]) if f >= 0 else Where(names[n]) for n, f in keys.tolist()]
         return np.array([self.id(w) for w in places], np.int64)[inv.reshape(-1)]
 
 
-def _stack_frame(stack: str) -> Frame | None:
-    """The innermost user frame of an old trace's ``Call stack``."""
-    return next(filter(None, map(user_frame, stack.split(";"))), None) if stack else None
+def callers(calls: Ints, ops: Calls, segments: Mapping[str, Segments]) -> Ints:
+    """The CPU op each runtime call was made in (rows of ``Calls.table``): by external id
+    where the trace links them, else the innermost op on the call's thread at the time (the
+    thread's ``segments``), else the call itself."""
+    tid, start, ext = calls[:, 2], calls[:, 3], calls[:, 5]
+    op = np.where(ext != 0, ops.rows_of(ext), -1)
+    linked = np.flatnonzero(op >= 0)
+    held = ops.table[op[linked]]
+    inside = (held[:, 2] == tid[linked]) & (held[:, 3] <= start[linked])
+    op[linked[~(inside & (start[linked] <= held[:, 4]))]] = -1
+    _on_threads(op, tid, start, segments, ops.names)
+    who = calls.copy()
+    who[op >= 0] = ops.table[op[op >= 0]]
+    return who

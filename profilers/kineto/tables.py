@@ -44,7 +44,7 @@ def copy_tables(trace: RankTrace, rows: Ints, places: Places) -> tuple[tuple[Cop
     took = (acts.end[rows] - acts.start[rows]).tolist()
     for name, nbytes, ns, place in zip(
         acts.name[rows].tolist(), acts.bytes[rows].tolist(), took, places.of(rows).tolist(),
-        strict=True,
+        strict=True
     ):  # fmt: skip
         direction, memory = acts.copy_kinds[name]
         for s in (kinds[(direction, memory)], lines[(direction, memory, place)]):
@@ -71,7 +71,7 @@ def hta_views(
     base, acts = trace.span_ns[0], trace.activities
     active, streams = [], []
     left_out = [0, 0]
-    launched = trace.launches.starts_of(acts.correlation)
+    launched = acts.launched
     for device, every in sorted(by_device.items()):
         # NB: in a trace of two or more steps, HTA analyses only the activities whose launch
         # call is in the trace (it drops the rest as work of iterations it did not trace, though
