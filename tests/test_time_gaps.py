@@ -22,11 +22,12 @@ from profilers.timing.line_time import LineTime
 from profilers.timing.timeline import StepClock
 from tests.profiler_helpers import line_of
 
+MS = 1_000_000
+
 
 class _Samples:
-    def __init__(self, samples: list[tuple[int, str]], interval_s: float = 0.005) -> None:
+    def __init__(self, samples: list[tuple[int, str, int]]) -> None:
         self.samples = samples
-        self.interval_s = interval_s
         self.learned: dict[tuple[str, str, int], tuple[int, dict[str, float]]] = {}
 
 
@@ -39,12 +40,12 @@ def _line(launch_ns: int) -> LineTime:
 def test_a_gap_goes_to_the_lines_sampled_in_it_each_reading_for_the_time_nearest_it() -> None:
     lines = {"a.py:7": _line(12_000_000), "a.py:9": _line(1_000)}
     samples = [
-        (500, "a.py:3"),  # before the gap: not its
-        (1_000_000, "a.py:6"),
-        (3_000_000, "a.py:6"),
-        (5_000_000, "a.py:6"),
-        (7_000_000, "a.py:7"),  # the charged line's own share stays
-        (11_000_000, "a.py:2"),  # after it
+        (500, "a.py:3", 0),  # before the gap: not its
+        (1_000_000, "a.py:6", MS),  # NB: each one as punctual as the sampler's wait before it
+        (3_000_000, "a.py:6", 2 * MS),
+        (5_000_000, "a.py:6", 2 * MS),
+        (7_000_000, "a.py:7", 2 * MS),  # the charged line's own share stays
+        (11_000_000, "a.py:2", 4 * MS),  # after it
     ]
     # 10 ms from 0.5 ms, charged to line 7 (the op after it): each reading stands for the
     # time nearer to it: line 6's from the gap's start to 6 ms (midway to line 7's reading),
@@ -59,26 +60,33 @@ def test_a_gap_goes_to_the_lines_sampled_in_it_each_reading_for_the_time_nearest
     # have taken some out)
     lines = {"a.py:7": _line(2_000_000)}
     gap = [(0, 10_000_000, "a.py:7", "a.py:5")]
-    name_gaps(gap, _Samples([(5, "a.py:6")]), lines, LineTime)  # type: ignore[arg-type]
+    name_gaps(gap, _Samples([(5, "a.py:6", 0)]), lines, LineTime)  # type: ignore[arg-type]
     assert (lines["a.py:7"].launch_ns, lines["a.py:6"].launch_ns) == (0, 2_000_000)
 
 
 def test_a_late_reading_stands_for_half_an_interval_before_it_the_wait_is_the_line_before() -> None:
     # a 120 ms spin at line 6, read every 5 ms, then the op at line 7: the reading due at
     # 95 ms waited for the GIL until the op let it go at 119 ms (or for a core, on a loaded box)
-    samples = [(ms * 1_000_000, "a.py:6") for ms in range(5, 95, 5)] + [(119_000_000, "a.py:7")]
-    lines = {"a.py:7": _line(120_000_000)}
-    name_gaps([(0, 120_000_000, "a.py:7", "a.py:5")], _Samples(samples), lines, LineTime)  # type: ignore[arg-type]
-    # line 7's reading stands for 2.5 ms before it (half the interval) and the 1 ms after it
+    samples = [(ms * MS, "a.py:6", 5 * MS) for ms in range(5, 95, 5)] + [
+        (119 * MS, "a.py:7", 5 * MS)
+    ]
+    lines = {"a.py:7": _line(120 * MS)}
+    name_gaps([(0, 120 * MS, "a.py:7", "a.py:5")], _Samples(samples), lines, LineTime)  # type: ignore[arg-type]
+    # line 7's reading stands for 2.5 ms before it (half the wait) and the 1 ms after it
     assert lines["a.py:7"].launch_ns == 3_500_000
     assert lines["a.py:6"].launch_ns == 116_500_000
+    # while ops flow the sampler waits 50 ms: a reading due then is not late (nearest: 70/30)
+    samples = [(45 * MS, "a.py:9", 50 * MS), (95 * MS, "a.py:10", 50 * MS)]
+    lines = {"a.py:10": _line(100 * MS)}
+    name_gaps([(0, 100 * MS, "a.py:10", "a.py:5")], _Samples(samples), lines, LineTime)  # type: ignore[arg-type]
+    assert (lines["a.py:9"].launch_ns, lines["a.py:10"].launch_ns) == (70 * MS, 30 * MS)
 
 
 def test_a_gap_no_reading_fell_in_takes_the_split_the_same_gap_had_in_other_steps() -> None:
     # a loop: the op at line 5, a 20 ms sleep at line 6, the op at line 7; a reading every
     # 50 ms falls in the gap of one step in two or three
     sampler = _Samples(
-        [(15_000_000, "a.py:6"), (65_000_000, "a.py:6"), (75_000_000, "a.py:4")], 0.05
+        [(15 * MS, "a.py:6", 50 * MS), (65 * MS, "a.py:6", 50 * MS), (75 * MS, "a.py:4", 10 * MS)]
     )
     step1 = {"a.py:7": _line(20_000_000)}
     name_gaps([(10_000_000, 30_000_000, "a.py:7", "a.py:5")], sampler, step1, LineTime)  # type: ignore[arg-type]
@@ -101,7 +109,7 @@ def test_a_gap_no_reading_fell_in_takes_the_split_the_same_gap_had_in_other_step
     assert step3["a.py:6"].launch_ns == 18_000_000 and step3["a.py:4"].launch_ns == 6_000_000
     assert step3["a.py:7"].launch_ns == 400_000_000 - 24_000_000
     # a snapshot (learn=False) uses the splits but adds none
-    fresh = _Samples([(100, "a.py:9")])
+    fresh = _Samples([(100, "a.py:9", 0)])
     name_gaps(
         [(0, 1_000, "a.py:7", "a.py:5")], fresh, {"a.py:7": _line(1_000)}, LineTime, learn=False
     )  # type: ignore[arg-type]

@@ -73,6 +73,9 @@ reading fell in them (:func:`name_gaps`)."""
 STEP_END = "<step end>"
 """What comes before a gap that ends a step (not an op: its line may run ops too)."""
 
+Sample = tuple[int, str, int]
+"""A reading: when, ``file:line``, how long the sampler waited before it (:class:`GapSampler`)."""
+
 MAX_SAMPLES = 1 << 15
 """Samples kept (the newest: two and a half minutes at :data:`INTERVAL_S`)."""
 
@@ -121,9 +124,10 @@ class GapSampler:
         """(what came before a gap, the line charged, its length's power of two) -> (gaps
         with readings, the sum of their splits: the fraction of each gap by line read in it)
         (:func:`name_gaps`)."""
-        self.samples: deque[tuple[int, str]] = deque(maxlen=MAX_SAMPLES)
-        """(when: on the script's time, with a clock; ``file:line``), oldest first (appended by
-        the sampler only: atomic)."""
+        self.samples: deque[Sample] = deque(maxlen=MAX_SAMPLES)
+        """(when: on the script's time, with a clock; ``file:line``; the ns the sampler waited
+        before it: a reading later than that waited for the GIL or a core), oldest first
+        (appended by the sampler only: atomic)."""
         self._stop = threading.Event()
         self._thread = OwnThread(target=self._run, name="gpuwatch-gap-sampler", daemon=True)
 
@@ -140,14 +144,15 @@ class GapSampler:
         clock = None if self.steady else self.clock
         interval, seen = self.interval_s, None
         while not self._stop.wait(interval):
-            self.sample()
+            self.sample(int(interval * 1e9))
             if clock is not None:  # NB: a gap in progress: no op ended since the last reading
                 now = clock.last_ns
                 interval = self.interval_s if now == seen else SLOW_S
                 seen = now
 
-    def sample(self) -> None:
-        """One reading: the line the thread is at now (nothing when it runs no user code)."""
+    def sample(self, waited_ns: int = 0) -> None:
+        """One reading: the line the thread is at now (nothing when it runs no user code),
+        ``waited_ns`` after the one before."""
         stack = _stack_of(self.ident, self.user.decided)
         user = self.user
         i = first = _first_user(stack, 0, user)
@@ -165,7 +170,7 @@ class GapSampler:
         samples = self.samples
         if samples and when < samples[-1][0]:  # NB: in order (the calibrated part is a guess)
             when = samples[-1][0]
-        samples.append((when, f"{user.display(filename)}:{line}"))
+        samples.append((when, f"{user.display(filename)}:{line}", waited_ns))
 
     def forget(self, before_ns: int) -> None:
         """Drops the samples taken before ``before_ns`` (a closed step's; on the script's time,
@@ -204,7 +209,7 @@ def _first_user(
     return next((i for i in range(start, len(stack)) if user(stack[i][0])), None)
 
 
-def _between(samples: list[tuple[int, str]], start_ns: int, end_ns: int) -> list[tuple[int, str]]:
+def _between(samples: list[Sample], start_ns: int, end_ns: int) -> list[Sample]:
     """The samples taken strictly inside ``(start_ns, end_ns)``."""
     lo = bisect_right(samples, start_ns, key=itemgetter(0))
     return samples[lo : bisect_left(samples, end_ns, key=itemgetter(0))]
@@ -252,7 +257,7 @@ def name_gaps(
         seen = _between(samples, start, end)
         where = (before, charged, (end - start).bit_length())
         if seen:
-            share = _split(seen, start, end, round(sampler.interval_s * 1e9))
+            share = _split(seen, start, end)
             if learn and (where in learned or len(learned) < MAX_LEARNED):
                 count, fractions = learned.get(where, (0, {}))
                 fractions = dict(fractions)  # NB: a snapshot on another thread may read it
@@ -272,10 +277,10 @@ def name_gaps(
                 spans.append((start, end, charged, top))
 
 
-def _split(seen: list[tuple[int, str]], start: int, end: int, interval_ns: int) -> dict[str, int]:
+def _split(seen: list[Sample], start: int, end: int) -> dict[str, int]:
     """A gap's ns by line from the readings inside it: each reading stands for the time nearer
     to it than to the readings beside it (the first also from the gap's start, the last to its
-    end), and a late one for half a reading's interval before it, not more.
+    end), and a late one for half the sampler's wait before it, not more.
 
     NB: nearest, not "since the reading before": a reading waits for the GIL, up to the
     interpreter's switch interval (5 ms) while the thread runs Python, and is served at once
@@ -286,8 +291,8 @@ def _split(seen: list[tuple[int, str]], start: int, end: int, interval_ns: int) 
     the GIL (or the sampler waited for a core while the script ran on)."""
     share: dict[str, int] = {}
     before = start
-    for (when, key), (after, _) in zip(seen, seen[1:], strict=False):
-        middle = after - min(after - when, interval_ns) // 2
+    for (when, key, _), (after, _, waited) in zip(seen, seen[1:], strict=False):
+        middle = after - min(after - when, waited or after - when) // 2
         share[key] = share.get(key, 0) + middle - before
         before = middle
     last = seen[-1][1]
