@@ -52,7 +52,7 @@ class Outputs:
     what: str = "a report"
     """What ``-o`` writes."""
     quiet_help: str = "quiet: no summary, no 'wrote' lines (errors only)"
-    top_default: int = 5
+    top_default: int | None = 5  # None: the command picks it (``report``: by document)
     top_help: str = "lines per top list"
     magic: bool = False
     """Also options of the notebook magic (``%%gpuwatch``)."""
@@ -94,7 +94,8 @@ class Outputs:
             self.top_default,
             Flag(
                 ("-n", "--top"),
-                f"{self.top_help} (default {self.top_default})",
+                self.top_help
+                + ("" if self.top_default is None else f" (default {self.top_default})"),
                 parse=bounded_int(1, 1_000_000),
                 metavar="N",
                 magic=self.magic,

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from dataclasses import replace
 
 import pytest
@@ -131,13 +133,15 @@ def test_diff_writes_json_in_its_schema_html_and_checks_growth(tmp_path, capsys)
 
 
 def test_a_saved_diff_is_shown_and_written_again_as_the_diff_said_it(tmp_path, capsys):
-    BEFORE.save(tmp_path / "a.json")
+    # 8 lines changed: more than report's own 5 lines per list, fewer than the diff's 20
+    gone = [_line(60 + i, "log", f"print(m{i}.item())", items=10) for i in range(6)]
+    _run([*BEFORE.lines, *gone], 10, "train.py").save(tmp_path / "a.json")
     AFTER.save(tmp_path / "b.json")
     d, page, first = tmp_path / "d.json", tmp_path / "d.html", tmp_path / "first.html"
     runs = [str(tmp_path / "a.json"), str(tmp_path / "b.json")]
     assert cli.main(["diff", *runs, "--json", str(d), "--html", str(first)]) == 0
     said = capsys.readouterr().out
-    assert "Lines that changed (per step): 2 of 6" in said
+    assert "Lines that changed (per step): 8 of 12 " in said
     # the runs' reports are not needed: the diff's JSON says it all
     (tmp_path / "a.json").unlink()
     (tmp_path / "b.json").unlink()
@@ -155,8 +159,24 @@ def test_a_saved_diff_is_shown_and_written_again_as_the_diff_said_it(tmp_path, c
         assert cli.main(["report", str(d), *extra]) == 2
         assert words in capsys.readouterr().err
     assert cli.main(["report", str(d), str(again)]) == 2
-    assert "a saved diff is shown alone, not with other files" in capsys.readouterr().err
+    assert f"{d} is a saved diff: it is shown alone" in capsys.readouterr().err
+    # told by its schema, wherever the key is; read once (a pipe can be)
     doc = json.loads(d.read_text())
+    d.write_text(json.dumps(doc, sort_keys=True))
+    assert cli.main(["report", str(d)]) == 0 and capsys.readouterr().out == said
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_text, args=(d.read_text(),))
+    writer.start()
+    assert cli.main(["report", str(fifo)]) == 0 and capsys.readouterr().out == said
+    writer.join()
+    # a run that names the diff's schema in its command is still a run
+    _run(BEFORE.lines, 10, "gpuwatch.diff/1").save(tmp_path / "r.json")
+    assert cli.main(["report", "-q", str(tmp_path / "r.json")]) == 0
+    huge = json.loads(json.dumps(doc).replace('"syncs": 0,', f'"syncs": {10**400},', 1))
+    d.write_text(json.dumps(huge))
+    assert cli.main(["report", str(d)]) == 2
+    assert "number out of range" in capsys.readouterr().err
     doc["lines"][0]["before"] = "many"
     d.write_text(json.dumps(doc))
     assert cli.main(["report", str(d)]) == 2

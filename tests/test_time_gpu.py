@@ -164,7 +164,7 @@ def test_a_sync_is_charged_the_gpu_work_it_waited_for_and_the_python_past_it_is_
         {"start_ms": 2.0, "ms": 1.9, "cause": "sync", "sync_cause": "item", "site": "train.py:9"},
         {"start_ms": 3.9, "ms": 4.1, "cause": "launch", "sync_cause": None, "site": "train.py:12"},
     ]
-    # the busy intervals themselves, for the joules spent between them (gpuwatch/output/energy)
+    # the busy intervals themselves, for the joules spent between them (gpuwatch/analysis/energy.py)
     start = step["start_ms"]
     assert [[a - start, b - start] for a, b in gpu["busy_spans_ms"]] == [[0.0, 2.0], [8.0, 10.0]]
     # one wait of the profiler's own for the device's first anchor, none per op

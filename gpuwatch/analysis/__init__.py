@@ -29,7 +29,7 @@ def analyze(document: Report | RunDiff | RankTrace) -> Findings | DiffDoc | Trac
     diff_reports`), or of a torch.profiler trace (``profilers.kineto.read.read_trace``)."""
     from gpuwatch.analysis.diff import RunDiff
 
-    events = sys.modules.get("profilers.kineto.events")  # NB: not loaded: no trace was read
+    events = sys.modules.get("profilers.kineto.events")  # NB: not loaded: not a RankTrace
     if events is not None and isinstance(document, events.RankTrace):
         from profilers.kineto.analyse import analyse
 

@@ -26,6 +26,7 @@ import tokenize
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from gpuwatch.analysis.diff_findings import DIFF_SCHEMA
 from gpuwatch.analysis.diff_time import line_time_ms, run_time
 from profilers.budgets import MEASURES, Breach, Budget, breach_of, line_label, measure, steps_of
 from profilers.libraries import LibraryFrame
@@ -36,7 +37,6 @@ from profilers.stats import COMM_OPS, Counted
 
 __all__ = ["DIFF_SCHEMA", "FrameDiff", "LineDiff", "RunDiff", "check_growth", "diff_reports"]
 
-DIFF_SCHEMA = "gpuwatch.diff/1"
 
 #: How alike two edited lines must be (difflib's ratio) to count as one line changed.
 EDITED_RATIO = 0.6

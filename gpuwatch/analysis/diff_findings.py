@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 
 from profilers.finite import dumps_finite, restore_not_finite
 
+DIFF_SCHEMA = "gpuwatch.diff/1"
+
 Figures = Mapping[str, float]
 """A measure's figure by name (``syncs``, ``h2d.pageable``, ...; one that is 0 may be left out)."""
 

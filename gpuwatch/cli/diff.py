@@ -59,7 +59,7 @@ def diff_outputs(args: argparse.Namespace, inputs: list[str]) -> list[Output]:
     wanted = outputs(args.json_path, args.html_path, getattr(args, "trace_path", None))
     wanted += [output_for(path, trace=False) for path in args.output_paths]
     if any(out.kind == "trace" for out in wanted):
-        raise CliError("a diff has no Chrome trace: -o takes .json or .html here")
+        raise CliError("a diff has no Chrome trace: it writes .json and .html")
     check_outputs(wanted, inputs=inputs)
     return wanted
 

@@ -6,16 +6,22 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from gpuwatch.errors import CliError
 from gpuwatch.flags import Outputs
 from gpuwatch.profile.budget import add_budget_args, budget_for, check_run
+
+if TYPE_CHECKING:
+    from gpuwatch.analysis.diff_findings import DiffDoc
 
 OUTPUTS = Outputs(
     json_doc="the (merged) gpuwatch.profile/1 JSON",
     html_doc="the HTML report",
     trace_doc="a Chrome trace (Perfetto opens it)",
     quiet_help="quiet: no summary, no 'wrote' lines",
+    top_default=None,
+    top_help="lines per top list (default 5; a saved diff's lines: 20)",
 )
 
 
@@ -31,9 +37,10 @@ def declare(r: argparse.ArgumentParser) -> None:
     r.add_argument(
         "paths",
         nargs="+",
-        metavar="RUN.json|TRACE",
+        metavar="RUN.json|TRACE|DIFF.json",
         help="a saved run; several: the reports of a distributed run's ranks, merged. Or a "
-        "torch.profiler trace, several, or a folder of them (one per rank)",
+        "torch.profiler trace, several, or a folder of them (one per rank). Or a saved diff "
+        "(gpuwatch diff --json), shown again",
     )
     OUTPUTS.declare(r)
     r.add_argument(
@@ -72,16 +79,10 @@ def run_report(args: argparse.Namespace) -> int:
     if any(is_trace(p) for p in args.paths):
         return run_trace_report(args)
     if args.scheduler is not None:
-        raise CliError(
-            f"--scheduler reads torch.profiler traces; {args.paths[0]} is a gpuwatch run"
-        )
+        raise CliError(f"--scheduler reads torch.profiler traces; {args.paths[0]} is not one")
+    from gpuwatch.analysis.diff_findings import DiffDoc
     from gpuwatch.output.deliver import deliver
-    from gpuwatch.output.load import is_diff, load_report, load_run
-
-    if any(map(is_diff, args.paths)):
-        if len(args.paths) > 1:
-            raise CliError("a saved diff is shown alone, not with other files")
-        return run_diff_report(args)
+    from gpuwatch.output.load import load_document, load_report
     from gpuwatch.output.write import check_outputs, output_for, outputs
 
     wanted = outputs(args.json_path, args.html_path, args.trace_path)
@@ -90,7 +91,10 @@ def run_report(args: argparse.Namespace) -> int:
     limits = budget_for(args.budget, args.no_budget)
     findings = None  # NB: a saved run says what it said: its findings, not analysed again
     if len(args.paths) == 1:
-        report, findings = load_run(args.paths[0])
+        loaded = load_document(args.paths[0])
+        if isinstance(loaded, DiffDoc):
+            return run_diff_report(args, loaded)
+        report, findings = loaded
     else:
         from profilers.merge import DifferentRuns, MergeError, merge_ranks
 
@@ -105,7 +109,7 @@ def run_report(args: argparse.Namespace) -> int:
     failed = deliver(
         report,
         wanted,
-        top=args.top,
+        top=args.top or 5,
         quiet=args.quiet,
         summary=not args.what_if,
         what_if=args.what_if,
@@ -136,18 +140,18 @@ def run_trace_report(args: argparse.Namespace) -> int:
     show = not args.quiet and sys.stderr.isatty()
     analysis = load_analysis(args.paths, args.jobs, args.scheduler, show)
     if not args.quiet:
-        print_summary(analysis, args.top, file=sys.stdout)
+        print_summary(analysis, args.top or 5, file=sys.stdout)
     failed = say(write_document("trace", analysis, wanted), quiet=args.quiet)
     return 2 if failed else 0
 
 
-def run_diff_report(args: argparse.Namespace) -> int:
+def run_diff_report(args: argparse.Namespace, diff: DiffDoc) -> int:
     """``gpuwatch report D.json``: a diff's saved JSON shown and written again as it was."""
-    from gpuwatch.cli.diff import diff_outputs, show_diff
-    from gpuwatch.output.load import load_diff
+    from gpuwatch.cli import diff as cli_diff
 
     for given, what in ((args.what_if, "--what-if"), (args.budget is not None, "--budget")):
         if given:
             raise CliError(f"{what} takes a run, not a diff (gpuwatch diff --budget checks growth)")
-    wanted = diff_outputs(args, args.paths)
-    return 2 if show_diff(load_diff(args.paths[0]), wanted, args.top, args.quiet) else 0
+    wanted = cli_diff.diff_outputs(args, args.paths)
+    top = int(args.top or cli_diff.OUTPUTS.top_default or 0)
+    return 2 if cli_diff.show_diff(diff, wanted, top, args.quiet) else 0

@@ -85,7 +85,7 @@ def render_html(diff: DiffDoc) -> str:
                 f"<tr><td>{html.escape(label.strip())}</td>"
                 f'<td class="n">{html.escape(diff_text.amount(name, b))}</td>'
                 f'<td class="n">{html.escape(diff_text.amount(name, a))}</td>'
-                f'<td class="n {cls}">{html.escape(diff_text.signed(name, a - b))}</td></tr>'
+                f'<td class="n {cls}">{html.escape(diff_text.signed(name, diff.totals["delta"].get(name, 0.0)))}</td></tr>'
             )
     changed = diff.changed()
     shown = diff_text.columns(diff)

@@ -175,7 +175,10 @@ def render(diff: DiffDoc, top: int = 20) -> RenderableType:
         if name in ALWAYS or b or a:
             style = "green" if a < b else "red" if a > b else "dim"
             totals.add_row(
-                label, amount(name, b), amount(name, a), Text(signed(name, a - b), style=style)
+                label,
+                amount(name, b),
+                amount(name, a),
+                Text(signed(name, diff.totals["delta"].get(name, 0.0)), style=style),
             )
     parts.append(totals)
     changed = diff.changed()

@@ -17,7 +17,7 @@ import time
 from functools import cache
 from importlib import resources
 
-from gpuwatch.analysis.diff_findings import DiffDoc
+from gpuwatch.analysis.diff_findings import DIFF_SCHEMA, DiffDoc
 from gpuwatch.analysis.findings import Findings
 from gpuwatch.errors import CliError
 from profilers.finite import mapping, restore_not_finite
@@ -29,7 +29,6 @@ MAX_REPORT_BYTES = 512 * 1024 * 1024
 #: How long a FIFO or pipe may take to deliver a whole report.
 FIFO_WAIT_S = 10.0
 
-DIFF_SCHEMA = "gpuwatch.diff/1"
 SCHEMA_FILES = {
     SCHEMA: "profile-1.schema.json",
     "gpuwatch.snapshot/1": "snapshot-1.schema.json",
@@ -90,16 +89,23 @@ def _finite(text: str) -> float:
     return value
 
 
+def _int(text: str) -> int:
+    value = int(text)
+    if abs(value) > 2**1023:  # NB: beyond a float's range, no figure prints or compares
+        raise ValueError(f"number out of range: {text[:40]}")
+    return value
+
+
 def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def _checked(text: str, path: str, name: str = SCHEMA) -> dict[str, object]:
-    """The ``name`` document in the text of ``path`` (the name is only for messages), checked
-    against its schema, its figures that were not finite put back."""
-    what = "gpuwatch profile" if name == SCHEMA else "gpuwatch diff"
+def _checked(text: str, path: str, diff: bool = False) -> dict[str, object]:
+    """The report (or, with ``diff``, the report or the diff) in the text of ``path`` (the name is
+    only for messages), checked against its schema, its figures that were not finite put back."""
+    what = "gpuwatch profile"
     try:
-        doc = json.loads(text, parse_float=_finite, parse_constant=_no_constant)
+        doc = json.loads(text, parse_float=_finite, parse_int=_int, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise CliError(
             f"not a {what}: {path} is not valid JSON ({exc.msg} at line {exc.lineno})"
@@ -113,20 +119,29 @@ def _checked(text: str, path: str, name: str = SCHEMA) -> dict[str, object]:
             f"{path} is neither a gpuwatch profile nor a torch.profiler trace: a JSON object "
             "with no 'schema' and no 'traceEvents'"
         )
-    if doc.get("schema") != name:
-        raise CliError(
-            f"not a {what}: schema is {str(doc.get('schema'))[:80]!r}, expected {name!r} ({path})"
-        )
-    wrong = restore_not_finite(doc, limit=len(text)) or problem(doc, name, strict=True)
+    name = doc.get("schema")
+    if name == DIFF_SCHEMA:
+        if not diff:
+            raise CliError(f"{path} is a saved diff: it is shown alone (gpuwatch report {path})")
+        what = "gpuwatch diff"
+    elif name != SCHEMA:
+        raise CliError(f"not a {what}: schema is {str(name)[:80]!r}, expected {SCHEMA!r} ({path})")
+    wrong = restore_not_finite(doc, limit=len(text)) or problem(doc, str(name), strict=True)
     if wrong is not None:
         raise CliError(f"damaged {what} {path}: {wrong}")
     return doc
 
 
-def parse(text: str, path: str) -> tuple[Report, Findings | None]:
+def parse(text: str, path: str, diff: bool = False) -> tuple[Report, Findings | None] | DiffDoc:
     """A report from the text of ``path`` (the name is only for messages), and the findings
-    its writer kept (None in a checkpoint, or a report from before they were written)."""
-    doc = _checked(text, path)
+    its writer kept (None in a checkpoint, or a report from before they were written); with
+    ``diff``, a saved diff's findings where the text is one."""
+    doc = _checked(text, path, diff)
+    if doc["schema"] == DIFF_SCHEMA:
+        try:
+            return DiffDoc.from_dict(doc)
+        except (KeyError, TypeError, ValueError) as exc:  # what the schema lets through
+            raise CliError(f"damaged gpuwatch diff {path}: {type(exc).__name__}: {exc}") from None
     try:
         found = doc.get("findings")
         return Report.from_dict(doc), None if found is None else Findings.from_dict(mapping(found))
@@ -179,32 +194,15 @@ def _read(path: str) -> bytes:
 
 def load_report(path: str) -> Report:
     """Reads and checks a saved report; one-line :class:`CliError` for anything wrong."""
-    return load_run(path)[0]
+    loaded = parse(_text(path), path)
+    assert not isinstance(loaded, DiffDoc)  # NB: refused in parse, unless asked for
+    return loaded[0]
 
 
-def load_run(path: str) -> tuple[Report, Findings | None]:
-    """:func:`load_report`, with the findings the report keeps (:func:`parse`)."""
-    return parse(_text(path), path)
-
-
-def is_diff(path: str) -> bool:
-    """True when ``path`` is a regular file whose content is a diff's (``gpuwatch.diff/1``)."""
-    try:  # NB: a FIFO is not opened here: that blocks until a writer comes
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return False
-        with open(path, "rb") as f:
-            return f'"{DIFF_SCHEMA}"'.encode() in f.read(4096)
-    except OSError:
-        return False  # what the loaders say is wrong with it
-
-
-def load_diff(path: str) -> DiffDoc:
-    """A diff's saved JSON (``gpuwatch diff --json``), checked against its schema."""
-    doc = _checked(_text(path), path, DIFF_SCHEMA)
-    try:
-        return DiffDoc.from_dict(doc)
-    except (KeyError, TypeError, ValueError) as exc:  # what the schema lets through
-        raise CliError(f"damaged gpuwatch diff {path}: {type(exc).__name__}: {exc}") from None
+def load_document(path: str) -> tuple[Report, Findings | None] | DiffDoc:
+    """A saved report and the findings it keeps, or a saved diff's findings (``gpuwatch diff
+    --json``), read once (a pipe can be)."""
+    return parse(_text(path), path, diff=True)
 
 
 def _text(path: str) -> str:
