@@ -18,7 +18,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from gpuwatch.errors import CliError
-from profilers.kineto.analyse import analyse_rank
+from profilers.kineto.analyse import analyse_rank  # noqa: TID251 - the reader: a rank is analysed where read
 from profilers.kineto.read import TraceError, in_rank_order, read_trace, trace_files
 from profilers.kineto.result import RankResult, TraceAnalysis
 
