@@ -147,8 +147,8 @@ class Activities:
 
     def __init__(self, data: array[int], ids: dict[str, int]) -> None:
         """``data``: a row of 8 a row (kind, name, device, stream, start, end, correlation, bytes);
-        ``ids``: the names' ids."""
-        cols = np.frombuffer(data, np.int64).reshape(-1, 8).T.copy()
+        ``ids``: the names' ids. NB: the columns are views of ``data`` (a copy: its size again)."""
+        cols = np.frombuffer(data, np.int64).reshape(-1, 8).T
         self.kind, self.name, self.device, self.stream, self.start, self.end = cols[:6]
         self.correlation, self.bytes, self.names = cols[6], cols[7], list(ids)
         """-1: none (no launch has it)."""

@@ -271,15 +271,13 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
     got.ops.seal()
     got.launches.seal()
     marks, names = np.frombuffer(got.marks, np.int64).reshape(-1, 7), got.ops.names
-    gpus = _gpus(meta)
-    _refuse(path, got, gpus)
+    _refuse(path, got, gpus := _gpus(meta))
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and type(info.get("rank")) is int:
         rank = info["rank"]
     python = _segments(list(np.frombuffer(got.python, np.int64).reshape(-1, 4).T), names)
-    segs = _segments([*got.ops.table[:, 2:5].T, np.arange(len(got.ops.table))], names)
+    segs = _segments(list(got.ops.table[:, 2:5].T), names)
     acts = Activities(got.gpu, got.gpu_names)
-    del got.gpu[:]  # NB: copied into acts' columns
     launch = got.launches.rows_of(acts.correlation)
     acts.launched = np.r_[NO_CALL, got.launches.table[:, 3]][launch + 1]
     acts.places, acts.wheres = np.full(len(launch), -1), []
@@ -317,16 +315,20 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
 
 def _segments(cols: list[Ints], names: Sequence[str]) -> dict[str, Segments]:
     """Per thread, the innermost of nested labelled intervals (``cols``: thread, start, end,
-    label) over time: segment starts and labels (-1 for none)."""
-    tids, starts, ends, labels = cols
+    and label, else the row's index) over time: segment starts and labels (-1 for none)."""
+    tids, starts, ends = cols[:3]
+    labels = cols[3] if len(cols) > 3 else None
     out: dict[str, Segments] = {}
     for tid in np.unique(tids).tolist():
         rows = np.flatnonzero(tids == tid)
         rows = rows[np.lexsort((-ends[rows], starts[rows]))]
         out[names[tid]] = flatten(
             chain.from_iterable(  # NB: lists of ints a chunk at a time (all: 3x the memory)
-                zip(*(c[rows[at : at + (1 << 14)]].tolist() for c in cols[1:]), strict=True)
-                for at in range(0, len(rows), 1 << 14)
+                zip(
+                    *((c[at] if c is not None else at).tolist() for c in (starts, ends, labels)),
+                    strict=True,
+                )
+                for at in (rows[i : i + (1 << 14)] for i in range(0, len(rows), 1 << 14))
             )
         )
     return out
