@@ -49,7 +49,7 @@ RUN_TOP = 30
 NOTHING_NEXT = Where("(no later GPU work in the trace)")
 NO_GPU_WORK = "no GPU work"
 MAX_SLICES = 20_000
-GAPS = 1 << 14  # charged at a time (each costs a few hundred bytes while it is)
+GAPS = 1 << 13  # charged at a time (each costs a few hundred bytes while it is)
 """The timeline keeps each rank's longest busy runs and idle pieces (docs/trace.md)."""
 COMM, LAUNCH, DEPENDENCY, WARMUP = (CAUSES.index(c) for c in CAUSES[3:])
 WORDS = {**VERDICTS, "dependency": "dependency-bound"}
@@ -259,16 +259,23 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP, slices: int = MAX_SLICES)
     steps: list[list[DeviceTime]] = [[] for _ in windows]
     run: list[DeviceTime] = []
     lines: Counter[tuple[str, Where]] = Counter()
-    timeline = []
+    timeline, every = [], []  # each device's longest slices, and every slice's length
     base = trace.span_ns[0]
     for device, rows in by_device.items():
         s, e = acts.start[rows], acts.end[rows]
         kernel = acts.kind[rows] == KINDS.index(KERNEL)
         compute = kernel & ~acts.nccl[rows]
-        unions = (Union(s, e), Union(s[compute], e[compute]), Union(s[kernel], e[kernel]))
+        unions = [Union(s, e), Union(s[compute], e[compute]), Union(s[kernel], e[kernel])]
         busy = [u.within(w_starts, w_ends) for u in unions]
+        del unions[1:], s, e  # NB: held through the charging, they were 5 MB on x4
         pieces = charge_device(rows, span, trace, host, blocked, places, cold)
-        timeline.append(_timeline(device, unions[0], pieces, span, base))
+        cols = _timeline(device, unions[0], pieces, span, base)
+        # NB: the device's ``slices`` longest, in time order, hold the run's (the same stable
+        # sort picks them below); of the others, only their lengths are kept
+        every.append(cols[2] - cols[1])
+        keep = np.sort(np.argsort(cols[1] - cols[2], kind="stable")[:slices])
+        timeline.append([c[keep] for c in cols])
+        del cols
         charged_run: Counter[tuple[str, Where]] = Counter()
         for i, w in enumerate(windows):
             charged = _pieces_in(pieces, w.start_ns, w.end_ns, places.wheres)
@@ -286,8 +293,8 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP, slices: int = MAX_SLICES)
     cols = [np.concatenate(col) for col in zip(*timeline, strict=True)]
     timeline.clear()
     longest = np.argsort(cols[1] - cols[2], kind="stable")[:slices]
-    lengths = cols[2] - cols[1]
-    left = (len(lengths) - len(longest), sum(lengths.tolist()) - sum(lengths[longest].tolist()))
+    lengths, longest_ms = np.concatenate(every), (cols[2] - cols[1])[longest]
+    left = (len(lengths) - len(longest), sum(lengths.tolist()) - sum(longest_ms.tolist()))
     kept = tuple(
         Slice(
             int(d), s, e, *((CAUSES[int(c)], places.wheres[int(p)]) if c >= 0 else ("busy", None))
