@@ -152,7 +152,7 @@ def _refuse(path: str, got: Collect, gpus: dict[int, str]) -> None:
             f"{path} is a Chrome trace gpuwatch wrote (its own trace output), not a "
             "torch.profiler trace; report the run's JSON instead"
         )
-    if len(got.launches.data):
+    if len(got.launches):
         raise NoGpuActivity(
             f"{path} has CUDA runtime calls but no GPU activity: CUPTI recorded no kernel or copy "
             "(another profiler such as nsys or ncu holding CUPTI?)"
@@ -276,10 +276,10 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
     if isinstance(info, dict) and type(info.get("rank")) is int:
         rank = info["rank"]
     python = _segments(list(np.frombuffer(got.python, np.int64).reshape(-1, 4).T), names)
-    segs = _segments(list(got.ops.table[:, 2:5].T), names)
+    segs = _segments(got.ops.cols[2:5], names)
     acts = Activities(got.gpu, got.gpu_names)
     launch = got.launches.rows_of(acts.correlation)
-    acts.launched = np.r_[NO_CALL, got.launches.table[:, 3]][launch + 1]
+    acts.launched = np.r_[NO_CALL, got.launches.cols[3]][launch + 1]
     acts.places, acts.wheres = np.full(len(launch), -1), []
     main = next(
         (names[t] for _, n, t, *_ in marks.tolist() if names[n][:13] == "ProfilerStep#"), None
@@ -299,12 +299,12 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
         python=python,
         frames=list(got.frames),
         main_tid=main,
-        has_stacks=bool(python) or bool(got.ops.table[:, 6].any()),
+        has_stacks=bool(python) or bool(got.ops.cols[6].any()),
     )
     places = Places(trace)
     for at in range(0, len(launch), 1 << 14):  # NB: a chunk at a time: four copies of its rows
         ok = np.flatnonzero(launch[at : at + (1 << 14)] >= 0) + at
-        acts.places[ok] = places.where(callers(got.launches.table[launch[ok]], got.ops, segs))
+        acts.places[ok] = places.where(callers(got.launches.at(launch[ok]), got.ops, segs))
     acts.wheres = places.wheres
     blocked = blocked_spans(got, acts, segs, places)
     got.ops = got.launches = Calls({}, True)  # NB: the host calls are not needed past here
