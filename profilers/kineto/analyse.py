@@ -221,21 +221,23 @@ def _device_time(
 
 
 def _timeline(
-    device: int, busy: Union, pieces: Ints, span: tuple[int, int], base: int
-) -> list[npt.NDArray[np.float64]]:
-    """The device's busy runs and idle pieces in ``span``, neighbours with one cause and place
-    joined: device, start and end (ms, unrounded: the JSON has none of it), cause (-1: busy),
-    place."""
+    device: int, busy: Union, pieces: Ints, span: tuple[int, int], base: int, slices: int
+) -> tuple[list[npt.NDArray[np.float64]], npt.NDArray[np.float64]]:
+    """The device's ``slices`` longest busy runs and idle pieces in ``span`` (in their order:
+    they hold the run's longest, which the same stable sort picks), neighbours with one cause
+    and place joined: device, start and end (ms, unrounded: the JSON has none of it), cause
+    (-1: busy), place; and every one's length (ms)."""
     kept = (busy.ends > span[0]) & (busy.starts < span[1])
-    runs = np.stack([np.maximum(busy.starts, span[0]), np.minimum(busy.ends, span[1])])[:, kept]
+    runs = np.maximum(busy.starts[kept], span[0]), np.minimum(busy.ends[kept], span[1])
     key = pieces[2] << 32 | pieces[3]
     heads = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]) | (pieces[0, 1:] != pieces[1, :-1])])
     heads = heads[: pieces.shape[1]]
     tails = np.r_[heads[1:], pieces.shape[1]][: heads.size] - 1  # NB: none where no piece
-    idle = np.stack([pieces[0, heads], pieces[1, tails]])
-    times = (np.concatenate([runs, idle], axis=1) - base) / 1e6
-    labels = np.concatenate([np.full((2, runs.shape[1]), -1), pieces[2:, heads]], axis=1)
-    return [np.full(times.shape[1], device), *times, *labels]
+    start = (np.r_[runs[0], pieces[0, heads]] - base) / 1e6
+    end = (np.r_[runs[1], pieces[1, tails]] - base) / 1e6
+    keep = np.sort(np.argsort(start - end, kind="stable")[:slices])  # NB: labelled, these only
+    labels = (np.r_[np.full(len(runs[0]), -1), pieces[i, heads]][keep] for i in (2, 3))
+    return [np.full(len(keep), device), start[keep], end[keep], *labels], end - start
 
 
 def analyse_rank(trace: RankTrace, top: int = RUN_TOP, slices: int = MAX_SLICES) -> RankResult:
@@ -269,13 +271,9 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP, slices: int = MAX_SLICES)
         busy = [u.within(w_starts, w_ends) for u in unions]
         del unions[1:], s, e  # NB: held through the charging, they were 5 MB on x4
         pieces = charge_device(rows, span, trace, host, blocked, places, cold)
-        cols = _timeline(device, unions[0], pieces, span, base)
-        # NB: the device's ``slices`` longest, in time order, hold the run's (the same stable
-        # sort picks them below); of the others, only their lengths are kept
-        every.append(cols[2] - cols[1])
-        keep = np.sort(np.argsort(cols[1] - cols[2], kind="stable")[:slices])
-        timeline.append([c[keep] for c in cols])
-        del cols
+        longest_here, lengths_here = _timeline(device, unions[0], pieces, span, base, slices)
+        timeline.append(longest_here)
+        every.append(lengths_here)
         charged_run: Counter[tuple[str, Where]] = Counter()
         for i, w in enumerate(windows):
             charged = _pieces_in(pieces, w.start_ns, w.end_ns, places.wheres)

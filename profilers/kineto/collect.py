@@ -224,7 +224,7 @@ class Collect:
         self.cpu_ops += int((kinds == 3).sum())
         key = numbers(list(compress(corr, runs)), -1)  # NB: none: kept (a sync may block the host)
         none = key < 0
-        key[none] = -2 - 7 * (len(self.launches) + np.flatnonzero(none))
+        key[none] = -2 - 7 * (len(self.launches.data[0]) + np.flatnonzero(none))
         self.launches.append([key, n[run], t[run], hs[run], he[run], ext_id[run], 0 * key])
         self.runtime_names.update(compress(hnames, runs))
         for tid, count in Counter(compress(tids, runs)).items():

@@ -164,21 +164,16 @@ class Activities:
 
 
 class Calls:
-    """Host calls (runtime calls, CPU ops) as columns keyed by correlation or external id
-    (``first``: the first call of a key wins, else the last): a large trace holds hundreds of
-    thousands, and a tuple each was most of the reader's memory. A row is 7 ids: key, name,
-    tid, start, end, ext id, stack (the old traces' ``Call stack``, innermost frame first,
-    ``;`` between frames); the ids of names in int32, and a CPU op's ext id is its key, kept
-    once (``first``): 36-44 bytes a call, not 56."""
+    """Host calls (runtime calls, CPU ops) keyed by correlation or external id (``first``: the
+    first call of a key wins, else the last), a column each of a row's key, name, tid, start,
+    end, ext id and stack (the old traces' ``Call stack``): names' ids int32, a CPU op's ext id
+    its key, kept once (``first``). A large trace holds hundreds of thousands."""
 
     def __init__(self, names: dict[str, int], first: bool) -> None:
         self.ids, self.first, self.names = names, first, list[str]()
         self.data = [array(c) for c in ("qiiqq" if first else "qiiqqq") + "i"]
         self.known = self.rows = np.zeros(0, np.int64)
         self.cols = [np.zeros(0, np.int64)] * 7
-
-    def __len__(self) -> int:
-        return len(self.data[0])
 
     def append(self, cols: Sequence[Any]) -> None:
         """Adds rows given by column (the 7, or 6 without the ext id when ``first``)."""
@@ -199,7 +194,7 @@ class Calls:
 
     def at(self, rows: Ints) -> Ints:
         """The rows (int64, 7 columns each)."""
-        return np.stack([c[rows] for c in self.cols], 1).astype(np.int64, copy=False)
+        return np.stack([c[rows] for c in self.cols], 1)
 
     def rows_of(self, keys: Ints) -> Ints:
         """The row of each key (-1: none)."""

@@ -152,7 +152,7 @@ def _refuse(path: str, got: Collect, gpus: dict[int, str]) -> None:
             f"{path} is a Chrome trace gpuwatch wrote (its own trace output), not a "
             "torch.profiler trace; report the run's JSON instead"
         )
-    if len(got.launches):
+    if len(got.launches.data[0]):
         raise NoGpuActivity(
             f"{path} has CUDA runtime calls but no GPU activity: CUPTI recorded no kernel or copy "
             "(another profiler such as nsys or ncu holding CUPTI?)"
