@@ -14,6 +14,7 @@ prints nothing, and knows nothing of gpuwatch's UI.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -80,11 +81,8 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    if (module := _LAZY.get(name)) is None:
         raise AttributeError(f"module 'profilers' has no attribute {name!r}")
-    import importlib
-
     # NB: profilers.input is timing.inputs.mark_input (``input`` would shadow the builtin there)
     value = getattr(importlib.import_module(module), "mark_input" if name == "input" else name)
     globals()[name] = value

@@ -1,5 +1,4 @@
-"""Strings from the user's world (file names, arguments) made safe for UTF-8 reports, and a
-report's text written whole or not at all."""
+"""Strings from the user's world made safe for UTF-8 reports, and reports written whole."""
 
 from __future__ import annotations
 

@@ -206,27 +206,20 @@ def _device_time(
     verdict = verdict_for(wall_ns, everything, kernels - compute, by_cause)
     ranked = sorted(charged.items(), key=lambda kv: kv[1], reverse=True)[:top]
     return DeviceTime(
-        device=device,
-        wall_ms=ms(wall_ns),
-        busy_ms=ms(everything),
-        compute_ms=ms(compute),
-        comm_ms=ms(kernels - compute),
-        copy_ms=ms(everything - kernels),
-        idle_ms=ms(wall_ns - everything),
+        device=device, wall_ms=ms(wall_ns), busy_ms=ms(everything), compute_ms=ms(compute),
+        comm_ms=ms(kernels - compute), copy_ms=ms(everything - kernels),
+        idle_ms=ms(wall_ns - everything), verdict=verdict, shares_pct=shares,
         idle_by_cause_ms={c: ms(ns) for c, ns in by_cause.items()},
-        verdict=verdict,
-        shares_pct=shares,
         top=tuple(Charge(cause, where, ms(ns)) for (cause, where), ns in ranked if ns > 0),
-    )
+    )  # fmt: skip
 
 
 def _timeline(
     device: int, busy: Union, pieces: Ints, span: tuple[int, int], base: int, slices: int
 ) -> tuple[list[npt.NDArray[np.float64]], npt.NDArray[np.float64]]:
-    """The device's ``slices`` longest busy runs and idle pieces in ``span`` (in their order:
-    they hold the run's longest, which the same stable sort picks), neighbours with one cause
-    and place joined: device, start and end (ms, unrounded: the JSON has none of it), cause
-    (-1: busy), place; and every one's length (ms)."""
+    """The device's ``slices`` longest busy runs and idle pieces in ``span``, in their order (the
+    run's longest among them), neighbours of one cause and place joined: device, start and end
+    (ms, unrounded: the JSON has none of it), cause (-1: busy), place; and every one's length."""
     kept = (busy.ends > span[0]) & (busy.starts < span[1])
     runs = np.maximum(busy.starts[kept], span[0]), np.minimum(busy.ends[kept], span[1])
     key = pieces[2] << 32 | pieces[3]

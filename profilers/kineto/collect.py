@@ -232,7 +232,6 @@ class Collect:
         fid = [self.frames.setdefault(f, len(self.frames)) for f in frames if f is not None]
         py_t = list(map(ids.__getitem__, py_tids))
         _append(self.python, [py_t, start[python], end[python], fid])
-        return None
 
 
 def _field(name: str, objs: list[Any]) -> list[Any]:

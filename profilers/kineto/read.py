@@ -287,20 +287,11 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
     if main is None:
         main = max(got.launching, key=lambda t: got.launching[t], default="")
     trace = RankTrace(
-        path=path,
-        rank=rank,
-        gpus=gpus,
-        base_us=got.base_us or 0,
-        activities=acts,
-        names=names,
-        steps=[],
-        spans=[],
-        span_ns=(int(got.first), int(got.last)),
-        python=python,
-        frames=list(got.frames),
-        main_tid=main,
+        path=path, rank=rank, gpus=gpus, base_us=got.base_us or 0, activities=acts, names=names,
+        steps=[], spans=[], span_ns=(int(got.first), int(got.last)), python=python,
+        frames=list(got.frames), main_tid=main,
         has_stacks=bool(python) or bool(got.ops.cols[6].any()),
-    )
+    )  # fmt: skip
     places = Places(trace)
     for at in range(0, len(launch), 1 << 14):  # NB: a chunk at a time: four copies of its rows
         ok = np.flatnonzero(launch[at : at + (1 << 14)] >= 0) + at
