@@ -5,8 +5,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +15,7 @@ from profilers.options import RunOptions
 from profilers.records import Line, Totals
 from profilers.sections import Compiled, MemoryView, Predicted, Section, Timeline, TimeView, WhatIf
 from profilers.stats import Counters
-from profilers.text import printable
+from profilers.text import printable, write_text_atomic
 
 __all__ = ["SCHEMA", "Report", "ReportFormatError", "printable", "write_text_atomic"]
 
@@ -281,46 +279,3 @@ def _bool(value: object, name: str) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{name} must be true or false, not {value!r}")
     return value
-
-
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Writes ``text`` (UTF-8) to ``path`` whole or not at all: a temporary file in the same
-    folder, flushed to disk, then renamed over ``path``. A failure leaves ``path`` as it was.
-    The file keeps the mode a plain ``open()`` would leave it with: an existing file's own,
-    else 0666 less the umask."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    data = text.encode("utf-8", "backslashreplace")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            mode = os.stat(target).st_mode & 0o7777
-        except OSError:
-            mode = 0o666 & ~_umask()
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass  # already renamed or never made: nothing left behind
-        raise
-
-
-def _umask() -> int:
-    # NB: os.umask() can only be read by setting it, which races with other threads creating
-    # files; Linux shows it in /proc.
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass  # not Linux: fall back to the racy read
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask

@@ -259,10 +259,11 @@ def test_a_damaged_event_in_a_large_file_is_read_whole_without_retrying_every_cu
 
 
 @pytest.mark.slow
-def test_reading_and_analysing_a_large_trace_each_hold_under_a_third_of_the_json():
+def test_reading_and_analysing_a_large_trace_each_hold_under_0_28x_the_json():
     # a 54 MB DDP rank trace: never the file, never an object per event, no host call kept past
-    # the reading; Python's own allocations (tracemalloc: not the interpreter) peak under a
-    # third of the JSON in each (0.37x and 0.48x when the analysis held every host call)
+    # the reading, host calls in narrow columns, a device's timeline trimmed as it is made;
+    # Python's own allocations (tracemalloc: not the interpreter) peak at 0.26x the JSON in each
+    # (0.29x with int64 rows and every slice kept, 0.37x and 0.48x with every host call kept)
     import tracemalloc
 
     path = DATA / "hta-figures/hta_df_index_resolver/rank-1.pt.trace.json.gz"
@@ -282,4 +283,4 @@ def test_reading_and_analysing_a_large_trace_each_hold_under_a_third_of_the_json
     assert (trace.activities.launched != NO_CALL).sum() > 20_000  # launches found
     assert result.steps and result.run[0].busy_ms > 0
     for took in (read_peak, peak):
-        assert took < size / 3, f"{took / 1e6:.0f} MB for {size / 1e6:.0f} MB of JSON"
+        assert took < 0.28 * size, f"{took / 1e6:.0f} MB for {size / 1e6:.0f} MB of JSON"

@@ -181,7 +181,7 @@ def run_top(args: argparse.Namespace) -> int:
         if nobody:
             raise CliError(f"no GPUs to show: no remote host answered ({nobody})", code=1)
         if args.json not in (None, "-"):
-            from profilers.report import write_text_atomic
+            from profilers.text import write_text_atomic
 
             try:
                 write_text_atomic(args.json, snapshot_json(snap) + "\n")

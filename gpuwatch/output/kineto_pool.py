@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import time
 from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
 from contextlib import ExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuwatch.errors import CliError
 from profilers.kineto.analyse import analyse_rank  # noqa: TID251 - the reader: a rank is analysed where read
 from profilers.kineto.read import TraceError, in_rank_order, read_trace, trace_files
 from profilers.kineto.result import RankResult, TraceAnalysis
+
+if TYPE_CHECKING:  # NB: a pool's modules (multiprocessing) loaded only for a pool
+    from concurrent.futures import Executor
 
 #: Below this many bytes of trace files in all, the default (no ``--jobs``) reads in this process:
 #: about a second's read, which a pool's start and the results' pickling would not win back.
@@ -42,6 +43,8 @@ def read_on_worker(path: str, here: str) -> Outcome:
     taken from ``here`` (our working folder, not the worker's) and named as given."""
     full = os.path.join(here, path)
     if not os.path.exists(full):
+        import socket
+
         return TraceError(
             f"{path} is not on the Dask worker {socket.gethostname()}: the workers read the "
             f"traces at the path given here ({full}: a filesystem they share with this machine)"
@@ -106,10 +109,14 @@ def read_ranks(
             dask: Executor = client.get_executor()  # type: ignore[no-untyped-call,unused-ignore]
             futures = {p: dask.submit(read_on_worker, p, os.getcwd()) for p in files}
         else:
+            from concurrent.futures import ProcessPoolExecutor
+
             pool = ProcessPoolExecutor(workers)
             stack.callback(pool.shutdown, cancel_futures=True)  # NB: Ctrl-C reads no more ranks
             futures = {p: pool.submit(read_rank, p) for p in files}
         if not got:
+            from concurrent.futures import FIRST_COMPLETED, wait
+
             pending = set(futures.values())
             while pending:
                 _, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)

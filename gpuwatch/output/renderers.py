@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuwatch.analysis.findings import Findings
-from profilers import Report
 from profilers.finite import dumps_finite
+
+if TYPE_CHECKING:  # NB: a trace's report reads none of a run's modules
+    from gpuwatch.analysis.findings import Findings
+    from profilers import Report
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ def _findings(run: Run) -> Findings:
 @register("profile", "json", (".json",))
 def _profile_json(run: Run) -> str:
     """The ``gpuwatch.profile/1`` document, with its findings where they were worked out."""
-    if not isinstance(run.findings, Findings):
+    if run.findings is None or isinstance(run.findings, Exception):
         return run.report.to_json()
     doc = {**run.report.to_dict(), "findings": run.findings.to_dict()}
     return dumps_finite(doc, indent=1) + "\n"

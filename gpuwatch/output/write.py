@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, TextIO
 
 from gpuwatch.errors import CliError
 from gpuwatch.output.renderers import endings
-from profilers.report import Report, write_text_atomic
+from profilers.text import write_text_atomic
 
 if TYPE_CHECKING:
     from gpuwatch.analysis.findings import Findings
+    from profilers.report import Report
 
 
 @dataclass(frozen=True)

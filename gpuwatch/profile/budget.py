@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from gpuwatch.errors import CliError
-from profilers.budgets import Breach, Budget, BudgetError, check_report
-from profilers.report import Report
+
+if TYPE_CHECKING:  # NB: a trace's report declares --budget, and reads no report module
+    from profilers.budgets import Breach, Budget
+    from profilers.report import Report
 
 #: ``--budget``'s help, for a run (``gpuwatch profile``, ``gpuwatch report``).
 BUDGET_HELP = (
@@ -48,6 +49,10 @@ def add_budget_args(p: argparse.ArgumentParser, growth: bool = False) -> None:
 
 def from_pyproject(section: str, start: Path | None = None) -> Budget | None:
     """``[tool.gpuwatch.<section>]`` of the project's pyproject.toml, None when it has none."""
+    import tomllib
+
+    from profilers.budgets import Budget, BudgetError
+
     start = start if start is not None else Path.cwd()
     found = (folder / "pyproject.toml" for folder in (start, *start.parents))
     path = next((candidate for candidate in found if candidate.is_file()), None)
@@ -79,6 +84,8 @@ def budget_for(
     """The budget this command checks: ``--budget SPEC``, else the project's (unless
     ``--no-budget``), else none. Read before any work, so that a malformed budget is one line,
     not a finished run lost. ``ranks``: ``--nproc-per-node``, which takes no ``--budget``."""
+    from profilers.budgets import Budget, BudgetError
+
     if spec is not None:
         if ranks:
             raise CliError(
@@ -123,6 +130,8 @@ def enforce(
 
 def check_run(budget: Budget | None, report: Report | None, code: int, quiet: bool = False) -> int:
     """:func:`enforce` on a run's report (none when the run left no report)."""
+    from profilers.budgets import check_report
+
     if report is None:
         return code
     return enforce(budget, lambda b: check_report(b, report), code, quiet)

@@ -49,7 +49,7 @@ RUN_TOP = 30
 NOTHING_NEXT = Where("(no later GPU work in the trace)")
 NO_GPU_WORK = "no GPU work"
 MAX_SLICES = 20_000
-GAPS = 1 << 14  # charged at a time (each costs a few hundred bytes while it is)
+GAPS = 1 << 13  # charged at a time (each costs a few hundred bytes while it is)
 """The timeline keeps each rank's longest busy runs and idle pieces (docs/trace.md)."""
 COMM, LAUNCH, DEPENDENCY, WARMUP = (CAUSES.index(c) for c in CAUSES[3:])
 WORDS = {**VERDICTS, "dependency": "dependency-bound"}
@@ -206,36 +206,31 @@ def _device_time(
     verdict = verdict_for(wall_ns, everything, kernels - compute, by_cause)
     ranked = sorted(charged.items(), key=lambda kv: kv[1], reverse=True)[:top]
     return DeviceTime(
-        device=device,
-        wall_ms=ms(wall_ns),
-        busy_ms=ms(everything),
-        compute_ms=ms(compute),
-        comm_ms=ms(kernels - compute),
-        copy_ms=ms(everything - kernels),
-        idle_ms=ms(wall_ns - everything),
+        device=device, wall_ms=ms(wall_ns), busy_ms=ms(everything), compute_ms=ms(compute),
+        comm_ms=ms(kernels - compute), copy_ms=ms(everything - kernels),
+        idle_ms=ms(wall_ns - everything), verdict=verdict, shares_pct=shares,
         idle_by_cause_ms={c: ms(ns) for c, ns in by_cause.items()},
-        verdict=verdict,
-        shares_pct=shares,
         top=tuple(Charge(cause, where, ms(ns)) for (cause, where), ns in ranked if ns > 0),
-    )
+    )  # fmt: skip
 
 
 def _timeline(
-    device: int, busy: Union, pieces: Ints, span: tuple[int, int], base: int
-) -> list[npt.NDArray[np.float64]]:
-    """The device's busy runs and idle pieces in ``span``, neighbours with one cause and place
-    joined: device, start and end (ms, unrounded: the JSON has none of it), cause (-1: busy),
-    place."""
+    device: int, busy: Union, pieces: Ints, span: tuple[int, int], base: int, slices: int
+) -> tuple[list[npt.NDArray[np.float64]], npt.NDArray[np.float64]]:
+    """The device's ``slices`` longest busy runs and idle pieces in ``span``, in their order (the
+    run's longest among them), neighbours of one cause and place joined: device, start and end
+    (ms, unrounded: the JSON has none of it), cause (-1: busy), place; and every one's length."""
     kept = (busy.ends > span[0]) & (busy.starts < span[1])
-    runs = np.stack([np.maximum(busy.starts, span[0]), np.minimum(busy.ends, span[1])])[:, kept]
+    runs = np.maximum(busy.starts[kept], span[0]), np.minimum(busy.ends[kept], span[1])
     key = pieces[2] << 32 | pieces[3]
     heads = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]) | (pieces[0, 1:] != pieces[1, :-1])])
     heads = heads[: pieces.shape[1]]
     tails = np.r_[heads[1:], pieces.shape[1]][: heads.size] - 1  # NB: none where no piece
-    idle = np.stack([pieces[0, heads], pieces[1, tails]])
-    times = (np.concatenate([runs, idle], axis=1) - base) / 1e6
-    labels = np.concatenate([np.full((2, runs.shape[1]), -1), pieces[2:, heads]], axis=1)
-    return [np.full(times.shape[1], device), *times, *labels]
+    start = (np.r_[runs[0], pieces[0, heads]] - base) / 1e6
+    end = (np.r_[runs[1], pieces[1, tails]] - base) / 1e6
+    keep = np.sort(np.argsort(start - end, kind="stable")[:slices])  # NB: labelled, these only
+    labels = (np.r_[np.full(len(runs[0]), -1), pieces[i, heads]][keep] for i in (2, 3))
+    return [np.full(len(keep), device), start[keep], end[keep], *labels], end - start
 
 
 def analyse_rank(trace: RankTrace, top: int = RUN_TOP, slices: int = MAX_SLICES) -> RankResult:
@@ -259,16 +254,19 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP, slices: int = MAX_SLICES)
     steps: list[list[DeviceTime]] = [[] for _ in windows]
     run: list[DeviceTime] = []
     lines: Counter[tuple[str, Where]] = Counter()
-    timeline = []
+    timeline, every = [], []  # each device's longest slices, and every slice's length
     base = trace.span_ns[0]
     for device, rows in by_device.items():
         s, e = acts.start[rows], acts.end[rows]
         kernel = acts.kind[rows] == KINDS.index(KERNEL)
         compute = kernel & ~acts.nccl[rows]
-        unions = (Union(s, e), Union(s[compute], e[compute]), Union(s[kernel], e[kernel]))
+        unions = [Union(s, e), Union(s[compute], e[compute]), Union(s[kernel], e[kernel])]
         busy = [u.within(w_starts, w_ends) for u in unions]
+        del unions[1:], s, e  # NB: held through the charging, they were 5 MB on x4
         pieces = charge_device(rows, span, trace, host, blocked, places, cold)
-        timeline.append(_timeline(device, unions[0], pieces, span, base))
+        longest_here, lengths_here = _timeline(device, unions[0], pieces, span, base, slices)
+        timeline.append(longest_here)
+        every.append(lengths_here)
         charged_run: Counter[tuple[str, Where]] = Counter()
         for i, w in enumerate(windows):
             charged = _pieces_in(pieces, w.start_ns, w.end_ns, places.wheres)
@@ -286,8 +284,8 @@ def analyse_rank(trace: RankTrace, top: int = RUN_TOP, slices: int = MAX_SLICES)
     cols = [np.concatenate(col) for col in zip(*timeline, strict=True)]
     timeline.clear()
     longest = np.argsort(cols[1] - cols[2], kind="stable")[:slices]
-    lengths = cols[2] - cols[1]
-    left = (len(lengths) - len(longest), sum(lengths.tolist()) - sum(lengths[longest].tolist()))
+    lengths, longest_ms = np.concatenate(every), (cols[2] - cols[1])[longest]
+    left = (len(lengths) - len(longest), sum(lengths.tolist()) - sum(longest_ms.tolist()))
     kept = tuple(
         Slice(
             int(d), s, e, *((CAUSES[int(c)], places.wheres[int(p)]) if c >= 0 else ("busy", None))

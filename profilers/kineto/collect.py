@@ -219,20 +219,19 @@ class Collect:
         run, runs = kinds == 5, (kinds == 5).tolist()
         ext = [lo if e is None and r else e for e, lo, r in zip(ext, ext_lower, runs, strict=True)]
         ext_id, hs, he = numbers(ext, 0), start[host], end[host]
-        for arr, keep, key in ((self.ops.data, kinds == 3, ext_id), (self.marks, mark, 0 * t)):
-            _append(arr, [c[keep] for c in (key, n, t, hs, he, ext_id, stack_id)])
+        self.ops.append([c[kinds == 3] for c in (ext_id, n, t, hs, he, stack_id)])
+        _append(self.marks, [c[mark] for c in (0 * t, n, t, hs, he, ext_id, stack_id)])
         self.cpu_ops += int((kinds == 3).sum())
         key = numbers(list(compress(corr, runs)), -1)  # NB: none: kept (a sync may block the host)
         none = key < 0
-        key[none] = -2 - 7 * (len(self.launches.data) // 7 + np.flatnonzero(none))
-        _append(self.launches.data, [key, n[run], t[run], hs[run], he[run], ext_id[run], 0 * key])
+        key[none] = -2 - 7 * (len(self.launches.data[0]) + np.flatnonzero(none))
+        self.launches.append([key, n[run], t[run], hs[run], he[run], ext_id[run], 0 * key])
         self.runtime_names.update(compress(hnames, runs))
         for tid, count in Counter(compress(tids, runs)).items():
             self.launching[tid] = self.launching.get(tid, 0) + count
         fid = [self.frames.setdefault(f, len(self.frames)) for f in frames if f is not None]
         py_t = list(map(ids.__getitem__, py_tids))
         _append(self.python, [py_t, start[python], end[python], fid])
-        return None
 
 
 def _field(name: str, objs: list[Any]) -> list[Any]:
@@ -287,10 +286,8 @@ def blocked_spans(
         [launches.ids[n] for n in c if n in launches.ids] for c in (SYNC_CALLS, ASYNC_COPY_CALLS)
     )
     rows = np.sort(launches.rows)
-    name, key = launches.table[rows, 1], launches.table[rows, 0]
-    calls = launches.table[
-        rows[np.isin(name, syncs) | np.isin(name, copies) & np.isin(key, pageable)]
-    ]
+    name, key = launches.cols[1][rows], launches.cols[0][rows]
+    calls = launches.at(rows[np.isin(name, syncs) | np.isin(name, copies) & np.isin(key, pageable)])
     ops = callers(calls, got.ops, segments)
     spans: list[HostSpan] = []
     for call, op, where in zip(

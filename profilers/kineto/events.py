@@ -12,8 +12,10 @@ from __future__ import annotations
 import re
 import sys
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -147,8 +149,8 @@ class Activities:
 
     def __init__(self, data: array[int], ids: dict[str, int]) -> None:
         """``data``: a row of 8 a row (kind, name, device, stream, start, end, correlation, bytes);
-        ``ids``: the names' ids."""
-        cols = np.frombuffer(data, np.int64).reshape(-1, 8).T.copy()
+        ``ids``: the names' ids. NB: the columns are views of ``data`` (a copy: its size again)."""
+        cols = np.frombuffer(data, np.int64).reshape(-1, 8).T
         self.kind, self.name, self.device, self.stream, self.start, self.end = cols[:6]
         self.correlation, self.bytes, self.names = cols[6], cols[7], list(ids)
         """-1: none (no launch has it)."""
@@ -162,27 +164,37 @@ class Activities:
 
 
 class Calls:
-    """Host calls (runtime calls, CPU ops) as int64 columns keyed by correlation or external id
-    (``first``: the first call of a key wins, else the last): a large trace holds hundreds of
-    thousands, and a tuple each was most of the reader's memory. ``stack``: the old traces'
-    ``Call stack`` (innermost frame first, ``;`` between frames)."""
+    """Host calls (runtime calls, CPU ops) keyed by correlation or external id (``first``: the
+    first call of a key wins, else the last), a column each of a row's key, name, tid, start,
+    end, ext id and stack (the old traces' ``Call stack``): names' ids int32, a CPU op's ext id
+    its key, kept once (``first``). A large trace holds hundreds of thousands."""
 
     def __init__(self, names: dict[str, int], first: bool) -> None:
         self.ids, self.first, self.names = names, first, list[str]()
-        self.data = array("q")  # a row of 7: key, name, tid, start, end, ext id, stack (ids)
+        self.data = [array(c) for c in ("qiiqq" if first else "qiiqqq") + "i"]
         self.known = self.rows = np.zeros(0, np.int64)
-        self.table: npt.NDArray[np.int64] = np.zeros((0, 7), np.int64)
+        self.cols = [np.zeros(0, np.int64)] * 7
+
+    def append(self, cols: Sequence[Any]) -> None:
+        """Adds rows given by column (the 7, or 6 without the ext id when ``first``)."""
+        for arr, col in zip(self.data, cols, strict=True):
+            arr.frombytes(np.asarray(col, arr.typecode).tobytes())
 
     def seal(self) -> None:
         """Index the keys (once every call is in)."""
         self.names = list(self.ids)
-        self.table = np.frombuffer(self.data, np.int64).reshape(-1, 7)
-        order = np.argsort(self.table[:, 0], kind="stable")
-        key = self.table[:, 0][order]
+        cols = [np.frombuffer(a, a.typecode) for a in self.data]
+        self.cols = cols[:5] + cols[:1] + cols[5:] if self.first else cols
+        order = np.argsort(self.cols[0], kind="stable")
+        key = self.cols[0][order]
         # NB: sorted stably, the first row of a key heads its run and the last one ends it
         heads = np.flatnonzero(np.r_[True, key[1:] != key[:-1]][: len(key)])
         pick = heads if self.first else np.r_[heads[1:], len(key)][: len(heads)] - 1
-        self.known, self.rows = key[pick], order[pick]
+        self.known, self.rows = key[pick], order[pick].astype(np.int32)
+
+    def at(self, rows: Ints) -> Ints:
+        """The rows (int64, 7 columns each)."""
+        return np.stack([c[rows] for c in self.cols], 1)
 
     def rows_of(self, keys: Ints) -> Ints:
         """The row of each key (-1: none)."""

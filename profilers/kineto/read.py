@@ -152,7 +152,7 @@ def _refuse(path: str, got: Collect, gpus: dict[int, str]) -> None:
             f"{path} is a Chrome trace gpuwatch wrote (its own trace output), not a "
             "torch.profiler trace; report the run's JSON instead"
         )
-    if len(got.launches.data):
+    if len(got.launches.data[0]):
         raise NoGpuActivity(
             f"{path} has CUDA runtime calls but no GPU activity: CUPTI recorded no kernel or copy "
             "(another profiler such as nsys or ncu holding CUPTI?)"
@@ -271,17 +271,15 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
     got.ops.seal()
     got.launches.seal()
     marks, names = np.frombuffer(got.marks, np.int64).reshape(-1, 7), got.ops.names
-    gpus = _gpus(meta)
-    _refuse(path, got, gpus)
+    _refuse(path, got, gpus := _gpus(meta))
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and type(info.get("rank")) is int:
         rank = info["rank"]
     python = _segments(list(np.frombuffer(got.python, np.int64).reshape(-1, 4).T), names)
-    segs = _segments([*got.ops.table[:, 2:5].T, np.arange(len(got.ops.table))], names)
+    segs = _segments(got.ops.cols[2:5], names)
     acts = Activities(got.gpu, got.gpu_names)
-    del got.gpu[:]  # NB: copied into acts' columns
     launch = got.launches.rows_of(acts.correlation)
-    acts.launched = np.r_[NO_CALL, got.launches.table[:, 3]][launch + 1]
+    acts.launched = np.r_[NO_CALL, got.launches.cols[3]][launch + 1]
     acts.places, acts.wheres = np.full(len(launch), -1), []
     main = next(
         (names[t] for _, n, t, *_ in marks.tolist() if names[n][:13] == "ProfilerStep#"), None
@@ -289,24 +287,15 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
     if main is None:
         main = max(got.launching, key=lambda t: got.launching[t], default="")
     trace = RankTrace(
-        path=path,
-        rank=rank,
-        gpus=gpus,
-        base_us=got.base_us or 0,
-        activities=acts,
-        names=names,
-        steps=[],
-        spans=[],
-        span_ns=(int(got.first), int(got.last)),
-        python=python,
-        frames=list(got.frames),
-        main_tid=main,
-        has_stacks=bool(python) or bool(got.ops.table[:, 6].any()),
-    )
+        path=path, rank=rank, gpus=gpus, base_us=got.base_us or 0, activities=acts, names=names,
+        steps=[], spans=[], span_ns=(int(got.first), int(got.last)), python=python,
+        frames=list(got.frames), main_tid=main,
+        has_stacks=bool(python) or bool(got.ops.cols[6].any()),
+    )  # fmt: skip
     places = Places(trace)
     for at in range(0, len(launch), 1 << 14):  # NB: a chunk at a time: four copies of its rows
         ok = np.flatnonzero(launch[at : at + (1 << 14)] >= 0) + at
-        acts.places[ok] = places.where(callers(got.launches.table[launch[ok]], got.ops, segs))
+        acts.places[ok] = places.where(callers(got.launches.at(launch[ok]), got.ops, segs))
     acts.wheres = places.wheres
     blocked = blocked_spans(got, acts, segs, places)
     got.ops = got.launches = Calls({}, True)  # NB: the host calls are not needed past here
@@ -317,16 +306,20 @@ def _trace(got: Collect, meta: dict[str, Any], path: str, rank: int) -> RankTrac
 
 def _segments(cols: list[Ints], names: Sequence[str]) -> dict[str, Segments]:
     """Per thread, the innermost of nested labelled intervals (``cols``: thread, start, end,
-    label) over time: segment starts and labels (-1 for none)."""
-    tids, starts, ends, labels = cols
+    and label, else the row's index) over time: segment starts and labels (-1 for none)."""
+    tids, starts, ends = cols[:3]
+    labels = cols[3] if len(cols) > 3 else None
     out: dict[str, Segments] = {}
     for tid in np.unique(tids).tolist():
         rows = np.flatnonzero(tids == tid)
         rows = rows[np.lexsort((-ends[rows], starts[rows]))]
         out[names[tid]] = flatten(
             chain.from_iterable(  # NB: lists of ints a chunk at a time (all: 3x the memory)
-                zip(*(c[rows[at : at + (1 << 14)]].tolist() for c in cols[1:]), strict=True)
-                for at in range(0, len(rows), 1 << 14)
+                zip(
+                    *((c[at] if c is not None else at).tolist() for c in (starts, ends, labels)),
+                    strict=True,
+                )
+                for at in (rows[i : i + (1 << 14)] for i in range(0, len(rows), 1 << 14))
             )
         )
     return out

@@ -112,10 +112,10 @@ def callers(calls: Ints, ops: Calls, segments: Mapping[str, Segments]) -> Ints:
     tid, start, ext = calls[:, 2], calls[:, 3], calls[:, 5]
     op = np.where(ext != 0, ops.rows_of(ext), -1)
     linked = np.flatnonzero(op >= 0)
-    held = ops.table[op[linked]]
+    held = ops.at(op[linked])
     inside = (held[:, 2] == tid[linked]) & (held[:, 3] <= start[linked])
     op[linked[~(inside & (start[linked] <= held[:, 4]))]] = -1
     _on_threads(op, tid, start, segments, ops.names)
     who = calls.copy()
-    who[op >= 0] = ops.table[op[op >= 0]]
+    who[op >= 0] = ops.at(op[op >= 0])
     return who
