@@ -15,8 +15,7 @@ from profilers.finite import dumps_finite, restore_not_finite
 
 DIFF_SCHEMA = "gpuwatch.diff/1"
 
-Figures = Mapping[str, float]
-"""A measure's figure by name (``syncs``, ``h2d.pageable``, ...; one that is 0 may be left out)."""
+Figures = Mapping[str, float]  # by measure (``syncs``, ``h2d.pageable``...; 0 may be left out)
 
 T = TypeVar("T")
 
@@ -42,8 +41,7 @@ class Side:
 
 @dataclass(frozen=True)
 class FrameRow:
-    """A library frame of a line (``before_line``/``after_line`` None on a side where it made
-    no copy or sync), its figures ``before``, ``after`` and their ``delta``."""
+    """A library frame of a line (``before_line``/``after_line``: None where it made nothing)."""
 
     status: str
     file: str
@@ -79,8 +77,7 @@ class LineRow:
     before: Figures
     after: Figures
     delta: Figures
-    library: tuple[FrameRow, ...]
-    """Every library frame either side has, changed ones first."""
+    library: tuple[FrameRow, ...]  # every library frame either side has, changed ones first
 
     @property
     def line(self) -> int:
@@ -106,8 +103,7 @@ class DiffDoc:
     after: Side
     totals: Mapping[str, Figures]  # before, after and delta
     lines: tuple[LineRow, ...]
-    doc: Mapping[str, object]
-    """The document itself (the JSON written, the HTML's embedded data)."""
+    doc: Mapping[str, object]  # the document itself (the JSON written, the HTML's data)
 
     def changed(self) -> list[LineRow]:
         return [d for d in self.lines if d.changed]
