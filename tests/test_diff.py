@@ -132,6 +132,11 @@ def test_diff_writes_json_in_its_schema_html_and_checks_growth(tmp_path, capsys)
     assert cli.main([*args, "--json", str(tmp_path / "a.json")]) == 2  # never over an input
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
 def test_a_saved_diff_is_shown_and_written_again_as_the_diff_said_it(tmp_path, capsys):
     # 8 lines changed: more than report's own 5 lines per list, fewer than the diff's 20
     gone = [_line(60 + i, "log", f"print(m{i}.item())", items=10) for i in range(6)]
@@ -164,12 +169,12 @@ def test_a_saved_diff_is_shown_and_written_again_as_the_diff_said_it(tmp_path, c
     doc = json.loads(d.read_text())
     d.write_text(json.dumps(doc, sort_keys=True))
     assert cli.main(["report", str(d)]) == 0 and capsys.readouterr().out == said
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    writer = threading.Thread(target=fifo.write_text, args=(d.read_text(),))
+    read, write = os.pipe()  # NB: <(cat D.json): its writer is there before it is read
+    writer = threading.Thread(target=_write_all, args=(write, d.read_bytes()), daemon=True)
     writer.start()
-    assert cli.main(["report", str(fifo)]) == 0 and capsys.readouterr().out == said
+    assert cli.main(["report", f"/dev/fd/{read}"]) == 0 and capsys.readouterr().out == said
     writer.join()
+    os.close(read)
     # a run that names the diff's schema in its command is still a run
     _run(BEFORE.lines, 10, "gpuwatch.diff/1").save(tmp_path / "r.json")
     assert cli.main(["report", "-q", str(tmp_path / "r.json")]) == 0
