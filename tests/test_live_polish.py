@@ -218,7 +218,8 @@ def test_report_help_describes_top(capsys):
     with pytest.raises(SystemExit):
         cli.main(["report", "--help"])
     out = capsys.readouterr().out
-    assert "--top N" in out and "lines per top list (default 5)" in out
+    words = " ".join(out.split())  # NB: argparse wraps the help at the terminal's width
+    assert "--top N" in out and "lines per top list (default 5; a saved diff's lines: 20)" in words
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 45)])
